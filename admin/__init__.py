@@ -1,0 +1,70 @@
+"""Python client library for linkd clusters, shaped like confluent-kafka.
+
+    from admin import AdminClient, Producer, Consumer, TopicPartition
+
+    AdminClient({"bootstrap.servers": "127.0.0.1:9701"}).create_topic("orders", 3)
+    p = Producer({"bootstrap.servers": "127.0.0.1:9701"})
+    p.produce("orders", key="k", value="v"); p.flush()
+    c = Consumer({"bootstrap.servers": "127.0.0.1:9701", "group.id": "g",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["orders"]); msg = c.poll(5.0)
+
+The library talks to a cluster over gRPC only (contract: proto/ccr/v1); record
+batches are built and read with linkd.core.records (a pure codec).
+"""
+
+from admin.admin_client import (
+    AdminClient,
+    ClusterInfo,
+    GroupInfo,
+    GroupListing,
+    HealthInfo,
+    MemberInfo,
+    OffsetInfo,
+    PartitionInfo,
+    PartitionLag,
+    TopicInfo,
+)
+from admin.client import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Message,
+    TopicPartition,
+)
+from admin.consumer import Consumer, GroupMetadata
+from admin.errors import CcrError, error_from_rpc
+from admin.producer import Producer, murmur2, murmur2_partition
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
+    "AdminClient",
+    "CcrError",
+    "ClusterInfo",
+    "Consumer",
+    "GroupInfo",
+    "GroupListing",
+    "GroupMetadata",
+    "HealthInfo",
+    "MemberInfo",
+    "Message",
+    "OffsetInfo",
+    "PartitionInfo",
+    "PartitionLag",
+    "Producer",
+    "TopicInfo",
+    "TopicPartition",
+    "error_from_rpc",
+    "murmur2",
+    "murmur2_partition",
+]

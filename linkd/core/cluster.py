@@ -1,0 +1,557 @@
+"""The model of one cluster: topics, partition logs, producers, transactions
+and consumer groups, driven by calls that carry the time and return effects.
+
+Rules:
+- A call either refuses (raises ClusterError, nothing changed) or changes the
+  state and returns the effects the shell must carry out, in order:
+  `AppendBatch` (write bytes to a partition log), `Journal` (persist metadata
+  records; every AppendBatch before it must be durable first: write-ahead),
+  `CreateLogs` / `DeleteTopicData` / `DeleteBelow` (files).
+- Metadata (topics, configs, log start offsets, producer ids, transactions,
+  committed offsets) lives in journal records. `apply_record` replays them at
+  start-up, then `recover_partition` replays each log's batches, then
+  `recovery_completions` names transactions whose markers must be rewritten.
+- Identifiers that need entropy (topic ids) arrive as arguments.
+
+Pure code: no I/O, clocks, threads or randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from linkd.core import records as rb
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.groups import GroupConfig, GroupCoordinator
+from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
+from linkd.core.topic_config import (
+    TopicConfig,
+    effective_configs,
+    validate_configs,
+    validate_partition_count,
+    validate_topic_name,
+)
+from linkd.core.transactions import TransactionCoordinator, TxnCompletion
+
+# -- effects -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    topic_id: str
+    partition: int
+    batch: bytes
+    header: rb.BatchHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    records: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateLogs:
+    topic_id: str
+    partitions: tuple[int, ...]
+    segment_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicData:
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteBelow:
+    topic_id: str
+    partition: int
+    offset: int
+
+
+Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow
+
+
+def _journal(records: list[dict[str, Any]]) -> list[Effect]:
+    return [Journal(tuple(records))] if records else []
+
+
+# -- topics ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: str
+    overrides: dict[str, str]
+    partitions: list[PartitionLog] = field(default_factory=list)
+    config: TopicConfig = field(default_factory=lambda: TopicConfig.from_overrides({}))
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith("_")
+
+    def configs(self) -> dict[str, str]:
+        return effective_configs(self.overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    base_offset: int
+    duplicate: bool
+    log_start_offset: int
+    log_append_time_ms: int
+    effects: tuple[Effect, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetLookup:
+    """A ListOffsets answer, or the batch the shell must decode to finish it."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+    refine_batch_offset: int | None = None  # decode this batch with pick_offset_in_batch
+
+
+class ClusterState:
+    def __init__(self, cluster_id: str, group_config: GroupConfig | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.topics: dict[str, Topic] = {}
+        self.txn = TransactionCoordinator()
+        self.groups = GroupCoordinator(group_config or GroupConfig())
+
+    # -- lookup ---------------------------------------------------------------
+
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise ClusterError(
+                ErrorCode.UNKNOWN_TOPIC, f"topic {name!r}", f"topic {name!r} does not exist"
+            )
+        return topic
+
+    def partition(self, topic_name: str, partition: int) -> PartitionLog:
+        topic = self.topic(topic_name)
+        if partition < 0 or partition >= len(topic.partitions):
+            raise ClusterError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{topic_name}-{partition}",
+                f"topic {topic_name!r} has {len(topic.partitions)} partitions; "
+                f"partition {partition} does not exist",
+            )
+        return topic.partitions[partition]
+
+    # -- topics ---------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: str
+    ) -> tuple[Topic, list[Effect]]:
+        validate_topic_name(name)
+        validate_partition_count(name, partitions)
+        overrides = validate_configs(name, configs)
+        if name in self.topics:
+            raise ClusterError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r}", f"topic {name!r} already exists"
+            )
+        record = {
+            "type": "topic_create",
+            "name": name,
+            "topic_id": topic_id,
+            "partitions": partitions,
+            "configs": overrides,
+        }
+        topic = self._apply_topic_create(record)
+        effects: list[Effect] = [
+            CreateLogs(topic_id, tuple(range(partitions)), topic.config.segment_bytes),
+            Journal((record,)),
+        ]
+        return topic, effects
+
+    def _apply_topic_create(self, record: dict[str, Any]) -> Topic:
+        name = record["name"]
+        topic = Topic(name, record["topic_id"], dict(record["configs"]))
+        topic.config = TopicConfig.from_overrides(topic.overrides)
+        topic.partitions = [PartitionLog(name, p) for p in range(int(record["partitions"]))]
+        self.topics[name] = topic
+        return topic
+
+    def delete_topic(self, name: str) -> list[Effect]:
+        topic = self.topic(name)
+        record = {"type": "topic_delete", "name": name}
+        del self.topics[name]
+        return [Journal((record,)), DeleteTopicData(topic.topic_id)]
+
+    def alter_configs(
+        self, name: str, set_: Mapping[str, str], delete: list[str]
+    ) -> tuple[Topic, list[Effect]]:
+        topic = self.topic(name)
+        checked = validate_configs(name, set_)
+        overrides = {k: v for k, v in topic.overrides.items() if k not in delete}
+        overrides.update(checked)
+        record = {"type": "topic_config", "name": name, "configs": overrides}
+        self._apply_topic_config(record)
+        return topic, [Journal((record,))]
+
+    def _apply_topic_config(self, record: dict[str, Any]) -> None:
+        topic = self.topics[record["name"]]
+        topic.overrides = dict(record["configs"])
+        topic.config = TopicConfig.from_overrides(topic.overrides)
+
+    def create_partitions(self, name: str, total: int) -> tuple[Topic, list[Effect]]:
+        topic = self.topic(name)
+        validate_partition_count(name, total)
+        current = len(topic.partitions)
+        if total <= current:
+            raise ClusterError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r}",
+                f"topic {name!r} has {current} partitions; the new count {total} must be larger",
+            )
+        record = {"type": "topic_partitions", "name": name, "partitions": total}
+        self._apply_topic_partitions(record)
+        return topic, [
+            CreateLogs(topic.topic_id, tuple(range(current, total)), topic.config.segment_bytes),
+            Journal((record,)),
+        ]
+
+    def _apply_topic_partitions(self, record: dict[str, Any]) -> None:
+        topic = self.topics[record["name"]]
+        for p in range(len(topic.partitions), int(record["partitions"])):
+            topic.partitions.append(PartitionLog(topic.name, p))
+
+    # -- produce --------------------------------------------------------------
+
+    def produce(
+        self, topic_name: str, partition: int, batch: bytes, transactional_id: str, now_ms: int
+    ) -> ProduceResult:
+        log = self.partition(topic_name, partition)
+        topic = self.topics[topic_name]
+        try:
+            header = rb.check_single_batch(batch)
+        except rb.CorruptBatchError as exc:
+            raise ClusterError(
+                ErrorCode.CORRUPT_MESSAGE, log.name, f"partition {log.name}: {exc}"
+            ) from exc
+        if header.is_transactional:
+            if not transactional_id:
+                raise ClusterError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    log.name,
+                    f"partition {log.name}: transactional batch without a transactional id",
+                )
+            self.txn.check_produce(
+                transactional_id, header.producer_id, header.producer_epoch, (topic_name, partition)
+            )
+        plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
+        if plan.duplicate:
+            return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
+        append_time = -1
+        if topic.config.log_append_time:
+            batch = rb.with_log_append_time(batch, now_ms)
+            append_time = now_ms
+        stamped = rb.with_offset_and_epoch(batch, plan.base_offset, log.leader_epoch)
+        stamped_header = rb.parse_header(stamped)
+        log.apply_batch(stamped_header)
+        effects: tuple[Effect, ...] = (
+            AppendBatch(topic.topic_id, partition, stamped, stamped_header),
+        )
+        return ProduceResult(plan.base_offset, False, log.log_start_offset, append_time, effects)
+
+    def mark_durable(self, topic_name: str, partition: int, offset: int) -> bool:
+        topic = self.topics.get(topic_name)
+        if topic is None or partition >= len(topic.partitions):
+            return False
+        return topic.partitions[partition].mark_durable(offset)
+
+    # -- read -----------------------------------------------------------------
+
+    def plan_fetch(
+        self, topic_name: str, partition: int, offset: int, read_committed: bool
+    ) -> FetchPlan:
+        return self.partition(topic_name, partition).plan_fetch(offset, read_committed)
+
+    def list_offsets(
+        self, topic_name: str, partition: int, spec: str, timestamp: int, read_committed: bool
+    ) -> OffsetLookup:
+        log = self.partition(topic_name, partition)
+        upper = log.last_stable_offset if read_committed else log.high_watermark
+        if spec == "earliest":
+            return OffsetLookup(log.log_start_offset, -1, log.epoch_at(log.log_start_offset))
+        if spec == "latest":
+            return OffsetLookup(upper, -1, log.leader_epoch)
+        if spec == "timestamp":
+            entry = log.find_timestamp_batch(timestamp, upper)
+            if entry is None:
+                return OffsetLookup(-1, -1, -1)
+            return OffsetLookup(
+                entry.base_offset,
+                entry.max_timestamp,
+                log.epoch_at(entry.base_offset),
+                entry.base_offset,
+            )
+        if spec == "max_timestamp":
+            entry = log.max_timestamp_batch(upper)
+            if entry is None:
+                return OffsetLookup(-1, -1, -1)
+            return OffsetLookup(
+                entry.base_offset,
+                entry.max_timestamp,
+                log.epoch_at(entry.base_offset),
+                entry.base_offset,
+            )
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            log.name,
+            f"partition {log.name}: unknown offset spec {spec!r}",
+        )
+
+    def delete_records(
+        self, topic_name: str, partition: int, offset: int
+    ) -> tuple[int, list[Effect]]:
+        """Kafka's DeleteRecords: moves the log start offset (-1: to the HW)."""
+        log = self.partition(topic_name, partition)
+        target = log.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise ClusterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                log.name,
+                f"partition {log.name}: cannot delete records before {offset}",
+            )
+        log.advance_log_start(target)
+        return log.log_start_offset, self._log_start_effects(topic_name, log)
+
+    def _log_start_effects(self, topic_name: str, log: PartitionLog) -> list[Effect]:
+        topic = self.topics[topic_name]
+        record = {
+            "type": "log_start",
+            "name": topic_name,
+            "partition": log.partition,
+            "offset": log.log_start_offset,
+        }
+        return [
+            Journal((record,)),
+            DeleteBelow(topic.topic_id, log.partition, log.log_start_offset),
+        ]
+
+    # -- idempotent and transactional producers ---------------------------------
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, now_ms: int
+    ) -> tuple[int, int, list[Effect]]:
+        pid, epoch, pending, records = self.txn.init_producer_id(
+            transactional_id, timeout_ms, now_ms
+        )
+        effects = _journal(records)
+        if pending is not None:
+            effects += self._complete(pending, now_ms)
+        return pid, epoch, effects
+
+    def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: list[tuple[str, int]],
+        now_ms: int,
+    ) -> list[Effect]:
+        for topic_name, p in partitions:
+            self.partition(topic_name, p)
+        return _journal(
+            self.txn.add_partitions(transactional_id, producer_id, epoch, partitions, now_ms)
+        )
+
+    def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str, now_ms: int
+    ) -> list[Effect]:
+        if not group_id:
+            raise ClusterError(ErrorCode.INVALID_GROUP_ID, "group ''", "group id is empty")
+        return _journal(
+            self.txn.add_offsets(transactional_id, producer_id, epoch, group_id, now_ms)
+        )
+
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        epoch: int,
+        offsets: dict[tuple[str, int], tuple[int, str, int]],
+        now_ms: int,
+    ) -> list[Effect]:
+        self.txn.check_offsets_in_txn(transactional_id, producer_id, epoch, group_id)
+        for topic_name, p in offsets:
+            self.partition(topic_name, p)
+        return _journal(self.groups.stage_txn_offsets(producer_id, group_id, offsets, now_ms))
+
+    def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now_ms: int
+    ) -> list[Effect]:
+        completion, records = self.txn.end_txn(transactional_id, producer_id, epoch, commit)
+        effects = _journal(records)
+        if completion is not None:
+            effects += self._complete(completion, now_ms)
+        return effects
+
+    def _complete(self, completion: TxnCompletion, now_ms: int) -> list[Effect]:
+        """Markers on every partition where the producer has an open transaction,
+        then the group offsets, then the coordinator's completion record."""
+        effects: list[Effect] = []
+        marker = rb.CONTROL_COMMIT if completion.commit else rb.CONTROL_ABORT
+        for topic_name, p in completion.partitions:
+            topic = self.topics.get(topic_name)
+            if topic is None or p >= len(topic.partitions):
+                continue  # deleted meanwhile: nothing to mark
+            log = topic.partitions[p]
+            if not log.has_open_txn(completion.producer_id):
+                continue
+            batch = rb.build_control_batch(
+                marker=marker,
+                producer_id=completion.producer_id,
+                producer_epoch=completion.producer_epoch,
+                timestamp=now_ms,
+                base_offset=log.log_end_offset,
+                partition_leader_epoch=log.leader_epoch,
+            )
+            header = rb.parse_header(batch)
+            log.apply_batch(header, marker)
+            effects.append(AppendBatch(topic.topic_id, p, batch, header))
+        records = self.groups.end_txn_offsets(
+            completion.producer_id, list(completion.groups), completion.commit, now_ms
+        )
+        records += self.txn.complete(completion)
+        effects += _journal(records)
+        return effects
+
+    def recovery_completions(self, now_ms: int) -> list[Effect]:
+        effects: list[Effect] = []
+        for completion in self.txn.pending_completions():
+            effects += self._complete(completion, now_ms)
+        return effects
+
+    # -- time -----------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> list[Effect]:
+        """Transaction timeouts and retention. (Group timers: groups.tick.)"""
+        completions, records = self.txn.expired(now_ms)
+        effects = _journal(records)
+        for completion in completions:
+            effects += self._complete(completion, now_ms)
+        for topic in list(self.topics.values()):
+            for log in topic.partitions:
+                target = log.retention_target(
+                    now_ms, topic.config.retention_ms, topic.config.retention_bytes
+                )
+                if target is not None:
+                    log.advance_log_start(target)
+                    effects += self._log_start_effects(topic.name, log)
+        return effects
+
+    def next_txn_deadline_ms(self) -> int | None:
+        return self.txn.next_deadline_ms()
+
+    # -- durability -------------------------------------------------------------
+
+    def apply_record(self, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "topic_create":
+            self._apply_topic_create(record)
+        elif kind == "topic_delete":
+            self.topics.pop(record["name"], None)
+        elif kind == "topic_config":
+            self._apply_topic_config(record)
+        elif kind == "topic_partitions":
+            self._apply_topic_partitions(record)
+        elif kind == "log_start":
+            topic = self.topics.get(record["name"])
+            if topic is not None:
+                log = topic.partitions[int(record["partition"])]
+                log.log_start_offset = max(log.log_start_offset, int(record["offset"]))
+        elif kind in ("pid_block", "txn"):
+            self.txn.apply_record(record)
+        else:
+            self.groups.apply_record(record)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": t.topic_id,
+                    "partitions": len(t.partitions),
+                    "configs": t.overrides,
+                    "log_start": [log.log_start_offset for log in t.partitions],
+                }
+                for t in self.topics.values()
+            ],
+            "txn": self.txn.snapshot(),
+            "groups": self.groups.snapshot(),
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for t in snapshot["topics"]:
+            topic = self._apply_topic_create(
+                {
+                    "name": t["name"],
+                    "topic_id": t["topic_id"],
+                    "partitions": t["partitions"],
+                    "configs": t["configs"],
+                }
+            )
+            for log, start in zip(topic.partitions, t["log_start"], strict=True):
+                log.log_start_offset = int(start)
+        self.txn = TransactionCoordinator.restore(snapshot["txn"])
+        self.groups = GroupCoordinator.restore(self.groups_config, snapshot["groups"])
+
+    @property
+    def groups_config(self) -> GroupConfig:
+        return self.groups.config
+
+    def recover_partition(
+        self, topic_name: str, partition: int, batches: list[tuple[rb.BatchHeader, int | None]]
+    ) -> None:
+        """Rebuilds a partition from the batches found on disk (with the marker
+        type of control batches). Everything on disk is durable: HW = LEO."""
+        topic = self.topics[topic_name]
+        log_start = topic.partitions[partition].log_start_offset
+        first = batches[0][0].base_offset if batches else log_start
+        fresh = PartitionLog(topic_name, partition, log_start_offset=first)
+        for header, marker in batches:
+            fresh.apply_batch(header, marker)
+        fresh.high_watermark = fresh.log_end_offset
+        if log_start > fresh.log_start_offset:
+            fresh.advance_log_start(min(log_start, fresh.log_end_offset))
+        topic.partitions[partition] = fresh
+
+
+def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:
+    """Finishes a ListOffsets by timestamp (first record at or after `timestamp`)
+    or by max timestamp (`timestamp` None): (offset, timestamp)."""
+    if not records:
+        return -1, -1
+    if timestamp is None:
+        best = max(records, key=lambda r: (r.timestamp, -r.offset))
+        return best.offset, best.timestamp
+    for record in records:
+        if record.timestamp >= timestamp:
+            return record.offset, record.timestamp
+    return -1, -1
+
+
+__all__ = [
+    "AbortedTxn",
+    "AppendBatch",
+    "ClusterState",
+    "CreateLogs",
+    "DeleteBelow",
+    "DeleteTopicData",
+    "Effect",
+    "FetchPlan",
+    "Journal",
+    "OffsetLookup",
+    "ProduceResult",
+    "Topic",
+    "pick_offset_in_batch",
+]

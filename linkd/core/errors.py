@@ -1,0 +1,76 @@
+"""Refusals of the cluster core, mirrored from proto/ccr/v1/errors.proto.
+
+The core raises `ClusterError(code, resource, message)`; the shells map it to
+a gRPC status (linkd/grpc_errors.py) or a Kafka error code. The numbers here
+must equal the proto enum's: tests/test_error_codes.py checks it, so the rule
+that names an error lives in the proto and this file only mirrors it for a
+core that must not import generated code.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    ERROR_CODE_UNSPECIFIED = 0
+    INVALID_REQUEST = 1
+    INVALID_TOPIC_NAME = 2
+    UNKNOWN_TOPIC = 3
+    UNKNOWN_PARTITION = 4
+    TOPIC_ALREADY_EXISTS = 5
+    INVALID_PARTITIONS = 6
+    INVALID_CONFIG = 7
+    OFFSET_OUT_OF_RANGE = 10
+    RECORD_TOO_LARGE = 11
+    CORRUPT_MESSAGE = 12
+    INVALID_TIMESTAMP = 13
+    INVALID_REQUIRED_ACKS = 14
+    INVALID_PRODUCER_EPOCH = 20
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 21
+    UNKNOWN_PRODUCER_ID = 22
+    INVALID_TXN_STATE = 23
+    INVALID_PRODUCER_ID_MAPPING = 24
+    CONCURRENT_TRANSACTIONS = 25
+    INVALID_TRANSACTION_TIMEOUT = 26
+    TRANSACTION_TIMED_OUT = 27
+    INVALID_GROUP_ID = 30
+    UNKNOWN_MEMBER_ID = 31
+    ILLEGAL_GENERATION = 32
+    REBALANCE_IN_PROGRESS = 33
+    INCONSISTENT_GROUP_PROTOCOL = 34
+    INVALID_SESSION_TIMEOUT = 35
+    GROUP_ID_NOT_FOUND = 36
+    NON_EMPTY_GROUP = 37
+    OFFSET_METADATA_TOO_LARGE = 38
+    UNSUPPORTED = 50
+    NOT_READY = 51
+    STORAGE_ERROR = 52
+    REQUEST_TIMED_OUT = 53
+
+
+RETRIABLE = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.NOT_READY,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+
+
+class ClusterError(Exception):
+    """A refusal: nothing was changed. `resource` names what it is about."""
+
+    def __init__(self, code: ErrorCode, resource: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.resource = resource
+        self.message = message
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+    def __repr__(self) -> str:
+        return f"ClusterError({self.code.name}, {self.resource!r}, {self.message!r})"

@@ -1,0 +1,453 @@
+"""The model of one partition log: offsets, watermarks, producers, transactions.
+
+Rules:
+- Offsets are dense. A batch appended at the log end offset (LEO) takes
+  offsets LEO .. LEO + last_offset_delta; control markers take one offset.
+- The high watermark (HW) is what readers may see. On a cluster without
+  replicas it advances when the shell reports that bytes are durable
+  (`mark_durable`); later, in-sync followers will hold it back too.
+- The last stable offset (LSO) is the first offset of the oldest open
+  transaction, or the HW when none is open: `read_committed` readers stop there.
+- Idempotent producers: per producer id, the epoch and the last five batches'
+  sequence ranges. A batch repeating one of those is a duplicate (answered with
+  its original offset, not written); a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an
+  older epoch is INVALID_PRODUCER_EPOCH (fenced).
+- Aborted transactions are indexed as (producer id, first offset, marker offset)
+  so a fetch can tell `read_committed` readers which data batches to skip.
+- Everything a batch changes is applied by `apply_batch`, the one rule shared by
+  client appends, recovery from disk and (later) replication.
+
+Theory of operation: the shell hands a parsed batch header to `check_append`,
+which decides (duplicate, or the offsets the batch will take, or a refusal)
+without changing state; the shell stamps the offsets into the bytes, writes
+them, and calls `apply_batch`. Recovery calls `apply_batch` for every batch
+found on disk. Pure code: no I/O, clocks or randomness.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.records import CONTROL_ABORT, NO_SEQUENCE, BatchHeader
+
+# Kafka keeps the last five batches per producer for duplicate detection;
+# producers have at most five batches in flight per partition.
+PRODUCER_BATCH_MEMORY = 5
+SEQUENCE_MODULUS = 1 << 31
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    """What the model keeps of each stored batch (its header, condensed)."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size_bytes: int
+    producer_id: int
+    producer_epoch: int
+    is_transactional: bool
+    is_control: bool
+    base_sequence: int = NO_SEQUENCE
+    last_sequence: int = NO_SEQUENCE
+    control_type: int | None = None
+    partition_leader_epoch: int = -1
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @classmethod
+    def from_header(cls, header: BatchHeader, control_type: int | None) -> BatchEntry:
+        return cls(
+            base_offset=header.base_offset,
+            last_offset=header.last_offset,
+            max_timestamp=header.max_timestamp,
+            size_bytes=header.size_bytes,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            is_transactional=header.is_transactional,
+            is_control=header.is_control,
+            base_sequence=header.base_sequence,
+            last_sequence=header.last_sequence,
+            control_type=control_type if header.is_control else None,
+            partition_leader_epoch=header.partition_leader_epoch,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceRange:
+    first_sequence: int
+    last_sequence: int
+    base_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_epoch: int
+    batches: deque[SequenceRange] = field(
+        default_factory=lambda: deque(maxlen=PRODUCER_BATCH_MEMORY)
+    )
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the abort marker's offset
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """The decision for a produced batch: where it goes, or that it is a repeat."""
+
+    base_offset: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPlan:
+    """What a fetch may return: batches overlapping [offset, upper_offset)."""
+
+    offset: int
+    upper_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: tuple[AbortedTxn, ...]
+
+
+class PartitionLog:
+    """State of one partition. See the module docstring for the rules."""
+
+    def __init__(
+        self, topic: str, partition: int, *, log_start_offset: int = 0, leader_epoch: int = 0
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_start_offset
+        self.high_watermark = log_start_offset
+        self.leader_epoch = leader_epoch
+        # (epoch, start offset) pairs, oldest first, as Kafka's leader epoch cache.
+        self.epoch_history: list[tuple[int, int]] = [(leader_epoch, log_start_offset)]
+        self.batches: list[BatchEntry] = []
+        self._base_offsets: list[int] = []
+        self.size_bytes = 0
+        self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset
+        self.aborted: list[AbortedTxn] = []
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def last_stable_offset(self) -> int:
+        if self.ongoing_txns:
+            return min(self.high_watermark, min(self.ongoing_txns.values()))
+        return self.high_watermark
+
+    # -- produce -------------------------------------------------------------
+
+    def check_append(
+        self,
+        header: BatchHeader,
+        *,
+        max_message_bytes: int,
+        expect_transactional: bool | None = None,
+    ) -> AppendPlan:
+        """Decides what a produced batch does, without changing anything."""
+        if header.size_bytes > max_message_bytes:
+            raise ClusterError(
+                ErrorCode.RECORD_TOO_LARGE,
+                self.name,
+                f"partition {self.name}: batch of {header.size_bytes} bytes exceeds "
+                f"max.message.bytes={max_message_bytes}",
+            )
+        if header.is_control:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                self.name,
+                f"partition {self.name}: clients may not write control batches",
+            )
+        if header.record_count != header.last_offset_delta + 1:
+            raise ClusterError(
+                ErrorCode.CORRUPT_MESSAGE,
+                self.name,
+                f"partition {self.name}: batch has {header.record_count} records but "
+                f"last offset delta {header.last_offset_delta}",
+            )
+        if header.is_transactional and not header.has_producer_id:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                self.name,
+                f"partition {self.name}: transactional batch without a producer id",
+            )
+        if not header.has_producer_id:
+            return AppendPlan(self.log_end_offset, duplicate=False)
+        if header.base_sequence == NO_SEQUENCE or header.base_sequence < 0:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                self.name,
+                f"partition {self.name}: producer {header.producer_id} sent a batch without a "
+                "sequence number",
+            )
+        entry = self.producers.get(header.producer_id)
+        pid = header.producer_id
+        if entry is None:
+            if header.base_sequence != 0:
+                raise ClusterError(
+                    ErrorCode.UNKNOWN_PRODUCER_ID,
+                    self.name,
+                    f"partition {self.name}: no state for producer {pid}, and its batch starts "
+                    f"at sequence {header.base_sequence} instead of 0",
+                )
+            return AppendPlan(self.log_end_offset, duplicate=False)
+        if header.producer_epoch < entry.producer_epoch:
+            raise ClusterError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                self.name,
+                f"partition {self.name}: producer {pid} epoch {header.producer_epoch} is fenced "
+                f"by epoch {entry.producer_epoch}",
+            )
+        if header.producer_epoch > entry.producer_epoch:
+            if header.base_sequence != 0:
+                raise ClusterError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    self.name,
+                    f"partition {self.name}: producer {pid} new epoch {header.producer_epoch} "
+                    f"must start at sequence 0, not {header.base_sequence}",
+                )
+            return AppendPlan(self.log_end_offset, duplicate=False)
+        for previous in entry.batches:
+            if (
+                previous.first_sequence == header.base_sequence
+                and previous.last_sequence == header.last_sequence
+            ):
+                return AppendPlan(previous.base_offset, duplicate=True)
+        expected = (entry.last_sequence + 1) % SEQUENCE_MODULUS
+        if entry.batches and header.base_sequence != expected:
+            raise ClusterError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                self.name,
+                f"partition {self.name}: producer {pid} epoch {header.producer_epoch} sent "
+                f"sequence {header.base_sequence}, expected {expected}",
+            )
+        if not entry.batches and header.base_sequence != 0:
+            raise ClusterError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                self.name,
+                f"partition {self.name}: producer {pid} sent sequence {header.base_sequence}, "
+                "expected 0",
+            )
+        if expect_transactional is not None and header.is_transactional != expect_transactional:
+            raise ClusterError(
+                ErrorCode.INVALID_TXN_STATE,
+                self.name,
+                f"partition {self.name}: producer {pid} mixes transactional and "
+                "non-transactional batches",
+            )
+        return AppendPlan(self.log_end_offset, duplicate=False)
+
+    def apply_batch(self, header: BatchHeader, control_type: int | None = None) -> None:
+        """Applies a batch stored at header.base_offset (== LEO). `control_type` is
+        the marker (commit/abort) for control batches."""
+        if header.base_offset != self.log_end_offset:
+            raise ValueError(
+                f"partition {self.name}: batch at {header.base_offset} does not start at the "
+                f"log end offset {self.log_end_offset}"
+            )
+        self._apply_entry(BatchEntry.from_header(header, control_type))
+
+    def _apply_entry(self, entry: BatchEntry) -> None:
+        self.batches.append(entry)
+        self._base_offsets.append(entry.base_offset)
+        self.size_bytes += entry.size_bytes
+        self.log_end_offset = entry.next_offset
+        if entry.partition_leader_epoch > self.leader_epoch:
+            self.bump_epoch(entry.partition_leader_epoch, entry.base_offset)
+        if entry.producer_id < 0:
+            return
+        pid = entry.producer_id
+        producer = self.producers.get(pid)
+        if producer is None or entry.producer_epoch > producer.producer_epoch:
+            producer = ProducerEntry(entry.producer_epoch)
+            self.producers[pid] = producer
+        if entry.is_control:
+            first = self.ongoing_txns.pop(pid, None)
+            if first is not None and entry.control_type == CONTROL_ABORT:
+                self.aborted.append(AbortedTxn(pid, first, entry.base_offset))
+            return
+        if entry.base_sequence >= 0:
+            producer.batches.append(
+                SequenceRange(entry.base_sequence, entry.last_sequence, entry.base_offset)
+            )
+        if entry.is_transactional and pid not in self.ongoing_txns:
+            self.ongoing_txns[pid] = entry.base_offset
+
+    def has_open_txn(self, producer_id: int) -> bool:
+        return producer_id in self.ongoing_txns
+
+    def mark_durable(self, offset: int) -> bool:
+        """Everything below `offset` is durable: the HW may move there. Returns
+        whether it moved."""
+        new_hw = min(offset, self.log_end_offset)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    def bump_epoch(self, epoch: int, start_offset: int) -> None:
+        if epoch <= self.leader_epoch:
+            return
+        self.leader_epoch = epoch
+        self.epoch_history.append((epoch, start_offset))
+
+    # -- read ----------------------------------------------------------------
+
+    def plan_fetch(self, offset: int, read_committed: bool) -> FetchPlan:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise ClusterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                self.name,
+                f"partition {self.name}: offset {offset} is outside the log "
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        lso = self.last_stable_offset
+        upper = lso if read_committed else self.high_watermark
+        aborted: tuple[AbortedTxn, ...] = ()
+        if read_committed and offset < upper:
+            aborted = tuple(
+                a for a in self.aborted if a.last_offset >= offset and a.first_offset < upper
+            )
+        return FetchPlan(
+            offset, max(upper, offset), self.high_watermark, lso, self.log_start_offset, aborted
+        )
+
+    def batch_index_at(self, offset: int) -> int:
+        """Index of the batch containing `offset` (or the first after it)."""
+        i = bisect.bisect_right(self._base_offsets, offset) - 1
+        if i >= 0 and self.batches[i].last_offset >= offset:
+            return i
+        return i + 1
+
+    def find_timestamp_batch(self, timestamp: int, upper_offset: int) -> BatchEntry | None:
+        """The first readable batch holding a record at or after `timestamp`."""
+        for entry in self.batches[self.batch_index_at(self.log_start_offset) :]:
+            if entry.base_offset >= upper_offset:
+                break
+            if entry.max_timestamp >= timestamp and not entry.is_control:
+                return entry
+        return None
+
+    def max_timestamp_batch(self, upper_offset: int) -> BatchEntry | None:
+        best: BatchEntry | None = None
+        for entry in self.batches[self.batch_index_at(self.log_start_offset) :]:
+            if entry.base_offset >= upper_offset:
+                break
+            if not entry.is_control and (best is None or entry.max_timestamp > best.max_timestamp):
+                best = entry
+        return best
+
+    def epoch_at(self, offset: int) -> int:
+        epoch = self.epoch_history[0][0]
+        for e, start in self.epoch_history:
+            if start <= offset:
+                epoch = e
+        return epoch
+
+    # -- retention and deletion ------------------------------------------------
+
+    def retention_target(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int | None:
+        """The new log start offset retention asks for, or None. Never passes the
+        HW, and never removes the last batch of a non-empty log."""
+        start_index = self.batch_index_at(self.log_start_offset)
+        live = self.batches[start_index:]
+        if len(live) <= 1:
+            return None
+        size = sum(b.size_bytes for b in live)
+        new_start = self.log_start_offset
+        for entry in live[:-1]:
+            if entry.next_offset > self.high_watermark:
+                break
+            too_old = retention_ms >= 0 and entry.max_timestamp < now_ms - retention_ms
+            too_big = retention_bytes >= 0 and size > retention_bytes
+            if not (too_old or too_big):
+                break
+            size -= entry.size_bytes
+            new_start = entry.next_offset
+        return new_start if new_start > self.log_start_offset else None
+
+    def advance_log_start(self, offset: int) -> None:
+        """Moves the log start offset forward (retention or DeleteRecords)."""
+        if offset > self.high_watermark:
+            raise ClusterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                self.name,
+                f"partition {self.name}: cannot delete records up to {offset}, beyond the high "
+                f"watermark {self.high_watermark}",
+            )
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        # Batches wholly below the start are forgotten; their bytes go with the segments.
+        keep_from = bisect.bisect_right(self._base_offsets, offset) - 1
+        if keep_from > 0:
+            if self.batches[keep_from].last_offset < offset:
+                keep_from += 1
+            dropped = self.batches[:keep_from]
+            self.size_bytes -= sum(b.size_bytes for b in dropped)
+            del self.batches[:keep_from]
+            del self._base_offsets[:keep_from]
+        self.aborted = [a for a in self.aborted if a.last_offset >= offset]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drops every batch at or after `offset` (a batch boundary) and rebuilds
+        producer and transaction state from what remains."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise ClusterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                self.name,
+                f"partition {self.name}: cannot truncate to {offset}, outside "
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        i = bisect.bisect_left(self._base_offsets, offset)
+        if i < len(self.batches) and self.batches[i].base_offset != offset:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                self.name,
+                f"partition {self.name}: {offset} is not a batch boundary",
+            )
+        if i > 0 and self.batches[i - 1].last_offset >= offset:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                self.name,
+                f"partition {self.name}: {offset} is inside a batch",
+            )
+        kept = self.batches[:i]
+        hw = min(self.high_watermark, offset)
+        history = [(e, st) for e, st in self.epoch_history if st < offset] or self.epoch_history[:1]
+        # Rebuild producer and transaction state by replaying what remains (the
+        # same rule as appends); producer state of batches already removed by
+        # retention is not kept, as after a Kafka restart without snapshots.
+        self.batches = []
+        self._base_offsets = []
+        self.size_bytes = 0
+        self.producers = {}
+        self.ongoing_txns = {}
+        self.aborted = []
+        self.log_end_offset = kept[0].base_offset if kept else offset
+        self.epoch_history = history
+        self.leader_epoch = max(e for e, _ in history)
+        for entry in kept:
+            self._apply_entry(entry)
+        self.log_end_offset = offset
+        self.high_watermark = hw

@@ -1,0 +1,185 @@
+"""Topic configs: the keys a topic accepts, their defaults and how they parse.
+
+Names are Kafka's. Validation happens before anything is stored, and every
+refusal names the key and the value. Values are kept as strings (Kafka's
+DescribeConfigs shape) and parsed on use through `TopicConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from linkd.core.errors import ClusterError, ErrorCode
+
+MAX_PARTITIONS = 10_000
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _parse_long(min_value: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < min_value:
+            raise ValueError(f"must be at least {min_value}")
+        return value
+
+    return parse
+
+
+def _parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    default: str
+    parse: Callable[[str], object]
+    doc: str
+
+
+# Only keys whose behaviour the cluster implements are accepted: a key that is
+# stored but ignored would mislead an operator.
+CONFIG_KEYS: Mapping[str, ConfigKey] = {
+    key.name: key
+    for key in (
+        ConfigKey(
+            "retention.ms",
+            "604800000",
+            _parse_long(-1),
+            "Delete batches whose newest record is older than this (-1: forever).",
+        ),
+        ConfigKey(
+            "retention.bytes",
+            "-1",
+            _parse_long(-1),
+            "Delete the oldest batches while the partition is larger (-1: no limit).",
+        ),
+        ConfigKey(
+            "max.message.bytes",
+            "1048588",
+            _parse_long(0),
+            "Largest record batch a producer may write.",
+        ),
+        ConfigKey(
+            "segment.bytes", "67108864", _parse_long(14), "Size at which a new segment file starts."
+        ),
+        ConfigKey(
+            "cleanup.policy",
+            "delete",
+            _parse_choice("delete"),
+            "Only 'delete' (time and size retention); compaction is not implemented.",
+        ),
+        ConfigKey(
+            "message.timestamp.type",
+            "CreateTime",
+            _parse_choice("CreateTime", "LogAppendTime"),
+            "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
+        ),
+        ConfigKey(
+            "compression.type",
+            "producer",
+            _parse_choice("producer"),
+            "Batches are stored exactly as produced (no recompression).",
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            "1",
+            _parse_long(1),
+            "Accepted for compatibility; a simulated cluster has one replica per partition.",
+        ),
+    )
+}
+
+# Configs that belong to one cluster and are never copied to a replica.
+CLUSTER_LOCAL_KEYS = frozenset({"min.insync.replicas", "segment.bytes"})
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise ClusterError(ErrorCode.INVALID_TOPIC_NAME, "topic ''", "topic name is empty")
+    if name in (".", ".."):
+        raise ClusterError(
+            ErrorCode.INVALID_TOPIC_NAME, f"topic {name!r}", f"topic name {name!r} is not allowed"
+        )
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise ClusterError(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic {name[:40]!r}...",
+            f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}",
+        )
+    bad = sorted({c for c in name if c not in _LEGAL_NAME_CHARS})
+    if bad:
+        raise ClusterError(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic {name!r}",
+            f"topic name {name!r} has illegal characters {''.join(bad)!r}; "
+            "allowed: letters, digits, '.', '_' and '-'",
+        )
+
+
+def validate_partition_count(name: str, count: int) -> None:
+    if count < 1 or count > MAX_PARTITIONS:
+        raise ClusterError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r}",
+            f"topic {name!r}: partition count {count} is outside 1..{MAX_PARTITIONS}",
+        )
+
+
+def validate_configs(topic: str, configs: Mapping[str, str]) -> dict[str, str]:
+    """Checks every key and value; returns the given configs (not the defaults)."""
+    checked: dict[str, str] = {}
+    for key in sorted(configs):
+        value = configs[key]
+        spec = CONFIG_KEYS.get(key)
+        if spec is None:
+            raise ClusterError(
+                ErrorCode.INVALID_CONFIG,
+                f"topic {topic!r} config {key!r}",
+                f"topic {topic!r}: unknown config {key!r}; known: {', '.join(sorted(CONFIG_KEYS))}",
+            )
+        try:
+            spec.parse(value)
+        except ValueError as exc:
+            raise ClusterError(
+                ErrorCode.INVALID_CONFIG,
+                f"topic {topic!r} config {key!r}",
+                f"topic {topic!r}: config {key}={value!r} is invalid: {exc}",
+            ) from exc
+        checked[key] = value
+    return checked
+
+
+def effective_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    out = {name: key.default for name, key in CONFIG_KEYS.items()}
+    out.update(overrides)
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Parsed view of a topic's effective configs."""
+
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    segment_bytes: int
+    log_append_time: bool
+
+    @classmethod
+    def from_overrides(cls, overrides: Mapping[str, str]) -> TopicConfig:
+        eff = effective_configs(overrides)
+        return cls(
+            retention_ms=int(eff["retention.ms"]),
+            retention_bytes=int(eff["retention.bytes"]),
+            max_message_bytes=int(eff["max.message.bytes"]),
+            segment_bytes=int(eff["segment.bytes"]),
+            log_append_time=eff["message.timestamp.type"] == "LogAppendTime",
+        )

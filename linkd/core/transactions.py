@@ -1,0 +1,350 @@
+"""Producer ids and the transaction coordinator.
+
+Rules (Kafka's, for one broker that is also its own coordinator):
+- InitProducerId hands out producer ids from a durable counter. With a
+  transactional id it keeps the id's producer id and bumps its epoch, which
+  fences older producers; an open transaction of that id is aborted first.
+- A transaction is EMPTY -> ONGOING (first AddPartitions/AddOffsets) ->
+  PREPARE_COMMIT / PREPARE_ABORT (EndTxn; journalled before any marker is
+  written) -> COMPLETE_COMMIT / COMPLETE_ABORT once every partition holds its
+  marker and the group offsets are settled. A prepared transaction found at
+  recovery is completed again (markers are only written to partitions where
+  the producer still has an open transaction, so repeating is harmless).
+- A transaction open longer than its timeout is aborted by `expired` and the
+  epoch is bumped, fencing the stuck producer.
+
+Every change returns journal records (plain dicts); `apply_record` replays them
+at start-up. Pure code: time arrives as `now_ms`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from linkd.core.errors import ClusterError, ErrorCode
+
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+MAX_EPOCH = 32_767
+
+
+class TxnState(enum.Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    started_ms: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "type": "txn",
+            "id": self.transactional_id,
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "timeout_ms": self.timeout_ms,
+            "state": self.state.value,
+            "partitions": [[t, p] for t, p in self.partitions],
+            "groups": list(self.groups),
+            "started_ms": self.started_ms,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> TxnMetadata:
+        return cls(
+            transactional_id=r["id"],
+            producer_id=r["pid"],
+            producer_epoch=r["epoch"],
+            timeout_ms=r["timeout_ms"],
+            state=TxnState(r["state"]),
+            partitions=[(t, p) for t, p in r["partitions"]],
+            groups=list(r["groups"]),
+            started_ms=r["started_ms"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCompletion:
+    """What ending a transaction requires: markers on these partitions and the
+    groups whose staged offsets commit or drop. The shell writes the markers,
+    then calls `complete`."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...]
+
+
+class TransactionCoordinator:
+    def __init__(self) -> None:
+        self.next_producer_id = 1000
+        self.txns: dict[str, TxnMetadata] = {}
+
+    # -- producer ids ------------------------------------------------------------
+
+    def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        now_ms: int,
+    ) -> tuple[int, int, TxnCompletion | None, list[dict[str, Any]]]:
+        """Returns (producer id, epoch, abort to finish first or None, records)."""
+        records: list[dict[str, Any]] = []
+        if not transactional_id:
+            pid = self.next_producer_id
+            self.next_producer_id += 1
+            records.append({"type": "pid_block", "next": self.next_producer_id})
+            return pid, 0, None, records
+        if timeout_ms <= 0 or timeout_ms > MAX_TRANSACTION_TIMEOUT_MS:
+            raise ClusterError(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transactional id {transactional_id!r}",
+                f"transactional id {transactional_id!r}: transaction.timeout.ms={timeout_ms} is "
+                f"outside 1..{MAX_TRANSACTION_TIMEOUT_MS}",
+            )
+        meta = self.txns.get(transactional_id)
+        pending: TxnCompletion | None = None
+        if meta is None:
+            pid = self.next_producer_id
+            self.next_producer_id += 1
+            records.append({"type": "pid_block", "next": self.next_producer_id})
+            meta = TxnMetadata(transactional_id, pid, 0, timeout_ms)
+            self.txns[transactional_id] = meta
+        else:
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                raise ClusterError(
+                    ErrorCode.CONCURRENT_TRANSACTIONS,
+                    f"transactional id {transactional_id!r}",
+                    f"transactional id {transactional_id!r}: the previous transaction is still "
+                    "completing; retry",
+                )
+            # The bump comes first so that the abort markers carry the new epoch
+            # and fence the old producer on every partition, as Kafka does.
+            if meta.state == TxnState.ONGOING and meta.producer_epoch < MAX_EPOCH - 1:
+                meta.producer_epoch += 1
+                pending = self._prepare(meta, commit=False, records=records)
+            elif meta.state == TxnState.ONGOING:
+                pending = self._prepare(meta, commit=False, records=records)
+            elif meta.producer_epoch >= MAX_EPOCH - 1:
+                pid = self.next_producer_id
+                self.next_producer_id += 1
+                records.append({"type": "pid_block", "next": self.next_producer_id})
+                meta.producer_id = pid
+                meta.producer_epoch = 0
+            else:
+                meta.producer_epoch += 1
+            meta.timeout_ms = timeout_ms
+        records.append(meta.to_record())
+        return meta.producer_id, meta.producer_epoch, pending, records
+
+    # -- transactions --------------------------------------------------------------
+
+    def _get(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
+        resource = f"transactional id {transactional_id!r}"
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise ClusterError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                resource,
+                f"{resource} is unknown: call InitProducerId first",
+            )
+        if meta.producer_id != producer_id:
+            raise ClusterError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                resource,
+                f"{resource} belongs to producer id {meta.producer_id}, not {producer_id}",
+            )
+        if producer_epoch != meta.producer_epoch:
+            raise ClusterError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                resource,
+                f"{resource}: epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}",
+            )
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise ClusterError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                resource,
+                f"{resource}: the previous transaction is still completing; retry",
+            )
+        return meta
+
+    def _begin_if_needed(self, meta: TxnMetadata, now_ms: int) -> None:
+        if meta.state != TxnState.ONGOING:
+            meta.state = TxnState.ONGOING
+            meta.partitions = []
+            meta.groups = []
+            meta.started_ms = now_ms
+
+    def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
+        meta = self._get(transactional_id, producer_id, producer_epoch)
+        self._begin_if_needed(meta, now_ms)
+        for tp in partitions:
+            if tp not in meta.partitions:
+                meta.partitions.append(tp)
+        return [meta.to_record()]
+
+    def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
+        meta = self._get(transactional_id, producer_id, producer_epoch)
+        self._begin_if_needed(meta, now_ms)
+        if group_id not in meta.groups:
+            meta.groups.append(group_id)
+        return [meta.to_record()]
+
+    def check_offsets_in_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> None:
+        meta = self._get(transactional_id, producer_id, producer_epoch)
+        if meta.state != TxnState.ONGOING or group_id not in meta.groups:
+            raise ClusterError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"transactional id {transactional_id!r}",
+                f"transactional id {transactional_id!r}: group {group_id!r} was not added to the "
+                "transaction (AddOffsetsToTxn first)",
+            )
+
+    def check_produce(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]
+    ) -> None:
+        """A transactional batch may go only to a partition added to the open
+        transaction of its producer."""
+        meta = self._get(transactional_id, producer_id, producer_epoch)
+        if meta.state != TxnState.ONGOING or tp not in meta.partitions:
+            raise ClusterError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{tp[0]}-{tp[1]}",
+                f"partition {tp[0]}-{tp[1]} was not added to the open transaction of "
+                f"transactional id {transactional_id!r} (AddPartitionsToTxn first)",
+            )
+
+    def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> tuple[TxnCompletion | None, list[dict[str, Any]]]:
+        meta = self._get(transactional_id, producer_id, producer_epoch)
+        records: list[dict[str, Any]] = []
+        if meta.state != TxnState.ONGOING:
+            # Kafka answers a repeated EndTxn of the same outcome with success.
+            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            if meta.state in (done, TxnState.EMPTY):
+                return None, records
+            raise ClusterError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"transactional id {transactional_id!r}",
+                f"transactional id {transactional_id!r}: cannot "
+                f"{'commit' if commit else 'abort'} in state {meta.state.value}",
+            )
+        return self._prepare(meta, commit, records), records
+
+    def _prepare(
+        self, meta: TxnMetadata, commit: bool, records: list[dict[str, Any]]
+    ) -> TxnCompletion:
+        meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        records.append(meta.to_record())
+        return TxnCompletion(
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch,
+            commit,
+            tuple(meta.partitions),
+            tuple(meta.groups),
+        )
+
+    def complete(self, completion: TxnCompletion) -> list[dict[str, Any]]:
+        meta = self.txns[completion.transactional_id]
+        meta.state = TxnState.COMPLETE_COMMIT if completion.commit else TxnState.COMPLETE_ABORT
+        meta.partitions = []
+        meta.groups = []
+        return [meta.to_record()]
+
+    def pending_completions(self) -> list[TxnCompletion]:
+        """Prepared transactions whose markers may be missing (after a restart)."""
+        out = []
+        for meta in self.txns.values():
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                out.append(
+                    TxnCompletion(
+                        meta.transactional_id,
+                        meta.producer_id,
+                        meta.producer_epoch,
+                        meta.state == TxnState.PREPARE_COMMIT,
+                        tuple(meta.partitions),
+                        tuple(meta.groups),
+                    )
+                )
+        return out
+
+    def expired(self, now_ms: int) -> tuple[list[TxnCompletion], list[dict[str, Any]]]:
+        """Aborts transactions open beyond their timeout, bumping the epoch so the
+        stuck producer is fenced."""
+        completions: list[TxnCompletion] = []
+        records: list[dict[str, Any]] = []
+        for meta in self.txns.values():
+            if meta.state == TxnState.ONGOING and now_ms - meta.started_ms > meta.timeout_ms:
+                if meta.producer_epoch < MAX_EPOCH - 1:
+                    meta.producer_epoch += 1
+                completions.append(self._prepare(meta, commit=False, records=records))
+        return completions, records
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [
+            m.started_ms + m.timeout_ms + 1
+            for m in self.txns.values()
+            if m.state == TxnState.ONGOING
+        ]
+        return min(deadlines) if deadlines else None
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        return self.txns.get(transactional_id)
+
+    # -- durability ------------------------------------------------------------------
+
+    def apply_record(self, record: dict[str, Any]) -> None:
+        kind = record["type"]
+        if kind == "pid_block":
+            self.next_producer_id = max(self.next_producer_id, int(record["next"]))
+        elif kind == "txn":
+            self.txns[record["id"]] = TxnMetadata.from_record(record)
+        else:
+            raise ValueError(f"not a transaction record: {kind!r}")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "next_producer_id": self.next_producer_id,
+            "txns": [m.to_record() for m in self.txns.values()],
+        }
+
+    @classmethod
+    def restore(cls, snapshot: dict[str, Any]) -> TransactionCoordinator:
+        coordinator = cls()
+        coordinator.next_producer_id = int(snapshot["next_producer_id"])
+        for r in snapshot["txns"]:
+            coordinator.txns[r["id"]] = TxnMetadata.from_record(r)
+        return coordinator

@@ -1,0 +1,465 @@
+"""gRPC servicers: decode the request, call the node, encode the answer.
+
+No rule lives here: every decision is made by the core behind `ClusterNode`.
+A `ClusterError` becomes a gRPC status carrying a `ccr.v1.ErrorDetail` in its
+details (google.rpc.Status), with a status code chosen by `grpc_errors`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from grpc import aio
+
+from ccr.v1 import admin_pb2, admin_pb2_grpc, cluster_pb2, cluster_pb2_grpc, errors_pb2
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.groups import JoinRequest
+from linkd.grpc_errors import abort_with_error
+from linkd.node import ClusterNode
+
+log = logging.getLogger("linkd.grpc")
+
+VERSION = "0.1.0"
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+_SPEC = {
+    cluster_pb2.EARLIEST: "earliest",
+    cluster_pb2.LATEST: "latest",
+    cluster_pb2.TIMESTAMP: "timestamp",
+    cluster_pb2.MAX_TIMESTAMP: "max_timestamp",
+}
+
+
+def refusals(
+    method: Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
+) -> Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]]:
+    """Turns ClusterError into a gRPC status with details; anything else into
+    INTERNAL with the exception logged (the daemon keeps serving)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Req, context: aio.ServicerContext[Req, Resp]) -> Resp:
+        try:
+            return await method(self, request, context)
+        except ClusterError as exc:
+            await abort_with_error(context, exc)
+        except aio.AbortError:
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await abort_with_error(
+                context,
+                ClusterError(
+                    ErrorCode.INVALID_REQUEST,
+                    method.__name__,
+                    f"{method.__name__} failed: {type(exc).__name__}: {exc}",
+                ),
+                status=grpc.StatusCode.INTERNAL,
+            )
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+def _offsets(entries: Any) -> dict[tuple[str, int], tuple[int, str, int]]:
+    out: dict[tuple[str, int], tuple[int, str, int]] = {}
+    for o in entries:
+        out[(o.topic, o.partition)] = (o.offset, o.metadata, o.leader_epoch)
+    return out
+
+
+def _error_detail(exc: ClusterError) -> errors_pb2.ErrorDetail:
+    return errors_pb2.ErrorDetail(
+        code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
+        resource=exc.resource,
+        retriable=exc.retriable,
+        message=exc.message,
+    )
+
+
+class ClusterService(cluster_pb2_grpc.ClusterServicer):
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    def _describe(self, name: str) -> cluster_pb2.TopicDescription:
+        topic = self.node.state.topic(name)
+        return cluster_pb2.TopicDescription(
+            name=topic.name,
+            topic_id=topic.topic_id,
+            partition_count=len(topic.partitions),
+            configs=topic.configs(),
+            internal=topic.internal,
+            partitions=[
+                cluster_pb2.PartitionState(
+                    partition=p.partition,
+                    log_start_offset=p.log_start_offset,
+                    high_watermark=p.high_watermark,
+                    last_stable_offset=p.last_stable_offset,
+                    log_end_offset=p.log_end_offset,
+                    leader_epoch=p.leader_epoch,
+                    size_bytes=p.size_bytes,
+                )
+                for p in topic.partitions
+            ],
+        )
+
+    # -- topics --------------------------------------------------------------
+
+    @refusals
+    async def CreateTopic(
+        self, request: cluster_pb2.CreateTopicRequest, context: Any
+    ) -> cluster_pb2.TopicDescription:
+        await self.node.create_topic(request.name, request.partitions, dict(request.configs))
+        return self._describe(request.name)
+
+    @refusals
+    async def DeleteTopic(
+        self, request: cluster_pb2.DeleteTopicRequest, context: Any
+    ) -> cluster_pb2.DeleteTopicResponse:
+        await self.node.delete_topic(request.name)
+        return cluster_pb2.DeleteTopicResponse()
+
+    @refusals
+    async def DescribeTopic(
+        self, request: cluster_pb2.DescribeTopicRequest, context: Any
+    ) -> cluster_pb2.TopicDescription:
+        self.node._check_ready()
+        return self._describe(request.name)
+
+    @refusals
+    async def ListTopics(
+        self, request: cluster_pb2.ListTopicsRequest, context: Any
+    ) -> cluster_pb2.ListTopicsResponse:
+        self.node._check_ready()
+        names = sorted(
+            n for n in self.node.state.topics if request.include_internal or not n.startswith("_")
+        )
+        return cluster_pb2.ListTopicsResponse(topics=[self._describe(n) for n in names])
+
+    @refusals
+    async def AlterTopicConfigs(
+        self, request: cluster_pb2.AlterTopicConfigsRequest, context: Any
+    ) -> cluster_pb2.TopicDescription:
+        await self.node.alter_topic_configs(request.name, dict(request.set), list(request.delete))
+        return self._describe(request.name)
+
+    @refusals
+    async def CreatePartitions(
+        self, request: cluster_pb2.CreatePartitionsRequest, context: Any
+    ) -> cluster_pb2.TopicDescription:
+        await self.node.create_partitions(request.name, request.total_count)
+        return self._describe(request.name)
+
+    # -- data ----------------------------------------------------------------
+
+    @refusals
+    async def Produce(
+        self, request: cluster_pb2.ProduceRequest, context: Any
+    ) -> cluster_pb2.ProduceResponse:
+        base, duplicate, log_start, append_time = await self.node.produce(
+            request.topic,
+            request.partition,
+            request.batch,
+            request.acks,
+            request.transactional_id,
+        )
+        return cluster_pb2.ProduceResponse(
+            base_offset=base,
+            duplicate=duplicate,
+            log_start_offset=log_start,
+            log_append_time_ms=append_time,
+        )
+
+    @refusals
+    async def Fetch(
+        self, request: cluster_pb2.FetchRequest, context: Any
+    ) -> cluster_pb2.FetchResponse:
+        if not request.partitions:
+            raise ClusterError(ErrorCode.INVALID_REQUEST, "fetch", "fetch names no partitions")
+        parts = [
+            (p.topic, p.partition, p.offset, p.max_bytes if p.max_bytes > 0 else 1 << 20)
+            for p in request.partitions
+        ]
+        fetched = await self.node.fetch(
+            parts,
+            max_wait_ms=request.max_wait_ms,
+            min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes,
+            read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+        )
+        out = cluster_pb2.FetchResponse()
+        for f in fetched:
+            entry = out.partitions.add(topic=f.topic, partition=f.partition)
+            if f.error is not None:
+                entry.error.CopyFrom(_error_detail(f.error))
+                continue
+            entry.high_watermark = f.high_watermark
+            entry.last_stable_offset = f.last_stable_offset
+            entry.log_start_offset = f.log_start_offset
+            entry.records = f.records
+            for a in f.aborted:
+                entry.aborted_transactions.add(
+                    producer_id=a.producer_id, first_offset=a.first_offset
+                )
+        return out
+
+    @refusals
+    async def ListOffsets(
+        self, request: cluster_pb2.ListOffsetsRequest, context: Any
+    ) -> cluster_pb2.ListOffsetsResponse:
+        spec = _SPEC.get(request.spec)
+        if spec is None:
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                f"{request.topic}-{request.partition}",
+                f"unknown offset spec {request.spec}",
+            )
+        lookup = await self.node.list_offsets(
+            request.topic,
+            request.partition,
+            spec,
+            request.timestamp,
+            request.isolation_level == cluster_pb2.READ_COMMITTED,
+        )
+        return cluster_pb2.ListOffsetsResponse(
+            offset=lookup.offset, timestamp=lookup.timestamp, leader_epoch=lookup.leader_epoch
+        )
+
+    # -- groups --------------------------------------------------------------
+
+    @refusals
+    async def JoinGroup(
+        self, request: cluster_pb2.JoinGroupRequest, context: Any
+    ) -> cluster_pb2.JoinGroupResponse:
+        result = await self.node.join_group(
+            JoinRequest(
+                group_id=request.group_id,
+                member_id=request.member_id,
+                client_id=request.client_id,
+                session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms or request.session_timeout_ms,
+                protocol_type=request.protocol_type,
+                protocols=tuple((p.name, p.metadata) for p in request.protocols),
+                group_instance_id=request.group_instance_id,
+            )
+        )
+        return cluster_pb2.JoinGroupResponse(
+            generation_id=result.generation_id,
+            protocol_name=result.protocol_name,
+            leader_id=result.leader_id,
+            member_id=result.member_id,
+            members=[
+                cluster_pb2.JoinGroupMember(member_id=m, metadata=md, group_instance_id=gi)
+                for m, md, gi in result.members
+            ],
+        )
+
+    @refusals
+    async def SyncGroup(
+        self, request: cluster_pb2.SyncGroupRequest, context: Any
+    ) -> cluster_pb2.SyncGroupResponse:
+        assignments = (
+            {a.member_id: a.assignment for a in request.assignments}
+            if len(request.assignments)
+            else None
+        )
+        result = await self.node.sync_group(
+            request.group_id, request.generation_id, request.member_id, assignments
+        )
+        return cluster_pb2.SyncGroupResponse(
+            assignment=result.assignment, protocol_name=result.protocol_name
+        )
+
+    @refusals
+    async def Heartbeat(
+        self, request: cluster_pb2.HeartbeatRequest, context: Any
+    ) -> cluster_pb2.HeartbeatResponse:
+        self.node.heartbeat(request.group_id, request.generation_id, request.member_id)
+        return cluster_pb2.HeartbeatResponse()
+
+    @refusals
+    async def LeaveGroup(
+        self, request: cluster_pb2.LeaveGroupRequest, context: Any
+    ) -> cluster_pb2.LeaveGroupResponse:
+        self.node.leave_group(request.group_id, request.member_id)
+        return cluster_pb2.LeaveGroupResponse()
+
+    @refusals
+    async def CommitOffsets(
+        self, request: cluster_pb2.CommitOffsetsRequest, context: Any
+    ) -> cluster_pb2.CommitOffsetsResponse:
+        await self.node.commit_offsets(
+            request.group_id, request.generation_id, request.member_id, _offsets(request.offsets)
+        )
+        return cluster_pb2.CommitOffsetsResponse()
+
+    @refusals
+    async def FetchCommittedOffsets(
+        self, request: cluster_pb2.FetchCommittedOffsetsRequest, context: Any
+    ) -> cluster_pb2.FetchCommittedOffsetsResponse:
+        self.node._check_ready()
+        wanted = (
+            [(p.topic, p.partition) for p in request.partitions]
+            if len(request.partitions)
+            else None
+        )
+        committed = self.node.state.groups.committed(request.group_id, wanted)
+        out = cluster_pb2.FetchCommittedOffsetsResponse()
+        keys = wanted if wanted is not None else sorted(committed)
+        for topic, partition in keys:
+            c = committed.get((topic, partition))
+            if c is None:
+                out.offsets.add(topic=topic, partition=partition, offset=-1, leader_epoch=-1)
+            else:
+                out.offsets.add(
+                    topic=topic,
+                    partition=partition,
+                    offset=c.offset,
+                    metadata=c.metadata,
+                    leader_epoch=c.leader_epoch,
+                )
+        return out
+
+    @refusals
+    async def ListGroups(
+        self, request: cluster_pb2.ListGroupsRequest, context: Any
+    ) -> cluster_pb2.ListGroupsResponse:
+        self.node._check_ready()
+        return cluster_pb2.ListGroupsResponse(
+            groups=[
+                cluster_pb2.GroupListing(group_id=g, state=s, protocol_type=t)
+                for g, s, t in self.node.state.groups.list_groups()
+            ]
+        )
+
+    @refusals
+    async def DescribeGroup(
+        self, request: cluster_pb2.DescribeGroupRequest, context: Any
+    ) -> cluster_pb2.GroupDescription:
+        self.node._check_ready()
+        d = self.node.state.groups.describe_group(request.group_id)
+        committed = self.node.state.groups.committed(request.group_id, None)
+        return cluster_pb2.GroupDescription(
+            group_id=d.group_id,
+            state=d.state,
+            protocol_type=d.protocol_type,
+            protocol_name=d.protocol_name,
+            generation_id=d.generation_id,
+            leader_id=d.leader_id,
+            members=[
+                cluster_pb2.GroupMemberDescription(
+                    member_id=m.member_id,
+                    client_id=m.client_id,
+                    assignment=m.assignment,
+                    group_instance_id=m.group_instance_id,
+                )
+                for m in d.members
+            ],
+            offsets=[
+                cluster_pb2.OffsetAndMetadata(
+                    topic=t,
+                    partition=p,
+                    offset=c.offset,
+                    metadata=c.metadata,
+                    leader_epoch=c.leader_epoch,
+                )
+                for (t, p), c in sorted(committed.items())
+            ],
+        )
+
+    # -- producers -------------------------------------------------------------
+
+    @refusals
+    async def InitProducerId(
+        self, request: cluster_pb2.InitProducerIdRequest, context: Any
+    ) -> cluster_pb2.InitProducerIdResponse:
+        pid, epoch = await self.node.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms or 60_000
+        )
+        return cluster_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+
+    @refusals
+    async def AddPartitionsToTxn(
+        self, request: cluster_pb2.AddPartitionsToTxnRequest, context: Any
+    ) -> cluster_pb2.AddPartitionsToTxnResponse:
+        await self.node.add_partitions_to_txn(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(p.topic, p.partition) for p in request.partitions],
+        )
+        return cluster_pb2.AddPartitionsToTxnResponse()
+
+    @refusals
+    async def AddOffsetsToTxn(
+        self, request: cluster_pb2.AddOffsetsToTxnRequest, context: Any
+    ) -> cluster_pb2.AddOffsetsToTxnResponse:
+        await self.node.add_offsets_to_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+        return cluster_pb2.AddOffsetsToTxnResponse()
+
+    @refusals
+    async def TxnOffsetCommit(
+        self, request: cluster_pb2.TxnOffsetCommitRequest, context: Any
+    ) -> cluster_pb2.TxnOffsetCommitResponse:
+        await self.node.txn_offset_commit(
+            request.transactional_id,
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            _offsets(request.offsets),
+        )
+        return cluster_pb2.TxnOffsetCommitResponse()
+
+    @refusals
+    async def EndTxn(
+        self, request: cluster_pb2.EndTxnRequest, context: Any
+    ) -> cluster_pb2.EndTxnResponse:
+        await self.node.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.commit
+        )
+        return cluster_pb2.EndTxnResponse()
+
+    # -- operations --------------------------------------------------------------
+
+    async def Health(
+        self, request: cluster_pb2.HealthRequest, context: Any
+    ) -> cluster_pb2.HealthResponse:
+        return cluster_pb2.HealthResponse(
+            cluster_id=self.node.cluster_id,
+            status="SERVING" if self.node.ready else "NOT_SERVING",
+            version=VERSION,
+            uptime_ms=self.node.clock() - self.node.started_ms,
+        )
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    """The administrative plane. Namespaces and links arrive with the links
+    work; until then those calls answer UNSUPPORTED with the call's name."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+
+    @refusals
+    async def DescribeCluster(
+        self, request: admin_pb2.DescribeClusterRequest, context: Any
+    ) -> admin_pb2.DescribeClusterResponse:
+        return admin_pb2.DescribeClusterResponse(
+            cluster_id=self.node.cluster_id,
+            version=VERSION,
+            topic_count=len(self.node.state.topics),
+            group_count=len(self.node.state.groups.list_groups()),
+            data_dir=str(self.node.data_dir_path),
+            fsync="always" if self.node.fsync else "never",
+        )
+
+
+def add_services(server: aio.Server, node: ClusterNode) -> None:
+    cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterService(node), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node), server)

@@ -1,0 +1,607 @@
+"""The imperative shell of one cluster: storage, time and waiting around the core.
+
+`ClusterNode` owns the data directory, the metadata journal, one
+`PartitionLogStore` per partition and the pure `ClusterState`. Every request is
+one synchronous core call (which decides and changes the model) followed by the
+effects it returned, executed in order:
+
+- `AppendBatch`: written at once (os.write), before any other request can run,
+  so the files hold batches in the order the core assigned their offsets.
+- `Journal`: metadata records; every partition written earlier in the same
+  effect list is fsync'd first (write-ahead: a commit record never reaches disk
+  before the markers it describes).
+- Durability of appends is group-committed per partition (`_Flusher`): one
+  fsync covers every batch written before it started. The high watermark moves
+  only once bytes are durable, and only then do fetches see them, so nothing a
+  reader saw can vanish on a crash.
+
+Everything runs on one asyncio event loop; fsyncs run in worker threads. Time
+comes from an injected clock so tests can drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from linkd.core import records as rb
+from linkd.core.cluster import (
+    AppendBatch,
+    ClusterState,
+    CreateLogs,
+    DeleteBelow,
+    DeleteTopicData,
+    Effect,
+    Journal,
+    OffsetLookup,
+    pick_offset_in_batch,
+)
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
+from linkd.core.partition import AbortedTxn
+from linkd.storage.datadir import DataDir
+from linkd.storage.metadata import MetadataJournal
+from linkd.storage.segments import PartitionLogStore
+
+log = logging.getLogger("linkd.node")
+
+TICK_INTERVAL_S = 0.05
+SNAPSHOT_EVERY_RECORDS = 20_000
+# A group call waits at most this long beyond its own rebalance timeout.
+GROUP_CALL_MARGIN_MS = 5_000
+MAX_FETCH_WAIT_MS = 30_000
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedData:
+    topic: str
+    partition: int
+    error: ClusterError | None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    aborted: tuple[AbortedTxn, ...] = ()
+
+
+class _Flusher:
+    """Group commit for one partition: one fsync at a time, covering every byte
+    written before it started."""
+
+    def __init__(self, store: PartitionLogStore, fsync: bool) -> None:
+        self.store = store
+        self.fsync = fsync
+        self.durable_offset = store.log_end_offset
+        self._inflight: asyncio.Future[int] | None = None
+
+    async def flush_to(self, offset: int) -> int:
+        # Bounded: each round's fsync covers everything written before it began,
+        # so at most two rounds are needed for any offset already written.
+        for _ in range(3):
+            if self.durable_offset >= offset:
+                return self.durable_offset
+            if not self.fsync:
+                self.durable_offset = self.store.log_end_offset
+                continue
+            if self._inflight is None:
+                target = self.store.log_end_offset
+                loop = asyncio.get_running_loop()
+                self._inflight = loop.run_in_executor(None, self._sync, target)
+            inflight = self._inflight
+            try:
+                await asyncio.shield(inflight)
+            finally:
+                if self._inflight is inflight and inflight.done():
+                    self._inflight = None
+        return self.durable_offset
+
+    def _sync(self, target: int) -> int:
+        self.store.flush()
+        self.durable_offset = max(self.durable_offset, target)
+        return target
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        data_dir: Path,
+        cluster_id: str,
+        *,
+        fsync: bool = True,
+        clock: Callable[[], int] = wall_clock_ms,
+        topic_id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
+        group_config: GroupConfig | None = None,
+        segment_bytes_default: int | None = None,
+    ) -> None:
+        self.data_dir_path = data_dir
+        self.cluster_id = cluster_id
+        self.fsync = fsync
+        self.clock = clock
+        self.topic_id_factory = topic_id_factory
+        self.group_config = group_config or GroupConfig()
+        self.segment_bytes_default = segment_bytes_default
+        self.state = ClusterState(cluster_id, self.group_config)
+        self.datadir: DataDir | None = None
+        self.journal: MetadataJournal | None = None
+        self.stores: dict[tuple[str, int], PartitionLogStore] = {}
+        self.flushers: dict[tuple[str, int], _Flusher] = {}
+        self.ready = False
+        self.started_ms = clock()
+        self._data_changed = asyncio.Event()
+        self._group_waiters: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
+        self._next_request_id = 1
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- life cycle -------------------------------------------------------------
+
+    def open(self) -> None:
+        """Opens the data directory and recovers the state (blocking, at start)."""
+        self.datadir = DataDir.open(self.data_dir_path, self.cluster_id)
+        journal, snapshot, records, report = MetadataJournal.open(
+            self.datadir.metadata_dir(), fsync=self.fsync
+        )
+        self.journal = journal
+        if report.truncated_bytes:
+            log.warning("metadata journal: dropped a torn tail", extra={"report": str(report)})
+        if snapshot is not None:
+            self.state.restore(snapshot)
+        for record in records:
+            self.state.apply_record(record)
+        live: set[str] = set()
+        for topic in list(self.state.topics.values()):
+            live.add(topic.topic_id)
+            for p in range(len(topic.partitions)):
+                store = self._open_store(topic.topic_id, p, topic.config.segment_bytes)
+                batches = []
+                for header in store.recovered_headers():
+                    marker = None
+                    if header.is_control:
+                        data = store.read(
+                            header.base_offset, header.base_offset + 1, header.size_bytes
+                        )
+                        marker = rb.control_marker_type(data)
+                    batches.append((header, marker))
+                self.state.recover_partition(topic.name, p, batches)
+                self.flushers[(topic.topic_id, p)].durable_offset = store.log_end_offset
+        self._remove_orphan_logs(live)
+        log.info("recovered", extra={"topics": len(self.state.topics)})
+
+    def _remove_orphan_logs(self, live: set[str]) -> None:
+        """Partition directories of topics deleted just before a crash."""
+        assert self.datadir is not None
+        topics_dir = self.datadir.root / "topics"
+        if not topics_dir.exists():
+            return
+        for child in sorted(topics_dir.iterdir()):
+            topic_id = child.name.rsplit("-", 1)[0]
+            if child.is_dir() and topic_id not in live:
+                shutil.rmtree(child, ignore_errors=True)
+
+    def _open_store(self, topic_id: str, partition: int, segment_bytes: int) -> PartitionLogStore:
+        assert self.datadir is not None
+        if self.segment_bytes_default is not None:
+            segment_bytes = min(segment_bytes, self.segment_bytes_default)
+        store, report = PartitionLogStore.open(
+            self.datadir.partition_dir(topic_id, partition),
+            segment_bytes=segment_bytes,
+            fsync=self.fsync,
+        )
+        if report.truncated_bytes:
+            log.warning(
+                "partition log: dropped a torn tail",
+                extra={"topic_id": topic_id, "partition": partition, "report": str(report)},
+            )
+        self.stores[(topic_id, partition)] = store
+        self.flushers[(topic_id, partition)] = _Flusher(store, self.fsync)
+        return store
+
+    async def start(self) -> None:
+        """Completes transactions prepared before a crash, starts the timers."""
+        await self._execute(self.state.recovery_completions(self.clock()))
+        self._ticker = asyncio.create_task(self._tick_loop(), name="linkd-tick")
+        self.ready = True
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self.ready = False
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+        for fut in self._group_waiters.values():
+            if not fut.done():
+                fut.set_exception(
+                    ClusterError(ErrorCode.NOT_READY, "cluster", "cluster is shutting down")
+                )
+        for flusher in self.flushers.values():
+            await flusher.flush_to(flusher.store.log_end_offset)
+        for store in self.stores.values():
+            store.close()
+        if self.journal is not None:
+            self.journal.close()
+        if self.datadir is not None:
+            self.datadir.close()
+
+    async def _tick_loop(self) -> None:
+        while not self._stopping:
+            try:
+                now = self.clock()
+                await self._execute(self.state.tick(now))
+                self._deliver(self.state.groups.tick(now))
+            except Exception:  # a timer failure must not stop future timers
+                log.exception("tick failed")
+            await asyncio.sleep(TICK_INTERVAL_S)
+
+    # -- effects ----------------------------------------------------------------
+
+    async def _execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
+        touched: dict[tuple[str, int], int] = {}
+        for effect in effects:
+            if isinstance(effect, AppendBatch):
+                key = (effect.topic_id, effect.partition)
+                self.stores[key].append(effect.batch, effect.header)
+                touched[key] = effect.header.next_offset
+            elif isinstance(effect, Journal):
+                if touched:
+                    await self._make_durable(touched)
+                    touched = {}
+                self._journal(list(effect.records))
+            elif isinstance(effect, CreateLogs):
+                for p in effect.partitions:
+                    self._open_store(effect.topic_id, p, effect.segment_bytes)
+            elif isinstance(effect, DeleteTopicData):
+                for key in [k for k in self.stores if k[0] == effect.topic_id]:
+                    self.stores.pop(key).close()
+                    self.flushers.pop(key, None)
+                assert self.datadir is not None
+                self.datadir.remove_partition_dirs(effect.topic_id)
+            elif isinstance(effect, DeleteBelow):
+                store = self.stores.get((effect.topic_id, effect.partition))
+                if store is not None:
+                    store.delete_segments_below(effect.offset)
+        if touched:
+            if wait_durable:
+                await self._make_durable(touched)
+            else:
+                task = asyncio.create_task(self._make_durable(touched))
+                task.add_done_callback(_log_task_failure)
+
+    async def _make_durable(self, touched: dict[tuple[str, int], int]) -> None:
+        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        results = await asyncio.gather(
+            *(
+                self.flushers[key].flush_to(offset)
+                for key, offset in touched.items()
+                if key in self.flushers
+            )
+        )
+        moved = False
+        for (topic_id, partition), durable in zip(touched, results, strict=False):
+            name = names.get(topic_id)
+            if name is not None:
+                moved |= self.state.mark_durable(name, partition, durable)
+        if moved:
+            self._notify_data()
+
+    def _journal(self, records: list[dict[str, Any]]) -> None:
+        assert self.journal is not None
+        self.journal.append(records)
+        if self.journal.records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
+            self.journal.write_snapshot(self.state.snapshot())
+
+    def _notify_data(self) -> None:
+        self._data_changed.set()
+        self._data_changed = asyncio.Event()
+
+    def _check_ready(self) -> None:
+        if not self.ready:
+            raise ClusterError(
+                ErrorCode.NOT_READY,
+                "cluster",
+                f"cluster {self.cluster_id!r} is not serving (starting or stopping)",
+            )
+
+    # -- topics -------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        self._check_ready()
+        _topic, effects = self.state.create_topic(
+            name, partitions, configs, self.topic_id_factory()
+        )
+        await self._execute(effects)
+
+    async def delete_topic(self, name: str) -> None:
+        self._check_ready()
+        await self._execute(self.state.delete_topic(name))
+
+    async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
+        self._check_ready()
+        _topic, effects = self.state.alter_configs(name, set_, delete)
+        await self._execute(effects)
+
+    async def create_partitions(self, name: str, total: int) -> None:
+        self._check_ready()
+        _topic, effects = self.state.create_partitions(name, total)
+        await self._execute(effects)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        self._check_ready()
+        low, effects = self.state.delete_records(topic, partition, offset)
+        await self._execute(effects)
+        return low
+
+    # -- produce ------------------------------------------------------------------
+
+    async def produce(
+        self, topic: str, partition: int, batch: bytes, acks: int, transactional_id: str = ""
+    ) -> tuple[int, bool, int, int]:
+        """Returns (base offset, duplicate, log start offset, log append time)."""
+        self._check_ready()
+        if acks not in (0, 1, -1):
+            raise ClusterError(
+                ErrorCode.INVALID_REQUIRED_ACKS,
+                f"{topic}-{partition}",
+                f"acks={acks} is invalid: use 0, 1 or -1 (all)",
+            )
+        result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
+        await self._execute(result.effects, wait_durable=acks != 0)
+        if result.duplicate and acks != 0:
+            # A repeat is acknowledged only once the original is durable too.
+            key = (self.state.topic(topic).topic_id, partition)
+            flusher = self.flushers.get(key)
+            if flusher is not None:
+                await self._make_durable({key: self.stores[key].log_end_offset})
+        return (
+            result.base_offset,
+            result.duplicate,
+            result.log_start_offset,
+            result.log_append_time_ms,
+        )
+
+    # -- fetch --------------------------------------------------------------------
+
+    def _read_once(
+        self, parts: Sequence[tuple[str, int, int, int]], read_committed: bool, max_bytes: int
+    ) -> tuple[list[FetchedData], int, bool]:
+        out: list[FetchedData] = []
+        total = 0
+        errors = False
+        for topic, partition, offset, part_max in parts:
+            try:
+                plan = self.state.plan_fetch(topic, partition, offset, read_committed)
+                topic_id = self.state.topic(topic).topic_id
+                budget = max(0, min(part_max, max_bytes - total))
+                data = b""
+                if plan.upper_offset > plan.offset and (budget > 0 or total == 0):
+                    data = self.stores[(topic_id, partition)].read(
+                        plan.offset, plan.upper_offset, max(budget, 1)
+                    )
+                total += len(data)
+                out.append(
+                    FetchedData(
+                        topic,
+                        partition,
+                        None,
+                        plan.high_watermark,
+                        plan.last_stable_offset,
+                        plan.log_start_offset,
+                        data,
+                        plan.aborted,
+                    )
+                )
+            except ClusterError as exc:
+                errors = True
+                out.append(FetchedData(topic, partition, exc))
+        return out, total, errors
+
+    async def fetch(
+        self,
+        parts: Sequence[tuple[str, int, int, int]],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> list[FetchedData]:
+        """parts: (topic, partition, offset, max bytes). Waits up to max_wait_ms for
+        min_bytes, as Kafka's fetch does."""
+        self._check_ready()
+        max_wait_ms = max(0, min(max_wait_ms, MAX_FETCH_WAIT_MS))
+        max_bytes = MAX_FETCH_BYTES if max_bytes <= 0 else min(max_bytes, MAX_FETCH_BYTES)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            event = self._data_changed
+            out, total, errors = self._read_once(parts, read_committed, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= max(min_bytes, 1) or errors or remaining <= 0 or self._stopping:
+                return out
+            try:
+                await asyncio.wait_for(event.wait(), timeout=remaining)
+            except TimeoutError:
+                pass
+
+    async def list_offsets(
+        self, topic: str, partition: int, spec: str, timestamp: int, read_committed: bool
+    ) -> OffsetLookup:
+        self._check_ready()
+        lookup = self.state.list_offsets(topic, partition, spec, timestamp, read_committed)
+        if lookup.refine_batch_offset is None:
+            return lookup
+        topic_id = self.state.topic(topic).topic_id
+        data = self.stores[(topic_id, partition)].read(
+            lookup.refine_batch_offset, lookup.refine_batch_offset + 1, 1
+        )
+        _header, records = rb.decode_records(data)
+        offset, ts = pick_offset_in_batch(records, timestamp if spec == "timestamp" else None)
+        return OffsetLookup(offset, ts, lookup.leader_epoch)
+
+    # -- producers and transactions -------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        self._check_ready()
+        pid, epoch, effects = self.state.init_producer_id(
+            transactional_id, timeout_ms, self.clock()
+        )
+        await self._execute(effects)
+        return pid, epoch
+
+    async def add_partitions_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
+    ) -> None:
+        self._check_ready()
+        await self._execute(
+            self.state.add_partitions_to_txn(
+                transactional_id, producer_id, epoch, partitions, self.clock()
+            )
+        )
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> None:
+        self._check_ready()
+        await self._execute(
+            self.state.add_offsets_to_txn(
+                transactional_id, producer_id, epoch, group_id, self.clock()
+            )
+        )
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        epoch: int,
+        offsets: dict[tuple[str, int], tuple[int, str, int]],
+    ) -> None:
+        self._check_ready()
+        await self._execute(
+            self.state.txn_offset_commit(
+                transactional_id, group_id, producer_id, epoch, offsets, self.clock()
+            )
+        )
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> None:
+        self._check_ready()
+        await self._execute(
+            self.state.end_txn(transactional_id, producer_id, epoch, commit, self.clock())
+        )
+
+    # -- consumer groups ----------------------------------------------------------------
+
+    def _deliver(self, replies: list[GroupReply]) -> None:
+        for reply in replies:
+            fut = self._group_waiters.pop(reply.request_id, None)
+            if fut is None or fut.done():
+                continue
+            if isinstance(reply.result, ClusterError):
+                fut.set_exception(reply.result)
+            else:
+                fut.set_result(reply.result)
+
+    async def _wait_group(
+        self, request_id: int, replies: list[GroupReply], timeout_ms: int
+    ) -> JoinResult | SyncResult:
+        fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        self._group_waiters[request_id] = fut
+        self._deliver(replies)
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(fut), timeout=(timeout_ms + GROUP_CALL_MARGIN_MS) / 1000
+            )
+        except TimeoutError as exc:
+            raise ClusterError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                "group call",
+                "group call timed out waiting for the rebalance",
+            ) from exc
+        finally:
+            if not fut.done():
+                self._group_waiters.pop(request_id, None)
+                self.state.groups.cancel(request_id)
+
+    def _request_id(self) -> int:
+        rid = self._next_request_id
+        self._next_request_id += 1
+        return rid
+
+    async def join_group(self, request: JoinRequest) -> JoinResult:
+        self._check_ready()
+        rid = self._request_id()
+        replies = self.state.groups.join(rid, request, self.clock())
+        result = await self._wait_group(
+            rid, replies, max(request.rebalance_timeout_ms, request.session_timeout_ms)
+        )
+        assert isinstance(result, JoinResult)
+        return result
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: dict[str, bytes] | None,
+    ) -> SyncResult:
+        self._check_ready()
+        rid = self._request_id()
+        replies = self.state.groups.sync(
+            rid, group_id, generation_id, member_id, assignments, self.clock()
+        )
+        result = await self._wait_group(rid, replies, 300_000)
+        assert isinstance(result, SyncResult)
+        return result
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
+        self._check_ready()
+        self.state.groups.heartbeat(group_id, generation_id, member_id, self.clock())
+
+    def leave_group(self, group_id: str, member_id: str) -> None:
+        self._check_ready()
+        self._deliver(self.state.groups.leave(group_id, member_id, self.clock()))
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        offsets: dict[tuple[str, int], tuple[int, str, int]],
+    ) -> None:
+        self._check_ready()
+        for topic, partition in offsets:
+            self.state.partition(topic, partition)
+        records = self.state.groups.commit_offsets(
+            group_id, generation_id, member_id, offsets, self.clock()
+        )
+        await self._execute([Journal(tuple(records))] if records else [])
+
+    async def delete_group(self, group_id: str) -> None:
+        self._check_ready()
+        records = self.state.groups.delete_group(group_id)
+        await self._execute([Journal(tuple(records))] if records else [])
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
+        self._check_ready()
+        records = self.state.groups.delete_offsets(group_id, partitions)
+        await self._execute([Journal(tuple(records))] if records else [])
+
+
+def _log_task_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background flush failed", exc_info=task.exception())

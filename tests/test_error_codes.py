@@ -1,0 +1,12 @@
+"""linkd/core/errors.py mirrors the proto's ErrorCode enum exactly."""
+
+from __future__ import annotations
+
+from ccr.v1 import errors_pb2
+from linkd.core.errors import ErrorCode
+
+
+def test_core_error_codes_match_the_proto() -> None:
+    proto = {v.name: v.number for v in errors_pb2.DESCRIPTOR.enum_types_by_name["ErrorCode"].values}
+    core = {c.name: int(c) for c in ErrorCode}
+    assert core == proto
