@@ -59,10 +59,24 @@ RETRIABLE = frozenset(
 )
 
 
+# A refusal travels in gRPC trailers (8 KiB by default) and Kafka error
+# messages: a client-chosen name of any length must not make it undeliverable.
+MAX_RESOURCE_CHARS = 300
+MAX_MESSAGE_CHARS = 1_500
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 30]}...({len(text) - limit + 30} chars cut)"
+
+
 class ClusterError(Exception):
     """A refusal: nothing was changed. `resource` names what it is about."""
 
     def __init__(self, code: ErrorCode, resource: str, message: str) -> None:
+        resource = _clip(resource, MAX_RESOURCE_CHARS)
+        message = _clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.code = code
         self.resource = resource

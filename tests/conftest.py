@@ -1,0 +1,3 @@
+"""Shared fixtures: real daemons (tests/harness.py)."""
+
+pytest_plugins = ["tests.harness"]
