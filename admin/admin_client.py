@@ -1,0 +1,428 @@
+"""`AdminClient`: topics, offsets, groups and cluster state of one cluster.
+
+Shaped like confluent-kafka's AdminClient, but synchronous: every method
+returns its result (or raises `CcrError`) instead of returning futures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from admin.assignors import ProtocolError, decode_assignment
+from admin.client import (
+    OFFSET_INVALID,
+    Config,
+    Connection,
+    TopicPartition,
+    bootstrap_of,
+    normalize_config,
+)
+from admin.errors import CcrError
+from ccr.v1 import admin_pb2, cluster_pb2
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_end_offset: int
+    leader_epoch: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partition_count: int
+    configs: dict[str, str]
+    partitions: list[PartitionInfo]
+    internal: bool = False
+
+
+@dataclass(frozen=True)
+class OffsetInfo:
+    """The answer of ListOffsets: offset -1 when no record matches a timestamp."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    member_id: str
+    client_id: str
+    group_instance_id: str
+    assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    generation_id: int
+    leader_id: str
+    members: list[MemberInfo]
+    # Committed offsets (offset, metadata) per partition.
+    offsets: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int  # -1 when nothing is committed
+    high_watermark: int  # -1 when the topic or partition no longer exists
+    lag: int  # -1 when unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "committed": self.committed,
+            "high_watermark": self.high_watermark,
+            "lag": self.lag,
+        }
+
+
+@dataclass(frozen=True)
+class HealthInfo:
+    cluster_id: str
+    status: str
+    version: str
+    uptime_ms: int
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    cluster_id: str
+    version: str
+    topic_count: int
+    group_count: int
+    data_dir: str
+    fsync: str
+
+
+_SPECS = {
+    "earliest": cluster_pb2.EARLIEST,
+    "beginning": cluster_pb2.EARLIEST,
+    "latest": cluster_pb2.LATEST,
+    "end": cluster_pb2.LATEST,
+    "max_timestamp": cluster_pb2.MAX_TIMESTAMP,
+}
+
+
+def isolation_of(level: str | int | None) -> cluster_pb2.IsolationLevel.ValueType:
+    """read_uncommitted (default) or read_committed, by name or proto number."""
+    if level is None:
+        return cluster_pb2.READ_UNCOMMITTED
+    if isinstance(level, int):
+        if level == cluster_pb2.READ_COMMITTED:
+            return cluster_pb2.READ_COMMITTED
+        if level == cluster_pb2.READ_UNCOMMITTED:
+            return cluster_pb2.READ_UNCOMMITTED
+        raise ValueError(f"unknown isolation level {level}")
+    text = level.strip().lower().replace("-", "_")
+    if text == "read_committed":
+        return cluster_pb2.READ_COMMITTED
+    if text == "read_uncommitted":
+        return cluster_pb2.READ_UNCOMMITTED
+    raise ValueError(f"isolation level must be read_committed or read_uncommitted, got {level!r}")
+
+
+def partition_info(p: cluster_pb2.PartitionState) -> PartitionInfo:
+    return PartitionInfo(
+        partition=p.partition,
+        log_start_offset=p.log_start_offset,
+        high_watermark=p.high_watermark,
+        last_stable_offset=p.last_stable_offset,
+        log_end_offset=p.log_end_offset,
+        leader_epoch=p.leader_epoch,
+        size_bytes=p.size_bytes,
+    )
+
+
+def topic_info(t: cluster_pb2.TopicDescription) -> TopicInfo:
+    return TopicInfo(
+        name=t.name,
+        topic_id=t.topic_id,
+        partition_count=t.partition_count,
+        configs=dict(t.configs),
+        partitions=sorted((partition_info(p) for p in t.partitions), key=lambda p: p.partition),
+        internal=t.internal,
+    )
+
+
+def _offset_tp(o: cluster_pb2.OffsetAndMetadata) -> TopicPartition:
+    offset = o.offset if o.offset >= 0 else OFFSET_INVALID
+    return TopicPartition(
+        o.topic,
+        o.partition,
+        offset,
+        metadata=o.metadata or None,
+        leader_epoch=o.leader_epoch if o.leader_epoch >= 0 else None,
+    )
+
+
+def decode_member_assignment(data: bytes) -> list[TopicPartition]:
+    """A member's assignment as TopicPartitions ([] when not a consumer-protocol one)."""
+    try:
+        assignment = decode_assignment(data)
+    except ProtocolError:
+        return []
+    return [TopicPartition(t, p) for t, p in assignment.topic_partitions()]
+
+
+class AdminClient:
+    """Administrative calls against one cluster.
+
+    `AdminClient({"bootstrap.servers": "127.0.0.1:9701"})` or
+    `AdminClient("127.0.0.1:9701")`. Config keys: `bootstrap.servers`,
+    `request.timeout.ms` (default 30000, the deadline of every call).
+    """
+
+    def __init__(self, config: Config | str | None = None) -> None:
+        conf = normalize_config(config, "AdminClient")
+        self._timeout_s = float(conf.get("request.timeout.ms", 30000)) / 1000.0
+        self._conn = Connection(bootstrap_of(conf), self._timeout_s)
+
+    @property
+    def bootstrap(self) -> str:
+        return self._conn.target
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _t(self, timeout: float | None) -> float:
+        return self._timeout_s if timeout is None else timeout
+
+    # --- Topics ---------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        configs: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> TopicInfo:
+        req = cluster_pb2.CreateTopicRequest(
+            name=name,
+            partitions=partitions,
+            configs={str(k): str(v) for k, v in (configs or {}).items()},
+        )
+        return topic_info(self._conn.call(self._conn.cluster.CreateTopic, req, self._t(timeout)))
+
+    def delete_topic(self, name: str, timeout: float | None = None) -> None:
+        self._conn.call(
+            self._conn.cluster.DeleteTopic,
+            cluster_pb2.DeleteTopicRequest(name=name),
+            self._t(timeout),
+        )
+
+    def describe_topic(self, name: str, timeout: float | None = None) -> TopicInfo:
+        return topic_info(
+            self._conn.call(
+                self._conn.cluster.DescribeTopic,
+                cluster_pb2.DescribeTopicRequest(name=name),
+                self._t(timeout),
+            )
+        )
+
+    def list_topics(
+        self, include_internal: bool = False, timeout: float | None = None
+    ) -> list[TopicInfo]:
+        resp = self._conn.call(
+            self._conn.cluster.ListTopics,
+            cluster_pb2.ListTopicsRequest(include_internal=include_internal),
+            self._t(timeout),
+        )
+        return sorted((topic_info(t) for t in resp.topics), key=lambda t: t.name)
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_configs: Mapping[str, Any] | None = None,
+        delete: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> TopicInfo:
+        req = cluster_pb2.AlterTopicConfigsRequest(
+            name=name,
+            set={str(k): str(v) for k, v in (set_configs or {}).items()},
+            delete=list(delete),
+        )
+        return topic_info(
+            self._conn.call(self._conn.cluster.AlterTopicConfigs, req, self._t(timeout))
+        )
+
+    def create_partitions(
+        self, name: str, total_count: int, timeout: float | None = None
+    ) -> TopicInfo:
+        req = cluster_pb2.CreatePartitionsRequest(name=name, total_count=total_count)
+        return topic_info(
+            self._conn.call(self._conn.cluster.CreatePartitions, req, self._t(timeout))
+        )
+
+    # --- Offsets --------------------------------------------------------------------
+
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        spec: str | int = "latest",
+        isolation_level: str | int | None = "read_uncommitted",
+        timeout: float | None = None,
+    ) -> OffsetInfo:
+        """spec: "earliest", "latest", "max_timestamp", or a timestamp in ms
+        (the first offset whose timestamp is at or after it; offset -1 if none)."""
+        timestamp = 0
+        if isinstance(spec, bool):
+            raise TypeError("spec must be a name or a timestamp")
+        if isinstance(spec, int):
+            proto_spec = cluster_pb2.TIMESTAMP
+            timestamp = spec
+        else:
+            try:
+                proto_spec = _SPECS[spec.strip().lower()]
+            except KeyError:
+                raise ValueError(
+                    "offset spec must be earliest, latest, max_timestamp or a timestamp, "
+                    f"got {spec!r}"
+                ) from None
+        req = cluster_pb2.ListOffsetsRequest(
+            topic=topic,
+            partition=partition,
+            spec=proto_spec,
+            timestamp=timestamp,
+            isolation_level=isolation_of(isolation_level),
+        )
+        resp = self._conn.call(self._conn.cluster.ListOffsets, req, self._t(timeout))
+        return OffsetInfo(resp.offset, resp.timestamp, resp.leader_epoch)
+
+    # --- Groups ---------------------------------------------------------------------
+
+    def list_groups(self, timeout: float | None = None) -> list[GroupListing]:
+        resp = self._conn.call(
+            self._conn.cluster.ListGroups, cluster_pb2.ListGroupsRequest(), self._t(timeout)
+        )
+        return sorted(
+            (GroupListing(g.group_id, g.state, g.protocol_type) for g in resp.groups),
+            key=lambda g: g.group_id,
+        )
+
+    def describe_group(self, group_id: str, timeout: float | None = None) -> GroupInfo:
+        g = self._conn.call(
+            self._conn.cluster.DescribeGroup,
+            cluster_pb2.DescribeGroupRequest(group_id=group_id),
+            self._t(timeout),
+        )
+        members = [
+            MemberInfo(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                group_instance_id=m.group_instance_id,
+                assignment=decode_member_assignment(m.assignment)
+                if g.protocol_type in ("consumer", "")
+                else [],
+            )
+            for m in g.members
+        ]
+        return GroupInfo(
+            group_id=g.group_id,
+            state=g.state,
+            protocol_type=g.protocol_type,
+            protocol_name=g.protocol_name,
+            generation_id=g.generation_id,
+            leader_id=g.leader_id,
+            members=members,
+            offsets=sorted(_offset_tp(o) for o in g.offsets),
+        )
+
+    def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        timeout: float | None = None,
+    ) -> list[TopicPartition]:
+        """The committed offsets of a group (all of them when `partitions` is None);
+        a partition without a committed offset has offset OFFSET_INVALID (-1001)."""
+        req = cluster_pb2.FetchCommittedOffsetsRequest(
+            group_id=group_id,
+            partitions=[
+                cluster_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                for tp in (partitions or [])
+            ],
+        )
+        resp = self._conn.call(self._conn.cluster.FetchCommittedOffsets, req, self._t(timeout))
+        return sorted(_offset_tp(o) for o in resp.offsets)
+
+    committed_offsets = list_consumer_group_offsets
+
+    def group_lag(
+        self, group_id: str, timeout: float | None = None, group: GroupInfo | None = None
+    ) -> list[PartitionLag]:
+        """Committed offset, high watermark and lag of every partition the group
+        has committed or is assigned."""
+        info = group if group is not None else self.describe_group(group_id, timeout)
+        committed: dict[tuple[str, int], int] = {}
+        for tp in self.list_consumer_group_offsets(group_id, timeout=timeout):
+            committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        for member in info.members:
+            for tp in member.assignment:
+                committed.setdefault((tp.topic, tp.partition), -1)
+        hws: dict[tuple[str, int], int] = {}
+        for topic in sorted({t for t, _ in committed}):
+            try:
+                desc = self.describe_topic(topic, timeout)
+            except CcrError as exc:
+                if exc.code in ("UNKNOWN_TOPIC", "INVALID_TOPIC_NAME"):
+                    continue
+                raise
+            for p in desc.partitions:
+                hws[(topic, p.partition)] = p.high_watermark
+        out: list[PartitionLag] = []
+        for (topic, partition), offset in sorted(committed.items()):
+            hw = hws.get((topic, partition), -1)
+            if hw < 0:
+                lag = -1
+            elif offset < 0:
+                lag = hw  # nothing committed: the whole log is behind (Kafka shows '-')
+            else:
+                lag = max(0, hw - offset)
+            out.append(PartitionLag(topic, partition, offset, hw, lag))
+        return out
+
+    # --- Cluster --------------------------------------------------------------------
+
+    def health(self, timeout: float | None = None) -> HealthInfo:
+        r = self._conn.call(
+            self._conn.cluster.Health, cluster_pb2.HealthRequest(), self._t(timeout)
+        )
+        return HealthInfo(r.cluster_id, r.status, r.version, r.uptime_ms)
+
+    def describe_cluster(self, timeout: float | None = None) -> ClusterInfo:
+        r = self._conn.call(
+            self._conn.admin.DescribeCluster, admin_pb2.DescribeClusterRequest(), self._t(timeout)
+        )
+        return ClusterInfo(
+            r.cluster_id, r.version, r.topic_count, r.group_count, r.data_dir, r.fsync
+        )

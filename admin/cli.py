@@ -1,0 +1,772 @@
+"""`ccr-admin`: the operator CLI of a linkd cluster.
+
+    ccr-admin [--bootstrap HOST:PORT] [--timeout SECONDS] COMMAND [--json] ...
+
+    create-topic NAME --partitions N [--config k=v ...]
+    list-topics [--include-internal]
+    describe-topic NAME
+    delete-topic NAME
+    alter-topic-config NAME [--set k=v ...] [--delete k ...]
+    create-partitions NAME --total N
+    produce NAME [--key-separator SEP] [--partition P] [--acks 0|1|-1|all] [--header k=v ...]
+    consume NAME [--from-beginning] [--group G] [--max-messages N]
+                 [--isolation read_committed|read_uncommitted] [--partition P] [--timeout-ms T]
+    list-groups
+    describe-group G
+    health
+    describe-cluster
+
+--bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
+every call (and the wait for produce acknowledgements); default 30 seconds.
+
+Exit codes: 0 success, 1 the operation failed (one line "error: CODE: message"
+on stderr), 2 bad arguments (argparse's message), 130 interrupted.
+
+consume --json prints one object per record with exactly the keys topic,
+partition, offset, key, value, timestamp, headers. key and value are strings
+when they are valid UTF-8, null when absent, else {"base64": "..."}; headers
+are a list of [name, value] pairs (values encoded the same way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
+
+from admin.admin_client import AdminClient, GroupInfo, TopicInfo
+from admin.client import (
+    DEFAULT_BOOTSTRAP,
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Message,
+    TopicPartition,
+)
+from admin.consumer import Consumer
+from admin.errors import CcrError
+from admin.producer import Producer
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """A failure to report as one 'error: ...' line."""
+
+
+# ---------------------------------------------------------------------------
+# Argument types
+# ---------------------------------------------------------------------------
+
+
+def _host_port(text: str) -> str:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return text.strip()
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _default_bootstrap() -> str:
+    return os.environ.get("CCR_BOOTSTRAP") or DEFAULT_BOOTSTRAP
+
+
+# ---------------------------------------------------------------------------
+# Output helpers
+# ---------------------------------------------------------------------------
+
+
+def _emit(obj: Any, out: TextIO | None = None) -> None:
+    stream = out or sys.stdout
+    stream.write(json.dumps(obj, sort_keys=False) + "\n")
+
+
+def _encode_bytes(data: bytes | None) -> str | dict[str, str] | None:
+    """A string when valid UTF-8, else {"base64": ...}; None stays None."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def record_json(msg: Message) -> dict[str, Any]:
+    """The --json form of one consumed record."""
+    return {
+        "topic": msg.topic(),
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "key": _encode_bytes(msg.key()),
+        "value": _encode_bytes(msg.value()),
+        "timestamp": msg.timestamp()[1],
+        "headers": [[name, _encode_bytes(value)] for name, value in (msg.headers() or [])],
+    }
+
+
+def _topic_json(t: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "partition_count": t.partition_count,
+        "internal": t.internal,
+        "configs": dict(sorted(t.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset,
+                "log_end_offset": p.log_end_offset,
+                "leader_epoch": p.leader_epoch,
+                "size_bytes": p.size_bytes,
+            }
+            for p in t.partitions
+        ],
+    }
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _print_topic(t: TopicInfo) -> None:
+    print(
+        f"topic {t.name}  id {t.topic_id}  partitions {t.partition_count}"
+        + ("  (internal)" if t.internal else "")
+    )
+    if t.configs:
+        print("configs:")
+        for k, v in sorted(t.configs.items()):
+            print(f"  {k}={v}")
+    rows = [
+        (
+            p.partition,
+            p.log_start_offset,
+            p.high_watermark,
+            p.last_stable_offset,
+            p.log_end_offset,
+            p.leader_epoch,
+            p.size_bytes,
+        )
+        for p in t.partitions
+    ]
+    print(_table(rows, ("PARTITION", "LOG-START", "HW", "LSO", "LEO", "EPOCH", "BYTES")))
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+def _admin(args: argparse.Namespace) -> AdminClient:
+    return AdminClient(
+        {"bootstrap.servers": args.bootstrap, "request.timeout.ms": int(args.timeout * 1000)}
+    )
+
+
+def cmd_create_topic(args: argparse.Namespace) -> int:
+    configs = dict(args.config or [])
+    with _admin(args) as admin:
+        t = admin.create_topic(args.name, args.partitions, configs)
+    if args.json:
+        _emit(_topic_json(t))
+    else:
+        print(f"created topic {t.name} ({t.partition_count} partitions)")
+    return EXIT_OK
+
+
+def cmd_list_topics(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        topics = admin.list_topics(include_internal=args.include_internal)
+    if args.json:
+        _emit(
+            [
+                {
+                    "name": t.name,
+                    "topic_id": t.topic_id,
+                    "partition_count": t.partition_count,
+                    "internal": t.internal,
+                }
+                for t in topics
+            ]
+        )
+    else:
+        for t in topics:
+            print(t.name)
+    return EXIT_OK
+
+
+def cmd_describe_topic(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        t = admin.describe_topic(args.name)
+    if args.json:
+        _emit(_topic_json(t))
+    else:
+        _print_topic(t)
+    return EXIT_OK
+
+
+def cmd_delete_topic(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_topic(args.name)
+    if args.json:
+        _emit({"deleted": args.name})
+    else:
+        print(f"deleted topic {args.name}")
+    return EXIT_OK
+
+
+def cmd_alter_topic_config(args: argparse.Namespace) -> int:
+    to_set = dict(args.set or [])
+    to_delete = list(args.delete or [])
+    if not to_set and not to_delete:
+        raise CliError("alter-topic-config needs at least one --set k=v or --delete k")
+    overlap = sorted(set(to_set) & set(to_delete))
+    if overlap:
+        raise CliError(f"config {', '.join(overlap)} is both set and deleted")
+    with _admin(args) as admin:
+        t = admin.alter_topic_configs(args.name, to_set, to_delete)
+    if args.json:
+        _emit(_topic_json(t))
+    else:
+        print(f"altered topic {t.name}; effective configs:")
+        for k, v in sorted(t.configs.items()):
+            print(f"  {k}={v}")
+    return EXIT_OK
+
+
+def cmd_create_partitions(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        t = admin.create_partitions(args.name, args.total)
+    if args.json:
+        _emit(_topic_json(t))
+    else:
+        print(f"topic {t.name} now has {t.partition_count} partitions")
+    return EXIT_OK
+
+
+def _read_lines(stream: Any) -> list[bytes]:
+    lines = []
+    for raw in stream:
+        line = bytes(raw)
+        if line.endswith(b"\n"):
+            line = line[:-1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+        lines.append(line)
+    return lines
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    lines = _read_lines(sys.stdin.buffer)
+    separator = args.key_separator.encode() if args.key_separator is not None else None
+    records: list[tuple[bytes | None, bytes]] = []
+    for number, line in enumerate(lines, 1):
+        if separator is None:
+            records.append((None, line))
+            continue
+        key, sep, value = line.partition(separator)
+        if not sep:
+            raise CliError(
+                f"line {number} has no key separator {args.key_separator!r}; nothing was produced"
+            )
+        records.append((key, value))
+    headers = [(k, v.encode()) for k, v in (args.header or [])]
+    with _admin(args) as admin:
+        desc = admin.describe_topic(args.name)
+    if args.partition is not None and not 0 <= args.partition < desc.partition_count:
+        raise CcrError(
+            "UNKNOWN_PARTITION",
+            f"topic {args.name!r} has no partition {args.partition} "
+            f"(it has {desc.partition_count})",
+        )
+    timeout_ms = int(args.timeout * 1000)
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "acks": args.acks,
+            "request.timeout.ms": timeout_ms,
+            "delivery.timeout.ms": timeout_ms,
+        }
+    )
+    results: list[tuple[CcrError | None, Message] | None] = [None] * len(records)
+
+    def reporter(index: int) -> Callable[[CcrError | None, Message], None]:
+        def report(err: CcrError | None, msg: Message) -> None:
+            results[index] = (err, msg)
+
+        return report
+
+    deadline = time.monotonic() + args.timeout
+    try:
+        for index, (rec_key, rec_value) in enumerate(records):
+            while True:
+                try:
+                    producer.produce(
+                        args.name,
+                        value=rec_value,
+                        key=rec_key,
+                        headers=headers,
+                        partition=-1 if args.partition is None else args.partition,
+                        on_delivery=reporter(index),
+                    )
+                    break
+                except BufferError:
+                    if time.monotonic() > deadline:
+                        raise CcrError(
+                            "TIMED_OUT", f"queue still full after {args.timeout:g} s"
+                        ) from None
+                    producer.poll(0.1)
+        remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+    finally:
+        producer.close(timeout=0)
+    failed = [r for r in results if r is not None and r[0] is not None]
+    if args.json:
+        for r in results:
+            if r is not None and r[0] is None:
+                _emit(
+                    {"topic": r[1].topic(), "partition": r[1].partition(), "offset": r[1].offset()}
+                )
+    if failed:
+        first = failed[0][0]
+        assert first is not None
+        raise CcrError(
+            first.code,
+            f"{first.message} ({len(failed)} of {len(records)} records failed)",
+        )
+    missing = sum(1 for r in results if r is None)
+    if remaining or missing:
+        raise CcrError(
+            "TIMED_OUT",
+            f"{max(remaining, missing)} of {len(records)} records not acknowledged "
+            f"within {args.timeout:g} s",
+        )
+    if not args.json:
+        noun = "record" if len(records) == 1 else "records"
+        print(f"produced {len(records)} {noun} to {args.name}")
+    return EXIT_OK
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        desc = admin.describe_topic(args.name)
+    if args.partition is not None and not 0 <= args.partition < desc.partition_count:
+        raise CcrError(
+            "UNKNOWN_PARTITION",
+            f"topic {args.name!r} has no partition {args.partition} "
+            f"(it has {desc.partition_count})",
+        )
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap,
+        "request.timeout.ms": int(args.timeout * 1000),
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "enable.auto.commit": False,
+        "isolation.level": args.isolation,
+        "client.id": "ccr-admin",
+    }
+    if args.group:
+        config["group.id"] = args.group
+        config["heartbeat.interval.ms"] = 1000
+    # Errors outside a partition (the cluster unreachable, ...): remembered while
+    # no record arrives, reported if the command ends that way.
+    pending_errors: list[CcrError] = []
+    config["error_cb"] = pending_errors.append
+    consumer = Consumer(config)
+    count = 0
+    idle_s = args.timeout_ms / 1000.0
+    try:
+        start_offset = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        if args.group and args.partition is None:
+            consumer.subscribe([args.name])
+        else:
+            parts = (
+                [args.partition]
+                if args.partition is not None
+                else [p.partition for p in desc.partitions]
+            )
+            # With a group, start from its committed offsets (auto.offset.reset
+            # otherwise); without, from the beginning or the end.
+            offset = -1001 if args.group else start_offset
+            consumer.assign([TopicPartition(args.name, p, offset) for p in parts])
+        last = time.monotonic()
+        while args.max_messages is None or count < args.max_messages:
+            left = idle_s - (time.monotonic() - last)
+            if left <= 0:
+                break
+            msg = consumer.poll(min(left, 0.5))
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                raise err
+            count += 1
+            last = time.monotonic()
+            pending_errors.clear()
+            if args.json:
+                _emit(record_json(msg))
+            else:
+                value = msg.value()
+                sys.stdout.write((value or b"").decode("utf-8", errors="replace") + "\n")
+        sys.stdout.flush()
+        if pending_errors:
+            raise pending_errors[-1]
+        if args.group and count:
+            try:
+                consumer.commit(asynchronous=False)
+            except CcrError as exc:
+                if exc.code != "NO_OFFSET":
+                    raise
+    finally:
+        consumer.close()
+    noun = "message" if count == 1 else "messages"
+    print(f"consumed {count} {noun} from {args.name}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_list_groups(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        groups = admin.list_groups()
+    if args.json:
+        _emit(
+            [
+                {"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type}
+                for g in groups
+            ]
+        )
+    else:
+        print(
+            _table(
+                [(g.group_id, g.state, g.protocol_type) for g in groups],
+                ("GROUP", "STATE", "PROTOCOL-TYPE"),
+            )
+        )
+    return EXIT_OK
+
+
+def _group_json(g: GroupInfo, lags: Sequence[Any]) -> dict[str, Any]:
+    return {
+        "group_id": g.group_id,
+        "state": g.state,
+        "protocol_type": g.protocol_type,
+        "protocol_name": g.protocol_name,
+        "generation_id": g.generation_id,
+        "leader_id": g.leader_id,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "group_instance_id": m.group_instance_id,
+                "assignment": [[tp.topic, tp.partition] for tp in m.assignment],
+            }
+            for m in g.members
+        ],
+        "offsets": [lag.to_dict() for lag in lags],
+    }
+
+
+def cmd_describe_group(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        g = admin.describe_group(args.group)
+        lags = admin.group_lag(args.group, group=g)
+    if g.state in ("Dead", "") and not g.members and not lags:
+        raise CcrError("GROUP_ID_NOT_FOUND", f"group {args.group!r} does not exist")
+    if args.json:
+        _emit(_group_json(g, lags))
+        return EXIT_OK
+    print(
+        f"group {g.group_id}  state {g.state}  protocol {g.protocol_type or '-'}"
+        f"/{g.protocol_name or '-'}  generation {g.generation_id}"
+    )
+    if g.members:
+        print("members:")
+        for m in g.members:
+            owned = ", ".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or "-"
+            leader = " (leader)" if m.member_id == g.leader_id else ""
+            print(f"  {m.member_id}{leader}  client {m.client_id or '-'}  partitions: {owned}")
+    else:
+        print("members: none")
+    owner = {(tp.topic, tp.partition): m.member_id for m in g.members for tp in m.assignment}
+    rows = [
+        (
+            lag.topic,
+            lag.partition,
+            lag.committed if lag.committed >= 0 else "-",
+            lag.high_watermark if lag.high_watermark >= 0 else "-",
+            lag.lag if lag.lag >= 0 else "-",
+            owner.get((lag.topic, lag.partition), "-"),
+        )
+        for lag in lags
+    ]
+    print(_table(rows, ("TOPIC", "PARTITION", "COMMITTED", "HW", "LAG", "MEMBER")))
+    return EXIT_OK
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        h = admin.health()
+    if args.json:
+        _emit(
+            {
+                "cluster_id": h.cluster_id,
+                "status": h.status,
+                "version": h.version,
+                "uptime_ms": h.uptime_ms,
+            }
+        )
+    else:
+        print(
+            f"cluster {h.cluster_id}: {h.status} (version {h.version}, "
+            f"up {h.uptime_ms / 1000:.1f} s)"
+        )
+    return EXIT_OK
+
+
+def cmd_describe_cluster(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        c = admin.describe_cluster()
+    info = {
+        "cluster_id": c.cluster_id,
+        "version": c.version,
+        "topic_count": c.topic_count,
+        "group_count": c.group_count,
+        "data_dir": c.data_dir,
+        "fsync": c.fsync,
+    }
+    if args.json:
+        _emit(info)
+    else:
+        for k, v in info.items():
+            print(f"{k}: {v}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# Parser
+# ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ccr-admin", description="Operate a linkd cluster (topics, records, groups)."
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=_host_port,
+        default=_default_bootstrap(),
+        metavar="HOST:PORT",
+        help="the cluster's gRPC address (default: $CCR_BOOTSTRAP or 127.0.0.1:9701)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="deadline of each call and of produce acknowledgements (default 30)",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help_text: str) -> Any:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("create-topic", cmd_create_topic, "create a topic")
+    p.add_argument("name", type=_non_empty)
+    p.add_argument("--partitions", type=_positive_int, default=1)
+    p.add_argument(
+        "--config",
+        type=_key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="topic config (repeatable), e.g. retention.ms=60000",
+    )
+
+    p = add("list-topics", cmd_list_topics, "list topics")
+    p.add_argument(
+        "--include-internal",
+        action="store_true",
+        help="also list internal topics (names starting with '_')",
+    )
+
+    p = add(
+        "describe-topic",
+        cmd_describe_topic,
+        "show a topic's configs and partitions (log start, HW, LSO, LEO)",
+    )
+    p.add_argument("name", type=_non_empty)
+
+    p = add("delete-topic", cmd_delete_topic, "delete a topic")
+    p.add_argument("name", type=_non_empty)
+
+    p = add("alter-topic-config", cmd_alter_topic_config, "set or reset topic configs")
+    p.add_argument("name", type=_non_empty)
+    p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE")
+    p.add_argument(
+        "--delete",
+        action="append",
+        metavar="KEY",
+        type=_non_empty,
+        help="return a config to its default (repeatable)",
+    )
+
+    p = add("create-partitions", cmd_create_partitions, "raise a topic's partition count")
+    p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--total", type=_positive_int, required=True, help="the new total partition count"
+    )
+
+    p = add("produce", cmd_produce, "produce one record per stdin line")
+    p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        type=_non_empty,
+        help="split each line into key SEP value (at the first SEP)",
+    )
+    p.add_argument("--partition", type=_non_negative_int)
+    p.add_argument("--acks", choices=["0", "1", "-1", "all"], default="all")
+    p.add_argument(
+        "--header",
+        type=_key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="header added to every record (repeatable)",
+    )
+
+    p = add("consume", cmd_consume, "print records; stops after --max-messages or when idle")
+    p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the log start (with --group: when nothing is committed)",
+    )
+    p.add_argument("--group", type=_non_empty, help="consume as this group and commit at the end")
+    p.add_argument("--max-messages", type=_positive_int)
+    p.add_argument(
+        "--isolation", choices=["read_committed", "read_uncommitted"], default="read_uncommitted"
+    )
+    p.add_argument("--partition", type=_non_negative_int)
+    p.add_argument(
+        "--timeout-ms",
+        type=_positive_int,
+        default=5000,
+        help="stop after this long without a record (default 5000)",
+    )
+
+    add("list-groups", cmd_list_groups, "list consumer groups")
+
+    p = add(
+        "describe-group",
+        cmd_describe_group,
+        "show a group's state, members, committed offsets and lag",
+    )
+    p.add_argument("group", type=_non_empty)
+
+    add("health", cmd_health, "check that the cluster is serving")
+    add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
+    return parser
+
+
+def _fail(message: str) -> int:
+    text = " ".join(message.split())
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+    print(f"error: {text}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _quiet_stdout() -> None:
+    # After a broken pipe, make the interpreter's final flush harmless.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except CcrError as exc:
+        return _fail(f"{exc.code}: {exc.message}")
+    except CliError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except (ValueError, TypeError, OSError) as exc:
+        return _fail(str(exc) or type(exc).__name__)
+    except Exception as exc:  # never a traceback
+        return _fail(f"unexpected {type(exc).__name__}: {exc}")
+
+
+def _exit(code: int) -> NoReturn:
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    _exit(main())

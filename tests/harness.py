@@ -1,0 +1,312 @@
+"""Test harness: real `linkd` daemons as subprocesses, and the `ccr-admin` CLI.
+
+    with Daemon("A", tmp_path / "a" / "data") as d:     # started and ready
+        AdminClient(d.bootstrap).create_topic("t")
+        d.kill9(); d.restart()
+
+Pytest fixtures (register this module as a plugin, e.g. in the root conftest:
+`pytest_plugins = ["tests.harness"]`):
+    daemon          one running daemon in tmp_path (cluster id "test")
+    daemon_factory  make(cluster_id="A", extra_args=(), start=True) -> Daemon;
+                    every daemon made is stopped at teardown
+
+Waits are bounded and poll with short waits (proc.wait(timeout=...) doubles as
+the pause, so a daemon that dies is noticed at once); no bare sleeps.
+The daemon's stdout/stderr go to files next to its data dir (data dir's parent)
+for debugging; a start-up failure raises with the tail of stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+CLI_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no output file)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+
+class DaemonError(RuntimeError):
+    """The daemon did not start, or stopped unexpectedly."""
+
+
+class Daemon:
+    """One `python -m linkd` subprocess."""
+
+    def __init__(
+        self,
+        cluster_id: str,
+        data_dir: Path | str,
+        extra_args: Sequence[str] = (),
+        port: int | None = None,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        self.port = port if port is not None else free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_dir = self.data_dir.parent
+        self.stdout_path = self.log_dir / f"linkd-{cluster_id}.stdout.log"
+        self.stderr_path = self.log_dir / f"linkd-{cluster_id}.stderr.log"
+        self._files: list[IO[bytes]] = []
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "linkd",
+            "--cluster-id",
+            self.cluster_id,
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+            *self.extra_args,
+        ]
+
+    def start(self) -> Daemon:
+        if self.running:
+            raise DaemonError(f"daemon {self.cluster_id} is already running (pid {self.pid})")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._close_files()
+        out = self.stdout_path.open("ab")
+        err = self.stderr_path.open("ab")
+        self._files = [out, err]
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=str(ROOT),
+            env=_env(),
+        )
+        self.starts += 1
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def health_status(self, timeout_s: float = 1.0) -> str | None:
+        """The Health RPC's status, or None when the daemon does not answer."""
+        from ccr.v1 import cluster_pb2, cluster_pb2_grpc
+
+        with grpc.insecure_channel(self.bootstrap) as channel:
+            stub = cluster_pb2_grpc.ClusterStub(channel)
+            try:
+                resp = stub.Health(cluster_pb2.HealthRequest(), timeout=timeout_s)
+            except grpc.RpcError:
+                return None
+            return str(resp.status)
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> Daemon:
+        """Polls Health until "SERVING"; raises DaemonError on exit or timeout."""
+        if self.proc is None:
+            raise DaemonError("daemon not started")
+        deadline = time.monotonic() + timeout_s
+        last: str | None = None
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise DaemonError(
+                    f"daemon {self.cluster_id} exited with code {code} before it was ready; "
+                    f"stderr:\n{_tail(self.stderr_path)}"
+                )
+            last = self.health_status(timeout_s=1.0)
+            if last == "SERVING":
+                return self
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DaemonError(
+                    f"daemon {self.cluster_id} not SERVING within {timeout_s}s "
+                    f"(last status {last!r}); stderr:\n{_tail(self.stderr_path)}"
+                )
+            try:
+                self.proc.wait(timeout=min(0.05, left))  # the pause; returns early on exit
+            except subprocess.TimeoutExpired:
+                pass
+
+    def kill9(self) -> int | None:
+        """SIGKILL by pid and wait for the process to be gone."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        code = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self._close_files()
+        return code
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, wait (bounded), then SIGKILL. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self._close_files()
+        return self.proc.returncode
+
+    stop = terminate
+
+    def restart(self, kill: bool = False, wait: bool = True) -> Daemon:
+        """Stops (SIGTERM, or SIGKILL with kill=True) and starts again on the same
+        port and data dir."""
+        if kill:
+            self.kill9()
+        else:
+            self.terminate()
+        self.start()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def _close_files(self) -> None:
+        for f in self._files:
+            try:
+                f.close()
+            except OSError:
+                pass
+        self._files = []
+
+    def stderr_text(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def __enter__(self) -> Daemon:
+        if not self.running:
+            self.start()
+        self.wait_ready()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
+
+    def __repr__(self) -> str:
+        return f"Daemon({self.cluster_id!r}, {self.bootstrap}, pid={self.pid})"
+
+
+def run_cli(
+    *args: str,
+    input: str | bytes | None = None,
+    bootstrap: str | None = None,
+    timeout_s: float = CLI_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Runs `python -m admin.cli [--bootstrap B] ARGS...` with `input` on stdin
+    (str or raw bytes); stdout/stderr come back decoded as UTF-8."""
+    cmd = [sys.executable, "-m", "admin.cli"]
+    if bootstrap is not None:
+        cmd += ["--bootstrap", bootstrap]
+    cmd += list(args)
+    full_env = _env()
+    if env:
+        full_env.update(env)
+    raw = input.encode() if isinstance(input, str) else (input or b"")
+    done = subprocess.run(
+        cmd,
+        input=raw,
+        capture_output=True,
+        timeout=timeout_s,
+        cwd=str(ROOT),
+        env=full_env,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args,
+        done.returncode,
+        done.stdout.decode("utf-8", errors="replace"),
+        done.stderr.decode("utf-8", errors="replace"),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """make(cluster_id="A", extra_args=(), start=True, data_dir=None) -> Daemon."""
+    made: list[Daemon] = []
+
+    def make(
+        cluster_id: str = "A",
+        extra_args: Sequence[str] = (),
+        start: bool = True,
+        data_dir: Path | None = None,
+        **kwargs: Any,
+    ) -> Daemon:
+        d = Daemon(
+            cluster_id,
+            data_dir if data_dir is not None else tmp_path / cluster_id / "data",
+            extra_args=extra_args,
+            **kwargs,
+        )
+        made.append(d)
+        if start:
+            d.start()
+            d.wait_ready()
+        return d
+
+    yield make
+    for d in made:
+        try:
+            d.terminate()
+        except Exception:
+            d.kill9()
+
+
+@pytest.fixture
+def daemon(daemon_factory: Callable[..., Daemon]) -> Daemon:
+    """One running daemon (cluster id "test") in tmp_path."""
+    return daemon_factory("test")
