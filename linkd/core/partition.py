@@ -369,16 +369,22 @@ class PartitionLog:
     def retention_target(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int | None:
         """The new log start offset retention asks for, or None. Never passes the
         HW, and never removes the last batch of a non-empty log."""
-        start_index = self.batch_index_at(self.log_start_offset)
-        live = self.batches[start_index:]
-        if len(live) <= 1:
+        if retention_ms < 0 and retention_bytes < 0:
             return None
-        size = sum(b.size_bytes for b in live)
+        # Runs on every tick for every partition: no copies, no full scans. The
+        # loop stops at the first batch retention keeps.
+        start_index = self.batch_index_at(self.log_start_offset)
+        last_index = len(self.batches) - 1
+        if last_index - start_index < 1:
+            return None
+        size = self.size_bytes
         new_start = self.log_start_offset
-        for entry in live[:-1]:
+        cutoff = now_ms - retention_ms
+        for i in range(start_index, last_index):
+            entry = self.batches[i]
             if entry.next_offset > self.high_watermark:
                 break
-            too_old = retention_ms >= 0 and entry.max_timestamp < now_ms - retention_ms
+            too_old = retention_ms >= 0 and entry.max_timestamp < cutoff
             too_big = retention_bytes >= 0 and size > retention_bytes
             if not (too_old or too_big):
                 break
