@@ -117,6 +117,150 @@ class ClusterInfo:
     fsync: str
 
 
+@dataclass(frozen=True)
+class NamespaceInfo:
+    """A namespace: type "topic", "group" or "principal"; attachments as
+    "link:role" (role "leader" or "follower")."""
+
+    type: str
+    prefix: str
+    reserved: bool
+    attachments: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "prefix": self.prefix,
+            "reserved": self.reserved,
+            "attachments": list(self.attachments),
+        }
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """A replication link as one cluster sees it (describe-link)."""
+
+    name: str
+    link_id: str
+    local_cluster_id: str
+    remote_cluster_id: str
+    remote_bootstrap: str
+    mode: str
+    connection_direction: str
+    state: str
+    state_entered_at_ms: int
+    link_epoch: int
+    mappings: list[dict[str, Any]]
+    partitions: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "link_id": self.link_id,
+            "local_cluster_id": self.local_cluster_id,
+            "remote_cluster_id": self.remote_cluster_id,
+            "remote_bootstrap": self.remote_bootstrap,
+            "mode": self.mode,
+            "connection_direction": self.connection_direction,
+            "state": self.state,
+            "state_entered_at_ms": self.state_entered_at_ms,
+            "link_epoch": self.link_epoch,
+            "mappings": list(self.mappings),
+            "partitions": list(self.partitions),
+            "history": list(self.history),
+        }
+
+
+def _lag_dict(p: Any) -> dict[str, Any]:
+    return {
+        "topic": p.topic,
+        "partition": p.partition,
+        "role": p.role,
+        "lag_records": p.lag_records,
+        "lag_ms": p.lag_ms,
+        "log_end_offset": p.log_end_offset,
+        "source_high_watermark": p.source_high_watermark,
+    }
+
+
+def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
+    return LinkInfo(
+        name=d.name,
+        link_id=d.link_id,
+        local_cluster_id=d.local_cluster_id,
+        remote_cluster_id=d.remote_cluster_id,
+        remote_bootstrap=d.remote_bootstrap,
+        mode=admin_pb2.LinkMode.Name(d.mode),
+        connection_direction="local"
+        if d.connection_direction == admin_pb2.LOCAL_DIALS
+        else "remote",
+        state=d.state,
+        state_entered_at_ms=d.state_entered_at_ms,
+        link_epoch=d.link_epoch,
+        mappings=[
+            {
+                "type": admin_pb2.ResourceType.Name(m.type).lower(),
+                "local_prefix": m.local_prefix,
+                "remote_prefix": m.remote_prefix,
+                "leader": m.leader,
+            }
+            for m in d.mappings
+        ],
+        partitions=[_lag_dict(p) for p in d.partitions],
+        history=[{"state": h.state, "entered_at_ms": h.entered_at_ms} for h in d.history],
+    )
+
+
+@dataclass(frozen=True)
+class FailoverResult:
+    link: LinkInfo
+    abandoned: list[dict[str, Any]]
+    namespaces: list[NamespaceInfo]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "link": self.link.to_dict(),
+            "abandoned": list(self.abandoned),
+            "namespaces": [ns.to_dict() for ns in self.namespaces],
+        }
+
+
+@dataclass(frozen=True)
+class NamespaceDescription:
+    """A namespace and the resources (topic names or group ids) in it now, sorted."""
+
+    namespace: NamespaceInfo
+    resources: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.namespace.to_dict(), "resources": list(self.resources)}
+
+
+NAMESPACE_TYPES = ("topic", "group", "principal")
+
+_RESOURCE_TYPES = {
+    "topic": admin_pb2.TOPIC,
+    "group": admin_pb2.GROUP,
+    "principal": admin_pb2.PRINCIPAL,
+}
+
+
+def resource_type_of(kind: str) -> admin_pb2.ResourceType.ValueType:
+    """The proto enum of a namespace type: "topic", "group" or "principal" (any case)."""
+    try:
+        return _RESOURCE_TYPES[kind.strip().lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(
+            f"namespace type must be one of {', '.join(NAMESPACE_TYPES)}, got {kind!r}"
+        ) from None
+
+
+def namespace_info(ns: admin_pb2.Namespace) -> NamespaceInfo:
+    kind = admin_pb2.ResourceType.Name(ns.type).lower() if ns.type else "unspecified"
+    return NamespaceInfo(kind, ns.prefix, ns.reserved, list(ns.attachments))
+
+
 _SPECS = {
     "earliest": cluster_pb2.EARLIEST,
     "beginning": cluster_pb2.EARLIEST,
@@ -410,6 +554,130 @@ class AdminClient:
                 lag = max(0, hw - offset)
             out.append(PartitionLag(topic, partition, offset, hw, lag))
         return out
+
+    # --- Namespaces (spec section 2) ------------------------------------------------
+
+    # --- Replication links (spec sections 3-7) -----------------------------------------
+
+    def create_link(
+        self,
+        name: str,
+        remote: str,
+        credentials: str = "",
+        connection: str = "local",
+        local_bootstrap: str = "",
+        timeout: float | None = None,
+    ) -> LinkInfo:
+        """Creates link `name` to the cluster at `remote` (HOST:PORT); this cluster
+        dials it and writes the mirrored configuration there. `connection`:
+        "local" (this cluster dials from now on) or "remote" (the remote does)."""
+        if connection not in ("local", "remote"):
+            raise ValueError("connection must be 'local' or 'remote'")
+        req = admin_pb2.CreateLinkRequest(
+            name=name,
+            remote_bootstrap=remote,
+            remote_credentials=credentials,
+            connection_direction=admin_pb2.LOCAL_DIALS
+            if connection == "local"
+            else admin_pb2.REMOTE_DIALS,
+            local_bootstrap=local_bootstrap,
+        )
+        return link_info(self._conn.call(self._conn.admin.CreateLink, req, self._t(timeout)))
+
+    def list_links(self, timeout: float | None = None) -> list[LinkInfo]:
+        resp = self._conn.call(
+            self._conn.admin.ListLinks, admin_pb2.ListLinksRequest(), self._t(timeout)
+        )
+        return [link_info(d) for d in resp.links]
+
+    def describe_link(self, name: str, timeout: float | None = None) -> LinkInfo:
+        req = admin_pb2.DescribeLinkRequest(name=name)
+        return link_info(self._conn.call(self._conn.admin.DescribeLink, req, self._t(timeout)))
+
+    def delete_link(self, name: str, timeout: float | None = None) -> None:
+        req = admin_pb2.DeleteLinkRequest(name=name)
+        self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+
+    def attach_namespace(
+        self,
+        link: str,
+        type: str,
+        local_prefix: str,
+        remote_prefix: str,
+        leader: str,
+        timeout: float | None = None,
+    ) -> LinkInfo:
+        """Maps this cluster's namespace `local_prefix` to the remote's
+        `remote_prefix` on the link; `leader` is "local" or "remote"."""
+        req = admin_pb2.AttachNamespaceRequest(
+            link=link,
+            type=resource_type_of(type),
+            local_prefix=local_prefix,
+            remote_prefix=remote_prefix,
+            leader=leader,
+        )
+        return link_info(self._conn.call(self._conn.admin.AttachNamespace, req, self._t(timeout)))
+
+    def detach_namespace(
+        self, link: str, type: str, local_prefix: str, timeout: float | None = None
+    ) -> LinkInfo:
+        req = admin_pb2.DetachNamespaceRequest(
+            link=link, type=resource_type_of(type), local_prefix=local_prefix
+        )
+        return link_info(self._conn.call(self._conn.admin.DetachNamespace, req, self._t(timeout)))
+
+    def failover(
+        self, link: str, force: bool = False, timeout: float | None = None
+    ) -> FailoverResult:
+        """Makes this cluster's follower namespaces of the link writable."""
+        req = admin_pb2.FailoverRequest(link=link, force=force)
+        resp = self._conn.call(self._conn.admin.Failover, req, self._t(timeout))
+        return FailoverResult(
+            link=link_info(resp.link),
+            abandoned=[_lag_dict(p) for p in resp.abandoned],
+            namespaces=[namespace_info(ns) for ns in resp.namespaces],
+        )
+
+    def create_namespace(
+        self, type: str, prefix: str, reserved: bool = False, timeout: float | None = None
+    ) -> NamespaceInfo:
+        """Creates the namespace of this type ("topic", "group", "principal") and prefix."""
+        req = admin_pb2.CreateNamespaceRequest(
+            type=resource_type_of(type), prefix=prefix, reserved=reserved
+        )
+        return namespace_info(
+            self._conn.call(self._conn.admin.CreateNamespace, req, self._t(timeout))
+        )
+
+    def list_namespaces(
+        self, type: str | None = None, timeout: float | None = None
+    ) -> list[NamespaceInfo]:
+        """Every namespace (of one type when `type` is given), sorted by type then prefix."""
+        req = admin_pb2.ListNamespacesRequest(
+            type=admin_pb2.RESOURCE_TYPE_UNSPECIFIED if type is None else resource_type_of(type)
+        )
+        resp = self._conn.call(self._conn.admin.ListNamespaces, req, self._t(timeout))
+        return [namespace_info(ns) for ns in resp.namespaces]
+
+    def describe_namespace(
+        self, type: str, prefix: str, timeout: float | None = None
+    ) -> NamespaceDescription:
+        req = admin_pb2.DescribeNamespaceRequest(type=resource_type_of(type), prefix=prefix)
+        resp = self._conn.call(self._conn.admin.DescribeNamespace, req, self._t(timeout))
+        return NamespaceDescription(namespace_info(resp.namespace), list(resp.resources))
+
+    def set_reserved(
+        self, type: str, prefix: str, reserved: bool, timeout: float | None = None
+    ) -> NamespaceInfo:
+        """Reserves the namespace (only replication may write into it) or clears that."""
+        req = admin_pb2.SetReservedRequest(
+            type=resource_type_of(type), prefix=prefix, reserved=reserved
+        )
+        return namespace_info(self._conn.call(self._conn.admin.SetReserved, req, self._t(timeout)))
+
+    def delete_namespace(self, type: str, prefix: str, timeout: float | None = None) -> None:
+        req = admin_pb2.DeleteNamespaceRequest(type=resource_type_of(type), prefix=prefix)
+        self._conn.call(self._conn.admin.DeleteNamespace, req, self._t(timeout))
 
     # --- Cluster --------------------------------------------------------------------
 

@@ -15,6 +15,18 @@
     describe-group G
     health
     describe-cluster
+    create-namespace --type topic|group|principal --prefix P [--reserved]
+    list-namespaces [--type T]
+    describe-namespace --type T --prefix P
+    set-reserved --type T --prefix P --reserved true|false
+    delete-namespace --type T --prefix P
+    create-link NAME --remote HOST:PORT [--credentials C] [--connection local|remote]
+    list-links
+    describe-link NAME
+    delete-link NAME
+    attach-namespace --link L --type T --local-prefix P --remote-prefix Q --leader local|remote
+    detach-namespace --link L --type T --local-prefix P
+    failover --link L [--force]
 
 --bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
 every call (and the wait for produce acknowledgements); default 30 seconds.
@@ -39,7 +51,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from admin.admin_client import AdminClient, GroupInfo, TopicInfo
+from admin.admin_client import (
+    NAMESPACE_TYPES,
+    AdminClient,
+    GroupInfo,
+    LinkInfo,
+    NamespaceInfo,
+    TopicInfo,
+)
 from admin.client import (
     DEFAULT_BOOTSTRAP,
     OFFSET_BEGINNING,
@@ -114,6 +133,15 @@ def _non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1"):
+        return True
+    if value in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _default_bootstrap() -> str:
@@ -593,6 +621,184 @@ def cmd_describe_cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _namespace_title(ns: NamespaceInfo) -> str:
+    return f"{ns.type} namespace {ns.prefix!r}"
+
+
+def cmd_create_namespace(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        ns = admin.create_namespace(args.type, args.prefix, reserved=args.reserved)
+    if args.json:
+        _emit(ns.to_dict())
+    else:
+        print(f"created {_namespace_title(ns)}" + (" (reserved)" if ns.reserved else ""))
+    return EXIT_OK
+
+
+def cmd_list_namespaces(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        namespaces = admin.list_namespaces(args.type)
+    if args.json:
+        _emit([ns.to_dict() for ns in namespaces])
+    else:
+        rows = [
+            (
+                ns.type,
+                ns.prefix if ns.prefix else '""',
+                "yes" if ns.reserved else "no",
+                ",".join(ns.attachments) or "-",
+            )
+            for ns in namespaces
+        ]
+        print(_table(rows, ("TYPE", "PREFIX", "RESERVED", "ATTACHMENTS")))
+    return EXIT_OK
+
+
+def cmd_describe_namespace(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        d = admin.describe_namespace(args.type, args.prefix)
+    if args.json:
+        _emit(d.to_dict())
+        return EXIT_OK
+    ns = d.namespace
+    print(f"{_namespace_title(ns)}  reserved {'yes' if ns.reserved else 'no'}")
+    print(f"attachments: {', '.join(ns.attachments) or 'none'}")
+    noun = "topics" if ns.type == "topic" else "groups" if ns.type == "group" else "resources"
+    if d.resources:
+        print(f"{noun}:")
+        for name in d.resources:
+            print(f"  {name}")
+    else:
+        print(f"{noun}: none")
+    return EXIT_OK
+
+
+def cmd_set_reserved(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        ns = admin.set_reserved(args.type, args.prefix, args.reserved)
+    if args.json:
+        _emit(ns.to_dict())
+    else:
+        print(f"{_namespace_title(ns)} is {'reserved' if ns.reserved else 'not reserved'}")
+    return EXIT_OK
+
+
+def cmd_delete_namespace(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_namespace(args.type, args.prefix)
+    if args.json:
+        _emit({"deleted": {"type": args.type, "prefix": args.prefix}})
+    else:
+        print(f"deleted {args.type} namespace {args.prefix!r}")
+    return EXIT_OK
+
+
+def _print_link(link: LinkInfo) -> None:
+    print(f"link {link.name} ({link.link_id})")
+    print(
+        f"  {link.local_cluster_id} <-> {link.remote_cluster_id} at {link.remote_bootstrap}"
+        f"  mode {link.mode}  state {link.state}  dials: {link.connection_direction}"
+    )
+    for m in link.mappings:
+        print(
+            f"  {m['type']} {m['local_prefix']!r} -> {m['remote_prefix']!r}  leader: {m['leader']}"
+        )
+    if link.partitions:
+        rows = [
+            (p["topic"], str(p["partition"]), p["role"], str(p["lag_records"]), str(p["lag_ms"]))
+            for p in link.partitions
+        ]
+        print(_table(rows, ("TOPIC", "PARTITION", "ROLE", "LAG_RECORDS", "LAG_MS")))
+
+
+def cmd_create_link(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.create_link(
+            args.name,
+            args.remote,
+            credentials=args.credentials,
+            connection=args.connection,
+            local_bootstrap=args.local_bootstrap,
+        )
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        print(f"created link {link.name}: {link.local_cluster_id} -> {link.remote_cluster_id}")
+    return EXIT_OK
+
+
+def cmd_list_links(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        links = admin.list_links()
+    if args.json:
+        _emit([link.to_dict() for link in links])
+    else:
+        rows = [(x.name, x.remote_cluster_id, x.mode, x.state) for x in links]
+        print(_table(rows, ("NAME", "REMOTE", "MODE", "STATE")))
+    return EXIT_OK
+
+
+def cmd_describe_link(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.describe_link(args.name)
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        _print_link(link)
+    return EXIT_OK
+
+
+def cmd_delete_link(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_link(args.name)
+    if args.json:
+        _emit({"deleted": args.name})
+    else:
+        print(f"deleted link {args.name}")
+    return EXIT_OK
+
+
+def cmd_attach_namespace(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.attach_namespace(
+            args.link, args.type, args.local_prefix, args.remote_prefix, args.leader
+        )
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        print(
+            f"attached {args.type} namespace {args.local_prefix!r} to link {args.link} "
+            f"(remote {args.remote_prefix!r}, leader {args.leader})"
+        )
+    return EXIT_OK
+
+
+def cmd_detach_namespace(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.detach_namespace(args.link, args.type, args.local_prefix)
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        print(f"detached {args.type} namespace {args.local_prefix!r} from link {args.link}")
+    return EXIT_OK
+
+
+def cmd_failover(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        result = admin.failover(args.link, force=args.force)
+    if args.json:
+        _emit(result.to_dict())
+        return EXIT_OK
+    for ns in result.namespaces:
+        print(f"{_namespace_title(ns)} is now writable (detached from {args.link})")
+    if result.abandoned:
+        total = sum(p["lag_records"] for p in result.abandoned)
+        print(f"abandoned {total} records of lag on {len(result.abandoned)} partitions:")
+        for p in result.abandoned:
+            print(f"  {p['topic']}-{p['partition']}: {p['lag_records']} records")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------
 # Parser
 # ---------------------------------------------------------------------------
@@ -720,6 +926,113 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("health", cmd_health, "check that the cluster is serving")
     add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
+
+    def namespace_args(p: Any, type_required: bool = True) -> None:
+        p.add_argument(
+            "--type",
+            type=str.lower,
+            choices=NAMESPACE_TYPES,
+            required=type_required,
+            help="the resource type" + ("" if type_required else " (default: every type)"),
+        )
+        if type_required:
+            p.add_argument(
+                "--prefix",
+                required=True,
+                help='the namespace\'s prefix ("" holds every name not starting with "_")',
+            )
+
+    p = add("create-namespace", cmd_create_namespace, "create a namespace (spec section 2)")
+    namespace_args(p)
+    p.add_argument(
+        "--reserved",
+        action="store_true",
+        help="reserve it: only replication may create, write, delete or commit into it",
+    )
+
+    p = add("list-namespaces", cmd_list_namespaces, "list namespaces")
+    namespace_args(p, type_required=False)
+
+    p = add(
+        "describe-namespace",
+        cmd_describe_namespace,
+        "show a namespace, its link attachments and the topics or groups in it",
+    )
+    namespace_args(p)
+
+    p = add("set-reserved", cmd_set_reserved, "reserve a namespace or clear its reservation")
+    namespace_args(p)
+    p.add_argument("--reserved", type=_bool, required=True, metavar="true|false")
+
+    p = add("delete-namespace", cmd_delete_namespace, "delete a namespace (not while attached)")
+    namespace_args(p)
+
+    p = add(
+        "create-link",
+        cmd_create_link,
+        "create a replication link to a remote cluster (dials it, mirrors the link there)",
+    )
+    p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--remote",
+        type=_host_port,
+        required=True,
+        metavar="HOST:PORT",
+        help="the remote cluster's gRPC address",
+    )
+    p.add_argument("--credentials", default="", help="credentials presented to the remote")
+    p.add_argument(
+        "--connection",
+        choices=["local", "remote"],
+        default="local",
+        help="which side dials from now on (default: local, this cluster)",
+    )
+    p.add_argument(
+        "--local-bootstrap",
+        default="",
+        metavar="HOST:PORT",
+        help="this cluster's address, for a remote that dials back",
+    )
+
+    add("list-links", cmd_list_links, "list replication links")
+
+    p = add(
+        "describe-link", cmd_describe_link, "show a link: mode, state, mappings, per-partition lag"
+    )
+    p.add_argument("name", type=_non_empty)
+
+    p = add(
+        "delete-link",
+        cmd_delete_link,
+        "delete a link (detaches its namespaces; followers stay reserved)",
+    )
+    p.add_argument("name", type=_non_empty)
+
+    p = add("attach-namespace", cmd_attach_namespace, "attach a namespace mapping to a link")
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument("--type", type=str.lower, choices=NAMESPACE_TYPES, required=True)
+    p.add_argument("--local-prefix", required=True)
+    p.add_argument("--remote-prefix", required=True)
+    p.add_argument(
+        "--leader", choices=["local", "remote"], required=True, help="which side's namespace leads"
+    )
+
+    p = add("detach-namespace", cmd_detach_namespace, "detach a namespace mapping from a link")
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument("--type", type=str.lower, choices=NAMESPACE_TYPES, required=True)
+    p.add_argument("--local-prefix", required=True)
+
+    p = add(
+        "failover",
+        cmd_failover,
+        "make this cluster's follower namespaces of a link writable (detach + unreserve)",
+    )
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="fail over even though follower partitions lag (abandons the lag)",
+    )
     return parser
 
 

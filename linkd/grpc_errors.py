@@ -41,6 +41,18 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.NOT_READY: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.STORAGE_ERROR: grpc.StatusCode.INTERNAL,
     ErrorCode.REQUEST_TIMED_OUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorCode.UNKNOWN_NAMESPACE: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.UNKNOWN_LINK: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.NAMESPACE_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorCode.LINK_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    ErrorCode.NAMESPACE_ATTACHED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.RESERVED_NAMESPACE: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.ALREADY_FOLLOWING: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.FOLLOWER_TOPIC_NOT_WRITABLE: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.REPLICATED_GROUP_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.LAG_NOT_ZERO: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -16,10 +16,14 @@ import grpc
 from grpc import aio
 
 from ccr.v1 import admin_pb2, admin_pb2_grpc, cluster_pb2, cluster_pb2_grpc, errors_pb2
+from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
+from linkd.core.links import LinkConfig
+from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_errors import abort_with_error
 from linkd.node import ClusterNode
+from linkd.replication import LinkManager
 
 log = logging.getLogger("linkd.grpc")
 
@@ -440,11 +444,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    """The administrative plane. Namespaces and links arrive with the links
-    work; until then those calls answer UNSUPPORTED with the call's name."""
+    """The administrative plane: the cluster, namespaces (spec section 2) and,
+    with the links work, replication links."""
 
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: ClusterNode, links: LinkManager) -> None:
         self.node = node
+        self.links = links
 
     @refusals
     async def DescribeCluster(
@@ -459,7 +464,178 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             fsync="always" if self.node.fsync else "never",
         )
 
+    # -- namespaces ----------------------------------------------------------------
 
-def add_services(server: aio.Server, node: ClusterNode) -> None:
+    @refusals
+    async def CreateNamespace(
+        self, request: admin_pb2.CreateNamespaceRequest, context: Any
+    ) -> admin_pb2.Namespace:
+        ns = await self.node.create_namespace(request.type, request.prefix, request.reserved)
+        return _namespace_pb(ns)
+
+    @refusals
+    async def ListNamespaces(
+        self, request: admin_pb2.ListNamespacesRequest, context: Any
+    ) -> admin_pb2.ListNamespacesResponse:
+        self.node._check_ready()
+        return admin_pb2.ListNamespacesResponse(
+            namespaces=[_namespace_pb(ns) for ns in self.node.state.namespaces.list(request.type)]
+        )
+
+    @refusals
+    async def DescribeNamespace(
+        self, request: admin_pb2.DescribeNamespaceRequest, context: Any
+    ) -> admin_pb2.NamespaceDescription:
+        self.node._check_ready()
+        ns = self.node.state.namespaces.get(request.type, request.prefix)
+        return admin_pb2.NamespaceDescription(
+            namespace=_namespace_pb(ns),
+            resources=self.node.state.namespace_resources(ns.type, ns.prefix),
+        )
+
+    @refusals
+    async def SetReserved(
+        self, request: admin_pb2.SetReservedRequest, context: Any
+    ) -> admin_pb2.Namespace:
+        ns = await self.node.set_reserved(request.type, request.prefix, request.reserved)
+        return _namespace_pb(ns)
+
+    @refusals
+    async def DeleteNamespace(
+        self, request: admin_pb2.DeleteNamespaceRequest, context: Any
+    ) -> admin_pb2.DeleteNamespaceResponse:
+        await self.node.delete_namespace(request.type, request.prefix)
+        return admin_pb2.DeleteNamespaceResponse()
+
+    # -- links -----------------------------------------------------------------
+
+    def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
+        summary = rep.link_summary(self.node.state, name, self.node.clock())
+        config: LinkConfig = summary["config"]
+        mode = admin_pb2.SYNC if config.mode == "SYNC" else admin_pb2.ASYNC
+        direction = (
+            admin_pb2.LOCAL_DIALS
+            if config.connection_direction == "local_dials"
+            else admin_pb2.REMOTE_DIALS
+        )
+        return admin_pb2.LinkDescription(
+            name=config.name,
+            link_id=config.link_id,
+            local_cluster_id=config.local_cluster_id,
+            remote_cluster_id=config.remote_cluster_id,
+            remote_bootstrap=config.value("remote_bootstrap"),
+            mode=mode,
+            connection_direction=direction,
+            state=summary["state"],
+            state_entered_at_ms=summary["entered_at_ms"],
+            link_epoch=config.link_epoch,
+            mappings=[
+                admin_pb2.NamespaceMapping(
+                    type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
+                    local_prefix=m.local_prefix,
+                    remote_prefix=m.remote_prefix,
+                    leader=m.leader,
+                )
+                for m in config.attached_mappings()
+            ],
+            partitions=[admin_pb2.PartitionLag(**p) for p in summary["partitions"]],
+            history=[
+                admin_pb2.LinkStateChange(state=st, entered_at_ms=at)
+                for st, at in summary["history"]
+            ],
+        )
+
+    @refusals
+    async def CreateLink(
+        self, request: admin_pb2.CreateLinkRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        direction = (
+            "remote_dials"
+            if request.connection_direction == admin_pb2.REMOTE_DIALS
+            else "local_dials"
+        )
+        config = await self.links.create_link(
+            request.name,
+            request.remote_bootstrap,
+            request.remote_credentials,
+            direction,
+            request.local_bootstrap,
+        )
+        return self._link_pb(config.name)
+
+    @refusals
+    async def ListLinks(
+        self, request: admin_pb2.ListLinksRequest, context: Any
+    ) -> admin_pb2.ListLinksResponse:
+        self.node._check_ready()
+        return admin_pb2.ListLinksResponse(
+            links=[self._link_pb(n) for n in self.node.state.links.names()]
+        )
+
+    @refusals
+    async def DescribeLink(
+        self, request: admin_pb2.DescribeLinkRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        self.node._check_ready()
+        self.node.state.links.get(request.name)
+        return self._link_pb(request.name)
+
+    @refusals
+    async def DeleteLink(
+        self, request: admin_pb2.DeleteLinkRequest, context: Any
+    ) -> admin_pb2.DeleteLinkResponse:
+        await self.links.delete_link(request.name)
+        return admin_pb2.DeleteLinkResponse()
+
+    @refusals
+    async def AttachNamespace(
+        self, request: admin_pb2.AttachNamespaceRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        await self.links.attach(
+            request.link,
+            ResourceType.parse(request.type).label,
+            request.local_prefix,
+            request.remote_prefix,
+            request.leader,
+        )
+        return self._link_pb(request.link)
+
+    @refusals
+    async def DetachNamespace(
+        self, request: admin_pb2.DetachNamespaceRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        await self.links.detach(
+            request.link, ResourceType.parse(request.type).label, request.local_prefix
+        )
+        return self._link_pb(request.link)
+
+    @refusals
+    async def Failover(
+        self, request: admin_pb2.FailoverRequest, context: Any
+    ) -> admin_pb2.FailoverResponse:
+        config = self.node.state.links.get(request.link)
+        followers = [m for m in config.attached_mappings() if m.local_role == "follower"]
+        abandoned = await self.links.failover(request.link, request.force)
+        namespaces = [
+            self.node.state.namespaces.get(ResourceType.parse(m.resource_type), m.local_prefix)
+            for m in followers
+        ]
+        return admin_pb2.FailoverResponse(
+            link=self._link_pb(request.link),
+            abandoned=[admin_pb2.PartitionLag(**p) for p in abandoned],
+            namespaces=[_namespace_pb(ns) for ns in namespaces],
+        )
+
+
+def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:
+    return admin_pb2.Namespace(
+        type=admin_pb2.ResourceType.ValueType(int(ns.type)),
+        prefix=ns.prefix,
+        reserved=ns.reserved,
+        attachments=ns.attachment_labels(),
+    )
+
+
+def add_services(server: aio.Server, node: ClusterNode, links: LinkManager) -> None:
     cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterService(node), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node, links), server)

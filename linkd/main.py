@@ -1,11 +1,14 @@
 """`linkd`: one simulated Kafka cluster, served over gRPC.
 
     linkd --cluster-id A --listen 127.0.0.1:9701 --data-dir DIR [--fsync never]
+          [--kafka-listen 127.0.0.1:9092]
     linkd --config linkd.toml
 
 A config file (TOML) may hold the same settings under their long option names
 with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
-`fsync = "always"`); options on the command line win. Logs are JSON lines on
+`fsync = "always"`, `kafka_listen = "127.0.0.1:9092"`); options on the
+command line win. With `--kafka-listen` the daemon also serves the Apache Kafka
+protocol (linkd/kafka/) on the same storage and core as gRPC. Logs are JSON lines on
 stderr. SIGTERM and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad
 arguments or configuration, 3 start-up failure (port, data dir).
 """
@@ -24,9 +27,18 @@ from typing import Any
 
 from grpc import aio
 
+from ccr.v1 import replication_pb2_grpc
 from linkd.core.groups import GroupConfig
+from linkd.core.links import (
+    DEFAULT_LAG_MAX_MS,
+    DEFAULT_LAG_MAX_RECORDS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    LinkLimits,
+)
 from linkd.grpc_service import VERSION, add_services
+from linkd.kafka.server import KafkaListener
 from linkd.node import ClusterNode
+from linkd.replication import LinkManager, ReplicationService
 from linkd.storage.datadir import DataDirError
 
 EXIT_USAGE = 2
@@ -65,7 +77,18 @@ def _parser() -> argparse.ArgumentParser:
         help="always (default): fsync before acknowledging; never: for benchmarks "
         "only, acknowledged records may be lost on a machine crash",
     )
+    p.add_argument(
+        "--kafka-listen",
+        help="also serve the Kafka protocol on HOST:PORT (e.g. 127.0.0.1:9092); "
+        "clients are told to connect to this address",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--link-session-timeout-ms", type=int,
+                   help="a link without contact this long is DISCONNECTED (default 10000)")
+    p.add_argument("--link-lag-max-records", type=int,
+                   help="a follower partition lagging more records is CATCHING_UP (default 0)")
+    p.add_argument("--link-lag-max-ms", type=int,
+                   help="a follower partition lagging longer is CATCHING_UP (default 30000)")
     p.add_argument(
         "--initial-rebalance-delay-ms",
         type=int,
@@ -83,6 +106,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "fsync": "always",
         "log_level": "info",
         "initial_rebalance_delay_ms": 0,
+        "link_session_timeout_ms": DEFAULT_SESSION_TIMEOUT_MS,
+        "link_lag_max_records": DEFAULT_LAG_MAX_RECORDS,
+        "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
     }
     if args.config is not None:
         try:
@@ -99,6 +125,10 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "fsync",
             "log_level",
             "initial_rebalance_delay_ms",
+            "kafka_listen",
+            "link_session_timeout_ms",
+            "link_lag_max_records",
+            "link_lag_max_ms",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -115,6 +145,10 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "fsync",
         "log_level",
         "initial_rebalance_delay_ms",
+        "kafka_listen",
+        "link_session_timeout_ms",
+        "link_lag_max_records",
+        "link_lag_max_ms",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -139,6 +173,13 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
     host, sep, port = str(settings["listen"]).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r} is not HOST:PORT\n")
+    kafka_listen = settings.get("kafka_listen")
+    if kafka_listen:
+        host, sep, port = str(kafka_listen).rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            parser.exit(
+                EXIT_USAGE, f"linkd: --kafka-listen {kafka_listen!r} is not HOST:PORT\n"
+            )
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -151,6 +192,11 @@ async def serve(settings: dict[str, Any]) -> int:
         group_config=GroupConfig(
             initial_rebalance_delay_ms=int(settings["initial_rebalance_delay_ms"])
         ),
+    )
+    node.state.links.limits = LinkLimits(
+        session_timeout_ms=int(settings["link_session_timeout_ms"]),
+        lag_max_records=int(settings["link_lag_max_records"]),
+        lag_max_ms=int(settings["link_lag_max_ms"]),
     )
     try:
         node.open()
@@ -165,7 +211,9 @@ async def serve(settings: dict[str, Any]) -> int:
             ("grpc.so_reuseport", 0),
         ]
     )
-    add_services(server, node)
+    links = LinkManager(node)
+    add_services(server, node, links)
+    replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
     try:
         port = server.add_insecure_port(settings["listen"])
     except RuntimeError as exc:
@@ -177,8 +225,24 @@ async def serve(settings: dict[str, Any]) -> int:
         print(f"linkd: cannot listen on {settings['listen']}: {reason}", file=sys.stderr)
         await node.stop()
         return EXIT_STARTUP
+    kafka: KafkaListener | None = None
+    if settings.get("kafka_listen"):
+        host, _, kport = str(settings["kafka_listen"]).rpartition(":")
+        kafka = KafkaListener(node, host.strip("[]"), int(kport))
+        try:
+            await kafka.start()
+        except OSError as exc:
+            print(
+                f"linkd: cannot listen for Kafka clients on {settings['kafka_listen']}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            await server.stop(grace=None)
+            await node.stop()
+            return EXIT_STARTUP
     await server.start()
     await node.start()
+    links.start()
     log.info(
         "serving",
         extra={
@@ -186,6 +250,7 @@ async def serve(settings: dict[str, Any]) -> int:
             "listen": settings["listen"],
             "data_dir": str(settings["data_dir"]),
             "fsync": settings["fsync"],
+            "kafka_listen": settings.get("kafka_listen") or "",
         },
     )
     stop = asyncio.Event()
@@ -194,6 +259,9 @@ async def serve(settings: dict[str, Any]) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    if kafka is not None:
+        await kafka.stop()
+    await links.stop()
     await server.stop(grace=2.0)
     await node.stop()
     log.info("stopped")

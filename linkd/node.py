@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from linkd.core import records as rb
+from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
     AppendBatch,
     ClusterState,
@@ -41,10 +42,13 @@ from linkd.core.cluster import (
     Effect,
     Journal,
     OffsetLookup,
+    ResetLog,
+    TruncateLog,
     pick_offset_in_batch,
 )
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
+from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
 from linkd.storage.datadir import DataDir
 from linkd.storage.metadata import MetadataJournal
@@ -243,6 +247,7 @@ class ClusterNode:
                 now = self.clock()
                 await self._execute(self.state.tick(now))
                 self._deliver(self.state.groups.tick(now))
+                self.state.links.tick(now)
             except Exception:  # a timer failure must not stop future timers
                 log.exception("tick failed")
             await asyncio.sleep(TICK_INTERVAL_S)
@@ -274,6 +279,19 @@ class ClusterNode:
                 store = self.stores.get((effect.topic_id, effect.partition))
                 if store is not None:
                     store.delete_segments_below(effect.offset)
+            elif isinstance(effect, ResetLog | TruncateLog):
+                key = (effect.topic_id, effect.partition)
+                if touched.pop(key, None) is not None:
+                    await self._make_durable({key: self.stores[key].log_end_offset})
+                store = self.stores[key]
+                if isinstance(effect, ResetLog):
+                    store.reset(effect.offset)
+                else:
+                    store.truncate_to(effect.offset)
+                flusher = self.flushers[key]
+                flusher.durable_offset = min(flusher.durable_offset, store.log_end_offset)
+                if isinstance(effect, ResetLog):
+                    flusher.durable_offset = store.log_end_offset
         if touched:
             if wait_durable:
                 await self._make_durable(touched)
@@ -584,6 +602,7 @@ class ClusterNode:
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
         self._check_ready()
+        self.state.check_group_writable(group_id)
         for topic, partition in offsets:
             self.state.partition(topic, partition)
         records = self.state.groups.commit_offsets(
@@ -593,13 +612,72 @@ class ClusterNode:
 
     async def delete_group(self, group_id: str) -> None:
         self._check_ready()
+        self.state.check_group_writable(group_id, "delete")
         records = self.state.groups.delete_group(group_id)
         await self._execute([Journal(tuple(records))] if records else [])
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
         self._check_ready()
+        self.state.check_group_writable(group_id, "delete offsets of")
         records = self.state.groups.delete_offsets(group_id, partitions)
         await self._execute([Journal(tuple(records))] if records else [])
+
+    # -- validation only (Kafka's validate_only requests) ---------------------------------
+
+    def check_create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
+        self._check_ready()
+        self.state.check_create_topic(name, partitions, configs)
+
+    def check_alter_topic_configs(self, name: str, set_: dict[str, str]) -> None:
+        self._check_ready()
+        self.state.check_alter_configs(name, set_)
+
+    def check_create_partitions(self, name: str, total: int) -> None:
+        self._check_ready()
+        self.state.check_create_partitions(name, total)
+
+    # -- namespaces ------------------------------------------------------------------------
+
+    async def create_namespace(
+        self, resource_type: ResourceType | int, prefix: str, reserved: bool
+    ) -> Namespace:
+        self._check_ready()
+        records = self.state.namespaces.create(resource_type, prefix, reserved)
+        await self._execute([Journal(tuple(records))] if records else [])
+        return self.state.namespaces.get(resource_type, prefix)
+
+    async def set_reserved(
+        self, resource_type: ResourceType | int, prefix: str, reserved: bool
+    ) -> Namespace:
+        self._check_ready()
+        records = self.state.namespaces.set_reserved(resource_type, prefix, reserved)
+        await self._execute([Journal(tuple(records))] if records else [])
+        return self.state.namespaces.get(resource_type, prefix)
+
+    async def delete_namespace(self, resource_type: ResourceType | int, prefix: str) -> None:
+        self._check_ready()
+        records = self.state.namespaces.delete(resource_type, prefix)
+        await self._execute([Journal(tuple(records))] if records else [])
+
+    # -- ACLs ---------------------------------------------------------------------------
+
+    async def create_acls(self, bindings: list[AclBinding]) -> list[ClusterError | None]:
+        self._check_ready()
+        results, effects = self.state.create_acls(bindings)
+        await self._execute(effects)
+        return results
+
+    async def delete_acls(
+        self, filters: list[AclFilter]
+    ) -> list[list[AclBinding] | ClusterError]:
+        self._check_ready()
+        results, effects = self.state.delete_acls(filters)
+        await self._execute(effects)
+        return results
+
+    def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        self._check_ready()
+        return self.state.describe_acls(acl_filter)
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:

@@ -24,17 +24,69 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x63r/v1/admin.proto\x12\x06\x63\x63r.v1\"\x18\n\x16\x44\x65scribeClusterRequest\"\x89\x01\n\x17\x44\x65scribeClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0btopic_count\x18\x03 \x01(\x05\x12\x13\n\x0bgroup_count\x18\x04 \x01(\x05\x12\x10\n\x08\x64\x61ta_dir\x18\x05 \x01(\t\x12\r\n\x05\x66sync\x18\x06 \x01(\t2[\n\x05\x41\x64min\x12R\n\x0f\x44\x65scribeCluster\x12\x1e.ccr.v1.DescribeClusterRequest\x1a\x1f.ccr.v1.DescribeClusterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x63r/v1/admin.proto\x12\x06\x63\x63r.v1\"\x18\n\x16\x44\x65scribeClusterRequest\"\x89\x01\n\x17\x44\x65scribeClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0btopic_count\x18\x03 \x01(\x05\x12\x13\n\x0bgroup_count\x18\x04 \x01(\x05\x12\x10\n\x08\x64\x61ta_dir\x18\x05 \x01(\t\x12\r\n\x05\x66sync\x18\x06 \x01(\t\"f\n\tNamespace\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x10\n\x08reserved\x18\x03 \x01(\x08\x12\x13\n\x0b\x61ttachments\x18\x04 \x03(\t\"^\n\x16\x43reateNamespaceRequest\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x10\n\x08reserved\x18\x03 \x01(\x08\";\n\x15ListNamespacesRequest\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\"?\n\x16ListNamespacesResponse\x12%\n\nnamespaces\x18\x01 \x03(\x0b\x32\x11.ccr.v1.Namespace\"N\n\x18\x44\x65scribeNamespaceRequest\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x0e\n\x06prefix\x18\x02 \x01(\t\"O\n\x14NamespaceDescription\x12$\n\tnamespace\x18\x01 \x01(\x0b\x32\x11.ccr.v1.Namespace\x12\x11\n\tresources\x18\x02 \x03(\t\"Z\n\x12SetReservedRequest\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x0e\n\x06prefix\x18\x02 \x01(\t\x12\x10\n\x08reserved\x18\x03 \x01(\x08\"L\n\x16\x44\x65leteNamespaceRequest\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x0e\n\x06prefix\x18\x02 \x01(\t\"\x19\n\x17\x44\x65leteNamespaceResponse\"\xab\x01\n\x11\x43reateLinkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x18\n\x10remote_bootstrap\x18\x02 \x01(\t\x12\x1a\n\x12remote_credentials\x18\x03 \x01(\t\x12\x39\n\x14\x63onnection_direction\x18\x04 \x01(\x0e\x32\x1b.ccr.v1.ConnectionDirection\x12\x17\n\x0flocal_bootstrap\x18\x05 \x01(\t\"\x12\n\x10ListLinksRequest\";\n\x11ListLinksResponse\x12&\n\x05links\x18\x01 \x03(\x0b\x32\x17.ccr.v1.LinkDescription\"#\n\x13\x44\x65scribeLinkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"!\n\x11\x44\x65leteLinkRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteLinkResponse\"\x87\x01\n\x16\x41ttachNamespaceRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\"\n\x04type\x18\x02 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x14\n\x0clocal_prefix\x18\x03 \x01(\t\x12\x15\n\rremote_prefix\x18\x04 \x01(\t\x12\x0e\n\x06leader\x18\x05 \x01(\t\"`\n\x16\x44\x65tachNamespaceRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\"\n\x04type\x18\x02 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x14\n\x0clocal_prefix\x18\x03 \x01(\t\"s\n\x10NamespaceMapping\x12\"\n\x04type\x18\x01 \x01(\x0e\x32\x14.ccr.v1.ResourceType\x12\x14\n\x0clocal_prefix\x18\x02 \x01(\t\x12\x15\n\rremote_prefix\x18\x03 \x01(\t\x12\x0e\n\x06leader\x18\x04 \x01(\t\"\x9a\x01\n\x0cPartitionLag\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x13\n\x0blag_records\x18\x04 \x01(\x03\x12\x0e\n\x06lag_ms\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12\x1d\n\x15source_high_watermark\x18\x07 \x01(\x03\"7\n\x0fLinkStateChange\x12\r\n\x05state\x18\x01 \x01(\t\x12\x15\n\rentered_at_ms\x18\x02 \x01(\x03\"\x9a\x03\n\x0fLinkDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07link_id\x18\x02 \x01(\t\x12\x18\n\x10local_cluster_id\x18\x03 \x01(\t\x12\x19\n\x11remote_cluster_id\x18\x04 \x01(\t\x12\x18\n\x10remote_bootstrap\x18\x05 \x01(\t\x12\x1e\n\x04mode\x18\x06 \x01(\x0e\x32\x10.ccr.v1.LinkMode\x12\x39\n\x14\x63onnection_direction\x18\x07 \x01(\x0e\x32\x1b.ccr.v1.ConnectionDirection\x12\r\n\x05state\x18\x08 \x01(\t\x12\x1b\n\x13state_entered_at_ms\x18\t \x01(\x03\x12*\n\x08mappings\x18\n \x03(\x0b\x32\x18.ccr.v1.NamespaceMapping\x12(\n\npartitions\x18\x0b \x03(\x0b\x32\x14.ccr.v1.PartitionLag\x12(\n\x07history\x18\x0c \x03(\x0b\x32\x17.ccr.v1.LinkStateChange\x12\x12\n\nlink_epoch\x18\r \x01(\x05\".\n\x0f\x46\x61iloverRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\x89\x01\n\x10\x46\x61iloverResponse\x12%\n\x04link\x18\x01 \x01(\x0b\x32\x17.ccr.v1.LinkDescription\x12\'\n\tabandoned\x18\x02 \x03(\x0b\x32\x14.ccr.v1.PartitionLag\x12%\n\nnamespaces\x18\x03 \x03(\x0b\x32\x11.ccr.v1.Namespace*R\n\x0cResourceType\x12\x1d\n\x19RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\t\n\x05TOPIC\x10\x01\x12\t\n\x05GROUP\x10\x02\x12\r\n\tPRINCIPAL\x10\x03*:\n\x08LinkMode\x12\x19\n\x15LINK_MODE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41SYNC\x10\x01\x12\x08\n\x04SYNC\x10\x02*^\n\x13\x43onnectionDirection\x12$\n CONNECTION_DIRECTION_UNSPECIFIED\x10\x00\x12\x0f\n\x0bLOCAL_DIALS\x10\x01\x12\x10\n\x0cREMOTE_DIALS\x10\x02\x32\xbf\x07\n\x05\x41\x64min\x12R\n\x0f\x44\x65scribeCluster\x12\x1e.ccr.v1.DescribeClusterRequest\x1a\x1f.ccr.v1.DescribeClusterResponse\x12\x44\n\x0f\x43reateNamespace\x12\x1e.ccr.v1.CreateNamespaceRequest\x1a\x11.ccr.v1.Namespace\x12O\n\x0eListNamespaces\x12\x1d.ccr.v1.ListNamespacesRequest\x1a\x1e.ccr.v1.ListNamespacesResponse\x12S\n\x11\x44\x65scribeNamespace\x12 .ccr.v1.DescribeNamespaceRequest\x1a\x1c.ccr.v1.NamespaceDescription\x12<\n\x0bSetReserved\x12\x1a.ccr.v1.SetReservedRequest\x1a\x11.ccr.v1.Namespace\x12R\n\x0f\x44\x65leteNamespace\x12\x1e.ccr.v1.DeleteNamespaceRequest\x1a\x1f.ccr.v1.DeleteNamespaceResponse\x12@\n\nCreateLink\x12\x19.ccr.v1.CreateLinkRequest\x1a\x17.ccr.v1.LinkDescription\x12@\n\tListLinks\x12\x18.ccr.v1.ListLinksRequest\x1a\x19.ccr.v1.ListLinksResponse\x12\x44\n\x0c\x44\x65scribeLink\x12\x1b.ccr.v1.DescribeLinkRequest\x1a\x17.ccr.v1.LinkDescription\x12\x43\n\nDeleteLink\x12\x19.ccr.v1.DeleteLinkRequest\x1a\x1a.ccr.v1.DeleteLinkResponse\x12J\n\x0f\x41ttachNamespace\x12\x1e.ccr.v1.AttachNamespaceRequest\x1a\x17.ccr.v1.LinkDescription\x12J\n\x0f\x44\x65tachNamespace\x12\x1e.ccr.v1.DetachNamespaceRequest\x1a\x17.ccr.v1.LinkDescription\x12=\n\x08\x46\x61ilover\x12\x17.ccr.v1.FailoverRequest\x1a\x18.ccr.v1.FailoverResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ccr.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_RESOURCETYPE']._serialized_start=2397
+  _globals['_RESOURCETYPE']._serialized_end=2479
+  _globals['_LINKMODE']._serialized_start=2481
+  _globals['_LINKMODE']._serialized_end=2539
+  _globals['_CONNECTIONDIRECTION']._serialized_start=2541
+  _globals['_CONNECTIONDIRECTION']._serialized_end=2635
   _globals['_DESCRIBECLUSTERREQUEST']._serialized_start=30
   _globals['_DESCRIBECLUSTERREQUEST']._serialized_end=54
   _globals['_DESCRIBECLUSTERRESPONSE']._serialized_start=57
   _globals['_DESCRIBECLUSTERRESPONSE']._serialized_end=194
-  _globals['_ADMIN']._serialized_start=196
-  _globals['_ADMIN']._serialized_end=287
+  _globals['_NAMESPACE']._serialized_start=196
+  _globals['_NAMESPACE']._serialized_end=298
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=300
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=394
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=396
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=455
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=457
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=520
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_start=522
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_end=600
+  _globals['_NAMESPACEDESCRIPTION']._serialized_start=602
+  _globals['_NAMESPACEDESCRIPTION']._serialized_end=681
+  _globals['_SETRESERVEDREQUEST']._serialized_start=683
+  _globals['_SETRESERVEDREQUEST']._serialized_end=773
+  _globals['_DELETENAMESPACEREQUEST']._serialized_start=775
+  _globals['_DELETENAMESPACEREQUEST']._serialized_end=851
+  _globals['_DELETENAMESPACERESPONSE']._serialized_start=853
+  _globals['_DELETENAMESPACERESPONSE']._serialized_end=878
+  _globals['_CREATELINKREQUEST']._serialized_start=881
+  _globals['_CREATELINKREQUEST']._serialized_end=1052
+  _globals['_LISTLINKSREQUEST']._serialized_start=1054
+  _globals['_LISTLINKSREQUEST']._serialized_end=1072
+  _globals['_LISTLINKSRESPONSE']._serialized_start=1074
+  _globals['_LISTLINKSRESPONSE']._serialized_end=1133
+  _globals['_DESCRIBELINKREQUEST']._serialized_start=1135
+  _globals['_DESCRIBELINKREQUEST']._serialized_end=1170
+  _globals['_DELETELINKREQUEST']._serialized_start=1172
+  _globals['_DELETELINKREQUEST']._serialized_end=1205
+  _globals['_DELETELINKRESPONSE']._serialized_start=1207
+  _globals['_DELETELINKRESPONSE']._serialized_end=1227
+  _globals['_ATTACHNAMESPACEREQUEST']._serialized_start=1230
+  _globals['_ATTACHNAMESPACEREQUEST']._serialized_end=1365
+  _globals['_DETACHNAMESPACEREQUEST']._serialized_start=1367
+  _globals['_DETACHNAMESPACEREQUEST']._serialized_end=1463
+  _globals['_NAMESPACEMAPPING']._serialized_start=1465
+  _globals['_NAMESPACEMAPPING']._serialized_end=1580
+  _globals['_PARTITIONLAG']._serialized_start=1583
+  _globals['_PARTITIONLAG']._serialized_end=1737
+  _globals['_LINKSTATECHANGE']._serialized_start=1739
+  _globals['_LINKSTATECHANGE']._serialized_end=1794
+  _globals['_LINKDESCRIPTION']._serialized_start=1797
+  _globals['_LINKDESCRIPTION']._serialized_end=2207
+  _globals['_FAILOVERREQUEST']._serialized_start=2209
+  _globals['_FAILOVERREQUEST']._serialized_end=2255
+  _globals['_FAILOVERRESPONSE']._serialized_start=2258
+  _globals['_FAILOVERRESPONSE']._serialized_end=2395
+  _globals['_ADMIN']._serialized_start=2638
+  _globals['_ADMIN']._serialized_end=3597
 # @@protoc_insertion_point(module_scope)

@@ -5,8 +5,11 @@ The administrative plane of one cluster. It grows with the product:
 namespaces, replication links and provenance join it as they are built.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -17,6 +20,65 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ResourceType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResourceType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RESOURCE_TYPE_UNSPECIFIED: _ResourceType.ValueType  # 0
+    TOPIC: _ResourceType.ValueType  # 1
+    GROUP: _ResourceType.ValueType  # 2
+    PRINCIPAL: _ResourceType.ValueType  # 3
+
+class ResourceType(_ResourceType, metaclass=_ResourceTypeEnumTypeWrapper): ...
+
+RESOURCE_TYPE_UNSPECIFIED: ResourceType.ValueType  # 0
+TOPIC: ResourceType.ValueType  # 1
+GROUP: ResourceType.ValueType  # 2
+PRINCIPAL: ResourceType.ValueType  # 3
+Global___ResourceType: _TypeAlias = ResourceType  # noqa: Y015
+
+class _LinkMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_MODE_UNSPECIFIED: _LinkMode.ValueType  # 0
+    ASYNC: _LinkMode.ValueType  # 1
+    SYNC: _LinkMode.ValueType  # 2
+
+class LinkMode(_LinkMode, metaclass=_LinkModeEnumTypeWrapper):
+    """--- Links ---------------------------------------------------------------------"""
+
+LINK_MODE_UNSPECIFIED: LinkMode.ValueType  # 0
+ASYNC: LinkMode.ValueType  # 1
+SYNC: LinkMode.ValueType  # 2
+Global___LinkMode: _TypeAlias = LinkMode  # noqa: Y015
+
+class _ConnectionDirection:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConnectionDirectionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConnectionDirection.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONNECTION_DIRECTION_UNSPECIFIED: _ConnectionDirection.ValueType  # 0
+    LOCAL_DIALS: _ConnectionDirection.ValueType  # 1
+    """This cluster dials the remote."""
+    REMOTE_DIALS: _ConnectionDirection.ValueType  # 2
+    """The remote dials this cluster."""
+
+class ConnectionDirection(_ConnectionDirection, metaclass=_ConnectionDirectionEnumTypeWrapper):
+    """Which side opens the connection (the other may sit behind NAT)."""
+
+CONNECTION_DIRECTION_UNSPECIFIED: ConnectionDirection.ValueType  # 0
+LOCAL_DIALS: ConnectionDirection.ValueType  # 1
+"""This cluster dials the remote."""
+REMOTE_DIALS: ConnectionDirection.ValueType  # 2
+"""The remote dials this cluster."""
+Global___ConnectionDirection: _TypeAlias = ConnectionDirection  # noqa: Y015
 
 @_typing.final
 class DescribeClusterRequest(_message.Message):
@@ -67,3 +129,601 @@ class DescribeClusterResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeClusterResponse: _TypeAlias = DescribeClusterResponse  # noqa: Y015
+
+@_typing.final
+class Namespace(_message.Message):
+    """A prefix-defined set of resources of one type (spec section 2). The prefix
+    "" holds every name that does not start with "_".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    ATTACHMENTS_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    prefix: _builtins.str
+    reserved: _builtins.bool
+    @_builtins.property
+    def attachments(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Links this namespace is attached to, and in which role ("leader" or
+        "follower"), as "link-name:role".
+        """
+
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        prefix: _builtins.str = ...,
+        reserved: _builtins.bool = ...,
+        attachments: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attachments", b"attachments", "prefix", b"prefix", "reserved", b"reserved", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Namespace: _TypeAlias = Namespace  # noqa: Y015
+
+@_typing.final
+class CreateNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    prefix: _builtins.str
+    reserved: _builtins.bool
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        prefix: _builtins.str = ...,
+        reserved: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "reserved", b"reserved", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateNamespaceRequest: _TypeAlias = CreateNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class ListNamespacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    """RESOURCE_TYPE_UNSPECIFIED lists every type."""
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNamespacesRequest: _TypeAlias = ListNamespacesRequest  # noqa: Y015
+
+@_typing.final
+class ListNamespacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___Namespace]: ...
+    def __init__(
+        self,
+        *,
+        namespaces: _abc.Iterable[Global___Namespace] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNamespacesResponse: _TypeAlias = ListNamespacesResponse  # noqa: Y015
+
+@_typing.final
+class DescribeNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    prefix: _builtins.str
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeNamespaceRequest: _TypeAlias = DescribeNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class NamespaceDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def namespace(self) -> Global___Namespace: ...
+    @_builtins.property
+    def resources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The resources in the namespace now (topic names or group ids), sorted."""
+
+    def __init__(
+        self,
+        *,
+        namespace: Global___Namespace | None = ...,
+        resources: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "resources", b"resources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceDescription: _TypeAlias = NamespaceDescription  # noqa: Y015
+
+@_typing.final
+class SetReservedRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    prefix: _builtins.str
+    reserved: _builtins.bool
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        prefix: _builtins.str = ...,
+        reserved: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "reserved", b"reserved", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetReservedRequest: _TypeAlias = SetReservedRequest  # noqa: Y015
+
+@_typing.final
+class DeleteNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    prefix: _builtins.str
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNamespaceRequest: _TypeAlias = DeleteNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class DeleteNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNamespaceResponse: _TypeAlias = DeleteNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class CreateLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    REMOTE_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    REMOTE_CREDENTIALS_FIELD_NUMBER: _builtins.int
+    CONNECTION_DIRECTION_FIELD_NUMBER: _builtins.int
+    LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    remote_bootstrap: _builtins.str
+    """The remote cluster's gRPC address, HOST:PORT."""
+    remote_credentials: _builtins.str
+    """Credentials presented to the remote (opaque to the simulator, stored)."""
+    connection_direction: Global___ConnectionDirection.ValueType
+    local_bootstrap: _builtins.str
+    """This cluster's own address, for a remote that must dial back."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        remote_bootstrap: _builtins.str = ...,
+        remote_credentials: _builtins.str = ...,
+        connection_direction: Global___ConnectionDirection.ValueType = ...,
+        local_bootstrap: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateLinkRequest: _TypeAlias = CreateLinkRequest  # noqa: Y015
+
+@_typing.final
+class ListLinksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLinksRequest: _TypeAlias = ListLinksRequest  # noqa: Y015
+
+@_typing.final
+class ListLinksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkDescription]: ...
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___LinkDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListLinksResponse: _TypeAlias = ListLinksResponse  # noqa: Y015
+
+@_typing.final
+class DescribeLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeLinkRequest: _TypeAlias = DescribeLinkRequest  # noqa: Y015
+
+@_typing.final
+class DeleteLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteLinkRequest: _TypeAlias = DeleteLinkRequest  # noqa: Y015
+
+@_typing.final
+class DeleteLinkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteLinkResponse: _TypeAlias = DeleteLinkResponse  # noqa: Y015
+
+@_typing.final
+class AttachNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    type: Global___ResourceType.ValueType
+    local_prefix: _builtins.str
+    remote_prefix: _builtins.str
+    leader: _builtins.str
+    """"local" or "remote": which side's namespace leads."""
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        type: Global___ResourceType.ValueType = ...,
+        local_prefix: _builtins.str = ...,
+        remote_prefix: _builtins.str = ...,
+        leader: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "link", b"link", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttachNamespaceRequest: _TypeAlias = AttachNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class DetachNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    type: Global___ResourceType.ValueType
+    local_prefix: _builtins.str
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        type: Global___ResourceType.ValueType = ...,
+        local_prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "local_prefix", b"local_prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetachNamespaceRequest: _TypeAlias = DetachNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class NamespaceMapping(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    local_prefix: _builtins.str
+    remote_prefix: _builtins.str
+    leader: _builtins.str
+    """"local" or "remote"."""
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        local_prefix: _builtins.str = ...,
+        remote_prefix: _builtins.str = ...,
+        leader: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceMapping: _TypeAlias = NamespaceMapping  # noqa: Y015
+
+@_typing.final
+class PartitionLag(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    LAG_RECORDS_FIELD_NUMBER: _builtins.int
+    LAG_MS_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    SOURCE_HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    role: _builtins.str
+    """"leader" or "follower" (this cluster's role for the partition)."""
+    lag_records: _builtins.int
+    lag_ms: _builtins.int
+    log_end_offset: _builtins.int
+    source_high_watermark: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        role: _builtins.str = ...,
+        lag_records: _builtins.int = ...,
+        lag_ms: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        source_high_watermark: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "role", b"role", "source_high_watermark", b"source_high_watermark", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionLag: _TypeAlias = PartitionLag  # noqa: Y015
+
+@_typing.final
+class LinkStateChange(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    ENTERED_AT_MS_FIELD_NUMBER: _builtins.int
+    state: _builtins.str
+    entered_at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        state: _builtins.str = ...,
+        entered_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entered_at_ms", b"entered_at_ms", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkStateChange: _TypeAlias = LinkStateChange  # noqa: Y015
+
+@_typing.final
+class LinkDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    LOCAL_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    REMOTE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    REMOTE_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    CONNECTION_DIRECTION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STATE_ENTERED_AT_MS_FIELD_NUMBER: _builtins.int
+    MAPPINGS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    LINK_EPOCH_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    link_id: _builtins.str
+    local_cluster_id: _builtins.str
+    remote_cluster_id: _builtins.str
+    remote_bootstrap: _builtins.str
+    mode: Global___LinkMode.ValueType
+    connection_direction: Global___ConnectionDirection.ValueType
+    state: _builtins.str
+    """DISCONNECTED, CATCHING_UP or FOLLOWING (ASYNC); SYNCING, IN_SYNC or
+    OUT_OF_SYNC (SYNC).
+    """
+    state_entered_at_ms: _builtins.int
+    link_epoch: _builtins.int
+    @_builtins.property
+    def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]: ...
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkStateChange]:
+        """The most recent state changes, newest last."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        link_id: _builtins.str = ...,
+        local_cluster_id: _builtins.str = ...,
+        remote_cluster_id: _builtins.str = ...,
+        remote_bootstrap: _builtins.str = ...,
+        mode: Global___LinkMode.ValueType = ...,
+        connection_direction: Global___ConnectionDirection.ValueType = ...,
+        state: _builtins.str = ...,
+        state_entered_at_ms: _builtins.int = ...,
+        mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+        partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
+        history: _abc.Iterable[Global___LinkStateChange] | None = ...,
+        link_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkDescription: _TypeAlias = LinkDescription  # noqa: Y015
+
+@_typing.final
+class FailoverRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    force: _builtins.bool
+    """Fail over even though follower partitions lag (their lag is abandoned)."""
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "link", b"link"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailoverRequest: _TypeAlias = FailoverRequest  # noqa: Y015
+
+@_typing.final
+class FailoverResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    ABANDONED_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def link(self) -> Global___LinkDescription: ...
+    @_builtins.property
+    def abandoned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]:
+        """The follower partitions that still lagged when forced, with their lag."""
+
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___Namespace]:
+        """The namespaces made writable."""
+
+    def __init__(
+        self,
+        *,
+        link: Global___LinkDescription | None = ...,
+        abandoned: _abc.Iterable[Global___PartitionLag] | None = ...,
+        namespaces: _abc.Iterable[Global___Namespace] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "link", b"link", "namespaces", b"namespaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailoverResponse: _TypeAlias = FailoverResponse  # noqa: Y015

@@ -39,6 +39,66 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.CreateNamespace = channel.unary_unary(
+                '/ccr.v1.Admin/CreateNamespace',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.CreateNamespaceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+                _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/ccr.v1.Admin/ListNamespaces',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
+        self.DescribeNamespace = channel.unary_unary(
+                '/ccr.v1.Admin/DescribeNamespace',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.NamespaceDescription.FromString,
+                _registered_method=True)
+        self.SetReserved = channel.unary_unary(
+                '/ccr.v1.Admin/SetReserved',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.SetReservedRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+                _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/ccr.v1.Admin/DeleteNamespace',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.FromString,
+                _registered_method=True)
+        self.CreateLink = channel.unary_unary(
+                '/ccr.v1.Admin/CreateLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
+        self.ListLinks = channel.unary_unary(
+                '/ccr.v1.Admin/ListLinks',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.ListLinksRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.ListLinksResponse.FromString,
+                _registered_method=True)
+        self.DescribeLink = channel.unary_unary(
+                '/ccr.v1.Admin/DescribeLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DescribeLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
+        self.DeleteLink = channel.unary_unary(
+                '/ccr.v1.Admin/DeleteLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DeleteLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteLinkResponse.FromString,
+                _registered_method=True)
+        self.AttachNamespace = channel.unary_unary(
+                '/ccr.v1.Admin/AttachNamespace',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.AttachNamespaceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
+        self.DetachNamespace = channel.unary_unary(
+                '/ccr.v1.Admin/DetachNamespace',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DetachNamespaceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
+        self.Failover = channel.unary_unary(
+                '/ccr.v1.Admin/Failover',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -51,6 +111,84 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateNamespace(self, request, context):
+        """--- Namespaces (spec section 2) ----------------------------------------------
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNamespaces(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetReserved(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateLink(self, request, context):
+        """--- Replication links (spec sections 3-7) -------------------------------------
+        Creates the link here and, by dialing the remote, its mirror there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLinks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DetachNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Failover(self, request, context):
+        """Makes this cluster's follower namespaces of the link writable: detaches
+        them and clears their reservation. Refused with LAG_NOT_ZERO while
+        follower partitions lag, unless forced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +196,66 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeClusterRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'CreateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNamespace,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.CreateNamespaceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.Namespace.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.ListNamespacesResponse.SerializeToString,
+            ),
+            'DescribeNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeNamespace,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.NamespaceDescription.SerializeToString,
+            ),
+            'SetReserved': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetReserved,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.SetReservedRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.Namespace.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.SerializeToString,
+            ),
+            'CreateLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'ListLinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLinks,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.ListLinksRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.ListLinksResponse.SerializeToString,
+            ),
+            'DescribeLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'DeleteLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.DeleteLinkResponse.SerializeToString,
+            ),
+            'AttachNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachNamespace,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.AttachNamespaceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'DetachNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DetachNamespace,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DetachNamespaceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'Failover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Failover,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +285,330 @@ class Admin:
             '/ccr.v1.Admin/DescribeCluster',
             ccr_dot_v1_dot_admin__pb2.DescribeClusterRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/CreateNamespace',
+            ccr_dot_v1_dot_admin__pb2.CreateNamespaceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/ListNamespaces',
+            ccr_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DescribeNamespace',
+            ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.NamespaceDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetReserved(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/SetReserved',
+            ccr_dot_v1_dot_admin__pb2.SetReservedRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DeleteNamespace',
+            ccr_dot_v1_dot_admin__pb2.DeleteNamespaceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.DeleteNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/CreateLink',
+            ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/ListLinks',
+            ccr_dot_v1_dot_admin__pb2.ListLinksRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.ListLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DescribeLink',
+            ccr_dot_v1_dot_admin__pb2.DescribeLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DeleteLink',
+            ccr_dot_v1_dot_admin__pb2.DeleteLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.DeleteLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/AttachNamespace',
+            ccr_dot_v1_dot_admin__pb2.AttachNamespaceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DetachNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DetachNamespace',
+            ccr_dot_v1_dot_admin__pb2.DetachNamespaceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Failover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/Failover',
+            ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,12 +35,52 @@ class AdminStub:
     def __new__(cls, channel: _aio.Channel) -> AdminAsyncStub: ...
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]
     """Describes the cluster itself."""
+    CreateNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateNamespaceRequest, _admin_pb2.Namespace]
+    """--- Namespaces (spec section 2) ----------------------------------------------"""
+    ListNamespaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]
+    DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]
+    SetReserved: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.Namespace]
+    DeleteNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]
+    CreateLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]
+    """--- Replication links (spec sections 3-7) -------------------------------------
+    Creates the link here and, by dialing the remote, its mirror there.
+    """
+    ListLinks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]
+    DescribeLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]
+    DeleteLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteLinkRequest, _admin_pb2.DeleteLinkResponse]
+    AttachNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AttachNamespaceRequest, _admin_pb2.LinkDescription]
+    DetachNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DetachNamespaceRequest, _admin_pb2.LinkDescription]
+    Failover: _grpc.UnaryUnaryMultiCallable[_admin_pb2.FailoverRequest, _admin_pb2.FailoverResponse]
+    """Makes this cluster's follower namespaces of the link writable: detaches
+    them and clears their reservation. Refused with LAG_NOT_ZERO while
+    follower partitions lag, unless forced.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     """Describes the cluster itself."""
+    CreateNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateNamespaceRequest, _admin_pb2.Namespace]  # type: ignore[assignment]
+    """--- Namespaces (spec section 2) ----------------------------------------------"""
+    ListNamespaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]  # type: ignore[assignment]
+    DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]  # type: ignore[assignment]
+    SetReserved: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.Namespace]  # type: ignore[assignment]
+    DeleteNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]  # type: ignore[assignment]
+    CreateLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    """--- Replication links (spec sections 3-7) -------------------------------------
+    Creates the link here and, by dialing the remote, its mirror there.
+    """
+    ListLinks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]  # type: ignore[assignment]
+    DescribeLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    DeleteLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteLinkRequest, _admin_pb2.DeleteLinkResponse]  # type: ignore[assignment]
+    AttachNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.AttachNamespaceRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    DetachNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DetachNamespaceRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    Failover: _aio.UnaryUnaryMultiCallable[_admin_pb2.FailoverRequest, _admin_pb2.FailoverResponse]  # type: ignore[assignment]
+    """Makes this cluster's follower namespaces of the link writable: detaches
+    them and clears their reservation. Refused with LAG_NOT_ZERO while
+    follower partitions lag, unless forced.
+    """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -50,5 +90,97 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeClusterResponse, _abc.Awaitable[_admin_pb2.DescribeClusterResponse]]:
         """Describes the cluster itself."""
+
+    @_abc_1.abstractmethod
+    def CreateNamespace(
+        self,
+        request: _admin_pb2.CreateNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.Namespace, _abc.Awaitable[_admin_pb2.Namespace]]:
+        """--- Namespaces (spec section 2) ----------------------------------------------"""
+
+    @_abc_1.abstractmethod
+    def ListNamespaces(
+        self,
+        request: _admin_pb2.ListNamespacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListNamespacesResponse, _abc.Awaitable[_admin_pb2.ListNamespacesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeNamespace(
+        self,
+        request: _admin_pb2.DescribeNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.NamespaceDescription, _abc.Awaitable[_admin_pb2.NamespaceDescription]]: ...
+
+    @_abc_1.abstractmethod
+    def SetReserved(
+        self,
+        request: _admin_pb2.SetReservedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.Namespace, _abc.Awaitable[_admin_pb2.Namespace]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteNamespace(
+        self,
+        request: _admin_pb2.DeleteNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteNamespaceResponse, _abc.Awaitable[_admin_pb2.DeleteNamespaceResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateLink(
+        self,
+        request: _admin_pb2.CreateLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]:
+        """--- Replication links (spec sections 3-7) -------------------------------------
+        Creates the link here and, by dialing the remote, its mirror there.
+        """
+
+    @_abc_1.abstractmethod
+    def ListLinks(
+        self,
+        request: _admin_pb2.ListLinksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListLinksResponse, _abc.Awaitable[_admin_pb2.ListLinksResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeLink(
+        self,
+        request: _admin_pb2.DescribeLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteLink(
+        self,
+        request: _admin_pb2.DeleteLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteLinkResponse, _abc.Awaitable[_admin_pb2.DeleteLinkResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AttachNamespace(
+        self,
+        request: _admin_pb2.AttachNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]: ...
+
+    @_abc_1.abstractmethod
+    def DetachNamespace(
+        self,
+        request: _admin_pb2.DetachNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]: ...
+
+    @_abc_1.abstractmethod
+    def Failover(
+        self,
+        request: _admin_pb2.FailoverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.FailoverResponse, _abc.Awaitable[_admin_pb2.FailoverResponse]]:
+        """Makes this cluster's follower namespaces of the link writable: detaches
+        them and clears their reservation. Refused with LAG_NOT_ZERO while
+        follower partitions lag, unless forced.
+        """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -117,6 +117,48 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The cluster failed to persist the change; nothing was acknowledged."""
     REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 53
     """A request waited longer than its timeout."""
+    INVALID_NAMESPACE: _ErrorCode.ValueType  # 60
+    """--- Namespaces (spec section 2) ----------------------------------------------
+    A namespace's type is unspecified or its prefix has illegal characters.
+    """
+    NAMESPACE_EXISTS: _ErrorCode.ValueType  # 61
+    """A namespace of that type and prefix already exists."""
+    UNKNOWN_NAMESPACE: _ErrorCode.ValueType  # 62
+    """No namespace of that type and prefix exists."""
+    NAMESPACE_ATTACHED: _ErrorCode.ValueType  # 63
+    """The namespace is attached to a link (detach it first)."""
+    RESERVED_NAMESPACE: _ErrorCode.ValueType  # 64
+    """A client tried to create, write, delete or commit into a reserved
+    namespace; the message names the namespace (and the link, if any).
+    """
+    ALREADY_FOLLOWING: _ErrorCode.ValueType  # 65
+    """The namespace, or one overlapping it, already follows a link (a namespace
+    follows at most one link at a time).
+    """
+    UNKNOWN_LINK: _ErrorCode.ValueType  # 70
+    """--- Replication links (spec sections 3-7) -------------------------------------
+    No link of that name exists on this cluster.
+    """
+    LINK_EXISTS: _ErrorCode.ValueType  # 71
+    """A link of that name already exists on this cluster (or on the remote)."""
+    LINK_UNREACHABLE: _ErrorCode.ValueType  # 72
+    """The remote cluster could not be reached or refused the link; retry."""
+    INVALID_LINK_CONFIG: _ErrorCode.ValueType  # 73
+    """A link setting is invalid (bad address, unknown mode, a link to itself...)."""
+    FOLLOWER_TOPIC_NOT_WRITABLE: _ErrorCode.ValueType  # 74
+    """A producer outside the link wrote to a follower topic (spec 6, last row);
+    the message names the link, the namespace and the link state.
+    """
+    REPLICATED_GROUP_READ_ONLY: _ErrorCode.ValueType  # 75
+    """A consumer group whose offsets a link replicates tried to commit (spec 6);
+    the message names the link, the namespace and the link state.
+    """
+    LAG_NOT_ZERO: _ErrorCode.ValueType  # 76
+    """Failover refused: follower partitions still lag their source (use force)."""
+    DIVERGED_LOG: _ErrorCode.ValueType  # 77
+    """A replica fetch's position does not match the source log: the follower must
+    truncate (the detail's resource names the partition).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -207,6 +249,48 @@ STORAGE_ERROR: ErrorCode.ValueType  # 52
 """The cluster failed to persist the change; nothing was acknowledged."""
 REQUEST_TIMED_OUT: ErrorCode.ValueType  # 53
 """A request waited longer than its timeout."""
+INVALID_NAMESPACE: ErrorCode.ValueType  # 60
+"""--- Namespaces (spec section 2) ----------------------------------------------
+A namespace's type is unspecified or its prefix has illegal characters.
+"""
+NAMESPACE_EXISTS: ErrorCode.ValueType  # 61
+"""A namespace of that type and prefix already exists."""
+UNKNOWN_NAMESPACE: ErrorCode.ValueType  # 62
+"""No namespace of that type and prefix exists."""
+NAMESPACE_ATTACHED: ErrorCode.ValueType  # 63
+"""The namespace is attached to a link (detach it first)."""
+RESERVED_NAMESPACE: ErrorCode.ValueType  # 64
+"""A client tried to create, write, delete or commit into a reserved
+namespace; the message names the namespace (and the link, if any).
+"""
+ALREADY_FOLLOWING: ErrorCode.ValueType  # 65
+"""The namespace, or one overlapping it, already follows a link (a namespace
+follows at most one link at a time).
+"""
+UNKNOWN_LINK: ErrorCode.ValueType  # 70
+"""--- Replication links (spec sections 3-7) -------------------------------------
+No link of that name exists on this cluster.
+"""
+LINK_EXISTS: ErrorCode.ValueType  # 71
+"""A link of that name already exists on this cluster (or on the remote)."""
+LINK_UNREACHABLE: ErrorCode.ValueType  # 72
+"""The remote cluster could not be reached or refused the link; retry."""
+INVALID_LINK_CONFIG: ErrorCode.ValueType  # 73
+"""A link setting is invalid (bad address, unknown mode, a link to itself...)."""
+FOLLOWER_TOPIC_NOT_WRITABLE: ErrorCode.ValueType  # 74
+"""A producer outside the link wrote to a follower topic (spec 6, last row);
+the message names the link, the namespace and the link state.
+"""
+REPLICATED_GROUP_READ_ONLY: ErrorCode.ValueType  # 75
+"""A consumer group whose offsets a link replicates tried to commit (spec 6);
+the message names the link, the namespace and the link state.
+"""
+LAG_NOT_ZERO: ErrorCode.ValueType  # 76
+"""Failover refused: follower partitions still lag their source (use force)."""
+DIVERGED_LOG: ErrorCode.ValueType  # 77
+"""A replica fetch's position does not match the source log: the follower must
+truncate (the detail's resource names the partition).
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linkd.core import records as rb
+from linkd.core.acls import AclBinding, AclFilter, AclStore
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
+from linkd.core.links import LinkTable
+from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
 from linkd.core.topic_config import (
     TopicConfig,
@@ -33,7 +36,7 @@ from linkd.core.topic_config import (
     validate_partition_count,
     validate_topic_name,
 )
-from linkd.core.transactions import TransactionCoordinator, TxnCompletion
+from linkd.core.transactions import TransactionCoordinator, TxnCompletion, producer_id_base
 
 # -- effects -------------------------------------------------------------------
 
@@ -70,7 +73,28 @@ class DeleteBelow:
     offset: int
 
 
-Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow
+@dataclass(frozen=True, slots=True)
+class ResetLog:
+    """Empty the partition's files and start its log at `offset` (a follower
+    attaching to a source whose oldest records are gone)."""
+
+    topic_id: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateLog:
+    """Remove every batch at or after `offset` (a follower cut at divergence)."""
+
+    topic_id: str
+    partition: int
+    offset: int
+
+
+Effect = (
+    AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
+)
 
 
 def _journal(records: list[dict[str, Any]]) -> list[Effect]:
@@ -119,8 +143,11 @@ class ClusterState:
     def __init__(self, cluster_id: str, group_config: GroupConfig | None = None) -> None:
         self.cluster_id = cluster_id
         self.topics: dict[str, Topic] = {}
-        self.txn = TransactionCoordinator()
+        self.txn = TransactionCoordinator(producer_id_base(cluster_id))
         self.groups = GroupCoordinator(group_config or GroupConfig())
+        self.acls = AclStore()
+        self.links = LinkTable(cluster_id)
+        self.namespaces = NamespaceTable()
 
     # -- lookup ---------------------------------------------------------------
 
@@ -145,16 +172,25 @@ class ClusterState:
 
     # -- topics ---------------------------------------------------------------
 
-    def create_topic(
-        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: str
-    ) -> tuple[Topic, list[Effect]]:
+    def check_create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str]
+    ) -> dict[str, str]:
+        """Every check of `create_topic`, changing nothing (Kafka's validate_only);
+        returns the checked overrides."""
         validate_topic_name(name)
+        self.check_client_write(ResourceType.TOPIC, name, "create")
         validate_partition_count(name, partitions)
         overrides = validate_configs(name, configs)
         if name in self.topics:
             raise ClusterError(
                 ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r}", f"topic {name!r} already exists"
             )
+        return overrides
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: str
+    ) -> tuple[Topic, list[Effect]]:
+        overrides = self.check_create_topic(name, partitions, configs)
         record = {
             "type": "topic_create",
             "name": name,
@@ -179,15 +215,22 @@ class ClusterState:
 
     def delete_topic(self, name: str) -> list[Effect]:
         topic = self.topic(name)
+        self.check_client_write(ResourceType.TOPIC, name, "delete")
         record = {"type": "topic_delete", "name": name}
         del self.topics[name]
         return [Journal((record,)), DeleteTopicData(topic.topic_id)]
+
+    def check_alter_configs(self, name: str, set_: Mapping[str, str]) -> dict[str, str]:
+        """Every check of `alter_configs`, changing nothing; returns the checked set."""
+        self.topic(name)
+        self.check_client_write(ResourceType.TOPIC, name, "alter the configs of")
+        return validate_configs(name, set_)
 
     def alter_configs(
         self, name: str, set_: Mapping[str, str], delete: list[str]
     ) -> tuple[Topic, list[Effect]]:
         topic = self.topic(name)
-        checked = validate_configs(name, set_)
+        checked = self.check_alter_configs(name, set_)
         overrides = {k: v for k, v in topic.overrides.items() if k not in delete}
         overrides.update(checked)
         record = {"type": "topic_config", "name": name, "configs": overrides}
@@ -199,8 +242,11 @@ class ClusterState:
         topic.overrides = dict(record["configs"])
         topic.config = TopicConfig.from_overrides(topic.overrides)
 
-    def create_partitions(self, name: str, total: int) -> tuple[Topic, list[Effect]]:
+    def check_create_partitions(self, name: str, total: int) -> int:
+        """Every check of `create_partitions`, changing nothing; returns the
+        current partition count."""
         topic = self.topic(name)
+        self.check_client_write(ResourceType.TOPIC, name, "add partitions to")
         validate_partition_count(name, total)
         current = len(topic.partitions)
         if total <= current:
@@ -209,6 +255,11 @@ class ClusterState:
                 f"topic {name!r}",
                 f"topic {name!r} has {current} partitions; the new count {total} must be larger",
             )
+        return current
+
+    def create_partitions(self, name: str, total: int) -> tuple[Topic, list[Effect]]:
+        topic = self.topic(name)
+        current = self.check_create_partitions(name, total)
         record = {"type": "topic_partitions", "name": name, "partitions": total}
         self._apply_topic_partitions(record)
         return topic, [
@@ -228,6 +279,7 @@ class ClusterState:
     ) -> ProduceResult:
         log = self.partition(topic_name, partition)
         topic = self.topics[topic_name]
+        self.check_client_write(ResourceType.TOPIC, topic_name, "produce to")
         try:
             header = rb.check_single_batch(batch)
         except rb.CorruptBatchError as exc:
@@ -312,6 +364,7 @@ class ClusterState:
     ) -> tuple[int, list[Effect]]:
         """Kafka's DeleteRecords: moves the log start offset (-1: to the HW)."""
         log = self.partition(topic_name, partition)
+        self.check_client_write(ResourceType.TOPIC, topic_name, "delete records of")
         target = log.high_watermark if offset == -1 else offset
         if target < 0:
             raise ClusterError(
@@ -358,6 +411,7 @@ class ClusterState:
     ) -> list[Effect]:
         for topic_name, p in partitions:
             self.partition(topic_name, p)
+            self.check_client_write(ResourceType.TOPIC, topic_name, "add to a transaction")
         return _journal(
             self.txn.add_partitions(transactional_id, producer_id, epoch, partitions, now_ms)
         )
@@ -367,6 +421,7 @@ class ClusterState:
     ) -> list[Effect]:
         if not group_id:
             raise ClusterError(ErrorCode.INVALID_GROUP_ID, "group ''", "group id is empty")
+        self.check_group_writable(group_id)
         return _journal(
             self.txn.add_offsets(transactional_id, producer_id, epoch, group_id, now_ms)
         )
@@ -381,6 +436,7 @@ class ClusterState:
         now_ms: int,
     ) -> list[Effect]:
         self.txn.check_offsets_in_txn(transactional_id, producer_id, epoch, group_id)
+        self.check_group_writable(group_id)
         for topic_name, p in offsets:
             self.partition(topic_name, p)
         return _journal(self.groups.stage_txn_offsets(producer_id, group_id, offsets, now_ms))
@@ -430,6 +486,82 @@ class ClusterState:
             effects += self._complete(completion, now_ms)
         return effects
 
+    # -- namespaces (spec sections 2 and 6) ------------------------------------
+
+    def link_state(self, link_name: str) -> str:
+        """The link's state name ("UNKNOWN" when there is no such link)."""
+        return self.links.state_name(link_name)
+
+    def check_client_write(self, resource_type: ResourceType, name: str, action: str) -> None:
+        """Refuses a client's create, write, delete or commit into a reserved
+        namespace (`action` reads "cannot {action} topic 'x'"). A name in a
+        namespace that follows a link: FOLLOWER_TOPIC_NOT_WRITABLE (topics) or
+        REPLICATED_GROUP_READ_ONLY (groups), naming the link and its state;
+        otherwise RESERVED_NAMESPACE. Replication's own writes do not come here."""
+        reserved = [ns for ns in self.namespaces.matching(resource_type, name) if ns.reserved]
+        if not reserved:
+            return
+        ns = next((n for n in reserved if n.follower_link is not None), reserved[0])
+        what = f"{resource_type.label} {name!r}"
+        link = ns.follower_link
+        if link is not None and resource_type is ResourceType.TOPIC:
+            raise ClusterError(
+                ErrorCode.FOLLOWER_TOPIC_NOT_WRITABLE,
+                ns.name,
+                f"cannot {action} {what}: it is a follower topic of link {link!r} "
+                f"(state {self.link_state(link)}) in the reserved {ns.name}; only the link "
+                "writes to it",
+            )
+        if link is not None and resource_type is ResourceType.GROUP:
+            raise ClusterError(
+                ErrorCode.REPLICATED_GROUP_READ_ONLY,
+                ns.name,
+                f"cannot {action} {what}: link {link!r} (state {self.link_state(link)}) "
+                f"replicates its offsets into the reserved {ns.name}; they are read-only until "
+                "the link is deleted or the namespace is detached and un-reserved",
+            )
+        following = f" (it follows link {link!r}, state {self.link_state(link)})" if link else ""
+        raise ClusterError(
+            ErrorCode.RESERVED_NAMESPACE,
+            ns.name,
+            f"cannot {action} {what}: {ns.name} is reserved{following}; only replication "
+            "may write into it",
+        )
+
+    def check_group_writable(self, group_id: str, action: str = "commit offsets of") -> None:
+        """`check_client_write` for a consumer group (commits, offset and group deletes)."""
+        self.check_client_write(ResourceType.GROUP, group_id, action)
+
+    def namespace_resources(self, resource_type: ResourceType | int, prefix: str) -> list[str]:
+        """The topic names or group ids (groups the coordinator knows: members or
+        committed offsets) in the namespace now, sorted. Principals are not
+        tracked: none."""
+        ns = self.namespaces.get(resource_type, prefix)
+        if ns.type is ResourceType.TOPIC:
+            return sorted(name for name in self.topics if ns.contains(name))
+        if ns.type is ResourceType.GROUP:
+            return sorted(g for g, _state, _ptype in self.groups.list_groups() if ns.contains(g))
+        return []
+
+    # -- ACLs -----------------------------------------------------------------
+
+    def create_acls(
+        self, bindings: list[AclBinding]
+    ) -> tuple[list[ClusterError | None], list[Effect]]:
+        """Per binding: None (created, or already there) or its refusal."""
+        results, records = self.acls.create(bindings)
+        return results, _journal(records)
+
+    def delete_acls(
+        self, filters: list[AclFilter]
+    ) -> tuple[list[list[AclBinding] | ClusterError], list[Effect]]:
+        """Per filter: the bindings it removed, or its refusal."""
+        results, records = self.acls.delete(filters)
+        return results, _journal(records)
+
+    def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        return self.acls.describe(acl_filter)
+
     # -- time -----------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -470,6 +602,12 @@ class ClusterState:
                 log.log_start_offset = max(log.log_start_offset, int(record["offset"]))
         elif kind in ("pid_block", "txn"):
             self.txn.apply_record(record)
+        elif kind in ("acl_create", "acl_delete"):
+            self.acls.apply_record(record)
+        elif kind in ("link_config", "link_delete"):
+            self.links.apply_record(record)
+        elif kind.startswith("ns_"):
+            self.namespaces.apply_record(record)
         else:
             self.groups.apply_record(record)
 
@@ -488,6 +626,9 @@ class ClusterState:
             ],
             "txn": self.txn.snapshot(),
             "groups": self.groups.snapshot(),
+            "acls": self.acls.snapshot(),
+            "links": self.links.snapshot(),
+            "namespaces": self.namespaces.snapshot(),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -504,6 +645,12 @@ class ClusterState:
                 log.log_start_offset = int(start)
         self.txn = TransactionCoordinator.restore(snapshot["txn"])
         self.groups = GroupCoordinator.restore(self.groups_config, snapshot["groups"])
+        if "acls" in snapshot:  # snapshots written before ACLs existed have none
+            self.acls = AclStore.restore(snapshot["acls"])
+        if "links" in snapshot:
+            self.links.restore(snapshot["links"])
+        if "namespaces" in snapshot:  # snapshots written before namespaces have none
+            self.namespaces.restore(snapshot["namespaces"])
 
     @property
     def groups_config(self) -> GroupConfig:

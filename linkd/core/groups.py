@@ -150,6 +150,7 @@ class JoinRequest:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     group_instance_id: str = ""
+    client_host: str = ""  # reported by DescribeGroups only
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +188,8 @@ class MemberDescription(NamedTuple):
     client_id: str
     assignment: bytes  # b"" unless the group is Stable (as Kafka)
     group_instance_id: str
+    client_host: str = ""
+    metadata: bytes = b""  # for the group's protocol; b"" unless the group is Stable
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,7 @@ class _Member:
     join_request: int | None = None  # pending JoinGroup (only in PreparingRebalance)
     join_seq: int = 0  # arrival order of that JoinGroup
     sync_request: int | None = None  # pending SyncGroup (only in CompletingRebalance)
+    client_host: str = ""
 
     def kept_alive(self) -> bool:
         return self.join_request is not None or self.sync_request is not None
@@ -421,6 +425,7 @@ class GroupCoordinator:
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms or request.session_timeout_ms,
             protocols=tuple(request.protocols), last_heartbeat_ms=now_ms,
+            client_host=request.client_host,
         )
         if group.state is _PREPARING and group.generation_id == 0:
             group.new_member_added = True  # extends an initial delayed join (Kafka)
@@ -916,7 +921,8 @@ class GroupCoordinator:
             leader_id=group.leader_id,
             members=tuple(
                 MemberDescription(m.member_id, m.client_id, m.assignment if stable else b"",
-                                  m.group_instance_id)
+                                  m.group_instance_id, m.client_host,
+                                  m.metadata_for(group.protocol_name) if stable else b"")
                 for m in group.members.values()
             ),
         )
@@ -928,3 +934,11 @@ class GroupCoordinator:
     def has_pending_txn_offsets(self, group_id: str) -> bool:
         group = self._groups.get(group_id)
         return group is not None and bool(group.pending_txn)
+
+    def pending_txn_partitions(self, group_id: str) -> set[Partition]:
+        """Partitions with offsets staged by an open transaction (an OffsetFetch
+        that requires stable offsets answers those as unstable)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for staged in group.pending_txn.values() for tp in staged}

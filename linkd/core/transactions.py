@@ -20,6 +20,7 @@ at start-up. Pure code: time arrives as `now_ms`.
 from __future__ import annotations
 
 import enum
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,9 +91,17 @@ class TxnCompletion:
     groups: tuple[str, ...]
 
 
+def producer_id_base(cluster_id: str) -> int:
+    """Where a cluster's producer ids start. Replication copies batches with
+    their producer ids, so two clusters must not hand out the same ids: each
+    cluster draws from its own range of 2**40 ids, chosen by its id's CRC-32
+    (15 bits, so ids stay far below 2**63)."""
+    return ((zlib.crc32(cluster_id.encode()) & 0x7FFF) << 40) + 1000
+
+
 class TransactionCoordinator:
-    def __init__(self) -> None:
-        self.next_producer_id = 1000
+    def __init__(self, first_producer_id: int = 1000) -> None:
+        self.next_producer_id = first_producer_id
         self.txns: dict[str, TxnMetadata] = {}
 
     # -- producer ids ------------------------------------------------------------
@@ -343,7 +352,7 @@ class TransactionCoordinator:
 
     @classmethod
     def restore(cls, snapshot: dict[str, Any]) -> TransactionCoordinator:
-        coordinator = cls()
+        coordinator = cls(int(snapshot["next_producer_id"]))
         coordinator.next_producer_id = int(snapshot["next_producer_id"])
         for r in snapshot["txns"]:
             coordinator.txns[r["id"]] = TxnMetadata.from_record(r)

@@ -1,0 +1,506 @@
+"""Replication links: configuration, convergence and the link state machine.
+
+Rules (spec sections 3-4):
+- A link joins this cluster to one remote cluster. Both sides hold the same
+  configuration, each from its own point of view: the remote's copy swaps
+  local and remote (cluster ids, prefixes, which side leads).
+- Every changeable field carries a version from a hybrid logical clock (HLC):
+  (physical ms, logical counter, cluster id). When the two sides exchange
+  configurations, each field keeps the newer version, so after a network
+  partition both converge field by field whatever order the exchanges take.
+  Namespace mappings are versioned entries too: attach and detach are the
+  same entry with an `attached` flag, so a detach on one side and a re-attach
+  on the other resolve by version, not by arrival order.
+- States of an ASYNC link: DISCONNECTED (no contact within
+  link.session.timeout.ms), CATCHING_UP (connected, some follower partition
+  lags its source HW beyond link.lag.max.records or link.lag.max.ms),
+  FOLLOWING (connected, every follower partition within bounds). The state is
+  recomputed from contact and progress on every call, and each change is
+  recorded with the time it was entered.
+
+Pure code: time arrives as `now_ms`; link ids arrive from the shell.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from linkd.core.errors import ClusterError, ErrorCode
+
+# A version: (physical ms, logical counter, cluster id). Tuples compare
+# field by field, so the cluster id breaks exact ties deterministically.
+Version = tuple[int, int, str]
+ZERO_VERSION: Version = (0, 0, "")
+
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+DEFAULT_LAG_MAX_RECORDS = 0
+DEFAULT_LAG_MAX_MS = 30_000
+STATE_HISTORY_MAX = 32
+
+
+class LinkState(enum.Enum):
+    DISCONNECTED = "DISCONNECTED"
+    CATCHING_UP = "CATCHING_UP"
+    FOLLOWING = "FOLLOWING"
+
+
+class Hlc:
+    """Hybrid logical clock: monotonic versions close to physical time."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.physical = 0
+        self.logical = 0
+
+    def now(self, now_ms: int) -> Version:
+        if now_ms > self.physical:
+            self.physical, self.logical = now_ms, 0
+        else:
+            self.logical += 1
+        return (self.physical, self.logical, self.node)
+
+    def observe(self, version: Version) -> None:
+        """Moves the clock past a version seen from elsewhere."""
+        physical, logical, _ = version
+        if (physical, logical) > (self.physical, self.logical):
+            self.physical, self.logical = physical, logical
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """A namespace mapping, from this cluster's point of view."""
+
+    resource_type: str  # "topic" | "group" | "principal"
+    local_prefix: str
+    remote_prefix: str
+    leader: str  # "local" | "remote"
+    attached: bool
+    version: Version
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.resource_type, self.local_prefix)
+
+    @property
+    def local_role(self) -> str:
+        return "leader" if self.leader == "local" else "follower"
+
+    def swapped(self) -> Mapping:
+        return replace(
+            self,
+            local_prefix=self.remote_prefix,
+            remote_prefix=self.local_prefix,
+            leader="remote" if self.leader == "local" else "local",
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "type": self.resource_type,
+            "local": self.local_prefix,
+            "remote": self.remote_prefix,
+            "leader": self.leader,
+            "attached": self.attached,
+            "version": list(self.version),
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> Mapping:
+        v = r["version"]
+        return cls(
+            r["type"],
+            r["local"],
+            r["remote"],
+            r["leader"],
+            bool(r["attached"]),
+            (int(v[0]), int(v[1]), str(v[2])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    value: str
+    version: Version
+
+
+@dataclass(slots=True)
+class LinkConfig:
+    """The durable configuration of a link, from this cluster's point of view."""
+
+    name: str
+    link_id: str
+    local_cluster_id: str
+    remote_cluster_id: str
+    connection_direction: str  # "local_dials" | "remote_dials"
+    fields: dict[str, Field]  # remote_bootstrap, credentials, mode, local_bootstrap
+    mappings: dict[tuple[str, str], Mapping] = field(default_factory=dict)
+    link_epoch: int = 0
+
+    def value(self, name: str) -> str:
+        f = self.fields.get(name)
+        return f.value if f is not None else ""
+
+    @property
+    def mode(self) -> str:
+        return self.value("mode") or "ASYNC"
+
+    def attached_mappings(self) -> list[Mapping]:
+        return [m for m in self.mappings.values() if m.attached]
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "link_id": self.link_id,
+            "local": self.local_cluster_id,
+            "remote": self.remote_cluster_id,
+            "direction": self.connection_direction,
+            "fields": {k: [f.value, list(f.version)] for k, f in sorted(self.fields.items())},
+            "mappings": [m.to_record() for _, m in sorted(self.mappings.items())],
+            "epoch": self.link_epoch,
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> LinkConfig:
+        fields = {
+            k: Field(v[0], (int(v[1][0]), int(v[1][1]), str(v[1][2])))
+            for k, v in r["fields"].items()
+        }
+        mappings = {}
+        for m in r["mappings"]:
+            mapping = Mapping.from_record(m)
+            mappings[mapping.key] = mapping
+        return cls(
+            r["name"],
+            r["link_id"],
+            r["local"],
+            r["remote"],
+            r["direction"],
+            fields,
+            mappings,
+            int(r.get("epoch", 0)),
+        )
+
+    def mirrored(self) -> LinkConfig:
+        """The same link seen from the remote side."""
+        swapped = {}
+        for m in self.mappings.values():
+            s = m.swapped()
+            swapped[s.key] = s
+        fields = dict(self.fields)
+        local_bootstrap = fields.pop("local_bootstrap", None)
+        remote_bootstrap = fields.pop("remote_bootstrap", None)
+        if local_bootstrap is not None:
+            fields["remote_bootstrap"] = local_bootstrap
+        if remote_bootstrap is not None:
+            fields["local_bootstrap"] = remote_bootstrap
+        direction = "remote_dials" if self.connection_direction == "local_dials" else "local_dials"
+        return LinkConfig(
+            self.name,
+            self.link_id,
+            self.remote_cluster_id,
+            self.local_cluster_id,
+            direction,
+            fields,
+            swapped,
+            self.link_epoch,
+        )
+
+
+def merge_configs(mine: LinkConfig, theirs_mirrored: LinkConfig) -> tuple[LinkConfig, bool]:
+    """Field-by-field, newest version wins (the other side's config already
+    mirrored to this side's point of view). Returns (merged, changed)."""
+    if mine.link_id != theirs_mirrored.link_id:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {mine.name!r}",
+            f"link {mine.name!r}: remote has link id {theirs_mirrored.link_id}, "
+            f"this cluster has {mine.link_id}",
+        )
+    changed = False
+    fields = dict(mine.fields)
+    for name, theirs in theirs_mirrored.fields.items():
+        current = fields.get(name)
+        if current is None or theirs.version > current.version:
+            fields[name] = theirs
+            changed = True
+    mappings = dict(mine.mappings)
+    for key, theirs_m in theirs_mirrored.mappings.items():
+        current_m = mappings.get(key)
+        if current_m is None or theirs_m.version > current_m.version:
+            mappings[key] = theirs_m
+            changed = True
+    if theirs_mirrored.link_epoch > mine.link_epoch:
+        changed = True
+    merged = LinkConfig(
+        mine.name,
+        mine.link_id,
+        mine.local_cluster_id,
+        mine.remote_cluster_id,
+        mine.connection_direction,
+        fields,
+        mappings,
+        max(mine.link_epoch, theirs_mirrored.link_epoch),
+    )
+    return merged, changed
+
+
+@dataclass(slots=True)
+class PartitionProgress:
+    """Replication progress of one partition on this link."""
+
+    topic: str  # local topic name
+    partition: int
+    role: str  # "leader" | "follower"
+    log_end_offset: int = 0  # follower position (follower: own LEO; leader: last fetch offset)
+    source_high_watermark: int = 0
+    caught_up_at_ms: int = 0  # last time the follower was at the source HW
+
+    def lag_records(self) -> int:
+        return max(0, self.source_high_watermark - self.log_end_offset)
+
+    def lag_ms(self, now_ms: int) -> int:
+        return 0 if self.lag_records() == 0 else max(0, now_ms - self.caught_up_at_ms)
+
+
+@dataclass(slots=True)
+class LinkRuntime:
+    """What is known of a link right now (not durable: rebuilt after restart)."""
+
+    state: LinkState = LinkState.DISCONNECTED
+    entered_at_ms: int = 0
+    history: list[tuple[str, int]] = field(default_factory=list)
+    last_contact_ms: int | None = None
+    partitions: dict[tuple[str, int, str], PartitionProgress] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLimits:
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    lag_max_records: int = DEFAULT_LAG_MAX_RECORDS
+    lag_max_ms: int = DEFAULT_LAG_MAX_MS
+
+
+class LinkTable:
+    """Every link of this cluster: durable configs plus runtime state."""
+
+    def __init__(self, cluster_id: str, limits: LinkLimits | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.limits = limits or LinkLimits()
+        self.hlc = Hlc(cluster_id)
+        self.configs: dict[str, LinkConfig] = {}
+        self.runtime: dict[str, LinkRuntime] = {}
+
+    # -- lookup ------------------------------------------------------------------
+
+    def get(self, name: str) -> LinkConfig:
+        config = self.configs.get(name)
+        if config is None:
+            raise ClusterError(
+                ErrorCode.UNKNOWN_LINK,
+                f"link {name!r}",
+                f"link {name!r} does not exist on cluster {self.cluster_id!r}",
+            )
+        return config
+
+    def by_id(self, link_id: str) -> LinkConfig:
+        for config in self.configs.values():
+            if config.link_id == link_id:
+                return config
+        raise ClusterError(
+            ErrorCode.UNKNOWN_LINK,
+            f"link id {link_id}",
+            f"no link with id {link_id} on cluster {self.cluster_id!r}",
+        )
+
+    def state_name(self, name: str) -> str:
+        runtime = self.runtime.get(name)
+        return runtime.state.value if runtime is not None else "UNKNOWN"
+
+    def names(self) -> list[str]:
+        return sorted(self.configs)
+
+    # -- configuration -------------------------------------------------------------
+
+    def new_config(
+        self,
+        name: str,
+        link_id: str,
+        remote_cluster_id: str,
+        remote_bootstrap: str,
+        credentials: str,
+        direction: str,
+        local_bootstrap: str,
+        now_ms: int,
+    ) -> LinkConfig:
+        """Validates and builds (does not store) a new link's configuration."""
+        if not name or len(name) > 249 or any(c.isspace() for c in name):
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {name!r}",
+                f"link name {name!r} is empty, too long or has whitespace",
+            )
+        if name in self.configs:
+            raise ClusterError(
+                ErrorCode.LINK_EXISTS,
+                f"link {name!r}",
+                f"link {name!r} already exists on cluster {self.cluster_id!r}",
+            )
+        if remote_cluster_id == self.cluster_id:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {name!r}",
+                f"link {name!r}: the remote at {remote_bootstrap} is this "
+                f"cluster ({self.cluster_id!r}) itself",
+            )
+        if direction not in ("local_dials", "remote_dials"):
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {name!r}",
+                f"link {name!r}: unknown connection direction {direction!r}",
+            )
+        version = self.hlc.now(now_ms)
+        fields = {
+            "remote_bootstrap": Field(remote_bootstrap, version),
+            "credentials": Field(credentials, version),
+            "mode": Field("ASYNC", version),
+            "local_bootstrap": Field(local_bootstrap, version),
+        }
+        return LinkConfig(name, link_id, self.cluster_id, remote_cluster_id, direction, fields)
+
+    def store(self, config: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
+        self.configs[config.name] = config
+        if config.name not in self.runtime:
+            self.runtime[config.name] = LinkRuntime(
+                entered_at_ms=now_ms, history=[("DISCONNECTED", now_ms)]
+            )
+        return [{"type": "link_config", "config": config.to_record()}]
+
+    def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
+        """The remote created (or re-sent) a link: store or merge its mirror."""
+        mine = remote_view.mirrored()
+        if mine.local_cluster_id != self.cluster_id:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {remote_view.name!r}",
+                f"link {remote_view.name!r} names cluster {mine.local_cluster_id!r} as its "
+                f"remote, but this cluster is {self.cluster_id!r}",
+            )
+        for v in [f.version for f in mine.fields.values()] + [
+            m.version for m in mine.mappings.values()
+        ]:
+            self.hlc.observe(v)
+        existing = self.configs.get(mine.name)
+        if existing is None:
+            return self.store(mine, now_ms)
+        merged, changed = merge_configs(existing, mine)
+        return self.store(merged, now_ms) if changed else []
+
+    def set_field(self, name: str, key: str, value: str, now_ms: int) -> list[dict[str, Any]]:
+        config = self.get(name)
+        config.fields[key] = Field(value, self.hlc.now(now_ms))
+        return self.store(config, now_ms)
+
+    def put_mapping(self, name: str, mapping: Mapping, now_ms: int) -> list[dict[str, Any]]:
+        config = self.get(name)
+        versioned = replace(mapping, version=self.hlc.now(now_ms))
+        config.mappings[versioned.key] = versioned
+        config.link_epoch += 1
+        return self.store(config, now_ms)
+
+    def delete(self, name: str) -> list[dict[str, Any]]:
+        self.get(name)
+        del self.configs[name]
+        self.runtime.pop(name, None)
+        return [{"type": "link_delete", "name": name}]
+
+    # -- runtime: contact, progress, state ---------------------------------------------
+
+    def on_contact(self, name: str, now_ms: int) -> None:
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.last_contact_ms = now_ms
+            self._recompute(name, now_ms)
+
+    def on_contact_lost(self, name: str, now_ms: int) -> None:
+        """A dial or call failed; the session timeout decides when it counts."""
+        self._recompute(name, now_ms)
+
+    def on_progress(
+        self,
+        name: str,
+        topic: str,
+        partition: int,
+        role: str,
+        log_end_offset: int,
+        source_high_watermark: int,
+        now_ms: int,
+    ) -> None:
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        key = (topic, partition, role)
+        progress = runtime.partitions.get(key)
+        if progress is None:
+            progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
+            runtime.partitions[key] = progress
+        progress.log_end_offset = log_end_offset
+        progress.source_high_watermark = source_high_watermark
+        if progress.lag_records() == 0:
+            progress.caught_up_at_ms = now_ms
+        self._recompute(name, now_ms)
+
+    def forget_partitions(self, name: str, keep: set[tuple[str, int, str]]) -> None:
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            for key in [k for k in runtime.partitions if k not in keep]:
+                del runtime.partitions[key]
+
+    def tick(self, now_ms: int) -> None:
+        for name in list(self.runtime):
+            self._recompute(name, now_ms)
+
+    def _recompute(self, name: str, now_ms: int) -> None:
+        runtime = self.runtime[name]
+        contact = runtime.last_contact_ms
+        if contact is None or now_ms - contact > self.limits.session_timeout_ms:
+            new = LinkState.DISCONNECTED
+        else:
+            lagging = any(
+                p.role == "follower"
+                and (
+                    p.lag_records() > self.limits.lag_max_records
+                    or p.lag_ms(now_ms) > self.limits.lag_max_ms
+                )
+                for p in runtime.partitions.values()
+            )
+            new = LinkState.CATCHING_UP if lagging else LinkState.FOLLOWING
+        if new != runtime.state:
+            runtime.state = new
+            runtime.entered_at_ms = now_ms
+            runtime.history.append((new.value, now_ms))
+            del runtime.history[:-STATE_HISTORY_MAX]
+
+    # -- durability ----------------------------------------------------------------------
+
+    def apply_record(self, record: dict[str, Any], now_ms: int = 0) -> None:
+        kind = record["type"]
+        if kind == "link_config":
+            config = LinkConfig.from_record(record["config"])
+            for v in [f.version for f in config.fields.values()] + [
+                m.version for m in config.mappings.values()
+            ]:
+                self.hlc.observe(v)
+            self.store(config, now_ms)
+        elif kind == "link_delete":
+            self.configs.pop(record["name"], None)
+            self.runtime.pop(record["name"], None)
+        else:
+            raise ValueError(f"not a link record: {kind!r}")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"links": [c.to_record() for _, c in sorted(self.configs.items())]}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        for r in snapshot.get("links", []):
+            self.apply_record({"type": "link_config", "config": r})

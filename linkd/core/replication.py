@@ -1,0 +1,473 @@
+"""Offset-preserving replication between clusters (spec section 5), both ends.
+
+Rules:
+- A follower partition holds, at every offset, the same record as its source
+  partition: the follower appends the source's record batches byte for byte
+  (control markers and the source's leader epoch stamps included), only at its
+  own log end offset, and never accepts a batch that does not continue its log.
+- A replica fetch carries the follower's position and the leader epoch of its
+  last batch. The source answers "diverged" when that epoch ended earlier in
+  its own history (Kafka's OffsetsForLeaderEpoch rule); the follower then
+  truncates to the end offset the source names and fetches again. This is how
+  a source-side unclean leader election reaches every follower.
+- ASYNC followers copy up to the source high watermark.
+- A follower whose log is empty and behind the source's log start (attaching a
+  topic whose oldest records were deleted) restarts its log at that start.
+- Topic names map through the namespace prefixes: local = local_prefix + rest,
+  where remote = remote_prefix + rest.
+- Only the replication machinery writes into follower topics; these functions
+  deliberately bypass the reservation checks that refuse clients.
+
+Pure code: functions of ClusterState returning effects, as cluster.py does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from linkd.core import records as rb
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkConfig, Mapping
+from linkd.core.partition import PartitionLog
+
+if TYPE_CHECKING:
+    from linkd.core.cluster import ClusterState, Effect
+
+
+def map_name(name: str, from_prefix: str, to_prefix: str) -> str:
+    return to_prefix + name[len(from_prefix) :]
+
+
+def in_prefix(name: str, prefix: str) -> bool:
+    """The namespace rule: "" holds every name not starting with "_"."""
+    if prefix == "":
+        return not name.startswith("_")
+    return name.startswith(prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchPlan:
+    """What the source may send: batches overlapping [offset, upper_offset)."""
+
+    offset: int
+    upper_offset: int
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Diverged:
+    """The follower's log differs from the source's from `end_offset` on."""
+
+    end_offset: int
+    epoch: int
+
+
+def epoch_end_offset(log: PartitionLog, epoch: int) -> tuple[int, int]:
+    """Kafka's OffsetsForLeaderEpoch: the largest epoch <= `epoch` in the
+    source's history and the offset where it ended (the LEO for the current
+    epoch). (-1, -1) when the history holds nothing that old."""
+    history = log.epoch_history
+    best = -1
+    for i, (e, _start) in enumerate(history):
+        if e <= epoch:
+            best = i
+    if best < 0:
+        return -1, -1
+    e = history[best][0]
+    end = history[best + 1][1] if best + 1 < len(history) else log.log_end_offset
+    return e, end
+
+
+def leader_mapping_for(config: LinkConfig, topic: str) -> Mapping | None:
+    """The attached mapping under which this cluster leads `topic`, if any."""
+    best: Mapping | None = None
+    for m in config.attached_mappings():
+        if (
+            m.resource_type == "topic"
+            and m.local_role == "leader"
+            and in_prefix(topic, m.local_prefix)
+            and (best is None or len(m.local_prefix) > len(best.local_prefix))
+        ):
+            best = m
+    return best
+
+
+def plan_replica_fetch(
+    state: ClusterState,
+    link_id: str,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+) -> ReplicaFetchPlan | Diverged:
+    """Source side: what a follower at `fetch_offset` may copy next."""
+    config = state.links.by_id(link_id)
+    if leader_mapping_for(config, topic) is None:
+        raise ClusterError(
+            ErrorCode.UNKNOWN_TOPIC,
+            f"topic {topic!r}",
+            f"link {config.name!r}: topic {topic!r} is not in a namespace this cluster leads "
+            "on the link",
+        )
+    log = state.partition(topic, partition)
+    if last_fetched_epoch >= 0 and fetch_offset > log.log_start_offset:
+        epoch, end = epoch_end_offset(log, last_fetched_epoch)
+        if epoch < 0 or end < fetch_offset:
+            return Diverged(max(end, log.log_start_offset), epoch)
+    if fetch_offset > log.log_end_offset:
+        return Diverged(log.log_end_offset, log.leader_epoch)
+    offset = max(fetch_offset, log.log_start_offset)
+    return ReplicaFetchPlan(
+        offset,
+        max(log.high_watermark, offset),
+        log.high_watermark,
+        log.log_start_offset,
+        log.leader_epoch,
+    )
+
+
+def follower_position(state: ClusterState, topic: str, partition: int) -> tuple[int, int]:
+    """(log end offset, epoch of the last batch) the follower sends with a fetch."""
+    log = state.partition(topic, partition)
+    last_epoch = log.batches[-1].partition_leader_epoch if log.batches else -1
+    return log.log_end_offset, last_epoch
+
+
+def create_replica_topic(
+    state: ClusterState, name: str, partitions: int, configs: dict[str, str], topic_id: str
+) -> list[Effect]:
+    """Creates a follower topic with the source's partition count and configs.
+    Only the replication machinery calls this, so the client-facing checks
+    (reservation) do not apply; names and configs are still validated."""
+    from linkd.core.cluster import CreateLogs, Journal
+    from linkd.core.topic_config import (
+        CLUSTER_LOCAL_KEYS,
+        validate_configs,
+        validate_partition_count,
+        validate_topic_name,
+    )
+
+    if name in state.topics:
+        return []
+    validate_topic_name(name)
+    validate_partition_count(name, partitions)
+    overrides = validate_configs(
+        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+    )
+    record = {
+        "type": "topic_create",
+        "name": name,
+        "topic_id": topic_id,
+        "partitions": partitions,
+        "configs": overrides,
+    }
+    state.apply_record(record)
+    topic = state.topic(name)
+    return [
+        CreateLogs(topic_id, tuple(range(partitions)), topic.config.segment_bytes),
+        Journal((record,)),
+    ]
+
+
+def follow_topic_shape(
+    state: ClusterState, name: str, partitions: int, configs: dict[str, str]
+) -> list[Effect]:
+    """Follows the source's later partition additions and config changes."""
+    from linkd.core.cluster import CreateLogs, Journal
+    from linkd.core.topic_config import CLUSTER_LOCAL_KEYS, validate_configs
+
+    effects: list[Effect] = []
+    topic = state.topic(name)
+    current_count = len(topic.partitions)
+    if partitions > current_count:
+        record: dict[str, Any] = {
+            "type": "topic_partitions",
+            "name": name,
+            "partitions": partitions,
+        }
+        state.apply_record(record)
+        effects += [
+            CreateLogs(
+                topic.topic_id, tuple(range(current_count, partitions)), topic.config.segment_bytes
+            ),
+            Journal((record,)),
+        ]
+    wanted = validate_configs(
+        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+    )
+    local = {k: v for k, v in topic.overrides.items() if k in CLUSTER_LOCAL_KEYS}
+    if {**wanted, **local} != topic.overrides:
+        record = {"type": "topic_config", "name": name, "configs": {**wanted, **local}}
+        state.apply_record(record)
+        effects.append(Journal((record,)))
+    return effects
+
+
+def append_replica(
+    state: ClusterState, topic_name: str, partition: int, data: bytes, source_log_start: int
+) -> list[Effect]:
+    """Follower side: appends fetched batches at the log end, byte for byte."""
+    from linkd.core.cluster import AppendBatch, ResetLog
+
+    topic = state.topic(topic_name)
+    log = state.partition(topic_name, partition)
+    effects: list[Effect] = []
+    if not log.batches and source_log_start > log.log_end_offset:
+        # Attaching a topic whose oldest records are gone: start where it starts.
+        fresh = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
+        topic.partitions[partition] = fresh
+        log = fresh
+        effects.append(ResetLog(topic.topic_id, partition, source_log_start))
+    try:
+        batches = list(rb.iter_batches(data))
+    except rb.CorruptBatchError as exc:
+        raise ClusterError(
+            ErrorCode.CORRUPT_MESSAGE, log.name, f"replica fetch for {log.name}: {exc}"
+        ) from exc
+    for position, header in batches:
+        if header.last_offset < log.log_end_offset:
+            continue  # the fetch returns the whole batch containing the fetch offset
+        if header.base_offset != log.log_end_offset:
+            raise ClusterError(
+                ErrorCode.DIVERGED_LOG,
+                log.name,
+                f"replica fetch for {log.name}: batch at {header.base_offset} does not continue "
+                f"the follower log at {log.log_end_offset}",
+            )
+        batch = bytes(data[position : position + header.size_bytes])
+        marker = rb.control_marker_type(batch) if header.is_control else None
+        log.apply_batch(header, marker)
+        effects.append(AppendBatch(topic.topic_id, partition, batch, header))
+    return effects
+
+
+def truncate_replica(
+    state: ClusterState, topic_name: str, partition: int, offset: int
+) -> list[Effect]:
+    """Follower side: cuts the log at the source's divergence point."""
+    from linkd.core.cluster import TruncateLog
+
+    topic = state.topic(topic_name)
+    log = state.partition(topic_name, partition)
+    target = max(min(offset, log.log_end_offset), log.log_start_offset)
+    # Cut at the batch boundary at or below the target.
+    boundary = log.log_start_offset
+    for entry in log.batches:
+        if entry.base_offset <= target:
+            boundary = entry.base_offset if entry.next_offset > target else entry.next_offset
+    boundary = max(boundary, log.log_start_offset)
+    if boundary >= log.log_end_offset:
+        return []
+    log.truncate_to(boundary)
+    return [TruncateLog(topic.topic_id, partition, boundary)]
+
+
+def follower_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
+    return [
+        m
+        for m in config.attached_mappings()
+        if m.resource_type == resource_type and m.local_role == "follower"
+    ]
+
+
+def leader_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
+    return [
+        m
+        for m in config.attached_mappings()
+        if m.resource_type == resource_type and m.local_role == "leader"
+    ]
+
+
+def link_summary(state: ClusterState, name: str, now_ms: int) -> dict[str, Any]:
+    """What describe-link shows (a plain dict the shells encode)."""
+    config = state.links.get(name)
+    runtime = state.links.runtime[name]
+    partitions = []
+    for (topic, partition, role), p in sorted(runtime.partitions.items()):
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "role": role,
+                "lag_records": p.lag_records(),
+                "lag_ms": p.lag_ms(now_ms),
+                "log_end_offset": p.log_end_offset,
+                "source_high_watermark": p.source_high_watermark,
+            }
+        )
+    return {
+        "config": config,
+        "state": runtime.state.value,
+        "entered_at_ms": runtime.entered_at_ms,
+        "history": list(runtime.history),
+        "partitions": partitions,
+    }
+
+
+# -- link administration (pure; the shell adds the remote calls) ----------------------
+
+
+def _role_for(mapping: Mapping) -> str:
+    return mapping.local_role
+
+
+def check_attach(
+    state: ClusterState,
+    link_name: str,
+    resource_type: str,
+    local_prefix: str,
+    remote_prefix: str,
+    leader: str,
+) -> Mapping:
+    """Every local check of an attach, changing nothing; returns the mapping."""
+    from linkd.core.namespaces import ResourceType, validate_prefix
+
+    config = state.links.get(link_name)
+    if leader not in ("local", "remote"):
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {link_name!r}",
+            f"link {link_name!r}: leader must be 'local' or 'remote', not {leader!r}",
+        )
+    kind = ResourceType.parse(resource_type)
+    validate_prefix(kind, remote_prefix)
+    ns = state.namespaces.get(kind, local_prefix)
+    current = config.mappings.get((kind.label, local_prefix))
+    if current is not None and current.attached:
+        if (current.remote_prefix, current.leader) == (remote_prefix, leader):
+            return current
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {link_name!r}",
+            f"link {link_name!r}: {ns.name} is already attached (to remote "
+            f"prefix {current.remote_prefix!r}, leader {current.leader}); "
+            "detach it first",
+        )
+    if leader == "remote":
+        for candidate in [ns, *state.namespaces.overlapping(ns)]:
+            following = candidate.follower_link
+            if following is not None and following != link_name:
+                raise ClusterError(
+                    ErrorCode.ALREADY_FOLLOWING,
+                    ns.name,
+                    f"cannot make {ns.name} follow link {link_name!r}: "
+                    f"{'it' if candidate is ns else 'the overlapping ' + candidate.name} "
+                    f"already follows link {following!r}",
+                )
+    return Mapping(kind.label, local_prefix, remote_prefix, leader, True, (0, 0, ""))
+
+
+def put_mapping(
+    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
+) -> list[dict[str, Any]]:
+    """Stores an attach or detach (versioned) and brings the namespace
+    attachments in line with it."""
+    records = state.links.put_mapping(link_name, mapping, now_ms)
+    return records + reconcile_attachments(state, link_name)
+
+
+def reconcile_attachments(state: ClusterState, link_name: str) -> list[dict[str, Any]]:
+    """Makes the namespace table's attachments match the link's mappings.
+    A mapping whose local namespace is missing creates it (a follower
+    namespace must exist to be reserved); a follower mapping refused by the
+    one-link-per-follower rule stays unattached and is reported by describe."""
+    from linkd.core.namespaces import ResourceType
+
+    config = state.links.configs.get(link_name)
+    records: list[dict[str, Any]] = []
+    wanted: dict[tuple[str, str], str] = {}
+    if config is not None:
+        wanted = {m.key: _role_for(m) for m in config.attached_mappings()}
+    for ns in state.namespaces.list():
+        for link, _role in list(ns.attachments):
+            if link == link_name and (ns.type.label, ns.prefix) not in wanted:
+                records += state.namespaces.detach(ns.type, ns.prefix, link_name)
+    for (rtype, prefix), role in sorted(wanted.items()):
+        kind = ResourceType.parse(rtype)
+        if state.namespaces.find(kind, prefix) is None:
+            records += state.namespaces.create(kind, prefix, role == "follower")
+        ns = state.namespaces.get(kind, prefix)
+        if (link_name, role) in ns.attachments:
+            continue
+        for link, other in list(ns.attachments):
+            if link == link_name and other != role:
+                records += state.namespaces.detach(kind, prefix, link_name)
+        try:
+            records += state.namespaces.attach(kind, prefix, link_name, role)
+        except ClusterError:
+            continue
+    return records
+
+
+def detach_mapping(
+    state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
+) -> list[dict[str, Any]]:
+    from linkd.core.namespaces import ResourceType
+
+    config = state.links.get(link_name)
+    kind = ResourceType.parse(resource_type)
+    current = config.mappings.get((kind.label, local_prefix))
+    if current is None or not current.attached:
+        raise ClusterError(
+            ErrorCode.UNKNOWN_NAMESPACE,
+            f"link {link_name!r}",
+            f"link {link_name!r}: {kind.label} namespace {local_prefix!r} is not attached to it",
+        )
+    return put_mapping(state, link_name, replace_mapping(current, attached=False), now_ms)
+
+
+def replace_mapping(mapping: Mapping, *, attached: bool) -> Mapping:
+    from dataclasses import replace
+
+    return replace(mapping, attached=attached)
+
+
+def delete_link(state: ClusterState, link_name: str) -> list[dict[str, Any]]:
+    """Detaches every namespace (followers stay reserved), then forgets the link."""
+    state.links.get(link_name)
+    records: list[dict[str, Any]] = []
+    for ns in state.namespaces.list():
+        if any(link == link_name for link, _ in ns.attachments):
+            records += state.namespaces.detach(ns.type, ns.prefix, link_name)
+    return records + state.links.delete(link_name)
+
+
+def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in link_summary(state, link_name, now_ms)["partitions"]
+        if p["role"] == "follower" and p["lag_records"] > 0
+    ]
+
+
+def failover(
+    state: ClusterState, link_name: str, force: bool, now_ms: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Makes this cluster's follower namespaces of the link writable: detach
+    them from the link and clear their reservation. Refused while follower
+    partitions lag (LAG_NOT_ZERO) unless forced; returns (records, the lag
+    abandoned)."""
+    from linkd.core.namespaces import ResourceType
+
+    config = state.links.get(link_name)
+    lagging = follower_lag(state, link_name, now_ms)
+    if lagging and not force:
+        total = sum(p["lag_records"] for p in lagging)
+        raise ClusterError(
+            ErrorCode.LAG_NOT_ZERO,
+            f"link {link_name!r}",
+            f"link {link_name!r} ({state.links.state_name(link_name)}): {len(lagging)} follower "
+            f"partitions still lag by {total} records; wait, or fail over with force to "
+            "abandon them",
+        )
+    records: list[dict[str, Any]] = []
+    for mapping in list(config.attached_mappings()):
+        if mapping.local_role != "follower":
+            continue
+        records += put_mapping(state, link_name, replace_mapping(mapping, attached=False), now_ms)
+        kind = ResourceType.parse(mapping.resource_type)
+        records += state.namespaces.set_reserved(kind, mapping.local_prefix, False)
+    return records, lagging

@@ -1,0 +1,375 @@
+"""Topic, config and ACL administration over the Kafka protocol.
+
+Rules:
+- CreateTopics: num_partitions -1 means 1 (Kafka's num.partitions default);
+  replication factor -1 or 1 is accepted, anything larger answers
+  INVALID_REPLICATION_FACTOR (the cluster has one broker); explicit replica
+  assignments must name that broker. Config entries with a null value are
+  left out (null means "the default"). validate_only runs every check of the
+  core and changes nothing.
+- DeleteTopics accepts names or (v6+) topic ids.
+- CreatePartitions ignores replica assignments that name the one broker.
+- DescribeConfigs serves TOPIC resources (every config key the cluster
+  implements: an override has source DYNAMIC_TOPIC_CONFIG, otherwise
+  DEFAULT_CONFIG, with the default as a synonym) and BROKER resources (no
+  broker configs are settable: an empty list). Other resource types answer
+  INVALID_REQUEST.
+- IncrementalAlterConfigs SET and DELETE map onto the core's alter call;
+  APPEND and SUBTRACT answer INVALID_REQUEST (no accepted config holds a list
+  of more than one value). AlterConfigs replaces a topic's overrides with the
+  given set, as Kafka's legacy call does.
+- ACLs: the core stores and describes them (linkd/core/acls.py); every
+  binding and filter is answered on its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode as K
+
+from linkd.core.acls import AclBinding, AclFilter
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.topic_config import CONFIG_KEYS
+from linkd.kafka.codec import field
+from linkd.kafka.context import Context, error_fields
+
+DEFAULT_PARTITIONS = 1
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+# Kafka's ConfigSource and ConfigType numbers.
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_DEFAULT_CONFIG = 5
+TYPE_STRING = 2
+TYPE_INT = 3
+TYPE_LONG = 5
+TYPE_LIST = 7
+CONFIG_TYPES: Mapping[str, int] = {
+    "retention.ms": TYPE_LONG,
+    "retention.bytes": TYPE_LONG,
+    "max.message.bytes": TYPE_INT,
+    "segment.bytes": TYPE_INT,
+    "cleanup.policy": TYPE_LIST,
+    "message.timestamp.type": TYPE_STRING,
+    "compression.type": TYPE_STRING,
+    "min.insync.replicas": TYPE_INT,
+}
+
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+
+
+def _invalid(resource: str, message: str) -> ClusterError:
+    return ClusterError(ErrorCode.INVALID_REQUEST, resource, message)
+
+
+# -- topics -----------------------------------------------------------------------------
+
+
+def _topic_configs(ctx: Context, name: str) -> list[dict[str, Any]]:
+    topic = ctx.node.state.topics[name]
+    return [
+        {"name": key, "value": value, "read_only": False, "is_sensitive": False,
+         "config_source": (SOURCE_DYNAMIC_TOPIC_CONFIG if key in topic.overrides
+                           else SOURCE_DEFAULT_CONFIG)}
+        for key, value in topic.configs().items()
+    ]
+
+
+async def _create_topic(ctx: Context, t: Any, validate_only: bool) -> dict[str, Any]:
+    name = t.name
+    base = {"name": name, "topic_id": uuid.UUID(int=0), "num_partitions": -1,
+            "replication_factor": -1, "configs": None}
+    try:
+        broker = ctx.broker.node_id
+        assignments = list(t.assignments or ())
+        count = int(t.num_partitions)
+        if assignments:
+            if count != -1 or int(t.replication_factor) != -1:
+                return {**base, "error_code": int(K.invalid_request),
+                        "error_message": "give either replica assignments or a partition "
+                                         "count and replication factor, not both"}
+            if any(list(a.broker_ids) != [broker] for a in assignments):
+                return {**base, "error_code": int(K.invalid_replica_assignment),
+                        "error_message": f"every partition must be assigned to broker "
+                                         f"{broker}, the cluster's only broker"}
+            count = len(assignments)
+        elif count == -1:
+            count = DEFAULT_PARTITIONS
+        replication = int(t.replication_factor)
+        if replication not in (-1, 1):
+            return {**base, "error_code": int(K.invalid_replication_factor),
+                    "error_message": f"replication factor {replication} is larger than the "
+                                     "number of brokers (1)"}
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        if validate_only:
+            ctx.node.check_create_topic(name, count, configs)
+            return {**base, "error_code": 0, "error_message": None, "num_partitions": count,
+                    "replication_factor": 1}
+        await ctx.node.create_topic(name, count, configs)
+    except ClusterError as exc:
+        return {**base, **error_fields(exc)}
+    topic = ctx.node.state.topics[name]
+    return {"name": name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None,
+            "num_partitions": len(topic.partitions), "replication_factor": 1,
+            "configs": _topic_configs(ctx, name)}
+
+
+async def create_topics(ctx: Context, req: Any) -> dict[str, Any]:
+    validate_only = bool(field(req, "validate_only", False))
+    return {"throttle_time": 0,
+            "topics": [await _create_topic(ctx, t, validate_only) for t in req.topics]}
+
+
+async def delete_topics(ctx: Context, req: Any) -> dict[str, Any]:
+    state = ctx.node.state
+    wanted: list[tuple[str | None, uuid.UUID | None]] = []
+    topics = field(req, "topics")
+    if topics is not None and ctx.api_version >= 6:
+        for t in topics:
+            wanted.append((t.name, t.topic_id))
+    else:
+        wanted = [(n, None) for n in req.topic_names]
+    responses = []
+    for name, topic_id in wanted:
+        by_id = name is None and topic_id is not None and topic_id.int != 0
+        if by_id:
+            name = next((t.name for t in state.topics.values()
+                         if t.topic_id == str(topic_id)), None)
+            if name is None:
+                responses.append({"name": None, "topic_id": topic_id,
+                                  "error_code": int(K.unknown_topic_id),
+                                  "error_message": f"no topic has id {topic_id}"})
+                continue
+        resolved = name or ""
+        known = state.topics.get(resolved)
+        result_id = uuid.UUID(known.topic_id) if known is not None else uuid.UUID(int=0)
+        try:
+            await ctx.node.delete_topic(resolved)
+        except ClusterError as exc:
+            responses.append({"name": resolved, "topic_id": result_id,
+                              **error_fields(exc, by_id=by_id)})
+            continue
+        responses.append({"name": resolved, "topic_id": result_id, "error_code": 0,
+                          "error_message": None})
+    return {"throttle_time": 0, "responses": responses}
+
+
+async def create_partitions(ctx: Context, req: Any) -> dict[str, Any]:
+    validate_only = bool(field(req, "validate_only", False))
+    broker = ctx.broker.node_id
+    results = []
+    for t in req.topics:
+        try:
+            for a in t.assignments or ():
+                if list(a.broker_ids) != [broker]:
+                    results.append({"name": t.name,
+                                    "error_code": int(K.invalid_replica_assignment),
+                                    "error_message": f"new partitions must be assigned to "
+                                                     f"broker {broker}, the only broker"})
+                    break
+            else:
+                if validate_only:
+                    ctx.node.check_create_partitions(t.name, int(t.count))
+                else:
+                    await ctx.node.create_partitions(t.name, int(t.count))
+                results.append({"name": t.name, "error_code": 0, "error_message": None})
+        except ClusterError as exc:
+            results.append({"name": t.name, **error_fields(exc)})
+    return {"throttle_time": 0, "results": results}
+
+
+# -- configs ------------------------------------------------------------------------------
+
+
+def _describe_topic_configs(ctx: Context, name: str, keys: Any, synonyms: bool,
+                            docs: bool) -> list[dict[str, Any]]:
+    topic = ctx.node.state.topic(name)
+    wanted = set(keys) if keys else None
+    out = []
+    for key, value in topic.configs().items():
+        if wanted is not None and key not in wanted:
+            continue
+        spec = CONFIG_KEYS[key]
+        overridden = key in topic.overrides
+        entry_synonyms = []
+        if synonyms:
+            if overridden:
+                entry_synonyms.append({"name": key, "value": value,
+                                       "source": SOURCE_DYNAMIC_TOPIC_CONFIG})
+            entry_synonyms.append({"name": key, "value": spec.default,
+                                   "source": SOURCE_DEFAULT_CONFIG})
+        out.append({
+            "name": key,
+            "value": value,
+            "read_only": False,
+            "is_default": not overridden,
+            "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG,
+            "is_sensitive": False,
+            "synonyms": entry_synonyms,
+            "config_type": CONFIG_TYPES.get(key, TYPE_STRING),
+            "documentation": spec.doc if docs else None,
+        })
+    return out
+
+
+async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
+    synonyms = bool(field(req, "include_synonyms", False))
+    docs = bool(field(req, "include_documentation", False))
+    results = []
+    for r in req.resources:
+        base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            ctx.node._check_ready()
+            if r.resource_type == RESOURCE_TOPIC:
+                configs = _describe_topic_configs(ctx, r.resource_name, r.configuration_keys,
+                                                  synonyms, docs)
+            elif r.resource_type == RESOURCE_BROKER:
+                if r.resource_name not in ("", str(ctx.broker.node_id)):
+                    raise _invalid(f"broker {r.resource_name!r}",
+                                   f"broker {r.resource_name!r} does not exist; the cluster's "
+                                   f"only broker is {ctx.broker.node_id}")
+                configs = []
+            else:
+                raise _invalid(f"config resource type {r.resource_type}",
+                               f"config resource type {r.resource_type} is not served (topics "
+                               "and brokers are)")
+        except ClusterError as exc:
+            results.append({**base, **error_fields(exc), "configs": []})
+            continue
+        results.append({**base, "error_code": 0, "error_message": None, "configs": configs})
+    return {"throttle_time": 0, "results": results}
+
+
+def _alter_plan(resource: Any, incremental: bool) -> tuple[dict[str, str], list[str]]:
+    name = resource.resource_name
+    if resource.resource_type != RESOURCE_TOPIC:
+        raise _invalid(f"config resource {name!r}",
+                       f"config resource type {resource.resource_type} cannot be altered "
+                       "(only topics have settable configs)")
+    set_: dict[str, str] = {}
+    delete: list[str] = []
+    seen: set[str] = set()
+    for c in resource.configs:
+        if c.name in seen:
+            raise _invalid(f"topic {name!r}", f"config {c.name!r} appears twice")
+        seen.add(c.name)
+        op = int(c.config_operation) if incremental else OP_SET
+        if op == OP_SET and c.value is not None:
+            set_[c.name] = c.value
+        elif op in (OP_SET, OP_DELETE):
+            delete.append(c.name)
+        else:
+            raise _invalid(f"topic {name!r} config {c.name!r}",
+                           f"topic {name!r}: APPEND/SUBTRACT of {c.name!r} is not supported; "
+                           "no accepted config holds a list of more than one value")
+    return set_, delete
+
+
+async def _alter(ctx: Context, req: Any, incremental: bool) -> dict[str, Any]:
+    validate_only = bool(field(req, "validate_only", False))
+    responses = []
+    for r in req.resources:
+        base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            set_, delete = _alter_plan(r, incremental)
+            if not incremental:
+                topic = ctx.node.state.topic(r.resource_name)
+                delete = [k for k in topic.overrides if k not in set_]
+            if validate_only:
+                ctx.node.check_alter_topic_configs(r.resource_name, set_)
+            else:
+                await ctx.node.alter_topic_configs(r.resource_name, set_, delete)
+        except ClusterError as exc:
+            responses.append({**base, **error_fields(exc)})
+            continue
+        responses.append({**base, "error_code": 0, "error_message": None})
+    return {"throttle_time": 0, "responses": responses}
+
+
+async def incremental_alter_configs(ctx: Context, req: Any) -> dict[str, Any]:
+    return await _alter(ctx, req, incremental=True)
+
+
+async def alter_configs(ctx: Context, req: Any) -> dict[str, Any]:
+    return await _alter(ctx, req, incremental=False)
+
+
+# -- ACLs ---------------------------------------------------------------------------------
+
+
+def _filter(f: Any) -> AclFilter:
+    return AclFilter(
+        resource_type=int(f.resource_type_filter),
+        resource_name=f.resource_name_filter,
+        pattern_type=int(field(f, "pattern_type_filter", 3)),
+        principal=f.principal_filter,
+        host=f.host_filter,
+        operation=int(f.operation),
+        permission_type=int(f.permission_type),
+    )
+
+
+def _binding_fields(b: AclBinding) -> dict[str, Any]:
+    return {"resource_type": b.resource_type, "resource_name": b.resource_name,
+            "pattern_type": b.pattern_type, "principal": b.principal, "host": b.host,
+            "operation": b.operation, "permission_type": b.permission_type}
+
+
+async def describe_acls(ctx: Context, req: Any) -> dict[str, Any]:
+    try:
+        bindings = ctx.node.describe_acls(_filter(req))
+    except ClusterError as exc:
+        return {"throttle_time": 0, **error_fields(exc), "resources": []}
+    grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    for b in bindings:
+        grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(
+            {"principal": b.principal, "host": b.host, "operation": b.operation,
+             "permission_type": b.permission_type})
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "resources": [
+            {"resource_type": rt, "resource_name": rn, "pattern_type": pt, "acls": acls}
+            for (rt, rn, pt), acls in grouped.items()
+        ],
+    }
+
+
+async def create_acls(ctx: Context, req: Any) -> dict[str, Any]:
+    bindings = [
+        AclBinding(int(c.resource_type), c.resource_name,
+                   int(field(c, "resource_pattern_type", 3)), c.principal, c.host,
+                   int(c.operation), int(c.permission_type))
+        for c in req.creations
+    ]
+    try:
+        results = await ctx.node.create_acls(bindings)
+    except ClusterError as exc:
+        return {"throttle_time": 0, "results": [error_fields(exc) for _ in bindings]}
+    return {"throttle_time": 0, "results": [error_fields(r) for r in results]}
+
+
+async def delete_acls(ctx: Context, req: Any) -> dict[str, Any]:
+    filters = [_filter(f) for f in req.filters]
+    try:
+        results = await ctx.node.delete_acls(filters)
+    except ClusterError as exc:
+        return {"throttle_time": 0,
+                "filter_results": [{**error_fields(exc), "matching_acls": []} for _ in filters]}
+    out = []
+    for r in results:
+        if isinstance(r, ClusterError):
+            out.append({**error_fields(r), "matching_acls": []})
+        else:
+            out.append({"error_code": 0, "error_message": None,
+                        "matching_acls": [{"error_code": 0, "error_message": None,
+                                           **_binding_fields(b)} for b in r]})
+    return {"throttle_time": 0, "filter_results": out}

@@ -1,0 +1,189 @@
+"""Produce, Fetch, ListOffsets and DeleteRecords over the Kafka protocol.
+
+Rules:
+- Produce stores each partition's record batch as the client sent it
+  (compression included); the core stamps the base offset and leader epoch,
+  which the batch CRC does not cover. acks=0 gets no response at all (Kafka's
+  protocol); acks=1 and acks=all are answered once the batch is durable.
+- Ordering: a handler starts one task per partition before its first
+  suspension, and request handlers start in arrival order, so the core sees a
+  connection's batches in the order the client sent them (idempotent producers
+  pipeline up to five requests per partition).
+- Fetch long-polls in the node (up to max_wait_ms, at most 30 s) until
+  min_bytes are readable. read_committed stops at the last stable offset and
+  lists the aborted transactions in range, so clients drop their batches.
+  Fetch sessions are not kept: every response carries session id 0 (Kafka's
+  "no session"), so clients send full fetch requests.
+- Topics are named by id from Fetch v13 on; an unknown id answers
+  UNKNOWN_TOPIC_ID for that topic only.
+- ListOffsets timestamps: -1 latest (the HW, or the LSO for read_committed),
+  -2 earliest, -3 max timestamp, -4 earliest local (= earliest: there is no
+  tiered storage); other negative values are refused by the core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode as K
+
+from linkd.core.errors import ClusterError
+from linkd.kafka.codec import field, ms
+from linkd.kafka.context import Context, error_fields
+from linkd.kafka.errors import kafka_code
+
+READ_COMMITTED = 1
+DEFAULT_PARTITION_MAX_BYTES = 1 << 20
+
+_SPECS = {-1: "latest", -2: "earliest", -3: "max_timestamp", -4: "earliest"}
+
+
+async def _produce_one(
+    ctx: Context, topic: str, partition: int, records: bytes | None, acks: int, txn_id: str
+) -> dict[str, Any]:
+    try:
+        base, _dup, log_start, append_time = await ctx.node.produce(
+            topic, partition, records if records is not None else b"", acks, txn_id
+        )
+    except ClusterError as exc:
+        return {"index": partition, "base_offset": -1, "log_start_offset": -1,
+                "log_append_time": -1, "record_errors": [], **error_fields(exc)}
+    return {"index": partition, "error_code": 0, "base_offset": base,
+            "log_append_time": append_time, "log_start_offset": log_start,
+            "record_errors": [], "error_message": None}
+
+
+async def produce(ctx: Context, req: Any) -> dict[str, Any] | None:
+    acks = int(req.acks)
+    txn_id = req.transactional_id or ""
+    layout: list[tuple[str, list[asyncio.Task[dict[str, Any]]]]] = []
+    for t in req.topic_data:
+        tasks = [
+            asyncio.create_task(_produce_one(ctx, t.name, p.index, p.records, acks, txn_id))
+            for p in t.partition_data
+        ]
+        layout.append((t.name, tasks))
+    responses = []
+    for name, tasks in layout:
+        responses.append({"name": name, "partition_responses": [await t for t in tasks]})
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}
+
+
+async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
+    node = ctx.node
+    by_id = ctx.api_version >= 13
+    session_epoch = int(field(req, "session_epoch", -1))
+    if int(field(req, "session_id", 0)) != 0 or session_epoch > 0:
+        return {"throttle_time": 0, "error_code": int(K.fetch_session_id_not_found),
+                "session_id": 0, "responses": []}
+    names = {t.topic_id: t.name for t in node.state.topics.values()} if by_id else {}
+    parts: list[tuple[str, int, int, int]] = []
+    # Per requested topic: its key in the response and, per partition, the index
+    # of its answer in `parts` (or None: unknown topic id).
+    layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []
+    for t in req.topics:
+        if by_id:
+            name = names.get(str(t.topic_id))
+        else:
+            name = t.topic
+        entries: list[tuple[int, int | None]] = []
+        for p in t.partitions:
+            if name is None:
+                entries.append((p.partition, None))
+                continue
+            max_bytes = int(p.partition_max_bytes) or DEFAULT_PARTITION_MAX_BYTES
+            entries.append((p.partition, len(parts)))
+            parts.append((name, p.partition, p.fetch_offset, max_bytes))
+        layout.append((t.topic_id if by_id else t.topic, name, entries))
+    read_committed = int(field(req, "isolation_level", 0)) == READ_COMMITTED
+    unknown_ids = any(idx is None for _, _, entries in layout for _, idx in entries)
+    fetched = []
+    if parts or not unknown_ids:
+        fetched = await node.fetch(
+            parts,
+            max_wait_ms=0 if unknown_ids else ms(req.max_wait),
+            min_bytes=int(req.min_bytes),
+            max_bytes=int(field(req, "max_bytes", 0)),
+            read_committed=read_committed,
+        )
+    responses = []
+    for key, _name, entries in layout:
+        partitions = []
+        for partition, idx in entries:
+            if idx is None:
+                partitions.append({"partition_index": partition,
+                                   "error_code": int(K.unknown_topic_id),
+                                   "high_watermark": -1, "records": b""})
+                continue
+            f = fetched[idx]
+            if f.error is not None:
+                partitions.append({"partition_index": partition,
+                                   "error_code": kafka_code(f.error, by_id=by_id),
+                                   "high_watermark": -1, "last_stable_offset": -1,
+                                   "log_start_offset": -1, "records": b""})
+                continue
+            partitions.append({
+                "partition_index": partition,
+                "error_code": 0,
+                "high_watermark": f.high_watermark,
+                "last_stable_offset": f.last_stable_offset,
+                "log_start_offset": f.log_start_offset,
+                "aborted_transactions": (
+                    [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                     for a in f.aborted] if read_committed else None
+                ),
+                "preferred_read_replica": -1,
+                "records": f.records,
+            })
+        entry: dict[str, Any] = {"partitions": partitions}
+        if by_id:
+            entry["topic_id"] = key if isinstance(key, uuid.UUID) else uuid.UUID(str(key))
+        else:
+            entry["topic"] = key
+        responses.append(entry)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+async def list_offsets(ctx: Context, req: Any) -> dict[str, Any]:
+    read_committed = int(field(req, "isolation_level", 0)) == READ_COMMITTED
+    topics = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            ts = int(p.timestamp)
+            spec = "timestamp" if ts >= 0 else _SPECS.get(ts, f"timestamp {ts}")
+            try:
+                lookup = await ctx.node.list_offsets(t.name, p.partition_index, spec, ts,
+                                                     read_committed)
+            except ClusterError as exc:
+                partitions.append({"partition_index": p.partition_index,
+                                   "error_code": kafka_code(exc), "timestamp": -1,
+                                   "offset": -1, "leader_epoch": -1})
+                continue
+            partitions.append({"partition_index": p.partition_index, "error_code": 0,
+                               "timestamp": lookup.timestamp, "offset": lookup.offset,
+                               "leader_epoch": lookup.leader_epoch})
+        topics.append({"name": t.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def delete_records(ctx: Context, req: Any) -> dict[str, Any]:
+    topics = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            try:
+                low = await ctx.node.delete_records(t.name, p.partition_index, int(p.offset))
+            except ClusterError as exc:
+                partitions.append({"partition_index": p.partition_index, "low_watermark": -1,
+                                   "error_code": kafka_code(exc)})
+                continue
+            partitions.append({"partition_index": p.partition_index, "low_watermark": low,
+                               "error_code": 0})
+        topics.append({"name": t.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+

@@ -1,0 +1,86 @@
+"""Idempotent and transactional producers over the Kafka protocol.
+
+Rules:
+- InitProducerId hands out a producer id (and epoch) from the core; with a
+  transactional id it bumps the epoch, fencing older producers, and aborts an
+  open transaction first. A transaction timeout <= 0 in a request without a
+  transactional id is ignored (idempotent producers send -1).
+- AddPartitionsToTxn (v0-v3, the client versions), AddOffsetsToTxn and EndTxn
+  call the core's transaction coordinator; a refusal is the answer of every
+  partition named. TxnOffsetCommit lives with the group APIs.
+- Refusals use the coordinator variant of the error table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from linkd.core.errors import ClusterError
+from linkd.kafka.codec import ms
+from linkd.kafka.context import Context
+from linkd.kafka.errors import kafka_code
+
+# The core wants a positive timeout even when it does not use it.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+def _code(exc: ClusterError) -> int:
+    return kafka_code(exc, coordinator=True)
+
+
+async def init_producer_id(ctx: Context, req: Any) -> dict[str, Any]:
+    txn_id = req.transactional_id or ""
+    timeout_ms = ms(req.transaction_timeout)
+    if not txn_id and timeout_ms <= 0:
+        timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS
+    try:
+        pid, epoch = await ctx.node.init_producer_id(txn_id, timeout_ms)
+    except ClusterError as exc:
+        return {"throttle_time": 0, "error_code": _code(exc), "producer_id": -1,
+                "producer_epoch": -1}
+    return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+
+
+async def add_partitions_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
+    topics = req.v3_and_below_topics
+    partitions = [(t.name, int(p)) for t in topics for p in t.partitions]
+    code = 0
+    try:
+        await ctx.node.add_partitions_to_txn(
+            req.v3_and_below_transactional_id,
+            req.v3_and_below_producer_id,
+            req.v3_and_below_producer_epoch,
+            partitions,
+        )
+    except ClusterError as exc:
+        code = _code(exc)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "results_by_topic_v3_and_below": [
+            {"name": t.name,
+             "results_by_partition": [{"partition_index": p, "partition_error_code": code}
+                                      for p in t.partitions]}
+            for t in topics
+        ],
+    }
+
+
+async def add_offsets_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
+    try:
+        await ctx.node.add_offsets_to_txn(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+    except ClusterError as exc:
+        return {"throttle_time": 0, "error_code": _code(exc)}
+    return {"throttle_time": 0, "error_code": 0}
+
+
+async def end_txn(ctx: Context, req: Any) -> dict[str, Any]:
+    try:
+        await ctx.node.end_txn(
+            req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed)
+        )
+    except ClusterError as exc:
+        return {"throttle_time": 0, "error_code": _code(exc)}
+    return {"throttle_time": 0, "error_code": 0}

@@ -1,0 +1,63 @@
+"""What a Kafka request handler receives besides its request body."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from linkd.core.errors import ClusterError
+from linkd.kafka.errors import kafka_code, kafka_message
+from linkd.node import ClusterNode
+
+# "Not requested" in Kafka's authorized-operations fields.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """The one broker a linkd cluster presents to Kafka clients."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {"node_id": self.node_id, "broker_id": self.node_id, "host": self.host,
+                "port": self.port, "rack": None}
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    node: ClusterNode
+    broker: Broker
+    api_version: int
+    client_id: str
+    client_host: str
+
+
+Handler = Callable[[Context, Any], Awaitable[dict[str, Any] | None]]
+
+
+def error_fields(
+    exc: ClusterError | None, *, coordinator: bool = False, by_id: bool = False
+) -> dict[str, Any]:
+    """`error_code` and `error_message` of a result (no error: 0 and None)."""
+    if exc is None:
+        return {"error_code": 0, "error_message": None}
+    return {
+        "error_code": kafka_code(exc, coordinator=coordinator, by_id=by_id),
+        "error_message": kafka_message(exc),
+    }
+
+
+def ok_or_error(exc: ClusterError | None, *, coordinator: bool = False) -> int:
+    return 0 if exc is None else kafka_code(exc, coordinator=coordinator)
+
+
+def operations_bits(operations: tuple[int, ...]) -> int:
+    """Kafka's authorized-operations bit field (bit n: AclOperation n)."""
+    bits = 0
+    for op in operations:
+        bits |= 1 << op
+    return bits

@@ -1,0 +1,317 @@
+"""The Kafka protocol listener of a linkd: connections, framing, ordering, dispatch.
+
+Rules:
+- One asyncio server on the node's event loop. Each connection reads frames
+  and starts one handler task per request at once, in arrival order; a
+  connection may pipeline up to MAX_IN_FLIGHT requests (then reading pauses).
+  Responses are written strictly in request order, whatever order the
+  handlers finish in (a Produce with acks=0 has no response and is skipped).
+- A handler decodes nothing itself: the request body arrives decoded by kio
+  (linkd/kafka/codec.py), the handler calls the node, and returns plain data
+  that `codec.make` fits onto the response class of the request's version.
+  Handlers do their first core call before their first suspension (or in tasks
+  they create before it), so the core sees a connection's requests in order.
+- Every request gets an answer, never a dropped connection: an API key or
+  version outside `SUPPORTED` answers UNSUPPORTED_VERSION in that API's
+  response shape (ApiVersions: a v0 body with the supported list, as Kafka
+  does); a body that does not decode answers INVALID_REQUEST; a handler
+  failure answers UNKNOWN_SERVER_ERROR and is logged. Only broken framing
+  (a size below 8 or above MAX_FRAME_BYTES) closes the connection, since the
+  stream can no longer be followed.
+- When the client goes away, pending Fetch/JoinGroup/SyncGroup waits are
+  cancelled (they change nothing); other requests finish and their answers are
+  dropped. `stop` closes the server and every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
+from kio.schema.errors import ErrorCode as K
+
+from linkd.core.errors import ClusterError
+from linkd.kafka import api_admin, api_cluster, api_data, api_groups, api_txn, codec
+from linkd.kafka.context import Broker, Context, Handler
+from linkd.kafka.errors import kafka_code, kafka_message
+from linkd.node import ClusterNode
+
+log = logging.getLogger("linkd.kafka")
+
+MAX_IN_FLIGHT = 64
+API_VERSIONS_KEY = 18
+
+Chunks = list[bytes | bytearray]  # one framed response, written in order
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler | None  # None: answered by the listener itself (ApiVersions)
+    coordinator: bool = False
+    cancel_on_disconnect: bool = False
+
+
+# The versions served. Lower bounds are kio's (Kafka 4's baseline); upper
+# bounds stop before versions whose meaning this cluster does not implement:
+# Produce v12+ and TxnOffsetCommit v5+/EndTxn v5+/AddPartitionsToTxn v4+ belong
+# to transactions v2 (KIP-890), InitProducerId v6 to two-phase commit (KIP-939),
+# Produce v13 and OffsetCommit/OffsetFetch v10 to topic ids in those calls.
+SUPPORTED: Mapping[int, Api] = MappingProxyType({
+    0: Api("Produce", 3, 11, api_data.produce),
+    1: Api("Fetch", 4, 17, api_data.fetch, cancel_on_disconnect=True),
+    2: Api("ListOffsets", 1, 10, api_data.list_offsets),
+    3: Api("Metadata", 0, 12, api_cluster.metadata),
+    8: Api("OffsetCommit", 2, 9, api_groups.offset_commit, coordinator=True),
+    9: Api("OffsetFetch", 1, 9, api_groups.offset_fetch, coordinator=True),
+    10: Api("FindCoordinator", 0, 5, api_cluster.find_coordinator),
+    11: Api("JoinGroup", 0, 9, api_groups.join_group, coordinator=True,
+            cancel_on_disconnect=True),
+    12: Api("Heartbeat", 0, 4, api_groups.heartbeat, coordinator=True),
+    13: Api("LeaveGroup", 0, 5, api_groups.leave_group, coordinator=True),
+    14: Api("SyncGroup", 0, 5, api_groups.sync_group, coordinator=True,
+            cancel_on_disconnect=True),
+    15: Api("DescribeGroups", 0, 5, api_groups.describe_groups, coordinator=True),
+    16: Api("ListGroups", 0, 5, api_groups.list_groups, coordinator=True),
+    18: Api("ApiVersions", 0, 4, None),
+    19: Api("CreateTopics", 2, 7, api_admin.create_topics),
+    20: Api("DeleteTopics", 1, 6, api_admin.delete_topics),
+    21: Api("DeleteRecords", 0, 2, api_data.delete_records),
+    22: Api("InitProducerId", 0, 5, api_txn.init_producer_id, coordinator=True),
+    24: Api("AddPartitionsToTxn", 0, 3, api_txn.add_partitions_to_txn, coordinator=True),
+    25: Api("AddOffsetsToTxn", 0, 4, api_txn.add_offsets_to_txn, coordinator=True),
+    26: Api("EndTxn", 0, 4, api_txn.end_txn, coordinator=True),
+    28: Api("TxnOffsetCommit", 0, 4, api_groups.txn_offset_commit, coordinator=True),
+    29: Api("DescribeAcls", 1, 3, api_admin.describe_acls),
+    30: Api("CreateAcls", 1, 3, api_admin.create_acls),
+    31: Api("DeleteAcls", 1, 3, api_admin.delete_acls),
+    32: Api("DescribeConfigs", 1, 4, api_admin.describe_configs),
+    33: Api("AlterConfigs", 0, 2, api_admin.alter_configs),
+    37: Api("CreatePartitions", 0, 3, api_admin.create_partitions),
+    42: Api("DeleteGroups", 0, 2, api_groups.delete_groups, coordinator=True),
+    44: Api("IncrementalAlterConfigs", 0, 1, api_admin.incremental_alter_configs),
+    47: Api("OffsetDelete", 0, 0, api_groups.offset_delete, coordinator=True),
+    60: Api("DescribeCluster", 0, 1, api_cluster.describe_cluster),
+})
+
+def api_versions_list() -> list[dict[str, int]]:
+    return [{"api_key": key, "min_version": api.min_version, "max_version": api.max_version}
+            for key, api in sorted(SUPPORTED.items())]
+
+
+def _raw_error(correlation_id: int, code: int) -> bytes:
+    """For an API kio has no schema for: header v0 and an error code, the
+    start of most Kafka responses."""
+    return struct.pack(">iih", 6, correlation_id, code)
+
+
+class KafkaListener:
+    """Serves the Kafka protocol for one node. `start` binds (OSError if the
+    address is taken), `stop` closes everything."""
+
+    def __init__(self, node: ClusterNode, host: str, port: int, *,
+                 advertised_host: str | None = None, node_id: int = 0) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host
+        self.node_id = node_id
+        self.broker = Broker(node_id, advertised_host or host, port)
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port,
+                                                  reuse_address=True)
+        if self.port == 0:
+            sockets = self._server.sockets
+            self.port = int(sockets[0].getsockname()[1])
+        host = self.advertised_host or self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        self.broker = Broker(self.node_id, host, self.port)
+        log.info("kafka listener serving", extra={"listen": f"{self.host}:{self.port}",
+                                                  "advertised": f"{host}:{self.port}"})
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close()
+        for conn in list(self._connections):
+            await conn.wait_closed()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=2.0)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(self, reader, writer)
+        self._connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self._connections.discard(conn)
+
+
+class _Connection:
+    def __init__(self, listener: KafkaListener, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.listener = listener
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
+        self.queue: asyncio.Queue[tuple[asyncio.Task[Any], bool] | None] = asyncio.Queue(
+            MAX_IN_FLIGHT)
+        self.pending: set[tuple[asyncio.Task[Any], bool]] = set()
+        self._run_task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+
+    async def run(self) -> None:
+        self._run_task = asyncio.current_task()
+        writer_task = asyncio.create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for task, cancellable in list(self.pending):
+                if cancellable:
+                    task.cancel()
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(None)
+            if not writer_task.done():
+                writer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer_task
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.writer.wait_closed(), timeout=1.0)
+            self._done.set()
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                prefix = await self.reader.readexactly(4)
+                size = codec.frame_size(prefix)
+                if size < codec.FIXED_HEADER_BYTES or size > codec.MAX_FRAME_BYTES:
+                    log.warning("kafka: closing a connection with a bad frame size",
+                                extra={"client": self.client_host, "size": size})
+                    return
+                frame = await self.reader.readexactly(size)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            fixed = codec.peek_header(frame)
+            assert fixed is not None  # size >= 8
+            api = SUPPORTED.get(fixed.api_key)
+            cancellable = api is not None and api.cancel_on_disconnect
+            task = asyncio.create_task(self._answer(frame, fixed))
+            entry = (task, cancellable)
+            self.pending.add(entry)
+            task.add_done_callback(functools.partial(self._forget, entry))
+            await self.queue.put(entry)
+
+    def _forget(self, entry: tuple[asyncio.Task[Any], bool], _task: object) -> None:
+        self.pending.discard(entry)
+
+    async def _write_loop(self) -> None:
+        while True:
+            entry = await self.queue.get()
+            if entry is None:
+                return
+            task, _ = entry
+            try:
+                data = await task
+            except asyncio.CancelledError:
+                return
+            except Exception:
+                # `_answer` answers every failure itself; if even that failed, the
+                # answers can no longer be kept in order: close the connection.
+                log.exception("kafka: no answer could be encoded; closing the connection")
+                self.close()
+                return
+            if data:
+                for chunk in data:
+                    self.writer.write(chunk)
+                await self.writer.drain()
+
+    def close(self) -> None:
+        if self._run_task is not None and not self._run_task.done():
+            self._run_task.cancel()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._done.wait(), timeout=5.0)
+
+    # -- one request ------------------------------------------------------------------
+
+    async def _answer(self, frame: bytes, fixed: codec.FixedHeader) -> Chunks | None:
+        key, version, correlation = fixed.api_key, fixed.api_version, fixed.correlation_id
+        api = SUPPORTED.get(key)
+        if key == API_VERSIONS_KEY:
+            return self._api_versions(frame, fixed)
+        resp_cls = codec.response_class(key, version)
+        if api is None or not api.min_version <= version <= api.max_version:
+            name = api.name if api is not None else f"api key {key}"
+            message = (f"{name} v{version} is not supported" if api is None else
+                       f"{name} v{version} is not supported "
+                       f"(supported: v{api.min_version}-v{api.max_version})")
+            log.info("kafka: unsupported request", extra={"api_key": key, "version": version,
+                                                          "client": self.client_host})
+            if resp_cls is None:
+                return [_raw_error(correlation, int(K.unsupported_version))]
+            return codec.encode_response_chunks(
+                correlation, codec.error_body(resp_cls, int(K.unsupported_version), message))
+        assert resp_cls is not None and api.handler is not None
+        try:
+            request = codec.parse_request(frame, fixed)
+        except codec.DecodeError as exc:
+            log.warning("kafka: undecodable request", extra={"error": str(exc),
+                                                             "client": self.client_host})
+            return codec.encode_response_chunks(
+                correlation, codec.error_body(resp_cls, int(K.invalid_request), str(exc)))
+        ctx = Context(self.listener.node, self.listener.broker, version, request.client_id,
+                      self.client_host)
+        try:
+            data = await api.handler(ctx, request.body)
+            if data is None:
+                return None
+            return codec.encode_response_chunks(correlation, codec.make(resp_cls, data))
+        except ClusterError as exc:
+            body = codec.error_body(resp_cls, kafka_code(exc, coordinator=api.coordinator),
+                                    kafka_message(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: answer it, log it, keep serving
+            log.exception("kafka: %s v%d failed", api.name, version)
+            body = codec.error_body(resp_cls, int(K.unknown_server_error),
+                                    f"{api.name} failed: {type(exc).__name__}: {exc}")
+        return codec.encode_response_chunks(correlation, body)
+
+    def _api_versions(self, frame: bytes, fixed: codec.FixedHeader) -> Chunks:
+        api = SUPPORTED[API_VERSIONS_KEY]
+        keys = api_versions_list()
+        if not api.min_version <= fixed.api_version <= api.max_version:
+            body = codec.make(ApiVersionsV0, {"error_code": int(K.unsupported_version),
+                                              "api_keys": keys})
+            return codec.encode_response_chunks(fixed.correlation_id, body, header_v0=True)
+        resp_cls = codec.response_class(API_VERSIONS_KEY, fixed.api_version)
+        assert resp_cls is not None
+        try:
+            codec.parse_request(frame, fixed)
+        except codec.DecodeError:
+            body = codec.make(resp_cls, {"error_code": int(K.invalid_request),
+                                         "api_keys": keys})
+            return codec.encode_response_chunks(fixed.correlation_id, body, header_v0=True)
+        body = codec.make(resp_cls, {"error_code": 0, "api_keys": keys, "throttle_time": 0})
+        return codec.encode_response_chunks(fixed.correlation_id, body, header_v0=True)

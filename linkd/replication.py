@@ -1,0 +1,849 @@
+"""The shell of replication links: dialing, handshakes, fetch loops.
+
+Every decision (what a link's configuration is after a merge, which state it
+is in, whether a follower diverged, what bytes a follower appends) is made by
+`linkd.core.links` and `linkd.core.replication`; this module moves bytes and
+messages between clusters and carries out the effects on the local node.
+
+- `LinkManager` owns one `LinkRunner` task per link this cluster dials
+  (connection direction "local_dials" on this side). A runner repeats, with a
+  bounded back-off on failure: handshake (exchange configurations; both sides
+  converge field by field), discover the source topics of every namespace this
+  side follows (creating follower topics with the source's shape), and one
+  long-poll replica fetch for every follower partition, whose batches are
+  appended byte for byte.
+- `ReplicationService` answers the remote's calls: Handshake, RemoveLink,
+  ListSourceTopics, ReplicaFetch (long-poll on new data), FetchGroupOffsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from ccr.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    errors_pb2,
+    replication_pb2,
+    replication_pb2_grpc,
+)
+from linkd.core import replication as rep
+from linkd.core.cluster import ClusterState, Effect, Journal
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import Field, LinkConfig, Mapping, Version
+from linkd.grpc_errors import abort_with_error
+from linkd.node import ClusterNode
+
+log = logging.getLogger("linkd.replication")
+
+HANDSHAKE_INTERVAL_S = 2.0
+DISCOVERY_INTERVAL_S = 1.0
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+PARTITION_MAX_BYTES = 1024 * 1024
+CALL_TIMEOUT_S = 10.0
+BACKOFF_MIN_S = 0.1
+BACKOFF_MAX_S = 2.0
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
+    ("grpc.max_send_message_length", 128 * 1024 * 1024),
+]
+
+
+# -- configuration views on the wire ------------------------------------------------
+
+
+def _version_pb(v: Version) -> replication_pb2.Version:
+    return replication_pb2.Version(physical_ms=v[0], logical=v[1], node=v[2])
+
+
+def _version(v: replication_pb2.Version) -> Version:
+    return (v.physical_ms, v.logical, v.node)
+
+
+def view_of(config: LinkConfig) -> replication_pb2.LinkConfigView:
+    return replication_pb2.LinkConfigView(
+        name=config.name,
+        link_id=config.link_id,
+        local_cluster_id=config.local_cluster_id,
+        remote_cluster_id=config.remote_cluster_id,
+        connection_direction=config.connection_direction,
+        fields=[
+            replication_pb2.VersionedField(name=k, value=f.value, version=_version_pb(f.version))
+            for k, f in sorted(config.fields.items())
+        ],
+        mappings=[
+            replication_pb2.VersionedMapping(
+                resource_type=m.resource_type,
+                local_prefix=m.local_prefix,
+                remote_prefix=m.remote_prefix,
+                leader=m.leader,
+                attached=m.attached,
+                version=_version_pb(m.version),
+            )
+            for _, m in sorted(config.mappings.items())
+        ],
+        link_epoch=config.link_epoch,
+    )
+
+
+def config_of(view: replication_pb2.LinkConfigView) -> LinkConfig:
+    fields = {f.name: Field(f.value, _version(f.version)) for f in view.fields}
+    mappings = {}
+    for m in view.mappings:
+        mapping = Mapping(
+            m.resource_type,
+            m.local_prefix,
+            m.remote_prefix,
+            m.leader,
+            m.attached,
+            _version(m.version),
+        )
+        mappings[mapping.key] = mapping
+    return LinkConfig(
+        view.name,
+        view.link_id,
+        view.local_cluster_id,
+        view.remote_cluster_id,
+        view.connection_direction,
+        fields,
+        mappings,
+        view.link_epoch,
+    )
+
+
+def _rpc_error(exc: grpc.RpcError, what: str) -> ClusterError:
+    """A remote refusal keeps its code; a transport failure is LINK_UNREACHABLE."""
+    trailing: Any = exc.trailing_metadata() if isinstance(exc, aio.AioRpcError) else None
+    for key, value in trailing or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            from google.rpc import status_pb2
+
+            status = status_pb2.Status.FromString(value)
+            for any_detail in status.details:
+                detail = errors_pb2.ErrorDetail()
+                if any_detail.Unpack(detail):
+                    return ClusterError(
+                        ErrorCode(detail.code),
+                        detail.resource,
+                        f"remote refused {what}: {detail.message}",
+                    )
+    return ClusterError(
+        ErrorCode.LINK_UNREACHABLE,
+        what,
+        f"{what}: {exc.code().name if hasattr(exc, 'code') else exc}: "
+        f"{exc.details() if hasattr(exc, 'details') else ''}",
+    )
+
+
+class LinkManager:
+    """Admin operations on links, and one runner per link this side dials."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        self.runners: dict[str, LinkRunner] = {}
+        self._stopping = False
+
+    @property
+    def state(self) -> ClusterState:
+        return self.node.state
+
+    def start(self) -> None:
+        for name in self.state.links.names():
+            self._ensure_runner(name)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for runner in list(self.runners.values()):
+            await runner.stop()
+        self.runners.clear()
+
+    def _ensure_runner(self, name: str) -> None:
+        config = self.state.links.configs.get(name)
+        if config is None or self._stopping:
+            return
+        if config.connection_direction == "local_dials" and name not in self.runners:
+            runner = LinkRunner(self, name)
+            self.runners[name] = runner
+            runner.start()
+
+    async def journal(self, records: list[dict[str, Any]]) -> None:
+        if records:
+            await self.node._execute([Journal(tuple(records))])
+
+    # -- admin operations -----------------------------------------------------------
+
+    async def create_link(
+        self,
+        name: str,
+        remote_bootstrap: str,
+        credentials: str,
+        direction: str,
+        local_bootstrap: str,
+    ) -> LinkConfig:
+        self.node._check_ready()
+        now = self.node.clock()
+        if name in self.state.links.configs:
+            raise ClusterError(
+                ErrorCode.LINK_EXISTS,
+                f"link {name!r}",
+                f"link {name!r} already exists on cluster {self.node.cluster_id!r}",
+            )
+        async with aio.insecure_channel(remote_bootstrap, options=GRPC_OPTIONS) as channel:
+            try:
+                described = await admin_pb2_grpc.AdminStub(channel).DescribeCluster(
+                    admin_pb2.DescribeClusterRequest(), timeout=CALL_TIMEOUT_S
+                )
+            except grpc.RpcError as exc:
+                raise _rpc_error(exc, f"link {name!r}: dialing {remote_bootstrap}") from exc
+            config = self.state.links.new_config(
+                name,
+                str(uuid.uuid4()),
+                described.cluster_id,
+                remote_bootstrap,
+                credentials,
+                direction,
+                local_bootstrap,
+                now,
+            )
+            try:
+                reply = await replication_pb2_grpc.ReplicationStub(channel).Handshake(
+                    replication_pb2.HandshakeRequest(config=view_of(config), create=True),
+                    timeout=CALL_TIMEOUT_S,
+                )
+            except grpc.RpcError as exc:
+                raise _rpc_error(
+                    exc, f"link {name!r}: creating the mirror on {described.cluster_id!r}"
+                ) from exc
+        records = self.state.links.store(config, now)
+        records += self.state.links.accept_mirror(config_of(reply.config), now)
+        self.state.links.on_contact(name, now)
+        await self.journal(records)
+        self._ensure_runner(name)
+        log.info("link created", extra={"link": name, "remote": described.cluster_id})
+        return self.state.links.get(name)
+
+    async def attach(
+        self, name: str, resource_type: str, local_prefix: str, remote_prefix: str, leader: str
+    ) -> LinkConfig:
+        self.node._check_ready()
+        mapping = rep.check_attach(
+            self.state, name, resource_type, local_prefix, remote_prefix, leader
+        )
+        return await self._change_mapping(name, mapping)
+
+    async def detach(self, name: str, resource_type: str, local_prefix: str) -> LinkConfig:
+        self.node._check_ready()
+        from linkd.core.namespaces import ResourceType
+
+        config = self.state.links.get(name)
+        kind = ResourceType.parse(resource_type)
+        current = config.mappings.get((kind.label, local_prefix))
+        if current is None or not current.attached:
+            raise ClusterError(
+                ErrorCode.UNKNOWN_NAMESPACE,
+                f"link {name!r}",
+                f"link {name!r}: {kind.label} namespace {local_prefix!r} is not attached to it",
+            )
+        return await self._change_mapping(name, rep.replace_mapping(current, attached=False))
+
+    async def _change_mapping(self, name: str, mapping: Mapping) -> LinkConfig:
+        """Tells the remote first (it may refuse: then nothing changes here);
+        an unreachable remote converges later through the handshakes."""
+        now = self.node.clock()
+        config = self.state.links.get(name)
+        candidate = LinkConfig(
+            config.name,
+            config.link_id,
+            config.local_cluster_id,
+            config.remote_cluster_id,
+            config.connection_direction,
+            dict(config.fields),
+            dict(config.mappings),
+            config.link_epoch,
+        )
+        versioned = rep.replace_mapping(mapping, attached=mapping.attached)
+        from dataclasses import replace
+
+        versioned = replace(versioned, version=self.state.links.hlc.now(now))
+        candidate.mappings[versioned.key] = versioned
+        try:
+            await self._handshake(candidate, create=False)
+        except ClusterError as exc:
+            if exc.code != ErrorCode.LINK_UNREACHABLE:
+                raise
+            log.warning(
+                "remote unreachable; the change converges later",
+                extra={"link": name, "error": exc.message},
+            )
+        records = self.state.links.store(candidate, now)
+        records += rep.reconcile_attachments(self.state, name)
+        await self.journal(records)
+        return self.state.links.get(name)
+
+    async def _handshake(self, config: LinkConfig, *, create: bool) -> LinkConfig:
+        address = config.value("remote_bootstrap")
+        async with aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+            try:
+                reply = await replication_pb2_grpc.ReplicationStub(channel).Handshake(
+                    replication_pb2.HandshakeRequest(config=view_of(config), create=create),
+                    timeout=CALL_TIMEOUT_S,
+                )
+            except grpc.RpcError as exc:
+                raise _rpc_error(exc, f"link {config.name!r}: handshake with {address}") from exc
+        return config_of(reply.config)
+
+    async def delete_link(self, name: str) -> None:
+        self.node._check_ready()
+        config = self.state.links.get(name)
+        runner = self.runners.pop(name, None)
+        if runner is not None:
+            await runner.stop()
+        address = config.value("remote_bootstrap")
+        try:
+            async with aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+                await replication_pb2_grpc.ReplicationStub(channel).RemoveLink(
+                    replication_pb2.RemoveLinkRequest(link_id=config.link_id),
+                    timeout=CALL_TIMEOUT_S,
+                )
+        except grpc.RpcError as exc:
+            log.warning(
+                "remote not told of the link deletion",
+                extra={"link": name, "error": str(_rpc_error(exc, "remove link"))},
+            )
+        await self.journal(rep.delete_link(self.state, name))
+
+    async def failover(self, name: str, force: bool) -> list[dict[str, Any]]:
+        self.node._check_ready()
+        records, abandoned = rep.failover(self.state, name, force, self.node.clock())
+        await self.journal(records)
+        # Tell the remote best effort: the detach is versioned and converges.
+        config = self.state.links.get(name)
+        try:
+            await self._handshake(config, create=False)
+        except ClusterError as exc:
+            log.warning(
+                "failover not yet known to the remote", extra={"link": name, "error": exc.message}
+            )
+        return abandoned
+
+    # -- calls from the remote -----------------------------------------------------------
+
+    async def on_handshake(self, view: replication_pb2.LinkConfigView, create: bool) -> LinkConfig:
+        now = self.node.clock()
+        theirs = config_of(view)
+        existing = self.state.links.configs.get(theirs.name)
+        if create and existing is not None and existing.link_id != theirs.link_id:
+            raise ClusterError(
+                ErrorCode.LINK_EXISTS,
+                f"link {theirs.name!r}",
+                f"cluster {self.node.cluster_id!r} already has a link named {theirs.name!r}",
+            )
+        if existing is not None and existing.link_id != theirs.link_id:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {theirs.name!r}",
+                f"link {theirs.name!r} on {self.node.cluster_id!r} has another link id",
+            )
+        # Refuse a new follower mapping this side cannot honour, before storing.
+        mirrored = theirs.mirrored()
+        for key, mapping in mirrored.mappings.items():
+            old = existing.mappings.get(key) if existing is not None else None
+            if mapping.attached and (
+                old is None or not old.attached or old.version < mapping.version
+            ):
+                if mapping.local_role == "follower" and (old is None or not old.attached):
+                    self._check_follower_ok(theirs.name, mapping)
+        records = self.state.links.accept_mirror(theirs, now)
+        records += rep.reconcile_attachments(self.state, theirs.name)
+        self.state.links.on_contact(theirs.name, now)
+        await self.journal(records)
+        self._ensure_runner(theirs.name)
+        return self.state.links.get(theirs.name)
+
+    def _check_follower_ok(self, link_name: str, mapping: Mapping) -> None:
+        from linkd.core.namespaces import ResourceType
+
+        kind = ResourceType.parse(mapping.resource_type)
+        ns = self.state.namespaces.find(kind, mapping.local_prefix)
+        if ns is None:
+            return  # created (reserved) by the reconciliation
+        for candidate in [ns, *self.state.namespaces.overlapping(ns)]:
+            following = candidate.follower_link
+            if following is not None and following != link_name:
+                raise ClusterError(
+                    ErrorCode.ALREADY_FOLLOWING,
+                    ns.name,
+                    f"on cluster {self.node.cluster_id!r}, {ns.name} cannot follow link "
+                    f"{link_name!r}: {candidate.name} already follows link {following!r}",
+                )
+
+    async def on_remove(self, link_id: str) -> None:
+        try:
+            config = self.state.links.by_id(link_id)
+        except ClusterError:
+            return
+        runner = self.runners.pop(config.name, None)
+        if runner is not None:
+            await runner.stop()
+        await self.journal(rep.delete_link(self.state, config.name))
+
+
+class LinkRunner:
+    """The dialing side of one link: handshakes, discovery, replica fetches."""
+
+    def __init__(self, manager: LinkManager, name: str) -> None:
+        self.manager = manager
+        self.name = name
+        self.task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_handshake = 0.0
+        self._last_discovery = 0.0
+        # Push mode: the follower's last fetch request, served in the next push.
+        self._next_fetch: replication_pb2.ReplicaFetchRequest | None = None
+
+    @property
+    def node(self) -> ClusterNode:
+        return self.manager.node
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run(), name=f"link-{self.name}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        channel: aio.Channel | None = None
+        address: str = ""
+        try:
+            while not self._stopping:
+                config = self.node.state.links.configs.get(self.name)
+                if config is None:
+                    return
+                if channel is None or address != config.value("remote_bootstrap"):
+                    if channel is not None:
+                        await channel.close(None)
+                    address = config.value("remote_bootstrap")
+                    channel = aio.insecure_channel(address, options=GRPC_OPTIONS)
+                stub = replication_pb2_grpc.ReplicationStub(channel)
+                try:
+                    await self.step(stub, config)
+                    backoff = BACKOFF_MIN_S
+                except (ClusterError, grpc.RpcError) as exc:
+                    error = exc if isinstance(exc, ClusterError) else _rpc_error(exc, "link")
+                    self.node.state.links.on_contact_lost(self.name, self.node.clock())
+                    log.debug("link step failed", extra={"link": self.name, "error": error.message})
+                    await asyncio.sleep(backoff)
+                    backoff = min(BACKOFF_MAX_S, backoff * 2)
+        finally:
+            if channel is not None:
+                await channel.close(None)
+
+    async def step(
+        self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        state = self.node.state
+        if loop.time() - self._last_handshake >= HANDSHAKE_INTERVAL_S:
+            reply = await stub.Handshake(
+                replication_pb2.HandshakeRequest(config=view_of(config)), timeout=CALL_TIMEOUT_S
+            )
+            now = self.node.clock()
+            records = state.links.accept_mirror(config_of(reply.config), now)
+            records += rep.reconcile_attachments(state, self.name)
+            state.links.on_contact(self.name, now)
+            await self.manager.journal(records)
+            self._last_handshake = loop.time()
+            config = state.links.get(self.name)
+        if rep.follower_mappings(config, "topic"):
+            await self.pull(stub, config)
+        elif rep.leader_mappings(config, "topic"):
+            await self.push(stub, config)
+        else:
+            # Nothing to replicate: keep the session alive with handshakes.
+            await asyncio.sleep(min(HANDSHAKE_INTERVAL_S, 0.5))
+
+    async def pull(
+        self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
+    ) -> None:
+        """This side follows and dials: discover, then fetch."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_discovery >= DISCOVERY_INTERVAL_S:
+            namespaces = []
+            for mapping in rep.follower_mappings(config, "topic"):
+                reply = await stub.ListSourceTopics(
+                    replication_pb2.ListSourceTopicsRequest(
+                        link_id=config.link_id, prefix=mapping.remote_prefix
+                    ),
+                    timeout=CALL_TIMEOUT_S,
+                )
+                namespaces.append(
+                    replication_pb2.NamespaceTopics(
+                        prefix=mapping.remote_prefix, topics=reply.topics
+                    )
+                )
+            await apply_topics(self.node, config, namespaces)
+            self._last_discovery = loop.time()
+        request, by_source = follower_request(self.node, config)
+        if not request.partitions:
+            await asyncio.sleep(0.2)
+            return
+        fetched = await stub.ReplicaFetch(
+            request, timeout=CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
+        )
+        await apply_fetched(self.node, config.name, fetched, by_source)
+
+    async def push(
+        self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
+    ) -> None:
+        """This side leads and dials (the follower may sit behind NAT): serve the
+        follower's last fetch request ourselves and push the answer."""
+        loop = asyncio.get_running_loop()
+        push = replication_pb2.ReplicaPushRequest(link_id=config.link_id)
+        if loop.time() - self._last_discovery >= DISCOVERY_INTERVAL_S:
+            push.namespaces.extend(leader_namespaces(self.node, config))
+            self._last_discovery = loop.time()
+        if self._next_fetch is not None and self._next_fetch.partitions:
+            push.data.CopyFrom(await serve_fetch(self.node, self._next_fetch))
+        elif self._next_fetch is not None:
+            await asyncio.sleep(0.2)
+        reply = await stub.ReplicaPush(push, timeout=CALL_TIMEOUT_S)
+        self.node.state.links.on_contact(self.name, self.node.clock())
+        self._next_fetch = reply.next
+
+
+# -- both ends of the data path, shared by pull and push -----------------------------
+
+
+def follower_request(
+    node: ClusterNode, config: LinkConfig
+) -> tuple[replication_pb2.ReplicaFetchRequest, dict[tuple[str, int], str]]:
+    """The follower's fetch request: its position in every follower partition,
+    under the source's topic names; and the map back to local names."""
+    state = node.state
+    followed = rep.follower_mappings(config, "topic")
+    request = replication_pb2.ReplicaFetchRequest(
+        link_id=config.link_id, max_wait_ms=FETCH_MAX_WAIT_MS, max_bytes=FETCH_MAX_BYTES
+    )
+    by_source: dict[tuple[str, int], str] = {}
+    for topic in sorted(state.topics):
+        mapping = max(
+            (m for m in followed if rep.in_prefix(topic, m.local_prefix)),
+            key=lambda m: len(m.local_prefix),
+            default=None,
+        )
+        if mapping is None:
+            continue
+        source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+        for p in range(len(state.topics[topic].partitions)):
+            offset, epoch = rep.follower_position(state, topic, p)
+            request.partitions.add(
+                topic=source,
+                partition=p,
+                fetch_offset=offset,
+                last_fetched_epoch=epoch,
+                max_bytes=PARTITION_MAX_BYTES,
+            )
+            by_source[(source, p)] = topic
+    return request, by_source
+
+
+async def apply_topics(
+    node: ClusterNode, config: LinkConfig, namespaces: list[replication_pb2.NamespaceTopics]
+) -> None:
+    """Follower side: creates follower topics with the source's shape and
+    follows partition additions and config changes."""
+    state = node.state
+    effects: list[Effect] = []
+    followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
+    for ns in namespaces:
+        mapping = followed.get(ns.prefix)
+        if mapping is None:
+            continue
+        for source in ns.topics:
+            local = rep.map_name(source.name, mapping.remote_prefix, mapping.local_prefix)
+            if local not in state.topics:
+                effects += rep.create_replica_topic(
+                    state, local, source.partitions, dict(source.configs), node.topic_id_factory()
+                )
+                log.info(
+                    "follower topic created",
+                    extra={"link": config.name, "topic": local, "source": source.name},
+                )
+            else:
+                effects += rep.follow_topic_shape(
+                    state, local, source.partitions, dict(source.configs)
+                )
+    if effects:
+        await node._execute(effects)
+
+
+async def apply_fetched(
+    node: ClusterNode,
+    link_name: str,
+    reply: replication_pb2.ReplicaFetchResponse,
+    by_source: dict[tuple[str, int], str],
+) -> None:
+    """Follower side: truncates diverged partitions, appends batches byte for
+    byte, then records progress (lag) for the link state."""
+    state = node.state
+    now = node.clock()
+    state.links.on_contact(link_name, now)
+    effects: list[Effect] = []
+    progress: list[tuple[str, int, int]] = []
+    for fetched in reply.partitions:
+        found = by_source.get((fetched.topic, fetched.partition))
+        if found is None or found not in state.topics:
+            continue
+        local = found
+        if fetched.HasField("error"):
+            log.debug(
+                "replica fetch refused",
+                extra={"link": link_name, "topic": local, "error": fetched.error.message},
+            )
+            continue
+        if fetched.diverging_end_offset >= 0:
+            effects += rep.truncate_replica(
+                state, local, fetched.partition, fetched.diverging_end_offset
+            )
+            log.warning(
+                "follower truncated after divergence",
+                extra={
+                    "link": link_name,
+                    "topic": local,
+                    "partition": fetched.partition,
+                    "offset": fetched.diverging_end_offset,
+                },
+            )
+            continue
+        if fetched.records or fetched.log_start_offset > 0:
+            effects += rep.append_replica(
+                state, local, fetched.partition, fetched.records, fetched.log_start_offset
+            )
+        progress.append((local, fetched.partition, fetched.high_watermark))
+    if effects:
+        await node._execute(effects)
+    now = node.clock()
+    keep = set()
+    for local, p, source_hw in progress:
+        leo = state.partition(local, p).log_end_offset
+        state.links.on_progress(link_name, local, p, "follower", leo, source_hw, now)
+        keep.add((local, p, "follower"))
+    runtime = state.links.runtime.get(link_name)
+    if runtime is not None:
+        state.links.forget_partitions(
+            link_name, keep | {k for k in runtime.partitions if k[2] == "leader"}
+        )
+
+
+def leader_namespaces(
+    node: ClusterNode, config: LinkConfig
+) -> list[replication_pb2.NamespaceTopics]:
+    """Source side: the topics of every namespace this side leads on the link."""
+    state = node.state
+    out = []
+    for mapping in rep.leader_mappings(config, "topic"):
+        ns = replication_pb2.NamespaceTopics(prefix=mapping.local_prefix)
+        for name in sorted(state.topics):
+            if (
+                rep.in_prefix(name, mapping.local_prefix)
+                and rep.leader_mapping_for(config, name) is mapping
+            ):
+                topic = state.topics[name]
+                ns.topics.add(
+                    name=name, partitions=len(topic.partitions), configs=dict(topic.overrides)
+                )
+        out.append(ns)
+    return out
+
+
+async def serve_fetch(
+    node: ClusterNode, request: replication_pb2.ReplicaFetchRequest
+) -> replication_pb2.ReplicaFetchResponse:
+    """Source side: answers a follower's fetch request, waiting up to its
+    max_wait_ms for data (long poll)."""
+    state = node.state
+    config = state.links.by_id(request.link_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, min(request.max_wait_ms, 30_000)) / 1000
+    budget_total = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES
+    while True:
+        event = node._data_changed
+        out = replication_pb2.ReplicaFetchResponse()
+        total = 0
+        now = node.clock()
+        state.links.on_contact(config.name, now)
+        for part in request.partitions:
+            entry = out.partitions.add(
+                topic=part.topic, partition=part.partition, diverging_end_offset=-1
+            )
+            try:
+                plan = rep.plan_replica_fetch(
+                    state,
+                    request.link_id,
+                    part.topic,
+                    part.partition,
+                    part.fetch_offset,
+                    part.last_fetched_epoch,
+                )
+            except ClusterError as exc:
+                entry.error.CopyFrom(
+                    errors_pb2.ErrorDetail(
+                        code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
+                        resource=exc.resource,
+                        retriable=exc.retriable,
+                        message=exc.message,
+                    )
+                )
+                continue
+            log_ = state.partition(part.topic, part.partition)
+            entry.log_end_offset = log_.log_end_offset
+            entry.leader_epoch = log_.leader_epoch
+            entry.log_start_offset = log_.log_start_offset
+            entry.high_watermark = log_.high_watermark
+            if isinstance(plan, rep.Diverged):
+                entry.diverging_end_offset = plan.end_offset
+                entry.diverging_epoch = plan.epoch
+                continue
+            state.links.on_progress(
+                config.name,
+                part.topic,
+                part.partition,
+                "leader",
+                part.fetch_offset,
+                plan.high_watermark,
+                now,
+            )
+            if plan.upper_offset > plan.offset and total < budget_total:
+                topic_id = state.topic(part.topic).topic_id
+                budget = max(1, min(part.max_bytes or PARTITION_MAX_BYTES, budget_total - total))
+                data = node.stores[(topic_id, part.partition)].read(
+                    plan.offset, plan.upper_offset, budget
+                )
+                entry.records = data
+                total += len(data)
+        if total > 0 or loop.time() >= deadline or node._stopping:
+            return out
+        try:
+            await asyncio.wait_for(event.wait(), timeout=deadline - loop.time())
+        except TimeoutError:
+            pass
+
+
+class ReplicationService(replication_pb2_grpc.ReplicationServicer):
+    def __init__(self, node: ClusterNode, manager: LinkManager) -> None:
+        self.node = node
+        self.manager = manager
+
+    async def _guard(self, context: Any, coro: Any) -> Any:
+        try:
+            return await coro
+        except ClusterError as exc:
+            await abort_with_error(context, exc)
+
+    async def Handshake(
+        self, request: replication_pb2.HandshakeRequest, context: Any
+    ) -> replication_pb2.HandshakeResponse:
+        async def run() -> replication_pb2.HandshakeResponse:
+            self.node._check_ready()
+            config = await self.manager.on_handshake(request.config, request.create)
+            return replication_pb2.HandshakeResponse(config=view_of(config))
+
+        result: replication_pb2.HandshakeResponse = await self._guard(context, run())
+        return result
+
+    async def RemoveLink(
+        self, request: replication_pb2.RemoveLinkRequest, context: Any
+    ) -> replication_pb2.RemoveLinkResponse:
+        await self._guard(context, self.manager.on_remove(request.link_id))
+        return replication_pb2.RemoveLinkResponse()
+
+    async def ListSourceTopics(
+        self, request: replication_pb2.ListSourceTopicsRequest, context: Any
+    ) -> replication_pb2.ListSourceTopicsResponse:
+        async def run() -> replication_pb2.ListSourceTopicsResponse:
+            self.node._check_ready()
+            state = self.node.state
+            config = state.links.by_id(request.link_id)
+            state.links.on_contact(config.name, self.node.clock())
+            out = replication_pb2.ListSourceTopicsResponse()
+            for name in sorted(state.topics):
+                if not rep.in_prefix(name, request.prefix):
+                    continue
+                if rep.leader_mapping_for(config, name) is None:
+                    continue
+                topic = state.topics[name]
+                out.topics.add(
+                    name=name, partitions=len(topic.partitions), configs=dict(topic.overrides)
+                )
+            return out
+
+        result: replication_pb2.ListSourceTopicsResponse = await self._guard(context, run())
+        return result
+
+    async def ReplicaFetch(
+        self, request: replication_pb2.ReplicaFetchRequest, context: Any
+    ) -> replication_pb2.ReplicaFetchResponse:
+        async def run() -> replication_pb2.ReplicaFetchResponse:
+            self.node._check_ready()
+            return await serve_fetch(self.node, request)
+
+        result: replication_pb2.ReplicaFetchResponse = await self._guard(context, run())
+        return result
+
+    async def ReplicaPush(
+        self, request: replication_pb2.ReplicaPushRequest, context: Any
+    ) -> replication_pb2.ReplicaPushResponse:
+        async def run() -> replication_pb2.ReplicaPushResponse:
+            self.node._check_ready()
+            config = self.node.state.links.by_id(request.link_id)
+            if request.namespaces:
+                await apply_topics(self.node, config, list(request.namespaces))
+            if request.HasField("data"):
+                _request, by_source = follower_request(self.node, config)
+                await apply_fetched(self.node, config.name, request.data, by_source)
+            else:
+                self.node.state.links.on_contact(config.name, self.node.clock())
+            nxt, _ = follower_request(self.node, config)
+            return replication_pb2.ReplicaPushResponse(next=nxt)
+
+        result: replication_pb2.ReplicaPushResponse = await self._guard(context, run())
+        return result
+
+    async def FetchGroupOffsets(
+        self, request: replication_pb2.FetchGroupOffsetsRequest, context: Any
+    ) -> replication_pb2.FetchGroupOffsetsResponse:
+        async def run() -> replication_pb2.FetchGroupOffsetsResponse:
+            self.node._check_ready()
+            state = self.node.state
+            state.links.by_id(request.link_id)
+            out = replication_pb2.FetchGroupOffsetsResponse()
+            for group_id, _s, _t in state.groups.list_groups():
+                if not rep.in_prefix(group_id, request.prefix):
+                    continue
+                for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
+                    out.offsets.add(
+                        group_id=group_id,
+                        topic=topic,
+                        partition=partition,
+                        offset=c.offset,
+                        metadata=c.metadata,
+                        leader_epoch=c.leader_epoch,
+                    )
+            return out
+
+        result: replication_pb2.FetchGroupOffsetsResponse = await self._guard(context, run())
+        return result

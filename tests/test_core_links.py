@@ -1,0 +1,221 @@
+"""Links and replication in the core: configuration convergence, the state
+machine, and the follower copying byte for byte with divergence detection."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from linkd.core.cluster import AppendBatch, ClusterState, TruncateLog
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkLimits, LinkTable, Mapping, merge_configs
+
+NOW = 1_700_000_000_000
+
+
+def two_sides() -> tuple[LinkTable, LinkTable]:
+    a, b = LinkTable("A"), LinkTable("B")
+    config = a.new_config("ab", "id-1", "B", "b:1", "secret", "local_dials", "a:1", NOW)
+    a.store(config, NOW)
+    b.accept_mirror(config, NOW)
+    return a, b
+
+
+def test_mirror__swaps_ids_prefixes_leaders_and_addresses() -> None:
+    a, b = two_sides()
+    mine = a.get("ab")
+    mine.mappings[("topic", "orders-")] = Mapping(
+        "topic", "orders-", "remote-", "local", True, (NOW, 0, "A")
+    )
+    theirs = mine.mirrored()
+    assert (theirs.local_cluster_id, theirs.remote_cluster_id) == ("B", "A")
+    assert theirs.value("remote_bootstrap") == "a:1"
+    assert theirs.connection_direction == "remote_dials"
+    m = theirs.mappings[("topic", "remote-")]
+    assert (m.remote_prefix, m.leader, m.local_role) == ("orders-", "remote", "follower")
+    assert theirs.mirrored().to_record() == mine.to_record()
+    assert b.get("ab").local_cluster_id == "B"
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32), steps=st.integers(1, 30))
+def test_configs_converge_after_arbitrary_concurrent_edits(seed: int, steps: int) -> None:
+    """Both sides edit fields and mappings during a partition; after one
+    exchange each way, in either order, both hold the same (mirrored) config."""
+    rng = random.Random(seed)
+    a, b = two_sides()
+    now = NOW
+    for _ in range(steps):
+        now += rng.randint(0, 3)  # clocks may stand still: the HLC still orders
+        k = rng.randint(0, 3)
+        attached = rng.random() < 0.7
+        if rng.random() < 0.3:
+            side = a if rng.random() < 0.5 else b
+            side.set_field("ab", "credentials", f"c{rng.randint(0, 9)}", now)
+        elif rng.random() < 0.5:  # A edits mapping k (A's "a{k}-" leads B's "b{k}-")
+            a.put_mapping(
+                "ab", Mapping("topic", f"a{k}-", f"b{k}-", "local", attached, (0, 0, "")), now
+            )
+        else:  # B edits the same mapping, from its side
+            b.put_mapping(
+                "ab", Mapping("topic", f"b{k}-", f"a{k}-", "remote", attached, (0, 0, "")), now
+            )
+    first, second = (a, b) if rng.random() < 0.5 else (b, a)
+    second.accept_mirror(first.get("ab"), now)
+    first.accept_mirror(second.get("ab"), now)
+    assert a.get("ab").to_record() == b.get("ab").mirrored().to_record()
+
+
+def test_merge_refuses_a_config_of_another_link() -> None:
+    a, _b = two_sides()
+    other = LinkTable("B").new_config("ab", "id-2", "A", "a:1", "", "local_dials", "", NOW)
+    with pytest.raises(ClusterError) as info:
+        merge_configs(a.get("ab"), other.mirrored())
+    assert info.value.code == ErrorCode.INVALID_LINK_CONFIG
+
+
+def test_state_machine__disconnected_catching_up_following_with_times() -> None:
+    table = LinkTable(
+        "B", LinkLimits(session_timeout_ms=1000, lag_max_records=0, lag_max_ms=60_000)
+    )
+    config = table.new_config("ab", "id", "A", "a:1", "", "local_dials", "", NOW)
+    table.store(config, NOW)
+    assert table.state_name("ab") == "DISCONNECTED"
+    table.on_contact("ab", NOW + 10)
+    assert table.state_name("ab") == "FOLLOWING"
+    table.on_progress("ab", "t", 0, "follower", 5, 10, NOW + 20)
+    assert table.state_name("ab") == "CATCHING_UP"
+    table.on_progress("ab", "t", 0, "follower", 10, 10, NOW + 30)
+    assert table.state_name("ab") == "FOLLOWING"
+    table.tick(NOW + 30 + 1001)
+    assert table.state_name("ab") == "DISCONNECTED"
+    runtime = table.runtime["ab"]
+    assert [s for s, _ in runtime.history] == [
+        "DISCONNECTED",
+        "FOLLOWING",
+        "CATCHING_UP",
+        "FOLLOWING",
+        "DISCONNECTED",
+    ]
+    assert runtime.entered_at_ms == NOW + 1031
+
+
+# -- the data path ------------------------------------------------------------------
+
+
+def linked_states() -> tuple[ClusterState, ClusterState]:
+    source, follower = ClusterState("A"), ClusterState("B")
+    source.namespaces.create(1, "orders-", False)
+    config = source.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
+    source.links.store(config, NOW)
+    rep.put_mapping(
+        source, "ab", Mapping("topic", "orders-", "orders-", "local", True, (0, 0, "")), NOW
+    )
+    follower.links.accept_mirror(source.links.get("ab"), NOW)
+    rep.reconcile_attachments(follower, "ab")
+    source.create_topic("orders-1", 1, {}, "src-id")
+    rep.create_replica_topic(follower, "orders-1", 1, {}, "fol-id")
+    return source, follower
+
+
+def produce(state: ClusterState, n: int) -> None:
+    batch = rb.build_batch([rb.RecordSpec(b"k", f"v{i}".encode(), NOW + i) for i in range(n)])
+    state.produce("orders-1", 0, batch, "", NOW)
+    log = state.partition("orders-1", 0)
+    state.mark_durable("orders-1", 0, log.log_end_offset)
+
+
+def replicate(source: ClusterState, follower: ClusterState, stored: list[bytes]) -> None:
+    """One fetch round; `stored` plays the source's segment files."""
+    offset, epoch = rep.follower_position(follower, "orders-1", 0)
+    plan = rep.plan_replica_fetch(source, "id-1", "orders-1", 0, offset, epoch)
+    if isinstance(plan, rep.Diverged):
+        rep.truncate_replica(follower, "orders-1", 0, plan.end_offset)
+        return
+    data = b"".join(
+        b
+        for b in stored
+        if rb.parse_header(b).last_offset >= plan.offset
+        and rb.parse_header(b).base_offset < plan.upper_offset
+    )
+    for e in rep.append_replica(follower, "orders-1", 0, data, plan.log_start_offset):
+        assert isinstance(e, AppendBatch)
+
+
+def stored_batches(state: ClusterState, effects_log: list[bytes]) -> list[bytes]:
+    return effects_log
+
+
+def test_follower_copies_byte_for_byte__and_follower_namespace_is_reserved() -> None:
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    for n in (3, 1, 4):
+        batch = rb.build_batch([rb.RecordSpec(None, f"{n}-{i}".encode(), NOW) for i in range(n)])
+        result = source.produce("orders-1", 0, batch, "", NOW)
+        stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 8)
+    replicate(source, follower, stored)
+    assert follower.partition("orders-1", 0).log_end_offset == 8
+    assert [b.base_offset for b in follower.partition("orders-1", 0).batches] == [0, 3, 4]
+    with pytest.raises(ClusterError) as info:
+        follower.produce("orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"x", NOW)]), "", NOW)
+    assert info.value.code == ErrorCode.FOLLOWER_TOPIC_NOT_WRITABLE
+    assert "ab" in info.value.message
+
+
+def test_async_follower_copies_only_up_to_the_source_high_watermark() -> None:
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    result = source.produce(
+        "orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"x", NOW)]), "", NOW
+    )
+    stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    replicate(source, follower, stored)  # not durable yet: HW 0
+    assert follower.partition("orders-1", 0).log_end_offset == 0
+
+
+def test_unclean_election_on_the_source__follower_truncates_to_the_matching_point() -> None:
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    for _ in range(3):
+        result = source.produce(
+            "orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"a", NOW)] * 2), "", NOW
+        )
+        stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 6)
+    replicate(source, follower, stored)
+    assert follower.partition("orders-1", 0).log_end_offset == 6
+    # Emulated unclean election: the source loses offsets 2.. and bumps its epoch.
+    log = source.partition("orders-1", 0)
+    log.truncate_to(2)
+    log.bump_epoch(1, 2)
+    stored = stored[:1]
+    result = source.produce(
+        "orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"new", NOW)]), "", NOW
+    )
+    stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 3)
+    replicate(source, follower, stored)  # diverged: truncate
+    assert follower.partition("orders-1", 0).log_end_offset == 2
+    replicate(source, follower, stored)  # then copy the new history
+    flog = follower.partition("orders-1", 0)
+    assert flog.log_end_offset == 3 and flog.leader_epoch == 1
+
+
+def test_truncate_replica_returns_the_effect_at_a_batch_boundary() -> None:
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    for _ in range(2):
+        result = source.produce(
+            "orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"a", NOW)] * 3), "", NOW
+        )
+        stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 6)
+    replicate(source, follower, stored)
+    effects = rep.truncate_replica(follower, "orders-1", 0, 4)
+    assert effects == [TruncateLog("fol-id", 0, 3)]

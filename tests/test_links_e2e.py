@@ -1,0 +1,255 @@
+"""Replication links between real daemons, driven through ccr-admin.
+
+Stories: a namespace attached to an async link replicates every record at the
+same offset (spec §10 invariants 1-3); populated topics and later topics and
+partitions follow; the follower refuses its own producers; a follower killed
+with SIGKILL resumes without gaps or duplicates; the link's state and lag are
+visible in describe-link; failover makes the follower writable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from harness import run_cli
+
+from admin import AdminClient, Consumer, Producer, TopicPartition
+
+WAIT_S = 60.0
+LINK_FLAGS = ["--link-session-timeout-ms", "3000"]
+
+
+def cli_json(bootstrap: str, *args: str, input: str | None = None) -> Any:
+    result = run_cli(*args, "--json", bootstrap=bootstrap, input=input)
+    assert result.returncode == 0, f"{args}: {result.stderr}"
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    return json.loads(lines[0]) if len(lines) == 1 else [json.loads(x) for x in lines]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def high_watermarks(bootstrap: str, topic: str) -> list[int] | None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        return [p.high_watermark for p in admin.describe_topic(topic).partitions]
+    except Exception:
+        return None
+    finally:
+        admin.close()
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = admin.describe_topic(topic).partitions
+    admin.close()
+    want = sum(p.high_watermark - p.log_start_offset for p in parts)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p.partition, p.log_start_offset) for p in parts])
+    out = []
+    deadline = time.monotonic() + WAIT_S
+    while len(out) < want and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            if msg.error() is None:
+                out.append(
+                    (msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1])
+                )
+    consumer.close()
+    return sorted(out)
+
+
+def produce(bootstrap: str, topic: str, n: int, prefix: str = "v") -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    for i in range(n):
+        producer.produce(
+            topic, key=f"k{i % 7}", value=f"{prefix}-{i}", headers=[("h", str(i).encode())]
+        )
+    assert producer.flush(WAIT_S) == 0
+    producer.close()
+
+
+@pytest.fixture
+def linked(daemon_factory: Any) -> tuple[Any, Any]:
+    """A leads topic namespace orders- to B over link ab."""
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    cli_json(a.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    cli_json(b.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    return a, b
+
+
+def test_async_link__records_appear_on_the_follower_at_the_same_offsets(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    # A populated topic before the link exists, and one created after attaching.
+    run_cli("create-topic", "orders-old", "--partitions", "2", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-old", 120, "old")
+    link = cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    assert link["remote_cluster_id"] == "B" and link["mode"] == "ASYNC"
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    run_cli("create-topic", "orders-new", "--partitions", "3", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-new", 300, "new")
+
+    for topic in ("orders-old", "orders-new"):
+        source = high_watermarks(a.bootstrap, topic)
+        wait_for(f"{topic} on B", lambda t=topic, s=source: high_watermarks(b.bootstrap, t) == s)
+        assert read_all(a.bootstrap, topic) == read_all(b.bootstrap, topic)
+
+    described = cli_json(b.bootstrap, "describe-link", "ab")
+    assert described["local_cluster_id"] == "B" and described["remote_cluster_id"] == "A"
+    wait_for(
+        "FOLLOWING", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING"
+    )
+    follower = [
+        p
+        for p in cli_json(b.bootstrap, "describe-link", "ab")["partitions"]
+        if p["role"] == "follower"
+    ]
+    assert {(p["topic"], p["partition"]) for p in follower} == {
+        ("orders-old", 0),
+        ("orders-old", 1),
+        ("orders-new", 0),
+        ("orders-new", 1),
+        ("orders-new", 2),
+    }
+    assert all(p["lag_records"] == 0 for p in follower)
+
+    # The follower's own clients may not write there (spec §6, last row).
+    refused = run_cli("produce", "orders-new", bootstrap=b.bootstrap, input="x\n")
+    assert refused.returncode == 1
+    assert "FOLLOWER_TOPIC_NOT_WRITABLE" in refused.stderr and "ab" in refused.stderr
+
+    # Partitions added on the source follow.
+    run_cli("create-partitions", "orders-new", "--total", "4", bootstrap=a.bootstrap)
+    wait_for(
+        "4 partitions on B", lambda: len(high_watermarks(b.bootstrap, "orders-new") or []) == 4
+    )
+
+
+def test_follower_killed_mid_stream__resumes_without_gaps_or_duplicates(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    run_cli("create-topic", "orders-x", "--partitions", "2", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-x", 200, "first")
+    wait_for("some records on B", lambda: sum(high_watermarks(b.bootstrap, "orders-x") or [0]) > 0)
+    b.kill9()
+    produce(a.bootstrap, "orders-x", 200, "while-down")
+    b.start()
+    b.wait_ready()
+    produce(a.bootstrap, "orders-x", 100, "after")
+    source = high_watermarks(a.bootstrap, "orders-x")
+    wait_for("B caught up", lambda: high_watermarks(b.bootstrap, "orders-x") == source)
+    assert read_all(a.bootstrap, "orders-x") == read_all(b.bootstrap, "orders-x")
+
+
+def test_failover__refused_while_lagging_unless_forced__then_follower_is_writable(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        b.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "remote",
+    )
+    run_cli("create-topic", "orders-f", "--partitions", "1", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-f", 50)
+    source = high_watermarks(a.bootstrap, "orders-f")
+    wait_for("B caught up", lambda: high_watermarks(b.bootstrap, "orders-f") == source)
+    wait_for(
+        "FOLLOWING", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING"
+    )
+    result = cli_json(b.bootstrap, "failover", "--link", "ab")
+    assert result["abandoned"] == []
+    produced = run_cli("produce", "orders-f", bootstrap=b.bootstrap, input="mine\n")
+    assert produced.returncode == 0, produced.stderr
+    assert high_watermarks(b.bootstrap, "orders-f") == [source[0] + 1] if source else False
+
+
+def test_link_state__disconnected_when_the_remote_stops__following_after_restart(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    wait_for(
+        "FOLLOWING on A",
+        lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING",
+    )
+    b.terminate()
+    wait_for(
+        "DISCONNECTED on A",
+        lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "DISCONNECTED",
+    )
+    b.start()
+    b.wait_ready()
+    wait_for(
+        "FOLLOWING again",
+        lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING",
+    )
+    history = [h["state"] for h in cli_json(a.bootstrap, "describe-link", "ab")["history"]]
+    assert history[-3:] == ["FOLLOWING", "DISCONNECTED", "FOLLOWING"]
