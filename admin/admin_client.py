@@ -638,6 +638,23 @@ class AdminClient:
             namespaces=[namespace_info(ns) for ns in resp.namespaces],
         )
 
+    # --- Faults (emulated) -------------------------------------------------------------
+
+    def unclean_election(
+        self, topic: str, partition: int, truncate_to: int, timeout: float | None = None
+    ) -> dict[str, int]:
+        """Emulates an unclean leader election: cuts the partition's log at the
+        batch boundary at or below `truncate_to` and bumps its leader epoch."""
+        req = admin_pb2.UncleanElectionRequest(
+            topic=topic, partition=partition, truncate_to=truncate_to
+        )
+        resp = self._conn.call(self._conn.admin.UncleanElection, req, self._t(timeout))
+        return {
+            "removed_records": resp.removed_records,
+            "leader_epoch": resp.leader_epoch,
+            "log_end_offset": resp.log_end_offset,
+        }
+
     def create_namespace(
         self, type: str, prefix: str, reserved: bool = False, timeout: float | None = None
     ) -> NamespaceInfo:

@@ -27,6 +27,7 @@
     attach-namespace --link L --type T --local-prefix P --remote-prefix Q --leader local|remote
     detach-namespace --link L --type T --local-prefix P
     failover --link L [--force]
+    fault unclean-election --topic T --partition P --truncate-to OFFSET
 
 --bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
 every call (and the wait for produce acknowledgements); default 30 seconds.
@@ -799,6 +800,20 @@ def cmd_failover(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fault(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        result = admin.unclean_election(args.topic, args.partition, args.truncate_to)
+    if args.json:
+        _emit({"topic": args.topic, "partition": args.partition, **result})
+    else:
+        print(
+            f"unclean election on {args.topic}-{args.partition}: removed "
+            f"{result['removed_records']} records, leader epoch now {result['leader_epoch']}, "
+            f"log end offset {result['log_end_offset']}"
+        )
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------
 # Parser
 # ---------------------------------------------------------------------------
@@ -1033,6 +1048,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail over even though follower partitions lag (abandons the lag)",
     )
+    p = add("fault", cmd_fault, "inject an emulated fault (for rehearsals and tests)")
+    p.add_argument(
+        "kind",
+        choices=["unclean-election"],
+        help="unclean-election: cut a partition's log and bump its leader epoch",
+    )
+    p.add_argument("--topic", required=True, type=_non_empty)
+    p.add_argument("--partition", required=True, type=int)
+    p.add_argument("--truncate-to", required=True, type=int, metavar="OFFSET")
     return parser
 
 

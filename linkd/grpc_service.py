@@ -626,6 +626,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             namespaces=[_namespace_pb(ns) for ns in namespaces],
         )
 
+    @refusals
+    async def UncleanElection(
+        self, request: admin_pb2.UncleanElectionRequest, context: Any
+    ) -> admin_pb2.UncleanElectionResponse:
+        removed, epoch, end = await self.node.unclean_election(
+            request.topic, request.partition, request.truncate_to
+        )
+        return admin_pb2.UncleanElectionResponse(
+            removed_records=removed, leader_epoch=epoch, log_end_offset=end
+        )
+
 
 def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:
     return admin_pb2.Namespace(

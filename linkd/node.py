@@ -363,6 +363,19 @@ class ClusterNode:
         await self._execute(effects)
         return low
 
+    async def unclean_election(
+        self, topic: str, partition: int, truncate_to: int
+    ) -> tuple[int, int, int]:
+        """Emulated fault: (records removed, new leader epoch, log end offset)."""
+        self._check_ready()
+        removed, epoch, effects = self.state.unclean_election(topic, partition, truncate_to)
+        await self._execute(effects)
+        log.warning(
+            "unclean leader election emulated",
+            extra={"topic": topic, "partition": partition, "removed": removed, "epoch": epoch},
+        )
+        return removed, epoch, self.state.partition(topic, partition).log_end_offset
+
     # -- produce ------------------------------------------------------------------
 
     async def produce(
@@ -667,9 +680,7 @@ class ClusterNode:
         await self._execute(effects)
         return results
 
-    async def delete_acls(
-        self, filters: list[AclFilter]
-    ) -> list[list[AclBinding] | ClusterError]:
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding] | ClusterError]:
         self._check_ready()
         results, effects = self.state.delete_acls(filters)
         await self._execute(effects)

@@ -407,6 +407,8 @@ class LinkRunner:
         self._last_discovery = 0.0
         # Push mode: the follower's last fetch request, served in the next push.
         self._next_fetch: replication_pb2.ReplicaFetchRequest | None = None
+        # Replicated offsets waiting for the follower's data to reach them.
+        self._held_offsets: list[rep.GroupOffset] = []
 
     @property
     def node(self) -> ClusterNode:
@@ -496,6 +498,21 @@ class LinkRunner:
                     )
                 )
             await apply_topics(self.node, config, namespaces)
+            offsets: list[rep.GroupOffset] = []
+            for group_mapping in rep.follower_mappings(config, "group"):
+                reply_offsets = await stub.FetchGroupOffsets(
+                    replication_pb2.FetchGroupOffsetsRequest(
+                        link_id=config.link_id, prefix=group_mapping.remote_prefix
+                    ),
+                    timeout=CALL_TIMEOUT_S,
+                )
+                offsets += [
+                    (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+                    for o in reply_offsets.offsets
+                ]
+            self._held_offsets = await apply_group_offsets(
+                self.node, config.name, offsets + self._held_offsets
+            )
             self._last_discovery = loop.time()
         request, by_source = follower_request(self.node, config)
         if not request.partitions:
@@ -515,6 +532,8 @@ class LinkRunner:
         push = replication_pb2.ReplicaPushRequest(link_id=config.link_id)
         if loop.time() - self._last_discovery >= DISCOVERY_INTERVAL_S:
             push.namespaces.extend(leader_namespaces(self.node, config))
+            for group_mapping in rep.leader_mappings(config, "group"):
+                push.group_offsets.extend(group_offsets(self.node, group_mapping.local_prefix))
             self._last_discovery = loop.time()
         if self._next_fetch is not None and self._next_fetch.partitions:
             push.data.CopyFrom(await serve_fetch(self.node, self._next_fetch))
@@ -647,6 +666,42 @@ async def apply_fetched(
         state.links.forget_partitions(
             link_name, keep | {k for k in runtime.partitions if k[2] == "leader"}
         )
+
+
+async def apply_group_offsets(
+    node: ClusterNode, link_name: str, offsets: list[rep.GroupOffset]
+) -> list[rep.GroupOffset]:
+    """Follower side: stores replicated committed offsets (journal records and
+    the __consumer_offsets_<source> topic); returns those held back."""
+    if not offsets:
+        return []
+    records, effects, held = rep.apply_replicated_offsets(
+        node.state, link_name, offsets, node.clock(), node.topic_id_factory()
+    )
+    if records:
+        await node._execute([*effects, Journal(tuple(records))])
+    return held
+
+
+def group_offsets(node: ClusterNode, prefix: str) -> list[replication_pb2.GroupOffset]:
+    """Source side: committed offsets of every group in a namespace."""
+    state = node.state
+    out = []
+    for group_id, _state, _type in state.groups.list_groups():
+        if not rep.in_prefix(group_id, prefix):
+            continue
+        for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
+            out.append(
+                replication_pb2.GroupOffset(
+                    group_id=group_id,
+                    topic=topic,
+                    partition=partition,
+                    offset=c.offset,
+                    metadata=c.metadata,
+                    leader_epoch=c.leader_epoch,
+                )
+            )
+    return out
 
 
 def leader_namespaces(
@@ -815,6 +870,15 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             if request.HasField("data"):
                 _request, by_source = follower_request(self.node, config)
                 await apply_fetched(self.node, config.name, request.data, by_source)
+            if request.group_offsets:
+                await apply_group_offsets(
+                    self.node,
+                    config.name,
+                    [
+                        (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+                        for o in request.group_offsets
+                    ],
+                )
             else:
                 self.node.state.links.on_contact(config.name, self.node.clock())
             nxt, _ = follower_request(self.node, config)
@@ -828,22 +892,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     ) -> replication_pb2.FetchGroupOffsetsResponse:
         async def run() -> replication_pb2.FetchGroupOffsetsResponse:
             self.node._check_ready()
-            state = self.node.state
-            state.links.by_id(request.link_id)
-            out = replication_pb2.FetchGroupOffsetsResponse()
-            for group_id, _s, _t in state.groups.list_groups():
-                if not rep.in_prefix(group_id, request.prefix):
-                    continue
-                for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
-                    out.offsets.add(
-                        group_id=group_id,
-                        topic=topic,
-                        partition=partition,
-                        offset=c.offset,
-                        metadata=c.metadata,
-                        leader_epoch=c.leader_epoch,
-                    )
-            return out
+            self.node.state.links.by_id(request.link_id)
+            return replication_pb2.FetchGroupOffsetsResponse(
+                offsets=group_offsets(self.node, request.prefix)
+            )
 
         result: replication_pb2.FetchGroupOffsetsResponse = await self._guard(context, run())
         return result

@@ -234,6 +234,33 @@ def test_pipelined_requests_are_answered_in_order_and_acks_0_is_silent(
     assert produced.responses[0].partition_responses[0].base_offset == 1
 
 
+def test_an_acks_0_produce_is_applied_even_if_the_client_leaves_at_once(
+    kafka_port: int, client: RawClient
+) -> None:
+    created = client.call(19, 7, {"topics": [
+        {"name": "wire-leave", "num_partitions": 1, "replication_factor": 1,
+         "assignments": [], "configs": []}]})
+    assert created.topics[0].error_code == K.none
+    for i in range(10):
+        leaver = RawClient(kafka_port)
+        _, versions = leaver.frame(18, 3, {"client_software_name": "x",
+                                           "client_software_version": "1"})
+        _, produce = leaver.frame(0, 9, {"acks": 0, "timeout": 1000, "topic_data": [
+            {"name": "wire-leave",
+             "partition_data": [{"index": 0, "records": _batch([f"gone-{i}".encode()])}]}]})
+        leaver.send_raw(versions + produce)
+        leaver.close()  # before any answer is read
+    deadline = time.monotonic() + 10
+    while True:
+        listed = client.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "wire-leave", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+        end = listed.topics[0].partitions[0].offset
+        if end == 10 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert end == 10
+
+
 def test_an_empty_fetch_waits_for_max_wait_ms(client: RawClient) -> None:
     topic_id = _topic_id(client, "wire-wait")
     started = time.monotonic()

@@ -253,3 +253,144 @@ def test_link_state__disconnected_when_the_remote_stops__following_after_restart
     )
     history = [h["state"] for h in cli_json(a.bootstrap, "describe-link", "ab")["history"]]
     assert history[-3:] == ["FOLLOWING", "DISCONNECTED", "FOLLOWING"]
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        return {
+            (o.topic, o.partition): o.offset
+            for o in admin.list_consumer_group_offsets(group)
+            if o.offset >= 0
+        }
+    except Exception:
+        return {}
+    finally:
+        admin.close()
+
+
+def consume_n(bootstrap: str, group: str, topic: str, n: int) -> list[tuple[int, int]]:
+    """Consumes n records with a group member, commits them, leaves."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    seen: list[tuple[int, int]] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(seen) < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen.append((msg.partition(), msg.offset()))
+            consumer.commit(msg)
+    consumer.close()
+    return seen
+
+
+def test_consumer_offsets_replicate__group_resumes_on_the_follower_after_failover(
+    daemon_factory: Any,
+) -> None:
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    for d in (a, b):
+        cli_json(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+        cli_json(d.bootstrap, "create-namespace", "--type", "group", "--prefix", "app-")
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    for kind, prefix in (("topic", "orders-"), ("group", "app-")):
+        cli_json(
+            a.bootstrap,
+            "attach-namespace",
+            "--link",
+            "ab",
+            "--type",
+            kind,
+            "--local-prefix",
+            prefix,
+            "--remote-prefix",
+            prefix,
+            "--leader",
+            "local",
+        )
+    run_cli("create-topic", "orders-c", "--partitions", "2", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-c", 100)
+    first = consume_n(a.bootstrap, "app-1", "orders-c", 60)
+    source_offsets = committed(a.bootstrap, "app-1")
+    assert sum(source_offsets.values()) == 60
+    wait_for("offsets on B", lambda: committed(b.bootstrap, "app-1") == source_offsets)
+
+    # While the link holds the group, its members on B may not commit (spec §6).
+    consumer = Consumer(
+        {"bootstrap.servers": b.bootstrap, "group.id": "app-1", "enable.auto.commit": False}
+    )
+    with pytest.raises(Exception) as info:
+        consumer.commit(offsets=[TopicPartition("orders-c", 0, 1)], asynchronous=False)
+    consumer.close()
+    assert "REPLICATED_GROUP_READ_ONLY" in str(info.value)
+
+    source = high_watermarks(a.bootstrap, "orders-c")
+    wait_for("B caught up", lambda: high_watermarks(b.bootstrap, "orders-c") == source)
+    wait_for(
+        "FOLLOWING", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING"
+    )
+    cli_json(b.bootstrap, "failover", "--link", "ab")
+    second = consume_n(b.bootstrap, "app-1", "orders-c", 40)
+    assert sorted(first + second) == sorted(set(first + second)), "duplicates after failover"
+    assert len(first + second) == 100, "records skipped after failover"
+    internal = cli_json(b.bootstrap, "list-topics", "--include-internal")
+    names = {t["name"] for t in (internal if isinstance(internal, list) else internal["topics"])}
+    assert "__consumer_offsets_A" in names
+
+
+def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_history(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    run_cli("create-topic", "orders-u", "--partitions", "1", bootstrap=a.bootstrap)
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 0})
+    for i in range(10):  # ten batches of one record: every offset is a batch boundary
+        producer.produce("orders-u", value=f"old-{i}")
+        assert producer.flush(WAIT_S) == 0
+    producer.close()
+    wait_for("B has 10", lambda: high_watermarks(b.bootstrap, "orders-u") == [10])
+    fault = cli_json(
+        a.bootstrap,
+        "fault",
+        "unclean-election",
+        "--topic",
+        "orders-u",
+        "--partition",
+        "0",
+        "--truncate-to",
+        "6",
+    )
+    assert fault["removed_records"] == 4 and fault["leader_epoch"] == 1
+    produce(a.bootstrap, "orders-u", 3, "new")
+    wait_for(
+        "B follows the new history",
+        lambda: (
+            high_watermarks(b.bootstrap, "orders-u") == [9]
+            and read_all(a.bootstrap, "orders-u") == read_all(b.bootstrap, "orders-u")
+        ),
+    )
+    values = [v for _p, _o, _k, v, _t in read_all(b.bootstrap, "orders-u")]
+    assert values[:6] == [f"old-{i}".encode() for i in range(6)]
+    assert values[6:] == [f"new-{i}".encode() for i in range(3)]

@@ -99,6 +99,11 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
                 _registered_method=True)
+        self.UncleanElection = channel.unary_unary(
+                '/ccr.v1.Admin/UncleanElection',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -189,6 +194,16 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UncleanElection(self, request, context):
+        """--- Faults (emulated, for rehearsals and tests) -----------------------------------
+        Emulates an unclean leader election on one partition: the log is cut at the
+        batch boundary at or below truncate_to and the leader epoch is bumped, so
+        followers detect the divergence and truncate to the same point.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -256,6 +271,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Failover,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.SerializeToString,
+            ),
+            'UncleanElection': grpc.unary_unary_rpc_method_handler(
+                    servicer.UncleanElection,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -609,6 +629,33 @@ class Admin:
             '/ccr.v1.Admin/Failover',
             ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UncleanElection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/UncleanElection',
+            ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.FromString,
             options,
             channel_credentials,
             insecure,

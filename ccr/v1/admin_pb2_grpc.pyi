@@ -55,6 +55,12 @@ class AdminStub:
     them and clears their reservation. Refused with LAG_NOT_ZERO while
     follower partitions lag, unless forced.
     """
+    UncleanElection: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UncleanElectionRequest, _admin_pb2.UncleanElectionResponse]
+    """--- Faults (emulated, for rehearsals and tests) -----------------------------------
+    Emulates an unclean leader election on one partition: the log is cut at the
+    batch boundary at or below truncate_to and the leader epoch is bumped, so
+    followers detect the divergence and truncate to the same point.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -80,6 +86,12 @@ class AdminAsyncStub(AdminStub):
     """Makes this cluster's follower namespaces of the link writable: detaches
     them and clears their reservation. Refused with LAG_NOT_ZERO while
     follower partitions lag, unless forced.
+    """
+    UncleanElection: _aio.UnaryUnaryMultiCallable[_admin_pb2.UncleanElectionRequest, _admin_pb2.UncleanElectionResponse]  # type: ignore[assignment]
+    """--- Faults (emulated, for rehearsals and tests) -----------------------------------
+    Emulates an unclean leader election on one partition: the log is cut at the
+    batch boundary at or below truncate_to and the leader epoch is bumped, so
+    followers detect the divergence and truncate to the same point.
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -181,6 +193,18 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """Makes this cluster's follower namespaces of the link writable: detaches
         them and clears their reservation. Refused with LAG_NOT_ZERO while
         follower partitions lag, unless forced.
+        """
+
+    @_abc_1.abstractmethod
+    def UncleanElection(
+        self,
+        request: _admin_pb2.UncleanElectionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UncleanElectionResponse, _abc.Awaitable[_admin_pb2.UncleanElectionResponse]]:
+        """--- Faults (emulated, for rehearsals and tests) -----------------------------------
+        Emulates an unclean leader election on one partition: the log is cut at the
+        batch boundary at or below truncate_to and the leader epoch is bumped, so
+        followers detect the divergence and truncate to the same point.
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

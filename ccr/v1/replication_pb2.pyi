@@ -563,6 +563,7 @@ class ReplicaPushRequest(_message.Message):
     LINK_ID_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
+    GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceTopics]:
@@ -572,16 +573,21 @@ class ReplicaPushRequest(_message.Message):
     def data(self) -> Global___ReplicaFetchResponse:
         """The answer to the follower's previous fetch request (empty on the first push)."""
 
+    @_builtins.property
+    def group_offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupOffset]:
+        """Committed offsets of the groups in every group namespace the sender leads."""
+
     def __init__(
         self,
         *,
         link_id: _builtins.str = ...,
         namespaces: _abc.Iterable[Global___NamespaceTopics] | None = ...,
         data: Global___ReplicaFetchResponse | None = ...,
+        group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "link_id", b"link_id", "namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "group_offsets", b"group_offsets", "link_id", b"link_id", "namespaces", b"namespaces"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

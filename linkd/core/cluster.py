@@ -92,9 +92,7 @@ class TruncateLog:
     offset: int
 
 
-Effect = (
-    AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
-)
+Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
 
 
 def _journal(records: list[dict[str, Any]]) -> list[Effect]:
@@ -111,6 +109,9 @@ class Topic:
     overrides: dict[str, str]
     partitions: list[PartitionLog] = field(default_factory=list)
     config: TopicConfig = field(default_factory=lambda: TopicConfig.from_overrides({}))
+    # Leader epoch changes journalled by unclean-election faults, per partition:
+    # recovery re-applies them after replaying the batches.
+    epoch_bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
@@ -595,6 +596,15 @@ class ClusterState:
             self._apply_topic_config(record)
         elif kind == "topic_partitions":
             self._apply_topic_partitions(record)
+        elif kind == "leader_epoch":
+            topic = self.topics.get(record["name"])
+            if topic is not None:
+                p = int(record["partition"])
+                bump = (int(record["epoch"]), int(record["start"]))
+                topic.epoch_bumps.setdefault(p, []).append(bump)
+                log = topic.partitions[p]
+                if log.log_end_offset >= bump[1]:
+                    log.bump_epoch(*bump)
         elif kind == "log_start":
             topic = self.topics.get(record["name"])
             if topic is not None:
@@ -621,6 +631,10 @@ class ClusterState:
                     "partitions": len(t.partitions),
                     "configs": t.overrides,
                     "log_start": [log.log_start_offset for log in t.partitions],
+                    "epoch_bumps": {
+                        str(p): [list(b) for b in bumps]
+                        for p, bumps in sorted(t.epoch_bumps.items())
+                    },
                 }
                 for t in self.topics.values()
             ],
@@ -643,6 +657,8 @@ class ClusterState:
             )
             for log, start in zip(topic.partitions, t["log_start"], strict=True):
                 log.log_start_offset = int(start)
+            for p, bumps in t.get("epoch_bumps", {}).items():
+                topic.epoch_bumps[int(p)] = [(int(e), int(st)) for e, st in bumps]
         self.txn = TransactionCoordinator.restore(snapshot["txn"])
         self.groups = GroupCoordinator.restore(self.groups_config, snapshot["groups"])
         if "acls" in snapshot:  # snapshots written before ACLs existed have none
@@ -670,7 +686,52 @@ class ClusterState:
         fresh.high_watermark = fresh.log_end_offset
         if log_start > fresh.log_start_offset:
             fresh.advance_log_start(min(log_start, fresh.log_end_offset))
+        for epoch, start in topic.epoch_bumps.get(partition, []):
+            if start <= fresh.log_end_offset:
+                fresh.bump_epoch(epoch, start)
         topic.partitions[partition] = fresh
+
+    # -- faults (emulated, for tests and operators' rehearsals) --------------------------
+
+    def unclean_election(
+        self, topic_name: str, partition: int, truncate_to: int
+    ) -> tuple[int, int, list[Effect]]:
+        """Emulates an unclean leader election: the new leader lacked the tail
+        of the log. Truncates to the batch boundary at or below `truncate_to`
+        and bumps the leader epoch from there, so followers of the partition
+        detect the divergence and truncate too (spec section 1). Returns
+        (records removed, new leader epoch, effects)."""
+        topic = self.topic(topic_name)
+        log = self.partition(topic_name, partition)
+        if truncate_to < log.log_start_offset or truncate_to > log.log_end_offset:
+            raise ClusterError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                log.name,
+                f"partition {log.name}: cannot truncate to {truncate_to}, outside the log "
+                f"[{log.log_start_offset}, {log.log_end_offset}]",
+            )
+        boundary = log.log_start_offset
+        for entry in log.batches:
+            if entry.next_offset <= truncate_to:
+                boundary = entry.next_offset
+        boundary = max(boundary, log.log_start_offset)
+        removed = log.log_end_offset - boundary
+        effects: list[Effect] = []
+        if boundary < log.log_end_offset:
+            log.truncate_to(boundary)
+            effects.append(TruncateLog(topic.topic_id, partition, boundary))
+        epoch = log.leader_epoch + 1
+        record = {
+            "type": "leader_epoch",
+            "name": topic_name,
+            "partition": partition,
+            "epoch": epoch,
+            "start": boundary,
+        }
+        topic.epoch_bumps.setdefault(partition, []).append((epoch, boundary))
+        log.bump_epoch(epoch, boundary)
+        effects.append(Journal((record,)))
+        return removed, epoch, effects
 
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:

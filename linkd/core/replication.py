@@ -471,3 +471,95 @@ def failover(
         kind = ResourceType.parse(mapping.resource_type)
         records += state.namespaces.set_reserved(kind, mapping.local_prefix, False)
     return records, lagging
+
+
+# -- consumer offsets (spec section 7) ------------------------------------------------
+
+# (group, topic, partition, offset, metadata, leader epoch)
+GroupOffset = tuple[str, str, int, int, str, int]
+
+
+def offsets_topic_name(source_cluster_id: str) -> str:
+    """Where a follower keeps the offsets a link replicated from one source."""
+    return f"__consumer_offsets_{source_cluster_id}"
+
+
+def _map_through(name: str, mappings: list[Mapping]) -> str | None:
+    best = max(
+        (m for m in mappings if in_prefix(name, m.remote_prefix)),
+        key=lambda m: len(m.remote_prefix),
+        default=None,
+    )
+    return None if best is None else map_name(name, best.remote_prefix, best.local_prefix)
+
+
+def apply_replicated_offsets(
+    state: ClusterState,
+    link_name: str,
+    offsets: list[GroupOffset],
+    now_ms: int,
+    new_topic_id: str,
+) -> tuple[list[dict[str, Any]], list[Effect], list[GroupOffset]]:
+    """Follower side: the source's committed offsets of the groups this side
+    follows, under local group and topic names. Returns (journal records,
+    effects that append them to __consumer_offsets_<source>, offsets held
+    back). An offset is applied only once the follower partition's high
+    watermark has reached it (a replicated offset never points past the
+    follower's data), and never moves a group's offset backwards (spec §10,
+    invariant 6); held-back offsets are retried by the caller."""
+    from linkd.core.cluster import AppendBatch
+
+    config = state.links.get(link_name)
+    groups = follower_mappings(config, "group")
+    topics = follower_mappings(config, "topic")
+    records: list[dict[str, Any]] = []
+    held: list[GroupOffset] = []
+    specs: list[rb.RecordSpec] = []
+    for group, topic, partition, offset, metadata, epoch in offsets:
+        local_group = _map_through(group, groups)
+        local_topic = _map_through(topic, topics)
+        if local_group is None or local_topic is None or local_topic not in state.topics:
+            continue
+        log = state.topics[local_topic].partitions
+        if partition >= len(log) or offset < 0:
+            continue
+        if offset > log[partition].high_watermark:
+            held.append((group, topic, partition, offset, metadata, epoch))
+            continue
+        current = state.groups.committed(local_group, [(local_topic, partition)]).get(
+            (local_topic, partition)
+        )
+        if current is not None and current.offset >= offset:
+            continue
+        record = {
+            "type": "offset_commit",
+            "group": local_group,
+            "topic": local_topic,
+            "partition": partition,
+            "offset": offset,
+            "metadata": metadata,
+            "leader_epoch": epoch,
+            "ts": now_ms,
+        }
+        state.groups.apply_record(record)
+        records.append(record)
+        specs.append(
+            rb.RecordSpec(
+                key=f"{local_group}\x00{local_topic}\x00{partition}".encode(),
+                value=f'{{"offset": {offset}, "leader_epoch": {epoch}}}'.encode(),
+                timestamp=now_ms,
+            )
+        )
+    effects: list[Effect] = []
+    if specs:
+        internal = offsets_topic_name(config.remote_cluster_id)
+        if internal not in state.topics:
+            effects += create_replica_topic(state, internal, 1, {}, new_topic_id)
+        log_ = state.partition(internal, 0)
+        batch = rb.build_batch(
+            specs, base_offset=log_.log_end_offset, partition_leader_epoch=log_.leader_epoch
+        )
+        header = rb.parse_header(batch)
+        log_.apply_batch(header)
+        effects.append(AppendBatch(state.topic(internal).topic_id, 0, batch, header))
+    return records, effects, held

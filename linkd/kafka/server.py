@@ -231,7 +231,10 @@ class _Connection:
                 return
             task, _ = entry
             try:
-                data = await task
+                # Shielded: when this loop is cancelled (the client left), the
+                # request itself must still run to its end (a produce with acks=0
+                # is applied even though nobody waits for its answer).
+                data = await asyncio.shield(task)
             except asyncio.CancelledError:
                 return
             except Exception:
