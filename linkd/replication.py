@@ -494,7 +494,9 @@ class LinkRunner:
                 )
                 namespaces.append(
                     replication_pb2.NamespaceTopics(
-                        prefix=mapping.remote_prefix, topics=reply.topics
+                        prefix=mapping.remote_prefix,
+                        topics=reply.topics,
+                        read_acls=reply.read_acls,
                     )
                 )
             await apply_topics(self.node, config, namespaces)
@@ -606,8 +608,26 @@ async def apply_topics(
                 effects += rep.follow_topic_shape(
                     state, local, source.partitions, dict(source.configs)
                 )
+    records: list[dict[str, Any]] = []
+    for ns in namespaces:
+        if ns.prefix in followed:
+            records += rep.apply_read_acls(
+                state,
+                config.name,
+                ns.prefix,
+                [(a.resource_name, a.prefixed, a.principal, a.host) for a in ns.read_acls],
+            )
+    if records:
+        effects.append(Journal(tuple(records)))
     if effects:
         await node._execute(effects)
+
+
+def _read_acls_pb(acls: list[rep.ReadAcl]) -> list[replication_pb2.ReadAcl]:
+    return [
+        replication_pb2.ReadAcl(resource_name=n, prefixed=p, principal=who, host=host)
+        for n, p, who, host in acls
+    ]
 
 
 async def apply_fetched(
@@ -712,6 +732,7 @@ def leader_namespaces(
     out = []
     for mapping in rep.leader_mappings(config, "topic"):
         ns = replication_pb2.NamespaceTopics(prefix=mapping.local_prefix)
+        ns.read_acls.extend(_read_acls_pb(rep.source_read_acls(state, mapping.local_prefix)))
         for name in sorted(state.topics):
             if (
                 rep.in_prefix(name, mapping.local_prefix)
@@ -844,6 +865,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 out.topics.add(
                     name=name, partitions=len(topic.partitions), configs=dict(topic.overrides)
                 )
+            out.read_acls.extend(_read_acls_pb(rep.source_read_acls(state, request.prefix)))
             return out
 
         result: replication_pb2.ListSourceTopicsResponse = await self._guard(context, run())

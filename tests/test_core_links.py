@@ -219,3 +219,35 @@ def test_truncate_replica_returns_the_effect_at_a_batch_boundary() -> None:
     replicate(source, follower, stored)
     effects = rep.truncate_replica(follower, "orders-1", 0, 4)
     assert effects == [TruncateLog("fol-id", 0, 3)]
+
+
+def test_acl_sync__read_follows_the_link__write_never_does() -> None:
+    from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
+    from linkd.core.acls import ResourceType as R
+
+    source, follower = linked_states()
+    follower.links.get("ab").mappings[("topic", "orders-")] = Mapping(
+        "topic", "orders-", "orders-", "remote", True, (NOW, 0, "A")
+    )
+
+    def allow(name: str, op: int, pattern: int = PatternType.LITERAL) -> AclBinding:
+        return AclBinding(R.TOPIC, name, pattern, "User:alice", "*", op, PermissionType.ALLOW)
+
+    source.acls.create(
+        [
+            allow("orders-1", AclOperation.READ),
+            allow("orders-", AclOperation.ALL, PatternType.PREFIXED),
+            allow("orders-1", AclOperation.WRITE),
+            allow("other", AclOperation.READ),
+        ]
+    )
+    acls = rep.source_read_acls(source, "orders-")
+    assert acls == [("orders-", True, "User:alice", "*"), ("orders-1", False, "User:alice", "*")]
+    records = rep.apply_read_acls(follower, "ab", "orders-", acls)
+    synced = follower.acls.describe(AclFilter(resource_type=R.TOPIC))
+    assert len(records) == 2
+    assert {(b.resource_name, b.operation) for b in synced} == {
+        ("orders-", AclOperation.READ),
+        ("orders-1", AclOperation.READ),
+    }
+    assert rep.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent

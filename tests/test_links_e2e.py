@@ -394,3 +394,116 @@ def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_
     values = [v for _p, _o, _k, v, _t in read_all(b.bootstrap, "orders-u")]
     assert values[:6] == [f"old-{i}".encode() for i in range(6)]
     assert values[6:] == [f"new-{i}".encode() for i in range(3)]
+
+
+def mappings_of(bootstrap: str) -> set[tuple[str, str, str, str]]:
+    link = cli_json(bootstrap, "describe-link", "ab")
+    return {
+        (m["type"], m["local_prefix"], m["remote_prefix"], m["leader"]) for m in link["mappings"]
+    }
+
+
+def mirrored(ms: set[tuple[str, str, str, str]]) -> set[tuple[str, str, str, str]]:
+    return {(t, r, lo, "remote" if lead == "local" else "local") for t, lo, r, lead in ms}
+
+
+def test_config_changes_on_both_sides_during_a_cut__converge_after_healing(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    for d in (a, b):
+        cli_json(d.bootstrap, "create-namespace", "--type", "group", "--prefix", "app-")
+        cli_json(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "logs-")
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    # Cut: B is down while A attaches a group namespace.
+    b.terminate()
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "group",
+        "--local-prefix",
+        "app-",
+        "--remote-prefix",
+        "app-",
+        "--leader",
+        "local",
+    )
+    # Cut the other way: A is down while B attaches a topic namespace it follows.
+    a.terminate()
+    b.start()
+    b.wait_ready()
+    cli_json(
+        b.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "logs-",
+        "--remote-prefix",
+        "logs-",
+        "--leader",
+        "remote",
+    )
+    assert ("group", "app-", "app-", "remote") not in mappings_of(b.bootstrap)
+    # Heal.
+    a.start()
+    a.wait_ready()
+    expected = {
+        ("topic", "orders-", "orders-", "local"),
+        ("group", "app-", "app-", "local"),
+        ("topic", "logs-", "logs-", "local"),
+    }
+    wait_for("A converged", lambda: mappings_of(a.bootstrap) == expected)
+    wait_for("B converged", lambda: mappings_of(b.bootstrap) == mirrored(expected))
+    # And the namespace B now follows is reserved there.
+    ns = cli_json(b.bootstrap, "describe-namespace", "--type", "group", "--prefix", "app-")
+    assert ns["reserved"] is True
+
+
+def test_source_killed_mid_stream__follower_resumes_without_gaps_or_duplicates(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+    run_cli("create-topic", "orders-s", "--partitions", "2", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-s", 300, "before")
+    a.kill9()
+    a.start()
+    a.wait_ready()
+    produce(a.bootstrap, "orders-s", 100, "after")
+    source = high_watermarks(a.bootstrap, "orders-s")
+    wait_for("B caught up", lambda: high_watermarks(b.bootstrap, "orders-s") == source)
+    assert read_all(a.bootstrap, "orders-s") == read_all(b.bootstrap, "orders-s")

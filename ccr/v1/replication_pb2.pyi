@@ -305,20 +305,57 @@ class SourceTopic(_message.Message):
 Global___SourceTopic: _TypeAlias = SourceTopic  # noqa: Y015
 
 @_typing.final
+class ReadAcl(_message.Message):
+    """A principal allowed to READ topics of a namespace (spec section 7: READ
+    follows the link to the follower; WRITE never does).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PREFIXED_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    resource_name: _builtins.str
+    prefixed: _builtins.bool
+    """a PREFIXED pattern, else LITERAL"""
+    principal: _builtins.str
+    host: _builtins.str
+    def __init__(
+        self,
+        *,
+        resource_name: _builtins.str = ...,
+        prefixed: _builtins.bool = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "prefixed", b"prefixed", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadAcl: _TypeAlias = ReadAcl  # noqa: Y015
+
+@_typing.final
 class ListSourceTopicsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    READ_ACLS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceTopic]: ...
+    @_builtins.property
+    def read_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadAcl]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___SourceTopic] | None = ...,
+        read_acls: _abc.Iterable[Global___ReadAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["read_acls", b"read_acls", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -538,19 +575,23 @@ class NamespaceTopics(_message.Message):
 
     PREFIX_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    READ_ACLS_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
     """The source-side prefix of the namespace (the leader's local prefix)."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceTopic]: ...
+    @_builtins.property
+    def read_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadAcl]: ...
     def __init__(
         self,
         *,
         prefix: _builtins.str = ...,
         topics: _abc.Iterable[Global___SourceTopic] | None = ...,
+        read_acls: _abc.Iterable[Global___ReadAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "read_acls", b"read_acls", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

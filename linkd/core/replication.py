@@ -563,3 +563,61 @@ def apply_replicated_offsets(
         log_.apply_batch(header)
         effects.append(AppendBatch(state.topic(internal).topic_id, 0, batch, header))
     return records, effects, held
+
+
+# -- ACL sync (spec section 7) ---------------------------------------------------------
+
+# (resource name, prefixed pattern?, principal, host)
+ReadAcl = tuple[str, bool, str, str]
+
+
+def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
+    """Source side: principals allowed to READ topics of the namespace, from
+    ALLOW bindings for READ or ALL on literal topics inside it or on prefixed
+    patterns that lie inside it."""
+    from linkd.core.acls import AclFilter, AclOperation, PatternType, PermissionType
+    from linkd.core.acls import ResourceType as AclResource
+
+    out: list[ReadAcl] = []
+    for b in state.acls.describe(AclFilter(resource_type=AclResource.TOPIC)):
+        if b.permission_type != PermissionType.ALLOW:
+            continue
+        if b.operation not in (AclOperation.READ, AclOperation.ALL):
+            continue
+        if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            continue
+        if not in_prefix(b.resource_name, prefix):
+            continue
+        out.append((b.resource_name, b.pattern_type == PatternType.PREFIXED, b.principal, b.host))
+    return sorted(set(out))
+
+
+def apply_read_acls(
+    state: ClusterState, link_name: str, source_prefix: str, acls: list[ReadAcl]
+) -> list[dict[str, Any]]:
+    """Follower side: the same principals may READ the follower topics (mapped
+    names). Add-only: a READ granted on the follower is never revoked by the
+    link. WRITE is never synced: only the link writes follower topics."""
+    from linkd.core.acls import AclBinding, AclOperation, PatternType, PermissionType
+    from linkd.core.acls import ResourceType as AclResource
+
+    config = state.links.get(link_name)
+    mapping = next(
+        (m for m in follower_mappings(config, "topic") if m.remote_prefix == source_prefix), None
+    )
+    if mapping is None:
+        return []
+    bindings = [
+        AclBinding(
+            AclResource.TOPIC,
+            map_name(name, mapping.remote_prefix, mapping.local_prefix),
+            PatternType.PREFIXED if prefixed else PatternType.LITERAL,
+            principal,
+            host,
+            AclOperation.READ,
+            PermissionType.ALLOW,
+        )
+        for name, prefixed, principal, host in acls
+    ]
+    _results, records = state.acls.create(bindings)
+    return records
