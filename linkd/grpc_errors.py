@@ -53,6 +53,7 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.LAG_NOT_ZERO: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.LINK_AUTHENTICATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 

@@ -83,12 +83,26 @@ def _parser() -> argparse.ArgumentParser:
         "clients are told to connect to this address",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--link-session-timeout-ms", type=int,
-                   help="a link without contact this long is DISCONNECTED (default 10000)")
-    p.add_argument("--link-lag-max-records", type=int,
-                   help="a follower partition lagging more records is CATCHING_UP (default 0)")
-    p.add_argument("--link-lag-max-ms", type=int,
-                   help="a follower partition lagging longer is CATCHING_UP (default 30000)")
+    p.add_argument(
+        "--link-credentials",
+        help="credentials a remote cluster must present to create or update a link "
+        "with this cluster (default: none required)",
+    )
+    p.add_argument(
+        "--link-session-timeout-ms",
+        type=int,
+        help="a link without contact this long is DISCONNECTED (default 10000)",
+    )
+    p.add_argument(
+        "--link-lag-max-records",
+        type=int,
+        help="a follower partition lagging more records is CATCHING_UP (default 0)",
+    )
+    p.add_argument(
+        "--link-lag-max-ms",
+        type=int,
+        help="a follower partition lagging longer is CATCHING_UP (default 30000)",
+    )
     p.add_argument(
         "--initial-rebalance-delay-ms",
         type=int,
@@ -107,6 +121,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "log_level": "info",
         "initial_rebalance_delay_ms": 0,
         "link_session_timeout_ms": DEFAULT_SESSION_TIMEOUT_MS,
+        "link_credentials": "",
         "link_lag_max_records": DEFAULT_LAG_MAX_RECORDS,
         "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
     }
@@ -127,6 +142,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "initial_rebalance_delay_ms",
             "kafka_listen",
             "link_session_timeout_ms",
+            "link_credentials",
             "link_lag_max_records",
             "link_lag_max_ms",
         }
@@ -147,6 +163,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "initial_rebalance_delay_ms",
         "kafka_listen",
         "link_session_timeout_ms",
+        "link_credentials",
         "link_lag_max_records",
         "link_lag_max_ms",
     ):
@@ -177,9 +194,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
     if kafka_listen:
         host, sep, port = str(kafka_listen).rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            parser.exit(
-                EXIT_USAGE, f"linkd: --kafka-listen {kafka_listen!r} is not HOST:PORT\n"
-            )
+            parser.exit(EXIT_USAGE, f"linkd: --kafka-listen {kafka_listen!r} is not HOST:PORT\n")
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -211,7 +226,7 @@ async def serve(settings: dict[str, Any]) -> int:
             ("grpc.so_reuseport", 0),
         ]
     )
-    links = LinkManager(node)
+    links = LinkManager(node, str(settings["link_credentials"]))
     add_services(server, node, links)
     replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
     try:

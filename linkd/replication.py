@@ -145,8 +145,12 @@ def _rpc_error(exc: grpc.RpcError, what: str) -> ClusterError:
 class LinkManager:
     """Admin operations on links, and one runner per link this side dials."""
 
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: ClusterNode, required_credentials: str = "") -> None:
         self.node = node
+        # When set, a remote must present these credentials in every handshake
+        # (creating or updating a link); data calls are bound to a link id
+        # learned through such a handshake.
+        self.required_credentials = required_credentials
         self.runners: dict[str, LinkRunner] = {}
         self._stopping = False
 
@@ -338,6 +342,13 @@ class LinkManager:
     async def on_handshake(self, view: replication_pb2.LinkConfigView, create: bool) -> LinkConfig:
         now = self.node.clock()
         theirs = config_of(view)
+        if self.required_credentials and theirs.value("credentials") != self.required_credentials:
+            raise ClusterError(
+                ErrorCode.LINK_AUTHENTICATION_FAILED,
+                f"link {theirs.name!r}",
+                f"cluster {self.node.cluster_id!r} refuses link {theirs.name!r} from cluster "
+                f"{theirs.local_cluster_id!r}: its credentials do not match",
+            )
         existing = self.state.links.configs.get(theirs.name)
         if create and existing is not None and existing.link_id != theirs.link_id:
             raise ClusterError(

@@ -507,3 +507,18 @@ def test_source_killed_mid_stream__follower_resumes_without_gaps_or_duplicates(
     source = high_watermarks(a.bootstrap, "orders-s")
     wait_for("B caught up", lambda: high_watermarks(b.bootstrap, "orders-s") == source)
     assert read_all(a.bootstrap, "orders-s") == read_all(b.bootstrap, "orders-s")
+
+
+def test_link_to_a_cluster_requiring_credentials__refused_without_them(
+    daemon_factory: Any,
+) -> None:
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=[*LINK_FLAGS, "--link-credentials", "s3cret"])
+    refused = run_cli("create-link", "ab", "--remote", b.bootstrap, bootstrap=a.bootstrap)
+    assert refused.returncode == 1 and "LINK_AUTHENTICATION_FAILED" in refused.stderr
+    listed = run_cli("list-links", "--json", bootstrap=a.bootstrap)
+    assert listed.returncode == 0 and "ab" not in listed.stdout  # nothing half-created
+    link = cli_json(
+        a.bootstrap, "create-link", "ab", "--remote", b.bootstrap, "--credentials", "s3cret"
+    )
+    assert link["remote_cluster_id"] == "B"

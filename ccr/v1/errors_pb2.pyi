@@ -159,6 +159,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """A replica fetch's position does not match the source log: the follower must
     truncate (the detail's resource names the partition).
     """
+    LINK_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 78
+    """The link's credentials do not match what the remote cluster requires
+    (linkd --link-credentials).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -290,6 +294,10 @@ LAG_NOT_ZERO: ErrorCode.ValueType  # 76
 DIVERGED_LOG: ErrorCode.ValueType  # 77
 """A replica fetch's position does not match the source log: the follower must
 truncate (the detail's resource names the partition).
+"""
+LINK_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 78
+"""The link's credentials do not match what the remote cluster requires
+(linkd --link-credentials).
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

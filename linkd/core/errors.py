@@ -61,6 +61,7 @@ class ErrorCode(enum.IntEnum):
     REPLICATED_GROUP_READ_ONLY = 75
     LAG_NOT_ZERO = 76
     DIVERGED_LOG = 77
+    LINK_AUTHENTICATION_FAILED = 78
 
 
 RETRIABLE = frozenset(
