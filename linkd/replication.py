@@ -159,6 +159,7 @@ class LinkManager:
         return self.node.state
 
     def start(self) -> None:
+        self.state.links.start(self.node.clock())
         for name in self.state.links.names():
             self._ensure_runner(name)
 
@@ -277,6 +278,7 @@ class LinkManager:
 
         versioned = replace(versioned, version=self.state.links.hlc.now(now))
         candidate.mappings[versioned.key] = versioned
+        candidate.link_epoch += 1
         try:
             await self._handshake(candidate, create=False)
         except ClusterError as exc:
@@ -692,6 +694,7 @@ async def apply_fetched(
         leo = state.partition(local, p).log_end_offset
         state.links.on_progress(link_name, local, p, "follower", leo, source_hw, now)
         keep.add((local, p, "follower"))
+    state.links.on_fetch_round(link_name, now)
     runtime = state.links.runtime.get(link_name)
     if runtime is not None:
         state.links.forget_partitions(

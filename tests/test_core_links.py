@@ -251,3 +251,18 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
         ("orders-1", AclOperation.READ),
     }
     assert rep.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent
+
+
+def test_follower_is_catching_up_until_a_fetch_round_tells_its_lag() -> None:
+    table = LinkTable("B", LinkLimits(session_timeout_ms=1000))
+    config = table.new_config("ab", "id", "A", "a:1", "", "local_dials", "", NOW)
+    config.mappings[("topic", "t-")] = Mapping("topic", "t-", "t-", "remote", True, (NOW, 0, "B"))
+    table.store(config, NOW)
+    table.on_contact("ab", NOW + 1)  # a handshake: connected, lag unknown
+    assert table.state_name("ab") == "CATCHING_UP"
+    table.on_progress("ab", "t-1", 0, "follower", 7, 7, NOW + 2)
+    table.on_fetch_round("ab", NOW + 2)
+    assert table.state_name("ab") == "FOLLOWING"
+    table.tick(NOW + 2000)  # contact lost: the next connection starts unknown again
+    table.on_contact("ab", NOW + 2001)
+    assert table.state_name("ab") == "CATCHING_UP"

@@ -97,19 +97,35 @@ class AclBinding:
     permission_type: int
 
     def to_list(self) -> list[Any]:
-        return [self.resource_type, self.resource_name, self.pattern_type, self.principal,
-                self.host, self.operation, self.permission_type]
+        return [
+            self.resource_type,
+            self.resource_name,
+            self.pattern_type,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission_type,
+        ]
 
     @classmethod
     def from_list(cls, row: list[Any]) -> AclBinding:
-        return cls(int(row[0]), str(row[1]), int(row[2]), str(row[3]), str(row[4]),
-                   int(row[5]), int(row[6]))
+        return cls(
+            int(row[0]),
+            str(row[1]),
+            int(row[2]),
+            str(row[3]),
+            str(row[4]),
+            int(row[5]),
+            int(row[6]),
+        )
 
     def describe(self) -> str:
-        return (f"{_name(ResourceType, self.resource_type)}:{self.resource_name} "
-                f"({_name(PatternType, self.pattern_type)}) {self.principal}@{self.host} "
-                f"{_name(PermissionType, self.permission_type)} "
-                f"{_name(AclOperation, self.operation)}")
+        return (
+            f"{_name(ResourceType, self.resource_type)}:{self.resource_name} "
+            f"({_name(PatternType, self.pattern_type)}) {self.principal}@{self.host} "
+            f"{_name(PermissionType, self.permission_type)} "
+            f"{_name(AclOperation, self.operation)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +143,7 @@ class AclFilter:
             return False
         if self.operation != AclOperation.ANY and b.operation != self.operation:
             return False
-        if (self.permission_type != PermissionType.ANY
-                and b.permission_type != self.permission_type):
+        if self.permission_type != PermissionType.ANY and b.permission_type != self.permission_type:
             return False
         if self.principal is not None and b.principal != self.principal:
             return False
@@ -164,8 +179,11 @@ def validate_binding(b: AclBinding) -> None:
     what = f"acl {b.describe()}"
     concrete = {t.value for t in ResourceType} - {ResourceType.UNKNOWN, ResourceType.ANY}
     if b.resource_type not in concrete:
-        raise _invalid(what, f"{what}: resource type must be one of "
-                             f"{', '.join(ResourceType(t).name for t in sorted(concrete))}")
+        raise _invalid(
+            what,
+            f"{what}: resource type must be one of "
+            f"{', '.join(ResourceType(t).name for t in sorted(concrete))}",
+        )
     if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
         raise _invalid(what, f"{what}: pattern type must be LITERAL or PREFIXED")
     if not b.resource_name:
@@ -181,8 +199,9 @@ def validate_binding(b: AclBinding) -> None:
         raise _invalid(what, f"{what}: permission type must be ALLOW or DENY")
     kind, sep, principal_name = b.principal.partition(":")
     if not sep or not kind or not principal_name:
-        raise _invalid(what, f"{what}: principal {b.principal!r} is not 'Type:name' "
-                             "(for example User:alice)")
+        raise _invalid(
+            what, f"{what}: principal {b.principal!r} is not 'Type:name' (for example User:alice)"
+        )
     if not b.host:
         raise _invalid(what, f"{what}: host is empty (use '*' for every host)")
 
@@ -222,8 +241,9 @@ class AclStore:
                 results.append(None)
                 continue
             if len(self._bindings) >= MAX_BINDINGS:
-                results.append(_invalid(f"acl {b.describe()}",
-                                        f"too many ACL bindings (limit {MAX_BINDINGS})"))
+                results.append(
+                    _invalid(f"acl {b.describe()}", f"too many ACL bindings (limit {MAX_BINDINGS})")
+                )
                 continue
             record = {"type": "acl_create", "binding": b.to_list()}
             self.apply_record(record)

@@ -134,8 +134,13 @@ class GroupConfig:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")
         if not 0 < self.min_session_timeout_ms <= self.max_session_timeout_ms:
             raise ValueError("need 0 < min_session_timeout_ms <= max_session_timeout_ms")
-        for name in ("max_metadata_bytes", "max_group_size", "max_groups",
-                     "max_offsets_per_group", "max_txn_producers_per_group"):
+        for name in (
+            "max_metadata_bytes",
+            "max_group_size",
+            "max_groups",
+            "max_offsets_per_group",
+            "max_txn_producers_per_group",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -267,19 +272,29 @@ class _Group:
 
     def holds_nothing(self) -> bool:
         """May be forgotten: no members, no rebalance, no offsets."""
-        return (self.state is _EMPTY and not self.members and not self.offsets
-                and not self.pending_txn)
+        return (
+            self.state is _EMPTY and not self.members and not self.offsets and not self.pending_txn
+        )
 
     def next_event(self) -> tuple[int, int, str] | None:
         """(deadline, kind, member id) of the earliest timer; kind 0 join, 1 sync, 2 session."""
         events: list[tuple[int, int, str]] = []
         if self.state is _PREPARING and self.join_deadline_ms is not None:
             events.append((self.join_deadline_ms, 0, ""))
-        if (self.state in (_COMPLETING, _STABLE) and self.pending_sync
-                and self.sync_deadline_ms is not None):
+        if (
+            self.state in (_COMPLETING, _STABLE)
+            and self.pending_sync
+            and self.sync_deadline_ms is not None
+        ):
             events.append((self.sync_deadline_ms, 1, ""))
-        session = min(((m.session_deadline_ms(), i) for i, m in enumerate(self.members.values())
-                       if not m.kept_alive()), default=None)
+        session = min(
+            (
+                (m.session_deadline_ms(), i)
+                for i, m in enumerate(self.members.values())
+                if not m.kept_alive()
+            ),
+            default=None,
+        )
         if session is not None:
             events.append((session[0], 2, list(self.members)[session[1]]))
         return min(events, default=None)
@@ -342,8 +357,9 @@ class GroupCoordinator:
         for gid, group in self._groups.items():
             if group.holds_nothing():
                 return gid
-        raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                   f"too many groups (limit {self.config.max_groups})")
+        raise _err(
+            ErrorCode.INVALID_REQUEST, group_id, f"too many groups (limit {self.config.max_groups})"
+        )
 
     def _get_or_create(self, group_id: str, evict: str | None = None) -> _Group:
         group = self._groups.get(group_id)
@@ -365,8 +381,7 @@ class GroupCoordinator:
         self._pending[request_id] = request.group_id
         group = self._get_or_create(request.group_id, evict)
         if request.member_id:
-            self._join_known(group, group.members[request.member_id], request_id, request,
-                             now_ms)
+            self._join_known(group, group.members[request.member_id], request_id, request, now_ms)
         else:
             self._join_new(group, request_id, request, now_ms)
         self._try_complete_join(group, now_ms)
@@ -376,55 +391,81 @@ class GroupCoordinator:
         gid = request.group_id
         _check_group_id(gid)
         cfg = self.config
-        if not cfg.min_session_timeout_ms <= request.session_timeout_ms <= \
-                cfg.max_session_timeout_ms:
-            raise _err(ErrorCode.INVALID_SESSION_TIMEOUT, gid,
-                       f"session timeout {request.session_timeout_ms} ms is outside "
-                       f"{cfg.min_session_timeout_ms}..{cfg.max_session_timeout_ms}")
+        if (
+            not cfg.min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= cfg.max_session_timeout_ms
+        ):
+            raise _err(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                gid,
+                f"session timeout {request.session_timeout_ms} ms is outside "
+                f"{cfg.min_session_timeout_ms}..{cfg.max_session_timeout_ms}",
+            )
         if request.rebalance_timeout_ms < 0:
-            raise _err(ErrorCode.INVALID_REQUEST, gid,
-                       f"rebalance timeout {request.rebalance_timeout_ms} ms is negative")
+            raise _err(
+                ErrorCode.INVALID_REQUEST,
+                gid,
+                f"rebalance timeout {request.rebalance_timeout_ms} ms is negative",
+            )
         if not request.protocol_type or not request.protocols:
-            raise _err(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, gid,
-                       "a member needs a protocol type and at least one protocol")
+            raise _err(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                gid,
+                "a member needs a protocol type and at least one protocol",
+            )
         if len(request.protocols) > MAX_PROTOCOLS:
-            raise _err(ErrorCode.INVALID_REQUEST, gid,
-                       f"{len(request.protocols)} protocols (limit {MAX_PROTOCOLS})")
+            raise _err(
+                ErrorCode.INVALID_REQUEST,
+                gid,
+                f"{len(request.protocols)} protocols (limit {MAX_PROTOCOLS})",
+            )
         group = self._groups.get(gid)
         if request.member_id and (group is None or request.member_id not in group.members):
-            raise _err(ErrorCode.UNKNOWN_MEMBER_ID, gid,
-                       f"member {request.member_id!r} is not a member; rejoin without a member id")
+            raise _err(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                gid,
+                f"member {request.member_id!r} is not a member; rejoin without a member id",
+            )
         if group is None:
             return self._room_for(gid)
         others = [m for m in group.members.values() if m.member_id != request.member_id]
         if others:
             if request.protocol_type != group.protocol_type:
-                raise _err(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, gid,
-                           f"protocol type {request.protocol_type!r} differs from the group's "
-                           f"{group.protocol_type!r}")
+                raise _err(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    gid,
+                    f"protocol type {request.protocol_type!r} differs from the group's "
+                    f"{group.protocol_type!r}",
+                )
             common = {name for name, _ in others[0].protocols}
             for m in others[1:]:
                 common &= {name for name, _ in m.protocols}
             if not any(name in common for name, _ in request.protocols):
-                raise _err(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, gid,
-                           "none of the member's protocols "
-                           f"{[name for name, _ in request.protocols]} is supported by every "
-                           "member")
+                raise _err(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    gid,
+                    "none of the member's protocols "
+                    f"{[name for name, _ in request.protocols]} is supported by every "
+                    "member",
+                )
         if not request.member_id and len(group.members) >= self.config.max_group_size:
-            raise _err(ErrorCode.INVALID_REQUEST, gid,
-                       f"group full ({self.config.max_group_size} members)")
+            raise _err(
+                ErrorCode.INVALID_REQUEST, gid, f"group full ({self.config.max_group_size} members)"
+            )
         return None
 
-    def _join_new(self, group: _Group, request_id: int, request: JoinRequest,
-                  now_ms: int) -> None:
+    def _join_new(self, group: _Group, request_id: int, request: JoinRequest, now_ms: int) -> None:
         member_id = f"{request.client_id or 'member'}-{self._next_member_seq}"
         self._next_member_seq += 1
         member = _Member(
-            member_id=member_id, client_id=request.client_id,
+            member_id=member_id,
+            client_id=request.client_id,
             group_instance_id=request.group_instance_id,
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms or request.session_timeout_ms,
-            protocols=tuple(request.protocols), last_heartbeat_ms=now_ms,
+            protocols=tuple(request.protocols),
+            last_heartbeat_ms=now_ms,
             client_host=request.client_host,
         )
         if group.state is _PREPARING and group.generation_id == 0:
@@ -435,8 +476,9 @@ class GroupCoordinator:
         self._set_join_request(group, member, request_id)
         self._maybe_prepare_rebalance(group, now_ms)
 
-    def _join_known(self, group: _Group, member: _Member, request_id: int,
-                    request: JoinRequest, now_ms: int) -> None:
+    def _join_known(
+        self, group: _Group, member: _Member, request_id: int, request: JoinRequest, now_ms: int
+    ) -> None:
         same = member.protocols == tuple(request.protocols)
         if group.state is _PREPARING:
             self._update_member_and_rebalance(group, member, request_id, request, now_ms)
@@ -451,11 +493,18 @@ class GroupCoordinator:
             else:
                 self._reply(request_id, self._join_result(group, member, with_members=False))
         else:  # unreachable: an Empty group has no members
-            self._reply(request_id, _err(ErrorCode.UNKNOWN_MEMBER_ID, group.group_id,
-                                         f"member {member.member_id!r} is not a member"))
+            self._reply(
+                request_id,
+                _err(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    group.group_id,
+                    f"member {member.member_id!r} is not a member",
+                ),
+            )
 
-    def _update_member_and_rebalance(self, group: _Group, member: _Member, request_id: int,
-                                     request: JoinRequest, now_ms: int) -> None:
+    def _update_member_and_rebalance(
+        self, group: _Group, member: _Member, request_id: int, request: JoinRequest, now_ms: int
+    ) -> None:
         member.protocols = tuple(request.protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms or request.session_timeout_ms
@@ -464,21 +513,33 @@ class GroupCoordinator:
 
     def _set_join_request(self, group: _Group, member: _Member, request_id: int) -> None:
         if member.join_request is not None:
-            self._reply(member.join_request, _err(
-                ErrorCode.REBALANCE_IN_PROGRESS, group.group_id,
-                f"member {member.member_id!r}: superseded by a newer JoinGroup"))
+            self._reply(
+                member.join_request,
+                _err(
+                    ErrorCode.REBALANCE_IN_PROGRESS,
+                    group.group_id,
+                    f"member {member.member_id!r}: superseded by a newer JoinGroup",
+                ),
+            )
         member.join_request = request_id
         member.join_seq = self._next_join_seq
         self._next_join_seq += 1
 
-    def _join_result(self, group: _Group, member: _Member, with_members: bool = True,
-                     ) -> JoinResult:
+    def _join_result(
+        self,
+        group: _Group,
+        member: _Member,
+        with_members: bool = True,
+    ) -> JoinResult:
         members: tuple[tuple[str, bytes, str], ...] = ()
         if with_members and member.member_id == group.leader_id:
-            members = tuple((m.member_id, m.metadata_for(group.protocol_name),
-                             m.group_instance_id) for m in group.members.values())
-        return JoinResult(group.generation_id, group.protocol_name, group.leader_id,
-                          member.member_id, members)
+            members = tuple(
+                (m.member_id, m.metadata_for(group.protocol_name), m.group_instance_id)
+                for m in group.members.values()
+            )
+        return JoinResult(
+            group.generation_id, group.protocol_name, group.leader_id, member.member_id, members
+        )
 
     # -- rebalance ---------------------------------------------------------------------
 
@@ -492,8 +553,14 @@ class GroupCoordinator:
                 m.assignment = b""
                 if m.sync_request is not None:
                     rid, m.sync_request = m.sync_request, None
-                    self._reply(rid, _err(ErrorCode.REBALANCE_IN_PROGRESS, group.group_id,
-                                          "a new rebalance started; rejoin"))
+                    self._reply(
+                        rid,
+                        _err(
+                            ErrorCode.REBALANCE_IN_PROGRESS,
+                            group.group_id,
+                            "a new rebalance started; rejoin",
+                        ),
+                    )
         group.pending_sync.clear()
         group.sync_deadline_ms = None
         timeout = group.rebalance_timeout_ms()
@@ -561,8 +628,11 @@ class GroupCoordinator:
 
     def _drop_member(self, group: _Group, member: _Member, why: str) -> None:
         """Remove a member, answering its pending requests; no rebalance logic."""
-        error = _err(ErrorCode.UNKNOWN_MEMBER_ID, group.group_id,
-                     f"member {member.member_id!r} was removed: {why}")
+        error = _err(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            group.group_id,
+            f"member {member.member_id!r} was removed: {why}",
+        )
         for rid in (member.join_request, member.sync_request):
             if rid is not None:
                 self._reply(rid, error)
@@ -572,8 +642,9 @@ class GroupCoordinator:
         if group.leader_id == member.member_id:
             group.leader_id = ""
 
-    def _remove_member_and_update(self, group: _Group, member: _Member, why: str,
-                                  now_ms: int) -> None:
+    def _remove_member_and_update(
+        self, group: _Group, member: _Member, why: str, now_ms: int
+    ) -> None:
         self._drop_member(group, member, why)
         if group.state in (_STABLE, _COMPLETING):
             self._prepare_rebalance(group, now_ms)
@@ -582,15 +653,23 @@ class GroupCoordinator:
 
     # -- membership: sync, heartbeat, leave --------------------------------------------------
 
-    def sync(self, request_id: int, group_id: str, generation_id: int, member_id: str,
-             assignments: dict[str, bytes] | None, now_ms: int) -> list[GroupReply]:
+    def sync(
+        self,
+        request_id: int,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: dict[str, bytes] | None,
+        now_ms: int,
+    ) -> list[GroupReply]:
         """`assignments` counts from the leader only (None: none given, like {})."""
         self._check_request_id(request_id)
         try:
             group, member = self._current_member(group_id, generation_id, member_id)
             if group.state is _PREPARING:
-                raise _err(ErrorCode.REBALANCE_IN_PROGRESS, group_id,
-                           "the group is rebalancing; rejoin")
+                raise _err(
+                    ErrorCode.REBALANCE_IN_PROGRESS, group_id, "the group is rebalancing; rejoin"
+                )
         except ClusterError as err:
             self._reply(request_id, err)
             return self._flush()
@@ -601,9 +680,14 @@ class GroupCoordinator:
             self._reply(request_id, SyncResult(member.assignment, group.protocol_name))
         else:  # CompletingRebalance
             if member.sync_request is not None:
-                self._reply(member.sync_request, _err(
-                    ErrorCode.REBALANCE_IN_PROGRESS, group_id,
-                    f"member {member_id!r}: superseded by a newer SyncGroup"))
+                self._reply(
+                    member.sync_request,
+                    _err(
+                        ErrorCode.REBALANCE_IN_PROGRESS,
+                        group_id,
+                        f"member {member_id!r}: superseded by a newer SyncGroup",
+                    ),
+                )
             member.sync_request = request_id
             if member_id == group.leader_id:
                 given = assignments or {}
@@ -618,19 +702,26 @@ class GroupCoordinator:
             group.sync_deadline_ms = None
         return self._flush()
 
-    def _current_member(self, group_id: str, generation_id: int,
-                        member_id: str) -> tuple[_Group, _Member]:
+    def _current_member(
+        self, group_id: str, generation_id: int, member_id: str
+    ) -> tuple[_Group, _Member]:
         """The member, if it belongs to the group's current generation."""
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
-            raise _err(ErrorCode.UNKNOWN_MEMBER_ID, group_id,
-                       f"member {member_id!r} is not a member; rejoin")
+            raise _err(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                group_id,
+                f"member {member_id!r} is not a member; rejoin",
+            )
         if generation_id != group.generation_id:
-            raise _err(ErrorCode.ILLEGAL_GENERATION, group_id,
-                       f"member {member_id!r} is not in generation {generation_id} (current "
-                       f"{group.generation_id})")
+            raise _err(
+                ErrorCode.ILLEGAL_GENERATION,
+                group_id,
+                f"member {member_id!r} is not in generation {generation_id} (current "
+                f"{group.generation_id})",
+            )
         return group, member
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> None:
@@ -638,8 +729,9 @@ class GroupCoordinator:
         group, member = self._current_member(group_id, generation_id, member_id)
         member.last_heartbeat_ms = now_ms
         if group.state is _PREPARING:
-            raise _err(ErrorCode.REBALANCE_IN_PROGRESS, group_id,
-                       "the group is rebalancing; rejoin")
+            raise _err(
+                ErrorCode.REBALANCE_IN_PROGRESS, group_id, "the group is rebalancing; rejoin"
+            )
 
     def leave(self, group_id: str, member_id: str, now_ms: int) -> list[GroupReply]:
         """Raises ClusterError for an unknown member; returns replies completed by it."""
@@ -647,8 +739,9 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
-            raise _err(ErrorCode.UNKNOWN_MEMBER_ID, group_id, f"member {member_id!r} is not a "
-                       "member")
+            raise _err(
+                ErrorCode.UNKNOWN_MEMBER_ID, group_id, f"member {member_id!r} is not a member"
+            )
         self._remove_member_and_update(group, member, "left the group", now_ms)
         return self._flush()
 
@@ -666,8 +759,9 @@ class GroupCoordinator:
                         self._drop_member(group, group.members[mid], "no SyncGroup in time")
                     self._prepare_rebalance(group, now_ms)
                 else:
-                    self._remove_member_and_update(group, group.members[member_id],
-                                                   "session timed out", now_ms)
+                    self._remove_member_and_update(
+                        group, group.members[member_id], "session timed out", now_ms
+                    )
         return self._flush()
 
     def next_deadline_ms(self) -> int | None:
@@ -676,15 +770,24 @@ class GroupCoordinator:
 
     # -- committed offsets -------------------------------------------------------------------
 
-    def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                       offsets: dict[Partition, OffsetSpec], now_ms: int) -> list[dict[str, Any]]:
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        offsets: dict[Partition, OffsetSpec],
+        now_ms: int,
+    ) -> list[dict[str, Any]]:
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         member: _Member | None = None
         if group is None:
             if generation_id >= 0:
-                raise _err(ErrorCode.ILLEGAL_GENERATION, group_id,
-                           f"the group does not exist; generation {generation_id} is stale")
+                raise _err(
+                    ErrorCode.ILLEGAL_GENERATION,
+                    group_id,
+                    f"the group does not exist; generation {generation_id} is stale",
+                )
         else:
             member = self._validate_commit_member(group, generation_id, member_id)
         self._validate_offsets(group_id, offsets)
@@ -695,8 +798,16 @@ class GroupCoordinator:
         if member is not None:
             member.last_heartbeat_ms = now_ms
         records = [
-            {"type": "offset_commit", "group": group_id, "topic": t, "partition": p,
-             "offset": o, "metadata": m, "leader_epoch": e, "ts": now_ms}
+            {
+                "type": "offset_commit",
+                "group": group_id,
+                "topic": t,
+                "partition": p,
+                "offset": o,
+                "metadata": m,
+                "leader_epoch": e,
+                "ts": now_ms,
+            }
             for (t, p), (o, m, e) in sorted(offsets.items())
         ]
         self._get_or_create(group_id, evict)
@@ -704,47 +815,66 @@ class GroupCoordinator:
             self.apply_record(record)
         return records
 
-    def _validate_commit_member(self, group: _Group, generation_id: int,
-                                member_id: str) -> _Member | None:
+    def _validate_commit_member(
+        self, group: _Group, generation_id: int, member_id: str
+    ) -> _Member | None:
         gid = group.group_id
         if generation_id < 0 and group.state is _EMPTY:
             return None  # standalone commit
         if generation_id < 0 and not member_id:
-            raise _err(ErrorCode.UNKNOWN_MEMBER_ID, gid,
-                       f"standalone commits need an empty group; it is {group.state.value}")
+            raise _err(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                gid,
+                f"standalone commits need an empty group; it is {group.state.value}",
+            )
         _, member = self._current_member(gid, generation_id, member_id)
         if group.state is _COMPLETING:
-            raise _err(ErrorCode.REBALANCE_IN_PROGRESS, gid,
-                       "the group is completing a rebalance; sync first")
+            raise _err(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                gid,
+                "the group is completing a rebalance; sync first",
+            )
         return member
 
     def _validate_offsets(self, group_id: str, offsets: dict[Partition, OffsetSpec]) -> None:
         for (topic, p), (offset, metadata, _epoch) in sorted(offsets.items()):
             if not topic or p < 0:
-                raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                           f"invalid partition {topic!r}/{p}")
+                raise _err(ErrorCode.INVALID_REQUEST, group_id, f"invalid partition {topic!r}/{p}")
             if offset < 0:
-                raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                           f"offset {offset} for partition {topic}-{p} is negative")
+                raise _err(
+                    ErrorCode.INVALID_REQUEST,
+                    group_id,
+                    f"offset {offset} for partition {topic}-{p} is negative",
+                )
             size = len(metadata.encode("utf-8"))
             if size > self.config.max_metadata_bytes:
-                raise _err(ErrorCode.OFFSET_METADATA_TOO_LARGE, group_id,
-                           f"metadata for partition {topic}-{p} has {size} bytes (limit "
-                           f"{self.config.max_metadata_bytes})")
+                raise _err(
+                    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    group_id,
+                    f"metadata for partition {topic}-{p} has {size} bytes (limit "
+                    f"{self.config.max_metadata_bytes})",
+                )
 
-    def _check_offset_room(self, group: _Group | None, group_id: str,
-                           offsets: dict[Partition, OffsetSpec]) -> None:
+    def _check_offset_room(
+        self, group: _Group | None, group_id: str, offsets: dict[Partition, OffsetSpec]
+    ) -> None:
         known: set[Partition] = set(offsets)
         if group is not None:
             known.update(group.offsets)
             for staged in group.pending_txn.values():
                 known.update(staged)
         if len(known) > self.config.max_offsets_per_group:
-            raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                       f"more than {self.config.max_offsets_per_group} partitions with offsets")
+            raise _err(
+                ErrorCode.INVALID_REQUEST,
+                group_id,
+                f"more than {self.config.max_offsets_per_group} partitions with offsets",
+            )
 
-    def committed(self, group_id: str, partitions: list[Partition] | None,
-                  ) -> dict[Partition, CommittedOffset]:
+    def committed(
+        self,
+        group_id: str,
+        partitions: list[Partition] | None,
+    ) -> dict[Partition, CommittedOffset]:
         """Committed offsets (sorted by partition); partitions without one are left out."""
         _check_group_id(group_id)
         group = self._groups.get(group_id)
@@ -758,11 +888,17 @@ class GroupCoordinator:
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         if group is None:
-            raise ClusterError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r}",
-                               f"group {group_id!r} does not exist")
+            raise ClusterError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"group {group_id!r}",
+                f"group {group_id!r} does not exist",
+            )
         if group.members or group.state is not _EMPTY:
-            raise _err(ErrorCode.NON_EMPTY_GROUP, group_id,
-                       f"the group has {len(group.members)} members ({group.state.value})")
+            raise _err(
+                ErrorCode.NON_EMPTY_GROUP,
+                group_id,
+                f"the group has {len(group.members)} members ({group.state.value})",
+            )
         record: dict[str, Any] = {"type": "group_delete", "group": group_id}
         self.apply_record(record)
         return [record]
@@ -772,15 +908,22 @@ class GroupCoordinator:
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         if group is None:
-            raise ClusterError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r}",
-                               f"group {group_id!r} does not exist")
+            raise ClusterError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"group {group_id!r}",
+                f"group {group_id!r} does not exist",
+            )
         if group.members:
-            raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                       f"the group is active ({len(group.members)} members); offsets can be "
-                       "deleted from an empty group only")
+            raise _err(
+                ErrorCode.INVALID_REQUEST,
+                group_id,
+                f"the group is active ({len(group.members)} members); offsets can be "
+                "deleted from an empty group only",
+            )
         records: list[dict[str, Any]] = [
             {"type": "offset_delete", "group": group_id, "topic": t, "partition": p}
-            for t, p in dict.fromkeys(partitions) if (t, p) in group.offsets
+            for t, p in dict.fromkeys(partitions)
+            if (t, p) in group.offsets
         ]
         for record in records:
             self.apply_record(record)
@@ -788,9 +931,9 @@ class GroupCoordinator:
 
     # -- transactional offsets -------------------------------------------------------------
 
-    def stage_txn_offsets(self, producer_id: int, group_id: str,
-                          offsets: dict[Partition, OffsetSpec],
-                          now_ms: int) -> list[dict[str, Any]]:
+    def stage_txn_offsets(
+        self, producer_id: int, group_id: str, offsets: dict[Partition, OffsetSpec], now_ms: int
+    ) -> list[dict[str, Any]]:
         """TxnOffsetCommit: invisible to `committed` until `end_txn_offsets` commits."""
         _check_group_id(group_id)
         if producer_id < 0:
@@ -798,18 +941,32 @@ class GroupCoordinator:
         self._validate_offsets(group_id, offsets)
         group = self._groups.get(group_id)
         self._check_offset_room(group, group_id, offsets)
-        if (group is not None and producer_id not in group.pending_txn
-                and len(group.pending_txn) >= self.config.max_txn_producers_per_group):
-            raise _err(ErrorCode.INVALID_REQUEST, group_id,
-                       f"more than {self.config.max_txn_producers_per_group} producers with "
-                       "staged offsets")
+        if (
+            group is not None
+            and producer_id not in group.pending_txn
+            and len(group.pending_txn) >= self.config.max_txn_producers_per_group
+        ):
+            raise _err(
+                ErrorCode.INVALID_REQUEST,
+                group_id,
+                f"more than {self.config.max_txn_producers_per_group} producers with "
+                "staged offsets",
+            )
         if not offsets:
             return []
         evict = self._room_for(group_id)
         records = [
-            {"type": "txn_offset_stage", "group": group_id, "producer_id": producer_id,
-             "topic": t, "partition": p, "offset": o, "metadata": m, "leader_epoch": e,
-             "ts": now_ms}
+            {
+                "type": "txn_offset_stage",
+                "group": group_id,
+                "producer_id": producer_id,
+                "topic": t,
+                "partition": p,
+                "offset": o,
+                "metadata": m,
+                "leader_epoch": e,
+                "ts": now_ms,
+            }
             for (t, p), (o, m, e) in sorted(offsets.items())
         ]
         self._get_or_create(group_id, evict)
@@ -817,16 +974,22 @@ class GroupCoordinator:
             self.apply_record(record)
         return records
 
-    def end_txn_offsets(self, producer_id: int, group_ids: list[str], commit: bool,
-                        now_ms: int) -> list[dict[str, Any]]:
+    def end_txn_offsets(
+        self, producer_id: int, group_ids: list[str], commit: bool, now_ms: int
+    ) -> list[dict[str, Any]]:
         """Commit or drop the producer's staged offsets in these groups (idempotent)."""
         records: list[dict[str, Any]] = []
         for gid in dict.fromkeys(group_ids):
             group = self._groups.get(gid)
             if group is None or producer_id not in group.pending_txn:
                 continue
-            record = {"type": "txn_offset_end", "group": gid, "producer_id": producer_id,
-                      "commit": commit, "ts": now_ms}
+            record = {
+                "type": "txn_offset_end",
+                "group": gid,
+                "producer_id": producer_id,
+                "commit": commit,
+                "ts": now_ms,
+            }
             self.apply_record(record)
             records.append(record)
         return records
@@ -861,8 +1024,12 @@ class GroupCoordinator:
             raise ValueError(f"unknown group record type {kind!r}")
         group = self._get_or_create(gid)
         tp = (str(record["topic"]), int(record["partition"]))
-        value = CommittedOffset(int(record["offset"]), str(record["metadata"]),
-                                int(record["leader_epoch"]), int(record["ts"]))
+        value = CommittedOffset(
+            int(record["offset"]),
+            str(record["metadata"]),
+            int(record["leader_epoch"]),
+            int(record["ts"]),
+        )
         if kind == "offset_commit":
             group.offsets[tp] = value
         else:
@@ -870,21 +1037,28 @@ class GroupCoordinator:
 
     def snapshot(self) -> dict[str, Any]:
         """The durable state (committed and staged offsets), JSON-serialisable."""
+
         def rows(offsets: dict[Partition, CommittedOffset]) -> list[list[Any]]:
-            return [[t, p, o.offset, o.metadata, o.leader_epoch, o.commit_timestamp_ms]
-                    for (t, p), o in offsets.items()]
+            return [
+                [t, p, o.offset, o.metadata, o.leader_epoch, o.commit_timestamp_ms]
+                for (t, p), o in offsets.items()
+            ]
 
         groups = []
         for gid in sorted(self._groups):
             group = self._groups[gid]
             if not group.offsets and not group.pending_txn:
                 continue
-            groups.append({
-                "group": gid,
-                "offsets": rows(group.offsets),
-                "pending": [{"producer_id": pid, "offsets": rows(staged)}
-                            for pid, staged in group.pending_txn.items()],
-            })
+            groups.append(
+                {
+                    "group": gid,
+                    "offsets": rows(group.offsets),
+                    "pending": [
+                        {"producer_id": pid, "offsets": rows(staged)}
+                        for pid, staged in group.pending_txn.items()
+                    ],
+                }
+            )
         return {"version": 1, "groups": groups}
 
     @classmethod
@@ -903,8 +1077,10 @@ class GroupCoordinator:
     # -- queries ------------------------------------------------------------------------
 
     def list_groups(self) -> list[tuple[str, str, str]]:
-        return [(gid, self._groups[gid].state.value, self._groups[gid].protocol_type)
-                for gid in sorted(self._groups)]
+        return [
+            (gid, self._groups[gid].state.value, self._groups[gid].protocol_type)
+            for gid in sorted(self._groups)
+        ]
 
     def describe_group(self, group_id: str) -> GroupDescription:
         _check_group_id(group_id)
@@ -920,9 +1096,14 @@ class GroupCoordinator:
             generation_id=group.generation_id,
             leader_id=group.leader_id,
             members=tuple(
-                MemberDescription(m.member_id, m.client_id, m.assignment if stable else b"",
-                                  m.group_instance_id, m.client_host,
-                                  m.metadata_for(group.protocol_name) if stable else b"")
+                MemberDescription(
+                    m.member_id,
+                    m.client_id,
+                    m.assignment if stable else b"",
+                    m.group_instance_id,
+                    m.client_host,
+                    m.metadata_for(group.protocol_name) if stable else b"",
+                )
                 for m in group.members.values()
             ),
         )

@@ -272,6 +272,9 @@ class LinkRuntime:
     history: list[tuple[str, int]] = field(default_factory=list)
     last_contact_ms: int | None = None
     partitions: dict[tuple[str, int, str], PartitionProgress] = field(default_factory=dict)
+    # A follower knows its lag only after a fetch round since (re)connecting:
+    # until then it is CATCHING_UP, never FOLLOWING on no evidence.
+    round_done: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +425,23 @@ class LinkTable:
             runtime.last_contact_ms = now_ms
             self._recompute(name, now_ms)
 
+    def on_fetch_round(self, name: str, now_ms: int) -> None:
+        """A follower finished a fetch round: every follower partition's lag is
+        now known (recorded with on_progress before this call)."""
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.round_done = True
+            runtime.last_contact_ms = now_ms
+            self._recompute(name, now_ms)
+
+    def start(self, now_ms: int) -> None:
+        """The shell starts: links restored from the journal begin DISCONNECTED now
+        (the journal holds configurations, not runtime history)."""
+        for runtime in self.runtime.values():
+            if runtime.last_contact_ms is None:
+                runtime.entered_at_ms = now_ms
+                runtime.history = [(LinkState.DISCONNECTED.value, now_ms)]
+
     def on_contact_lost(self, name: str, now_ms: int) -> None:
         """A dial or call failed; the session timeout decides when it counts."""
         self._recompute(name, now_ms)
@@ -465,6 +485,7 @@ class LinkTable:
         contact = runtime.last_contact_ms
         if contact is None or now_ms - contact > self.limits.session_timeout_ms:
             new = LinkState.DISCONNECTED
+            runtime.round_done = False
         else:
             lagging = any(
                 p.role == "follower"
@@ -474,6 +495,13 @@ class LinkTable:
                 )
                 for p in runtime.partitions.values()
             )
+            config = self.configs.get(name)
+            follows = config is not None and any(
+                m.local_role == "follower" and m.resource_type == "topic"
+                for m in config.attached_mappings()
+            )
+            if follows and not runtime.round_done:
+                lagging = True
             new = LinkState.CATCHING_UP if lagging else LinkState.FOLLOWING
         if new != runtime.state:
             runtime.state = new

@@ -287,15 +287,22 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> dict[str, Any]:
     runtime = state.links.runtime[name]
     partitions = []
     for (topic, partition, role), p in sorted(runtime.partitions.items()):
+        source_hw = p.source_high_watermark
+        if role == "leader" and topic in state.topics:
+            # The source's own HW is known live, even while the follower is away.
+            logs = state.topics[topic].partitions
+            if partition < len(logs):
+                source_hw = max(source_hw, logs[partition].high_watermark)
+        lag = max(0, source_hw - p.log_end_offset)
         partitions.append(
             {
                 "topic": topic,
                 "partition": partition,
                 "role": role,
-                "lag_records": p.lag_records(),
-                "lag_ms": p.lag_ms(now_ms),
+                "lag_records": lag,
+                "lag_ms": 0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms),
                 "log_end_offset": p.log_end_offset,
-                "source_high_watermark": p.source_high_watermark,
+                "source_high_watermark": source_hw,
             }
         )
     return {

@@ -75,56 +75,89 @@ def _invalid(resource: str, message: str) -> ClusterError:
 def _topic_configs(ctx: Context, name: str) -> list[dict[str, Any]]:
     topic = ctx.node.state.topics[name]
     return [
-        {"name": key, "value": value, "read_only": False, "is_sensitive": False,
-         "config_source": (SOURCE_DYNAMIC_TOPIC_CONFIG if key in topic.overrides
-                           else SOURCE_DEFAULT_CONFIG)}
+        {
+            "name": key,
+            "value": value,
+            "read_only": False,
+            "is_sensitive": False,
+            "config_source": (
+                SOURCE_DYNAMIC_TOPIC_CONFIG if key in topic.overrides else SOURCE_DEFAULT_CONFIG
+            ),
+        }
         for key, value in topic.configs().items()
     ]
 
 
 async def _create_topic(ctx: Context, t: Any, validate_only: bool) -> dict[str, Any]:
     name = t.name
-    base = {"name": name, "topic_id": uuid.UUID(int=0), "num_partitions": -1,
-            "replication_factor": -1, "configs": None}
+    base = {
+        "name": name,
+        "topic_id": uuid.UUID(int=0),
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": None,
+    }
     try:
         broker = ctx.broker.node_id
         assignments = list(t.assignments or ())
         count = int(t.num_partitions)
         if assignments:
             if count != -1 or int(t.replication_factor) != -1:
-                return {**base, "error_code": int(K.invalid_request),
-                        "error_message": "give either replica assignments or a partition "
-                                         "count and replication factor, not both"}
+                return {
+                    **base,
+                    "error_code": int(K.invalid_request),
+                    "error_message": "give either replica assignments or a partition "
+                    "count and replication factor, not both",
+                }
             if any(list(a.broker_ids) != [broker] for a in assignments):
-                return {**base, "error_code": int(K.invalid_replica_assignment),
-                        "error_message": f"every partition must be assigned to broker "
-                                         f"{broker}, the cluster's only broker"}
+                return {
+                    **base,
+                    "error_code": int(K.invalid_replica_assignment),
+                    "error_message": f"every partition must be assigned to broker "
+                    f"{broker}, the cluster's only broker",
+                }
             count = len(assignments)
         elif count == -1:
             count = DEFAULT_PARTITIONS
         replication = int(t.replication_factor)
         if replication not in (-1, 1):
-            return {**base, "error_code": int(K.invalid_replication_factor),
-                    "error_message": f"replication factor {replication} is larger than the "
-                                     "number of brokers (1)"}
+            return {
+                **base,
+                "error_code": int(K.invalid_replication_factor),
+                "error_message": f"replication factor {replication} is larger than the "
+                "number of brokers (1)",
+            }
         configs = {c.name: c.value for c in t.configs if c.value is not None}
         if validate_only:
             ctx.node.check_create_topic(name, count, configs)
-            return {**base, "error_code": 0, "error_message": None, "num_partitions": count,
-                    "replication_factor": 1}
+            return {
+                **base,
+                "error_code": 0,
+                "error_message": None,
+                "num_partitions": count,
+                "replication_factor": 1,
+            }
         await ctx.node.create_topic(name, count, configs)
     except ClusterError as exc:
         return {**base, **error_fields(exc)}
     topic = ctx.node.state.topics[name]
-    return {"name": name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None,
-            "num_partitions": len(topic.partitions), "replication_factor": 1,
-            "configs": _topic_configs(ctx, name)}
+    return {
+        "name": name,
+        "topic_id": topic.topic_id,
+        "error_code": 0,
+        "error_message": None,
+        "num_partitions": len(topic.partitions),
+        "replication_factor": 1,
+        "configs": _topic_configs(ctx, name),
+    }
 
 
 async def create_topics(ctx: Context, req: Any) -> dict[str, Any]:
     validate_only = bool(field(req, "validate_only", False))
-    return {"throttle_time": 0,
-            "topics": [await _create_topic(ctx, t, validate_only) for t in req.topics]}
+    return {
+        "throttle_time": 0,
+        "topics": [await _create_topic(ctx, t, validate_only) for t in req.topics],
+    }
 
 
 async def delete_topics(ctx: Context, req: Any) -> dict[str, Any]:
@@ -140,12 +173,18 @@ async def delete_topics(ctx: Context, req: Any) -> dict[str, Any]:
     for name, topic_id in wanted:
         by_id = name is None and topic_id is not None and topic_id.int != 0
         if by_id:
-            name = next((t.name for t in state.topics.values()
-                         if t.topic_id == str(topic_id)), None)
+            name = next(
+                (t.name for t in state.topics.values() if t.topic_id == str(topic_id)), None
+            )
             if name is None:
-                responses.append({"name": None, "topic_id": topic_id,
-                                  "error_code": int(K.unknown_topic_id),
-                                  "error_message": f"no topic has id {topic_id}"})
+                responses.append(
+                    {
+                        "name": None,
+                        "topic_id": topic_id,
+                        "error_code": int(K.unknown_topic_id),
+                        "error_message": f"no topic has id {topic_id}",
+                    }
+                )
                 continue
         resolved = name or ""
         known = state.topics.get(resolved)
@@ -153,11 +192,13 @@ async def delete_topics(ctx: Context, req: Any) -> dict[str, Any]:
         try:
             await ctx.node.delete_topic(resolved)
         except ClusterError as exc:
-            responses.append({"name": resolved, "topic_id": result_id,
-                              **error_fields(exc, by_id=by_id)})
+            responses.append(
+                {"name": resolved, "topic_id": result_id, **error_fields(exc, by_id=by_id)}
+            )
             continue
-        responses.append({"name": resolved, "topic_id": result_id, "error_code": 0,
-                          "error_message": None})
+        responses.append(
+            {"name": resolved, "topic_id": result_id, "error_code": 0, "error_message": None}
+        )
     return {"throttle_time": 0, "responses": responses}
 
 
@@ -169,10 +210,14 @@ async def create_partitions(ctx: Context, req: Any) -> dict[str, Any]:
         try:
             for a in t.assignments or ():
                 if list(a.broker_ids) != [broker]:
-                    results.append({"name": t.name,
-                                    "error_code": int(K.invalid_replica_assignment),
-                                    "error_message": f"new partitions must be assigned to "
-                                                     f"broker {broker}, the only broker"})
+                    results.append(
+                        {
+                            "name": t.name,
+                            "error_code": int(K.invalid_replica_assignment),
+                            "error_message": f"new partitions must be assigned to "
+                            f"broker {broker}, the only broker",
+                        }
+                    )
                     break
             else:
                 if validate_only:
@@ -188,8 +233,9 @@ async def create_partitions(ctx: Context, req: Any) -> dict[str, Any]:
 # -- configs ------------------------------------------------------------------------------
 
 
-def _describe_topic_configs(ctx: Context, name: str, keys: Any, synonyms: bool,
-                            docs: bool) -> list[dict[str, Any]]:
+def _describe_topic_configs(
+    ctx: Context, name: str, keys: Any, synonyms: bool, docs: bool
+) -> list[dict[str, Any]]:
     topic = ctx.node.state.topic(name)
     wanted = set(keys) if keys else None
     out = []
@@ -201,21 +247,27 @@ def _describe_topic_configs(ctx: Context, name: str, keys: Any, synonyms: bool,
         entry_synonyms = []
         if synonyms:
             if overridden:
-                entry_synonyms.append({"name": key, "value": value,
-                                       "source": SOURCE_DYNAMIC_TOPIC_CONFIG})
-            entry_synonyms.append({"name": key, "value": spec.default,
-                                   "source": SOURCE_DEFAULT_CONFIG})
-        out.append({
-            "name": key,
-            "value": value,
-            "read_only": False,
-            "is_default": not overridden,
-            "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG if overridden else SOURCE_DEFAULT_CONFIG,
-            "is_sensitive": False,
-            "synonyms": entry_synonyms,
-            "config_type": CONFIG_TYPES.get(key, TYPE_STRING),
-            "documentation": spec.doc if docs else None,
-        })
+                entry_synonyms.append(
+                    {"name": key, "value": value, "source": SOURCE_DYNAMIC_TOPIC_CONFIG}
+                )
+            entry_synonyms.append(
+                {"name": key, "value": spec.default, "source": SOURCE_DEFAULT_CONFIG}
+            )
+        out.append(
+            {
+                "name": key,
+                "value": value,
+                "read_only": False,
+                "is_default": not overridden,
+                "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG
+                if overridden
+                else SOURCE_DEFAULT_CONFIG,
+                "is_sensitive": False,
+                "synonyms": entry_synonyms,
+                "config_type": CONFIG_TYPES.get(key, TYPE_STRING),
+                "documentation": spec.doc if docs else None,
+            }
+        )
     return out
 
 
@@ -228,18 +280,23 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
         try:
             ctx.node._check_ready()
             if r.resource_type == RESOURCE_TOPIC:
-                configs = _describe_topic_configs(ctx, r.resource_name, r.configuration_keys,
-                                                  synonyms, docs)
+                configs = _describe_topic_configs(
+                    ctx, r.resource_name, r.configuration_keys, synonyms, docs
+                )
             elif r.resource_type == RESOURCE_BROKER:
                 if r.resource_name not in ("", str(ctx.broker.node_id)):
-                    raise _invalid(f"broker {r.resource_name!r}",
-                                   f"broker {r.resource_name!r} does not exist; the cluster's "
-                                   f"only broker is {ctx.broker.node_id}")
+                    raise _invalid(
+                        f"broker {r.resource_name!r}",
+                        f"broker {r.resource_name!r} does not exist; the cluster's "
+                        f"only broker is {ctx.broker.node_id}",
+                    )
                 configs = []
             else:
-                raise _invalid(f"config resource type {r.resource_type}",
-                               f"config resource type {r.resource_type} is not served (topics "
-                               "and brokers are)")
+                raise _invalid(
+                    f"config resource type {r.resource_type}",
+                    f"config resource type {r.resource_type} is not served (topics "
+                    "and brokers are)",
+                )
         except ClusterError as exc:
             results.append({**base, **error_fields(exc), "configs": []})
             continue
@@ -250,9 +307,11 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
 def _alter_plan(resource: Any, incremental: bool) -> tuple[dict[str, str], list[str]]:
     name = resource.resource_name
     if resource.resource_type != RESOURCE_TOPIC:
-        raise _invalid(f"config resource {name!r}",
-                       f"config resource type {resource.resource_type} cannot be altered "
-                       "(only topics have settable configs)")
+        raise _invalid(
+            f"config resource {name!r}",
+            f"config resource type {resource.resource_type} cannot be altered "
+            "(only topics have settable configs)",
+        )
     set_: dict[str, str] = {}
     delete: list[str] = []
     seen: set[str] = set()
@@ -266,9 +325,11 @@ def _alter_plan(resource: Any, incremental: bool) -> tuple[dict[str, str], list[
         elif op in (OP_SET, OP_DELETE):
             delete.append(c.name)
         else:
-            raise _invalid(f"topic {name!r} config {c.name!r}",
-                           f"topic {name!r}: APPEND/SUBTRACT of {c.name!r} is not supported; "
-                           "no accepted config holds a list of more than one value")
+            raise _invalid(
+                f"topic {name!r} config {c.name!r}",
+                f"topic {name!r}: APPEND/SUBTRACT of {c.name!r} is not supported; "
+                "no accepted config holds a list of more than one value",
+            )
     return set_, delete
 
 
@@ -317,9 +378,15 @@ def _filter(f: Any) -> AclFilter:
 
 
 def _binding_fields(b: AclBinding) -> dict[str, Any]:
-    return {"resource_type": b.resource_type, "resource_name": b.resource_name,
-            "pattern_type": b.pattern_type, "principal": b.principal, "host": b.host,
-            "operation": b.operation, "permission_type": b.permission_type}
+    return {
+        "resource_type": b.resource_type,
+        "resource_name": b.resource_name,
+        "pattern_type": b.pattern_type,
+        "principal": b.principal,
+        "host": b.host,
+        "operation": b.operation,
+        "permission_type": b.permission_type,
+    }
 
 
 async def describe_acls(ctx: Context, req: Any) -> dict[str, Any]:
@@ -330,8 +397,13 @@ async def describe_acls(ctx: Context, req: Any) -> dict[str, Any]:
     grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for b in bindings:
         grouped.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(
-            {"principal": b.principal, "host": b.host, "operation": b.operation,
-             "permission_type": b.permission_type})
+            {
+                "principal": b.principal,
+                "host": b.host,
+                "operation": b.operation,
+                "permission_type": b.permission_type,
+            }
+        )
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -345,9 +417,15 @@ async def describe_acls(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def create_acls(ctx: Context, req: Any) -> dict[str, Any]:
     bindings = [
-        AclBinding(int(c.resource_type), c.resource_name,
-                   int(field(c, "resource_pattern_type", 3)), c.principal, c.host,
-                   int(c.operation), int(c.permission_type))
+        AclBinding(
+            int(c.resource_type),
+            c.resource_name,
+            int(field(c, "resource_pattern_type", 3)),
+            c.principal,
+            c.host,
+            int(c.operation),
+            int(c.permission_type),
+        )
         for c in req.creations
     ]
     try:
@@ -362,14 +440,22 @@ async def delete_acls(ctx: Context, req: Any) -> dict[str, Any]:
     try:
         results = await ctx.node.delete_acls(filters)
     except ClusterError as exc:
-        return {"throttle_time": 0,
-                "filter_results": [{**error_fields(exc), "matching_acls": []} for _ in filters]}
+        return {
+            "throttle_time": 0,
+            "filter_results": [{**error_fields(exc), "matching_acls": []} for _ in filters],
+        }
     out = []
     for r in results:
         if isinstance(r, ClusterError):
             out.append({**error_fields(r), "matching_acls": []})
         else:
-            out.append({"error_code": 0, "error_message": None,
-                        "matching_acls": [{"error_code": 0, "error_message": None,
-                                           **_binding_fields(b)} for b in r]})
+            out.append(
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "matching_acls": [
+                        {"error_code": 0, "error_message": None, **_binding_fields(b)} for b in r
+                    ],
+                }
+            )
     return {"throttle_time": 0, "filter_results": out}

@@ -23,11 +23,31 @@ from linkd.core.acls import AclOperation as Op
 from linkd.kafka.codec import field
 from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context, operations_bits
 
-TOPIC_OPERATIONS = operations_bits((Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER,
-                                    Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))
-CLUSTER_OPERATIONS = operations_bits((Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
-                                      Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
-                                      Op.DESCRIBE, Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS))
+TOPIC_OPERATIONS = operations_bits(
+    (
+        Op.READ,
+        Op.WRITE,
+        Op.CREATE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+    )
+)
+CLUSTER_OPERATIONS = operations_bits(
+    (
+        Op.CREATE,
+        Op.CLUSTER_ACTION,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+        Op.IDEMPOTENT_WRITE,
+        Op.ALTER,
+        Op.DESCRIBE,
+        Op.CREATE_TOKENS,
+        Op.DESCRIBE_TOKENS,
+    )
+)
 GROUP_OPERATIONS = operations_bits((Op.READ, Op.DESCRIBE, Op.DELETE))
 
 _ZERO_UUID = uuid.UUID(int=0)
@@ -78,14 +98,26 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
             if name is None and topic_id is not None and topic_id != _ZERO_UUID:
                 name = by_id.get(str(topic_id))
                 if name is None:
-                    topics.append({"error_code": int(K.unknown_topic_id), "name": None,
-                                   "topic_id": topic_id, "partitions": []})
+                    topics.append(
+                        {
+                            "error_code": int(K.unknown_topic_id),
+                            "name": None,
+                            "topic_id": topic_id,
+                            "partitions": [],
+                        }
+                    )
                     continue
             if name is not None and name in state.topics:
                 topics.append(_topic_entry(ctx, name, include_ops))
             else:
-                topics.append({"error_code": int(K.unknown_topic_or_partition), "name": name,
-                               "topic_id": _ZERO_UUID, "partitions": []})
+                topics.append(
+                    {
+                        "error_code": int(K.unknown_topic_or_partition),
+                        "name": name,
+                        "topic_id": _ZERO_UUID,
+                        "partitions": [],
+                    }
+                )
     include_cluster_ops = bool(field(req, "include_cluster_authorized_operations", False))
     return {
         "throttle_time": 0,
@@ -104,10 +136,13 @@ async def describe_cluster(ctx: Context, req: Any) -> dict[str, Any]:
     include_ops = bool(field(req, "include_cluster_authorized_operations", False))
     endpoint_type = int(field(req, "endpoint_type", 1))
     if endpoint_type != 1:  # 1: brokers; 2: controllers (KIP-919)
-        return {"error_code": int(K.unsupported_endpoint_type),
-                "error_message": f"endpoint type {endpoint_type} is not served; use 1 (brokers)",
-                "endpoint_type": endpoint_type, "cluster_id": ctx.node.cluster_id,
-                "brokers": []}
+        return {
+            "error_code": int(K.unsupported_endpoint_type),
+            "error_message": f"endpoint type {endpoint_type} is not served; use 1 (brokers)",
+            "endpoint_type": endpoint_type,
+            "cluster_id": ctx.node.cluster_id,
+            "brokers": [],
+        }
     return {
         "error_code": 0,
         "error_message": None,
@@ -123,12 +158,23 @@ async def describe_cluster(ctx: Context, req: Any) -> dict[str, Any]:
 
 def _coordinator(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
     if key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
-        return {"key": key, "node_id": -1, "host": "", "port": -1,
-                "error_code": int(K.invalid_request),
-                "error_message": f"coordinator key type {key_type} is not served "
-                                 "(0: group, 1: transaction)"}
-    return {"key": key, "node_id": ctx.broker.node_id, "host": ctx.broker.host,
-            "port": ctx.broker.port, "error_code": 0, "error_message": None}
+        return {
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": int(K.invalid_request),
+            "error_message": f"coordinator key type {key_type} is not served "
+            "(0: group, 1: transaction)",
+        }
+    return {
+        "key": key,
+        "node_id": ctx.broker.node_id,
+        "host": ctx.broker.host,
+        "port": ctx.broker.port,
+        "error_code": 0,
+        "error_message": None,
+    }
 
 
 async def find_coordinator(ctx: Context, req: Any) -> dict[str, Any]:

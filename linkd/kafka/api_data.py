@@ -48,11 +48,23 @@ async def _produce_one(
             topic, partition, records if records is not None else b"", acks, txn_id
         )
     except ClusterError as exc:
-        return {"index": partition, "base_offset": -1, "log_start_offset": -1,
-                "log_append_time": -1, "record_errors": [], **error_fields(exc)}
-    return {"index": partition, "error_code": 0, "base_offset": base,
-            "log_append_time": append_time, "log_start_offset": log_start,
-            "record_errors": [], "error_message": None}
+        return {
+            "index": partition,
+            "base_offset": -1,
+            "log_start_offset": -1,
+            "log_append_time": -1,
+            "record_errors": [],
+            **error_fields(exc),
+        }
+    return {
+        "index": partition,
+        "error_code": 0,
+        "base_offset": base,
+        "log_append_time": append_time,
+        "log_start_offset": log_start,
+        "record_errors": [],
+        "error_message": None,
+    }
 
 
 async def produce(ctx: Context, req: Any) -> dict[str, Any] | None:
@@ -78,8 +90,12 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
     by_id = ctx.api_version >= 13
     session_epoch = int(field(req, "session_epoch", -1))
     if int(field(req, "session_id", 0)) != 0 or session_epoch > 0:
-        return {"throttle_time": 0, "error_code": int(K.fetch_session_id_not_found),
-                "session_id": 0, "responses": []}
+        return {
+            "throttle_time": 0,
+            "error_code": int(K.fetch_session_id_not_found),
+            "session_id": 0,
+            "responses": [],
+        }
     names = {t.topic_id: t.name for t in node.state.topics.values()} if by_id else {}
     parts: list[tuple[str, int, int, int]] = []
     # Per requested topic: its key in the response and, per partition, the index
@@ -115,30 +131,47 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
         partitions = []
         for partition, idx in entries:
             if idx is None:
-                partitions.append({"partition_index": partition,
-                                   "error_code": int(K.unknown_topic_id),
-                                   "high_watermark": -1, "records": b""})
+                partitions.append(
+                    {
+                        "partition_index": partition,
+                        "error_code": int(K.unknown_topic_id),
+                        "high_watermark": -1,
+                        "records": b"",
+                    }
+                )
                 continue
             f = fetched[idx]
             if f.error is not None:
-                partitions.append({"partition_index": partition,
-                                   "error_code": kafka_code(f.error, by_id=by_id),
-                                   "high_watermark": -1, "last_stable_offset": -1,
-                                   "log_start_offset": -1, "records": b""})
+                partitions.append(
+                    {
+                        "partition_index": partition,
+                        "error_code": kafka_code(f.error, by_id=by_id),
+                        "high_watermark": -1,
+                        "last_stable_offset": -1,
+                        "log_start_offset": -1,
+                        "records": b"",
+                    }
+                )
                 continue
-            partitions.append({
-                "partition_index": partition,
-                "error_code": 0,
-                "high_watermark": f.high_watermark,
-                "last_stable_offset": f.last_stable_offset,
-                "log_start_offset": f.log_start_offset,
-                "aborted_transactions": (
-                    [{"producer_id": a.producer_id, "first_offset": a.first_offset}
-                     for a in f.aborted] if read_committed else None
-                ),
-                "preferred_read_replica": -1,
-                "records": f.records,
-            })
+            partitions.append(
+                {
+                    "partition_index": partition,
+                    "error_code": 0,
+                    "high_watermark": f.high_watermark,
+                    "last_stable_offset": f.last_stable_offset,
+                    "log_start_offset": f.log_start_offset,
+                    "aborted_transactions": (
+                        [
+                            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                            for a in f.aborted
+                        ]
+                        if read_committed
+                        else None
+                    ),
+                    "preferred_read_replica": -1,
+                    "records": f.records,
+                }
+            )
         entry: dict[str, Any] = {"partitions": partitions}
         if by_id:
             entry["topic_id"] = key if isinstance(key, uuid.UUID) else uuid.UUID(str(key))
@@ -157,16 +190,29 @@ async def list_offsets(ctx: Context, req: Any) -> dict[str, Any]:
             ts = int(p.timestamp)
             spec = "timestamp" if ts >= 0 else _SPECS.get(ts, f"timestamp {ts}")
             try:
-                lookup = await ctx.node.list_offsets(t.name, p.partition_index, spec, ts,
-                                                     read_committed)
+                lookup = await ctx.node.list_offsets(
+                    t.name, p.partition_index, spec, ts, read_committed
+                )
             except ClusterError as exc:
-                partitions.append({"partition_index": p.partition_index,
-                                   "error_code": kafka_code(exc), "timestamp": -1,
-                                   "offset": -1, "leader_epoch": -1})
+                partitions.append(
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": kafka_code(exc),
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
                 continue
-            partitions.append({"partition_index": p.partition_index, "error_code": 0,
-                               "timestamp": lookup.timestamp, "offset": lookup.offset,
-                               "leader_epoch": lookup.leader_epoch})
+            partitions.append(
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": 0,
+                    "timestamp": lookup.timestamp,
+                    "offset": lookup.offset,
+                    "leader_epoch": lookup.leader_epoch,
+                }
+            )
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
 
@@ -179,11 +225,16 @@ async def delete_records(ctx: Context, req: Any) -> dict[str, Any]:
             try:
                 low = await ctx.node.delete_records(t.name, p.partition_index, int(p.offset))
             except ClusterError as exc:
-                partitions.append({"partition_index": p.partition_index, "low_watermark": -1,
-                                   "error_code": kafka_code(exc)})
+                partitions.append(
+                    {
+                        "partition_index": p.partition_index,
+                        "low_watermark": -1,
+                        "error_code": kafka_code(exc),
+                    }
+                )
                 continue
-            partitions.append({"partition_index": p.partition_index, "low_watermark": low,
-                               "error_code": 0})
+            partitions.append(
+                {"partition_index": p.partition_index, "low_watermark": low, "error_code": 0}
+            )
         topics.append({"name": t.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
-

@@ -59,9 +59,16 @@ async def join_group(ctx: Context, req: Any) -> dict[str, Any]:
         )
     except ClusterError as exc:
         unknown = exc.code == ErrorCode.UNKNOWN_MEMBER_ID
-        return {"throttle_time": 0, "error_code": _code(exc), "generation_id": -1,
-                "protocol_type": None, "protocol_name": None, "leader": "",
-                "member_id": "" if unknown else req.member_id, "members": []}
+        return {
+            "throttle_time": 0,
+            "error_code": _code(exc),
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None,
+            "leader": "",
+            "member_id": "" if unknown else req.member_id,
+            "members": [],
+        }
     return {
         "throttle_time": 0,
         "error_code": 0,
@@ -88,9 +95,13 @@ async def sync_group(ctx: Context, req: Any) -> dict[str, Any]:
         )
     except ClusterError as exc:
         return {"throttle_time": 0, "error_code": _code(exc), "assignment": b""}
-    return {"throttle_time": 0, "error_code": 0,
-            "protocol_type": field(req, "protocol_type"),
-            "protocol_name": result.protocol_name, "assignment": result.assignment}
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "protocol_type": field(req, "protocol_type"),
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
 
 
 async def heartbeat(ctx: Context, req: Any) -> dict[str, Any]:
@@ -116,8 +127,9 @@ async def leave_group(ctx: Context, req: Any) -> dict[str, Any]:
             code = 0
         except ClusterError as exc:
             code = _code(exc)
-        out.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                    "error_code": code})
+        out.append(
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": code}
+        )
     return {"throttle_time": 0, "error_code": 0, "members": out}
 
 
@@ -135,24 +147,32 @@ def _split_known(
             except ClusterError as exc:
                 bad[key] = _code(exc)
                 continue
-            good[key] = (int(p.committed_offset), p.committed_metadata or "",
-                         int(field(p, "committed_leader_epoch", -1)))
+            good[key] = (
+                int(p.committed_offset),
+                p.committed_metadata or "",
+                int(field(p, "committed_leader_epoch", -1)),
+            )
     return good, bad
 
 
 def _per_partition(topics: Any, bad: dict[tuple[str, int], int], code: int) -> list[Any]:
     return [
-        {"name": t.name,
-         "partitions": [{"partition_index": p.partition_index,
-                         "error_code": bad.get((t.name, p.partition_index), code)}
-                        for p in t.partitions]}
+        {
+            "name": t.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": bad.get((t.name, p.partition_index), code),
+                }
+                for p in t.partitions
+            ],
+        }
         for t in topics
     ]
 
 
 async def offset_commit(ctx: Context, req: Any) -> dict[str, Any]:
-    generation = int(field(req, "generation_id_or_member_epoch",
-                           field(req, "generation_id", -1)))
+    generation = int(field(req, "generation_id_or_member_epoch", field(req, "generation_id", -1)))
     good, bad = _split_known(ctx, req.topics)
     code = 0
     try:
@@ -168,15 +188,20 @@ async def txn_offset_commit(ctx: Context, req: Any) -> dict[str, Any]:
     code = 0
     try:
         if good or not bad:
-            await ctx.node.txn_offset_commit(req.transactional_id, req.group_id,
-                                             req.producer_id, req.producer_epoch, good)
+            await ctx.node.txn_offset_commit(
+                req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, good
+            )
     except ClusterError as exc:
         code = _code(exc)
     return {"throttle_time": 0, "topics": _per_partition(req.topics, bad, code)}
 
 
-def _fetch_group(ctx: Context, group_id: str, topics: Any, require_stable: bool,
-                 ) -> dict[str, Any]:
+def _fetch_group(
+    ctx: Context,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+) -> dict[str, Any]:
     groups = ctx.node.state.groups
     try:
         ctx.node._check_ready()
@@ -187,11 +212,14 @@ def _fetch_group(ctx: Context, group_id: str, topics: Any, require_stable: bool,
                 wanted.setdefault(t, []).append(p)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in topics}
-            committed = groups.committed(group_id, [(t, p) for t, ps in wanted.items()
-                                                    for p in ps])
+            committed = groups.committed(group_id, [(t, p) for t, ps in wanted.items() for p in ps])
     except ClusterError as exc:
-        return {"group_id": group_id, "topics": [], "error_code": _code(exc),
-                "error_message": kafka_message(exc)}
+        return {
+            "group_id": group_id,
+            "topics": [],
+            "error_code": _code(exc),
+            "error_message": kafka_message(exc),
+        }
     unstable = groups.pending_txn_partitions(group_id) if require_stable else set()
     out = []
     for name, partitions in wanted.items():
@@ -200,12 +228,25 @@ def _fetch_group(ctx: Context, group_id: str, topics: Any, require_stable: bool,
             c = committed.get((name, p))
             code = int(K.unstable_offset_commit) if (name, p) in unstable else 0
             if c is None or code:
-                rows.append({"partition_index": p, "committed_offset": -1,
-                             "committed_leader_epoch": -1, "metadata": "", "error_code": code})
+                rows.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": code,
+                    }
+                )
             else:
-                rows.append({"partition_index": p, "committed_offset": c.offset,
-                             "committed_leader_epoch": c.leader_epoch,
-                             "metadata": c.metadata, "error_code": 0})
+                rows.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": c.offset,
+                        "committed_leader_epoch": c.leader_epoch,
+                        "metadata": c.metadata,
+                        "error_code": 0,
+                    }
+                )
         out.append({"name": name, "partitions": rows})
     return {"group_id": group_id, "topics": out, "error_code": 0}
 
@@ -214,9 +255,10 @@ async def offset_fetch(ctx: Context, req: Any) -> dict[str, Any]:
     require_stable = bool(field(req, "require_stable", False))
     groups = field(req, "groups")
     if groups is not None and ctx.api_version >= 8:
-        return {"throttle_time": 0,
-                "groups": [_fetch_group(ctx, g.group_id, g.topics, require_stable)
-                           for g in groups]}
+        return {
+            "throttle_time": 0,
+            "groups": [_fetch_group(ctx, g.group_id, g.topics, require_stable) for g in groups],
+        }
     one = _fetch_group(ctx, req.group_id, req.topics, require_stable)
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
@@ -234,8 +276,14 @@ async def list_groups(ctx: Context, req: Any) -> dict[str, Any]:
             continue
         if types and "classic" not in types:
             continue
-        out.append({"group_id": gid, "protocol_type": protocol_type, "group_state": state,
-                    "group_type": "classic"})
+        out.append(
+            {
+                "group_id": gid,
+                "protocol_type": protocol_type,
+                "group_state": state,
+                "group_type": "classic",
+            }
+        )
     return {"throttle_time": 0, "error_code": 0, "groups": out}
 
 
@@ -247,30 +295,46 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
             ctx.node._check_ready()
             d = ctx.node.state.groups.describe_group(gid)
             if d.state == "Dead" and ctx.api_version >= 6:
-                raise ClusterError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r}",
-                                   f"group {gid!r} does not exist")
+                raise ClusterError(
+                    ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r}", f"group {gid!r} does not exist"
+                )
         except ClusterError as exc:
-            out.append({"error_code": _code(exc), "error_message": kafka_message(exc),
-                        "group_id": gid, "group_state": "", "protocol_type": "",
-                        "protocol_data": "", "members": []})
+            out.append(
+                {
+                    "error_code": _code(exc),
+                    "error_message": kafka_message(exc),
+                    "group_id": gid,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                }
+            )
             continue
-        out.append({
-            "error_code": 0,
-            "error_message": None,
-            "group_id": gid,
-            "group_state": d.state,
-            "protocol_type": d.protocol_type,
-            "protocol_data": d.protocol_name,
-            "members": [
-                {"member_id": m.member_id, "group_instance_id": m.group_instance_id or None,
-                 "client_id": m.client_id, "client_host": m.client_host,
-                 "member_metadata": m.metadata, "member_assignment": m.assignment}
-                for m in d.members
-            ],
-            "authorized_operations": (
-                GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
-            ),
-        })
+        out.append(
+            {
+                "error_code": 0,
+                "error_message": None,
+                "group_id": gid,
+                "group_state": d.state,
+                "protocol_type": d.protocol_type,
+                "protocol_data": d.protocol_name,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id or None,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in d.members
+                ],
+                "authorized_operations": (
+                    GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+                ),
+            }
+        )
     return {"throttle_time": 0, "groups": out}
 
 
@@ -297,9 +361,10 @@ async def offset_delete(ctx: Context, req: Any) -> dict[str, Any]:
         await ctx.node.delete_offsets(req.group_id, partitions)
     except ClusterError as exc:
         if exc.code == ErrorCode.INVALID_REQUEST and ctx.node.state.groups.is_active(req.group_id):
-            return {"error_code": 0, "throttle_time": 0,
-                    "topics": _per_partition(req.topics, {},
-                                             int(K.group_subscribed_to_topic))}
+            return {
+                "error_code": 0,
+                "throttle_time": 0,
+                "topics": _per_partition(req.topics, {}, int(K.group_subscribed_to_topic)),
+            }
         return {"error_code": _code(exc), "throttle_time": 0, "topics": []}
     return {"error_code": 0, "throttle_time": 0, "topics": _per_partition(req.topics, {}, 0)}
-

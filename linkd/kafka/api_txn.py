@@ -36,8 +36,12 @@ async def init_producer_id(ctx: Context, req: Any) -> dict[str, Any]:
     try:
         pid, epoch = await ctx.node.init_producer_id(txn_id, timeout_ms)
     except ClusterError as exc:
-        return {"throttle_time": 0, "error_code": _code(exc), "producer_id": -1,
-                "producer_epoch": -1}
+        return {
+            "throttle_time": 0,
+            "error_code": _code(exc),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
 
 
@@ -58,9 +62,12 @@ async def add_partitions_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "error_code": 0,
         "results_by_topic_v3_and_below": [
-            {"name": t.name,
-             "results_by_partition": [{"partition_index": p, "partition_error_code": code}
-                                      for p in t.partitions]}
+            {
+                "name": t.name,
+                "results_by_partition": [
+                    {"partition_index": p, "partition_error_code": code} for p in t.partitions
+                ],
+            }
             for t in topics
         ],
     }

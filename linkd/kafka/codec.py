@@ -78,7 +78,7 @@ class Request:
     body: Any  # the kio request entity of this key and version
 
 
-def peek_header(frame: bytes) -> FixedHeader | None:
+def peek_header(frame: bytes | bytearray) -> FixedHeader | None:
     """Api key, version and correlation id, or None if the frame is too short."""
     if len(frame) < FIXED_HEADER_BYTES:
         return None
@@ -103,17 +103,17 @@ def response_class(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
-_READERS: dict[type[Any], Callable[[bytes, int], tuple[Any, int]]] = {}
+_READERS: dict[type[Any], Callable[[bytes | bytearray, int], tuple[Any, int]]] = {}
 
 
-def _reader(cls: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
+def _reader(cls: type[Any]) -> Callable[[bytes | bytearray, int], tuple[Any, int]]:
     reader = _READERS.get(cls)
     if reader is None:
         reader = _READERS[cls] = entity_reader(cls)
     return reader
 
 
-def parse_request(frame: bytes, fixed: FixedHeader) -> Request:
+def parse_request(frame: bytes | bytearray, fixed: FixedHeader) -> Request:
     """Decodes header and body. Raises DecodeError (the caller knows the
     correlation id from `fixed` and can still answer)."""
     cls = request_class(fixed.api_key, fixed.api_version)

@@ -23,8 +23,13 @@ class Broker:
     port: int
 
     def as_metadata(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "broker_id": self.node_id, "host": self.host,
-                "port": self.port, "rack": None}
+        return {
+            "node_id": self.node_id,
+            "broker_id": self.node_id,
+            "host": self.host,
+            "port": self.port,
+            "rack": None,
+        }
 
 
 @dataclass(frozen=True, slots=True)

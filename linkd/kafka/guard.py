@@ -34,9 +34,21 @@ from typing import Any
 MAX_ELEMENTS = 1_000_000
 
 _FIXED_SIZES = {
-    "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2,
-    "int32": 4, "uint32": 4, "timedelta_i32": 4, "int64": 8, "uint64": 8,
-    "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16,
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "float64": 8,
+    "uuid": 16,
 }
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -116,7 +128,7 @@ def _plan(cls: type[Any]) -> _Plan:
 
 
 class _Walk:
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self.data = data
         self.elements = 0
 
@@ -198,8 +210,9 @@ class _Walk:
         if count < 0:
             return pos  # null (or a negative length, which the decoder refuses)
         if count > end - pos:
-            raise FrameError(f"an array of {count} elements does not fit the "
-                             f"{end - pos} bytes left")
+            raise FrameError(
+                f"an array of {count} elements does not fit the {end - pos} bytes left"
+            )
         self.elements += count
         if self.elements > MAX_ELEMENTS:
             raise FrameError(f"more than {MAX_ELEMENTS} array elements in one request")
@@ -208,7 +221,7 @@ class _Walk:
         return pos
 
 
-def check_request(frame: bytes, request_cls: type[Any]) -> None:
+def check_request(frame: bytes | bytearray, request_cls: type[Any]) -> None:
     """Raises FrameError unless every length in the frame fits the frame."""
     walk = _Walk(frame)
     pos = walk.entity(request_cls.__header_schema__, 0, len(frame))
