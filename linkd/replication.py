@@ -43,7 +43,7 @@ from linkd.node import ClusterNode
 log = logging.getLogger("linkd.replication")
 
 HANDSHAKE_INTERVAL_S = 2.0
-DISCOVERY_INTERVAL_S = 1.0
+DISCOVERY_INTERVAL_S = 0.5
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 PARTITION_MAX_BYTES = 1024 * 1024
@@ -291,6 +291,9 @@ class LinkManager:
         records = self.state.links.store(candidate, now)
         records += rep.reconcile_attachments(self.state, name)
         await self.journal(records)
+        runner = self.runners.get(name)
+        if runner is not None:
+            runner.wake()
         return self.state.links.get(name)
 
     async def _handshake(self, config: LinkConfig, *, create: bool) -> LinkConfig:
@@ -378,6 +381,9 @@ class LinkManager:
         self.state.links.on_contact(theirs.name, now)
         await self.journal(records)
         self._ensure_runner(theirs.name)
+        runner = self.runners.get(theirs.name)
+        if runner is not None and records:
+            runner.wake()
         return self.state.links.get(theirs.name)
 
     def _check_follower_ok(self, link_name: str, mapping: Mapping) -> None:
@@ -422,6 +428,14 @@ class LinkRunner:
         self._next_fetch: replication_pb2.ReplicaFetchRequest | None = None
         # Replicated offsets waiting for the follower's data to reach them.
         self._held_offsets: list[rep.GroupOffset] = []
+        # Set when the link's mappings change, so an idle runner starts at once.
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Mappings changed: handshake and discover on the next step, now."""
+        self._last_handshake = 0.0
+        self._last_discovery = 0.0
+        self._wake.set()
 
     @property
     def node(self) -> ClusterNode:
@@ -488,8 +502,13 @@ class LinkRunner:
         elif rep.leader_mappings(config, "topic"):
             await self.push(stub, config)
         else:
-            # Nothing to replicate: keep the session alive with handshakes.
-            await asyncio.sleep(min(HANDSHAKE_INTERVAL_S, 0.5))
+            # Nothing to replicate: keep the session alive with handshakes, and
+            # start at once when an attach wakes the runner.
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=HANDSHAKE_INTERVAL_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
 
     async def pull(
         self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
