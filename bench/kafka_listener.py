@@ -55,8 +55,13 @@ SEED = 986
 PRODUCER_CONFIG = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
                    "queue.buffering.max.messages": 1_000_000,
                    "delivery.report.only.error": True}
+# The consumer may hold a whole workload in its local queue: with librdkafka's
+# defaults a fetch that overfills the queue (queued.min.messages, 100000) backs
+# off for fetch.queue.backoff.ms (1 s), a client-side pause that would dominate
+# the figure for either broker.
 CONSUMER_CONFIG = {"enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-                   "max.partition.fetch.bytes": 4_194_304}
+                   "max.partition.fetch.bytes": 4_194_304,
+                   "queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 10}
 
 
 def free_port() -> int:

@@ -103,10 +103,10 @@ def response_class(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
-_READERS: dict[type[Any], Callable[[bytes | bytearray, int], tuple[Any, int]]] = {}
+_READERS: dict[type[Any], Callable[[bytes | memoryview, int], tuple[Any, int]]] = {}
 
 
-def _reader(cls: type[Any]) -> Callable[[bytes | bytearray, int], tuple[Any, int]]:
+def _reader(cls: type[Any]) -> Callable[[bytes | memoryview, int], tuple[Any, int]]:
     reader = _READERS.get(cls)
     if reader is None:
         reader = _READERS[cls] = entity_reader(cls)
@@ -122,8 +122,10 @@ def parse_request(frame: bytes | bytearray, fixed: FixedHeader) -> Request:
     try:
         # Lengths first: kio's native reader trusts array lengths (see guard.py).
         guard.check_request(frame, cls)
-        header, offset = _reader(cls.__header_schema__)(frame, 0)
-        body, _size = _reader(cls)(frame, offset)
+        # kio reads read-only buffers only: a view, not a copy, of a received frame.
+        data = memoryview(frame).toreadonly() if isinstance(frame, bytearray) else frame
+        header, offset = _reader(cls.__header_schema__)(data, 0)
+        body, _size = _reader(cls)(data, offset)
     except Exception as exc:  # kio raises several types on malformed input
         raise DecodeError(
             f"api key {fixed.api_key} v{fixed.api_version}: cannot decode request: "
@@ -177,6 +179,23 @@ def encode_response_chunks(
     assert isinstance(first, bytearray)  # the 8-byte prefix is always small
     _SIZE_AND_CORRELATION.pack_into(first, 0, out.size - 4, correlation_id)
     return chunks
+
+
+def warm_up(versions: list[tuple[int, int]]) -> None:
+    """Imports and prepares the classes, readers, writers and plans of these
+    (api key, version) pairs, so that no client request pays for it. Safe to
+    run in a worker thread (imports take the import lock; caches are filled
+    with equal values by whichever thread gets there)."""
+    for key, version in versions:
+        req_cls = request_class(key, version)
+        resp_cls = response_class(key, version)
+        if req_cls is None or resp_cls is None:
+            continue
+        _reader(req_cls.__header_schema__)
+        _reader(req_cls)
+        guard.prepare(req_cls)
+        entity_writer(resp_cls)
+        _plan(resp_cls)
 
 
 def encode_response(correlation_id: int, body: Any, *, header_v0: bool = False) -> bytes:

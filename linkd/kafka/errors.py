@@ -82,6 +82,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.REPLICATED_GROUP_READ_ONLY: K.group_authorization_failed,
         ErrorCode.LAG_NOT_ZERO: K.policy_violation,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
+        ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,
     }
 )
 

@@ -221,6 +221,22 @@ class _Walk:
         return pos
 
 
+def prepare(request_cls: type[Any]) -> None:
+    """Builds the plans of a request class and every class nested in it."""
+    seen: set[type[Any]] = set()
+    todo = [request_cls, request_cls.__header_schema__]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        plan = _plan(cls)
+        for shape in (*plan.fields, *plan.tags.values()):
+            inner = shape.item if shape.kind == _ARRAY else shape
+            if inner is not None and inner.entity is not None:
+                todo.append(inner.entity)
+
+
 def check_request(frame: bytes | bytearray, request_cls: type[Any]) -> None:
     """Raises FrameError unless every length in the frame fits the frame."""
     walk = _Walk(frame)

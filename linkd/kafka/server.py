@@ -21,6 +21,8 @@ Rules:
 - When the client goes away, pending Fetch/JoinGroup/SyncGroup waits are
   cancelled (they change nothing); other requests finish and their answers are
   dropped. `stop` closes the server and every connection.
+- `start` binds first (a taken port fails at once), prepares the schemas of
+  every served version, then accepts clients.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class KafkaListener:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, reuse_address=True
+            lambda: _Connection(self), self.host, self.port, reuse_address=True,
+            start_serving=False,
         )
         if self.port == 0:
             sockets = self._server.sockets
@@ -156,6 +159,13 @@ class KafkaListener:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         self.broker = Broker(self.node_id, host, self.port)
+        # The schemas of every served version are imported and prepared before
+        # the first client is accepted (about a second, once), not by the first
+        # request of each kind (a fresh client's requests would pay for it).
+        versions = [(key, v) for key, api in SUPPORTED.items()
+                    for v in range(api.min_version, api.max_version + 1)]
+        await loop.run_in_executor(None, codec.warm_up, versions)
+        await self._server.start_serving()
         log.info(
             "kafka listener serving",
             extra={"listen": f"{self.host}:{self.port}", "advertised": f"{host}:{self.port}"},
