@@ -80,6 +80,25 @@ def produce(bootstrap: str, topic: str, n: int, prefix: str = "v") -> None:
     producer.close()
 
 
+def link_orders(a: Any, b: Any) -> None:
+    """Link ab, created on A, with A's topic namespace orders- leading B's."""
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "orders-",
+        "--leader",
+        "local",
+    )
+
+
 @pytest.fixture
 def linked(daemon_factory: Any) -> tuple[Any, Any]:
     """A leads topic namespace orders- to B over link ab."""
@@ -156,21 +175,7 @@ def test_follower_killed_mid_stream__resumes_without_gaps_or_duplicates(
     linked: tuple[Any, Any],
 ) -> None:
     a, b = linked
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     run_cli("create-topic", "orders-x", "--partitions", "2", bootstrap=a.bootstrap)
     produce(a.bootstrap, "orders-x", 200, "first")
     wait_for("some records on B", lambda: sum(high_watermarks(b.bootstrap, "orders-x") or [0]) > 0)
@@ -221,21 +226,7 @@ def test_link_state__disconnected_when_the_remote_stops__following_after_restart
     linked: tuple[Any, Any],
 ) -> None:
     a, b = linked
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     wait_for(
         "FOLLOWING on A",
         lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING",
@@ -349,21 +340,7 @@ def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_
     linked: tuple[Any, Any],
 ) -> None:
     a, b = linked
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     run_cli("create-topic", "orders-u", "--partitions", "1", bootstrap=a.bootstrap)
     producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 0})
     for i in range(10):  # ten batches of one record: every offset is a batch boundary
@@ -414,21 +391,7 @@ def test_config_changes_on_both_sides_during_a_cut__converge_after_healing(
     for d in (a, b):
         cli_json(d.bootstrap, "create-namespace", "--type", "group", "--prefix", "app-")
         cli_json(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "logs-")
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     # Cut: B is down while A attaches a group namespace.
     b.terminate()
     cli_json(
@@ -483,21 +446,7 @@ def test_source_killed_mid_stream__follower_resumes_without_gaps_or_duplicates(
     linked: tuple[Any, Any],
 ) -> None:
     a, b = linked
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     run_cli("create-topic", "orders-s", "--partitions", "2", bootstrap=a.bootstrap)
     produce(a.bootstrap, "orders-s", 300, "before")
     a.kill9()
