@@ -181,6 +181,9 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "lag_ms": p.lag_ms,
         "log_end_offset": p.log_end_offset,
         "source_high_watermark": p.source_high_watermark,
+        "provenance_entries": p.provenance_entries,
+        "provenance_start_offset": p.provenance_start_offset,
+        "provenance_source": p.provenance_source,
     }
 
 

@@ -227,7 +227,7 @@ class LinkManager:
                     exc, f"link {name!r}: creating the mirror on {described.cluster_id!r}"
                 ) from exc
         records = self.state.links.store(config, now)
-        records += self.state.links.accept_mirror(config_of(reply.config), now)
+        records += rep.accept_remote_config(self.state, config_of(reply.config), now)
         self.state.links.on_contact(name, now)
         await self.journal(records)
         self._ensure_runner(name)
@@ -288,7 +288,11 @@ class LinkManager:
                 "remote unreachable; the change converges later",
                 extra={"link": name, "error": exc.message},
             )
-        records = self.state.links.store(candidate, now)
+        records: list[dict[str, Any]] = []
+        previous = config.mappings.get(versioned.key)
+        if previous is not None and previous.attached and not versioned.attached:
+            records += rep.detach_provenance(self.state, config, previous)
+        records += self.state.links.store(candidate, now)
         records += rep.reconcile_attachments(self.state, name)
         await self.journal(records)
         runner = self.runners.get(name)
@@ -376,8 +380,7 @@ class LinkManager:
             ):
                 if mapping.local_role == "follower" and (old is None or not old.attached):
                     self._check_follower_ok(theirs.name, mapping)
-        records = self.state.links.accept_mirror(theirs, now)
-        records += rep.reconcile_attachments(self.state, theirs.name)
+        records = rep.accept_remote_config(self.state, theirs, now)
         self.state.links.on_contact(theirs.name, now)
         await self.journal(records)
         self._ensure_runner(theirs.name)
@@ -491,8 +494,7 @@ class LinkRunner:
                 replication_pb2.HandshakeRequest(config=view_of(config)), timeout=CALL_TIMEOUT_S
             )
             now = self.node.clock()
-            records = state.links.accept_mirror(config_of(reply.config), now)
-            records += rep.reconcile_attachments(state, self.name)
+            records = rep.accept_remote_config(state, config_of(reply.config), now)
             state.links.on_contact(self.name, now)
             await self.manager.journal(records)
             self._last_handshake = loop.time()
@@ -702,7 +704,12 @@ async def apply_fetched(
             continue
         if fetched.records or fetched.log_start_offset > 0:
             effects += rep.append_replica(
-                state, local, fetched.partition, fetched.records, fetched.log_start_offset
+                state,
+                local,
+                fetched.partition,
+                fetched.records,
+                fetched.log_start_offset,
+                state.links.configs.get(link_name),
             )
         progress.append((local, fetched.partition, fetched.high_watermark))
     if effects:

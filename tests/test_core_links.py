@@ -266,3 +266,28 @@ def test_follower_is_catching_up_until_a_fetch_round_tells_its_lag() -> None:
     table.tick(NOW + 2000)  # contact lost: the next connection starts unknown again
     table.on_contact("ab", NOW + 2001)
     assert table.state_name("ab") == "CATCHING_UP"
+
+
+def test_provenance__start_entry_on_first_append__detached_entry_on_detach() -> None:
+    source, follower = linked_states()
+    config = follower.links.get("ab")
+    result = source.produce(
+        "orders-1", 0, rb.build_batch([rb.RecordSpec(None, b"a", NOW)] * 2), "", NOW
+    )
+    stored = [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 2)
+    rep.append_replica(follower, "orders-1", 0, stored[0], 0, config)
+    rep.append_replica(follower, "orders-1", 0, b"", 0, config)  # nothing new: no entry
+    entries = follower.topic("orders-1").provenance[0]
+    assert entries == [
+        {"start": 0, "source": "A", "link_id": "id-1", "link_epoch": config.link_epoch}
+    ]
+    mapping = config.mappings[("topic", "orders-")]
+    rep.put_mapping(follower, "ab", rep.replace_mapping(mapping, attached=False), NOW + 1)
+    assert follower.topic("orders-1").provenance[0][-1] == {"detached_at": 2, "link_id": "id-1"}
+    summary = rep.provenance_summary(follower, "orders-1", 0)
+    assert summary == {
+        "provenance_entries": 2,
+        "provenance_start_offset": 2,
+        "provenance_source": "",
+    }

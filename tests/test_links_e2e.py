@@ -158,6 +158,12 @@ def test_async_link__records_appear_on_the_follower_at_the_same_offsets(
         ("orders-new", 2),
     }
     assert all(p["lag_records"] == 0 for p in follower)
+    # Provenance (spec §8): each follower partition's data came from A over ab.
+    assert all(
+        p["provenance_entries"] >= 1 and p["provenance_source"] == "A"
+        for p in follower
+        if p["log_end_offset"] > 0
+    )
 
     # The follower's own clients may not write there (spec §6, last row).
     refused = run_cli("produce", "orders-new", bootstrap=b.bootstrap, input="x\n")

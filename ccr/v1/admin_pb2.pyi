@@ -561,6 +561,9 @@ class PartitionLag(_message.Message):
     LAG_MS_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     SOURCE_HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    PROVENANCE_ENTRIES_FIELD_NUMBER: _builtins.int
+    PROVENANCE_START_OFFSET_FIELD_NUMBER: _builtins.int
+    PROVENANCE_SOURCE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     role: _builtins.str
@@ -569,6 +572,12 @@ class PartitionLag(_message.Message):
     lag_ms: _builtins.int
     log_end_offset: _builtins.int
     source_high_watermark: _builtins.int
+    provenance_entries: _builtins.int
+    """Provenance summary (spec section 8): how many entries the partition's
+    history holds, and where the latest starts and which cluster it names.
+    """
+    provenance_start_offset: _builtins.int
+    provenance_source: _builtins.str
     def __init__(
         self,
         *,
@@ -579,10 +588,13 @@ class PartitionLag(_message.Message):
         lag_ms: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         source_high_watermark: _builtins.int = ...,
+        provenance_entries: _builtins.int = ...,
+        provenance_start_offset: _builtins.int = ...,
+        provenance_source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "role", b"role", "source_high_watermark", b"source_high_watermark", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

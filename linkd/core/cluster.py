@@ -112,6 +112,9 @@ class Topic:
     # Leader epoch changes journalled by unclean-election faults, per partition:
     # recovery re-applies them after replaying the batches.
     epoch_bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    # Provenance history per follower partition (spec section 8): entries
+    # {"start", "source", "link_id", "link_epoch"} and {"detached_at", "link_id"}.
+    provenance: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
@@ -596,6 +599,11 @@ class ClusterState:
             self._apply_topic_config(record)
         elif kind == "topic_partitions":
             self._apply_topic_partitions(record)
+        elif kind == "provenance":
+            topic = self.topics.get(record["name"])
+            if topic is not None:
+                entry = dict(record["entry"])
+                topic.provenance.setdefault(int(record["partition"]), []).append(entry)
         elif kind == "leader_epoch":
             topic = self.topics.get(record["name"])
             if topic is not None:
@@ -635,6 +643,10 @@ class ClusterState:
                         str(p): [list(b) for b in bumps]
                         for p, bumps in sorted(t.epoch_bumps.items())
                     },
+                    "provenance": {
+                        str(p): [dict(e) for e in entries]
+                        for p, entries in sorted(t.provenance.items())
+                    },
                 }
                 for t in self.topics.values()
             ],
@@ -657,6 +669,8 @@ class ClusterState:
             )
             for log, start in zip(topic.partitions, t["log_start"], strict=True):
                 log.log_start_offset = int(start)
+            for p, entries in t.get("provenance", {}).items():
+                topic.provenance[int(p)] = [dict(e) for e in entries]
             for p, bumps in t.get("epoch_bumps", {}).items():
                 topic.epoch_bumps[int(p)] = [(int(e), int(st)) for e, st in bumps]
         self.txn = TransactionCoordinator.restore(snapshot["txn"])

@@ -206,15 +206,84 @@ def follow_topic_shape(
     return effects
 
 
+def provenance_entry(
+    state: ClusterState, topic_name: str, partition: int, config: LinkConfig
+) -> list[dict[str, Any]]:
+    """Records where the follower partition's next offsets come from, when
+    that changed (a new link, a new link epoch, or after a detach): spec §8."""
+    topic = state.topic(topic_name)
+    entries = topic.provenance.get(partition, [])
+    last = entries[-1] if entries else None
+    if (
+        last is not None
+        and "start" in last
+        and last["link_id"] == config.link_id
+        and last["link_epoch"] == config.link_epoch
+    ):
+        return []
+    start = state.partition(topic_name, partition).log_end_offset
+    record = {
+        "type": "provenance",
+        "name": topic_name,
+        "partition": partition,
+        "entry": {
+            "start": start,
+            "source": config.remote_cluster_id,
+            "link_id": config.link_id,
+            "link_epoch": config.link_epoch,
+        },
+    }
+    state.apply_record(record)
+    return [record]
+
+
+def detach_provenance(
+    state: ClusterState, config: LinkConfig, mapping: Mapping
+) -> list[dict[str, Any]]:
+    """A follower topic namespace leaves the link: every partition that has a
+    provenance history records where the link's data ends."""
+    records: list[dict[str, Any]] = []
+    if mapping.resource_type != "topic" or mapping.local_role != "follower":
+        return records
+    for name in sorted(state.topics):
+        if not in_prefix(name, mapping.local_prefix):
+            continue
+        topic = state.topics[name]
+        for p, entries in sorted(topic.provenance.items()):
+            if entries and "start" in entries[-1] and entries[-1]["link_id"] == config.link_id:
+                record = {
+                    "type": "provenance",
+                    "name": name,
+                    "partition": p,
+                    "entry": {
+                        "detached_at": topic.partitions[p].log_end_offset,
+                        "link_id": config.link_id,
+                    },
+                }
+                state.apply_record(record)
+                records.append(record)
+    return records
+
+
 def append_replica(
-    state: ClusterState, topic_name: str, partition: int, data: bytes, source_log_start: int
+    state: ClusterState,
+    topic_name: str,
+    partition: int,
+    data: bytes,
+    source_log_start: int,
+    config: LinkConfig | None = None,
 ) -> list[Effect]:
-    """Follower side: appends fetched batches at the log end, byte for byte."""
-    from linkd.core.cluster import AppendBatch, ResetLog
+    """Follower side: appends fetched batches at the log end, byte for byte
+    (and, given the link's config, notes the provenance of what it appends)."""
+    from linkd.core.cluster import AppendBatch, Journal, ResetLog
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
     effects: list[Effect] = []
+    if config is not None and data:
+        records = provenance_entry(state, topic_name, partition, config)
+        if records:
+            effects.append(Journal(tuple(records)))
     if not log.batches and source_log_start > log.log_end_offset:
         # Attaching a topic whose oldest records are gone: start where it starts.
         fresh = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
@@ -281,6 +350,18 @@ def leader_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Ma
     ]
 
 
+def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[str, Any]:
+    """How many provenance entries a partition has, and the latest one."""
+    t = state.topics.get(topic)
+    entries = t.provenance.get(partition, []) if t is not None else []
+    last = entries[-1] if entries else {}
+    return {
+        "provenance_entries": len(entries),
+        "provenance_start_offset": int(last.get("start", last.get("detached_at", -1))),
+        "provenance_source": str(last.get("source", "")),
+    }
+
+
 def link_summary(state: ClusterState, name: str, now_ms: int) -> dict[str, Any]:
     """What describe-link shows (a plain dict the shells encode)."""
     config = state.links.get(name)
@@ -303,6 +384,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> dict[str, Any]:
                 "lag_ms": 0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms),
                 "log_end_offset": p.log_end_offset,
                 "source_high_watermark": source_hw,
+                **provenance_summary(state, topic, partition),
             }
         )
     return {
@@ -372,7 +454,12 @@ def put_mapping(
 ) -> list[dict[str, Any]]:
     """Stores an attach or detach (versioned) and brings the namespace
     attachments in line with it."""
-    records = state.links.put_mapping(link_name, mapping, now_ms)
+    config = state.links.get(link_name)
+    previous = config.mappings.get(mapping.key)
+    records: list[dict[str, Any]] = []
+    if previous is not None and previous.attached and not mapping.attached:
+        records += detach_provenance(state, config, previous)
+    records += state.links.put_mapping(link_name, mapping, now_ms)
     return records + reconcile_attachments(state, link_name)
 
 
@@ -434,8 +521,10 @@ def replace_mapping(mapping: Mapping, *, attached: bool) -> Mapping:
 
 def delete_link(state: ClusterState, link_name: str) -> list[dict[str, Any]]:
     """Detaches every namespace (followers stay reserved), then forgets the link."""
-    state.links.get(link_name)
+    config = state.links.get(link_name)
     records: list[dict[str, Any]] = []
+    for mapping in config.attached_mappings():
+        records += detach_provenance(state, config, mapping)
     for ns in state.namespaces.list():
         if any(link == link_name for link, _ in ns.attachments):
             records += state.namespaces.detach(ns.type, ns.prefix, link_name)
@@ -628,3 +717,21 @@ def apply_read_acls(
     ]
     _results, records = state.acls.create(bindings)
     return records
+
+
+def accept_remote_config(
+    state: ClusterState, remote_view: LinkConfig, now_ms: int
+) -> list[dict[str, Any]]:
+    """Merges the remote's view of a link, then records provenance for the
+    follower namespaces the merge detached and reconciles attachments."""
+    before: dict[tuple[str, str], Mapping] = {}
+    existing = state.links.configs.get(remote_view.name)
+    if existing is not None:
+        before = {m.key: m for m in existing.attached_mappings()}
+    records = state.links.accept_mirror(remote_view, now_ms)
+    config = state.links.get(remote_view.name)
+    still = {m.key for m in config.attached_mappings()}
+    for key, mapping in before.items():
+        if key not in still:
+            records += detach_provenance(state, config, mapping)
+    return records + reconcile_attachments(state, remote_view.name)

@@ -190,8 +190,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
 
 
 def _response_max_bytes(requested: int) -> int:
-    return FETCH_RESPONSE_MAX_BYTES if requested <= 0 else min(requested,
-                                                               FETCH_RESPONSE_MAX_BYTES)
+    return FETCH_RESPONSE_MAX_BYTES if requested <= 0 else min(requested, FETCH_RESPONSE_MAX_BYTES)
 
 
 async def list_offsets(ctx: Context, req: Any) -> dict[str, Any]:

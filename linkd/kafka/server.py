@@ -149,7 +149,10 @@ class KafkaListener:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, reuse_address=True,
+            lambda: _Connection(self),
+            self.host,
+            self.port,
+            reuse_address=True,
             start_serving=False,
         )
         if self.port == 0:
@@ -162,8 +165,11 @@ class KafkaListener:
         # The schemas of every served version are imported and prepared before
         # the first client is accepted (about a second, once), not by the first
         # request of each kind (a fresh client's requests would pay for it).
-        versions = [(key, v) for key, api in SUPPORTED.items()
-                    for v in range(api.min_version, api.max_version + 1)]
+        versions = [
+            (key, v)
+            for key, api in SUPPORTED.items()
+            for v in range(api.min_version, api.max_version + 1)
+        ]
         await loop.run_in_executor(None, codec.warm_up, versions)
         await self._server.start_serving()
         log.info(
