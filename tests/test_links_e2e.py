@@ -477,3 +477,46 @@ def test_link_to_a_cluster_requiring_credentials__refused_without_them(
         a.bootstrap, "create-link", "ab", "--remote", b.bootstrap, "--credentials", "s3cret"
     )
     assert link["remote_cluster_id"] == "B"
+
+
+def test_follower_dials__pull_replication_with_prefix_rewriting(daemon_factory: Any) -> None:
+    """B sits behind NAT: A creates the link but B dials (and pulls); A's
+    orders- lands in B's backup-orders- at the same offsets."""
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    cli_json(a.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    cli_json(b.bootstrap, "create-namespace", "--type", "topic", "--prefix", "backup-orders-")
+    link = cli_json(
+        a.bootstrap,
+        "create-link",
+        "ab",
+        "--remote",
+        b.bootstrap,
+        "--connection",
+        "remote",
+        "--local-bootstrap",
+        a.bootstrap,
+    )
+    assert link["connection_direction"] == "remote"
+    cli_json(
+        a.bootstrap,
+        "attach-namespace",
+        "--link",
+        "ab",
+        "--type",
+        "topic",
+        "--local-prefix",
+        "orders-",
+        "--remote-prefix",
+        "backup-orders-",
+        "--leader",
+        "local",
+    )
+    run_cli("create-topic", "orders-p", "--partitions", "2", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-p", 150)
+    source = high_watermarks(a.bootstrap, "orders-p")
+    wait_for(
+        "backup-orders-p on B", lambda: high_watermarks(b.bootstrap, "backup-orders-p") == source
+    )
+    assert read_all(a.bootstrap, "orders-p") == read_all(b.bootstrap, "backup-orders-p")
+    assert cli_json(b.bootstrap, "describe-link", "ab")["connection_direction"] == "local"
