@@ -147,10 +147,6 @@ def replicate(source: ClusterState, follower: ClusterState, stored: list[bytes])
         assert isinstance(e, AppendBatch)
 
 
-def stored_batches(state: ClusterState, effects_log: list[bytes]) -> list[bytes]:
-    return effects_log
-
-
 def test_follower_copies_byte_for_byte__and_follower_namespace_is_reserved() -> None:
     source, follower = linked_states()
     stored: list[bytes] = []
