@@ -54,6 +54,9 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.LINK_AUTHENTICATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.LINK_NOT_FOLLOWING: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.LINK_NOT_IN_SYNC: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.FOLLOWER_SYNCING: grpc.StatusCode.UNAVAILABLE,
 }
 
 

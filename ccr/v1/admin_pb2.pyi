@@ -741,6 +741,28 @@ class FailoverResponse(_message.Message):
 Global___FailoverResponse: _TypeAlias = FailoverResponse  # noqa: Y015
 
 @_typing.final
+class SetLinkModeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    mode: Global___LinkMode.ValueType
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        mode: Global___LinkMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLinkModeRequest: _TypeAlias = SetLinkModeRequest  # noqa: Y015
+
+@_typing.final
 class UncleanElectionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -99,6 +99,11 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
                 _registered_method=True)
+        self.SetLinkMode = channel.unary_unary(
+                '/ccr.v1.Admin/SetLinkMode',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.SetLinkModeRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
         self.UncleanElection = channel.unary_unary(
                 '/ccr.v1.Admin/UncleanElection',
                 request_serializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.SerializeToString,
@@ -194,6 +199,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLinkMode(self, request, context):
+        """Switches a link between ASYNC and SYNC (spec section 4). SYNC is refused
+        with LINK_NOT_FOLLOWING unless the link is FOLLOWING; ASYNC is always
+        allowed and takes effect at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UncleanElection(self, request, context):
         """--- Faults (emulated, for rehearsals and tests) -----------------------------------
         Emulates an unclean leader election on one partition: the log is cut at the
@@ -271,6 +285,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Failover,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.FailoverRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.FailoverResponse.SerializeToString,
+            ),
+            'SetLinkMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLinkMode,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.SetLinkModeRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
             ),
             'UncleanElection': grpc.unary_unary_rpc_method_handler(
                     servicer.UncleanElection,
@@ -629,6 +648,33 @@ class Admin:
             '/ccr.v1.Admin/Failover',
             ccr_dot_v1_dot_admin__pb2.FailoverRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.FailoverResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLinkMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/SetLinkMode',
+            ccr_dot_v1_dot_admin__pb2.SetLinkModeRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
             options,
             channel_credentials,
             insecure,

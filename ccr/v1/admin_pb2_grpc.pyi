@@ -55,6 +55,11 @@ class AdminStub:
     them and clears their reservation. Refused with LAG_NOT_ZERO while
     follower partitions lag, unless forced.
     """
+    SetLinkMode: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetLinkModeRequest, _admin_pb2.LinkDescription]
+    """Switches a link between ASYNC and SYNC (spec section 4). SYNC is refused
+    with LINK_NOT_FOLLOWING unless the link is FOLLOWING; ASYNC is always
+    allowed and takes effect at once.
+    """
     UncleanElection: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UncleanElectionRequest, _admin_pb2.UncleanElectionResponse]
     """--- Faults (emulated, for rehearsals and tests) -----------------------------------
     Emulates an unclean leader election on one partition: the log is cut at the
@@ -86,6 +91,11 @@ class AdminAsyncStub(AdminStub):
     """Makes this cluster's follower namespaces of the link writable: detaches
     them and clears their reservation. Refused with LAG_NOT_ZERO while
     follower partitions lag, unless forced.
+    """
+    SetLinkMode: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetLinkModeRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    """Switches a link between ASYNC and SYNC (spec section 4). SYNC is refused
+    with LINK_NOT_FOLLOWING unless the link is FOLLOWING; ASYNC is always
+    allowed and takes effect at once.
     """
     UncleanElection: _aio.UnaryUnaryMultiCallable[_admin_pb2.UncleanElectionRequest, _admin_pb2.UncleanElectionResponse]  # type: ignore[assignment]
     """--- Faults (emulated, for rehearsals and tests) -----------------------------------
@@ -193,6 +203,17 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """Makes this cluster's follower namespaces of the link writable: detaches
         them and clears their reservation. Refused with LAG_NOT_ZERO while
         follower partitions lag, unless forced.
+        """
+
+    @_abc_1.abstractmethod
+    def SetLinkMode(
+        self,
+        request: _admin_pb2.SetLinkModeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]:
+        """Switches a link between ASYNC and SYNC (spec section 4). SYNC is refused
+        with LINK_NOT_FOLLOWING unless the link is FOLLOWING; ASYNC is always
+        allowed and takes effect at once.
         """
 
     @_abc_1.abstractmethod

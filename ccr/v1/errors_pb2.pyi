@@ -163,6 +163,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The link's credentials do not match what the remote cluster requires
     (linkd --link-credentials).
     """
+    LINK_NOT_FOLLOWING: _ErrorCode.ValueType  # 79
+    """set-mode sync (or reverse) needs the link FOLLOWING (or IN_SYNC); the
+    message names the link and its state.
+    """
+    LINK_NOT_IN_SYNC: _ErrorCode.ValueType  # 80
+    """Retriable: a transaction touching a namespace led on a SYNC link cannot
+    commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
+    """
+    FOLLOWER_SYNCING: _ErrorCode.ValueType  # 81
+    """Retriable: reads of follower topics are refused while their SYNC link is
+    SYNCING (spec section 6); they resume once it is IN_SYNC.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -298,6 +310,18 @@ truncate (the detail's resource names the partition).
 LINK_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 78
 """The link's credentials do not match what the remote cluster requires
 (linkd --link-credentials).
+"""
+LINK_NOT_FOLLOWING: ErrorCode.ValueType  # 79
+"""set-mode sync (or reverse) needs the link FOLLOWING (or IN_SYNC); the
+message names the link and its state.
+"""
+LINK_NOT_IN_SYNC: ErrorCode.ValueType  # 80
+"""Retriable: a transaction touching a namespace led on a SYNC link cannot
+commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
+"""
+FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
+"""Retriable: reads of follower topics are refused while their SYNC link is
+SYNCING (spec section 6); they resume once it is IN_SYNC.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

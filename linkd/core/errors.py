@@ -62,6 +62,9 @@ class ErrorCode(enum.IntEnum):
     LAG_NOT_ZERO = 76
     DIVERGED_LOG = 77
     LINK_AUTHENTICATION_FAILED = 78
+    LINK_NOT_FOLLOWING = 79
+    LINK_NOT_IN_SYNC = 80
+    FOLLOWER_SYNCING = 81
 
 
 RETRIABLE = frozenset(
@@ -71,6 +74,8 @@ RETRIABLE = frozenset(
         ErrorCode.NOT_READY,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.LINK_UNREACHABLE,
+        ErrorCode.LINK_NOT_IN_SYNC,
+        ErrorCode.FOLLOWER_SYNCING,
     }
 )
 

@@ -83,6 +83,9 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.LAG_NOT_ZERO: K.policy_violation,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
         ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,
+        ErrorCode.LINK_NOT_FOLLOWING: K.policy_violation,
+        ErrorCode.LINK_NOT_IN_SYNC: K.not_enough_replicas,
+        ErrorCode.FOLLOWER_SYNCING: K.leader_not_available,
     }
 )
 
