@@ -478,16 +478,23 @@ class ReplicaFetchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    SYNC_STATE_FIELD_NUMBER: _builtins.int
+    sync_state: _builtins.str
+    """The source's view of the link's sync state for the partitions it leads:
+    empty in ASYNC mode, else SYNCING, IN_SYNC or OUT_OF_SYNC (spec section 4).
+    The follower adopts it, so both sides report the same state.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchedPartition]: ...
     def __init__(
         self,
         *,
         partitions: _abc.Iterable[Global___ReplicaFetchedPartition] | None = ...,
+        sync_state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "sync_state", b"sync_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -95,7 +95,9 @@ class ReplicationServicer:
 
     def ReplicaFetch(self, request, context):
         """Record batches for follower partitions, byte for byte, up to the source
-        high watermark; waits up to max_wait_ms for data (long poll).
+        high watermark (ASYNC) or log end offset (SYNC: the follower's next fetch
+        offset acknowledges, and the source high watermark waits for it); waits
+        up to max_wait_ms for data (long poll).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -47,7 +47,9 @@ class ReplicationStub:
     """Topics of a namespace this cluster leads on the link, with their shape."""
     ReplicaFetch: _grpc.UnaryUnaryMultiCallable[_replication_pb2.ReplicaFetchRequest, _replication_pb2.ReplicaFetchResponse]
     """Record batches for follower partitions, byte for byte, up to the source
-    high watermark; waits up to max_wait_ms for data (long poll).
+    high watermark (ASYNC) or log end offset (SYNC: the follower's next fetch
+    offset acknowledges, and the source high watermark waits for it); waits
+    up to max_wait_ms for data (long poll).
     """
     FetchGroupOffsets: _grpc.UnaryUnaryMultiCallable[_replication_pb2.FetchGroupOffsetsRequest, _replication_pb2.FetchGroupOffsetsResponse]
     """Committed offsets of the groups in a namespace this cluster leads."""
@@ -74,7 +76,9 @@ class ReplicationAsyncStub(ReplicationStub):
     """Topics of a namespace this cluster leads on the link, with their shape."""
     ReplicaFetch: _aio.UnaryUnaryMultiCallable[_replication_pb2.ReplicaFetchRequest, _replication_pb2.ReplicaFetchResponse]  # type: ignore[assignment]
     """Record batches for follower partitions, byte for byte, up to the source
-    high watermark; waits up to max_wait_ms for data (long poll).
+    high watermark (ASYNC) or log end offset (SYNC: the follower's next fetch
+    offset acknowledges, and the source high watermark waits for it); waits
+    up to max_wait_ms for data (long poll).
     """
     FetchGroupOffsets: _aio.UnaryUnaryMultiCallable[_replication_pb2.FetchGroupOffsetsRequest, _replication_pb2.FetchGroupOffsetsResponse]  # type: ignore[assignment]
     """Committed offsets of the groups in a namespace this cluster leads."""
@@ -122,7 +126,9 @@ class ReplicationServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_replication_pb2.ReplicaFetchResponse, _abc.Awaitable[_replication_pb2.ReplicaFetchResponse]]:
         """Record batches for follower partitions, byte for byte, up to the source
-        high watermark; waits up to max_wait_ms for data (long poll).
+        high watermark (ASYNC) or log end offset (SYNC: the follower's next fetch
+        offset acknowledges, and the source high watermark waits for it); waits
+        up to max_wait_ms for data (long poll).
         """
 
     @_abc_1.abstractmethod
