@@ -1,0 +1,1 @@
+"""Fault injection against real daemons: a controllable TCP proxy and chaos runs."""
