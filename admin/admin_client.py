@@ -334,6 +334,129 @@ def decode_member_assignment(data: bytes) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in assignment.topic_partitions()]
 
 
+@dataclass(frozen=True)
+class ReverseResult:
+    """What `reverse_link` did: each step (name, ok, result, duration_ms), in
+    order; `ok` False names the refusal of the step that stopped it."""
+
+    link: str
+    ok: bool
+    steps: list[dict[str, Any]]
+    error_code: str
+    error_message: str
+    mappings: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "link": self.link,
+            "ok": self.ok,
+            "steps": list(self.steps),
+            "error": (
+                {"code": self.error_code, "message": self.error_message}
+                if self.error_code
+                else None
+            ),
+            "mappings": list(self.mappings),
+        }
+
+
+def _mapping_dict(m: Any) -> dict[str, Any]:
+    return {
+        "type": admin_pb2.ResourceType.Name(m.type).lower(),
+        "local_prefix": m.local_prefix,
+        "remote_prefix": m.remote_prefix,
+        "leader": m.leader,
+    }
+
+
+def provenance_dict(resp: admin_pb2.GetProvenanceResponse) -> dict[str, Any]:
+    """The provenance report of a topic as plain data (the CLI's --json form)."""
+    return {
+        "topic": resp.topic,
+        "topic_id": resp.topic_id,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "high_watermark": p.high_watermark,
+                "leader_epoch": p.leader_epoch,
+                "epoch_history": [
+                    {"epoch": e.epoch, "start_offset": e.start_offset} for e in p.epoch_history
+                ],
+                "provenance": [
+                    {
+                        "kind": e.kind,
+                        "offset": e.offset,
+                        "source_cluster_id": e.source_cluster_id,
+                        "link_id": e.link_id,
+                        "link_name": e.link_name,
+                        "link_epoch": e.link_epoch,
+                        "removed_records": e.removed_records,
+                    }
+                    for e in p.provenance
+                ],
+            }
+            for p in resp.partitions
+        ],
+    }
+
+
+def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
+    """The recovery report as plain data (the CLI's --json form)."""
+    groups = [
+        {
+            "group": g.group,
+            "topic": g.topic,
+            "partition": g.partition,
+            "committed_offset": g.committed_offset,
+            "new_offset": g.new_offset,
+        }
+        for g in resp.groups
+    ]
+    return {
+        "link": resp.link,
+        "local_cluster_id": resp.local_cluster_id,
+        "remote_cluster_id": resp.remote_cluster_id,
+        "confirmed": resp.confirmed,
+        "mappings": [_mapping_dict(m) for m in resp.mappings],
+        "partitions": [
+            {
+                "topic": r.topic,
+                "remote_topic": r.remote_topic,
+                "partition": r.partition,
+                "local_log_end_offset": r.local_log_end_offset,
+                "remote_log_end_offset": r.remote_log_end_offset,
+                "common_offset": r.common_offset,
+                "truncate_to": r.truncate_to,
+                "local_records_lost": r.local_records_lost,
+                "remote_records_lost": r.remote_records_lost,
+                "diverged": r.diverged,
+                "reason": r.reason,
+            }
+            for r in resp.partitions
+        ],
+        "groups": groups,
+        "totals": {
+            "partitions": len(resp.partitions),
+            "diverged_partitions": resp.diverged_partitions,
+            "local_records_lost": resp.local_records_lost,
+            "remote_records_lost": resp.remote_records_lost,
+            "groups_affected": len({g["group"] for g in groups}),
+            "offsets_moved": len(groups),
+        },
+    }
+
+
+def _recover_namespace(kind: str, spec: str) -> admin_pb2.RecoverNamespace:
+    """A namespace spec: "LOCAL", or "LOCAL:REMOTE" for another prefix on the remote."""
+    local, sep, remote = spec.partition(":")
+    ns = admin_pb2.RecoverNamespace(type=resource_type_of(kind), local_prefix=local)
+    if sep:
+        ns.remote_prefix = remote
+    return ns
+
+
 class AdminClient:
     """Administrative calls against one cluster.
 
@@ -639,6 +762,66 @@ class AdminClient:
             link=link_info(resp.link),
             abandoned=[_lag_dict(p) for p in resp.abandoned],
             namespaces=[namespace_info(ns) for ns in resp.namespaces],
+        )
+
+    def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:
+        """Switches the link to "SYNC" (only from FOLLOWING: LINK_NOT_FOLLOWING
+        otherwise) or back to "ASYNC" (always, at once)."""
+        name = mode.upper()
+        if name not in ("ASYNC", "SYNC"):
+            raise ValueError(f"mode must be 'async' or 'sync', not {mode!r}")
+        req = admin_pb2.SetLinkModeRequest(link=link, mode=admin_pb2.LinkMode.Value(name))
+        return link_info(self._conn.call(self._conn.admin.SetLinkMode, req, self._t(timeout)))
+
+    # --- Provenance and recovery (spec section 8) --------------------------------------
+
+    def get_provenance(self, topic: str, timeout: float | None = None) -> dict[str, Any]:
+        """Every partition of `topic`: its provenance history (entries in order),
+        log start and end offsets, high watermark and leader epoch history."""
+        req = admin_pb2.GetProvenanceRequest(topic=topic)
+        return provenance_dict(
+            self._conn.call(self._conn.admin.GetProvenance, req, self._t(timeout))
+        )
+
+    def recover_link(
+        self,
+        link: str,
+        namespaces: Iterable[str] = (),
+        group_namespaces: Iterable[str] = (),
+        confirm: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Unclean link recovery, run on the cluster that will follow. Names
+        topic (`namespaces`) and group namespaces as "LOCAL" or "LOCAL:REMOTE";
+        none: every topic and group mapping of the link. Without `confirm` a
+        report only; with it, truncates, moves offsets back and re-attaches
+        with the remote leading."""
+        req = admin_pb2.RecoverLinkRequest(
+            link=link,
+            namespaces=[_recover_namespace("topic", n) for n in namespaces]
+            + [_recover_namespace("group", n) for n in group_namespaces],
+            confirm=confirm,
+        )
+        return recovery_dict(self._conn.call(self._conn.admin.RecoverLink, req, self._t(timeout)))
+
+    def reverse_link(
+        self, link: str, timeout_ms: int = 30_000, timeout: float | None = None
+    ) -> ReverseResult:
+        """Reverses the direction of the link's namespaces with full
+        consistency (run on the current leader); see ReverseResult."""
+        req = admin_pb2.ReverseLinkRequest(link=link, timeout_ms=timeout_ms)
+        call_timeout = max(self._t(timeout), timeout_ms / 1000 + 30)
+        resp = self._conn.call(self._conn.admin.ReverseLink, req, call_timeout)
+        return ReverseResult(
+            link=resp.link,
+            ok=resp.ok,
+            steps=[
+                {"name": s.name, "ok": s.ok, "result": s.result, "duration_ms": s.duration_ms}
+                for s in resp.steps
+            ],
+            error_code=resp.error_code,
+            error_message=resp.error_message,
+            mappings=[_mapping_dict(m) for m in resp.mappings],
         )
 
     # --- Faults (emulated) -------------------------------------------------------------

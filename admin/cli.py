@@ -28,6 +28,9 @@
     detach-namespace --link L --type T --local-prefix P
     failover --link L [--force]
     fault unclean-election --topic T --partition P --truncate-to OFFSET
+    provenance TOPIC
+    recover --link L [--namespace P[:Q] ...] [--group-namespace G[:H] ...] [--confirm]
+    reverse --link L [--timeout-ms T]
 
 --bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
 every call (and the wait for produce acknowledgements); default 30 seconds.
@@ -800,6 +803,16 @@ def cmd_failover(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_set_mode(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.set_link_mode(args.link, args.mode)
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        print(f"link {link.name} is {link.mode} (state {link.state})")
+    return EXIT_OK
+
+
 def cmd_fault(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         result = admin.unclean_election(args.topic, args.partition, args.truncate_to)
@@ -811,6 +824,127 @@ def cmd_fault(args: argparse.Namespace) -> int:
             f"{result['removed_records']} records, leader epoch now {result['leader_epoch']}, "
             f"log end offset {result['log_end_offset']}"
         )
+    return EXIT_OK
+
+
+def _provenance_text(e: dict[str, Any]) -> str:
+    link = e["link_name"] or e["link_id"] or "-"
+    if e["kind"] == "start":
+        return (
+            f"from {e['offset']}: copied from {e['source_cluster_id']} "
+            f"(link {link}, epoch {e['link_epoch']})"
+        )
+    if e["kind"] == "detached":
+        return f"at {e['offset']}: detached from link {link}"
+    return f"at {e['offset']}: truncated ({e['removed_records']} records removed, link {link})"
+
+
+def cmd_provenance(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        report = admin.get_provenance(args.topic)
+    if args.json:
+        _emit(report)
+        return EXIT_OK
+    print(f"topic {report['topic']}  id {report['topic_id']}")
+    rows = [
+        (
+            p["partition"],
+            p["log_start_offset"],
+            p["high_watermark"],
+            p["log_end_offset"],
+            p["leader_epoch"],
+            " ".join(f"{e['epoch']}@{e['start_offset']}" for e in p["epoch_history"]),
+        )
+        for p in report["partitions"]
+    ]
+    print(_table(rows, ("PARTITION", "LOG-START", "HW", "LEO", "EPOCH", "EPOCHS (EPOCH@START)")))
+    for p in report["partitions"]:
+        entries = p["provenance"]
+        print(f"partition {p['partition']}: " + ("written here" if not entries else ""))
+        for e in entries:
+            print(f"  {_provenance_text(e)}")
+    return EXIT_OK
+
+
+def _print_recovery(report: dict[str, Any]) -> None:
+    verb = "truncated" if report["confirmed"] else "would truncate"
+    print(
+        f"link {report['link']}: {report['local_cluster_id']} follows "
+        f"{report['remote_cluster_id']}" + ("" if report["confirmed"] else " (report only)")
+    )
+    rows = [
+        (
+            r["topic"],
+            r["partition"],
+            r["local_log_end_offset"],
+            r["remote_log_end_offset"],
+            r["common_offset"],
+            r["truncate_to"],
+            r["local_records_lost"],
+            r["remote_records_lost"],
+            r["reason"],
+        )
+        for r in report["partitions"]
+    ]
+    print(
+        _table(
+            rows,
+            (
+                "TOPIC",
+                "PARTITION",
+                "LEO",
+                "REMOTE-LEO",
+                "COMMON",
+                "CUT",
+                "LOST-HERE",
+                "LOST-REMOTE",
+                "REASON",
+            ),
+        )
+    )
+    totals = report["totals"]
+    print(
+        f"{verb} {totals['local_records_lost']} records on "
+        f"{totals['diverged_partitions']} partitions (the remote would lose "
+        f"{totals['remote_records_lost']} if the roles were swapped)"
+    )
+    for g in report["groups"]:
+        print(
+            f"  group {g['group']}: {g['topic']}-{g['partition']} committed "
+            f"{g['committed_offset']} -> {g['new_offset']}"
+        )
+    if not report["confirmed"]:
+        print("run again with --confirm to truncate and follow the remote")
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        report = admin.recover_link(
+            args.link,
+            namespaces=args.namespace or [],
+            group_namespaces=args.group_namespace or [],
+            confirm=args.confirm,
+        )
+    if args.json:
+        _emit(report)
+    else:
+        _print_recovery(report)
+    return EXIT_OK
+
+
+def cmd_reverse(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        result = admin.reverse_link(args.link, timeout_ms=args.timeout_ms)
+    if args.json:
+        _emit(result.to_dict())
+    else:
+        rows = [
+            (s["name"], "ok" if s["ok"] else "FAILED", s["duration_ms"], s["result"])
+            for s in result.steps
+        ]
+        print(_table(rows, ("STEP", "RESULT", "MS", "DETAIL")))
+    if not result.ok:
+        raise CliError(f"{result.error_code}: {result.error_message}")
     return EXIT_OK
 
 
@@ -1048,6 +1182,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail over even though follower partitions lag (abandons the lag)",
     )
+    p = add(
+        "set-mode",
+        cmd_set_mode,
+        "switch a link to SYNC (only from FOLLOWING) or back to ASYNC (at once)",
+    )
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument("mode", choices=("sync", "async", "SYNC", "ASYNC"))
     p = add("fault", cmd_fault, "inject an emulated fault (for rehearsals and tests)")
     p.add_argument(
         "kind",
@@ -1057,6 +1198,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", required=True, type=_non_empty)
     p.add_argument("--partition", required=True, type=int)
     p.add_argument("--truncate-to", required=True, type=int, metavar="OFFSET")
+    p = add(
+        "provenance",
+        cmd_provenance,
+        "show each partition's provenance history, offsets and leader epoch history",
+    )
+    p.add_argument("topic", type=_non_empty)
+
+    p = add(
+        "recover",
+        cmd_recover,
+        "unclean link recovery, run on the cluster that will follow: report (or, with "
+        "--confirm, carry out) the truncation to the last common offset",
+    )
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument(
+        "--namespace",
+        action="append",
+        metavar="PREFIX[:REMOTE]",
+        help="topic namespace to recover (repeatable; default: every mapping of the link)",
+    )
+    p.add_argument(
+        "--group-namespace",
+        action="append",
+        metavar="PREFIX[:REMOTE]",
+        help="group namespace to recover (repeatable)",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="truncate, move committed offsets back, and follow the remote",
+    )
+
+    p = add(
+        "reverse",
+        cmd_reverse,
+        "reverse a link's direction with full consistency (run on the current leader)",
+    )
+    p.add_argument("--link", required=True, type=_non_empty)
+    p.add_argument(
+        "--timeout-ms",
+        type=_positive_int,
+        default=30000,
+        help="how long to wait for the remote to hold every record (default 30000)",
+    )
     return parser
 
 

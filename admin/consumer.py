@@ -981,6 +981,7 @@ class Consumer:
             min_bytes=self._fetch_min_bytes,
             max_bytes=self._fetch_max_bytes,
             isolation_level=self._isolation,
+            group_id=self._group_id,
         )
         try:
             resp = self._conn.call(

@@ -57,6 +57,7 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.LINK_NOT_FOLLOWING: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_NOT_IN_SYNC: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.FOLLOWER_SYNCING: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.NO_SHARED_HISTORY: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

@@ -16,6 +16,7 @@ import grpc
 from grpc import aio
 
 from ccr.v1 import admin_pb2, admin_pb2_grpc, cluster_pb2, cluster_pb2_grpc, errors_pb2
+from linkd.core import recovery
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
@@ -23,6 +24,7 @@ from linkd.core.links import LinkConfig
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_errors import abort_with_error
 from linkd.node import ClusterNode
+from linkd.operations import Operations
 from linkd.replication import LinkManager
 
 log = logging.getLogger("linkd.grpc")
@@ -195,6 +197,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             min_bytes=request.min_bytes,
             max_bytes=request.max_bytes,
             read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+            group_id=request.group_id,
         )
         out = cluster_pb2.FetchResponse()
         for f in fetched:
@@ -627,6 +630,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    async def SetLinkMode(
+        self, request: admin_pb2.SetLinkModeRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        if request.mode not in (admin_pb2.ASYNC, admin_pb2.SYNC):
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {request.link!r}",
+                f"link {request.link!r}: set-mode needs ASYNC or SYNC, got mode {request.mode}",
+            )
+        await self.links.set_mode(request.link, admin_pb2.LinkMode.Name(request.mode))
+        return self._link_pb(request.link)
+
+    @refusals
     async def UncleanElection(
         self, request: admin_pb2.UncleanElectionRequest, context: Any
     ) -> admin_pb2.UncleanElectionResponse:
@@ -637,6 +653,87 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             removed_records=removed, leader_epoch=epoch, log_end_offset=end
         )
 
+
+    # -- provenance and recovery (spec section 8) ---------------------------------------
+
+    def _operations(self) -> Operations:
+        return Operations(self.node, self.links)
+
+    @refusals
+    async def GetProvenance(
+        self, request: admin_pb2.GetProvenanceRequest, context: Any
+    ) -> admin_pb2.GetProvenanceResponse:
+        self.node._check_ready()
+        topic = self.node.state.topic(request.topic)
+        return admin_pb2.GetProvenanceResponse(
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            partitions=[
+                admin_pb2.PartitionProvenance(
+                    partition=h["partition"],
+                    log_start_offset=h["log_start_offset"],
+                    log_end_offset=h["log_end_offset"],
+                    high_watermark=h["high_watermark"],
+                    leader_epoch=h["leader_epoch"],
+                    epoch_history=[admin_pb2.LeaderEpochStart(**e) for e in h["epoch_history"]],
+                    provenance=[admin_pb2.ProvenanceEntry(**e) for e in h["provenance"]],
+                )
+                for h in recovery.partition_histories(self.node.state, topic.name)
+            ],
+        )
+
+    @refusals
+    async def RecoverLink(
+        self, request: admin_pb2.RecoverLinkRequest, context: Any
+    ) -> admin_pb2.RecoverLinkResponse:
+        requested = [
+            (
+                ResourceType.parse(n.type).label,
+                n.local_prefix,
+                n.remote_prefix if n.HasField("remote_prefix") else None,
+            )
+            for n in request.namespaces
+        ]
+        plan = await self._operations().recover(request.link, requested, request.confirm)
+        return admin_pb2.RecoverLinkResponse(
+            link=plan.link,
+            local_cluster_id=plan.local_cluster_id,
+            remote_cluster_id=plan.remote_cluster_id,
+            confirmed=plan.confirmed,
+            partitions=[admin_pb2.RecoveryPartition(**r.to_dict()) for r in plan.partitions],
+            groups=[admin_pb2.RecoveryGroupOffset(**g.to_dict()) for g in plan.groups],
+            local_records_lost=plan.local_records_lost,
+            remote_records_lost=plan.remote_records_lost,
+            diverged_partitions=plan.diverged_partitions,
+            mappings=[
+                admin_pb2.NamespaceMapping(
+                    type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
+                    local_prefix=m.local_prefix,
+                    remote_prefix=m.remote_prefix,
+                    leader="remote",
+                )
+                for m in plan.mappings
+            ],
+        )
+
+    @refusals
+    async def ReverseLink(
+        self, request: admin_pb2.ReverseLinkRequest, context: Any
+    ) -> admin_pb2.ReverseLinkResponse:
+        report = await self._operations().reverse(request.link, request.timeout_ms)
+        return admin_pb2.ReverseLinkResponse(
+            link=report.link,
+            ok=report.ok,
+            steps=[
+                admin_pb2.ReverseStep(
+                    name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms
+                )
+                for s in report.steps
+            ],
+            error_code=report.error.code.name if report.error is not None else "",
+            error_message=report.error.message if report.error is not None else "",
+            mappings=self._link_pb(request.link).mappings,
+        )
 
 def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:
     return admin_pb2.Namespace(

@@ -32,6 +32,7 @@ from linkd.core.groups import GroupConfig
 from linkd.core.links import (
     DEFAULT_LAG_MAX_MS,
     DEFAULT_LAG_MAX_RECORDS,
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
     LinkLimits,
 )
@@ -104,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a follower partition lagging longer is CATCHING_UP (default 30000)",
     )
     p.add_argument(
+        "--link-replica-lag-time-max-ms",
+        type=int,
+        help="SYNC links: a follower partition not caught up for longer makes the link "
+        "OUT_OF_SYNC, and acks stop waiting for it (default 30000)",
+    )
+    p.add_argument(
         "--initial-rebalance-delay-ms",
         type=int,
         help="how long a new group waits for more members (default 0)",
@@ -124,6 +131,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_credentials": "",
         "link_lag_max_records": DEFAULT_LAG_MAX_RECORDS,
         "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
+        "link_replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     }
     if args.config is not None:
         try:
@@ -145,6 +153,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "link_credentials",
             "link_lag_max_records",
             "link_lag_max_ms",
+            "link_replica_lag_time_max_ms",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -166,6 +175,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_credentials",
         "link_lag_max_records",
         "link_lag_max_ms",
+        "link_replica_lag_time_max_ms",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -212,6 +222,7 @@ async def serve(settings: dict[str, Any]) -> int:
         session_timeout_ms=int(settings["link_session_timeout_ms"]),
         lag_max_records=int(settings["link_lag_max_records"]),
         lag_max_ms=int(settings["link_lag_max_ms"]),
+        replica_lag_time_max_ms=int(settings["link_replica_lag_time_max_ms"]),
     )
     try:
         node.open()

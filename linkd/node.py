@@ -61,6 +61,9 @@ SNAPSHOT_EVERY_RECORDS = 20_000
 # A group call waits at most this long beyond its own rebalance timeout.
 GROUP_CALL_MARGIN_MS = 5_000
 MAX_FETCH_WAIT_MS = 30_000
+# A produce (acks=all) or transaction commit waits at most this long for a
+# SYNC link's followers; the link drops OUT_OF_SYNC well before by default.
+HW_WAIT_MAX_MS = 60_000
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 
@@ -247,7 +250,9 @@ class ClusterNode:
                 now = self.clock()
                 await self._execute(self.state.tick(now))
                 self._deliver(self.state.groups.tick(now))
+                self.state.refresh_sync_links(now)
                 self.state.links.tick(now)
+                self.refresh_high_watermarks()
             except Exception:  # a timer failure must not stop future timers
                 log.exception("tick failed")
             await asyncio.sleep(TICK_INTERVAL_S)
@@ -313,8 +318,50 @@ class ClusterNode:
             name = names.get(topic_id)
             if name is not None:
                 moved |= self.state.mark_durable(name, partition, durable)
+                # Durable but held back by a SYNC follower: wake its long poll.
+                moved |= self.state.partition(name, partition).held_back
         if moved:
             self._notify_data()
+
+    def refresh_high_watermarks(self) -> None:
+        """Re-applies HW limits (a follower acknowledged, a link changed state
+        or mode, a follower topic became writable) and wakes waiters."""
+        if self.state.refresh_high_watermarks():
+            self._notify_data()
+
+    async def wait_high_watermarks(self, targets: dict[tuple[str, int], int], what: str) -> None:
+        """Waits until every partition's HW reaches its target offset: a SYNC
+        link in IN_SYNC holds it until its followers have the records, or until
+        it drops OUT_OF_SYNC (link.replica.lag.time.max.ms). Bounded by
+        HW_WAIT_MAX_MS: then REQUEST_TIMED_OUT (indefinite: the records are
+        written here and may yet replicate)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HW_WAIT_MAX_MS / 1000
+        while True:
+            event = self._data_changed
+            pending = [
+                (t, p, target)
+                for (t, p), target in sorted(targets.items())
+                if t in self.state.topics
+                and p < len(self.state.topics[t].partitions)
+                and self.state.partition(t, p).high_watermark < target
+            ]
+            if not pending:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._stopping:
+                t, p, target = pending[0]
+                raise ClusterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{t}-{p}",
+                    f"{what}: partition {t}-{p} is written up to {target} here, but its high "
+                    f"watermark stayed at {self.state.partition(t, p).high_watermark} for "
+                    f"{HW_WAIT_MAX_MS} ms (a SYNC link's followers have not acknowledged it)",
+                )
+            try:
+                await asyncio.wait_for(event.wait(), timeout=remaining)
+            except TimeoutError:
+                pass
 
     def _journal(self, records: list[dict[str, Any]]) -> None:
         assert self.journal is not None
@@ -391,6 +438,9 @@ class ClusterNode:
             )
         result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
         await self._execute(result.effects, wait_durable=acks != 0)
+        if acks == -1 and result.effects:
+            end = max(e.header.next_offset for e in result.effects if isinstance(e, AppendBatch))
+            await self.wait_high_watermarks({(topic, partition): end}, f"produce to {topic}")
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.
             key = (self.state.topic(topic).topic_id, partition)
@@ -407,14 +457,18 @@ class ClusterNode:
     # -- fetch --------------------------------------------------------------------
 
     def _read_once(
-        self, parts: Sequence[tuple[str, int, int, int]], read_committed: bool, max_bytes: int
+        self,
+        parts: Sequence[tuple[str, int, int, int]],
+        read_committed: bool,
+        max_bytes: int,
+        group_id: str = "",
     ) -> tuple[list[FetchedData], int, bool]:
         out: list[FetchedData] = []
         total = 0
         errors = False
         for topic, partition, offset, part_max in parts:
             try:
-                plan = self.state.plan_fetch(topic, partition, offset, read_committed)
+                plan = self.state.plan_fetch(topic, partition, offset, read_committed, group_id)
                 topic_id = self.state.topic(topic).topic_id
                 budget = max(0, min(part_max, max_bytes - total))
                 data = b""
@@ -448,6 +502,7 @@ class ClusterNode:
         min_bytes: int,
         max_bytes: int,
         read_committed: bool,
+        group_id: str = "",
     ) -> list[FetchedData]:
         """parts: (topic, partition, offset, max bytes). Waits up to max_wait_ms for
         min_bytes, as Kafka's fetch does."""
@@ -458,7 +513,7 @@ class ClusterNode:
         deadline = loop.time() + max_wait_ms / 1000
         while True:
             event = self._data_changed
-            out, total, errors = self._read_once(parts, read_committed, max_bytes)
+            out, total, errors = self._read_once(parts, read_committed, max_bytes, group_id)
             remaining = deadline - loop.time()
             if total >= max(min_bytes, 1) or errors or remaining <= 0 or self._stopping:
                 return out
@@ -531,9 +586,16 @@ class ClusterNode:
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> None:
         self._check_ready()
-        await self._execute(
-            self.state.end_txn(transactional_id, producer_id, epoch, commit, self.clock())
-        )
+        effects = self.state.end_txn(transactional_id, producer_id, epoch, commit, self.clock())
+        await self._execute(effects)
+        if commit:
+            names = {t.topic_id: t.name for t in self.state.topics.values()}
+            markers = {
+                (names[e.topic_id], e.partition): e.header.next_offset
+                for e in effects
+                if isinstance(e, AppendBatch) and e.topic_id in names
+            }
+            await self.wait_high_watermarks(markers, f"commit of {transactional_id!r}")
 
     # -- consumer groups ----------------------------------------------------------------
 

@@ -332,10 +332,39 @@ class LinkManager:
             )
         await self.journal(rep.delete_link(self.state, name))
 
+    async def set_mode(self, name: str, mode: str) -> LinkConfig:
+        """ASYNC or SYNC (spec section 4): decided here, then told to the remote
+        (best effort: the mode is a versioned field and converges)."""
+        self.node._check_ready()
+        now = self.node.clock()
+        self.state.refresh_sync_links(now)
+        records = self.state.links.set_mode(name, mode, now)
+        if not records:
+            return self.state.links.get(name)
+        self.state.refresh_sync_links(now)
+        await self.journal(records)
+        # Going ASYNC lifts the followers' hold on the high watermarks at once.
+        self.node.refresh_high_watermarks()
+        config = self.state.links.get(name)
+        try:
+            await self._handshake(config, create=False)
+        except ClusterError as exc:
+            log.warning(
+                "mode change not yet known to the remote",
+                extra={"link": name, "error": exc.message},
+            )
+        runner = self.runners.get(name)
+        if runner is not None:
+            runner.wake()
+        log.info("link mode set", extra={"link": name, "mode": config.mode})
+        return self.state.links.get(name)
+
     async def failover(self, name: str, force: bool) -> list[dict[str, Any]]:
         self.node._check_ready()
         records, abandoned = rep.failover(self.state, name, force, self.node.clock())
         await self.journal(records)
+        # The promoted topics' high watermarks no longer wait for their source.
+        self.node.refresh_high_watermarks()
         # Tell the remote best effort: the detach is versioned and converges.
         config = self.state.links.get(name)
         try:
@@ -558,6 +587,10 @@ class LinkRunner:
             request, timeout=CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
         )
         await apply_fetched(self.node, config.name, fetched, by_source)
+        if bool(fetched.sync_state) != (config.mode == "SYNC"):
+            # The source runs the other mode: learn the change now, not at the
+            # next periodic handshake.
+            self._last_handshake = 0.0
 
     async def push(
         self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
@@ -715,6 +748,11 @@ async def apply_fetched(
     if effects:
         await node._execute(effects)
     now = node.clock()
+    state.links.on_remote_sync_state(link_name, reply.sync_state, now)
+    if rep.follow_source_high_watermarks(
+        state, link_name, [(local, p, source_hw) for local, p, source_hw in progress]
+    ):
+        node._notify_data()
     keep = set()
     for local, p, source_hw in progress:
         leo = state.partition(local, p).log_end_offset
@@ -834,13 +872,13 @@ async def serve_fetch(
                 entry.diverging_end_offset = plan.end_offset
                 entry.diverging_epoch = plan.epoch
                 continue
-            state.links.on_progress(
+            state.links.on_leader_fetch(
                 config.name,
                 part.topic,
                 part.partition,
-                "leader",
                 part.fetch_offset,
-                plan.high_watermark,
+                log_.log_end_offset,
+                log_.high_watermark,
                 now,
             )
             if plan.upper_offset > plan.offset and total < budget_total:
@@ -851,6 +889,15 @@ async def serve_fetch(
                 )
                 entry.records = data
                 total += len(data)
+        if config.mode == "SYNC":
+            # The fetch offsets acknowledge: the high watermarks may move, and
+            # the follower learns where they moved to in this very response.
+            node.refresh_high_watermarks()
+            for entry in out.partitions:
+                if not entry.HasField("error") and entry.diverging_end_offset < 0:
+                    log_ = state.partition(entry.topic, entry.partition)
+                    entry.high_watermark = log_.high_watermark
+        out.sync_state = state.links.local_sync_state(config.name)
         if total > 0 or loop.time() >= deadline or node._stopping:
             return out
         try:
@@ -960,4 +1007,28 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             )
 
         result: replication_pb2.FetchGroupOffsetsResponse = await self._guard(context, run())
+        return result
+
+    async def DescribePartitions(
+        self, request: replication_pb2.DescribePartitionsRequest, context: Any
+    ) -> replication_pb2.DescribePartitionsResponse:
+        from linkd.operations import describe_partitions
+
+        async def run() -> replication_pb2.DescribePartitionsResponse:
+            self.node._check_ready()
+            return describe_partitions(self.node, request)
+
+        result: replication_pb2.DescribePartitionsResponse = await self._guard(context, run())
+        return result
+
+    async def PromoteNamespaces(
+        self, request: replication_pb2.PromoteNamespacesRequest, context: Any
+    ) -> replication_pb2.PromoteNamespacesResponse:
+        from linkd.operations import promote
+
+        async def run() -> replication_pb2.PromoteNamespacesResponse:
+            self.node._check_ready()
+            return await promote(self.node, request)
+
+        result: replication_pb2.PromoteNamespacesResponse = await self._guard(context, run())
         return result

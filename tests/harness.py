@@ -180,11 +180,22 @@ class Daemon:
         self._close_files()
         return code
 
+    def pause(self) -> None:
+        """SIGSTOP: the process stalls (sockets stay open, nothing answers)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM, wait (bounded), then SIGKILL. Returns the exit code."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self.resume()  # a paused process would not act on SIGTERM
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout_s)

@@ -56,6 +56,9 @@ class PartitionMachine(RuleBasedStateMachine):
         self.next_seq = dict.fromkeys(PIDS, 0)
         self.last_batch: dict[int, tuple[int, int, int]] = {}  # pid -> (seq, n, base offset)
         self.open_txn: dict[int, int] = {}  # pid -> first offset
+        # (marker offset, first offset) of ended transactions: unstable until
+        # the marker is below the HW (Kafka's first unstable offset).
+        self.ended_txn: list[tuple[int, int]] = []
         self.aborted_records: set[int] = set()
 
     # -- helpers ---------------------------------------------------------------
@@ -149,6 +152,7 @@ class PartitionMachine(RuleBasedStateMachine):
         base = self._append(batch, marker)
         assert base == self.leo
         first = self.open_txn.pop(pid)
+        self.ended_txn.append((base, first))
         if not commit:
             self.aborted_records |= {
                 r.offset
@@ -192,7 +196,8 @@ class PartitionMachine(RuleBasedStateMachine):
         assert log.high_watermark == min(self.hw, self.leo)
         assert log.log_start_offset == self.log_start
         assert log.log_start_offset <= log.high_watermark <= log.log_end_offset
-        expected_lso = min([log.high_watermark, *self.open_txn.values()])
+        unstable = [f for m, f in self.ended_txn if m >= log.high_watermark]
+        expected_lso = min([log.high_watermark, *self.open_txn.values(), *unstable])
         assert log.last_stable_offset == expected_lso
         # Batches are contiguous.
         for a, b in zip(log.batches, log.batches[1:], strict=False):

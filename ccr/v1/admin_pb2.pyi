@@ -811,3 +811,444 @@ class UncleanElectionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UncleanElectionResponse: _TypeAlias = UncleanElectionResponse  # noqa: Y015
+
+@_typing.final
+class ProvenanceEntry(_message.Message):
+    """--- Provenance and recovery (spec section 8) ------------------------------------------
+
+    One entry of a partition's provenance history. kind "start": offsets from
+    `offset` on were copied from `source_cluster_id` over the link; "detached":
+    the link's data ends at `offset` (the namespace left the link); "truncated":
+    the log was cut at `offset` (`removed_records` records removed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SOURCE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    LINK_NAME_FIELD_NUMBER: _builtins.int
+    LINK_EPOCH_FIELD_NUMBER: _builtins.int
+    REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    offset: _builtins.int
+    source_cluster_id: _builtins.str
+    link_id: _builtins.str
+    link_name: _builtins.str
+    """The link's name on this cluster ("" when the link no longer exists)."""
+    link_epoch: _builtins.int
+    removed_records: _builtins.int
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        source_cluster_id: _builtins.str = ...,
+        link_id: _builtins.str = ...,
+        link_name: _builtins.str = ...,
+        link_epoch: _builtins.int = ...,
+        removed_records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProvenanceEntry: _TypeAlias = ProvenanceEntry  # noqa: Y015
+
+@_typing.final
+class LeaderEpochStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    start_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "start_offset", b"start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaderEpochStart: _TypeAlias = LeaderEpochStart  # noqa: Y015
+
+@_typing.final
+class PartitionProvenance(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    EPOCH_HISTORY_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    log_start_offset: _builtins.int
+    log_end_offset: _builtins.int
+    high_watermark: _builtins.int
+    leader_epoch: _builtins.int
+    @_builtins.property
+    def epoch_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaderEpochStart]: ...
+    @_builtins.property
+    def provenance(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProvenanceEntry]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        epoch_history: _abc.Iterable[Global___LeaderEpochStart] | None = ...,
+        provenance: _abc.Iterable[Global___ProvenanceEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionProvenance: _TypeAlias = PartitionProvenance  # noqa: Y015
+
+@_typing.final
+class GetProvenanceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProvenanceRequest: _TypeAlias = GetProvenanceRequest  # noqa: Y015
+
+@_typing.final
+class GetProvenanceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    topic_id: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProvenance]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        topic_id: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___PartitionProvenance] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProvenanceResponse: _TypeAlias = GetProvenanceResponse  # noqa: Y015
+
+@_typing.final
+class RecoverNamespace(_message.Message):
+    """A namespace mapping a recovery works on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
+    type: Global___ResourceType.ValueType
+    local_prefix: _builtins.str
+    remote_prefix: _builtins.str
+    """The remote's prefix; unset: the link's mapping for local_prefix, else the
+    same prefix.
+    """
+    def __init__(
+        self,
+        *,
+        type: Global___ResourceType.ValueType = ...,
+        local_prefix: _builtins.str = ...,
+        remote_prefix: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_remote_prefix", b"_remote_prefix", "remote_prefix", b"remote_prefix"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_remote_prefix", b"_remote_prefix", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__remote_prefix: _TypeAlias = _typing.Literal["remote_prefix"]  # noqa: Y015
+    _WhichOneofArgType__remote_prefix: _TypeAlias = _typing.Literal["_remote_prefix", b"_remote_prefix"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remote_prefix) -> _WhichOneofReturnType__remote_prefix | None: ...
+
+Global___RecoverNamespace: _TypeAlias = RecoverNamespace  # noqa: Y015
+
+@_typing.final
+class RecoverLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    CONFIRM_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    confirm: _builtins.bool
+    """False: report only. True: truncate, move offsets back, re-attach."""
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecoverNamespace]:
+        """Empty: every topic and group mapping of the link (attached or detached)."""
+
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        namespaces: _abc.Iterable[Global___RecoverNamespace] | None = ...,
+        confirm: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirm", b"confirm", "link", b"link", "namespaces", b"namespaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverLinkRequest: _TypeAlias = RecoverLinkRequest  # noqa: Y015
+
+@_typing.final
+class RecoveryPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    REMOTE_TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LOCAL_LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    REMOTE_LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    COMMON_OFFSET_FIELD_NUMBER: _builtins.int
+    TRUNCATE_TO_FIELD_NUMBER: _builtins.int
+    LOCAL_RECORDS_LOST_FIELD_NUMBER: _builtins.int
+    REMOTE_RECORDS_LOST_FIELD_NUMBER: _builtins.int
+    DIVERGED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    remote_topic: _builtins.str
+    partition: _builtins.int
+    local_log_end_offset: _builtins.int
+    remote_log_end_offset: _builtins.int
+    common_offset: _builtins.int
+    """The last offset both logs share (every offset below it is the same record)."""
+    truncate_to: _builtins.int
+    """Where this side's log is cut: the batch boundary at or below common_offset."""
+    local_records_lost: _builtins.int
+    remote_records_lost: _builtins.int
+    """What the remote would lose if the roles were swapped."""
+    diverged: _builtins.bool
+    reason: _builtins.str
+    """How the common offset was found ("provenance", "leader-epoch", "log-end")."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        remote_topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        local_log_end_offset: _builtins.int = ...,
+        remote_log_end_offset: _builtins.int = ...,
+        common_offset: _builtins.int = ...,
+        truncate_to: _builtins.int = ...,
+        local_records_lost: _builtins.int = ...,
+        remote_records_lost: _builtins.int = ...,
+        diverged: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_offset", b"common_offset", "diverged", b"diverged", "local_log_end_offset", b"local_log_end_offset", "local_records_lost", b"local_records_lost", "partition", b"partition", "reason", b"reason", "remote_log_end_offset", b"remote_log_end_offset", "remote_records_lost", b"remote_records_lost", "remote_topic", b"remote_topic", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoveryPartition: _TypeAlias = RecoveryPartition  # noqa: Y015
+
+@_typing.final
+class RecoveryGroupOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
+    NEW_OFFSET_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    topic: _builtins.str
+    partition: _builtins.int
+    committed_offset: _builtins.int
+    new_offset: _builtins.int
+    """Where recovery moves (or, confirmed, moved) it: the partition's cut."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        committed_offset: _builtins.int = ...,
+        new_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "group", b"group", "new_offset", b"new_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoveryGroupOffset: _TypeAlias = RecoveryGroupOffset  # noqa: Y015
+
+@_typing.final
+class RecoverLinkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    LOCAL_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    REMOTE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    CONFIRMED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    LOCAL_RECORDS_LOST_FIELD_NUMBER: _builtins.int
+    REMOTE_RECORDS_LOST_FIELD_NUMBER: _builtins.int
+    DIVERGED_PARTITIONS_FIELD_NUMBER: _builtins.int
+    MAPPINGS_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    local_cluster_id: _builtins.str
+    remote_cluster_id: _builtins.str
+    confirmed: _builtins.bool
+    local_records_lost: _builtins.int
+    remote_records_lost: _builtins.int
+    diverged_partitions: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecoveryPartition]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecoveryGroupOffset]: ...
+    @_builtins.property
+    def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
+        """The namespace mappings the recovery covers, as attached after confirm."""
+
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        local_cluster_id: _builtins.str = ...,
+        remote_cluster_id: _builtins.str = ...,
+        confirmed: _builtins.bool = ...,
+        partitions: _abc.Iterable[Global___RecoveryPartition] | None = ...,
+        groups: _abc.Iterable[Global___RecoveryGroupOffset] | None = ...,
+        local_records_lost: _builtins.int = ...,
+        remote_records_lost: _builtins.int = ...,
+        diverged_partitions: _builtins.int = ...,
+        mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "diverged_partitions", b"diverged_partitions", "groups", b"groups", "link", b"link", "local_cluster_id", b"local_cluster_id", "local_records_lost", b"local_records_lost", "mappings", b"mappings", "partitions", b"partitions", "remote_cluster_id", b"remote_cluster_id", "remote_records_lost", b"remote_records_lost"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverLinkResponse: _TypeAlias = RecoverLinkResponse  # noqa: Y015
+
+@_typing.final
+class ReverseLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    timeout_ms: _builtins.int
+    """How long to wait for the remote to hold every record (default 30000)."""
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReverseLinkRequest: _TypeAlias = ReverseLinkRequest  # noqa: Y015
+
+@_typing.final
+class ReverseStep(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    ok: _builtins.bool
+    result: _builtins.str
+    duration_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        result: _builtins.str = ...,
+        duration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "name", b"name", "ok", b"ok", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReverseStep: _TypeAlias = ReverseStep  # noqa: Y015
+
+@_typing.final
+class ReverseLinkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MAPPINGS_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    ok: _builtins.bool
+    error_code: _builtins.str
+    """The refusal of the step that failed ("" when ok): its ErrorCode name and
+    message.
+    """
+    error_message: _builtins.str
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReverseStep]: ...
+    @_builtins.property
+    def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
+        """The mappings as attached at the end (this side's point of view)."""
+
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        steps: _abc.Iterable[Global___ReverseStep] | None = ...,
+        error_code: _builtins.str = ...,
+        error_message: _builtins.str = ...,
+        mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "link", b"link", "mappings", b"mappings", "ok", b"ok", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReverseLinkResponse: _TypeAlias = ReverseLinkResponse  # noqa: Y015

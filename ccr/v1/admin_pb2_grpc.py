@@ -109,6 +109,21 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.FromString,
                 _registered_method=True)
+        self.GetProvenance = channel.unary_unary(
+                '/ccr.v1.Admin/GetProvenance',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.GetProvenanceRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.GetProvenanceResponse.FromString,
+                _registered_method=True)
+        self.RecoverLink = channel.unary_unary(
+                '/ccr.v1.Admin/RecoverLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.RecoverLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.RecoverLinkResponse.FromString,
+                _registered_method=True)
+        self.ReverseLink = channel.unary_unary(
+                '/ccr.v1.Admin/ReverseLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -218,6 +233,38 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetProvenance(self, request, context):
+        """--- Provenance and recovery (spec section 8) ----------------------------------------
+        Every partition of a topic: its provenance history (where each range of
+        offsets came from), log start and end offsets, high watermark and leader
+        epoch history.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecoverLink(self, request, context):
+        """Unclean link recovery, run on the cluster that will follow: compares this
+        side's partitions with the link's remote (which will lead), reports the
+        last common offset of each, the records each side would lose and the
+        consumer groups whose committed offsets lie beyond the cut. With confirm,
+        truncates this side, moves those offsets back (reported), reserves this
+        side's namespaces and attaches the mappings with the remote as leader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReverseLink(self, request, context):
+        """Reverses the direction of a link's namespaces with full consistency, run
+        on the current leader: reserve here and abort open transactions, wait
+        until the remote has every record, detach, attach swapped, clear the
+        remote's reservation. Reports each step; stops at the first that fails.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -295,6 +342,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.UncleanElection,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.SerializeToString,
+            ),
+            'GetProvenance': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProvenance,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.GetProvenanceRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.GetProvenanceResponse.SerializeToString,
+            ),
+            'RecoverLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.RecoverLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.RecoverLinkResponse.SerializeToString,
+            ),
+            'ReverseLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReverseLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -702,6 +764,87 @@ class Admin:
             '/ccr.v1.Admin/UncleanElection',
             ccr_dot_v1_dot_admin__pb2.UncleanElectionRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.UncleanElectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProvenance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/GetProvenance',
+            ccr_dot_v1_dot_admin__pb2.GetProvenanceRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.GetProvenanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/RecoverLink',
+            ccr_dot_v1_dot_admin__pb2.RecoverLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.RecoverLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReverseLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/ReverseLink',
+            ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.FromString,
             options,
             channel_credentials,
             insecure,

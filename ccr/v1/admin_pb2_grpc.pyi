@@ -66,6 +66,26 @@ class AdminStub:
     batch boundary at or below truncate_to and the leader epoch is bumped, so
     followers detect the divergence and truncate to the same point.
     """
+    GetProvenance: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetProvenanceRequest, _admin_pb2.GetProvenanceResponse]
+    """--- Provenance and recovery (spec section 8) ----------------------------------------
+    Every partition of a topic: its provenance history (where each range of
+    offsets came from), log start and end offsets, high watermark and leader
+    epoch history.
+    """
+    RecoverLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RecoverLinkRequest, _admin_pb2.RecoverLinkResponse]
+    """Unclean link recovery, run on the cluster that will follow: compares this
+    side's partitions with the link's remote (which will lead), reports the
+    last common offset of each, the records each side would lose and the
+    consumer groups whose committed offsets lie beyond the cut. With confirm,
+    truncates this side, moves those offsets back (reported), reserves this
+    side's namespaces and attaches the mappings with the remote as leader.
+    """
+    ReverseLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ReverseLinkRequest, _admin_pb2.ReverseLinkResponse]
+    """Reverses the direction of a link's namespaces with full consistency, run
+    on the current leader: reserve here and abort open transactions, wait
+    until the remote has every record, detach, attach swapped, clear the
+    remote's reservation. Reports each step; stops at the first that fails.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -102,6 +122,26 @@ class AdminAsyncStub(AdminStub):
     Emulates an unclean leader election on one partition: the log is cut at the
     batch boundary at or below truncate_to and the leader epoch is bumped, so
     followers detect the divergence and truncate to the same point.
+    """
+    GetProvenance: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetProvenanceRequest, _admin_pb2.GetProvenanceResponse]  # type: ignore[assignment]
+    """--- Provenance and recovery (spec section 8) ----------------------------------------
+    Every partition of a topic: its provenance history (where each range of
+    offsets came from), log start and end offsets, high watermark and leader
+    epoch history.
+    """
+    RecoverLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.RecoverLinkRequest, _admin_pb2.RecoverLinkResponse]  # type: ignore[assignment]
+    """Unclean link recovery, run on the cluster that will follow: compares this
+    side's partitions with the link's remote (which will lead), reports the
+    last common offset of each, the records each side would lose and the
+    consumer groups whose committed offsets lie beyond the cut. With confirm,
+    truncates this side, moves those offsets back (reported), reserves this
+    side's namespaces and attaches the mappings with the remote as leader.
+    """
+    ReverseLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.ReverseLinkRequest, _admin_pb2.ReverseLinkResponse]  # type: ignore[assignment]
+    """Reverses the direction of a link's namespaces with full consistency, run
+    on the current leader: reserve here and abort open transactions, wait
+    until the remote has every record, detach, attach swapped, clear the
+    remote's reservation. Reports each step; stops at the first that fails.
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -226,6 +266,44 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         Emulates an unclean leader election on one partition: the log is cut at the
         batch boundary at or below truncate_to and the leader epoch is bumped, so
         followers detect the divergence and truncate to the same point.
+        """
+
+    @_abc_1.abstractmethod
+    def GetProvenance(
+        self,
+        request: _admin_pb2.GetProvenanceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GetProvenanceResponse, _abc.Awaitable[_admin_pb2.GetProvenanceResponse]]:
+        """--- Provenance and recovery (spec section 8) ----------------------------------------
+        Every partition of a topic: its provenance history (where each range of
+        offsets came from), log start and end offsets, high watermark and leader
+        epoch history.
+        """
+
+    @_abc_1.abstractmethod
+    def RecoverLink(
+        self,
+        request: _admin_pb2.RecoverLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RecoverLinkResponse, _abc.Awaitable[_admin_pb2.RecoverLinkResponse]]:
+        """Unclean link recovery, run on the cluster that will follow: compares this
+        side's partitions with the link's remote (which will lead), reports the
+        last common offset of each, the records each side would lose and the
+        consumer groups whose committed offsets lie beyond the cut. With confirm,
+        truncates this side, moves those offsets back (reported), reserves this
+        side's namespaces and attaches the mappings with the remote as leader.
+        """
+
+    @_abc_1.abstractmethod
+    def ReverseLink(
+        self,
+        request: _admin_pb2.ReverseLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ReverseLinkResponse, _abc.Awaitable[_admin_pb2.ReverseLinkResponse]]:
+        """Reverses the direction of a link's namespaces with full consistency, run
+        on the current leader: reserve here and abort open transactions, wait
+        until the remote has every record, detach, attach swapped, clear the
+        remote's reservation. Reports each step; stops at the first that fails.
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

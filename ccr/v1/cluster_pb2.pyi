@@ -498,10 +498,16 @@ class FetchRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
     max_wait_ms: _builtins.int
     min_bytes: _builtins.int
     max_bytes: _builtins.int
     isolation_level: Global___IsolationLevel.ValueType
+    group_id: _builtins.str
+    """The consumer group the reader belongs to, if any. While a SYNC link is
+    SYNCING, only the link's replicated groups may read its follower topics
+    (spec section 6); a fetch without a group is treated as outside them.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartition]: ...
     def __init__(
@@ -512,10 +518,11 @@ class FetchRequest(_message.Message):
         min_bytes: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         isolation_level: Global___IsolationLevel.ValueType = ...,
+        group_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

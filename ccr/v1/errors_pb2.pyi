@@ -175,6 +175,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Retriable: reads of follower topics are refused while their SYNC link is
     SYNCING (spec section 6); they resume once it is IN_SYNC.
     """
+    NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
+    """--- Provenance and recovery (spec section 8) ------------------------------------
+    Unclean link recovery refused: a partition holding records shares no
+    history with the remote's (neither provenance nor leader epochs relate
+    them), so the last common offset cannot be known; the message names it.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -322,6 +328,12 @@ commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
 FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
 """Retriable: reads of follower topics are refused while their SYNC link is
 SYNCING (spec section 6); they resume once it is IN_SYNC.
+"""
+NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
+"""--- Provenance and recovery (spec section 8) ------------------------------------
+Unclean link recovery refused: a partition holding records shares no
+history with the remote's (neither provenance nor leader epochs relate
+them), so the last common offset cannot be known; the message names it.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

@@ -662,3 +662,236 @@ class ReplicaPushResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicaPushResponse: _TypeAlias = ReplicaPushResponse  # noqa: Y015
+
+@_typing.final
+class DescribePartitionsRequest(_message.Message):
+    """--- Recovery and reversal (spec section 8) -------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    GROUP_PREFIX_FIELD_NUMBER: _builtins.int
+    GROUPS_ONLY_FIELD_NUMBER: _builtins.int
+    link_id: _builtins.str
+    prefix: _builtins.str
+    """The receiver's topic namespace prefix."""
+    group_prefix: _builtins.str
+    """The receiver's group namespace prefix, if group offsets are wanted."""
+    groups_only: _builtins.bool
+    """Only the group offsets (no partitions)."""
+    def __init__(
+        self,
+        *,
+        link_id: _builtins.str = ...,
+        prefix: _builtins.str = ...,
+        group_prefix: _builtins.str | None = ...,
+        groups_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix", "group_prefix", b"group_prefix"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix", "group_prefix", b"group_prefix", "groups_only", b"groups_only", "link_id", b"link_id", "prefix", b"prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__group_prefix: _TypeAlias = _typing.Literal["group_prefix"]  # noqa: Y015
+    _WhichOneofArgType__group_prefix: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group_prefix) -> _WhichOneofReturnType__group_prefix | None: ...
+
+Global___DescribePartitionsRequest: _TypeAlias = DescribePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class EpochStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPOCH_FIELD_NUMBER: _builtins.int
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    epoch: _builtins.int
+    start_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        epoch: _builtins.int = ...,
+        start_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "start_offset", b"start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpochStart: _TypeAlias = EpochStart  # noqa: Y015
+
+@_typing.final
+class ProvenanceRecord(_message.Message):
+    """One provenance entry: kind "start" (copied from source_cluster_id from
+    offset on), "detached" (the link's data ends at offset) or "truncated"
+    (the log was cut at offset).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    SOURCE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    LINK_EPOCH_FIELD_NUMBER: _builtins.int
+    REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    offset: _builtins.int
+    source_cluster_id: _builtins.str
+    link_id: _builtins.str
+    link_epoch: _builtins.int
+    removed_records: _builtins.int
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        source_cluster_id: _builtins.str = ...,
+        link_id: _builtins.str = ...,
+        link_epoch: _builtins.int = ...,
+        removed_records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "offset", b"offset", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProvenanceRecord: _TypeAlias = ProvenanceRecord  # noqa: Y015
+
+@_typing.final
+class PartitionHistory(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    EPOCH_HISTORY_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    log_start_offset: _builtins.int
+    log_end_offset: _builtins.int
+    high_watermark: _builtins.int
+    leader_epoch: _builtins.int
+    @_builtins.property
+    def epoch_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]: ...
+    @_builtins.property
+    def provenance(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProvenanceRecord]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        epoch_history: _abc.Iterable[Global___EpochStart] | None = ...,
+        provenance: _abc.Iterable[Global___ProvenanceRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionHistory: _TypeAlias = PartitionHistory  # noqa: Y015
+
+@_typing.final
+class DescribePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionHistory]: ...
+    @_builtins.property
+    def group_offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupOffset]: ...
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___PartitionHistory] | None = ...,
+        group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "group_offsets", b"group_offsets", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribePartitionsResponse: _TypeAlias = DescribePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class PromoteNamespacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    link_id: _builtins.str
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___PromotedNamespace]:
+        """(resource type, receiver's prefix) of each namespace to make writable."""
+
+    def __init__(
+        self,
+        *,
+        link_id: _builtins.str = ...,
+        namespaces: _abc.Iterable[Global___PromotedNamespace] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "namespaces", b"namespaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromoteNamespacesRequest: _TypeAlias = PromoteNamespacesRequest  # noqa: Y015
+
+@_typing.final
+class PromotedNamespace(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    PREFIX_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.str
+    """"topic" | "group" """
+    prefix: _builtins.str
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.str = ...,
+        prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromotedNamespace: _TypeAlias = PromotedNamespace  # noqa: Y015
+
+@_typing.final
+class PromoteNamespacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    partitions: _builtins.int
+    """Partitions that started a new leader epoch."""
+    def __init__(
+        self,
+        *,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromoteNamespacesResponse: _TypeAlias = PromoteNamespacesResponse  # noqa: Y015

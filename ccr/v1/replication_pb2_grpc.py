@@ -64,6 +64,16 @@ class ReplicationStub:
                 request_serializer=ccr_dot_v1_dot_replication__pb2.ReplicaPushRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_replication__pb2.ReplicaPushResponse.FromString,
                 _registered_method=True)
+        self.DescribePartitions = channel.unary_unary(
+                '/ccr.v1.Replication/DescribePartitions',
+                request_serializer=ccr_dot_v1_dot_replication__pb2.DescribePartitionsRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_replication__pb2.DescribePartitionsResponse.FromString,
+                _registered_method=True)
+        self.PromoteNamespaces = channel.unary_unary(
+                '/ccr.v1.Replication/PromoteNamespaces',
+                request_serializer=ccr_dot_v1_dot_replication__pb2.PromoteNamespacesRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_replication__pb2.PromoteNamespacesResponse.FromString,
+                _registered_method=True)
 
 
 class ReplicationServicer:
@@ -120,6 +130,25 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribePartitions(self, request, context):
+        """Unclean link recovery and reversal (spec section 8): the receiver's
+        partitions of every topic in a namespace (any role), with their log
+        offsets, leader epoch histories and provenance histories, and the
+        committed offsets of the groups in a group namespace.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PromoteNamespaces(self, request, context):
+        """Reversal's last step: the sender's namespaces now follow the receiver's;
+        the receiver clears the reservation of its namespaces (which lead on the
+        link) and starts a new leader epoch on each of their partitions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -152,6 +181,16 @@ def add_ReplicationServicer_to_server(servicer, server):
                     servicer.ReplicaPush,
                     request_deserializer=ccr_dot_v1_dot_replication__pb2.ReplicaPushRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_replication__pb2.ReplicaPushResponse.SerializeToString,
+            ),
+            'DescribePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribePartitions,
+                    request_deserializer=ccr_dot_v1_dot_replication__pb2.DescribePartitionsRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_replication__pb2.DescribePartitionsResponse.SerializeToString,
+            ),
+            'PromoteNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromoteNamespaces,
+                    request_deserializer=ccr_dot_v1_dot_replication__pb2.PromoteNamespacesRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_replication__pb2.PromoteNamespacesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -316,6 +355,60 @@ class Replication:
             '/ccr.v1.Replication/ReplicaPush',
             ccr_dot_v1_dot_replication__pb2.ReplicaPushRequest.SerializeToString,
             ccr_dot_v1_dot_replication__pb2.ReplicaPushResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Replication/DescribePartitions',
+            ccr_dot_v1_dot_replication__pb2.DescribePartitionsRequest.SerializeToString,
+            ccr_dot_v1_dot_replication__pb2.DescribePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PromoteNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Replication/PromoteNamespaces',
+            ccr_dot_v1_dot_replication__pb2.PromoteNamespacesRequest.SerializeToString,
+            ccr_dot_v1_dot_replication__pb2.PromoteNamespacesResponse.FromString,
             options,
             channel_credentials,
             insecure,

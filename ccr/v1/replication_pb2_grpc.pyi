@@ -59,6 +59,17 @@ class ReplicationStub:
     its topics; the follower applies both and answers with its next fetch
     request (its positions), which the leader serves in the next push.
     """
+    DescribePartitions: _grpc.UnaryUnaryMultiCallable[_replication_pb2.DescribePartitionsRequest, _replication_pb2.DescribePartitionsResponse]
+    """Unclean link recovery and reversal (spec section 8): the receiver's
+    partitions of every topic in a namespace (any role), with their log
+    offsets, leader epoch histories and provenance histories, and the
+    committed offsets of the groups in a group namespace.
+    """
+    PromoteNamespaces: _grpc.UnaryUnaryMultiCallable[_replication_pb2.PromoteNamespacesRequest, _replication_pb2.PromoteNamespacesResponse]
+    """Reversal's last step: the sender's namespaces now follow the receiver's;
+    the receiver clears the reservation of its namespaces (which lead on the
+    link) and starts a new leader epoch on each of their partitions.
+    """
 
 @_typing.type_check_only
 class ReplicationAsyncStub(ReplicationStub):
@@ -87,6 +98,17 @@ class ReplicationAsyncStub(ReplicationStub):
     behind NAT): the leader sends what a ReplicaFetch would have returned, plus
     its topics; the follower applies both and answers with its next fetch
     request (its positions), which the leader serves in the next push.
+    """
+    DescribePartitions: _aio.UnaryUnaryMultiCallable[_replication_pb2.DescribePartitionsRequest, _replication_pb2.DescribePartitionsResponse]  # type: ignore[assignment]
+    """Unclean link recovery and reversal (spec section 8): the receiver's
+    partitions of every topic in a namespace (any role), with their log
+    offsets, leader epoch histories and provenance histories, and the
+    committed offsets of the groups in a group namespace.
+    """
+    PromoteNamespaces: _aio.UnaryUnaryMultiCallable[_replication_pb2.PromoteNamespacesRequest, _replication_pb2.PromoteNamespacesResponse]  # type: ignore[assignment]
+    """Reversal's last step: the sender's namespaces now follow the receiver's;
+    the receiver clears the reservation of its namespaces (which lead on the
+    link) and starts a new leader epoch on each of their partitions.
     """
 
 class ReplicationServicer(metaclass=_abc_1.ABCMeta):
@@ -149,6 +171,29 @@ class ReplicationServicer(metaclass=_abc_1.ABCMeta):
         behind NAT): the leader sends what a ReplicaFetch would have returned, plus
         its topics; the follower applies both and answers with its next fetch
         request (its positions), which the leader serves in the next push.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribePartitions(
+        self,
+        request: _replication_pb2.DescribePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replication_pb2.DescribePartitionsResponse, _abc.Awaitable[_replication_pb2.DescribePartitionsResponse]]:
+        """Unclean link recovery and reversal (spec section 8): the receiver's
+        partitions of every topic in a namespace (any role), with their log
+        offsets, leader epoch histories and provenance histories, and the
+        committed offsets of the groups in a group namespace.
+        """
+
+    @_abc_1.abstractmethod
+    def PromoteNamespaces(
+        self,
+        request: _replication_pb2.PromoteNamespacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replication_pb2.PromoteNamespacesResponse, _abc.Awaitable[_replication_pb2.PromoteNamespacesResponse]]:
+        """Reversal's last step: the sender's namespaces now follow the receiver's;
+        the receiver clears the reservation of its namespaces (which lead on the
+        link) and starts a new leader epoch on each of their partitions.
         """
 
 def add_ReplicationServicer_to_server(servicer: ReplicationServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -26,7 +26,7 @@ from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
-from linkd.core.links import LinkTable
+from linkd.core.links import LinkState, LinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
 from linkd.core.topic_config import (
@@ -319,14 +319,118 @@ class ClusterState:
         topic = self.topics.get(topic_name)
         if topic is None or partition >= len(topic.partitions):
             return False
-        return topic.partitions[partition].mark_durable(offset)
+        limit = self.links.sync_floor(topic_name, partition)
+        return topic.partitions[partition].mark_durable(offset, limit)
+
+    def refresh_high_watermarks(self) -> bool:
+        """Moves every held-back HW as far as its limits now allow: a SYNC
+        follower acknowledged, a link left IN_SYNC or went ASYNC, or a follower
+        topic stopped following (failover, detach: its source cap is lifted).
+        Returns whether any HW moved."""
+        moved = False
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            following: bool | None = None
+            for p, log in enumerate(topic.partitions):
+                if not log.held_back:
+                    continue
+                if log.hw_cap is not None:
+                    if following is None:
+                        following = self.is_follower_topic(name)
+                    if not following:
+                        log.hw_cap = None
+                moved |= log.advance_high_watermark(self.links.sync_floor(name, p))
+        return moved
+
+    def is_follower_topic(self, name: str) -> bool:
+        return any(
+            config.mapping_for(name, "follower") is not None
+            for config in self.links.configs.values()
+        )
+
+    def refresh_sync_links(self, now_ms: int) -> None:
+        """Registers, for every SYNC link, the partitions this cluster leads on
+        it (so one its follower never fetched still counts as not caught up)."""
+        for name in sorted(self.links.configs):
+            config = self.links.configs[name]
+            led: set[tuple[str, int]] = set()
+            runtime = self.links.runtime.get(name)
+            if config.mode != "SYNC" and (runtime is None or not runtime.sync_partitions):
+                continue
+            if config.mode == "SYNC":
+                for topic_name in sorted(self.topics):
+                    if config.mapping_for(topic_name, "leader") is not None:
+                        topic = self.topics[topic_name]
+                        led.update((topic_name, p) for p in range(len(topic.partitions)))
+            self.links.register_sync_partitions(name, led, now_ms)
+
+    def check_sync_commit(self, transactional_id: str) -> None:
+        """Spec section 6: a transaction touching a topic or group namespace that
+        this cluster leads on a SYNC link commits only while that link is IN_SYNC
+        (refused while SYNCING, fails while OUT_OF_SYNC), retriably."""
+        meta = self.txn.describe(transactional_id)
+        if meta is None:
+            return
+        for topic_name in sorted({t for t, _ in meta.partitions}):
+            for link, verdict in self.links.sync_links_leading(topic_name):
+                if verdict is not LinkState.IN_SYNC:
+                    raise ClusterError(
+                        ErrorCode.LINK_NOT_IN_SYNC,
+                        f"topic {topic_name!r}",
+                        f"cannot commit transaction {transactional_id!r}: topic "
+                        f"{topic_name!r} is led on SYNC link {link!r}, which is {verdict.value}; "
+                        "commits wait until it is IN_SYNC (the transaction stays open: retry "
+                        "the commit or abort)",
+                    )
+        for group_id in sorted(meta.groups):
+            for link in sorted(self.links.configs):
+                config = self.links.configs[link]
+                runtime = self.links.runtime.get(link)
+                if (
+                    config.mode == "SYNC"
+                    and runtime is not None
+                    and config.mapping_for(group_id, "leader", "group") is not None
+                    and runtime.local_sync is not LinkState.IN_SYNC
+                ):
+                    state = runtime.local_sync.value if runtime.local_sync else "SYNCING"
+                    raise ClusterError(
+                        ErrorCode.LINK_NOT_IN_SYNC,
+                        f"group {group_id!r}",
+                        f"cannot commit transaction {transactional_id!r}: the offsets of group "
+                        f"{group_id!r} are led on SYNC link {link!r}, which is {state}; "
+                        "commits wait until it is IN_SYNC",
+                    )
+
+    def check_client_read(self, topic_name: str, group_id: str = "") -> None:
+        """Spec section 6: while a SYNC link is SYNCING, reads of its follower
+        topics are refused (retriably) except for the link's replicated groups."""
+        link = self.links.syncing_follower_link(topic_name)
+        if link is None:
+            return
+        config = self.links.configs[link]
+        if group_id and config.mapping_for(group_id, "follower", "group") is not None:
+            return
+        who = f"group {group_id!r}" if group_id else "a reader outside the link's groups"
+        raise ClusterError(
+            ErrorCode.FOLLOWER_SYNCING,
+            f"topic {topic_name!r}",
+            f"cannot read topic {topic_name!r} as {who}: it follows SYNC link {link!r}, "
+            "which is SYNCING; reads resume once it is IN_SYNC",
+        )
 
     # -- read -----------------------------------------------------------------
 
     def plan_fetch(
-        self, topic_name: str, partition: int, offset: int, read_committed: bool
+        self,
+        topic_name: str,
+        partition: int,
+        offset: int,
+        read_committed: bool,
+        group_id: str = "",
     ) -> FetchPlan:
-        return self.partition(topic_name, partition).plan_fetch(offset, read_committed)
+        log = self.partition(topic_name, partition)
+        self.check_client_read(topic_name, group_id)
+        return log.plan_fetch(offset, read_committed)
 
     def list_offsets(
         self, topic_name: str, partition: int, spec: str, timestamp: int, read_committed: bool
@@ -448,6 +552,8 @@ class ClusterState:
     def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool, now_ms: int
     ) -> list[Effect]:
+        if commit:
+            self.check_sync_commit(transactional_id)
         completion, records = self.txn.end_txn(transactional_id, producer_id, epoch, commit)
         effects = _journal(records)
         if completion is not None:
@@ -698,6 +804,8 @@ class ClusterState:
         for header, marker in batches:
             fresh.apply_batch(header, marker)
         fresh.high_watermark = fresh.log_end_offset
+        fresh.durable_offset = fresh.log_end_offset
+        fresh.completing = []
         if log_start > fresh.log_start_offset:
             fresh.advance_log_start(min(log_start, fresh.log_end_offset))
         for epoch, start in topic.epoch_bumps.get(partition, []):
@@ -746,6 +854,35 @@ class ClusterState:
         log.bump_epoch(epoch, boundary)
         effects.append(Journal((record,)))
         return removed, epoch, effects
+
+    # -- reservation hand-over (spec section 8: reversal and recovery) --------------------
+
+    def abort_transactions_in(
+        self, topic_prefixes: list[str], now_ms: int
+    ) -> tuple[list[str], list[Effect]]:
+        """Aborts every open transaction that touches a topic of these topic
+        namespaces, as a transaction timeout does: the producer's epoch is
+        bumped (so it is fenced) and abort markers are written. Returns (the
+        transactional ids aborted, effects)."""
+        from linkd.core.replication import in_prefix
+        from linkd.core.transactions import MAX_EPOCH, TxnState
+
+        aborted: list[str] = []
+        effects: list[Effect] = []
+        for transactional_id, meta in sorted(self.txn.txns.items()):
+            if meta.state != TxnState.ONGOING:
+                continue
+            touched = [topic for topic, _p in meta.partitions]
+            if not any(in_prefix(t, prefix) for t in touched for prefix in topic_prefixes):
+                continue
+            records: list[dict[str, Any]] = []
+            if meta.producer_epoch < MAX_EPOCH - 1:
+                meta.producer_epoch += 1
+            completion = self.txn._prepare(meta, False, records)
+            effects += _journal(records)
+            effects += self._complete(completion, now_ms)
+            aborted.append(transactional_id)
+        return aborted, effects
 
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:

@@ -65,6 +65,7 @@ class ErrorCode(enum.IntEnum):
     LINK_NOT_FOLLOWING = 79
     LINK_NOT_IN_SYNC = 80
     FOLLOWER_SYNCING = 81
+    NO_SHARED_HISTORY = 90
 
 
 RETRIABLE = frozenset(

@@ -17,6 +17,20 @@ Rules (spec sections 3-4):
   FOLLOWING (connected, every follower partition within bounds). The state is
   recomputed from contact and progress on every call, and each change is
   recorded with the time it was entered.
+- SYNC mode (`set_mode`, allowed only from FOLLOWING; back to ASYNC always,
+  at once). Each side judges the partitions it leads on the link from its
+  followers' fetches, as Kafka judges its ISR: a fetch at offset o
+  acknowledges everything below o; a follower partition is caught up when it
+  has fetched everything the previous response offered, and in sync while it
+  was caught up within link.replica.lag.time.max.ms. SYNCING (requested, not
+  yet every partition caught up since) -> IN_SYNC (every partition caught up
+  and in sync); IN_SYNC -> OUT_OF_SYNC (some partition not caught up within
+  the lag time, or the connection lost); OUT_OF_SYNC -> IN_SYNC (every
+  partition caught up again). While the leading side is IN_SYNC, a partition's
+  high watermark waits for the follower's acknowledgement (`sync_floor`). The
+  leading side sends its verdict with every fetch response; the following side
+  adopts it, and shows OUT_OF_SYNC, never ASYNC or DISCONNECTED, when the
+  connection is lost. A link that leads and follows shows the worse of both.
 
 Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 """
@@ -37,6 +51,7 @@ ZERO_VERSION: Version = (0, 0, "")
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 DEFAULT_LAG_MAX_RECORDS = 0
 DEFAULT_LAG_MAX_MS = 30_000
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 STATE_HISTORY_MAX = 32
 
 
@@ -44,6 +59,20 @@ class LinkState(enum.Enum):
     DISCONNECTED = "DISCONNECTED"
     CATCHING_UP = "CATCHING_UP"
     FOLLOWING = "FOLLOWING"
+    SYNCING = "SYNCING"
+    IN_SYNC = "IN_SYNC"
+    OUT_OF_SYNC = "OUT_OF_SYNC"
+
+
+SYNC_STATES = (LinkState.SYNCING, LinkState.IN_SYNC, LinkState.OUT_OF_SYNC)
+MODES = ("ASYNC", "SYNC")
+
+
+def in_prefix(name: str, prefix: str) -> bool:
+    """The namespace rule: "" holds every name not starting with "_"."""
+    if prefix == "":
+        return not name.startswith("_")
+    return name.startswith(prefix)
 
 
 class Hlc:
@@ -147,6 +176,21 @@ class LinkConfig:
 
     def attached_mappings(self) -> list[Mapping]:
         return [m for m in self.mappings.values() if m.attached]
+
+    def mapping_for(self, topic: str, role: str, resource_type: str = "topic") -> Mapping | None:
+        """The attached mapping (longest prefix) under which this cluster has
+        `role` ("leader" | "follower") for the named topic or group."""
+        best: Mapping | None = None
+        for m in self.mappings.values():
+            if (
+                m.attached
+                and m.resource_type == resource_type
+                and m.local_role == role
+                and in_prefix(topic, m.local_prefix)
+                and (best is None or len(m.local_prefix) > len(best.local_prefix))
+            ):
+                best = m
+        return best
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -255,6 +299,14 @@ class PartitionProgress:
     log_end_offset: int = 0  # follower position (follower: own LEO; leader: last fetch offset)
     source_high_watermark: int = 0
     caught_up_at_ms: int = 0  # last time the follower was at the source HW
+    # Leader role, SYNC judgement: the source LEO offered by the previous
+    # fetch response, and when that fetch was served.
+    leo_at_last_fetch: int = 0
+    last_fetch_ms: int = 0
+    # When a fetch last showed it caught up (-1: never). Registration starts
+    # the lag clock (caught_up_at_ms) but proves nothing: joining IN_SYNC
+    # needs a fetch.
+    fetched_caught_up_ms: int = -1
 
     def lag_records(self) -> int:
         return max(0, self.source_high_watermark - self.log_end_offset)
@@ -275,6 +327,15 @@ class LinkRuntime:
     # A follower knows its lag only after a fetch round since (re)connecting:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
+    # SYNC mode: this side's verdict on the partitions it leads (None: it
+    # leads none, or the link is ASYNC), when that verdict was reached, and the
+    # remote's verdict on the partitions it leads (from its fetch responses).
+    local_sync: LinkState | None = None
+    local_sync_entered_ms: int = 0
+    remote_sync: LinkState | None = None
+    # Leader partitions of a SYNC link, registered so that one the follower
+    # never fetched still counts (it is not caught up).
+    sync_partitions: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +343,7 @@ class LinkLimits:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     lag_max_records: int = DEFAULT_LAG_MAX_RECORDS
     lag_max_ms: int = DEFAULT_LAG_MAX_MS
+    replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
 
 
 class LinkTable:
@@ -404,6 +466,31 @@ class LinkTable:
         config.fields[key] = Field(value, self.hlc.now(now_ms))
         return self.store(config, now_ms)
 
+    def set_mode(self, name: str, mode: str, now_ms: int) -> list[dict[str, Any]]:
+        """ASYNC or SYNC (spec section 4): SYNC only from FOLLOWING; ASYNC always,
+        taking effect at once. Setting the current mode again changes nothing."""
+        config = self.get(name)
+        if mode.upper() not in MODES:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {name!r}",
+                f"link {name!r}: unknown mode {mode!r} (use ASYNC or SYNC)",
+            )
+        mode = mode.upper()
+        if config.mode == mode:
+            return []
+        state = self.state_name(name)
+        if mode == "SYNC" and state != LinkState.FOLLOWING.value:
+            raise ClusterError(
+                ErrorCode.LINK_NOT_FOLLOWING,
+                f"link {name!r}",
+                f"link {name!r} is {state}: switching to SYNC needs it FOLLOWING (every "
+                "follower partition connected and within the lag bound)",
+            )
+        records = self.set_field(name, "mode", mode, now_ms)
+        self._recompute(name, now_ms)
+        return records
+
     def put_mapping(self, name: str, mapping: Mapping, now_ms: int) -> list[dict[str, Any]]:
         config = self.get(name)
         versioned = replace(mapping, version=self.hlc.now(now_ms))
@@ -470,6 +557,132 @@ class LinkTable:
             progress.caught_up_at_ms = now_ms
         self._recompute(name, now_ms)
 
+    def on_leader_fetch(
+        self,
+        name: str,
+        topic: str,
+        partition: int,
+        fetch_offset: int,
+        log_end_offset: int,
+        high_watermark: int,
+        now_ms: int,
+    ) -> None:
+        """The follower fetched `topic`/`partition` at `fetch_offset` (so it holds,
+        durably, everything below it); this side's log ends at `log_end_offset`.
+        Kafka's rule for a follower's last caught-up time: caught up now if it
+        reached the log end, else as of the previous fetch if it reached what
+        that fetch's response offered."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        key = (topic, partition, "leader")
+        progress = runtime.partitions.get(key)
+        if progress is None:
+            progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
+            progress.leo_at_last_fetch = log_end_offset
+            progress.last_fetch_ms = now_ms
+            runtime.partitions[key] = progress
+        if fetch_offset >= log_end_offset:
+            progress.fetched_caught_up_ms = now_ms
+        elif fetch_offset >= progress.leo_at_last_fetch:
+            progress.fetched_caught_up_ms = max(
+                progress.fetched_caught_up_ms, progress.last_fetch_ms
+            )
+        progress.caught_up_at_ms = max(progress.caught_up_at_ms, progress.fetched_caught_up_ms)
+        progress.leo_at_last_fetch = log_end_offset
+        progress.last_fetch_ms = now_ms
+        progress.log_end_offset = fetch_offset
+        progress.source_high_watermark = high_watermark
+        self._recompute(name, now_ms)
+
+    def register_sync_partitions(
+        self, name: str, partitions: set[tuple[str, int]], now_ms: int
+    ) -> None:
+        """The partitions this side leads on the link now. A new one counts as
+        caught up at registration (its lag time starts then); one that left is
+        forgotten."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        for topic, partition in sorted(partitions - runtime.sync_partitions):
+            key = (topic, partition, "leader")
+            if key not in runtime.partitions:
+                progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
+                progress.last_fetch_ms = now_ms
+                runtime.partitions[key] = progress
+        for topic, partition in runtime.sync_partitions - partitions:
+            runtime.partitions.pop((topic, partition, "leader"), None)
+        runtime.sync_partitions = set(partitions)
+        self._recompute(name, now_ms)
+
+    def on_remote_sync_state(self, name: str, state: str, now_ms: int) -> None:
+        """The leading side's verdict on the partitions this side follows."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        try:
+            runtime.remote_sync = LinkState(state) if state else None
+        except ValueError:
+            runtime.remote_sync = None
+        if runtime.remote_sync not in SYNC_STATES:
+            runtime.remote_sync = None
+        self._recompute(name, now_ms)
+
+    def local_sync_state(self, name: str) -> str:
+        """This side's verdict on the partitions it leads ("" when ASYNC)."""
+        runtime = self.runtime.get(name)
+        if runtime is None or runtime.local_sync is None:
+            return ""
+        return runtime.local_sync.value
+
+    def sync_floor(self, topic: str, partition: int) -> int | None:
+        """How far the HW of a partition this cluster leads may move: below the
+        acknowledged position of every follower of an IN_SYNC link that covers it
+        (None: no such link). A follower that never fetched acknowledges nothing."""
+        floor: int | None = None
+        for name, config in self.configs.items():
+            runtime = self.runtime.get(name)
+            if (
+                runtime is None
+                or runtime.local_sync is not LinkState.IN_SYNC
+                or config.mapping_for(topic, "leader") is None
+            ):
+                continue
+            progress = runtime.partitions.get((topic, partition, "leader"))
+            acked = progress.log_end_offset if progress is not None else 0
+            floor = acked if floor is None else min(floor, acked)
+        return floor
+
+    def sync_links_leading(self, topic: str) -> list[tuple[str, LinkState]]:
+        """(link, this side's verdict) for every SYNC link on which this cluster
+        leads the topic, sorted by link name."""
+        out = []
+        for name in sorted(self.configs):
+            config = self.configs[name]
+            runtime = self.runtime.get(name)
+            if (
+                config.mode == "SYNC"
+                and runtime is not None
+                and config.mapping_for(topic, "leader") is not None
+            ):
+                out.append((name, runtime.local_sync or LinkState.SYNCING))
+        return out
+
+    def syncing_follower_link(self, name: str, resource_type: str = "topic") -> str | None:
+        """The SYNC link, if any, that this cluster follows `name` on and that is
+        SYNCING (follower reads are refused then: spec section 6)."""
+        for link in sorted(self.configs):
+            config = self.configs[link]
+            runtime = self.runtime.get(link)
+            if (
+                config.mode == "SYNC"
+                and runtime is not None
+                and runtime.state is LinkState.SYNCING
+                and config.mapping_for(name, "follower", resource_type) is not None
+            ):
+                return link
+        return None
+
     def forget_partitions(self, name: str, keep: set[tuple[str, int, str]]) -> None:
         runtime = self.runtime.get(name)
         if runtime is not None:
@@ -482,11 +695,20 @@ class LinkTable:
 
     def _recompute(self, name: str, now_ms: int) -> None:
         runtime = self.runtime[name]
+        config = self.configs.get(name)
         contact = runtime.last_contact_ms
-        if contact is None or now_ms - contact > self.limits.session_timeout_ms:
-            new = LinkState.DISCONNECTED
+        connected = contact is not None and now_ms - contact <= self.limits.session_timeout_ms
+        if not connected:
             runtime.round_done = False
+        if config is not None and config.mode == "SYNC":
+            new = self._sync_state(config, runtime, connected, now_ms)
+        elif not connected:
+            runtime.local_sync = None
+            runtime.remote_sync = None
+            new = LinkState.DISCONNECTED
         else:
+            runtime.local_sync = None
+            runtime.remote_sync = None
             lagging = any(
                 p.role == "follower"
                 and (
@@ -495,7 +717,6 @@ class LinkTable:
                 )
                 for p in runtime.partitions.values()
             )
-            config = self.configs.get(name)
             follows = config is not None and any(
                 m.local_role == "follower" and m.resource_type == "topic"
                 for m in config.attached_mappings()
@@ -508,6 +729,54 @@ class LinkTable:
             runtime.entered_at_ms = now_ms
             runtime.history.append((new.value, now_ms))
             del runtime.history[:-STATE_HISTORY_MAX]
+
+    def _sync_state(
+        self, config: LinkConfig, runtime: LinkRuntime, connected: bool, now_ms: int
+    ) -> LinkState:
+        """The SYNC state machine (module docstring): this side's verdict on what
+        it leads, combined with the remote's verdict on what this side follows."""
+        lag_ms_max = self.limits.replica_lag_time_max_ms
+        leads = any(
+            m.local_role == "leader" and m.resource_type == "topic"
+            for m in config.attached_mappings()
+        )
+        follows = any(
+            m.local_role == "follower" and m.resource_type == "topic"
+            for m in config.attached_mappings()
+        )
+        local: LinkState | None = None
+        if leads:
+            previous = runtime.local_sync or LinkState.SYNCING
+            progress = [
+                p
+                for key, p in sorted(runtime.partitions.items())
+                if key[2] == "leader" and (key[0], key[1]) in runtime.sync_partitions
+            ]
+            fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
+            if not connected:
+                local = LinkState.OUT_OF_SYNC
+            elif previous is LinkState.IN_SYNC:
+                local = LinkState.IN_SYNC if fresh else LinkState.OUT_OF_SYNC
+            else:
+                since = runtime.local_sync_entered_ms if runtime.local_sync is not None else now_ms
+                caught_up = fresh and all(p.fetched_caught_up_ms >= since for p in progress)
+                local = LinkState.IN_SYNC if caught_up and runtime.local_sync else previous
+            if local is not runtime.local_sync:
+                runtime.local_sync = local
+                runtime.local_sync_entered_ms = now_ms
+        else:
+            runtime.local_sync = None
+        remote: LinkState | None = None
+        if follows:
+            remote = runtime.remote_sync if connected else LinkState.OUT_OF_SYNC
+            remote = remote or LinkState.SYNCING
+        verdicts = [v for v in (local, remote) if v is not None]
+        for worst in (LinkState.OUT_OF_SYNC, LinkState.SYNCING):
+            if worst in verdicts:
+                return worst
+        if verdicts:
+            return LinkState.IN_SYNC
+        return LinkState.IN_SYNC if connected else LinkState.OUT_OF_SYNC
 
     # -- durability ----------------------------------------------------------------------
 

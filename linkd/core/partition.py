@@ -3,9 +3,12 @@
 Rules:
 - Offsets are dense. A batch appended at the log end offset (LEO) takes
   offsets LEO .. LEO + last_offset_delta; control markers take one offset.
-- The high watermark (HW) is what readers may see. On a cluster without
-  replicas it advances when the shell reports that bytes are durable
-  (`mark_durable`); later, in-sync followers will hold it back too.
+- The high watermark (HW) is what readers may see. It advances when the shell
+  reports that bytes are durable (`mark_durable`), but never past a limit the
+  cluster sets (`advance_high_watermark(limit)`): the in-sync followers of a
+  SYNC link hold a source partition's HW back until they have the records,
+  and a follower partition's HW never passes its source's HW (`hw_cap`). The
+  HW never moves backwards, except by truncation.
 - The last stable offset (LSO) is the first offset of the oldest open
   transaction, or the HW when none is open: `read_committed` readers stop there.
 - Idempotent producers: per producer id, the epoch and the last five batches'
@@ -135,6 +138,11 @@ class PartitionLog:
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_start_offset
         self.high_watermark = log_start_offset
+        # Everything below this offset is durable (the HW's first bound).
+        self.durable_offset = log_start_offset
+        # A follower partition's HW stays at or below its source's HW (None:
+        # no cap, e.g. a leader partition).
+        self.hw_cap: int | None = None
         self.leader_epoch = leader_epoch
         # (epoch, start offset) pairs, oldest first, as Kafka's leader epoch cache.
         self.epoch_history: list[tuple[int, int]] = [(leader_epoch, log_start_offset)]
@@ -143,6 +151,11 @@ class PartitionLog:
         self.size_bytes = 0
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset
+        # (marker offset, first offset) of transactions whose marker is written
+        # but not yet below the HW: read_committed readers must not see them
+        # (Kafka's first unstable offset), or a reader could see the records
+        # of a transaction before the outcome is visible.
+        self.completing: list[tuple[int, int]] = []
         self.aborted: list[AbortedTxn] = []
 
     @property
@@ -151,9 +164,13 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
+        lso = self.high_watermark
         if self.ongoing_txns:
-            return min(self.high_watermark, min(self.ongoing_txns.values()))
-        return self.high_watermark
+            lso = min(lso, min(self.ongoing_txns.values()))
+        for marker, first in self.completing:
+            if marker >= self.high_watermark:
+                lso = min(lso, first)
+        return lso
 
     # -- produce -------------------------------------------------------------
 
@@ -285,6 +302,9 @@ class PartitionLog:
             first = self.ongoing_txns.pop(pid, None)
             if first is not None and entry.control_type == CONTROL_ABORT:
                 self.aborted.append(AbortedTxn(pid, first, entry.base_offset))
+            if first is not None and entry.base_offset >= self.high_watermark:
+                # Ended, but its marker is not below the HW yet: still unstable.
+                self.completing.append((entry.base_offset, first))
             return
         if entry.base_sequence >= 0:
             producer.batches.append(
@@ -296,14 +316,31 @@ class PartitionLog:
     def has_open_txn(self, producer_id: int) -> bool:
         return producer_id in self.ongoing_txns
 
-    def mark_durable(self, offset: int) -> bool:
-        """Everything below `offset` is durable: the HW may move there. Returns
-        whether it moved."""
-        new_hw = min(offset, self.log_end_offset)
-        if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
+    def mark_durable(self, offset: int, limit: int | None = None) -> bool:
+        """Everything below `offset` is durable: the HW may move there, but not
+        past `limit` (see `advance_high_watermark`). Returns whether it moved."""
+        self.durable_offset = max(self.durable_offset, min(offset, self.log_end_offset))
+        return self.advance_high_watermark(limit)
+
+    def advance_high_watermark(self, limit: int | None = None) -> bool:
+        """Moves the HW to the durable offset, capped by `hw_cap` and `limit`
+        (None: no limit). It never moves backwards. Returns whether it moved."""
+        target = self.durable_offset
+        if self.hw_cap is not None:
+            target = min(target, self.hw_cap)
+        if limit is not None:
+            target = min(target, limit)
+        if target > self.high_watermark:
+            self.high_watermark = target
+            if self.completing:
+                self.completing = [(m, f) for m, f in self.completing if m >= target]
             return True
         return False
+
+    @property
+    def held_back(self) -> bool:
+        """Durable records the HW does not cover yet (a cap or a limit holds it)."""
+        return self.durable_offset > self.high_watermark
 
     def bump_epoch(self, epoch: int, start_offset: int) -> None:
         if epoch <= self.leader_epoch:
@@ -449,11 +486,14 @@ class PartitionLog:
         self.size_bytes = 0
         self.producers = {}
         self.ongoing_txns = {}
+        self.completing = []
         self.aborted = []
         self.log_end_offset = kept[0].base_offset if kept else offset
+        self.high_watermark = hw
         self.epoch_history = history
         self.leader_epoch = max(e for e, _ in history)
         for entry in kept:
             self._apply_entry(entry)
         self.log_end_offset = offset
         self.high_watermark = hw
+        self.durable_offset = min(self.durable_offset, offset)

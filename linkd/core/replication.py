@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from linkd.core import records as rb
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, Mapping
+from linkd.core.links import in_prefix as in_prefix
 from linkd.core.partition import PartitionLog
 
 if TYPE_CHECKING:
@@ -39,11 +40,6 @@ def map_name(name: str, from_prefix: str, to_prefix: str) -> str:
     return to_prefix + name[len(from_prefix) :]
 
 
-def in_prefix(name: str, prefix: str) -> bool:
-    """The namespace rule: "" holds every name not starting with "_"."""
-    if prefix == "":
-        return not name.startswith("_")
-    return name.startswith(prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +79,7 @@ def epoch_end_offset(log: PartitionLog, epoch: int) -> tuple[int, int]:
 
 def leader_mapping_for(config: LinkConfig, topic: str) -> Mapping | None:
     """The attached mapping under which this cluster leads `topic`, if any."""
-    best: Mapping | None = None
-    for m in config.attached_mappings():
-        if (
-            m.resource_type == "topic"
-            and m.local_role == "leader"
-            and in_prefix(topic, m.local_prefix)
-            and (best is None or len(m.local_prefix) > len(best.local_prefix))
-        ):
-            best = m
-    return best
+    return config.mapping_for(topic, "leader")
 
 
 def plan_replica_fetch(
@@ -120,9 +107,13 @@ def plan_replica_fetch(
     if fetch_offset > log.log_end_offset:
         return Diverged(log.log_end_offset, log.leader_epoch)
     offset = max(fetch_offset, log.log_start_offset)
+    # ASYNC followers copy what the source acknowledged; SYNC followers copy to
+    # the log end, and their next fetch offset is the acknowledgement the
+    # source high watermark waits for (spec section 5).
+    upper = log.log_end_offset if config.mode == "SYNC" else log.high_watermark
     return ReplicaFetchPlan(
         offset,
-        max(log.high_watermark, offset),
+        max(upper, offset),
         log.high_watermark,
         log.log_start_offset,
         log.leader_epoch,
@@ -290,6 +281,10 @@ def append_replica(
         topic.partitions[partition] = fresh
         log = fresh
         effects.append(ResetLog(topic.topic_id, partition, source_log_start))
+    if log.hw_cap is None:
+        # Copied records become visible only as far as the source's HW says
+        # (follow_source_high_watermarks), never merely because they are durable.
+        log.hw_cap = log.high_watermark
     try:
         batches = list(rb.iter_batches(data))
     except rb.CorruptBatchError as exc:
@@ -311,6 +306,27 @@ def append_replica(
         log.apply_batch(header, marker)
         effects.append(AppendBatch(topic.topic_id, partition, batch, header))
     return effects
+
+
+def follow_source_high_watermarks(
+    state: ClusterState, link_name: str, caps: list[tuple[str, int, int]]
+) -> bool:
+    """Follower side, after a fetch round: each follower partition's HW may
+    reach its source's HW (never beyond: readers here see only what the source
+    acknowledged). On a SYNC link the caps of one response apply together or
+    not at all, only once every partition holds its source's HW, so a
+    transaction whose markers span partitions becomes visible at once (spec
+    invariant 5). Returns whether any HW moved."""
+    config = state.links.configs.get(link_name)
+    logs = [(state.partition(t, p), t, p, hw) for t, p, hw in caps]
+    if config is not None and config.mode == "SYNC":
+        if any(log.log_end_offset < hw for log, _t, _p, hw in logs):
+            return False
+    moved = False
+    for log, t, p, hw in logs:
+        log.hw_cap = hw
+        moved |= log.advance_high_watermark(state.links.sync_floor(t, p))
+    return moved
 
 
 def truncate_replica(
@@ -566,6 +582,10 @@ def failover(
         records += put_mapping(state, link_name, replace_mapping(mapping, attached=False), now_ms)
         kind = ResourceType.parse(mapping.resource_type)
         records += state.namespaces.set_reserved(kind, mapping.local_prefix, False)
+        if mapping.resource_type == "topic":
+            # A new leader epoch on every partition made writable, so records
+            # written from now on are told apart from the old leader's tail.
+            records += start_new_epochs(state, mapping.local_prefix)
     return records, lagging
 
 
@@ -735,3 +755,29 @@ def accept_remote_config(
         if key not in still:
             records += detach_provenance(state, config, mapping)
     return records + reconcile_attachments(state, remote_view.name)
+
+
+# -- leader epochs of a promoted namespace (failover, reversal) ------------------------
+
+
+def start_new_epochs(state: ClusterState, prefix: str) -> list[dict[str, Any]]:
+    """Starts a new leader epoch, at the log end, on every partition of every
+    topic in a topic namespace that becomes writable here (journalled as an
+    unclean election's bump is). Records written from then on carry it, so a
+    cluster that kept the old leader's tail sees the divergence when it
+    follows this one (OffsetsForLeaderEpoch)."""
+    records: list[dict[str, Any]] = []
+    for name in sorted(state.topics):
+        if not in_prefix(name, prefix):
+            continue
+        for p, log in enumerate(state.topics[name].partitions):
+            record = {
+                "type": "leader_epoch",
+                "name": name,
+                "partition": p,
+                "epoch": log.leader_epoch + 1,
+                "start": log.log_end_offset,
+            }
+            state.apply_record(record)
+            records.append(record)
+    return records

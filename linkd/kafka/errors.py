@@ -86,6 +86,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.LINK_NOT_FOLLOWING: K.policy_violation,
         ErrorCode.LINK_NOT_IN_SYNC: K.not_enough_replicas,
         ErrorCode.FOLLOWER_SYNCING: K.leader_not_available,
+        ErrorCode.NO_SHARED_HISTORY: K.policy_violation,
     }
 )
 

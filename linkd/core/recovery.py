@@ -1,0 +1,695 @@
+"""Unclean link recovery and provenance reports (spec section 8).
+
+Rules:
+- Recovery runs on the side that will follow (it truncates); the link's
+  remote will lead. It never runs by itself: an operator asks for a report,
+  then confirms.
+- Each partition's provenance history says where ranges of its offsets came
+  from: `{start, source, link_id, link_epoch}` (copied from `source` from
+  `start` on), `{detached_at, link_id}` (the link's data ends there; later
+  offsets were written here) and `{truncated_to, link_id, removed}` (the log
+  was cut there; what followed is gone). Offsets before any entry were
+  written by the cluster itself. A later entry at or below an earlier one
+  rewrites history from its offset on.
+- Two partitions hold the same record at offset o when the *root origin* of
+  o is the same on both sides. The root origin is the origin the provenance
+  names, resolved through the other side's history when it names the other
+  side (a range copied from the remote is the remote's range, whatever the
+  remote's own origin there). Ranges copied from one origin are prefixes of
+  that origin's log, so two sides that copied from the same cluster agree up
+  to the shorter copy.
+- The leader-epoch histories refine this as Kafka's OffsetsForLeaderEpoch
+  does: the logs agree only while the epoch at every offset agrees, which
+  catches an origin that truncated and rewrote after one side copied.
+- The last common offset is the first offset, from the higher of the two log
+  start offsets, where either rule says the logs differ, at most the shorter
+  log end. The follower is cut at its batch boundary at or below it; a
+  follower left below the remote's log start is emptied (it restarts at the
+  remote's log start on its first fetch).
+- A partition holding records that shares no history with the remote's
+  (nothing of either log is the same by these rules) is refused:
+  NO_SHARED_HISTORY. Recovery would otherwise delete it all on a guess.
+- Committed offsets of this side's groups beyond a cut are moved back to the
+  cut; the report lists each (spec §10 invariant 6: only this admin call
+  moves offsets backwards, and it reports it).
+
+Pure code: functions of plain data and of ClusterState returning records and
+effects, as cluster.py does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.replication import in_prefix, map_name
+
+if TYPE_CHECKING:
+    from linkd.core.cluster import ClusterState, Effect
+    from linkd.core.links import LinkConfig
+
+# How deep the root-origin resolution follows the two histories into each
+# other (local -> remote -> local); a cycle deeper than this is treated as
+# the same origin, which can only happen for ranges both sides hold anyway.
+MAX_RESOLVE_DEPTH = 4
+
+
+# -- provenance entries ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceItem:
+    """One provenance entry in a normalised form. kind: "start", "detached"
+    or "truncated"."""
+
+    kind: str
+    offset: int
+    source: str = ""
+    link_id: str = ""
+    link_epoch: int = 0
+    removed: int = 0
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
+        if "start" in entry:
+            return cls(
+                "start",
+                int(entry["start"]),
+                str(entry.get("source", "")),
+                str(entry.get("link_id", "")),
+                int(entry.get("link_epoch", 0)),
+            )
+        if "detached_at" in entry:
+            return cls("detached", int(entry["detached_at"]), link_id=str(entry.get("link_id", "")))
+        if "truncated_to" in entry:
+            return cls(
+                "truncated",
+                int(entry["truncated_to"]),
+                link_id=str(entry.get("link_id", "")),
+                removed=int(entry.get("removed", 0)),
+            )
+        raise ValueError(f"not a provenance entry: {entry!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "offset": self.offset,
+            "source_cluster_id": self.source,
+            "link_id": self.link_id,
+            "link_epoch": self.link_epoch,
+            "removed_records": self.removed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSide:
+    """What recovery knows of one side's partition."""
+
+    cluster_id: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    epoch_history: tuple[tuple[int, int], ...]
+    provenance: tuple[ProvenanceItem, ...] = ()
+    # Base offsets of the batches (this side only); empty: every offset is one.
+    batch_offsets: tuple[int, ...] = ()
+
+
+def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
+    """(offset, origin cluster) breakpoints, oldest first: the origin of
+    offset o is that of the last point at or below o."""
+    points: list[tuple[int, str]] = [(0, side.cluster_id)]
+    for item in side.provenance:
+        origin = item.source if item.kind == "start" and item.source else side.cluster_id
+        # An entry at or below earlier points rewrites history from there on.
+        points = [p for p in points if p[0] < item.offset]
+        points.append((item.offset, origin))
+    return points
+
+
+def _at(points: list[tuple[int, str]], offset: int) -> str:
+    origin = points[0][1]
+    for start, who in points:
+        if start <= offset:
+            origin = who
+        else:
+            break
+    return origin
+
+
+def epoch_at(history: tuple[tuple[int, int], ...], offset: int) -> int:
+    epoch = history[0][0] if history else -1
+    for e, start in history:
+        if start <= offset:
+            epoch = e
+    return epoch
+
+
+def _root(
+    offset: int,
+    mine: list[tuple[int, str]],
+    my_id: str,
+    theirs: list[tuple[int, str]],
+    their_id: str,
+    depth: int = 0,
+) -> str:
+    origin = _at(mine, offset)
+    if origin == their_id and depth < MAX_RESOLVE_DEPTH:
+        return _root(offset, theirs, their_id, mine, my_id, depth + 1)
+    return origin
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The last common offset of two partitions and why it is there."""
+
+    common_offset: int
+    # "provenance", "leader-epoch", "log-end" (the shorter log ends there)
+    # or "local-empty".
+    reason: str
+    shared: bool  # some offset holds the same record on both sides (or local is empty)
+
+
+def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
+    """The last common offset of `local` and `remote` (module rules)."""
+    if local.log_end_offset <= local.log_start_offset:
+        return Comparison(local.log_end_offset, "local-empty", True)
+    low = max(local.log_start_offset, remote.log_start_offset)
+    high = min(local.log_end_offset, remote.log_end_offset)
+    if high <= low:
+        return Comparison(min(low, local.log_end_offset), "log-end", False)
+    lp, rp = origin_points(local), origin_points(remote)
+    lid, rid = local.cluster_id, remote.cluster_id
+    breaks = {low}
+    breaks.update(o for o, _ in lp + rp if low < o < high)
+    breaks.update(s for _, s in local.epoch_history + remote.epoch_history if low < s < high)
+    common_prov = high
+    common_epoch = high
+    for start in sorted(breaks):
+        if common_prov == high and _root(start, lp, lid, rp, rid) != _root(start, rp, rid, lp, lid):
+            common_prov = start
+        if common_epoch == high and epoch_at(local.epoch_history, start) != epoch_at(
+            remote.epoch_history, start
+        ):
+            common_epoch = start
+    common = min(common_prov, common_epoch)
+    if common_prov < common_epoch:
+        return Comparison(common, "provenance", common > low)
+    if common_epoch < high:
+        return Comparison(common, "leader-epoch", common > low)
+    return Comparison(high, "log-end", True)
+
+
+def cut_offset(local: PartitionSide, common: int, remote_log_start: int) -> int:
+    """Where this side's log is cut: its batch boundary at or below `common`;
+    its log start when that leaves it below the remote's log start."""
+    if common >= local.log_end_offset:
+        return local.log_end_offset
+    if common < remote_log_start:
+        return local.log_start_offset
+    cut = local.log_start_offset
+    for base in local.batch_offsets or (common,):
+        if base <= common:
+            cut = max(cut, base)
+    return min(cut, local.log_end_offset)
+
+
+# -- a report of one partition ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    topic: str
+    remote_topic: str
+    partition: int
+    local_log_end_offset: int
+    remote_log_end_offset: int
+    common_offset: int
+    truncate_to: int
+    local_records_lost: int
+    remote_records_lost: int
+    reason: str
+
+    @property
+    def diverged(self) -> bool:
+        return self.local_records_lost > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "remote_topic": self.remote_topic,
+            "partition": self.partition,
+            "local_log_end_offset": self.local_log_end_offset,
+            "remote_log_end_offset": self.remote_log_end_offset,
+            "common_offset": self.common_offset,
+            "truncate_to": self.truncate_to,
+            "local_records_lost": self.local_records_lost,
+            "remote_records_lost": self.remote_records_lost,
+            "diverged": self.diverged,
+            "reason": self.reason,
+        }
+
+
+def plan_partition(
+    topic: str, remote_topic: str, partition: int, local: PartitionSide, remote: PartitionSide
+) -> PartitionRow:
+    """Compares one partition; refuses (NO_SHARED_HISTORY) when nothing relates them."""
+    result = compare(local, remote)
+    if not result.shared:
+        raise ClusterError(
+            ErrorCode.NO_SHARED_HISTORY,
+            f"{topic}-{partition}",
+            f"partition {topic}-{partition} on {local.cluster_id!r} (offsets "
+            f"[{local.log_start_offset}, {local.log_end_offset})) shares no history with "
+            f"{remote_topic}-{partition} on {remote.cluster_id!r} (offsets "
+            f"[{remote.log_start_offset}, {remote.log_end_offset})): neither provenance nor "
+            "leader epochs relate them, so no last common offset is known; delete the topic "
+            "on the side that will follow, or choose other namespaces",
+        )
+    cut = cut_offset(local, result.common_offset, remote.log_start_offset)
+    return PartitionRow(
+        topic,
+        remote_topic,
+        partition,
+        local.log_end_offset,
+        remote.log_end_offset,
+        result.common_offset,
+        cut,
+        local.log_end_offset - cut,
+        max(0, remote.log_end_offset - max(result.common_offset, remote.log_start_offset)),
+        result.reason,
+    )
+
+
+# -- the cluster's view -----------------------------------------------------------------
+
+
+def local_side(state: ClusterState, topic: str, partition: int) -> PartitionSide:
+    log = state.partition(topic, partition)
+    entries = state.topic(topic).provenance.get(partition, [])
+    return PartitionSide(
+        state.cluster_id,
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        tuple(log.epoch_history),
+        tuple(ProvenanceItem.from_entry(e) for e in entries),
+        tuple(b.base_offset for b in log.batches),
+    )
+
+
+def partition_histories(state: ClusterState, topic: str) -> list[dict[str, Any]]:
+    """Every partition of `topic`: offsets, leader epoch history and
+    provenance history (entries in order), as plain data."""
+    t = state.topic(topic)
+    out: list[dict[str, Any]] = []
+    for p, log in enumerate(t.partitions):
+        entries = [ProvenanceItem.from_entry(e).to_dict() for e in t.provenance.get(p, [])]
+        for entry in entries:
+            entry["link_name"] = link_name_of(state, entry["link_id"])
+        out.append(
+            {
+                "partition": p,
+                "log_start_offset": log.log_start_offset,
+                "log_end_offset": log.log_end_offset,
+                "high_watermark": log.high_watermark,
+                "leader_epoch": log.leader_epoch,
+                "epoch_history": [{"epoch": e, "start_offset": s} for e, s in log.epoch_history],
+                "provenance": entries,
+            }
+        )
+    return out
+
+
+def link_name_of(state: ClusterState, link_id: str) -> str:
+    for name, config in sorted(state.links.configs.items()):
+        if config.link_id == link_id:
+            return name
+    return ""
+
+
+def namespace_partitions(state: ClusterState, prefix: str) -> list[tuple[str, int]]:
+    """(topic, partition) of every topic in a topic namespace, sorted."""
+    return [
+        (name, p)
+        for name in sorted(state.topics)
+        if in_prefix(name, prefix)
+        for p in range(len(state.topics[name].partitions))
+    ]
+
+
+def committed_in(state: ClusterState, group_prefix: str) -> list[tuple[str, str, int, int]]:
+    """(group, topic, partition, offset) of every group in a group namespace."""
+    out: list[tuple[str, str, int, int]] = []
+    for group_id, _state, _type in sorted(state.groups.list_groups()):
+        if not in_prefix(group_id, group_prefix):
+            continue
+        for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
+            out.append((group_id, topic, partition, c.offset))
+    return out
+
+
+# -- which namespaces ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryMapping:
+    """A namespace mapping recovery works on; after confirm it is attached
+    with the remote leading."""
+
+    resource_type: str  # "topic" | "group"
+    local_prefix: str
+    remote_prefix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.resource_type,
+            "local_prefix": self.local_prefix,
+            "remote_prefix": self.remote_prefix,
+            "leader": "remote",
+        }
+
+
+def select_mappings(
+    state: ClusterState,
+    config: LinkConfig,
+    requested: list[tuple[str, str, str | None]],
+) -> list[RecoveryMapping]:
+    """The mappings named (type, local prefix, remote prefix or None), or by
+    default every topic and group mapping of the link, attached or not.
+    Refuses unknown types, bad prefixes, and namespaces that follow another
+    link (they could not follow this one)."""
+    from linkd.core.namespaces import ResourceType, validate_prefix
+
+    chosen: list[RecoveryMapping] = []
+    if requested:
+        for rtype, local, remote in requested:
+            kind = ResourceType.parse(rtype)
+            if kind not in (ResourceType.TOPIC, ResourceType.GROUP):
+                raise ClusterError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"link {config.name!r}",
+                    f"link {config.name!r}: recovery covers topic and group namespaces, "
+                    f"not {kind.label}",
+                )
+            validate_prefix(kind, local)
+            existing = config.mappings.get((kind.label, local))
+            if remote is None:
+                remote = existing.remote_prefix if existing is not None else local
+            validate_prefix(kind, remote)
+            chosen.append(RecoveryMapping(kind.label, local, remote))
+    else:
+        for (rtype, local), current in sorted(config.mappings.items()):
+            if rtype in ("topic", "group"):
+                chosen.append(RecoveryMapping(rtype, local, current.remote_prefix))
+    if not chosen:
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"link {config.name!r}",
+            f"link {config.name!r} has no topic or group namespace mappings to recover; name "
+            "the namespaces (ccr-admin recover --namespace PREFIX)",
+        )
+    unique = list(dict.fromkeys(chosen))
+    for m in unique:
+        kind = ResourceType.parse(m.resource_type)
+        ns = state.namespaces.find(kind, m.local_prefix)
+        if ns is None:
+            continue
+        for candidate in [ns, *state.namespaces.overlapping(ns)]:
+            following = candidate.follower_link
+            if following is not None and following != config.name:
+                raise ClusterError(
+                    ErrorCode.ALREADY_FOLLOWING,
+                    ns.name,
+                    f"cannot recover {ns.name} from link {config.name!r}: "
+                    f"{'it' if candidate is ns else 'the overlapping ' + candidate.name} "
+                    f"follows link {following!r}; detach it from that link first",
+                )
+    return unique
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCut:
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int
+    new_offset: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "partition": self.partition,
+            "committed_offset": self.committed_offset,
+            "new_offset": self.new_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    link: str
+    local_cluster_id: str
+    remote_cluster_id: str
+    mappings: tuple[RecoveryMapping, ...]
+    partitions: tuple[PartitionRow, ...]
+    groups: tuple[GroupCut, ...]
+    confirmed: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def local_records_lost(self) -> int:
+        return sum(r.local_records_lost for r in self.partitions)
+
+    @property
+    def remote_records_lost(self) -> int:
+        return sum(r.remote_records_lost for r in self.partitions)
+
+    @property
+    def diverged_partitions(self) -> int:
+        return sum(1 for r in self.partitions if r.diverged)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "link": self.link,
+            "local_cluster_id": self.local_cluster_id,
+            "remote_cluster_id": self.remote_cluster_id,
+            "confirmed": self.confirmed,
+            "mappings": [m.to_dict() for m in self.mappings],
+            "partitions": [r.to_dict() for r in self.partitions],
+            "groups": [g.to_dict() for g in self.groups],
+            "totals": {
+                "partitions": len(self.partitions),
+                "diverged_partitions": self.diverged_partitions,
+                "local_records_lost": self.local_records_lost,
+                "remote_records_lost": self.remote_records_lost,
+                "groups_affected": len({g.group for g in self.groups}),
+                "offsets_moved": len(self.groups),
+            },
+        }
+
+
+# Remote partitions: (remote topic, partition) -> what the remote said.
+RemotePartitions = dict[tuple[str, int], PartitionSide]
+
+
+def plan_recovery(
+    state: ClusterState,
+    link_name: str,
+    mappings: list[RecoveryMapping],
+    remote_cluster_id: str,
+    remote: RemotePartitions,
+) -> RecoveryPlan:
+    """Compares every local partition of the mapped topic namespaces that the
+    remote also has, and finds the committed offsets beyond each cut. Local
+    partitions the remote lacks are left alone (the link never touches them).
+    Refuses a recovery that has nothing to do on a namespace that already
+    follows the link."""
+    config = state.links.get(link_name)
+    if remote_cluster_id != config.remote_cluster_id:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {link_name!r}",
+            f"link {link_name!r} names remote cluster {config.remote_cluster_id!r}, but "
+            f"{config.value('remote_bootstrap')} is cluster {remote_cluster_id!r}",
+        )
+    rows: list[PartitionRow] = []
+    topic_maps = [m for m in mappings if m.resource_type == "topic"]
+    for m in topic_maps:
+        for topic, p in namespace_partitions(state, m.local_prefix):
+            # The longest local prefix owns a topic, as the link's mappings do.
+            owner = max(
+                (x for x in topic_maps if in_prefix(topic, x.local_prefix)),
+                key=lambda x: len(x.local_prefix),
+            )
+            if owner is not m:
+                continue
+            remote_topic = map_name(topic, m.local_prefix, m.remote_prefix)
+            theirs = remote.get((remote_topic, p))
+            if theirs is None:
+                continue
+            rows.append(plan_partition(topic, remote_topic, p, local_side(state, topic, p), theirs))
+    cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
+    groups: list[GroupCut] = []
+    for group_id, _s, _t in sorted(state.groups.list_groups()):
+        for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
+            cut = cuts.get((topic, partition))
+            if cut is not None and c.offset > cut:
+                groups.append(GroupCut(group_id, topic, partition, c.offset, cut))
+    if not any(r.diverged for r in rows) and _already_following(config, mappings):
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"link {link_name!r}",
+            f"nothing to recover on link {link_name!r}: its namespaces already follow "
+            f"{config.remote_cluster_id!r} and no partition diverged (the link truncates "
+            "after an unclean election by itself)",
+        )
+    return RecoveryPlan(
+        link_name,
+        state.cluster_id,
+        remote_cluster_id,
+        tuple(mappings),
+        tuple(rows),
+        tuple(groups),
+    )
+
+
+def _already_following(config: LinkConfig, mappings: list[RecoveryMapping]) -> bool:
+    for m in mappings:
+        current = config.mappings.get((m.resource_type, m.local_prefix))
+        if current is None or not current.attached or current.leader != "remote":
+            return False
+        if current.remote_prefix != m.remote_prefix:
+            return False
+    return True
+
+
+def reserve_and_abort(
+    state: ClusterState, mappings: list[RecoveryMapping], now_ms: int
+) -> tuple[list[str], list[Effect]]:
+    """Reserves this side's namespaces (creating them reserved when missing)
+    and aborts the open transactions touching their topics (markers written,
+    producers fenced). Returns (aborted transactional ids, effects)."""
+    from linkd.core.cluster import Journal
+    from linkd.core.namespaces import ResourceType
+
+    records: list[dict[str, Any]] = []
+    for m in mappings:
+        kind = ResourceType.parse(m.resource_type)
+        if state.namespaces.find(kind, m.local_prefix) is None:
+            records += state.namespaces.create(kind, m.local_prefix, True)
+        else:
+            records += state.namespaces.set_reserved(kind, m.local_prefix, True)
+    effects: list[Effect] = [Journal(tuple(records))] if records else []
+    prefixes = [m.local_prefix for m in mappings if m.resource_type == "topic"]
+    aborted, more = state.abort_transactions_in(prefixes, now_ms)
+    return aborted, effects + more
+
+
+def apply_recovery(
+    state: ClusterState, plan: RecoveryPlan, link_id: str, now_ms: int
+) -> list[Effect]:
+    """Truncates every diverged partition to its cut (noting it in the
+    provenance history) and moves the reported committed offsets back."""
+    from linkd.core.cluster import Journal, TruncateLog
+
+    effects: list[Effect] = []
+    records: list[dict[str, Any]] = []
+    for row in plan.partitions:
+        if not row.diverged:
+            continue
+        topic = state.topic(row.topic)
+        log = state.partition(row.topic, row.partition)
+        removed = log.log_end_offset - row.truncate_to
+        log.truncate_to(row.truncate_to)
+        effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
+        record = {
+            "type": "provenance",
+            "name": row.topic,
+            "partition": row.partition,
+            "entry": {"truncated_to": row.truncate_to, "link_id": link_id, "removed": removed},
+        }
+        state.apply_record(record)
+        records.append(record)
+    for cut in plan.groups:
+        current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])
+        old = current.get((cut.topic, cut.partition))
+        record = {
+            "type": "offset_commit",
+            "group": cut.group,
+            "topic": cut.topic,
+            "partition": cut.partition,
+            "offset": cut.new_offset,
+            "metadata": old.metadata if old is not None else "",
+            "leader_epoch": -1,
+            "ts": now_ms,
+        }
+        state.groups.apply_record(record)
+        records.append(record)
+    if records:
+        effects.append(Journal(tuple(records)))
+    return effects
+
+
+def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
+    from dataclasses import replace
+
+    return replace(plan, confirmed=True)
+
+
+# -- promotion (reversal's last step, and failover) ---------------------------------------------
+
+
+def promote_namespaces(
+    state: ClusterState, link_name: str, namespaces: list[tuple[str, str]]
+) -> tuple[int, list[dict[str, Any]]]:
+    """Clears the reservation of namespaces this side now leads on the link
+    and starts a new leader epoch on every partition of their topics, so
+    records written from now on are told apart from any other history.
+    Refuses a namespace that still follows a link. Returns (partitions
+    bumped, records)."""
+    from linkd.core.namespaces import ResourceType
+    from linkd.core.replication import start_new_epochs
+
+    state.links.get(link_name)
+    checked = []
+    for rtype, prefix in namespaces:
+        kind = ResourceType.parse(rtype)
+        ns = state.namespaces.get(kind, prefix)
+        if ns.follower_link is not None:
+            raise ClusterError(
+                ErrorCode.NAMESPACE_ATTACHED,
+                ns.name,
+                f"cannot make {ns.name} writable: it still follows link {ns.follower_link!r}",
+            )
+        checked.append((kind, prefix))
+    records: list[dict[str, Any]] = []
+    bumped = 0
+    for kind, prefix in checked:
+        records += state.namespaces.set_reserved(kind, prefix, False)
+        if kind is ResourceType.TOPIC:
+            epochs = start_new_epochs(state, prefix)
+            bumped += len(epochs)
+            records += epochs
+    return bumped, records
+
+
+__all__ = [
+    "Comparison",
+    "GroupCut",
+    "PartitionRow",
+    "PartitionSide",
+    "ProvenanceItem",
+    "RecoveryMapping",
+    "RecoveryPlan",
+    "apply_recovery",
+    "compare",
+    "cut_offset",
+    "plan_partition",
+    "plan_recovery",
+    "select_mappings",
+]

@@ -1,0 +1,257 @@
+"""The pure rules of unclean link recovery (linkd/core/recovery.py): the last
+common offset of two partition histories, the cut, and the plan on a
+ClusterState."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from linkd.core.cluster import ClusterState, TruncateLog
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.recovery import (
+    PartitionSide,
+    ProvenanceItem,
+    RecoveryMapping,
+    apply_recovery,
+    compare,
+    cut_offset,
+    plan_partition,
+    plan_recovery,
+    promote_namespaces,
+)
+
+
+def copied(
+    cluster: str,
+    leo: int,
+    *items: ProvenanceItem,
+    epochs: tuple[tuple[int, int], ...] = ((0, 0),),
+) -> PartitionSide:
+    return PartitionSide(cluster, 0, leo, leo, tuple(epochs), tuple(items))
+
+
+def start(offset: int, source: str) -> ProvenanceItem:
+    return ProvenanceItem("start", offset, source, "link", 1)
+
+
+def detached(offset: int) -> ProvenanceItem:
+    return ProvenanceItem("detached", offset, link_id="link")
+
+
+def test_both_copied_from_one_origin__common_prefix_is_the_shorter_copy() -> None:
+    c = copied("C", 15, start(0, "A"), detached(15))
+    b = copied("B", 13, start(0, "A"), detached(10), epochs=((0, 0), (1, 10)))
+    result = compare(c, b)
+    assert result.common_offset == 10 and result.shared
+
+
+def test_provenance_alone_finds_the_divergence_when_epochs_collide() -> None:
+    # B wrote its own records from 10 at the same epoch number as A's tail.
+    c = copied("C", 15, start(0, "A"))
+    b = copied("B", 13, start(0, "A"), detached(10))
+    result = compare(c, b)
+    assert (result.common_offset, result.reason) == (10, "provenance")
+
+
+def test_epochs_alone_find_an_origin_that_rewrote_its_tail() -> None:
+    # Both copied from A, but A cut at 6 and rewrote (epoch 1) after C copied.
+    c = copied("C", 10, start(0, "A"))
+    b = copied("B", 9, start(0, "A"), epochs=((0, 0), (1, 6)))
+    result = compare(c, b)
+    assert (result.common_offset, result.reason) == (6, "leader-epoch")
+
+
+def test_copy_of_the_remote_is_the_remote__transitively() -> None:
+    # A follows back from B: A's own writes are what B copied up to 8.
+    a = copied("A", 12)
+    b = copied("B", 10, start(0, "A"), detached(8), epochs=((0, 0), (1, 8)))
+    assert compare(a, b).common_offset == 8
+    # B copied from A, which copied from X: B's range is A's range.
+    a2 = copied("A", 20, start(0, "X"))
+    b2 = copied("B", 20, start(0, "A"))
+    assert compare(b2, a2).common_offset == 20
+
+
+def test_no_shared_history_is_refused_and_an_empty_follower_is_not() -> None:
+    with pytest.raises(ClusterError) as info:
+        plan_partition("t", "t", 0, copied("A", 3), copied("B", 3))
+    assert info.value.code is ErrorCode.NO_SHARED_HISTORY
+    row = plan_partition("t", "t", 0, copied("A", 0), copied("B", 3))
+    assert (row.truncate_to, row.local_records_lost, row.remote_records_lost) == (0, 0, 3)
+
+
+def test_truncation_rewrites_history_from_its_offset() -> None:
+    # C copied from A to 15, was cut to 10, then copied from B.
+    c = copied(
+        "C",
+        13,
+        start(0, "A"),
+        detached(15),
+        ProvenanceItem("truncated", 10, link_id="cb", removed=5),
+        start(10, "B"),
+        epochs=((0, 0), (1, 10)),
+    )
+    b = copied("B", 13, start(0, "A"), detached(10), epochs=((0, 0), (1, 10)))
+    assert compare(c, b).common_offset == 13
+
+
+def test_cut_is_the_batch_boundary_at_or_below_the_common_offset() -> None:
+    side = PartitionSide("C", 0, 20, 20, ((0, 0),), (), (0, 5, 12, 17))
+    assert cut_offset(side, 14, 0) == 12
+    assert cut_offset(side, 12, 0) == 12
+    assert cut_offset(side, 25, 0) == 20
+    # Below the remote's log start: the follower empties (restarts there).
+    assert cut_offset(side, 14, 15) == 0
+
+
+segments = st.lists(st.integers(min_value=1, max_value=20), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    copied_b=st.integers(min_value=1, max_value=50),
+    copied_c=st.integers(min_value=1, max_value=50),
+    own_b=st.integers(min_value=0, max_value=20),
+    own_c=st.integers(min_value=0, max_value=20),
+)
+def test_property__two_copies_of_one_origin_agree_exactly_up_to_the_shorter_copy(
+    copied_b: int, copied_c: int, own_b: int, own_c: int
+) -> None:
+    """A model: record at offset o is ("A", o) while copied, else (cluster, o).
+    The common offset is exactly where the models first differ."""
+    b = copied("B", copied_b + own_b, start(0, "A"), detached(copied_b))
+    c = copied("C", copied_c + own_c, start(0, "A"), detached(copied_c))
+
+    def model(cluster: str, copied_to: int, leo: int) -> list[tuple[str, int]]:
+        return [("A" if o < copied_to else cluster, o) for o in range(leo)]
+
+    mb, mc = model("B", copied_b, b.log_end_offset), model("C", copied_c, c.log_end_offset)
+    first_diff = next(
+        (o for o in range(min(len(mb), len(mc))) if mb[o] != mc[o]), min(len(mb), len(mc))
+    )
+    result = compare(c, b)
+    assert result.common_offset == first_diff
+    row = plan_partition("t", "t", 0, c, b)
+    assert row.local_records_lost == c.log_end_offset - first_diff
+    assert row.remote_records_lost == b.log_end_offset - first_diff
+    # Symmetric: the other side finds the same point.
+    assert compare(b, c).common_offset == first_diff
+
+
+# -- on a ClusterState ------------------------------------------------------------------
+
+
+def _append(state: ClusterState, topic: str, n: int, epoch: int = 0) -> None:
+    log = state.partition(topic, 0)
+    for _ in range(n):
+        batch = rb.build_batch(
+            [rb.RecordSpec(key=b"k", value=b"v", timestamp=1)],
+            base_offset=log.log_end_offset,
+            partition_leader_epoch=epoch,
+        )
+        log.apply_batch(rb.parse_header(batch))
+    log.mark_durable(log.log_end_offset)
+
+
+def _follower_state() -> ClusterState:
+    """C: follows link cb to B; topic orders-t copied 15 records from A."""
+    state = ClusterState("C")
+    state.create_topic("orders-t", 1, {}, "tid-1")
+    state.links.store(
+        state.links.new_config("cb", "link-cb", "B", "b:1", "", "local_dials", "", 1000), 1000
+    )
+    state.apply_record(
+        {
+            "type": "provenance",
+            "name": "orders-t",
+            "partition": 0,
+            "entry": {"start": 0, "source": "A", "link_id": "link-ac", "link_epoch": 1},
+        }
+    )
+    _append(state, "orders-t", 15)
+    state.groups.apply_record(
+        {
+            "type": "offset_commit",
+            "group": "app-1",
+            "topic": "orders-t",
+            "partition": 0,
+            "offset": 13,
+            "metadata": "m",
+            "leader_epoch": 0,
+            "ts": 1,
+        }
+    )
+    return state
+
+
+def test_plan_and_apply__cut_moves_offsets_back_and_records_provenance() -> None:
+    state = _follower_state()
+    remote = {
+        ("orders-t", 0): copied("B", 13, start(0, "A"), detached(10), epochs=((0, 0), (1, 10)))
+    }
+    mappings = [RecoveryMapping("topic", "orders-", "orders-")]
+    plan = plan_recovery(state, "cb", mappings, "B", remote)
+    assert plan.to_dict()["totals"] == {
+        "partitions": 1,
+        "diverged_partitions": 1,
+        "local_records_lost": 5,
+        "remote_records_lost": 3,
+        "groups_affected": 1,
+        "offsets_moved": 1,
+    }
+    assert state.partition("orders-t", 0).log_end_offset == 15  # planning changes nothing
+    effects = apply_recovery(state, plan, "link-cb", 2000)
+    assert TruncateLog("tid-1", 0, 10) in effects
+    log = state.partition("orders-t", 0)
+    assert (log.log_end_offset, log.high_watermark) == (10, 10)
+    assert state.groups.committed("app-1", None)[("orders-t", 0)].offset == 10
+    assert state.topic("orders-t").provenance[0][-1] == {
+        "truncated_to": 10,
+        "link_id": "link-cb",
+        "removed": 5,
+    }
+
+
+def test_plan__refuses_a_remote_that_is_another_cluster() -> None:
+    state = _follower_state()
+    with pytest.raises(ClusterError) as info:
+        plan_recovery(state, "cb", [RecoveryMapping("topic", "orders-", "orders-")], "Z", {})
+    assert info.value.code is ErrorCode.INVALID_LINK_CONFIG
+
+
+def test_abort_transactions_in__writes_markers_and_fences() -> None:
+    state = ClusterState("A")
+    state.create_topic("orders-t", 1, {}, "tid")
+    pid, epoch, _c, _r = state.txn.init_producer_id("t1", 60_000, 0)
+    state.txn.add_partitions("t1", pid, epoch, [("orders-t", 0)], 0)
+    batch = rb.build_batch(
+        [rb.RecordSpec(key=b"k", value=b"v", timestamp=1)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=0,
+        transactional=True,
+    )
+    state.produce("orders-t", 0, batch, "t1", 1)
+    aborted, effects = state.abort_transactions_in(["orders-"], 5)
+    assert aborted == ["t1"]
+    log = state.partition("orders-t", 0)
+    assert not log.ongoing_txns and log.log_end_offset == 2
+    assert state.txn.describe("t1") is not None
+    assert state.txn.describe("t1").producer_epoch == epoch + 1  # type: ignore[union-attr]
+    assert state.abort_transactions_in(["orders-"], 6)[0] == []
+    assert effects
+
+
+def test_failover_and_promotion_start_a_new_leader_epoch_at_the_log_end() -> None:
+    state = ClusterState("B")
+    state.create_topic("orders-t", 1, {}, "tid")
+    _append(state, "orders-t", 4)
+    records = rep.start_new_epochs(state, "orders-")
+    assert [r["type"] for r in records] == ["leader_epoch"]
+    assert state.partition("orders-t", 0).epoch_history == [(0, 0), (1, 4)]
+    with pytest.raises(ClusterError):
+        promote_namespaces(state, "missing-link", [("topic", "orders-")])

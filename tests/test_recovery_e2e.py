@@ -1,0 +1,269 @@
+"""Unclean link recovery between real daemons, driven through ccr-admin
+(spec section 8; KIP-986 "Unclean Link Recovery" and "Disaster Recovery
+(multi-zone Asynchronous)").
+
+Stories: a failover starts a new leader epoch, so the old leader that
+follows again truncates its tail by itself; after A is lost and B promoted,
+C (ahead of B) is told exactly what it must cut before following B, and
+then follows it to identical logs; recovery refuses partitions with no
+shared history and an unreachable remote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import run_cli
+from test_links_e2e import (
+    LINK_FLAGS,
+    cli_json,
+    committed,
+    consume_n,
+    high_watermarks,
+    read_all,
+    wait_for,
+)
+
+from admin import Producer
+
+WAIT_S = 60.0
+
+
+def produce_batches(bootstrap: str, topic: str, n: int, prefix: str) -> None:
+    """n records, one batch each (every offset is a batch boundary)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(n):
+        producer.produce(topic, key=f"k{i}", value=f"{prefix}-{i}", partition=0)
+        assert producer.flush(WAIT_S) == 0
+    producer.close()
+
+
+def attach(d: Any, link: str, kind: str, prefix: str, leader: str) -> None:
+    cli_json(
+        d.bootstrap,
+        "attach-namespace",
+        "--link",
+        link,
+        "--type",
+        kind,
+        "--local-prefix",
+        prefix,
+        "--remote-prefix",
+        prefix,
+        "--leader",
+        leader,
+    )
+
+
+def namespaces(*daemons: Any) -> None:
+    for d in daemons:
+        cli_json(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+        cli_json(d.bootstrap, "create-namespace", "--type", "group", "--prefix", "app-")
+
+
+def values(bootstrap: str, topic: str) -> list[bytes | None]:
+    return [v for _p, _o, _k, v, _t in read_all(bootstrap, topic)]
+
+
+def test_failover__starts_a_new_leader_epoch__old_leader_following_again_truncates_its_tail(
+    daemon_factory: Any,
+) -> None:
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    namespaces(a, b)
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    attach(a, "ab", "topic", "orders-", "local")
+    run_cli("create-topic", "orders-e", "--partitions", "1", bootstrap=a.bootstrap)
+    produce_batches(a.bootstrap, "orders-e", 8, "a")
+    wait_for("B has 8", lambda: high_watermarks(b.bootstrap, "orders-e") == [8])
+    wait_for(
+        "FOLLOWING", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING"
+    )
+    cli_json(b.bootstrap, "failover", "--link", "ab")
+
+    # B's partition starts epoch 1 where the copied data ends.
+    report = cli_json(b.bootstrap, "provenance", "orders-e")
+    part = report["partitions"][0]
+    assert part["epoch_history"] == [
+        {"epoch": 0, "start_offset": 0},
+        {"epoch": 1, "start_offset": 8},
+    ]
+    assert [e["kind"] for e in part["provenance"]] == ["start", "detached"]
+    assert part["provenance"][0]["source_cluster_id"] == "A"
+    assert part["provenance"][0]["link_name"] == "ab"
+    assert part["provenance"][1]["offset"] == 8
+
+    # Both sides write: A its old tail (epoch 0), B its new history (epoch 1).
+    produce_batches(a.bootstrap, "orders-e", 4, "a-tail")
+    produce_batches(b.bootstrap, "orders-e", 2, "b-new")
+    assert cli_json(b.bootstrap, "provenance", "orders-e")["partitions"][0]["leader_epoch"] == 1
+
+    # A follows B again: the epochs tell it where its log diverged.
+    attach(a, "ab", "topic", "orders-", "remote")
+    wait_for(
+        "A follows B's history",
+        lambda: (
+            high_watermarks(a.bootstrap, "orders-e") == [10]
+            and values(a.bootstrap, "orders-e") == values(b.bootstrap, "orders-e")
+        ),
+    )
+    assert values(a.bootstrap, "orders-e") == [f"a-{i}".encode() for i in range(8)] + [
+        b"b-new-0",
+        b"b-new-1",
+    ]
+
+
+def test_disaster_recovery__c_ahead_of_promoted_b__recover_reports_and_cuts_then_follows_b(
+    daemon_factory: Any,
+) -> None:
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    c = daemon_factory("C", extra_args=LINK_FLAGS)
+    namespaces(a, b, c)
+    # A leads orders- and app- to B and to C.
+    for link, other in (("ab", b), ("ac", c)):
+        cli_json(a.bootstrap, "create-link", link, "--remote", other.bootstrap)
+        attach(a, link, "topic", "orders-", "local")
+        attach(a, link, "group", "app-", "local")
+    run_cli("create-topic", "orders-dr", "--partitions", "1", bootstrap=a.bootstrap)
+    produce_batches(a.bootstrap, "orders-dr", 10, "a")
+    for d in (b, c):
+        bootstrap: str = d.bootstrap
+        wait_for(
+            f"{d.cluster_id} has 10",
+            lambda at=bootstrap: high_watermarks(at, "orders-dr") == [10],  # type: ignore[misc]
+        )
+
+    # Zone B goes dark for a while: C gets more of A's records than B.
+    b.terminate()
+    produce_batches(a.bootstrap, "orders-dr", 5, "a-late")
+    consume_n(a.bootstrap, "app-1", "orders-dr", 13)
+    assert committed(a.bootstrap, "app-1") == {("orders-dr", 0): 13}
+    wait_for("C has 15", lambda: high_watermarks(c.bootstrap, "orders-dr") == [15])
+    wait_for(
+        "C has app-1's offset", lambda: committed(c.bootstrap, "app-1") == {("orders-dr", 0): 13}
+    )
+
+    # Zone A is lost; B comes back and is promoted, and writes.
+    a.terminate()
+    b.start()
+    b.wait_ready()
+    cli_json(b.bootstrap, "failover", "--link", "ab", "--force")
+    produce_batches(b.bootstrap, "orders-dr", 3, "b")
+    assert high_watermarks(b.bootstrap, "orders-dr") == [13]
+
+    # C leaves the dead link and links to B.
+    for kind in ("topic", "group"):
+        prefix = "orders-" if kind == "topic" else "app-"
+        cli_json(
+            c.bootstrap,
+            "detach-namespace",
+            "--link",
+            "ac",
+            "--type",
+            kind,
+            "--local-prefix",
+            prefix,
+        )
+    cli_json(c.bootstrap, "create-link", "cb", "--remote", b.bootstrap)
+
+    args = ("recover", "--link", "cb", "--namespace", "orders-", "--group-namespace", "app-")
+    report = cli_json(c.bootstrap, *args)
+    assert report["confirmed"] is False
+    assert report["local_cluster_id"] == "C" and report["remote_cluster_id"] == "B"
+    assert report["partitions"] == [
+        {
+            "topic": "orders-dr",
+            "remote_topic": "orders-dr",
+            "partition": 0,
+            "local_log_end_offset": 15,
+            "remote_log_end_offset": 13,
+            "common_offset": 10,
+            "truncate_to": 10,
+            "local_records_lost": 5,
+            "remote_records_lost": 3,
+            "diverged": True,
+            "reason": "leader-epoch",
+        }
+    ]
+    assert report["groups"] == [
+        {
+            "group": "app-1",
+            "topic": "orders-dr",
+            "partition": 0,
+            "committed_offset": 13,
+            "new_offset": 10,
+        }
+    ]
+    assert report["totals"] == {
+        "partitions": 1,
+        "diverged_partitions": 1,
+        "local_records_lost": 5,
+        "remote_records_lost": 3,
+        "groups_affected": 1,
+        "offsets_moved": 1,
+    }
+    # A report changes nothing.
+    assert high_watermarks(c.bootstrap, "orders-dr") == [15]
+
+    done = cli_json(c.bootstrap, *args, "--confirm")
+    assert done["confirmed"] is True and done["totals"] == report["totals"]
+    assert committed(c.bootstrap, "app-1") == {("orders-dr", 0): 10}
+    wait_for(
+        "C follows B",
+        lambda: (
+            high_watermarks(c.bootstrap, "orders-dr") == [13]
+            and values(c.bootstrap, "orders-dr") == values(b.bootstrap, "orders-dr")
+        ),
+    )
+    assert values(c.bootstrap, "orders-dr") == [f"a-{i}".encode() for i in range(10)] + [
+        f"b-{i}".encode() for i in range(3)
+    ]
+    link = cli_json(c.bootstrap, "describe-link", "cb")
+    assert {(m["type"], m["leader"]) for m in link["mappings"]} == {
+        ("topic", "remote"),
+        ("group", "remote"),
+    }
+    # C's provenance tells the story: copied from A, detached, cut, copied from B.
+    entries = cli_json(c.bootstrap, "provenance", "orders-dr")["partitions"][0]["provenance"]
+    assert [(e["kind"], e["offset"], e["source_cluster_id"]) for e in entries] == [
+        ("start", 0, "A"),
+        ("detached", 15, ""),
+        ("truncated", 10, ""),
+        ("start", 10, "B"),
+    ]
+    assert entries[2]["removed_records"] == 5
+    # B's new writes reach C too.
+    produce_batches(b.bootstrap, "orders-dr", 2, "b-more")
+    wait_for("C has 15 again", lambda: high_watermarks(c.bootstrap, "orders-dr") == [15])
+
+
+def test_recover__refuses_without_shared_history_and_when_the_remote_is_unreachable(
+    daemon_factory: Any,
+) -> None:
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    namespaces(a, b)
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    # Two unrelated topics of one name: nothing relates their histories.
+    for d in (a, b):
+        run_cli("create-topic", "orders-x", "--partitions", "1", bootstrap=d.bootstrap)
+        produce_batches(d.bootstrap, "orders-x", 3, d.cluster_id)
+    # A (which created the link, so it can dial B) would follow B.
+    refused = run_cli("recover", "--link", "ab", "--namespace", "orders-", bootstrap=a.bootstrap)
+    assert refused.returncode == 1
+    assert "NO_SHARED_HISTORY" in refused.stderr and "orders-x-0" in refused.stderr
+    assert high_watermarks(a.bootstrap, "orders-x") == [3]  # nothing changed
+
+    # A link without mappings, and no namespace named: nothing to recover.
+    refused = run_cli("recover", "--link", "ab", bootstrap=a.bootstrap)
+    assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr
+
+    b.terminate()
+    refused = run_cli(
+        "recover", "--link", "ab", "--namespace", "orders-", "--confirm", bootstrap=a.bootstrap
+    )
+    assert refused.returncode == 1 and "LINK_UNREACHABLE" in refused.stderr
+    assert high_watermarks(a.bootstrap, "orders-x") == [3]
+    ns = cli_json(a.bootstrap, "describe-namespace", "--type", "topic", "--prefix", "orders-")
+    assert ns["reserved"] is False  # a refused recovery reserves nothing
