@@ -723,7 +723,11 @@ async def apply_fetched(
             continue
         if fetched.diverging_end_offset >= 0:
             effects += rep.truncate_replica(
-                state, local, fetched.partition, fetched.diverging_end_offset
+                state,
+                local,
+                fetched.partition,
+                fetched.diverging_end_offset,
+                state.links.configs.get(link_name),
             )
             log.warning(
                 "follower truncated after divergence",

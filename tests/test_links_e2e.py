@@ -357,6 +357,11 @@ def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_
     values = [v for _p, _o, _k, v, _t in read_all(b.bootstrap, "orders-u")]
     assert values[:6] == [f"old-{i}".encode() for i in range(6)]
     assert values[6:] == [f"new-{i}".encode() for i in range(3)]
+    # The follower reports the cut in the partition's provenance history.
+    history = cli_json(b.bootstrap, "provenance", "orders-u")["partitions"][0]["provenance"]
+    kinds = [(e["kind"], e["offset"]) for e in history]
+    assert kinds == [("start", 0), ("truncated", 6), ("start", 6)], history
+    assert history[1]["removed_records"] == 4
 
 
 def mappings_of(bootstrap: str) -> set[tuple[str, str, str, str]]:

@@ -330,10 +330,16 @@ def follow_source_high_watermarks(
 
 
 def truncate_replica(
-    state: ClusterState, topic_name: str, partition: int, offset: int
+    state: ClusterState,
+    topic_name: str,
+    partition: int,
+    offset: int,
+    config: LinkConfig | None = None,
 ) -> list[Effect]:
-    """Follower side: cuts the log at the source's divergence point."""
-    from linkd.core.cluster import TruncateLog
+    """Follower side: cuts the log at the source's divergence point. Given the
+    link's config, the cut is recorded in the partition's provenance history
+    (`ccr-admin provenance` shows it: spec section 8)."""
+    from linkd.core.cluster import Journal, TruncateLog
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -346,8 +352,24 @@ def truncate_replica(
     boundary = max(boundary, log.log_start_offset)
     if boundary >= log.log_end_offset:
         return []
+    removed = log.log_end_offset - boundary
     log.truncate_to(boundary)
-    return [TruncateLog(topic.topic_id, partition, boundary)]
+    effects: list[Effect] = [TruncateLog(topic.topic_id, partition, boundary)]
+    if config is not None:
+        record = {
+            "type": "provenance",
+            "name": topic_name,
+            "partition": partition,
+            "entry": {
+                "truncated_to": boundary,
+                "link_id": config.link_id,
+                "removed": removed,
+                "reason": "diverged",
+            },
+        }
+        state.apply_record(record)
+        effects.append(Journal((record,)))
+    return effects
 
 
 def follower_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
@@ -373,7 +395,9 @@ def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[
     last = entries[-1] if entries else {}
     return {
         "provenance_entries": len(entries),
-        "provenance_start_offset": int(last.get("start", last.get("detached_at", -1))),
+        "provenance_start_offset": int(
+            last.get("start", last.get("detached_at", last.get("truncated_to", -1)))
+        ),
         "provenance_source": str(last.get("source", "")),
     }
 
