@@ -7,9 +7,22 @@ consumes part of them there with the group `app-demo`, then shows that B and C
 hold the same high watermarks and the same committed offsets. It stops B,
 produces more on A (A's link `ab` turns DISCONNECTED), restarts B and prints
 every state B's link passes through until FOLLOWING, with the link's recorded
-history. Finally it fails over to B and consumes the rest there with the same
-group, from the replicated committed offsets, and checks that A's and B's
-consumers together saw every produced record exactly once.
+history.
+
+Then link ac is switched to SYNC: A acknowledges a record only once C holds
+it. C is stalled (SIGSTOP): after link.replica.lag.time.max.ms (2 s here) the
+link is OUT_OF_SYNC and A's producers go on without waiting; C resumes
+(SIGCONT) and the link is IN_SYNC again.
+
+Finally a disaster: B goes down, A acknowledges a last batch (C has it: SYNC),
+then A is lost (SIGKILL). B restarts and is promoted (failover), the group
+consumes the rest there from the replicated committed offsets, and B takes new
+writes. C is re-pointed to follow B: `recover` reports exactly what C must
+truncate (the records B never had, and the consumer groups whose committed
+offsets pass the cut), `--confirm` does it, and C then holds B's log. The
+verdict checks that A's and B's consumers together saw every record B holds
+exactly once, and that the only records lost are the last batch A
+acknowledged while B was down (the RPO of the async link ab).
 
 Prints each command and what it answered; stops every daemon it started. Exit
 0 on success, 1 when something was lost, duplicated or did not converge.
@@ -37,11 +50,15 @@ COMMAND_TIMEOUT_S = 30.0
 WAIT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.1
-LINK_FLAGS = ["--link-session-timeout-ms", "2000"]
+LINK_FLAGS = ["--link-session-timeout-ms", "2000", "--link-replica-lag-time-max-ms", "2000"]
 TOPIC = "orders-demo"
 GROUP = "app-demo"
 FIRST_BATCH = 30
 SECOND_BATCH = 20
+SYNC_BATCH = 10
+STALL_BATCH = 5
+LAST_BATCH = 5
+NEW_ON_B = 5
 CONSUMED_ON_A = 20
 SHOWN_LINES = 4  # long outputs (one JSON line per record) are shortened
 
@@ -128,12 +145,24 @@ class Cluster:
             time.sleep(0.2)
         raise DemoError(f"linkd {self.id} did not become ready within {READY_TIMEOUT_S:g} s")
 
+    def signal(self, signum: int, name: str) -> None:
+        assert self.proc is not None
+        print(f"$ kill -{name} {self.proc.pid}   # linkd {self.id}")
+        os.kill(self.proc.pid, signum)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL, "KILL")
+        assert self.proc is not None
+        self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.proc = None
+
     def stop(self, quiet: bool = False) -> None:
         """SIGTERM, then SIGKILL if it does not stop in time."""
         proc = self.proc
         if proc is None:
             return
         if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # a stalled daemon would not act on SIGTERM
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=STOP_TIMEOUT_S)
@@ -232,8 +261,8 @@ def records(topic_json: str, produced: list[str]) -> list[tuple[int, int, str]]:
     return [(a["partition"], a["offset"], v) for a, v in zip(acks, produced, strict=True)]
 
 
-def produce(c: Cluster, first: int, count: int) -> list[tuple[int, int, str]]:
-    lines = [f"customer-{i % 5}:order #{i}" for i in range(first, first + count)]
+def produce(c: Cluster, first: int, count: int, label: str = "order") -> list[tuple[int, int, str]]:
+    lines = [f"customer-{i % 5}:{label} #{i}" for i in range(first, first + count)]
     out = admin(
         c,
         "produce",
@@ -244,7 +273,7 @@ def produce(c: Cluster, first: int, count: int) -> list[tuple[int, int, str]]:
         stdin="\n".join(lines) + "\n",
         piped=(
             f"for i in $(seq {first} {first + count - 1}); "
-            'do echo "customer-$((i % 5)):order #$i"; done'
+            f'do echo "customer-$((i % 5)):{label} #$i"; done'
         ),
         brief=True,
     )
@@ -281,9 +310,9 @@ def comparison_table(clusters: list[Cluster]) -> tuple[bool, str]:
     return same, text
 
 
-def print_history(cluster_id: str, described: dict[str, Any]) -> None:
+def print_history(cluster_id: str, described: dict[str, Any], link: str = "ab") -> None:
     """A link's recorded state changes, with the time each was entered (UTC)."""
-    print(f"history of link ab on {cluster_id} (from describe-link):")
+    print(f"history of link {link} on {cluster_id} (from describe-link):")
     for h in described["history"]:
         at = datetime.fromtimestamp(h["entered_at_ms"] / 1000, UTC)
         print(f"  {at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}  {h['state']}")
@@ -395,21 +424,103 @@ def run(tmp: Path) -> bool:
     if not same:
         raise DemoError("after the restart B or C disagree with A")
 
-    show("fail over to B, then consume the rest there with the same group")
-    admin(b, "failover", "--link", "ab")
+    show("switch link ac to SYNC: A acknowledges a record only once C holds it")
+    admin(a, "set-mode", "--link", "ac", "sync")
+    wait_for(
+        "ac IN_SYNC on A and C", lambda: link_state(a, "ac") == link_state(c, "ac") == "IN_SYNC"
+    )
+    first = FIRST_BATCH + SECOND_BATCH
+    produced += produce(a, first, SYNC_BATCH)
+    print(f"C's high watermarks right after the acknowledgements: {high_watermarks(c)}")
+    first += SYNC_BATCH
+
+    show("stall C (SIGSTOP): after 2 s A stops waiting for it (OUT_OF_SYNC)")
+    assert c.proc is not None
+    c.signal(signal.SIGSTOP, "STOP")
+    started = time.monotonic()
+    produced += produce(a, first, STALL_BATCH)
+    first += STALL_BATCH
+    print(
+        f"(A acknowledged {STALL_BATCH} records {time.monotonic() - started:.1f} s after they "
+        "were sent: the first waited for C until the link dropped out of sync)"
+    )
+    wait_for("ac OUT_OF_SYNC on A", lambda: link_state(a, "ac") == "OUT_OF_SYNC")
+    admin(a, "describe-link", "ac")
+    c.signal(signal.SIGCONT, "CONT")
+    wait_for("ac IN_SYNC again", lambda: link_state(a, "ac") == link_state(c, "ac") == "IN_SYNC")
+    print_history("A", json.loads(admin(a, "describe-link", "ac", "--json")), "ac")
+    wait_for("C to match A", lambda: high_watermarks(c) == high_watermarks(a))
+
+    show("disaster: B goes down, A acknowledges one more batch (C has it), A is lost")
+    wait_for("B to match A", lambda: high_watermarks(b) == high_watermarks(a))
+    b.stop()
+    last = produce(a, first, LAST_BATCH)
+    produced += last
+    first += LAST_BATCH
+    wait_for("C to hold the last batch", lambda: high_watermarks(c) == high_watermarks(a))
+    a.kill9()
+    print("A is gone. B lacks the last batch; C has it.")
+
+    show("B restarts and is promoted (failover --force: its link ab cannot reach A)")
+    b.spawn()
+    b.wait_ready()
+    admin(b, "failover", "--link", "ab", "--force")
     consumed_b = consume(b, "--timeout-ms", "3000")
     admin(b, "describe-group", GROUP)
+    new_on_b = produce(b, first, NEW_ON_B, "written-on-B")
+
+    show("C follows B from now on: what must C truncate first? (report only)")
+    print("(C drops its link to the lost A; its namespaces stay reserved, nothing is writable)")
+    admin(c, "delete-link", "ac")
+    admin(c, "create-link", "cb", "--remote", b.bootstrap)
+    report = json.loads(
+        admin(
+            c,
+            "recover",
+            "--link",
+            "cb",
+            "--namespace",
+            "orders-",
+            "--group-namespace",
+            "app-",
+            "--json",
+        )
+    )
+    admin(c, "recover", "--link", "cb", "--namespace", "orders-", "--group-namespace", "app-")
+    lost_on_c = sum(p["local_records_lost"] for p in report["partitions"])
+    print(f"C would lose {lost_on_c} records (A's last batch: {len(last)} records)")
+
+    show("recover --confirm: C truncates, moves its group offsets back, follows B")
+    admin(
+        c,
+        "recover",
+        "--link",
+        "cb",
+        "--namespace",
+        "orders-",
+        "--group-namespace",
+        "app-",
+        "--confirm",
+    )
+    wait_for("C to match B", lambda: high_watermarks(c) == high_watermarks(b), 60)
+    same, table = comparison_table([b, c])
+    print(table)
+    admin(c, "provenance", TOPIC)
 
     show("verdict")
-    want = sorted(produced)
+    b_holds = sorted(r for r in produced if r not in last)
     got = sorted(consumed_a + consumed_b)
     seen = set(got)
     duplicates = sorted({r for r in got if got.count(r) > 1})
-    missing = sorted(set(want) - seen)
-    unexpected = sorted(seen - set(want))
+    missing = sorted(set(b_holds) - seen)
+    unexpected = sorted(seen - set(produced))
     print(
-        f"produced on A: {len(want)} records; consumed on A: {len(consumed_a)}; "
-        f"consumed on B after failover: {len(consumed_b)}"
+        f"produced on A: {len(produced)} records; consumed on A: {len(consumed_a)}; "
+        f"consumed on B after failover: {len(consumed_b)}; written on B: {len(new_on_b)}"
+    )
+    print(
+        f"lost at failover (acknowledged by A while B was down): {len(last)}; "
+        f"C truncated: {lost_on_c}"
     )
     print(
         f"duplicates: {len(duplicates)}; missing: {len(missing)}; "
@@ -422,11 +533,12 @@ def run(tmp: Path) -> bool:
     ):
         for p, o, v in items[:5]:
             print(f"  {label}: partition {p} offset {o} value {v!r}")
-    ok = not duplicates and not missing and not unexpected
+    ok = not duplicates and not missing and not unexpected and lost_on_c == len(last) and same
     if ok:
         print(
-            "every produced record was consumed exactly once, on A before the failover "
-            "or on B after it, at the same partition and offset"
+            "every record B holds was consumed exactly once, on A before the disaster or on B "
+            "after it, at the same partition and offset; C dropped exactly A's last batch and "
+            "now holds B's log"
         )
     return ok
 
