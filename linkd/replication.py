@@ -462,6 +462,10 @@ class LinkRunner:
         self._held_offsets: list[rep.GroupOffset] = []
         # Set when the link's mappings change, so an idle runner starts at once.
         self._wake = asyncio.Event()
+        # Handshakes and discovery run beside the data path, not in series with
+        # it: a SYNC acknowledgement must not wait behind them.
+        self._control: asyncio.Task[None] | None = None
+        self._control_error: ClusterError | None = None
 
     def wake(self) -> None:
         """Mappings changed: handshake and discover on the next step, now."""
@@ -478,6 +482,8 @@ class LinkRunner:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._control is not None:
+            self._control.cancel()
         if self.task is not None:
             self.task.cancel()
             try:
@@ -518,15 +524,26 @@ class LinkRunner:
     ) -> None:
         loop = asyncio.get_running_loop()
         state = self.node.state
-        if loop.time() - self._last_handshake >= HANDSHAKE_INTERVAL_S:
-            reply = await stub.Handshake(
-                replication_pb2.HandshakeRequest(config=view_of(config)), timeout=CALL_TIMEOUT_S
+        if self._control_error is not None:
+            error, self._control_error = self._control_error, None
+            raise error
+        first = self._last_handshake == 0.0 and self._control is None
+        handshake_due = loop.time() - self._last_handshake >= HANDSHAKE_INTERVAL_S
+        discovery_due = (
+            rep.follower_mappings(config, "topic") or rep.follower_mappings(config, "group")
+        ) and loop.time() - self._last_discovery >= DISCOVERY_INTERVAL_S
+        if (handshake_due or discovery_due) and (self._control is None or self._control.done()):
+            self._control = asyncio.create_task(
+                self._control_round(stub, handshake_due, bool(discovery_due)),
+                name=f"link-{self.name}-control",
             )
-            now = self.node.clock()
-            records = rep.accept_remote_config(state, config_of(reply.config), now)
-            state.links.on_contact(self.name, now)
-            await self.manager.journal(records)
-            self._last_handshake = loop.time()
+            if first:
+                # The very first handshake goes before any data: it may create
+                # the link on the remote or refuse our credentials.
+                await asyncio.shield(self._control)
+                if self._control_error is not None:
+                    error, self._control_error = self._control_error, None
+                    raise error
             config = state.links.get(self.name)
         if rep.follower_mappings(config, "topic"):
             await self.pull(stub, config)
@@ -541,44 +558,84 @@ class LinkRunner:
                 pass
             self._wake.clear()
 
+    async def _control_round(
+        self, stub: replication_pb2_grpc.ReplicationAsyncStub, handshake: bool, discovery: bool
+    ) -> None:
+        """One handshake and/or one discovery, beside the data path. A failure
+        is handed to the data loop (which backs off and reconnects)."""
+        try:
+            if handshake:
+                await self._handshake_once(stub)
+            if discovery:
+                config = self.node.state.links.configs.get(self.name)
+                if config is not None:
+                    await self.discover(stub, config)
+        except (ClusterError, grpc.RpcError) as exc:
+            self._control_error = exc if isinstance(exc, ClusterError) else _rpc_error(exc, "link")
+            self.node.state.links.on_contact_lost(self.name, self.node.clock())
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug must not kill the runner silently
+            log.exception("link control round failed", extra={"link": self.name})
+
+    async def _handshake_once(self, stub: replication_pb2_grpc.ReplicationAsyncStub) -> None:
+        loop = asyncio.get_running_loop()
+        state = self.node.state
+        config = state.links.configs.get(self.name)
+        if config is None:
+            return
+        reply = await stub.Handshake(
+            replication_pb2.HandshakeRequest(config=view_of(config)), timeout=CALL_TIMEOUT_S
+        )
+        now = self.node.clock()
+        records = rep.accept_remote_config(state, config_of(reply.config), now)
+        state.links.on_contact(self.name, now)
+        await self.manager.journal(records)
+        self._last_handshake = loop.time()
+
+    async def discover(
+        self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
+    ) -> None:
+        """This side follows and dials: the source's topics (created or
+        reshaped here), READ ACLs and group offsets."""
+        loop = asyncio.get_running_loop()
+        namespaces = []
+        for mapping in rep.follower_mappings(config, "topic"):
+            reply = await stub.ListSourceTopics(
+                replication_pb2.ListSourceTopicsRequest(
+                    link_id=config.link_id, prefix=mapping.remote_prefix
+                ),
+                timeout=CALL_TIMEOUT_S,
+            )
+            namespaces.append(
+                replication_pb2.NamespaceTopics(
+                    prefix=mapping.remote_prefix,
+                    topics=reply.topics,
+                    read_acls=reply.read_acls,
+                )
+            )
+        await apply_topics(self.node, config, namespaces)
+        offsets: list[rep.GroupOffset] = []
+        for group_mapping in rep.follower_mappings(config, "group"):
+            reply_offsets = await stub.FetchGroupOffsets(
+                replication_pb2.FetchGroupOffsetsRequest(
+                    link_id=config.link_id, prefix=group_mapping.remote_prefix
+                ),
+                timeout=CALL_TIMEOUT_S,
+            )
+            offsets += [
+                (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+                for o in reply_offsets.offsets
+            ]
+        self._held_offsets = await apply_group_offsets(
+            self.node, config.name, offsets + self._held_offsets
+        )
+        self._last_discovery = loop.time()
+
     async def pull(
         self, stub: replication_pb2_grpc.ReplicationAsyncStub, config: LinkConfig
     ) -> None:
-        """This side follows and dials: discover, then fetch."""
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._last_discovery >= DISCOVERY_INTERVAL_S:
-            namespaces = []
-            for mapping in rep.follower_mappings(config, "topic"):
-                reply = await stub.ListSourceTopics(
-                    replication_pb2.ListSourceTopicsRequest(
-                        link_id=config.link_id, prefix=mapping.remote_prefix
-                    ),
-                    timeout=CALL_TIMEOUT_S,
-                )
-                namespaces.append(
-                    replication_pb2.NamespaceTopics(
-                        prefix=mapping.remote_prefix,
-                        topics=reply.topics,
-                        read_acls=reply.read_acls,
-                    )
-                )
-            await apply_topics(self.node, config, namespaces)
-            offsets: list[rep.GroupOffset] = []
-            for group_mapping in rep.follower_mappings(config, "group"):
-                reply_offsets = await stub.FetchGroupOffsets(
-                    replication_pb2.FetchGroupOffsetsRequest(
-                        link_id=config.link_id, prefix=group_mapping.remote_prefix
-                    ),
-                    timeout=CALL_TIMEOUT_S,
-                )
-                offsets += [
-                    (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
-                    for o in reply_offsets.offsets
-                ]
-            self._held_offsets = await apply_group_offsets(
-                self.node, config.name, offsets + self._held_offsets
-            )
-            self._last_discovery = loop.time()
+        """This side follows and dials: fetch (discovery runs beside it)."""
         request, by_source = follower_request(self.node, config)
         if not request.partitions:
             await asyncio.sleep(0.2)

@@ -55,6 +55,10 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 STATE_HISTORY_MAX = 32
 
 
+def _followed(config: LinkConfig) -> set[tuple[str, str]]:
+    return {m.key for m in config.attached_mappings() if m.local_role == "follower"}
+
+
 class LinkState(enum.Enum):
     DISCONNECTED = "DISCONNECTED"
     CATCHING_UP = "CATCHING_UP"
@@ -434,11 +438,17 @@ class LinkTable:
         return LinkConfig(name, link_id, self.cluster_id, remote_cluster_id, direction, fields)
 
     def store(self, config: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
+        previous = self.configs.get(config.name)
         self.configs[config.name] = config
-        if config.name not in self.runtime:
+        runtime = self.runtime.get(config.name)
+        if runtime is None:
             self.runtime[config.name] = LinkRuntime(
                 entered_at_ms=now_ms, history=[("DISCONNECTED", now_ms)]
             )
+        elif previous is not None and _followed(previous) != _followed(config):
+            # New follower namespaces: their lag is unknown until a fetch round.
+            runtime.round_done = False
+            self._recompute(config.name, now_ms)
         return [{"type": "link_config", "config": config.to_record()}]
 
     def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
