@@ -815,11 +815,12 @@ async def apply_fetched(
     ):
         node._notify_data()
     keep = set()
-    for local, p, source_hw in progress:
-        leo = state.partition(local, p).log_end_offset
-        state.links.on_progress(link_name, local, p, "follower", leo, source_hw, now)
-        keep.add((local, p, "follower"))
-    state.links.on_fetch_round(link_name, now)
+    with state.links.deferred():
+        for local, p, source_hw in progress:
+            leo = state.partition(local, p).log_end_offset
+            state.links.on_progress(link_name, local, p, "follower", leo, source_hw, now)
+            keep.add((local, p, "follower"))
+        state.links.on_fetch_round(link_name, now)
     runtime = state.links.runtime.get(link_name)
     if runtime is not None:
         state.links.forget_partitions(
@@ -901,55 +902,57 @@ async def serve_fetch(
         total = 0
         now = node.clock()
         state.links.on_contact(config.name, now)
-        for part in request.partitions:
-            entry = out.partitions.add(
-                topic=part.topic, partition=part.partition, diverging_end_offset=-1
-            )
-            try:
-                plan = rep.plan_replica_fetch(
-                    state,
-                    request.link_id,
+        with state.links.deferred():
+            for part in request.partitions:
+                entry = out.partitions.add(
+                    topic=part.topic, partition=part.partition, diverging_end_offset=-1
+                )
+                try:
+                    plan = rep.plan_replica_fetch(
+                        state,
+                        request.link_id,
+                        part.topic,
+                        part.partition,
+                        part.fetch_offset,
+                        part.last_fetched_epoch,
+                    )
+                except ClusterError as exc:
+                    entry.error.CopyFrom(
+                        errors_pb2.ErrorDetail(
+                            code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
+                            resource=exc.resource,
+                            retriable=exc.retriable,
+                            message=exc.message,
+                        )
+                    )
+                    continue
+                log_ = state.partition(part.topic, part.partition)
+                entry.log_end_offset = log_.log_end_offset
+                entry.leader_epoch = log_.leader_epoch
+                entry.log_start_offset = log_.log_start_offset
+                entry.high_watermark = log_.high_watermark
+                if isinstance(plan, rep.Diverged):
+                    entry.diverging_end_offset = plan.end_offset
+                    entry.diverging_epoch = plan.epoch
+                    continue
+                state.links.on_leader_fetch(
+                    config.name,
                     part.topic,
                     part.partition,
                     part.fetch_offset,
-                    part.last_fetched_epoch,
+                    log_.log_end_offset,
+                    log_.high_watermark,
+                    now,
                 )
-            except ClusterError as exc:
-                entry.error.CopyFrom(
-                    errors_pb2.ErrorDetail(
-                        code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
-                        resource=exc.resource,
-                        retriable=exc.retriable,
-                        message=exc.message,
+                if plan.upper_offset > plan.offset and total < budget_total:
+                    topic_id = state.topic(part.topic).topic_id
+                    part_max = part.max_bytes or PARTITION_MAX_BYTES
+                    budget = max(1, min(part_max, budget_total - total))
+                    data = node.stores[(topic_id, part.partition)].read(
+                        plan.offset, plan.upper_offset, budget
                     )
-                )
-                continue
-            log_ = state.partition(part.topic, part.partition)
-            entry.log_end_offset = log_.log_end_offset
-            entry.leader_epoch = log_.leader_epoch
-            entry.log_start_offset = log_.log_start_offset
-            entry.high_watermark = log_.high_watermark
-            if isinstance(plan, rep.Diverged):
-                entry.diverging_end_offset = plan.end_offset
-                entry.diverging_epoch = plan.epoch
-                continue
-            state.links.on_leader_fetch(
-                config.name,
-                part.topic,
-                part.partition,
-                part.fetch_offset,
-                log_.log_end_offset,
-                log_.high_watermark,
-                now,
-            )
-            if plan.upper_offset > plan.offset and total < budget_total:
-                topic_id = state.topic(part.topic).topic_id
-                budget = max(1, min(part.max_bytes or PARTITION_MAX_BYTES, budget_total - total))
-                data = node.stores[(topic_id, part.partition)].read(
-                    plan.offset, plan.upper_offset, budget
-                )
-                entry.records = data
-                total += len(data)
+                    entry.records = data
+                    total += len(data)
         if config.mode == "SYNC":
             # The fetch offsets acknowledge: the high watermarks may move, and
             # the follower learns where they moved to in this very response.

@@ -38,6 +38,8 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -359,6 +361,25 @@ class LinkTable:
         self.hlc = Hlc(cluster_id)
         self.configs: dict[str, LinkConfig] = {}
         self.runtime: dict[str, LinkRuntime] = {}
+        # Inside `deferred()`: links whose state must be recomputed at the end.
+        self._deferred: dict[str, int] | None = None
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Progress reports inside the block recompute each link's state once,
+        at the end, with the latest time reported (a fetch round over P
+        partitions costs O(P), not O(P^2)). Nested blocks join the outer one."""
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred = {}
+        try:
+            yield
+        finally:
+            pending, self._deferred = self._deferred, None
+            for name, now_ms in sorted(pending.items()):
+                if name in self.runtime:
+                    self._recompute(name, now_ms)
 
     # -- lookup ------------------------------------------------------------------
 
@@ -704,6 +725,9 @@ class LinkTable:
             self._recompute(name, now_ms)
 
     def _recompute(self, name: str, now_ms: int) -> None:
+        if self._deferred is not None:
+            self._deferred[name] = max(now_ms, self._deferred.get(name, now_ms))
+            return
         runtime = self.runtime[name]
         config = self.configs.get(name)
         contact = runtime.last_contact_ms
