@@ -1,0 +1,298 @@
+"""Checkers: the spec's section 10 invariants and Jepsen's named anomalies.
+
+Each check returns `Violation`s naming the invariant or anomaly and saying
+exactly what was wrong; a run with any violation fails (exit code 1).
+
+Invariants (spec section 10), checked where they can fail:
+- "1 offset identity" / "2 prefix": a follower partition, within its current
+  provenance range, holds byte for byte the source's batches at the same
+  offsets, and never more than the source has (`check_follower_log`; run at
+  every failover, before the follower detaches, and at the end of the run).
+- "3 reserved namespace": no client write was accepted into a reserved
+  namespace (from the history).
+- "6 replicated offsets": a replicated committed offset never exceeds the
+  follower's high watermark and never moves backwards (`OffsetWatch`, after
+  every follower apply).
+- "7 config convergence": after every partition heals, both sides hold the
+  same link configuration, swapped (`check_link_convergence`).
+Anomalies (Jepsen's names), from the history and the final logs:
+- lost_write: an acknowledged send is not at its offset on the cluster that
+  acknowledged it, and no reported truncation explains it.
+- duplicate: one value stored at two offsets of a partition.
+- skip: within one consumer session, a poll jumped over a stored record.
+- nonmonotonic: within one consumer session, offsets did not increase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from linkd.core import replication as rep
+from linkd.core.cluster import ClusterState
+from sim.history import History, Poll, Send
+from sim.store import PartitionStore
+
+# (cluster, topic, partition) -> {offset: value} of the data records stored.
+FinalLogs = dict[tuple[str, str, int], dict[int, str]]
+# (cluster, topic, partition) -> offsets at which a reported truncation cut.
+Truncations = dict[tuple[str, str, int], list[int]]
+
+DETAIL_MAX = 5  # violations of one kind reported in full per check
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"invariant": self.invariant, "detail": self.detail}
+
+
+def _capped(name: str, details: list[str]) -> list[Violation]:
+    out = [Violation(name, d) for d in details[:DETAIL_MAX]]
+    if len(details) > DETAIL_MAX:
+        out.append(Violation(name, f"... and {len(details) - DETAIL_MAX} more"))
+    return out
+
+
+# -- invariants 1 and 2 ----------------------------------------------------------------
+
+
+def current_source(
+    follower: ClusterState, topic: str, partition: int
+) -> tuple[str, str, int] | None:
+    """(source cluster id, source topic, range start) when the follower
+    partition's latest provenance entry is an attached range of a link that
+    still maps it; None otherwise."""
+    t = follower.topics.get(topic)
+    if t is None:
+        return None
+    entries = t.provenance.get(partition, [])
+    if not entries or "start" not in entries[-1]:
+        return None
+    last = entries[-1]
+    for config in follower.links.configs.values():
+        if config.link_id != last["link_id"]:
+            continue
+        mapping = max(
+            (
+                m
+                for m in rep.follower_mappings(config, "topic")
+                if rep.in_prefix(topic, m.local_prefix)
+            ),
+            key=lambda m: len(m.local_prefix),
+            default=None,
+        )
+        if mapping is None:
+            return None
+        return (
+            config.remote_cluster_id,
+            rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix),
+            int(last["start"]),
+        )
+    return None
+
+
+def check_follower_log(
+    follower_id: str,
+    topic: str,
+    partition: int,
+    follower_store: PartitionStore,
+    follower_hw: int,
+    source_id: str,
+    source_topic: str,
+    source_store: PartitionStore,
+    range_start: int,
+    check_prefix: bool = True,
+) -> list[Violation]:
+    """Invariants 1 and 2 for one follower partition's current range."""
+    where = f"{follower_id}:{topic}-{partition} (source {source_id}:{source_topic})"
+    out: list[Violation] = []
+    if check_prefix and follower_store.log_end_offset > max(
+        source_store.log_end_offset, range_start
+    ):
+        out.append(
+            Violation(
+                "2 prefix",
+                f"{where}: the follower log ends at {follower_store.log_end_offset}, beyond "
+                f"the source log end {source_store.log_end_offset}",
+            )
+        )
+    details: list[str] = []
+    start_index = follower_store.index_at(range_start)
+    for i in range(start_index, len(follower_store.batches)):
+        batch = follower_store.batches[i]
+        if batch.base_offset < range_start:
+            continue
+        if batch.base_offset >= follower_hw:
+            break
+        j = source_store.index_at(batch.base_offset)
+        if j >= len(source_store.batches):
+            continue  # beyond the source's log end: the prefix check's business
+        theirs = source_store.batches[j]
+        if theirs.base_offset != batch.base_offset or theirs.data != batch.data:
+            details.append(
+                f"{where}: the batch at offset {batch.base_offset} differs from the source's "
+                f"(source batch at {theirs.base_offset})"
+            )
+    return out + _capped("1 offset identity", details)
+
+
+# -- invariant 3 -----------------------------------------------------------------------
+
+
+def check_reserved_writes(history: History) -> list[Violation]:
+    details = [
+        f"{o.process} wrote {o.value.topic}-{o.value.partition} on {o.cluster} at "
+        f"t={o.complete_ms} ms while its namespace was reserved"
+        for o in history.sends()
+        if o.type == "ok" and o.reserved and isinstance(o.value, Send)
+    ]
+    return _capped("3 reserved namespace", details)
+
+
+# -- invariant 6 -----------------------------------------------------------------------
+
+
+class OffsetWatch:
+    """Remembers every replicated committed offset seen on followers."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, str, str, int], int] = {}
+        self.violations: list[Violation] = []
+
+    def observe(self, cluster_id: str, state: ClusterState, link_name: str, now_ms: int) -> None:
+        config = state.links.configs.get(link_name)
+        if config is None or len(self.violations) > DETAIL_MAX:
+            return
+        prefixes = [m.local_prefix for m in rep.follower_mappings(config, "group")]
+        if not prefixes:
+            return
+        for group_id, _s, _t in sorted(state.groups.list_groups()):
+            if not any(rep.in_prefix(group_id, p) for p in prefixes):
+                continue
+            for (topic, p), c in sorted(state.groups.committed(group_id, None).items()):
+                key = (cluster_id, group_id, topic, p)
+                t = state.topics.get(topic)
+                if t is not None and p < len(t.partitions):
+                    hw = t.partitions[p].high_watermark
+                    if c.offset > hw:
+                        self.violations.append(
+                            Violation(
+                                "6 replicated offsets",
+                                f"{cluster_id}: group {group_id!r} committed offset {c.offset} "
+                                f"for {topic}-{p} exceeds the follower high watermark {hw} "
+                                f"(t={now_ms} ms)",
+                            )
+                        )
+                previous = self.last.get(key)
+                if previous is not None and c.offset < previous:
+                    self.violations.append(
+                        Violation(
+                            "6 replicated offsets",
+                            f"{cluster_id}: group {group_id!r} committed offset for {topic}-{p} "
+                            f"moved back from {previous} to {c.offset} (t={now_ms} ms)",
+                        )
+                    )
+                self.last[key] = c.offset
+
+
+# -- invariant 7 -----------------------------------------------------------------------
+
+
+def check_link_convergence(
+    states: Mapping[str, ClusterState], up: Mapping[str, bool]
+) -> list[Violation]:
+    details: list[str] = []
+    for cid in sorted(states):
+        state = states[cid]
+        for name in state.links.names():
+            config = state.links.get(name)
+            other = states.get(config.remote_cluster_id)
+            if other is None or not up.get(cid) or not up.get(config.remote_cluster_id):
+                continue
+            if cid > config.remote_cluster_id:
+                continue  # each pair once
+            theirs = other.links.configs.get(name)
+            if theirs is None:
+                details.append(f"link {name!r} exists on {cid} but not on {other.cluster_id}")
+                continue
+            if config.to_record() != theirs.mirrored().to_record():
+                details.append(
+                    f"link {name!r}: {cid} and {other.cluster_id} still disagree after healing "
+                    f"({config.to_record()} vs mirrored {theirs.mirrored().to_record()})"
+                )
+    return _capped("7 config convergence", details)
+
+
+# -- anomalies -------------------------------------------------------------------------
+
+
+def check_lost_writes(
+    history: History, final: FinalLogs, truncations: Truncations
+) -> list[Violation]:
+    details: list[str] = []
+    for o in history.sends():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Send) or not v.value:
+            continue
+        key = (o.cluster, v.topic, v.partition)
+        log = final.get(key)
+        if log is None or log.get(v.offset) == v.value:
+            continue
+        if any(cut <= v.offset for cut in truncations.get(key, [])):
+            continue  # removed by a reported truncation: counted in metrics, not lost
+        details.append(
+            f"{o.process}: {v.value!r} acknowledged by {o.cluster} at {v.topic}-{v.partition} "
+            f"offset {v.offset} (t={o.complete_ms} ms) is not there "
+            f"(found {log.get(v.offset)!r})"
+        )
+    return _capped("lost_write", details)
+
+
+def check_duplicates(final: FinalLogs) -> list[Violation]:
+    details: list[str] = []
+    for (cluster, topic, partition), log in sorted(final.items()):
+        seen: dict[str, int] = {}
+        for offset, value in sorted(log.items()):
+            if value in seen:
+                details.append(
+                    f"{cluster}:{topic}-{partition}: {value!r} stored at offsets "
+                    f"{seen[value]} and {offset}"
+                )
+            else:
+                seen[value] = offset
+    return _capped("duplicate", details)
+
+
+def check_consumers(history: History, final: FinalLogs) -> list[Violation]:
+    """skip and nonmonotonic, per consumer, session and partition."""
+    skips: list[str] = []
+    backwards: list[str] = []
+    last: dict[tuple[str, int, str, int], int] = {}
+    for o in history.polls():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Poll):
+            continue
+        for partition, offset, _value in v.records:
+            key = (o.process, v.session, v.topic, partition)
+            previous = last.get(key)
+            last[key] = offset
+            if previous is None:
+                continue
+            if offset <= previous:
+                backwards.append(
+                    f"{o.process} (session {v.session}) read {v.topic}-{partition} offset "
+                    f"{offset} after {previous} on {o.cluster} (t={o.complete_ms} ms)"
+                )
+                continue
+            log = final.get((o.cluster, v.topic, partition), {})
+            missed = [x for x in range(previous + 1, offset) if x in log]
+            if missed:
+                skips.append(
+                    f"{o.process} (session {v.session}) jumped from offset {previous} to "
+                    f"{offset} of {v.topic}-{partition} on {o.cluster}, skipping {missed[:5]}"
+                )
+    return _capped("skip", skips) + _capped("nonmonotonic", backwards)

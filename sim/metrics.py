@@ -1,0 +1,127 @@
+"""Run metrics: a flat name -> number map, plus the definitions.
+
+- produce_latency_{p50,p99,max}_ms: acknowledged record-level sends, invoke to
+  ack (client latency + I/O queueing + write).
+- produce_latency_p99_catchup_ms / _steady_ms: the same, for sends invoked
+  while links were catching up after a heal, and for all others.
+- availability_<class>: ok / all operations per spec section 6 client class.
+- rpo_records, rpo_ms: at each failover, acknowledged records on the source
+  that the promoted follower lacks, and the span of acknowledgement time they
+  cover (the newest acked write on the source minus the newest the follower
+  holds).
+- consumer_duplicates_across_failover / consumer_skips_across_failover: values a
+  consumer saw again after moving clusters; stored values below its final
+  position that it never saw.
+- link_state_ms_<STATE>: time each link spent in each state (sampled per tick).
+- catchup_ms: the longest time from a heal to every link FOLLOWING without lag.
+- records_truncated_by_recovery / records_truncated_unclean: records cut from
+  followers after divergence, and by emulated unclean leader elections.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.history import History, Poll, Send
+
+
+def percentile(values: list[int], q: float) -> int:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self.windows: dict[str, list[tuple[int, int]]] = {}
+
+    def add(self, name: str, amount: float) -> None:
+        self.values[name] = self.values.get(name, 0) + amount
+
+    def set(self, name: str, value: float) -> None:
+        self.values[name] = value
+
+    def maximum(self, name: str, value: float) -> None:
+        self.values[name] = max(self.values.get(name, value), value)
+
+    def window(self, name: str, start_ms: int, end_ms: int) -> None:
+        self.windows.setdefault(name, []).append((start_ms, end_ms))
+
+    def flat(self) -> dict[str, float]:
+        return dict(sorted(self.values.items()))
+
+    def from_history(
+        self, history: History, final: dict[tuple[str, str, int], dict[int, str]]
+    ) -> None:
+        latencies: list[int] = []
+        catchup: list[int] = []
+        steady: list[int] = []
+        bulk: list[int] = []
+        windows = self.windows.get("catchup", [])
+        totals: dict[str, list[int]] = {}
+        for op in history.ops:
+            counts = totals.setdefault(op.client_class, [0, 0])
+            counts[1] += 1
+            if op.type == "ok":
+                counts[0] += 1
+            self.add(f"ops_{op.type}", 1)
+            v = op.value
+            if op.type != "ok" or not isinstance(v, Send):
+                continue
+            if not v.value:
+                bulk.append(op.latency_ms)
+                continue
+            latencies.append(op.latency_ms)
+            if any(a <= op.invoke_ms <= b for a, b in windows):
+                catchup.append(op.latency_ms)
+            else:
+                steady.append(op.latency_ms)
+        self.set("produce_latency_p50_ms", percentile(latencies, 50))
+        self.set("produce_latency_p99_ms", percentile(latencies, 99))
+        self.set("produce_latency_max_ms", max(latencies, default=0))
+        self.set("produce_latency_p99_catchup_ms", percentile(catchup, 99))
+        self.set("produce_latency_p99_steady_ms", percentile(steady, 99))
+        if bulk:
+            self.set("bulk_produce_latency_p99_ms", percentile(bulk, 99))
+        for cls, (ok, total) in sorted(totals.items()):
+            self.set(f"availability_{cls}", round(ok / total, 6) if total else 1.0)
+        self._across_failover(history, final)
+
+    def _across_failover(
+        self, history: History, final: dict[tuple[str, str, int], dict[int, str]]
+    ) -> None:
+        seen: dict[str, dict[str, int]] = {}  # process -> value -> first session
+        last_cluster: dict[str, tuple[str, str, int]] = {}
+        top: dict[tuple[str, int], int] = {}  # (process, partition) -> max offset, last session
+        duplicates = 0
+        for op in history.polls():
+            v = op.value
+            if op.type != "ok" or not isinstance(v, Poll):
+                continue
+            mine = seen.setdefault(op.process, {})
+            if last_cluster.get(op.process, ("", "", -1))[2] != v.session:
+                for key in [k for k in top if k[0] == op.process]:
+                    del top[key]
+            last_cluster[op.process] = (op.cluster, v.topic, v.session)
+            for partition, offset, value in v.records:
+                first = mine.setdefault(value, v.session)
+                if first < v.session:
+                    duplicates += 1
+                key = (op.process, partition)
+                top[key] = max(top.get(key, -1), offset)
+        skips = 0
+        for process, (cluster, topic, session) in sorted(last_cluster.items()):
+            if session == 0:
+                continue
+            mine = seen.get(process, {})
+            for (proc, partition), high in sorted(top.items()):
+                if proc != process:
+                    continue
+                log = final.get((cluster, topic, partition), {})
+                skips += sum(1 for o, val in log.items() if o <= high and val not in mine)
+        self.set("consumer_duplicates_across_failover", duplicates)
+        self.set("consumer_skips_across_failover", skips)

@@ -1,0 +1,62 @@
+"""The resource model: each cluster's I/O bandwidth, shared by every user.
+
+Rules:
+- A cluster has one I/O device of `bytes_per_ms` served first come, first
+  served. Client produce writes, client fetch reads, replica appends (writes on
+  the follower) and replica fetch reads (reads on the source) all queue on it,
+  so catch-up traffic competes with producers, as on a real broker.
+- A request of n bytes that arrives at t starts at max(t, device free) and
+  finishes n / bytes_per_ms later; the device is then busy until that time.
+- Bytes are counted per traffic class, so a run can show who used the device.
+- The replication rate limit of a source (`RateLimit`) is a token bucket in
+  bytes: a replica fetch may read at most the tokens available, and waits
+  when none are (the throttle Kafka applies to replication quotas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class IoDevice:
+    bytes_per_ms: int
+    free_at_ms: int = 0
+    bytes_by_class: dict[str, int] = field(default_factory=dict)
+
+    def reserve(self, size_bytes: int, now_ms: int, traffic_class: str) -> int:
+        """Queues an I/O of `size_bytes`; returns when it completes."""
+        start = max(now_ms, self.free_at_ms)
+        done = start + -(-max(0, size_bytes) // self.bytes_per_ms)
+        self.free_at_ms = done
+        self.bytes_by_class[traffic_class] = self.bytes_by_class.get(traffic_class, 0) + size_bytes
+        return done
+
+
+@dataclass(slots=True)
+class RateLimit:
+    """Token bucket: `bytes_per_s` refill, at most one second of burst."""
+
+    bytes_per_s: int
+    tokens: float = 0.0
+    updated_ms: int = 0
+
+    def available(self, now_ms: int) -> int:
+        if self.bytes_per_s <= 0:
+            return 1 << 62
+        elapsed = max(0, now_ms - self.updated_ms)
+        self.tokens = min(float(self.bytes_per_s), self.tokens + elapsed * self.bytes_per_s / 1000)
+        self.updated_ms = now_ms
+        return int(self.tokens)
+
+    def take(self, size_bytes: int, now_ms: int) -> None:
+        if self.bytes_per_s > 0:
+            self.available(now_ms)
+            self.tokens -= size_bytes
+
+    def wait_ms(self, size_bytes: int, now_ms: int) -> int:
+        """How long until `size_bytes` tokens are there."""
+        if self.bytes_per_s <= 0:
+            return 0
+        missing = size_bytes - self.available(now_ms)
+        return 0 if missing <= 0 else -(-missing * 1000 // self.bytes_per_s)

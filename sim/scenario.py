@@ -1,0 +1,477 @@
+"""Scenarios: declarative TOML files, validated into plain frozen data.
+
+A scenario stacks, FoundationDB style: a topology (who replicates to whom),
+network and cluster parameters, workloads (clients), faults (the nemesis) and
+operator actions at given virtual times. Every key is checked: an unknown key,
+a wrong type or a value out of range raises `ScenarioError` naming the table,
+the key and the value.
+
+Tables and keys (units last; every time is virtual milliseconds):
+  name, description
+  [run]       duration_ms, liveness_ms, tick_interval_ms, client_latency_ms,
+              request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
+              partition_max_bytes, fetch_max_wait_ms
+  [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
+              mode (ASYNC; SYNC comes with the core's sync links), file
+  [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path)
+  [cluster]   disk_bytes_per_ms, replication_limit_bytes_per_s,
+              session_timeout_ms, lag_max_ms, lag_max_records
+  [namespace] topics, partitions, groups (replicate group offsets too)
+  [[edges]]   source, target, and any [network] key or mode: per-edge overrides
+  [[workloads]] kind (producer|bulk_producer|consumer), name, cluster, topic, ...
+  [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|heal|crash|
+              restart|unclean_election), and the keys of that kind
+  [[actions]] at_ms, kind (failover|delete_link|create_link), and its keys
+
+Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
+can vary one knob without writing files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.topology import KINDS, cluster_names
+from sim.workloads import ConsumerSpec, ProducerSpec
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+MODES = ("ASYNC", "SYNC")
+
+
+class ScenarioError(ValueError):
+    """A scenario file or parameter is invalid; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    duration_ms: int = 60_000
+    liveness_ms: int = 60_000
+    tick_interval_ms: int = 100
+    client_latency_ms: int = 1
+    request_timeout_ms: int = 5_000
+    record_bytes: int = 1_024
+    max_events: int = 5_000_000
+    fetch_max_bytes: int = 8 * 1024 * 1024
+    partition_max_bytes: int = 1024 * 1024
+    fetch_max_wait_ms: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    kind: str = "chain"
+    clusters: tuple[str, ...] = ("A", "B")
+    mode: str = "ASYNC"
+    file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSpec:
+    latency_ms: int = 2
+    jitter_ms: int = 1
+    loss: float = 0.0
+    bandwidth_bytes_per_ms: int = 125_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    disk_bytes_per_ms: int = 500_000
+    replication_limit_bytes_per_s: int = 0  # 0: unlimited
+    session_timeout_ms: int = 10_000
+    lag_max_ms: int = 30_000
+    lag_max_records: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSpec:
+    topics: int = 1
+    partitions: int = 3
+    groups: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSpec:
+    source: str
+    target: str
+    mode: str = ""
+    latency_ms: int | None = None
+    jitter_ms: int | None = None
+    loss: float | None = None
+    bandwidth_bytes_per_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    at_ms: int
+    kind: str
+    side_a: tuple[str, ...] = ()
+    side_b: tuple[str, ...] = ()
+    node: str = ""
+    bridge: str = ""
+    duration_ms: int = 0
+    latency_ms: int = 0
+    permanent: bool = False
+    topic: str = ""
+    partition: int = 0
+    records: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    at_ms: int
+    kind: str
+    cluster: str = ""
+    link: str = ""
+    force: bool = False
+    bump_leader_epoch: bool = False
+    source: str = ""
+    target: str = ""
+    prefixes: tuple[tuple[str, str], ...] = ()  # (local on target, remote on source)
+    topic: str = ""
+    partitions: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    run: RunSpec = field(default_factory=RunSpec)
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    namespace: NamespaceSpec = field(default_factory=NamespaceSpec)
+    edges: tuple[EdgeSpec, ...] = ()
+    producers: tuple[ProducerSpec, ...] = ()
+    consumers: tuple[ConsumerSpec, ...] = ()
+    faults: tuple[FaultSpec, ...] = ()
+    actions: tuple[ActionSpec, ...] = ()
+    base_dir: str = ""
+
+
+FAULT_KINDS: dict[str, tuple[str, ...]] = {
+    # kind: keys it uses (besides at_ms and kind)
+    "partition": ("side_a", "side_b", "duration_ms"),
+    "one_way": ("side_a", "side_b", "duration_ms"),
+    "bridge": ("side_a", "side_b", "bridge", "duration_ms"),
+    "isolate": ("node", "duration_ms"),
+    "clog": ("side_a", "side_b", "latency_ms", "duration_ms"),
+    "heal": (),
+    "crash": ("node", "duration_ms", "permanent"),
+    "restart": ("node",),
+    "unclean_election": ("node", "topic", "partition", "records"),
+}
+
+ACTION_KINDS: dict[str, tuple[str, ...]] = {
+    # Operator actions; set-mode, reverse and recover will join this table.
+    "failover": ("cluster", "link", "force", "bump_leader_epoch"),
+    "delete_link": ("cluster", "link"),
+    "create_link": ("source", "target", "link", "prefixes"),
+    "create_topic": ("cluster", "topic", "partitions"),
+}
+
+
+# -- validation --------------------------------------------------------------------------
+
+
+def _convert(where: str, key: str, value: Any, default: Any, annotation: str) -> Any:
+    bad = ScenarioError(f"{where}: {key} = {value!r} is not {annotation}")
+    if "tuple[tuple[str, str]" in annotation:
+        if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p)
+            for p in value
+        ):
+            raise ScenarioError(f"{where}: {key} = {value!r} is not a list of [local, remote]")
+        return tuple((str(a), str(b)) for a, b in value)
+    if "tuple[str" in annotation:
+        if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+            raise ScenarioError(f"{where}: {key} = {value!r} is not a list of names")
+        return tuple(value)
+    if annotation.startswith("bool"):
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if annotation.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ScenarioError(f"{where}: {key} = {value!r} is not an integer")
+        if value < 0 and key not in ("stop_ms",):
+            raise ScenarioError(f"{where}: {key} = {value!r} must be >= 0")
+        return value
+    if annotation.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ScenarioError(f"{where}: {key} = {value!r} is not a number")
+        if value < 0:
+            raise ScenarioError(f"{where}: {key} = {value!r} must be >= 0")
+        return float(value)
+    if annotation.startswith("str"):
+        if not isinstance(value, str):
+            raise ScenarioError(f"{where}: {key} = {value!r} is not a string")
+        return value
+    del default
+    raise bad
+
+
+def _build(cls: Any, where: str, table: Any, skip: tuple[str, ...] = ()) -> Any:
+    if not isinstance(table, dict):
+        raise ScenarioError(f"{where}: expected a table, got {table!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
+    unknown = sorted(k for k in table if k not in fields)
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(fields))})"
+        )
+    values = {}
+    for key, value in table.items():
+        values[key] = _convert(where, key, value, None, str(fields[key].type))
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ScenarioError(f"{where}: {exc}") from exc
+
+
+def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
+    known = {
+        "name",
+        "description",
+        "run",
+        "topology",
+        "network",
+        "cluster",
+        "namespace",
+        "edges",
+        "workloads",
+        "faults",
+        "actions",
+    }
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        raise ScenarioError(
+            f"scenario: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("scenario: name must be a non-empty string")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ScenarioError(f"scenario: description = {description!r} is not a string")
+    run = _build(RunSpec, "[run]", data.get("run", {}))
+    topo_raw = dict(data.get("topology", {}))
+    clusters = topo_raw.get("clusters", 2)
+    if isinstance(clusters, int) and not isinstance(clusters, bool):
+        if not 1 <= clusters <= 26:
+            raise ScenarioError(f"[topology]: clusters = {clusters} must be within 1..26")
+        topo_raw["clusters"] = cluster_names(clusters)
+    topology = _build(TopologySpec, "[topology]", topo_raw)
+    if topology.kind not in KINDS:
+        raise ScenarioError(
+            f"[topology]: kind = {topology.kind!r} is not one of {', '.join(KINDS)}"
+        )
+    if topology.mode not in MODES:
+        raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
+    for c in topology.clusters:
+        if not c or not all(ch.isalnum() or ch in "_" for ch in c):
+            raise ScenarioError(f"[topology]: cluster name {c!r} must be letters, digits or _")
+    if topology.kind == "file":
+        if not topology.file:
+            raise ScenarioError("[topology]: kind = 'file' needs file = '<graph file>'")
+        path = Path(base_dir) / topology.file if base_dir else Path(topology.file)
+        topology = dataclasses.replace(topology, file=str(path))
+    network = _build(NetworkSpec, "[network]", data.get("network", {}))
+    if network.loss > 1:
+        raise ScenarioError(f"[network]: loss = {network.loss} must be within [0, 1]")
+    cluster = _build(ClusterSpec, "[cluster]", data.get("cluster", {}))
+    namespace = _build(NamespaceSpec, "[namespace]", data.get("namespace", {}))
+    edges = tuple(
+        _build(EdgeSpec, f"[[edges]] #{i + 1}", e) for i, e in enumerate(data.get("edges", []))
+    )
+    producers: list[ProducerSpec] = []
+    consumers: list[ConsumerSpec] = []
+    for i, w in enumerate(data.get("workloads", [])):
+        where = f"[[workloads]] #{i + 1}"
+        if not isinstance(w, dict):
+            raise ScenarioError(f"{where}: expected a table")
+        w = dict(w)
+        kind = w.pop("kind", None)
+        w.setdefault("name", f"{kind}-{i + 1}")
+        if kind == "producer":
+            producers.append(_build(ProducerSpec, where, w, skip=("bulk",)))
+        elif kind == "bulk_producer":
+            w["bulk"] = True
+            producers.append(_build(ProducerSpec, where, w))
+        elif kind == "consumer":
+            consumers.append(_build(ConsumerSpec, where, w))
+        else:
+            raise ScenarioError(
+                f"{where}: kind = {kind!r} is not one of producer, bulk_producer, consumer"
+            )
+    faults = tuple(_checked_kind(FaultSpec, FAULT_KINDS, "[[faults]]", data.get("faults", [])))
+    actions = tuple(_checked_kind(ActionSpec, ACTION_KINDS, "[[actions]]", data.get("actions", [])))
+    scenario = Scenario(
+        name,
+        description,
+        run,
+        topology,
+        network,
+        cluster,
+        namespace,
+        edges,
+        tuple(producers),
+        tuple(consumers),
+        faults,
+        actions,
+        base_dir,
+    )
+    _check_names(scenario)
+    return scenario
+
+
+def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
+    out = []
+    if not isinstance(items, list):
+        raise ScenarioError(f"{where}: expected an array of tables")
+    for i, item in enumerate(items):
+        here = f"{where} #{i + 1}"
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{here}: expected a table")
+        kind = item.get("kind")
+        if kind not in kinds:
+            raise ScenarioError(f"{here}: kind = {kind!r} is not one of {', '.join(kinds)}")
+        if "at_ms" not in item:
+            raise ScenarioError(f"{here}: at_ms is required")
+        allowed = {"at_ms", "kind", *kinds[kind]}
+        extra = sorted(k for k in item if k not in allowed)
+        if extra:
+            raise ScenarioError(
+                f"{here}: key {extra[0]!r} does not apply to kind {kind!r} "
+                f"(it takes: {', '.join(sorted(allowed))})"
+            )
+        out.append(_build(cls, here, item))
+    return out
+
+
+def _check_names(s: Scenario) -> None:
+    clusters = set(s.topology.clusters)
+    if s.topology.kind == "file":
+        return  # cluster names come from the graph file
+
+    def known(where: str, key: str, name: str) -> None:
+        if name and name not in clusters:
+            raise ScenarioError(
+                f"{where}: {key} = {name!r} is not a cluster of the topology "
+                f"({', '.join(sorted(clusters))})"
+            )
+
+    for i, e in enumerate(s.edges):
+        known(f"[[edges]] #{i + 1}", "source", e.source)
+        known(f"[[edges]] #{i + 1}", "target", e.target)
+    workloads: list[tuple[str, str, str]] = [
+        (w.name, w.cluster, w.failover_to) for w in s.producers
+    ] + [(w.name, w.cluster, w.failover_to) for w in s.consumers]
+    for wname, wcluster, wfailover in workloads:
+        known(f"workload {wname!r}", "cluster", wcluster)
+        known(f"workload {wname!r}", "failover_to", wfailover)
+    for i, f in enumerate(s.faults):
+        for n in [f.node, f.bridge, *f.side_a, *f.side_b]:
+            known(f"[[faults]] #{i + 1}", "node", n)
+    for i, a in enumerate(s.actions):
+        for key, n in (("cluster", a.cluster), ("source", a.source), ("target", a.target)):
+            known(f"[[actions]] #{i + 1}", key, n)
+
+
+# -- loading and parameters ----------------------------------------------------------------
+
+
+def shipped() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.toml"))}
+
+
+def load(name_or_path: str) -> Scenario:
+    """A shipped scenario by name, or a TOML file by path."""
+    path = shipped().get(name_or_path)
+    if path is None:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ScenarioError(
+                f"no scenario {name_or_path!r}: not a shipped name "
+                f"({', '.join(shipped())}) nor a file"
+            )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path.name}: {exc}") from exc
+    return parse(data, str(path.parent))
+
+
+# name -> (table, key): what `apply_params` may override.
+PARAMS: dict[str, tuple[str, str]] = {
+    "mode": ("topology", "mode"),
+    "topology": ("topology", "kind"),
+    "clusters": ("topology", "clusters"),
+    "duration_ms": ("run", "duration_ms"),
+    "liveness_ms": ("run", "liveness_ms"),
+    "tick_interval_ms": ("run", "tick_interval_ms"),
+    "record_bytes": ("run", "record_bytes"),
+    "link_latency_ms": ("network", "latency_ms"),
+    "link_jitter_ms": ("network", "jitter_ms"),
+    "link_loss": ("network", "loss"),
+    "link_bandwidth_bytes_per_ms": ("network", "bandwidth_bytes_per_ms"),
+    "disk_bytes_per_ms": ("cluster", "disk_bytes_per_ms"),
+    "replication_limit_bytes_per_s": ("cluster", "replication_limit_bytes_per_s"),
+    "session_timeout_ms": ("cluster", "session_timeout_ms"),
+    "lag_max_ms": ("cluster", "lag_max_ms"),
+    "topics": ("namespace", "topics"),
+    "partitions": ("namespace", "partitions"),
+    "producer_rate_per_s": ("workloads", "rate_per_s"),
+    "transactional_fraction": ("workloads", "transactional_fraction"),
+}
+
+
+def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
+    """Overrides scenario values by flat name (see PARAMS); unknown names raise."""
+    if not params:
+        return s
+    unknown = sorted(k for k in params if k not in PARAMS)
+    if unknown:
+        raise ScenarioError(
+            f"unknown parameter(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(PARAMS))}"
+        )
+    data: dict[str, Any] = {}
+    for name in sorted(params):
+        table, key = PARAMS[name]
+        value = params[name]
+        if name == "clusters":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 26:
+                raise ScenarioError(f"parameter clusters = {value!r} must be an integer in 1..26")
+            value = cluster_names(value)
+        if table == "workloads":
+            s = dataclasses.replace(
+                s,
+                producers=tuple(
+                    dataclasses.replace(
+                        p, **{key: _convert(f"parameter {name}", key, value, None, "float")}
+                    )
+                    if not p.bulk
+                    else p
+                    for p in s.producers
+                ),
+            )
+            continue
+        data.setdefault(table, {})[key] = value
+    for table, changes in sorted(data.items()):
+        current = getattr(s, table)
+        merged = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)}
+        merged.update(changes)
+        if table == "topology":
+            merged["clusters"] = list(merged["clusters"])
+        cls = type(current)
+        new = _build(cls, f"parameters ({table})", merged)
+        if table == "topology":
+            if new.kind not in KINDS:
+                raise ScenarioError(f"parameter topology = {new.kind!r} is not one of {KINDS}")
+            if new.mode not in MODES:
+                raise ScenarioError(f"parameter mode = {new.mode!r} is not one of {MODES}")
+        s = dataclasses.replace(s, **{table: new})
+    return s

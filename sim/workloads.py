@@ -1,0 +1,435 @@
+"""Client workloads: producers, bulk producers and consumers.
+
+Rules:
+- A workload is a client process with its own seeded stream; it talks to one
+  cluster at a time (`cluster`) and moves to `failover_to` when the operator
+  fails over to that cluster, as applications do in the seed's stories.
+- Clients sit next to their cluster: a request takes `client_latency_ms` each
+  way. A request to a crashed cluster ends `info` after `request_timeout_ms`
+  (indefinite); a refusal by the core ends `fail` (definite); a write is
+  `ok` once its bytes are durable (acks=all).
+- Producers are idempotent (a producer id per cluster from
+  `init_producer_id`, sequences per partition); a fraction of sends run as a
+  one-record transaction (add partitions, produce, commit). After any refusal
+  the producer takes a new producer id, as a Kafka client does after a fatal
+  error, so its sequences start over.
+- Bulk producers model traffic at the batch level: every `batch_interval_ms`
+  one batch of `records_per_batch` records per partition, each record standing
+  for `record_bytes` logical bytes. The batch is built once and reused (its
+  offsets are stamped by the core), so thousands of partitions stay cheap.
+- Consumers poll every partition of their topic from their positions,
+  decode the records, then commit the new positions for their group (a
+  standalone commit: generation -1). A failover starts a new session that
+  resumes from the group's committed offsets on the new cluster.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from linkd.core import cluster as core
+from linkd.core import records as rb
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.namespaces import ResourceType
+from sim.cluster_node import SimCluster
+from sim.events import EventQueue
+from sim.history import Commit, History, Op, Poll, Send
+
+TXN_TIMEOUT_MS = 60_000
+CONSUMER_MAX_BYTES = 1024 * 1024
+
+
+class World(Protocol):
+    queue: EventQueue
+    history: History
+    clusters: dict[str, SimCluster]
+    client_latency_ms: int
+    request_timeout_ms: int
+    record_bytes: int
+
+    def client_class(self, cluster: SimCluster, kind: str, topic: str, group: str) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSpec:
+    name: str
+    cluster: str
+    topic: str
+    rate_per_s: float = 10.0
+    keys: int = 16
+    transactional_fraction: float = 0.0
+    start_ms: int = 0
+    stop_ms: int = -1  # -1: until the safety phase ends
+    failover_to: str = ""
+    bulk: bool = False
+    batch_interval_ms: int = 60_000
+    records_per_batch: int = 10
+    record_bytes: int = 0  # 0: the run's record_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    name: str
+    cluster: str
+    topic: str
+    group: str
+    poll_interval_ms: int = 500
+    start_ms: int = 0
+    stop_ms: int = -1
+    failover_to: str = ""
+    read_committed: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerIds:
+    producer_id: int = -1
+    epoch: int = -1
+    sequences: dict[int, int] = field(default_factory=dict)
+
+
+class Producer:
+    def __init__(self, spec: ProducerSpec, world: World, rng: random.Random, stop_ms: int) -> None:
+        self.spec = spec
+        self.world = world
+        self.rng = rng
+        self.cluster = spec.cluster
+        self.stop_ms = spec.stop_ms if spec.stop_ms >= 0 else stop_ms
+        self.sent = 0
+        self.ids: dict[bool, _ProducerIds] = {}
+        self._template: bytes | None = None
+        self.record_bytes = spec.record_bytes or world.record_bytes
+
+    def start(self) -> None:
+        self.world.queue.at(self.spec.start_ms, f"{self.spec.name} start", self._next)
+
+    def move_to(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.ids = {}
+
+    def _next(self) -> None:
+        q = self.world.queue
+        if q.now_ms >= self.stop_ms:
+            return
+        if self.spec.bulk:
+            self._send_bulk()
+            q.after(self.spec.batch_interval_ms, f"{self.spec.name} bulk", self._next)
+            return
+        self._send_one()
+        gap_ms = max(1, round(self.rng.expovariate(self.spec.rate_per_s) * 1000))
+        q.after(gap_ms, f"{self.spec.name} send", self._next)
+
+    # -- one record -------------------------------------------------------------------
+
+    def _send_one(self) -> None:
+        w = self.world
+        n = self.sent
+        self.sent += 1
+        key_index = self.rng.randrange(self.spec.keys)
+        transactional = self.rng.random() < self.spec.transactional_fraction
+        value = f"{self.spec.name}-{n}"
+        invoke = w.queue.now_ms
+        cluster_id = self.cluster
+
+        def arrive() -> None:
+            node = w.clusters[cluster_id]
+            if not node.up:
+                self._finish(
+                    cluster_id, "info", invoke, Send(self.spec.topic, -1, value), "timeout"
+                )
+                return
+            try:
+                partitions = len(node.state.topic(self.spec.topic).partitions)
+                partition = key_index % partitions
+                self._produce(node, partition, key_index, value, transactional, invoke)
+            except ClusterError as exc:
+                self.ids.pop(transactional, None)
+                self._finish(
+                    cluster_id, "fail", invoke, Send(self.spec.topic, -1, value), exc.code.name
+                )
+
+        w.queue.after(w.client_latency_ms, f"{self.spec.name} produce", arrive)
+
+    def _producer_ids(self, node: SimCluster, transactional: bool) -> _ProducerIds:
+        ids = self.ids.get(transactional)
+        if ids is None:
+            txn_id = f"{self.spec.name}-txn" if transactional else ""
+            pid, epoch, effects = node.state.init_producer_id(
+                txn_id, TXN_TIMEOUT_MS, self.world.queue.now_ms
+            )
+            node.execute(effects, "metadata", self._sized)
+            ids = _ProducerIds(pid, epoch)
+            self.ids[transactional] = ids
+        return ids
+
+    def _sized(self, effect: core.AppendBatch) -> int:
+        return effect.header.record_count * self.record_bytes
+
+    def _produce(
+        self,
+        node: SimCluster,
+        partition: int,
+        key_index: int,
+        value: str,
+        transactional: bool,
+        invoke: int,
+    ) -> None:
+        w = self.world
+        now = w.queue.now_ms
+        topic = self.spec.topic
+        state = node.state
+        ids = self._producer_ids(node, transactional)
+        txn_id = f"{self.spec.name}-txn" if transactional else ""
+        effects: list[core.Effect] = []
+        if transactional:
+            effects += state.add_partitions_to_txn(
+                txn_id, ids.producer_id, ids.epoch, [(topic, partition)], now
+            )
+        batch = rb.build_batch(
+            [rb.RecordSpec(f"k{key_index}".encode(), value.encode(), now)],
+            producer_id=ids.producer_id,
+            producer_epoch=ids.epoch,
+            base_sequence=ids.sequences.get(partition, 0),
+            transactional=transactional,
+        )
+        result = state.produce(topic, partition, batch, txn_id, now)
+        ids.sequences[partition] = ids.sequences.get(partition, 0) + 1
+        reserved = any(ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, topic))
+        effects += result.effects
+        if transactional:
+            effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, True, now)
+        send = Send(topic, partition, value, result.base_offset)
+
+        def acked() -> None:
+            w.queue.after(
+                w.client_latency_ms,
+                f"{self.spec.name} ack",
+                lambda: self._finish(node.cluster_id, "ok", invoke, send, "", reserved),
+            )
+
+        node.execute(effects, "produce", self._sized, acked)
+
+    def _finish(
+        self,
+        cluster_id: str,
+        type_: str,
+        invoke: int,
+        send: Send,
+        error: str,
+        reserved: bool = False,
+    ) -> None:
+        w = self.world
+        node = w.clusters[cluster_id]
+        complete = w.queue.now_ms
+        if type_ == "info":
+            complete = invoke + w.request_timeout_ms
+        kind = "producer_txn" if send.value and self.spec.transactional_fraction else "producer"
+        w.history.add(
+            Op(
+                self.spec.name,
+                w.client_class(node, kind, send.topic, ""),
+                cluster_id,
+                "ok" if type_ == "ok" else ("fail" if type_ == "fail" else "info"),
+                invoke,
+                complete,
+                send,
+                error,
+                reserved,
+            )
+        )
+
+    # -- bulk batches ---------------------------------------------------------------------
+
+    def _send_bulk(self) -> None:
+        w = self.world
+        invoke = w.queue.now_ms
+        cluster_id = self.cluster
+
+        def arrive() -> None:
+            node = w.clusters[cluster_id]
+            if not node.up:
+                self._finish(cluster_id, "info", invoke, Send(self.spec.topic, -1, ""), "timeout")
+                return
+            if self._template is None:
+                n = self.spec.records_per_batch
+                self._template = rb.build_batch(
+                    [rb.RecordSpec(None, b"", invoke) for _ in range(n)]
+                )
+            now = w.queue.now_ms
+            try:
+                partitions = len(node.state.topic(self.spec.topic).partitions)
+            except ClusterError as exc:
+                self._finish(
+                    cluster_id, "fail", invoke, Send(self.spec.topic, -1, ""), exc.code.name
+                )
+                return
+            for p in range(partitions):
+                try:
+                    result = node.state.produce(self.spec.topic, p, self._template, "", now)
+                except ClusterError as exc:
+                    self._finish(
+                        cluster_id, "fail", invoke, Send(self.spec.topic, p, ""), exc.code.name
+                    )
+                    continue
+                send = Send(self.spec.topic, p, "", result.base_offset, self.spec.records_per_batch)
+
+                def acked(send: Send = send) -> None:
+                    self._finish(cluster_id, "ok", invoke, send, "")
+
+                node.execute(result.effects, "produce", self._sized, acked)
+
+        w.queue.after(w.client_latency_ms, f"{self.spec.name} bulk produce", arrive)
+
+
+class Consumer:
+    def __init__(self, spec: ConsumerSpec, world: World, stop_ms: int) -> None:
+        self.spec = spec
+        self.world = world
+        self.cluster = spec.cluster
+        self.stop_ms = spec.stop_ms if spec.stop_ms >= 0 else stop_ms
+        self.session = 0
+        self.positions: dict[int, int] | None = None  # None: load from the group
+
+    def start(self) -> None:
+        self.world.queue.at(self.spec.start_ms, f"{self.spec.name} start", self._poll)
+
+    def move_to(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.session += 1
+        self.positions = None
+
+    def _load_positions(self, node: SimCluster) -> dict[int, int]:
+        state = node.state
+        topic = state.topic(self.spec.topic)
+        committed = state.groups.committed(self.spec.group, None)
+        out: dict[int, int] = {}
+        for p, log in enumerate(topic.partitions):
+            c = committed.get((self.spec.topic, p))
+            out[p] = c.offset if c is not None else log.log_start_offset
+        return out
+
+    def _poll(self) -> None:
+        w = self.world
+        if w.queue.now_ms >= self.stop_ms:
+            return
+        invoke = w.queue.now_ms
+        cluster_id = self.cluster
+        session = self.session
+
+        def arrive() -> None:
+            node = w.clusters[cluster_id]
+            if session != self.session:
+                return
+            if not node.up:
+                self._record(
+                    node,
+                    "info",
+                    invoke,
+                    invoke + w.request_timeout_ms,
+                    Poll(self.spec.topic, (), session),
+                    "timeout",
+                )
+                return
+            try:
+                self._read(node, invoke, session)
+            except ClusterError as exc:
+                if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self.positions = None
+                self._record(
+                    node,
+                    "fail",
+                    invoke,
+                    w.queue.now_ms,
+                    Poll(self.spec.topic, (), session),
+                    exc.code.name,
+                )
+
+        w.queue.after(w.client_latency_ms, f"{self.spec.name} poll", arrive)
+        w.queue.after(self.spec.poll_interval_ms, f"{self.spec.name} next poll", self._poll)
+
+    def _read(self, node: SimCluster, invoke: int, session: int) -> None:
+        w = self.world
+        state = node.state
+        if self.positions is None:
+            self.positions = self._load_positions(node)
+        positions = self.positions
+        got: list[tuple[int, int, str]] = []
+        logical = 0
+        for p in sorted(positions):
+            plan = state.plan_fetch(self.spec.topic, p, positions[p], self.spec.read_committed)
+            aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in plan.aborted}
+            batches, size = node.store(self.spec.topic, p).read(
+                plan.offset, plan.upper_offset, CONSUMER_MAX_BYTES
+            )
+            logical += size
+            for b in batches:
+                if b.next_offset > plan.upper_offset:
+                    break
+                header, records = rb.decode_records(b.data)
+                positions[p] = b.next_offset
+                if header.is_control:
+                    continue
+                if any(
+                    pid == header.producer_id and first <= b.base_offset <= last
+                    for pid, first, last in aborted
+                ):
+                    continue
+                for r in records:
+                    if r.offset >= plan.offset and r.value:
+                        got.append((p, r.offset, r.value.decode()))
+        done = node.disk.reserve(logical, w.queue.now_ms, "fetch") if logical else w.queue.now_ms
+        poll = Poll(self.spec.topic, tuple(got), session)
+        offsets = tuple(sorted(positions.items()))
+
+        def answer() -> None:
+            self._record(node, "ok", invoke, w.queue.now_ms, poll, "")
+            self._commit(node, offsets, session)
+
+        w.queue.at(done + w.client_latency_ms, f"{self.spec.name} poll answer", answer)
+
+    def _commit(self, node: SimCluster, offsets: tuple[tuple[int, int], ...], session: int) -> None:
+        w = self.world
+        invoke = w.queue.now_ms
+        value = Commit(self.spec.topic, offsets)
+        if not node.up or session != self.session:
+            return
+        try:
+            node.state.check_group_writable(self.spec.group)
+            records = node.state.groups.commit_offsets(
+                self.spec.group,
+                -1,
+                "",
+                {(self.spec.topic, p): (o, "", -1) for p, o in offsets},
+                invoke,
+            )
+            node.journal_records += len(records)
+            self._record(node, "ok", invoke, invoke + 2 * w.client_latency_ms, value, "")
+        except ClusterError as exc:
+            self._record(
+                node, "fail", invoke, invoke + 2 * w.client_latency_ms, value, exc.code.name
+            )
+
+    def _record(
+        self,
+        node: SimCluster,
+        type_: str,
+        invoke: int,
+        complete: int,
+        value: Poll | Commit,
+        error: str,
+    ) -> None:
+        w = self.world
+        kind = "consumer_commit" if isinstance(value, Commit) else "consumer"
+        w.history.add(
+            Op(
+                self.spec.name,
+                w.client_class(node, kind, self.spec.topic, self.spec.group),
+                node.cluster_id,
+                "ok" if type_ == "ok" else ("fail" if type_ == "fail" else "info"),
+                invoke,
+                complete,
+                value,
+                error,
+            )
+        )

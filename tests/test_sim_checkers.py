@@ -1,0 +1,94 @@
+"""Checkers name planted anomalies, and say nothing about clean histories."""
+
+from __future__ import annotations
+
+import pytest
+
+from linkd.core import records as rb
+from sim import checkers, scenario
+from sim.history import History, Op, Poll, Send
+from sim.store import PartitionStore, StoredBatch
+
+
+def send(value: str, offset: int, cluster: str = "A", reserved: bool = False) -> Op:
+    return Op(
+        "p", "source_producer", cluster, "ok", 0, 1, Send("t", 0, value, offset), "", reserved
+    )
+
+
+def poll(records: list[tuple[int, str]], session: int = 0) -> Op:
+    return Op(
+        "c",
+        "source_consumer",
+        "A",
+        "ok",
+        0,
+        1,
+        Poll("t", tuple((0, o, v) for o, v in records), session),
+    )
+
+
+def test_lost_write__acknowledged_value_missing() -> None:
+    h = History([send("x", 0), send("y", 1)])
+    final = {("A", "t", 0): {0: "x"}}
+    found = checkers.check_lost_writes(h, final, {})
+    assert [v.invariant for v in found] == ["lost_write"]
+    assert "'y'" in found[0].detail
+
+
+def test_lost_write__excused_by_a_reported_truncation() -> None:
+    h = History([send("x", 0), send("y", 1)])
+    assert checkers.check_lost_writes(h, {("A", "t", 0): {0: "x"}}, {("A", "t", 0): [1]}) == []
+
+
+def test_duplicate__one_value_at_two_offsets() -> None:
+    found = checkers.check_duplicates({("A", "t", 0): {0: "x", 1: "y", 2: "x"}})
+    assert [v.invariant for v in found] == ["duplicate"]
+
+
+def test_skip_and_nonmonotonic__within_a_session() -> None:
+    final = {("A", "t", 0): {0: "a", 1: "b", 2: "c", 3: "d"}}
+    skipped = History([poll([(0, "a")]), poll([(2, "c")])])
+    assert [v.invariant for v in checkers.check_consumers(skipped, final)] == ["skip"]
+    backwards = History([poll([(0, "a"), (1, "b")]), poll([(1, "b")])])
+    assert [v.invariant for v in checkers.check_consumers(backwards, final)] == ["nonmonotonic"]
+    new_session = History([poll([(0, "a"), (1, "b")]), poll([(0, "a")], session=1)])
+    assert checkers.check_consumers(new_session, final) == []
+
+
+def test_reserved_write__named() -> None:
+    found = checkers.check_reserved_writes(History([send("x", 0, reserved=True)]))
+    assert [v.invariant for v in found] == ["3 reserved namespace"]
+
+
+def _store(values: list[bytes]) -> PartitionStore:
+    s = PartitionStore()
+    for i, v in enumerate(values):
+        batch = rb.build_batch([rb.RecordSpec(None, v, 0)], base_offset=i)
+        s.append(StoredBatch(i, i + 1, batch, 1))
+    return s
+
+
+def test_offset_identity_and_prefix__planted_divergence() -> None:
+    source = _store([b"a", b"b"])
+    same = _store([b"a", b"b"])
+    assert checkers.check_follower_log("B", "t", 0, same, 2, "A", "t", source, 0) == []
+    differs = _store([b"a", b"X"])
+    found = checkers.check_follower_log("B", "t", 0, differs, 2, "A", "t", source, 0)
+    assert [v.invariant for v in found] == ["1 offset identity"]
+    longer = _store([b"a", b"b", b"c"])
+    found = checkers.check_follower_log("B", "t", 0, longer, 3, "A", "t", source, 0)
+    assert [v.invariant for v in found] == ["2 prefix"]
+
+
+def test_scenario_errors_name_the_key_and_value() -> None:
+    with pytest.raises(scenario.ScenarioError, match="unknown key 'latency'"):
+        scenario.parse({"name": "x", "network": {"latency": 3}})
+    with pytest.raises(scenario.ScenarioError, match=r"latency_ms = 'fast' is not an integer"):
+        scenario.parse({"name": "x", "network": {"latency_ms": "fast"}})
+    with pytest.raises(scenario.ScenarioError, match="kind = 'ouch'"):
+        scenario.parse({"name": "x", "faults": [{"at_ms": 1, "kind": "ouch"}]})
+    with pytest.raises(scenario.ScenarioError, match="'Z' is not a cluster"):
+        scenario.parse({"name": "x", "faults": [{"at_ms": 1, "kind": "isolate", "node": "Z"}]})
+    with pytest.raises(ValueError, match="unknown parameter"):
+        scenario.apply_params(scenario.load("failover-writable"), {"warp_speed": 9})

@@ -1,0 +1,54 @@
+"""ccr-sim end to end, through a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def ccr_sim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sim.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_list_scenarios__names_the_library() -> None:
+    out = ccr_sim("list-scenarios")
+    assert out.returncode == 0
+    for name in ("dr-multi-zone", "catch-up-storm", "failover-writable", "unclean-election"):
+        assert name in out.stdout
+
+
+def test_run_json__summary_fields() -> None:
+    out = ccr_sim("run", "failover-writable", "--seed", "7", "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    assert {"seed", "scenario", "trace_digest", "violations", "metrics", "topology", "mode"} <= set(
+        s
+    )
+    assert s["seed"] == 7 and s["violations"] == [] and s["mode"] == "ASYNC"
+    assert all(isinstance(v, int | float) for v in s["metrics"].values())
+
+
+def test_run_with_violation__exit_1_and_replay_command(tmp_path: Path) -> None:
+    out = ccr_sim("run", "add-empty-namespace", "--seed", "1", "--out", str(tmp_path / "r.json"))
+    assert out.returncode == 1
+    assert "replay with: ccr-sim replay add-empty-namespace --seed 1" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["violations"]
+
+
+def test_replay__prints_the_trace_and_the_same_digest() -> None:
+    run = json.loads(ccr_sim("run", "unclean-election", "--seed", "3", "--json").stdout)
+    replay = ccr_sim("replay", "unclean-election", "--seed", "3")
+    assert "unclean election A:A-t0-0" in replay.stdout
+    assert run["trace_digest"] in replay.stdout
+
+
+def test_bad_scenario__exit_2_with_the_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[run]\nduration_ms = -5\n')
+    out = ccr_sim("run", str(bad), "--seed", "1")
+    assert out.returncode == 2
+    assert "duration_ms = -5 must be >= 0" in out.stderr
