@@ -638,6 +638,10 @@ class LinkRunner:
         """This side follows and dials: fetch (discovery runs beside it)."""
         request, by_source = follower_request(self.node, config)
         if not request.partitions:
+            if self._last_discovery > 0:
+                # Discovered, and the followed namespaces hold no topics yet:
+                # nothing lags (an empty namespace is FOLLOWING, not CATCHING_UP).
+                self.node.state.links.on_fetch_round(self.name, self.node.clock())
             await asyncio.sleep(0.2)
             return
         fetched = await stub.ReplicaFetch(
@@ -1055,6 +1059,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             else:
                 self.node.state.links.on_contact(config.name, self.node.clock())
             nxt, _ = follower_request(self.node, config)
+            if request.namespaces and not nxt.partitions:
+                # Told the source's topics, and none to follow: nothing lags.
+                self.node.state.links.on_fetch_round(config.name, self.node.clock())
             return replication_pb2.ReplicaPushResponse(next=nxt)
 
         result: replication_pb2.ReplicaPushResponse = await self._guard(context, run())

@@ -156,6 +156,9 @@ class LinkDriver:
             else:
                 request = self._follower_request(config)
                 if not request:
+                    # As LinkRunner.pull: discovered, and nothing to follow yet,
+                    # so nothing lags.
+                    self.follower.state.links.on_fetch_round(self.name, now)
                     self.queue.after(IDLE_POLL_MS, f"link {self.name} idle", self.step)
                     return
                 self._call(

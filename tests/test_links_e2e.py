@@ -466,3 +466,17 @@ def test_follower_dials__pull_replication_with_prefix_rewriting(daemon_factory: 
     )
     assert read_all(a.bootstrap, "orders-p") == read_all(b.bootstrap, "backup-orders-p")
     assert cli_json(b.bootstrap, "describe-link", "ab")["connection_direction"] == "local"
+
+
+def test_an_attached_empty_namespace__the_link_is_following(linked: tuple[Any, Any]) -> None:
+    """Nothing to copy is nothing lagging: FOLLOWING, not CATCHING_UP for ever
+    (found by the simulator's add-empty-namespace scenario)."""
+    a, b = linked
+    link_orders(a, b)
+    wait_for(
+        "FOLLOWING on B",
+        lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING",
+    )
+    run_cli("create-topic", "orders-late", "--partitions", "1", bootstrap=a.bootstrap)
+    produce(a.bootstrap, "orders-late", 5)
+    wait_for("orders-late on B", lambda: high_watermarks(b.bootstrap, "orders-late") == [5])
