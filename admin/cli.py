@@ -948,6 +948,13 @@ def cmd_reverse(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mirror(args: argparse.Namespace) -> int:
+    # Lazy import: only this command needs the Kafka client library.
+    from mirror.cli import run as run_mirror
+
+    return run_mirror(args)
+
+
 # ---------------------------------------------------------------------------
 # Parser
 # ---------------------------------------------------------------------------
@@ -1242,6 +1249,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=30000,
         help="how long to wait for the remote to hold every record (default 30000)",
     )
+
+    p = add(
+        "mirror",
+        cmd_mirror,
+        "run MirrorMaker 2 flows from an mm2.properties file over Kafka clients",
+    )
+    from mirror.cli import add_arguments as add_mirror_arguments
+
+    add_mirror_arguments(p)
     return parser
 
 

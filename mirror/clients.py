@@ -1,0 +1,93 @@
+"""Kafka client configurations of one cluster alias, from its `mm2.properties` settings.
+
+Rules:
+- Every client of cluster A gets `bootstrap.servers` and `security.protocol` from
+  A's resolved client properties (`A.key` over top-level `key`).
+- `producer.X`, `consumer.X` and `admin.X` are passed as `X` to that kind of client
+  only, after the shared ones, so they win. They are handed to librdkafka as
+  written, so they must be names librdkafka knows; `consumer.max.poll.records`
+  is the exception: it sets the mirror's batch size (MM2's consumer setting) and
+  is not passed on.
+- Shared `ssl.*` and `sasl.*` keys are passed to every client of the cluster.
+- The engine's own settings (acks, idempotence, isolation level, transactional
+  id, offset handling) are applied last: they are what the engine's guarantees
+  rest on. Its tuning defaults (linger.ms=5) come first, so users can change them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from linkd.core.mirror.config import ClusterConfig
+
+__all__ = ["MAX_POLL_RECORDS_DEFAULT", "ClientConfigs"]
+
+MAX_POLL_RECORDS_DEFAULT = 500  # Kafka's consumer default for max.poll.records
+MAX_POLL_RECORDS_LIMIT = 100_000
+_SHARED_PREFIXES = ("ssl.", "sasl.")
+_KINDS = ("producer.", "consumer.", "admin.")
+
+
+class ClientConfigs:
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.alias = cluster.alias
+        props = dict(cluster.client_properties)
+        base: dict[str, str] = {"bootstrap.servers": ",".join(cluster.bootstrap_servers)}
+        if cluster.security_protocol and cluster.security_protocol.upper() != "PLAINTEXT":
+            base["security.protocol"] = cluster.security_protocol
+        for key in sorted(props):
+            if key.startswith(_SHARED_PREFIXES):
+                base[key] = props[key]
+        self._base = base
+        self._per_kind: dict[str, dict[str, str]] = {k: {} for k in _KINDS}
+        for key in sorted(props):
+            for kind in _KINDS:
+                if key.startswith(kind):
+                    self._per_kind[kind][key[len(kind) :]] = props[key]
+        consumer = self._per_kind["consumer."]
+        raw = consumer.pop("max.poll.records", str(MAX_POLL_RECORDS_DEFAULT))
+        try:
+            batch = int(raw)
+        except ValueError as exc:
+            raise ValueError(
+                f"{self.alias}.consumer.max.poll.records: not a number: {raw}"
+            ) from exc
+        if not 1 <= batch <= MAX_POLL_RECORDS_LIMIT:
+            raise ValueError(
+                f"{self.alias}.consumer.max.poll.records must be in 1..{MAX_POLL_RECORDS_LIMIT}"
+            )
+        self.max_poll_records = batch
+
+    @property
+    def bootstrap(self) -> str:
+        return self._base["bootstrap.servers"]
+
+    def _merge(
+        self, kind: str, own: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        conf: dict[str, Any] = dict(defaults or {})
+        conf.update(self._base)
+        conf.update(self._per_kind[kind])
+        conf.update(own)
+        return conf
+
+    def admin(self) -> dict[str, Any]:
+        return self._merge("admin.", {})
+
+    def producer(self, transactional_id: str | None = None) -> dict[str, Any]:
+        own: dict[str, Any] = {"acks": "all", "enable.idempotence": True}
+        if transactional_id is not None:
+            own["transactional.id"] = transactional_id
+        return self._merge("producer.", own, {"linger.ms": 5})
+
+    def consumer(self, group_id: str, *, read_committed: bool = False) -> dict[str, Any]:
+        own: dict[str, Any] = {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        }
+        return self._merge("consumer.", own)

@@ -1,0 +1,152 @@
+"""The mirror engine's pure pieces: MM2's record formats, client configurations, the
+command's configuration handling (no cluster needed)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from linkd.core.mirror import Checkpoint, Heartbeat, OffsetSync, TopicPartition
+from linkd.core.mirror.config import parse_mm2_properties
+from linkd.core.mirror.exactly_once import SourceOffset
+from linkd.core.mirror.wire import (
+    MirrorWireError,
+    decode_checkpoint,
+    decode_heartbeat,
+    decode_offset_sync,
+    decode_source_offset,
+    encode_checkpoint,
+    encode_heartbeat,
+    encode_offset_sync,
+    encode_source_offset,
+)
+from mirror.cli import main as mirror_main
+from mirror.clients import ClientConfigs
+from tests.harness import run_cli
+
+names = st.text(min_size=0, max_size=40)
+offsets = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+partitions = st.integers(min_value=0, max_value=(1 << 31) - 1)
+
+
+def test_offset_sync_bytes_are_kafkas_struct_layout() -> None:
+    key, value = encode_offset_sync(OffsetSync(TopicPartition("t", 3), 10, 7))
+    assert key == b"\x00\x01t" + struct.pack(">i", 3)
+    assert value == struct.pack(">qq", 10, 7)
+
+
+def test_checkpoint_and_heartbeat_values_carry_version_zero() -> None:
+    _, value = encode_checkpoint(Checkpoint("g", TopicPartition("A.t", 0), 5, 4, "m"))
+    assert value == struct.pack(">hqq", 0, 5, 4) + b"\x00\x01m"
+    key, value = encode_heartbeat(Heartbeat("A", "B", 99))
+    assert key == b"\x00\x01A\x00\x01B"
+    assert value == struct.pack(">hq", 0, 99)
+
+
+@given(names, partitions, offsets, offsets)
+def test_offset_sync_round_trips(topic: str, p: int, u: int, d: int) -> None:
+    sync = OffsetSync(TopicPartition(topic, p), u, d)
+    assert decode_offset_sync(*encode_offset_sync(sync)) == sync
+
+
+@given(names, names, partitions, offsets, offsets, names)
+def test_checkpoint_round_trips(g: str, t: str, p: int, u: int, d: int, meta: str) -> None:
+    cp = Checkpoint(g, TopicPartition(t, p), u, d, meta)
+    assert decode_checkpoint(*encode_checkpoint(cp)) == cp
+
+
+@given(names, names, offsets)
+def test_heartbeat_round_trips(s: str, t: str, ts: int) -> None:
+    hb = Heartbeat(s, t, ts)
+    assert decode_heartbeat(*encode_heartbeat(hb)) == hb
+
+
+def test_source_offsets_use_connects_json() -> None:
+    key, value = encode_source_offset(SourceOffset("A", "t", 2, 41))
+    assert key == b'["MirrorSourceConnector",{"cluster":"A","partition":2,"topic":"t"}]'
+    assert value == b'{"offset":41}'
+    assert decode_source_offset(key, value) == SourceOffset("A", "t", 2, 41)
+    assert decode_source_offset(key, None) is None  # tombstone
+    assert decode_source_offset(key, value, connector="other") is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (b"\x00\x05ab", struct.pack(">qq", 1, 2)),  # string longer than the key
+        (b"\x00\x01t" + struct.pack(">i", 0), struct.pack(">q", 1)),  # short value
+        (b"\x00\x01t" + struct.pack(">i", 0) + b"x", struct.pack(">qq", 1, 2)),  # trailing
+        (None, struct.pack(">qq", 1, 2)),
+    ],
+)
+def test_malformed_offset_syncs_are_rejected(key: bytes | None, value: bytes) -> None:
+    with pytest.raises(MirrorWireError):
+        decode_offset_sync(key, value)
+
+
+def test_unknown_checkpoint_version_is_rejected() -> None:
+    key, value = encode_checkpoint(Checkpoint("g", TopicPartition("t", 0), 1, 1))
+    with pytest.raises(MirrorWireError, match="version"):
+        decode_checkpoint(key, b"\x00\x01" + value[2:])
+
+
+def test_client_configs_follow_cluster_precedence_and_kinds() -> None:
+    cfg = parse_mm2_properties(
+        "clusters = A, B\n"
+        "A.bootstrap.servers = a:1\n"
+        "B.bootstrap.servers = b:1, b:2\n"
+        "A.consumer.max.poll.records = 20\n"
+        "A.consumer.fetch.min.bytes = 7\n"
+        "A.producer.linger.ms = 50\n"
+        "A.producer.acks = 1\n"
+        "A->B.enabled = true\n"
+    )
+    a = ClientConfigs(cfg.cluster("A"))
+    assert a.max_poll_records == 20
+    consumer = a.consumer("g", read_committed=True)
+    assert consumer["bootstrap.servers"] == "a:1"
+    assert consumer["fetch.min.bytes"] == "7"
+    assert "max.poll.records" not in consumer
+    assert consumer["isolation.level"] == "read_committed"
+    producer = a.producer("txn")
+    assert producer["linger.ms"] == "50"
+    # The engine's guarantees rest on acks=all: a user setting cannot weaken it.
+    assert producer["acks"] == "all"
+    assert producer["transactional.id"] == "txn"
+    b = ClientConfigs(cfg.cluster("B"))
+    assert b.bootstrap == "b:1,b:2"
+    assert "fetch.min.bytes" not in b.consumer("g")
+
+
+def test_invalid_config_exits_2_naming_key_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "mm2.properties"
+    path.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
+                    "A->B.enabled = maybe\n")
+    assert mirror_main(["--config", str(path), "--once"]) == 2
+
+
+def test_ccr_admin_mirror_reports_a_bad_file_without_connecting(tmp_path: Path) -> None:
+    path = tmp_path / "mm2.properties"
+    path.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
+                    "offset.lag.max = -3\n")
+    done = run_cli("mirror", "--config", str(path), "--once")
+    assert done.returncode == 2
+    assert "offset.lag.max" in done.stderr and "line 4" in done.stderr
+
+
+def test_ccr_admin_imports_no_kafka_client_until_mirror_runs() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, admin.cli\n"
+        "admin.cli.build_parser()\n"
+        "print('confluent_kafka' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=str(Path(__file__).resolve().parent.parent))
+    assert done.stdout.strip() == "False"
