@@ -115,6 +115,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="how long a new group waits for more members (default 0)",
     )
+    p.add_argument(
+        "--plant-bug",
+        choices=["ack-before-replicate"],
+        help="TEST ONLY (chaos tests): plant a known bug so the checkers can be shown to "
+        "catch it; ack-before-replicate: SYNC acks stop waiting for followers",
+    )
     p.add_argument("--version", action="version", version=f"linkd {VERSION}")
     return p
 
@@ -132,6 +138,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_lag_max_records": DEFAULT_LAG_MAX_RECORDS,
         "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
         "link_replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        "plant_bug": "",
     }
     if args.config is not None:
         try:
@@ -176,6 +183,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_lag_max_records",
         "link_lag_max_ms",
         "link_replica_lag_time_max_ms",
+        "plant_bug",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -217,6 +225,7 @@ async def serve(settings: dict[str, Any]) -> int:
         group_config=GroupConfig(
             initial_rebalance_delay_ms=int(settings["initial_rebalance_delay_ms"])
         ),
+        plant_bug=str(settings.get("plant_bug") or ""),
     )
     node.state.links.limits = LinkLimits(
         session_timeout_ms=int(settings["link_session_timeout_ms"]),

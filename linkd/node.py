@@ -131,8 +131,12 @@ class ClusterNode:
         topic_id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         group_config: GroupConfig | None = None,
         segment_bytes_default: int | None = None,
+        plant_bug: str = "",
     ) -> None:
         self.data_dir_path = data_dir
+        # Test only (chaos tests): "ack-before-replicate" makes acknowledgements
+        # stop waiting for SYNC followers, so a chaos run must catch it.
+        self.plant_bug = plant_bug
         self.cluster_id = cluster_id
         self.fsync = fsync
         self.clock = clock
@@ -335,6 +339,8 @@ class ClusterNode:
         it drops OUT_OF_SYNC (link.replica.lag.time.max.ms). Bounded by
         HW_WAIT_MAX_MS: then REQUEST_TIMED_OUT (indefinite: the records are
         written here and may yet replicate)."""
+        if self.plant_bug == "ack-before-replicate":
+            return  # the planted bug: acknowledge without waiting for followers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HW_WAIT_MAX_MS / 1000
         while True:

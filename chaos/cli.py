@@ -1,0 +1,253 @@
+"""`ccr-chaos`: chaos runs of real `linkd` daemons, judged by the simulator's checkers.
+
+    ccr-chaos run --seed N [--schedule NAME] [--mode async|sync] [--clusters K]
+                  [--phase-s S] [--plant-bug ack-before-replicate] [--json] [--keep]
+    ccr-chaos runs --count N [--first-seed S] [--phase-s S] [--json]
+    ccr-chaos --runs N            (the same as `runs --count N`)
+    ccr-chaos schedule --seed N [...]   print the schedule only (JSON), run nothing
+
+Exit codes: 0 clean (no anomaly, converged), 1 anomalies or no convergence,
+2 bad arguments, 3 a run could not be set up. SIGINT and SIGTERM stop the run
+and end the processes it started (by PID).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from chaos.runner import ChaosError, Run, RunResult
+from chaos.schedule import CLASSICS, PLANTED_BUGS, Schedule, make_schedule
+
+EXIT_ANOMALY = 1
+EXIT_USAGE = 2
+EXIT_SETUP = 3
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _schedule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="draws the schedule (default 0)")
+    p.add_argument(
+        "--schedule",
+        default="random",
+        choices=["random", *CLASSICS],
+        help="random (from the seed, default) or a hand-written classic",
+    )
+    p.add_argument("--mode", choices=["async", "sync"], help="force the link mode (random only)")
+    p.add_argument("--clusters", type=int, choices=[2, 3, 4, 5], help="force the cluster count")
+    p.add_argument(
+        "--phase-s", type=float, default=20.0, help="length of the nemesis phase (default 20)"
+    )
+    p.add_argument(
+        "--plant-bug",
+        choices=list(PLANTED_BUGS),
+        default="",
+        help="test only: start the source daemon with this planted bug (and use the "
+        "schedule that makes it observable); the run must then report anomalies",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ccr-chaos",
+        description="Chaos runs of real linkd daemons, judged by the simulator's checkers.",
+    )
+    p.add_argument("--runs", type=int, help="run this many seeds (as `runs --count N`)")
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="one run")
+    _schedule_args(run)
+    run.add_argument("--json", action="store_true", help="print the summary as JSON")
+    run.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    run.add_argument("--converge-s", type=float, default=40.0, help="liveness bound (s)")
+    runs = sub.add_parser("runs", help="many seeds, with a summary table")
+    runs.add_argument("--count", type=int, default=10)
+    runs.add_argument("--first-seed", type=int, default=1)
+    runs.add_argument("--phase-s", type=float, default=20.0)
+    runs.add_argument("--json", action="store_true")
+    sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
+    _schedule_args(sched)
+    return p
+
+
+def replay_command(args: argparse.Namespace) -> str:
+    parts = ["ccr-chaos", "run", "--seed", str(args.seed)]
+    if args.schedule != "random" and not args.plant_bug:
+        parts += ["--schedule", args.schedule]
+    if args.mode:
+        parts += ["--mode", args.mode]
+    if args.clusters:
+        parts += ["--clusters", str(args.clusters)]
+    if args.phase_s != 20.0:
+        parts += ["--phase-s", f"{args.phase_s:g}"]
+    if args.plant_bug:
+        parts += ["--plant-bug", args.plant_bug]
+    return " ".join(parts)
+
+
+def build_schedule(args: argparse.Namespace) -> Schedule:
+    return make_schedule(
+        args.seed, args.schedule, args.phase_s, args.mode, args.clusters, args.plant_bug
+    )
+
+
+def run_one(args: argparse.Namespace, quiet: bool = False) -> RunResult:
+    schedule = build_schedule(args)
+    replay = replay_command(args)
+
+    def log(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    if not quiet:
+        log(f"ccr-chaos: seed {args.seed}, schedule {schedule.name}, {schedule.mode}, "
+            f"clusters {','.join(schedule.clusters)}; replay: {replay}")  # fmt: skip
+        for step in schedule.steps:
+            log(f"  {step.describe()}")
+    run = Run(schedule, replay, keep=getattr(args, "keep", False),
+              converge_s=getattr(args, "converge_s", 40.0), log=log)  # fmt: skip
+    return run.execute()
+
+
+def print_anomalies(result: RunResult) -> None:
+    for a in result.anomalies:
+        print(
+            f"ANOMALY seed={result.seed} [{a['invariant']}] {a['detail']}\n"
+            f"  replay: {result.replay}",
+            file=sys.stderr,
+        )
+
+
+def _summary(result: RunResult) -> dict[str, Any]:
+    out = result.to_json()
+    out["ok"] = not result.anomalies and result.converged
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        result = run_one(args, quiet=args.json)
+    except ChaosError as exc:
+        print(f"ccr-chaos: seed {args.seed}: setup failed: {exc}\n  replay: "
+              f"{replay_command(args)}", file=sys.stderr)  # fmt: skip
+        return EXIT_SETUP
+    print_anomalies(result)
+    if args.json:
+        print(json.dumps(_summary(result), indent=2))
+    else:
+        print(
+            f"seed {result.seed} ({result.schedule}, {result.mode}, "
+            f"{len(result.clusters)} clusters): {result.operations} operations "
+            f"{result.counts}, {len(result.anomalies)} anomalies, "
+            f"converged={result.converged}, {result.duration_s} s"
+        )
+    return 0 if not result.anomalies and result.converged else EXIT_ANOMALY
+
+
+def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool) -> int:
+    rows: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for seed in range(first_seed, first_seed + count):
+        args = argparse.Namespace(
+            seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
+            plant_bug="", keep=False, converge_s=40.0,
+        )  # fmt: skip
+        schedule = build_schedule(args)
+        row: dict[str, Any] = {
+            "seed": seed,
+            "mode": schedule.mode,
+            "clusters": len(schedule.clusters),
+            "nemeses": ",".join(schedule.nemeses),
+            "replay": replay_command(args),
+        }
+        try:
+            result = run_one(args, quiet=True)
+            row.update(
+                operations=result.operations,
+                info=result.counts.get("info", 0),
+                anomalies=len(result.anomalies),
+                kinds=",".join(sorted({a["invariant"] for a in result.anomalies})),
+                converged=result.converged,
+                seconds=result.duration_s,
+            )
+            print_anomalies(result)
+        except (ChaosError, OSError, RuntimeError) as exc:
+            row.update(operations=0, info=0, anomalies=-1, kinds=f"error: {exc}",
+                       converged=False, seconds=0.0)  # fmt: skip
+        rows.append(row)
+        print(
+            f"seed {seed}: {row['mode']} {row['clusters']} clusters [{row['nemeses']}] "
+            f"ops={row['operations']} anomalies={row['anomalies']} "
+            f"converged={row['converged']}",
+            file=sys.stderr,
+            flush=True,
+        )
+    if as_json:
+        print(json.dumps({"runs": rows, "seconds": round(time.monotonic() - started)}, indent=2))
+    else:
+        print(table(rows))
+    bad = [r for r in rows if r["anomalies"] or not r["converged"]]
+    return EXIT_ANOMALY if bad else 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = "| seed | mode | clusters | nemeses | operations | info | anomalies | converged | s |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        anomalies = str(r["anomalies"]) + (f" ({r['kinds']})" if r.get("kinds") else "")
+        lines.append(
+            f"| {r['seed']} | {r['mode']} | {r['clusters']} | {r['nemeses']} | "
+            f"{r['operations']} | {r['info']} | {anomalies} | {r['converged']} | "
+            f"{r['seconds']} |"
+        )
+    clean = sum(1 for r in rows if not r["anomalies"] and r["converged"])
+    lines.append("")
+    lines.append(f"{clean} of {len(rows)} runs clean (no anomaly, converged).")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, _on_signal)
+    try:
+        if args.runs is not None:
+            if args.runs < 1:
+                parser.error("--runs must be at least 1")
+            return cmd_runs(args.runs, args.first_seed, 20.0, args.json)
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "runs":
+            return cmd_runs(args.count, args.first_seed, args.phase_s, args.json)
+        if args.command == "schedule":
+            print(json.dumps(build_schedule(args).to_json(), indent=2))
+            return 0
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    except Interrupted as exc:
+        print(f"ccr-chaos: stopped by {exc}; the processes it started are ended",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""Real `linkd` daemons as subprocesses, for chaos runs.
+
+Every daemon listens on 127.0.0.1 only (gRPC and the Kafka protocol). The
+runner ends only the processes it started, by PID: `kill9` and `stop` act on
+the `subprocess.Popen` it holds, and a paused daemon is continued first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from admin import AdminClient
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DaemonError(RuntimeError):
+    pass
+
+
+class Daemon:
+    """One `python -m linkd` subprocess with a fixed data dir and ports."""
+
+    def __init__(self, cluster_id: str, workdir: Path, extra_args: Sequence[str] = ()) -> None:
+        self.cluster_id = cluster_id
+        self.data_dir = workdir / cluster_id / "data"
+        self.log_path = workdir / cluster_id / "linkd.log"
+        self.port = free_port()
+        self.kafka_port = free_port()
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        self.lost = False  # killed for good
+        self._log: IO[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "linkd",
+            "--cluster-id", self.cluster_id,
+            "--listen", self.bootstrap,
+            "--kafka-listen", self.kafka_bootstrap,
+            "--data-dir", str(self.data_dir),
+            "--log-level", "warning",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        if self.running:
+            raise DaemonError(f"{self.cluster_id} is already running")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._log is not None:
+            self._log.close()
+        self._log = self.log_path.open("ab")
+        env = dict(os.environ)
+        path = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            cwd=str(ROOT),
+            env=env,
+        )
+        self.paused = False
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "request.timeout.ms": 1000})
+        try:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.poll() is not None:
+                    raise DaemonError(f"{self.cluster_id} exited at start ({self.log_path})")
+                try:
+                    if admin.health(timeout=1.0).status == "SERVING":
+                        return
+                except Exception:
+                    pass
+                # Doubles as the pause between polls; notices an exit at once.
+                try:
+                    self.proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            admin.close()
+        raise DaemonError(f"{self.cluster_id} not ready after {timeout_s} s ({self.log_path})")
+
+    def pause(self) -> None:
+        if self.running and self.proc is not None and not self.paused:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.running and self.proc is not None and self.paused:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            if self.paused:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()  # SIGKILL to this PID
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        self.paused = False
+
+    def stop(self) -> None:
+        """SIGTERM (after SIGCONT if paused), then SIGKILL if it lingers."""
+        if self.proc is not None and self.proc.poll() is None:
+            if self.paused:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.paused = False
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,753 @@
+"""One chaos run: real daemons, fault proxies, workloads, nemesis, judgement.
+
+Phases:
+1. setup: start one `linkd` per cluster (temporary directories, 127.0.0.1
+   only, short link timeouts), create the namespaces and topics, and make
+   each follower create its link to the source through its own FaultProxy;
+   wait until every link is FOLLOWING (then IN_SYNC for SYNC schedules).
+2. nemesis: the workloads run while the schedule's steps are applied at their
+   times (cuts, one-way cuts, flaky, slow, SIGSTOP/SIGCONT, kill -9 and
+   restart on the same data dir, failover, recovery, config changes).
+3. heal: every proxy healed, every paused daemon continued, every killed one
+   restarted; the producers stop.
+4. liveness: within `converge_s`, on every live link the follower's high
+   watermarks equal the source's, both sides are FOLLOWING or IN_SYNC and the
+   two link configurations agree (swapped). Otherwise `converged` is false
+   and a "liveness" anomaly says what did not converge.
+5. judgement: the final logs are read with a Consumer from every live
+   cluster, and the simulator's checkers (`sim/checkers.py`) judge the
+   history and the logs (see `judge`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from admin import AdminClient, Consumer, TopicPartition
+from chaos.daemons import Daemon, DaemonError
+from chaos.proxy import FaultProxy
+from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from chaos.workloads import (
+    GrpcProducer,
+    KafkaProducer,
+    Reader,
+    Recorder,
+    ReservedProbe,
+    TxnProducer,
+    Workload,
+)
+from sim import checkers
+from sim.checkers import FinalLogs, Truncations, Violation
+from sim.history import History, Op, Send
+from sim.store import PartitionStore, StoredBatch
+
+TOPIC = f"{TOPIC_PREFIX}x"
+PARTITIONS = 2
+SESSION_TIMEOUT_MS = 2000
+REPLICA_LAG_TIME_MAX_MS = 1500
+SETUP_TIMEOUT_S = 40.0
+CONVERGE_S = 40.0
+GOOD_STATES = ("FOLLOWING", "IN_SYNC")
+
+
+@dataclass
+class RunResult:
+    seed: int
+    schedule: str
+    mode: str
+    clusters: list[str]
+    operations: int
+    counts: dict[str, int]
+    anomalies: list[dict[str, str]]
+    converged: bool
+    replay: str
+    duration_s: float
+    events: list[str] = field(default_factory=list)
+    workdir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class LinkRun:
+    name: str
+    source: str
+    follower: str
+    proxy: FaultProxy
+    live: bool = True
+
+
+class ChaosError(RuntimeError):
+    pass
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float, step_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    event = threading.Event()
+    while True:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        if time.monotonic() >= deadline:
+            raise ChaosError(f"timed out after {timeout_s} s waiting for {what}")
+        event.wait(step_s)
+
+
+def _admin(address: str, timeout_ms: int = 3000) -> AdminClient:
+    return AdminClient({"bootstrap.servers": address, "request.timeout.ms": timeout_ms})
+
+
+class Run:
+    def __init__(
+        self,
+        schedule: Schedule,
+        replay: str,
+        workdir: Path | None = None,
+        keep: bool = False,
+        converge_s: float = CONVERGE_S,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self.replay = replay
+        self.keep = keep
+        self.converge_s = converge_s
+        self._own_dir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="ccr-chaos-"))
+        self.log_fn = log
+        self.recorder = Recorder()
+        self.stop_workloads = threading.Event()
+        self.stop_readers = threading.Event()
+        self.daemons: dict[str, Daemon] = {}
+        self.links: dict[str, LinkRun] = {}
+        self.workloads: list[Workload] = []
+        self.readers: dict[str, Reader] = {}
+        self.leader = SOURCE
+        self.followers: set[str] = set()
+        self.unreserved_at: dict[str, int] = {}  # cluster -> ms a failover started there
+        self.truncations: Truncations = {}
+        self.sync_samples: list[tuple[int, int, str, str]] = []  # (start, end, link, state)
+        self.events: list[str] = []
+        self.prefixes = (TOPIC_PREFIX, *schedule.extra_prefixes)
+
+    # -- logging ------------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        line = f"[{self.recorder.now_ms() / 1000:6.1f}s] {text}"
+        self.events.append(line)
+        if self.log_fn is not None:
+            self.log_fn(line)
+
+    # -- setup --------------------------------------------------------------------------
+
+    def _flags(self, cluster: str) -> list[str]:
+        flags = [
+            "--link-session-timeout-ms", str(SESSION_TIMEOUT_MS),
+            "--link-replica-lag-time-max-ms", str(REPLICA_LAG_TIME_MAX_MS),
+            "--link-lag-max-ms", "3000",
+        ]  # fmt: skip
+        if self.schedule.plant_bug and cluster == SOURCE:
+            flags += ["--plant-bug", self.schedule.plant_bug]
+        return flags
+
+    def setup(self) -> None:
+        s = self.schedule
+        for c in s.clusters:
+            self.daemons[c] = Daemon(c, self.workdir, self._flags(c))
+        for d in self.daemons.values():
+            d.start()
+        for d in self.daemons.values():
+            d.wait_ready()
+        pids = [f"{c} (pid {d.proc.pid if d.proc else 0})" for c, d in self.daemons.items()]
+        self.note(f"started {', '.join(pids)}")
+        for c in s.clusters:
+            with _admin(self.daemons[c].bootstrap, 10000) as admin:
+                for prefix in self.prefixes:
+                    admin.create_namespace("topic", prefix)
+        with _admin(self.daemons[SOURCE].bootstrap, 10000) as admin:
+            admin.create_topic(TOPIC, PARTITIONS)
+            for prefix in s.extra_prefixes:
+                admin.create_topic(f"{prefix}x", 1)
+        for i, (name, source, follower) in enumerate(s.links):
+            self._create_link(name, source, follower, i)
+        for link in self.links.values():
+            self._wait_link(link, ("FOLLOWING",), SETUP_TIMEOUT_S)
+        if s.mode == "SYNC":
+            for link in self.links.values():
+                with _admin(self.daemons[link.follower].bootstrap, 10000) as admin:
+                    admin.set_link_mode(link.name, "SYNC")
+            for link in self.links.values():
+                self._wait_link(link, ("IN_SYNC",), SETUP_TIMEOUT_S)
+        self.note(f"topology ready: {s.mode} links {', '.join(self.links)}")
+
+    def _create_link(
+        self, name: str, source: str, follower: str, i: int, attach: bool = True
+    ) -> LinkRun:
+        seed = self.schedule.seed * 100 + i
+        proxy = FaultProxy("127.0.0.1", self.daemons[source].port, seed=seed)
+        proxy.start_in_thread()
+        link = LinkRun(name, source, follower, proxy)
+        self.links[name] = link
+        with _admin(self.daemons[follower].bootstrap, 10000) as admin:
+            admin.create_link(name, proxy.address)
+            if attach:
+                admin.attach_namespace(name, "topic", TOPIC_PREFIX, TOPIC_PREFIX, "remote")
+        self.followers.add(follower)
+        return link
+
+    def _link_states(self, link: LinkRun) -> tuple[str, str]:
+        with _admin(self.daemons[link.source].bootstrap) as a:
+            s1 = a.describe_link(link.name).state
+        with _admin(self.daemons[link.follower].bootstrap) as b:
+            s2 = b.describe_link(link.name).state
+        return s1, s2
+
+    def _wait_link(self, link: LinkRun, states: tuple[str, ...], timeout_s: float) -> None:
+        def ok() -> bool:
+            a, b = self._link_states(link)
+            return a in states and b in states
+
+        wait_for(f"link {link.name} {'/'.join(states)} on both sides", ok, timeout_s)
+
+    # -- workloads ----------------------------------------------------------------------
+
+    def _leader_grpc(self) -> tuple[str, str] | None:
+        d = self.daemons.get(self.leader)
+        if d is None or d.lost:
+            return None
+        return (self.leader, d.bootstrap)
+
+    def _leader_kafka(self) -> tuple[str, str] | None:
+        d = self.daemons.get(self.leader)
+        if d is None or d.lost:
+            return None
+        return (self.leader, d.kafka_bootstrap)
+
+    def _probe_targets(self) -> list[tuple[str, str]]:
+        return [
+            (c, self.daemons[c].bootstrap)
+            for c in sorted(self.followers)
+            if c not in self.unreserved_at and not self.daemons[c].lost
+        ]
+
+    def start_workloads(self) -> None:
+        r, stop = self.recorder, self.stop_workloads
+        self.workloads = [
+            GrpcProducer("grpc-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS),
+            KafkaProducer("kafka-producer", r, stop, self._leader_kafka, TOPIC, PARTITIONS),
+            ReservedProbe(r, stop, self._probe_targets, TOPIC),
+        ]
+        if self.schedule.transactional:
+            self.workloads.append(
+                TxnProducer("txn-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)
+            )
+        for c, d in self.daemons.items():
+            role = "source_consumer" if c == SOURCE else "target_consumer"
+            reader = Reader(
+                f"reader-{c}", r, self.stop_readers, c, d.bootstrap, TOPIC, PARTITIONS, role
+            )
+            self.readers[c] = reader
+        for w in [*self.workloads, *self.readers.values()]:
+            w.start()
+        sampler = threading.Thread(target=self._sample_sync_states, daemon=True)
+        sampler.start()
+        self.workloads.append(_Joinable(sampler))
+
+    def _sample_sync_states(self) -> None:
+        """Samples the SYNC links' states on their sources (for invariant 4)."""
+        if self.schedule.mode != "SYNC":
+            return
+        admins: dict[str, AdminClient] = {}
+        try:
+            while not self.stop_workloads.is_set():
+                for link in list(self.links.values()):
+                    d = self.daemons[link.source]
+                    if d.lost or not link.live:
+                        continue
+                    if link.source not in admins:
+                        admins[link.source] = _admin(d.bootstrap, 500)
+                    start = self.recorder.now_ms()
+                    try:
+                        state = admins[link.source].describe_link(link.name, timeout=0.5).state
+                    except Exception:
+                        state = "?"
+                    self.sync_samples.append((start, self.recorder.now_ms(), link.name, state))
+                self.stop_workloads.wait(0.05)
+        finally:
+            for a in admins.values():
+                a.close()
+
+    # -- nemesis ------------------------------------------------------------------------
+
+    def apply(self, step: Step) -> None:
+        op, args = step.op, step.args
+        self.note(f"nemesis: {op} {' '.join(args)}")
+        try:
+            if op == "cut":
+                self.links[args[0]].proxy.cut(args[1])
+            elif op == "flaky":
+                self.links[args[0]].proxy.flaky("both", float(args[1]))
+            elif op == "slow":
+                self.links[args[0]].proxy.delay("both", float(args[1]))
+            elif op == "heal":
+                self.links[args[0]].proxy.heal()
+            elif op == "pause":
+                self.daemons[args[0]].pause()
+            elif op == "resume":
+                self.daemons[args[0]].resume()
+            elif op == "kill":
+                self.daemons[args[0]].kill9()
+            elif op == "restart":
+                self._restart(args[0])
+            elif op == "lose":
+                d = self.daemons[args[0]]
+                d.kill9()
+                d.lost = True
+                for link in self.links.values():
+                    if args[0] in (link.source, link.follower):
+                        link.live = False
+                reader = self.readers.get(args[0])
+                if reader is not None:
+                    reader.stop_event = threading.Event()
+                    reader.stop_event.set()
+            elif op == "attach":
+                link = self.links[args[0]]
+                with _admin(self.daemons[link.source].bootstrap, 10000) as a:
+                    a.attach_namespace(link.name, "topic", args[1], args[1], "local")
+            elif op == "detach":
+                link = self.links[args[0]]
+                with _admin(self.daemons[link.source].bootstrap, 10000) as a:
+                    a.detach_namespace(link.name, "topic", args[1])
+            elif op == "failover":
+                self._failover(args[0], args[1])
+            elif op == "relink":
+                self._relink(args[0], args[1], args[2], args[3])
+            else:
+                raise ChaosError(f"unknown nemesis step {op!r}")
+        except ChaosError:
+            raise
+        except Exception as exc:
+            self.note(f"nemesis: {op} failed: {type(exc).__name__}: {exc}")
+
+    def _restart(self, cluster: str) -> None:
+        d = self.daemons[cluster]
+        if d.lost or d.running:
+            return
+        d.start()
+        d.wait_ready()
+
+    def _failover(self, cluster: str, link_name: str) -> None:
+        self.unreserved_at[cluster] = self.recorder.now_ms()
+        link = self.links[link_name]
+        link.live = False
+        with _admin(self.daemons[cluster].bootstrap, 15000) as a:
+            result = a.failover(link_name, force=True)
+        self.note(f"failover on {cluster}: abandoned {len(result.abandoned)} partition(s)")
+        self.followers.discard(cluster)
+        self.leader = cluster
+        since = self.recorder.now_ms()
+        try:
+            wait_for(
+                f"a send acknowledged by {cluster}",
+                lambda: self._some_ok_send(cluster, since),
+                10.0,
+            )
+        except ChaosError:
+            self.note(f"no send acknowledged by {cluster} within 10 s of its failover")
+
+    def _relink(self, cluster: str, old: str, new: str, source: str) -> None:
+        old_link = self.links[old]
+        old_link.live = False
+        with _admin(self.daemons[cluster].bootstrap, 15000) as a:
+            a.detach_namespace(old, "topic", TOPIC_PREFIX)
+        # No attach: `recover --confirm` re-attaches with the remote leading.
+        link = self._create_link(new, source, cluster, len(self.links), attach=False)
+        with _admin(self.daemons[cluster].bootstrap, 30000) as a:
+            report = a.recover_link(new, namespaces=[TOPIC_PREFIX], confirm=True)
+        for p in report["partitions"]:
+            if p["truncate_to"] < p["local_log_end_offset"]:
+                key = (cluster, str(p["topic"]), int(p["partition"]))
+                self.truncations.setdefault(key, []).append(int(p["truncate_to"]))
+        totals = report["totals"]
+        self.note(
+            f"recover --confirm on {cluster} via {new}: {totals['local_records_lost']} "
+            f"record(s) cut in {totals['diverged_partitions']} partition(s)"
+        )
+        reader = self.readers.get(cluster)
+        if reader is not None:
+            reader.new_session(from_start=True)
+        link.live = True
+
+    def nemesis_phase(self) -> None:
+        start = time.monotonic()
+        pause = threading.Event()
+        for step in sorted(self.schedule.steps, key=lambda x: x.at_s):
+            delay = start + step.at_s - time.monotonic()
+            if delay > 0:
+                pause.wait(delay)
+            self.apply(step)
+        rest = start + self.schedule.phase_s - time.monotonic()
+        if rest > 0:
+            pause.wait(rest)
+
+    def heal_all(self) -> None:
+        for link in self.links.values():
+            link.proxy.heal()
+        for c, d in self.daemons.items():
+            if d.lost:
+                continue
+            d.resume()
+            if not d.running:
+                self._restart(c)
+        self.note("healed: proxies cleared, daemons continued and restarted")
+
+    # -- liveness -----------------------------------------------------------------------
+
+    def _replicated_topics(self, link: LinkRun) -> list[str]:
+        with _admin(self.daemons[link.source].bootstrap) as a:
+            info = a.describe_link(link.name)
+            prefixes = [
+                m["local_prefix"] for m in info.mappings
+                if m["type"] == "topic" and m["leader"] == "local"
+            ]  # fmt: skip
+            return [t.name for t in a.list_topics() if any(t.name.startswith(p) for p in prefixes)]
+
+    def _hws(self, cluster: str, topic: str) -> list[int]:
+        with _admin(self.daemons[cluster].bootstrap) as a:
+            return [p.high_watermark for p in a.describe_topic(topic).partitions]
+
+    def convergence_problems(self) -> list[str]:
+        problems: list[str] = []
+        for link in self.links.values():
+            if not link.live:
+                continue
+            with _admin(self.daemons[link.source].bootstrap) as a:
+                mine = a.describe_link(link.name)
+            with _admin(self.daemons[link.follower].bootstrap) as b:
+                theirs = b.describe_link(link.name)
+            for side, info in ((link.source, mine), (link.follower, theirs)):
+                if info.state not in GOOD_STATES:
+                    problems.append(f"link {link.name} is {info.state} on {side}")
+            if mine.mode != theirs.mode:
+                problems.append(f"link {link.name}: mode {mine.mode} on {link.source}, "
+                                f"{theirs.mode} on {link.follower}")  # fmt: skip
+            swap = {"local": "remote", "remote": "local"}
+            a_maps = sorted(
+                (m["type"], m["local_prefix"], m["remote_prefix"], m["leader"])
+                for m in mine.mappings
+            )
+            b_maps = sorted(
+                (m["type"], m["remote_prefix"], m["local_prefix"], swap.get(m["leader"], "?"))
+                for m in theirs.mappings
+            )
+            if a_maps != b_maps:
+                problems.append(
+                    f"link {link.name}: mappings differ ({link.source}: {a_maps}; "
+                    f"{link.follower}, swapped: {b_maps})"
+                )
+            for topic in self._replicated_topics(link):
+                try:
+                    follower_hws = self._hws(link.follower, topic)
+                except Exception as exc:
+                    problems.append(f"{topic} not readable on {link.follower}: {exc}")
+                    continue
+                source_hws = self._hws(link.source, topic)
+                if follower_hws != source_hws:
+                    problems.append(
+                        f"{topic}: high watermarks {follower_hws} on {link.follower}, "
+                        f"{source_hws} on {link.source}"
+                    )
+        return problems
+
+    def wait_converged(self) -> list[str]:
+        deadline = time.monotonic() + self.converge_s
+        pause = threading.Event()
+        problems = ["not checked"]
+        while time.monotonic() < deadline:
+            try:
+                problems = self.convergence_problems()
+            except Exception as exc:
+                problems = [f"{type(exc).__name__}: {exc}"]
+            if not problems:
+                return []
+            pause.wait(0.5)
+        return problems
+
+    # -- final logs and judgement ---------------------------------------------------------
+
+    def read_final_logs(self) -> tuple[FinalLogs, list[Violation]]:
+        logs: FinalLogs = {}
+        problems: list[Violation] = []
+        for c, d in self.daemons.items():
+            if d.lost:
+                continue
+            try:
+                logs.update(self._final_logs_of(c, d))
+            except Exception as exc:
+                problems.append(
+                    Violation("liveness", f"the final log of {c} could not be read: {exc}")
+                )
+        return logs, problems
+
+    def _final_logs_of(self, c: str, d: Daemon) -> FinalLogs:
+        logs: FinalLogs = {}
+        with _admin(d.bootstrap, 10000) as a:
+            topics = [t for t in a.list_topics() if t.name.startswith(self.prefixes)]
+        for t in topics:
+            for p in t.partitions:
+                logs[(c, t.name, p.partition)] = self._read_partition(
+                    d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark
+                )
+        return logs
+
+    def _read_partition(
+        self, address: str, topic: str, partition: int, start: int, end: int
+    ) -> dict[int, str]:
+        out: dict[int, str] = {}
+        if end <= start:
+            return out
+        consumer = Consumer(
+            {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False}
+        )
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + 30
+            last = start - 1
+            while last < end - 1 and time.monotonic() < deadline:
+                msgs = consumer.consume(1000, 0.5)
+                here = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if not msgs and here >= end:
+                    break
+                for m in msgs:
+                    off, value = m.offset(), m.value()
+                    if m.error() is not None or off is None:
+                        continue
+                    last = max(last, off)
+                    if off < end and value is not None:
+                        out[off] = value.decode(errors="replace")
+        finally:
+            consumer.close()
+        return out
+
+    def provenance_start(self, cluster: str, topic: str) -> dict[int, tuple[str, int]]:
+        """partition -> (source cluster, start offset) of the current provenance range."""
+        out: dict[int, tuple[str, int]] = {}
+        with _admin(self.daemons[cluster].bootstrap, 10000) as a:
+            prov = a.get_provenance(topic)
+        for p in prov["partitions"]:
+            entries = p["provenance"]
+            if entries and entries[-1]["kind"] == "start":
+                out[int(p["partition"])] = (
+                    str(entries[-1]["source_cluster_id"]),
+                    int(entries[-1]["offset"]),
+                )
+        return out
+
+    def judge(self, final: FinalLogs) -> list[Violation]:
+        history = History(list(self.history_for_checkers()))
+        out: list[Violation] = []
+        out += checkers.check_reserved_writes(history)
+        out += checkers.check_lost_writes(history, final, self.truncations)
+        out += checkers.check_duplicates(final)
+        out += checkers.check_consumers(history, final)
+        out += self.check_sync_acks(history, final)
+        out += self.check_follower_logs(final)
+        return out
+
+    def history_for_checkers(self) -> list[Op]:
+        """The history as recorded, except that a probe write accepted after a
+        failover started on its cluster is not counted as a reserved write."""
+        ops: list[Op] = []
+        for o in self.recorder.ops():
+            started = self.unreserved_at.get(o.cluster)
+            if o.reserved and started is not None and o.complete_ms >= started:
+                o = dataclasses.replace(o, reserved=False)
+            ops.append(o)
+        return ops
+
+    def in_sync_at(self, link: str, invoke_ms: int, complete_ms: int) -> bool:
+        """Was the link IN_SYNC on its source from before `invoke_ms` until after
+        `complete_ms`, by every sample taken in between?"""
+        samples = [s for s in self.sync_samples if s[2] == link]
+        before = [s for s in samples if s[1] <= invoke_ms]
+        after = [s for s in samples if s[0] >= complete_ms]
+        if not before or not after:
+            return False
+        window = [s for s in samples if before[-1][0] <= s[0] <= after[0][0]]
+        return all(s[3] == "IN_SYNC" for s in window)
+
+    def check_sync_acks(self, history: History, final: FinalLogs) -> list[Violation]:
+        """Invariant 4 through the lost_write checker: every send acknowledged by
+        a SYNC link's source while the link was IN_SYNC must be on the follower
+        at its offset, so it is checked again as if the follower had
+        acknowledged it."""
+        if self.schedule.mode != "SYNC":
+            return []
+        derived = History()
+        for o in history.sends():
+            if o.type != "ok" or not isinstance(o.value, Send) or o.reserved:
+                continue
+            for link in self.links.values():
+                if link.source == o.cluster and self.in_sync_at(
+                    link.name, o.invoke_ms, o.complete_ms
+                ):
+                    derived.add(dataclasses.replace(
+                        o, cluster=link.follower,
+                        process=f"{o.process} (acked by {o.cluster} while {link.name} IN_SYNC)",
+                    ))  # fmt: skip
+        found = checkers.check_lost_writes(derived, final, self.truncations)
+        return [
+            Violation(f"4 sync acks / {v.invariant}", v.detail)
+            if v.invariant == "lost_write"
+            else v
+            for v in found
+        ]
+
+    def check_follower_logs(self, final: FinalLogs) -> list[Violation]:
+        """Invariants 1 and 2 with `check_follower_log`, on stores built from the
+        final logs: one single-record batch per data record, its value as data."""
+        out: list[Violation] = []
+        for link in self.links.values():
+            if not link.live:
+                continue
+            for (cluster, topic, partition), log in sorted(final.items()):
+                if cluster != link.follower:
+                    continue
+                try:
+                    ranges = self.provenance_start(cluster, topic)
+                except Exception:
+                    continue
+                src = ranges.get(partition)
+                if src is None or src[0] != link.source:
+                    continue
+                source_log = final.get((link.source, topic, partition))
+                if source_log is None:
+                    continue
+                follower_hw = max(log) + 1 if log else src[1]
+                out += checkers.check_follower_log(
+                    cluster, topic, partition, _store(log), follower_hw,
+                    link.source, topic, _store(source_log), src[1],
+                )  # fmt: skip
+        return out
+
+    # -- the whole run ------------------------------------------------------------------
+
+    def execute(self) -> RunResult:
+        started = time.monotonic()
+        anomalies: list[Violation] = []
+        converged = False
+        try:
+            try:
+                self.setup()
+            except (DaemonError, OSError) as exc:
+                raise ChaosError(f"setup: {exc}") from exc
+            self.start_workloads()
+            wait_for("the first acknowledged send", self._some_ok_send, 20.0)
+            self.note("workloads running; nemesis phase")
+            self.nemesis_phase()
+            self.heal_all()
+            self.stop_workloads.set()
+            for w in self.workloads:
+                w.join(timeout=15)
+            problems = self.wait_converged()
+            converged = not problems
+            self.note("converged" if converged else f"NOT converged: {problems}")
+            anomalies += [Violation("liveness", p) for p in problems[:5]]
+            self._let_readers_catch_up()
+            self.stop_readers.set()
+            for reader in self.readers.values():
+                reader.join(timeout=10)
+            final, unreadable = self.read_final_logs()
+            anomalies += unreadable
+            anomalies += self.judge(final)
+        finally:
+            self.close()
+        ops = self.recorder.ops()
+        counts = {t: sum(1 for o in ops if o.type == t) for t in ("ok", "fail", "info")}
+        return RunResult(
+            seed=self.schedule.seed,
+            schedule=self.schedule.name,
+            mode=self.schedule.mode,
+            clusters=list(self.schedule.clusters),
+            operations=len(ops),
+            counts=counts,
+            anomalies=[v.to_dict() for v in anomalies],
+            converged=converged,
+            replay=self.replay,
+            duration_s=round(time.monotonic() - started, 1),
+            events=self.events,
+            workdir=str(self.workdir) if self.keep else "",
+        )
+
+    def _some_ok_send(self, cluster: str = "", since_ms: int = 0) -> bool:
+        return any(
+            o.type == "ok"
+            and isinstance(o.value, Send)
+            and o.invoke_ms >= since_ms
+            and (not cluster or o.cluster == cluster)
+            for o in self.recorder.ops()
+        )
+
+    def _let_readers_catch_up(self) -> None:
+        """Bounded: until each live reader's positions reach its cluster's HWs."""
+
+        def caught_up() -> bool:
+            for c, reader in self.readers.items():
+                if self.daemons[c].lost or not reader.is_alive():
+                    continue
+                slack = 1 if self.schedule.transactional else 0  # a trailing commit marker
+                hws = self._hws(c, TOPIC)
+                if any(reader.positions.get(p, 0) < hw - slack for p, hw in enumerate(hws)):
+                    return False
+            return True
+
+        try:
+            wait_for("readers to catch up", caught_up, 15.0)
+        except ChaosError:
+            self.note("readers did not all catch up (not an anomaly: reads are checked as seen)")
+
+    def close(self) -> None:
+        """Stops what this run started: workloads, daemons (by their PIDs), proxies."""
+        self.stop_workloads.set()
+        self.stop_readers.set()
+        for d in self.daemons.values():
+            try:
+                d.stop()
+            except Exception:
+                pass
+        for link in self.links.values():
+            try:
+                link.proxy.stop()
+            except Exception:
+                pass
+        if self._own_dir and not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class _Joinable(Workload):
+    """Wraps a plain thread so the runner joins it with the workloads."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        super().__init__("sampler", Recorder(), threading.Event())
+        self.thread = thread
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+def _store(log: dict[int, str]) -> PartitionStore:
+    store = PartitionStore(log_start_offset=min(log) if log else 0)
+    for offset in sorted(log):
+        store.batches.append(StoredBatch(offset, offset + 1, log[offset].encode(), 1))
+        store.bases.append(offset)
+    return store

@@ -1,0 +1,318 @@
+"""Chaos schedules: the topology and the timed nemesis steps of one run.
+
+A schedule is plain data drawn from a seed (swarm style: the seed picks the
+topology size, the link mode, which nemeses are enabled and their timing) or
+one of the hand-written classics. The same seed and options always give the
+same schedule (`Schedule.to_json` compares equal), so a run can be replayed
+with the command it prints; what the real processes do with it is another
+matter (real sockets and clocks are not replayable bit for bit).
+
+Topology: cluster "A" leads the topic namespace `orders-` to every other
+cluster (a star), one link per follower, named source+follower in lower case
+("ab", "ac"). Each follower creates its link and dials the source through its
+own fault proxy, so every link connection can be faulted; the proxy's "a->b"
+is follower -> source, "b->a" the way back.
+
+Steps (`Step.op`, `Step.args`):
+    cut LINK DIRECTION          blackhole a link ("both", "a->b" or "b->a")
+    flaky LINK PROBABILITY      reset link connections with this probability per chunk
+    slow LINK MS                delay every chunk of the link (both ways)
+    heal LINK                   clear every fault of the link's proxy
+    pause CLUSTER / resume CLUSTER      SIGSTOP / SIGCONT the daemon
+    kill CLUSTER / restart CLUSTER      kill -9, then start again on the same data dir
+    lose CLUSTER                kill -9 for good (disaster recovery)
+    attach LINK PREFIX / detach LINK PREFIX   a config change on the source's side
+    failover CLUSTER LINK       `failover --force` on the follower
+    relink CLUSTER OLD NEW SOURCE   detach OLD on CLUSTER, create NEW to SOURCE, then
+                                `recover --confirm` it (KIP-986 re-pointing)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+CLUSTER_NAMES = "ABCDE"
+NEMESES = ("halves", "isolate", "bridge", "one-way", "flaky", "slow", "pause", "kill")
+CLASSICS = ("kip986-dr", "sync-txn-cut", "one-way-config", "flapping", "sync-ack-failover")
+PLANTED_BUGS = ("ack-before-replicate",)
+SOURCE = "A"
+TOPIC_PREFIX = "orders-"
+EXTRA_PREFIX = "pay-"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    at_s: float
+    op: str
+    args: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at_s": self.at_s, "op": self.op, "args": list(self.args)}
+
+    def describe(self) -> str:
+        return f"t={self.at_s:5.1f}s {self.op} {' '.join(self.args)}".rstrip()
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    name: str  # "random" or a classic's name
+    seed: int
+    clusters: tuple[str, ...]
+    mode: str  # "ASYNC" or "SYNC": the mode every link is switched to before the faults
+    links: tuple[tuple[str, str, str], ...]  # (name, source, follower)
+    steps: tuple[Step, ...]
+    phase_s: float  # length of the nemesis phase
+    nemeses: tuple[str, ...] = ()
+    transactional: bool = False  # also run a transactional producer on the source
+    plant_bug: str = ""
+    extra_prefixes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "clusters": list(self.clusters),
+            "mode": self.mode,
+            "links": [list(x) for x in self.links],
+            "nemeses": list(self.nemeses),
+            "phase_s": self.phase_s,
+            "transactional": self.transactional,
+            "plant_bug": self.plant_bug,
+            "extra_prefixes": list(self.extra_prefixes),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+
+def link_name(source: str, follower: str) -> str:
+    return f"{source}{follower}".lower()
+
+
+def star(clusters: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((link_name(SOURCE, c), SOURCE, c) for c in clusters if c != SOURCE)
+
+
+def _r(x: float) -> float:
+    return round(x, 2)
+
+
+def _links_between(links: tuple[tuple[str, str, str], ...], side: set[str]) -> list[str]:
+    """Links with one end in `side` and the other outside it."""
+    return [name for name, s, f in links if (s in side) != (f in side)]
+
+
+def random_schedule(
+    seed: int, phase_s: float = 20.0, mode: str | None = None, clusters: int | None = None
+) -> Schedule:
+    """The swarm schedule of `seed` (mode and cluster count may be forced)."""
+    rng = random.Random(seed)
+    n = clusters if clusters is not None else rng.choice((2, 2, 3, 3, 4))
+    names = tuple(CLUSTER_NAMES[:n])
+    chosen_mode = mode.upper() if mode else rng.choice(("ASYNC", "SYNC"))
+    links = star(names)
+    enabled = tuple(sorted(rng.sample(NEMESES, rng.randint(2, 4))))
+    steps: list[Step] = []
+    t = _r(rng.uniform(1.0, 2.5))
+    while t < phase_s - 2.0:
+        kind = rng.choice(enabled)
+        length = _r(min(rng.uniform(1.5, 4.0), phase_s - 1.0 - t))
+        end = _r(t + length)
+        target_links: list[str] = []
+        if kind == "halves":
+            shuffled = list(names)
+            rng.shuffle(shuffled)
+            half = set(shuffled[: max(1, n // 2)])
+            target_links = _links_between(links, half)
+            steps += [Step(t, "cut", (x, "both")) for x in target_links]
+        elif kind == "isolate":
+            one = rng.choice(names)
+            target_links = _links_between(links, {one})
+            steps += [Step(t, "cut", (x, "both")) for x in target_links]
+        elif kind == "bridge":
+            # Two halves and one cluster in both: cut the links across, except the bridge's.
+            shuffled = list(names)
+            rng.shuffle(shuffled)
+            bridge = shuffled[0]
+            rest = shuffled[1:]
+            side = set(rest[: len(rest) // 2])
+            target_links = [
+                x for x in _links_between(links, side) if bridge not in _ends(links, x)
+            ] or [rng.choice(links)[0]]
+            steps += [Step(t, "cut", (x, "both")) for x in target_links]
+        elif kind == "one-way":
+            x = rng.choice(links)[0]
+            target_links = [x]
+            steps.append(Step(t, "cut", (x, rng.choice(("a->b", "b->a")))))
+        elif kind == "flaky":
+            x = rng.choice(links)[0]
+            target_links = [x]
+            steps.append(Step(t, "flaky", (x, str(rng.choice((0.02, 0.05, 0.1))))))
+        elif kind == "slow":
+            x = rng.choice(links)[0]
+            target_links = [x]
+            steps.append(Step(t, "slow", (x, str(rng.choice((50, 150, 400))))))
+        elif kind == "pause":
+            c = rng.choice(names)
+            steps += [Step(t, "pause", (c,)), Step(end, "resume", (c,))]
+        elif kind == "kill":
+            c = rng.choice(names)
+            steps += [Step(t, "kill", (c,)), Step(end, "restart", (c,))]
+        steps += [Step(end, "heal", (x,)) for x in target_links]
+        t = _r(end + rng.uniform(0.5, 2.0))
+    return Schedule(
+        name="random",
+        seed=seed,
+        clusters=names,
+        mode=chosen_mode,
+        links=links,
+        steps=tuple(steps),
+        phase_s=phase_s,
+        nemeses=enabled,
+        transactional=rng.random() < 0.3,
+    )
+
+
+def _ends(links: tuple[tuple[str, str, str], ...], name: str) -> tuple[str, str]:
+    for n, s, f in links:
+        if n == name:
+            return (s, f)
+    raise KeyError(name)
+
+
+def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedule:
+    """One of the hand-written classics (timings fixed; the seed only seeds the proxies)."""
+    clusters: tuple[str, ...]
+    steps: tuple[Step, ...]
+    if name == "kip986-dr":
+        # A leads to B and C; B is cut off and falls behind; A is lost; B is
+        # promoted with failover --force; C is re-pointed to B with recover --confirm.
+        clusters = ("A", "B", "C")
+        steps = (
+            Step(2.0, "cut", ("ab", "both")),
+            Step(5.0, "lose", ("A",)),
+            Step(6.0, "failover", ("B", "ab")),
+            Step(7.0, "relink", ("C", "ac", "cb", "B")),
+        )
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "ASYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 10.0),
+            nemeses=("cut", "lose", "failover", "recover"),
+        )
+    if name == "sync-txn-cut":
+        # A SYNC link whose follower is cut while transactions are in flight.
+        clusters = ("A", "B")
+        steps = (Step(3.0, "cut", ("ab", "both")), Step(8.0, "heal", ("ab",)))
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "SYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 10.0),
+            nemeses=("cut",),
+            transactional=True,
+        )
+    if name == "one-way-config":
+        # An asymmetric partition while the source attaches, then detaches, a namespace.
+        clusters = ("A", "B")
+        steps = (
+            Step(2.0, "cut", ("ab", "b->a")),
+            Step(3.0, "attach", ("ab", EXTRA_PREFIX)),
+            Step(6.0, "heal", ("ab",)),
+            Step(9.0, "cut", ("ab", "a->b")),
+            Step(10.0, "detach", ("ab", EXTRA_PREFIX)),
+            Step(13.0, "heal", ("ab",)),
+        )
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "ASYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 15.0),
+            nemeses=("one-way", "attach", "detach"),
+            extra_prefixes=(EXTRA_PREFIX,),
+        )
+    if name == "flapping":
+        # The link goes down for a second every three seconds.
+        clusters = ("A", "B")
+        out: list[Step] = []
+        t = 1.0
+        while t + 1.0 < phase_s - 1.0:
+            out += [Step(_r(t), "cut", ("ab", "both")), Step(_r(t + 1.0), "heal", ("ab",))]
+            t += 3.0
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "SYNC",
+            star(clusters),
+            tuple(out),
+            phase_s,
+            nemeses=("cut",),
+        )
+    if name == "sync-ack-failover":
+        # SYNC link IN_SYNC; the follower's link is cut; acks=all producers go on;
+        # the source is killed for good; the follower is promoted. Invariant 4:
+        # everything acknowledged while IN_SYNC must be on the follower.
+        clusters = ("A", "B")
+        steps = (
+            Step(2.0, "cut", ("ab", "both")),
+            Step(5.0, "lose", ("A",)),
+            Step(6.0, "failover", ("B", "ab")),
+        )
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "SYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 9.0),
+            nemeses=("cut", "lose", "failover"),
+        )
+    raise ValueError(f"unknown schedule {name!r} (known: random, {', '.join(CLASSICS)})")
+
+
+def make_schedule(
+    seed: int,
+    name: str = "random",
+    phase_s: float = 20.0,
+    mode: str | None = None,
+    clusters: int | None = None,
+    plant_bug: str = "",
+) -> Schedule:
+    """The schedule a run uses. A planted bug forces the schedule that makes
+    it observable (sync-ack-failover)."""
+    if plant_bug:
+        if plant_bug not in PLANTED_BUGS:
+            raise ValueError(f"unknown planted bug {plant_bug!r} (known: {PLANTED_BUGS})")
+        s = classic_schedule("sync-ack-failover", seed, phase_s)
+        return Schedule(
+            s.name,
+            s.seed,
+            s.clusters,
+            s.mode,
+            s.links,
+            s.steps,
+            s.phase_s,
+            s.nemeses,
+            s.transactional,
+            plant_bug,
+            s.extra_prefixes,
+        )
+    if name == "random":
+        return random_schedule(seed, phase_s, mode, clusters)
+    return classic_schedule(name, seed, phase_s)

@@ -1,0 +1,470 @@
+"""Client workloads against real daemons, recording a `sim.history.History`.
+
+Each workload is a thread that records every client operation as the client
+saw it, with the simulator's types, so `sim/checkers.py` judges it:
+- `ok`: the cluster acknowledged it (a send's offset, a poll's records);
+- `fail`: the cluster definitely refused it (a probe write into a reserved
+  namespace, a transaction aborted before its commit was attempted);
+- `info`: indefinite (a timeout, an error while the cluster was faulted or
+  killed): it may or may not have happened, and checkers do not rely on it.
+
+Workloads:
+- `GrpcProducer` (admin.Producer, acks=all, idempotent): one record at a time
+  to the current leader of the topic namespace; values "<process>-<n>".
+- `KafkaProducer` (confluent-kafka over a daemon's Kafka listener): the same.
+- `TxnProducer` (admin.Producer, transactional): three records per
+  transaction; its sends are ok only once the commit is acknowledged.
+- `Reader` (admin.Consumer, assigned, auto.offset.reset=error): one per
+  cluster; a poll's records are one Poll op; an error starts a new session
+  that resumes where the last one stopped.
+- `ReservedProbe`: tries to write to each follower's replicated topic; a
+  follower must refuse (invariant 3), so an accepted write is recorded as an
+  ok send with `reserved=True`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from admin import Consumer, Producer, TopicPartition
+from sim.history import History, Op, OpType, Poll, Send
+
+SEND_TIMEOUT_S = 8.0
+
+
+class Recorder:
+    """The shared history and clock (ms since the run started)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.history = History()
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        return int((time.monotonic() - self.t0) * 1000)
+
+    def add(self, op: Op) -> None:
+        with self._lock:
+            self.history.add(op)
+
+    def ops(self) -> list[Op]:
+        with self._lock:
+            return list(self.history.ops)
+
+
+# The cluster a workload talks to right now: (cluster id, address). The runner
+# changes it at a failover.
+Target = Callable[[], tuple[str, str] | None]
+
+
+class Workload(threading.Thread):
+    def __init__(self, name: str, recorder: Recorder, stop: threading.Event) -> None:
+        super().__init__(name=f"chaos-{name}", daemon=True)
+        self.process = name
+        self.recorder = recorder
+        self.stop_event = stop
+        self.errors = 0
+
+    def pause(self, seconds: float) -> None:
+        self.stop_event.wait(seconds)
+
+
+class GrpcProducer(Workload):
+    def __init__(
+        self,
+        name: str,
+        recorder: Recorder,
+        stop: threading.Event,
+        target: Target,
+        topic: str,
+        partitions: int,
+        client_class: str = "source_producer",
+    ) -> None:
+        super().__init__(name, recorder, stop)
+        self.target = target
+        self.topic = topic
+        self.partitions = partitions
+        self.client_class = client_class
+
+    def _producer(self, address: str) -> Producer:
+        return Producer(
+            {
+                "bootstrap.servers": address,
+                "acks": "all",
+                "linger.ms": 0,
+                "delivery.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+                "request.timeout.ms": 4000,
+            }
+        )
+
+    def run(self) -> None:
+        n = 0
+        current: tuple[str, str] | None = None
+        producer: Producer | None = None
+        while not self.stop_event.is_set():
+            where = self.target()
+            if where is None:
+                self.pause(0.2)
+                continue
+            if where != current or producer is None:
+                if producer is not None:
+                    _close_quietly(producer)
+                current = where
+                producer = self._producer(where[1])
+            cluster = where[0]
+            value = f"{self.process}-{n}"
+            partition = n % self.partitions
+            n += 1
+            result: list[tuple[str, int]] = []
+
+            def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
+                out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
+
+            invoke = self.recorder.now_ms()
+            try:
+                producer.produce(self.topic, value=value, partition=partition, on_delivery=done)
+                producer.flush(SEND_TIMEOUT_S + 2)
+            except Exception as exc:
+                result.append((f"{type(exc).__name__}: {exc}", -1))
+            complete = self.recorder.now_ms()
+            op_type: OpType = "info"
+            offset = -1
+            error = "no delivery report"
+            if result:
+                error, offset = result[0]
+                op_type = "ok" if not error else "info"
+            if op_type != "ok":
+                self.errors += 1
+                _close_quietly(producer)
+                producer = None
+            self.recorder.add(
+                Op(self.process, self.client_class, cluster, op_type, invoke, complete,
+                   Send(self.topic, partition, value, offset), error=error)
+            )  # fmt: skip
+            self.pause(0.02)
+        if producer is not None:
+            _close_quietly(producer)
+
+
+def _close_quietly(producer: Any) -> None:
+    try:
+        producer.close(0.5) if isinstance(producer, Producer) else producer.flush(0.5)
+    except Exception:
+        pass
+
+
+class KafkaProducer(Workload):
+    """confluent-kafka over a daemon's Kafka listener."""
+
+    def __init__(
+        self,
+        name: str,
+        recorder: Recorder,
+        stop: threading.Event,
+        target: Target,
+        topic: str,
+        partitions: int,
+    ) -> None:
+        super().__init__(name, recorder, stop)
+        self.target = target
+        self.topic = topic
+        self.partitions = partitions
+
+    def run(self) -> None:
+        from confluent_kafka import Producer as KProducer
+
+        n = 0
+        current: tuple[str, str] | None = None
+        producer: Any = None
+        while not self.stop_event.is_set():
+            where = self.target()
+            if where is None:
+                self.pause(0.2)
+                continue
+            if where != current or producer is None:
+                current = where
+                producer = KProducer(
+                    {
+                        "bootstrap.servers": where[1],
+                        "acks": "all",
+                        "enable.idempotence": True,
+                        "linger.ms": 0,
+                        "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+                        "socket.timeout.ms": 4000,
+                        "reconnect.backoff.max.ms": 500,
+                        "log_level": 0,
+                    }
+                )
+            value = f"{self.process}-{n}"
+            partition = n % self.partitions
+            n += 1
+            result: list[tuple[str, int]] = []
+
+            def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
+                out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
+
+            invoke = self.recorder.now_ms()
+            try:
+                producer.produce(self.topic, value=value.encode(), partition=partition,
+                                 on_delivery=done)  # fmt: skip
+                producer.flush(SEND_TIMEOUT_S + 2)
+            except Exception as exc:
+                result.append((f"{type(exc).__name__}: {exc}", -1))
+            complete = self.recorder.now_ms()
+            op_type: OpType = "info"
+            offset = -1
+            error = "no delivery report"
+            if result:
+                error, offset = result[0]
+                op_type = "ok" if not error else "info"
+            if op_type != "ok":
+                self.errors += 1
+                producer = None  # a fresh producer (and producer id) after any doubt
+            self.recorder.add(
+                Op(self.process, "source_producer", where[0], op_type, invoke, complete,
+                   Send(self.topic, partition, value, offset), error=error)
+            )  # fmt: skip
+            self.pause(0.02)
+
+
+class TxnProducer(Workload):
+    """Transactions of three records; ok only once the commit is acknowledged."""
+
+    def __init__(
+        self,
+        name: str,
+        recorder: Recorder,
+        stop: threading.Event,
+        target: Target,
+        topic: str,
+        partitions: int,
+    ) -> None:
+        super().__init__(name, recorder, stop)
+        self.target = target
+        self.topic = topic
+        self.partitions = partitions
+
+    def run(self) -> None:
+        n = 0
+        producer: Producer | None = None
+        current: tuple[str, str] | None = None
+        while not self.stop_event.is_set():
+            where = self.target()
+            if where is None:
+                self.pause(0.2)
+                continue
+            try:
+                if where != current or producer is None:
+                    if producer is not None:
+                        _close_quietly(producer)
+                    current = where
+                    producer = Producer(
+                        {
+                            "bootstrap.servers": where[1],
+                            "transactional.id": f"{self.process}-txn",
+                            "linger.ms": 0,
+                            "request.timeout.ms": 4000,
+                            "delivery.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+                        }
+                    )
+                    producer.init_transactions(SEND_TIMEOUT_S)
+            except Exception:
+                self.errors += 1
+                producer = None
+                self.pause(0.5)
+                continue
+            invoke = self.recorder.now_ms()
+            offsets: dict[str, int] = {}
+            sends: list[Send] = []
+
+            def done(err: Any, msg: Any, out: dict[str, int] = offsets) -> None:
+                if err is None:
+                    out[msg.value().decode()] = int(msg.offset())
+
+            outcome: OpType = "info"
+            error = ""
+            try:
+                producer.begin_transaction()
+                for _ in range(3):
+                    value = f"{self.process}-{n}"
+                    partition = n % self.partitions
+                    n += 1
+                    sends.append(Send(self.topic, partition, value))
+                    producer.produce(self.topic, value=value, partition=partition,
+                                     on_delivery=done)  # fmt: skip
+                producer.commit_transaction(SEND_TIMEOUT_S)
+                producer.flush(1.0)
+                outcome = "ok"
+            except Exception as exc:
+                self.errors += 1
+                error = f"{type(exc).__name__}: {exc}"
+                try:
+                    producer.abort_transaction(SEND_TIMEOUT_S)
+                    outcome = "fail"  # aborted: definitely not committed
+                except Exception:
+                    outcome = "info"
+                    _close_quietly(producer)
+                    producer = None
+            complete = self.recorder.now_ms()
+            for s in sends:
+                t: OpType = outcome
+                off = offsets.get(s.value, -1)
+                if t == "ok" and off < 0:
+                    t = "info"  # committed, but no offset reported: cannot be checked
+                self.recorder.add(
+                    Op(self.process, "source_transactional_producer", where[0], t, invoke,
+                       complete, Send(s.topic, s.partition, s.value, off), error=error)
+                )  # fmt: skip
+            self.pause(0.05)
+        if producer is not None:
+            _close_quietly(producer)
+
+
+class Reader(Workload):
+    """Reads every partition of a topic on one cluster, from the start."""
+
+    def __init__(
+        self,
+        name: str,
+        recorder: Recorder,
+        stop: threading.Event,
+        cluster: str,
+        address: str,
+        topic: str,
+        partitions: int,
+        client_class: str,
+    ) -> None:
+        super().__init__(name, recorder, stop)
+        self.cluster = cluster
+        self.address = address
+        self.topic = topic
+        self.partitions = partitions
+        self.client_class = client_class
+        self.session = 0
+        self.positions: dict[int, int] = dict.fromkeys(range(partitions), 0)
+        self._restart = threading.Event()
+
+    def new_session(self, from_start: bool = True) -> None:
+        """Asks for a new session (after a truncation the old positions mean nothing)."""
+        if from_start:
+            self._reset_positions = True
+        self._restart.set()
+
+    _reset_positions = False
+
+    def _consumer(self) -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": self.address,
+                "group.id": f"{self.process}-reader",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+                "request.timeout.ms": 3000,
+            }
+        )
+        c.assign([TopicPartition(self.topic, p, off) for p, off in self.positions.items()])
+        return c
+
+    def run(self) -> None:
+        consumer: Consumer | None = None
+        while not self.stop_event.is_set():
+            if self._restart.is_set():
+                self._restart.clear()
+                if consumer is not None:
+                    _close_consumer(consumer)
+                    consumer = None
+                if self._reset_positions:
+                    self._reset_positions = False
+                    self.positions = dict.fromkeys(range(self.partitions), 0)
+            try:
+                if consumer is None:
+                    self.session += 1
+                    consumer = self._consumer()
+                invoke = self.recorder.now_ms()
+                msgs = consumer.consume(200, 0.5)
+                records: list[tuple[int, int, str]] = []
+                for m in msgs:
+                    if m.error() is not None:
+                        raise RuntimeError(str(m.error()))
+                    value = m.value()
+                    part = m.partition()
+                    off = m.offset()
+                    if value is None or part is None or off is None:
+                        continue
+                    records.append((part, off, value.decode(errors="replace")))
+                    self.positions[part] = off + 1
+                if records:
+                    self.recorder.add(
+                        Op(self.process, self.client_class, self.cluster, "ok", invoke,
+                           self.recorder.now_ms(), Poll(self.topic, tuple(records), self.session))
+                    )  # fmt: skip
+            except Exception:
+                self.errors += 1
+                if consumer is not None:
+                    _close_consumer(consumer)
+                    consumer = None
+                self.pause(0.3)
+        if consumer is not None:
+            _close_consumer(consumer)
+
+
+def _close_consumer(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:
+        pass
+
+
+class ReservedProbe(Workload):
+    """Tries to write into each follower's replicated topic; it must be refused."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        stop: threading.Event,
+        followers: Callable[[], list[tuple[str, str]]],
+        topic: str,
+    ) -> None:
+        super().__init__("probe", recorder, stop)
+        self.followers = followers
+        self.topic = topic
+        self.attempts = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for cluster, address in self.followers():
+                value = f"probe-{cluster}-{self.attempts}"
+                self.attempts += 1
+                producer = Producer(
+                    {
+                        "bootstrap.servers": address,
+                        "acks": "all",
+                        "linger.ms": 0,
+                        "delivery.timeout.ms": 3000,
+                        "request.timeout.ms": 2000,
+                    }
+                )
+                result: list[tuple[str, int]] = []
+
+                def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
+                    out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
+
+                invoke = self.recorder.now_ms()
+                try:
+                    producer.produce(self.topic, value=value, partition=0, on_delivery=done)
+                    producer.flush(4.0)
+                except Exception as exc:
+                    result.append((str(exc), -1))
+                _close_quietly(producer)
+                error, offset = result[0] if result else ("no delivery report", -1)
+                refused = "RESERVED" in error.upper() or "FOLLOWER" in error.upper()
+                op_type: OpType = "ok" if not error else ("fail" if refused else "info")
+                self.recorder.add(
+                    Op(self.process, "target_producer", cluster, op_type, invoke,
+                       self.recorder.now_ms(), Send(self.topic, 0, value, offset),
+                       error=error, reserved=op_type == "ok")
+                )  # fmt: skip
+            self.pause(1.5)

@@ -1,0 +1,83 @@
+"""Chaos schedules: drawn from a seed, deterministically (no daemons here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chaos.cli import _parser, main, replay_command
+from chaos.schedule import CLASSICS, NEMESES, classic_schedule, make_schedule, random_schedule
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 42, 1234])
+def test_same_seed__same_schedule(seed: int) -> None:
+    assert random_schedule(seed).dumps() == random_schedule(seed).dumps()
+    assert make_schedule(seed, mode="sync", clusters=3).dumps() == (
+        make_schedule(seed, mode="sync", clusters=3).dumps()
+    )
+
+
+def test_seeds__pick_topology_mode_and_nemeses() -> None:
+    schedules = [random_schedule(seed) for seed in range(40)]
+    assert len({s.dumps() for s in schedules}) == 40
+    assert {len(s.clusters) for s in schedules} >= {2, 3, 4}
+    assert {s.mode for s in schedules} == {"ASYNC", "SYNC"}
+    assert set().union(*(s.nemeses for s in schedules)) == set(NEMESES)
+
+
+def test_random_schedule__steps_inside_the_phase__every_fault_is_undone() -> None:
+    for seed in range(40):
+        s = random_schedule(seed, phase_s=15)
+        assert all(0 < step.at_s <= s.phase_s for step in s.steps), s.dumps()
+        assert [x.at_s for x in s.steps] == sorted(x.at_s for x in s.steps)
+        links = {name for name, _, _ in s.links}
+        faulted = {x.args[0] for x in s.steps if x.op in ("cut", "flaky", "slow")}
+        healed = {x.args[0] for x in s.steps if x.op == "heal"}
+        assert faulted <= healed <= links
+        for start, end in (("pause", "resume"), ("kill", "restart")):
+            assert [x.args for x in s.steps if x.op == start] == [
+                x.args for x in s.steps if x.op == end
+            ]
+
+
+def test_forced_mode_and_size() -> None:
+    s = make_schedule(3, mode="async", clusters=4)
+    assert s.mode == "ASYNC" and s.clusters == ("A", "B", "C", "D")
+    assert [name for name, _, _ in s.links] == ["ab", "ac", "ad"]
+    assert all(src == "A" for _, src, _ in s.links)
+
+
+@pytest.mark.parametrize("name", CLASSICS)
+def test_classics(name: str) -> None:
+    s = classic_schedule(name, seed=1)
+    assert s.name == name and s.steps
+    assert s.dumps() == classic_schedule(name, seed=1).dumps()
+
+
+def test_planted_bug__uses_the_schedule_that_makes_it_observable() -> None:
+    s = make_schedule(9, plant_bug="ack-before-replicate")
+    assert s.name == "sync-ack-failover" and s.mode == "SYNC"
+    assert s.plant_bug == "ack-before-replicate"
+    assert [x.op for x in s.steps] == ["cut", "lose", "failover"]
+    with pytest.raises(ValueError):
+        make_schedule(9, plant_bug="nope")
+
+
+def test_replay_command__names_every_choice() -> None:
+    args = _parser().parse_args(["run", "--seed", "5", "--mode", "sync", "--phase-s", "12"])
+    assert replay_command(args) == "ccr-chaos run --seed 5 --mode sync --phase-s 12"
+    args = _parser().parse_args(["run", "--seed", "5", "--schedule", "flapping"])
+    assert replay_command(args) == "ccr-chaos run --seed 5 --schedule flapping"
+
+
+def test_cli_schedule__prints_the_seeds_schedule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schedule", "--seed", "11"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == random_schedule(11).to_json()
+
+
+def test_cli__the_issues_runs_form_parses() -> None:
+    assert _parser().parse_args(["--runs", "100"]).runs == 100
+    args = _parser().parse_args(["runs", "--count", "100"])
+    assert args.command == "runs" and args.count == 100
