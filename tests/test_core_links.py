@@ -287,3 +287,43 @@ def test_provenance__start_entry_on_first_append__detached_entry_on_detach() -> 
         "provenance_start_offset": 2,
         "provenance_source": "",
     }
+
+
+def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_reported() -> None:
+    """Invariant 6: a replicated committed offset never exceeds the follower's
+    log, even after an automatic truncation; the cut's provenance entry says
+    which groups moved and from where."""
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    for i in range(6):
+        batch = rb.build_batch([rb.RecordSpec(None, f"r{i}".encode(), NOW)])
+        result = source.produce("orders-1", 0, batch, "", NOW)
+        stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 6)
+    replicate(source, follower, stored)
+    follower.namespaces.create(2, "app-", True)  # replicated groups: reserved
+    for group, offset in (("app-billing", 6), ("app-audit", 3), ("own-reader", 6)):
+        follower.groups.apply_record(
+            {
+                "type": "offset_commit",
+                "group": group,
+                "topic": "orders-1",
+                "partition": 0,
+                "offset": offset,
+                "metadata": "",
+                "leader_epoch": -1,
+                "ts": NOW,
+            }
+        )
+    effects = rep.truncate_replica(follower, "orders-1", 0, 4, follower.links.get("ab"))
+    assert isinstance(effects[0], TruncateLog) and effects[0].offset == 4
+
+    def committed(group: str) -> int:
+        return follower.groups.committed(group, [("orders-1", 0)])[("orders-1", 0)].offset
+
+    assert committed("app-billing") == 4  # moved back to the cut
+    assert committed("app-audit") == 3  # below the cut: untouched
+    assert committed("own-reader") == 6  # a group of the follower's own: not replication's
+    entry = follower.topics["orders-1"].provenance[0][-1]
+    assert entry["truncated_to"] == 4 and entry["removed"] == 2
+    assert entry["offsets_moved"] == [["app-billing", 6]]

@@ -356,6 +356,7 @@ def truncate_replica(
     log.truncate_to(boundary)
     effects: list[Effect] = [TruncateLog(topic.topic_id, partition, boundary)]
     if config is not None:
+        moved = clamp_replicated_offsets(state, topic_name, partition, boundary)
         record = {
             "type": "provenance",
             "name": topic_name,
@@ -365,11 +366,45 @@ def truncate_replica(
                 "link_id": config.link_id,
                 "removed": removed,
                 "reason": "diverged",
+                "offsets_moved": [[g, old_offset] for g, old_offset, _r in moved],
             },
         }
         state.apply_record(record)
-        effects.append(Journal((record,)))
+        effects.append(Journal((record, *[r for _g, _o, r in moved])))
     return effects
+
+
+def clamp_replicated_offsets(
+    state: ClusterState, topic_name: str, partition: int, offset: int
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """After a follower partition was cut at `offset`, the committed offsets of
+    replicated groups (groups in a reserved namespace: only replication writes
+    them) that point past the cut move back to it, so no replicated offset
+    exceeds the follower's log (spec invariant 6); the cut's provenance entry
+    reports each move. Returns (group, old offset, journal record)."""
+    from linkd.core.namespaces import ResourceType
+
+    out: list[tuple[str, int, dict[str, Any]]] = []
+    for group_id, _state, _type in sorted(state.groups.list_groups()):
+        if not any(ns.reserved for ns in state.namespaces.matching(ResourceType.GROUP, group_id)):
+            continue
+        current = state.groups.committed(group_id, [(topic_name, partition)])
+        committed = current.get((topic_name, partition))
+        if committed is None or committed.offset <= offset:
+            continue
+        record = {
+            "type": "offset_commit",
+            "group": group_id,
+            "topic": topic_name,
+            "partition": partition,
+            "offset": offset,
+            "metadata": committed.metadata,
+            "leader_epoch": -1,
+            "ts": committed.commit_timestamp_ms,
+        }
+        state.groups.apply_record(record)
+        out.append((group_id, committed.offset, record))
+    return out
 
 
 def follower_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
