@@ -407,3 +407,26 @@ def test_continuous_mode__prints_mm2_metrics_and_stops_on_sigterm(
         assert name in text
     assert "done A->B:" in text
     assert sorted(seqs(b.read_all("A.md-t"))) == list(range(25))
+
+
+def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
+    clusters: dict[str, Cluster], tmp_path: Path
+) -> None:
+    """examples/mm2.properties, with only its bootstrap addresses pointed at
+    this test's daemons: it mirrors orders topics both ways and reports the
+    misspelt key with its line."""
+    shipped = (ROOT / "examples" / "mm2.properties").read_text()
+    text = shipped.replace("127.0.0.1:9092", clusters["A"].bootstrap).replace(
+        "127.0.0.1:9093", clusters["B"].bootstrap
+    )
+    assert text != shipped
+    config = tmp_path / "mm2.properties"
+    config.write_text(text)
+    clusters["A"].create_topic("orders-readme", 2)
+    clusters["A"].produce("orders-readme", 20, partitions=2)
+    result = run_cli("mirror", "--config", str(config), "--once", timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    typo_line = next(i for i, line in enumerate(shipped.splitlines(), 1) if "topcis" in line)
+    assert f"line {typo_line}: A->B.topcis" in result.stdout + result.stderr
+    assert "A.orders-readme" in clusters["B"].topics()
+    assert len(clusters["B"].read_all("A.orders-readme", 2)) == 20
