@@ -33,8 +33,9 @@ from ccr.v1 import (
     replication_pb2,
     replication_pb2_grpc,
 )
+from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
-from linkd.core.cluster import ClusterState, Effect, Journal
+from linkd.core.cluster import ClusterState, Journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import Field, LinkConfig, Mapping, Version
 from linkd.grpc_errors import abort_with_error
@@ -227,8 +228,7 @@ class LinkManager:
                     exc, f"link {name!r}: creating the mirror on {described.cluster_id!r}"
                 ) from exc
         records = self.state.links.store(config, now)
-        records += rep.accept_remote_config(self.state, config_of(reply.config), now)
-        self.state.links.on_contact(name, now)
+        records += rounds.accept_handshake_answer(self.state, name, config_of(reply.config), now)
         await self.journal(records)
         self._ensure_runner(name)
         log.info("link created", extra={"link": name, "remote": described.cluster_id})
@@ -336,15 +336,12 @@ class LinkManager:
         """ASYNC or SYNC (spec section 4): decided here, then told to the remote
         (best effort: the mode is a versioned field and converges)."""
         self.node._check_ready()
-        now = self.node.clock()
-        self.state.refresh_sync_links(now)
-        records = self.state.links.set_mode(name, mode, now)
+        records, hw_moved = rounds.set_link_mode(self.state, name, mode, self.node.clock())
         if not records:
             return self.state.links.get(name)
-        self.state.refresh_sync_links(now)
         await self.journal(records)
-        # Going ASYNC lifts the followers' hold on the high watermarks at once.
-        self.node.refresh_high_watermarks()
+        if hw_moved:
+            self.node._notify_data()
         config = self.state.links.get(name)
         try:
             await self._handshake(config, create=False)
@@ -378,62 +375,16 @@ class LinkManager:
     # -- calls from the remote -----------------------------------------------------------
 
     async def on_handshake(self, view: replication_pb2.LinkConfigView, create: bool) -> LinkConfig:
-        now = self.node.clock()
         theirs = config_of(view)
-        if self.required_credentials and theirs.value("credentials") != self.required_credentials:
-            raise ClusterError(
-                ErrorCode.LINK_AUTHENTICATION_FAILED,
-                f"link {theirs.name!r}",
-                f"cluster {self.node.cluster_id!r} refuses link {theirs.name!r} from cluster "
-                f"{theirs.local_cluster_id!r}: its credentials do not match",
-            )
-        existing = self.state.links.configs.get(theirs.name)
-        if create and existing is not None and existing.link_id != theirs.link_id:
-            raise ClusterError(
-                ErrorCode.LINK_EXISTS,
-                f"link {theirs.name!r}",
-                f"cluster {self.node.cluster_id!r} already has a link named {theirs.name!r}",
-            )
-        if existing is not None and existing.link_id != theirs.link_id:
-            raise ClusterError(
-                ErrorCode.INVALID_LINK_CONFIG,
-                f"link {theirs.name!r}",
-                f"link {theirs.name!r} on {self.node.cluster_id!r} has another link id",
-            )
-        # Refuse a new follower mapping this side cannot honour, before storing.
-        mirrored = theirs.mirrored()
-        for key, mapping in mirrored.mappings.items():
-            old = existing.mappings.get(key) if existing is not None else None
-            if mapping.attached and (
-                old is None or not old.attached or old.version < mapping.version
-            ):
-                if mapping.local_role == "follower" and (old is None or not old.attached):
-                    self._check_follower_ok(theirs.name, mapping)
-        records = rep.accept_remote_config(self.state, theirs, now)
-        self.state.links.on_contact(theirs.name, now)
+        records = rounds.accept_handshake(
+            self.state, theirs, create, self.node.clock(), self.required_credentials
+        )
         await self.journal(records)
         self._ensure_runner(theirs.name)
         runner = self.runners.get(theirs.name)
         if runner is not None and records:
             runner.wake()
         return self.state.links.get(theirs.name)
-
-    def _check_follower_ok(self, link_name: str, mapping: Mapping) -> None:
-        from linkd.core.namespaces import ResourceType
-
-        kind = ResourceType.parse(mapping.resource_type)
-        ns = self.state.namespaces.find(kind, mapping.local_prefix)
-        if ns is None:
-            return  # created (reserved) by the reconciliation
-        for candidate in [ns, *self.state.namespaces.overlapping(ns)]:
-            following = candidate.follower_link
-            if following is not None and following != link_name:
-                raise ClusterError(
-                    ErrorCode.ALREADY_FOLLOWING,
-                    ns.name,
-                    f"on cluster {self.node.cluster_id!r}, {ns.name} cannot follow link "
-                    f"{link_name!r}: {candidate.name} already follows link {following!r}",
-                )
 
     async def on_remove(self, link_id: str) -> None:
         try:
@@ -587,9 +538,9 @@ class LinkRunner:
         reply = await stub.Handshake(
             replication_pb2.HandshakeRequest(config=view_of(config)), timeout=CALL_TIMEOUT_S
         )
-        now = self.node.clock()
-        records = rep.accept_remote_config(state, config_of(reply.config), now)
-        state.links.on_contact(self.name, now)
+        records = rounds.accept_handshake_answer(
+            state, self.name, config_of(reply.config), self.node.clock()
+        )
         await self.manager.journal(records)
         self._last_handshake = loop.time()
 
@@ -607,13 +558,7 @@ class LinkRunner:
                 ),
                 timeout=CALL_TIMEOUT_S,
             )
-            namespaces.append(
-                replication_pb2.NamespaceTopics(
-                    prefix=mapping.remote_prefix,
-                    topics=reply.topics,
-                    read_acls=reply.read_acls,
-                )
-            )
+            namespaces.append(_namespace_of(mapping.remote_prefix, reply.topics, reply.read_acls))
         await apply_topics(self.node, config, namespaces)
         offsets: list[rep.GroupOffset] = []
         for group_mapping in rep.follower_mappings(config, "group"):
@@ -666,7 +611,7 @@ class LinkRunner:
                 push.group_offsets.extend(group_offsets(self.node, group_mapping.local_prefix))
             self._last_discovery = loop.time()
         if self._next_fetch is not None and self._next_fetch.partitions:
-            push.data.CopyFrom(await serve_fetch(self.node, self._next_fetch))
+            push.data.CopyFrom(await serve_fetch(self.node, self._next_fetch, from_remote=False))
         elif self._next_fetch is not None:
             await asyncio.sleep(0.2)
         reply = await stub.ReplicaPush(push, timeout=CALL_TIMEOUT_S)
@@ -675,80 +620,114 @@ class LinkRunner:
 
 
 # -- both ends of the data path, shared by pull and push -----------------------------
+#
+# Every decision is `linkd.core.link_rounds`'; these functions encode and
+# decode the messages, wait (long poll), carry out effects and wake waiters.
+
+
+def _error_pb(exc: ClusterError) -> errors_pb2.ErrorDetail:
+    return errors_pb2.ErrorDetail(
+        code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
+        resource=exc.resource,
+        retriable=exc.retriable,
+        message=exc.message,
+    )
+
+
+def _error_of(detail: errors_pb2.ErrorDetail) -> ClusterError:
+    return ClusterError(ErrorCode(detail.code), detail.resource, detail.message)
+
+
+def _namespace_pb(ns: rounds.SourceNamespace) -> replication_pb2.NamespaceTopics:
+    out = replication_pb2.NamespaceTopics(prefix=ns.prefix)
+    for topic in ns.topics:
+        out.topics.add(name=topic.name, partitions=topic.partitions, configs=topic.configs)
+    out.read_acls.extend(_read_acls_pb(list(ns.read_acls)))
+    return out
+
+
+def _namespace_of(prefix: str, topics: Any, read_acls: Any) -> rounds.SourceNamespace:
+    return rounds.SourceNamespace(
+        prefix,
+        tuple(rounds.SourceTopic(t.name, t.partitions, dict(t.configs)) for t in topics),
+        tuple((a.resource_name, a.prefixed, a.principal, a.host) for a in read_acls),
+    )
+
+
+def _fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchResponse:
+    out = replication_pb2.ReplicaFetchResponse(sync_state=answer.sync_state)
+    for p in answer.partitions:
+        entry = out.partitions.add(
+            topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
+        )
+        if p.error is not None:
+            entry.error.CopyFrom(_error_pb(p.error))
+            continue
+        entry.log_end_offset = p.log_end_offset
+        entry.leader_epoch = p.leader_epoch
+        entry.log_start_offset = p.log_start_offset
+        entry.high_watermark = p.high_watermark
+        entry.diverging_end_offset = p.diverging_end_offset
+        if p.diverging_end_offset >= 0:
+            entry.diverging_epoch = p.diverging_epoch
+        entry.records = p.records
+    return out
+
+
+def _fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.FetchAnswer:
+    return rounds.FetchAnswer(
+        [
+            rounds.FetchedPartition(
+                p.topic,
+                p.partition,
+                high_watermark=p.high_watermark,
+                log_start_offset=p.log_start_offset,
+                log_end_offset=p.log_end_offset,
+                leader_epoch=p.leader_epoch,
+                diverging_end_offset=p.diverging_end_offset,
+                diverging_epoch=p.diverging_epoch,
+                records=p.records,
+                size_bytes=len(p.records),
+                error=_error_of(p.error) if p.HasField("error") else None,
+            )
+            for p in reply.partitions
+        ],
+        sync_state=reply.sync_state,
+    )
 
 
 def follower_request(
     node: ClusterNode, config: LinkConfig
 ) -> tuple[replication_pb2.ReplicaFetchRequest, dict[tuple[str, int], str]]:
-    """The follower's fetch request: its position in every follower partition,
-    under the source's topic names; and the map back to local names."""
-    state = node.state
-    followed = rep.follower_mappings(config, "topic")
-    request = replication_pb2.ReplicaFetchRequest(
+    """The follower's fetch request (`rounds.follower_fetch_request`), encoded;
+    and the map back to local names."""
+    request = rounds.follower_fetch_request(node.state, config, PARTITION_MAX_BYTES)
+    out = replication_pb2.ReplicaFetchRequest(
         link_id=config.link_id, max_wait_ms=FETCH_MAX_WAIT_MS, max_bytes=FETCH_MAX_BYTES
     )
-    by_source: dict[tuple[str, int], str] = {}
-    for topic in sorted(state.topics):
-        mapping = max(
-            (m for m in followed if rep.in_prefix(topic, m.local_prefix)),
-            key=lambda m: len(m.local_prefix),
-            default=None,
+    for p in request.partitions:
+        out.partitions.add(
+            topic=p.source_topic,
+            partition=p.partition,
+            fetch_offset=p.fetch_offset,
+            last_fetched_epoch=p.last_fetched_epoch,
+            max_bytes=p.max_bytes,
         )
-        if mapping is None:
-            continue
-        source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
-        for p in range(len(state.topics[topic].partitions)):
-            offset, epoch = rep.follower_position(state, topic, p)
-            request.partitions.add(
-                topic=source,
-                partition=p,
-                fetch_offset=offset,
-                last_fetched_epoch=epoch,
-                max_bytes=PARTITION_MAX_BYTES,
-            )
-            by_source[(source, p)] = topic
-    return request, by_source
+    return out, request.local_of
 
 
 async def apply_topics(
-    node: ClusterNode, config: LinkConfig, namespaces: list[replication_pb2.NamespaceTopics]
+    node: ClusterNode, config: LinkConfig, namespaces: list[rounds.SourceNamespace]
 ) -> None:
-    """Follower side: creates follower topics with the source's shape and
-    follows partition additions and config changes."""
-    state = node.state
-    effects: list[Effect] = []
-    followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
-    for ns in namespaces:
-        mapping = followed.get(ns.prefix)
-        if mapping is None:
-            continue
-        for source in ns.topics:
-            local = rep.map_name(source.name, mapping.remote_prefix, mapping.local_prefix)
-            if local not in state.topics:
-                effects += rep.create_replica_topic(
-                    state, local, source.partitions, dict(source.configs), node.topic_id_factory()
-                )
-                log.info(
-                    "follower topic created",
-                    extra={"link": config.name, "topic": local, "source": source.name},
-                )
-            else:
-                effects += rep.follow_topic_shape(
-                    state, local, source.partitions, dict(source.configs)
-                )
-    records: list[dict[str, Any]] = []
-    for ns in namespaces:
-        if ns.prefix in followed:
-            records += rep.apply_read_acls(
-                state,
-                config.name,
-                ns.prefix,
-                [(a.resource_name, a.prefixed, a.principal, a.host) for a in ns.read_acls],
-            )
-    if records:
-        effects.append(Journal(tuple(records)))
-    if effects:
-        await node._execute(effects)
+    """Follower side: carries out `rounds.plan_topics`."""
+    plan = rounds.plan_topics(node.state, config, namespaces, node.topic_id_factory)
+    for local, source in plan.created:
+        log.info(
+            "follower topic created",
+            extra={"link": config.name, "topic": local, "source": source},
+        )
+    if plan.effects:
+        await node._execute(plan.effects)
 
 
 def _read_acls_pb(acls: list[rep.ReadAcl]) -> list[replication_pb2.ReadAcl]:
@@ -764,72 +743,32 @@ async def apply_fetched(
     reply: replication_pb2.ReplicaFetchResponse,
     by_source: dict[tuple[str, int], str],
 ) -> None:
-    """Follower side: truncates diverged partitions, appends batches byte for
-    byte, then records progress (lag) for the link state."""
+    """Follower side: carries out `rounds.apply_replica_fetch` (truncations,
+    appends), then, once durable, `rounds.finish_fetch_round`."""
     state = node.state
-    now = node.clock()
-    state.links.on_contact(link_name, now)
-    effects: list[Effect] = []
-    progress: list[tuple[str, int, int]] = []
-    for fetched in reply.partitions:
-        found = by_source.get((fetched.topic, fetched.partition))
-        if found is None or found not in state.topics:
-            continue
-        local = found
-        if fetched.HasField("error"):
-            log.debug(
-                "replica fetch refused",
-                extra={"link": link_name, "topic": local, "error": fetched.error.message},
-            )
-            continue
-        if fetched.diverging_end_offset >= 0:
-            effects += rep.truncate_replica(
-                state,
-                local,
-                fetched.partition,
-                fetched.diverging_end_offset,
-                state.links.configs.get(link_name),
-            )
-            log.warning(
-                "follower truncated after divergence",
-                extra={
-                    "link": link_name,
-                    "topic": local,
-                    "partition": fetched.partition,
-                    "offset": fetched.diverging_end_offset,
-                },
-            )
-            continue
-        if fetched.records or fetched.log_start_offset > 0:
-            effects += rep.append_replica(
-                state,
-                local,
-                fetched.partition,
-                fetched.records,
-                fetched.log_start_offset,
-                state.links.configs.get(link_name),
-            )
-        progress.append((local, fetched.partition, fetched.high_watermark))
-    if effects:
-        await node._execute(effects)
-    now = node.clock()
-    state.links.on_remote_sync_state(link_name, reply.sync_state, now)
-    if rep.follow_source_high_watermarks(
-        state, link_name, [(local, p, source_hw) for local, p, source_hw in progress]
+    answer = _fetch_answer_of(reply)
+    applied = rounds.apply_replica_fetch(state, link_name, answer, by_source, node.clock())
+    for local, error in applied.refused:
+        log.debug(
+            "replica fetch refused",
+            extra={"link": link_name, "topic": local, "error": error.message},
+        )
+    for cut in applied.truncations:
+        log.warning(
+            "follower truncated after divergence",
+            extra={
+                "link": link_name,
+                "topic": cut.topic,
+                "partition": cut.partition,
+                "offset": cut.offset,
+            },
+        )
+    if applied.effects:
+        await node._execute(applied.effects)
+    if rounds.finish_fetch_round(
+        state, link_name, applied.progress, answer.sync_state, node.clock()
     ):
         node._notify_data()
-    keep = set()
-    with state.links.deferred():
-        for local, p, source_hw in progress:
-            leo = state.partition(local, p).log_end_offset
-            state.links.on_progress(link_name, local, p, "follower", leo, source_hw, now)
-            keep.add((local, p, "follower"))
-        state.links.on_fetch_round(link_name, now)
-    runtime = state.links.runtime.get(link_name)
-    if runtime is not None:
-        state.links.forget_partitions(
-            link_name, keep | {k for k in runtime.partitions if k[2] == "leader"}
-        )
 
 
 async def apply_group_offsets(
@@ -848,126 +787,70 @@ async def apply_group_offsets(
 
 
 def group_offsets(node: ClusterNode, prefix: str) -> list[replication_pb2.GroupOffset]:
-    """Source side: committed offsets of every group in a namespace."""
-    state = node.state
-    out = []
-    for group_id, _state, _type in state.groups.list_groups():
-        if not rep.in_prefix(group_id, prefix):
-            continue
-        for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
-            out.append(
-                replication_pb2.GroupOffset(
-                    group_id=group_id,
-                    topic=topic,
-                    partition=partition,
-                    offset=c.offset,
-                    metadata=c.metadata,
-                    leader_epoch=c.leader_epoch,
-                )
-            )
-    return out
+    """Source side: `rounds.source_group_offsets`, encoded."""
+    return [
+        replication_pb2.GroupOffset(
+            group_id=group_id,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            metadata=metadata,
+            leader_epoch=epoch,
+        )
+        for group_id, topic, partition, offset, metadata, epoch in rounds.source_group_offsets(
+            node.state, prefix
+        )
+    ]
 
 
 def leader_namespaces(
     node: ClusterNode, config: LinkConfig
 ) -> list[replication_pb2.NamespaceTopics]:
-    """Source side: the topics of every namespace this side leads on the link."""
-    state = node.state
-    out = []
-    for mapping in rep.leader_mappings(config, "topic"):
-        ns = replication_pb2.NamespaceTopics(prefix=mapping.local_prefix)
-        ns.read_acls.extend(_read_acls_pb(rep.source_read_acls(state, mapping.local_prefix)))
-        for name in sorted(state.topics):
-            if (
-                rep.in_prefix(name, mapping.local_prefix)
-                and rep.leader_mapping_for(config, name) is mapping
-            ):
-                topic = state.topics[name]
-                ns.topics.add(
-                    name=name, partitions=len(topic.partitions), configs=dict(topic.overrides)
-                )
-        out.append(ns)
-    return out
+    """Source side: `rounds.source_namespaces`, encoded."""
+    return [_namespace_pb(ns) for ns in rounds.source_namespaces(node.state, config)]
 
 
 async def serve_fetch(
-    node: ClusterNode, request: replication_pb2.ReplicaFetchRequest
+    node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
 ) -> replication_pb2.ReplicaFetchResponse:
-    """Source side: answers a follower's fetch request, waiting up to its
-    max_wait_ms for data (long poll)."""
+    """Source side: answers a follower's fetch (`rounds.serve_replica_fetch`),
+    waiting up to its max_wait_ms for data (long poll). A fetch that arrived
+    from the remote is contact, every time it is served; one this side serves
+    itself to push the answer is not."""
     state = node.state
-    config = state.links.by_id(request.link_id)
+    state.links.by_id(request.link_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, min(request.max_wait_ms, 30_000)) / 1000
-    budget_total = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES
+    budget_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES
+    parts = [
+        rounds.PartitionFetch(
+            p.topic, p.partition, p.fetch_offset, p.last_fetched_epoch, p.max_bytes
+        )
+        for p in request.partitions
+    ]
+
+    def read(
+        topic_id: str, partition: int, start: int, end: int, max_bytes: int
+    ) -> tuple[bytes, int]:
+        data = node.stores[(topic_id, partition)].read(start, end, max_bytes)
+        return data, len(data)
+
     while True:
         event = node._data_changed
-        out = replication_pb2.ReplicaFetchResponse()
-        total = 0
-        now = node.clock()
-        state.links.on_contact(config.name, now)
-        with state.links.deferred():
-            for part in request.partitions:
-                entry = out.partitions.add(
-                    topic=part.topic, partition=part.partition, diverging_end_offset=-1
-                )
-                try:
-                    plan = rep.plan_replica_fetch(
-                        state,
-                        request.link_id,
-                        part.topic,
-                        part.partition,
-                        part.fetch_offset,
-                        part.last_fetched_epoch,
-                    )
-                except ClusterError as exc:
-                    entry.error.CopyFrom(
-                        errors_pb2.ErrorDetail(
-                            code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
-                            resource=exc.resource,
-                            retriable=exc.retriable,
-                            message=exc.message,
-                        )
-                    )
-                    continue
-                log_ = state.partition(part.topic, part.partition)
-                entry.log_end_offset = log_.log_end_offset
-                entry.leader_epoch = log_.leader_epoch
-                entry.log_start_offset = log_.log_start_offset
-                entry.high_watermark = log_.high_watermark
-                if isinstance(plan, rep.Diverged):
-                    entry.diverging_end_offset = plan.end_offset
-                    entry.diverging_epoch = plan.epoch
-                    continue
-                state.links.on_leader_fetch(
-                    config.name,
-                    part.topic,
-                    part.partition,
-                    part.fetch_offset,
-                    log_.log_end_offset,
-                    log_.high_watermark,
-                    now,
-                )
-                if plan.upper_offset > plan.offset and total < budget_total:
-                    topic_id = state.topic(part.topic).topic_id
-                    part_max = part.max_bytes or PARTITION_MAX_BYTES
-                    budget = max(1, min(part_max, budget_total - total))
-                    data = node.stores[(topic_id, part.partition)].read(
-                        plan.offset, plan.upper_offset, budget
-                    )
-                    entry.records = data
-                    total += len(data)
-        if config.mode == "SYNC":
-            # The fetch offsets acknowledge: the high watermarks may move, and
-            # the follower learns where they moved to in this very response.
-            node.refresh_high_watermarks()
-            for entry in out.partitions:
-                if not entry.HasField("error") and entry.diverging_end_offset < 0:
-                    log_ = state.partition(entry.topic, entry.partition)
-                    entry.high_watermark = log_.high_watermark
-        out.sync_state = state.links.local_sync_state(config.name)
-        if total > 0 or loop.time() >= deadline or node._stopping:
-            return out
+        answer = rounds.serve_replica_fetch(
+            state,
+            request.link_id,
+            parts,
+            node.clock(),
+            read,
+            budget_bytes,
+            PARTITION_MAX_BYTES,
+            from_remote=from_remote,
+        )
+        if answer.hw_moved:
+            node._notify_data()
+        if answer.ready or loop.time() >= deadline or node._stopping:
+            return _fetch_answer_pb(answer)
         try:
             await asyncio.wait_for(event.wait(), timeout=deadline - loop.time())
         except TimeoutError:
@@ -1010,18 +893,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             state = self.node.state
             config = state.links.by_id(request.link_id)
             state.links.on_contact(config.name, self.node.clock())
-            out = replication_pb2.ListSourceTopicsResponse()
-            for name in sorted(state.topics):
-                if not rep.in_prefix(name, request.prefix):
-                    continue
-                if rep.leader_mapping_for(config, name) is None:
-                    continue
-                topic = state.topics[name]
-                out.topics.add(
-                    name=name, partitions=len(topic.partitions), configs=dict(topic.overrides)
-                )
-            out.read_acls.extend(_read_acls_pb(rep.source_read_acls(state, request.prefix)))
-            return out
+            ns = _namespace_pb(rounds.source_topics(state, config, request.prefix))
+            return replication_pb2.ListSourceTopicsResponse(
+                topics=ns.topics, read_acls=ns.read_acls
+            )
 
         result: replication_pb2.ListSourceTopicsResponse = await self._guard(context, run())
         return result
@@ -1031,7 +906,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     ) -> replication_pb2.ReplicaFetchResponse:
         async def run() -> replication_pb2.ReplicaFetchResponse:
             self.node._check_ready()
-            return await serve_fetch(self.node, request)
+            return await serve_fetch(self.node, request, from_remote=True)
 
         result: replication_pb2.ReplicaFetchResponse = await self._guard(context, run())
         return result
@@ -1043,7 +918,11 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             self.node._check_ready()
             config = self.node.state.links.by_id(request.link_id)
             if request.namespaces:
-                await apply_topics(self.node, config, list(request.namespaces))
+                await apply_topics(
+                    self.node,
+                    config,
+                    [_namespace_of(n.prefix, n.topics, n.read_acls) for n in request.namespaces],
+                )
             if request.HasField("data"):
                 _request, by_source = follower_request(self.node, config)
                 await apply_fetched(self.node, config.name, request.data, by_source)

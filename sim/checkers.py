@@ -13,13 +13,22 @@ Invariants (spec section 10), checked where they can fail:
 - "6 replicated offsets": a replicated committed offset never exceeds the
   follower's high watermark and never moves backwards (`OffsetWatch`, after
   every follower apply).
+- "4 sync acknowledged": a record acknowledged while a SYNC link covering it
+  was IN_SYNC was durable on that link's follower at the acknowledgement
+  (`check_sync_acks`, from the witnesses the cluster recorded then), and is
+  still there at the end, whatever failed over (`check_sync_acks_kept`).
+- "5 atomic transactions": no read_committed poll on a follower returns part
+  of a committed transaction: when it returns one record of a transaction,
+  the session has by then received every record of it
+  (`check_transactions_atomic`).
 - "7 config convergence": after every partition heals, both sides hold the
   same link configuration, swapped (`check_link_convergence`).
 Anomalies (Jepsen's names), from the history and the final logs:
 - lost_write: an acknowledged send is not at its offset on the cluster that
   acknowledged it, and no reported truncation explains it.
 - duplicate: one value stored at two offsets of a partition.
-- skip: within one consumer session, a poll jumped over a stored record.
+- skip: within one consumer session, a poll jumped over a stored record
+  (for a read_committed consumer, one not of an aborted transaction).
 - nonmonotonic: within one consumer session, offsets did not increase.
 """
 
@@ -269,6 +278,11 @@ def check_duplicates(final: FinalLogs) -> list[Violation]:
 
 def check_consumers(history: History, final: FinalLogs) -> list[Violation]:
     """skip and nonmonotonic, per consumer, session and partition."""
+    aborted = {
+        o.value.value
+        for o in history.sends()
+        if o.type == "fail" and isinstance(o.value, Send) and o.value.txn
+    }
     skips: list[str] = []
     backwards: list[str] = []
     last: dict[tuple[str, int, str, int], int] = {}
@@ -289,10 +303,92 @@ def check_consumers(history: History, final: FinalLogs) -> list[Violation]:
                 )
                 continue
             log = final.get((o.cluster, v.topic, partition), {})
-            missed = [x for x in range(previous + 1, offset) if x in log]
+            missed = [
+                x
+                for x in range(previous + 1, offset)
+                if x in log and not (v.read_committed and log[x] in aborted)
+            ]
             if missed:
                 skips.append(
                     f"{o.process} (session {v.session}) jumped from offset {previous} to "
                     f"{offset} of {v.topic}-{partition} on {o.cluster}, skipping {missed[:5]}"
                 )
     return _capped("skip", skips) + _capped("nonmonotonic", backwards)
+
+
+# -- invariants 4 and 5 (SYNC links) ----------------------------------------------------
+
+
+def check_sync_acks(history: History) -> list[Violation]:
+    """Invariant 4 at the acknowledgement: every witness holds the record."""
+    details: list[str] = []
+    for o in history.sends():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Send):
+            continue
+        for follower, topic, end in v.sync_witnesses:
+            if end < v.offset + v.records:
+                details.append(
+                    f"{o.process}: {v.value!r} acknowledged by {o.cluster} at {v.topic}-"
+                    f"{v.partition} offset {v.offset} (t={o.complete_ms} ms) while its SYNC link "
+                    f"was IN_SYNC, but follower {follower} held {topic}-{v.partition} only up to "
+                    f"{end}"
+                )
+    return _capped("sync_ack_not_replicated", details)
+
+
+def check_sync_acks_kept(
+    history: History, final: FinalLogs, truncations: Truncations
+) -> list[Violation]:
+    """Invariant 4 at the end (after any failover): a record acknowledged in
+    IN_SYNC is still at its offset on every follower that witnessed it,
+    unless a reported truncation (an unclean election) removed it."""
+    details: list[str] = []
+    for o in history.sends():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Send) or not v.value:
+            continue
+        for follower, topic, _end in v.sync_witnesses:
+            key = (follower, topic, v.partition)
+            log = final.get(key)
+            if log is None or log.get(v.offset) == v.value:
+                continue
+            if any(cut <= v.offset for cut in truncations.get(key, [])):
+                continue
+            details.append(
+                f"{o.process}: {v.value!r} acknowledged by {o.cluster} in IN_SYNC at "
+                f"{v.topic}-{v.partition} offset {v.offset} is not on {follower} "
+                f"{topic}-{v.partition} at the end (found {log.get(v.offset)!r})"
+            )
+    return _capped("sync_ack_lost", details)
+
+
+def check_transactions_atomic(history: History) -> list[Violation]:
+    """Invariant 5: per read_committed consumer session on a follower, a poll
+    returning a record of a committed transaction has, by its end, delivered
+    every record of that transaction in the partitions the consumer reads."""
+    members: dict[str, set[str]] = {}
+    txn_of: dict[str, str] = {}
+    for o in history.sends():
+        v = o.value
+        if o.type == "ok" and isinstance(v, Send) and v.txn and v.value:
+            members.setdefault(v.txn, set()).add(v.value)
+            txn_of[v.value] = v.txn
+    details: list[str] = []
+    seen: dict[tuple[str, int], set[str]] = {}
+    for o in history.polls():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Poll) or not v.read_committed:
+            continue
+        if not o.client_class.startswith("target_"):
+            continue
+        got = seen.setdefault((o.process, v.session), set())
+        got.update(value for _p, _offset, value in v.records)
+        for txn in sorted({txn_of[x] for _p, _o, x in v.records if x in txn_of}):
+            missing = sorted(members[txn] - got)
+            if missing:
+                details.append(
+                    f"{o.process} (session {v.session}) read part of transaction {txn} on "
+                    f"{o.cluster} (t={o.complete_ms} ms): missing {missing[:5]}"
+                )
+    return _capped("partial_transaction", details)

@@ -14,6 +14,12 @@ Rules:
 - Journal records are kept in memory and counted; the simulator does not
   model a crash between an append and its fsync (every append it accepted
   becomes durable once the device has written it).
+- Durable data whose high watermark a SYNC follower holds back wakes the
+  parked fetches too (the follower must fetch it to acknowledge it), as
+  `_make_durable` does.
+- An acks=all acknowledgement waits, on virtual time, until the high
+  watermarks cover the write (`wait_high_watermarks`, the daemon's
+  `ClusterNode.wait_high_watermarks`), at most HW_WAIT_MAX_MS.
 """
 
 from __future__ import annotations
@@ -21,12 +27,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from linkd.core import cluster as core
-from linkd.core.links import LinkLimits
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkLimits, LinkTable
 from sim.events import EventQueue
-from sim.link_table import DeferringLinkTable
 from sim.resources import IoDevice, RateLimit
 from sim.seeds import IdFactory
 from sim.store import PartitionStore, StoredBatch
+
+# The daemon's bound on an acknowledgement waiting for its high watermark
+# (linkd/node.py HW_WAIT_MAX_MS).
+HW_WAIT_MAX_MS = 60_000
 
 
 class SimCluster:
@@ -42,7 +52,7 @@ class SimCluster:
         self.cluster_id = cluster_id
         self.queue = queue
         self.state = core.ClusterState(cluster_id)
-        self.links = DeferringLinkTable(cluster_id, limits)
+        self.links = LinkTable(cluster_id, limits)
         self.state.links = self.links
         self.stores: dict[tuple[str, int], PartitionStore] = {}
         self.disk = IoDevice(disk_bytes_per_ms)
@@ -128,12 +138,75 @@ class SimCluster:
                 if name is None or store is None or store.generation != generation:
                     continue  # truncated or deleted since: not this append's durability
                 moved |= self.state.mark_durable(name, partition, offset)
+                # Durable but held back by a SYNC follower: wake its long poll.
+                moved |= self.state.partition(name, partition).held_back
             if moved:
                 self.notify_data()
             if then is not None:
                 then()
 
         self.queue.at(done_ms, f"durable {self.cluster_id} {len(touched)}p", durable)
+
+    def refresh_high_watermarks(self) -> None:
+        """node.refresh_high_watermarks: re-applies the HW limits, wakes waiters."""
+        if self.state.refresh_high_watermarks():
+            self.notify_data()
+
+    def tick(self, now_ms: int, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
+        """One pass of the daemon's `_tick_loop`: the core's timers, the SYNC
+        links' led partitions, the link states, then the high watermarks."""
+        self.execute(self.state.tick(now_ms), "retention", logical_bytes)
+        self.state.refresh_sync_links(now_ms)
+        self.links.tick(now_ms)
+        self.refresh_high_watermarks()
+
+    def wait_high_watermarks(
+        self,
+        targets: dict[tuple[str, int], int],
+        what: str,
+        then: Callable[[ClusterError | None], None],
+    ) -> None:
+        """Calls `then(None)` once every partition's HW reaches its target, or
+        `then(REQUEST_TIMED_OUT)` after HW_WAIT_MAX_MS (indefinite: the records
+        are written here and may yet replicate). A crash ends the wait with the
+        timeout too (its waiters are dropped)."""
+        done = [False]
+
+        def pending() -> list[tuple[str, int, int]]:
+            return [
+                (t, p, target)
+                for (t, p), target in sorted(targets.items())
+                if t in self.state.topics
+                and p < len(self.state.topics[t].partitions)
+                and self.state.partition(t, p).high_watermark < target
+            ]
+
+        def check() -> None:
+            if done[0] or not self.up:
+                return
+            if not pending():
+                done[0] = True
+                then(None)
+                return
+            self.wait_for_data(check)
+
+        def expire() -> None:
+            if done[0]:
+                return
+            done[0] = True
+            left = pending()
+            t, p, target = left[0] if left else ("", 0, 0)
+            then(
+                ClusterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{t}-{p}",
+                    f"{what}: partition {t}-{p} is written up to {target} here, but its high "
+                    f"watermark did not reach it within {HW_WAIT_MAX_MS} ms",
+                )
+            )
+
+        self.queue.after(HW_WAIT_MAX_MS, f"hw wait {self.cluster_id} max", expire)
+        check()
 
     # -- crash and restart ---------------------------------------------------------
 
@@ -145,8 +218,4 @@ class SimCluster:
         """As after a restart from the data directory: runtime link state is
         rebuilt (LinkManager.start calls LinkTable.start)."""
         self.up = True
-        for runtime in self.links.runtime.values():
-            runtime.last_contact_ms = None
-            runtime.partitions.clear()
-        self.links.start(self.queue.now_ms)
-        self.links.tick(self.queue.now_ms)
+        self.links.reset_runtime(self.queue.now_ms)

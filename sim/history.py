@@ -24,6 +24,13 @@ class Send:
     value: str  # "" for bulk batches, which checkers do not follow record by record
     offset: int = -1  # the acknowledged offset (ok only)
     records: int = 1
+    # The transaction the record was written in ("" for none): every record of
+    # one transaction carries the same name (invariant 5).
+    txn: str = ""
+    # At the cluster's acknowledgement, for every SYNC link that was IN_SYNC on
+    # the topic: (follower cluster, follower topic, the follower partition's
+    # durable log end offset then). Invariant 4: each end covers the record.
+    sync_witnesses: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +42,7 @@ class Poll:
     topic: str
     records: tuple[tuple[int, int, str], ...]
     session: int = 0
+    read_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

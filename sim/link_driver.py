@@ -1,12 +1,14 @@
 """The dialing side of one replication link, in virtual time.
 
-Mirrors `LinkRunner.step` / `pull` (linkd/replication.py) and the source-side
-servicers it calls (`LinkManager.on_handshake`, `ListSourceTopics`,
-`FetchGroupOffsets`, `serve_fetch`) and the follower-side appliers
-(`apply_topics`, `apply_fetched`, `apply_group_offsets`). Every decision is the
-core's: `accept_remote_config` (HLC merge), `create_replica_topic`,
-`follow_topic_shape`, `plan_replica_fetch` (divergence), `append_replica`,
-`truncate_replica`, `apply_replicated_offsets`, the LinkTable state machine.
+The simulator's transport for the rounds of `linkd.core.link_rounds`, which
+the daemon (linkd/replication.py) carries over gRPC: the handshake
+(`accept_handshake`, `accept_handshake_answer`), discovery (`source_topics`,
+`source_group_offsets`, `plan_topics`, then the core's
+`apply_replicated_offsets`) and the replica fetch (`follower_fetch_request`,
+`serve_replica_fetch`, `apply_replica_fetch`, `finish_fetch_round`). This
+module decides nothing about replication: it only schedules calls, moves
+their messages over the simulated network, holds long polls, charges the I/O
+device and the rate limit, and carries out effects.
 
 Rules (the daemon's, with the same constants):
 - One call at a time per link: handshake every HANDSHAKE_INTERVAL_MS, topic and
@@ -15,26 +17,30 @@ Rules (the daemon's, with the same constants):
 - A call whose answer does not arrive within CALL_TIMEOUT_MS failed: the core
   hears `on_contact_lost`, and the driver retries after a back-off doubling
   from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
-- The source answers a fetch at once when it has data, otherwise parks it until
-  a high watermark moves or FETCH_MAX_WAIT_MS passes (long poll).
+- The source answers a fetch at once when the answer is ready (bytes or a
+  divergence: `FetchAnswer.ready`), otherwise parks it until a high watermark
+  moves or FETCH_MAX_WAIT_MS passes (long poll).
 - The source reads fetched batches from its I/O device (shared with producers)
   and within its replication rate limit; the answer leaves when the read is
   done.
 - The follower's next call starts only once its appends are durable (as
   `apply_fetched` awaits `_execute`).
+- A fetch answer tells the follower the source's mode through its SYNC
+  verdict; when it disagrees with the follower's config, the next step
+  handshakes at once (as `LinkRunner.pull`).
 
 Only the follower dials here ("pull"; connection direction local_dials on
-the follower). Push (the leader dials) and SYNC links plug in as other
-`Call` kinds: `step` picks the call, the source handler answers it.
+the follower). Push (the leader dials) plugs in as another `Call` kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from linkd.core import cluster as core
+from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkConfig
@@ -68,26 +74,6 @@ class Observer(Protocol):
 def wire(config: LinkConfig) -> LinkConfig:
     """A configuration as it crosses the network: a copy, never shared."""
     return LinkConfig.from_record(config.to_record())
-
-
-@dataclass(slots=True)
-class PartitionFetch:
-    source_topic: str
-    partition: int
-    fetch_offset: int
-    last_fetched_epoch: int
-
-
-@dataclass(slots=True)
-class FetchedPartition:
-    source_topic: str
-    partition: int
-    high_watermark: int = 0
-    log_start_offset: int = 0
-    diverging_end_offset: int = -1
-    data: bytes = b""
-    logical: dict[int, int] = field(default_factory=dict)  # base offset -> logical bytes
-    error: str = ""
 
 
 class LinkDriver:
@@ -154,8 +140,10 @@ class LinkDriver:
             if due or now - (self.last_discovery_ms or 0) >= DISCOVERY_INTERVAL_MS:
                 self._call("discover", CONTROL_MESSAGE_BYTES, self._serve_discovery(config))
             else:
-                request = self._follower_request(config)
-                if not request:
+                request = rounds.follower_fetch_request(
+                    self.follower.state, config, self.sizes.partition_max_bytes
+                )
+                if not request.partitions:
                     # As LinkRunner.pull: discovered, and nothing to follow yet,
                     # so nothing lags.
                     self.follower.state.links.on_fetch_round(self.name, now)
@@ -163,8 +151,8 @@ class LinkDriver:
                     return
                 self._call(
                     "fetch",
-                    CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(request),
-                    self._serve_fetch(config, request),
+                    CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(request.partitions),
+                    self._serve_fetch(request),
                 )
         else:
             # Nothing to follow: keep the session alive with handshakes.
@@ -234,7 +222,7 @@ class LinkDriver:
     def _next(self) -> None:
         self.queue.after(0, f"link {self.name} step", self.step)
 
-    # -- handshake (LinkRunner.step, LinkManager.on_handshake) ---------------------------
+    # -- handshake (LinkRunner._handshake_once, LinkManager.on_handshake) ---------------
 
     def _serve_handshake(
         self, config: LinkConfig
@@ -243,16 +231,14 @@ class LinkDriver:
 
         def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
             now = self.queue.now_ms
-            records = rep.accept_remote_config(self.source.state, sent, now)
-            self.source.links.on_contact(sent.name, now)
+            records = rounds.accept_handshake(self.source.state, sent, False, now)
             self.source.journal_records += len(records)
             answer = wire(self.source.links.get(sent.name))
 
             def apply() -> None:
                 now2 = self.queue.now_ms
-                got = rep.accept_remote_config(self.follower.state, answer, now2)
+                got = rounds.accept_handshake_answer(self.follower.state, self.name, answer, now2)
                 self.follower.journal_records += len(got)
-                self.follower.links.on_contact(self.name, now2)
                 self.last_handshake_ms = now2
                 self._next()
 
@@ -260,7 +246,7 @@ class LinkDriver:
 
         return serve
 
-    # -- discovery (LinkRunner.pull, ListSourceTopics, FetchGroupOffsets) -----------------
+    # -- discovery (LinkRunner.discover, ListSourceTopics, FetchGroupOffsets) -------------
 
     def _serve_discovery(
         self, config: LinkConfig
@@ -272,21 +258,12 @@ class LinkDriver:
         def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
             state = self.source.state
             source_config = state.links.by_id(link_id)
-            now = self.queue.now_ms
-            self.source.links.on_contact(source_config.name, now)
-            namespaces: list[tuple[str, list[tuple[str, int, dict[str, str]]], list[Any]]] = []
-            for prefix in topic_prefixes:
-                topics = [
-                    (name, len(t.partitions), dict(t.overrides))
-                    for name, t in sorted(state.topics.items())
-                    if rep.in_prefix(name, prefix)
-                    and rep.leader_mapping_for(source_config, name) is not None
-                ]
-                namespaces.append((prefix, topics, rep.source_read_acls(state, prefix)))
+            self.source.links.on_contact(source_config.name, self.queue.now_ms)
+            namespaces = [rounds.source_topics(state, source_config, p) for p in topic_prefixes]
             offsets: list[rep.GroupOffset] = []
             for prefix in group_prefixes:
-                offsets += source_group_offsets(self.source, prefix)
-            size = CONTROL_MESSAGE_BYTES + 128 * sum(len(t) for _, t, _ in namespaces)
+                offsets += rounds.source_group_offsets(state, prefix)
+            size = CONTROL_MESSAGE_BYTES + 128 * sum(len(ns.topics) for ns in namespaces)
 
             def apply() -> None:
                 self._apply_topics(namespaces)
@@ -298,33 +275,13 @@ class LinkDriver:
 
         return serve
 
-    def _apply_topics(
-        self, namespaces: list[tuple[str, list[tuple[str, int, dict[str, str]]], list[Any]]]
-    ) -> None:
+    def _apply_topics(self, namespaces: list[rounds.SourceNamespace]) -> None:
         """linkd/replication.py apply_topics."""
         config = self._config()
         if config is None:
             return
-        state = self.follower.state
-        followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
-        effects: list[core.Effect] = []
-        records: list[dict[str, Any]] = []
-        for prefix, topics, acls in namespaces:
-            mapping = followed.get(prefix)
-            if mapping is None:
-                continue
-            for source_name, partitions, configs in topics:
-                local = rep.map_name(source_name, mapping.remote_prefix, mapping.local_prefix)
-                if local not in state.topics:
-                    effects += rep.create_replica_topic(
-                        state, local, partitions, configs, self.follower.topic_ids()
-                    )
-                else:
-                    effects += rep.follow_topic_shape(state, local, partitions, configs)
-            records += rep.apply_read_acls(state, self.name, prefix, acls)
-        if records:
-            effects.append(core.Journal(tuple(records)))
-        self.follower.execute(effects, "metadata", self.observer.logical_bytes)
+        plan = rounds.plan_topics(self.follower.state, config, namespaces, self.follower.topic_ids)
+        self.follower.execute(plan.effects, "metadata", self.observer.logical_bytes)
 
     def _apply_group_offsets(self, offsets: list[rep.GroupOffset]) -> None:
         """linkd/replication.py apply_group_offsets."""
@@ -343,32 +300,10 @@ class LinkDriver:
 
     # -- replica fetch (follower_request, serve_fetch, apply_fetched) ---------------------
 
-    def _follower_request(self, config: LinkConfig) -> list[tuple[PartitionFetch, str]]:
-        """linkd/replication.py follower_request: (position, local topic) pairs."""
-        state = self.follower.state
-        followed = rep.follower_mappings(config, "topic")
-        out: list[tuple[PartitionFetch, str]] = []
-        for topic in sorted(state.topics):
-            mapping = max(
-                (m for m in followed if rep.in_prefix(topic, m.local_prefix)),
-                key=lambda m: len(m.local_prefix),
-                default=None,
-            )
-            if mapping is None:
-                continue
-            source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
-            for p in range(len(state.topics[topic].partitions)):
-                offset, epoch = rep.follower_position(state, topic, p)
-                out.append((PartitionFetch(source, p, offset, epoch), topic))
-        return out
-
     def _serve_fetch(
-        self, config: LinkConfig, request: list[tuple[PartitionFetch, str]]
+        self, request: rounds.FetchRequest
     ) -> Callable[[Callable[[Callable[[], None], int], None]], None]:
-        link_id = config.link_id
         deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms  # reset at arrival below
-        parts = [p for p, _ in request]
-        local_of = {(p.source_topic, p.partition): local for p, local in request}
 
         def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
             nonlocal deadline_ms
@@ -379,56 +314,36 @@ class LinkDriver:
             if not self.source.up:
                 return
             now = self.queue.now_ms
-            state = self.source.state
-            source_name = state.links.by_id(link_id).name
             limiter = self.source.replication_limit
-            budget_total = min(self.sizes.fetch_max_bytes, limiter.available(now))
-            out: list[FetchedPartition] = []
-            total = 0
-            with self.source.links.deferred():
-                self.source.links.on_contact(source_name, now)
-                for part in parts:
-                    entry = FetchedPartition(part.source_topic, part.partition)
-                    out.append(entry)
-                    try:
-                        plan = rep.plan_replica_fetch(
-                            state,
-                            link_id,
-                            part.source_topic,
-                            part.partition,
-                            part.fetch_offset,
-                            part.last_fetched_epoch,
-                        )
-                    except ClusterError as exc:
-                        entry.error = exc.code.name
-                        continue
-                    log = state.partition(part.source_topic, part.partition)
-                    entry.log_start_offset = log.log_start_offset
-                    entry.high_watermark = log.high_watermark
-                    if isinstance(plan, rep.Diverged):
-                        entry.diverging_end_offset = plan.end_offset
-                        continue
-                    self.source.links.on_progress(
-                        source_name,
-                        part.source_topic,
-                        part.partition,
-                        "leader",
-                        part.fetch_offset,
-                        plan.high_watermark,
-                        now,
-                    )
-                    if plan.upper_offset > plan.offset and total < budget_total:
-                        budget = max(1, min(self.sizes.partition_max_bytes, budget_total - total))
-                        batches, size = self.source.store(part.source_topic, part.partition).read(
-                            plan.offset, plan.upper_offset, budget
-                        )
-                        entry.data = b"".join(b.data for b in batches)
-                        entry.logical = {b.base_offset: b.logical_bytes for b in batches}
-                        total += size
-            diverged = any(e.diverging_end_offset >= 0 for e in out)
-            if total == 0 and not diverged and now < deadline_ms:
+            budget_bytes = min(self.sizes.fetch_max_bytes, limiter.available(now))
+            # Logical sizes of the batches read, by (source topic id, partition,
+            # base offset): the simulated records stand for larger ones.
+            logical: dict[tuple[str, int, int], int] = {}
+
+            def read(
+                topic_id: str, partition: int, start: int, end: int, max_bytes: int
+            ) -> tuple[bytes, int]:
+                batches, size = self.source.stores[(topic_id, partition)].read(
+                    start, end, max_bytes
+                )
+                for b in batches:
+                    logical[(topic_id, partition, b.base_offset)] = b.logical_bytes
+                return b"".join(b.data for b in batches), size
+
+            answer = rounds.serve_replica_fetch(
+                self.source.state,
+                request.link_id,
+                request.partitions,
+                now,
+                read,
+                budget_bytes,
+                self.sizes.partition_max_bytes,
+            )
+            if answer.hw_moved:
+                self.source.notify_data()
+            if not answer.ready and now < deadline_ms:
                 # Long poll: wait for data (or for the rate limit's tokens).
-                wait = limiter.wait_ms(1, now) if budget_total <= 0 else 0
+                wait = limiter.wait_ms(1, now) if budget_bytes <= 0 else 0
                 if wait > 0:
                     self.queue.at(
                         min(deadline_ms, now + wait),
@@ -453,14 +368,17 @@ class LinkDriver:
                     self.source.wait_for_data(wake)
                     self.queue.at(deadline_ms, f"link {self.name} fetch max wait", expire)
                 return
+            total = answer.total_bytes
             limiter.take(total, now)
             done = self.source.disk.reserve(total, now, "replica_read") if total else now
-            answer_bytes = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(out) + total
-
-            sync_state = self.source.links.local_sync_state(source_name)
+            answer_bytes = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(answer.partitions)
+            answer_bytes += total
+            # The logical sizes travel with the answer, under the source's names.
+            names = {t.topic_id: n for n, t in self.source.state.topics.items()} if logical else {}
+            sizes = {(names[tid], p, base): n for (tid, p, base), n in logical.items()}
 
             def apply() -> None:
-                self._apply_fetched(out, local_of, sync_state)
+                self._apply_fetched(answer, request.local_of, sizes)
 
             self.queue.at(done, f"link {self.name} fetch read", lambda: reply(apply, answer_bytes))
 
@@ -468,82 +386,42 @@ class LinkDriver:
 
     def _apply_fetched(
         self,
-        fetched: list[FetchedPartition],
+        answer: rounds.FetchAnswer,
         local_of: dict[tuple[str, int], str],
-        sync_state: str = "",
+        sizes: dict[tuple[str, int, int], int],
     ) -> None:
-        """linkd/replication.py apply_fetched: truncate, append, then progress."""
+        """linkd/replication.py apply_fetched: truncate and append, then, once
+        durable, finish the round."""
         state = self.follower.state
-        now = self.queue.now_ms
-        self.follower.links.on_contact(self.name, now)
-        effects: list[core.Effect] = []
-        progress: list[tuple[str, int, int]] = []
-        logical: dict[tuple[str, int, int], int] = {}
+        applied = rounds.apply_replica_fetch(state, self.name, answer, local_of, self.queue.now_ms)
+        for cut in applied.truncations:
+            self.queue.note(
+                f"link {self.name} {cut.topic}-{cut.partition} diverged, truncate to {cut.offset}"
+            )
         config = self._config()
-        for entry in fetched:
-            local = local_of.get((entry.source_topic, entry.partition))
-            if local is None or local not in state.topics or entry.error:
-                continue
-            if entry.diverging_end_offset >= 0:
-                effects += rep.truncate_replica(
-                    state, local, entry.partition, entry.diverging_end_offset
-                )
-                self.queue.note(
-                    f"link {self.name} {local}-{entry.partition} diverged, truncate to "
-                    f"{entry.diverging_end_offset}"
-                )
-                continue
-            if entry.data or entry.log_start_offset > 0:
-                effects += rep.append_replica(
-                    state, local, entry.partition, entry.data, entry.log_start_offset, config
-                )
-                topic_id = state.topic(local).topic_id
-                for base, size in entry.logical.items():
-                    logical[(topic_id, entry.partition, base)] = size
-            progress.append((local, entry.partition, entry.high_watermark))
+        if config is not None and bool(answer.sync_state) != (config.mode == "SYNC"):
+            # The source runs the other mode: learn the change now, not at the
+            # next periodic handshake (LinkRunner.pull).
+            self.last_handshake_ms = None
+        logical: dict[tuple[str, int, int], int] = {}
+        for (source_topic, partition, base), size in sorted(sizes.items()):
+            local = local_of.get((source_topic, partition))
+            if local is not None and local in state.topics:
+                logical[(state.topic(local).topic_id, partition, base)] = size
 
         def sized(effect: core.AppendBatch) -> int:
             key = (effect.topic_id, effect.partition, effect.header.base_offset)
             return logical.get(key, self.observer.logical_bytes(effect))
 
         def after_durable() -> None:
-            now2 = self.queue.now_ms
-            links = self.follower.links
-            if self.name not in links.runtime:
-                self._next()
-                return
-            keep: set[tuple[str, int, str]] = set()
-            links.on_remote_sync_state(self.name, sync_state, now2)
-            caps = [(t, p, hw) for t, p, hw in progress if t in state.topics]
-            if rep.follow_source_high_watermarks(state, self.name, caps):
-                self.follower.notify_data()
-            with links.deferred():
-                for local, p, source_hw in progress:
-                    if local not in state.topics:
-                        continue
-                    leo = state.partition(local, p).log_end_offset
-                    links.on_progress(self.name, local, p, "follower", leo, source_hw, now2)
-                    keep.add((local, p, "follower"))
-                links.on_fetch_round(self.name, now2)
-                runtime = links.runtime.get(self.name)
-                if runtime is not None:
-                    links.forget_partitions(
-                        self.name, keep | {k for k in runtime.partitions if k[2] == "leader"}
-                    )
-            self.fetch_rounds += 1
-            self.observer.follower_applied(self.follower, self.name)
+            if self.name in self.follower.links.runtime:
+                moved = rounds.finish_fetch_round(
+                    state, self.name, applied.progress, answer.sync_state, self.queue.now_ms
+                )
+                if moved:
+                    self.follower.notify_data()
+                self.fetch_rounds += 1
+                self.observer.follower_applied(self.follower, self.name)
             self._next()
 
-        self.follower.execute(effects, "replica_write", sized, after_durable)
-
-
-def source_group_offsets(cluster: SimCluster, prefix: str) -> list[rep.GroupOffset]:
-    """linkd/replication.py group_offsets: committed offsets of a namespace's groups."""
-    state = cluster.state
-    out: list[rep.GroupOffset] = []
-    for group_id, _state, _type in sorted(state.groups.list_groups()):
-        if not rep.in_prefix(group_id, prefix):
-            continue
-        for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
-            out.append((group_id, topic, partition, c.offset, c.metadata, c.leader_epoch))
-    return out
+        self.follower.execute(applied.effects, "replica_write", sized, after_durable)

@@ -12,16 +12,20 @@ Tables and keys (units last; every time is virtual milliseconds):
               request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
               partition_max_bytes, fetch_max_wait_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
-              mode (ASYNC; SYNC comes with the core's sync links), file
+              mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
+              is FOLLOWING, as an operator must), file
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path)
   [cluster]   disk_bytes_per_ms, replication_limit_bytes_per_s,
-              session_timeout_ms, lag_max_ms, lag_max_records
+              session_timeout_ms, lag_max_ms, lag_max_records,
+              replica_lag_time_max_ms
   [namespace] topics, partitions, groups (replicate group offsets too)
-  [[edges]]   source, target, and any [network] key or mode: per-edge overrides
+  [[edges]]   source, target, and any [network] key or mode (ASYNC|SYNC):
+              per-edge overrides
   [[workloads]] kind (producer|bulk_producer|consumer), name, cluster, topic, ...
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|heal|crash|
               restart|unclean_election), and the keys of that kind
-  [[actions]] at_ms, kind (failover|delete_link|create_link), and its keys
+  [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
+              set_mode), and its keys
 
 Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
 can vary one knob without writing files.
@@ -83,6 +87,7 @@ class ClusterSpec:
     session_timeout_ms: int = 10_000
     lag_max_ms: int = 30_000
     lag_max_records: int = 0
+    replica_lag_time_max_ms: int = 30_000  # SYNC: IN_SYNC -> OUT_OF_SYNC after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,7 @@ class ActionSpec:
     prefixes: tuple[tuple[str, str], ...] = ()  # (local on target, remote on source)
     topic: str = ""
     partitions: int = 1
+    mode: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +171,8 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 ACTION_KINDS: dict[str, tuple[str, ...]] = {
-    # Operator actions; set-mode, reverse and recover will join this table.
+    # Operator actions (LinkManager's); reverse and recover will join this table.
+    "set_mode": ("cluster", "link", "mode"),
     "failover": ("cluster", "link", "force", "bump_leader_epoch"),
     "delete_link": ("cluster", "link"),
     "create_link": ("source", "target", "link", "prefixes"),
@@ -366,6 +373,11 @@ def _check_names(s: Scenario) -> None:
     for i, e in enumerate(s.edges):
         known(f"[[edges]] #{i + 1}", "source", e.source)
         known(f"[[edges]] #{i + 1}", "target", e.target)
+        if e.mode not in ("", *MODES):
+            raise ScenarioError(f"[[edges]] #{i + 1}: mode = {e.mode!r} is not one of {MODES}")
+    for i, a in enumerate(s.actions):
+        if a.kind == "set_mode" and a.mode not in MODES:
+            raise ScenarioError(f"[[actions]] #{i + 1}: mode = {a.mode!r} is not one of {MODES}")
     workloads: list[tuple[str, str, str]] = [
         (w.name, w.cluster, w.failover_to) for w in s.producers
     ] + [(w.name, w.cluster, w.failover_to) for w in s.consumers]

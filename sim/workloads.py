@@ -7,12 +7,16 @@ Rules:
 - Clients sit next to their cluster: a request takes `client_latency_ms` each
   way. A request to a crashed cluster ends `info` after `request_timeout_ms`
   (indefinite); a refusal by the core ends `fail` (definite); a write is
-  `ok` once its bytes are durable (acks=all).
+  `ok` once its bytes are durable and the high watermark covers it (acks=all:
+  on a SYNC link in IN_SYNC that is once the follower holds it), and `info`
+  (REQUEST_TIMED_OUT) if the high watermark does not get there in time.
 - Producers are idempotent (a producer id per cluster from
   `init_producer_id`, sequences per partition); a fraction of sends run as a
-  one-record transaction (add partitions, produce, commit). After any refusal
-  the producer takes a new producer id, as a Kafka client does after a fatal
-  error, so its sequences start over.
+  transaction writing one record to each of `txn_partitions` partitions (add
+  partitions, produce, commit). A refused commit (LINK_NOT_IN_SYNC while a
+  SYNC link is not IN_SYNC) aborts the transaction and ends `fail`. After any
+  refusal the producer takes a new producer id, as a Kafka client does after
+  a fatal error, so its sequences start over.
 - Bulk producers model traffic at the batch level: every `batch_interval_ms`
   one batch of `records_per_batch` records per partition, each record standing
   for `record_bytes` logical bytes. The batch is built once and reused (its
@@ -26,7 +30,7 @@ Rules:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from linkd.core import cluster as core
@@ -51,6 +55,10 @@ class World(Protocol):
 
     def client_class(self, cluster: SimCluster, kind: str, topic: str, group: str) -> str: ...
 
+    def sync_witnesses(
+        self, cluster: SimCluster, topic: str, partition: int
+    ) -> tuple[tuple[str, str, int], ...]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerSpec:
@@ -60,6 +68,7 @@ class ProducerSpec:
     rate_per_s: float = 10.0
     keys: int = 16
     transactional_fraction: float = 0.0
+    txn_partitions: int = 1  # partitions one transaction writes (one record each)
     start_ms: int = 0
     stop_ms: int = -1  # -1: until the safety phase ends
     failover_to: str = ""
@@ -129,6 +138,7 @@ class Producer:
         key_index = self.rng.randrange(self.spec.keys)
         transactional = self.rng.random() < self.spec.transactional_fraction
         value = f"{self.spec.name}-{n}"
+        txn = f"{self.spec.name}-txn-{n}" if transactional else ""
         invoke = w.queue.now_ms
         cluster_id = self.cluster
 
@@ -141,8 +151,12 @@ class Producer:
                 return
             try:
                 partitions = len(node.state.topic(self.spec.topic).partitions)
-                partition = key_index % partitions
-                self._produce(node, partition, key_index, value, transactional, invoke)
+                width = min(self.spec.txn_partitions, partitions) if transactional else 1
+                if width == 1:
+                    parts = [(key_index % partitions, value)]
+                else:
+                    parts = [((key_index + i) % partitions, f"{value}.{i}") for i in range(width)]
+                self._produce(node, parts, key_index, txn, invoke)
             except ClusterError as exc:
                 self.ids.pop(transactional, None)
                 self._finish(
@@ -169,46 +183,81 @@ class Producer:
     def _produce(
         self,
         node: SimCluster,
-        partition: int,
+        parts: list[tuple[int, str]],
         key_index: int,
-        value: str,
-        transactional: bool,
+        txn: str,
         invoke: int,
     ) -> None:
         w = self.world
         now = w.queue.now_ms
         topic = self.spec.topic
         state = node.state
+        transactional = bool(txn)
         ids = self._producer_ids(node, transactional)
         txn_id = f"{self.spec.name}-txn" if transactional else ""
         effects: list[core.Effect] = []
-        if transactional:
-            effects += state.add_partitions_to_txn(
-                txn_id, ids.producer_id, ids.epoch, [(topic, partition)], now
-            )
-        batch = rb.build_batch(
-            [rb.RecordSpec(f"k{key_index}".encode(), value.encode(), now)],
-            producer_id=ids.producer_id,
-            producer_epoch=ids.epoch,
-            base_sequence=ids.sequences.get(partition, 0),
-            transactional=transactional,
-        )
-        result = state.produce(topic, partition, batch, txn_id, now)
-        ids.sequences[partition] = ids.sequences.get(partition, 0) + 1
+        sends: list[Send] = []
+        try:
+            if transactional:
+                effects += state.add_partitions_to_txn(
+                    txn_id, ids.producer_id, ids.epoch, [(topic, p) for p, _ in parts], now
+                )
+            for partition, value in parts:
+                batch = rb.build_batch(
+                    [rb.RecordSpec(f"k{key_index}".encode(), value.encode(), now)],
+                    producer_id=ids.producer_id,
+                    producer_epoch=ids.epoch,
+                    base_sequence=ids.sequences.get(partition, 0),
+                    transactional=transactional,
+                )
+                result = state.produce(topic, partition, batch, txn_id, now)
+                ids.sequences[partition] = ids.sequences.get(partition, 0) + 1
+                effects += result.effects
+                sends.append(Send(topic, partition, value, result.base_offset, txn=txn))
+        except ClusterError:
+            # What the core accepted before the refusal is written all the same.
+            node.execute(effects, "produce", self._sized)
+            raise
         reserved = any(ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, topic))
-        effects += result.effects
+        refused: ClusterError | None = None
         if transactional:
-            effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, True, now)
-        send = Send(topic, partition, value, result.base_offset)
+            try:
+                effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, True, now)
+            except ClusterError as exc:
+                # The commit is refused (the transaction stays open): the
+                # client aborts it and reports the failure.
+                refused = exc
+                self.ids.pop(transactional, None)
+                try:
+                    effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, False, now)
+                except ClusterError:
+                    pass  # fenced or already ended: the coordinator times it out
+        targets = {(topic, p): state.partition(topic, p).log_end_offset for p, _ in parts}
 
-        def acked() -> None:
-            w.queue.after(
-                w.client_latency_ms,
-                f"{self.spec.name} ack",
-                lambda: self._finish(node.cluster_id, "ok", invoke, send, "", reserved),
-            )
+        def finish(type_: str, error: str, done: list[Send]) -> None:
+            def deliver() -> None:
+                for send in done:
+                    self._finish(node.cluster_id, type_, invoke, send, error, reserved)
 
-        node.execute(effects, "produce", self._sized, acked)
+            w.queue.after(w.client_latency_ms, f"{self.spec.name} ack", deliver)
+
+        def answered(timed_out: ClusterError | None) -> None:
+            if timed_out is not None:
+                finish("info", timed_out.code.name, sends)
+                return
+            witnessed = [
+                replace(s, sync_witnesses=w.sync_witnesses(node, s.topic, s.partition))
+                for s in sends
+            ]
+            finish("ok", "", witnessed)
+
+        def durable() -> None:
+            if refused is not None:
+                finish("fail", refused.code.name, sends)
+                return
+            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
+
+        node.execute(effects, "produce", self._sized, durable)
 
     def _finish(
         self,
@@ -275,7 +324,14 @@ class Producer:
                 send = Send(self.spec.topic, p, "", result.base_offset, self.spec.records_per_batch)
 
                 def acked(send: Send = send) -> None:
-                    self._finish(cluster_id, "ok", invoke, send, "")
+                    def answered(timed_out: ClusterError | None) -> None:
+                        if timed_out is None:
+                            self._finish(cluster_id, "ok", invoke, send, "")
+                        else:
+                            self._finish(cluster_id, "info", invoke, send, timed_out.code.name)
+
+                    targets = {(send.topic, send.partition): send.offset + send.records}
+                    node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
 
                 node.execute(result.effects, "produce", self._sized, acked)
 
@@ -379,7 +435,7 @@ class Consumer:
                     if r.offset >= plan.offset and r.value:
                         got.append((p, r.offset, r.value.decode()))
         done = node.disk.reserve(logical, w.queue.now_ms, "fetch") if logical else w.queue.now_ms
-        poll = Poll(self.spec.topic, tuple(got), session)
+        poll = Poll(self.spec.topic, tuple(got), session, self.spec.read_committed)
         offsets = tuple(sorted(positions.items()))
 
         def answer() -> None:

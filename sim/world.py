@@ -5,20 +5,24 @@ Theory of operation (TigerBeetle's VOPR, Kafka's RaftEventSimulationTest):
    `ClusterState` inside a `SimCluster`), the origins' topics, and one link per
    edge through the same operator action a scenario can call later.
 2. Safety phase (0 .. duration_ms): workloads run; faults and operator actions
-   fire at their times; every tick runs the core's timers (`ClusterState.tick`,
-   `LinkTable.tick`); invariant 6 is checked after every follower apply and
-   invariants 1-2 before every failover.
+   fire at their times; every tick runs the core's timers (`SimCluster.tick`,
+   the daemon's tick loop); invariant 6 is checked after every follower apply
+   and invariants 1-2 before every failover; every acknowledgement records
+   its SYNC witnesses (invariant 4).
 3. Liveness phase (up to liveness_ms more): clients stop, every grudge and
    clog heals, crashed clusters restart (unless lost for good), and every link
-   must reach FOLLOWING with no lag; if it does not, the run fails with
-   "liveness".
-4. Final checks: invariants 1, 2, 3, 7 and the anomalies over the history and
-   the final logs; then metrics.
+   must reach FOLLOWING (a SYNC link: IN_SYNC) with no lag; if it does not,
+   the run fails with "liveness".
+4. Final checks: invariants 1, 2, 3, 4, 5, 7 and the anomalies over the
+   history and the final logs; then metrics.
 
 Operator actions mirror `LinkManager` (linkd/replication.py): create_link
-(create + attach), delete_link, failover. They are instantaneous (admin calls
-are not on the data path) and need the remote reachable where the daemon
-needs it (creating a link); otherwise the remote learns through handshakes.
+(create + attach), delete_link, failover, set_mode. They are instantaneous
+(admin calls are not on the data path) and need the remote reachable where
+the daemon needs it (creating a link); otherwise the remote learns through
+handshakes. An edge (or topology) with mode SYNC is created ASYNC and
+switched by set_mode on its follower as soon as the link is FOLLOWING (the
+core refuses SYNC before), as an operator would.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ import functools
 from typing import Any
 
 from linkd.core import cluster as core
+from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits
+from linkd.core.links import LinkLimits, LinkState
 from linkd.core.namespaces import ResourceType
 from sim import checkers, network, seeds, topology
 from sim.checkers import Violation
@@ -49,12 +54,6 @@ PROBE_INTERVAL_MS = 500
 
 class Simulation:
     def __init__(self, scenario: Scenario, seed: int, keep_trace: bool = False) -> None:
-        if scenario.topology.mode != "ASYNC" or any(
-            e.mode not in ("", "ASYNC") for e in scenario.edges
-        ):
-            raise ValueError(
-                "mode SYNC is not simulated yet: the core's sync links are still being added"
-            )
         self.scenario = scenario
         self.seed = seed
         run = scenario.run
@@ -73,7 +72,9 @@ class Simulation:
         )
         self.cluster_ids = sorted(str(x) for x in self.graph.nodes)
         c = scenario.cluster
-        limits = LinkLimits(c.session_timeout_ms, c.lag_max_records, c.lag_max_ms)
+        limits = LinkLimits(
+            c.session_timeout_ms, c.lag_max_records, c.lag_max_ms, c.replica_lag_time_max_ms
+        )
         self.clusters: dict[str, SimCluster] = {}
         for cid in self.cluster_ids:
             node = SimCluster(
@@ -166,6 +167,8 @@ class Simulation:
         ):
             prefixes = tuple(sorted({(m.local_prefix, m.remote_prefix) for m in mappings}))
             self.create_link(u, v, f"{u}-{v}", prefixes, with_groups=s.namespace.groups)
+            if self.edge_mode(u, v) == "SYNC":
+                self._switch_to_sync_when_following(v, f"{u}-{v}")
         for i, spec in enumerate(s.producers):
             producer = Producer(
                 spec,
@@ -203,6 +206,8 @@ class Simulation:
                     a.prefixes,
                     self.scenario.namespace.groups,
                 )
+            elif a.kind == "set_mode":
+                self.set_mode(a.cluster, a.link, a.mode)
             elif a.kind == "create_topic":
                 node = self.clusters[a.cluster]
                 _t, effects = node.state.create_topic(a.topic, a.partitions, {}, node.topic_ids())
@@ -211,6 +216,83 @@ class Simulation:
         except ClusterError as exc:
             self.metrics.add("actions_failed", 1)
             self.queue.note(f"action {a.kind} refused: {exc.code.name}: {exc.message}")
+
+    def edge_mode(self, source: str, target: str) -> str:
+        for edge in self.scenario.edges:
+            if (edge.source, edge.target) == (source, target) and edge.mode:
+                return edge.mode
+        return self.scenario.topology.mode
+
+    def _switch_to_sync_when_following(self, cluster: str, name: str) -> None:
+        """set_mode SYNC on the follower once the link is FOLLOWING; tried every
+        tick until the safety phase ends (then the link stays ASYNC, noted)."""
+
+        def attempt() -> None:
+            node = self.clusters[cluster]
+            if name not in node.links.configs:
+                return
+            if node.up and node.links.state_name(name) == LinkState.FOLLOWING.value:
+                try:
+                    self.set_mode(cluster, name, "SYNC")
+                    return
+                except ClusterError as exc:
+                    self.queue.note(f"set_mode {name} SYNC refused: {exc.code.name}")
+            if self.queue.now_ms + self.scenario.run.tick_interval_ms >= (
+                self.scenario.run.duration_ms
+            ):
+                self.queue.note(f"link {name} never FOLLOWING: stays ASYNC")
+                return
+            self.queue.after(self.scenario.run.tick_interval_ms, f"sync {name}", attempt)
+
+        self.queue.after(self.scenario.run.tick_interval_ms, f"sync {name}", attempt)
+
+    def set_mode(self, cluster: str, name: str, mode: str) -> None:
+        """LinkManager.set_mode: decided here (the core refuses SYNC unless the
+        link is FOLLOWING), then told to the remote if it is reachable (the mode
+        is a versioned field: otherwise it converges through the handshakes)."""
+        node = self.clusters[cluster]
+        now = self.queue.now_ms
+        records, hw_moved = rounds.set_link_mode(node.state, name, mode, now)
+        if not records:
+            return
+        node.journal_records += len(records)
+        if hw_moved:
+            node.notify_data()
+        config = node.links.get(name)
+        remote = self.clusters.get(config.remote_cluster_id)
+        if remote is not None and remote.up and self._reachable(cluster, remote.cluster_id):
+            got = rounds.accept_handshake(remote.state, wire(config), False, now)
+            remote.journal_records += len(got)
+            answer = wire(remote.links.get(name))
+            node.journal_records += len(
+                rounds.accept_handshake_answer(node.state, name, answer, now)
+            )
+        for key in sorted(self.drivers):
+            if self.drivers[key].name == name:
+                self.drivers[key].wake()
+        self.queue.note(f"link {name} mode {config.mode} on {cluster}")
+
+    def sync_witnesses(
+        self, cluster: SimCluster, topic: str, partition: int
+    ) -> tuple[tuple[str, str, int], ...]:
+        """For invariant 4: at an acknowledgement, each follower of a SYNC link
+        that is IN_SYNC on the topic, with how far it durably holds the
+        partition then."""
+        out: list[tuple[str, str, int]] = []
+        for link, verdict in cluster.links.sync_links_leading(topic):
+            if verdict is not LinkState.IN_SYNC:
+                continue
+            config = cluster.links.configs[link]
+            mapping = config.mapping_for(topic, "leader")
+            follower = self.clusters.get(config.remote_cluster_id)
+            if mapping is None or follower is None:
+                continue
+            local = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+            end = 0
+            if local in follower.state.topics:
+                end = follower.state.partition(local, partition).durable_offset
+            out.append((follower.cluster_id, local, end))
+        return tuple(out)
 
     def _reachable(self, a: str, b: str) -> bool:
         return self.network.reachable(a, b) and self.network.reachable(b, a)
@@ -290,6 +372,8 @@ class Simulation:
         self._measure_rpo(node, config.remote_cluster_id, promoted)
         records, abandoned = rep.failover(node.state, name, force, now)
         node.journal_records += len(records)
+        # The promoted topics' high watermarks no longer wait for their source.
+        node.refresh_high_watermarks()
         self.metrics.add("failover_abandoned_partitions", len(abandoned))
         remote = self.clusters.get(config.remote_cluster_id)
         if remote is not None and remote.up and self._reachable(cluster, remote.cluster_id):
@@ -414,8 +498,7 @@ class Simulation:
         for cid in self.cluster_ids:
             node = self.clusters[cid]
             if node.up:
-                node.execute(node.state.tick(now), "retention", self.logical_bytes)
-                node.links.tick(now)
+                node.tick(now, self.logical_bytes)
         self._sample_link_states(now)
         if self._heal_at_ms is not None and self.converged():
             self.metrics.maximum("catchup_ms", now - self._heal_at_ms)
@@ -439,7 +522,9 @@ class Simulation:
             d = self.drivers[key]
             if d.stopped or not d.follower.up or not d.source.up:
                 continue
-            if d.follower.links.state_name(d.name) != "FOLLOWING":
+            config = d.follower.links.configs.get(d.name)
+            settled = "IN_SYNC" if config is not None and config.mode == "SYNC" else "FOLLOWING"
+            if d.follower.links.state_name(d.name) != settled:
                 return False
             if rep.follower_lag(d.follower.state, d.name, now):
                 return False
@@ -544,6 +629,9 @@ class Simulation:
         self.violations += checkers.check_lost_writes(self.history, final, self.truncations)
         self.violations += checkers.check_duplicates(final)
         self.violations += checkers.check_consumers(self.history, final)
+        self.violations += checkers.check_sync_acks(self.history)
+        self.violations += checkers.check_sync_acks_kept(self.history, final, self.truncations)
+        self.violations += checkers.check_transactions_atomic(self.history)
         self.metrics.from_history(self.history, final)
         self.metrics.set("events", self.queue.processed)
         self.metrics.set("virtual_ms", self.queue.now_ms)

@@ -92,3 +92,68 @@ def test_scenario_errors_name_the_key_and_value() -> None:
         scenario.parse({"name": "x", "faults": [{"at_ms": 1, "kind": "isolate", "node": "Z"}]})
     with pytest.raises(ValueError, match="unknown parameter"):
         scenario.apply_params(scenario.load("failover-writable"), {"warp_speed": 9})
+
+
+# -- invariants 4 and 5 (SYNC links) -------------------------------------------------------
+
+
+def sync_send(value: str, offset: int, witness_end: int, txn: str = "", partition: int = 0) -> Op:
+    return Op(
+        "p",
+        "source_producer",
+        "A",
+        "ok",
+        0,
+        1,
+        Send("t", partition, value, offset, txn=txn, sync_witnesses=(("B", "t", witness_end),)),
+    )
+
+
+def test_sync_ack_not_replicated__acknowledged_in_sync_before_the_follower_held_it() -> None:
+    h = History([sync_send("x", 0, witness_end=1), sync_send("y", 1, witness_end=1)])
+    found = checkers.check_sync_acks(h)
+    assert [v.invariant for v in found] == ["sync_ack_not_replicated"]
+    assert "'y'" in found[0].detail and "follower B" in found[0].detail
+
+
+def test_sync_ack_lost__after_failover_the_follower_lacks_an_in_sync_acknowledgement() -> None:
+    h = History([sync_send("x", 0, witness_end=1), sync_send("y", 1, witness_end=2)])
+    final = {("B", "t", 0): {0: "x", 1: "z"}}  # B promoted, then overwrote offset 1
+    found = checkers.check_sync_acks_kept(h, final, {})
+    assert [v.invariant for v in found] == ["sync_ack_lost"]
+    assert "'y'" in found[0].detail
+    assert checkers.check_sync_acks_kept(h, final, {("B", "t", 0): [1]}) == []  # reported cut
+
+
+def target_poll(records: list[tuple[int, int, str]], session: int = 0) -> Op:
+    return Op("c", "target_consumer", "B", "ok", 0, 1, Poll("t", tuple(records), session, True))
+
+
+def test_partial_transaction__a_read_committed_poll_on_the_follower_returns_half() -> None:
+    h = History(
+        [
+            sync_send("t1.0", 0, 1, txn="t1", partition=0),
+            sync_send("t1.1", 0, 1, txn="t1", partition=1),
+            target_poll([(0, 0, "t1.0")]),  # partition 1's half not visible yet
+            target_poll([(1, 0, "t1.1")]),
+        ]
+    )
+    found = checkers.check_transactions_atomic(h)
+    assert [v.invariant for v in found] == ["partial_transaction"]
+    assert "t1" in found[0].detail and "t1.1" in found[0].detail
+
+
+def test_whole_transactions__and_read_uncommitted_readers__say_nothing() -> None:
+    whole = History(
+        [
+            sync_send("t1.0", 0, 1, txn="t1", partition=0),
+            sync_send("t1.1", 0, 1, txn="t1", partition=1),
+            target_poll([(0, 0, "t1.0"), (1, 0, "t1.1")]),
+        ]
+    )
+    assert checkers.check_transactions_atomic(whole) == []
+    uncommitted = Op(
+        "c", "target_consumer", "B", "ok", 0, 1, Poll("t", ((0, 0, "t1.0"),), 0, False)
+    )
+    half = History([*whole.ops[:2], uncommitted])
+    assert checkers.check_transactions_atomic(half) == []

@@ -33,9 +33,14 @@ def test_run_json__summary_fields() -> None:
 
 
 def test_run_with_violation__exit_1_and_replay_command(tmp_path: Path) -> None:
-    out = ccr_sim("run", "add-empty-namespace", "--seed", "1", "--out", str(tmp_path / "r.json"))
+    never = tmp_path / "never-converges.toml"
+    never.write_text(
+        'name = "never-converges"\ndescription = "no link converges in 1 ms"\n'
+        "[run]\nduration_ms = 1000\nliveness_ms = 1\n"
+    )
+    out = ccr_sim("run", str(never), "--seed", "1", "--out", str(tmp_path / "r.json"))
     assert out.returncode == 1
-    assert "replay with: ccr-sim replay add-empty-namespace --seed 1" in out.stdout
+    assert f"replay with: ccr-sim replay {never} --seed 1" in out.stdout
     assert json.loads((tmp_path / "r.json").read_text())["violations"]
 
 

@@ -724,6 +724,15 @@ class LinkTable:
         for name in list(self.runtime):
             self._recompute(name, now_ms)
 
+    def reset_runtime(self, now_ms: int) -> None:
+        """As after a restart from the journal (which holds configurations, not
+        runtime): contact, progress and SYNC verdicts are forgotten, and every
+        link begins DISCONNECTED now."""
+        for name in sorted(self.runtime):
+            self.runtime[name] = LinkRuntime(
+                entered_at_ms=now_ms, history=[(LinkState.DISCONNECTED.value, now_ms)]
+            )
+
     def _recompute(self, name: str, now_ms: int) -> None:
         if self._deferred is not None:
             self._deferred[name] = max(now_ms, self._deferred.get(name, now_ms))

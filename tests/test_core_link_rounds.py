@@ -1,0 +1,351 @@
+"""The data-path rounds of a replication link, told as stories between two
+clusters held in memory: A leads the namespace orders- on link ab, B follows it.
+
+Each story runs the same functions the daemon and the simulator call
+(`linkd.core.link_rounds`); the test only plays the transport and the disk.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from linkd.core import link_rounds as rounds
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from linkd.core.cluster import AppendBatch, ClusterState, Effect, ResetLog, TruncateLog
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkLimits, Mapping
+
+NOW = 1_000
+LIMITS = LinkLimits(session_timeout_ms=5_000, replica_lag_time_max_ms=2_000)
+BUDGET = 1 << 20
+
+
+class Disk:
+    """The bytes each cluster wrote, as a shell would keep them."""
+
+    def __init__(self) -> None:
+        self.batches: dict[tuple[str, int], list[tuple[int, int, bytes]]] = {}
+
+    def carry_out(self, state: ClusterState, effects: list[Effect]) -> None:
+        touched: dict[tuple[str, int], int] = {}
+        for e in effects:
+            if isinstance(e, AppendBatch):
+                key = (e.topic_id, e.partition)
+                self.batches.setdefault(key, []).append(
+                    (e.header.base_offset, e.header.next_offset, e.batch)
+                )
+                touched[key] = e.header.next_offset
+            elif isinstance(e, TruncateLog | ResetLog):
+                key = (e.topic_id, e.partition)
+                self.batches[key] = [b for b in self.batches.get(key, []) if b[1] <= e.offset]
+        names = {t.topic_id: n for n, t in state.topics.items()}
+        for (topic_id, p), offset in sorted(touched.items()):
+            state.mark_durable(names[topic_id], p, offset)
+
+    def read(
+        self, topic_id: str, partition: int, start: int, end: int, max_bytes: int
+    ) -> tuple[bytes, int]:
+        out = b""
+        for base, nxt, data in self.batches.get((topic_id, partition), []):
+            if nxt <= start or base >= end:
+                continue
+            if out and len(out) + len(data) > max_bytes:
+                break
+            out += data
+        return out, len(out)
+
+
+def two_clusters() -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    a, b = ClusterState("A"), ClusterState("B")
+    a.links.limits = LIMITS
+    b.links.limits = LIMITS
+    a.namespaces.create(1, "orders-", False)
+    config = a.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
+    a.links.store(config, NOW)
+    rep.put_mapping(a, "ab", Mapping("topic", "orders-", "orders-", "local", True, (0, 0, "")), NOW)
+    b.links.accept_mirror(a.links.get("ab"), NOW)
+    rep.reconcile_attachments(b, "ab")
+    disk_a, disk_b = Disk(), Disk()
+    _topic, effects = a.create_topic("orders-1", 1, {}, "src-1")
+    disk_a.carry_out(a, effects)
+    return a, b, disk_a, disk_b
+
+
+def produce(
+    a: ClusterState, disk: Disk, n: int, topic: str = "orders-1", value: bytes = b"x"
+) -> int:
+    data = rb.build_batch([rb.RecordSpec(None, value, NOW)] * n)
+    result = a.produce(topic, 0, data, "", NOW)
+    disk.carry_out(a, list(result.effects))
+    return a.partition(topic, 0).log_end_offset
+
+
+def discover(a: ClusterState, b: ClusterState, disk_b: Disk) -> rounds.TopicsPlan:
+    ids = iter(f"fol-{i}" for i in range(100))
+    namespaces = [
+        rounds.source_topics(a, a.links.get("ab"), m.remote_prefix)
+        for m in rep.follower_mappings(b.links.get("ab"), "topic")
+    ]
+    plan = rounds.plan_topics(b, b.links.get("ab"), namespaces, lambda: next(ids))
+    disk_b.carry_out(b, plan.effects)
+    return plan
+
+
+def fetch_round(
+    a: ClusterState, b: ClusterState, disk_a: Disk, disk_b: Disk, now: int, budget: int = BUDGET
+) -> tuple[rounds.FetchAnswer, rounds.AppliedFetch, bool]:
+    """One round, as both shells run it: request, serve, apply, durable, finish."""
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    answer = rounds.serve_replica_fetch(
+        a, request.link_id, request.partitions, now, disk_a.read, budget, 1 << 20
+    )
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, now)
+    disk_b.carry_out(b, applied.effects)
+    moved = rounds.finish_fetch_round(b, "ab", applied.progress, answer.sync_state, now)
+    return answer, applied, moved
+
+
+def test_discovery__creates_the_follower_topic_with_the_source_shape__once() -> None:
+    a, b, _disk_a, disk_b = two_clusters()
+    a.create_topic("orders-2", 3, {"retention.ms": "60000"}, "src-2")
+    a.create_topic("other", 1, {}, "src-3")  # outside the namespace: not offered
+
+    plan = discover(a, b, disk_b)
+
+    assert plan.created == [("orders-1", "orders-1"), ("orders-2", "orders-2")]
+    assert len(b.topics["orders-2"].partitions) == 3
+    assert b.topics["orders-2"].overrides == {"retention.ms": "60000"}
+    assert "other" not in b.topics
+    assert discover(a, b, disk_b).created == []  # already there: reshaped, not recreated
+
+
+def test_a_fetch_round__copies_the_records_byte_for_byte__and_the_link_is_following() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    end = produce(a, disk_a, 3)
+    assert b.link_state("ab") != "FOLLOWING"  # no round yet: lag unknown
+
+    answer, applied, moved = fetch_round(a, b, disk_a, disk_b, NOW + 10)
+
+    assert answer.ready and answer.total_bytes > 0 and answer.sync_state == ""
+    assert [p.source_high_watermark for p in applied.progress] == [end]
+    assert moved and b.partition("orders-1", 0).high_watermark == end
+    assert disk_b.batches[(b.topic("orders-1").topic_id, 0)] == disk_a.batches[("src-1", 0)]
+    assert b.link_state("ab") == "FOLLOWING"
+
+
+def test_nothing_new__the_answer_is_not_ready__so_the_shell_holds_it() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+
+    answer, applied, moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+
+    assert not answer.ready and answer.total_bytes == 0
+    assert applied.effects == [] and not moved
+
+
+def test_a_follower_behind_an_unclean_election__is_told_where_to_cut__and_cuts() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    produce(a, disk_a, 2)  # the tail a new leader will lack
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    _removed, _epoch, effects = a.unclean_election("orders-1", 0, 3)
+    disk_a.carry_out(a, effects)
+
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+
+    assert answer.ready and answer.partitions[0].diverging_end_offset == 3
+    assert applied.truncations == [rounds.Truncation("orders-1", 0, 3)]
+    assert b.partition("orders-1", 0).log_end_offset == 3
+
+
+def test_the_byte_budget__is_spent_partition_by_partition__the_rest_waits_a_round() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    a.create_topic("orders-2", 1, {}, "src-2")
+    discover(a, b, disk_b)
+    produce(a, disk_a, 50, "orders-1", b"x" * 100)
+    produce(a, disk_a, 50, "orders-2", b"y" * 100)
+
+    answer, _applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 10, budget=100)
+
+    sent = {p.source_topic: len(p.records) for p in answer.partitions}
+    assert sent["orders-1"] > 0 and sent["orders-2"] == 0
+    assert b.link_state("ab") == "CATCHING_UP"
+    fetch_round(a, b, disk_a, disk_b, NOW + 20)
+    assert b.partition("orders-2", 0).high_watermark == 50
+
+
+def test_a_partition_the_source_does_not_lead__is_refused_alone() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 1)
+    bogus = rounds.PartitionFetch("other", 0, 0, -1)
+    good = rounds.follower_fetch_request(b, b.links.get("ab")).partitions
+
+    answer = rounds.serve_replica_fetch(a, "id-1", [*good, bogus], NOW, disk_a.read, BUDGET, 100)
+
+    assert answer.partitions[0].error is None and answer.partitions[0].records
+    error = answer.partitions[1].error
+    assert error is not None and error.code == ErrorCode.UNKNOWN_TOPIC
+
+
+def test_sync_link__the_fetch_offset_acknowledges__and_the_answer_carries_the_moved_hw() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_sync_links(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)  # caught up since SYNC: IN_SYNC
+    assert a.link_state("ab") == "IN_SYNC" and b.link_state("ab") == "IN_SYNC"
+
+    end = produce(a, disk_a, 2)
+    assert a.partition("orders-1", 0).high_watermark == 3  # held for the follower
+    answer, _applied, moved = fetch_round(a, b, disk_a, disk_b, NOW + 40)  # copies to the LEO
+    assert answer.partitions[0].high_watermark == 3 and not moved
+    answer, _applied, moved = fetch_round(a, b, disk_a, disk_b, NOW + 50)  # acknowledges
+
+    assert answer.hw_moved and answer.partitions[0].high_watermark == end
+    assert answer.sync_state == "IN_SYNC"
+    assert moved and b.partition("orders-1", 0).high_watermark == end
+
+
+def test_sync_link__a_follower_that_stops_fetching__is_out_of_sync_after_the_lag_time() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_sync_links(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    produce(a, disk_a, 1)
+
+    a.links.tick(NOW + 30 + LIMITS.replica_lag_time_max_ms + 1)
+    assert a.link_state("ab") == "OUT_OF_SYNC"
+    answer, _applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 3_000)
+    assert answer.sync_state == "OUT_OF_SYNC"  # the follower fetched, not yet caught up
+    fetch_round(a, b, disk_a, disk_b, NOW + 3_010)
+    assert a.link_state("ab") == "IN_SYNC" and b.link_state("ab") == "IN_SYNC"
+
+
+def test_a_round_finished_after_the_link_was_deleted__changes_nothing() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"))
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW, disk_a.read, BUDGET, 100
+    )
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
+    disk_b.carry_out(b, applied.effects)
+    rep.delete_link(b, "ab")
+
+    assert not rounds.finish_fetch_round(b, "ab", applied.progress, "", NOW + 1)
+    assert b.partition("orders-1", 0).high_watermark == 0
+
+
+def test_source_group_offsets__every_group_of_the_namespace__in_order() -> None:
+    a, _b, _disk_a, _disk_b = two_clusters()
+    for group, offset in (("app-2", 7), ("app-1", 5), ("other", 9)):
+        a.groups.apply_record(
+            {
+                "type": "offset_commit",
+                "group": group,
+                "topic": "orders-1",
+                "partition": 0,
+                "offset": offset,
+                "metadata": "",
+                "leader_epoch": 0,
+                "ts": NOW,
+            }
+        )
+
+    offsets = rounds.source_group_offsets(a, "app-")
+
+    assert [(g, o) for g, _t, _p, o, _m, _e in offsets] == [("app-1", 5), ("app-2", 7)]
+
+
+def test_handshake__wrong_credentials_or_another_link_id__are_refused_and_change_nothing() -> None:
+    a, b, _disk_a, _disk_b = two_clusters()
+    theirs = b.links.get("ab")
+    with pytest.raises(ClusterError) as refused:
+        rounds.accept_handshake(a, theirs, False, NOW, required_credentials="secret")
+    assert refused.value.code == ErrorCode.LINK_AUTHENTICATION_FAILED
+    impostor = ClusterState("B").links.new_config(
+        "ab", "id-2", "A", "a:1", "", "local_dials", "", NOW
+    )
+    with pytest.raises(ClusterError) as exists:
+        rounds.accept_handshake(a, impostor, True, NOW)
+    assert exists.value.code == ErrorCode.LINK_EXISTS
+    assert a.links.get("ab").link_id == "id-1"
+
+
+def test_handshake__both_sides_converge__and_count_it_as_contact() -> None:
+    a, b, _disk_a, _disk_b = two_clusters()
+    b.links.set_field("ab", "credentials", "new", NOW + 5)
+
+    rounds.accept_handshake(a, b.links.get("ab"), False, NOW + 10)
+    rounds.accept_handshake_answer(b, "ab", a.links.get("ab"), NOW + 11)
+
+    assert a.links.get("ab").value("credentials") == "new"
+    assert a.links.runtime["ab"].last_contact_ms == NOW + 10
+    assert b.links.runtime["ab"].last_contact_ms == NOW + 11
+
+
+def test_reset_runtime__as_after_a_restart__every_link_is_disconnected_and_knows_nothing() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 1)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    assert b.link_state("ab") == "FOLLOWING"
+
+    b.links.reset_runtime(NOW + 20)
+
+    runtime = b.links.runtime["ab"]
+    assert b.link_state("ab") == "DISCONNECTED"
+    assert runtime.partitions == {} and runtime.last_contact_ms is None
+    assert runtime.history == [("DISCONNECTED", NOW + 20)]
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    assert b.link_state("ab") == "FOLLOWING"
+
+
+def test_set_link_mode__sync_only_once_following__async_lifts_the_hold_at_once() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    with pytest.raises(ClusterError) as refused:
+        rounds.set_link_mode(b, "ab", "SYNC", NOW)  # no fetch round yet: not FOLLOWING
+    assert refused.value.code == ErrorCode.LINK_NOT_FOLLOWING
+    produce(a, disk_a, 1)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    records, _moved = rounds.set_link_mode(a, "ab", "SYNC", NOW + 20)
+    assert records and rounds.set_link_mode(a, "ab", "SYNC", NOW + 21) == ([], False)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    end = produce(a, disk_a, 2)
+    assert a.partition("orders-1", 0).high_watermark < end  # held for the follower
+
+    records, moved = rounds.set_link_mode(a, "ab", "ASYNC", NOW + 40)
+
+    assert records and moved and a.partition("orders-1", 0).high_watermark == end
+
+
+def test_a_leader_serving_its_followers_fetch_itself__is_no_contact() -> None:
+    """Push: the leader answers the follower's last request itself; if that
+    counted as contact, a dead follower would keep the link connected."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"))
+    later = NOW + 10 + LIMITS.session_timeout_ms + 1
+
+    rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, later, disk_a.read, BUDGET, 100, from_remote=False
+    )
+    assert a.link_state("ab") == "DISCONNECTED"
+    rounds.serve_replica_fetch(a, "id-1", request.partitions, later, disk_a.read, BUDGET, 100)
+    assert a.link_state("ab") == "FOLLOWING"  # a fetch from B is contact
