@@ -152,13 +152,10 @@ def test_sync_link__a_cluster_acking_before_replication__is_caught_by_invariant_
     assert {"sync_ack_not_replicated", "sync_ack_lost"} <= {v.invariant for v in sim.violations}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: on a SYNC link the source's HWs move partition by partition, so a "
-    "follower fetching one partition per round (small fetch_max_bytes) shows one half "
-    "of a committed two-partition transaction before the other (invariant 5)",
-)
 def test_sync_link__one_partition_per_fetch__transactions_stay_atomic_on_the_follower() -> None:
+    """Found by the simulator: the source's HWs moved partition by partition,
+    so a follower fetching one partition per round showed half a committed
+    transaction. A transaction's commit markers now pass their HWs together."""
     import dataclasses
 
     from sim import scenario as scenarios

@@ -152,6 +152,12 @@ class ClusterState:
         self.acls = AclStore()
         self.links = LinkTable(cluster_id)
         self.namespaces = NamespaceTable()
+        # Committed transactions whose markers span partitions and are not all
+        # below their HWs yet: {(topic, partition): marker offset}. A marker
+        # passes its HW only when every marker of its transaction can (spec
+        # invariant 5: read_committed readers never see part of a transaction,
+        # here or, through the source HWs a follower copies, on a follower).
+        self.marker_groups: list[dict[tuple[str, int], int]] = []
 
     # -- lookup ---------------------------------------------------------------
 
@@ -319,8 +325,67 @@ class ClusterState:
         topic = self.topics.get(topic_name)
         if topic is None or partition >= len(topic.partitions):
             return False
+        log = topic.partitions[partition]
+        log.durable_offset = max(log.durable_offset, min(offset, log.log_end_offset))
+        moved = log.advance_high_watermark(self._hw_limit(topic_name, partition))
+        if self.marker_groups:
+            moved |= self._release_marker_groups((topic_name, partition))
+        return moved
+
+    def _hw_candidate(self, topic_name: str, partition: int) -> int:
+        """How far the partition's HW could go, marker groups aside."""
+        log = self.topics[topic_name].partitions[partition]
+        candidate = log.durable_offset
+        if log.hw_cap is not None:
+            candidate = min(candidate, log.hw_cap)
+        floor = self.links.sync_floor(topic_name, partition)
+        return candidate if floor is None else min(candidate, floor)
+
+    def _live_members(self, group: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Members still pending: the partition exists and still holds the
+        marker (a truncation or deletion drops a member, never blocks others)."""
+        live = {}
+        for (t, p), marker in group.items():
+            topic = self.topics.get(t)
+            if topic is None or p >= len(topic.partitions):
+                continue
+            log = topic.partitions[p]
+            if marker < log.log_end_offset and log.high_watermark <= marker:
+                live[(t, p)] = marker
+        return live
+
+    def _hw_limit(self, topic_name: str, partition: int) -> int | None:
         limit = self.links.sync_floor(topic_name, partition)
-        return topic.partitions[partition].mark_durable(offset, limit)
+        for group in self.marker_groups:
+            marker = group.get((topic_name, partition))
+            if marker is None:
+                continue
+            live = self._live_members(group)
+            if (topic_name, partition) in live and not all(
+                self._hw_candidate(t, p) > m for (t, p), m in live.items()
+            ):
+                limit = marker if limit is None else min(limit, marker)
+        return limit
+
+    def _release_marker_groups(self, touched: tuple[str, int] | None = None) -> bool:
+        """Moves the HWs of every member of each marker group that can now pass
+        as a whole; forgets groups with no member pending."""
+        moved = False
+        kept = []
+        for group in self.marker_groups:
+            if touched is not None and touched not in group:
+                kept.append(group)
+                continue
+            live = self._live_members(group)
+            if live and all(self._hw_candidate(t, p) > m for (t, p), m in live.items()):
+                for t, p in sorted(live):
+                    log = self.topics[t].partitions[p]
+                    moved |= log.advance_high_watermark(self._hw_limit(t, p))
+                live = self._live_members(group)
+            if live:
+                kept.append(group)
+        self.marker_groups = kept
+        return moved
 
     def refresh_high_watermarks(self) -> bool:
         """Moves every held-back HW as far as its limits now allow: a SYNC
@@ -339,7 +404,9 @@ class ClusterState:
                         following = self.is_follower_topic(name)
                     if not following:
                         log.hw_cap = None
-                moved |= log.advance_high_watermark(self.links.sync_floor(name, p))
+                moved |= log.advance_high_watermark(self._hw_limit(name, p))
+        if self.marker_groups:
+            moved |= self._release_marker_groups()
         return moved
 
     def is_follower_topic(self, name: str) -> bool:
@@ -564,6 +631,7 @@ class ClusterState:
         """Markers on every partition where the producer has an open transaction,
         then the group offsets, then the coordinator's completion record."""
         effects: list[Effect] = []
+        markers: dict[tuple[str, int], int] = {}
         marker = rb.CONTROL_COMMIT if completion.commit else rb.CONTROL_ABORT
         for topic_name, p in completion.partitions:
             topic = self.topics.get(topic_name)
@@ -583,6 +651,9 @@ class ClusterState:
             header = rb.parse_header(batch)
             log.apply_batch(header, marker)
             effects.append(AppendBatch(topic.topic_id, p, batch, header))
+            markers[(topic_name, p)] = header.base_offset
+        if completion.commit and len(markers) > 1:
+            self.marker_groups.append(markers)
         records = self.groups.end_txn_offsets(
             completion.producer_id, list(completion.groups), completion.commit, now_ms
         )
