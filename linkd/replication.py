@@ -154,6 +154,8 @@ class LinkManager:
         self.required_credentials = required_credentials
         self.runners: dict[str, LinkRunner] = {}
         self._stopping = False
+        # Best-effort calls to the remote that nobody waits for.
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def state(self) -> ClusterState:
@@ -166,6 +168,8 @@ class LinkManager:
 
     async def stop(self) -> None:
         self._stopping = True
+        for task in list(self._background):
+            task.cancel()
         for runner in list(self.runners.values()):
             await runner.stop()
         self.runners.clear()
@@ -362,15 +366,23 @@ class LinkManager:
         await self.journal(records)
         # The promoted topics' high watermarks no longer wait for their source.
         self.node.refresh_high_watermarks()
-        # Tell the remote best effort: the detach is versioned and converges.
+        # Tell the remote best effort, without making the operator wait: after
+        # a disaster it is usually gone, and the detach is versioned and
+        # converges through the handshakes anyway.
         config = self.state.links.get(name)
+        task = asyncio.create_task(self._tell_failover(config), name=f"failover-{name}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return abandoned
+
+    async def _tell_failover(self, config: LinkConfig) -> None:
         try:
             await self._handshake(config, create=False)
         except ClusterError as exc:
             log.warning(
-                "failover not yet known to the remote", extra={"link": name, "error": exc.message}
+                "failover not yet known to the remote",
+                extra={"link": config.name, "error": exc.message},
             )
-        return abandoned
 
     # -- calls from the remote -----------------------------------------------------------
 

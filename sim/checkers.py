@@ -197,7 +197,9 @@ class OffsetWatch:
                             )
                         )
                 previous = self.last.get(key)
-                if previous is not None and c.offset < previous:
+                if previous is not None and c.offset < previous and not _reported_cut(
+                    state, topic, p, c.offset
+                ):
                     self.violations.append(
                         Violation(
                             "6 replicated offsets",
@@ -206,6 +208,15 @@ class OffsetWatch:
                         )
                     )
                 self.last[key] = c.offset
+
+
+def _reported_cut(state: ClusterState, topic: str, partition: int, offset: int) -> bool:
+    """A replicated offset may move back only to a cut the follower reported in
+    the partition's provenance history (an automatic divergence cut or an
+    admin recovery): invariant 6's exception."""
+    t = state.topics.get(topic)
+    entries = t.provenance.get(partition, []) if t is not None else []
+    return any(int(e.get("truncated_to", -1)) == offset for e in entries)
 
 
 # -- invariant 7 -----------------------------------------------------------------------
