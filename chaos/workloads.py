@@ -72,7 +72,25 @@ class Workload(threading.Thread):
         self.stop_event.wait(seconds)
 
 
-class GrpcProducer(Workload):
+class TopicProducer(Workload):
+    """A producer thread writing one topic on whichever cluster `target` names."""
+
+    def __init__(
+        self,
+        name: str,
+        recorder: Recorder,
+        stop: threading.Event,
+        target: Target,
+        topic: str,
+        partitions: int,
+    ) -> None:
+        super().__init__(name, recorder, stop)
+        self.target = target
+        self.topic = topic
+        self.partitions = partitions
+
+
+class GrpcProducer(TopicProducer):
     def __init__(
         self,
         name: str,
@@ -83,10 +101,7 @@ class GrpcProducer(Workload):
         partitions: int,
         client_class: str = "source_producer",
     ) -> None:
-        super().__init__(name, recorder, stop)
-        self.target = target
-        self.topic = topic
-        self.partitions = partitions
+        super().__init__(name, recorder, stop, target, topic, partitions)
         self.client_class = client_class
 
     def _producer(self, address: str) -> Producer:
@@ -156,22 +171,8 @@ def _close_quietly(producer: Any) -> None:
         pass
 
 
-class KafkaProducer(Workload):
+class KafkaProducer(TopicProducer):
     """confluent-kafka over a daemon's Kafka listener."""
-
-    def __init__(
-        self,
-        name: str,
-        recorder: Recorder,
-        stop: threading.Event,
-        target: Target,
-        topic: str,
-        partitions: int,
-    ) -> None:
-        super().__init__(name, recorder, stop)
-        self.target = target
-        self.topic = topic
-        self.partitions = partitions
 
     def run(self) -> None:
         from confluent_kafka import Producer as KProducer
@@ -230,22 +231,8 @@ class KafkaProducer(Workload):
             self.pause(0.02)
 
 
-class TxnProducer(Workload):
+class TxnProducer(TopicProducer):
     """Transactions of three records; ok only once the commit is acknowledged."""
-
-    def __init__(
-        self,
-        name: str,
-        recorder: Recorder,
-        stop: threading.Event,
-        target: Target,
-        topic: str,
-        partitions: int,
-    ) -> None:
-        super().__init__(name, recorder, stop)
-        self.target = target
-        self.topic = topic
-        self.partitions = partitions
 
     def run(self) -> None:
         n = 0

@@ -473,35 +473,14 @@ def run(tmp: Path) -> bool:
     print("(C drops its link to the lost A; its namespaces stay reserved, nothing is writable)")
     admin(c, "delete-link", "ac")
     admin(c, "create-link", "cb", "--remote", b.bootstrap)
-    report = json.loads(
-        admin(
-            c,
-            "recover",
-            "--link",
-            "cb",
-            "--namespace",
-            "orders-",
-            "--group-namespace",
-            "app-",
-            "--json",
-        )
-    )
-    admin(c, "recover", "--link", "cb", "--namespace", "orders-", "--group-namespace", "app-")
+    recover = ("recover", "--link", "cb", "--namespace", "orders-", "--group-namespace", "app-")
+    report = json.loads(admin(c, *recover, "--json"))
+    admin(c, *recover)
     lost_on_c = sum(p["local_records_lost"] for p in report["partitions"])
     print(f"C would lose {lost_on_c} records (A's last batch: {len(last)} records)")
 
     show("recover --confirm: C truncates, moves its group offsets back, follows B")
-    admin(
-        c,
-        "recover",
-        "--link",
-        "cb",
-        "--namespace",
-        "orders-",
-        "--group-namespace",
-        "app-",
-        "--confirm",
-    )
+    admin(c, *recover, "--confirm")
     wait_for("C to match B", lambda: high_watermarks(c) == high_watermarks(b), 60)
     same, table = comparison_table([b, c])
     print(table)

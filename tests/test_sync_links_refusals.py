@@ -23,7 +23,7 @@ from confluent_kafka import Producer as KafkaProducer
 from harness import free_port, run_cli
 from kio.schema.errors import ErrorCode as K
 from test_kafka_wire import RawClient, _fetch_body, _topic_id
-from test_links_e2e import cli_json, produce, wait_for
+from test_links_e2e import attach, cli_json, link_orders, produce, wait_for
 
 from ccr.v1 import cluster_pb2, cluster_pb2_grpc, errors_pb2
 from chaos.proxy import FaultProxy
@@ -79,20 +79,7 @@ def proxied(daemon_factory: Any) -> Iterator[tuple[Any, Any, FaultProxy, int]]:
         produce(a.bootstrap, "orders-x", 20)
         cli_json(b.bootstrap, "create-link", "ab", "--remote", proxy.address)
         for kind, prefix in (("topic", "orders-"), ("group", "app-")):
-            cli_json(
-                b.bootstrap,
-                "attach-namespace",
-                "--link",
-                "ab",
-                "--type",
-                kind,
-                "--local-prefix",
-                prefix,
-                "--remote-prefix",
-                prefix,
-                "--leader",
-                "remote",
-            )
+            attach(b, kind, prefix, prefix, "remote")
         wait_for("FOLLOWING on B", lambda: state(b.bootstrap) == "FOLLOWING")
         wait_for("records on B", lambda: grpc_fetch_error(b.bootstrap, "orders-x") == "ok")
         yield a, b, proxy, kafka_port
@@ -141,21 +128,7 @@ def test_out_of_sync__a_kafka_transaction_commit_on_the_source_fails_retriably(
     for d in (a, b):
         cli_json(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
     run_cli("create-topic", "orders-x", "--partitions", "1", bootstrap=a.bootstrap)
-    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_json(
-        a.bootstrap,
-        "attach-namespace",
-        "--link",
-        "ab",
-        "--type",
-        "topic",
-        "--local-prefix",
-        "orders-",
-        "--remote-prefix",
-        "orders-",
-        "--leader",
-        "local",
-    )
+    link_orders(a, b)
     wait_for("FOLLOWING on A", lambda: state(a.bootstrap) == "FOLLOWING")
     wait_for("FOLLOWING on B", lambda: state(b.bootstrap) == "FOLLOWING")
     cli_json(a.bootstrap, "set-mode", "--link", "ab", "sync")
