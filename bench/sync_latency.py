@@ -131,6 +131,26 @@ def setup(
 ) -> tuple[list[subprocess.Popen[bytes]], list[FaultProxy], str]:
     procs: list[subprocess.Popen[bytes]] = []
     proxies: list[FaultProxy] = []
+    try:
+        return build(tmp, fsync, followers, mode, delay_ms, procs, proxies)
+    except BaseException:
+        # Nothing started for a row that could not be set up outlives it.
+        for proxy in proxies:
+            proxy.stop()
+        for proc in reversed(procs):
+            stop(proc)
+        raise
+
+
+def build(
+    tmp: Path,
+    fsync: str,
+    followers: int,
+    mode: str,
+    delay_ms: int,
+    procs: list[subprocess.Popen[bytes]],
+    proxies: list[FaultProxy],
+) -> tuple[list[subprocess.Popen[bytes]], list[FaultProxy], str]:
     a_proc, a = start("A", tmp, fsync)
     procs.append(a_proc)
     admin_a = AdminClient({"bootstrap.servers": a})
