@@ -393,6 +393,11 @@ def provenance_dict(resp: admin_pb2.GetProvenanceResponse) -> dict[str, Any]:
                         "link_name": e.link_name,
                         "link_epoch": e.link_epoch,
                         "removed_records": e.removed_records,
+                        "reason": e.reason,
+                        "offsets_moved": [
+                            {"group": m.group, "from_offset": m.from_offset}
+                            for m in e.offsets_moved
+                        ],
                     }
                     for e in p.provenance
                 ],

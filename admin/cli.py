@@ -836,7 +836,15 @@ def _provenance_text(e: dict[str, Any]) -> str:
         )
     if e["kind"] == "detached":
         return f"at {e['offset']}: detached from link {link}"
-    return f"at {e['offset']}: truncated ({e['removed_records']} records removed, link {link})"
+    why = " after a divergence" if e.get("reason") == "diverged" else ""
+    moved = "".join(
+        f"; group {m['group']} moved back from {m['from_offset']}"
+        for m in e.get("offsets_moved", [])
+    )
+    return (
+        f"at {e['offset']}: truncated{why} ({e['removed_records']} records removed, "
+        f"link {link}{moved})"
+    )
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:

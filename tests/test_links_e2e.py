@@ -361,7 +361,9 @@ def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_
     history = cli_json(b.bootstrap, "provenance", "orders-u")["partitions"][0]["provenance"]
     kinds = [(e["kind"], e["offset"]) for e in history]
     assert kinds == [("start", 0), ("truncated", 6), ("start", 6)], history
-    assert history[1]["removed_records"] == 4
+    assert history[1]["removed_records"] == 4 and history[1]["reason"] == "diverged"
+    text = run_cli("provenance", "orders-u", bootstrap=b.bootstrap).stdout
+    assert "at 6: truncated after a divergence (4 records removed" in text
 
 
 def mappings_of(bootstrap: str) -> set[tuple[str, str, str, str]]:

@@ -831,6 +831,8 @@ class ProvenanceEntry(_message.Message):
     LINK_NAME_FIELD_NUMBER: _builtins.int
     LINK_EPOCH_FIELD_NUMBER: _builtins.int
     REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    OFFSETS_MOVED_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     offset: _builtins.int
     source_cluster_id: _builtins.str
@@ -839,6 +841,13 @@ class ProvenanceEntry(_message.Message):
     """The link's name on this cluster ("" when the link no longer exists)."""
     link_epoch: _builtins.int
     removed_records: _builtins.int
+    reason: _builtins.str
+    """"truncated" entries: "diverged" for a cut made by the replica fetch
+    itself, "" for a recovery; and the replicated groups whose committed
+    offsets the cut moved back to it (spec invariant 6).
+    """
+    @_builtins.property
+    def offsets_moved(self) -> _containers.RepeatedCompositeFieldContainer[Global___MovedOffset]: ...
     def __init__(
         self,
         *,
@@ -849,14 +858,38 @@ class ProvenanceEntry(_message.Message):
         link_name: _builtins.str = ...,
         link_epoch: _builtins.int = ...,
         removed_records: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        offsets_moved: _abc.Iterable[Global___MovedOffset] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "offsets_moved", b"offsets_moved", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProvenanceEntry: _TypeAlias = ProvenanceEntry  # noqa: Y015
+
+@_typing.final
+class MovedOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    from_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        from_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MovedOffset: _TypeAlias = MovedOffset  # noqa: Y015
 
 @_typing.final
 class LeaderEpochStart(_message.Message):

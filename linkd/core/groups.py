@@ -312,6 +312,29 @@ def _check_group_id(group_id: str) -> None:
 # -- the coordinator -----------------------------------------------------------------------
 
 
+def offset_commit_record(
+    group_id: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    metadata: str,
+    leader_epoch: int,
+    ts_ms: int,
+) -> dict[str, Any]:
+    """The journal record of one committed offset (a client's commit, or one
+    written by replication or recovery)."""
+    return {
+        "type": "offset_commit",
+        "group": group_id,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "metadata": metadata,
+        "leader_epoch": leader_epoch,
+        "ts": ts_ms,
+    }
+
+
 class GroupCoordinator:
     def __init__(self, config: GroupConfig = GroupConfig()) -> None:
         self.config = config
@@ -798,16 +821,7 @@ class GroupCoordinator:
         if member is not None:
             member.last_heartbeat_ms = now_ms
         records = [
-            {
-                "type": "offset_commit",
-                "group": group_id,
-                "topic": t,
-                "partition": p,
-                "offset": o,
-                "metadata": m,
-                "leader_epoch": e,
-                "ts": now_ms,
-            }
+            offset_commit_record(group_id, t, p, o, m, e, now_ms)
             for (t, p), (o, m, e) in sorted(offsets.items())
         ]
         self._get_or_create(group_id, evict)
@@ -995,6 +1009,24 @@ class GroupCoordinator:
         return records
 
     # -- durability --------------------------------------------------------------------
+
+    def set_committed(
+        self,
+        group_id: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        metadata: str,
+        leader_epoch: int,
+        ts_ms: int,
+    ) -> dict[str, Any]:
+        """Writes a committed offset outside the client protocol (replication
+        and recovery); returns the record to journal."""
+        record = offset_commit_record(
+            group_id, topic, partition, offset, metadata, leader_epoch, ts_ms
+        )
+        self.apply_record(record)
+        return record
 
     def apply_record(self, record: dict[str, Any]) -> None:
         """Replay a record returned earlier (no limits are checked: it happened)."""

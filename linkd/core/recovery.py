@@ -69,6 +69,8 @@ class ProvenanceItem:
     link_id: str = ""
     link_epoch: int = 0
     removed: int = 0
+    reason: str = ""
+    offsets_moved: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
@@ -88,6 +90,10 @@ class ProvenanceItem:
                 int(entry["truncated_to"]),
                 link_id=str(entry.get("link_id", "")),
                 removed=int(entry.get("removed", 0)),
+                reason=str(entry.get("reason", "")),
+                offsets_moved=tuple(
+                    (str(g), int(o)) for g, o in entry.get("offsets_moved", [])
+                ),
             )
         raise ValueError(f"not a provenance entry: {entry!r}")
 
@@ -99,6 +105,8 @@ class ProvenanceItem:
             "link_id": self.link_id,
             "link_epoch": self.link_epoch,
             "removed_records": self.removed,
+            "reason": self.reason,
+            "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
         }
 
 
@@ -618,18 +626,17 @@ def apply_recovery(
     for cut in plan.groups:
         current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])
         old = current.get((cut.topic, cut.partition))
-        record = {
-            "type": "offset_commit",
-            "group": cut.group,
-            "topic": cut.topic,
-            "partition": cut.partition,
-            "offset": cut.new_offset,
-            "metadata": old.metadata if old is not None else "",
-            "leader_epoch": -1,
-            "ts": now_ms,
-        }
-        state.groups.apply_record(record)
-        records.append(record)
+        records.append(
+            state.groups.set_committed(
+                cut.group,
+                cut.topic,
+                cut.partition,
+                cut.new_offset,
+                old.metadata if old is not None else "",
+                -1,
+                now_ms,
+            )
+        )
     if records:
         effects.append(Journal(tuple(records)))
     return effects

@@ -392,17 +392,15 @@ def clamp_replicated_offsets(
         committed = current.get((topic_name, partition))
         if committed is None or committed.offset <= offset:
             continue
-        record = {
-            "type": "offset_commit",
-            "group": group_id,
-            "topic": topic_name,
-            "partition": partition,
-            "offset": offset,
-            "metadata": committed.metadata,
-            "leader_epoch": -1,
-            "ts": committed.commit_timestamp_ms,
-        }
-        state.groups.apply_record(record)
+        record = state.groups.set_committed(
+            group_id,
+            topic_name,
+            partition,
+            offset,
+            committed.metadata,
+            -1,
+            committed.commit_timestamp_ms,
+        )
         out.append((group_id, committed.offset, record))
     return out
 
@@ -706,18 +704,11 @@ def apply_replicated_offsets(
         )
         if current is not None and current.offset >= offset:
             continue
-        record = {
-            "type": "offset_commit",
-            "group": local_group,
-            "topic": local_topic,
-            "partition": partition,
-            "offset": offset,
-            "metadata": metadata,
-            "leader_epoch": epoch,
-            "ts": now_ms,
-        }
-        state.groups.apply_record(record)
-        records.append(record)
+        records.append(
+            state.groups.set_committed(
+                local_group, local_topic, partition, offset, metadata, epoch, now_ms
+            )
+        )
         specs.append(
             rb.RecordSpec(
                 key=f"{local_group}\x00{local_topic}\x00{partition}".encode(),
