@@ -50,6 +50,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
+from linkd.long_polls import LongPolls
 from linkd.storage.datadir import DataDir
 from linkd.storage.metadata import MetadataJournal
 from linkd.storage.segments import PartitionLogStore
@@ -150,7 +151,8 @@ class ClusterNode:
         self.flushers: dict[tuple[str, int], _Flusher] = {}
         self.ready = False
         self.started_ms = clock()
-        self._data_changed = asyncio.Event()
+        # Long polls waiting for high watermarks to move, keyed by partition.
+        self.long_polls = LongPolls()
         self._group_waiters: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
         self._next_request_id = 1
         self._ticker: asyncio.Task[None] | None = None
@@ -317,15 +319,19 @@ class ClusterNode:
                 if key in self.flushers
             )
         )
-        moved = False
+        moved: list[tuple[str, int]] = []
+        # A transaction's markers pass their HWs together, so a marker group
+        # may move partitions beyond the ones made durable here.
+        anywhere = bool(self.state.marker_groups)
         for (topic_id, partition), durable in zip(touched, results, strict=False):
             name = names.get(topic_id)
             if name is not None:
-                moved |= self.state.mark_durable(name, partition, durable)
+                hw_moved = self.state.mark_durable(name, partition, durable)
                 # Durable but held back by a SYNC follower: wake its long poll.
-                moved |= self.state.partition(name, partition).held_back
+                if hw_moved or self.state.partition(name, partition).held_back:
+                    moved.append((name, partition))
         if moved:
-            self._notify_data()
+            self._notify_data(None if anywhere else moved)
 
     def refresh_high_watermarks(self) -> None:
         """Re-applies HW limits (a follower acknowledged, a link changed state
@@ -344,30 +350,31 @@ class ClusterNode:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HW_WAIT_MAX_MS / 1000
         while True:
-            event = self._data_changed
-            pending = [
-                (t, p, target)
-                for (t, p), target in sorted(targets.items())
-                if t in self.state.topics
-                and p < len(self.state.topics[t].partitions)
-                and self.state.partition(t, p).high_watermark < target
-            ]
-            if not pending:
-                return
-            remaining = deadline - loop.time()
-            if remaining <= 0 or self._stopping:
-                t, p, target = pending[0]
-                raise ClusterError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"{t}-{p}",
-                    f"{what}: partition {t}-{p} is written up to {target} here, but its high "
-                    f"watermark stayed at {self.state.partition(t, p).high_watermark} for "
-                    f"{HW_WAIT_MAX_MS} ms (a SYNC link's followers have not acknowledged it)",
-                )
+            event = self.long_polls.park(targets)
             try:
-                await asyncio.wait_for(event.wait(), timeout=remaining)
-            except TimeoutError:
-                pass
+                pending = [
+                    (t, p, target)
+                    for (t, p), target in sorted(targets.items())
+                    if t in self.state.topics
+                    and p < len(self.state.topics[t].partitions)
+                    and self.state.partition(t, p).high_watermark < target
+                ]
+                if not pending:
+                    return
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self._stopping:
+                    t, p, target = pending[0]
+                    raise ClusterError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{t}-{p}",
+                        f"{what}: partition {t}-{p} is written up to {target} here, but its "
+                        f"high watermark stayed at {self.state.partition(t, p).high_watermark} "
+                        f"for {HW_WAIT_MAX_MS} ms (a SYNC link's followers have not "
+                        "acknowledged it)",
+                    )
+                await self.long_polls.wait(event, remaining)
+            finally:
+                self.long_polls.unpark(event)
 
     def _journal(self, records: list[dict[str, Any]]) -> None:
         assert self.journal is not None
@@ -375,9 +382,10 @@ class ClusterNode:
         if self.journal.records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
             self.journal.write_snapshot(self.state.snapshot())
 
-    def _notify_data(self) -> None:
-        self._data_changed.set()
-        self._data_changed = asyncio.Event()
+    def _notify_data(self, moved: Iterable[tuple[str, int]] | None = None) -> None:
+        """High watermarks moved on `moved` (None: anywhere): wake the long
+        polls watching them."""
+        self.long_polls.notify(moved)
 
     def _check_ready(self) -> None:
         if not self.ready:
@@ -517,16 +525,17 @@ class ClusterNode:
         max_bytes = MAX_FETCH_BYTES if max_bytes <= 0 else min(max_bytes, MAX_FETCH_BYTES)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
+        watch = [(topic, partition) for topic, partition, _, _ in parts]
         while True:
-            event = self._data_changed
-            out, total, errors = self._read_once(parts, read_committed, max_bytes, group_id)
-            remaining = deadline - loop.time()
-            if total >= max(min_bytes, 1) or errors or remaining <= 0 or self._stopping:
-                return out
+            event = self.long_polls.park(watch)
             try:
-                await asyncio.wait_for(event.wait(), timeout=remaining)
-            except TimeoutError:
-                pass
+                out, total, errors = self._read_once(parts, read_committed, max_bytes, group_id)
+                remaining = deadline - loop.time()
+                if total >= max(min_bytes, 1) or errors or remaining <= 0 or self._stopping:
+                    return out
+                await self.long_polls.wait(event, remaining)
+            finally:
+                self.long_polls.unpark(event)
 
     async def list_offsets(
         self, topic: str, partition: int, spec: str, timestamp: int, read_committed: bool

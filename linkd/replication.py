@@ -777,10 +777,12 @@ async def apply_fetched(
         )
     if applied.effects:
         await node._execute(applied.effects)
+    # Marker groups can move partitions beyond the round's.
+    anywhere = bool(state.marker_groups)
     if rounds.finish_fetch_round(
         state, link_name, applied.progress, answer.sync_state, node.clock()
     ):
-        node._notify_data()
+        node._notify_data(None if anywhere else [(p.topic, p.partition) for p in applied.progress])
 
 
 async def apply_group_offsets(
@@ -847,26 +849,28 @@ async def serve_fetch(
         data = node.stores[(topic_id, partition)].read(start, end, max_bytes)
         return data, len(data)
 
+    # A parked fetch wakes only for the partitions it reads.
+    watch = [(p.source_topic, p.partition) for p in parts]
     while True:
-        event = node._data_changed
-        answer = rounds.serve_replica_fetch(
-            state,
-            request.link_id,
-            parts,
-            node.clock(),
-            read,
-            budget_bytes,
-            PARTITION_MAX_BYTES,
-            from_remote=from_remote,
-        )
-        if answer.hw_moved:
-            node._notify_data()
-        if answer.ready or loop.time() >= deadline or node._stopping:
-            return _fetch_answer_pb(answer)
+        event = node.long_polls.park(watch)
         try:
-            await asyncio.wait_for(event.wait(), timeout=deadline - loop.time())
-        except TimeoutError:
-            pass
+            answer = rounds.serve_replica_fetch(
+                state,
+                request.link_id,
+                parts,
+                node.clock(),
+                read,
+                budget_bytes,
+                PARTITION_MAX_BYTES,
+                from_remote=from_remote,
+            )
+            if answer.hw_moved:
+                node._notify_data()
+            if answer.ready or loop.time() >= deadline or node._stopping:
+                return _fetch_answer_pb(answer)
+            await node.long_polls.wait(event, deadline - loop.time())
+        finally:
+            node.long_polls.unpark(event)
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):

@@ -34,6 +34,8 @@ from sim.resources import IoDevice, RateLimit
 from sim.seeds import IdFactory
 from sim.store import PartitionStore, StoredBatch
 
+PartitionKey = tuple[str, int]  # (topic name, partition)
+
 # The daemon's bound on an acknowledgement waiting for its high watermark
 # (linkd/node.py HW_WAIT_MAX_MS).
 HW_WAIT_MAX_MS = 60_000
@@ -60,20 +62,41 @@ class SimCluster:
         self.topic_ids = ids
         self.up = True
         self.journal_records = 0
-        # Parked long-poll fetches: called when a high watermark moves.
-        self._data_waiters: list[Callable[[], None]] = []
+        # Parked long polls (fetches, acks=all produces, commits): each is
+        # called once when a high watermark it watches moves (None: any).
+        self._data_waiters: list[tuple[Callable[[], None], frozenset[PartitionKey] | None]] = []
         # Called with (topic, partition, records removed) on each truncation.
         self.on_truncate: Callable[[str, int, int], None] | None = None
 
     def store(self, topic: str, partition: int) -> PartitionStore:
         return self.stores[(self.state.topic(topic).topic_id, partition)]
 
-    def wait_for_data(self, waiter: Callable[[], None]) -> None:
-        self._data_waiters.append(waiter)
+    def wait_for_data(
+        self, waiter: Callable[[], None], watch: Iterable[PartitionKey] | None = None
+    ) -> None:
+        """Parks `waiter` until a high watermark of a partition in `watch`
+        (topic name, partition) moves; any partition when `watch` is None.
+        Kafka's delayed-fetch purgatory is keyed by partition the same way: a
+        write to one partition does not wake fetches that do not read it."""
+        self._data_waiters.append((waiter, None if watch is None else frozenset(watch)))
 
-    def notify_data(self) -> None:
-        waiters, self._data_waiters = self._data_waiters, []
-        for waiter in waiters:
+    def notify_data(self, moved: Iterable[PartitionKey] | None = None) -> None:
+        """High watermarks moved: on the partitions in `moved`, or on any
+        (None). Wakes, once, every waiter watching one of them."""
+        if moved is None:
+            woken = [waiter for waiter, _ in self._data_waiters]
+            self._data_waiters = []
+        else:
+            keys = set(moved)
+            woken = []
+            kept: list[tuple[Callable[[], None], frozenset[PartitionKey] | None]] = []
+            for waiter, watch in self._data_waiters:
+                if watch is None or not watch.isdisjoint(keys):
+                    woken.append(waiter)
+                else:
+                    kept.append((waiter, watch))
+            self._data_waiters = kept
+        for waiter in woken:
             waiter()
 
     def execute(
@@ -131,17 +154,21 @@ class SimCluster:
             return
 
         def durable() -> None:
-            moved = False
+            moved: list[PartitionKey] = []
+            # A transaction's markers pass their HWs together, so a marker
+            # group may move partitions beyond the ones written here.
+            anywhere = bool(self.state.marker_groups)
             for (topic_id, partition), (offset, generation) in sorted(touched.items()):
                 name = names.get(topic_id)
                 store = self.stores.get((topic_id, partition))
                 if name is None or store is None or store.generation != generation:
                     continue  # truncated or deleted since: not this append's durability
-                moved |= self.state.mark_durable(name, partition, offset)
+                hw_moved = self.state.mark_durable(name, partition, offset)
                 # Durable but held back by a SYNC follower: wake its long poll.
-                moved |= self.state.partition(name, partition).held_back
+                if hw_moved or self.state.partition(name, partition).held_back:
+                    moved.append((name, partition))
             if moved:
-                self.notify_data()
+                self.notify_data(None if anywhere else moved)
             if then is not None:
                 then()
 
@@ -188,7 +215,7 @@ class SimCluster:
                 done[0] = True
                 then(None)
                 return
-            self.wait_for_data(check)
+            self.wait_for_data(check, targets)
 
         def expire() -> None:
             if done[0]:

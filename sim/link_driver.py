@@ -19,7 +19,7 @@ Rules (the daemon's, with the same constants):
   from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
 - The source answers a fetch at once when the answer is ready (bytes or a
   divergence: `FetchAnswer.ready`), otherwise parks it until a high watermark
-  moves or FETCH_MAX_WAIT_MS passes (long poll).
+  of a partition it reads moves or FETCH_MAX_WAIT_MS passes (long poll).
 - The source reads fetched batches from its I/O device (shared with producers)
   and within its replication rate limit; the answer leaves when the read is
   done.
@@ -304,6 +304,8 @@ class LinkDriver:
         self, request: rounds.FetchRequest
     ) -> Callable[[Callable[[Callable[[], None], int], None]], None]:
         deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms  # reset at arrival below
+        # A parked fetch wakes only for the partitions it reads.
+        watched = [(p.source_topic, p.partition) for p in request.partitions]
 
         def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
             nonlocal deadline_ms
@@ -365,7 +367,7 @@ class LinkDriver:
                             parked[0] = False
                             attempt(reply)
 
-                    self.source.wait_for_data(wake)
+                    self.source.wait_for_data(wake, watched)
                     self.queue.at(deadline_ms, f"link {self.name} fetch max wait", expire)
                 return
             total = answer.total_bytes
@@ -415,11 +417,14 @@ class LinkDriver:
 
         def after_durable() -> None:
             if self.name in self.follower.links.runtime:
+                # Marker groups can move partitions beyond the round's.
+                anywhere = bool(state.marker_groups)
                 moved = rounds.finish_fetch_round(
                     state, self.name, applied.progress, answer.sync_state, self.queue.now_ms
                 )
                 if moved:
-                    self.follower.notify_data()
+                    keys = [(p.topic, p.partition) for p in applied.progress]
+                    self.follower.notify_data(None if anywhere else keys)
                 self.fetch_rounds += 1
                 self.observer.follower_applied(self.follower, self.name)
             self._next()
