@@ -16,17 +16,35 @@ Unknown names raise ValueError naming them.
 
 from __future__ import annotations
 
+import json
 import shlex
+import tomllib
+from collections.abc import Mapping
 from typing import Any
 
 from sim import scenario as scenarios
 from sim.world import Simulation
 
 
-def replay_command(scenario: str, seed: int, params: dict[str, Any] | None) -> str:
-    parts = ["ccr-sim", "replay", scenario, "--seed", str(seed)]
+def param_text(value: Any) -> str:
+    """A parameter value as `--param NAME=VALUE` reads it back (a TOML value;
+    text that is not TOML is a string): true, 0.5, ASYNC, "1"."""
+    if isinstance(value, str):
+        try:
+            same = tomllib.loads(f"v = {value}")["v"] == value
+        except tomllib.TOMLDecodeError:
+            same = True  # not TOML: read back as the string itself
+        return value if same else json.dumps(value)
+    return json.dumps(value)
+
+
+def replay_command(
+    scenario: str, seed: int, params: Mapping[str, Any] | None, verb: str = "replay"
+) -> str:
+    """`ccr-sim replay|run SCENARIO --seed N [--param NAME=VALUE ...]`."""
+    parts = ["ccr-sim", verb, scenario, "--seed", str(seed)]
     for name in sorted(params or {}):
-        parts += ["--param", f"{name}={(params or {})[name]}"]
+        parts += ["--param", f"{name}={param_text((params or {})[name])}"]
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -76,7 +76,6 @@ import json
 import math
 import os
 import re
-import shlex
 import shutil
 import sys
 import time
@@ -535,12 +534,9 @@ def sweep_digest(runs: pd.DataFrame) -> str:
 
 def replay_command(scenario: str, seed: int, params: Mapping[str, Scalar]) -> str:
     """`ccr-sim run SCENARIO --seed N [--param NAME=VALUE ...]` for one run."""
-    parts = ["ccr-sim", "run", scenario, "--seed", str(seed)]
-    for name in sorted(params):
-        value = params[name]
-        text = value if isinstance(value, str) else json.dumps(value)
-        parts += ["--param", f"{name}={text}"]
-    return " ".join(shlex.quote(p) for p in parts)
+    runner = importlib.import_module("sim.runner")
+    command: str = runner.replay_command(scenario, seed, params, verb="run")
+    return command
 
 
 def failures(runs: pd.DataFrame) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,15 @@ def test_bad_scenario__exit_2_with_the_reason(tmp_path: Path) -> None:
     out = ccr_sim("run", str(bad), "--seed", "1")
     assert out.returncode == 2
     assert "duration_ms = -5 must be >= 0" in out.stderr
+
+
+def test_replay_command_reads_back_every_parameter_as_it_was() -> None:
+    from sim.cli import _params
+    from sim.runner import replay_command
+
+    params = {"flag": True, "rate": 0.5, "mode": "ASYNC", "digits": "1", "words": "two words"}
+    command = replay_command("s", 3, params)
+    assert "--param flag=true" in command and "--param 'digits=\"1\"'" in command
+    pairs = shlex.split(command)
+    given = [pairs[i + 1] for i, p in enumerate(pairs) if p == "--param"]
+    assert _params(given) == params
