@@ -25,7 +25,16 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 # confluent-kafka's admin package lists these in no __all__.
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from linkd.core.mirror.checkpoint import remote_consumer_offsets
 from linkd.core.mirror.model import Checkpoint
@@ -430,3 +439,65 @@ def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
     assert f"line {typo_line}: A->B.topcis" in result.stdout + result.stderr
     assert "A.orders-readme" in clusters["B"].topics()
     assert len(clusters["B"].read_all("A.orders-readme", 2)) == 20
+
+
+# -- ACL sync ------------------------------------------------------------------------------------
+
+
+def _acls(cluster: Cluster, topic: str) -> set[tuple[str, str, str, str]]:
+    """(principal, operation, permission, pattern) of every ACL on `topic`."""
+    # None principal and host: any (the stubs type them as str).
+    flt = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.ANY,
+                           None, None,  # type: ignore[arg-type]
+                           AclOperation.ANY, AclPermissionType.ANY)
+    found = cluster.admin.describe_acls(flt, request_timeout=WAIT_S).result(WAIT_S)
+    return {(b.principal, b.operation.name, b.permission_type.name, b.resource_pattern_type.name)
+            for b in found}
+
+
+def test_acl_sync__literal_topic_acls_renamed_write_dropped_all_narrowed_add_only(
+    clusters: dict[str, Cluster], tmp_path: Path
+) -> None:
+    a, b = clusters["A"], clusters["B"]
+    a.create_topic("acl-t")
+
+    def binding(principal: str, op: AclOperation, perm: AclPermissionType,
+                pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+                name: str = "acl-t") -> AclBinding:
+        return AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", op, perm)
+
+    alice = binding("User:alice", AclOperation.READ, AclPermissionType.ALLOW)
+    given = [
+        alice,
+        binding("User:bob", AclOperation.WRITE, AclPermissionType.ALLOW),  # stays behind
+        binding("User:carol", AclOperation.ALL, AclPermissionType.ALLOW),  # becomes READ
+        binding("User:dan", AclOperation.WRITE, AclPermissionType.DENY),  # a DENY is kept
+        binding("User:erin", AclOperation.READ, AclPermissionType.ALLOW,
+                ResourcePatternType.PREFIXED, "acl-"),  # only literal ACLs are synced
+    ]
+    for future in a.admin.create_acls(given, request_timeout=WAIT_S).values():
+        future.result(WAIT_S)
+    config = write_config(tmp_path / "mm2.properties", clusters, "\n".join([
+        "topics = acl-.*",
+        "A->B.enabled = true",
+        "sync.topic.acls.enabled = true",
+    ]) + "\n")
+    done = mirror_once(config)
+    assert done["stats"]["A->B"]["acls_created"] == 3
+    expected = {
+        ("User:alice", "READ", "ALLOW", "LITERAL"),
+        ("User:carol", "READ", "ALLOW", "LITERAL"),
+        ("User:dan", "WRITE", "DENY", "LITERAL"),
+    }
+    assert _acls(b, "A.acl-t") == expected
+    assert _acls(b, "acl-t") == set()  # nothing under the source's own name
+
+    # Add-only: an ACL deleted on the source stays on the target.
+    gone = AclBindingFilter(ResourceType.TOPIC, "acl-t", ResourcePatternType.LITERAL,
+                            "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    for future in a.admin.delete_acls([gone], request_timeout=WAIT_S).values():
+        future.result(WAIT_S)
+    assert ("User:alice", "READ", "ALLOW", "LITERAL") not in _acls(a, "acl-t")
+    done = mirror_once(config)
+    assert done["stats"]["A->B"]["acls_created"] == 0
+    assert _acls(b, "A.acl-t") == expected
