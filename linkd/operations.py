@@ -258,26 +258,7 @@ class Operations:
         if timeout_ms <= 0:
             timeout_ms = REVERSE_TIMEOUT_MS_DEFAULT
         timeout_ms = min(timeout_ms, REVERSE_TIMEOUT_MS_MAX)
-        link_state = state.links.state_name(link_name)
-        if link_state not in ("FOLLOWING", "IN_SYNC"):
-            raise ClusterError(
-                ErrorCode.LINK_NOT_FOLLOWING,
-                f"link {link_name!r}",
-                f"cannot reverse link {link_name!r}: it is {link_state}; it must be FOLLOWING "
-                "or IN_SYNC so that the remote can hold every record",
-            )
-        leaders = [
-            recovery.RecoveryMapping(m.resource_type, m.local_prefix, m.remote_prefix)
-            for m in config.attached_mappings()
-            if m.local_role == "leader" and m.resource_type in ("topic", "group")
-        ]
-        if not leaders:
-            raise ClusterError(
-                ErrorCode.INVALID_REQUEST,
-                f"link {link_name!r}",
-                f"cannot reverse link {link_name!r}: cluster {state.cluster_id!r} leads no "
-                "topic or group namespace on it (run reverse on the leader)",
-            )
+        link_state, leaders = recovery.reverse_mappings(state, link_name)
         report = ReverseReport(link_name)
         report.steps.append(Step("verify-link-state", True, f"link is {link_state}", 0))
 
@@ -370,38 +351,26 @@ class Operations:
         state = self.node.state
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
-        topics = [m for m in leaders if m.resource_type == "topic"]
-        groups = [m for m in leaders if m.resource_type == "group"]
         missing: list[str] = []
         while True:
-            missing = []
-            total = 0
-            for m in topics:
-                reply = await self.describe_remote(config, m.remote_prefix)
-                theirs = {(p.topic, p.partition): p for p in reply.partitions}
-                for topic, p in recovery.namespace_partitions(state, m.local_prefix):
-                    leo = state.partition(topic, p).log_end_offset
-                    total += 1
-                    remote_topic = rep.map_name(topic, m.local_prefix, m.remote_prefix)
-                    r = theirs.get((remote_topic, p))
-                    have = min(r.log_end_offset, r.high_watermark) if r is not None else 0
-                    if have < leo:
-                        missing.append(f"{remote_topic}-{p} at {have} of {leo}")
-            for m in groups:
-                reply = await self.describe_remote(
-                    config, m.remote_prefix, group_prefix=m.remote_prefix, groups_only=True
-                )
-                theirs_offsets = {
-                    (o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets
-                }
-                for group, topic, p, offset in recovery.committed_in(state, m.local_prefix):
-                    remote_group = rep.map_name(group, m.local_prefix, m.remote_prefix)
-                    mapped = _remote_topic(topic, topics)
-                    if mapped is None:
-                        continue  # the link replicates offsets of mapped topics only
-                    got = theirs_offsets.get((remote_group, mapped, p), -1)
-                    if got < offset:
-                        missing.append(f"group {remote_group} {mapped}-{p} at {got}")
+            remote: list[recovery.RemoteCopy] = []
+            for m in leaders:
+                if m.resource_type == "topic":
+                    reply = await self.describe_remote(config, m.remote_prefix)
+                    parts = {
+                        (p.topic, p.partition): (p.log_end_offset, p.high_watermark)
+                        for p in reply.partitions
+                    }
+                    remote.append(recovery.RemoteCopy(m, partitions=parts))
+                else:
+                    reply = await self.describe_remote(
+                        config, m.remote_prefix, group_prefix=m.remote_prefix, groups_only=True
+                    )
+                    offsets = {
+                        (o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets
+                    }
+                    remote.append(recovery.RemoteCopy(m, group_offsets=offsets))
+            total, missing = recovery.reverse_missing(state, remote)
             if not missing:
                 return f"remote holds every record of {total} partitions"
             if loop.time() >= deadline:
@@ -414,11 +383,3 @@ class Operations:
                 )
             await asyncio.sleep(REVERSE_POLL_S)
 
-
-def _remote_topic(topic: str, topics: list[recovery.RecoveryMapping]) -> str | None:
-    best = max(
-        (m for m in topics if rep.in_prefix(topic, m.local_prefix)),
-        key=lambda m: len(m.local_prefix),
-        default=None,
-    )
-    return None if best is None else rep.map_name(topic, best.local_prefix, best.remote_prefix)

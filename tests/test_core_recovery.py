@@ -255,3 +255,33 @@ def test_failover_and_promotion_start_a_new_leader_epoch_at_the_log_end() -> Non
     assert state.partition("orders-t", 0).epoch_history == [(0, 0), (1, 4)]
     with pytest.raises(ClusterError):
         promote_namespaces(state, "missing-link", [("topic", "orders-")])
+
+
+def test_reverse_waits_until_the_remote_holds_every_record_and_committed_offset() -> None:
+    from linkd.core.recovery import RemoteCopy, reverse_missing
+
+    state = _follower_state()  # 15 records in orders-t, app-1 committed 13
+    topics = RecoveryMapping("topic", "orders-", "dr-orders-")
+    groups = RecoveryMapping("group", "app-", "app-")
+    behind = [
+        RemoteCopy(topics, partitions={("dr-orders-t", 0): (15, 14)}),  # HW short by one
+        RemoteCopy(groups, group_offsets={("app-1", "dr-orders-t", 0): 12}),
+    ]
+    total, missing = reverse_missing(state, behind)
+    assert total == 1
+    assert missing == ["dr-orders-t-0 at 14 of 15", "group app-1 dr-orders-t-0 at 12"]
+    caught_up = [
+        RemoteCopy(topics, partitions={("dr-orders-t", 0): (15, 15)}),
+        RemoteCopy(groups, group_offsets={("app-1", "dr-orders-t", 0): 13}),
+    ]
+    assert reverse_missing(state, caught_up) == (1, [])
+    assert reverse_missing(state, [RemoteCopy(topics)])[1] == ["dr-orders-t-0 at 0 of 15"]
+
+
+def test_reverse_is_refused_unless_the_link_follows() -> None:
+    from linkd.core.recovery import reverse_mappings
+
+    state = _follower_state()
+    with pytest.raises(ClusterError) as info:
+        reverse_mappings(state, "cb")
+    assert info.value.code is ErrorCode.LINK_NOT_FOLLOWING

@@ -648,6 +648,91 @@ def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
     return replace(plan, confirmed=True)
 
 
+# -- reversal (spec section 8: make the follower the leader without loss) ---------------------
+
+
+def reverse_mappings(state: ClusterState, link_name: str) -> tuple[str, list[RecoveryMapping]]:
+    """Reversal's precondition, on the side that leads: the link must be
+    FOLLOWING or IN_SYNC (else the remote cannot come to hold every record),
+    and this side must lead a topic or group namespace on it. Returns (the
+    link's state, the leader mappings to swap)."""
+    config = state.links.get(link_name)
+    link_state = state.links.state_name(link_name)
+    if link_state not in ("FOLLOWING", "IN_SYNC"):
+        raise ClusterError(
+            ErrorCode.LINK_NOT_FOLLOWING,
+            f"link {link_name!r}",
+            f"cannot reverse link {link_name!r}: it is {link_state}; it must be FOLLOWING "
+            "or IN_SYNC so that the remote can hold every record",
+        )
+    leaders = [
+        RecoveryMapping(m.resource_type, m.local_prefix, m.remote_prefix)
+        for m in config.attached_mappings()
+        if m.local_role == "leader" and m.resource_type in ("topic", "group")
+    ]
+    if not leaders:
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"link {link_name!r}",
+            f"cannot reverse link {link_name!r}: cluster {state.cluster_id!r} leads no "
+            "topic or group namespace on it (run reverse on the leader)",
+        )
+    return link_state, leaders
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCopy:
+    """What the remote holds of one namespace, as its describe answers."""
+
+    mapping: RecoveryMapping
+    # (remote topic, partition) -> (log end offset, high watermark)
+    partitions: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # (remote group, remote topic, partition) -> committed offset
+    group_offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+
+
+def reverse_missing(state: ClusterState, remote: list[RemoteCopy]) -> tuple[int, list[str]]:
+    """Reversal waits until this is empty: every partition of the leader
+    topic namespaces is held by the remote up to this side's log end, below
+    its high watermark, and every committed offset of the leader group
+    namespaces (on a mapped topic) is there too. Returns (partitions
+    checked, what is still missing, one line each)."""
+    topics = [r.mapping for r in remote if r.mapping.resource_type == "topic"]
+    missing: list[str] = []
+    total = 0
+    for copy in remote:
+        m = copy.mapping
+        if m.resource_type == "topic":
+            for topic, p in namespace_partitions(state, m.local_prefix):
+                leo = state.partition(topic, p).log_end_offset
+                total += 1
+                remote_topic = map_name(topic, m.local_prefix, m.remote_prefix)
+                leo_there, hw_there = copy.partitions.get((remote_topic, p), (0, 0))
+                have = min(leo_there, hw_there)
+                if have < leo:
+                    missing.append(f"{remote_topic}-{p} at {have} of {leo}")
+        else:
+            for group, topic, p, offset in committed_in(state, m.local_prefix):
+                remote_group = map_name(group, m.local_prefix, m.remote_prefix)
+                mapped = remote_topic_of(topic, topics)
+                if mapped is None:
+                    continue  # the link replicates offsets of mapped topics only
+                got = copy.group_offsets.get((remote_group, mapped, p), -1)
+                if got < offset:
+                    missing.append(f"group {remote_group} {mapped}-{p} at {got}")
+    return total, missing
+
+
+def remote_topic_of(topic: str, topics: list[RecoveryMapping]) -> str | None:
+    """`topic`'s name on the remote under the longest matching topic mapping."""
+    best = max(
+        (m for m in topics if in_prefix(topic, m.local_prefix)),
+        key=lambda m: len(m.local_prefix),
+        default=None,
+    )
+    return None if best is None else map_name(topic, best.local_prefix, best.remote_prefix)
+
+
 # -- promotion (reversal's last step, and failover) ---------------------------------------------
 
 
@@ -693,10 +778,14 @@ __all__ = [
     "ProvenanceItem",
     "RecoveryMapping",
     "RecoveryPlan",
+    "RemoteCopy",
     "apply_recovery",
     "compare",
     "cut_offset",
     "plan_partition",
     "plan_recovery",
+    "remote_topic_of",
+    "reverse_mappings",
+    "reverse_missing",
     "select_mappings",
 ]
