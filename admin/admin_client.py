@@ -216,6 +216,70 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
 
 
 @dataclass(frozen=True)
+class MirrorLinkInfo:
+    """A mirror link (MirrorMaker 2 flows hosted by the daemon of their target)."""
+
+    name: str
+    alias: str
+    properties: str
+    created_at_ms: int
+    deleted_at_ms: int
+    running: bool
+    last_error: str
+    last_error_at_ms: int
+    restarts: int
+    # One per pair of the file that targets this cluster: flow, replicates,
+    # exactly_once, heartbeats, checkpoints, sync_group_offsets, stats.
+    flows: list[dict[str, Any]]
+    warnings: list[str]
+    not_hosted: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "alias": self.alias,
+            "created_at_ms": self.created_at_ms,
+            "deleted_at_ms": self.deleted_at_ms,
+            "running": self.running,
+            "last_error": self.last_error,
+            "last_error_at_ms": self.last_error_at_ms,
+            "restarts": self.restarts,
+            "flows": list(self.flows),
+            "warnings": list(self.warnings),
+            "not_hosted": list(self.not_hosted),
+            "properties": self.properties,
+        }
+
+
+def mirror_link_info(d: admin_pb2.MirrorLinkDescription) -> MirrorLinkInfo:
+    return MirrorLinkInfo(
+        name=d.name,
+        alias=d.alias,
+        properties=d.properties,
+        created_at_ms=d.created_at_ms,
+        deleted_at_ms=d.deleted_at_ms,
+        running=d.running,
+        last_error=d.last_error,
+        last_error_at_ms=d.last_error_at_ms,
+        restarts=d.restarts,
+        flows=[
+            {
+                "flow": f.flow,
+                "replicates": f.replicates,
+                "exactly_once": f.exactly_once,
+                "heartbeats": f.heartbeats,
+                "checkpoints": f.checkpoints,
+                "sync_group_offsets": f.sync_group_offsets,
+                "stats": dict(sorted(f.stats.items())),
+            }
+            for f in d.flows
+        ],
+        warnings=list(d.warnings),
+        not_hosted=list(d.not_hosted),
+    )
+
+
+@dataclass(frozen=True)
 class FailoverResult:
     link: LinkInfo
     abandoned: list[dict[str, Any]]
@@ -728,6 +792,35 @@ class AdminClient:
     def delete_link(self, name: str, timeout: float | None = None) -> None:
         req = admin_pb2.DeleteLinkRequest(name=name)
         self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+
+    # --- Mirror links (MirrorMaker 2 flows hosted by the daemon) ------------------------
+
+    def create_mirror_link(
+        self, name: str, properties: str, alias: str = "", timeout: float | None = None
+    ) -> MirrorLinkInfo:
+        """Stores mirror link `name` on this cluster, from the text of an
+        mm2.properties file, and starts its engine. `alias`: this cluster's alias
+        in the file ("" means its cluster id); the daemon runs the file's pairs
+        that target it, and refuses a file with no enabled flow into it."""
+        req = admin_pb2.CreateMirrorLinkRequest(name=name, properties=properties, alias=alias)
+        return mirror_link_info(
+            self._conn.call(self._conn.admin.CreateMirrorLink, req, self._t(timeout))
+        )
+
+    def list_mirror_links(
+        self, include_deleted: bool = False, timeout: float | None = None
+    ) -> list[MirrorLinkInfo]:
+        req = admin_pb2.ListMirrorLinksRequest(include_deleted=include_deleted)
+        resp = self._conn.call(self._conn.admin.ListMirrorLinks, req, self._t(timeout))
+        return [mirror_link_info(d) for d in resp.links]
+
+    def delete_mirror_link(self, name: str, timeout: float | None = None) -> bool:
+        """Stops the link's engine and deletes it; False if the engine did not
+        stop within the daemon's bound (it ends after its current step)."""
+        req = admin_pb2.DeleteMirrorLinkRequest(name=name)
+        return bool(
+            self._conn.call(self._conn.admin.DeleteMirrorLink, req, self._t(timeout)).stopped
+        )
 
     def attach_namespace(
         self,

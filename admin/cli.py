@@ -31,6 +31,11 @@
     provenance TOPIC
     recover --link L [--namespace P[:Q] ...] [--group-namespace G[:H] ...] [--confirm]
     reverse --link L [--timeout-ms T]
+    mirror --config FILE [--once] [--duration-s S] ...     (runs the MM2 engine here)
+    create-mirror-link --config FILE [--as ALIAS] [--name NAME]
+    mirror --config FILE --create-link [--as ALIAS] [--name NAME]   (the same)
+    list-mirror-links [--include-deleted]
+    delete-mirror-link NAME
 
 --bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
 every call (and the wait for produce acknowledgements); default 30 seconds.
@@ -60,6 +65,7 @@ from admin.admin_client import (
     AdminClient,
     GroupInfo,
     LinkInfo,
+    MirrorLinkInfo,
     NamespaceInfo,
     TopicInfo,
 )
@@ -957,10 +963,112 @@ def cmd_reverse(args: argparse.Namespace) -> int:
 
 
 def cmd_mirror(args: argparse.Namespace) -> int:
+    if args.create_link:
+        if args.once or args.duration_s is not None:
+            return _usage("mirror --create-link stores the link on the daemon; "
+                          "--once and --duration-s apply only to running the engine here")
+        return cmd_create_mirror_link(args)
+    if args.alias is not None or args.link_name is not None:
+        return _usage("mirror: --as and --name need --create-link (they name the mirror link "
+                      "created on the daemon at --bootstrap)")
     # Lazy import: only this command needs the Kafka client library.
     from mirror.cli import run as run_mirror
 
     return run_mirror(args)
+
+
+def _usage(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _mirror_flows_text(link: MirrorLinkInfo) -> str:
+    return ", ".join(
+        f"{f['flow']}" + ("" if f["replicates"] else " (heartbeats only)") for f in link.flows
+    )
+
+
+def cmd_create_mirror_link(args: argparse.Namespace) -> int:
+    path: str = args.config
+    try:
+        with open(path, encoding="utf-8") as fh:
+            properties = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        return _usage(f"cannot read --config {path}: {exc}")
+    name = args.link_name
+    if name is None:
+        name = os.path.splitext(os.path.basename(path))[0]
+    with _admin(args) as admin:
+        link = admin.create_mirror_link(name, properties, alias=args.alias or "")
+    if args.json:
+        _emit(link.to_dict())
+        return EXIT_OK
+    for w in link.warnings:
+        print(f"warning: {path}: {w}")
+    print(f"created mirror link {link.name} (this cluster is {link.alias!r} in {path})")
+    print(f"  hosted here: {_mirror_flows_text(link)}")
+    if link.not_hosted:
+        print(
+            f"  not hosted here: {', '.join(link.not_hosted)} "
+            "(create the link on each target cluster's daemon)"
+        )
+    return EXIT_OK
+
+
+def cmd_list_mirror_links(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        links = admin.list_mirror_links(include_deleted=args.include_deleted)
+    if args.json:
+        _emit([link.to_dict() for link in links])
+        return EXIT_OK
+    rows = []
+    for link in links:
+        copied = sum(int(f["stats"].get("records_copied", 0)) for f in link.flows)
+        if link.deleted_at_ms:
+            state = "deleted"
+        else:
+            state = "running" if link.running else "starting"
+        rows.append(
+            (
+                link.name,
+                link.alias,
+                _mirror_flows_text(link) or "-",
+                state,
+                str(copied),
+                " ".join(link.last_error.split())[:80] or "-",
+            )
+        )
+    print(_table(rows, ("NAME", "ALIAS", "FLOWS", "STATE", "RECORDS_COPIED", "LAST_ERROR")))
+    return EXIT_OK
+
+
+def cmd_delete_mirror_link(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        stopped = admin.delete_mirror_link(args.name)
+    if args.json:
+        _emit({"deleted": args.name, "stopped": stopped})
+    elif stopped:
+        print(f"deleted mirror link {args.name}")
+    else:
+        print(f"deleted mirror link {args.name} (its engine ends after its current step)")
+    return EXIT_OK
+
+
+def _mirror_link_arguments(p: Any) -> None:
+    p.add_argument(
+        "--as",
+        dest="alias",
+        metavar="ALIAS",
+        type=_non_empty,
+        help="this cluster's alias in the file (default: its cluster id)",
+    )
+    p.add_argument(
+        "--name",
+        dest="link_name",
+        metavar="NAME",
+        type=_non_empty,
+        help="the mirror link's name (default: the file's name without its extension)",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -1266,6 +1374,30 @@ def build_parser() -> argparse.ArgumentParser:
     from mirror.cli import add_arguments as add_mirror_arguments
 
     add_mirror_arguments(p)
+    p.add_argument(
+        "--create-link",
+        action="store_true",
+        help="do not run the engine here: store the file as a mirror link on the daemon at "
+        "--bootstrap (the target cluster), which runs it (same as create-mirror-link)",
+    )
+    _mirror_link_arguments(p)
+
+    p = add(
+        "create-mirror-link",
+        cmd_create_mirror_link,
+        "store an mm2.properties file as a mirror link on the daemon of its target cluster "
+        "(--bootstrap), which runs the MM2 flows into it and keeps them across restarts",
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="an mm2.properties file")
+    _mirror_link_arguments(p)
+
+    p = add("list-mirror-links", cmd_list_mirror_links, "list mirror links: flows, state, stats")
+    p.add_argument(
+        "--include-deleted", action="store_true", help="also list deleted mirror links"
+    )
+
+    p = add("delete-mirror-link", cmd_delete_mirror_link, "stop and delete a mirror link")
+    p.add_argument("name", type=_non_empty)
     return parser
 
 

@@ -23,6 +23,7 @@ from linkd.core.groups import JoinRequest
 from linkd.core.links import LinkConfig
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_errors import abort_with_error
+from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.operations import Operations
 from linkd.replication import LinkManager
@@ -450,9 +451,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     """The administrative plane: the cluster, namespaces (spec section 2) and,
     with the links work, replication links."""
 
-    def __init__(self, node: ClusterNode, links: LinkManager) -> None:
+    def __init__(
+        self, node: ClusterNode, links: LinkManager, mirror_links: MirrorLinkManager | None = None
+    ) -> None:
         self.node = node
         self.links = links
+        self.mirror_links = mirror_links or MirrorLinkManager(node)
 
     @refusals
     async def DescribeCluster(
@@ -735,6 +739,73 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             mappings=self._link_pb(request.link).mappings,
         )
 
+    # -- mirror links ------------------------------------------------------------------
+
+    def _mirror_link_pb(
+        self, name: str, include_deleted: bool = False
+    ) -> admin_pb2.MirrorLinkDescription:
+        table = self.node.state.mirror_links
+        link = table.links[name] if include_deleted else table.get(name)
+        out = admin_pb2.MirrorLinkDescription(
+            name=link.name,
+            alias=link.alias,
+            properties=link.properties,
+            created_at_ms=link.created_ms,
+            deleted_at_ms=link.deleted_ms or 0,
+        )
+        if not link.live:
+            return out
+        hosted = table.hosted(name)
+        status = self.mirror_links.status(name)
+        out.running = bool(status["running"])
+        out.last_error = str(status["last_error"])
+        out.last_error_at_ms = int(status["last_error_ms"])
+        out.restarts = int(status["restarts"])
+        out.warnings.extend(hosted.warnings)
+        out.not_hosted.extend(hosted.not_hosted)
+        stats: dict[str, dict[str, int]] = status["stats"]
+        for f in hosted.flows:
+            out.flows.append(
+                admin_pb2.MirrorFlowDescription(
+                    flow=f.name,
+                    replicates=f.enabled,
+                    exactly_once=f.exactly_once,
+                    heartbeats=f.emit_heartbeats_enabled,
+                    checkpoints=f.emit_checkpoints_enabled,
+                    sync_group_offsets=f.sync_group_offsets_enabled,
+                    stats={k: int(v) for k, v in stats.get(f.name, {}).items()},
+                )
+            )
+        return out
+
+    @refusals
+    async def CreateMirrorLink(
+        self, request: admin_pb2.CreateMirrorLinkRequest, context: Any
+    ) -> admin_pb2.MirrorLinkDescription:
+        link, _hosted = await self.mirror_links.create(
+            request.name, request.alias, request.properties
+        )
+        return self._mirror_link_pb(link.name)
+
+    @refusals
+    async def ListMirrorLinks(
+        self, request: admin_pb2.ListMirrorLinksRequest, context: Any
+    ) -> admin_pb2.ListMirrorLinksResponse:
+        self.node._check_ready()
+        table = self.node.state.mirror_links
+        links = table.all() if request.include_deleted else table.live()
+        return admin_pb2.ListMirrorLinksResponse(
+            links=[self._mirror_link_pb(x.name, include_deleted=True) for x in links]
+        )
+
+    @refusals
+    async def DeleteMirrorLink(
+        self, request: admin_pb2.DeleteMirrorLinkRequest, context: Any
+    ) -> admin_pb2.DeleteMirrorLinkResponse:
+        deleted_ms, stopped = await self.mirror_links.delete(request.name)
+        return admin_pb2.DeleteMirrorLinkResponse(deleted_at_ms=deleted_ms, stopped=stopped)
+
+
 def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:
     return admin_pb2.Namespace(
         type=admin_pb2.ResourceType.ValueType(int(ns.type)),
@@ -744,6 +815,13 @@ def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:
     )
 
 
-def add_services(server: aio.Server, node: ClusterNode, links: LinkManager) -> None:
+def add_services(
+    server: aio.Server,
+    node: ClusterNode,
+    links: LinkManager,
+    mirror_links: MirrorLinkManager | None = None,
+) -> None:
     cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterService(node), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node, links), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(
+        AdminService(node, links, mirror_links), server
+    )

@@ -38,6 +38,7 @@ from linkd.core.links import (
 )
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka.server import KafkaListener
+from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.replication import LinkManager, ReplicationService
 from linkd.storage.datadir import DataDirError
@@ -247,7 +248,8 @@ async def serve(settings: dict[str, Any]) -> int:
         ]
     )
     links = LinkManager(node, str(settings["link_credentials"]))
-    add_services(server, node, links)
+    mirror_links = MirrorLinkManager(node)
+    add_services(server, node, links, mirror_links)
     replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
     try:
         port = server.add_insecure_port(settings["listen"])
@@ -278,6 +280,8 @@ async def serve(settings: dict[str, Any]) -> int:
     await server.start()
     await node.start()
     links.start()
+    # After the Kafka listener: a mirror link's engine writes into this cluster through it.
+    mirror_links.start()
     log.info(
         "serving",
         extra={
@@ -294,6 +298,8 @@ async def serve(settings: dict[str, Any]) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    # Before the Kafka listener: the engines flush their producers into it.
+    await mirror_links.stop()
     if kafka is not None:
         await kafka.stop()
     await links.stop()

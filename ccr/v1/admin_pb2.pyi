@@ -1285,3 +1285,249 @@ class ReverseLinkResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReverseLinkResponse: _TypeAlias = ReverseLinkResponse  # noqa: Y015
+
+@_typing.final
+class CreateMirrorLinkRequest(_message.Message):
+    """--- Mirror links ----------------------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    ALIAS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    properties: _builtins.str
+    """The text of an mm2.properties file, unchanged."""
+    alias: _builtins.str
+    """The alias this cluster has in the file; "" means this cluster's id."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        properties: _builtins.str = ...,
+        alias: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "name", b"name", "properties", b"properties"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateMirrorLinkRequest: _TypeAlias = CreateMirrorLinkRequest  # noqa: Y015
+
+@_typing.final
+class MirrorFlowDescription(_message.Message):
+    """One pair of the file whose target is this cluster."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class StatsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    FLOW_FIELD_NUMBER: _builtins.int
+    REPLICATES_FIELD_NUMBER: _builtins.int
+    EXACTLY_ONCE_FIELD_NUMBER: _builtins.int
+    HEARTBEATS_FIELD_NUMBER: _builtins.int
+    CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    SYNC_GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
+    STATS_FIELD_NUMBER: _builtins.int
+    flow: _builtins.str
+    """"SOURCE->TARGET"."""
+    replicates: _builtins.bool
+    """False: the pair only emits heartbeats."""
+    exactly_once: _builtins.bool
+    heartbeats: _builtins.bool
+    checkpoints: _builtins.bool
+    sync_group_offsets: _builtins.bool
+    @_builtins.property
+    def stats(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The engine's counters since it last (re)started: records_copied,
+        offset_syncs_sent, checkpoints_emitted, heartbeats, ...
+        """
+
+    def __init__(
+        self,
+        *,
+        flow: _builtins.str = ...,
+        replicates: _builtins.bool = ...,
+        exactly_once: _builtins.bool = ...,
+        heartbeats: _builtins.bool = ...,
+        checkpoints: _builtins.bool = ...,
+        sync_group_offsets: _builtins.bool = ...,
+        stats: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoints", b"checkpoints", "exactly_once", b"exactly_once", "flow", b"flow", "heartbeats", b"heartbeats", "replicates", b"replicates", "stats", b"stats", "sync_group_offsets", b"sync_group_offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MirrorFlowDescription: _TypeAlias = MirrorFlowDescription  # noqa: Y015
+
+@_typing.final
+class MirrorLinkDescription(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ALIAS_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    DELETED_AT_MS_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
+    RESTARTS_FIELD_NUMBER: _builtins.int
+    FLOWS_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    NOT_HOSTED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    alias: _builtins.str
+    """This cluster's alias in the file."""
+    properties: _builtins.str
+    """The mm2.properties text the link was created from."""
+    created_at_ms: _builtins.int
+    deleted_at_ms: _builtins.int
+    """0 while the link exists."""
+    running: _builtins.bool
+    """The engine is started and copying (false while it starts or retries)."""
+    last_error: _builtins.str
+    """The newest failure of the engine ("" if none), and when it happened."""
+    last_error_at_ms: _builtins.int
+    restarts: _builtins.int
+    """How many times the engine was started again after a failure."""
+    @_builtins.property
+    def flows(self) -> _containers.RepeatedCompositeFieldContainer[Global___MirrorFlowDescription]: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The file's configuration warnings, "line N: key: message"."""
+
+    @_builtins.property
+    def not_hosted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Enabled flows of the file that target other clusters (hosted by their
+        target's daemon, not here).
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        alias: _builtins.str = ...,
+        properties: _builtins.str = ...,
+        created_at_ms: _builtins.int = ...,
+        deleted_at_ms: _builtins.int = ...,
+        running: _builtins.bool = ...,
+        last_error: _builtins.str = ...,
+        last_error_at_ms: _builtins.int = ...,
+        restarts: _builtins.int = ...,
+        flows: _abc.Iterable[Global___MirrorFlowDescription] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        not_hosted: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "created_at_ms", b"created_at_ms", "deleted_at_ms", b"deleted_at_ms", "flows", b"flows", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "name", b"name", "not_hosted", b"not_hosted", "properties", b"properties", "restarts", b"restarts", "running", b"running", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MirrorLinkDescription: _TypeAlias = MirrorLinkDescription  # noqa: Y015
+
+@_typing.final
+class ListMirrorLinksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCLUDE_DELETED_FIELD_NUMBER: _builtins.int
+    include_deleted: _builtins.bool
+    """Also list deleted mirror links (tombstones with their deletion time)."""
+    def __init__(
+        self,
+        *,
+        include_deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMirrorLinksRequest: _TypeAlias = ListMirrorLinksRequest  # noqa: Y015
+
+@_typing.final
+class ListMirrorLinksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___MirrorLinkDescription]: ...
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___MirrorLinkDescription] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMirrorLinksResponse: _TypeAlias = ListMirrorLinksResponse  # noqa: Y015
+
+@_typing.final
+class DeleteMirrorLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMirrorLinkRequest: _TypeAlias = DeleteMirrorLinkRequest  # noqa: Y015
+
+@_typing.final
+class DeleteMirrorLinkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_AT_MS_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
+    deleted_at_ms: _builtins.int
+    stopped: _builtins.bool
+    """False when the engine did not stop within the daemon's bound (it stops
+    at its next step; nothing is copied once that step ends).
+    """
+    def __init__(
+        self,
+        *,
+        deleted_at_ms: _builtins.int = ...,
+        stopped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at_ms", b"deleted_at_ms", "stopped", b"stopped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteMirrorLinkResponse: _TypeAlias = DeleteMirrorLinkResponse  # noqa: Y015

@@ -124,6 +124,21 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.FromString,
                 _registered_method=True)
+        self.CreateMirrorLink = channel.unary_unary(
+                '/ccr.v1.Admin/CreateMirrorLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.CreateMirrorLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.MirrorLinkDescription.FromString,
+                _registered_method=True)
+        self.ListMirrorLinks = channel.unary_unary(
+                '/ccr.v1.Admin/ListMirrorLinks',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.ListMirrorLinksRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.ListMirrorLinksResponse.FromString,
+                _registered_method=True)
+        self.DeleteMirrorLink = channel.unary_unary(
+                '/ccr.v1.Admin/DeleteMirrorLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -265,6 +280,34 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateMirrorLink(self, request, context):
+        """--- Mirror links (MirrorMaker 2 flows hosted by this daemon) -------------------------
+        Stores a mirror link on this cluster, the target of its flows, and starts
+        the MM2 engine for it. The request carries an mm2.properties text as is;
+        it is refused with INVALID_LINK_CONFIG (nothing stored) when it is
+        invalid, when the alias is not one of its clusters, or when no enabled
+        flow targets the alias. LINK_EXISTS when the name is taken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMirrorLinks(self, request, context):
+        """Every mirror link with its flows, whether its engine runs, its last error
+        and the engine's counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMirrorLink(self, request, context):
+        """Stops the link's engine (bounded wait) and deletes it. UNKNOWN_LINK when
+        there is no such mirror link.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -357,6 +400,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReverseLink,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.SerializeToString,
+            ),
+            'CreateMirrorLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateMirrorLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.CreateMirrorLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.MirrorLinkDescription.SerializeToString,
+            ),
+            'ListMirrorLinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMirrorLinks,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.ListMirrorLinksRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.ListMirrorLinksResponse.SerializeToString,
+            ),
+            'DeleteMirrorLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMirrorLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -845,6 +903,87 @@ class Admin:
             '/ccr.v1.Admin/ReverseLink',
             ccr_dot_v1_dot_admin__pb2.ReverseLinkRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.ReverseLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateMirrorLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/CreateMirrorLink',
+            ccr_dot_v1_dot_admin__pb2.CreateMirrorLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.MirrorLinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMirrorLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/ListMirrorLinks',
+            ccr_dot_v1_dot_admin__pb2.ListMirrorLinksRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.ListMirrorLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMirrorLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/DeleteMirrorLink',
+            ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.DeleteMirrorLinkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -86,6 +86,22 @@ class AdminStub:
     until the remote has every record, detach, attach swapped, clear the
     remote's reservation. Reports each step; stops at the first that fails.
     """
+    CreateMirrorLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateMirrorLinkRequest, _admin_pb2.MirrorLinkDescription]
+    """--- Mirror links (MirrorMaker 2 flows hosted by this daemon) -------------------------
+    Stores a mirror link on this cluster, the target of its flows, and starts
+    the MM2 engine for it. The request carries an mm2.properties text as is;
+    it is refused with INVALID_LINK_CONFIG (nothing stored) when it is
+    invalid, when the alias is not one of its clusters, or when no enabled
+    flow targets the alias. LINK_EXISTS when the name is taken.
+    """
+    ListMirrorLinks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListMirrorLinksRequest, _admin_pb2.ListMirrorLinksResponse]
+    """Every mirror link with its flows, whether its engine runs, its last error
+    and the engine's counters.
+    """
+    DeleteMirrorLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteMirrorLinkRequest, _admin_pb2.DeleteMirrorLinkResponse]
+    """Stops the link's engine (bounded wait) and deletes it. UNKNOWN_LINK when
+    there is no such mirror link.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -142,6 +158,22 @@ class AdminAsyncStub(AdminStub):
     on the current leader: reserve here and abort open transactions, wait
     until the remote has every record, detach, attach swapped, clear the
     remote's reservation. Reports each step; stops at the first that fails.
+    """
+    CreateMirrorLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateMirrorLinkRequest, _admin_pb2.MirrorLinkDescription]  # type: ignore[assignment]
+    """--- Mirror links (MirrorMaker 2 flows hosted by this daemon) -------------------------
+    Stores a mirror link on this cluster, the target of its flows, and starts
+    the MM2 engine for it. The request carries an mm2.properties text as is;
+    it is refused with INVALID_LINK_CONFIG (nothing stored) when it is
+    invalid, when the alias is not one of its clusters, or when no enabled
+    flow targets the alias. LINK_EXISTS when the name is taken.
+    """
+    ListMirrorLinks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListMirrorLinksRequest, _admin_pb2.ListMirrorLinksResponse]  # type: ignore[assignment]
+    """Every mirror link with its flows, whether its engine runs, its last error
+    and the engine's counters.
+    """
+    DeleteMirrorLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteMirrorLinkRequest, _admin_pb2.DeleteMirrorLinkResponse]  # type: ignore[assignment]
+    """Stops the link's engine (bounded wait) and deletes it. UNKNOWN_LINK when
+    there is no such mirror link.
     """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
@@ -304,6 +336,40 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         on the current leader: reserve here and abort open transactions, wait
         until the remote has every record, detach, attach swapped, clear the
         remote's reservation. Reports each step; stops at the first that fails.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateMirrorLink(
+        self,
+        request: _admin_pb2.CreateMirrorLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.MirrorLinkDescription, _abc.Awaitable[_admin_pb2.MirrorLinkDescription]]:
+        """--- Mirror links (MirrorMaker 2 flows hosted by this daemon) -------------------------
+        Stores a mirror link on this cluster, the target of its flows, and starts
+        the MM2 engine for it. The request carries an mm2.properties text as is;
+        it is refused with INVALID_LINK_CONFIG (nothing stored) when it is
+        invalid, when the alias is not one of its clusters, or when no enabled
+        flow targets the alias. LINK_EXISTS when the name is taken.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMirrorLinks(
+        self,
+        request: _admin_pb2.ListMirrorLinksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListMirrorLinksResponse, _abc.Awaitable[_admin_pb2.ListMirrorLinksResponse]]:
+        """Every mirror link with its flows, whether its engine runs, its last error
+        and the engine's counters.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteMirrorLink(
+        self,
+        request: _admin_pb2.DeleteMirrorLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteMirrorLinkResponse, _abc.Awaitable[_admin_pb2.DeleteMirrorLinkResponse]]:
+        """Stops the link's engine (bounded wait) and deletes it. UNKNOWN_LINK when
+        there is no such mirror link.
         """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,6 +27,7 @@ from linkd.core.acls import AclBinding, AclFilter, AclStore
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
 from linkd.core.links import LinkState, LinkTable
+from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
 from linkd.core.topic_config import (
@@ -151,6 +152,7 @@ class ClusterState:
         self.groups = GroupCoordinator(group_config or GroupConfig())
         self.acls = AclStore()
         self.links = LinkTable(cluster_id)
+        self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
         # Committed transactions whose markers span partitions and are not all
         # below their HWs yet: {(topic, partition): marker offset}. A marker
@@ -801,6 +803,8 @@ class ClusterState:
             self.acls.apply_record(record)
         elif kind in ("link_config", "link_delete"):
             self.links.apply_record(record)
+        elif kind in ("mirror_link_create", "mirror_link_delete"):
+            self.mirror_links.apply_record(record)
         elif kind.startswith("ns_"):
             self.namespaces.apply_record(record)
         else:
@@ -831,6 +835,7 @@ class ClusterState:
             "groups": self.groups.snapshot(),
             "acls": self.acls.snapshot(),
             "links": self.links.snapshot(),
+            "mirror_links": self.mirror_links.snapshot(),
             "namespaces": self.namespaces.snapshot(),
         }
 
@@ -856,6 +861,8 @@ class ClusterState:
             self.acls = AclStore.restore(snapshot["acls"])
         if "links" in snapshot:
             self.links.restore(snapshot["links"])
+        if "mirror_links" in snapshot:  # snapshots written before mirror links have none
+            self.mirror_links.restore(snapshot["mirror_links"])
         if "namespaces" in snapshot:  # snapshots written before namespaces have none
             self.namespaces.restore(snapshot["namespaces"])
 
