@@ -2,9 +2,15 @@
 
     ccr-chaos run --seed N [--schedule NAME] [--mode async|sync] [--clusters K]
                   [--phase-s S] [--plant-bug ack-before-replicate] [--json] [--keep]
-    ccr-chaos runs --count N [--first-seed S] [--phase-s S] [--json]
+                  [--no-twin]
+    ccr-chaos runs --count N [--first-seed S] [--phase-s S] [--json] [--no-twin]
     ccr-chaos --runs N            (the same as `runs --count N`)
     ccr-chaos schedule --seed N [...]   print the schedule only (JSON), run nothing
+
+Every run also runs its simulator twin (chaos/twin.py, a second or so; `--no-twin`
+skips it): `run --json` then has a `twin` field, `runs` a twin column. A twin
+disagreement is printed as `TWIN seed=N differs: ...`; it does not change the
+exit code, which judges the real run only.
 
 Exit codes: 0 clean (no anomaly, converged), 1 anomalies or no convergence,
 2 bad arguments, 3 a run could not be set up. SIGINT and SIGTERM stop the run
@@ -68,20 +74,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help="run this many seeds (as `runs --count N`)")
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print JSON")
+    _twin_arg(p)
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="one run")
     _schedule_args(run)
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--keep", action="store_true", help="keep the temporary directory")
     run.add_argument("--converge-s", type=float, default=40.0, help="liveness bound (s)")
+    _twin_arg(run)
     runs = sub.add_parser("runs", help="many seeds, with a summary table")
     runs.add_argument("--count", type=int, default=10)
     runs.add_argument("--first-seed", type=int, default=1)
     runs.add_argument("--phase-s", type=float, default=20.0)
     runs.add_argument("--json", action="store_true")
+    _twin_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
     return p
+
+
+def _twin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--twin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the simulator twin and compare final offsets and link states "
+        "(default on; --no-twin skips it)",
+    )
 
 
 def replay_command(args: argparse.Namespace) -> str:
@@ -119,7 +138,8 @@ def run_one(args: argparse.Namespace, quiet: bool = False) -> RunResult:
         for step in schedule.steps:
             log(f"  {step.describe()}")
     run = Run(schedule, replay, keep=getattr(args, "keep", False),
-              converge_s=getattr(args, "converge_s", 40.0), log=log)  # fmt: skip
+              converge_s=getattr(args, "converge_s", 40.0), log=log,
+              twin=getattr(args, "twin", True))  # fmt: skip
     return run.execute()
 
 
@@ -130,6 +150,23 @@ def print_anomalies(result: RunResult) -> None:
             f"  replay: {result.replay}",
             file=sys.stderr,
         )
+    twin = result.twin
+    if twin is not None and not twin.get("agrees"):
+        what = twin.get("error") or "; ".join(twin.get("differences", [])[:10])
+        print(f"TWIN seed={result.seed} differs: {what}\n  replay: {result.replay}",
+              file=sys.stderr)  # fmt: skip
+
+
+def twin_cell(twin: dict[str, Any] | None) -> str:
+    """The twin column: agrees, or how many differences (or the error)."""
+    if twin is None:
+        return "-"
+    if twin.get("error"):
+        return "error"
+    doubt = twin.get("in_doubt", 0)
+    if twin.get("agrees"):
+        return f"agrees ({doubt} in doubt)"
+    return f"DIFFERS ({len(twin.get('differences', []))})"
 
 
 def _summary(result: RunResult) -> dict[str, Any]:
@@ -153,18 +190,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"seed {result.seed} ({result.schedule}, {result.mode}, "
             f"{len(result.clusters)} clusters): {result.operations} operations "
             f"{result.counts}, {len(result.anomalies)} anomalies, "
-            f"converged={result.converged}, {result.duration_s} s"
+            f"converged={result.converged}, twin {twin_cell(result.twin)}, {result.duration_s} s"
         )
     return 0 if not result.anomalies and result.converged else EXIT_ANOMALY
 
 
-def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool) -> int:
+def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool, twin: bool = True) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     for seed in range(first_seed, first_seed + count):
         args = argparse.Namespace(
             seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
-            plant_bug="", keep=False, converge_s=40.0,
+            plant_bug="", keep=False, converge_s=40.0, twin=twin,
         )  # fmt: skip
         schedule = build_schedule(args)
         row: dict[str, Any] = {
@@ -183,16 +220,18 @@ def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool) -> int:
                 kinds=",".join(sorted({a["invariant"] for a in result.anomalies})),
                 converged=result.converged,
                 seconds=result.duration_s,
+                twin=twin_cell(result.twin),
+                twin_differences=(result.twin or {}).get("differences", []),
             )
             print_anomalies(result)
         except (ChaosError, OSError, RuntimeError) as exc:
             row.update(operations=0, info=0, anomalies=-1, kinds=f"error: {exc}",
-                       converged=False, seconds=0.0)  # fmt: skip
+                       converged=False, seconds=0.0, twin="-")  # fmt: skip
         rows.append(row)
         print(
             f"seed {seed}: {row['mode']} {row['clusters']} clusters [{row['nemeses']}] "
             f"ops={row['operations']} anomalies={row['anomalies']} "
-            f"converged={row['converged']}",
+            f"converged={row['converged']} twin={row['twin']}",
             file=sys.stderr,
             flush=True,
         )
@@ -205,18 +244,25 @@ def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool) -> int:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = "| seed | mode | clusters | nemeses | operations | info | anomalies | converged | s |"
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    head = (
+        "| seed | mode | clusters | nemeses | operations | info | anomalies | converged | "
+        "twin | s |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         anomalies = str(r["anomalies"]) + (f" ({r['kinds']})" if r.get("kinds") else "")
         lines.append(
             f"| {r['seed']} | {r['mode']} | {r['clusters']} | {r['nemeses']} | "
             f"{r['operations']} | {r['info']} | {anomalies} | {r['converged']} | "
-            f"{r['seconds']} |"
+            f"{r.get('twin', '-')} | {r['seconds']} |"
         )
     clean = sum(1 for r in rows if not r["anomalies"] and r["converged"])
     lines.append("")
     lines.append(f"{clean} of {len(rows)} runs clean (no anomaly, converged).")
+    twins = [r for r in rows if r.get("twin", "-") != "-"]
+    if twins:
+        agree = sum(1 for r in twins if str(r["twin"]).startswith("agrees"))
+        lines.append(f"{agree} of {len(twins)} twins agree (final offsets and link states).")
     return "\n".join(lines)
 
 
@@ -230,11 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.runs is not None:
             if args.runs < 1:
                 parser.error("--runs must be at least 1")
-            return cmd_runs(args.runs, args.first_seed, 20.0, args.json)
+            return cmd_runs(args.runs, args.first_seed, 20.0, args.json, args.twin)
         if args.command == "run":
             return cmd_run(args)
         if args.command == "runs":
-            return cmd_runs(args.count, args.first_seed, args.phase_s, args.json)
+            return cmd_runs(args.count, args.first_seed, args.phase_s, args.json, args.twin)
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))
             return 0

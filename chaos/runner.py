@@ -17,6 +17,9 @@ Phases:
 5. judgement: the final logs are read with a Consumer from every live
    cluster, and the simulator's checkers (`sim/checkers.py`) judge the
    history and the logs (see `judge`).
+6. twin (optional): the final state (offsets, link states) is read, the
+   daemons are stopped, and the simulator replays the same schedule and
+   history (`chaos/twin.py`); its verdict is reported beside the anomalies.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from admin import AdminClient, Consumer, TopicPartition
 from chaos.daemons import Daemon, DaemonError
 from chaos.proxy import FaultProxy
 from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from chaos.twin import AppliedStep, FinalState, RealRun
 from chaos.workloads import (
     GrpcProducer,
     KafkaProducer,
@@ -55,6 +59,7 @@ SESSION_TIMEOUT_MS = 2000
 REPLICA_LAG_TIME_MAX_MS = 1500
 SETUP_TIMEOUT_S = 40.0
 CONVERGE_S = 40.0
+LINK_LAG_MAX_MS = 3000
 GOOD_STATES = ("FOLLOWING", "IN_SYNC")
 
 
@@ -72,9 +77,13 @@ class RunResult:
     duration_s: float
     events: list[str] = field(default_factory=list)
     workdir: str = ""
+    twin: dict[str, Any] | None = None  # the simulator twin's verdict (chaos/twin.py)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.twin is None:
+            del out["twin"]
+        return out
 
 
 @dataclass
@@ -117,8 +126,10 @@ class Run:
         keep: bool = False,
         converge_s: float = CONVERGE_S,
         log: Callable[[str], None] | None = None,
+        twin: bool = False,
     ) -> None:
         self.schedule = schedule
+        self.twin = twin
         self.replay = replay
         self.keep = keep
         self.converge_s = converge_s
@@ -139,6 +150,12 @@ class Run:
         self.sync_samples: list[tuple[int, int, str, str]] = []  # (start, end, link, state)
         self.events: list[str] = []
         self.prefixes = (TOPIC_PREFIX, *schedule.extra_prefixes)
+        # For the twin: when each step was applied, when the workloads started,
+        # the final heal, and the final state.
+        self.applied: list[AppliedStep] = []
+        self.workloads_started_ms = 0
+        self.healed_ms = (0, 0)
+        self.final_state: FinalState | None = None
 
     # -- logging ------------------------------------------------------------------------
 
@@ -154,7 +171,7 @@ class Run:
         flags = [
             "--link-session-timeout-ms", str(SESSION_TIMEOUT_MS),
             "--link-replica-lag-time-max-ms", str(REPLICA_LAG_TIME_MAX_MS),
-            "--link-lag-max-ms", "3000",
+            "--link-lag-max-ms", str(LINK_LAG_MAX_MS),
         ]  # fmt: skip
         if self.schedule.plant_bug and cluster == SOURCE:
             flags += ["--plant-bug", self.schedule.plant_bug]
@@ -242,6 +259,7 @@ class Run:
 
     def start_workloads(self) -> None:
         r, stop = self.recorder, self.stop_workloads
+        self.workloads_started_ms = r.now_ms()
         self.workloads = [
             GrpcProducer("grpc-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS),
             KafkaProducer("kafka-producer", r, stop, self._leader_kafka, TOPIC, PARTITIONS),
@@ -290,6 +308,13 @@ class Run:
     # -- nemesis ------------------------------------------------------------------------
 
     def apply(self, step: Step) -> None:
+        begin = self.recorder.now_ms()
+        try:
+            self._apply(step)
+        finally:
+            self.applied.append(AppliedStep(step, begin, self.recorder.now_ms()))
+
+    def _apply(self, step: Step) -> None:
         op, args = step.op, step.args
         self.note(f"nemesis: {op} {' '.join(args)}")
         try:
@@ -401,6 +426,7 @@ class Run:
             pause.wait(rest)
 
     def heal_all(self) -> None:
+        begin = self.recorder.now_ms()
         for link in self.links.values():
             link.proxy.heal()
         for c, d in self.daemons.items():
@@ -409,6 +435,7 @@ class Run:
             d.resume()
             if not d.running:
                 self._restart(c)
+        self.healed_ms = (begin, self.recorder.now_ms())
         self.note("healed: proxies cleared, daemons continued and restarted")
 
     # -- liveness -----------------------------------------------------------------------
@@ -670,8 +697,11 @@ class Run:
             final, unreadable = self.read_final_logs()
             anomalies += unreadable
             anomalies += self.judge(final)
+            if self.twin:
+                self.final_state = self.read_final_state()
         finally:
             self.close()
+        twin = self.run_twin() if self.twin else None
         ops = self.recorder.ops()
         counts = {t: sum(1 for o in ops if o.type == t) for t in ("ok", "fail", "info")}
         return RunResult(
@@ -687,7 +717,57 @@ class Run:
             duration_s=round(time.monotonic() - started, 1),
             events=self.events,
             workdir=str(self.workdir) if self.keep else "",
+            twin=twin,
         )
+
+    # -- the simulator twin ----------------------------------------------------------------
+
+    def read_final_state(self) -> FinalState | None:
+        """Log end offsets and high watermarks of the run's topics, and every
+        link's state and mode, on every cluster that is not lost."""
+        out = FinalState()
+        try:
+            for c, d in self.daemons.items():
+                if d.lost:
+                    continue
+                with _admin(d.bootstrap, 10000) as a:
+                    for t in a.list_topics():
+                        if not t.name.startswith(self.prefixes):
+                            continue
+                        for p in t.partitions:
+                            key = (c, t.name, p.partition)
+                            out.partitions[key] = (p.log_end_offset, p.high_watermark)
+                    for name in sorted(info.name for info in a.list_links()):
+                        info = a.describe_link(name)
+                        out.links[(name, c)] = (info.state, info.mode)
+        except Exception as exc:
+            self.note(f"twin: the final state could not be read: {type(exc).__name__}: {exc}")
+            return None
+        return out
+
+    def run_twin(self) -> dict[str, Any]:
+        from chaos.twin import run_twin
+
+        if self.final_state is None:
+            return {"agrees": False, "differences": [], "in_doubt": 0,
+                    "error": "the real run's final state could not be read"}  # fmt: skip
+        real = RealRun(
+            self.schedule,
+            self.recorder.ops(),
+            list(self.applied),
+            self.workloads_started_ms,
+            self.healed_ms,
+            self.final_state,
+            PARTITIONS,
+            frozenset(c for c, d in self.daemons.items() if d.lost),
+        )
+        report = run_twin(real)
+        verdict = "agrees" if report["agrees"] else "DIFFERS"
+        self.note(
+            f"twin: {verdict} ({len(report['differences'])} differences, "
+            f"{report['in_doubt']} records in doubt, {report.get('seconds', 0)} s)"
+        )
+        return report
 
     def _some_ok_send(self, cluster: str = "", since_ms: int = 0) -> bool:
         return any(

@@ -30,6 +30,11 @@ Anomalies (Jepsen's names), from the history and the final logs:
 - skip: within one consumer session, a poll jumped over a stored record
   (for a read_committed consumer, one not of an aborted transaction).
 - nonmonotonic: within one consumer session, offsets did not increase.
+MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
+and records are compared by value:
+- mirror_at_least_once: every record below the position a mirror committed on
+  its source is held by the target's remote partition (`check_mirror_copies`).
+  Records a mirror stores twice are its documented cost, not a violation.
 """
 
 from __future__ import annotations
@@ -403,3 +408,50 @@ def check_transactions_atomic(history: History) -> list[Violation]:
                     f"{o.cluster} (t={o.complete_ms} ms): missing {missing[:5]}"
                 )
     return _capped("partial_transaction", details)
+
+
+# -- MirrorMaker 2 flows -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorCopy:
+    """One partition a mirror copies, and the position it committed on the source."""
+
+    mirror: str
+    source: str
+    topic: str
+    partition: int
+    target: str
+    remote_topic: str
+    committed: int
+
+
+def check_mirror_copies(
+    copies: list[MirrorCopy], final: FinalLogs, truncations: Truncations
+) -> list[Violation]:
+    """At least once: a mirror commits a source position only once the target
+    acknowledged every record below it, so each value stored below it on the
+    source is in the remote partition (by value: offsets differ). Offsets at or
+    past a reported truncation of the source partition are not judged (they
+    hold records written after the cut), nor is a target partition that was
+    itself truncated."""
+    details: list[str] = []
+    for c in copies:
+        source_key = (c.source, c.topic, c.partition)
+        target_key = (c.target, c.remote_topic, c.partition)
+        if source_key not in final or truncations.get(target_key):
+            continue
+        cut = min(truncations.get(source_key, []), default=c.committed)
+        held = set(final.get(target_key, {}).values())
+        missing = [
+            (offset, value)
+            for offset, value in sorted(final[source_key].items())
+            if offset < min(c.committed, cut) and value not in held
+        ]
+        if missing:
+            details.append(
+                f"mirror {c.mirror}: committed {c.topic}-{c.partition} at {c.committed} on "
+                f"{c.source}, but {c.target}:{c.remote_topic}-{c.partition} lacks "
+                f"{len(missing)} record(s) below it, first {missing[:3]}"
+            )
+    return _capped("mirror_at_least_once", details)

@@ -2,6 +2,8 @@
 
   ccr-sim run SCENARIO --seed N [--json] [--out FILE.parquet|FILE.json] [--param k=v]
   ccr-sim replay SCENARIO --seed N [--param k=v]   (the run, with its full event trace)
+  ccr-sim compare SCENARIO --seed N [--json] [--param k=v]
+                   (the same run once per link type, link and mirror, side by side)
   ccr-sim list-scenarios
   ccr-sim sweep ...                                (when sim.sweep is installed)
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sim import scenario as scenarios
+from sim.mirror_driver import LINK_TYPES
 from sim.runner import simulate
 
 
@@ -98,6 +101,70 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if summary["violations"] else 0
 
 
+# What `ccr-sim compare` puts side by side: (metric, what it counts).
+COMPARE_ROWS: tuple[tuple[str, str], ...] = (
+    ("rpo_records", "acknowledged records the failover target lacked"),
+    ("rpo_ms", "acknowledgement time those records span"),
+    ("consumer_duplicates_across_failover", "records consumers read again after moving"),
+    ("consumer_skips_across_failover", "records below their position they never read"),
+    ("mirror_duplicates_stored", "records a mirror wrote twice (at least once)"),
+)
+
+
+def compare(scenario: str, seed: int, params: dict[str, Any]) -> dict[str, Any]:
+    """The scenario once per link type (parameter link_type), same seed."""
+    if "link_type" in params:
+        raise scenarios.ScenarioError("compare sets link_type itself; drop --param link_type")
+    runs: dict[str, dict[str, Any]] = {}
+    for link_type in LINK_TYPES:
+        runs[link_type], _trace = simulate(scenario, seed, {**params, "link_type": link_type})
+    rows = {
+        metric: {t: runs[t]["metrics"].get(metric) for t in LINK_TYPES}
+        for metric, _what in COMPARE_ROWS
+    }
+    first = runs[LINK_TYPES[0]]
+    return {
+        "scenario": first["scenario"],
+        "seed": seed,
+        "params": dict(sorted(params.items())),
+        "columns": list(LINK_TYPES),
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def _print_comparison(result: dict[str, Any]) -> None:
+    runs = result["runs"]
+    columns: list[str] = result["columns"]
+    table: list[tuple[str, list[str]]] = []
+    for metric, values in result["rows"].items():
+        table.append((metric, ["-" if values[t] is None else f"{values[t]:g}" for t in columns]))
+    table.append(("violations", [str(len(runs[t]["violations"])) for t in columns]))
+    table.append(("trace_digest", [runs[t]["trace_digest"][:12] for t in columns]))
+    label = max(len(name) for name, _ in table)
+    width = max(12, *(len(c) for row in table for c in row[1]))
+    print(f"scenario   {result['scenario']}  (seed {result['seed']})")
+    print(f"  {'':<{label}}" + "".join(f"  {t:>{width}}" for t in columns))
+    for name, cells in table:
+        print(f"  {name:<{label}}" + "".join(f"  {c:>{width}}" for c in cells))
+    print()
+    for metric, what in COMPARE_ROWS:
+        print(f"  {metric}: {what}")
+    for t in columns:
+        if runs[t]["violations"]:
+            print(f"{t}:")
+            _print_violations(runs[t])
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    result = compare(args.scenario, args.seed, _params(args.param))
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        _print_comparison(result)
+    return 1 if any(r["violations"] for r in result["runs"].values()) else 0
+
+
 def cmd_list(_args: argparse.Namespace) -> int:
     for name in scenarios.shipped():
         s = scenarios.load(name)
@@ -111,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, help_ in (
         ("run", cmd_run, "run a scenario once and print its summary"),
         ("replay", cmd_replay, "run a scenario once and print its full event trace"),
+        ("compare", cmd_compare, "run a scenario once per link type (link, mirror), side by side"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument("scenario", help="a shipped scenario name or a TOML file")
@@ -122,8 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="NAME=VALUE",
             help="override a scenario value (see sim.scenario.PARAMS)",
         )
-        if name == "run":
+        if name in ("run", "compare"):
             p.add_argument("--json", action="store_true", help="print the summary as JSON")
+        if name == "run":
             p.add_argument("--out", default="", help="also write the summary (.json or .parquet)")
         p.set_defaults(func=func)
     p = sub.add_parser("list-scenarios", help="name the shipped scenarios")

@@ -7,8 +7,10 @@
 - availability_<class>: ok / all operations per spec section 6 client class.
 - rpo_records, rpo_ms: at each failover, acknowledged records on the source
   that the promoted follower lacks, and the span of acknowledgement time they
-  cover (the newest acked write on the source minus the newest the follower
-  holds).
+  cover: per partition, the newest acknowledgement on the source minus the
+  newest acknowledgement of a record the follower holds (or, when it holds
+  none of them, minus the oldest lost acknowledgement); the largest over the
+  partitions (`recovery_point`, for links and mirrors alike).
 - consumer_duplicates_across_failover / consumer_skips_across_failover: values a
   consumer saw again after moving clusters; stored values below its final
   position that it never saw.
@@ -32,6 +34,28 @@ def percentile(values: list[int], q: float) -> int:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
+
+
+def recovery_point(acked: list[tuple[tuple[str, int], int, int, bool]]) -> tuple[int, int]:
+    """(rpo_records, rpo_ms) of one failover from each acknowledged send on
+    the old source: (partition key, acknowledgement ms, records, whether the
+    promoted side holds it)."""
+    lost = 0
+    newest_acked: dict[tuple[str, int], int] = {}
+    newest_held: dict[tuple[str, int], int] = {}
+    oldest_lost: dict[tuple[str, int], int] = {}
+    for key, ack_ms, records, held in acked:
+        newest_acked[key] = max(newest_acked.get(key, ack_ms), ack_ms)
+        if held:
+            newest_held[key] = max(newest_held.get(key, ack_ms), ack_ms)
+        else:
+            lost += records
+            oldest_lost[key] = min(oldest_lost.get(key, ack_ms), ack_ms)
+    rpo_ms = 0
+    for key in sorted(oldest_lost):
+        since = newest_held.get(key, oldest_lost[key])
+        rpo_ms = max(rpo_ms, newest_acked[key] - since)
+    return lost, rpo_ms
 
 
 class Metrics:

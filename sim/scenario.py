@@ -13,19 +13,28 @@ Tables and keys (units last; every time is virtual milliseconds):
               partition_max_bytes, fetch_max_wait_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
-              is FOLLOWING, as an operator must), file
-  [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path)
+              is FOLLOWING, as an operator must), file, link_type (link|mirror:
+              every edge's type unless the edge sets its own)
+  [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
+              reset_on_heal
   [cluster]   disk_bytes_per_ms, replication_limit_bytes_per_s,
               session_timeout_ms, lag_max_ms, lag_max_records,
               replica_lag_time_max_ms
   [namespace] topics, partitions, groups (replicate group offsets too)
   [[edges]]   source, target, and any [network] key or mode (ASYNC|SYNC):
-              per-edge overrides
-  [[workloads]] kind (producer|bulk_producer|consumer), name, cluster, topic, ...
-  [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|heal|crash|
-              restart|unclean_election), and the keys of that kind
+              per-edge overrides; type (link: offset-preserving, the default |
+              mirror: MirrorMaker 2, sim.mirror_driver) and, for a mirror,
+              sync_group_offsets, sync_group_offsets_interval_ms,
+              emit_checkpoints_interval_ms, offset_lag_max,
+              offset_flush_interval_ms, refresh_topics_interval_ms,
+              offset_syncs_topic_location (source|target)
+  [[workloads]] kind (producer|bulk_producer|consumer|script), name, cluster, topic, ...
+              (script: name and sends = [{at_ms, cluster, topic, partition,
+              value, txn, abort}, ...], replayed as they are)
+  [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
+              restart|pause|resume|unclean_election), and the keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
-              set_mode), and its keys
+              set_mode|attach|detach|recover|reverse), and its keys
 
 Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
 can vary one knob without writing files.
@@ -39,8 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.mirror_driver import LINK_TYPES, MirrorOptions
 from sim.topology import KINDS, cluster_names
-from sim.workloads import ConsumerSpec, ProducerSpec
+from sim.workloads import ConsumerSpec, ProducerSpec, ScriptSend, ScriptSpec
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 MODES = ("ASYNC", "SYNC")
@@ -70,6 +80,10 @@ class TopologySpec:
     clusters: tuple[str, ...] = ("A", "B")
     mode: str = "ASYNC"
     file: str = ""
+    link_type: str = "link"  # every edge's type unless the edge says otherwise
+
+
+_MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,9 @@ class NetworkSpec:
     jitter_ms: int = 1
     loss: float = 0.0
     bandwidth_bytes_per_ms: int = 125_000
+    # A healed grudge resets the link connections it cut (the chaos proxy's
+    # rule): their calls in flight end at once and the links dial again.
+    reset_on_heal: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,15 @@ class EdgeSpec:
     jitter_ms: int | None = None
     loss: float | None = None
     bandwidth_bytes_per_ms: int | None = None
+    type: str = ""  # link | mirror; "" = [topology] link_type
+    # MM2 settings, used when the edge runs as a mirror (sim.mirror_driver):
+    sync_group_offsets: bool = _MM2.sync_group_offsets
+    sync_group_offsets_interval_ms: int = _MM2.sync_group_offsets_interval_ms
+    emit_checkpoints_interval_ms: int = _MM2.emit_checkpoints_interval_ms
+    offset_lag_max: int = _MM2.offset_lag_max
+    offset_flush_interval_ms: int = _MM2.offset_flush_interval_ms
+    refresh_topics_interval_ms: int = _MM2.refresh_topics_interval_ms
+    offset_syncs_topic_location: str = _MM2.offset_syncs_topic_location
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +148,7 @@ class FaultSpec:
     topic: str = ""
     partition: int = 0
     records: int = 0
+    loss: float = 0.0  # kind loss: the probability that a message is dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +165,8 @@ class ActionSpec:
     topic: str = ""
     partitions: int = 1
     mode: str = ""
+    leader: str = ""  # attach: "local" or "remote" (which side leads the namespace)
+    timeout_ms: int = 0  # reverse: how long to wait for the remote (0: 30 s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +184,7 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     actions: tuple[ActionSpec, ...] = ()
     base_dir: str = ""
+    scripts: tuple[ScriptSpec, ...] = ()
 
 
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -164,19 +194,26 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "bridge": ("side_a", "side_b", "bridge", "duration_ms"),
     "isolate": ("node", "duration_ms"),
     "clog": ("side_a", "side_b", "latency_ms", "duration_ms"),
+    "loss": ("side_a", "side_b", "loss", "duration_ms"),
     "heal": (),
     "crash": ("node", "duration_ms", "permanent"),
     "restart": ("node",),
+    "pause": ("node", "duration_ms"),
+    "resume": ("node",),
     "unclean_election": ("node", "topic", "partition", "records"),
 }
 
 ACTION_KINDS: dict[str, tuple[str, ...]] = {
-    # Operator actions (LinkManager's); reverse and recover will join this table.
+    # Operator actions (LinkManager's, and linkd/operations.py's recover and reverse).
     "set_mode": ("cluster", "link", "mode"),
     "failover": ("cluster", "link", "force", "bump_leader_epoch"),
     "delete_link": ("cluster", "link"),
     "create_link": ("source", "target", "link", "prefixes"),
     "create_topic": ("cluster", "topic", "partitions"),
+    "attach": ("cluster", "link", "prefixes", "leader"),  # topic namespaces [local, remote]
+    "detach": ("cluster", "link", "prefixes"),  # the local prefix of each pair
+    "recover": ("cluster", "link", "prefixes"),  # none: every mapping of the link
+    "reverse": ("cluster", "link", "timeout_ms"),
 }
 
 
@@ -295,6 +332,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     )
     producers: list[ProducerSpec] = []
     consumers: list[ConsumerSpec] = []
+    scripts: list[ScriptSpec] = []
     for i, w in enumerate(data.get("workloads", [])):
         where = f"[[workloads]] #{i + 1}"
         if not isinstance(w, dict):
@@ -309,9 +347,11 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
             producers.append(_build(ProducerSpec, where, w))
         elif kind == "consumer":
             consumers.append(_build(ConsumerSpec, where, w))
+        elif kind == "script":
+            scripts.append(_script(where, w))
         else:
             raise ScenarioError(
-                f"{where}: kind = {kind!r} is not one of producer, bulk_producer, consumer"
+                f"{where}: kind = {kind!r} is not one of producer, bulk_producer, consumer, script"
             )
     faults = tuple(_checked_kind(FaultSpec, FAULT_KINDS, "[[faults]]", data.get("faults", [])))
     actions = tuple(_checked_kind(ActionSpec, ACTION_KINDS, "[[actions]]", data.get("actions", [])))
@@ -329,9 +369,34 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         faults,
         actions,
         base_dir,
+        scripts=tuple(scripts),
     )
     _check_names(scenario)
+    _check_link_types(scenario)
     return scenario
+
+
+def _script(where: str, w: dict[str, Any]) -> ScriptSpec:
+    """A `script` workload: name and sends (an array of tables)."""
+    unknown = sorted(k for k in w if k not in ("name", "sends"))
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (known: name, sends)")
+    name = _convert(where, "name", w["name"], None, "str")
+    raw = w.get("sends", [])
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where}: sends = {raw!r} is not an array of tables")
+    sends = tuple(_build(ScriptSend, f"{where} sends #{j + 1}", item) for j, item in enumerate(raw))
+    first: dict[str, ScriptSend] = {}
+    for j, send in enumerate(sends):
+        if not send.txn:
+            continue
+        head = first.setdefault(send.txn, send)
+        if (send.cluster, send.topic) != (head.cluster, head.topic):
+            raise ScenarioError(
+                f"{where} sends #{j + 1}: transaction {send.txn!r} names "
+                f"{send.cluster}/{send.topic}, its first record {head.cluster}/{head.topic}"
+            )
+    return ScriptSpec(name, sends)
 
 
 def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
@@ -358,6 +423,42 @@ def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items
     return out
 
 
+def _check_link_types(s: Scenario) -> None:
+    """Link types and the MM2 settings of edges that run as mirrors."""
+    if s.topology.link_type not in LINK_TYPES:
+        types = ", ".join(LINK_TYPES)
+        raise ScenarioError(
+            f"[topology]: link_type = {s.topology.link_type!r} is not one of {types}"
+        )
+    for i, e in enumerate(s.edges):
+        where = f"[[edges]] #{i + 1} ({e.source}->{e.target})"
+        if e.type not in ("", *LINK_TYPES):
+            raise ScenarioError(f"{where}: type = {e.type!r} is not one of {', '.join(LINK_TYPES)}")
+        for key in (
+            "sync_group_offsets_interval_ms",
+            "emit_checkpoints_interval_ms",
+            "offset_flush_interval_ms",
+            "refresh_topics_interval_ms",
+        ):
+            if getattr(e, key) < 1:
+                raise ScenarioError(f"{where}: {key} = {getattr(e, key)} must be >= 1")
+        if e.offset_syncs_topic_location not in ("source", "target"):
+            raise ScenarioError(
+                f"{where}: offset_syncs_topic_location = {e.offset_syncs_topic_location!r} "
+                "is not one of source, target"
+            )
+        if (e.type or s.topology.link_type) == "mirror" and (e.mode or s.topology.mode) == "SYNC":
+            raise ScenarioError(
+                f"{where}: a mirror (MirrorMaker 2) has no SYNC mode; use mode = 'ASYNC' or "
+                "type = 'link'"
+            )
+    if s.topology.link_type == "mirror" and s.topology.mode == "SYNC":
+        raise ScenarioError(
+            "[topology]: link_type = 'mirror' with mode = 'SYNC': a mirror (MirrorMaker 2) "
+            "has no SYNC mode"
+        )
+
+
 def _check_names(s: Scenario) -> None:
     clusters = set(s.topology.clusters)
     if s.topology.kind == "file":
@@ -378,6 +479,18 @@ def _check_names(s: Scenario) -> None:
     for i, a in enumerate(s.actions):
         if a.kind == "set_mode" and a.mode not in MODES:
             raise ScenarioError(f"[[actions]] #{i + 1}: mode = {a.mode!r} is not one of {MODES}")
+        if a.kind == "attach" and a.leader not in ("local", "remote"):
+            raise ScenarioError(
+                f"[[actions]] #{i + 1}: leader = {a.leader!r} is not one of local, remote"
+            )
+        if a.kind in ("attach", "detach") and not a.prefixes:
+            raise ScenarioError(f"[[actions]] #{i + 1}: {a.kind} needs prefixes")
+    for i, f in enumerate(s.faults):
+        if f.kind == "loss" and f.loss > 1:
+            raise ScenarioError(f"[[faults]] #{i + 1}: loss = {f.loss} must be within [0, 1]")
+    for script in s.scripts:
+        for send in script.sends:
+            known(f"workload {script.name!r}", "cluster", send.cluster)
     workloads: list[tuple[str, str, str]] = [
         (w.name, w.cluster, w.failover_to) for w in s.producers
     ] + [(w.name, w.cluster, w.failover_to) for w in s.consumers]
@@ -437,6 +550,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "partitions": ("namespace", "partitions"),
     "producer_rate_per_s": ("workloads", "rate_per_s"),
     "transactional_fraction": ("workloads", "transactional_fraction"),
+    # link | mirror, for every edge (overrides each edge's own type).
+    "link_type": ("topology", "link_type"),
 }
 
 
@@ -485,5 +600,12 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 raise ScenarioError(f"parameter topology = {new.kind!r} is not one of {KINDS}")
             if new.mode not in MODES:
                 raise ScenarioError(f"parameter mode = {new.mode!r} is not one of {MODES}")
+            if new.link_type not in LINK_TYPES:
+                raise ScenarioError(
+                    f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
+                )
         s = dataclasses.replace(s, **{table: new})
+    if "link_type" in params:
+        s = dataclasses.replace(s, edges=tuple(dataclasses.replace(e, type="") for e in s.edges))
+    _check_link_types(s)
     return s

@@ -29,7 +29,9 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -113,9 +115,12 @@ class Producer:
     def start(self) -> None:
         self.world.queue.at(self.spec.start_ms, f"{self.spec.name} start", self._next)
 
-    def move_to(self, cluster: str) -> None:
+    def move_to(self, cluster: str, topic: str = "") -> None:
+        """Failover; `topic`: the name it writes there (a mirror's remote topic)."""
         self.cluster = cluster
         self.ids = {}
+        if topic:
+            self.spec = replace(self.spec, topic=topic)
 
     def _next(self) -> None:
         q = self.world.queue
@@ -346,14 +351,25 @@ class Consumer:
         self.stop_ms = spec.stop_ms if spec.stop_ms >= 0 else stop_ms
         self.session = 0
         self.positions: dict[int, int] | None = None  # None: load from the group
+        # Where to start a partition the group has no committed offset for
+        # (after a mirror failover: the translated checkpoints); else the log start.
+        self.start_offsets: dict[int, int] = {}
 
     def start(self) -> None:
         self.world.queue.at(self.spec.start_ms, f"{self.spec.name} start", self._poll)
 
-    def move_to(self, cluster: str) -> None:
+    def move_to(
+        self, cluster: str, topic: str = "", start_offsets: dict[int, int] | None = None
+    ) -> None:
+        """Failover: a new session on `cluster`, reading `topic` there if given (a
+        mirror's remote topic), from the group's committed offsets, else from
+        `start_offsets`, else from the log start."""
         self.cluster = cluster
         self.session += 1
         self.positions = None
+        if topic:
+            self.spec = replace(self.spec, topic=topic)
+        self.start_offsets = dict(start_offsets or {})
 
     def _load_positions(self, node: SimCluster) -> dict[int, int]:
         state = node.state
@@ -362,7 +378,9 @@ class Consumer:
         out: dict[int, int] = {}
         for p, log in enumerate(topic.partitions):
             c = committed.get((self.spec.topic, p))
-            out[p] = c.offset if c is not None else log.log_start_offset
+            start = self.start_offsets.get(p, log.log_start_offset)
+            start = max(log.log_start_offset, min(start, log.log_end_offset))
+            out[p] = c.offset if c is not None else start
         return out
 
     def _poll(self) -> None:
@@ -487,5 +505,233 @@ class Consumer:
                 complete,
                 value,
                 error,
+            )
+        )
+
+
+# -- scripted producers (replays) ------------------------------------------------------------
+
+# How often a request held by a paused cluster checks whether it resumed.
+PAUSE_POLL_MS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptSend:
+    """One record of a script, sent at `at_ms` to `cluster`'s `topic`-`partition`.
+    Records naming the same `txn` form one transaction, sent together at the
+    first one's time to its cluster and topic, then committed (or aborted when
+    any of them says `abort`)."""
+
+    at_ms: int
+    cluster: str
+    topic: str
+    partition: int
+    value: str
+    txn: str = ""
+    abort: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptSpec:
+    name: str
+    sends: tuple[ScriptSend, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRequest:
+    at_ms: int
+    cluster: str
+    topic: str
+    parts: tuple[tuple[int, str], ...]  # (partition, value)
+    txn: str = ""
+    abort: bool = False
+
+
+def script_requests(spec: ScriptSpec) -> list[ScriptRequest]:
+    """The script's requests, in order: one per plain record, one per transaction."""
+    out: list[ScriptRequest] = []
+    txns: dict[str, int] = {}
+    for s in spec.sends:
+        if s.txn and s.txn in txns:
+            i = txns[s.txn]
+            r = out[i]
+            out[i] = replace(r, parts=(*r.parts, (s.partition, s.value)), abort=r.abort or s.abort)
+            continue
+        if s.txn:
+            txns[s.txn] = len(out)
+        out.append(
+            ScriptRequest(s.at_ms, s.cluster, s.topic, ((s.partition, s.value),), s.txn, s.abort)
+        )
+    return out
+
+
+class ScriptProducer:
+    """Replays a script (workload kind `script`): the same records to the same
+    partitions at the same times. One idempotent producer id per cluster (a
+    transactional one for transactions), sequences per partition. A request to
+    a paused cluster waits until it resumes (its connection holds it, as TCP
+    does for a stopped process); one to a crashed cluster ends `info` after
+    request_timeout_ms; a refusal ends `fail` and takes a new producer id; an
+    acknowledgement waits for the high watermark, as a producer's does."""
+
+    def __init__(self, spec: ScriptSpec, world: World, paused: Callable[[str], bool]) -> None:
+        self.spec = spec
+        self.world = world
+        self.paused = paused
+        self.ids: dict[tuple[str, bool], _ProducerIds] = {}
+
+    def start(self) -> None:
+        for i, r in enumerate(script_requests(self.spec)):
+            self.world.queue.at(
+                r.at_ms, f"{self.spec.name} script {i}", functools.partial(self._invoke, r)
+            )
+
+    def _sized(self, effect: core.AppendBatch) -> int:
+        return (
+            64 if effect.header.is_control else effect.header.record_count * self.world.record_bytes
+        )
+
+    def _invoke(self, r: ScriptRequest) -> None:
+        w = self.world
+        invoke = w.queue.now_ms
+
+        def every(type_: str, complete: int, error: str, node: SimCluster) -> None:
+            for p, value in r.parts:
+                self._finish(
+                    node, type_, invoke, complete, Send(r.topic, p, value, txn=r.txn), error
+                )
+
+        def arrive() -> None:
+            if self.paused(r.cluster):
+                w.queue.after(PAUSE_POLL_MS, f"{self.spec.name} held", arrive)
+                return
+            node = w.clusters[r.cluster]
+            if not node.up:
+                every("info", invoke + w.request_timeout_ms, "timeout", node)
+                return
+            try:
+                self._produce(node, r, invoke)
+            except ClusterError as exc:
+                self.ids.pop((r.cluster, bool(r.txn)), None)
+                every("fail", w.queue.now_ms, exc.code.name, node)
+
+        w.queue.after(w.client_latency_ms, f"{self.spec.name} produce", arrive)
+
+    def _producer_ids(self, node: SimCluster, transactional: bool) -> _ProducerIds:
+        key = (node.cluster_id, transactional)
+        ids = self.ids.get(key)
+        if ids is None:
+            txn_id = f"{self.spec.name}-txn" if transactional else ""
+            pid, epoch, effects = node.state.init_producer_id(
+                txn_id, TXN_TIMEOUT_MS, self.world.queue.now_ms
+            )
+            node.execute(effects, "metadata", self._sized)
+            ids = _ProducerIds(pid, epoch)
+            self.ids[key] = ids
+        return ids
+
+    def _produce(self, node: SimCluster, r: ScriptRequest, invoke: int) -> None:
+        w = self.world
+        now = w.queue.now_ms
+        state = node.state
+        transactional = bool(r.txn)
+        ids = self._producer_ids(node, transactional)
+        txn_id = f"{self.spec.name}-txn" if transactional else ""
+        effects: list[core.Effect] = []
+        sends: list[Send] = []
+        try:
+            if transactional:
+                effects += state.add_partitions_to_txn(
+                    txn_id,
+                    ids.producer_id,
+                    ids.epoch,
+                    sorted({(r.topic, p) for p, _ in r.parts}),
+                    now,
+                )
+            for partition, value in r.parts:
+                batch = rb.build_batch(
+                    [rb.RecordSpec(None, value.encode(), now)],
+                    producer_id=ids.producer_id,
+                    producer_epoch=ids.epoch,
+                    base_sequence=ids.sequences.get(partition, 0),
+                    transactional=transactional,
+                )
+                result = state.produce(r.topic, partition, batch, txn_id, now)
+                ids.sequences[partition] = ids.sequences.get(partition, 0) + 1
+                effects += result.effects
+                sends.append(Send(r.topic, partition, value, result.base_offset, txn=r.txn))
+        except ClusterError:
+            if transactional:
+                # The client aborts what the core accepted before the refusal.
+                try:
+                    effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, False, now)
+                except ClusterError:
+                    pass  # nothing open, or fenced: the coordinator times it out
+            node.execute(effects, "produce", self._sized)
+            raise
+        refused = ""
+        if transactional:
+            try:
+                effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, not r.abort, now)
+                refused = "ABORTED" if r.abort else ""
+            except ClusterError as exc:
+                # The commit is refused (LINK_NOT_IN_SYNC): the client aborts.
+                refused = exc.code.name
+                self.ids.pop((node.cluster_id, True), None)
+                try:
+                    effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, False, now)
+                except ClusterError:
+                    pass
+        reserved = any(ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, r.topic))
+        targets = {(r.topic, p): state.partition(r.topic, p).log_end_offset for p, _ in r.parts}
+
+        def finish(type_: str, error: str, done: list[Send]) -> None:
+            def deliver() -> None:
+                for send in done:
+                    self._finish(node, type_, invoke, w.queue.now_ms, send, error, reserved)
+
+            w.queue.after(w.client_latency_ms, f"{self.spec.name} ack", deliver)
+
+        def answered(timed_out: ClusterError | None) -> None:
+            if timed_out is not None:
+                finish("info", timed_out.code.name, sends)
+                return
+            witnessed = [
+                replace(s, sync_witnesses=w.sync_witnesses(node, s.topic, s.partition))
+                for s in sends
+            ]
+            finish("ok", "", witnessed)
+
+        def durable() -> None:
+            if refused:
+                finish("fail", refused, sends)
+                return
+            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
+
+        node.execute(effects, "produce", self._sized, durable)
+
+    def _finish(
+        self,
+        node: SimCluster,
+        type_: str,
+        invoke: int,
+        complete: int,
+        send: Send,
+        error: str,
+        reserved: bool = False,
+    ) -> None:
+        w = self.world
+        kind = "producer_txn" if send.txn else "producer"
+        w.history.add(
+            Op(
+                self.spec.name,
+                w.client_class(node, kind, send.topic, ""),
+                node.cluster_id,
+                "ok" if type_ == "ok" else ("fail" if type_ == "fail" else "info"),
+                invoke,
+                complete,
+                send,
+                error,
+                reserved,
             )
         )

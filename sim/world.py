@@ -17,12 +17,16 @@ Theory of operation (TigerBeetle's VOPR, Kafka's RaftEventSimulationTest):
    history and the final logs; then metrics.
 
 Operator actions mirror `LinkManager` (linkd/replication.py): create_link
-(create + attach), delete_link, failover, set_mode. They are instantaneous
-(admin calls are not on the data path) and need the remote reachable where
-the daemon needs it (creating a link); otherwise the remote learns through
-handshakes. An edge (or topology) with mode SYNC is created ASYNC and
-switched by set_mode on its follower as soon as the link is FOLLOWING (the
-core refuses SYNC before), as an operator would.
+(create + attach), delete_link, failover, set_mode, attach, detach; and
+`linkd/operations.py`: recover (always confirmed) and reverse, step by step
+through the same `linkd.core.recovery` functions. They are instantaneous
+(admin calls are not on the data path; reverse's wait for the remote runs on
+virtual time) and need the remote reachable where the daemon needs it
+(creating a link, describing the remote's partitions, promoting its
+namespaces); otherwise the remote learns through handshakes. An edge (or
+topology) with mode SYNC is created ASYNC and switched by set_mode on its
+follower as soon as the link is FOLLOWING (the core refuses SYNC before), as
+an operator would.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from typing import Any
 from linkd.core import cluster as core
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
+from linkd.core import recovery
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits, LinkState
+from linkd.core.links import LinkLimits, LinkState, Mapping
 from linkd.core.namespaces import ResourceType
 from sim import checkers, network, seeds, topology
 from sim.checkers import Violation
@@ -44,12 +49,17 @@ from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.history import History, Send
 from sim.link_driver import FetchSizes, LinkDriver, wire
-from sim.metrics import Metrics
+from sim.metrics import Metrics, recovery_point
+from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.network import Network, PathParams
 from sim.scenario import ActionSpec, FaultSpec, Scenario
-from sim.workloads import Consumer, Producer
+from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
+# linkd/operations.py: reverse waits this long for the remote by default,
+# asking it this often.
+REVERSE_TIMEOUT_MS_DEFAULT = 30_000
+REVERSE_POLL_MS = 200
 
 
 class Simulation:
@@ -90,6 +100,8 @@ class Simulation:
         self.link_ids = seeds.IdFactory(seed, "links")
         self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
         self.drivers: dict[str, LinkDriver] = {}
+        # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
+        self.mirrors: dict[str, MirrorDriver] = {}
         self.offset_watch = checkers.OffsetWatch()
         self.violations: list[Violation] = []
         self.metrics = Metrics()
@@ -97,6 +109,10 @@ class Simulation:
         self.producers: list[Producer] = []
         self.consumers: list[Consumer] = []
         self.lost_for_good: set[str] = set()
+        # Paused clusters (fault pause: SIGSTOP): down, but with all their state.
+        self.paused: set[str] = set()
+        self.scripts: list[ScriptProducer] = []
+        self._lossy: dict[tuple[str, str], PathParams] = {}  # path -> its params before
         self._heal_at_ms: int | None = None
         self._state_sampled_ms = 0
 
@@ -165,6 +181,9 @@ class Simulation:
         for (u, v), mappings in sorted(
             topology.edge_mappings(self.graph, s.namespace.groups).items()
         ):
+            if self.edge_type(u, v) == "mirror":
+                self.create_mirror(u, v, f"{u}-{v}")
+                continue
             prefixes = tuple(sorted({(m.local_prefix, m.remote_prefix) for m in mappings}))
             self.create_link(u, v, f"{u}-{v}", prefixes, with_groups=s.namespace.groups)
             if self.edge_mode(u, v) == "SYNC":
@@ -182,6 +201,10 @@ class Simulation:
             consumer = Consumer(cspec, self, s.run.duration_ms)
             self.consumers.append(consumer)
             consumer.start()
+        for sspec in s.scripts:
+            script = ScriptProducer(sspec, self, self.paused.__contains__)
+            self.scripts.append(script)
+            script.start()
         for fault in s.faults:
             self.queue.at(fault.at_ms, f"fault {fault.kind}", functools.partial(self.fault, fault))
         for action in s.actions:
@@ -212,16 +235,335 @@ class Simulation:
                 node = self.clusters[a.cluster]
                 _t, effects = node.state.create_topic(a.topic, a.partitions, {}, node.topic_ids())
                 node.execute(effects, "metadata", self.logical_bytes)
+            elif a.kind == "attach":
+                for local, remote in a.prefixes:
+                    self.attach(a.cluster, a.link, local, remote, a.leader)
+            elif a.kind == "detach":
+                for local, _remote in a.prefixes:
+                    self.detach(a.cluster, a.link, local)
+            elif a.kind == "recover":
+                self.recover(a.cluster, a.link, a.prefixes)
+            elif a.kind == "reverse":
+                self.reverse(a.cluster, a.link, a.timeout_ms)
             self.metrics.add("actions_ok", 1)
         except ClusterError as exc:
             self.metrics.add("actions_failed", 1)
             self.queue.note(f"action {a.kind} refused: {exc.code.name}: {exc.message}")
+
+    # -- attach, detach, recover, reverse ----------------------------------------------
+
+    def attach(self, cluster: str, name: str, local: str, remote: str, leader: str) -> None:
+        """LinkManager.attach of a topic namespace: the core's checks, then the
+        versioned mapping (`_change_mapping`)."""
+        node = self.clusters[cluster]
+        if node.state.namespaces.find(ResourceType.TOPIC, local) is None:
+            # The operator's create-namespace step before attaching (as create_link).
+            node.journal_records += len(node.state.namespaces.create(ResourceType.TOPIC, local))
+        mapping = rep.check_attach(node.state, name, "topic", local, remote, leader)
+        self._change_mapping(node, name, mapping)
+        self.queue.note(f"attach {cluster} link {name} {local}->{remote} leader {leader}")
+
+    def detach(self, cluster: str, name: str, local: str) -> None:
+        """LinkManager.detach of a topic namespace."""
+        from linkd.core.errors import ErrorCode
+
+        node = self.clusters[cluster]
+        current = node.links.get(name).mappings.get(("topic", local))
+        if current is None or not current.attached:
+            raise ClusterError(
+                ErrorCode.UNKNOWN_NAMESPACE,
+                f"link {name!r}",
+                f"link {name!r}: topic namespace {local!r} is not attached to it",
+            )
+        self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
+        self.queue.note(f"detach {cluster} link {name} {local}")
+
+    def _change_mapping(self, node: SimCluster, name: str, mapping: Mapping) -> None:
+        """LinkManager._change_mapping: stored here (`rep.put_mapping`), then
+        told to the remote by a handshake when it is reachable (otherwise it
+        converges through the periodic handshakes), and the runner woken."""
+        now = self.queue.now_ms
+        node.journal_records += len(rep.put_mapping(node.state, name, mapping, now))
+        config = node.links.get(name)
+        remote = self.clusters.get(config.remote_cluster_id)
+        if (
+            remote is not None
+            and remote.up
+            and self._reachable(node.cluster_id, remote.cluster_id)
+            and name in remote.links.configs
+        ):
+            got = rounds.accept_handshake(remote.state, wire(config), False, now)
+            remote.journal_records += len(got)
+            answer = wire(remote.links.get(name))
+            node.journal_records += len(
+                rounds.accept_handshake_answer(node.state, name, answer, now)
+            )
+        for key in sorted(self.drivers):
+            if self.drivers[key].name == name:
+                self.drivers[key].wake()
+
+    def _remote_of(self, cluster: str, name: str, what: str) -> SimCluster:
+        """The link's remote, if it answers a call from `cluster` (else
+        LINK_UNREACHABLE, as a failed gRPC call to it)."""
+        from linkd.core.errors import ErrorCode
+
+        config = self.clusters[cluster].links.get(name)
+        remote = self.clusters.get(config.remote_cluster_id)
+        if remote is None or not remote.up or not self._reachable(cluster, remote.cluster_id):
+            raise ClusterError(
+                ErrorCode.LINK_UNREACHABLE,
+                f"link {name!r}",
+                f"link {name!r}: {what}: {config.remote_cluster_id!r} is unreachable",
+            )
+        # Replication.DescribePartitions / PromoteNamespaces find the link by id.
+        remote.state.links.by_id(config.link_id)
+        return remote
+
+    def _describe_remote(self, cluster: str, name: str, prefix: str) -> recovery.RemotePartitions:
+        """Replication.DescribePartitions (linkd/operations.py describe_partitions
+        on the remote, side_of here): the remote's histories under `prefix`."""
+        remote = self._remote_of(cluster, name, "describing partitions")
+        config = remote.state.links.by_id(self.clusters[cluster].links.get(name).link_id)
+        remote.links.on_contact(config.name, self.queue.now_ms)
+        out: recovery.RemotePartitions = {}
+        for topic in sorted(remote.state.topics):
+            if not rep.in_prefix(topic, prefix):
+                continue
+            for h in recovery.partition_histories(remote.state, topic):
+                out[(topic, h["partition"])] = recovery.PartitionSide(
+                    remote.cluster_id,
+                    h["log_start_offset"],
+                    h["log_end_offset"],
+                    h["high_watermark"],
+                    tuple((e["epoch"], e["start_offset"]) for e in h["epoch_history"]),
+                    tuple(
+                        recovery.ProvenanceItem(
+                            e["kind"],
+                            e["offset"],
+                            e["source_cluster_id"],
+                            e["link_id"],
+                            e["link_epoch"],
+                            e["removed_records"],
+                        )
+                        for e in h["provenance"]
+                    ),
+                )
+        return out
+
+    def recover(self, cluster: str, name: str, prefixes: tuple[tuple[str, str], ...]) -> None:
+        """Operations.recover with confirm (linkd/operations.py): the remote's
+        histories, the core's plan, reserve and abort, truncate what the remote
+        never had (`recovery.apply_recovery`), then attach every mapping with
+        the remote leading. `prefixes` names topic namespaces [local, remote]
+        (remote "" : the link's, else the same); none: every mapping."""
+        node = self.clusters[cluster]
+        state = node.state
+        config = node.links.get(name)
+        requested: list[tuple[str, str, str | None]] = [
+            ("topic", local, remote or None) for local, remote in prefixes
+        ]
+        mappings = recovery.select_mappings(state, config, requested)
+        remote_id = config.remote_cluster_id
+        theirs: recovery.RemotePartitions = {}
+        for m in mappings:
+            if m.resource_type == "topic":
+                theirs.update(self._describe_remote(cluster, name, m.remote_prefix))
+        if not any(m.resource_type == "topic" for m in mappings):
+            self._remote_of(cluster, name, "describing partitions")
+        plan = recovery.plan_recovery(state, name, mappings, remote_id, theirs)
+        now = self.queue.now_ms
+        aborted, effects = recovery.reserve_and_abort(state, mappings, now)
+        try:
+            plan = recovery.plan_recovery(state, name, mappings, remote_id, theirs)
+            effects += recovery.apply_recovery(state, plan, config.link_id, now)
+        finally:
+            node.execute(effects, "metadata", self.logical_bytes)
+        self.metrics.add("recoveries", 1)
+        self.queue.note(
+            f"recover {cluster} link {name}: cut {plan.local_records_lost} records in "
+            f"{plan.diverged_partitions} partitions, aborted {len(aborted)} transactions"
+        )
+        for m in mappings:
+            current = state.links.get(name).mappings.get((m.resource_type, m.local_prefix))
+            if (
+                current is not None
+                and current.attached
+                and (current.leader, current.remote_prefix) == ("remote", m.remote_prefix)
+            ):
+                continue
+            if current is not None and current.attached:
+                self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
+            mapping = rep.check_attach(
+                state, name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"
+            )
+            self._change_mapping(node, name, mapping)
+
+    def reverse(self, cluster: str, name: str, timeout_ms: int) -> None:
+        """Operations.reverse (linkd/operations.py), run on the current leader:
+        verify the link state, reserve, abort open transactions, wait (on
+        virtual time, bounded) for the remote to hold every record and
+        committed offset, detach, attach swapped, promote the remote's
+        namespaces. Stops at the first step that fails (this side stays
+        reserved). The steps after the wait run when it ends; each is noted.
+
+        The daemon's dialing side pushes to the new follower after a reversal
+        (ReplicaPush); the simulator carries the same rounds as a pull by the
+        new follower: a second driver, on the new follower, dialing the new
+        leader."""
+        from linkd.core.errors import ErrorCode
+        from linkd.core.namespaces import ResourceType
+
+        node = self.clusters[cluster]
+        state = node.state
+        config = node.links.get(name)
+        timeout_ms = timeout_ms or REVERSE_TIMEOUT_MS_DEFAULT
+        _, leaders = recovery.reverse_mappings(state, name)
+        records: list[dict[str, Any]] = []
+        for m in leaders:
+            records += state.namespaces.set_reserved(
+                ResourceType.parse(m.resource_type), m.local_prefix, True
+            )
+        node.journal_records += len(records)
+        now = self.queue.now_ms
+        prefixes = [m.local_prefix for m in leaders if m.resource_type == "topic"]
+        aborted, effects = state.abort_transactions_in(prefixes, now)
+        node.execute(effects, "metadata", self.logical_bytes)
+        self.queue.note(f"reverse {cluster} link {name}: reserved, aborted {len(aborted)}")
+        deadline = now + timeout_ms
+
+        def stopped(step: str, exc: ClusterError) -> None:
+            self.metrics.add("reverse_failed", 1)
+            self.queue.note(f"reverse {name} stopped at {step}: {exc.code.name}: {exc.message}")
+
+        def wait_remote() -> None:
+            try:
+                missing = self._reverse_missing(cluster, name, leaders)
+            except ClusterError as exc:
+                stopped("wait-for-remote", exc)
+                return
+            if missing:
+                if self.queue.now_ms >= deadline:
+                    stopped(
+                        "wait-for-remote",
+                        ClusterError(
+                            ErrorCode.REQUEST_TIMED_OUT,
+                            f"link {name!r}",
+                            f"the remote did not catch up within {timeout_ms} ms "
+                            f"({len(missing)} behind, e.g. {'; '.join(missing[:3])})",
+                        ),
+                    )
+                    return
+                self.queue.after(REVERSE_POLL_MS, f"reverse {name} wait", wait_remote)
+                return
+            try:
+                finish()
+            except ClusterError as exc:
+                stopped("swap", exc)
+
+        def finish() -> None:
+            for m in leaders:
+                current = state.links.get(name).mappings[(m.resource_type, m.local_prefix)]
+                self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
+            for m in leaders:
+                mapping = rep.check_attach(
+                    state, name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"
+                )
+                self._change_mapping(node, name, mapping)
+            remote = self._remote_of(cluster, name, "promoting namespaces")
+            remote_name = remote.state.links.by_id(config.link_id).name
+            bumped, promoted = recovery.promote_namespaces(
+                remote.state, remote_name, [(m.resource_type, m.remote_prefix) for m in leaders]
+            )
+            remote.journal_records += len(promoted)
+            remote.refresh_high_watermarks()
+            key = f"{cluster}/{name}"
+            if key not in self.drivers:
+                driver = LinkDriver(name, node, remote, self.queue, self.network, self.sizes, self)
+                self.drivers[key] = driver
+                driver.start()
+            self.metrics.add("reversals", 1)
+            self.queue.note(
+                f"reverse {name}: {remote.cluster_id} leads, {bumped} partitions bumped"
+            )
+
+        wait_remote()
+
+    def _reverse_missing(
+        self, cluster: str, name: str, leaders: list[recovery.RecoveryMapping]
+    ) -> list[str]:
+        """Operations._wait_remote_caught_up, one poll: what the remote lacks
+        (`recovery.reverse_missing`, from what the remote describes)."""
+        copies: list[recovery.RemoteCopy] = []
+        for m in leaders:
+            if m.resource_type == "topic":
+                theirs = self._describe_remote(cluster, name, m.remote_prefix)
+                parts = {k: (r.log_end_offset, r.high_watermark) for k, r in theirs.items()}
+                copies.append(recovery.RemoteCopy(m, partitions=parts))
+            else:
+                remote = self._remote_of(cluster, name, "describing group offsets")
+                committed = recovery.committed_in(remote.state, m.remote_prefix)
+                offsets = {(g, t, p): o for g, t, p, o in committed}
+                copies.append(recovery.RemoteCopy(m, group_offsets=offsets))
+        return recovery.reverse_missing(self.clusters[cluster].state, copies)[1]
 
     def edge_mode(self, source: str, target: str) -> str:
         for edge in self.scenario.edges:
             if (edge.source, edge.target) == (source, target) and edge.mode:
                 return edge.mode
         return self.scenario.topology.mode
+
+    def edge_type(self, source: str, target: str) -> str:
+        for edge in self.scenario.edges:
+            if (edge.source, edge.target) == (source, target) and edge.type:
+                return edge.type
+        return self.scenario.topology.link_type
+
+    def create_mirror(self, source: str, target: str, name: str) -> None:
+        """An edge of type mirror: a MirrorMaker 2 flow (sim.mirror_driver) in
+        place of a link. It is a client of both clusters: nothing is configured
+        on either; it creates what it needs as it runs."""
+        edge = next(
+            (e for e in self.scenario.edges if (e.source, e.target) == (source, target)), None
+        )
+        options = MirrorOptions.of(edge) if edge is not None else MirrorOptions()
+        driver = MirrorDriver(
+            name,
+            self.clusters[source],
+            self.clusters[target],
+            build_flow(source, target, options),
+            self.queue,
+            self.network,
+            self.sizes,
+            self,
+        )
+        self.mirrors[f"{target}/{name}"] = driver
+        driver.start()
+        self.queue.note(f"mirror {name} created {source}->{target}")
+
+    def _mirror_failover(self, cluster: str, mirror: MirrorDriver) -> None:
+        """A failover through a MirrorMaker 2 flow. MM2 has none of its own: the
+        operator stops the flow and moves the applications to the target's
+        remote topics. Consumers resume at their group's offsets there (written
+        by KIP-545 group sync), else at the group's translated checkpoints
+        (RemoteClusterUtils.translateOffsets), else at the log start. RPO is
+        measured by value: offsets differ across a mirror."""
+        mirror.stop()
+        lost, rpo_ms = mirror.measure_rpo(self.history)
+        self.metrics.add("rpo_records", lost)
+        self.metrics.maximum("rpo_ms", rpo_ms)
+        source = mirror.source.cluster_id
+        for producer in self.producers:
+            if producer.spec.failover_to == cluster:
+                moved = producer.cluster == source
+                remote = mirror.remote_topic(producer.spec.topic) if moved else None
+                producer.move_to(cluster, remote or "")
+        for consumer in self.consumers:
+            if consumer.spec.failover_to == cluster:
+                moved = consumer.cluster == source
+                remote = mirror.remote_topic(consumer.spec.topic) if moved else None
+                start = mirror.checkpointed_offsets(consumer.spec.group, remote) if remote else {}
+                consumer.move_to(cluster, remote or "", start)
+        self.queue.note(f"failover {cluster} mirror {mirror.name} stopped")
 
     def _switch_to_sync_when_following(self, cluster: str, name: str) -> None:
         """set_mode SYNC on the follower once the link is FOLLOWING; tried every
@@ -349,6 +691,11 @@ class Simulation:
 
     def delete_link(self, cluster: str, name: str) -> None:
         """LinkManager.delete_link: stop the runner, tell the remote (best effort)."""
+        mirror = self.mirrors.pop(f"{cluster}/{name}", None)
+        if mirror is not None:  # a mirror edge: stop the flow
+            mirror.stop()
+            self.queue.note(f"mirror {name} deleted on {cluster}")
+            return
         node = self.clusters[cluster]
         config = node.links.get(name)
         driver = self.drivers.pop(f"{cluster}/{name}", None)
@@ -364,6 +711,10 @@ class Simulation:
     def failover(self, cluster: str, name: str, force: bool, bump_leader_epoch: bool) -> None:
         """LinkManager.failover, then (optionally) a new leader epoch on every
         promoted partition, as a Kafka leader change would give it."""
+        mirror = self.mirrors.get(f"{cluster}/{name}")
+        if mirror is not None:
+            self._mirror_failover(cluster, mirror)
+            return
         node = self.clusters[cluster]
         config = node.links.get(name)
         now = self.queue.now_ms
@@ -397,10 +748,7 @@ class Simulation:
 
     def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
         """Acknowledged writes on the source that the promoted follower lacks."""
-        lost = 0
-        rpo_ms = 0
-        newest_held: dict[tuple[str, int], int] = {}
-        newest_acked: dict[tuple[str, int], int] = {}
+        acked: list[tuple[tuple[str, int], int, int, bool]] = []
         for op in self.history.sends():
             v = op.value
             if op.type != "ok" or op.cluster != source or not isinstance(v, Send):
@@ -410,16 +758,9 @@ class Simulation:
                 or v.topic not in node.state.topics
             ):
                 continue
-            key = (v.topic, v.partition)
-            newest_acked[key] = max(newest_acked.get(key, 0), op.complete_ms)
-            if v.offset < node.state.partition(v.topic, v.partition).high_watermark:
-                newest_held[key] = max(newest_held.get(key, 0), op.complete_ms)
-            else:
-                lost += v.records
-        for key, acked_ms in sorted(newest_acked.items()):
-            held = newest_held.get(key)
-            if held is None or held < acked_ms:
-                rpo_ms = max(rpo_ms, acked_ms - (held if held is not None else acked_ms))
+            held = v.offset < node.state.partition(v.topic, v.partition).high_watermark
+            acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
+        lost, rpo_ms = recovery_point(acked)
         self.metrics.add("rpo_records", lost)
         self.metrics.maximum("rpo_ms", rpo_ms)
 
@@ -444,11 +785,31 @@ class Simulation:
                 clogged = network.one_way(f.side_a, f.side_b)
                 self.queue.after(f.duration_ms, "fault unclog", lambda: self._unclog(clogged))
             return
+        elif f.kind == "loss":
+            lossy = network.one_way(f.side_a, f.side_b)
+            for pair in sorted(lossy):
+                before = self._lossy.setdefault(pair, net.params(*pair))
+                net.set_path(pair[0], pair[1], dataclasses.replace(before, loss=f.loss))
+            if f.duration_ms:
+                self.queue.after(f.duration_ms, "fault unloss", lambda: self._unloss(lossy))
+            return
         elif f.kind == "heal":
+            tainted = set(net.grudge)
             net.heal()
+            self._reset_links(tainted)
+            self._unloss(set(self._lossy))
             self._healed()
             return
+        elif f.kind == "pause":
+            self._pause(f.node)
+            if f.duration_ms:
+                self.queue.after(f.duration_ms, "fault resume", lambda: self._resume(f.node))
+            return
+        elif f.kind == "resume":
+            self._resume(f.node)
+            return
         elif f.kind == "crash":
+            self.paused.discard(f.node)
             self.clusters[f.node].crash()
             net.down.add(f.node)
             if f.permanent:
@@ -474,14 +835,70 @@ class Simulation:
 
     def _heal_pairs(self, pairs: set[tuple[str, str]]) -> None:
         self.network.grudge -= pairs
+        self._reset_links(pairs)
         if not self.network.grudge:
             self._healed()
+
+    def _reset_links(self, pairs: set[tuple[str, str]]) -> None:
+        """With `[network] reset_on_heal`: every link whose two clusters the
+        healed grudge cut gets a new connection (its call in flight is dropped
+        and a new driver dials at once, as a client reconnects after a reset),
+        instead of waiting for the call's deadline."""
+        if not self.scenario.network.reset_on_heal:
+            return
+        for key in sorted(self.drivers):
+            old = self.drivers[key]
+            f, s = old.follower.cluster_id, old.source.cluster_id
+            if old.stopped or ((f, s) not in pairs and (s, f) not in pairs):
+                continue
+            old.stop()
+            new = LinkDriver(
+                old.name, old.follower, old.source, self.queue, self.network, self.sizes, self
+            )
+            new.fetch_rounds = old.fetch_rounds
+            new.held_offsets = old.held_offsets
+            self.drivers[key] = new
+            new.start()
+            self.queue.note(f"link {old.name} reset by the heal")
 
     def _unclog(self, pairs: set[tuple[str, str]]) -> None:
         for pair in sorted(pairs):
             self.network.clog_ms.pop(pair, None)
 
+    def _unloss(self, pairs: set[tuple[str, str]]) -> None:
+        for pair in sorted(pairs):
+            before = self._lossy.pop(pair, None)
+            if before is not None:
+                self.network.set_path(pair[0], pair[1], before)
+
+    def _pause(self, cid: str) -> None:
+        """SIGSTOP: the cluster stops processing and answering (down on the
+        network, no tick, calls to it get no answer) but keeps every state,
+        runtime link state and waiting request included."""
+        node = self.clusters[cid]
+        if cid in self.lost_for_good or not node.up:
+            return
+        self.paused.add(cid)
+        node.up = False
+        self.network.down.add(cid)
+        self.queue.note(f"pause {cid}")
+
+    def _resume(self, cid: str) -> None:
+        """SIGCONT: as it was, with time moved on (its timers see the gap)."""
+        if cid not in self.paused:
+            return
+        self.paused.discard(cid)
+        self.network.down.discard(cid)
+        node = self.clusters[cid]
+        node.up = True
+        node.notify_data()
+        self._healed()
+        self.queue.note(f"resume {cid}")
+
     def _restart(self, cid: str) -> None:
+        if cid in self.paused:
+            self._resume(cid)
+            return
         if cid in self.lost_for_good or self.clusters[cid].up:
             return
         self.network.down.discard(cid)
@@ -528,7 +945,7 @@ class Simulation:
                 return False
             if rep.follower_lag(d.follower.state, d.name, now):
                 return False
-        return True
+        return all(self.mirrors[key].caught_up() for key in sorted(self.mirrors))
 
     # -- the run ----------------------------------------------------------------------
 
@@ -538,7 +955,10 @@ class Simulation:
         self.queue.run_until(s.run.duration_ms)
         # Liveness phase: heal everything and demand convergence within a bound.
         self.queue.note("liveness phase: heal all")
+        tainted = set(self.network.grudge)
         self.network.heal()
+        self._reset_links(tainted)
+        self._unloss(set(self._lossy))
         for cid in self.cluster_ids:
             if not self.clusters[cid].up and cid not in self.lost_for_good:
                 self._restart(cid)
@@ -561,6 +981,7 @@ class Simulation:
                 for _, d in sorted(self.drivers.items())
                 if not d.stopped and d.follower.up and d.source.up
             ]
+            lagging += [f"mirror {k}" for k, m in sorted(self.mirrors.items()) if not m.caught_up()]
             self.violations.append(
                 Violation(
                     "liveness",
@@ -599,7 +1020,10 @@ class Simulation:
 
     def final_logs(self) -> checkers.FinalLogs:
         """Decoded data records of every topic a record-level producer wrote."""
-        topics = sorted({p.spec.topic for p in self.producers if not p.spec.bulk})
+        topics = self._with_mirror_topics(
+            {p.spec.topic for p in self.producers if not p.spec.bulk}
+            | {x.topic for script in self.scripts for x in script.spec.sends}
+        )
         out: checkers.FinalLogs = {}
         for cid in self.cluster_ids:
             node = self.clusters[cid]
@@ -618,6 +1042,34 @@ class Simulation:
                     out[(cid, topic, p)] = values
         return out
 
+    def _with_mirror_topics(self, topics: set[str]) -> list[str]:
+        """With mirrors: also every topic a record was sent to (a producer that
+        failed over through a mirror writes the remote name) and the names the
+        mirrors give these topics on their targets."""
+        if self.mirrors:
+            topics = topics | {
+                o.value.topic
+                for o in self.history.sends()
+                if isinstance(o.value, Send) and o.value.value
+            }
+            for _hop in range(len(self.mirrors)):
+                topics = topics | {
+                    remote
+                    for key in sorted(self.mirrors)
+                    for t in sorted(topics)
+                    if (remote := self.mirrors[key].remote_topic(t)) is not None
+                }
+        return sorted(topics)
+
+    def _mirrored_partitions(self, final: checkers.FinalLogs) -> set[tuple[str, str, int]]:
+        """Partitions of the mirrors' remote topics on their targets."""
+        out: set[tuple[str, str, int]] = set()
+        for key in sorted(self.mirrors):
+            m = self.mirrors[key]
+            remote = set(m.remote_topics())
+            out |= {k for k in final if k[0] == m.target.cluster_id and k[1] in remote}
+        return out
+
     def final_checks(self) -> None:
         self._check_followers(final=True)
         self.violations += self.offset_watch.violations
@@ -627,7 +1079,17 @@ class Simulation:
         self.violations += checkers.check_link_convergence(states, up)
         final = self.final_logs()
         self.violations += checkers.check_lost_writes(self.history, final, self.truncations)
-        self.violations += checkers.check_duplicates(final)
+        # A mirror copies at least once: a value stored twice in a remote topic
+        # is MM2's documented cost (counted below), not a violation.
+        mirrored = self._mirrored_partitions(final)
+        self.violations += checkers.check_duplicates(
+            {k: v for k, v in final.items() if k not in mirrored}
+        )
+        self.violations += checkers.check_mirror_copies(
+            [c for key in sorted(self.mirrors) for c in self.mirrors[key].copies()],
+            final,
+            self.truncations,
+        )
         self.violations += checkers.check_consumers(self.history, final)
         self.violations += checkers.check_sync_acks(self.history)
         self.violations += checkers.check_sync_acks_kept(self.history, final, self.truncations)
@@ -642,3 +1104,11 @@ class Simulation:
         self.metrics.set(
             "fetch_rounds", sum(d.fetch_rounds for _, d in sorted(self.drivers.items()))
         )
+        if self.mirrors:
+            for key in sorted(self.mirrors):
+                for name, value in self.mirrors[key].stats.as_dict().items():
+                    self.metrics.add(f"mirror_{name}", value)
+            self.metrics.set(
+                "mirror_duplicates_stored",
+                sum(len(final[k]) - len(set(final[k].values())) for k in sorted(mirrored)),
+            )

@@ -157,3 +157,20 @@ def test_whole_transactions__and_read_uncommitted_readers__say_nothing() -> None
     )
     half = History([*whole.ops[:2], uncommitted])
     assert checkers.check_transactions_atomic(half) == []
+
+
+def test_recovery_point__lost_records_and_the_acknowledgement_time_they_span() -> None:
+    from sim.metrics import recovery_point
+
+    a, b = ("t", 0), ("t", 1)
+    acked = [
+        (a, 100, 1, True),
+        (a, 150, 1, True),
+        (a, 180, 2, False),
+        (a, 230, 1, False),  # lost: 230 - 150 (newest held)
+        (b, 400, 1, False),
+        (b, 420, 1, False),  # b holds nothing: 420 - 400 (oldest lost)
+    ]
+    assert recovery_point(acked) == (5, 80)
+    assert recovery_point([(a, 10, 1, True)]) == (0, 0)
+    assert recovery_point([]) == (0, 0)
