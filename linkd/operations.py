@@ -234,15 +234,8 @@ class Operations:
                 "aborted": aborted,
             },
         )
-        for m in mappings:
-            current = state.links.get(link_name).mappings.get((m.resource_type, m.local_prefix))
-            if (
-                current is not None
-                and current.attached
-                and (current.leader, current.remote_prefix) == ("remote", m.remote_prefix)
-            ):
-                continue
-            if current is not None and current.attached:
+        for m, detach_first in recovery.mappings_to_follow(state.links.get(link_name), mappings):
+            if detach_first:
                 await self.links.detach(link_name, m.resource_type, m.local_prefix)
             await self.links.attach(
                 link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"

@@ -383,15 +383,9 @@ class Simulation:
             f"recover {cluster} link {name}: cut {plan.local_records_lost} records in "
             f"{plan.diverged_partitions} partitions, aborted {len(aborted)} transactions"
         )
-        for m in mappings:
-            current = state.links.get(name).mappings.get((m.resource_type, m.local_prefix))
-            if (
-                current is not None
-                and current.attached
-                and (current.leader, current.remote_prefix) == ("remote", m.remote_prefix)
-            ):
-                continue
-            if current is not None and current.attached:
+        for m, detach_first in recovery.mappings_to_follow(state.links.get(name), mappings):
+            if detach_first:
+                current = state.links.get(name).mappings[(m.resource_type, m.local_prefix)]
                 self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
             mapping = rep.check_attach(
                 state, name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"

@@ -567,13 +567,7 @@ def plan_recovery(
 
 
 def _already_following(config: LinkConfig, mappings: list[RecoveryMapping]) -> bool:
-    for m in mappings:
-        current = config.mappings.get((m.resource_type, m.local_prefix))
-        if current is None or not current.attached or current.leader != "remote":
-            return False
-        if current.remote_prefix != m.remote_prefix:
-            return False
-    return True
+    return not mappings_to_follow(config, mappings)
 
 
 def reserve_and_abort(
@@ -646,6 +640,26 @@ def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
     from dataclasses import replace
 
     return replace(plan, confirmed=True)
+
+
+def mappings_to_follow(
+    config: LinkConfig, mappings: list[RecoveryMapping]
+) -> list[tuple[RecoveryMapping, bool]]:
+    """Recovery's last step: every recovered mapping ends attached with the
+    remote leading under its remote prefix. Returns the mappings not already
+    so, each with whether its current attachment must be detached first."""
+    out: list[tuple[RecoveryMapping, bool]] = []
+    for m in mappings:
+        current = config.mappings.get((m.resource_type, m.local_prefix))
+        attached = current is not None and current.attached
+        if (
+            current is not None
+            and attached
+            and (current.leader, current.remote_prefix) == ("remote", m.remote_prefix)
+        ):
+            continue
+        out.append((m, attached))
+    return out
 
 
 # -- reversal (spec section 8: make the follower the leader without loss) ---------------------
@@ -782,6 +796,7 @@ __all__ = [
     "apply_recovery",
     "compare",
     "cut_offset",
+    "mappings_to_follow",
     "plan_partition",
     "plan_recovery",
     "remote_topic_of",
