@@ -15,8 +15,9 @@ Phases:
    two link configurations agree (swapped). Otherwise `converged` is false
    and a "liveness" anomaly says what did not converge.
 5. judgement: the final logs are read with a Consumer from every live
-   cluster, and the simulator's checkers (`sim/checkers.py`) judge the
-   history and the logs (see `judge`).
+   cluster (read_committed too when a transactional producer ran), and the
+   simulator's checkers (`sim/checkers.py`) judge the history, the logs and
+   the committed offsets sampled on the followers (see `judge`).
 6. twin (optional): the final state (offsets, link states) is read, the
    daemons are stopped, and the simulator replays the same schedule and
    history (`chaos/twin.py`); its verdict is reported beside the anomalies.
@@ -40,6 +41,7 @@ from chaos.proxy import FaultProxy
 from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
 from chaos.twin import AppliedStep, FinalState, RealRun
 from chaos.workloads import (
+    GroupCommitter,
     GrpcProducer,
     KafkaProducer,
     Reader,
@@ -49,12 +51,24 @@ from chaos.workloads import (
     Workload,
 )
 from sim import checkers
-from sim.checkers import FinalLogs, Truncations, Violation
-from sim.history import History, Op, Send
+from sim.checkers import (
+    FinalLogs,
+    OffsetMove,
+    OffsetSample,
+    StableEnds,
+    Truncations,
+    Violation,
+)
+from sim.history import Commit, History, Op, Poll, Send
 from sim.store import PartitionStore, StoredBatch
 
 TOPIC = f"{TOPIC_PREFIX}x"
 PARTITIONS = 2
+# The group namespace every link replicates (the same prefix as the topic
+# namespace), and the group the committer commits in on the leader.
+GROUP_PREFIX = TOPIC_PREFIX
+GROUP = f"{GROUP_PREFIX}chaos"
+OFFSET_SAMPLE_S = 0.1
 SESSION_TIMEOUT_MS = 2000
 REPLICA_LAG_TIME_MAX_MS = 1500
 SETUP_TIMEOUT_S = 40.0
@@ -78,6 +92,9 @@ class RunResult:
     events: list[str] = field(default_factory=list)
     workdir: str = ""
     twin: dict[str, Any] | None = None  # the simulator twin's verdict (chaos/twin.py)
+    # What invariants 5 and 6 were judged on: read_committed polls, transactions,
+    # offset samples and moves reported by recoveries.
+    checked: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -143,11 +160,17 @@ class Run:
         self.links: dict[str, LinkRun] = {}
         self.workloads: list[Workload] = []
         self.readers: dict[str, Reader] = {}
+        self.rc_readers: dict[str, Reader] = {}  # read_committed, on followers (invariant 5)
         self.leader = SOURCE
         self.followers: set[str] = set()
         self.unreserved_at: dict[str, int] = {}  # cluster -> ms a failover started there
         self.truncations: Truncations = {}
         self.sync_samples: list[tuple[int, int, str, str]] = []  # (start, end, link, state)
+        self.offset_samples: list[OffsetSample] = []  # followers' committed offsets (inv. 6)
+        self.offset_moves: list[OffsetMove] = []  # reported by `recover --confirm`
+        self.committed_final: FinalLogs | None = None  # final logs read read_committed
+        self.offset_sampler = threading.Thread(target=self._sample_offsets, daemon=True)
+        self.stable_ends: StableEnds = {}
         self.events: list[str] = []
         self.prefixes = (TOPIC_PREFIX, *schedule.extra_prefixes)
         # For the twin: when each step was applied, when the workloads started,
@@ -191,6 +214,7 @@ class Run:
             with _admin(self.daemons[c].bootstrap, 10000) as admin:
                 for prefix in self.prefixes:
                     admin.create_namespace("topic", prefix)
+                admin.create_namespace("group", GROUP_PREFIX)
         with _admin(self.daemons[SOURCE].bootstrap, 10000) as admin:
             admin.create_topic(TOPIC, PARTITIONS)
             for prefix in s.extra_prefixes:
@@ -219,6 +243,7 @@ class Run:
             admin.create_link(name, proxy.address)
             if attach:
                 admin.attach_namespace(name, "topic", TOPIC_PREFIX, TOPIC_PREFIX, "remote")
+                admin.attach_namespace(name, "group", GROUP_PREFIX, GROUP_PREFIX, "remote")
         self.followers.add(follower)
         return link
 
@@ -264,6 +289,7 @@ class Run:
             GrpcProducer("grpc-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS),
             KafkaProducer("kafka-producer", r, stop, self._leader_kafka, TOPIC, PARTITIONS),
             ReservedProbe(r, stop, self._probe_targets, TOPIC),
+            GroupCommitter(r, stop, self._leader_grpc, GROUP, TOPIC, PARTITIONS),
         ]
         if self.schedule.transactional:
             self.workloads.append(
@@ -275,11 +301,69 @@ class Run:
                 f"reader-{c}", r, self.stop_readers, c, d.bootstrap, TOPIC, PARTITIONS, role
             )
             self.readers[c] = reader
-        for w in [*self.workloads, *self.readers.values()]:
+            if self.schedule.transactional and c != SOURCE:
+                self.rc_readers[c] = Reader(
+                    f"reader-{c}-rc", r, self.stop_readers, c, d.bootstrap, TOPIC, PARTITIONS,
+                    "target_consumer", read_committed=True,
+                )  # fmt: skip
+        for w in [*self.workloads, *self.all_readers()]:
             w.start()
         sampler = threading.Thread(target=self._sample_sync_states, daemon=True)
         sampler.start()
         self.workloads.append(_Joinable(sampler))
+        # Offsets are sampled until the readers stop, through the liveness phase.
+        self.offset_sampler.start()
+
+    def all_readers(self) -> list[Reader]:
+        return [*self.readers.values(), *self.rc_readers.values()]
+
+    def _sampled_followers(self) -> list[str]:
+        """Clusters following a live link now, not failed over, up and running."""
+        out = set()
+        for link in list(self.links.values()):
+            d = self.daemons[link.follower]
+            if (
+                link.live
+                and link.follower not in self.unreserved_at
+                and not d.lost
+                and not d.paused
+                and d.running
+            ):
+                out.add(link.follower)
+        return sorted(out)
+
+    def _sample_offsets(self) -> None:
+        """Invariant 6: every OFFSET_SAMPLE_S, each follower's committed offsets
+        of GROUP, then (after them) its high watermarks of TOPIC; until the
+        readers stop."""
+        admins: dict[str, AdminClient] = {}
+        try:
+            while not self.stop_readers.is_set():
+                for c in self._sampled_followers():
+                    if c not in admins:
+                        admins[c] = _admin(self.daemons[c].bootstrap, 500)
+                    a = admins[c]
+                    start = self.recorder.now_ms()
+                    try:
+                        committed = a.list_consumer_group_offsets(GROUP, timeout=0.5)
+                        hws = {
+                            p.partition: p.high_watermark
+                            for p in a.describe_topic(TOPIC, timeout=0.5).partitions
+                        }
+                    except Exception:
+                        continue
+                    end = self.recorder.now_ms()
+                    for tp in committed:
+                        if tp.topic != TOPIC or tp.offset < 0 or tp.partition not in hws:
+                            continue
+                        self.offset_samples.append(OffsetSample(
+                            c, GROUP, tp.topic, tp.partition, tp.offset, hws[tp.partition],
+                            start, end,
+                        ))  # fmt: skip
+                self.stop_readers.wait(OFFSET_SAMPLE_S)
+        finally:
+            for admin in admins.values():
+                admin.close()
 
     def _sample_sync_states(self) -> None:
         """Samples the SYNC links' states on their sources (for invariant 4)."""
@@ -341,10 +425,10 @@ class Run:
                 for link in self.links.values():
                     if args[0] in (link.source, link.follower):
                         link.live = False
-                reader = self.readers.get(args[0])
-                if reader is not None:
-                    reader.stop_event = threading.Event()
-                    reader.stop_event.set()
+                for reader in (self.readers.get(args[0]), self.rc_readers.get(args[0])):
+                    if reader is not None:
+                        reader.stop_event = threading.Event()
+                        reader.stop_event.set()
             elif op == "attach":
                 link = self.links[args[0]]
                 with _admin(self.daemons[link.source].bootstrap, 10000) as a:
@@ -395,10 +479,22 @@ class Run:
         old_link.live = False
         with _admin(self.daemons[cluster].bootstrap, 15000) as a:
             a.detach_namespace(old, "topic", TOPIC_PREFIX)
+            a.detach_namespace(old, "group", GROUP_PREFIX)
         # No attach: `recover --confirm` re-attaches with the remote leading.
         link = self._create_link(new, source, cluster, len(self.links), attach=False)
-        with _admin(self.daemons[cluster].bootstrap, 30000) as a:
-            report = a.recover_link(new, namespaces=[TOPIC_PREFIX], confirm=True)
+        begin = self.recorder.now_ms()
+        try:
+            with _admin(self.daemons[cluster].bootstrap, 30000) as a:
+                report = a.recover_link(
+                    new, namespaces=[TOPIC_PREFIX], group_namespaces=[GROUP_PREFIX], confirm=True
+                )
+        finally:
+            recovered = self.recorder.now_ms()
+        for g in report["groups"]:
+            self.offset_moves.append(OffsetMove(
+                cluster, str(g["group"]), str(g["topic"]), int(g["partition"]),
+                int(g["committed_offset"]), int(g["new_offset"]), begin, recovered,
+            ))  # fmt: skip
         for p in report["partitions"]:
             if p["truncate_to"] < p["local_log_end_offset"]:
                 key = (cluster, str(p["topic"]), int(p["partition"]))
@@ -406,11 +502,12 @@ class Run:
         totals = report["totals"]
         self.note(
             f"recover --confirm on {cluster} via {new}: {totals['local_records_lost']} "
-            f"record(s) cut in {totals['diverged_partitions']} partition(s)"
+            f"record(s) cut in {totals['diverged_partitions']} partition(s), "
+            f"{totals['offsets_moved']} committed offset(s) moved"
         )
-        reader = self.readers.get(cluster)
-        if reader is not None:
-            reader.new_session(from_start=True)
+        for reader in (self.readers.get(cluster), self.rc_readers.get(cluster)):
+            if reader is not None:
+                reader.new_session(from_start=True)
         link.live = True
 
     def nemesis_phase(self) -> None:
@@ -448,6 +545,14 @@ class Run:
                 if m["type"] == "topic" and m["leader"] == "local"
             ]  # fmt: skip
             return [t.name for t in a.list_topics() if any(t.name.startswith(p) for p in prefixes)]
+
+    def _lsos(self, cluster: str) -> list[int]:
+        """The data topic's last stable offsets (what read_committed reaches)."""
+        with _admin(self.daemons[cluster].bootstrap) as a:
+            return [
+                a.list_offsets(TOPIC, p, "latest", "read_committed").offset
+                for p in range(PARTITIONS)
+            ]
 
     def _hws(self, cluster: str, topic: str) -> list[int]:
         with _admin(self.daemons[cluster].bootstrap) as a:
@@ -537,15 +642,55 @@ class Run:
                 )
         return logs
 
+    def read_committed_logs(self) -> tuple[FinalLogs, StableEnds, list[Violation]]:
+        """Invariant 5: the data topic's final logs as a read_committed reader
+        sees them, from log start to the last stable offset, on every live
+        cluster."""
+        logs: FinalLogs = {}
+        stable: StableEnds = {}
+        problems: list[Violation] = []
+        for c, d in self.daemons.items():
+            if d.lost:
+                continue
+            try:
+                with _admin(d.bootstrap, 10000) as a:
+                    parts = a.describe_topic(TOPIC).partitions
+                    ends = {
+                        p.partition: a.list_offsets(
+                            TOPIC, p.partition, "latest", "read_committed"
+                        ).offset
+                        for p in parts
+                    }
+                for p in parts:
+                    key = (c, TOPIC, p.partition)
+                    stable[key] = ends[p.partition]
+                    logs[key] = self._read_partition(
+                        d.bootstrap, TOPIC, p.partition, p.log_start_offset, ends[p.partition],
+                        read_committed=True,
+                    )  # fmt: skip
+            except Exception as exc:
+                problems.append(
+                    Violation("liveness", f"the read_committed log of {c} could not be read: {exc}")
+                )
+        return logs, stable, problems
+
     def _read_partition(
-        self, address: str, topic: str, partition: int, start: int, end: int
+        self,
+        address: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        read_committed: bool = False,
     ) -> dict[int, str]:
         out: dict[int, str] = {}
         if end <= start:
             return out
+        isolation = "read_committed" if read_committed else "read_uncommitted"
         consumer = Consumer(
-            {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False}
-        )
+            {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False,
+             "isolation.level": isolation}
+        )  # fmt: skip
         try:
             consumer.assign([TopicPartition(topic, partition, start)])
             deadline = time.monotonic() + 30
@@ -580,15 +725,46 @@ class Run:
                 )
         return out
 
-    def judge(self, final: FinalLogs) -> list[Violation]:
+    def judge(
+        self,
+        final: FinalLogs,
+        committed: FinalLogs | None = None,
+        stable: StableEnds | None = None,
+    ) -> list[Violation]:
+        """Every check on the history and the final logs; `committed` and
+        `stable` are the read_committed final logs and their last stable
+        offsets (invariant 5; None when no transactional producer ran)."""
         history = History(list(self.history_for_checkers()))
         out: list[Violation] = []
         out += checkers.check_reserved_writes(history)
         out += checkers.check_lost_writes(history, final, self.truncations)
         out += checkers.check_duplicates(final)
-        out += checkers.check_consumers(history, final)
+        # read_committed polls are judged against what read_committed reveals.
+        uncommitted = History([o for o in history.ops if not _rc_poll(o)])
+        out += checkers.check_consumers(uncommitted, final)
+        if committed is not None:
+            rc = History([o for o in history.ops if _rc_poll(o) or isinstance(o.value, Send)])
+            out += checkers.check_consumers(rc, committed)
+            out += self.check_transactions(history, final, committed, stable or {})
         out += self.check_sync_acks(history, final)
         out += self.check_follower_logs(final)
+        out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
+        return out
+
+    def check_transactions(
+        self, history: History, final: FinalLogs, committed: FinalLogs, stable: StableEnds
+    ) -> list[Violation]:
+        """Invariant 5: no read_committed poll returned a record of an aborted
+        transaction (`check_aborted_reads`); on every live cluster each
+        transaction is visible to read_committed readers whole or not at all
+        (`check_committed_logs_atomic`); and within one read_committed session
+        and partition, once the session has read past a record of a
+        transaction it delivered records of, it has delivered that record too
+        (`check_transactions_atomic` on a derived history, below)."""
+        out = checkers.check_aborted_reads(history, final, committed, stable)
+        out += checkers.check_committed_logs_atomic(history, final, committed, stable)
+        found = checkers.check_transactions_atomic(session_transactions(history, final))
+        out += [Violation("5 txn atomic", v.detail) for v in found]
         return out
 
     def history_for_checkers(self) -> list[Op]:
@@ -692,11 +868,16 @@ class Run:
             anomalies += [Violation("liveness", p) for p in problems[:5]]
             self._let_readers_catch_up()
             self.stop_readers.set()
-            for reader in self.readers.values():
+            for reader in self.all_readers():
                 reader.join(timeout=10)
+            self.offset_sampler.join(timeout=10)
             final, unreadable = self.read_final_logs()
             anomalies += unreadable
-            anomalies += self.judge(final)
+            if self.schedule.transactional:
+                committed, self.stable_ends, unreadable = self.read_committed_logs()
+                self.committed_final = committed
+                anomalies += unreadable
+            anomalies += self.judge(final, self.committed_final, self.stable_ends)
             if self.twin:
                 self.final_state = self.read_final_state()
         finally:
@@ -718,7 +899,20 @@ class Run:
             events=self.events,
             workdir=str(self.workdir) if self.keep else "",
             twin=twin,
+            checked=self.checked(),
         )
+
+    def checked(self) -> dict[str, int]:
+        """What invariants 5 and 6 were judged on."""
+        ops = self.recorder.ops()
+        txns = {o.value.txn for o in ops if isinstance(o.value, Send) and o.value.txn}
+        return {
+            "read_committed_polls": sum(1 for o in ops if _rc_poll(o)),
+            "transactions": len(txns),
+            "commits": sum(1 for o in ops if isinstance(o.value, Commit) and o.type == "ok"),
+            "offset_samples": len(self.offset_samples),
+            "offset_moves": len(self.offset_moves),
+        }
 
     # -- the simulator twin ----------------------------------------------------------------
 
@@ -782,11 +976,12 @@ class Run:
         """Bounded: until each live reader's positions reach its cluster's HWs."""
 
         def caught_up() -> bool:
-            for c, reader in self.readers.items():
+            for reader in self.all_readers():
+                c = reader.cluster
                 if self.daemons[c].lost or not reader.is_alive():
                     continue
                 slack = 1 if self.schedule.transactional else 0  # a trailing commit marker
-                hws = self._hws(c, TOPIC)
+                hws = self._lsos(c) if reader.read_committed else self._hws(c, TOPIC)
                 if any(reader.positions.get(p, 0) < hw - slack for p, hw in enumerate(hws)):
                     return False
             return True
@@ -823,6 +1018,58 @@ class _Joinable(Workload):
 
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
+
+
+def _rc_poll(o: Op) -> bool:
+    return isinstance(o.value, Poll) and o.value.read_committed
+
+
+def session_transactions(history: History, final: FinalLogs) -> History:
+    """Invariant 5 within a partition, in the shape `check_transactions_atomic`
+    judges: one derived poll per read_committed session, cluster and partition
+    (every record the session delivered there), and as that poll's
+    transactions, per transaction it delivered a record of, the transaction's
+    records in that partition (offsets from the cluster's final log) below the
+    furthest offset the session delivered there. A real consumer's polls cut
+    fetches anywhere, so "by the end of the poll" becomes "before the
+    session's position", which a reader may not pass without the rest of the
+    transaction. Records of aborted transactions are `check_aborted_reads`'s."""
+    txn_values: dict[str, list[str]] = {}
+    for o in history.sends():
+        v = o.value
+        if isinstance(v, Send) and v.txn and v.value and o.type != "fail":
+            txn_values.setdefault(v.txn, []).append(v.value)
+    txn_of = {value: txn for txn, values in txn_values.items() for value in values}
+    sessions: dict[tuple[str, int, str, str, int], list[tuple[Op, int, str]]] = {}
+    for o in history.polls():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Poll) or not v.read_committed:
+            continue
+        for partition, offset, value in v.records:
+            key = (o.process, v.session, o.cluster, v.topic, partition)
+            sessions.setdefault(key, []).append((o, offset, value))
+    derived = History()
+    for (process, session, cluster, topic, partition), seen in sorted(
+        sessions.items(), key=lambda kv: kv[0]
+    ):
+        reach = max(offset for _o, offset, _v in seen)
+        where = {value: off for off, value in final.get((cluster, topic, partition), {}).items()}
+        name = f"{topic}-{partition} on {cluster}, {process} session {session}"
+        tag = len(derived.ops)  # values unique per derived poll: one transaction each
+        first, last = seen[0][0], seen[-1][0]
+        for txn in sorted({txn_of[value] for _o, _off, value in seen if value in txn_of}):
+            for value in txn_values[txn]:
+                off = where.get(value, -1)
+                if 0 <= off < reach:
+                    derived.add(Op(
+                        "txn-producer", "source_transactional_producer", cluster, "ok",
+                        first.invoke_ms, first.invoke_ms,
+                        Send(topic, partition, f"{value} @{tag}", off, txn=f"{txn} ({name})"),
+                    ))  # fmt: skip
+        records = tuple((partition, off, f"{value} @{tag}") for _o, off, value in seen)
+        derived.add(Op(process, first.client_class, cluster, "ok", first.invoke_ms,
+                       last.complete_ms, Poll(topic, records, session, True)))  # fmt: skip
+    return derived
 
 
 def _store(log: dict[int, str]) -> PartitionStore:

@@ -16,7 +16,11 @@ Workloads:
   transaction; its sends are ok only once the commit is acknowledged.
 - `Reader` (admin.Consumer, assigned, auto.offset.reset=error): one per
   cluster; a poll's records are one Poll op; an error starts a new session
-  that resumes where the last one stopped.
+  that resumes where the last one stopped. With `read_committed` (one per
+  follower when a transactional producer runs) its polls say so (invariant 5).
+- `GroupCommitter` (admin.Consumer in a group of the replicated group
+  namespace): reads the current leader and commits its positions there, so
+  followers receive replicated committed offsets (invariant 6).
 - `ReservedProbe`: tries to write to each follower's replicated topic; a
   follower must refuse (invariant 3), so an accepted write is recorded as an
   ok send with `reserved=True`.
@@ -30,7 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 from admin import Consumer, Producer, TopicPartition
-from sim.history import History, Op, OpType, Poll, Send
+from admin.client import OFFSET_STORED
+from sim.history import Commit, History, Op, OpType, Poll, Send
 
 SEND_TIMEOUT_S = 8.0
 
@@ -266,6 +271,7 @@ class TxnProducer(TopicProducer):
             invoke = self.recorder.now_ms()
             offsets: dict[str, int] = {}
             sends: list[Send] = []
+            txn = f"{self.process}-t{n // 3}"
 
             def done(err: Any, msg: Any, out: dict[str, int] = offsets) -> None:
                 if err is None:
@@ -279,7 +285,7 @@ class TxnProducer(TopicProducer):
                     value = f"{self.process}-{n}"
                     partition = n % self.partitions
                     n += 1
-                    sends.append(Send(self.topic, partition, value))
+                    sends.append(Send(self.topic, partition, value, txn=txn))
                     producer.produce(self.topic, value=value, partition=partition,
                                      on_delivery=done)  # fmt: skip
                 producer.commit_transaction(SEND_TIMEOUT_S)
@@ -303,7 +309,8 @@ class TxnProducer(TopicProducer):
                     t = "info"  # committed, but no offset reported: cannot be checked
                 self.recorder.add(
                     Op(self.process, "source_transactional_producer", where[0], t, invoke,
-                       complete, Send(s.topic, s.partition, s.value, off), error=error)
+                       complete, Send(s.topic, s.partition, s.value, off, txn=s.txn),
+                       error=error)
                 )  # fmt: skip
             self.pause(0.05)
         if producer is not None:
@@ -323,8 +330,10 @@ class Reader(Workload):
         topic: str,
         partitions: int,
         client_class: str,
+        read_committed: bool = False,
     ) -> None:
         super().__init__(name, recorder, stop)
+        self.read_committed = read_committed
         self.cluster = cluster
         self.address = address
         self.topic = topic
@@ -350,6 +359,7 @@ class Reader(Workload):
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
                 "request.timeout.ms": 3000,
+                "isolation.level": "read_committed" if self.read_committed else "read_uncommitted",
             }
         )
         c.assign([TopicPartition(self.topic, p, off) for p, off in self.positions.items()])
@@ -386,7 +396,8 @@ class Reader(Workload):
                 if records:
                     self.recorder.add(
                         Op(self.process, self.client_class, self.cluster, "ok", invoke,
-                           self.recorder.now_ms(), Poll(self.topic, tuple(records), self.session))
+                           self.recorder.now_ms(),
+                           Poll(self.topic, tuple(records), self.session, self.read_committed))
                     )  # fmt: skip
             except Exception:
                 self.errors += 1
@@ -394,6 +405,90 @@ class Reader(Workload):
                     _close_consumer(consumer)
                     consumer = None
                 self.pause(0.3)
+        if consumer is not None:
+            _close_consumer(consumer)
+
+
+class GroupCommitter(Workload):
+    """A consumer in group `group` on the current leader: reads every partition
+    from the group's committed offsets (the earliest offset when none) and
+    commits its positions every `every_s` seconds. After a failover it moves
+    to the new leader and resumes from the offsets committed there. Each
+    commit is one Commit op (ok, or info when it failed)."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        stop: threading.Event,
+        target: Target,
+        group: str,
+        topic: str,
+        partitions: int,
+        every_s: float = 0.3,
+    ) -> None:
+        super().__init__("committer", recorder, stop)
+        self.target = target
+        self.group = group
+        self.topic = topic
+        self.partitions = partitions
+        self.every_s = every_s
+
+    def _consumer(self, address: str) -> Consumer:
+        c = Consumer(
+            {
+                "bootstrap.servers": address,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "request.timeout.ms": 3000,
+            }
+        )
+        c.assign([TopicPartition(self.topic, p, OFFSET_STORED) for p in range(self.partitions)])
+        return c
+
+    def run(self) -> None:
+        consumer: Consumer | None = None
+        current: tuple[str, str] | None = None
+        positions: dict[int, int] = {}
+        last_commit = 0.0
+        while not self.stop_event.is_set():
+            where = self.target()
+            if where is None:
+                self.pause(0.2)
+                continue
+            try:
+                if consumer is None or where != current:
+                    if consumer is not None:
+                        _close_consumer(consumer)
+                    consumer = None
+                    current, positions = where, {}
+                    consumer = self._consumer(where[1])
+                for m in consumer.consume(500, 0.1):
+                    part, off = m.partition(), m.offset()
+                    if m.error() is None and part is not None and off is not None:
+                        positions[part] = off + 1
+            except Exception:
+                self.errors += 1
+                if consumer is not None:
+                    _close_consumer(consumer)
+                consumer = None
+                self.pause(0.3)
+                continue
+            if positions and time.monotonic() - last_commit >= self.every_s:
+                last_commit = time.monotonic()
+                offsets = tuple(sorted(positions.items()))
+                invoke = self.recorder.now_ms()
+                op_type: OpType = "ok"
+                error = ""
+                try:
+                    consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets])
+                except Exception as exc:
+                    op_type, error = "info", f"{type(exc).__name__}: {exc}"
+                    self.errors += 1
+                self.recorder.add(
+                    Op(self.process, "source_consumer", where[0], op_type, invoke,
+                       self.recorder.now_ms(), Commit(self.topic, offsets), error=error)
+                )  # fmt: skip
         if consumer is not None:
             _close_consumer(consumer)
 

@@ -455,3 +455,186 @@ def check_mirror_copies(
                 f"{len(missing)} record(s) below it, first {missing[:3]}"
             )
     return _capped("mirror_at_least_once", details)
+
+
+# -- invariants 5 and 6 from a real run's observations (chaos/runner.py) ---------------
+#
+# A real daemon does not expose the core's `ClusterState`, so the chaos runner
+# judges invariants 5 and 6 from what clients observed: read_committed polls
+# and final logs read both ways (5), and committed offsets sampled with the
+# follower's high watermark (6). Pure functions of plain data.
+
+# (cluster, topic, partition) -> the last stable offset the read_committed
+# final log was read up to (records at or past it are undecided).
+StableEnds = dict[tuple[str, str, int], int]
+
+
+def _transactions(history: History) -> tuple[dict[str, set[str]], dict[str, str], set[str]]:
+    """(transaction -> its values, value -> transaction, values of aborted ones)
+    over every transactional send whatever its outcome."""
+    members: dict[str, set[str]] = {}
+    txn_of: dict[str, str] = {}
+    aborted: set[str] = set()
+    for o in history.sends():
+        v = o.value
+        if not isinstance(v, Send) or not v.txn or not v.value:
+            continue
+        members.setdefault(v.txn, set()).add(v.value)
+        txn_of[v.value] = v.txn
+        if o.type == "fail":
+            aborted.add(v.value)
+    return members, txn_of, aborted
+
+
+def check_aborted_reads(
+    history: History, final: FinalLogs, committed: FinalLogs, stable: StableEnds
+) -> list[Violation]:
+    """Invariant 5, what read_committed consumers saw: no poll returned a
+    record of a transaction that was aborted (`fail` in the history), nor one
+    that the cluster still holds at that offset in the end but hides from a
+    read_committed reader below its last stable offset (it never committed)."""
+    _members, txn_of, aborted = _transactions(history)
+    details: list[str] = []
+    for o in history.polls():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Poll) or not v.read_committed:
+            continue
+        for partition, offset, value in v.records:
+            if value not in txn_of:
+                continue
+            key = (o.cluster, v.topic, partition)
+            if value in aborted:
+                why = "aborted"
+            elif (
+                final.get(key, {}).get(offset) == value
+                and offset < stable.get(key, -1)
+                and offset not in committed.get(key, {})
+            ):
+                why = "never committed (hidden from read_committed in the final log)"
+            else:
+                continue
+            details.append(
+                f"{o.process} (session {v.session}, read_committed) read {value!r} of "
+                f"transaction {txn_of[value]} at {v.topic}-{partition} offset {offset} on "
+                f"{o.cluster} (t={o.complete_ms} ms), a transaction {why}"
+            )
+    return _capped("5 txn atomic", details)
+
+
+def check_committed_logs_atomic(
+    history: History, final: FinalLogs, committed: FinalLogs, stable: StableEnds
+) -> list[Violation]:
+    """Invariant 5 on the final logs of every cluster: of each transaction's
+    records stored below the last stable offset, a read_committed reader sees
+    all (in every partition) or none, and none of an aborted one."""
+    members, txn_of, aborted = _transactions(history)
+    details: list[str] = []
+    clusters = sorted({c for c, _t, _p in final})
+    for cluster in clusters:
+        stored: dict[str, set[str]] = {}
+        visible: dict[str, set[str]] = {}
+        for key, log in final.items():
+            if key[0] != cluster:
+                continue
+            end = stable.get(key, -1)
+            seen = committed.get(key, {})
+            for offset, value in log.items():
+                txn = txn_of.get(value)
+                if txn is None or offset >= end:
+                    continue
+                stored.setdefault(txn, set()).add(value)
+                if seen.get(offset) == value:
+                    visible.setdefault(txn, set()).add(value)
+        for txn in sorted(visible):
+            shown = visible[txn]
+            hidden = sorted(stored[txn] - shown)
+            if shown & aborted:
+                details.append(
+                    f"{cluster}: aborted transaction {txn} is visible to read_committed "
+                    f"readers ({sorted(shown)[:5]})"
+                )
+            elif hidden:
+                details.append(
+                    f"{cluster}: transaction {txn} is partly visible to read_committed readers: "
+                    f"{sorted(shown)[:5]} visible, {hidden[:5]} stored but hidden "
+                    f"(of {len(members[txn])} records)"
+                )
+    return _capped("5 txn atomic", details)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSample:
+    """One committed offset read on a follower, then (after it) the follower's
+    high watermark of that partition; times are when the reads began and ended."""
+
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    high_watermark: int
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetMove:
+    """A committed offset an admin recovery call reported moving back, with
+    the call's interval."""
+
+    cluster: str
+    group: str
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    begin_ms: int
+    end_ms: int
+
+
+def check_offset_samples(samples: list[OffsetSample], moves: list[OffsetMove]) -> list[Violation]:
+    """Invariant 6 from samples. Per (cluster, group, topic, partition):
+    - a sampled committed offset above the high watermark read after it is a
+      violation, unless a reported move of that offset overlaps the sample (a
+      recovery may cut the log between the two reads; it moves the offset too);
+    - a committed offset lower than the one sampled before it is a violation
+      unless a reported move of that offset, to at most the lower value,
+      overlaps the interval from the earlier sample to the later one."""
+    by_key: dict[tuple[str, str, str, int], list[OffsetSample]] = {}
+    for s in samples:
+        by_key.setdefault((s.cluster, s.group, s.topic, s.partition), []).append(s)
+    moved: dict[tuple[str, str, str, int], list[OffsetMove]] = {}
+    for m in moves:
+        moved.setdefault((m.cluster, m.group, m.topic, m.partition), []).append(m)
+    above: list[str] = []
+    back: list[str] = []
+    for key in sorted(by_key):
+        cluster, group, topic, partition = key
+        mine = moved.get(key, [])
+        previous: OffsetSample | None = None
+        for s in sorted(by_key[key], key=lambda x: (x.start_ms, x.end_ms)):
+            if s.offset > s.high_watermark and not any(
+                m.begin_ms <= s.end_ms and m.end_ms >= s.start_ms for m in mine
+            ):
+                above.append(
+                    f"{cluster}: group {group!r} committed offset {s.offset} for "
+                    f"{topic}-{partition} exceeds the follower high watermark "
+                    f"{s.high_watermark} (t={s.start_ms}-{s.end_ms} ms)"
+                )
+            if (
+                previous is not None
+                and s.offset < previous.offset
+                and not any(
+                    m.to_offset <= s.offset
+                    and m.begin_ms <= s.end_ms
+                    and m.end_ms >= previous.start_ms
+                    for m in mine
+                )
+            ):
+                back.append(
+                    f"{cluster}: group {group!r} committed offset for {topic}-{partition} "
+                    f"moved back from {previous.offset} (t={previous.start_ms} ms) to "
+                    f"{s.offset} (t={s.start_ms} ms) with no recovery reporting it"
+                )
+            previous = s
+    return _capped("6 replicated offsets", above + back)

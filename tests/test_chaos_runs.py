@@ -1,8 +1,12 @@
 """Short chaos runs against real daemons, judged by the simulator's checkers.
 
 One ASYNC and one SYNC run from a seed (the nemeses the seed picks, a short
-phase), and the planted bug `ack-before-replicate`, which the checkers must
+phase; the SYNC one with a transactional producer and read_committed readers
+on the follower, invariant 5), the classic `kip986-dr` (a failover and a
+`recover --confirm` that moves replicated committed offsets back, invariant
+6), and the planted bug `ack-before-replicate`, which the checkers must
 catch (invariant 4: records acknowledged while IN_SYNC lost after failover).
+Every run samples the followers' replicated committed offsets (invariant 6).
 The ASYNC run and the planted bug go through the CLI's fixed JSON form.
 Every wait inside the runner is bounded and polls; each run ends the
 processes it started.
@@ -10,6 +14,7 @@ processes it started.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +26,7 @@ import pytest
 
 from chaos.runner import Run
 from chaos.schedule import make_schedule
+from sim.checkers import check_offset_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 420
@@ -55,17 +61,37 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
     assert summary["operations"] > 50
     assert summary["anomalies"] == [], stderr[-3000:]
     assert summary["converged"] is True, summary["events"]
+    assert summary["checked"]["offset_samples"] > 0, summary["checked"]
     assert rc == 0
 
 
-def test_sync_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:
+def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:
     schedule = make_schedule(4, mode="sync", clusters=2, phase_s=float(PHASE_S))
+    schedule = dataclasses.replace(schedule, transactional=True)
     result = Run(schedule, "ccr-chaos run --seed 4 --mode sync", workdir=tmp_path).execute()
     assert result.mode == "SYNC"
     assert result.operations > 50
     assert result.counts["ok"] > 0
     assert result.anomalies == [], result.events
     assert result.converged, result.events
+    # Invariants 5 and 6 were judged on something.
+    assert result.checked["read_committed_polls"] > 0, result.checked
+    assert result.checked["transactions"] > 0, result.checked
+    assert result.checked["commits"] > 0 and result.checked["offset_samples"] > 0
+
+
+def test_kip986_dr__recovery_moves_offsets_back__reported_and_clean(tmp_path: Path) -> None:
+    schedule = make_schedule(5, name="kip986-dr", phase_s=float(PHASE_S))
+    run = Run(schedule, "ccr-chaos run --seed 5 --schedule kip986-dr", workdir=tmp_path)
+    result = run.execute()
+    assert result.anomalies == [], result.events
+    assert result.converged, result.events
+    assert result.checked["offset_moves"] > 0, result.events
+    # The samples saw C's offsets move back; only the recovery's report excuses it.
+    unexcused = check_offset_samples(run.offset_samples, [])
+    assert any(v.detail.startswith("C:") and "moved back" in v.detail for v in unexcused), (
+        result.checked
+    )
 
 
 def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover() -> None:
