@@ -138,24 +138,10 @@ class GrpcProducer(TopicProducer):
             value = f"{self.process}-{n}"
             partition = n % self.partitions
             n += 1
-            result: list[tuple[str, int]] = []
-
-            def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
-                out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
-
             invoke = self.recorder.now_ms()
-            try:
-                producer.produce(self.topic, value=value, partition=partition, on_delivery=done)
-                producer.flush(SEND_TIMEOUT_S + 2)
-            except Exception as exc:
-                result.append((f"{type(exc).__name__}: {exc}", -1))
+            error, offset = send_one(producer, self.topic, value, partition, SEND_TIMEOUT_S + 2)
             complete = self.recorder.now_ms()
-            op_type: OpType = "info"
-            offset = -1
-            error = "no delivery report"
-            if result:
-                error, offset = result[0]
-                op_type = "ok" if not error else "info"
+            op_type: OpType = "ok" if not error else "info"
             if op_type != "ok":
                 self.errors += 1
                 _close_quietly(producer)
@@ -167,6 +153,25 @@ class GrpcProducer(TopicProducer):
             self.pause(0.02)
         if producer is not None:
             _close_quietly(producer)
+
+
+def send_one(
+    producer: Any, topic: str, value: str | bytes, partition: int, wait_s: float
+) -> tuple[str, int]:
+    """Produces one record and waits (bounded) for its delivery report:
+    ("", offset) when acknowledged, else (error, -1); no report within the
+    wait is "no delivery report" (indefinite)."""
+    result: list[tuple[str, int]] = []
+
+    def done(err: Any, msg: Any) -> None:
+        result.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
+
+    try:
+        producer.produce(topic, value=value, partition=partition, on_delivery=done)
+        producer.flush(wait_s)
+    except Exception as exc:
+        result.append((f"{type(exc).__name__}: {exc}", -1))
+    return result[0] if result else ("no delivery report", -1)
 
 
 def _close_quietly(producer: Any) -> None:
@@ -207,25 +212,12 @@ class KafkaProducer(TopicProducer):
             value = f"{self.process}-{n}"
             partition = n % self.partitions
             n += 1
-            result: list[tuple[str, int]] = []
-
-            def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
-                out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
-
             invoke = self.recorder.now_ms()
-            try:
-                producer.produce(self.topic, value=value.encode(), partition=partition,
-                                 on_delivery=done)  # fmt: skip
-                producer.flush(SEND_TIMEOUT_S + 2)
-            except Exception as exc:
-                result.append((f"{type(exc).__name__}: {exc}", -1))
+            error, offset = send_one(
+                producer, self.topic, value.encode(), partition, SEND_TIMEOUT_S + 2
+            )
             complete = self.recorder.now_ms()
-            op_type: OpType = "info"
-            offset = -1
-            error = "no delivery report"
-            if result:
-                error, offset = result[0]
-                op_type = "ok" if not error else "info"
+            op_type: OpType = "ok" if not error else "info"
             if op_type != "ok":
                 self.errors += 1
                 producer = None  # a fresh producer (and producer id) after any doubt
@@ -529,19 +521,9 @@ class ReservedProbe(Workload):
                         "request.timeout.ms": 2000,
                     }
                 )
-                result: list[tuple[str, int]] = []
-
-                def done(err: Any, msg: Any, out: list[tuple[str, int]] = result) -> None:
-                    out.append(("" if err is None else str(err), -1 if err else int(msg.offset())))
-
                 invoke = self.recorder.now_ms()
-                try:
-                    producer.produce(self.topic, value=value, partition=0, on_delivery=done)
-                    producer.flush(4.0)
-                except Exception as exc:
-                    result.append((str(exc), -1))
+                error, offset = send_one(producer, self.topic, value, 0, 4.0)
                 _close_quietly(producer)
-                error, offset = result[0] if result else ("no delivery report", -1)
                 refused = "RESERVED" in error.upper() or "FOLLOWER" in error.upper()
                 op_type: OpType = "ok" if not error else ("fail" if refused else "info")
                 self.recorder.add(
