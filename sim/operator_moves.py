@@ -1,0 +1,445 @@
+"""The operator's vocabulary, drawn at random (KIP-986's "Operators" stories).
+
+The simulator's `operator-mix` scenario and `ccr-chaos`'s operator nemesis
+draw operator moves from this one vocabulary, interleaved with faults and
+workloads, so that both search the moves an operator makes rather than a
+few placed by hand. A move is plain data; each shell carries it out its own
+way (the simulator through the daemon's own procedures in the core, chaos
+through `ccr-admin` against real daemons). A refusal is an expected outcome,
+recorded, never a violation: what must hold are the invariants.
+
+Rules of the draw:
+- Moves are drawn from what the caller sees now (`View`): the clusters and
+  which are up, the links with their mappings, the topics and namespaces of
+  each cluster. Most moves name things that exist; some deliberately do not
+  fit (a nested, overlapping or colliding prefix, a failover without force, a
+  set-mode while behind), because operators make those too.
+- Prefixes come from the caller's families (`View.families`, e.g. "A-"):
+  the family itself, a nested prefix inside it ("A-t"), a single topic
+  ("A-t0"), and remote names that are the same, renamed ("r-A-") or that
+  collide with another mapping's follower names.
+- Every choice draws from the `random.Random` passed in, in a fixed order,
+  over sorted candidates: one seed, one sequence of moves.
+
+Pure code: no I/O, clocks or global randomness.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+class MoveKind(enum.Enum):
+    CREATE_LINK = "create_link"
+    DELETE_LINK = "delete_link"
+    ATTACH = "attach"
+    DETACH = "detach"
+    SET_RESERVED = "set_reserved"
+    # The KIP's steps by hand: reserve the leader namespace, wait until the
+    # remote holds it, detach, attach the other way, clear the reservation.
+    MANUAL_REVERSE = "manual_reverse"
+    REVERSE = "reverse"
+    SET_MODE = "set_mode"
+    FAILOVER = "failover"
+    RECOVER = "recover"
+    CREATE_TOPIC = "create_topic"
+    DELETE_TOPIC = "delete_topic"
+    ADD_PARTITIONS = "add_partitions"
+    RESTART = "restart"
+
+
+# How often each kind is drawn, relative to the others.
+WEIGHTS: dict[MoveKind, int] = {
+    MoveKind.CREATE_LINK: 6,
+    MoveKind.DELETE_LINK: 2,
+    MoveKind.ATTACH: 12,
+    MoveKind.DETACH: 6,
+    MoveKind.SET_RESERVED: 4,
+    MoveKind.MANUAL_REVERSE: 4,
+    MoveKind.REVERSE: 4,
+    MoveKind.SET_MODE: 5,
+    MoveKind.FAILOVER: 4,
+    MoveKind.RECOVER: 4,
+    MoveKind.CREATE_TOPIC: 6,
+    MoveKind.DELETE_TOPIC: 1,
+    MoveKind.ADD_PARTITIONS: 2,
+    MoveKind.RESTART: 2,
+}
+
+MAX_LINKS_PER_PAIR = 2
+MAX_PARTITIONS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MappingView:
+    """A mapping as the cluster `LinkView.a` sees it."""
+
+    resource_type: str  # "topic" | "group"
+    local_prefix: str
+    remote_prefix: str
+    leader: str  # "local" | "remote" (from a's side)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkView:
+    name: str
+    a: str  # the cluster the mappings are described from
+    b: str
+    mappings: tuple[MappingView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    clusters: tuple[str, ...]
+    up: frozenset[str]
+    links: tuple[LinkView, ...]
+    # cluster -> ((topic, partitions), ...)
+    topics: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # cluster -> ((type, prefix, reserved), ...)
+    namespaces: dict[str, tuple[tuple[str, str, bool], ...]] = field(default_factory=dict)
+    # The prefix families workloads write into, e.g. ("A-",).
+    families: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    kind: MoveKind
+    cluster: str  # where the operator runs it
+    link: str = ""
+    peer: str = ""  # create_link: the remote cluster
+    remote_dials: bool = False  # create_link: the remote side dials (this side behind NAT)
+    resource_type: str = "topic"
+    local_prefix: str = ""
+    remote_prefix: str = ""
+    leader: str = ""  # attach: "local" | "remote"
+    force: bool = False  # failover
+    mode: str = ""  # set_mode: "ASYNC" | "SYNC"
+    reserved: bool = False  # set_reserved
+    confirm: bool = False  # recover
+    wait: bool = True  # manual_reverse: wait for the remote to catch up first
+    topic: str = ""
+    partitions: int = 0
+
+    def describe(self) -> str:
+        """One line for traces and reports."""
+        parts = [self.kind.value, f"on {self.cluster}"]
+        if self.link:
+            parts.append(f"link {self.link}")
+        if self.peer:
+            parts.append(f"to {self.peer}" + (" (remote dials)" if self.remote_dials else ""))
+        if self.kind in (MoveKind.ATTACH, MoveKind.DETACH, MoveKind.SET_RESERVED):
+            parts.append(f"{self.resource_type} {self.local_prefix!r}")
+        if self.kind is MoveKind.ATTACH:
+            parts.append(f"-> {self.remote_prefix!r} leader {self.leader}")
+        if self.kind is MoveKind.MANUAL_REVERSE:
+            parts.append(f"{self.resource_type} {self.local_prefix!r}")
+            if not self.wait:
+                parts.append("without waiting")
+        if self.kind is MoveKind.SET_RESERVED:
+            parts.append("on" if self.reserved else "off")
+        if self.kind is MoveKind.FAILOVER and self.force:
+            parts.append("--force")
+        if self.kind is MoveKind.SET_MODE:
+            parts.append(self.mode)
+        if self.kind is MoveKind.RECOVER:
+            if self.local_prefix:
+                parts.append(f"{self.local_prefix!r}")
+            parts.append("--confirm" if self.confirm else "(report)")
+        if self.topic:
+            parts.append(f"topic {self.topic} partitions {self.partitions}")
+        return " ".join(parts)
+
+
+def draw_move(rng: random.Random, view: View) -> Move | None:
+    """One move that fits `view` (None: no cluster is up)."""
+    up = sorted(view.up)
+    if not up:
+        return None
+    kinds = sorted(WEIGHTS, key=lambda k: k.value)
+    kind = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
+    move = _DRAW[kind](rng, view, up)
+    if move is None:  # nothing fits (no link yet, say): create one instead
+        move = _create_link(rng, view, up)
+    return move
+
+
+def draw_moves(rng: random.Random, view: View, count: int) -> list[Move]:
+    """`count` moves drawn against one view (callers that cannot refresh the
+    view between moves; the moves still name what exists at the start)."""
+    out: list[Move] = []
+    for _ in range(count):
+        move = draw_move(rng, view)
+        if move is not None:
+            out.append(move)
+    return out
+
+
+# -- prefixes -----------------------------------------------------------------------------
+
+
+def prefix_candidates(rng: random.Random, view: View, cluster: str) -> str:
+    """A local prefix for a namespace on `cluster`: a family, a prefix nested
+    in one, or a single topic."""
+    families = sorted(view.families) or ["t-"]
+    family = rng.choice(families)
+    topics = sorted(t for t, _p in view.topics.get(cluster, ()) if t.startswith(family))
+    roll = rng.random()
+    if roll < 0.55:
+        return family
+    if roll < 0.75:
+        return family + "t"  # nested inside the family (overlaps it)
+    if topics:
+        return rng.choice(topics)  # a single existing topic
+    return family + "t0"
+
+
+def remote_prefix_for(rng: random.Random, view: View, link: LinkView, local: str) -> str:
+    """The other side's name: mostly the same, sometimes renamed, sometimes one
+    that collides with a follower name another mapping of the link produces."""
+    roll = rng.random()
+    if roll < 0.7:
+        return local
+    if roll < 0.85:
+        return "r-" + local
+    others = sorted(m.remote_prefix for m in link.mappings)
+    return rng.choice(others) if others else "r-" + local
+
+
+# -- one function per kind ---------------------------------------------------------------------
+
+
+def _pick_link(rng: random.Random, view: View, up: Sequence[str]) -> LinkView | None:
+    links = sorted((link for link in view.links if link.a in up or link.b in up),
+                   key=lambda x: x.name)
+    return rng.choice(links) if links else None
+
+
+def _side(rng: random.Random, link: LinkView, up: Sequence[str]) -> str:
+    sides = [c for c in (link.a, link.b) if c in up]
+    return rng.choice(sides) if sides else link.a
+
+
+def _create_link(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    if len(view.clusters) < 2:
+        return None
+    a = rng.choice(list(up))
+    others = sorted(c for c in view.clusters if c != a)
+    b = rng.choice(others)
+    pair = sum(1 for link in view.links if {link.a, link.b} == {a, b})
+    if pair >= MAX_LINKS_PER_PAIR:
+        return None
+    taken = {link.name for link in view.links}
+    name = next(
+        f"{a}{b}{i}".lower() for i in range(len(taken) + 1) if f"{a}{b}{i}".lower() not in taken
+    )
+    return Move(MoveKind.CREATE_LINK, a, link=name, peer=b, remote_dials=rng.random() < 0.25)
+
+
+def _delete_link(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    return Move(MoveKind.DELETE_LINK, _side(rng, link, up), link=link.name)
+
+
+def _attach(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    cluster = _side(rng, link, up)
+    leader = rng.choice(("local", "remote"))
+    leading = cluster if leader == "local" else (link.b if cluster == link.a else link.a)
+    resource_type = "group" if rng.random() < 0.15 else "topic"
+    local = prefix_candidates(rng, view, leading)
+    if leading != cluster:
+        # The prefix was drawn on the leading (remote) side: this side's name
+        # for it is what the operator types as the local prefix.
+        remote = local
+        local = remote_prefix_for(rng, view, link, remote)
+    else:
+        remote = remote_prefix_for(rng, view, link, local)
+    return Move(
+        MoveKind.ATTACH,
+        cluster,
+        link=link.name,
+        resource_type=resource_type,
+        local_prefix=local,
+        remote_prefix=remote,
+        leader=leader,
+    )
+
+
+def _mapping_on(
+    rng: random.Random, link: LinkView, up: Sequence[str]
+) -> tuple[str, MappingView] | None:
+    """An attached mapping of the link, and a side to act on, in that side's terms."""
+    if not link.mappings:
+        return None
+    m = rng.choice(sorted(link.mappings, key=lambda x: (x.resource_type, x.local_prefix)))
+    cluster = _side(rng, link, up)
+    if cluster == link.b:
+        m = MappingView(
+            m.resource_type,
+            m.remote_prefix,
+            m.local_prefix,
+            "remote" if m.leader == "local" else "local",
+        )
+    return cluster, m
+
+
+def _detach(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    found = _mapping_on(rng, link, up) if link is not None else None
+    if link is None or found is None:
+        return None
+    cluster, m = found
+    return Move(
+        MoveKind.DETACH,
+        cluster,
+        link=link.name,
+        resource_type=m.resource_type,
+        local_prefix=m.local_prefix,
+    )
+
+
+def _set_reserved(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    cluster = rng.choice(list(up))
+    namespaces = sorted(view.namespaces.get(cluster, ()))
+    if not namespaces:
+        return None
+    rtype, prefix, reserved = rng.choice(namespaces)
+    flip = rng.random() < 0.8
+    return Move(
+        MoveKind.SET_RESERVED,
+        cluster,
+        resource_type=rtype,
+        local_prefix=prefix,
+        reserved=(not reserved) if flip else reserved,
+    )
+
+
+def _manual_reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    found = _mapping_on(rng, link, up) if link is not None else None
+    if link is None or found is None:
+        return None
+    cluster, m = found
+    if m.leader != "local":
+        cluster = link.b if cluster == link.a else link.a
+        m = MappingView(m.resource_type, m.remote_prefix, m.local_prefix, "local")
+    return Move(
+        MoveKind.MANUAL_REVERSE,
+        cluster,
+        link=link.name,
+        resource_type=m.resource_type,
+        local_prefix=m.local_prefix,
+        remote_prefix=m.remote_prefix,
+        wait=rng.random() < 0.85,
+    )
+
+
+def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    leads_a = any(m.leader == "local" for m in link.mappings)
+    cluster = link.a if leads_a and rng.random() < 0.8 else _side(rng, link, up)
+    return Move(MoveKind.REVERSE, cluster, link=link.name)
+
+
+def _set_mode(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    mode = "SYNC" if rng.random() < 0.55 else "ASYNC"
+    return Move(MoveKind.SET_MODE, _side(rng, link, up), link=link.name, mode=mode)
+
+
+def _failover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    follows_a = any(m.leader == "remote" for m in link.mappings)
+    follows_b = any(m.leader == "local" for m in link.mappings)
+    candidates = [c for c, f in ((link.a, follows_a), (link.b, follows_b)) if f and c in up]
+    cluster = rng.choice(candidates) if candidates else _side(rng, link, up)
+    return Move(MoveKind.FAILOVER, cluster, link=link.name, force=rng.random() < 0.5)
+
+
+def _recover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    cluster = _side(rng, link, up)
+    prefix = ""
+    found = _mapping_on(rng, link, up) if rng.random() < 0.5 else None
+    if found is not None:
+        cluster, m = found
+        prefix = m.local_prefix if m.resource_type == "topic" else ""
+    return Move(
+        MoveKind.RECOVER,
+        cluster,
+        link=link.name,
+        local_prefix=prefix,
+        confirm=rng.random() < 0.8,
+    )
+
+
+def _create_topic(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    cluster = rng.choice(list(up))
+    families = sorted(view.families) or ["t-"]
+    family = rng.choice(families)
+    existing = {t for t, _p in view.topics.get(cluster, ())}
+    index = next(i for i in range(len(existing) + 2) if f"{family}n{i}" not in existing)
+    return Move(
+        MoveKind.CREATE_TOPIC,
+        cluster,
+        topic=f"{family}n{index}",
+        partitions=rng.randint(1, MAX_PARTITIONS - 1),
+    )
+
+
+def _delete_topic(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    cluster = rng.choice(list(up))
+    topics = sorted(t for t, _p in view.topics.get(cluster, ()) if not t.startswith("_"))
+    if not topics:
+        return None
+    return Move(MoveKind.DELETE_TOPIC, cluster, topic=rng.choice(topics))
+
+
+def _add_partitions(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    cluster = rng.choice(list(up))
+    topics = sorted(
+        (t, p) for t, p in view.topics.get(cluster, ()) if not t.startswith("_") and p < 4
+    )
+    if not topics:
+        return None
+    topic, partitions = rng.choice(topics)
+    return Move(MoveKind.ADD_PARTITIONS, cluster, topic=topic, partitions=partitions + 1)
+
+
+def _restart(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    return Move(MoveKind.RESTART, rng.choice(list(up)))
+
+
+_DRAW = {
+    MoveKind.CREATE_LINK: _create_link,
+    MoveKind.DELETE_LINK: _delete_link,
+    MoveKind.ATTACH: _attach,
+    MoveKind.DETACH: _detach,
+    MoveKind.SET_RESERVED: _set_reserved,
+    MoveKind.MANUAL_REVERSE: _manual_reverse,
+    MoveKind.REVERSE: _reverse,
+    MoveKind.SET_MODE: _set_mode,
+    MoveKind.FAILOVER: _failover,
+    MoveKind.RECOVER: _recover,
+    MoveKind.CREATE_TOPIC: _create_topic,
+    MoveKind.DELETE_TOPIC: _delete_topic,
+    MoveKind.ADD_PARTITIONS: _add_partitions,
+    MoveKind.RESTART: _restart,
+}
+
+__all__ = ["LinkView", "MappingView", "Move", "MoveKind", "View", "draw_move", "draw_moves"]
