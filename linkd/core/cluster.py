@@ -24,9 +24,36 @@ from typing import Any
 
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
+
+# Effects are re-exported: shells and tests name them through this module too.
+from linkd.core.effects import (
+    AppendBatch as AppendBatch,
+)
+from linkd.core.effects import (
+    CreateLogs as CreateLogs,
+)
+from linkd.core.effects import (
+    DeleteBelow as DeleteBelow,
+)
+from linkd.core.effects import (
+    DeleteTopicData as DeleteTopicData,
+)
+from linkd.core.effects import (
+    Effect as Effect,
+)
+from linkd.core.effects import (
+    Journal as Journal,
+)
+from linkd.core.effects import (
+    ResetLog as ResetLog,
+)
+from linkd.core.effects import (
+    TruncateLog as TruncateLog,
+)
+from linkd.core.effects import journal as _journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
-from linkd.core.links import LinkState, LinkTable
+from linkd.core.links import LinkState, LinkTable, in_prefix
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
@@ -37,68 +64,13 @@ from linkd.core.topic_config import (
     validate_partition_count,
     validate_topic_name,
 )
-from linkd.core.transactions import TransactionCoordinator, TxnCompletion, producer_id_base
-
-# -- effects -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AppendBatch:
-    topic_id: str
-    partition: int
-    batch: bytes
-    header: rb.BatchHeader
-
-
-@dataclass(frozen=True, slots=True)
-class Journal:
-    records: tuple[dict[str, Any], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CreateLogs:
-    topic_id: str
-    partitions: tuple[int, ...]
-    segment_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteTopicData:
-    topic_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteBelow:
-    topic_id: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ResetLog:
-    """Empty the partition's files and start its log at `offset` (a follower
-    attaching to a source whose oldest records are gone)."""
-
-    topic_id: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateLog:
-    """Remove every batch at or after `offset` (a follower cut at divergence)."""
-
-    topic_id: str
-    partition: int
-    offset: int
-
-
-Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
-
-
-def _journal(records: list[dict[str, Any]]) -> list[Effect]:
-    return [Journal(tuple(records))] if records else []
-
+from linkd.core.transactions import (
+    MAX_EPOCH,
+    TransactionCoordinator,
+    TxnCompletion,
+    TxnState,
+    producer_id_base,
+)
 
 # -- topics ---------------------------------------------------------------------
 
@@ -942,9 +914,6 @@ class ClusterState:
         namespaces, as a transaction timeout does: the producer's epoch is
         bumped (so it is fenced) and abort markers are written. Returns (the
         transactional ids aborted, effects)."""
-        from linkd.core.replication import in_prefix
-        from linkd.core.transactions import MAX_EPOCH, TxnState
-
         aborted: list[str] = []
         effects: list[Effect] = []
         for transactional_id, meta in sorted(self.txn.txns.items()):
@@ -989,6 +958,8 @@ __all__ = [
     "Journal",
     "OffsetLookup",
     "ProduceResult",
+    "ResetLog",
     "Topic",
+    "TruncateLog",
     "pick_offset_in_batch",
 ]

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from linkd.core import replication as rep
+from linkd.core.cluster import ClusterState
+from linkd.core.effects import Effect, Journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, Mapping
-
-if TYPE_CHECKING:
-    from linkd.core.cluster import ClusterState, Effect
+from linkd.core.namespaces import ResourceType
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
 # batches overlapping [from, to), the size they count against the byte budget).
@@ -107,7 +107,6 @@ def accept_handshake(
 
 def check_can_follow(state: ClusterState, link_name: str, mapping: Mapping) -> None:
     """A namespace (or one overlapping it) follows at most one link."""
-    from linkd.core.namespaces import ResourceType
 
     kind = ResourceType.parse(mapping.resource_type)
     ns = state.namespaces.find(kind, mapping.local_prefix)
@@ -228,7 +227,6 @@ def plan_topics(
     partition additions and config changes, adopts the READ ACLs. Namespaces
     this side does not follow on the link are ignored. `new_topic_id` is asked
     once per topic created."""
-    from linkd.core.cluster import Journal
 
     effects: list[Effect] = []
     created: list[tuple[str, str]] = []

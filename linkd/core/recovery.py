@@ -39,15 +39,15 @@ effects, as cluster.py does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+from linkd.core.cluster import ClusterState
+from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.replication import in_prefix, map_name
-
-if TYPE_CHECKING:
-    from linkd.core.cluster import ClusterState, Effect
-    from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig
+from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.replication import in_prefix, map_name, start_new_epochs
 
 # How deep the root-origin resolution follows the two histories into each
 # other (local -> remote -> local); a cycle deeper than this is treated as
@@ -388,7 +388,6 @@ def select_mappings(
     default every topic and group mapping of the link, attached or not.
     Refuses unknown types, bad prefixes, and namespaces that follow another
     link (they could not follow this one)."""
-    from linkd.core.namespaces import ResourceType, validate_prefix
 
     chosen: list[RecoveryMapping] = []
     if requested:
@@ -576,8 +575,6 @@ def reserve_and_abort(
     """Reserves this side's namespaces (creating them reserved when missing)
     and aborts the open transactions touching their topics (markers written,
     producers fenced). Returns (aborted transactional ids, effects)."""
-    from linkd.core.cluster import Journal
-    from linkd.core.namespaces import ResourceType
 
     records: list[dict[str, Any]] = []
     for m in mappings:
@@ -597,7 +594,6 @@ def apply_recovery(
 ) -> list[Effect]:
     """Truncates every diverged partition to its cut (noting it in the
     provenance history) and moves the reported committed offsets back."""
-    from linkd.core.cluster import Journal, TruncateLog
 
     effects: list[Effect] = []
     records: list[dict[str, Any]] = []
@@ -637,7 +633,6 @@ def apply_recovery(
 
 
 def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
-    from dataclasses import replace
 
     return replace(plan, confirmed=True)
 
@@ -758,8 +753,6 @@ def promote_namespaces(
     records written from now on are told apart from any other history.
     Refuses a namespace that still follows a link. Returns (partitions
     bumped, records)."""
-    from linkd.core.namespaces import ResourceType
-    from linkd.core.replication import start_new_epochs
 
     state.links.get(link_name)
     checked = []

@@ -23,17 +23,25 @@ Pure code: functions of ClusterState returning effects, as cluster.py does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 from linkd.core import records as rb
+from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
+from linkd.core.acls import ResourceType as AclResource
+from linkd.core.cluster import ClusterState
+from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, Mapping
 from linkd.core.links import in_prefix as in_prefix
+from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.partition import PartitionLog
-
-if TYPE_CHECKING:
-    from linkd.core.cluster import ClusterState, Effect
+from linkd.core.topic_config import (
+    CLUSTER_LOCAL_KEYS,
+    validate_configs,
+    validate_partition_count,
+    validate_topic_name,
+)
 
 
 def map_name(name: str, from_prefix: str, to_prefix: str) -> str:
@@ -133,13 +141,6 @@ def create_replica_topic(
     """Creates a follower topic with the source's partition count and configs.
     Only the replication machinery calls this, so the client-facing checks
     (reservation) do not apply; names and configs are still validated."""
-    from linkd.core.cluster import CreateLogs, Journal
-    from linkd.core.topic_config import (
-        CLUSTER_LOCAL_KEYS,
-        validate_configs,
-        validate_partition_count,
-        validate_topic_name,
-    )
 
     if name in state.topics:
         return []
@@ -167,8 +168,6 @@ def follow_topic_shape(
     state: ClusterState, name: str, partitions: int, configs: dict[str, str]
 ) -> list[Effect]:
     """Follows the source's later partition additions and config changes."""
-    from linkd.core.cluster import CreateLogs, Journal
-    from linkd.core.topic_config import CLUSTER_LOCAL_KEYS, validate_configs
 
     effects: list[Effect] = []
     topic = state.topic(name)
@@ -266,7 +265,6 @@ def append_replica(
 ) -> list[Effect]:
     """Follower side: appends fetched batches at the log end, byte for byte
     (and, given the link's config, notes the provenance of what it appends)."""
-    from linkd.core.cluster import AppendBatch, Journal, ResetLog
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -339,7 +337,6 @@ def truncate_replica(
     """Follower side: cuts the log at the source's divergence point. Given the
     link's config, the cut is recorded in the partition's provenance history
     (`ccr-admin provenance` shows it: spec section 8)."""
-    from linkd.core.cluster import Journal, TruncateLog
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -382,7 +379,6 @@ def clamp_replicated_offsets(
     them) that point past the cut move back to it, so no replicated offset
     exceeds the follower's log (spec invariant 6); the cut's provenance entry
     reports each move. Returns (group, old offset, journal record)."""
-    from linkd.core.namespaces import ResourceType
 
     out: list[tuple[str, int, dict[str, Any]]] = []
     for group_id, _state, _type in sorted(state.groups.list_groups()):
@@ -485,7 +481,6 @@ def check_attach(
     leader: str,
 ) -> Mapping:
     """Every local check of an attach, changing nothing; returns the mapping."""
-    from linkd.core.namespaces import ResourceType, validate_prefix
 
     config = state.links.get(link_name)
     if leader not in ("local", "remote"):
@@ -541,7 +536,6 @@ def reconcile_attachments(state: ClusterState, link_name: str) -> list[dict[str,
     A mapping whose local namespace is missing creates it (a follower
     namespace must exist to be reserved); a follower mapping refused by the
     one-link-per-follower rule stays unattached and is reported by describe."""
-    from linkd.core.namespaces import ResourceType
 
     config = state.links.configs.get(link_name)
     records: list[dict[str, Any]] = []
@@ -572,7 +566,6 @@ def reconcile_attachments(state: ClusterState, link_name: str) -> list[dict[str,
 def detach_mapping(
     state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
 ) -> list[dict[str, Any]]:
-    from linkd.core.namespaces import ResourceType
 
     config = state.links.get(link_name)
     kind = ResourceType.parse(resource_type)
@@ -587,8 +580,6 @@ def detach_mapping(
 
 
 def replace_mapping(mapping: Mapping, *, attached: bool) -> Mapping:
-    from dataclasses import replace
-
     return replace(mapping, attached=attached)
 
 
@@ -619,7 +610,6 @@ def failover(
     them from the link and clear their reservation. Refused while follower
     partitions lag (LAG_NOT_ZERO) unless forced; returns (records, the lag
     abandoned)."""
-    from linkd.core.namespaces import ResourceType
 
     config = state.links.get(link_name)
     lagging = follower_lag(state, link_name, now_ms)
@@ -680,7 +670,6 @@ def apply_replicated_offsets(
     watermark has reached it (a replicated offset never points past the
     follower's data), and never moves a group's offset backwards (spec §10,
     invariant 6); held-back offsets are retried by the caller."""
-    from linkd.core.cluster import AppendBatch
 
     config = state.links.get(link_name)
     groups = follower_mappings(config, "group")
@@ -741,8 +730,6 @@ def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
     """Source side: principals allowed to READ topics of the namespace, from
     ALLOW bindings for READ or ALL on literal topics inside it or on prefixed
     patterns that lie inside it."""
-    from linkd.core.acls import AclFilter, AclOperation, PatternType, PermissionType
-    from linkd.core.acls import ResourceType as AclResource
 
     out: list[ReadAcl] = []
     for b in state.acls.describe(AclFilter(resource_type=AclResource.TOPIC)):
@@ -764,8 +751,6 @@ def apply_read_acls(
     """Follower side: the same principals may READ the follower topics (mapped
     names). Add-only: a READ granted on the follower is never revoked by the
     link. WRITE is never synced: only the link writes follower topics."""
-    from linkd.core.acls import AclBinding, AclOperation, PatternType, PermissionType
-    from linkd.core.acls import ResourceType as AclResource
 
     config = state.links.get(link_name)
     mapping = next(

@@ -1,0 +1,93 @@
+"""What the core asks a shell to do: the effects a core call returns.
+
+A call into the core either refuses (raises ClusterError, nothing changed) or
+changes the model and returns effects for the shell to carry out, in order:
+- `AppendBatch`: write these bytes at the partition's log end;
+- `Journal`: make these metadata records durable; every append earlier in
+  the same list must be durable first (write-ahead);
+- `CreateLogs`, `DeleteTopicData`, `DeleteBelow`, `ResetLog`, `TruncateLog`:
+  files to create, remove, restart or cut.
+
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from linkd.core import records as rb
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    topic_id: str
+    partition: int
+    batch: bytes
+    header: rb.BatchHeader
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    records: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateLogs:
+    topic_id: str
+    partitions: tuple[int, ...]
+    segment_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopicData:
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteBelow:
+    topic_id: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetLog:
+    """Empty the partition's files and start its log at `offset` (a follower
+    attaching to a source whose oldest records are gone)."""
+
+    topic_id: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateLog:
+    """Remove every batch at or after `offset` (a follower cut at divergence)."""
+
+    topic_id: str
+    partition: int
+    offset: int
+
+
+Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
+
+
+
+
+def journal(records: list[dict[str, Any]]) -> list[Effect]:
+    """One Journal effect for the records, or none when there are none."""
+    return [Journal(tuple(records))] if records else []
+
+
+__all__ = [
+    "AppendBatch",
+    "CreateLogs",
+    "DeleteBelow",
+    "DeleteTopicData",
+    "Effect",
+    "Journal",
+    "ResetLog",
+    "TruncateLog",
+    "journal",
+]
