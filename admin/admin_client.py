@@ -153,6 +153,8 @@ class LinkInfo:
     mappings: list[dict[str, Any]]
     partitions: list[dict[str, Any]]
     history: list[dict[str, Any]]
+    # Mappings a side detached because it could not honour them, with a note.
+    refused_mappings: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +171,7 @@ class LinkInfo:
             "mappings": list(self.mappings),
             "partitions": list(self.partitions),
             "history": list(self.history),
+            "refused_mappings": list(self.refused_mappings),
         }
 
 
@@ -184,6 +187,29 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "provenance_entries": p.provenance_entries,
         "provenance_start_offset": p.provenance_start_offset,
         "provenance_source": p.provenance_source,
+        "lag_known": p.lag_known,
+        "source_hw_known_at_ms": p.source_hw_known_at_ms,
+    }
+
+
+def _mapping_dict(m: Any) -> dict[str, Any]:
+    out = {
+        "type": admin_pb2.ResourceType.Name(m.type).lower(),
+        "local_prefix": m.local_prefix,
+        "remote_prefix": m.remote_prefix,
+        "leader": m.leader,
+    }
+    if m.note:
+        out["note"] = m.note
+    return out
+
+
+def _dangling_dict(d: Any) -> dict[str, Any]:
+    return {
+        "topic": d.topic,
+        "partition": d.partition,
+        "producer_id": d.producer_id,
+        "first_offset": d.first_offset,
     }
 
 
@@ -201,17 +227,10 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         state=d.state,
         state_entered_at_ms=d.state_entered_at_ms,
         link_epoch=d.link_epoch,
-        mappings=[
-            {
-                "type": admin_pb2.ResourceType.Name(m.type).lower(),
-                "local_prefix": m.local_prefix,
-                "remote_prefix": m.remote_prefix,
-                "leader": m.leader,
-            }
-            for m in d.mappings
-        ],
+        mappings=[_mapping_dict(m) for m in d.mappings],
         partitions=[_lag_dict(p) for p in d.partitions],
         history=[{"state": h.state, "entered_at_ms": h.entered_at_ms} for h in d.history],
+        refused_mappings=[_mapping_dict(m) for m in d.refused_mappings],
     )
 
 
@@ -281,15 +300,42 @@ def mirror_link_info(d: admin_pb2.MirrorLinkDescription) -> MirrorLinkInfo:
 
 @dataclass(frozen=True)
 class FailoverResult:
+    """What a failover made writable and what it may have lost: `partitions`
+    (every partition made writable, with the last known source high
+    watermark and when it was learned), `abandoned` (those with a lag, or a
+    lag not known), and the replicated transactions it aborted."""
+
     link: LinkInfo
     abandoned: list[dict[str, Any]]
     namespaces: list[NamespaceInfo]
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    aborted_transactions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "link": self.link.to_dict(),
             "abandoned": list(self.abandoned),
             "namespaces": [ns.to_dict() for ns in self.namespaces],
+            "partitions": list(self.partitions),
+            "aborted_transactions": list(self.aborted_transactions),
+        }
+
+
+@dataclass(frozen=True)
+class ReservationResult:
+    """A namespace after set-reserved, and the transactions it aborted:
+    reserving aborts the open ones touching it; clearing the reservation of
+    a topic namespace aborts the replicated ones nothing will finish."""
+
+    namespace: NamespaceInfo
+    aborted_transactions: list[str] = field(default_factory=list)
+    aborted_dangling: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.namespace.to_dict(),
+            "aborted_transactions": list(self.aborted_transactions),
+            "aborted_dangling": list(self.aborted_dangling),
         }
 
 
@@ -424,15 +470,6 @@ class ReverseResult:
         }
 
 
-def _mapping_dict(m: Any) -> dict[str, Any]:
-    return {
-        "type": admin_pb2.ResourceType.Name(m.type).lower(),
-        "local_prefix": m.local_prefix,
-        "remote_prefix": m.remote_prefix,
-        "leader": m.leader,
-    }
-
-
 def provenance_dict(resp: admin_pb2.GetProvenanceResponse) -> dict[str, Any]:
     """The provenance report of a topic as plain data (the CLI's --json form)."""
     return {
@@ -480,6 +517,7 @@ def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
             "partition": g.partition,
             "committed_offset": g.committed_offset,
             "new_offset": g.new_offset,
+            "reason": g.reason,
         }
         for g in resp.groups
     ]
@@ -502,6 +540,7 @@ def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
                 "remote_records_lost": r.remote_records_lost,
                 "diverged": r.diverged,
                 "reason": r.reason,
+                "related": r.related,
             }
             for r in resp.partitions
         ],
@@ -860,6 +899,8 @@ class AdminClient:
             link=link_info(resp.link),
             abandoned=[_lag_dict(p) for p in resp.abandoned],
             namespaces=[namespace_info(ns) for ns in resp.namespaces],
+            partitions=[_lag_dict(p) for p in resp.partitions],
+            aborted_transactions=[_dangling_dict(d) for d in resp.aborted_transactions],
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:
@@ -969,12 +1010,19 @@ class AdminClient:
 
     def set_reserved(
         self, type: str, prefix: str, reserved: bool, timeout: float | None = None
-    ) -> NamespaceInfo:
-        """Reserves the namespace (only replication may write into it) or clears that."""
+    ) -> ReservationResult:
+        """Reserves the namespace (only replication may write into it; its open
+        transactions are aborted) or clears that (a topic namespace's dangling
+        replicated transactions are aborted)."""
         req = admin_pb2.SetReservedRequest(
             type=resource_type_of(type), prefix=prefix, reserved=reserved
         )
-        return namespace_info(self._conn.call(self._conn.admin.SetReserved, req, self._t(timeout)))
+        reply = self._conn.call(self._conn.admin.SetReserved, req, self._t(timeout))
+        return ReservationResult(
+            namespace_info(reply.namespace),
+            list(reply.aborted_transactions),
+            [_dangling_dict(d) for d in reply.aborted_dangling],
+        )
 
     def delete_namespace(self, type: str, prefix: str, timeout: float | None = None) -> None:
         req = admin_pb2.DeleteNamespaceRequest(type=resource_type_of(type), prefix=prefix)

@@ -685,11 +685,22 @@ def cmd_describe_namespace(args: argparse.Namespace) -> int:
 
 def cmd_set_reserved(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        ns = admin.set_reserved(args.type, args.prefix, args.reserved)
+        result = admin.set_reserved(args.type, args.prefix, args.reserved)
+    ns = result.namespace
     if args.json:
-        _emit(ns.to_dict())
-    else:
-        print(f"{_namespace_title(ns)} is {'reserved' if ns.reserved else 'not reserved'}")
+        _emit(result.to_dict())
+        return EXIT_OK
+    print(f"{_namespace_title(ns)} is {'reserved' if ns.reserved else 'not reserved'}")
+    if result.aborted_transactions:
+        print(
+            f"aborted {len(result.aborted_transactions)} open transactions: "
+            + ", ".join(result.aborted_transactions)
+        )
+    for d in result.aborted_dangling:
+        print(
+            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
+            f"(producer {d['producer_id']}, from offset {d['first_offset']})"
+        )
     return EXIT_OK
 
 
@@ -713,12 +724,25 @@ def _print_link(link: LinkInfo) -> None:
         print(
             f"  {m['type']} {m['local_prefix']!r} -> {m['remote_prefix']!r}  leader: {m['leader']}"
         )
+    for m in link.refused_mappings:
+        print(
+            f"  refused: {m['type']} {m['local_prefix']!r} -> {m['remote_prefix']!r}  "
+            f"leader: {m['leader']}: {m.get('note', '')}"
+        )
     if link.partitions:
         rows = [
-            (p["topic"], str(p["partition"]), p["role"], str(p["lag_records"]), str(p["lag_ms"]))
+            (
+                p["topic"],
+                str(p["partition"]),
+                p["role"],
+                str(p["lag_records"]) if p["lag_known"] else "unknown",
+                str(p["lag_ms"]) if p["lag_known"] else "unknown",
+                _age(p["source_hw_known_at_ms"]) if p["role"] == "follower" else "now",
+            )
             for p in link.partitions
         ]
-        print(_table(rows, ("TOPIC", "PARTITION", "ROLE", "LAG_RECORDS", "LAG_MS")))
+        header = ("TOPIC", "PARTITION", "ROLE", "LAG_RECORDS", "LAG_MS", "SOURCE_HW_AS_OF")
+        print(_table(rows, header))
 
 
 def cmd_create_link(args: argparse.Namespace) -> int:
@@ -803,10 +827,27 @@ def cmd_failover(args: argparse.Namespace) -> int:
         print(f"{_namespace_title(ns)} is now writable (detached from {args.link})")
     if result.abandoned:
         total = sum(p["lag_records"] for p in result.abandoned)
-        print(f"abandoned {total} records of lag on {len(result.abandoned)} partitions:")
+        print(f"abandoned at least {total} records on {len(result.abandoned)} partitions:")
         for p in result.abandoned:
-            print(f"  {p['topic']}-{p['partition']}: {p['lag_records']} records")
+            known = "" if p["lag_known"] else ", and whatever it acknowledged since"
+            print(
+                f"  {p['topic']}-{p['partition']}: {p['lag_records']} records (log end "
+                f"{p['log_end_offset']}, source high watermark {p['source_high_watermark']} "
+                f"as of {_age(p['source_hw_known_at_ms'])}{known})"
+            )
+    for d in result.aborted_transactions:
+        print(
+            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
+            f"(producer {d['producer_id']}, from offset {d['first_offset']})"
+        )
     return EXIT_OK
+
+
+def _age(at_ms: int) -> str:
+    """How long ago a wall-clock time was, for an operator."""
+    if at_ms <= 0:
+        return "never"
+    return f"{max(0, int(time.time() * 1000) - at_ms)} ms ago"
 
 
 def cmd_set_mode(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from linkd.core import replication as rep
 from sim import scenario as sc
 from sim.history import Op, Send
 from sim.workloads import ScriptSend, ScriptSpec
@@ -495,34 +496,29 @@ def sim_final_state(sim: Simulation, schedule: Schedule, prefixes: Iterable[str]
 def _links_converged(sim: Simulation) -> bool:
     """The real runner's convergence, on the simulated clusters: on every link
     between live clusters both sides FOLLOWING or IN_SYNC and every follower
-    partition at its source's high watermark. (The simulator's own liveness
-    check trusts the follower's view, which a paused source can leave stale.)"""
-    from linkd.core import replication as rep
-
-    for key in sorted(sim.drivers):
-        d = sim.drivers[key]
-        if d.stopped or not d.follower.up or not d.source.up:
+    partition at its source's high watermark."""
+    if sim.unsettled_links():
+        return False
+    for cid in sim.cluster_ids:
+        follower = sim.clusters[cid]
+        if not follower.up:
             continue
-        for side in (d.follower, d.source):
-            if d.name in side.links.configs and side.links.state_name(d.name) not in (
-                "FOLLOWING",
-                "IN_SYNC",
-            ):
-                return False
-        config = d.follower.links.configs.get(d.name)
-        if config is None:
-            continue
-        for m in rep.follower_mappings(config, "topic"):
-            for topic in sorted(d.source.state.topics):
-                if not rep.in_prefix(topic, m.remote_prefix):
-                    continue
-                local = rep.map_name(topic, m.remote_prefix, m.local_prefix)
-                if local not in d.follower.state.topics:
-                    return False
-                theirs = d.source.state.topics[topic].partitions
-                mine = d.follower.state.topics[local].partitions
-                if [x.high_watermark for x in mine] != [x.high_watermark for x in theirs]:
-                    return False
+        for name in follower.links.names():
+            config = follower.links.get(name)
+            source = sim.clusters.get(config.remote_cluster_id)
+            if source is None or not source.up:
+                continue
+            for m in rep.follower_mappings(config, "topic"):
+                for topic in sorted(source.state.topics):
+                    if not rep.in_prefix(topic, m.remote_prefix):
+                        continue
+                    local = rep.map_name(topic, m.remote_prefix, m.local_prefix)
+                    if local not in follower.state.topics:
+                        return False
+                    theirs = source.state.topics[topic].partitions
+                    mine = follower.state.topics[local].partitions
+                    if [x.high_watermark for x in mine] != [x.high_watermark for x in theirs]:
+                        return False
     return True
 
 

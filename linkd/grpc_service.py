@@ -7,6 +7,7 @@ details (google.rpc.Status), with a status code chosen by `grpc_errors`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -16,11 +17,11 @@ import grpc
 from grpc import aio
 
 from ccr.v1 import admin_pb2, admin_pb2_grpc, cluster_pb2, cluster_pb2_grpc, errors_pb2
-from linkd.core import recovery
-from linkd.core import replication as rep
+from linkd.core import link_admin, recovery
+from linkd.core.cluster import DanglingTxn
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
-from linkd.core.links import LinkConfig
+from linkd.core.links import Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_errors import abort_with_error
 from linkd.mirror_links import MirrorLinkManager
@@ -135,14 +136,14 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def DescribeTopic(
         self, request: cluster_pb2.DescribeTopicRequest, context: Any
     ) -> cluster_pb2.TopicDescription:
-        self.node._check_ready()
+        self.node.check_ready()
         return self._describe(request.name)
 
     @refusals
     async def ListTopics(
         self, request: cluster_pb2.ListTopicsRequest, context: Any
     ) -> cluster_pb2.ListTopicsResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         names = sorted(
             n for n in self.node.state.topics if request.include_internal or not n.startswith("_")
         )
@@ -310,7 +311,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def FetchCommittedOffsets(
         self, request: cluster_pb2.FetchCommittedOffsetsRequest, context: Any
     ) -> cluster_pb2.FetchCommittedOffsetsResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         wanted = (
             [(p.topic, p.partition) for p in request.partitions]
             if len(request.partitions)
@@ -337,7 +338,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def ListGroups(
         self, request: cluster_pb2.ListGroupsRequest, context: Any
     ) -> cluster_pb2.ListGroupsResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         return cluster_pb2.ListGroupsResponse(
             groups=[
                 cluster_pb2.GroupListing(group_id=g, state=s, protocol_type=t)
@@ -349,7 +350,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def DescribeGroup(
         self, request: cluster_pb2.DescribeGroupRequest, context: Any
     ) -> cluster_pb2.GroupDescription:
-        self.node._check_ready()
+        self.node.check_ready()
         d = self.node.state.groups.describe_group(request.group_id)
         committed = self.node.state.groups.committed(request.group_id, None)
         return cluster_pb2.GroupDescription(
@@ -456,6 +457,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> None:
         self.node = node
         self.links = links
+        self.ops = Operations(node, links)
         self.mirror_links = mirror_links or MirrorLinkManager(node)
 
     @refusals
@@ -484,7 +486,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListNamespaces(
         self, request: admin_pb2.ListNamespacesRequest, context: Any
     ) -> admin_pb2.ListNamespacesResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         return admin_pb2.ListNamespacesResponse(
             namespaces=[_namespace_pb(ns) for ns in self.node.state.namespaces.list(request.type)]
         )
@@ -493,7 +495,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribeNamespace(
         self, request: admin_pb2.DescribeNamespaceRequest, context: Any
     ) -> admin_pb2.NamespaceDescription:
-        self.node._check_ready()
+        self.node.check_ready()
         ns = self.node.state.namespaces.get(request.type, request.prefix)
         return admin_pb2.NamespaceDescription(
             namespace=_namespace_pb(ns),
@@ -503,9 +505,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @refusals
     async def SetReserved(
         self, request: admin_pb2.SetReservedRequest, context: Any
-    ) -> admin_pb2.Namespace:
-        ns = await self.node.set_reserved(request.type, request.prefix, request.reserved)
-        return _namespace_pb(ns)
+    ) -> admin_pb2.SetReservedResponse:
+        result = await self.ops.set_reserved(request.type, request.prefix, request.reserved)
+        ns = self.node.state.namespaces.get(request.type, request.prefix)
+        return admin_pb2.SetReservedResponse(
+            namespace=_namespace_pb(ns),
+            aborted_transactions=result.aborted,
+            aborted_dangling=[_dangling_pb(d) for d in result.dangling],
+        )
 
     @refusals
     async def DeleteNamespace(
@@ -517,8 +524,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     # -- links -----------------------------------------------------------------
 
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
-        summary = rep.link_summary(self.node.state, name, self.node.clock())
-        config: LinkConfig = summary["config"]
+        summary = link_admin.link_summary(self.node.state, name, self.node.clock())
+        config = summary.config
         mode = admin_pb2.SYNC if config.mode == "SYNC" else admin_pb2.ASYNC
         direction = (
             admin_pb2.LOCAL_DIALS
@@ -533,23 +540,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             remote_bootstrap=config.value("remote_bootstrap"),
             mode=mode,
             connection_direction=direction,
-            state=summary["state"],
-            state_entered_at_ms=summary["entered_at_ms"],
+            state=summary.state,
+            state_entered_at_ms=summary.entered_at_ms,
             link_epoch=config.link_epoch,
-            mappings=[
-                admin_pb2.NamespaceMapping(
-                    type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
-                    local_prefix=m.local_prefix,
-                    remote_prefix=m.remote_prefix,
-                    leader=m.leader,
-                )
-                for m in config.attached_mappings()
-            ],
-            partitions=[admin_pb2.PartitionLag(**p) for p in summary["partitions"]],
+            mappings=[_mapping_pb(m) for m in config.attached_mappings()],
+            partitions=[_lag_pb(p) for p in summary.partitions],
             history=[
-                admin_pb2.LinkStateChange(state=st, entered_at_ms=at)
-                for st, at in summary["history"]
+                admin_pb2.LinkStateChange(state=st, entered_at_ms=at) for st, at in summary.history
             ],
+            refused_mappings=[_mapping_pb(m) for m in summary.refused],
         )
 
     @refusals
@@ -561,7 +560,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if request.connection_direction == admin_pb2.REMOTE_DIALS
             else "local_dials"
         )
-        config = await self.links.create_link(
+        config = await self.ops.create_link(
             request.name,
             request.remote_bootstrap,
             request.remote_credentials,
@@ -574,7 +573,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListLinks(
         self, request: admin_pb2.ListLinksRequest, context: Any
     ) -> admin_pb2.ListLinksResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         return admin_pb2.ListLinksResponse(
             links=[self._link_pb(n) for n in self.node.state.links.names()]
         )
@@ -583,7 +582,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribeLink(
         self, request: admin_pb2.DescribeLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        self.node._check_ready()
+        self.node.check_ready()
         self.node.state.links.get(request.name)
         return self._link_pb(request.name)
 
@@ -591,14 +590,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DeleteLink(
         self, request: admin_pb2.DeleteLinkRequest, context: Any
     ) -> admin_pb2.DeleteLinkResponse:
-        await self.links.delete_link(request.name)
+        await self.ops.delete_link(request.name)
         return admin_pb2.DeleteLinkResponse()
 
     @refusals
     async def AttachNamespace(
         self, request: admin_pb2.AttachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        await self.links.attach(
+        await self.ops.attach(
             request.link,
             ResourceType.parse(request.type).label,
             request.local_prefix,
@@ -611,7 +610,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DetachNamespace(
         self, request: admin_pb2.DetachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        await self.links.detach(
+        await self.ops.detach(
             request.link, ResourceType.parse(request.type).label, request.local_prefix
         )
         return self._link_pb(request.link)
@@ -620,17 +619,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def Failover(
         self, request: admin_pb2.FailoverRequest, context: Any
     ) -> admin_pb2.FailoverResponse:
-        config = self.node.state.links.get(request.link)
-        followers = [m for m in config.attached_mappings() if m.local_role == "follower"]
-        abandoned = await self.links.failover(request.link, request.force)
+        result = await self.ops.failover(request.link, request.force)
         namespaces = [
-            self.node.state.namespaces.get(ResourceType.parse(m.resource_type), m.local_prefix)
-            for m in followers
+            self.node.state.namespaces.get(ResourceType.parse(t), prefix)
+            for t, prefix in result.namespaces
         ]
         return admin_pb2.FailoverResponse(
             link=self._link_pb(request.link),
-            abandoned=[admin_pb2.PartitionLag(**p) for p in abandoned],
+            abandoned=[_lag_pb(p) for p in result.abandoned],
             namespaces=[_namespace_pb(ns) for ns in namespaces],
+            partitions=[_lag_pb(p) for p in result.partitions],
+            aborted_transactions=[_dangling_pb(d) for d in result.dangling],
         )
 
     @refusals
@@ -643,7 +642,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 f"link {request.link!r}",
                 f"link {request.link!r}: set-mode needs ASYNC or SYNC, got mode {request.mode}",
             )
-        await self.links.set_mode(request.link, admin_pb2.LinkMode.Name(request.mode))
+        await self.ops.set_mode(request.link, admin_pb2.LinkMode.Name(request.mode))
         return self._link_pb(request.link)
 
     @refusals
@@ -660,14 +659,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # -- provenance and recovery (spec section 8) ---------------------------------------
 
-    def _operations(self) -> Operations:
-        return Operations(self.node, self.links)
-
     @refusals
     async def GetProvenance(
         self, request: admin_pb2.GetProvenanceRequest, context: Any
     ) -> admin_pb2.GetProvenanceResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         topic = self.node.state.topic(request.topic)
         return admin_pb2.GetProvenanceResponse(
             topic=topic.name,
@@ -698,7 +694,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
             for n in request.namespaces
         ]
-        plan = await self._operations().recover(request.link, requested, request.confirm)
+        plan = await self.ops.recover(request.link, requested, request.confirm)
         return admin_pb2.RecoverLinkResponse(
             link=plan.link,
             local_cluster_id=plan.local_cluster_id,
@@ -724,7 +720,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ReverseLink(
         self, request: admin_pb2.ReverseLinkRequest, context: Any
     ) -> admin_pb2.ReverseLinkResponse:
-        report = await self._operations().reverse(request.link, request.timeout_ms)
+        report = await self.ops.reverse(request.link, request.timeout_ms)
         return admin_pb2.ReverseLinkResponse(
             link=report.link,
             ok=report.ok,
@@ -791,7 +787,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListMirrorLinks(
         self, request: admin_pb2.ListMirrorLinksRequest, context: Any
     ) -> admin_pb2.ListMirrorLinksResponse:
-        self.node._check_ready()
+        self.node.check_ready()
         table = self.node.state.mirror_links
         links = table.all() if request.include_deleted else table.live()
         return admin_pb2.ListMirrorLinksResponse(
@@ -804,6 +800,26 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.DeleteMirrorLinkResponse:
         deleted_ms, stopped = await self.mirror_links.delete(request.name)
         return admin_pb2.DeleteMirrorLinkResponse(deleted_at_ms=deleted_ms, stopped=stopped)
+
+
+def _mapping_pb(m: Mapping) -> admin_pb2.NamespaceMapping:
+    return admin_pb2.NamespaceMapping(
+        type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
+        local_prefix=m.local_prefix,
+        remote_prefix=m.remote_prefix,
+        leader=m.leader,
+        note=m.note,
+    )
+
+
+def _lag_pb(p: link_admin.PartitionLag) -> admin_pb2.PartitionLag:
+    return admin_pb2.PartitionLag(**dataclasses.asdict(p))
+
+
+def _dangling_pb(d: DanglingTxn) -> admin_pb2.DanglingTransaction:
+    return admin_pb2.DanglingTransaction(
+        topic=d.topic, partition=d.partition, producer_id=d.producer_id, first_offset=d.first_offset
+    )
 
 
 def _namespace_pb(ns: Namespace) -> admin_pb2.Namespace:

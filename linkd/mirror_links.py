@@ -201,12 +201,12 @@ class MirrorLinkManager:
     async def create(
         self, name: str, alias: str, properties: str
     ) -> tuple[MirrorLink, HostedMirror]:
-        self.node._check_ready()
+        self.node.check_ready()
         alias = alias or self.node.cluster_id
         hosted, records = self.state.mirror_links.create(
             self.node.cluster_id, name, alias, properties, self.node.clock()
         )
-        await self.node._execute([Journal(tuple(records))])
+        await self.node.execute([Journal(tuple(records))])
         link = self.state.mirror_links.get(name)
         self._start_worker(link, hosted)
         log.info(
@@ -221,7 +221,7 @@ class MirrorLinkManager:
 
     async def delete(self, name: str) -> tuple[int, bool]:
         """(deleted at ms, whether the engine stopped within the bound)."""
-        self.node._check_ready()
+        self.node.check_ready()
         self.state.mirror_links.get(name)
         worker = self.workers.pop(name, None)
         stopped = True
@@ -234,7 +234,7 @@ class MirrorLinkManager:
                 )
         now = self.node.clock()
         records = self.state.mirror_links.delete(name, now)
-        await self.node._execute([Journal(tuple(records))])
+        await self.node.execute([Journal(tuple(records))])
         log.info("mirror link deleted", extra={"mirror_link": name})
         return now, stopped
 

@@ -34,6 +34,7 @@ from typing import Any
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
+    HW_WAIT_MAX_MS,
     AppendBatch,
     ClusterState,
     CreateLogs,
@@ -62,9 +63,6 @@ SNAPSHOT_EVERY_RECORDS = 20_000
 # A group call waits at most this long beyond its own rebalance timeout.
 GROUP_CALL_MARGIN_MS = 5_000
 MAX_FETCH_WAIT_MS = 30_000
-# A produce (acks=all) or transaction commit waits at most this long for a
-# SYNC link's followers; the link drops OUT_OF_SYNC well before by default.
-HW_WAIT_MAX_MS = 60_000
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 
@@ -223,7 +221,7 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Completes transactions prepared before a crash, starts the timers."""
-        await self._execute(self.state.recovery_completions(self.clock()))
+        await self.execute(self.state.recovery_completions(self.clock()))
         self._ticker = asyncio.create_task(self._tick_loop(), name="linkd-tick")
         self.ready = True
 
@@ -254,9 +252,9 @@ class ClusterNode:
         while not self._stopping:
             try:
                 now = self.clock()
-                await self._execute(self.state.tick(now))
+                await self.execute(self.state.tick(now))
                 self._deliver(self.state.groups.tick(now))
-                self.state.refresh_sync_links(now)
+                self.state.refresh_led_partitions(now)
                 self.state.links.tick(now)
                 self.refresh_high_watermarks()
             except Exception:  # a timer failure must not stop future timers
@@ -265,7 +263,7 @@ class ClusterNode:
 
     # -- effects ----------------------------------------------------------------
 
-    async def _execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
+    async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
         touched: dict[tuple[str, int], int] = {}
         for effect in effects:
             if isinstance(effect, AppendBatch):
@@ -319,25 +317,20 @@ class ClusterNode:
                 if key in self.flushers
             )
         )
-        moved: list[tuple[str, int]] = []
-        # A transaction's markers pass their HWs together, so a marker group
-        # may move partitions beyond the ones made durable here.
-        anywhere = bool(self.state.marker_groups)
-        for (topic_id, partition), durable in zip(touched, results, strict=False):
-            name = names.get(topic_id)
-            if name is not None:
-                hw_moved = self.state.mark_durable(name, partition, durable)
-                # Durable but held back by a SYNC follower: wake its long poll.
-                if hw_moved or self.state.partition(name, partition).held_back:
-                    moved.append((name, partition))
-        if moved:
-            self._notify_data(None if anywhere else moved)
+        marks = [
+            (names[topic_id], partition, durable)
+            for (topic_id, partition), durable in zip(touched, results, strict=False)
+            if topic_id in names
+        ]
+        wake = self.state.made_durable(marks)
+        if wake is not None:
+            self.notify(wake.partitions)
 
     def refresh_high_watermarks(self) -> None:
         """Re-applies HW limits (a follower acknowledged, a link changed state
         or mode, a follower topic became writable) and wakes waiters."""
         if self.state.refresh_high_watermarks():
-            self._notify_data()
+            self.notify()
 
     async def wait_high_watermarks(self, targets: dict[tuple[str, int], int], what: str) -> None:
         """Waits until every partition's HW reaches its target offset: a SYNC
@@ -382,12 +375,16 @@ class ClusterNode:
         if self.journal.records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
             self.journal.write_snapshot(self.state.snapshot())
 
-    def _notify_data(self, moved: Iterable[tuple[str, int]] | None = None) -> None:
+    def notify(self, moved: Iterable[tuple[str, int]] | None = None) -> None:
         """High watermarks moved on `moved` (None: anywhere): wake the long
         polls watching them."""
         self.long_polls.notify(moved)
 
-    def _check_ready(self) -> None:
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def check_ready(self) -> None:
         if not self.ready:
             raise ClusterError(
                 ErrorCode.NOT_READY,
@@ -398,39 +395,39 @@ class ClusterNode:
     # -- topics -------------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
-        self._check_ready()
+        self.check_ready()
         _topic, effects = self.state.create_topic(
             name, partitions, configs, self.topic_id_factory()
         )
-        await self._execute(effects)
+        await self.execute(effects)
 
     async def delete_topic(self, name: str) -> None:
-        self._check_ready()
-        await self._execute(self.state.delete_topic(name))
+        self.check_ready()
+        await self.execute(self.state.delete_topic(name))
 
     async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
-        self._check_ready()
+        self.check_ready()
         _topic, effects = self.state.alter_configs(name, set_, delete)
-        await self._execute(effects)
+        await self.execute(effects)
 
     async def create_partitions(self, name: str, total: int) -> None:
-        self._check_ready()
+        self.check_ready()
         _topic, effects = self.state.create_partitions(name, total)
-        await self._execute(effects)
+        await self.execute(effects)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        self._check_ready()
+        self.check_ready()
         low, effects = self.state.delete_records(topic, partition, offset)
-        await self._execute(effects)
+        await self.execute(effects)
         return low
 
     async def unclean_election(
         self, topic: str, partition: int, truncate_to: int
     ) -> tuple[int, int, int]:
         """Emulated fault: (records removed, new leader epoch, log end offset)."""
-        self._check_ready()
+        self.check_ready()
         removed, epoch, effects = self.state.unclean_election(topic, partition, truncate_to)
-        await self._execute(effects)
+        await self.execute(effects)
         log.warning(
             "unclean leader election emulated",
             extra={"topic": topic, "partition": partition, "removed": removed, "epoch": epoch},
@@ -443,7 +440,7 @@ class ClusterNode:
         self, topic: str, partition: int, batch: bytes, acks: int, transactional_id: str = ""
     ) -> tuple[int, bool, int, int]:
         """Returns (base offset, duplicate, log start offset, log append time)."""
-        self._check_ready()
+        self.check_ready()
         if acks not in (0, 1, -1):
             raise ClusterError(
                 ErrorCode.INVALID_REQUIRED_ACKS,
@@ -451,7 +448,7 @@ class ClusterNode:
                 f"acks={acks} is invalid: use 0, 1 or -1 (all)",
             )
         result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
-        await self._execute(result.effects, wait_durable=acks != 0)
+        await self.execute(result.effects, wait_durable=acks != 0)
         if acks == -1 and result.effects:
             end = max(e.header.next_offset for e in result.effects if isinstance(e, AppendBatch))
             await self.wait_high_watermarks({(topic, partition): end}, f"produce to {topic}")
@@ -520,7 +517,7 @@ class ClusterNode:
     ) -> list[FetchedData]:
         """parts: (topic, partition, offset, max bytes). Waits up to max_wait_ms for
         min_bytes, as Kafka's fetch does."""
-        self._check_ready()
+        self.check_ready()
         max_wait_ms = max(0, min(max_wait_ms, MAX_FETCH_WAIT_MS))
         max_bytes = MAX_FETCH_BYTES if max_bytes <= 0 else min(max_bytes, MAX_FETCH_BYTES)
         loop = asyncio.get_running_loop()
@@ -540,7 +537,7 @@ class ClusterNode:
     async def list_offsets(
         self, topic: str, partition: int, spec: str, timestamp: int, read_committed: bool
     ) -> OffsetLookup:
-        self._check_ready()
+        self.check_ready()
         lookup = self.state.list_offsets(topic, partition, spec, timestamp, read_committed)
         if lookup.refine_batch_offset is None:
             return lookup
@@ -555,18 +552,18 @@ class ClusterNode:
     # -- producers and transactions -------------------------------------------------
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
-        self._check_ready()
+        self.check_ready()
         pid, epoch, effects = self.state.init_producer_id(
             transactional_id, timeout_ms, self.clock()
         )
-        await self._execute(effects)
+        await self.execute(effects)
         return pid, epoch
 
     async def add_partitions_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
     ) -> None:
-        self._check_ready()
-        await self._execute(
+        self.check_ready()
+        await self.execute(
             self.state.add_partitions_to_txn(
                 transactional_id, producer_id, epoch, partitions, self.clock()
             )
@@ -575,8 +572,8 @@ class ClusterNode:
     async def add_offsets_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> None:
-        self._check_ready()
-        await self._execute(
+        self.check_ready()
+        await self.execute(
             self.state.add_offsets_to_txn(
                 transactional_id, producer_id, epoch, group_id, self.clock()
             )
@@ -590,8 +587,8 @@ class ClusterNode:
         epoch: int,
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
-        self._check_ready()
-        await self._execute(
+        self.check_ready()
+        await self.execute(
             self.state.txn_offset_commit(
                 transactional_id, group_id, producer_id, epoch, offsets, self.clock()
             )
@@ -600,9 +597,9 @@ class ClusterNode:
     async def end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> None:
-        self._check_ready()
+        self.check_ready()
         effects = self.state.end_txn(transactional_id, producer_id, epoch, commit, self.clock())
-        await self._execute(effects)
+        await self.execute(effects)
         if commit:
             names = {t.topic_id: t.name for t in self.state.topics.values()}
             markers = {
@@ -651,7 +648,7 @@ class ClusterNode:
         return rid
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
-        self._check_ready()
+        self.check_ready()
         rid = self._request_id()
         replies = self.state.groups.join(rid, request, self.clock())
         result = await self._wait_group(
@@ -667,7 +664,7 @@ class ClusterNode:
         member_id: str,
         assignments: dict[str, bytes] | None,
     ) -> SyncResult:
-        self._check_ready()
+        self.check_ready()
         rid = self._request_id()
         replies = self.state.groups.sync(
             rid, group_id, generation_id, member_id, assignments, self.clock()
@@ -677,11 +674,11 @@ class ClusterNode:
         return result
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.groups.heartbeat(group_id, generation_id, member_id, self.clock())
 
     def leave_group(self, group_id: str, member_id: str) -> None:
-        self._check_ready()
+        self.check_ready()
         self._deliver(self.state.groups.leave(group_id, member_id, self.clock()))
 
     async def commit_offsets(
@@ -691,39 +688,39 @@ class ClusterNode:
         member_id: str,
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_group_writable(group_id)
         for topic, partition in offsets:
             self.state.partition(topic, partition)
         records = self.state.groups.commit_offsets(
             group_id, generation_id, member_id, offsets, self.clock()
         )
-        await self._execute([Journal(tuple(records))] if records else [])
+        await self.execute([Journal(tuple(records))] if records else [])
 
     async def delete_group(self, group_id: str) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_group_writable(group_id, "delete")
         records = self.state.groups.delete_group(group_id)
-        await self._execute([Journal(tuple(records))] if records else [])
+        await self.execute([Journal(tuple(records))] if records else [])
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_group_writable(group_id, "delete offsets of")
         records = self.state.groups.delete_offsets(group_id, partitions)
-        await self._execute([Journal(tuple(records))] if records else [])
+        await self.execute([Journal(tuple(records))] if records else [])
 
     # -- validation only (Kafka's validate_only requests) ---------------------------------
 
     def check_create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_create_topic(name, partitions, configs)
 
     def check_alter_topic_configs(self, name: str, set_: dict[str, str]) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_alter_configs(name, set_)
 
     def check_create_partitions(self, name: str, total: int) -> None:
-        self._check_ready()
+        self.check_ready()
         self.state.check_create_partitions(name, total)
 
     # -- namespaces ------------------------------------------------------------------------
@@ -731,40 +728,32 @@ class ClusterNode:
     async def create_namespace(
         self, resource_type: ResourceType | int, prefix: str, reserved: bool
     ) -> Namespace:
-        self._check_ready()
+        self.check_ready()
         records = self.state.namespaces.create(resource_type, prefix, reserved)
-        await self._execute([Journal(tuple(records))] if records else [])
-        return self.state.namespaces.get(resource_type, prefix)
-
-    async def set_reserved(
-        self, resource_type: ResourceType | int, prefix: str, reserved: bool
-    ) -> Namespace:
-        self._check_ready()
-        records = self.state.namespaces.set_reserved(resource_type, prefix, reserved)
-        await self._execute([Journal(tuple(records))] if records else [])
+        await self.execute([Journal(tuple(records))] if records else [])
         return self.state.namespaces.get(resource_type, prefix)
 
     async def delete_namespace(self, resource_type: ResourceType | int, prefix: str) -> None:
-        self._check_ready()
+        self.check_ready()
         records = self.state.namespaces.delete(resource_type, prefix)
-        await self._execute([Journal(tuple(records))] if records else [])
+        await self.execute([Journal(tuple(records))] if records else [])
 
     # -- ACLs ---------------------------------------------------------------------------
 
     async def create_acls(self, bindings: list[AclBinding]) -> list[ClusterError | None]:
-        self._check_ready()
+        self.check_ready()
         results, effects = self.state.create_acls(bindings)
-        await self._execute(effects)
+        await self.execute(effects)
         return results
 
     async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding] | ClusterError]:
-        self._check_ready()
+        self.check_ready()
         results, effects = self.state.delete_acls(filters)
-        await self._execute(effects)
+        await self.execute(effects)
         return results
 
     def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
-        self._check_ready()
+        self.check_ready()
         return self.state.describe_acls(acl_filter)
 
 

@@ -1,6 +1,6 @@
 """One simulated cluster: the core's ClusterState plus an effects executor.
 
-This mirrors the daemon's `ClusterNode._execute` and `_make_durable`
+This carries out effects as the daemon's `ClusterNode.execute` and `_make_durable` do
 (linkd/node.py) with virtual time: appends go to in-memory stores and queue
 on the cluster's I/O device; when the device has written them, the core is
 told (`mark_durable`), the high watermark moves, parked replica fetches wake
@@ -14,9 +14,8 @@ Rules:
 - Journal records are kept in memory and counted; the simulator does not
   model a crash between an append and its fsync (every append it accepted
   becomes durable once the device has written it).
-- Durable data whose high watermark a SYNC follower holds back wakes the
-  parked fetches too (the follower must fetch it to acknowledge it), as
-  `_make_durable` does.
+- Who is woken once appends are durable is the core's answer
+  (`ClusterState.made_durable`), the one the daemon's `_make_durable` uses.
 - An acks=all acknowledgement waits, on virtual time, until the high
   watermarks cover the write (`wait_high_watermarks`, the daemon's
   `ClusterNode.wait_high_watermarks`), at most HW_WAIT_MAX_MS.
@@ -36,9 +35,7 @@ from sim.store import PartitionStore, StoredBatch
 
 PartitionKey = tuple[str, int]  # (topic name, partition)
 
-# The daemon's bound on an acknowledgement waiting for its high watermark
-# (linkd/node.py HW_WAIT_MAX_MS).
-HW_WAIT_MAX_MS = 60_000
+HW_WAIT_MAX_MS = core.HW_WAIT_MAX_MS
 
 
 class SimCluster:
@@ -106,7 +103,7 @@ class SimCluster:
         logical_bytes: Callable[[core.AppendBatch], int],
         then: Callable[[], None] | None = None,
     ) -> None:
-        """Carries out effects in order (node._execute); `then` runs once every
+        """Carries out effects in order (node.execute); `then` runs once every
         append is durable and the high watermarks have moved."""
         names = {t.topic_id: t.name for t in self.state.topics.values()}
         touched: dict[tuple[str, int], tuple[int, int]] = {}
@@ -154,21 +151,16 @@ class SimCluster:
             return
 
         def durable() -> None:
-            moved: list[PartitionKey] = []
-            # A transaction's markers pass their HWs together, so a marker
-            # group may move partitions beyond the ones written here.
-            anywhere = bool(self.state.marker_groups)
+            marks = []
             for (topic_id, partition), (offset, generation) in sorted(touched.items()):
                 name = names.get(topic_id)
                 store = self.stores.get((topic_id, partition))
                 if name is None or store is None or store.generation != generation:
                     continue  # truncated or deleted since: not this append's durability
-                hw_moved = self.state.mark_durable(name, partition, offset)
-                # Durable but held back by a SYNC follower: wake its long poll.
-                if hw_moved or self.state.partition(name, partition).held_back:
-                    moved.append((name, partition))
-            if moved:
-                self.notify_data(None if anywhere else moved)
+                marks.append((name, partition, offset))
+            wake = self.state.made_durable(marks)
+            if wake is not None:
+                self.notify_data(wake.partitions)
             if then is not None:
                 then()
 
@@ -183,7 +175,7 @@ class SimCluster:
         """One pass of the daemon's `_tick_loop`: the core's timers, the SYNC
         links' led partitions, the link states, then the high watermarks."""
         self.execute(self.state.tick(now_ms), "retention", logical_bytes)
-        self.state.refresh_sync_links(now_ms)
+        self.state.refresh_led_partitions(now_ms)
         self.links.tick(now_ms)
         self.refresh_high_watermarks()
 

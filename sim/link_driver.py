@@ -1,36 +1,38 @@
 """The dialing side of one replication link, in virtual time.
 
 The simulator's transport for the rounds of `linkd.core.link_rounds`, which
-the daemon (linkd/replication.py) carries over gRPC: the handshake
-(`accept_handshake`, `accept_handshake_answer`), discovery (`source_topics`,
-`source_group_offsets`, `plan_topics`, then the core's
-`apply_replicated_offsets`) and the replica fetch (`follower_fetch_request`,
-`serve_replica_fetch`, `apply_replica_fetch`, `finish_fetch_round`). This
-module decides nothing about replication: it only schedules calls, moves
-their messages over the simulated network, holds long polls, charges the I/O
-device and the rate limit, and carries out effects.
+the daemon (linkd/replication.py, `LinkRunner`) carries over gRPC. What a
+link does next is the core's `next_steps`; this module decides nothing about
+replication: it only schedules calls, moves their messages over the
+simulated network, holds long polls, charges the I/O devices and the rate
+limit, and carries out effects.
 
-Rules (the daemon's, with the same constants):
-- One call at a time per link: handshake every HANDSHAKE_INTERVAL_MS, topic and
-  group-offset discovery every DISCOVERY_INTERVAL_MS, otherwise a replica fetch
-  for every follower partition.
+Rules (the daemon's, with the core's constants):
+- Three lanes run beside each other, each one call at a time: control
+  (handshake every HANDSHAKE_INTERVAL_MS; discovery of the source's topics
+  and group offsets every DISCOVERY_INTERVAL_MS while this side follows),
+  pull (a replica fetch for every follower partition, while this side
+  follows topics) and push (serve the follower's last fetch request here and
+  push the answer, with this side's namespaces and group offsets each
+  discovery interval, while this side leads). One link may carry mappings in
+  both directions: it pulls and pushes at once. Pull and push wait for the
+  first handshake.
 - A call whose answer does not arrive within CALL_TIMEOUT_MS failed: the core
-  hears `on_contact_lost`, and the driver retries after a back-off doubling
+  hears `on_contact_lost`, and the lane retries after a back-off doubling
   from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
-- The source answers a fetch at once when the answer is ready (bytes or a
-  divergence: `FetchAnswer.ready`), otherwise parks it until a high watermark
-  of a partition it reads moves or FETCH_MAX_WAIT_MS passes (long poll).
-- The source reads fetched batches from its I/O device (shared with producers)
-  and within its replication rate limit; the answer leaves when the read is
-  done.
-- The follower's next call starts only once its appends are durable (as
-  `apply_fetched` awaits `_execute`).
+- A fetch is answered at once when the answer is ready (bytes or a
+  divergence: `FetchAnswer.ready`), otherwise parked until a high watermark of
+  a partition it reads moves or the fetch's max wait passes (long poll); a
+  pushing leader holds its own long poll the same way before it pushes.
+- Fetched batches are read from the source's I/O device (shared with
+  producers) within its replication rate limit; the answer leaves when the
+  read is done. The follower's next fetch starts once its appends are
+  durable.
 - A fetch answer tells the follower the source's mode through its SYNC
-  verdict; when it disagrees with the follower's config, the next step
-  handshakes at once (as `LinkRunner.pull`).
-
-Only the follower dials here ("pull"; connection direction local_dials on
-the follower). Push (the leader dials) plugs in as another `Call` kind.
+  verdict; when it disagrees with the follower's config, the control lane
+  handshakes at once.
+- The remote is whatever cluster the link's `remote_bootstrap` names now
+  (an operator may re-point it).
 """
 
 from __future__ import annotations
@@ -44,26 +46,31 @@ from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkConfig
+from linkd.core.requests import Handshake
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue, Timer
 from sim.network import Network
+from sim.operator_shell import SimHost
 
-HANDSHAKE_INTERVAL_MS = 2_000
-DISCOVERY_INTERVAL_MS = 500
-FETCH_MAX_WAIT_MS = 500
 CALL_TIMEOUT_MS = 10_000
 BACKOFF_MIN_MS = 100
 BACKOFF_MAX_MS = 2_000
-IDLE_POLL_MS = 200
 CONTROL_MESSAGE_BYTES = 1_024
 PER_PARTITION_BYTES = 64
+
+# Reply continuations: (what the dialer does with the answer, its size).
+Apply = Callable[[], None]
+Reply = Callable[[Apply, int], None]
+Serve = Callable[[Reply], None]
+# Logical sizes of fetched batches: (source topic, partition, base offset) -> bytes.
+Sizes = dict[tuple[str, int, int], int]
 
 
 @dataclass(frozen=True, slots=True)
 class FetchSizes:
     fetch_max_bytes: int = 8 * 1024 * 1024
     partition_max_bytes: int = 1024 * 1024
-    max_wait_ms: int = FETCH_MAX_WAIT_MS
+    max_wait_ms: int = 500
 
 
 class Observer(Protocol):
@@ -71,194 +78,235 @@ class Observer(Protocol):
     def follower_applied(self, cluster: SimCluster, link_name: str) -> None: ...
 
 
+class Peers(Protocol):
+    def cluster_at(self, address: str) -> SimCluster | None: ...
+    def host(self, cluster: SimCluster) -> SimHost: ...
+
+
 def wire(config: LinkConfig) -> LinkConfig:
     """A configuration as it crosses the network: a copy, never shared."""
     return LinkConfig.from_record(config.to_record())
+
+
+@dataclass(slots=True)
+class Lane:
+    name: str
+    call_id: int = 0
+    timeout: Timer | None = None
+    backoff_ms: int = BACKOFF_MIN_MS
+
+
+@dataclass(slots=True)
+class _Timers:
+    handshake_ms: int | None = None
+    discovery_ms: int | None = None
+    push_discovery_ms: int | None = None
+    handshaken: bool = False
 
 
 class LinkDriver:
     def __init__(
         self,
         name: str,
-        follower: SimCluster,
-        source: SimCluster,
+        dialer: SimCluster,
+        peers: Peers,
         queue: EventQueue,
         network: Network,
         sizes: FetchSizes,
         observer: Observer,
     ) -> None:
         self.name = name
-        self.follower = follower
-        self.source = source
+        self.dialer = dialer
+        self.peers = peers
         self.queue = queue
         self.network = network
         self.sizes = sizes
         self.observer = observer
         self.stopped = False
-        self.backoff_ms = BACKOFF_MIN_MS
-        self.last_handshake_ms: int | None = None
-        self.last_discovery_ms: int | None = None
+        self.timers = _Timers()
         self.held_offsets: list[rep.GroupOffset] = []
-        self._call_id = 0
-        self._timeout: Timer | None = None
+        self.next_fetch: rounds.FetchRequest | None = None
         self.fetch_rounds = 0
+        self.lanes = {n: Lane(n) for n in ("control", "pull", "push")}
+        self._steps: dict[str, Callable[[], None]] = {
+            "control": self._control,
+            "pull": self._pull,
+            "push": self._push,
+        }
 
     # -- scheduling ----------------------------------------------------------------
 
     def start(self) -> None:
-        self.queue.after(0, f"link {self.name} step", self.step)
+        for lane in ("control", "pull", "push"):
+            self._later(lane, 0)
 
     def stop(self) -> None:
         self.stopped = True
-        self._call_id += 1
-        if self._timeout is not None:
-            self._timeout.cancel()
+        for lane in self.lanes.values():
+            lane.call_id += 1
+            if lane.timeout is not None:
+                lane.timeout.cancel()
+
+    def reset(self) -> None:
+        """A new connection (the old one was reset): calls in flight are
+        dropped and every lane starts again at once."""
+        for lane in self.lanes.values():
+            lane.call_id += 1
+            if lane.timeout is not None:
+                lane.timeout.cancel()
+            lane.backoff_ms = BACKOFF_MIN_MS
+        self.next_fetch = None
+        self.start()
 
     def wake(self) -> None:
-        """Mappings changed: handshake and discover on the next step (runner.wake)."""
-        self.last_handshake_ms = None
-        self.last_discovery_ms = None
+        """Mappings changed: handshake and discover now (runner.wake)."""
+        self.timers.handshake_ms = None
+        self.timers.discovery_ms = None
+        self.timers.push_discovery_ms = None
 
     def _config(self) -> LinkConfig | None:
-        return self.follower.links.configs.get(self.name)
+        return self.dialer.links.configs.get(self.name)
 
-    def step(self) -> None:
+    def _remote(self, config: LinkConfig) -> SimCluster | None:
+        return self.peers.cluster_at(config.value("remote_bootstrap"))
+
+    def _later(self, lane: str, delay_ms: int) -> None:
+        step = self._steps[lane]
+        self.queue.after(delay_ms, f"link {self.name} {lane}", step)
+
+    def _ready(self, lane: str) -> tuple[LinkConfig, rounds.NextSteps] | None:
+        """The lane may act now: the link exists and this cluster is up."""
         if self.stopped:
-            return
-        if not self.follower.up:
-            self.queue.after(BACKOFF_MAX_MS, f"link {self.name} step", self.step)
-            return
+            return None
+        if not self.dialer.up:
+            self._later(lane, BACKOFF_MAX_MS)
+            return None
         config = self._config()
         if config is None:
-            self.stopped = True
-            return
-        now = self.queue.now_ms
-        if self.last_handshake_ms is None or now - self.last_handshake_ms >= HANDSHAKE_INTERVAL_MS:
-            self._call("handshake", CONTROL_MESSAGE_BYTES, self._serve_handshake(config))
-        elif rep.follower_mappings(config, "topic"):
-            due = self.last_discovery_ms is None
-            if due or now - (self.last_discovery_ms or 0) >= DISCOVERY_INTERVAL_MS:
-                self._call("discover", CONTROL_MESSAGE_BYTES, self._serve_discovery(config))
-            else:
-                request = rounds.follower_fetch_request(
-                    self.follower.state, config, self.sizes.partition_max_bytes
-                )
-                if not request.partitions:
-                    # As LinkRunner.pull: discovered, and nothing to follow yet,
-                    # so nothing lags.
-                    self.follower.state.links.on_fetch_round(self.name, now)
-                    self.queue.after(IDLE_POLL_MS, f"link {self.name} idle", self.step)
-                    return
-                self._call(
-                    "fetch",
-                    CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(request.partitions),
-                    self._serve_fetch(request),
-                )
-        else:
-            # Nothing to follow: keep the session alive with handshakes.
-            self.queue.after(HANDSHAKE_INTERVAL_MS, f"link {self.name} idle", self.step)
-
-    # -- one call: request over the network, served by the source, answer back --------
-
-    def _call(
-        self,
-        kind: str,
-        size_bytes: int,
-        serve: Callable[[Callable[[Callable[[], None], int], None]], None],
-    ) -> None:
-        """`serve(reply)` runs on the source; it calls reply(apply, size) once
-        (maybe later: long poll) with the follower-side continuation."""
-        self._call_id += 1
-        call_id = self._call_id
-        f, s = self.follower.cluster_id, self.source.cluster_id
-        self._timeout = self.queue.after(
-            CALL_TIMEOUT_MS, f"link {self.name} {kind} timeout", lambda: self._failed(call_id)
+            self.stop()
+            return None
+        t = self.timers
+        steps = rounds.next_steps(
+            config, self.queue.now_ms, t.handshake_ms, t.discovery_ms, t.push_discovery_ms
         )
-        arrive = self.network.deliver_at(f, s, size_bytes, self.queue.now_ms)
+        return config, steps
+
+    # -- one call: request over the network, served by the remote, answer back ----------------
+
+    def _call(self, lane_name: str, remote: SimCluster, kind: str, size: int, serve: Serve) -> None:
+        """`serve(reply)` runs on the remote; it calls reply(apply, size) once
+        (maybe later: long poll) with the dialer-side continuation."""
+        lane = self.lanes[lane_name]
+        lane.call_id += 1
+        call_id = lane.call_id
+        d, r = self.dialer.cluster_id, remote.cluster_id
+        lane.timeout = self.queue.after(
+            CALL_TIMEOUT_MS,
+            f"link {self.name} {kind} timeout",
+            lambda: self._failed(lane_name, call_id),
+        )
+        arrive = self.network.deliver_at(d, r, size, self.queue.now_ms)
         if arrive is None:
             return
 
-        def reply(apply: Callable[[], None], answer_bytes: int) -> None:
-            if call_id != self._call_id or not self.source.up:
+        def reply(apply: Apply, answer_bytes: int) -> None:
+            if call_id != lane.call_id or not remote.up:
                 return
-            back = self.network.deliver_at(s, f, answer_bytes, self.queue.now_ms)
+            back = self.network.deliver_at(r, d, answer_bytes, self.queue.now_ms)
             if back is None:
                 return
 
             def receive() -> None:
-                if call_id != self._call_id or not self.follower.up or self.stopped:
+                if call_id != lane.call_id or not self.dialer.up or self.stopped:
                     return
-                if self._timeout is not None:
-                    self._timeout.cancel()
-                self.backoff_ms = BACKOFF_MIN_MS
+                if lane.timeout is not None:
+                    lane.timeout.cancel()
+                lane.backoff_ms = BACKOFF_MIN_MS
                 try:
                     apply()
                 except ClusterError as exc:
                     self.queue.note(f"link {self.name} {kind} refused: {exc.code.name}")
-                    self._failed(call_id)
+                    self._failed(lane_name, call_id)
 
             self.queue.at(back, f"link {self.name} {kind} answer", receive)
 
-        def at_source() -> None:
-            if call_id != self._call_id or not self.source.up:
+        def at_remote() -> None:
+            if call_id != lane.call_id or not remote.up:
                 return
             try:
                 serve(reply)
             except ClusterError as exc:
-                self.queue.note(f"link {self.name} {kind} refused by source: {exc.code.name}")
+                self.queue.note(f"link {self.name} {kind} refused by remote: {exc.code.name}")
 
-        self.queue.at(arrive, f"link {self.name} {kind} request", at_source)
+        self.queue.at(arrive, f"link {self.name} {kind} request", at_remote)
 
-    def _failed(self, call_id: int) -> None:
-        if call_id != self._call_id or self.stopped:
+    def _failed(self, lane_name: str, call_id: int) -> None:
+        lane = self.lanes[lane_name]
+        if call_id != lane.call_id or self.stopped:
             return
-        self._call_id += 1
-        if self.follower.up:
-            self.follower.links.on_contact_lost(self.name, self.queue.now_ms)
-        delay = self.backoff_ms
-        self.backoff_ms = min(BACKOFF_MAX_MS, self.backoff_ms * 2)
-        self.queue.after(delay, f"link {self.name} retry", self.step)
+        lane.call_id += 1
+        if self.dialer.up:
+            self.dialer.links.on_contact_lost(self.name, self.queue.now_ms)
+        delay = lane.backoff_ms
+        lane.backoff_ms = min(BACKOFF_MAX_MS, lane.backoff_ms * 2)
+        self.queue.after(delay, f"link {self.name} {lane_name} retry", self._steps[lane_name])
 
-    def _next(self) -> None:
-        self.queue.after(0, f"link {self.name} step", self.step)
+    def _unreachable(self, lane: str) -> None:
+        """The link names no cluster that exists: a call that cannot start."""
+        self.lanes[lane].call_id += 1
+        self._failed(lane, self.lanes[lane].call_id)
 
-    # -- handshake (LinkRunner._handshake_once, LinkManager.on_handshake) ---------------
+    # -- control: handshake and discovery (LinkRunner._control) -----------------------------------
 
-    def _serve_handshake(
-        self, config: LinkConfig
-    ) -> Callable[[Callable[[Callable[[], None], int], None]], None]:
+    def _control(self) -> None:
+        ready = self._ready("control")
+        if ready is None:
+            return
+        config, steps = ready
+        remote = self._remote(config)
+        if remote is None and (steps.handshake or steps.discover):
+            self._unreachable("control")
+            return
+        if steps.handshake and remote is not None:
+            self._call("control", remote, "handshake", CONTROL_MESSAGE_BYTES,
+                       self._serve_handshake(remote, config))
+        elif steps.discover and remote is not None:
+            self._call("control", remote, "discover", CONTROL_MESSAGE_BYTES,
+                       self._serve_discovery(remote, config))
+        else:
+            self._later("control", rounds.IDLE_POLL_MS)
+
+    def _serve_handshake(self, remote: SimCluster, config: LinkConfig) -> Serve:
         sent = wire(config)
 
-        def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
-            now = self.queue.now_ms
-            records = rounds.accept_handshake(self.source.state, sent, False, now)
-            self.source.journal_records += len(records)
-            answer = wire(self.source.links.get(sent.name))
+        def serve(reply: Reply) -> None:
+            answer = self.peers.host(remote).serve(Handshake(sent))
+            assert isinstance(answer, LinkConfig)
+            mine = wire(answer)
 
             def apply() -> None:
-                now2 = self.queue.now_ms
-                got = rounds.accept_handshake_answer(self.follower.state, self.name, answer, now2)
-                self.follower.journal_records += len(got)
-                self.last_handshake_ms = now2
-                self._next()
+                now = self.queue.now_ms
+                accepted = rounds.accept_handshake_answer(self.dialer.state, self.name, mine, now)
+                self.dialer.execute(accepted.effects, "metadata", self.observer.logical_bytes)
+                for note in accepted.notes:
+                    self.queue.note(f"{self.dialer.cluster_id} info: {note}")
+                self.timers.handshake_ms = now
+                self.timers.handshaken = True
+                self._later("control", 0)
 
             reply(apply, CONTROL_MESSAGE_BYTES)
 
         return serve
 
-    # -- discovery (LinkRunner.discover, ListSourceTopics, FetchGroupOffsets) -------------
-
-    def _serve_discovery(
-        self, config: LinkConfig
-    ) -> Callable[[Callable[[Callable[[], None], int], None]], None]:
+    def _serve_discovery(self, remote: SimCluster, config: LinkConfig) -> Serve:
         topic_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "topic")]
         group_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "group")]
         link_id = config.link_id
 
-        def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
-            state = self.source.state
+        def serve(reply: Reply) -> None:
+            state = remote.state
             source_config = state.links.by_id(link_id)
-            self.source.links.on_contact(source_config.name, self.queue.now_ms)
+            remote.links.on_contact(source_config.name, self.queue.now_ms)
             namespaces = [rounds.source_topics(state, source_config, p) for p in topic_prefixes]
             offsets: list[rep.GroupOffset] = []
             for prefix in group_prefixes:
@@ -268,8 +316,8 @@ class LinkDriver:
             def apply() -> None:
                 self._apply_topics(namespaces)
                 self._apply_group_offsets(offsets + self.held_offsets)
-                self.last_discovery_ms = self.queue.now_ms
-                self._next()
+                self.timers.discovery_ms = self.queue.now_ms
+                self._later("control", 0)
 
             reply(apply, size)
 
@@ -280,8 +328,8 @@ class LinkDriver:
         config = self._config()
         if config is None:
             return
-        plan = rounds.plan_topics(self.follower.state, config, namespaces, self.follower.topic_ids)
-        self.follower.execute(plan.effects, "metadata", self.observer.logical_bytes)
+        plan = rounds.plan_topics(self.dialer.state, config, namespaces, self.dialer.topic_ids)
+        self.dialer.execute(plan.effects, "metadata", self.observer.logical_bytes)
 
     def _apply_group_offsets(self, offsets: list[rep.GroupOffset]) -> None:
         """linkd/replication.py apply_group_offsets."""
@@ -289,122 +337,96 @@ class LinkDriver:
             self.held_offsets = []
             return
         records, effects, held = rep.apply_replicated_offsets(
-            self.follower.state, self.name, offsets, self.queue.now_ms, self.follower.topic_ids()
+            self.dialer.state, self.name, offsets, self.queue.now_ms, self.dialer.topic_ids()
         )
         self.held_offsets = held
         if records:
-            self.follower.execute(
+            self.dialer.execute(
                 [*effects, core.Journal(tuple(records))], "offsets", self.observer.logical_bytes
             )
-        self.observer.follower_applied(self.follower, self.name)
+        self.observer.follower_applied(self.dialer, self.name)
 
-    # -- replica fetch (follower_request, serve_fetch, apply_fetched) ---------------------
+    # -- pull: this side follows (LinkRunner._pull) ----------------------------------------------
 
-    def _serve_fetch(
-        self, request: rounds.FetchRequest
-    ) -> Callable[[Callable[[Callable[[], None], int], None]], None]:
-        deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms  # reset at arrival below
-        # A parked fetch wakes only for the partitions it reads.
-        watched = [(p.source_topic, p.partition) for p in request.partitions]
+    def _pull(self) -> None:
+        ready = self._ready("pull")
+        if ready is None:
+            return
+        config, steps = ready
+        if not self.timers.handshaken or not steps.pull:
+            self._later("pull", rounds.IDLE_POLL_MS)
+            return
+        remote = self._remote(config)
+        if remote is None:
+            self._unreachable("pull")
+            return
+        request = rounds.follower_fetch_request(
+            self.dialer.state, config, self.sizes.partition_max_bytes
+        )
+        if not request.partitions:
+            if self.timers.discovery_ms is not None:
+                # Discovered, and nothing to follow yet: nothing lags.
+                self.dialer.links.on_fetch_round(self.name, self.queue.now_ms)
+            self._later("pull", rounds.IDLE_POLL_MS)
+            return
+        size = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(request.partitions)
 
-        def serve(reply: Callable[[Callable[[], None], int], None]) -> None:
-            nonlocal deadline_ms
-            deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
-            attempt(reply)
+        def serve(reply: Reply) -> None:
+            def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
+                reply(lambda: self._apply_pulled(answer, request.local_of, sizes), answer_bytes)
 
-        def attempt(reply: Callable[[Callable[[], None], int], None]) -> None:
-            if not self.source.up:
-                return
-            now = self.queue.now_ms
-            limiter = self.source.replication_limit
-            budget_bytes = min(self.sizes.fetch_max_bytes, limiter.available(now))
-            # Logical sizes of the batches read, by (source topic id, partition,
-            # base offset): the simulated records stand for larger ones.
-            logical: dict[tuple[str, int, int], int] = {}
+            self._long_poll(remote, request, True, answered)
 
-            def read(
-                topic_id: str, partition: int, start: int, end: int, max_bytes: int
-            ) -> tuple[bytes, int]:
-                batches, size = self.source.stores[(topic_id, partition)].read(
-                    start, end, max_bytes
-                )
-                for b in batches:
-                    logical[(topic_id, partition, b.base_offset)] = b.logical_bytes
-                return b"".join(b.data for b in batches), size
+        self._call("pull", remote, "fetch", size, serve)
 
-            answer = rounds.serve_replica_fetch(
-                self.source.state,
-                request.link_id,
-                request.partitions,
-                now,
-                read,
-                budget_bytes,
-                self.sizes.partition_max_bytes,
-            )
-            if answer.hw_moved:
-                self.source.notify_data()
-            if not answer.ready and now < deadline_ms:
-                # Long poll: wait for data (or for the rate limit's tokens).
-                wait = limiter.wait_ms(1, now) if budget_bytes <= 0 else 0
-                if wait > 0:
-                    self.queue.at(
-                        min(deadline_ms, now + wait),
-                        f"link {self.name} throttled",
-                        lambda: attempt(reply),
-                    )
-                else:
-                    parked = [True]
-
-                    def wake() -> None:
-                        if parked[0]:
-                            parked[0] = False
-                            self.queue.after(
-                                0, f"link {self.name} fetch wake", lambda: attempt(reply)
-                            )
-
-                    def expire() -> None:
-                        if parked[0]:
-                            parked[0] = False
-                            attempt(reply)
-
-                    self.source.wait_for_data(wake, watched)
-                    self.queue.at(deadline_ms, f"link {self.name} fetch max wait", expire)
-                return
-            total = answer.total_bytes
-            limiter.take(total, now)
-            done = self.source.disk.reserve(total, now, "replica_read") if total else now
-            answer_bytes = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(answer.partitions)
-            answer_bytes += total
-            # The logical sizes travel with the answer, under the source's names.
-            names = {t.topic_id: n for n, t in self.source.state.topics.items()} if logical else {}
-            sizes = {(names[tid], p, base): n for (tid, p, base), n in logical.items()}
-
-            def apply() -> None:
-                self._apply_fetched(answer, request.local_of, sizes)
-
-            self.queue.at(done, f"link {self.name} fetch read", lambda: reply(apply, answer_bytes))
-
-        return serve
-
-    def _apply_fetched(
-        self,
-        answer: rounds.FetchAnswer,
-        local_of: dict[tuple[str, int], str],
-        sizes: dict[tuple[str, int, int], int],
+    def _apply_pulled(
+        self, answer: rounds.FetchAnswer, local_of: dict[tuple[str, int], str], sizes: Sizes
     ) -> None:
-        """linkd/replication.py apply_fetched: truncate and append, then, once
-        durable, finish the round."""
-        state = self.follower.state
-        applied = rounds.apply_replica_fetch(state, self.name, answer, local_of, self.queue.now_ms)
-        for cut in applied.truncations:
-            self.queue.note(
-                f"link {self.name} {cut.topic}-{cut.partition} diverged, truncate to {cut.offset}"
-            )
         config = self._config()
         if config is not None and bool(answer.sync_state) != (config.mode == "SYNC"):
             # The source runs the other mode: learn the change now, not at the
-            # next periodic handshake (LinkRunner.pull).
-            self.last_handshake_ms = None
+            # next periodic handshake (LinkRunner._pull).
+            self.timers.handshake_ms = None
+        self.apply_fetched(self.dialer, self.name, answer, local_of, sizes,
+                           lambda: self._later("pull", 0))
+
+    def apply_fetched(
+        self,
+        follower: SimCluster,
+        link_name: str,
+        answer: rounds.FetchAnswer,
+        local_of: dict[tuple[str, int], str],
+        sizes: Sizes,
+        then: Callable[[], None],
+    ) -> None:
+        """linkd/replication.py apply_fetched: truncate and append, then, once
+        durable, finish the round."""
+        state = follower.state
+        now = self.queue.now_ms
+        applied = rounds.apply_replica_fetch(state, link_name, answer, local_of, now)
+        for cut in applied.truncations:
+            self.queue.note(
+                f"link {link_name} {cut.topic}-{cut.partition} diverged, truncate to {cut.offset}"
+            )
+        sized = self._sized(follower, local_of, sizes)
+
+        def after_durable() -> None:
+            if link_name in follower.links.runtime:
+                wake = rounds.finish_fetch_round(
+                    state, link_name, applied.progress, answer.sync_state, self.queue.now_ms
+                )
+                if wake is not None:
+                    follower.notify_data(wake.partitions)
+                self.fetch_rounds += 1
+                self.observer.follower_applied(follower, link_name)
+            then()
+
+        follower.execute(applied.effects, "replica_write", sized, after_durable)
+
+    def _sized(
+        self, follower: SimCluster, local_of: dict[tuple[str, int], str], sizes: Sizes
+    ) -> Callable[[core.AppendBatch], int]:
+        state = follower.state
         logical: dict[tuple[str, int, int], int] = {}
         for (source_topic, partition, base), size in sorted(sizes.items()):
             local = local_of.get((source_topic, partition))
@@ -415,18 +437,159 @@ class LinkDriver:
             key = (effect.topic_id, effect.partition, effect.header.base_offset)
             return logical.get(key, self.observer.logical_bytes(effect))
 
-        def after_durable() -> None:
-            if self.name in self.follower.links.runtime:
-                # Marker groups can move partitions beyond the round's.
-                anywhere = bool(state.marker_groups)
-                moved = rounds.finish_fetch_round(
-                    state, self.name, applied.progress, answer.sync_state, self.queue.now_ms
-                )
-                if moved:
-                    keys = [(p.topic, p.partition) for p in applied.progress]
-                    self.follower.notify_data(None if anywhere else keys)
-                self.fetch_rounds += 1
-                self.observer.follower_applied(self.follower, self.name)
-            self._next()
+        return sized
 
-        self.follower.execute(applied.effects, "replica_write", sized, after_durable)
+    # -- the source's long poll (serve_fetch) -----------------------------------------------------
+
+    def _long_poll(
+        self,
+        source: SimCluster,
+        request: rounds.FetchRequest,
+        from_remote: bool,
+        answered: Callable[[rounds.FetchAnswer, Sizes, int], None],
+    ) -> None:
+        """Serves a fetch on `source` (`rounds.serve_replica_fetch`), holding it
+        until it is ready or its max wait passes; reads charge the source's
+        device and rate limit; `answered` gets the answer when the read is done."""
+        deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
+        watched = [(p.source_topic, p.partition) for p in request.partitions]
+
+        def attempt() -> None:
+            if not source.up or self.stopped:
+                return
+            now = self.queue.now_ms
+            limiter = source.replication_limit
+            budget_bytes = min(self.sizes.fetch_max_bytes, limiter.available(now))
+            logical: dict[tuple[str, int, int], int] = {}
+
+            def read(
+                topic_id: str, partition: int, start: int, end: int, max_bytes: int
+            ) -> tuple[bytes, int]:
+                batches, size = source.stores[(topic_id, partition)].read(start, end, max_bytes)
+                for b in batches:
+                    logical[(topic_id, partition, b.base_offset)] = b.logical_bytes
+                return b"".join(b.data for b in batches), size
+
+            answer = rounds.serve_replica_fetch(
+                source.state,
+                request.link_id,
+                request.partitions,
+                now,
+                read,
+                budget_bytes,
+                self.sizes.partition_max_bytes,
+                from_remote=from_remote,
+            )
+            if answer.hw_moved:
+                source.notify_data()
+            if not answer.ready and now < deadline_ms:
+                wait = limiter.wait_ms(1, now) if budget_bytes <= 0 else 0
+                if wait > 0:
+                    self.queue.at(
+                        min(deadline_ms, now + wait), f"link {self.name} throttled", attempt
+                    )
+                    return
+                parked = [True]
+
+                def wake() -> None:
+                    if parked[0]:
+                        parked[0] = False
+                        self.queue.after(0, f"link {self.name} fetch wake", attempt)
+
+                def expire() -> None:
+                    if parked[0]:
+                        parked[0] = False
+                        attempt()
+
+                source.wait_for_data(wake, watched)
+                self.queue.at(deadline_ms, f"link {self.name} fetch max wait", expire)
+                return
+            total = answer.total_bytes
+            limiter.take(total, now)
+            done = source.disk.reserve(total, now, "replica_read") if total else now
+            answer_bytes = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(answer.partitions)
+            answer_bytes += total
+            names = {t.topic_id: n for n, t in source.state.topics.items()} if logical else {}
+            sizes = {(names[tid], p, base): n for (tid, p, base), n in logical.items()}
+            self.queue.at(
+                done,
+                f"link {self.name} fetch read",
+                lambda: answered(answer, sizes, answer_bytes),
+            )
+
+        attempt()
+
+    # -- push: this side leads (LinkRunner._push) ------------------------------------------------
+
+    def _push(self) -> None:
+        ready = self._ready("push")
+        if ready is None:
+            return
+        config, steps = ready
+        if not self.timers.handshaken or not steps.push:
+            self.next_fetch = None
+            self._later("push", rounds.IDLE_POLL_MS)
+            return
+        remote = self._remote(config)
+        if remote is None:
+            self._unreachable("push")
+            return
+        namespaces: tuple[rounds.SourceNamespace, ...] = ()
+        offsets: tuple[rep.GroupOffset, ...] = ()
+        if steps.push_discovery:
+            namespaces, offsets = rounds.push_discovery(self.dialer.state, config)
+            self.timers.push_discovery_ms = self.queue.now_ms
+        nxt = self.next_fetch
+        if nxt is not None and nxt.partitions:
+
+            def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
+                push = rounds.Push(config.link_id, namespaces, offsets, answer)
+                self._send_push(remote, push, sizes, answer_bytes)
+
+            self._long_poll(self.dialer, nxt, False, answered)
+            return
+        push = rounds.Push(config.link_id, namespaces, offsets)
+        if nxt is not None and not namespaces and not offsets:
+            self.queue.after(
+                rounds.IDLE_POLL_MS,
+                f"link {self.name} push idle",
+                lambda: self._send_push(remote, push, {}, CONTROL_MESSAGE_BYTES),
+            )
+            return
+        self._send_push(remote, push, {}, CONTROL_MESSAGE_BYTES)
+
+    def _send_push(self, remote: SimCluster, push: rounds.Push, sizes: Sizes, size: int) -> None:
+        if self.stopped or not self.dialer.up:
+            return
+        size += 128 * sum(len(ns.topics) for ns in push.namespaces) + 64 * len(push.group_offsets)
+
+        def serve(reply: Reply) -> None:
+            state = remote.state
+            config = state.links.by_id(push.link_id)
+            local_of = rounds.follower_fetch_request(state, config).local_of
+            host = self.peers.host(remote)
+            sized = {"replica": self._sized(remote, local_of, sizes)}
+
+            def done(nxt: object, error: ClusterError | None) -> None:
+                if error is not None:
+                    self.queue.note(f"link {self.name} push refused: {error.code.name}")
+                    return
+                assert isinstance(nxt, rounds.FetchRequest)
+                self.fetch_rounds += push.data is not None
+                self.observer.follower_applied(remote, config.name)
+                answer_bytes = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(nxt.partitions)
+                reply(lambda: self._pushed(nxt), answer_bytes)
+
+            host.drive(
+                rounds.accept_push(state, push, self.queue.now_ms, remote.topic_ids), done, sized
+            )
+
+        self._call("push", remote, "push", size, serve)
+
+    def _pushed(self, nxt: rounds.FetchRequest) -> None:
+        self.dialer.links.on_contact(self.name, self.queue.now_ms)
+        self.next_fetch = nxt
+        self._later("push", 0)
+
+
+__all__ = ["FetchSizes", "LinkDriver", "Observer", "Peers", "wire"]

@@ -167,6 +167,7 @@ class ActionSpec:
     mode: str = ""
     leader: str = ""  # attach: "local" or "remote" (which side leads the namespace)
     timeout_ms: int = 0  # reverse: how long to wait for the remote (0: 30 s)
+    reserved: bool = False  # set_reserved: set (true) or clear (false)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,11 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     "detach": ("cluster", "link", "prefixes"),  # the local prefix of each pair
     "recover": ("cluster", "link", "prefixes"),  # none: every mapping of the link
     "reverse": ("cluster", "link", "timeout_ms"),
+    # The topic namespaces named by their local prefix (prefixes [[local, remote]]).
+    "set_reserved": ("cluster", "prefixes", "reserved"),
+    # KIP-986's reversal by hand, on the leader: reserve, wait for the remote,
+    # detach, attach the other way, clear the new leader's reservation.
+    "manual_reverse": ("cluster", "link", "prefixes"),
 }
 
 

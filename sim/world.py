@@ -33,33 +33,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_rounds as rounds
+from linkd.core import link_admin
 from linkd.core import records as rb
-from linkd.core import recovery
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits, LinkState, Mapping
+from linkd.core.links import LinkLimits, LinkState
 from linkd.core.namespaces import ResourceType
 from sim import checkers, network, seeds, topology
 from sim.checkers import Violation
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.history import History, Send
-from sim.link_driver import FetchSizes, LinkDriver, wire
+from sim.link_driver import FetchSizes
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.network import Network, PathParams
+from sim.operators import Operators
 from sim.scenario import ActionSpec, FaultSpec, Scenario
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
-# linkd/operations.py: reverse waits this long for the remote by default,
-# asking it this often.
-REVERSE_TIMEOUT_MS_DEFAULT = 30_000
-REVERSE_POLL_MS = 200
 
 
 class Simulation:
@@ -99,7 +96,9 @@ class Simulation:
             self.clusters[cid] = node
         self.link_ids = seeds.IdFactory(seed, "links")
         self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
-        self.drivers: dict[str, LinkDriver] = {}
+        self.ops = Operators(self, self, self.link_ids)
+        # Failovers that answered: (cluster, link, time, what they reported).
+        self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
         self.mirrors: dict[str, MirrorDriver] = {}
         self.offset_watch = checkers.OffsetWatch()
@@ -185,7 +184,9 @@ class Simulation:
                 self.create_mirror(u, v, f"{u}-{v}")
                 continue
             prefixes = tuple(sorted({(m.local_prefix, m.remote_prefix) for m in mappings}))
+            self.ops.counting = False  # the topology, not an operator's action
             self.create_link(u, v, f"{u}-{v}", prefixes, with_groups=s.namespace.groups)
+            self.ops.counting = True
             if self.edge_mode(u, v) == "SYNC":
                 self._switch_to_sync_when_following(v, f"{u}-{v}")
         for i, spec in enumerate(s.producers):
@@ -213,292 +214,49 @@ class Simulation:
             )
         self.queue.at(0, "tick", self.tick)
 
-    # -- operator actions (LinkManager) ---------------------------------------------------------
+    # -- operator actions (the core's procedures: sim.operators) ------------------------------
 
     def action(self, a: ActionSpec) -> None:
-        try:
-            if a.kind == "failover":
-                self.failover(a.cluster, a.link, a.force, a.bump_leader_epoch)
-            elif a.kind == "delete_link":
-                self.delete_link(a.cluster, a.link)
-            elif a.kind == "create_link":
-                self.create_link(
-                    a.source,
-                    a.target,
-                    a.link or f"{a.source}-{a.target}",
-                    a.prefixes,
-                    self.scenario.namespace.groups,
-                )
-            elif a.kind == "set_mode":
-                self.set_mode(a.cluster, a.link, a.mode)
-            elif a.kind == "create_topic":
-                node = self.clusters[a.cluster]
-                _t, effects = node.state.create_topic(a.topic, a.partitions, {}, node.topic_ids())
-                node.execute(effects, "metadata", self.logical_bytes)
-            elif a.kind == "attach":
-                for local, remote in a.prefixes:
-                    self.attach(a.cluster, a.link, local, remote, a.leader)
-            elif a.kind == "detach":
-                for local, _remote in a.prefixes:
-                    self.detach(a.cluster, a.link, local)
-            elif a.kind == "recover":
-                self.recover(a.cluster, a.link, a.prefixes)
-            elif a.kind == "reverse":
-                self.reverse(a.cluster, a.link, a.timeout_ms)
-            self.metrics.add("actions_ok", 1)
-        except ClusterError as exc:
-            self.metrics.add("actions_failed", 1)
-            self.queue.note(f"action {a.kind} refused: {exc.code.name}: {exc.message}")
-
-    # -- attach, detach, recover, reverse ----------------------------------------------
-
-    def attach(self, cluster: str, name: str, local: str, remote: str, leader: str) -> None:
-        """LinkManager.attach of a topic namespace: the core's checks, then the
-        versioned mapping (`_change_mapping`)."""
-        node = self.clusters[cluster]
-        if node.state.namespaces.find(ResourceType.TOPIC, local) is None:
-            # The operator's create-namespace step before attaching (as create_link).
-            node.journal_records += len(node.state.namespaces.create(ResourceType.TOPIC, local))
-        mapping = rep.check_attach(node.state, name, "topic", local, remote, leader)
-        self._change_mapping(node, name, mapping)
-        self.queue.note(f"attach {cluster} link {name} {local}->{remote} leader {leader}")
-
-    def detach(self, cluster: str, name: str, local: str) -> None:
-        """LinkManager.detach of a topic namespace."""
-        from linkd.core.errors import ErrorCode
-
-        node = self.clusters[cluster]
-        current = node.links.get(name).mappings.get(("topic", local))
-        if current is None or not current.attached:
-            raise ClusterError(
-                ErrorCode.UNKNOWN_NAMESPACE,
-                f"link {name!r}",
-                f"link {name!r}: topic namespace {local!r} is not attached to it",
+        """A scenario's operator action: the verb of `sim.operators`, whose
+        outcome (done or refused) is counted and noted when it ends."""
+        ops = self.ops
+        if a.kind == "failover":
+            self.failover(a.cluster, a.link, a.force, a.bump_leader_epoch)
+        elif a.kind == "delete_link":
+            self.delete_link(a.cluster, a.link)
+        elif a.kind == "create_link":
+            self.create_link(
+                a.source, a.target, a.link or f"{a.source}-{a.target}", a.prefixes,
+                self.scenario.namespace.groups,
             )
-        self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
-        self.queue.note(f"detach {cluster} link {name} {local}")
+        elif a.kind == "set_mode":
+            ops.set_mode(a.cluster, a.link, a.mode)
+        elif a.kind == "create_topic":
+            ops.create_topic(a.cluster, a.topic, a.partitions)
+        elif a.kind == "attach":
+            for local, remote in a.prefixes:
+                ops.attach(a.cluster, a.link, local, remote, a.leader)
+        elif a.kind == "detach":
+            for local, _remote in a.prefixes:
+                ops.detach(a.cluster, a.link, local)
+        elif a.kind == "recover":
+            requested: list[tuple[str, str, str | None]] = [
+                ("topic", local, remote or None) for local, remote in a.prefixes
+            ]
 
-    def _change_mapping(self, node: SimCluster, name: str, mapping: Mapping) -> None:
-        """LinkManager._change_mapping: stored here (`rep.put_mapping`), then
-        told to the remote by a handshake when it is reachable (otherwise it
-        converges through the periodic handshakes), and the runner woken."""
-        now = self.queue.now_ms
-        node.journal_records += len(rep.put_mapping(node.state, name, mapping, now))
-        config = node.links.get(name)
-        remote = self.clusters.get(config.remote_cluster_id)
-        if (
-            remote is not None
-            and remote.up
-            and self._reachable(node.cluster_id, remote.cluster_id)
-            and name in remote.links.configs
-        ):
-            got = rounds.accept_handshake(remote.state, wire(config), False, now)
-            remote.journal_records += len(got)
-            answer = wire(remote.links.get(name))
-            node.journal_records += len(
-                rounds.accept_handshake_answer(node.state, name, answer, now)
-            )
-        for key in sorted(self.drivers):
-            if self.drivers[key].name == name:
-                self.drivers[key].wake()
+            def recovered(plan: Any, error: ClusterError | None) -> None:
+                if error is None:
+                    self.metrics.add("recoveries", 1)
 
-    def _remote_of(self, cluster: str, name: str, what: str) -> SimCluster:
-        """The link's remote, if it answers a call from `cluster` (else
-        LINK_UNREACHABLE, as a failed gRPC call to it)."""
-        from linkd.core.errors import ErrorCode
-
-        config = self.clusters[cluster].links.get(name)
-        remote = self.clusters.get(config.remote_cluster_id)
-        if remote is None or not remote.up or not self._reachable(cluster, remote.cluster_id):
-            raise ClusterError(
-                ErrorCode.LINK_UNREACHABLE,
-                f"link {name!r}",
-                f"link {name!r}: {what}: {config.remote_cluster_id!r} is unreachable",
-            )
-        # Replication.DescribePartitions / PromoteNamespaces find the link by id.
-        remote.state.links.by_id(config.link_id)
-        return remote
-
-    def _describe_remote(self, cluster: str, name: str, prefix: str) -> recovery.RemotePartitions:
-        """Replication.DescribePartitions (linkd/operations.py describe_partitions
-        on the remote, side_of here): the remote's histories under `prefix`."""
-        remote = self._remote_of(cluster, name, "describing partitions")
-        config = remote.state.links.by_id(self.clusters[cluster].links.get(name).link_id)
-        remote.links.on_contact(config.name, self.queue.now_ms)
-        out: recovery.RemotePartitions = {}
-        for topic in sorted(remote.state.topics):
-            if not rep.in_prefix(topic, prefix):
-                continue
-            for h in recovery.partition_histories(remote.state, topic):
-                out[(topic, h["partition"])] = recovery.PartitionSide(
-                    remote.cluster_id,
-                    h["log_start_offset"],
-                    h["log_end_offset"],
-                    h["high_watermark"],
-                    tuple((e["epoch"], e["start_offset"]) for e in h["epoch_history"]),
-                    tuple(
-                        recovery.ProvenanceItem(
-                            e["kind"],
-                            e["offset"],
-                            e["source_cluster_id"],
-                            e["link_id"],
-                            e["link_epoch"],
-                            e["removed_records"],
-                        )
-                        for e in h["provenance"]
-                    ),
-                )
-        return out
-
-    def recover(self, cluster: str, name: str, prefixes: tuple[tuple[str, str], ...]) -> None:
-        """Operations.recover with confirm (linkd/operations.py): the remote's
-        histories, the core's plan, reserve and abort, truncate what the remote
-        never had (`recovery.apply_recovery`), then attach every mapping with
-        the remote leading. `prefixes` names topic namespaces [local, remote]
-        (remote "" : the link's, else the same); none: every mapping."""
-        node = self.clusters[cluster]
-        state = node.state
-        config = node.links.get(name)
-        requested: list[tuple[str, str, str | None]] = [
-            ("topic", local, remote or None) for local, remote in prefixes
-        ]
-        mappings = recovery.select_mappings(state, config, requested)
-        remote_id = config.remote_cluster_id
-        theirs: recovery.RemotePartitions = {}
-        for m in mappings:
-            if m.resource_type == "topic":
-                theirs.update(self._describe_remote(cluster, name, m.remote_prefix))
-        if not any(m.resource_type == "topic" for m in mappings):
-            self._remote_of(cluster, name, "describing partitions")
-        plan = recovery.plan_recovery(state, name, mappings, remote_id, theirs)
-        now = self.queue.now_ms
-        aborted, effects = recovery.reserve_and_abort(state, mappings, now)
-        try:
-            plan = recovery.plan_recovery(state, name, mappings, remote_id, theirs)
-            effects += recovery.apply_recovery(state, plan, config.link_id, now)
-        finally:
-            node.execute(effects, "metadata", self.logical_bytes)
-        self.metrics.add("recoveries", 1)
-        self.queue.note(
-            f"recover {cluster} link {name}: cut {plan.local_records_lost} records in "
-            f"{plan.diverged_partitions} partitions, aborted {len(aborted)} transactions"
-        )
-        for m, detach_first in recovery.mappings_to_follow(state.links.get(name), mappings):
-            if detach_first:
-                current = state.links.get(name).mappings[(m.resource_type, m.local_prefix)]
-                self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
-            mapping = rep.check_attach(
-                state, name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"
-            )
-            self._change_mapping(node, name, mapping)
-
-    def reverse(self, cluster: str, name: str, timeout_ms: int) -> None:
-        """Operations.reverse (linkd/operations.py), run on the current leader:
-        verify the link state, reserve, abort open transactions, wait (on
-        virtual time, bounded) for the remote to hold every record and
-        committed offset, detach, attach swapped, promote the remote's
-        namespaces. Stops at the first step that fails (this side stays
-        reserved). The steps after the wait run when it ends; each is noted.
-
-        The daemon's dialing side pushes to the new follower after a reversal
-        (ReplicaPush); the simulator carries the same rounds as a pull by the
-        new follower: a second driver, on the new follower, dialing the new
-        leader."""
-        from linkd.core.errors import ErrorCode
-        from linkd.core.namespaces import ResourceType
-
-        node = self.clusters[cluster]
-        state = node.state
-        config = node.links.get(name)
-        timeout_ms = timeout_ms or REVERSE_TIMEOUT_MS_DEFAULT
-        _, leaders = recovery.reverse_mappings(state, name)
-        records: list[dict[str, Any]] = []
-        for m in leaders:
-            records += state.namespaces.set_reserved(
-                ResourceType.parse(m.resource_type), m.local_prefix, True
-            )
-        node.journal_records += len(records)
-        now = self.queue.now_ms
-        prefixes = [m.local_prefix for m in leaders if m.resource_type == "topic"]
-        aborted, effects = state.abort_transactions_in(prefixes, now)
-        node.execute(effects, "metadata", self.logical_bytes)
-        self.queue.note(f"reverse {cluster} link {name}: reserved, aborted {len(aborted)}")
-        deadline = now + timeout_ms
-
-        def stopped(step: str, exc: ClusterError) -> None:
-            self.metrics.add("reverse_failed", 1)
-            self.queue.note(f"reverse {name} stopped at {step}: {exc.code.name}: {exc.message}")
-
-        def wait_remote() -> None:
-            try:
-                missing = self._reverse_missing(cluster, name, leaders)
-            except ClusterError as exc:
-                stopped("wait-for-remote", exc)
-                return
-            if missing:
-                if self.queue.now_ms >= deadline:
-                    stopped(
-                        "wait-for-remote",
-                        ClusterError(
-                            ErrorCode.REQUEST_TIMED_OUT,
-                            f"link {name!r}",
-                            f"the remote did not catch up within {timeout_ms} ms "
-                            f"({len(missing)} behind, e.g. {'; '.join(missing[:3])})",
-                        ),
-                    )
-                    return
-                self.queue.after(REVERSE_POLL_MS, f"reverse {name} wait", wait_remote)
-                return
-            try:
-                finish()
-            except ClusterError as exc:
-                stopped("swap", exc)
-
-        def finish() -> None:
-            for m in leaders:
-                current = state.links.get(name).mappings[(m.resource_type, m.local_prefix)]
-                self._change_mapping(node, name, rep.replace_mapping(current, attached=False))
-            for m in leaders:
-                mapping = rep.check_attach(
-                    state, name, m.resource_type, m.local_prefix, m.remote_prefix, "remote"
-                )
-                self._change_mapping(node, name, mapping)
-            remote = self._remote_of(cluster, name, "promoting namespaces")
-            remote_name = remote.state.links.by_id(config.link_id).name
-            bumped, promoted = recovery.promote_namespaces(
-                remote.state, remote_name, [(m.resource_type, m.remote_prefix) for m in leaders]
-            )
-            remote.journal_records += len(promoted)
-            remote.refresh_high_watermarks()
-            key = f"{cluster}/{name}"
-            if key not in self.drivers:
-                driver = LinkDriver(name, node, remote, self.queue, self.network, self.sizes, self)
-                self.drivers[key] = driver
-                driver.start()
-            self.metrics.add("reversals", 1)
-            self.queue.note(
-                f"reverse {name}: {remote.cluster_id} leads, {bumped} partitions bumped"
-            )
-
-        wait_remote()
-
-    def _reverse_missing(
-        self, cluster: str, name: str, leaders: list[recovery.RecoveryMapping]
-    ) -> list[str]:
-        """Operations._wait_remote_caught_up, one poll: what the remote lacks
-        (`recovery.reverse_missing`, from what the remote describes)."""
-        copies: list[recovery.RemoteCopy] = []
-        for m in leaders:
-            if m.resource_type == "topic":
-                theirs = self._describe_remote(cluster, name, m.remote_prefix)
-                parts = {k: (r.log_end_offset, r.high_watermark) for k, r in theirs.items()}
-                copies.append(recovery.RemoteCopy(m, partitions=parts))
-            else:
-                remote = self._remote_of(cluster, name, "describing group offsets")
-                committed = recovery.committed_in(remote.state, m.remote_prefix)
-                offsets = {(g, t, p): o for g, t, p, o in committed}
-                copies.append(recovery.RemoteCopy(m, group_offsets=offsets))
-        return recovery.reverse_missing(self.clusters[cluster].state, copies)[1]
+            ops.recover(a.cluster, a.link, requested, True, recovered)
+        elif a.kind == "reverse":
+            ops.reverse(a.cluster, a.link, a.timeout_ms)
+        elif a.kind == "set_reserved":
+            for local, _remote in a.prefixes:
+                ops.set_reserved(a.cluster, "topic", local, a.reserved)
+        elif a.kind == "manual_reverse":
+            for local, remote in a.prefixes:
+                ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
 
     def edge_mode(self, source: str, target: str) -> str:
         for edge in self.scenario.edges:
@@ -568,11 +326,17 @@ class Simulation:
             if name not in node.links.configs:
                 return
             if node.up and node.links.state_name(name) == LinkState.FOLLOWING.value:
-                try:
-                    self.set_mode(cluster, name, "SYNC")
-                    return
-                except ClusterError as exc:
-                    self.queue.note(f"set_mode {name} SYNC refused: {exc.code.name}")
+                self.ops.counting = False  # the topology's mode, not an operator's action
+                self.ops.set_mode(cluster, name, "SYNC", retry)
+                self.ops.counting = True
+                return
+            retry(None, None)
+
+        def retry(_result: Any, error: ClusterError | None) -> None:
+            node = self.clusters[cluster]
+            config = node.links.configs.get(name)
+            if config is not None and config.mode == "SYNC":
+                return
             if self.queue.now_ms + self.scenario.run.tick_interval_ms >= (
                 self.scenario.run.duration_ms
             ):
@@ -581,32 +345,6 @@ class Simulation:
             self.queue.after(self.scenario.run.tick_interval_ms, f"sync {name}", attempt)
 
         self.queue.after(self.scenario.run.tick_interval_ms, f"sync {name}", attempt)
-
-    def set_mode(self, cluster: str, name: str, mode: str) -> None:
-        """LinkManager.set_mode: decided here (the core refuses SYNC unless the
-        link is FOLLOWING), then told to the remote if it is reachable (the mode
-        is a versioned field: otherwise it converges through the handshakes)."""
-        node = self.clusters[cluster]
-        now = self.queue.now_ms
-        records, hw_moved = rounds.set_link_mode(node.state, name, mode, now)
-        if not records:
-            return
-        node.journal_records += len(records)
-        if hw_moved:
-            node.notify_data()
-        config = node.links.get(name)
-        remote = self.clusters.get(config.remote_cluster_id)
-        if remote is not None and remote.up and self._reachable(cluster, remote.cluster_id):
-            got = rounds.accept_handshake(remote.state, wire(config), False, now)
-            remote.journal_records += len(got)
-            answer = wire(remote.links.get(name))
-            node.journal_records += len(
-                rounds.accept_handshake_answer(node.state, name, answer, now)
-            )
-        for key in sorted(self.drivers):
-            if self.drivers[key].name == name:
-                self.drivers[key].wake()
-        self.queue.note(f"link {name} mode {config.mode} on {cluster}")
 
     def sync_witnesses(
         self, cluster: SimCluster, topic: str, partition: int
@@ -630,7 +368,8 @@ class Simulation:
             out.append((follower.cluster_id, local, end))
         return tuple(out)
 
-    def _reachable(self, a: str, b: str) -> bool:
+    def reachable(self, a: str, b: str) -> bool:
+        """Both directions between two clusters are open."""
         return self.network.reachable(a, b) and self.network.reachable(b, a)
 
     def create_link(
@@ -640,105 +379,70 @@ class Simulation:
         name: str,
         prefixes: tuple[tuple[str, str], ...],
         with_groups: bool,
+        then: Callable[[], None] | None = None,
     ) -> None:
-        """LinkManager.create_link then attach, on the target (the follower dials)."""
-        from linkd.core.errors import ErrorCode
+        """create-link on the target (the follower dials), then attach each
+        prefix pair (topics, and groups when replicated) with the source leading."""
+        kinds = ("topic", "group") if with_groups else ("topic",)
 
-        follower, leader = self.clusters[target], self.clusters[source]
-        now = self.queue.now_ms
-        if not self._reachable(target, source):
-            raise ClusterError(
-                ErrorCode.LINK_UNREACHABLE,
-                f"link {name!r}",
-                f"{source} is unreachable from {target}",
-            )
-        config = follower.links.new_config(
-            name,
-            self.link_ids(),
-            source,
-            f"{source}:9092",
-            "",
-            "local_dials",
-            f"{target}:9092",
-            now,
-        )
-        records = rep.accept_remote_config(leader.state, wire(config), now)  # on_handshake
-        leader.links.on_contact(name, now)
-        records += follower.links.store(config, now)
-        records += rep.accept_remote_config(follower.state, wire(leader.links.get(name)), now)
-        follower.links.on_contact(name, now)
-        kinds = ["topic", "group"] if with_groups else ["topic"]
-        for local, remote in prefixes:
-            for kind in kinds:
-                rtype = ResourceType.parse(kind)
-                if follower.state.namespaces.find(rtype, local) is None:
-                    # The operator's create-namespace step before attaching.
-                    records += follower.state.namespaces.create(rtype, local)
-                mapping = rep.check_attach(follower.state, name, kind, local, remote, "remote")
-                records += rep.put_mapping(follower.state, name, mapping, now)
-        records += rep.accept_remote_config(leader.state, wire(follower.links.get(name)), now)
-        follower.journal_records += len(records)
-        driver = LinkDriver(name, follower, leader, self.queue, self.network, self.sizes, self)
-        self.drivers[f"{target}/{name}"] = driver
-        driver.start()
-        self.queue.note(f"link {name} created {source}->{target} {list(prefixes)}")
+        def created(_result: Any, error: ClusterError | None) -> None:
+            if error is None:
+                self.queue.note(f"link {name} created {source}->{target} {list(prefixes)}")
+                if then is not None:
+                    then()
+
+        self.ops.create_link(target, name, source, prefixes, kinds, "remote", False, created)
 
     def delete_link(self, cluster: str, name: str) -> None:
-        """LinkManager.delete_link: stop the runner, tell the remote (best effort)."""
+        """delete-link (a mirror edge: its flow stops)."""
         mirror = self.mirrors.pop(f"{cluster}/{name}", None)
         if mirror is not None:  # a mirror edge: stop the flow
             mirror.stop()
             self.queue.note(f"mirror {name} deleted on {cluster}")
             return
-        node = self.clusters[cluster]
-        config = node.links.get(name)
-        driver = self.drivers.pop(f"{cluster}/{name}", None)
-        if driver is not None:
-            driver.stop()
-        remote = self.clusters.get(config.remote_cluster_id)
-        if remote is not None and remote.up and self._reachable(cluster, remote.cluster_id):
-            if name in remote.links.configs:
-                rep.delete_link(remote.state, name)  # on_remove
-        rep.delete_link(node.state, name)
-        self.queue.note(f"link {name} deleted on {cluster}")
+        self.ops.delete_link(cluster, name)
 
     def failover(self, cluster: str, name: str, force: bool, bump_leader_epoch: bool) -> None:
-        """LinkManager.failover, then (optionally) a new leader epoch on every
-        promoted partition, as a Kafka leader change would give it."""
+        """failover, then (optionally) one more leader epoch on every promoted
+        partition, as a Kafka leader change would give it; the clients whose
+        failover target is this cluster move here once it answered."""
         mirror = self.mirrors.get(f"{cluster}/{name}")
         if mirror is not None:
             self._mirror_failover(cluster, mirror)
             return
         node = self.clusters[cluster]
-        config = node.links.get(name)
-        now = self.queue.now_ms
+        config = node.links.configs.get(name)
+        if config is None:
+            self.ops.failover(cluster, name, force)  # refused: UNKNOWN_LINK
+            return
         promoted = [m.local_prefix for m in rep.follower_mappings(config, "topic")]
         self._check_followers(cluster, final=False)
         self._measure_rpo(node, config.remote_cluster_id, promoted)
-        records, abandoned = rep.failover(node.state, name, force, now)
-        node.journal_records += len(records)
-        # The promoted topics' high watermarks no longer wait for their source.
-        node.refresh_high_watermarks()
-        self.metrics.add("failover_abandoned_partitions", len(abandoned))
-        remote = self.clusters.get(config.remote_cluster_id)
-        if remote is not None and remote.up and self._reachable(cluster, remote.cluster_id):
-            rep.accept_remote_config(remote.state, wire(node.links.get(name)), now)
-        if bump_leader_epoch:
-            for topic in sorted(node.state.topics):
-                if not any(rep.in_prefix(topic, p) for p in promoted):
-                    continue
-                for p, log in enumerate(node.state.topics[topic].partitions):
-                    _removed, _epoch, effects = node.state.unclean_election(
-                        topic, p, log.log_end_offset
-                    )
-                    node.execute(effects, "metadata", self.logical_bytes)
-        for producer in self.producers:
-            if producer.spec.failover_to == cluster:
-                producer.move_to(cluster)
-        for consumer in self.consumers:
-            if consumer.spec.failover_to == cluster:
-                consumer.move_to(cluster)
-        self.queue.note(f"failover {cluster} link {name} promoted {promoted}")
+
+        def failed_over(result: Any, error: ClusterError | None) -> None:
+            if error is not None:
+                return
+            assert isinstance(result, link_admin.Failover)
+            self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
+            self.failovers.append((cluster, name, self.queue.now_ms, result))
+            if bump_leader_epoch:
+                for topic in sorted(node.state.topics):
+                    if not any(rep.in_prefix(topic, p) for p in promoted):
+                        continue
+                    for p, log in enumerate(node.state.topics[topic].partitions):
+                        _removed, _epoch, effects = node.state.unclean_election(
+                            topic, p, log.log_end_offset
+                        )
+                        node.execute(effects, "metadata", self.logical_bytes)
+            for producer in self.producers:
+                if producer.spec.failover_to == cluster:
+                    producer.move_to(cluster)
+            for consumer in self.consumers:
+                if consumer.spec.failover_to == cluster:
+                    consumer.move_to(cluster)
+            self.queue.note(f"failover {cluster} link {name} promoted {promoted}")
+
+        self.ops.failover(cluster, name, force, failed_over)
 
     def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
         """Acknowledged writes on the source that the promoted follower lacks."""
@@ -835,25 +539,20 @@ class Simulation:
 
     def _reset_links(self, pairs: set[tuple[str, str]]) -> None:
         """With `[network] reset_on_heal`: every link whose two clusters the
-        healed grudge cut gets a new connection (its call in flight is dropped
-        and a new driver dials at once, as a client reconnects after a reset),
-        instead of waiting for the call's deadline."""
+        healed grudge cut gets a new connection (its calls in flight are
+        dropped and its driver dials again at once, as a client reconnects
+        after a reset), instead of waiting for the calls' deadline."""
         if not self.scenario.network.reset_on_heal:
             return
-        for key in sorted(self.drivers):
-            old = self.drivers[key]
-            f, s = old.follower.cluster_id, old.source.cluster_id
-            if old.stopped or ((f, s) not in pairs and (s, f) not in pairs):
+        for (cid, name), driver in sorted(self.ops.drivers.items()):
+            config = driver.dialer.links.configs.get(name)
+            if driver.stopped or config is None:
                 continue
-            old.stop()
-            new = LinkDriver(
-                old.name, old.follower, old.source, self.queue, self.network, self.sizes, self
-            )
-            new.fetch_rounds = old.fetch_rounds
-            new.held_offsets = old.held_offsets
-            self.drivers[key] = new
-            new.start()
-            self.queue.note(f"link {old.name} reset by the heal")
+            d, r = cid, config.remote_cluster_id
+            if (d, r) not in pairs and (r, d) not in pairs:
+                continue
+            driver.reset()
+            self.queue.note(f"link {name} reset by the heal")
 
     def _unclog(self, pairs: set[tuple[str, str]]) -> None:
         for pair in sorted(pairs):
@@ -921,24 +620,35 @@ class Simulation:
     def _sample_link_states(self, now: int) -> None:
         elapsed = now - self._state_sampled_ms
         self._state_sampled_ms = now
-        for key in sorted(self.drivers):
-            driver = self.drivers[key]
-            state = driver.follower.links.state_name(driver.name)
-            self.metrics.add(f"link_state_ms_{state}", elapsed)
+        for (_cid, name), driver in sorted(self.ops.drivers.items()):
+            if not driver.stopped:
+                state = driver.dialer.links.state_name(name)
+                self.metrics.add(f"link_state_ms_{state}", elapsed)
+
+    def unsettled_links(self) -> list[str]:
+        """Links between live clusters, on either side, that are not FOLLOWING
+        (IN_SYNC for a SYNC link) or whose follower partitions lag."""
+        now = self.queue.now_ms
+        out = []
+        for cid in self.cluster_ids:
+            node = self.clusters[cid]
+            if not node.up:
+                continue
+            for name in node.links.names():
+                config = node.links.get(name)
+                remote = self.clusters.get(config.remote_cluster_id)
+                if remote is None or not remote.up or remote.cluster_id in self.lost_for_good:
+                    continue
+                settled = "IN_SYNC" if config.mode == "SYNC" else "FOLLOWING"
+                state = node.links.state_name(name)
+                if state != settled or link_admin.follower_lag(node.state, name, now):
+                    out.append(f"{cid}/{name}:{state}")
+        return out
 
     def converged(self) -> bool:
-        """Every link between live clusters FOLLOWING, no follower lagging."""
-        now = self.queue.now_ms
-        for key in sorted(self.drivers):
-            d = self.drivers[key]
-            if d.stopped or not d.follower.up or not d.source.up:
-                continue
-            config = d.follower.links.configs.get(d.name)
-            settled = "IN_SYNC" if config is not None and config.mode == "SYNC" else "FOLLOWING"
-            if d.follower.links.state_name(d.name) != settled:
-                return False
-            if rep.follower_lag(d.follower.state, d.name, now):
-                return False
+        """Every link between live clusters settled, every mirror caught up."""
+        if self.unsettled_links():
+            return False
         return all(self.mirrors[key].caught_up() for key in sorted(self.mirrors))
 
     # -- the run ----------------------------------------------------------------------
@@ -970,11 +680,7 @@ class Simulation:
         self.queue.run_until(deadline, stop=lambda: bool(converged_at))
         self._sample_link_states(self.queue.now_ms)
         if not converged_at:
-            lagging = [
-                f"{d.follower.cluster_id}/{d.name}:{d.follower.links.state_name(d.name)}"
-                for _, d in sorted(self.drivers.items())
-                if not d.stopped and d.follower.up and d.source.up
-            ]
+            lagging = self.unsettled_links()
             lagging += [f"mirror {k}" for k, m in sorted(self.mirrors.items()) if not m.caught_up()]
             self.violations.append(
                 Violation(
@@ -1096,7 +802,7 @@ class Simulation:
             for cls, n in sorted(self.clusters[cid].disk.bytes_by_class.items()):
                 self.metrics.add(f"io_bytes_{cls}", n)
         self.metrics.set(
-            "fetch_rounds", sum(d.fetch_rounds for _, d in sorted(self.drivers.items()))
+            "fetch_rounds", sum(d.fetch_rounds for _, d in sorted(self.ops.drivers.items()))
         )
         if self.mirrors:
             for key in sorted(self.mirrors):

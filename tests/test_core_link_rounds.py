@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
@@ -63,9 +64,10 @@ def two_clusters() -> tuple[ClusterState, ClusterState, Disk, Disk]:
     a.namespaces.create(1, "orders-", False)
     config = a.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
     a.links.store(config, NOW)
-    rep.put_mapping(a, "ab", Mapping("topic", "orders-", "orders-", "local", True, (0, 0, "")), NOW)
+    mapping = Mapping("topic", "orders-", "orders-", "local", True, (0, 0, ""))
+    admin.put_mapping(a, "ab", admin.versioned(a, mapping, NOW), NOW)
     b.links.accept_mirror(a.links.get("ab"), NOW)
-    rep.reconcile_attachments(b, "ab")
+    admin.reconcile_attachments(b, "ab", NOW)
     disk_a, disk_b = Disk(), Disk()
     _topic, effects = a.create_topic("orders-1", 1, {}, "src-1")
     disk_a.carry_out(a, effects)
@@ -198,9 +200,10 @@ def test_sync_link__the_fetch_offset_acknowledges__and_the_answer_carries_the_mo
     discover(a, b, disk_b)
     produce(a, disk_a, 3)
     fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)  # the leader sees the follower caught up
     a.links.set_mode("ab", "SYNC", NOW + 20)
     b.links.accept_mirror(a.links.get("ab"), NOW + 20)
-    a.refresh_sync_links(NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
     fetch_round(a, b, disk_a, disk_b, NOW + 30)  # caught up since SYNC: IN_SYNC
     assert a.link_state("ab") == "IN_SYNC" and b.link_state("ab") == "IN_SYNC"
 
@@ -221,7 +224,7 @@ def test_sync_link__a_follower_that_stops_fetching__is_out_of_sync_after_the_lag
     fetch_round(a, b, disk_a, disk_b, NOW + 10)
     a.links.set_mode("ab", "SYNC", NOW + 20)
     b.links.accept_mirror(a.links.get("ab"), NOW + 20)
-    a.refresh_sync_links(NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
     fetch_round(a, b, disk_a, disk_b, NOW + 30)
     produce(a, disk_a, 1)
 
@@ -243,7 +246,7 @@ def test_a_round_finished_after_the_link_was_deleted__changes_nothing() -> None:
     )
     applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
     disk_b.carry_out(b, applied.effects)
-    rep.delete_link(b, "ab")
+    admin.delete_link(b, "ab")
 
     assert not rounds.finish_fetch_round(b, "ab", applied.progress, "", NOW + 1)
     assert b.partition("orders-1", 0).high_watermark == 0
@@ -322,6 +325,11 @@ def test_set_link_mode__sync_only_once_following__async_lifts_the_hold_at_once()
     assert refused.value.code == ErrorCode.LINK_NOT_FOLLOWING
     produce(a, disk_a, 1)
     fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    with pytest.raises(ClusterError) as behind:
+        # The leader has not yet seen the follower fetch past what it copied.
+        rounds.set_link_mode(a, "ab", "SYNC", NOW + 11)
+    assert behind.value.code == ErrorCode.LINK_NOT_FOLLOWING
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
     records, _moved = rounds.set_link_mode(a, "ab", "SYNC", NOW + 20)
     assert records and rounds.set_link_mode(a, "ab", "SYNC", NOW + 21) == ([], False)
     b.links.accept_mirror(a.links.get("ab"), NOW + 20)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from linkd.core import link_admin as admin
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, TruncateLog
@@ -113,11 +114,10 @@ def linked_states() -> tuple[ClusterState, ClusterState]:
     source.namespaces.create(1, "orders-", False)
     config = source.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
     source.links.store(config, NOW)
-    rep.put_mapping(
-        source, "ab", Mapping("topic", "orders-", "orders-", "local", True, (0, 0, "")), NOW
-    )
+    mapping = Mapping("topic", "orders-", "orders-", "local", True, (0, 0, ""))
+    admin.put_mapping(source, "ab", admin.versioned(source, mapping, NOW), NOW)
     follower.links.accept_mirror(source.links.get("ab"), NOW)
-    rep.reconcile_attachments(follower, "ab")
+    admin.reconcile_attachments(follower, "ab", NOW)
     source.create_topic("orders-1", 1, {}, "src-id")
     rep.create_replica_topic(follower, "orders-1", 1, {}, "fol-id")
     return source, follower
@@ -229,22 +229,32 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
     def allow(name: str, op: int, pattern: int = PatternType.LITERAL) -> AclBinding:
         return AclBinding(R.TOPIC, name, pattern, "User:alice", "*", op, PermissionType.ALLOW)
 
+    deny_bob = AclBinding(
+        R.TOPIC, "orders-1", PatternType.LITERAL, "User:bob", "*", AclOperation.READ,
+        PermissionType.DENY,
+    )
     source.acls.create(
         [
             allow("orders-1", AclOperation.READ),
             allow("orders-", AclOperation.ALL, PatternType.PREFIXED),
             allow("orders-1", AclOperation.WRITE),
             allow("other", AclOperation.READ),
+            deny_bob,
         ]
     )
     acls = rep.source_read_acls(source, "orders-")
-    assert acls == [("orders-", True, "User:alice", "*"), ("orders-1", False, "User:alice", "*")]
+    assert acls == [
+        rep.ReadAcl("orders-", True, "User:alice", "*"),
+        rep.ReadAcl("orders-1", False, "User:alice", "*"),
+        rep.ReadAcl("orders-1", False, "User:bob", "*", deny=True),
+    ]
     records = rep.apply_read_acls(follower, "ab", "orders-", acls)
     synced = follower.acls.describe(AclFilter(resource_type=R.TOPIC))
-    assert len(records) == 2
-    assert {(b.resource_name, b.operation) for b in synced} == {
-        ("orders-", AclOperation.READ),
-        ("orders-1", AclOperation.READ),
+    assert len(records) == 3
+    assert {(b.resource_name, b.principal, b.operation, b.permission_type) for b in synced} == {
+        ("orders-", "User:alice", AclOperation.READ, PermissionType.ALLOW),
+        ("orders-1", "User:alice", AclOperation.READ, PermissionType.ALLOW),
+        ("orders-1", "User:bob", AclOperation.READ, PermissionType.DENY),
     }
     assert rep.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent
 
@@ -278,8 +288,9 @@ def test_provenance__start_entry_on_first_append__detached_entry_on_detach() -> 
     assert entries == [
         {"start": 0, "source": "A", "link_id": "id-1", "link_epoch": config.link_epoch}
     ]
-    mapping = config.mappings[("topic", "orders-")]
-    rep.put_mapping(follower, "ab", rep.replace_mapping(mapping, attached=False), NOW + 1)
+    detached = admin.check_detach(follower, "ab", "topic", "orders-")
+    detached = admin.versioned(follower, detached, NOW + 1)
+    admin.put_mapping(follower, "ab", detached, NOW + 1)
     assert follower.topic("orders-1").provenance[0][-1] == {"detached_at": 2, "link_id": "id-1"}
     summary = rep.provenance_summary(follower, "orders-1", 0)
     assert summary == {

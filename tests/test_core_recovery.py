@@ -22,6 +22,7 @@ from linkd.core.recovery import (
     plan_partition,
     plan_recovery,
     promote_namespaces,
+    refuse_unrelated,
 )
 
 
@@ -76,12 +77,39 @@ def test_copy_of_the_remote_is_the_remote__transitively() -> None:
     assert compare(b2, a2).common_offset == 20
 
 
-def test_no_shared_history_is_refused_and_an_empty_follower_is_not() -> None:
+def test_nothing_shared__the_log_start_is_common__unrelated_topics_are_refused() -> None:
+    # A partition the follower never copied a record of: only the empty prefix
+    # is common, and it is cut to its start (reported), if the topics relate.
+    row = plan_partition("t", "t", 0, copied("A", 3), copied("B", 3))
+    assert (row.common_offset, row.reason, row.truncate_to, row.local_records_lost) == (
+        0,
+        "log-start",
+        0,
+        3,
+    )
+    assert not row.related
     with pytest.raises(ClusterError) as info:
-        plan_partition("t", "t", 0, copied("A", 3), copied("B", 3))
+        refuse_unrelated([row], "A", "B")  # two topics of one name: no guess
     assert info.value.code is ErrorCode.NO_SHARED_HISTORY
+    assert "delete" not in info.value.message
+    # B's topic was created by a link from A (its provenance names A): related.
+    b = copied("B", 2, start(0, "A"), epochs=((0, 0), (1, 0)))  # B's own records, its epoch
+    related = plan_partition("t", "t", 0, copied("A", 3), b)
+    assert related.related and related.truncate_to == 0
+    refuse_unrelated([related, row], "A", "B")  # one related partition relates the topic
+    # An empty follower loses nothing; an empty remote shares its empty history.
     row = plan_partition("t", "t", 0, copied("A", 0), copied("B", 3))
     assert (row.truncate_to, row.local_records_lost, row.remote_records_lost) == (0, 0, 3)
+    row = plan_partition("t", "t", 0, copied("A", 5), copied("B", 0))
+    assert (row.common_offset, row.reason, row.local_records_lost) == (0, "remote-empty", 5)
+
+
+def test_a_log_that_begins_after_the_remote_ends__is_refused() -> None:
+    local = PartitionSide("A", 10, 15, 15, ((0, 0),))
+    remote = PartitionSide("B", 0, 4, 4, ((0, 0),))
+    with pytest.raises(ClusterError) as info:
+        plan_partition("t", "t", 0, local, remote)
+    assert info.value.code is ErrorCode.NO_SHARED_HISTORY
 
 
 def test_truncation_rewrites_history_from_its_offset() -> None:
@@ -254,7 +282,7 @@ def test_failover_and_promotion_start_a_new_leader_epoch_at_the_log_end() -> Non
     assert [r["type"] for r in records] == ["leader_epoch"]
     assert state.partition("orders-t", 0).epoch_history == [(0, 0), (1, 4)]
     with pytest.raises(ClusterError):
-        promote_namespaces(state, "missing-link", [("topic", "orders-")])
+        promote_namespaces(state, "missing-link", [("topic", "orders-")], 7)
 
 
 def test_reverse_waits_until_the_remote_holds_every_record_and_committed_offset() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from linkd.core import link_admin as admin
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState
@@ -41,7 +42,7 @@ def test_sync_mode__only_from_following__then_syncing_in_sync_out_of_sync_and_ba
     table = sync_table()
     assert table.state_name("ab") == "FOLLOWING"
     table.set_mode("ab", "sync", NOW + 1)
-    table.register_sync_partitions("ab", {("t", 0)}, NOW + 1)
+    table.register_led_partitions("ab", {("t", 0)}, NOW + 1)
     assert table.state_name("ab") == "SYNCING"
     # The follower fetches at the log end: caught up since SYNCING began.
     table.on_leader_fetch("ab", "t", 0, 10, 10, 10, NOW + 2)
@@ -91,7 +92,7 @@ def test_set_mode_sync_refused_unless_following__and_bad_modes_named() -> None:
 def test_a_partition_never_fetched_holds_syncing__and_then_out_of_sync_after_the_lag_time() -> None:
     table = sync_table()
     table.set_mode("ab", "SYNC", NOW + 1)
-    table.register_sync_partitions("ab", {("t", 0), ("t", 1)}, NOW + 1)
+    table.register_led_partitions("ab", {("t", 0), ("t", 1)}, NOW + 1)
     table.on_leader_fetch("ab", "t", 0, 5, 5, 5, NOW + 2)
     assert table.state_name("ab") == "SYNCING"  # t-1 was never fetched
 
@@ -125,9 +126,10 @@ def linked() -> tuple[ClusterState, ClusterState]:
     a.links.store(config, NOW)
     for kind in ("topic", "group"):
         prefix = "orders-" if kind == "topic" else "app-"
-        rep.put_mapping(a, "ab", Mapping(kind, prefix, prefix, "local", True, (0, 0, "")), NOW)
+        mapping = Mapping(kind, prefix, prefix, "local", True, (0, 0, ""))
+        admin.put_mapping(a, "ab", admin.versioned(a, mapping, NOW), NOW)
     b.links.accept_mirror(a.links.get("ab"), NOW)
-    rep.reconcile_attachments(b, "ab")
+    admin.reconcile_attachments(b, "ab", NOW)
     a.create_topic("orders-1", 1, {}, "src-id")
     rep.create_replica_topic(b, "orders-1", 1, {}, "fol-id")
     for side in (a, b):
@@ -145,7 +147,7 @@ def append(state: ClusterState, n: int = 1, **kw: int | bool) -> int:
 def go_sync(a: ClusterState, b: ClusterState, now: int) -> None:
     """set-mode sync on A; the follower fetches at A's log end: IN_SYNC."""
     a.links.set_mode("ab", "SYNC", now)
-    a.refresh_sync_links(now)
+    a.refresh_led_partitions(now)
     leo = a.partition("orders-1", 0).log_end_offset
     a.links.on_leader_fetch("ab", "orders-1", 0, leo, leo, leo, now + 1)
     b.links.accept_mirror(a.links.get("ab"), now + 1)
@@ -212,7 +214,7 @@ def in_state(name: str) -> tuple[ClusterState, ClusterState]:
         b.links.on_progress("ab", "orders-1", 0, "follower", 2, 2, now)
         b.links.on_fetch_round("ab", now)
         a.links.set_mode("ab", "SYNC", now)
-        a.refresh_sync_links(now)
+        a.refresh_led_partitions(now)
         b.links.accept_mirror(a.links.get("ab"), now)
         b.links.on_contact("ab", now)
         if name in ("IN_SYNC", "OUT_OF_SYNC"):
@@ -342,7 +344,7 @@ def test_the_markers_of_one_transaction_pass_their_high_watermarks_together() ->
     a, b = linked()
     go_sync(a, b, NOW)
     a.create_topic("orders-2", 1, {}, "src-id-2")
-    a.refresh_sync_links(NOW + 2)
+    a.refresh_led_partitions(NOW + 2)
     for t in ("orders-1", "orders-2"):
         leo = a.partition(t, 0).log_end_offset
         a.links.on_leader_fetch("ab", t, 0, leo, leo, leo, NOW + 2)

@@ -184,6 +184,7 @@ def test_disaster_recovery__c_ahead_of_promoted_b__recover_reports_and_cuts_then
             "remote_records_lost": 3,
             "diverged": True,
             "reason": "leader-epoch",
+            "related": True,
         }
     ]
     assert report["groups"] == [
@@ -193,6 +194,7 @@ def test_disaster_recovery__c_ahead_of_promoted_b__recover_reports_and_cuts_then
             "partition": 0,
             "committed_offset": 13,
             "new_offset": 10,
+            "reason": "cut",
         }
     ]
     assert report["totals"] == {
@@ -252,7 +254,8 @@ def test_recover__refuses_without_shared_history_and_when_the_remote_is_unreacha
     # A (which created the link, so it can dial B) would follow B.
     refused = run_cli("recover", "--link", "ab", "--namespace", "orders-", bootstrap=a.bootstrap)
     assert refused.returncode == 1
-    assert "NO_SHARED_HISTORY" in refused.stderr and "orders-x-0" in refused.stderr
+    assert "NO_SHARED_HISTORY" in refused.stderr and "topic 'orders-x'" in refused.stderr
+    assert "delete" not in refused.stderr  # never proposes deleting a topic that holds data
     assert high_watermarks(a.bootstrap, "orders-x") == [3]  # nothing changed
 
     # A link without mappings, and no namespace named: nothing to recover.

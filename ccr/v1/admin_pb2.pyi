@@ -306,6 +306,74 @@ class SetReservedRequest(_message.Message):
 Global___SetReservedRequest: _TypeAlias = SetReservedRequest  # noqa: Y015
 
 @_typing.final
+class SetReservedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    ABORTED_DANGLING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def namespace(self) -> Global___Namespace: ...
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Setting a reservation aborts the open transactions touching the
+        namespace (spec section 8): their transactional ids.
+        """
+
+    @_builtins.property
+    def aborted_dangling(self) -> _containers.RepeatedCompositeFieldContainer[Global___DanglingTransaction]:
+        """Clearing it on a namespace that follows no link aborts the transactions
+        replicated into its topics that no coordinator will ever finish.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: Global___Namespace | None = ...,
+        aborted_transactions: _abc.Iterable[_builtins.str] | None = ...,
+        aborted_dangling: _abc.Iterable[Global___DanglingTransaction] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "aborted_transactions", b"aborted_transactions", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetReservedResponse: _TypeAlias = SetReservedResponse  # noqa: Y015
+
+@_typing.final
+class DanglingTransaction(_message.Message):
+    """A transaction replicated from a source cluster, still open in a partition
+    that no longer follows it: nothing will ever write its outcome.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "partition", b"partition", "producer_id", b"producer_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DanglingTransaction: _TypeAlias = DanglingTransaction  # noqa: Y015
+
+@_typing.final
 class DeleteNamespaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -529,11 +597,14 @@ class NamespaceMapping(_message.Message):
     LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
     REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
     type: Global___ResourceType.ValueType
     local_prefix: _builtins.str
     remote_prefix: _builtins.str
     leader: _builtins.str
     """"local" or "remote"."""
+    note: _builtins.str
+    """refused_mappings only: why a side detached it by itself."""
     def __init__(
         self,
         *,
@@ -541,10 +612,11 @@ class NamespaceMapping(_message.Message):
         local_prefix: _builtins.str = ...,
         remote_prefix: _builtins.str = ...,
         leader: _builtins.str = ...,
+        note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "local_prefix", b"local_prefix", "note", b"note", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -564,6 +636,8 @@ class PartitionLag(_message.Message):
     PROVENANCE_ENTRIES_FIELD_NUMBER: _builtins.int
     PROVENANCE_START_OFFSET_FIELD_NUMBER: _builtins.int
     PROVENANCE_SOURCE_FIELD_NUMBER: _builtins.int
+    LAG_KNOWN_FIELD_NUMBER: _builtins.int
+    SOURCE_HW_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     role: _builtins.str
@@ -578,6 +652,15 @@ class PartitionLag(_message.Message):
     """
     provenance_start_offset: _builtins.int
     provenance_source: _builtins.str
+    lag_known: _builtins.bool
+    """Whether lag_records is the lag now. A follower row of a link that lost
+    contact is not: its lag is unknown (lag_records and lag_ms are -1 in
+    describe-link; a failover report gives the known part).
+    """
+    source_hw_known_at_ms: _builtins.int
+    """Follower rows: when the source high watermark was learned (ms since the
+    epoch; 0: never since this cluster started).
+    """
     def __init__(
         self,
         *,
@@ -591,10 +674,12 @@ class PartitionLag(_message.Message):
         provenance_entries: _builtins.int = ...,
         provenance_start_offset: _builtins.int = ...,
         provenance_source: _builtins.str = ...,
+        lag_known: _builtins.bool = ...,
+        source_hw_known_at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -639,6 +724,7 @@ class LinkDescription(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
     LINK_EPOCH_FIELD_NUMBER: _builtins.int
+    REFUSED_MAPPINGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -660,6 +746,10 @@ class LinkDescription(_message.Message):
     def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkStateChange]:
         """The most recent state changes, newest last."""
 
+    @_builtins.property
+    def refused_mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
+        """Mappings detached because a side could not honour them, with the reason."""
+
     def __init__(
         self,
         *,
@@ -676,10 +766,11 @@ class LinkDescription(_message.Message):
         partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
         history: _abc.Iterable[Global___LinkStateChange] | None = ...,
         link_epoch: _builtins.int = ...,
+        refused_mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -715,15 +806,31 @@ class FailoverResponse(_message.Message):
     LINK_FIELD_NUMBER: _builtins.int
     ABANDONED_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def link(self) -> Global___LinkDescription: ...
     @_builtins.property
     def abandoned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]:
-        """The follower partitions that still lagged when forced, with their lag."""
+        """The follower partitions that may lose records: a known lag, or a lag not
+        known (the link was not connected). Only with force.
+        """
 
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___Namespace]:
         """The namespaces made writable."""
+
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]:
+        """Every partition made writable: its log end, the last known source high
+        watermark and how old that knowledge is.
+        """
+
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DanglingTransaction]:
+        """Transactions replicated into the promoted topics that no coordinator
+        will finish: aborted here so that read_committed readers move on.
+        """
 
     def __init__(
         self,
@@ -731,10 +838,12 @@ class FailoverResponse(_message.Message):
         link: Global___LinkDescription | None = ...,
         abandoned: _abc.Iterable[Global___PartitionLag] | None = ...,
         namespaces: _abc.Iterable[Global___Namespace] | None = ...,
+        partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
+        aborted_transactions: _abc.Iterable[Global___DanglingTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "link", b"link", "namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1073,6 +1182,7 @@ class RecoveryPartition(_message.Message):
     REMOTE_RECORDS_LOST_FIELD_NUMBER: _builtins.int
     DIVERGED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RELATED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     remote_topic: _builtins.str
     partition: _builtins.int
@@ -1087,7 +1197,12 @@ class RecoveryPartition(_message.Message):
     """What the remote would lose if the roles were swapped."""
     diverged: _builtins.bool
     reason: _builtins.str
-    """How the common offset was found ("provenance", "leader-epoch", "log-end")."""
+    """How the common offset was found: "provenance", "leader-epoch", "log-end"
+    (the shorter log ends there), "log-start" (only the empty prefix is
+    common), "local-empty", "remote-empty" or "behind-log-start".
+    """
+    related: _builtins.bool
+    """Whether a record both hold, or provenance, relates the two partitions."""
     def __init__(
         self,
         *,
@@ -1102,10 +1217,11 @@ class RecoveryPartition(_message.Message):
         remote_records_lost: _builtins.int = ...,
         diverged: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        related: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_offset", b"common_offset", "diverged", b"diverged", "local_log_end_offset", b"local_log_end_offset", "local_records_lost", b"local_records_lost", "partition", b"partition", "reason", b"reason", "remote_log_end_offset", b"remote_log_end_offset", "remote_records_lost", b"remote_records_lost", "remote_topic", b"remote_topic", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_offset", b"common_offset", "diverged", b"diverged", "local_log_end_offset", b"local_log_end_offset", "local_records_lost", b"local_records_lost", "partition", b"partition", "reason", b"reason", "related", b"related", "remote_log_end_offset", b"remote_log_end_offset", "remote_records_lost", b"remote_records_lost", "remote_topic", b"remote_topic", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1120,12 +1236,19 @@ class RecoveryGroupOffset(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
     NEW_OFFSET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     group: _builtins.str
     topic: _builtins.str
     partition: _builtins.int
     committed_offset: _builtins.int
     new_offset: _builtins.int
-    """Where recovery moves (or, confirmed, moved) it: the partition's cut."""
+    """Where recovery moves (or, confirmed, moved) it: the partition's cut, or
+    the new leader's committed offset for the group when that is lower.
+    """
+    reason: _builtins.str
+    """"cut" (the partition is truncated below it) or "leader" (the new leader's
+    committed offset for the group is lower: the replicated group follows it).
+    """
     def __init__(
         self,
         *,
@@ -1134,10 +1257,11 @@ class RecoveryGroupOffset(_message.Message):
         partition: _builtins.int = ...,
         committed_offset: _builtins.int = ...,
         new_offset: _builtins.int = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "group", b"group", "new_offset", b"new_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "group", b"group", "new_offset", b"new_offset", "partition", b"partition", "reason", b"reason", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

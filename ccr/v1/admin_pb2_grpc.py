@@ -57,7 +57,7 @@ class AdminStub:
         self.SetReserved = channel.unary_unary(
                 '/ccr.v1.Admin/SetReserved',
                 request_serializer=ccr_dot_v1_dot_admin__pb2.SetReservedRequest.SerializeToString,
-                response_deserializer=ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.SetReservedResponse.FromString,
                 _registered_method=True)
         self.DeleteNamespace = channel.unary_unary(
                 '/ccr.v1.Admin/DeleteNamespace',
@@ -334,7 +334,7 @@ def add_AdminServicer_to_server(servicer, server):
             'SetReserved': grpc.unary_unary_rpc_method_handler(
                     servicer.SetReserved,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.SetReservedRequest.FromString,
-                    response_serializer=ccr_dot_v1_dot_admin__pb2.Namespace.SerializeToString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.SetReservedResponse.SerializeToString,
             ),
             'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteNamespace,
@@ -551,7 +551,7 @@ class Admin:
             target,
             '/ccr.v1.Admin/SetReserved',
             ccr_dot_v1_dot_admin__pb2.SetReservedRequest.SerializeToString,
-            ccr_dot_v1_dot_admin__pb2.Namespace.FromString,
+            ccr_dot_v1_dot_admin__pb2.SetReservedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,7 +39,7 @@ class AdminStub:
     """--- Namespaces (spec section 2) ----------------------------------------------"""
     ListNamespaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]
     DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]
-    SetReserved: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.Namespace]
+    SetReserved: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.SetReservedResponse]
     DeleteNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]
     CreateLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]
     """--- Replication links (spec sections 3-7) -------------------------------------
@@ -112,7 +112,7 @@ class AdminAsyncStub(AdminStub):
     """--- Namespaces (spec section 2) ----------------------------------------------"""
     ListNamespaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]  # type: ignore[assignment]
     DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]  # type: ignore[assignment]
-    SetReserved: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.Namespace]  # type: ignore[assignment]
+    SetReserved: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.SetReservedResponse]  # type: ignore[assignment]
     DeleteNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]  # type: ignore[assignment]
     CreateLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
     """--- Replication links (spec sections 3-7) -------------------------------------
@@ -212,7 +212,7 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _admin_pb2.SetReservedRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_admin_pb2.Namespace, _abc.Awaitable[_admin_pb2.Namespace]]: ...
+    ) -> _typing.Union[_admin_pb2.SetReservedResponse, _abc.Awaitable[_admin_pb2.SetReservedResponse]]: ...
 
     @_abc_1.abstractmethod
     def DeleteNamespace(

@@ -135,6 +135,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The namespace, or one overlapping it, already follows a link (a namespace
     follows at most one link at a time).
     """
+    MAPPINGS_OVERLAP: _ErrorCode.ValueType  # 66
+    """Two mappings of one link would overlap (their local or their remote
+    prefixes), or two source names would map to one follower name; the
+    message names both namespaces (spec section 3).
+    """
     UNKNOWN_LINK: _ErrorCode.ValueType  # 70
     """--- Replication links (spec sections 3-7) -------------------------------------
     No link of that name exists on this cluster.
@@ -288,6 +293,11 @@ namespace; the message names the namespace (and the link, if any).
 ALREADY_FOLLOWING: ErrorCode.ValueType  # 65
 """The namespace, or one overlapping it, already follows a link (a namespace
 follows at most one link at a time).
+"""
+MAPPINGS_OVERLAP: ErrorCode.ValueType  # 66
+"""Two mappings of one link would overlap (their local or their remote
+prefixes), or two source names would map to one follower name; the
+message names both namespaces (spec section 3).
 """
 UNKNOWN_LINK: ErrorCode.ValueType  # 70
 """--- Replication links (spec sections 3-7) -------------------------------------

@@ -83,6 +83,7 @@ class VersionedMapping(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     ATTACHED_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
     resource_type: _builtins.str
     """"topic" | "group" | "principal" """
     local_prefix: _builtins.str
@@ -90,6 +91,10 @@ class VersionedMapping(_message.Message):
     leader: _builtins.str
     """"local" | "remote" """
     attached: _builtins.bool
+    note: _builtins.str
+    """Why a side detached it by itself: it could not honour the mapping (spec
+    section 3); "" otherwise.
+    """
     @_builtins.property
     def version(self) -> Global___Version: ...
     def __init__(
@@ -101,10 +106,11 @@ class VersionedMapping(_message.Message):
         leader: _builtins.str = ...,
         attached: _builtins.bool = ...,
         version: Global___Version | None = ...,
+        note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "leader", b"leader", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "resource_type", b"resource_type", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attached", b"attached", "leader", b"leader", "local_prefix", b"local_prefix", "note", b"note", "remote_prefix", b"remote_prefix", "resource_type", b"resource_type", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -161,25 +167,58 @@ class HandshakeRequest(_message.Message):
 
     CONFIG_FIELD_NUMBER: _builtins.int
     CREATE_FIELD_NUMBER: _builtins.int
+    PROPOSED_FIELD_NUMBER: _builtins.int
     create: _builtins.bool
     """True when the sender is creating the link now: the receiver refuses if
     it already has a different link of that name.
     """
     @_builtins.property
     def config(self) -> Global___LinkConfigView: ...
+    @_builtins.property
+    def proposed(self) -> _containers.RepeatedCompositeFieldContainer[Global___MappingKey]:
+        """An operator's attach or detach in flight: the receiver refuses the whole
+        handshake (changing nothing) if it cannot honour these mappings, instead
+        of converging to a refusal noted on the mapping.
+        """
+
     def __init__(
         self,
         *,
         config: Global___LinkConfigView | None = ...,
         create: _builtins.bool = ...,
+        proposed: _abc.Iterable[Global___MappingKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "create", b"create"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "create", b"create", "proposed", b"proposed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HandshakeRequest: _TypeAlias = HandshakeRequest  # noqa: Y015
+
+@_typing.final
+class MappingKey(_message.Message):
+    """A mapping's key from the sender's point of view."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.str
+    local_prefix: _builtins.str
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.str = ...,
+        local_prefix: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_prefix", b"local_prefix", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MappingKey: _TypeAlias = MappingKey  # noqa: Y015
 
 @_typing.final
 class HandshakeResponse(_message.Message):
@@ -316,11 +355,14 @@ class ReadAcl(_message.Message):
     PREFIXED_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
+    DENY_FIELD_NUMBER: _builtins.int
     resource_name: _builtins.str
     prefixed: _builtins.bool
     """a PREFIXED pattern, else LITERAL"""
     principal: _builtins.str
     host: _builtins.str
+    deny: _builtins.bool
+    """A DENY binding (READ or ALL on the source): the follower denies READ too."""
     def __init__(
         self,
         *,
@@ -328,10 +370,11 @@ class ReadAcl(_message.Message):
         prefixed: _builtins.bool = ...,
         principal: _builtins.str = ...,
         host: _builtins.str = ...,
+        deny: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "prefixed", b"prefixed", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deny", b"deny", "host", b"host", "prefixed", b"prefixed", "principal", b"principal", "resource_name", b"resource_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -881,16 +924,22 @@ class PromoteNamespacesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    ABORTED_DANGLING_FIELD_NUMBER: _builtins.int
     partitions: _builtins.int
     """Partitions that started a new leader epoch."""
+    aborted_dangling: _builtins.int
+    """Replicated transactions left open in them, aborted (no coordinator would
+    ever finish them).
+    """
     def __init__(
         self,
         *,
         partitions: _builtins.int = ...,
+        aborted_dangling: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

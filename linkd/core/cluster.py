@@ -25,30 +25,17 @@ from typing import Any
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
 
-# Effects are re-exported: shells and tests name them through this module too.
+# Effects are re-exported (see __all__): shells and tests name them here too.
 from linkd.core.effects import (
-    AppendBatch as AppendBatch,
-)
-from linkd.core.effects import (
-    CreateLogs as CreateLogs,
-)
-from linkd.core.effects import (
-    DeleteBelow as DeleteBelow,
-)
-from linkd.core.effects import (
-    DeleteTopicData as DeleteTopicData,
-)
-from linkd.core.effects import (
-    Effect as Effect,
-)
-from linkd.core.effects import (
-    Journal as Journal,
-)
-from linkd.core.effects import (
-    ResetLog as ResetLog,
-)
-from linkd.core.effects import (
-    TruncateLog as TruncateLog,
+    AppendBatch,
+    CreateLogs,
+    DeleteBelow,
+    DeleteTopicData,
+    Effect,
+    Journal,
+    ResetLog,
+    TruncateLog,
+    Wake,
 )
 from linkd.core.effects import journal as _journal
 from linkd.core.errors import ClusterError, ErrorCode
@@ -71,6 +58,12 @@ from linkd.core.transactions import (
     TxnState,
     producer_id_base,
 )
+
+# An acks=all produce or a transaction commit waits at most this long for its
+# high watermark (a SYNC link's followers); the link drops OUT_OF_SYNC well
+# before by default. Both shells wait on it.
+HW_WAIT_MAX_MS = 60_000
+
 
 # -- topics ---------------------------------------------------------------------
 
@@ -95,6 +88,16 @@ class Topic:
 
     def configs(self) -> dict[str, str]:
         return effective_configs(self.overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class DanglingTxn:
+    """An open transaction in a partition that nothing will finish."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    first_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +126,8 @@ class ClusterState:
         self.txn = TransactionCoordinator(producer_id_base(cluster_id))
         self.groups = GroupCoordinator(group_config or GroupConfig())
         self.acls = AclStore()
-        self.links = LinkTable(cluster_id)
+        self._links = LinkTable(cluster_id)
+        self._links.led_position = self.led_position
         self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
         # Committed transactions whose markers span partitions and are not all
@@ -134,6 +138,16 @@ class ClusterState:
         self.marker_groups: list[dict[tuple[str, int], int]] = []
 
     # -- lookup ---------------------------------------------------------------
+
+    @property
+    def links(self) -> LinkTable:
+        return self._links
+
+    @links.setter
+    def links(self, table: LinkTable) -> None:
+        """A shell may bring its own table (limits): it judges this cluster's logs."""
+        table.led_position = self.led_position
+        self._links = table
 
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
@@ -295,6 +309,24 @@ class ClusterState:
         )
         return ProduceResult(plan.base_offset, False, log.log_start_offset, append_time, effects)
 
+    def made_durable(self, marks: list[tuple[str, int, int]]) -> Wake | None:
+        """The shell made these (topic, partition) durable up to these
+        offsets: high watermarks move as far as their limits allow. Returns
+        who must be woken: the partitions whose HW moved, and those whose
+        durable records a SYNC follower holds back (it must fetch them to
+        acknowledge them); None when nobody."""
+        anywhere = bool(self.marker_groups)
+        moved: list[tuple[str, int]] = []
+        for name, partition, offset in marks:
+            topic = self.topics.get(name)
+            if topic is None or partition >= len(topic.partitions):
+                continue
+            if self.mark_durable(name, partition, offset) or topic.partitions[partition].held_back:
+                moved.append((name, partition))
+        if not moved:
+            return None
+        return Wake(None if anywhere else tuple(moved))
+
     def mark_durable(self, topic_name: str, partition: int, offset: int) -> bool:
         topic = self.topics.get(topic_name)
         if topic is None or partition >= len(topic.partitions):
@@ -389,21 +421,34 @@ class ClusterState:
             for config in self.links.configs.values()
         )
 
-    def refresh_sync_links(self, now_ms: int) -> None:
-        """Registers, for every SYNC link, the partitions this cluster leads on
-        it (so one its follower never fetched still counts as not caught up)."""
+    def refresh_led_partitions(self, now_ms: int) -> None:
+        """Registers, for every link, the partitions this cluster leads on it, so
+        that one its follower never fetched still counts (as not caught up: a
+        SYNC link is not IN_SYNC, an ASYNC link not FOLLOWING once it is silent)."""
         for name in sorted(self.links.configs):
             config = self.links.configs[name]
             led: set[tuple[str, int]] = set()
             runtime = self.links.runtime.get(name)
-            if config.mode != "SYNC" and (runtime is None or not runtime.sync_partitions):
+            leads = any(
+                m.local_role == "leader" and m.resource_type == "topic"
+                for m in config.attached_mappings()
+            )
+            if not leads and (runtime is None or not runtime.led_partitions):
                 continue
-            if config.mode == "SYNC":
+            if leads:
                 for topic_name in sorted(self.topics):
                     if config.mapping_for(topic_name, "leader") is not None:
                         topic = self.topics[topic_name]
                         led.update((topic_name, p) for p in range(len(topic.partitions)))
-            self.links.register_sync_partitions(name, led, now_ms)
+            self.links.register_led_partitions(name, led, now_ms)
+
+    def led_position(self, topic_name: str, partition: int) -> tuple[int, int] | None:
+        """(log start offset, high watermark) of a partition, None when gone."""
+        topic = self.topics.get(topic_name)
+        if topic is None or partition >= len(topic.partitions):
+            return None
+        log = topic.partitions[partition]
+        return log.log_start_offset, log.high_watermark
 
     def check_sync_commit(self, transactional_id: str) -> None:
         """Spec section 6: a transaction touching a topic or group namespace that
@@ -908,19 +953,23 @@ class ClusterState:
     # -- reservation hand-over (spec section 8: reversal and recovery) --------------------
 
     def abort_transactions_in(
-        self, topic_prefixes: list[str], now_ms: int
+        self, topic_prefixes: list[str], now_ms: int, group_prefixes: list[str] | None = None
     ) -> tuple[list[str], list[Effect]]:
         """Aborts every open transaction that touches a topic of these topic
-        namespaces, as a transaction timeout does: the producer's epoch is
-        bumped (so it is fenced) and abort markers are written. Returns (the
-        transactional ids aborted, effects)."""
+        namespaces (or stages offsets of a group in these group namespaces), as
+        a transaction timeout does: the producer's epoch is bumped (so it is
+        fenced) and abort markers are written. Returns (the transactional ids
+        aborted, effects)."""
         aborted: list[str] = []
         effects: list[Effect] = []
+        groups = group_prefixes or []
         for transactional_id, meta in sorted(self.txn.txns.items()):
             if meta.state != TxnState.ONGOING:
                 continue
             touched = [topic for topic, _p in meta.partitions]
-            if not any(in_prefix(t, prefix) for t in touched for prefix in topic_prefixes):
+            if not any(
+                in_prefix(t, prefix) for t in touched for prefix in topic_prefixes
+            ) and not any(in_prefix(g, prefix) for g in meta.groups for prefix in groups):
                 continue
             records: list[dict[str, Any]] = []
             if meta.producer_epoch < MAX_EPOCH - 1:
@@ -930,6 +979,53 @@ class ClusterState:
             effects += self._complete(completion, now_ms)
             aborted.append(transactional_id)
         return aborted, effects
+
+    def dangling_transactions(self, topic_prefixes: list[str]) -> list[DanglingTxn]:
+        """Transactions open in a partition of these topic namespaces that no
+        coordinator of this cluster owns: replicated from a source that will
+        not send their outcome once the partition stops following it."""
+        owned = {
+            (meta.producer_id, t, p)
+            for meta in self.txn.txns.values()
+            if meta.state
+            in (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            for t, p in meta.partitions
+        }
+        out: list[DanglingTxn] = []
+        for name in sorted(self.topics):
+            if not any(in_prefix(name, prefix) for prefix in topic_prefixes):
+                continue
+            for p, log in enumerate(self.topics[name].partitions):
+                for pid, first in sorted(log.ongoing_txns.items()):
+                    if (pid, name, p) not in owned:
+                        out.append(DanglingTxn(name, p, pid, first))
+        return out
+
+    def abort_dangling_transactions(
+        self, topic_prefixes: list[str], now_ms: int
+    ) -> tuple[list[DanglingTxn], list[Effect]]:
+        """Writes an abort marker for every dangling transaction of these topic
+        namespaces (`dangling_transactions`), so read_committed readers move
+        past it (spec invariant 11). Callers start a new leader epoch first, so
+        the markers are told apart from the source's history."""
+        dangling = self.dangling_transactions(topic_prefixes)
+        effects: list[Effect] = []
+        for d in dangling:
+            topic = self.topics[d.topic]
+            log = topic.partitions[d.partition]
+            producer = log.producers.get(d.producer_id)
+            batch = rb.build_control_batch(
+                marker=rb.CONTROL_ABORT,
+                producer_id=d.producer_id,
+                producer_epoch=producer.producer_epoch if producer is not None else 0,
+                timestamp=now_ms,
+                base_offset=log.log_end_offset,
+                partition_leader_epoch=log.leader_epoch,
+            )
+            header = rb.parse_header(batch)
+            log.apply_batch(header, rb.CONTROL_ABORT)
+            effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
+        return dangling, effects
 
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:
@@ -947,10 +1043,12 @@ def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tup
 
 
 __all__ = [
+    "HW_WAIT_MAX_MS",
     "AbortedTxn",
     "AppendBatch",
     "ClusterState",
     "CreateLogs",
+    "DanglingTxn",
     "DeleteBelow",
     "DeleteTopicData",
     "Effect",
@@ -961,5 +1059,6 @@ __all__ = [
     "ResetLog",
     "Topic",
     "TruncateLog",
+    "Wake",
     "pick_offset_in_batch",
 ]

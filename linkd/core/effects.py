@@ -75,6 +75,16 @@ Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | Re
 
 
 
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """High watermarks moved (or durable records wait for a SYNC follower's
+    fetch): wake the long polls watching these (topic, partition); None:
+    every long poll (a transaction's markers pass their high watermarks
+    together, so a move may reach beyond the partitions written)."""
+
+    partitions: tuple[tuple[str, int], ...] | None
+
+
 def journal(records: list[dict[str, Any]]) -> list[Effect]:
     """One Journal effect for the records, or none when there are none."""
     return [Journal(tuple(records))] if records else []
@@ -89,5 +99,6 @@ __all__ = [
     "Journal",
     "ResetLog",
     "TruncateLog",
+    "Wake",
     "journal",
 ]

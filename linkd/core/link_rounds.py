@@ -37,22 +37,72 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import link_admin as admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.effects import Effect, Journal
+from linkd.core.effects import Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, Mapping
-from linkd.core.namespaces import ResourceType
+from linkd.core.links import LinkConfig
+from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
 # batches overlapping [from, to), the size they count against the byte budget).
 # The size is their length unless the shell models other sizes (the simulator
 # does: its records stand for larger ones).
 ReplicaReader = Callable[[str, int, int, int, int], tuple[bytes, int]]
+
+# How often the dialing side exchanges configurations, and how often a
+# follower lists its source's topics and group offsets (or a pushing leader
+# sends them). The same in both shells.
+HANDSHAKE_INTERVAL_MS = 2_000
+DISCOVERY_INTERVAL_MS = 500
+# A data loop with nothing to fetch or push looks again after this long.
+IDLE_POLL_MS = 200
+
+
+# -- what a link does next ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NextSteps:
+    """What the dialing side of a link should do now. Handshake and discovery
+    run beside the data path; pulling (this side follows topics) and pushing
+    (this side leads topics or groups) run beside each other: one link may
+    carry mappings in both directions, and each direction replicates."""
+
+    handshake: bool
+    discover: bool  # list the source's topics and group offsets (this side follows)
+    pull: bool
+    push: bool
+    push_discovery: bool  # the next push carries the namespaces and group offsets
+
+
+def next_steps(
+    config: LinkConfig,
+    now_ms: int,
+    last_handshake_ms: int | None,
+    last_discovery_ms: int | None,
+    last_push_discovery_ms: int | None,
+) -> NextSteps:
+    """The one rule for a dialing side's next steps (None: never done)."""
+
+    def due(last: int | None, interval: int) -> bool:
+        return last is None or now_ms - last >= interval
+
+    follows = bool(rep.follower_mappings(config, "topic") or rep.follower_mappings(config, "group"))
+    leads = bool(rep.leader_mappings(config, "topic") or rep.leader_mappings(config, "group"))
+    return NextSteps(
+        handshake=due(last_handshake_ms, HANDSHAKE_INTERVAL_MS),
+        discover=follows and due(last_discovery_ms, DISCOVERY_INTERVAL_MS),
+        pull=bool(rep.follower_mappings(config, "topic")),
+        push=leads,
+        push_discovery=leads and due(last_push_discovery_ms, DISCOVERY_INTERVAL_MS),
+    )
+
 
 
 # -- handshake ------------------------------------------------------------------------
@@ -64,11 +114,14 @@ def accept_handshake(
     create: bool,
     now_ms: int,
     required_credentials: str = "",
-) -> list[dict[str, Any]]:
-    """The dialed side: checks a remote's configuration (its credentials, its
-    link id, and that every namespace it newly makes this side follow follows
-    no other link), merges it, and counts the call as contact. Returns journal
-    records. Raises ClusterError (nothing changed) on refusal."""
+    proposed: tuple[tuple[str, str], ...] = (),
+) -> admin.Accepted:
+    """The dialed side: checks a remote's configuration (its credentials and
+    its link id), merges it (`link_admin.accept_remote_config`: what cannot be
+    honoured here is refused with a note, or, for the mappings an operator is
+    changing now (`proposed`, keys from the sender's side), refuses the whole
+    call), and counts the call as contact. Raises ClusterError (nothing
+    changed) on refusal."""
     cluster_id = state.links.cluster_id
     if required_credentials and theirs.value("credentials") != required_credentials:
         raise ClusterError(
@@ -90,46 +143,23 @@ def accept_handshake(
             f"link {theirs.name!r}",
             f"link {theirs.name!r} on {cluster_id!r} has another link id",
         )
-    # Refuse a new follower mapping this side cannot honour, before storing.
-    mirrored = theirs.mirrored()
-    for key, mapping in mirrored.mappings.items():
-        old = existing.mappings.get(key) if existing is not None else None
-        if (
-            mapping.attached
-            and mapping.local_role == "follower"
-            and (old is None or not old.attached)
-        ):
-            check_can_follow(state, theirs.name, mapping)
-    records = rep.accept_remote_config(state, theirs, now_ms)
+    strict = tuple(
+        (rtype, theirs.mappings[(rtype, prefix)].remote_prefix)
+        for rtype, prefix in proposed
+        if (rtype, prefix) in theirs.mappings
+    )
+    accepted = admin.accept_remote_config(state, theirs, now_ms, strict)
     state.links.on_contact(theirs.name, now_ms)
-    return records
-
-
-def check_can_follow(state: ClusterState, link_name: str, mapping: Mapping) -> None:
-    """A namespace (or one overlapping it) follows at most one link."""
-
-    kind = ResourceType.parse(mapping.resource_type)
-    ns = state.namespaces.find(kind, mapping.local_prefix)
-    if ns is None:
-        return  # created (reserved) by the reconciliation
-    for candidate in [ns, *state.namespaces.overlapping(ns)]:
-        following = candidate.follower_link
-        if following is not None and following != link_name:
-            raise ClusterError(
-                ErrorCode.ALREADY_FOLLOWING,
-                ns.name,
-                f"on cluster {state.links.cluster_id!r}, {ns.name} cannot follow link "
-                f"{link_name!r}: {candidate.name} already follows link {following!r}",
-            )
+    return accepted
 
 
 def accept_handshake_answer(
     state: ClusterState, link_name: str, answer: LinkConfig, now_ms: int
-) -> list[dict[str, Any]]:
+) -> admin.Accepted:
     """The dialing side: merges the remote's answer; the answer is contact."""
-    records = rep.accept_remote_config(state, answer, now_ms)
+    accepted = admin.accept_remote_config(state, answer, now_ms)
     state.links.on_contact(link_name, now_ms)
-    return records
+    return accepted
 
 
 def set_link_mode(
@@ -141,11 +171,11 @@ def set_link_mode(
     Returns (journal records, whether a high watermark moved); no records when
     the mode is already set. Raises ClusterError (LINK_NOT_FOLLOWING, an
     unknown mode) with nothing changed."""
-    state.refresh_sync_links(now_ms)
+    state.refresh_led_partitions(now_ms)
     records = state.links.set_mode(link_name, mode, now_ms)
     if not records:
         return [], False
-    state.refresh_sync_links(now_ms)
+    state.refresh_led_partitions(now_ms)
     return records, state.refresh_high_watermarks()
 
 
@@ -239,7 +269,7 @@ def plan_topics(
             local = rep.map_name(source.name, mapping.remote_prefix, mapping.local_prefix)
             if local not in state.topics:
                 effects += rep.create_replica_topic(
-                    state, local, source.partitions, dict(source.configs), new_topic_id()
+                    state, local, source.partitions, dict(source.configs), new_topic_id(), config
                 )
                 created.append((local, source.name))
             else:
@@ -491,16 +521,18 @@ def finish_fetch_round(
     progress: list[FollowerProgress],
     sync_state: str,
     now_ms: int,
-) -> bool:
+) -> Wake | None:
     """Follower side, once the round's appends are durable: adopts the
     source's SYNC verdict, lets each follower HW reach its source's HW
     (`follow_source_high_watermarks`), records every partition's lag, ends
     the round, and forgets follower partitions the round no longer reached.
-    Returns whether a high watermark moved (wake the waiters). A link deleted
-    meanwhile changes nothing."""
+    Returns whom to wake when a high watermark moved (a transaction's
+    markers may move partitions beyond the round's: then everyone). A link
+    deleted meanwhile changes nothing."""
     links = state.links
     if link_name not in links.runtime:
-        return False
+        return None
+    anywhere = bool(state.marker_groups)
     reached = [p for p in progress if p.topic in state.topics]
     links.on_remote_sync_state(link_name, sync_state, now_ms)
     moved = rep.follow_source_high_watermarks(
@@ -519,4 +551,75 @@ def finish_fetch_round(
         if runtime is not None:
             keep |= {k for k in runtime.partitions if k[2] == "leader"}
             links.forget_partitions(link_name, keep)
-    return moved
+    if not moved:
+        return None
+    return Wake(None if anywhere else tuple((p.topic, p.partition) for p in reached))
+
+
+# -- push: the leader dials (the follower may sit behind NAT) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """What a pushing leader sends: its namespaces and group offsets (each
+    discovery interval, else empty), and the answer to the follower's last
+    fetch request (None before the first)."""
+
+    link_id: str
+    namespaces: tuple[SourceNamespace, ...] = ()
+    group_offsets: tuple[rep.GroupOffset, ...] = ()
+    data: FetchAnswer | None = None
+
+
+def push_discovery(
+    state: ClusterState, config: LinkConfig
+) -> tuple[tuple[SourceNamespace, ...], tuple[rep.GroupOffset, ...]]:
+    """Leader side: what a push carries each discovery interval."""
+    offsets: list[rep.GroupOffset] = []
+    for mapping in rep.leader_mappings(config, "group"):
+        offsets += source_group_offsets(state, mapping.local_prefix)
+    return tuple(source_namespaces(state, config)), tuple(offsets)
+
+
+def accept_push(
+    state: ClusterState, push: Push, now_ms: int, new_topic_id: Callable[[], str]
+) -> Generator[Request, Any, FetchRequest]:
+    """Follower side of a push, the same steps a pulling follower takes: the
+    source's topics (`plan_topics`), the fetched data (`apply_replica_fetch`,
+    durable, then `finish_fetch_round`), the group offsets; returns the next
+    fetch request, which the answer carries back. A push is contact."""
+    config = state.links.by_id(push.link_id)
+    name = config.name
+    if push.namespaces:
+        plan = plan_topics(state, config, list(push.namespaces), new_topic_id)
+        for local, source in plan.created:
+            yield Note("info", f"link {name!r}: follower topic {local!r} created from {source!r}")
+        if plan.effects:
+            yield Execute(tuple(plan.effects))
+    if push.data is not None:
+        local_of = follower_fetch_request(state, config).local_of
+        applied = apply_replica_fetch(state, name, push.data, local_of, now_ms)
+        for cut in applied.truncations:
+            yield Note(
+                "warning",
+                f"link {name!r}: {cut.topic}-{cut.partition} diverged from its source, "
+                f"truncated to {cut.offset}",
+            )
+        now: int = yield Execute(tuple(applied.effects), "replica")
+        wake = finish_fetch_round(state, name, applied.progress, push.data.sync_state, now)
+        if wake is not None:
+            yield WakeWaiters(wake.partitions)
+    if push.group_offsets:
+        now = yield Now()
+        records, effects, _held = rep.apply_replicated_offsets(
+            state, name, list(push.group_offsets), now, new_topic_id()
+        )
+        if records:
+            yield Execute((*effects, Journal(tuple(records))), "offsets")
+    else:
+        state.links.on_contact(name, (yield Now()))
+    nxt = follower_fetch_request(state, config)
+    if push.namespaces and not nxt.partitions:
+        # Told the source's topics, and none to follow: nothing lags.
+        state.links.on_fetch_round(name, (yield Now()))
+    return nxt

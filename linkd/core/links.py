@@ -38,7 +38,7 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -54,11 +54,8 @@ DEFAULT_SESSION_TIMEOUT_MS = 10_000
 DEFAULT_LAG_MAX_RECORDS = 0
 DEFAULT_LAG_MAX_MS = 30_000
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+DEFAULT_FETCH_SILENCE_MS = 2_000
 STATE_HISTORY_MAX = 32
-
-
-def _followed(config: LinkConfig) -> set[tuple[str, str]]:
-    return {m.key for m in config.attached_mappings() if m.local_role == "follower"}
 
 
 class LinkState(enum.Enum):
@@ -113,6 +110,9 @@ class Mapping:
     leader: str  # "local" | "remote"
     attached: bool
     version: Version
+    # Why a side detached it by itself (it could not honour the mapping: see
+    # `link_admin.refuse_unattachable`); "" otherwise. Travels with the mapping.
+    note: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -131,7 +131,7 @@ class Mapping:
         )
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "type": self.resource_type,
             "local": self.local_prefix,
             "remote": self.remote_prefix,
@@ -139,6 +139,9 @@ class Mapping:
             "attached": self.attached,
             "version": list(self.version),
         }
+        if self.note:
+            record["note"] = self.note
+        return record
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> Mapping:
@@ -150,6 +153,7 @@ class Mapping:
             r["leader"],
             bool(r["attached"]),
             (int(v[0]), int(v[1]), str(v[2])),
+            str(r.get("note", "")),
         )
 
 
@@ -305,6 +309,9 @@ class PartitionProgress:
     log_end_offset: int = 0  # follower position (follower: own LEO; leader: last fetch offset)
     source_high_watermark: int = 0
     caught_up_at_ms: int = 0  # last time the follower was at the source HW
+    # Follower role: when `source_high_watermark` was learned (the end of the
+    # fetch round that brought it). Its age is what a forced failover reports.
+    known_at_ms: int = 0
     # Leader role, SYNC judgement: the source LEO offered by the previous
     # fetch response, and when that fetch was served.
     leo_at_last_fetch: int = 0
@@ -313,6 +320,13 @@ class PartitionProgress:
     # the lag clock (caught_up_at_ms) but proves nothing: joining IN_SYNC
     # needs a fetch.
     fetched_caught_up_ms: int = -1
+    # Leader role, ASYNC judgement: the HW when the previous fetch was served,
+    # and whether the last fetch reached it (Kafka's caught-up rule, on the
+    # HW since an ASYNC follower copies up to the HW).
+    hw_at_last_fetch: int = 0
+    caught_up_at_fetch: bool = False
+    hw_caught_up_ms: int = 0
+    fetches: int = 0  # fetches served for it since it was registered
 
     def lag_records(self) -> int:
         return max(0, self.source_high_watermark - self.log_end_offset)
@@ -339,9 +353,9 @@ class LinkRuntime:
     local_sync: LinkState | None = None
     local_sync_entered_ms: int = 0
     remote_sync: LinkState | None = None
-    # Leader partitions of a SYNC link, registered so that one the follower
-    # never fetched still counts (it is not caught up).
-    sync_partitions: set[tuple[str, int]] = field(default_factory=set)
+    # Partitions this side leads on the link, registered so that one the
+    # follower never fetched still counts (it is not caught up).
+    led_partitions: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +364,15 @@ class LinkLimits:
     lag_max_records: int = DEFAULT_LAG_MAX_RECORDS
     lag_max_ms: int = DEFAULT_LAG_MAX_MS
     replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS
+    # Leading side: a follower that has records to copy and has not fetched
+    # for this long is behind, whatever it said at its last fetch (a healthy
+    # follower long-polls, so it fetches at least every FETCH_MAX_WAIT_MS).
+    fetch_silence_ms: int = DEFAULT_FETCH_SILENCE_MS
+
+
+# (log start offset, high watermark) of a partition this cluster holds, or
+# None when it is gone: how the table judges a follower it leads.
+LedPosition = Callable[[str, int], tuple[int, int] | None]
 
 
 class LinkTable:
@@ -363,6 +386,8 @@ class LinkTable:
         self.runtime: dict[str, LinkRuntime] = {}
         # Inside `deferred()`: links whose state must be recomputed at the end.
         self._deferred: dict[str, int] | None = None
+        # Set by the cluster: where a partition this cluster leads stands now.
+        self.led_position: LedPosition | None = None
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
@@ -402,6 +427,31 @@ class LinkTable:
             f"link id {link_id}",
             f"no link with id {link_id} on cluster {self.cluster_id!r}",
         )
+
+    def connected(self, name: str, now_ms: int) -> bool:
+        """Contact with the remote within link.session.timeout.ms."""
+        runtime = self.runtime.get(name)
+        contact = runtime.last_contact_ms if runtime is not None else None
+        return contact is not None and now_ms - contact <= self.limits.session_timeout_ms
+
+    def lagging_partitions(self, name: str, now_ms: int) -> list[str]:
+        """The partitions that keep the link from FOLLOWING, one line each."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return []
+        out = []
+        for (topic, partition, role), p in sorted(runtime.partitions.items()):
+            if role == "follower":
+                if p.lag_records() > self.limits.lag_max_records or (
+                    p.lag_ms(now_ms) > self.limits.lag_max_ms
+                ):
+                    out.append(f"{topic}-{partition} (following) lags {p.lag_records()} records")
+            elif self._leader_lagging(p, now_ms):
+                out.append(
+                    f"{topic}-{partition} (leading): its follower lacks {self.leader_lag(p)} "
+                    f"records (last fetch {now_ms - p.last_fetch_ms} ms ago)"
+                )
+        return out
 
     def state_name(self, name: str) -> str:
         runtime = self.runtime.get(name)
@@ -466,10 +516,17 @@ class LinkTable:
             self.runtime[config.name] = LinkRuntime(
                 entered_at_ms=now_ms, history=[("DISCONNECTED", now_ms)]
             )
-        elif previous is not None and _followed(previous) != _followed(config):
-            # New follower namespaces: their lag is unknown until a fetch round.
-            runtime.round_done = False
-            self._recompute(config.name, now_ms)
+        elif previous is not None:
+            # A role changed (a reversal, a detach): rows of partitions no
+            # longer led or followed under the link go. A namespace newly
+            # followed changes nothing yet: the link stays FOLLOWING until a
+            # round shows one of its partitions lagging (KIP-986: attaching an
+            # empty namespace keeps the link Following).
+            gone = [k for k in runtime.partitions if config.mapping_for(k[0], k[2]) is None]
+            for key in gone:
+                del runtime.partitions[key]
+            if gone:
+                self._recompute(config.name, now_ms)
         return [{"type": "link_config", "config": config.to_record()}]
 
     def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
@@ -512,11 +569,13 @@ class LinkTable:
             return []
         state = self.state_name(name)
         if mode == "SYNC" and state != LinkState.FOLLOWING.value:
+            behind = self.lagging_partitions(name, now_ms)
+            detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(
                 ErrorCode.LINK_NOT_FOLLOWING,
                 f"link {name!r}",
                 f"link {name!r} is {state}: switching to SYNC needs it FOLLOWING (every "
-                "follower partition connected and within the lag bound)",
+                f"partition it carries caught up, on both sides){detail}",
             )
         records = self.set_field(name, "mode", mode, now_ms)
         self._recompute(name, now_ms)
@@ -584,6 +643,7 @@ class LinkTable:
             runtime.partitions[key] = progress
         progress.log_end_offset = log_end_offset
         progress.source_high_watermark = source_high_watermark
+        progress.known_at_ms = now_ms
         if progress.lag_records() == 0:
             progress.caught_up_at_ms = now_ms
         self._recompute(name, now_ms)
@@ -620,13 +680,23 @@ class LinkTable:
                 progress.fetched_caught_up_ms, progress.last_fetch_ms
             )
         progress.caught_up_at_ms = max(progress.caught_up_at_ms, progress.fetched_caught_up_ms)
+        # ASYNC: caught up when the fetch reaches the HW now, or the HW the
+        # previous fetch saw (the follower copied all it was offered).
+        offered = progress.hw_at_last_fetch if progress.fetches else high_watermark
+        progress.caught_up_at_fetch = fetch_offset >= min(high_watermark, offered)
+        if fetch_offset >= high_watermark:
+            progress.hw_caught_up_ms = now_ms
+        elif progress.caught_up_at_fetch:
+            progress.hw_caught_up_ms = max(progress.hw_caught_up_ms, progress.last_fetch_ms)
+        progress.hw_at_last_fetch = high_watermark
+        progress.fetches += 1
         progress.leo_at_last_fetch = log_end_offset
         progress.last_fetch_ms = now_ms
         progress.log_end_offset = fetch_offset
         progress.source_high_watermark = high_watermark
         self._recompute(name, now_ms)
 
-    def register_sync_partitions(
+    def register_led_partitions(
         self, name: str, partitions: set[tuple[str, int]], now_ms: int
     ) -> None:
         """The partitions this side leads on the link now. A new one counts as
@@ -635,15 +705,16 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return
-        for topic, partition in sorted(partitions - runtime.sync_partitions):
+        for topic, partition in sorted(partitions - runtime.led_partitions):
             key = (topic, partition, "leader")
             if key not in runtime.partitions:
                 progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
                 progress.last_fetch_ms = now_ms
+                progress.hw_caught_up_ms = now_ms
                 runtime.partitions[key] = progress
-        for topic, partition in runtime.sync_partitions - partitions:
+        for topic, partition in runtime.led_partitions - partitions:
             runtime.partitions.pop((topic, partition, "leader"), None)
-        runtime.sync_partitions = set(partitions)
+        runtime.led_partitions = set(partitions)
         self._recompute(name, now_ms)
 
     def on_remote_sync_state(self, name: str, state: str, now_ms: int) -> None:
@@ -752,12 +823,11 @@ class LinkTable:
         else:
             runtime.local_sync = None
             runtime.remote_sync = None
+            lag_ms_max = self.limits.lag_max_ms
             lagging = any(
-                p.role == "follower"
-                and (
-                    p.lag_records() > self.limits.lag_max_records
-                    or p.lag_ms(now_ms) > self.limits.lag_max_ms
-                )
+                (p.lag_records() > self.limits.lag_max_records or p.lag_ms(now_ms) > lag_ms_max)
+                if p.role == "follower"
+                else self._leader_lagging(p, now_ms)
                 for p in runtime.partitions.values()
             )
             follows = config is not None and any(
@@ -772,6 +842,32 @@ class LinkTable:
             runtime.entered_at_ms = now_ms
             runtime.history.append((new.value, now_ms))
             del runtime.history[:-STATE_HISTORY_MAX]
+
+    def leader_lag(self, p: PartitionProgress) -> int:
+        """Records below the HW of a partition this side leads that its
+        follower has not fetched past (0 when the partition is gone)."""
+        position = self.led_position(p.topic, p.partition) if self.led_position else None
+        if position is None:
+            return 0
+        log_start, high_watermark = position
+        return max(0, high_watermark - max(p.log_end_offset, log_start))
+
+    def _leader_lagging(self, p: PartitionProgress, now_ms: int) -> bool:
+        """The leading side's judgement of one follower (ASYNC), as Kafka judges
+        a replica: behind when it has records to copy and its last fetch did
+        not reach what the previous one was offered, or it went silent
+        (`fetch_silence_ms`), or it has not been caught up for `lag_max_ms`.
+        A partition never fetched is behind once it has been silent that long."""
+        if self.leader_lag(p) <= self.limits.lag_max_records:
+            return False
+        silent = now_ms - p.last_fetch_ms > self.limits.fetch_silence_ms
+        if p.fetches == 0:
+            return silent  # registered, never fetched
+        return (
+            not p.caught_up_at_fetch
+            or silent
+            or now_ms - p.hw_caught_up_ms > self.limits.lag_max_ms
+        )
 
     def _sync_state(
         self, config: LinkConfig, runtime: LinkRuntime, connected: bool, now_ms: int
@@ -793,7 +889,7 @@ class LinkTable:
             progress = [
                 p
                 for key, p in sorted(runtime.partitions.items())
-                if key[2] == "leader" and (key[0], key[1]) in runtime.sync_partitions
+                if key[2] == "leader" and (key[0], key[1]) in runtime.led_partitions
             ]
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:

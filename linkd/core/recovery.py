@@ -26,9 +26,15 @@ Rules:
   log end. The follower is cut at its batch boundary at or below it; a
   follower left below the remote's log start is emptied (it restarts at the
   remote's log start on its first fetch).
-- A partition holding records that shares no history with the remote's
-  (nothing of either log is the same by these rules) is refused:
-  NO_SHARED_HISTORY. Recovery would otherwise delete it all on a guess.
+- Where no record is common, the empty prefix at the log start is (reason
+  "log-start"): a partition the follower never copied a record of before the
+  roles changed is cut to its start, reported. A remote partition holding
+  nothing shares its empty history with anything ("remote-empty"); a local
+  log that ends below the remote's log start is emptied and restarts there
+  ("behind-log-start"). A topic none of whose partitions shares a record
+  with the remote's, and whose provenance does not relate the two, looks like
+  another topic of one name: recovery refuses to cut it (NO_SHARED_HISTORY),
+  as it does a partition that begins after the remote's ends.
 - Committed offsets of this side's groups beyond a cut are moved back to the
   cut; the report lists each (spec §10 invariant 6: only this admin call
   moves offsets backwards, and it reports it).
@@ -42,12 +48,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core.cluster import ClusterState
+from linkd.core import link_admin
+from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig
 from linkd.core.namespaces import ResourceType, validate_prefix
-from linkd.core.replication import in_prefix, map_name, start_new_epochs
+from linkd.core.replication import in_prefix, map_name
 
 # How deep the root-origin resolution follows the two histories into each
 # other (local -> remote -> local); a cycle deeper than this is treated as
@@ -173,10 +180,15 @@ class Comparison:
     """The last common offset of two partitions and why it is there."""
 
     common_offset: int
-    # "provenance", "leader-epoch", "log-end" (the shorter log ends there)
-    # or "local-empty".
+    # "provenance", "leader-epoch", "log-end" (the shorter log ends there),
+    # "log-start" (only the empty prefix is common), "local-empty",
+    # "remote-empty" or "behind-log-start" (this log ends below the remote's
+    # log start).
     reason: str
-    shared: bool  # some offset holds the same record on both sides (or local is empty)
+    shared: bool  # a last common offset is known
+    # Something beyond the empty prefix relates the two: a record both hold,
+    # or one's provenance names the other (or both name one origin).
+    related: bool = True
 
 
 def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
@@ -186,7 +198,7 @@ def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
     low = max(local.log_start_offset, remote.log_start_offset)
     high = min(local.log_end_offset, remote.log_end_offset)
     if high <= low:
-        return Comparison(min(low, local.log_end_offset), "log-end", False)
+        return _no_common_range(local, remote)
     lp, rp = origin_points(local), origin_points(remote)
     lid, rid = local.cluster_id, remote.cluster_id
     breaks = {low}
@@ -202,11 +214,43 @@ def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
         ):
             common_epoch = start
     common = min(common_prov, common_epoch)
+    if common == low < high:
+        # Nothing but the empty prefix at the log start is common: a partition
+        # the follower never copied a record of before the roles changed.
+        return Comparison(common, "log-start", True, provenance_related(local, remote))
     if common_prov < common_epoch:
-        return Comparison(common, "provenance", common > low)
+        return Comparison(common, "provenance", True)
     if common_epoch < high:
-        return Comparison(common, "leader-epoch", common > low)
+        return Comparison(common, "leader-epoch", True)
     return Comparison(high, "log-end", True)
+
+
+def _no_common_range(local: PartitionSide, remote: PartitionSide) -> Comparison:
+    """No offset is held by both logs. A remote holding nothing shares its
+    (empty) history with anything; a local log wholly below the remote's log
+    start is emptied (the remote deleted those offsets: it restarts at the
+    remote's log start). A remote that ends where this log has not begun yet
+    relates to nothing here."""
+    if remote.log_end_offset <= remote.log_start_offset:
+        if remote.log_start_offset <= local.log_start_offset:
+            common = max(
+                local.log_start_offset, min(remote.log_end_offset, local.log_end_offset)
+            )
+        else:
+            common = local.log_start_offset
+        return Comparison(common, "remote-empty", True, provenance_related(local, remote))
+    if local.log_end_offset <= remote.log_start_offset:
+        related = provenance_related(local, remote)
+        return Comparison(local.log_start_offset, "behind-log-start", True, related)
+    return Comparison(local.log_start_offset, "log-end", False, False)
+
+
+def provenance_related(local: PartitionSide, remote: PartitionSide) -> bool:
+    """One side's provenance names the other as a source, or both name one
+    origin: the two partitions belong to one replicated topic."""
+    mine = {i.source for i in local.provenance if i.kind == "start" and i.source}
+    theirs = {i.source for i in remote.provenance if i.kind == "start" and i.source}
+    return remote.cluster_id in mine or local.cluster_id in theirs or bool(mine & theirs)
 
 
 def cut_offset(local: PartitionSide, common: int, remote_log_start: int) -> int:
@@ -238,6 +282,7 @@ class PartitionRow:
     local_records_lost: int
     remote_records_lost: int
     reason: str
+    related: bool = True
 
     @property
     def diverged(self) -> bool:
@@ -256,6 +301,7 @@ class PartitionRow:
             "remote_records_lost": self.remote_records_lost,
             "diverged": self.diverged,
             "reason": self.reason,
+            "related": self.related,
         }
 
 
@@ -269,11 +315,12 @@ def plan_partition(
             ErrorCode.NO_SHARED_HISTORY,
             f"{topic}-{partition}",
             f"partition {topic}-{partition} on {local.cluster_id!r} (offsets "
-            f"[{local.log_start_offset}, {local.log_end_offset})) shares no history with "
-            f"{remote_topic}-{partition} on {remote.cluster_id!r} (offsets "
-            f"[{remote.log_start_offset}, {remote.log_end_offset})): neither provenance nor "
-            "leader epochs relate them, so no last common offset is known; delete the topic "
-            "on the side that will follow, or choose other namespaces",
+            f"[{local.log_start_offset}, {local.log_end_offset})) begins after "
+            f"{remote_topic}-{partition} on {remote.cluster_id!r} ends (offsets "
+            f"[{remote.log_start_offset}, {remote.log_end_offset})): no offset of one can be "
+            "compared with the other, so no last common offset is known and nothing was "
+            "changed; recover in the other direction (on the remote, following this "
+            "cluster), or leave this namespace out of the recovery",
         )
     cut = cut_offset(local, result.common_offset, remote.log_start_offset)
     return PartitionRow(
@@ -287,6 +334,7 @@ def plan_partition(
         local.log_end_offset - cut,
         max(0, remote.log_end_offset - max(result.common_offset, remote.log_start_offset)),
         result.reason,
+        result.related,
     )
 
 
@@ -446,6 +494,7 @@ class GroupCut:
     partition: int
     committed_offset: int
     new_offset: int
+    reason: str = "cut"  # "cut" | "leader" (see RemoteGroupOffsets)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -454,6 +503,7 @@ class GroupCut:
             "partition": self.partition,
             "committed_offset": self.committed_offset,
             "new_offset": self.new_offset,
+            "reason": self.reason,
         }
 
 
@@ -504,18 +554,27 @@ class RecoveryPlan:
 RemotePartitions = dict[tuple[str, int], PartitionSide]
 
 
+# The remote's committed offsets of a group namespace: (remote group, remote
+# topic, partition) -> offset.
+RemoteGroupOffsets = dict[tuple[str, str, int], int]
+
+
 def plan_recovery(
     state: ClusterState,
     link_name: str,
     mappings: list[RecoveryMapping],
     remote_cluster_id: str,
     remote: RemotePartitions,
+    remote_groups: RemoteGroupOffsets | None = None,
 ) -> RecoveryPlan:
     """Compares every local partition of the mapped topic namespaces that the
     remote also has, and finds the committed offsets beyond each cut. Local
     partitions the remote lacks are left alone (the link never touches them).
-    Refuses a recovery that has nothing to do on a namespace that already
-    follows the link."""
+    A group of a recovered group namespace whose committed offset here is
+    above the new leader's (`remote_groups`) moves back to the leader's: once
+    it follows, its offsets are the leader's, and replication never moves an
+    offset back by itself (reason "leader"). Refuses a recovery that has
+    nothing to do on a namespace that already follows the link."""
     config = state.links.get(link_name)
     if remote_cluster_id != config.remote_cluster_id:
         raise ClusterError(
@@ -540,13 +599,18 @@ def plan_recovery(
             if theirs is None:
                 continue
             rows.append(plan_partition(topic, remote_topic, p, local_side(state, topic, p), theirs))
+    refuse_unrelated(rows, state.cluster_id, remote_cluster_id)
     cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
+    leader_offsets = _leader_offsets(state, mappings, remote_groups or {})
     groups: list[GroupCut] = []
     for group_id, _s, _t in sorted(state.groups.list_groups()):
         for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
             cut = cuts.get((topic, partition))
-            if cut is not None and c.offset > cut:
+            leader = leader_offsets.get((group_id, topic, partition))
+            if cut is not None and c.offset > cut and (leader is None or cut <= leader):
                 groups.append(GroupCut(group_id, topic, partition, c.offset, cut))
+            elif leader is not None and c.offset > leader:
+                groups.append(GroupCut(group_id, topic, partition, c.offset, leader, "leader"))
     if not any(r.diverged for r in rows) and _already_following(config, mappings):
         raise ClusterError(
             ErrorCode.INVALID_REQUEST,
@@ -563,6 +627,48 @@ def plan_recovery(
         tuple(rows),
         tuple(groups),
     )
+
+
+def _leader_offsets(
+    state: ClusterState, mappings: list[RecoveryMapping], remote_groups: RemoteGroupOffsets
+) -> dict[tuple[str, str, int], int]:
+    """The new leader's committed offsets under this side's names, for the
+    groups of the recovered group namespaces (on topics of the recovered topic
+    namespaces)."""
+    topic_maps = [m for m in mappings if m.resource_type == "topic"]
+    out: dict[tuple[str, str, int], int] = {}
+    for m in (m for m in mappings if m.resource_type == "group"):
+        for group, topic, p, _offset in committed_in(state, m.local_prefix):
+            remote_topic = remote_topic_of(topic, topic_maps)
+            if remote_topic is None:
+                continue
+            remote_group = map_name(group, m.local_prefix, m.remote_prefix)
+            theirs = remote_groups.get((remote_group, remote_topic, p))
+            if theirs is not None:
+                out[(group, topic, p)] = theirs
+    return out
+
+
+def refuse_unrelated(rows: list[PartitionRow], local_id: str, remote_id: str) -> None:
+    """A topic whose partitions share no record with the remote's and whose
+    provenance does not relate them looks like another topic of the same name:
+    cutting its records would be a guess (NO_SHARED_HISTORY, nothing changed)."""
+    by_topic: dict[str, list[PartitionRow]] = {}
+    for row in rows:
+        by_topic.setdefault(row.topic, []).append(row)
+    for topic, parts in sorted(by_topic.items()):
+        if any(r.related for r in parts) or not any(r.diverged for r in parts):
+            continue
+        lost = sum(r.local_records_lost for r in parts)
+        raise ClusterError(
+            ErrorCode.NO_SHARED_HISTORY,
+            f"topic {topic!r}",
+            f"topic {topic!r} on {local_id!r} shares no record with {parts[0].remote_topic!r} on "
+            f"{remote_id!r}, and neither's provenance names the other: they look like two "
+            f"topics of one name, so recovery will not cut the {lost} records held here; "
+            "nothing was changed. Leave this namespace out of the recovery, or recover in "
+            "the other direction",
+        )
 
 
 def _already_following(config: LinkConfig, mappings: list[RecoveryMapping]) -> bool:
@@ -745,15 +851,21 @@ def remote_topic_of(topic: str, topics: list[RecoveryMapping]) -> str | None:
 # -- promotion (reversal's last step, and failover) ---------------------------------------------
 
 
-def promote_namespaces(
-    state: ClusterState, link_name: str, namespaces: list[tuple[str, str]]
-) -> tuple[int, list[dict[str, Any]]]:
-    """Clears the reservation of namespaces this side now leads on the link
-    and starts a new leader epoch on every partition of their topics, so
-    records written from now on are told apart from any other history.
-    Refuses a namespace that still follows a link. Returns (partitions
-    bumped, records)."""
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    bumped: int  # partitions that started a new leader epoch
+    effects: list[Effect]
+    dangling: list[DanglingTxn]  # replicated transactions aborted
 
+
+def promote_namespaces(
+    state: ClusterState, link_name: str, namespaces: list[tuple[str, str]], now_ms: int
+) -> Promotion:
+    """Clears the reservation of namespaces this side now leads on the link
+    (`link_admin.make_writable`: a new leader epoch on every partition of their
+    topics, so records written from now on are told apart from any other
+    history, and the replicated transactions no coordinator will finish
+    aborted). Refuses a namespace that still follows a link."""
     state.links.get(link_name)
     checked = []
     for rtype, prefix in namespaces:
@@ -766,15 +878,15 @@ def promote_namespaces(
                 f"cannot make {ns.name} writable: it still follows link {ns.follower_link!r}",
             )
         checked.append((kind, prefix))
-    records: list[dict[str, Any]] = []
+    effects: list[Effect] = []
+    dangling: list[DanglingTxn] = []
     bumped = 0
     for kind, prefix in checked:
-        records += state.namespaces.set_reserved(kind, prefix, False)
-        if kind is ResourceType.TOPIC:
-            epochs = start_new_epochs(state, prefix)
-            bumped += len(epochs)
-            records += epochs
-    return bumped, records
+        writable = link_admin.make_writable(state, kind, prefix, now_ms)
+        bumped += writable.epochs_started
+        effects += writable.effects
+        dangling += writable.dangling
+    return Promotion(bumped, effects, dangling)
 
 
 __all__ = [
@@ -792,6 +904,7 @@ __all__ = [
     "mappings_to_follow",
     "plan_partition",
     "plan_recovery",
+    "refuse_unrelated",
     "remote_topic_of",
     "reverse_mappings",
     "reverse_missing",

@@ -23,7 +23,7 @@ Pure code: functions of ClusterState returning effects, as cluster.py does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from linkd.core import records as rb
@@ -34,7 +34,7 @@ from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLo
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, Mapping
 from linkd.core.links import in_prefix as in_prefix
-from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
 from linkd.core.topic_config import (
     CLUSTER_LOCAL_KEYS,
@@ -136,7 +136,12 @@ def follower_position(state: ClusterState, topic: str, partition: int) -> tuple[
 
 
 def create_replica_topic(
-    state: ClusterState, name: str, partitions: int, configs: dict[str, str], topic_id: str
+    state: ClusterState,
+    name: str,
+    partitions: int,
+    configs: dict[str, str],
+    topic_id: str,
+    config: LinkConfig | None = None,
 ) -> list[Effect]:
     """Creates a follower topic with the source's partition count and configs.
     Only the replication machinery calls this, so the client-facing checks
@@ -158,9 +163,15 @@ def create_replica_topic(
     }
     state.apply_record(record)
     topic = state.topic(name)
+    records: list[dict[str, Any]] = [record]
+    if config is not None:
+        # Every offset of a follower topic comes from the link from its birth
+        # on: recovery can tell it apart from another topic of the same name.
+        for p in range(partitions):
+            records += provenance_entry(state, name, p, config)
     return [
         CreateLogs(topic_id, tuple(range(partitions)), topic.config.segment_bytes),
-        Journal((record,)),
+        Journal(tuple(records)),
     ]
 
 
@@ -431,211 +442,6 @@ def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[
     }
 
 
-def link_summary(state: ClusterState, name: str, now_ms: int) -> dict[str, Any]:
-    """What describe-link shows (a plain dict the shells encode)."""
-    config = state.links.get(name)
-    runtime = state.links.runtime[name]
-    partitions = []
-    for (topic, partition, role), p in sorted(runtime.partitions.items()):
-        source_hw = p.source_high_watermark
-        if role == "leader" and topic in state.topics:
-            # The source's own HW is known live, even while the follower is away.
-            logs = state.topics[topic].partitions
-            if partition < len(logs):
-                source_hw = max(source_hw, logs[partition].high_watermark)
-        lag = max(0, source_hw - p.log_end_offset)
-        partitions.append(
-            {
-                "topic": topic,
-                "partition": partition,
-                "role": role,
-                "lag_records": lag,
-                "lag_ms": 0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms),
-                "log_end_offset": p.log_end_offset,
-                "source_high_watermark": source_hw,
-                **provenance_summary(state, topic, partition),
-            }
-        )
-    return {
-        "config": config,
-        "state": runtime.state.value,
-        "entered_at_ms": runtime.entered_at_ms,
-        "history": list(runtime.history),
-        "partitions": partitions,
-    }
-
-
-# -- link administration (pure; the shell adds the remote calls) ----------------------
-
-
-def _role_for(mapping: Mapping) -> str:
-    return mapping.local_role
-
-
-def check_attach(
-    state: ClusterState,
-    link_name: str,
-    resource_type: str,
-    local_prefix: str,
-    remote_prefix: str,
-    leader: str,
-) -> Mapping:
-    """Every local check of an attach, changing nothing; returns the mapping."""
-
-    config = state.links.get(link_name)
-    if leader not in ("local", "remote"):
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {link_name!r}",
-            f"link {link_name!r}: leader must be 'local' or 'remote', not {leader!r}",
-        )
-    kind = ResourceType.parse(resource_type)
-    validate_prefix(kind, remote_prefix)
-    ns = state.namespaces.get(kind, local_prefix)
-    current = config.mappings.get((kind.label, local_prefix))
-    if current is not None and current.attached:
-        if (current.remote_prefix, current.leader) == (remote_prefix, leader):
-            return current
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {link_name!r}",
-            f"link {link_name!r}: {ns.name} is already attached (to remote "
-            f"prefix {current.remote_prefix!r}, leader {current.leader}); "
-            "detach it first",
-        )
-    if leader == "remote":
-        for candidate in [ns, *state.namespaces.overlapping(ns)]:
-            following = candidate.follower_link
-            if following is not None and following != link_name:
-                raise ClusterError(
-                    ErrorCode.ALREADY_FOLLOWING,
-                    ns.name,
-                    f"cannot make {ns.name} follow link {link_name!r}: "
-                    f"{'it' if candidate is ns else 'the overlapping ' + candidate.name} "
-                    f"already follows link {following!r}",
-                )
-    return Mapping(kind.label, local_prefix, remote_prefix, leader, True, (0, 0, ""))
-
-
-def put_mapping(
-    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
-) -> list[dict[str, Any]]:
-    """Stores an attach or detach (versioned) and brings the namespace
-    attachments in line with it."""
-    config = state.links.get(link_name)
-    previous = config.mappings.get(mapping.key)
-    records: list[dict[str, Any]] = []
-    if previous is not None and previous.attached and not mapping.attached:
-        records += detach_provenance(state, config, previous)
-    records += state.links.put_mapping(link_name, mapping, now_ms)
-    return records + reconcile_attachments(state, link_name)
-
-
-def reconcile_attachments(state: ClusterState, link_name: str) -> list[dict[str, Any]]:
-    """Makes the namespace table's attachments match the link's mappings.
-    A mapping whose local namespace is missing creates it (a follower
-    namespace must exist to be reserved); a follower mapping refused by the
-    one-link-per-follower rule stays unattached and is reported by describe."""
-
-    config = state.links.configs.get(link_name)
-    records: list[dict[str, Any]] = []
-    wanted: dict[tuple[str, str], str] = {}
-    if config is not None:
-        wanted = {m.key: _role_for(m) for m in config.attached_mappings()}
-    for ns in state.namespaces.list():
-        for link, _role in list(ns.attachments):
-            if link == link_name and (ns.type.label, ns.prefix) not in wanted:
-                records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-    for (rtype, prefix), role in sorted(wanted.items()):
-        kind = ResourceType.parse(rtype)
-        if state.namespaces.find(kind, prefix) is None:
-            records += state.namespaces.create(kind, prefix, role == "follower")
-        ns = state.namespaces.get(kind, prefix)
-        if (link_name, role) in ns.attachments:
-            continue
-        for link, other in list(ns.attachments):
-            if link == link_name and other != role:
-                records += state.namespaces.detach(kind, prefix, link_name)
-        try:
-            records += state.namespaces.attach(kind, prefix, link_name, role)
-        except ClusterError:
-            continue
-    return records
-
-
-def detach_mapping(
-    state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
-) -> list[dict[str, Any]]:
-
-    config = state.links.get(link_name)
-    kind = ResourceType.parse(resource_type)
-    current = config.mappings.get((kind.label, local_prefix))
-    if current is None or not current.attached:
-        raise ClusterError(
-            ErrorCode.UNKNOWN_NAMESPACE,
-            f"link {link_name!r}",
-            f"link {link_name!r}: {kind.label} namespace {local_prefix!r} is not attached to it",
-        )
-    return put_mapping(state, link_name, replace_mapping(current, attached=False), now_ms)
-
-
-def replace_mapping(mapping: Mapping, *, attached: bool) -> Mapping:
-    return replace(mapping, attached=attached)
-
-
-def delete_link(state: ClusterState, link_name: str) -> list[dict[str, Any]]:
-    """Detaches every namespace (followers stay reserved), then forgets the link."""
-    config = state.links.get(link_name)
-    records: list[dict[str, Any]] = []
-    for mapping in config.attached_mappings():
-        records += detach_provenance(state, config, mapping)
-    for ns in state.namespaces.list():
-        if any(link == link_name for link, _ in ns.attachments):
-            records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-    return records + state.links.delete(link_name)
-
-
-def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in link_summary(state, link_name, now_ms)["partitions"]
-        if p["role"] == "follower" and p["lag_records"] > 0
-    ]
-
-
-def failover(
-    state: ClusterState, link_name: str, force: bool, now_ms: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Makes this cluster's follower namespaces of the link writable: detach
-    them from the link and clear their reservation. Refused while follower
-    partitions lag (LAG_NOT_ZERO) unless forced; returns (records, the lag
-    abandoned)."""
-
-    config = state.links.get(link_name)
-    lagging = follower_lag(state, link_name, now_ms)
-    if lagging and not force:
-        total = sum(p["lag_records"] for p in lagging)
-        raise ClusterError(
-            ErrorCode.LAG_NOT_ZERO,
-            f"link {link_name!r}",
-            f"link {link_name!r} ({state.links.state_name(link_name)}): {len(lagging)} follower "
-            f"partitions still lag by {total} records; wait, or fail over with force to "
-            "abandon them",
-        )
-    records: list[dict[str, Any]] = []
-    for mapping in list(config.attached_mappings()):
-        if mapping.local_role != "follower":
-            continue
-        records += put_mapping(state, link_name, replace_mapping(mapping, attached=False), now_ms)
-        kind = ResourceType.parse(mapping.resource_type)
-        records += state.namespaces.set_reserved(kind, mapping.local_prefix, False)
-        if mapping.resource_type == "topic":
-            # A new leader epoch on every partition made writable, so records
-            # written from now on are told apart from the old leader's tail.
-            records += start_new_epochs(state, mapping.local_prefix)
-    return records, lagging
-
-
 # -- consumer offsets (spec section 7) ------------------------------------------------
 
 # (group, topic, partition, offset, metadata, leader epoch)
@@ -722,36 +528,51 @@ def apply_replicated_offsets(
 
 # -- ACL sync (spec section 7) ---------------------------------------------------------
 
-# (resource name, prefixed pattern?, principal, host)
-ReadAcl = tuple[str, bool, str, str]
+@dataclass(frozen=True, slots=True)
+class ReadAcl:
+    """A READ binding of a source topic pattern that follows the link: who
+    may (or, `deny`, may not) read the follower topics of the same names."""
+
+    resource_name: str
+    prefixed: bool  # a PREFIXED pattern, else LITERAL
+    principal: str
+    host: str
+    deny: bool = False
 
 
 def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
-    """Source side: principals allowed to READ topics of the namespace, from
-    ALLOW bindings for READ or ALL on literal topics inside it or on prefixed
-    patterns that lie inside it."""
-
+    """Source side: the READ bindings of the namespace's topics, from ALLOW
+    and DENY bindings for READ or ALL on literal topics inside it or on
+    prefixed patterns that lie inside it. A DENY follows the link as an ALLOW
+    does: otherwise a principal denied here could read the same records on a
+    follower where a broader ALLOW (a wildcard, say) admits it."""
     out: list[ReadAcl] = []
     for b in state.acls.describe(AclFilter(resource_type=AclResource.TOPIC)):
-        if b.permission_type != PermissionType.ALLOW:
-            continue
         if b.operation not in (AclOperation.READ, AclOperation.ALL):
             continue
         if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
             continue
         if not in_prefix(b.resource_name, prefix):
             continue
-        out.append((b.resource_name, b.pattern_type == PatternType.PREFIXED, b.principal, b.host))
-    return sorted(set(out))
+        out.append(
+            ReadAcl(
+                b.resource_name,
+                b.pattern_type == PatternType.PREFIXED,
+                b.principal,
+                b.host,
+                b.permission_type == PermissionType.DENY,
+            )
+        )
+    return sorted(set(out), key=lambda a: (a.resource_name, a.principal, a.host, a.deny))
 
 
 def apply_read_acls(
     state: ClusterState, link_name: str, source_prefix: str, acls: list[ReadAcl]
 ) -> list[dict[str, Any]]:
-    """Follower side: the same principals may READ the follower topics (mapped
-    names). Add-only: a READ granted on the follower is never revoked by the
-    link. WRITE is never synced: only the link writes follower topics."""
-
+    """Follower side: the same principals may (or, DENY, may not) READ the
+    follower topics (mapped names). Add-only: a binding added on the follower
+    is never revoked by the link. WRITE is never synced: only the link writes
+    follower topics."""
     config = state.links.get(link_name)
     mapping = next(
         (m for m in follower_mappings(config, "topic") if m.remote_prefix == source_prefix), None
@@ -761,35 +582,17 @@ def apply_read_acls(
     bindings = [
         AclBinding(
             AclResource.TOPIC,
-            map_name(name, mapping.remote_prefix, mapping.local_prefix),
-            PatternType.PREFIXED if prefixed else PatternType.LITERAL,
-            principal,
-            host,
+            map_name(a.resource_name, mapping.remote_prefix, mapping.local_prefix),
+            PatternType.PREFIXED if a.prefixed else PatternType.LITERAL,
+            a.principal,
+            a.host,
             AclOperation.READ,
-            PermissionType.ALLOW,
+            PermissionType.DENY if a.deny else PermissionType.ALLOW,
         )
-        for name, prefixed, principal, host in acls
+        for a in acls
     ]
     _results, records = state.acls.create(bindings)
     return records
-
-
-def accept_remote_config(
-    state: ClusterState, remote_view: LinkConfig, now_ms: int
-) -> list[dict[str, Any]]:
-    """Merges the remote's view of a link, then records provenance for the
-    follower namespaces the merge detached and reconciles attachments."""
-    before: dict[tuple[str, str], Mapping] = {}
-    existing = state.links.configs.get(remote_view.name)
-    if existing is not None:
-        before = {m.key: m for m in existing.attached_mappings()}
-    records = state.links.accept_mirror(remote_view, now_ms)
-    config = state.links.get(remote_view.name)
-    still = {m.key for m in config.attached_mappings()}
-    for key, mapping in before.items():
-        if key not in still:
-            records += detach_provenance(state, config, mapping)
-    return records + reconcile_attachments(state, remote_view.name)
 
 
 # -- leader epochs of a promoted namespace (failover, reversal) ------------------------

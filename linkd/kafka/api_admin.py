@@ -278,7 +278,7 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
     for r in req.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
-            ctx.node._check_ready()
+            ctx.node.check_ready()
             if r.resource_type == RESOURCE_TOPIC:
                 configs = _describe_topic_configs(
                     ctx, r.resource_name, r.configuration_keys, synonyms, docs

@@ -204,7 +204,7 @@ def _fetch_group(
 ) -> dict[str, Any]:
     groups = ctx.node.state.groups
     try:
-        ctx.node._check_ready()
+        ctx.node.check_ready()
         if topics is None:
             committed = groups.committed(group_id, None)
             wanted: dict[str, list[int]] = {}
@@ -265,7 +265,7 @@ async def offset_fetch(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def list_groups(ctx: Context, req: Any) -> dict[str, Any]:
     try:
-        ctx.node._check_ready()
+        ctx.node.check_ready()
     except ClusterError as exc:
         return {"throttle_time": 0, "error_code": _code(exc), "groups": []}
     states = {s.lower() for s in field(req, "states_filter", ()) or ()}
@@ -292,7 +292,7 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
     out = []
     for gid in req.groups:
         try:
-            ctx.node._check_ready()
+            ctx.node.check_ready()
             d = ctx.node.state.groups.describe_group(gid)
             if d.state == "Dead" and ctx.api_version >= 6:
                 raise ClusterError(

@@ -74,6 +74,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.NAMESPACE_ATTACHED: K.policy_violation,
         ErrorCode.RESERVED_NAMESPACE: K.topic_authorization_failed,
         ErrorCode.ALREADY_FOLLOWING: K.policy_violation,
+        ErrorCode.MAPPINGS_OVERLAP: K.policy_violation,
         ErrorCode.UNKNOWN_LINK: K.resource_not_found,
         ErrorCode.LINK_EXISTS: K.duplicate_resource,
         ErrorCode.LINK_UNREACHABLE: K.not_enough_replicas,

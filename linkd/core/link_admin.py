@@ -1,0 +1,639 @@
+"""Link administration: which mappings a link may carry, and what attaching,
+detaching, deleting, failing over and reserving do to one cluster.
+
+Rules (spec sections 2-4 and 8):
+- Mappings of one link, of one resource type, never overlap: neither their
+  local prefixes nor their remote prefixes (so no name is both led and
+  followed on one link, no source name maps to two follower names, and no two
+  source names map to one follower name). Across links, a namespace follows
+  at most one link: no two follower attachments of a cluster overlap
+  (ALREADY_FOLLOWING). An operator's attach that would break this is refused
+  with an error naming both namespaces (MAPPINGS_OVERLAP), nothing changed.
+- A mapping the remote proposes in an operator's call (`strict` keys) is
+  refused the same way. A mapping that arrives by convergence (the two sides
+  changed things apart, during a partition) and cannot be honoured here is
+  not left half attached: this side detaches it with a newer version and a
+  note saying why (`refuse_unattachable`), so both sides converge on the
+  refusal and both show it. Of two mappings that conflict, the one attached
+  earlier (older version) stays.
+- Setting a namespace's reservation (by an operator, or by attaching it as a
+  follower) aborts the open transactions touching it. Clearing it, on a topic
+  namespace that follows no link, starts a new leader epoch on its partitions
+  and aborts the transactions replicated into them that no coordinator will
+  finish (they would hold read_committed readers back for ever).
+- Failover needs `force` unless the link is FOLLOWING or IN_SYNC and no
+  follower partition lags. Its answer lists every partition made writable with
+  the last known source high watermark and when it was learned; the
+  partitions that may lose records are `abandoned`. A lag is known only while
+  the link is connected and has finished a fetch round since: a DISCONNECTED
+  link's lag is unknown, never 0.
+
+Every function returns effects (journal records and the markers of aborted
+transactions) for the shell to carry out; a refusal raises ClusterError with
+nothing changed. Pure code: time arrives as `now_ms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from linkd.core.cluster import ClusterState, DanglingTxn
+from linkd.core.effects import Effect, journal
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkConfig, LinkState, Mapping, in_prefix
+from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.replication import (
+    detach_provenance,
+    follower_mappings,
+    provenance_summary,
+    start_new_epochs,
+)
+
+ROLES = ("leader", "follower")
+
+
+# -- the overlap rules -----------------------------------------------------------------------
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Spec section 2: one prefix is a prefix of the other ("" overlaps all)."""
+    return a.startswith(b) or b.startswith(a)
+
+
+def _name(m: Mapping) -> str:
+    return f"{m.resource_type} namespace {m.local_prefix!r} ({m.local_role})"
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    code: ErrorCode
+    message: str  # names both namespaces
+
+
+def mapping_conflict(
+    state: ClusterState, link_name: str, candidate: Mapping, others: Iterable[Mapping]
+) -> Conflict | None:
+    """Why `candidate` cannot be attached to the link beside the attached
+    mappings `others` of the same link (module rules), or None."""
+    for o in others:
+        if o.key == candidate.key or o.resource_type != candidate.resource_type:
+            continue
+        if overlaps(candidate.local_prefix, o.local_prefix):
+            if candidate.local_role == o.local_role == "follower":
+                why = "two source names could map to one follower name"
+            elif candidate.local_role == o.local_role:
+                why = "a name would be led twice over the link"
+            else:
+                why = "one link may not lead and follow overlapping names"
+            return Conflict(
+                ErrorCode.MAPPINGS_OVERLAP,
+                f"{_name(candidate)} overlaps {_name(o)} on link {link_name!r}: {why}",
+            )
+        if overlaps(candidate.remote_prefix, o.remote_prefix):
+            return Conflict(
+                ErrorCode.MAPPINGS_OVERLAP,
+                f"{_name(candidate)} maps to remote prefix {candidate.remote_prefix!r}, which "
+                f"overlaps remote prefix {o.remote_prefix!r} of {_name(o)} on link "
+                f"{link_name!r}: one name on the remote would belong to both mappings",
+            )
+    if candidate.local_role == "follower":
+        kind = ResourceType.parse(candidate.resource_type)
+        for ns in state.namespaces.list(kind):
+            following = ns.follower_link
+            if (
+                following is not None
+                and following != link_name
+                and overlaps(ns.prefix, candidate.local_prefix)
+            ):
+                via = "it" if ns.prefix == candidate.local_prefix else f"the overlapping {ns.name}"
+                return Conflict(
+                    ErrorCode.ALREADY_FOLLOWING,
+                    f"{candidate.resource_type} namespace {candidate.local_prefix!r} cannot "
+                    f"follow link {link_name!r}: {via} already follows link {following!r}",
+                )
+    return None
+
+
+def check_attach(
+    state: ClusterState,
+    link_name: str,
+    resource_type: str,
+    local_prefix: str,
+    remote_prefix: str,
+    leader: str,
+) -> Mapping:
+    """Every local check of an operator's attach, changing nothing; returns
+    the mapping (unversioned)."""
+    config = state.links.get(link_name)
+    if leader not in ("local", "remote"):
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {link_name!r}",
+            f"link {link_name!r}: leader must be 'local' or 'remote', not {leader!r}",
+        )
+    kind = ResourceType.parse(resource_type)
+    validate_prefix(kind, remote_prefix)
+    ns = state.namespaces.get(kind, local_prefix)
+    current = config.mappings.get((kind.label, local_prefix))
+    if current is not None and current.attached:
+        if (current.remote_prefix, current.leader) == (remote_prefix, leader):
+            return current
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {link_name!r}",
+            f"link {link_name!r}: {ns.name} is already attached (to remote "
+            f"prefix {current.remote_prefix!r}, leader {current.leader}); "
+            "detach it first",
+        )
+    mapping = Mapping(kind.label, local_prefix, remote_prefix, leader, True, (0, 0, ""))
+    conflict = mapping_conflict(state, link_name, mapping, config.attached_mappings())
+    if conflict is not None:
+        raise ClusterError(conflict.code, ns.name, f"cannot attach: {conflict.message}")
+    return mapping
+
+
+def check_detach(
+    state: ClusterState, link_name: str, resource_type: str, local_prefix: str
+) -> Mapping:
+    """The detached version of an attached mapping (unversioned), or a refusal."""
+    config = state.links.get(link_name)
+    kind = ResourceType.parse(resource_type)
+    current = config.mappings.get((kind.label, local_prefix))
+    if current is None or not current.attached:
+        raise ClusterError(
+            ErrorCode.UNKNOWN_NAMESPACE,
+            f"link {link_name!r}",
+            f"link {link_name!r}: {kind.label} namespace {local_prefix!r} is not attached to it",
+        )
+    return replace(current, attached=False, note="")
+
+
+# -- storing mappings ----------------------------------------------------------------------
+
+
+def versioned(state: ClusterState, mapping: Mapping, now_ms: int) -> Mapping:
+    """The mapping with a new version from this cluster's clock."""
+    return replace(mapping, version=state.links.hlc.now(now_ms))
+
+
+def put_mapping(
+    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
+) -> list[Effect]:
+    """Stores an attach or detach that already carries its version (see
+    `versioned`) and brings the namespace attachments in line with it. A
+    namespace this makes a follower is reserved, and its open transactions
+    are aborted."""
+    config = state.links.get(link_name)
+    previous = config.mappings.get(mapping.key)
+    records = []
+    if previous is not None and previous.attached and not mapping.attached:
+        records += detach_provenance(state, config, previous)
+    config.mappings[mapping.key] = mapping
+    config.link_epoch += 1
+    records += state.links.store(config, now_ms)
+    return journal(records) + reconcile_attachments(state, link_name, now_ms)
+
+
+def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> list[Effect]:
+    """Makes the namespace table's attachments match the link's mappings. A
+    mapping whose local namespace is missing creates it (a follower namespace
+    must exist to be reserved). Every mapping left attached here can be
+    honoured (`refuse_unattachable` ran first, or the attach was checked)."""
+    config = state.links.configs.get(link_name)
+    records = []
+    wanted: dict[tuple[str, str], str] = {}
+    if config is not None:
+        wanted = {m.key: m.local_role for m in config.attached_mappings()}
+    for ns in state.namespaces.list():
+        for link, _role in list(ns.attachments):
+            if link == link_name and (ns.type.label, ns.prefix) not in wanted:
+                records += state.namespaces.detach(ns.type, ns.prefix, link_name)
+    newly_reserved: list[tuple[ResourceType, str]] = []
+    for (rtype, prefix), role in sorted(wanted.items()):
+        kind = ResourceType.parse(rtype)
+        if state.namespaces.find(kind, prefix) is None:
+            records += state.namespaces.create(kind, prefix, role == "follower")
+            if role == "follower":
+                newly_reserved.append((kind, prefix))
+        ns = state.namespaces.get(kind, prefix)
+        if (link_name, role) in ns.attachments:
+            continue
+        for link, other in list(ns.attachments):
+            if link == link_name and other != role:
+                records += state.namespaces.detach(kind, prefix, link_name)
+        was_reserved = ns.reserved
+        records += state.namespaces.attach(kind, prefix, link_name, role)
+        if role == "follower" and not was_reserved:
+            newly_reserved.append((kind, prefix))
+    effects = journal(records)
+    for kind, prefix in newly_reserved:
+        effects += _abort_reserved(state, kind, prefix, now_ms)[1]
+    return effects
+
+
+def _abort_reserved(
+    state: ClusterState, kind: ResourceType, prefix: str, now_ms: int
+) -> tuple[list[str], list[Effect]]:
+    """A namespace just became reserved: abort the open transactions touching it."""
+    if kind is ResourceType.TOPIC:
+        return state.abort_transactions_in([prefix], now_ms)
+    if kind is ResourceType.GROUP:
+        return state.abort_transactions_in([], now_ms, group_prefixes=[prefix])
+    return [], []
+
+
+@dataclass(slots=True)
+class Accepted:
+    """What merging the remote's view of a link did here: effects to carry
+    out, and what an operator must see (info-level lines for the log)."""
+
+    effects: list[Effect] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def accept_remote_config(
+    state: ClusterState,
+    remote_view: LinkConfig,
+    now_ms: int,
+    strict: Iterable[tuple[str, str]] = (),
+) -> Accepted:
+    """Merges the remote's view of a link (newest version of each field and
+    mapping wins), records provenance for follower namespaces the merge
+    detached, refuses what cannot be honoured (module rules) and reconciles
+    the attachments. `strict`: keys (this side's) of mappings an operator is
+    changing now; one of them that cannot be honoured refuses the whole call
+    with ClusterError, nothing changed."""
+    existing = state.links.configs.get(remote_view.name)
+    before = {m.key: m for m in existing.attached_mappings()} if existing is not None else {}
+    strict_keys = set(strict)
+    if strict_keys:
+        _check_strict(state, remote_view, strict_keys)
+    records = state.links.accept_mirror(remote_view, now_ms)
+    config = state.links.get(remote_view.name)
+    out = Accepted()
+    still = {m.key for m in config.attached_mappings()}
+    for key, mapping in before.items():
+        if key not in still:
+            records += detach_provenance(state, config, mapping)
+            current = config.mappings.get(key)
+            if current is not None and current.note:
+                out.notes.append(f"link {config.name!r}: {_name(mapping)} detached: {current.note}")
+    out.effects += journal(records)
+    refused, effects = refuse_unattachable(state, config.name, now_ms, set(before))
+    out.effects += effects
+    out.notes += [f"link {config.name!r}: {m.note}" for m in refused]
+    out.effects += reconcile_attachments(state, config.name, now_ms)
+    return out
+
+
+def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[tuple[str, str]]) -> None:
+    mine = remote_view.mirrored()
+    existing = state.links.configs.get(remote_view.name)
+    current = dict(existing.mappings) if existing is not None else {}
+    for key in sorted(keys):
+        proposed = mine.mappings.get(key)
+        if proposed is None or not proposed.attached:
+            continue
+        old = current.get(key)
+        if old is not None and old.version >= proposed.version:
+            continue  # not newer: the merge keeps what is here
+        others = [
+            m
+            for k, m in sorted(current.items())
+            if k != key and m.attached and not _newer_detach(mine, k, m)
+        ]
+        conflict = mapping_conflict(state, remote_view.name, proposed, others)
+        if conflict is not None:
+            raise ClusterError(
+                conflict.code,
+                f"{proposed.resource_type} namespace {proposed.local_prefix!r}",
+                f"on cluster {state.cluster_id!r}: {conflict.message}",
+            )
+
+
+def _newer_detach(mine: LinkConfig, key: tuple[str, str], m: Mapping) -> bool:
+    theirs = mine.mappings.get(key)
+    return theirs is not None and not theirs.attached and theirs.version > m.version
+
+
+def refuse_unattachable(
+    state: ClusterState, link_name: str, now_ms: int, attached_before: set[tuple[str, str]]
+) -> tuple[list[Mapping], list[Effect]]:
+    """Detaches, with a newer version and a note, every attached mapping of
+    the link that breaks the rules, the newer of two conflicting mappings
+    first (oldest attach wins). A mapping attached here before (the keys in
+    `attached_before`) conflicts with nothing already attached, so only
+    mappings new from a merge are refused for a conflict with another link.
+    Returns (the refused mappings as stored, effects)."""
+    config = state.links.get(link_name)
+    kept: list[Mapping] = []
+    refused: list[Mapping] = []
+    records = []
+    for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
+        conflict = mapping_conflict(state, link_name, m, kept)
+        if conflict is None or (
+            m.key in attached_before and conflict.code is ErrorCode.ALREADY_FOLLOWING
+        ):
+            kept.append(m)
+            continue
+        note = f"refused by cluster {state.cluster_id!r}: {conflict.message}"
+        stored = replace(m, attached=False, note=note, version=state.links.hlc.now(now_ms))
+        config.mappings[m.key] = stored
+        refused.append(stored)
+    if refused:
+        config.link_epoch += 1
+        records += state.links.store(config, now_ms)
+    return refused, journal(records)
+
+
+# -- deleting a link -------------------------------------------------------------------------
+
+
+def delete_link(state: ClusterState, link_name: str) -> list[Effect]:
+    """Detaches every namespace (followers stay reserved), then forgets the link."""
+    config = state.links.get(link_name)
+    records = []
+    for mapping in config.attached_mappings():
+        records += detach_provenance(state, config, mapping)
+    for ns in state.namespaces.list():
+        if any(link == link_name for link, _ in ns.attachments):
+            records += state.namespaces.detach(ns.type, ns.prefix, link_name)
+    return journal(records + state.links.delete(link_name))
+
+
+# -- reservations ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Reservation:
+    effects: list[Effect]
+    aborted: list[str]  # transactional ids aborted (reservation set)
+    dangling: list[DanglingTxn]  # replicated transactions aborted (reservation cleared)
+    epochs_started: int = 0
+
+
+def set_reserved(
+    state: ClusterState, resource_type: ResourceType | int, prefix: str, reserved: bool, now_ms: int
+) -> Reservation:
+    """An operator reserves a namespace or clears its reservation (module
+    rules: setting it aborts open transactions; clearing it makes the
+    namespace writable, `make_writable`)."""
+    kind = ResourceType.parse(int(resource_type))
+    ns = state.namespaces.get(kind, prefix)
+    if not reserved:
+        if not ns.reserved:
+            return Reservation([], [], [])
+        return make_writable(state, kind, prefix, now_ms)
+    was = ns.reserved
+    out = Reservation(journal(state.namespaces.set_reserved(kind, prefix, True)), [], [])
+    if not was:
+        out.aborted, more = _abort_reserved(state, kind, prefix, now_ms)
+        out.effects += more
+    return out
+
+
+def make_writable(
+    state: ClusterState, kind: ResourceType, prefix: str, now_ms: int
+) -> Reservation:
+    """Clears the namespace's reservation (refused while it follows a link);
+    for a topic namespace, starts a new leader epoch on every partition (so
+    what is written here from now on is told apart from the source's history)
+    and aborts the dangling replicated transactions in it."""
+    out = Reservation(journal(state.namespaces.set_reserved(kind, prefix, False)), [], [])
+    if kind is ResourceType.TOPIC:
+        epochs = start_new_epochs(state, prefix)
+        out.epochs_started = len(epochs)
+        out.effects += journal(epochs)
+        out.dangling, more = state.abort_dangling_transactions([prefix], now_ms)
+        out.effects += more
+    return out
+
+
+# -- what describe-link shows ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of a link, as describe-link and failover report it (the
+    fields of ccr.v1.PartitionLag)."""
+
+    topic: str
+    partition: int
+    role: str
+    lag_records: int  # -1: unknown
+    lag_ms: int  # -1: unknown
+    log_end_offset: int
+    source_high_watermark: int  # -1: never learned
+    provenance_entries: int
+    provenance_start_offset: int
+    provenance_source: str
+    lag_known: bool
+    source_hw_known_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSummary:
+    config: LinkConfig
+    state: str
+    entered_at_ms: int
+    history: tuple[tuple[str, int], ...]
+    partitions: tuple[PartitionLag, ...]
+    refused: tuple[Mapping, ...]  # detached with a note
+
+
+def lag_known(state: ClusterState, link_name: str, now_ms: int) -> bool:
+    """A follower's lag is known only while the link is connected and has
+    finished a fetch round since it (re)connected."""
+    runtime = state.links.runtime[link_name]
+    return state.links.connected(link_name, now_ms) and runtime.round_done
+
+
+def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
+    """What describe-link shows."""
+    config = state.links.get(name)
+    runtime = state.links.runtime[name]
+    known = lag_known(state, name, now_ms)
+    rows = []
+    for (topic, partition, role), p in sorted(runtime.partitions.items()):
+        prov = provenance_summary(state, topic, partition)
+        if role == "leader":
+            position = state.led_position(topic, partition)
+            source_hw = p.source_high_watermark if position is None else position[1]
+            lag = state.links.leader_lag(p)
+            rows.append(
+                PartitionLag(
+                    topic,
+                    partition,
+                    role,
+                    lag,
+                    0 if lag == 0 else max(0, now_ms - p.hw_caught_up_ms),
+                    p.log_end_offset,
+                    source_hw,
+                    prov["provenance_entries"],
+                    prov["provenance_start_offset"],
+                    prov["provenance_source"],
+                    True,
+                    now_ms,
+                )
+            )
+            continue
+        lag = p.lag_records()
+        rows.append(
+            PartitionLag(
+                topic,
+                partition,
+                role,
+                lag if known else -1,
+                (0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms)) if known else -1,
+                p.log_end_offset,
+                p.source_high_watermark,
+                prov["provenance_entries"],
+                prov["provenance_start_offset"],
+                prov["provenance_source"],
+                known,
+                p.known_at_ms,
+            )
+        )
+    refused = tuple(
+        m for _k, m in sorted(config.mappings.items()) if not m.attached and m.note
+    )
+    return LinkSummary(
+        config,
+        runtime.state.value,
+        runtime.entered_at_ms,
+        tuple(runtime.history),
+        tuple(rows),
+        refused,
+    )
+
+
+def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:
+    """Every partition of every topic this cluster follows on the link, with
+    what is known of its lag: the last source HW learned and when, and
+    whether that is the lag now (`lag_known`). `lag_records` is the known
+    part (records below the last known source HW not held here)."""
+    config = state.links.get(link_name)
+    runtime = state.links.runtime[link_name]
+    known = lag_known(state, link_name, now_ms)
+    followed = follower_mappings(config, "topic")
+    rows = []
+    for topic in sorted(state.topics):
+        owner = max(
+            (m for m in followed if in_prefix(topic, m.local_prefix)),
+            key=lambda m: len(m.local_prefix),
+            default=None,
+        )
+        if owner is None:
+            continue
+        for p, log in enumerate(state.topics[topic].partitions):
+            progress = runtime.partitions.get((topic, p, "follower"))
+            prov = provenance_summary(state, topic, p)
+            source_hw = progress.source_high_watermark if progress is not None else -1
+            lag = max(0, source_hw - log.log_end_offset)
+            since = progress.caught_up_at_ms if progress is not None else now_ms
+            rows.append(
+                PartitionLag(
+                    topic,
+                    p,
+                    "follower",
+                    lag,
+                    0 if lag == 0 else max(0, now_ms - since),
+                    log.log_end_offset,
+                    source_hw,
+                    prov["provenance_entries"],
+                    prov["provenance_start_offset"],
+                    prov["provenance_source"],
+                    known and progress is not None,
+                    progress.known_at_ms if progress is not None else 0,
+                )
+            )
+    return rows
+
+
+def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:
+    """The follower partitions with a known lag (records below the last
+    known source HW not held here)."""
+    return [r for r in follower_partitions(state, link_name, now_ms) if r.lag_records > 0]
+
+
+# -- failover ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Failover:
+    effects: list[Effect]
+    partitions: list[PartitionLag]  # every partition made writable
+    abandoned: list[PartitionLag]  # those that may lose records
+    dangling: list[DanglingTxn]  # replicated transactions aborted
+    namespaces: list[tuple[str, str]]  # (type, prefix) made writable
+
+
+def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:
+    """Makes this cluster's follower namespaces of the link writable: detach
+    them, clear their reservation (a new leader epoch on every partition, the
+    dangling transactions aborted). Refused unless the link is FOLLOWING or
+    IN_SYNC with no lag, or `force` (module rules)."""
+    config = state.links.get(link_name)
+    link_state = state.links.state_name(link_name)
+    rows = follower_partitions(state, link_name, now_ms)
+    abandoned = [r for r in rows if r.lag_records > 0 or not r.lag_known]
+    if not force:
+        if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
+            oldest = min((r.source_hw_known_at_ms for r in rows), default=0)
+            age = f"{now_ms - oldest} ms ago" if oldest > 0 else "never"
+            raise ClusterError(
+                ErrorCode.LINK_NOT_FOLLOWING,
+                f"link {link_name!r}",
+                f"link {link_name!r} is {link_state}: what its follower partitions lack is "
+                f"not known (their source high watermarks were last learned {age}); wait "
+                "until it is FOLLOWING, or fail over with force to abandon whatever the "
+                "source acknowledged that this cluster does not hold",
+            )
+        if abandoned:
+            total = sum(r.lag_records for r in abandoned)
+            raise ClusterError(
+                ErrorCode.LAG_NOT_ZERO,
+                f"link {link_name!r}",
+                f"link {link_name!r} ({link_state}): {len(abandoned)} follower partitions "
+                f"still lag by {total} records; wait, or fail over with force to abandon them",
+            )
+    effects: list[Effect] = []
+    out = Failover(effects, rows, abandoned, [], [])
+    for mapping in list(config.attached_mappings()):
+        if mapping.local_role != "follower":
+            continue
+        detached = versioned(state, replace(mapping, attached=False, note=""), now_ms)
+        effects += put_mapping(state, link_name, detached, now_ms)
+        reservation = make_writable(
+            state, ResourceType.parse(mapping.resource_type), mapping.local_prefix, now_ms
+        )
+        effects += reservation.effects
+        out.dangling += reservation.dangling
+        out.namespaces.append((mapping.resource_type, mapping.local_prefix))
+    return out
+
+
+__all__ = [
+    "Accepted",
+    "Conflict",
+    "Failover",
+    "LinkSummary",
+    "PartitionLag",
+    "Reservation",
+    "accept_remote_config",
+    "check_attach",
+    "check_detach",
+    "delete_link",
+    "failover",
+    "follower_lag",
+    "follower_partitions",
+    "link_summary",
+    "make_writable",
+    "mapping_conflict",
+    "put_mapping",
+    "reconcile_attachments",
+    "refuse_unattachable",
+    "set_reserved",
+    "versioned",
+]

@@ -1,0 +1,611 @@
+"""Operator procedures that span both clusters of a link, written once.
+
+Creating and deleting a link, attaching and detaching namespaces, setting a
+link's mode, failing over, reserving a namespace, recovering a link and
+reversing it are procedures: local decisions interleaved with calls to the
+other cluster and with waits. Each is a generator here. It yields requests
+(frozen dataclasses) and is sent each answer; the daemon (linkd/operations.py)
+answers them with gRPC calls, files and asyncio time, the simulator
+(sim/operator_shell.py) with direct calls into the other simulated cluster
+and virtual time. So both shells run the same procedure, step for step, and a
+remote refusal is an input to it in both.
+
+Theory of operation:
+- `Execute(effects)`: carry these out (journal, appends); answer: now (ms).
+- `Call(address, request)`: send a request (`RemoteRequest`) to the cluster
+  at `address`; answer: `Reply` (the answer, or the refusal, or
+  LINK_UNREACHABLE when it cannot be reached). The other cluster serves it
+  with `serve` below, the same function in both shells.
+- `Tell(address, request)`: the same, best effort, in the background; no
+  answer waited for.
+- `Sleep(ms)`, `Now()`: answer: now (ms).
+- `LinkChanged(link)` (start or wake the link's runner if this side dials),
+  `LinkDeleted(link)` (stop it), `WakeWaiters()` (high watermarks moved),
+  `Note(level, message)` (what an operator must see in the log): answer None.
+
+The requests and what crosses to the other cluster are plain data
+(linkd/core/requests.py). A procedure that refuses raises ClusterError; every
+state change it made before is carried out first (so nothing changed in
+memory is lost).
+
+Pure code: no I/O, clocks or randomness; time arrives in the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
+from linkd.core import recovery
+from linkd.core.cluster import ClusterState
+from linkd.core.effects import Effect, journal
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkConfig, Mapping, in_prefix
+from linkd.core.namespaces import ResourceType
+from linkd.core.requests import (
+    Call,
+    ClusterIdentity,
+    DescribeCluster,
+    DescribePartitions,
+    Execute,
+    Handshake,
+    LinkChanged,
+    LinkDeleted,
+    Note,
+    Now,
+    PartitionsDescription,
+    Promote,
+    Promoted,
+    RemoteAnswer,
+    RemoteRequest,
+    RemoveLink,
+    Reply,
+    Request,
+    Sleep,
+    Tell,
+    WakeWaiters,
+)
+
+# Reversal waits for the remote to copy everything at most this long by
+# default, polling it this often.
+REVERSE_TIMEOUT_MS_DEFAULT = 30_000
+REVERSE_TIMEOUT_MS_MAX = 600_000
+REVERSE_POLL_MS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What serving a request did on the receiving cluster: the answer, the
+    effects to carry out before answering, the link whose runner may need to
+    start or wake, and what an operator must see in the log."""
+
+    answer: RemoteAnswer
+    effects: list[Effect] = field(default_factory=list)
+    link_changed: str = ""
+    link_deleted: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def serve(
+    state: ClusterState, request: RemoteRequest, now_ms: int, required_credentials: str = ""
+) -> Served:
+    """The receiving side of every request a procedure sends (both shells).
+    Raises ClusterError (nothing changed) on refusal."""
+    if isinstance(request, DescribeCluster):
+        return Served(ClusterIdentity(state.cluster_id))
+    if isinstance(request, Handshake):
+        accepted = rounds.accept_handshake(
+            state,
+            request.config,
+            request.create,
+            now_ms,
+            required_credentials,
+            request.proposed,
+        )
+        name = request.config.name
+        return Served(state.links.get(name), accepted.effects, name, "", accepted.notes)
+    if isinstance(request, RemoveLink):
+        try:
+            config = state.links.by_id(request.link_id)
+        except ClusterError:
+            return Served(None)
+        return Served(None, admin.delete_link(state, config.name), "", config.name)
+    if isinstance(request, DescribePartitions):
+        return Served(describe_partitions(state, request, now_ms))
+    config = state.links.by_id(request.link_id)
+    promotion = recovery.promote_namespaces(state, config.name, list(request.namespaces), now_ms)
+    notes = [
+        f"link {config.name!r}: namespaces promoted, {promotion.bumped} partitions started a "
+        f"new leader epoch, {len(promotion.dangling)} dangling transactions aborted"
+    ]
+    return Served(
+        Promoted(promotion.bumped, len(promotion.dangling)), promotion.effects, "", "", notes
+    )
+
+
+def describe_partitions(
+    state: ClusterState, request: DescribePartitions, now_ms: int
+) -> PartitionsDescription:
+    """The receiver's partition histories under a topic prefix, and the
+    committed offsets of a group namespace (the link must exist here)."""
+    config = state.links.by_id(request.link_id)
+    state.links.on_contact(config.name, now_ms)
+    partitions: recovery.RemotePartitions = {}
+    if not request.groups_only:
+        for name in sorted(state.topics):
+            if in_prefix(name, request.prefix):
+                for p in range(len(state.topics[name].partitions)):
+                    partitions[(name, p)] = recovery.local_side(state, name, p)
+    offsets: recovery.RemoteGroupOffsets = {}
+    if request.group_prefix is not None:
+        for group, topic, p, offset in recovery.committed_in(state, request.group_prefix):
+            offsets[(group, topic, p)] = offset
+    return PartitionsDescription(state.cluster_id, partitions, offsets)
+
+
+Procedure = Generator[Request, Any, Any]
+
+
+def execute(effects: list[Effect]) -> Generator[Request, Any, int]:
+    now: int = yield Execute(tuple(effects))
+    return now
+
+
+# -- mappings: propose, ask the remote, commit -------------------------------------------------
+
+
+def change_mapping(
+    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
+) -> Generator[Request, Any, LinkConfig]:
+    """An operator's attach or detach (already checked here): versioned now,
+    proposed to the remote in a handshake (it may refuse: then nothing
+    changes here either), then stored here with the remote's answer merged.
+    An unreachable remote learns it later through the handshakes."""
+    config = state.links.get(link_name)
+    stamped = admin.versioned(state, mapping, now_ms)
+    candidate = LinkConfig.from_record(config.to_record())
+    candidate.mappings[stamped.key] = stamped
+    candidate.link_epoch += 1
+    reply: Reply = yield Call(
+        config.value("remote_bootstrap"),
+        Handshake(candidate, proposed=(stamped.key,)),
+        f"link {link_name!r}: handshake",
+    )
+    if reply.error is not None and reply.error.code != ErrorCode.LINK_UNREACHABLE:
+        raise reply.error  # the remote refused: nothing changed on either side
+    now = reply.now_ms
+    effects = admin.put_mapping(state, link_name, stamped, now)
+    notes: list[str] = []
+    if isinstance(reply.answer, LinkConfig):
+        accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, now)
+        effects += accepted.effects
+        notes += accepted.notes
+    else:
+        yield Note(
+            "warning",
+            f"link {link_name!r}: the remote is unreachable; the change converges later "
+            f"({reply.error.message if reply.error else ''})",
+        )
+    yield Execute(tuple(effects))
+    for note in notes:
+        yield Note("info", note)
+    if state.refresh_high_watermarks():
+        yield WakeWaiters()
+    yield LinkChanged(link_name)
+    return state.links.get(link_name)
+
+
+def attach(
+    state: ClusterState,
+    link_name: str,
+    resource_type: str,
+    local_prefix: str,
+    remote_prefix: str,
+    leader: str,
+    now_ms: int,
+) -> Generator[Request, Any, LinkConfig]:
+    mapping = admin.check_attach(
+        state, link_name, resource_type, local_prefix, remote_prefix, leader
+    )
+    if mapping.attached and mapping.version != (0, 0, ""):
+        return state.links.get(link_name)  # already attached just so
+    config = yield from change_mapping(state, link_name, mapping, now_ms)
+    yield Note(
+        "info",
+        f"link {link_name!r}: {resource_type} namespace {local_prefix!r} attached "
+        f"(remote {remote_prefix!r}, leader {leader})",
+    )
+    return config
+
+
+def detach(
+    state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
+) -> Generator[Request, Any, LinkConfig]:
+    mapping = admin.check_detach(state, link_name, resource_type, local_prefix)
+    config = yield from change_mapping(state, link_name, mapping, now_ms)
+    yield Note("info", f"link {link_name!r}: {resource_type} namespace {local_prefix!r} detached")
+    return config
+
+
+# -- links -------------------------------------------------------------------------------------
+
+
+def create_link(
+    state: ClusterState,
+    name: str,
+    link_id: str,
+    remote_bootstrap: str,
+    credentials: str,
+    direction: str,
+    local_bootstrap: str,
+    now_ms: int,
+) -> Generator[Request, Any, LinkConfig]:
+    """Creates the link here and, through a handshake, its mirror there."""
+    if name in state.links.configs:
+        raise ClusterError(
+            ErrorCode.LINK_EXISTS,
+            f"link {name!r}",
+            f"link {name!r} already exists on cluster {state.cluster_id!r}",
+        )
+    reply: Reply = yield Call(
+        remote_bootstrap, DescribeCluster(), f"link {name!r}: dialing {remote_bootstrap}"
+    )
+    identity = reply.value()
+    assert isinstance(identity, ClusterIdentity)
+    config = state.links.new_config(
+        name,
+        link_id,
+        identity.cluster_id,
+        remote_bootstrap,
+        credentials,
+        direction,
+        local_bootstrap,
+        reply.now_ms,
+    )
+    reply = yield Call(
+        remote_bootstrap,
+        Handshake(config, create=True),
+        f"link {name!r}: creating the mirror on {identity.cluster_id!r}",
+    )
+    answer = reply.value()
+    assert isinstance(answer, LinkConfig)
+    now = reply.now_ms
+    effects = journal(state.links.store(config, now))
+    accepted = rounds.accept_handshake_answer(state, name, answer, now)
+    yield Execute(tuple(effects + accepted.effects))
+    yield LinkChanged(name)
+    yield Note("info", f"link {name!r} created to cluster {identity.cluster_id!r}")
+    return state.links.get(name)
+
+
+def delete_link(state: ClusterState, name: str, now_ms: int) -> Generator[Request, Any, None]:
+    """Stops the runner, tells the remote (best effort), forgets the link:
+    every namespace detached, followers stay reserved."""
+    config = state.links.get(name)
+    yield LinkDeleted(name)
+    reply: Reply = yield Call(
+        config.value("remote_bootstrap"), RemoveLink(config.link_id), f"link {name!r}: remove"
+    )
+    if reply.error is not None:
+        yield Note("warning", f"link {name!r}: the remote was not told of the deletion: "
+                   f"{reply.error.message}")
+    yield Execute(tuple(admin.delete_link(state, name)))
+    yield Note("info", f"link {name!r} deleted")
+
+
+def set_mode(
+    state: ClusterState, name: str, mode: str, now_ms: int
+) -> Generator[Request, Any, LinkConfig]:
+    """ASYNC or SYNC (spec section 4): decided here, then told to the remote
+    (best effort: the mode is a versioned field and converges)."""
+    records, hw_moved = rounds.set_link_mode(state, name, mode, now_ms)
+    if not records:
+        return state.links.get(name)
+    yield Execute(tuple(journal(records)))
+    if hw_moved:
+        yield WakeWaiters()
+    config = state.links.get(name)
+    reply: Reply = yield Call(
+        config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake"
+    )
+    if isinstance(reply.answer, LinkConfig):
+        accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
+        yield Execute(tuple(accepted.effects))
+    elif reply.error is not None:
+        yield Note("warning", f"link {name!r}: mode change not yet known to the remote: "
+                   f"{reply.error.message}")
+    yield LinkChanged(name)
+    yield Note("info", f"link {name!r} mode set to {state.links.get(name).mode}")
+    return state.links.get(name)
+
+
+def failover(
+    state: ClusterState, name: str, force: bool, now_ms: int
+) -> Generator[Request, Any, admin.Failover]:
+    """Makes this side's follower namespaces of the link writable
+    (`link_admin.failover`), then tells the remote in the background: after a
+    disaster it is usually gone, and the detach converges anyway."""
+    result = admin.failover(state, name, force, now_ms)
+    yield Execute(tuple(result.effects))
+    # The promoted topics' high watermarks no longer wait for their source.
+    if state.refresh_high_watermarks():
+        yield WakeWaiters()
+    config = state.links.get(name)
+    yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
+    lost = sum(r.lag_records for r in result.abandoned)
+    unknown = sum(1 for r in result.abandoned if not r.lag_known)
+    yield Note(
+        "warning" if result.abandoned else "info",
+        f"link {name!r}: failover made {len(result.namespaces)} namespaces writable; "
+        f"abandoned {lost} records known to lag on {len(result.abandoned)} partitions"
+        + (f" ({unknown} with a lag not known)" if unknown else "")
+        + (f"; aborted {len(result.dangling)} dangling transactions" if result.dangling else ""),
+    )
+    yield LinkChanged(name)
+    return result
+
+
+def set_reserved(
+    state: ClusterState, resource_type: ResourceType | int, prefix: str, reserved: bool, now_ms: int
+) -> Generator[Request, Any, admin.Reservation]:
+    """An operator's set-reserved (`link_admin.set_reserved`: setting it
+    aborts open transactions; clearing it makes the namespace writable)."""
+    result = admin.set_reserved(state, resource_type, prefix, reserved, now_ms)
+    yield Execute(tuple(result.effects))
+    if state.refresh_high_watermarks():
+        yield WakeWaiters()
+    kind = ResourceType.parse(int(resource_type))
+    if result.aborted:
+        yield Note("info", f"{kind.label} namespace {prefix!r} reserved: aborted "
+                   f"{len(result.aborted)} open transactions: {', '.join(result.aborted)}")
+    if result.dangling:
+        yield Note("info", f"{kind.label} namespace {prefix!r} writable: aborted "
+                   f"{len(result.dangling)} dangling replicated transactions")
+    return result
+
+
+# -- unclean link recovery ------------------------------------------------------------------------
+
+
+def recover(
+    state: ClusterState,
+    link_name: str,
+    requested: list[tuple[str, str, str | None]],
+    confirm: bool,
+    now_ms: int,
+) -> Generator[Request, Any, recovery.RecoveryPlan]:
+    """Run on the side that will follow. Report only, or (confirm) reserve,
+    abort open transactions, truncate, move committed offsets back, and attach
+    the mappings with the remote leading (linkd/core/recovery.py)."""
+    config = state.links.get(link_name)
+    address = config.value("remote_bootstrap")
+    mappings = recovery.select_mappings(state, config, requested)
+    remote: recovery.RemotePartitions = {}
+    remote_groups: recovery.RemoteGroupOffsets = {}
+    remote_id = config.remote_cluster_id
+    what = f"link {link_name!r}: describing partitions"
+    topics = [m for m in mappings if m.resource_type == "topic"]
+    for m in topics:
+        request = DescribePartitions(config.link_id, m.remote_prefix)
+        reply: Reply = yield Call(address, request, what)
+        description = reply.value()
+        assert isinstance(description, PartitionsDescription)
+        remote.update(description.partitions)
+        remote_id = description.cluster_id
+    for m in (m for m in mappings if m.resource_type == "group"):
+        reply = yield Call(
+            address,
+            DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True),
+            what,
+        )
+        description = reply.value()
+        assert isinstance(description, PartitionsDescription)
+        remote_groups.update(description.group_offsets)
+        remote_id = description.cluster_id
+    now = yield Now()
+    plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
+    if not confirm:
+        return plan
+    aborted, effects = recovery.reserve_and_abort(state, mappings, now)
+    try:
+        plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
+        effects += recovery.apply_recovery(state, plan, config.link_id, now)
+    except ClusterError:
+        yield Execute(tuple(effects))  # the reservation and the aborts happened
+        raise
+    yield Execute(tuple(effects))
+    yield Note(
+        "warning",
+        f"link {link_name!r}: unclean link recovery truncated {plan.local_records_lost} records "
+        f"in {plan.diverged_partitions} partitions, moved {len(plan.groups)} committed "
+        f"offsets back, aborted {len(aborted)} open transactions",
+    )
+    for m, detach_first in recovery.mappings_to_follow(state.links.get(link_name), mappings):
+        if detach_first:
+            now = yield Now()
+            yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
+        now = yield Now()
+        yield from attach(
+            state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
+        )
+    return recovery.confirmed(plan)
+
+
+# -- reversing a link's direction ---------------------------------------------------------------
+
+REVERSE_STEPS = (
+    "verify-link-state",
+    "reserve-leader-namespaces",
+    "abort-open-transactions",
+    "wait-for-remote",
+    "detach-mappings",
+    "attach-swapped-mappings",
+    "promote-remote-namespaces",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    ok: bool
+    result: str
+    duration_ms: int
+
+
+@dataclass(slots=True)
+class ReverseReport:
+    link: str
+    steps: list[Step] = field(default_factory=list)
+    error: ClusterError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def reverse(
+    state: ClusterState, link_name: str, timeout_ms: int, now_ms: int
+) -> Generator[Request, Any, ReverseReport]:
+    """Run on the current leader (KIP-986 "Reverse the replication direction
+    of a namespace with full-consistency"): verify the link state, reserve
+    (which aborts open transactions), wait (bounded) until the remote holds
+    every record and committed offset, detach, attach swapped, promote the
+    remote's namespaces. Stops at the first step that fails; this side stays
+    reserved, so nothing is written on both sides."""
+    config = state.links.get(link_name)
+    if timeout_ms <= 0:
+        timeout_ms = REVERSE_TIMEOUT_MS_DEFAULT
+    timeout_ms = min(timeout_ms, REVERSE_TIMEOUT_MS_MAX)
+    link_state, leaders = recovery.reverse_mappings(state, link_name)
+    report = ReverseReport(link_name, [Step(REVERSE_STEPS[0], True, f"link is {link_state}", 0)])
+    address = config.value("remote_bootstrap")
+    aborted: list[str] = []
+
+    def reserve() -> Generator[Request, Any, str]:
+        now: int = yield Now()
+        effects: list[Effect] = []
+        for m in leaders:
+            result = admin.set_reserved(
+                state, ResourceType.parse(m.resource_type), m.local_prefix, True, now
+            )
+            effects += result.effects
+            aborted.extend(result.aborted)
+        yield Execute(tuple(effects))
+        return "reserved " + ", ".join(f"{m.resource_type} {m.local_prefix!r}" for m in leaders)
+
+    def abort() -> Generator[Request, Any, str]:
+        # Reserving aborted them; a namespace reserved before still may hold some.
+        now: int = yield Now()
+        prefixes = [m.local_prefix for m in leaders if m.resource_type == "topic"]
+        groups = [m.local_prefix for m in leaders if m.resource_type == "group"]
+        more, effects = state.abort_transactions_in(prefixes, now, groups)
+        yield Execute(tuple(effects))
+        ids = aborted + more
+        return f"aborted {len(ids)} open transactions" + (f": {', '.join(ids)}" if ids else "")
+
+    def wait_remote() -> Generator[Request, Any, str]:
+        deadline = (yield Now()) + timeout_ms
+        while True:
+            copies: list[recovery.RemoteCopy] = []
+            for m in leaders:
+                request = (
+                    DescribePartitions(config.link_id, m.remote_prefix)
+                    if m.resource_type == "topic"
+                    else DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True)
+                )
+                reply: Reply = yield Call(address, request, f"link {link_name!r}: describing")
+                d = reply.value()
+                assert isinstance(d, PartitionsDescription)
+                copies.append(
+                    recovery.RemoteCopy(
+                        m,
+                        partitions={
+                            k: (side.log_end_offset, side.high_watermark)
+                            for k, side in d.partitions.items()
+                        },
+                        group_offsets=dict(d.group_offsets),
+                    )
+                )
+            total, missing = recovery.reverse_missing(state, copies)
+            if not missing:
+                return f"remote holds every record of {total} partitions"
+            if reply.now_ms >= deadline:
+                raise ClusterError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"link {link_name!r}",
+                    f"link {link_name!r}: the remote did not catch up within {timeout_ms} ms "
+                    f"({len(missing)} behind, e.g. {'; '.join(missing[:3])}); this side stays "
+                    "reserved: retry reverse, or clear the reservation to write here again",
+                )
+            yield Sleep(REVERSE_POLL_MS)
+
+    def detach_all() -> Generator[Request, Any, str]:
+        for m in leaders:
+            now: int = yield Now()
+            yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
+        return f"detached {len(leaders)} mappings"
+
+    def attach_swapped() -> Generator[Request, Any, str]:
+        for m in leaders:
+            now: int = yield Now()
+            yield from attach(
+                state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
+            )
+        return f"attached {len(leaders)} mappings with {config.remote_cluster_id!r} leading"
+
+    def promote_remote() -> Generator[Request, Any, str]:
+        request = Promote(
+            config.link_id, tuple((m.resource_type, m.remote_prefix) for m in leaders)
+        )
+        reply: Reply = yield Call(address, request, f"link {link_name!r}: promoting namespaces")
+        promoted = reply.value()
+        assert isinstance(promoted, Promoted)
+        return (
+            f"{config.remote_cluster_id!r} cleared its reservations; {promoted.partitions} "
+            "partitions started a new leader epoch"
+        )
+
+    for name, body in zip(
+        REVERSE_STEPS[1:],
+        (reserve, abort, wait_remote, detach_all, attach_swapped, promote_remote),
+        strict=True,
+    ):
+        started: int = yield Now()
+        try:
+            result = yield from body()
+        except ClusterError as exc:
+            ended: int = yield Now()
+            failure = f"{exc.code.name}: {exc.message}"
+            report.steps.append(Step(name, False, failure, ended - started))
+            report.error = exc
+            yield Note("warning", f"link {link_name!r}: reverse stopped at {name}: {exc.message}")
+            break
+        ended = yield Now()
+        report.steps.append(Step(name, True, result, ended - started))
+    if report.ok:
+        yield Note("info", f"link {link_name!r} reversed: {config.remote_cluster_id!r} leads")
+    return report
+
+
+__all__ = [
+    "REVERSE_STEPS",
+    "Procedure",
+    "ReverseReport",
+    "Served",
+    "Step",
+    "attach",
+    "change_mapping",
+    "create_link",
+    "delete_link",
+    "describe_partitions",
+    "detach",
+    "failover",
+    "recover",
+    "reverse",
+    "serve",
+    "set_mode",
+    "set_reserved",
+]

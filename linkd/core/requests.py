@@ -1,0 +1,175 @@
+"""What the core asks a shell to do in a procedure, and what crosses to the
+other cluster of a link.
+
+A procedure (linkd/core/procedures.py, and the push round of
+linkd/core/link_rounds.py) is a generator: it yields a `Request` and is sent
+its answer. Both shells answer the same requests, the daemon with files, gRPC
+and asyncio time, the simulator with its in-memory stores, direct calls and
+virtual time:
+
+- `Execute(effects, traffic)`: carry out the effects in order (journal,
+  appends; `traffic` names the I/O for shells that account for it); answer:
+  now (ms), once appends are durable.
+- `Call(address, request)`: deliver a `RemoteRequest` to the cluster at
+  `address`; answer: a `Reply` (the remote's answer, its refusal, or
+  LINK_UNREACHABLE when it cannot be reached).
+- `Tell(address, request)`: the same, best effort, in the background;
+  answer: None.
+- `Sleep(ms)`, `Now()`: answer: now (ms).
+- `LinkChanged(link)`: start the link's runner if this side dials, or wake
+  it; `LinkDeleted(link)`: stop it; `WakeWaiters(partitions)`: high
+  watermarks moved there (None: anywhere), wake the long polls watching
+  them; `Note(level, message)`: what an operator must see in the log.
+  Answer: None.
+
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from linkd.core.effects import Effect
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkConfig
+from linkd.core.recovery import RemoteGroupOffsets, RemotePartitions
+
+# -- what crosses to the other cluster ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeCluster:
+    """Who is there (creating a link learns the remote's cluster id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    config: LinkConfig  # the sender's view
+    create: bool = False
+    # Keys (sender's view) of the mappings an operator is changing now: the
+    # receiver refuses the call rather than converge on a refusal.
+    proposed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveLink:
+    link_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribePartitions:
+    link_id: str
+    prefix: str  # the receiver's topic namespace prefix
+    group_prefix: str | None = None  # the receiver's group prefix, if offsets are wanted
+    groups_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Promote:
+    link_id: str
+    namespaces: tuple[tuple[str, str], ...]  # (type, the receiver's prefix)
+
+
+RemoteRequest = DescribeCluster | Handshake | RemoveLink | DescribePartitions | Promote
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterIdentity:
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsDescription:
+    cluster_id: str
+    partitions: RemotePartitions
+    group_offsets: RemoteGroupOffsets
+
+
+@dataclass(frozen=True, slots=True)
+class Promoted:
+    partitions: int  # that started a new leader epoch
+    aborted_dangling: int
+
+
+RemoteAnswer = ClusterIdentity | LinkConfig | PartitionsDescription | Promoted | None
+
+
+
+# -- what a procedure asks of its shell ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Execute:
+    effects: tuple[Effect, ...]
+    traffic: str = "metadata"  # "metadata" | "replica" | "offsets"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    address: str
+    request: RemoteRequest
+    what: str  # for errors: "link 'ab': handshake"
+
+
+@dataclass(frozen=True, slots=True)
+class Tell:
+    address: str
+    request: RemoteRequest
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LinkChanged:
+    link: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDeleted:
+    link: str
+
+
+@dataclass(frozen=True, slots=True)
+class WakeWaiters:
+    # (topic, partition) whose high watermark moved; None: anywhere.
+    partitions: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    level: str  # "info" | "warning"
+    message: str
+
+
+Request = Execute | Call | Tell | Sleep | Now | LinkChanged | LinkDeleted | WakeWaiters | Note
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to a `Call`: what the remote answered, or why not."""
+
+    answer: RemoteAnswer = None
+    error: ClusterError | None = None
+    now_ms: int = 0
+
+    def value(self) -> RemoteAnswer:
+        """The answer, or the refusal raised."""
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+def unreachable(what: str, address: str, why: str) -> ClusterError:
+    """What a shell answers a Call it could not deliver with."""
+    return ClusterError(
+        ErrorCode.LINK_UNREACHABLE, what, f"{what}: {address or 'no address'}: {why}"
+    )

@@ -1,0 +1,355 @@
+"""The wire form of what links carry between daemons (ccr.v1.Replication).
+
+Each function turns a core value (linkd/core: link configurations, fetch
+answers, namespaces, partition histories, pushes) into its protobuf message,
+or back. Nothing here decides anything; `linkd/replication.py` (the data
+path) and `linkd/operations.py` (operator procedures) send and receive
+through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.rpc import status_pb2
+from grpc import aio
+
+from ccr.v1 import errors_pb2, replication_pb2
+from linkd.core import link_rounds as rounds
+from linkd.core import recovery
+from linkd.core import replication as rep
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import Field, LinkConfig, Mapping, Version
+from linkd.core.requests import PartitionsDescription
+
+# -- configuration views -------------------------------------------------------------------------
+
+
+def _version_pb(v: Version) -> replication_pb2.Version:
+    return replication_pb2.Version(physical_ms=v[0], logical=v[1], node=v[2])
+
+
+def _version(v: replication_pb2.Version) -> Version:
+    return (v.physical_ms, v.logical, v.node)
+
+
+def view_of(config: LinkConfig) -> replication_pb2.LinkConfigView:
+    return replication_pb2.LinkConfigView(
+        name=config.name,
+        link_id=config.link_id,
+        local_cluster_id=config.local_cluster_id,
+        remote_cluster_id=config.remote_cluster_id,
+        connection_direction=config.connection_direction,
+        fields=[
+            replication_pb2.VersionedField(name=k, value=f.value, version=_version_pb(f.version))
+            for k, f in sorted(config.fields.items())
+        ],
+        mappings=[
+            replication_pb2.VersionedMapping(
+                resource_type=m.resource_type,
+                local_prefix=m.local_prefix,
+                remote_prefix=m.remote_prefix,
+                leader=m.leader,
+                attached=m.attached,
+                version=_version_pb(m.version),
+                note=m.note,
+            )
+            for _, m in sorted(config.mappings.items())
+        ],
+        link_epoch=config.link_epoch,
+    )
+
+
+def config_of(view: replication_pb2.LinkConfigView) -> LinkConfig:
+    fields = {f.name: Field(f.value, _version(f.version)) for f in view.fields}
+    mappings = {}
+    for m in view.mappings:
+        mapping = Mapping(
+            m.resource_type,
+            m.local_prefix,
+            m.remote_prefix,
+            m.leader,
+            m.attached,
+            _version(m.version),
+            m.note,
+        )
+        mappings[mapping.key] = mapping
+    return LinkConfig(
+        view.name,
+        view.link_id,
+        view.local_cluster_id,
+        view.remote_cluster_id,
+        view.connection_direction,
+        fields,
+        mappings,
+        view.link_epoch,
+    )
+
+
+def handshake_pb(
+    config: LinkConfig, create: bool, proposed: tuple[tuple[str, str], ...]
+) -> replication_pb2.HandshakeRequest:
+    return replication_pb2.HandshakeRequest(
+        config=view_of(config),
+        create=create,
+        proposed=[replication_pb2.MappingKey(resource_type=t, local_prefix=p) for t, p in proposed],
+    )
+
+
+def proposed_of(request: replication_pb2.HandshakeRequest) -> tuple[tuple[str, str], ...]:
+    return tuple((k.resource_type, k.local_prefix) for k in request.proposed)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def error_pb(exc: ClusterError) -> errors_pb2.ErrorDetail:
+    return errors_pb2.ErrorDetail(
+        code=errors_pb2.ErrorCode.ValueType(int(exc.code)),
+        resource=exc.resource,
+        retriable=exc.retriable,
+        message=exc.message,
+    )
+
+
+def error_of(detail: errors_pb2.ErrorDetail) -> ClusterError:
+    return ClusterError(ErrorCode(detail.code), detail.resource, detail.message)
+
+
+def rpc_error(exc: grpc.RpcError, what: str) -> ClusterError:
+    """A remote refusal keeps its code; a transport failure is LINK_UNREACHABLE."""
+    trailing: Any = exc.trailing_metadata() if isinstance(exc, aio.AioRpcError) else None
+    for key, value in trailing or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for any_detail in status.details:
+                detail = errors_pb2.ErrorDetail()
+                if any_detail.Unpack(detail):
+                    return ClusterError(
+                        ErrorCode(detail.code),
+                        detail.resource,
+                        f"remote refused {what}: {detail.message}",
+                    )
+    return ClusterError(
+        ErrorCode.LINK_UNREACHABLE,
+        what,
+        f"{what}: {exc.code().name if hasattr(exc, 'code') else exc}: "
+        f"{exc.details() if hasattr(exc, 'details') else ''}",
+    )
+
+
+# -- discovery: namespaces, READ ACLs, group offsets ------------------------------------------
+
+
+def read_acls_pb(acls: list[rep.ReadAcl]) -> list[replication_pb2.ReadAcl]:
+    return [
+        replication_pb2.ReadAcl(
+            resource_name=a.resource_name,
+            prefixed=a.prefixed,
+            principal=a.principal,
+            host=a.host,
+            deny=a.deny,
+        )
+        for a in acls
+    ]
+
+
+def namespace_pb(ns: rounds.SourceNamespace) -> replication_pb2.NamespaceTopics:
+    out = replication_pb2.NamespaceTopics(prefix=ns.prefix)
+    for topic in ns.topics:
+        out.topics.add(name=topic.name, partitions=topic.partitions, configs=topic.configs)
+    out.read_acls.extend(read_acls_pb(list(ns.read_acls)))
+    return out
+
+
+def namespace_of(prefix: str, topics: Any, read_acls: Any) -> rounds.SourceNamespace:
+    return rounds.SourceNamespace(
+        prefix,
+        tuple(rounds.SourceTopic(t.name, t.partitions, dict(t.configs)) for t in topics),
+        tuple(
+            rep.ReadAcl(a.resource_name, a.prefixed, a.principal, a.host, a.deny)
+            for a in read_acls
+        ),
+    )
+
+
+def group_offsets_pb(offsets: list[rep.GroupOffset]) -> list[replication_pb2.GroupOffset]:
+    return [
+        replication_pb2.GroupOffset(
+            group_id=group_id,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            metadata=metadata,
+            leader_epoch=epoch,
+        )
+        for group_id, topic, partition, offset, metadata, epoch in offsets
+    ]
+
+
+def group_offsets_of(offsets: Any) -> list[rep.GroupOffset]:
+    return [
+        (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in offsets
+    ]
+
+
+# -- replica fetch ----------------------------------------------------------------------------
+
+
+def fetch_request_pb(
+    request: rounds.FetchRequest, max_wait_ms: int, max_bytes: int
+) -> replication_pb2.ReplicaFetchRequest:
+    out = replication_pb2.ReplicaFetchRequest(
+        link_id=request.link_id, max_wait_ms=max_wait_ms, max_bytes=max_bytes
+    )
+    for p in request.partitions:
+        out.partitions.add(
+            topic=p.source_topic,
+            partition=p.partition,
+            fetch_offset=p.fetch_offset,
+            last_fetched_epoch=p.last_fetched_epoch,
+            max_bytes=p.max_bytes,
+        )
+    return out
+
+
+def partition_fetches_of(
+    request: replication_pb2.ReplicaFetchRequest,
+) -> list[rounds.PartitionFetch]:
+    return [
+        rounds.PartitionFetch(
+            p.topic, p.partition, p.fetch_offset, p.last_fetched_epoch, p.max_bytes
+        )
+        for p in request.partitions
+    ]
+
+
+def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchResponse:
+    out = replication_pb2.ReplicaFetchResponse(sync_state=answer.sync_state)
+    for p in answer.partitions:
+        entry = out.partitions.add(
+            topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
+        )
+        if p.error is not None:
+            entry.error.CopyFrom(error_pb(p.error))
+            continue
+        entry.log_end_offset = p.log_end_offset
+        entry.leader_epoch = p.leader_epoch
+        entry.log_start_offset = p.log_start_offset
+        entry.high_watermark = p.high_watermark
+        entry.diverging_end_offset = p.diverging_end_offset
+        if p.diverging_end_offset >= 0:
+            entry.diverging_epoch = p.diverging_epoch
+        entry.records = p.records
+    return out
+
+
+def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.FetchAnswer:
+    return rounds.FetchAnswer(
+        [
+            rounds.FetchedPartition(
+                p.topic,
+                p.partition,
+                high_watermark=p.high_watermark,
+                log_start_offset=p.log_start_offset,
+                log_end_offset=p.log_end_offset,
+                leader_epoch=p.leader_epoch,
+                diverging_end_offset=p.diverging_end_offset,
+                diverging_epoch=p.diverging_epoch,
+                records=p.records,
+                size_bytes=len(p.records),
+                error=error_of(p.error) if p.HasField("error") else None,
+            )
+            for p in reply.partitions
+        ],
+        sync_state=reply.sync_state,
+    )
+
+
+# -- push -------------------------------------------------------------------------------------
+
+
+def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
+    out = replication_pb2.ReplicaPushRequest(link_id=push.link_id)
+    out.namespaces.extend(namespace_pb(ns) for ns in push.namespaces)
+    out.group_offsets.extend(group_offsets_pb(list(push.group_offsets)))
+    if push.data is not None:
+        out.data.CopyFrom(fetch_answer_pb(push.data))
+    return out
+
+
+def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
+    return rounds.Push(
+        request.link_id,
+        tuple(namespace_of(n.prefix, n.topics, n.read_acls) for n in request.namespaces),
+        tuple(group_offsets_of(request.group_offsets)),
+        fetch_answer_of(request.data) if request.HasField("data") else None,
+    )
+
+
+def fetch_request_of(
+    request: replication_pb2.ReplicaFetchRequest, local_of: dict[tuple[str, int], str]
+) -> rounds.FetchRequest:
+    return rounds.FetchRequest(request.link_id, tuple(partition_fetches_of(request)), local_of)
+
+
+# -- partition histories (recovery and reversal) -----------------------------------------------
+
+
+def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> recovery.PartitionSide:
+    return recovery.PartitionSide(
+        cluster_id,
+        p.log_start_offset,
+        p.log_end_offset,
+        p.high_watermark,
+        tuple((e.epoch, e.start_offset) for e in p.epoch_history),
+        tuple(
+            recovery.ProvenanceItem(
+                e.kind, e.offset, e.source_cluster_id, e.link_id, e.link_epoch, e.removed_records
+            )
+            for e in p.provenance
+        ),
+    )
+
+
+def history_pb(topic: str, partition: int, side: recovery.PartitionSide) -> Any:
+    return replication_pb2.PartitionHistory(
+        topic=topic,
+        partition=partition,
+        log_start_offset=side.log_start_offset,
+        log_end_offset=side.log_end_offset,
+        high_watermark=side.high_watermark,
+        leader_epoch=side.epoch_history[-1][0] if side.epoch_history else 0,
+        epoch_history=[
+            replication_pb2.EpochStart(epoch=e, start_offset=s) for e, s in side.epoch_history
+        ],
+        provenance=[
+            replication_pb2.ProvenanceRecord(
+                kind=i.kind,
+                offset=i.offset,
+                source_cluster_id=i.source,
+                link_id=i.link_id,
+                link_epoch=i.link_epoch,
+                removed_records=i.removed,
+            )
+            for i in side.provenance
+        ],
+    )
+
+
+def description_pb(d: PartitionsDescription) -> replication_pb2.DescribePartitionsResponse:
+    out = replication_pb2.DescribePartitionsResponse(cluster_id=d.cluster_id)
+    for (topic, p), side in sorted(d.partitions.items()):
+        out.partitions.append(history_pb(topic, p, side))
+    for (group, topic, p), offset in sorted(d.group_offsets.items()):
+        out.group_offsets.add(group_id=group, topic=topic, partition=p, offset=offset)
+    return out
+
+
+def description_of(reply: replication_pb2.DescribePartitionsResponse) -> PartitionsDescription:
+    return PartitionsDescription(
+        reply.cluster_id,
+        {(p.topic, p.partition): side_of(reply.cluster_id, p) for p in reply.partitions},
+        {(o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets},
+    )

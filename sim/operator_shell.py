@@ -1,0 +1,172 @@
+"""The simulator's shell for the core's procedures (linkd/core/procedures.py).
+
+The daemon drives the same generators with gRPC and asyncio
+(linkd/procedure_shell.py); here every request is answered on virtual time:
+
+- `Execute`: the cluster carries the effects out (`SimCluster.execute`, on
+  its I/O device); the procedure resumes once the appends are durable.
+- `Call`: the cluster at the address serves the request at once with the
+  core's `procedures.serve` (an operator's call is not on the data path), if
+  it is up and both directions between the two clusters are open; otherwise
+  the answer is LINK_UNREACHABLE, as a failed gRPC call.
+- `Tell`: the same, its answer dropped.
+- `Sleep`: resumes after that many virtual milliseconds; `Now`: the clock.
+- `LinkChanged` / `LinkDeleted`: the world starts, wakes or stops the link's
+  driver (`Links`); `WakeWaiters`: the cluster's long polls; `Note`: a trace
+  line.
+
+A procedure ends by calling `then(result, None)`, or `then(None, refusal)`
+when it raised ClusterError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+from linkd.core import cluster as core
+from linkd.core import procedures
+from linkd.core.errors import ClusterError
+from linkd.core.requests import (
+    Call,
+    Execute,
+    LinkChanged,
+    LinkDeleted,
+    Note,
+    Now,
+    RemoteAnswer,
+    RemoteRequest,
+    Reply,
+    Request,
+    Sleep,
+    Tell,
+    WakeWaiters,
+    unreachable,
+)
+from sim.cluster_node import SimCluster
+from sim.events import EventQueue
+
+# What the world lends the shell: where an address leads, whether two
+# clusters can talk, and the links' drivers.
+
+
+class Links(Protocol):
+    def cluster_at(self, address: str) -> SimCluster | None: ...
+    def can_talk(self, a: str, b: str) -> bool: ...
+    def link_changed(self, cluster: SimCluster, name: str) -> None: ...
+    def link_deleted(self, cluster: SimCluster, name: str) -> None: ...
+    def logical_bytes(self, effect: core.AppendBatch) -> int: ...
+    def host(self, cluster: SimCluster) -> SimHost: ...
+
+
+Done = Callable[[Any, ClusterError | None], None]
+Sized = Callable[[core.AppendBatch], int]
+
+
+def address_of(cluster_id: str) -> str:
+    """The address a simulated cluster is reached at (as a bootstrap)."""
+    return f"{cluster_id}:9092"
+
+
+class SimHost:
+    """Answers a procedure's requests on one simulated cluster."""
+
+    def __init__(self, cluster: SimCluster, queue: EventQueue, links: Links) -> None:
+        self.cluster = cluster
+        self.queue = queue
+        self.links = links
+
+    def drive(
+        self,
+        procedure: Generator[Request, Any, Any],
+        then: Done,
+        sized: dict[str, Sized] | None = None,
+    ) -> None:
+        """Runs the procedure on virtual time; `sized` maps an Execute's
+        traffic class to the logical size of its appends (default: the
+        world's)."""
+        sizes = sized or {}
+
+        def step(answer: Any) -> None:
+            while True:
+                try:
+                    request = procedure.send(answer)
+                except StopIteration as stop:
+                    then(stop.value, None)
+                    return
+                except ClusterError as exc:
+                    then(None, exc)
+                    return
+                if isinstance(request, Execute):
+                    traffic = request.traffic
+                    size = sizes.get(traffic, self.links.logical_bytes)
+                    self.cluster.execute(
+                        list(request.effects),
+                        _traffic_class(traffic),
+                        size,
+                        lambda: step(self.queue.now_ms),
+                    )
+                    return
+                if isinstance(request, Sleep):
+                    self.queue.after(
+                        request.ms, f"procedure {self.cluster.cluster_id} sleep",
+                        lambda: step(self.queue.now_ms),
+                    )
+                    return
+                answer = self._answer(request)
+
+        step(None)
+
+    def _answer(self, request: Request) -> Any:
+        if isinstance(request, Call):
+            return self.call(request.address, request.request, request.what)
+        if isinstance(request, Tell):
+            self.call(request.address, request.request, request.what)
+            return None
+        if isinstance(request, Now):
+            return self.queue.now_ms
+        if isinstance(request, LinkChanged):
+            self.links.link_changed(self.cluster, request.link)
+            return None
+        if isinstance(request, LinkDeleted):
+            self.links.link_deleted(self.cluster, request.link)
+            return None
+        if isinstance(request, WakeWaiters):
+            self.cluster.notify_data(request.partitions)
+            return None
+        assert isinstance(request, Note)
+        self.queue.note(f"{self.cluster.cluster_id} {request.level}: {request.message}")
+        return None
+
+    def call(self, address: str, request: RemoteRequest, what: str) -> Reply:
+        """An operator's call to another cluster, served at once there."""
+        now = self.queue.now_ms
+        remote = self.links.cluster_at(address)
+        if remote is None or not remote.up:
+            return Reply(None, unreachable(what, address, "no answer"), now)
+        if not self.links.can_talk(self.cluster.cluster_id, remote.cluster_id):
+            return Reply(None, unreachable(what, address, "no route"), now)
+        try:
+            return Reply(self.links.host(remote).serve(request), None, now)
+        except ClusterError as exc:
+            return Reply(None, exc, now)
+
+    def serve(self, request: RemoteRequest) -> RemoteAnswer:
+        """A request from the other cluster of a link, served here by the
+        core (`procedures.serve`): its effects carried out, runners started
+        or stopped. Raises the refusal."""
+        served = procedures.serve(self.cluster.state, request, self.queue.now_ms)
+        if served.link_deleted:
+            self.links.link_deleted(self.cluster, served.link_deleted)
+        if served.effects:
+            self.cluster.execute(served.effects, "metadata", self.links.logical_bytes)
+        for note in served.notes:
+            self.queue.note(f"{self.cluster.cluster_id} info: {note}")
+        if served.link_changed:
+            self.links.link_changed(self.cluster, served.link_changed)
+        return served.answer
+
+
+def _traffic_class(traffic: str) -> str:
+    """The I/O device's traffic class for an Execute's traffic."""
+    return {"replica": "replica_write", "offsets": "offsets"}.get(traffic, "metadata")

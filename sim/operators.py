@@ -1,0 +1,360 @@
+"""The operator in a simulation: the daemon's own procedures, on virtual time.
+
+Every verb (create and delete a link, attach, detach, set-mode, failover,
+set-reserved, recover, reverse) is a procedure of `linkd.core.procedures`,
+the same generator the daemon runs for `ccr-admin`, driven here by
+`sim.operator_shell.SimHost`; the KIP's manual reversal is the operator's
+sequence of those verbs. This module also keeps the links' drivers: a
+cluster that dials a link (connection direction "local_dials" on its side)
+runs one `LinkDriver`, started, woken and stopped as the procedures say
+(`LinkChanged`, `LinkDeleted`), as the daemon's `LinkManager` does.
+
+Every verb ends in `done(ok, error)`: a refusal (ClusterError) is an
+expected outcome, counted and noted, never a violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+from linkd.core import cluster as core
+from linkd.core import procedures
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.namespaces import ResourceType
+from linkd.core.requests import Execute, Request, Sleep
+from sim.cluster_node import SimCluster
+from sim.events import EventQueue
+from sim.link_driver import FetchSizes, LinkDriver, Observer
+from sim.metrics import Metrics
+from sim.network import Network
+from sim.operator_shell import SimHost, address_of
+
+# A manual reversal waits this long at most for the remote to catch up
+# before it detaches (the operator watching describe-link), polling this often.
+MANUAL_WAIT_MS_MAX = 30_000
+MANUAL_POLL_MS = 200
+
+Done = Callable[[Any, ClusterError | None], None]
+Step = Callable[[int], Generator[Request, Any, Any]]
+
+
+class World(Protocol):
+    queue: EventQueue
+    clusters: dict[str, SimCluster]
+    network: Network
+    sizes: FetchSizes
+    metrics: Metrics
+
+    def reachable(self, a: str, b: str) -> bool: ...
+    def logical_bytes(self, effect: core.AppendBatch) -> int: ...
+
+
+class Operators:
+    def __init__(self, world: World, observer: Observer, link_ids: Callable[[], str]) -> None:
+        self.world = world
+        self.observer = observer
+        self.link_ids = link_ids
+        self.drivers: dict[tuple[str, str], LinkDriver] = {}
+        self._hosts: dict[str, SimHost] = {}
+        # Whether verbs started now count in actions_ok / actions_failed (the
+        # world's own setup steps do not).
+        self.counting = True
+
+    # -- what the shell asks of the world (sim.operator_shell.Links) ------------------------
+
+    def cluster_at(self, address: str) -> SimCluster | None:
+        return self.world.clusters.get(address.split(":", 1)[0]) if address else None
+
+    def can_talk(self, a: str, b: str) -> bool:
+        return self.world.reachable(a, b)
+
+    def logical_bytes(self, effect: core.AppendBatch) -> int:
+        return self.world.logical_bytes(effect)
+
+    def host(self, cluster: SimCluster) -> SimHost:
+        host = self._hosts.get(cluster.cluster_id)
+        if host is None:
+            host = SimHost(cluster, self.world.queue, self)
+            self._hosts[cluster.cluster_id] = host
+        return host
+
+    def link_changed(self, cluster: SimCluster, name: str) -> None:
+        """LinkManager.link_changed: a driver for a link this cluster dials."""
+        config = cluster.links.configs.get(name)
+        if config is None:
+            return
+        key = (cluster.cluster_id, name)
+        driver = self.drivers.get(key)
+        if driver is None or driver.stopped:
+            if config.connection_direction != "local_dials":
+                return
+            w = self.world
+            driver = LinkDriver(name, cluster, self, w.queue, w.network, w.sizes, self.observer)
+            self.drivers[key] = driver
+            driver.start()
+        driver.wake()
+
+    def link_deleted(self, cluster: SimCluster, name: str) -> None:
+        driver = self.drivers.pop((cluster.cluster_id, name), None)
+        if driver is not None:
+            driver.stop()
+
+    # -- running procedures ------------------------------------------------------------------
+
+    def run(self, cluster: str, label: str, steps: list[Step], done: Done | None = None) -> None:
+        """Runs procedures one after the other on `cluster` (an operator
+        typing commands); the first refusal stops the sequence."""
+        node = self.world.clusters[cluster]
+        queue = self.world.queue
+        results: list[Any] = []
+        counting = self.counting
+
+        def finish(result: Any, error: ClusterError | None) -> None:
+            if error is not None:
+                if counting:
+                    self.world.metrics.add("actions_failed", 1)
+                kind = label.split()[0]
+                queue.note(f"action {kind} refused: {error.code.name}: {error.message} "
+                           f"({label} on {cluster})")
+            elif counting:
+                self.world.metrics.add("actions_ok", 1)
+            if done is not None:
+                done(result if error is None else None, error)
+
+        def next_step(index: int) -> None:
+            if index == len(steps):
+                finish(results[-1] if results else None, None)
+                return
+            if not node.up:
+                finish(None, ClusterError(ErrorCode.NOT_READY, "cluster",
+                                          f"cluster {cluster!r} is not serving"))
+                return
+
+            def after(result: Any, error: ClusterError | None) -> None:
+                if error is not None:
+                    finish(None, error)
+                    return
+                results.append(result)
+                next_step(index + 1)
+
+            try:
+                procedure = steps[index](queue.now_ms)
+            except ClusterError as exc:
+                finish(None, exc)
+                return
+            self.host(node).drive(procedure, after)
+
+        next_step(0)
+
+    # -- the verbs -----------------------------------------------------------------------------
+
+    def create_link(
+        self,
+        cluster: str,
+        name: str,
+        peer: str,
+        prefixes: tuple[tuple[str, str], ...] = (),
+        kinds: tuple[str, ...] = ("topic",),
+        leader: str = "remote",
+        remote_dials: bool = False,
+        done: Done | None = None,
+    ) -> None:
+        """create-link on `cluster` to `peer`, then attach each [local, remote]
+        prefix of each kind with `leader` leading (creating the local
+        namespace first when missing, as an operator must)."""
+        node = self.world.clusters[cluster]
+        direction = "remote_dials" if remote_dials else "local_dials"
+        link_id = self.link_ids()
+        steps: list[Step] = [
+            lambda now: procedures.create_link(
+                node.state, name, link_id, address_of(peer), "", direction,
+                address_of(cluster), now,
+            )
+        ]
+        for local, remote in prefixes:
+            for kind in kinds:
+                steps.append(self._attach_step(node, name, kind, local, remote, leader))
+        self.run(cluster, f"create_link {name}", steps, done)
+
+    def _attach_step(
+        self, node: SimCluster, link: str, kind: str, local: str, remote: str, leader: str
+    ) -> Step:
+        def step(now: int) -> Generator[Request, Any, Any]:
+            rtype = ResourceType.parse(kind)
+            if node.state.namespaces.find(rtype, local) is None:
+                created = node.state.namespaces.create(rtype, local)
+                yield Execute((core.Journal(tuple(created)),))
+            config = yield from procedures.attach(
+                node.state, link, kind, local, remote, leader, now
+            )
+            return config
+
+        return step
+
+    def attach(
+        self,
+        cluster: str,
+        link: str,
+        local: str,
+        remote: str,
+        leader: str,
+        kind: str = "topic",
+        done: Done | None = None,
+    ) -> None:
+        node = self.world.clusters[cluster]
+        self.run(cluster, f"attach {link} {local}", [
+            self._attach_step(node, link, kind, local, remote, leader)
+        ], done)
+
+    def detach(
+        self, cluster: str, link: str, local: str, kind: str = "topic", done: Done | None = None
+    ) -> None:
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"detach {link} {local}", [
+            lambda now: procedures.detach(state, link, kind, local, now)
+        ], done)
+
+    def delete_link(self, cluster: str, link: str, done: Done | None = None) -> None:
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"delete_link {link}", [
+            lambda now: procedures.delete_link(state, link, now)
+        ], done)
+
+    def set_mode(self, cluster: str, link: str, mode: str, done: Done | None = None) -> None:
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"set_mode {link} {mode}", [
+            lambda now: procedures.set_mode(state, link, mode, now)
+        ], done)
+
+    def failover(self, cluster: str, link: str, force: bool, done: Done | None = None) -> None:
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"failover {link}", [
+            lambda now: procedures.failover(state, link, force, now)
+        ], done)
+
+    def set_reserved(
+        self, cluster: str, kind: str, prefix: str, reserved: bool, done: Done | None = None
+    ) -> None:
+        state = self.world.clusters[cluster].state
+        rtype = ResourceType.parse(kind)
+        self.run(cluster, f"set_reserved {prefix} {reserved}", [
+            lambda now: procedures.set_reserved(state, rtype, prefix, reserved, now)
+        ], done)
+
+    def recover(
+        self,
+        cluster: str,
+        link: str,
+        requested: list[tuple[str, str, str | None]],
+        confirm: bool,
+        done: Done | None = None,
+    ) -> None:
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"recover {link}", [
+            lambda now: procedures.recover(state, link, requested, confirm, now)
+        ], done)
+
+    def reverse(self, cluster: str, link: str, timeout_ms: int, done: Done | None = None) -> None:
+        state = self.world.clusters[cluster].state
+
+        def finish(report: Any, error: ClusterError | None) -> None:
+            if isinstance(report, procedures.ReverseReport) and not report.ok:
+                self.world.metrics.add("reverse_failed", 1)
+                error = report.error
+            elif report is not None:
+                self.world.metrics.add("reversals", 1)
+            if done is not None:
+                done(report, error)
+
+        self.run(cluster, f"reverse {link}", [
+            lambda now: procedures.reverse(state, link, timeout_ms, now)
+        ], finish)
+
+    def manual_reverse(
+        self,
+        cluster: str,
+        link: str,
+        kind: str,
+        local: str,
+        remote: str,
+        wait: bool,
+        done: Done | None = None,
+    ) -> None:
+        """KIP-986's reversal by hand, run on the leader: reserve the leader
+        namespace, watch (bounded) until the remote holds its log end (if
+        `wait`), detach, attach the other way, then clear the reservation on
+        the new leader. Each step is the verb an operator types."""
+        node = self.world.clusters[cluster]
+        config = node.links.get(link)
+        peer = config.remote_cluster_id
+        rtype = ResourceType.parse(kind)
+        steps: list[Step] = [
+            lambda now: procedures.set_reserved(node.state, rtype, local, True, now),
+        ]
+        if wait:
+            steps.append(lambda now: self._watch_caught_up(node, link, now))
+        steps += [
+            lambda now: procedures.detach(node.state, link, kind, local, now),
+            self._attach_step(node, link, kind, local, remote, "remote"),
+        ]
+
+        def swapped(result: Any, error: ClusterError | None) -> None:
+            if error is not None:
+                if done is not None:
+                    done(None, error)
+                return
+            other = self.world.clusters[peer]
+            self.run(peer, f"set_reserved {remote} off", [
+                lambda now: procedures.set_reserved(other.state, rtype, remote, False, now)
+            ], done)
+
+        self.run(cluster, f"manual_reverse {link} {local}", steps, swapped)
+
+    def _watch_caught_up(
+        self, node: SimCluster, link: str, now: int
+    ) -> Generator[Request, Any, None]:
+        """The operator watches describe-link until no partition lags (the
+        KIP: wait for metadata to propagate), at most MANUAL_WAIT_MS_MAX."""
+        deadline = now + MANUAL_WAIT_MS_MAX
+        while now < deadline:
+            state = node.links.state_name(link)
+            behind = node.links.lagging_partitions(link, now)
+            if state in ("FOLLOWING", "IN_SYNC") and not behind:
+                return
+            now = yield Sleep(MANUAL_POLL_MS)
+
+    def create_topic(self, cluster: str, topic: str, partitions: int) -> None:
+        node = self.world.clusters[cluster]
+        try:
+            _t, effects = node.state.create_topic(topic, partitions, {}, node.topic_ids())
+        except ClusterError as exc:
+            self._refused(f"create_topic {topic}", cluster, exc)
+            return
+        node.execute(effects, "metadata", self.world.logical_bytes)
+        self.world.metrics.add("actions_ok", 1)
+
+    def delete_topic(self, cluster: str, topic: str) -> None:
+        node = self.world.clusters[cluster]
+        try:
+            effects = node.state.delete_topic(topic)
+        except ClusterError as exc:
+            self._refused(f"delete_topic {topic}", cluster, exc)
+            return
+        node.execute(effects, "metadata", self.world.logical_bytes)
+        self.world.metrics.add("actions_ok", 1)
+
+    def add_partitions(self, cluster: str, topic: str, total: int) -> None:
+        node = self.world.clusters[cluster]
+        try:
+            _t, effects = node.state.create_partitions(topic, total)
+        except ClusterError as exc:
+            self._refused(f"add_partitions {topic}", cluster, exc)
+            return
+        node.execute(effects, "metadata", self.world.logical_bytes)
+        self.world.metrics.add("actions_ok", 1)
+
+    def _refused(self, label: str, cluster: str, exc: ClusterError) -> None:
+        self.world.metrics.add("actions_failed", 1)
+        self.world.queue.note(f"action {label.split()[0]} refused: {exc.code.name}: "
+                              f"{exc.message} ({label} on {cluster})")
