@@ -40,7 +40,7 @@ from linkd.core import procedures
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Journal
-from linkd.core.errors import ClusterError
+from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig
 from linkd.core.requests import (
     DescribePartitions,
@@ -76,6 +76,8 @@ class LinkManager:
         self.runners: dict[str, LinkRunner] = {}
         self._stopping = False
         self.host = DaemonHost(node, self)
+        self._removals: asyncio.Task[None] | None = None
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     @property
     def state(self) -> ClusterState:
@@ -85,9 +87,13 @@ class LinkManager:
         self.state.links.start(self.node.clock())
         for name in self.state.links.names():
             self.link_changed(name)
+        self._removals = asyncio.create_task(self._tell_removals(), name="link-removals")
 
     async def stop(self) -> None:
         self._stopping = True
+        for task in [self._removals, *self._forgetting]:
+            if task is not None:
+                task.cancel()
         await self.host.stop()
         for runner in list(self.runners.values()):
             await runner.stop()
@@ -112,6 +118,29 @@ class LinkManager:
         runner = self.runners.pop(name, None)
         if runner is not None:
             await runner.stop()
+
+    async def _tell_removals(self) -> None:
+        """Deleted links whose remote has not confirmed: told again every
+        handshake interval (bounded: one call per pending link per round)."""
+        while not self._stopping:
+            await asyncio.sleep(rounds.HANDSHAKE_INTERVAL_MS / 1000)
+            if not self.state.links.pending_removals():
+                continue
+            try:
+                await self.host.drive(procedures.tell_removals(self.state, self.node.clock()))
+            except ClusterError as exc:
+                log.warning("telling remotes of deleted links failed: %s", exc.message)
+
+    def forget(self, name: str) -> None:
+        """The remote deleted the link: delete this side's half (in a task of
+        its own, since it stops the runner that heard it)."""
+
+        async def run() -> None:
+            await self.host.drive(procedures.forget_deleted(self.state, name, self.node.clock()))
+
+        task = asyncio.create_task(run(), name=f"forget-{name}")
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
 
     # -- calls from the remote's procedures --------------------------------------------
 
@@ -251,9 +280,17 @@ class LinkRunner:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
 
     async def _handshake_once(self, config: LinkConfig) -> None:
-        reply = await self._stub(config).Handshake(
-            codec.handshake_pb(config, False, ()), timeout=CALL_TIMEOUT_S
-        )
+        try:
+            reply = await self._stub(config).Handshake(
+                codec.handshake_pb(config, False, ()), timeout=CALL_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            error = codec.rpc_error(exc, f"link {self.name!r}: handshake")
+            if error.code == ErrorCode.LINK_DELETED:
+                self.manager.forget(self.name)
+                self._stopping = True
+                return
+            raise error from exc
         accepted = rounds.accept_handshake_answer(
             self.node.state, self.name, codec.config_of(reply.config), self.node.clock()
         )

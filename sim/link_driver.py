@@ -44,7 +44,7 @@ from typing import Protocol
 from linkd.core import cluster as core
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
-from linkd.core.errors import ClusterError
+from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig
 from linkd.core.requests import Handshake
 from sim.cluster_node import SimCluster
@@ -81,6 +81,7 @@ class Observer(Protocol):
 class Peers(Protocol):
     def cluster_at(self, address: str) -> SimCluster | None: ...
     def host(self, cluster: SimCluster) -> SimHost: ...
+    def forget(self, cluster: SimCluster, name: str) -> None: ...
 
 
 def wire(config: LinkConfig) -> LinkConfig:
@@ -236,7 +237,10 @@ class LinkDriver:
             try:
                 serve(reply)
             except ClusterError as exc:
+                # The refusal travels back as the answer (a gRPC status).
                 self.queue.note(f"link {self.name} {kind} refused by remote: {exc.code.name}")
+                refusal = exc
+                reply(lambda: self._refused(refusal), CONTROL_MESSAGE_BYTES)
 
         self.queue.at(arrive, f"link {self.name} {kind} request", at_remote)
 
@@ -250,6 +254,15 @@ class LinkDriver:
         delay = lane.backoff_ms
         lane.backoff_ms = min(BACKOFF_MAX_MS, lane.backoff_ms * 2)
         self.queue.after(delay, f"link {self.name} {lane_name} retry", self._steps[lane_name])
+
+    def _refused(self, exc: ClusterError) -> None:
+        """The remote refused a call: the link's lane fails and backs off;
+        LINK_DELETED means the remote deleted the link, so this side deletes
+        its half (LinkRunner._handshake_once)."""
+        if exc.code == ErrorCode.LINK_DELETED:
+            self.peers.forget(self.dialer, self.name)
+            return
+        raise exc
 
     def _unreachable(self, lane: str) -> None:
         """The link names no cluster that exists: a call that cannot start."""

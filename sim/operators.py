@@ -100,6 +100,28 @@ class Operators:
         if driver is not None:
             driver.stop()
 
+    def forget(self, cluster: SimCluster, name: str) -> None:
+        """The remote deleted the link (LINK_DELETED): delete this half."""
+        counting, self.counting = self.counting, False
+        self.run(cluster.cluster_id, f"forget_deleted {name}", [
+            lambda now: procedures.forget_deleted(cluster.state, name, now)
+        ])
+        self.counting = counting
+
+    def tell_removals(self) -> None:
+        """LinkManager._tell_removals: every cluster with deleted links whose
+        remote has not confirmed tells it again."""
+        counting, self.counting = self.counting, False
+        for cid in sorted(self.world.clusters):
+            node = self.world.clusters[cid]
+            if node.up and node.links.pending_removals():
+                self.run(cid, "tell_removals", [self._tell_step(node)])
+        self.counting = counting
+
+    @staticmethod
+    def _tell_step(node: SimCluster) -> Step:
+        return lambda now: procedures.tell_removals(node.state, now)
+
     # -- running procedures ------------------------------------------------------------------
 
     def run(self, cluster: str, label: str, steps: list[Step], done: Done | None = None) -> None:

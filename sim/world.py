@@ -38,6 +38,7 @@ from typing import Any
 
 from linkd.core import cluster as core
 from linkd.core import link_admin
+from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
@@ -113,6 +114,7 @@ class Simulation:
         self.scripts: list[ScriptProducer] = []
         self._lossy: dict[tuple[str, str], PathParams] = {}  # path -> its params before
         self._heal_at_ms: int | None = None
+        self._removals_ms = 0
         self._state_sampled_ms = 0
 
     # -- hooks the workloads and drivers call ---------------------------------------------
@@ -609,6 +611,9 @@ class Simulation:
             node = self.clusters[cid]
             if node.up:
                 node.tick(now, self.logical_bytes)
+        if now - self._removals_ms >= rounds.HANDSHAKE_INTERVAL_MS:
+            self._removals_ms = now
+            self.ops.tell_removals()
         self._sample_link_states(now)
         if self._heal_at_ms is not None and self.converged():
             self.metrics.maximum("catchup_ms", now - self._heal_at_ms)

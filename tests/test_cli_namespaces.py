@@ -209,7 +209,8 @@ def test_client_library__namespaces(daemon: Daemon) -> None:
     with AdminClient(daemon.bootstrap) as admin:
         ns = admin.create_namespace("TOPIC", "t-", reserved=True)
         assert (ns.type, ns.prefix, ns.reserved, ns.attachments) == ("topic", "t-", True, [])
-        assert admin.set_reserved("topic", "t-", False).reserved is False
+        cleared = admin.set_reserved("topic", "t-", False)
+        assert cleared.namespace.reserved is False and cleared.aborted_transactions == []
         admin.create_namespace("principal", "User:svc-")
         assert [(n.type, n.prefix) for n in admin.list_namespaces()] == [
             ("topic", "t-"),

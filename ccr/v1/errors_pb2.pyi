@@ -180,6 +180,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """Retriable: reads of follower topics are refused while their SYNC link is
     SYNCING (spec section 6); they resume once it is IN_SYNC.
     """
+    LINK_DELETED: _ErrorCode.ValueType  # 82
+    """The remote deleted this link (it keeps a tombstone): the side that is
+    told deletes its half too.
+    """
     NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
     """--- Provenance and recovery (spec section 8) ------------------------------------
     Unclean link recovery refused: a partition holding records shares no
@@ -338,6 +342,10 @@ commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
 FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
 """Retriable: reads of follower topics are refused while their SYNC link is
 SYNCING (spec section 6); they resume once it is IN_SYNC.
+"""
+LINK_DELETED: ErrorCode.ValueType  # 82
+"""The remote deleted this link (it keeps a tombstone): the side that is
+told deletes its half too.
 """
 NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
 """--- Provenance and recovery (spec section 8) ------------------------------------

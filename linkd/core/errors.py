@@ -66,6 +66,7 @@ class ErrorCode(enum.IntEnum):
     LINK_NOT_FOLLOWING = 79
     LINK_NOT_IN_SYNC = 80
     FOLLOWER_SYNCING = 81
+    LINK_DELETED = 82
     NO_SHARED_HISTORY = 90
 
 

@@ -350,8 +350,10 @@ def refuse_unattachable(
 # -- deleting a link -------------------------------------------------------------------------
 
 
-def delete_link(state: ClusterState, link_name: str) -> list[Effect]:
-    """Detaches every namespace (followers stay reserved), then forgets the link."""
+def delete_link(state: ClusterState, link_name: str, told: bool = False) -> list[Effect]:
+    """Detaches every namespace (followers stay reserved), then forgets the
+    link, keeping its tombstone until the remote is `told` (spec section 3:
+    both sides' configurations converge, deletion included)."""
     config = state.links.get(link_name)
     records = []
     for mapping in config.attached_mappings():
@@ -359,7 +361,7 @@ def delete_link(state: ClusterState, link_name: str) -> list[Effect]:
     for ns in state.namespaces.list():
         if any(link == link_name for link, _ in ns.attachments):
             records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-    return journal(records + state.links.delete(link_name))
+    return journal(records + state.links.delete(link_name, told))
 
 
 # -- reservations ------------------------------------------------------------------------------

@@ -131,6 +131,8 @@ def accept_handshake(
             f"{theirs.local_cluster_id!r}: its credentials do not match",
         )
     existing = state.links.configs.get(theirs.name)
+    if existing is None or existing.link_id != theirs.link_id:
+        state.links.check_not_deleted(theirs.link_id, theirs.name)
     if create and existing is not None and existing.link_id != theirs.link_id:
         raise ClusterError(
             ErrorCode.LINK_EXISTS,

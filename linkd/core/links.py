@@ -56,6 +56,7 @@ DEFAULT_LAG_MAX_MS = 30_000
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_FETCH_SILENCE_MS = 2_000
 STATE_HISTORY_MAX = 32
+MAX_TOMBSTONES = 1_000
 
 
 class LinkState(enum.Enum):
@@ -359,6 +360,19 @@ class LinkRuntime:
 
 
 @dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A link deleted here. Until the remote confirms it deleted its half
+    (`told`), its handshakes are answered LINK_DELETED and this side retries
+    telling it at `address` ("" when this side never dialed the remote)."""
+
+    link_id: str
+    name: str
+    remote_cluster_id: str
+    address: str
+    told: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LinkLimits:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     lag_max_records: int = DEFAULT_LAG_MAX_RECORDS
@@ -388,6 +402,8 @@ class LinkTable:
         self._deferred: dict[str, int] | None = None
         # Set by the cluster: where a partition this cluster leads stands now.
         self.led_position: LedPosition | None = None
+        # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
+        self.tombstones: dict[str, Tombstone] = {}
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
@@ -588,11 +604,45 @@ class LinkTable:
         config.link_epoch += 1
         return self.store(config, now_ms)
 
-    def delete(self, name: str) -> list[dict[str, Any]]:
-        self.get(name)
-        del self.configs[name]
-        self.runtime.pop(name, None)
-        return [{"type": "link_delete", "name": name}]
+    def delete(self, name: str, told: bool = False) -> list[dict[str, Any]]:
+        """Forgets the link and keeps its tombstone: until the remote is
+        `told`, this side answers its handshakes LINK_DELETED (so it deletes
+        its half too) and retries telling it (`pending_removals`)."""
+        config = self.get(name)
+        record = {
+            "type": "link_delete",
+            "name": name,
+            "link_id": config.link_id,
+            "remote": config.remote_cluster_id,
+            "address": config.value("remote_bootstrap"),
+            "told": told,
+        }
+        self.apply_record(record)
+        return [record]
+
+    def removal_told(self, link_id: str) -> list[dict[str, Any]]:
+        """The remote confirmed it deleted its half of a deleted link."""
+        tomb = self.tombstones.get(link_id)
+        if tomb is None or tomb.told:
+            return []
+        record = {"type": "link_removal_told", "link_id": link_id}
+        self.apply_record(record)
+        return [record]
+
+    def pending_removals(self) -> list[Tombstone]:
+        """Deleted links whose remote has not confirmed, that this side can dial."""
+        return [t for _i, t in sorted(self.tombstones.items()) if not t.told and t.address]
+
+    def check_not_deleted(self, link_id: str, name: str) -> None:
+        """A remote's call about a link this side deleted: LINK_DELETED."""
+        tomb = self.tombstones.get(link_id)
+        if tomb is not None:
+            raise ClusterError(
+                ErrorCode.LINK_DELETED,
+                f"link {name!r}",
+                f"link {name!r} (id {link_id}) was deleted on cluster {self.cluster_id!r}; "
+                "the other side deletes its half too",
+            )
 
     # -- runtime: contact, progress, state ---------------------------------------------
 
@@ -931,12 +981,43 @@ class LinkTable:
         elif kind == "link_delete":
             self.configs.pop(record["name"], None)
             self.runtime.pop(record["name"], None)
+            if "link_id" in record:  # records written before tombstones have none
+                self.tombstones[str(record["link_id"])] = Tombstone(
+                    str(record["link_id"]),
+                    str(record["name"]),
+                    str(record["remote"]),
+                    str(record["address"]),
+                    bool(record["told"]),
+                )
+                while len(self.tombstones) > MAX_TOMBSTONES:
+                    del self.tombstones[next(iter(self.tombstones))]
+        elif kind == "link_removal_told":
+            tomb = self.tombstones.get(str(record["link_id"]))
+            if tomb is not None:
+                self.tombstones[tomb.link_id] = replace(tomb, told=True)
         else:
             raise ValueError(f"not a link record: {kind!r}")
 
     def snapshot(self) -> dict[str, Any]:
-        return {"links": [c.to_record() for _, c in sorted(self.configs.items())]}
+        return {
+            "links": [c.to_record() for _, c in sorted(self.configs.items())],
+            "tombstones": [
+                {
+                    "link_id": t.link_id,
+                    "name": t.name,
+                    "remote": t.remote_cluster_id,
+                    "address": t.address,
+                    "told": t.told,
+                }
+                for t in self.tombstones.values()
+            ],
+        }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         for r in snapshot.get("links", []):
             self.apply_record({"type": "link_config", "config": r})
+        for t in snapshot.get("tombstones", []):  # snapshots before tombstones have none
+            self.tombstones[str(t["link_id"])] = Tombstone(
+                str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),
+                bool(t["told"]),
+            )

@@ -111,8 +111,9 @@ def serve(
         try:
             config = state.links.by_id(request.link_id)
         except ClusterError:
-            return Served(None)
-        return Served(None, admin.delete_link(state, config.name), "", config.name)
+            return Served(None)  # deleted here already, or never known
+        notes = [f"link {config.name!r} deleted: the remote deleted it"]
+        return Served(None, admin.delete_link(state, config.name, True), "", config.name, notes)
     if isinstance(request, DescribePartitions):
         return Served(describe_partitions(state, request, now_ms))
     config = state.links.by_id(request.link_id)
@@ -282,18 +283,55 @@ def create_link(
 
 
 def delete_link(state: ClusterState, name: str, now_ms: int) -> Generator[Request, Any, None]:
-    """Stops the runner, tells the remote (best effort), forgets the link:
-    every namespace detached, followers stay reserved."""
+    """Stops the runner, tells the remote, forgets the link (every namespace
+    detached, followers stay reserved). A remote that cannot be told now is
+    told later (`tell_removals`), or learns it at its next handshake
+    (LINK_DELETED): the deletion converges like any change."""
     config = state.links.get(name)
     yield LinkDeleted(name)
     reply: Reply = yield Call(
         config.value("remote_bootstrap"), RemoveLink(config.link_id), f"link {name!r}: remove"
     )
-    if reply.error is not None:
-        yield Note("warning", f"link {name!r}: the remote was not told of the deletion: "
-                   f"{reply.error.message}")
-    yield Execute(tuple(admin.delete_link(state, name)))
+    told = _removed_there(reply)
+    if not told and reply.error is not None:
+        yield Note("warning", f"link {name!r}: the remote was not told of the deletion yet "
+                   f"(it will be): {reply.error.message}")
+    yield Execute(tuple(admin.delete_link(state, name, told)))
     yield Note("info", f"link {name!r} deleted")
+
+
+def _removed_there(reply: Reply) -> bool:
+    """The remote deleted its half, or holds none."""
+    return reply.error is None or reply.error.code in (
+        ErrorCode.UNKNOWN_LINK,
+        ErrorCode.LINK_DELETED,
+    )
+
+
+def tell_removals(state: ClusterState, now_ms: int) -> Generator[Request, Any, int]:
+    """Tells each remote that has not confirmed yet that a link was deleted
+    here (shells run it every HANDSHAKE_INTERVAL_MS). Returns how many were
+    told."""
+    told = 0
+    for tomb in state.links.pending_removals():
+        reply: Reply = yield Call(
+            tomb.address, RemoveLink(tomb.link_id), f"link {tomb.name!r}: remove"
+        )
+        if _removed_there(reply):
+            yield Execute(tuple(journal(state.links.removal_told(tomb.link_id))))
+            yield Note("info", f"link {tomb.name!r}: the remote was told of its deletion")
+            told += 1
+    return told
+
+
+def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Request, Any, None]:
+    """The dialing side heard LINK_DELETED: the remote deleted the link, so
+    this side deletes its half (followers stay reserved)."""
+    if name not in state.links.configs:
+        return
+    yield LinkDeleted(name)
+    yield Execute(tuple(admin.delete_link(state, name, True)))
+    yield Note("info", f"link {name!r} deleted: the remote deleted it")
 
 
 def set_mode(
@@ -603,9 +641,11 @@ __all__ = [
     "describe_partitions",
     "detach",
     "failover",
+    "forget_deleted",
     "recover",
     "reverse",
     "serve",
     "set_mode",
     "set_reserved",
+    "tell_removals",
 ]

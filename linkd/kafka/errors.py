@@ -75,6 +75,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.RESERVED_NAMESPACE: K.topic_authorization_failed,
         ErrorCode.ALREADY_FOLLOWING: K.policy_violation,
         ErrorCode.MAPPINGS_OVERLAP: K.policy_violation,
+        ErrorCode.LINK_DELETED: K.resource_not_found,
         ErrorCode.UNKNOWN_LINK: K.resource_not_found,
         ErrorCode.LINK_EXISTS: K.duplicate_resource,
         ErrorCode.LINK_UNREACHABLE: K.not_enough_replicas,
