@@ -487,7 +487,50 @@ def _loss_excuse(
     return ""
 
 
+def namespace_reserved(snap: ClusterSnap, topic: str) -> bool:
+    """Is the topic namespace that covers `topic` on this cluster (the longest
+    prefix) reserved? No namespace covers it: no."""
+    best: tuple[int, bool] | None = None
+    for (rtype, prefix), (reserved, _att) in snap.namespaces.items():
+        if rtype == "topic" and topic.startswith(prefix):
+            if best is None or len(prefix) > best[0]:
+                best = (len(prefix), reserved)
+    return best is not None and best[1]
+
+
+def reserved_throughout(op: Op, rounds: Sequence[Round], moves: Sequence[MoveRecord]) -> bool:
+    """Invariant 3 with the topology changing under the run: was the namespace
+    of an accepted write reserved in the status round before the write and
+    in the one after it, with no operator move in between (only moves change
+    a reservation)?"""
+    v = op.value
+    if not isinstance(v, Send):
+        return False
+    ordered = sorted(rounds, key=lambda r: r.start_ms)
+    before = _last_round_before(ordered, op.invoke_ms)
+    after = _first_round_after(ordered, op.complete_ms)
+    if before is None or after is None:
+        return False
+    for r in (before, after):
+        snap = r.clusters.get(op.cluster)
+        if snap is None or not namespace_reserved(snap, v.topic):
+            return False
+    return not any(
+        m.maybe_happened and m.begin_ms <= after.end_ms and m.end_ms >= before.start_ms
+        for m in moves
+    )
+
+
 # -- (c) hanging_transaction -----------------------------------------------------------------
+
+
+def _following_badly(snap: ClusterSnap, topic: str) -> bool:
+    """Does the cluster follow `topic` over a link that is not FOLLOWING or
+    IN_SYNC (its LSO then waits for markers it cannot fetch yet)?"""
+    return any(
+        link.state not in GOOD_STATES and link.follower_source(topic) is not None
+        for link in snap.links.values()
+    )
 
 
 def check_hanging_transactions(
@@ -497,6 +540,7 @@ def check_hanging_transactions(
     timeout_ms: int,
     bound_ms: int,
     rounds: Sequence[Round] = (),
+    not_converged: Iterable[tuple[str, str]] = (),
 ) -> list[Violation]:
     """Invariant 11. `final_offsets`: (cluster, topic, partition) -> (HW, LSO)
     read at `checked_ms` on every live cluster; `open_until_ms`: per cluster,
@@ -505,10 +549,14 @@ def check_hanging_transactions(
     end, LSO < HW is a violation when `checked_ms` is past every such
     transaction's timeout plus `bound_ms`. During the run (`rounds`), an LSO
     that stays at one value below the HW for longer than `timeout_ms +
-    bound_ms` is one too."""
+    bound_ms` is one too, except on a follower whose link is not FOLLOWING
+    or IN_SYNC then. Follower topics whose link did not converge
+    (`not_converged`: (cluster, topic)) are not judged at the end (the
+    liveness judgement names them)."""
     details: list[str] = []
+    skip = set(not_converged)
     for (cluster, topic, partition), (hw, lso) in sorted(final_offsets.items()):
-        if lso >= hw:
+        if lso >= hw or (cluster, topic) in skip:
             continue
         allowed = open_until_ms.get(cluster, -(10**12)) + timeout_ms + bound_ms
         if checked_ms <= allowed:
@@ -524,7 +572,7 @@ def check_hanging_transactions(
         for cluster, snap in rnd.clusters.items():
             for (topic, partition), ps in snap.partitions.items():
                 key = (cluster, topic, partition)
-                if ps.last_stable_offset >= ps.high_watermark:
+                if ps.last_stable_offset >= ps.high_watermark or _following_badly(snap, topic):
                     stuck.pop(key, None)
                     continue
                 lso, since = stuck.get(key, (-1, rnd.start_ms))
