@@ -203,8 +203,10 @@ def _covering(prefix: str, topic: str) -> bool:
 
 
 def check_status_rounds(rounds: Sequence[Round]) -> tuple[list[Violation], int]:
-    """Invariant 9. Returns (violations, claims judged)."""
-    details: list[str] = []
+    """Invariant 9. Returns (violations, claims judged). Consecutive false
+    claims of one partition on one link are one episode, reported once with
+    its first and last round."""
+    lies: list[tuple[tuple[str, str, int, str], int, str]] = []  # (key, round index, text)
     judged = 0
     ordered = sorted(rounds, key=lambda r: r.start_ms)
     for i, rnd in enumerate(ordered):
@@ -215,15 +217,13 @@ def check_status_rounds(rounds: Sequence[Round]) -> tuple[list[Violation], int]:
                 for row in link.rows:
                     if not row_is_claim(row):
                         continue
-                    where = (
-                        f"{cluster}:{row.topic}-{row.partition} on link {link.name} "
-                        f"({link.state}, lag 0, t={rnd.start_ms} ms)"
-                    )
+                    key = (cluster, row.topic, row.partition, link.name)
+                    where = f"{link.state}, lag 0, t={rnd.start_ms} ms"
                     if row.log_end_offset < row.source_high_watermark:
-                        details.append(
+                        lies.append((key, i, (
                             f"{where}: reports log end {row.log_end_offset} below its own "
                             f"source high watermark {row.source_high_watermark}"
-                        )
+                        )))  # fmt: skip
                         continue
                     source_topic = link.follower_source(row.topic)
                     if source_topic is None:
@@ -248,12 +248,37 @@ def check_status_rounds(rounds: Sequence[Round]) -> tuple[list[Violation], int]:
                             continue  # deleted and re-created in between
                     judged += 1
                     if row.log_end_offset < seen.high_watermark:
-                        details.append(
+                        lies.append((key, i, (
                             f"{where}: holds up to {row.log_end_offset}, but "
                             f"{link.remote}:{source_topic}-{row.partition} had high watermark "
                             f"{seen.high_watermark} at t={earlier.start_ms}-{earlier.end_ms} ms"
-                        )
-    return capped("status_lied", details), judged
+                        )))  # fmt: skip
+    return capped("status_lied", _episodes(lies, ordered)), judged
+
+
+def _episodes(
+    lies: Sequence[tuple[tuple[str, str, int, str], int, str]], ordered: Sequence[Round]
+) -> list[str]:
+    """One line per run of consecutive rounds in which one partition's row lied."""
+    by_key: dict[tuple[str, str, int, str], list[tuple[int, str]]] = {}
+    for key, i, text in lies:
+        by_key.setdefault(key, []).append((i, text))
+    out: list[tuple[int, str]] = []
+    for (cluster, topic, partition, link), found in by_key.items():
+        found.sort()
+        start = 0
+        for j in range(1, len(found) + 1):
+            if j < len(found) and found[j][0] == found[j - 1][0] + 1:
+                continue
+            first, last = found[start], found[j - 1]
+            span = (
+                f" (and in every round to t={ordered[last[0]].start_ms} ms: {j - start} rounds)"
+                if j - start > 1 else ""
+            )  # fmt: skip
+            out.append((first[0], f"{cluster}:{topic}-{partition} on link {link}: {first[1]}"
+                                  f"{span}"))  # fmt: skip
+            start = j
+    return [text for _i, text in sorted(out)]
 
 
 def _round_before(ordered: Sequence[Round], i: int, known_at_wall_ms: int) -> Round | None:

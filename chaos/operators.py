@@ -38,7 +38,6 @@ from chaos.judges import (
     Round,
     in_family,
     link_snap,
-    namespace_reserved,
 )
 from chaos.proxy import FaultProxy
 from sim.checkers import OffsetMove
@@ -53,6 +52,7 @@ CALL_TIMEOUT_S = 10.0
 # A manual reversal waits this long for the remote to hold the leader's log end.
 MANUAL_WAIT_S = 8.0
 REVERSE_TIMEOUT_MS = 8000
+UNRESERVE_RETRY_S = 5.0
 GAP_S = (0.8, 2.0)  # between two moves
 
 # Error codes after which the call's outcome is unknown (it may have happened).
@@ -343,9 +343,21 @@ def _manual_reverse(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -
         return "ok"
 
     def unreserve() -> str:
-        with op.admin(remote) as b:
-            b.set_reserved(m.resource_type, m.remote_prefix, False)
-        return "ok"
+        # The remote learns of the detach and the new attach through the
+        # link; until then it refuses (NAMESPACE_ATTACHED): retry, bounded,
+        # as an operator would.
+        deadline = time.monotonic() + UNRESERVE_RETRY_S
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                with op.admin(remote) as b:
+                    b.set_reserved(m.resource_type, m.remote_prefix, False)
+                return "ok" if tries == 1 else f"ok after {tries} tries"
+            except CcrError as exc:
+                if exc.code != "NAMESPACE_ATTACHED" or time.monotonic() >= deadline:
+                    raise
+            threading.Event().wait(0.3)
 
     steps = [
         (f"reserve {m.resource_type} {m.local_prefix!r} on {m.cluster}", reserve),
@@ -514,9 +526,12 @@ class StatusSampler(threading.Thread):
 
 
 def writable(snap: ClusterSnap, topic: str) -> bool:
-    """Does the cluster take client writes into `topic` (the topic namespace
-    that covers it, the longest, is not reserved; none covers it: yes)?"""
-    return not namespace_reserved(snap, topic)
+    """Should the cluster take client writes into `topic`: no topic namespace
+    that covers it is reserved, and no link of the cluster follows it?"""
+    for (rtype, prefix), (reserved, _att) in snap.namespaces.items():
+        if rtype == "topic" and reserved and topic.startswith(prefix):
+            return False
+    return not any(link.follower_source(topic) is not None for link in snap.links.values())
 
 
 def family_topics(rnd: Round | None, want_writable: bool) -> list[tuple[str, str, int]]:
