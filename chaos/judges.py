@@ -384,6 +384,7 @@ def check_silent_loss(
     live: Iterable[str],
     cuts: Cuts,
     t0_wall_ms: int = 0,
+    unreadable: Iterable[tuple[str, str, int]] = (),
 ) -> tuple[list[Violation], dict[str, int]]:
     """Invariant 10: every obligation (see `obligations`) is met by the
     follower's final log (the value at its offset, or anywhere in the
@@ -399,16 +400,23 @@ def check_silent_loss(
       was acknowledged after the source HW was learned
       (`source_hw_known_at_ms`), unless the link was IN_SYNC around the
       send (invariant 4: nothing acknowledged in IN_SYNC may be lost).
-    A follower that is not live at the end is not judged. Wall-clock times
-    of sends are `t0_wall_ms + complete_ms`. Returns (violations, counts)."""
+    A follower that is not live at the end, or whose final log could not be
+    read (`unreadable`: (cluster, topic, partition)), is not judged.
+    Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
+    (violations, counts)."""
     live_set = set(live)
+    not_read = set(unreadable)
     counts = {"obligations": 0, "reached": 0, "excused": 0, "not_judged": 0}
     details: list[str] = []
     for ob in obligations(history, rounds):
         o, v = ob.op, ob.op.value
         assert isinstance(v, Send)
         counts["obligations"] += 1
-        if ob.follower not in live_set or o.cluster not in live_set:
+        if (
+            ob.follower not in live_set
+            or o.cluster not in live_set
+            or (ob.follower, ob.follower_topic, v.partition) in not_read
+        ):
             counts["not_judged"] += 1
             continue
         flog = final.get((ob.follower, ob.follower_topic, v.partition))

@@ -215,6 +215,8 @@ class Run:
         self.end_offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         self.end_checked_ms = 0
         self.operator_checked: dict[str, int] = {}
+        # Partitions whose final log could not be read to the HW: (c, t, p) -> why.
+        self.unreadable: dict[tuple[str, str, int], str] = {}
 
     # -- logging ------------------------------------------------------------------------
 
@@ -848,6 +850,15 @@ class Run:
                 problems.append(
                     Violation("liveness", f"the final log of {c} could not be read: {exc}")
                 )
+        if self.operators_on and self.unreadable:
+            # A follower whose link is stuck (SYNCING refuses reads) cannot be
+            # read to its end: its partitions are not judged, and that is said.
+            for key in self.unreadable:
+                logs.pop(key, None)
+            problems += judges.capped("liveness", [
+                f"the final log of {c}:{t}-{p} could not be read to its high watermark "
+                f"({why})" for (c, t, p), why in sorted(self.unreadable.items())
+            ])  # fmt: skip
         return logs, problems
 
     def _final_logs_of(self, c: str, d: Daemon) -> FinalLogs:
@@ -857,8 +868,9 @@ class Run:
         for t in topics:
             for p in t.partitions:
                 logs[(c, t.name, p.partition)] = self._read_partition(
-                    d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark
-                )
+                    d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark,
+                    key=(c, t.name, p.partition),
+                )  # fmt: skip
         return logs
 
     def _judged_topic(self, name: str) -> bool:
@@ -937,11 +949,19 @@ class Run:
                     }
                 for p in parts:
                     key = (c, TOPIC, p.partition)
+                    if self.operators_on and key in self.unreadable:
+                        continue  # not judged (said in read_final_logs)
                     stable[key] = ends[p.partition]
-                    logs[key] = self._read_partition(
+                    log = self._read_partition(
                         d.bootstrap, TOPIC, p.partition, p.log_start_offset, ends[p.partition],
-                        read_committed=True,
+                        read_committed=True, key=("rc", f"{c}:{TOPIC}", p.partition),
                     )  # fmt: skip
+                    if self.operators_on and ("rc", f"{c}:{TOPIC}", p.partition) in (
+                        self.unreadable
+                    ):
+                        del stable[key]
+                        continue
+                    logs[key] = log
             except Exception as exc:
                 if self.operators_on and "UNKNOWN_TOPIC" in str(exc):
                     continue  # an operator deleted it there
@@ -958,7 +978,11 @@ class Run:
         start: int,
         end: int,
         read_committed: bool = False,
+        key: tuple[str, str, int] | None = None,
     ) -> dict[int, str]:
+        """The partition's records from `start` to `end`, bounded: 30 s in
+        all, 5 s without progress. A read that stops short is noted in
+        `unreadable` under `key` (when given)."""
         out: dict[int, str] = {}
         if end <= start:
             return out
@@ -967,24 +991,37 @@ class Run:
             {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False,
              "isolation.level": isolation}
         )  # fmt: skip
+        here = start
+        error = ""
         try:
             consumer.assign([TopicPartition(topic, partition, start)])
             deadline = time.monotonic() + 30
+            progress_at = time.monotonic()
             last = start - 1
             while last < end - 1 and time.monotonic() < deadline:
                 msgs = consumer.consume(1000, 0.5)
+                before = here
                 here = consumer.position([TopicPartition(topic, partition)])[0].offset
                 if not msgs and here >= end:
                     break
                 for m in msgs:
                     off, value = m.offset(), m.value()
                     if m.error() is not None or off is None:
+                        error = str(m.error())
                         continue
                     last = max(last, off)
                     if off < end and value is not None:
                         out[off] = value.decode(errors="replace")
+                if here > before or any(m.error() is None for m in msgs):
+                    progress_at = time.monotonic()
+                elif time.monotonic() - progress_at > 5.0:
+                    break
         finally:
             consumer.close()
+        if key is not None and last < end - 1 and here < end:
+            self.unreadable[key] = (
+                f"stopped at {max(last + 1, here)} of {end}" + (f": {error}" if error else "")
+            )
         return out
 
     def provenance_start(self, cluster: str, topic: str) -> dict[int, tuple[str, int]]:
@@ -1018,7 +1055,7 @@ class Run:
         out += checkers.check_duplicates(final)
         # read_committed polls are judged against what read_committed reveals.
         uncommitted = History([o for o in history.ops if not _rc_poll(o)])
-        out += checkers.check_consumers(uncommitted, final)
+        out += checkers.check_consumers(uncommitted, self._without_cuts(final))
         if committed is not None:
             rc = History([o for o in history.ops if _rc_poll(o) or isinstance(o.value, Send)])
             out += checkers.check_consumers(rc, committed)
@@ -1031,6 +1068,18 @@ class Run:
         out += self.check_sync_acks(history, final)
         out += self.check_follower_logs(final)
         out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
+        return out
+
+    def _without_cuts(self, final: FinalLogs) -> FinalLogs:
+        """With the operator nemesis, the final logs less the offsets a
+        reported truncation replaced: a reader that had passed such an offset
+        (a control marker then) did not skip the record now there."""
+        if not self.operators_on or not self.cuts:
+            return final
+        out: FinalLogs = {}
+        for key, log in final.items():
+            ranges = self.cuts.get(key, [])
+            out[key] = {o: v for o, v in log.items() if not any(a <= o < b for a, b in ranges)}
         return out
 
     def _topic_replaced(self, o: Op) -> bool:
@@ -1065,8 +1114,9 @@ class Run:
         lied, claims = judges.check_status_rounds(rounds)
         out += lied
         lost, counts = judges.check_silent_loss(
-            history.ops, rounds, moves, final, live, self.cuts, self.t0_wall_ms
-        )
+            history.ops, rounds, moves, final, live, self.cuts, self.t0_wall_ms,
+            set(self.unreadable),
+        )  # fmt: skip
         out += lost
         begun = self.txn_producer.last_begin_ms if self.txn_producer is not None else {}
         out += judges.check_hanging_transactions(
