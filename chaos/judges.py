@@ -30,6 +30,9 @@ Anomalies:
 - `admin_effect_missing` (12): an admin call that answered success (attach,
   detach, set-mode, create-link, delete-link) does not show on both sides at
   the end, and no later move could have changed it.
+- `refusal_missing` (spec section 4): `set-mode SYNC`, or `failover` without
+  `--force`, answered success while the link was far from FOLLOWING in the
+  two status rounds before the call.
 """
 
 from __future__ import annotations
@@ -785,6 +788,52 @@ def check_admin_effects(
         if problems:
             details.append(f"{what}, but " + "; ".join(problems))
     return capped("admin_effect_missing", details), judged
+
+
+# -- refusal_missing ---------------------------------------------------------------------------
+
+FAR_BEHIND = 100  # records: a follower row this far behind is not "within the lag bound"
+
+
+def _behind(snap: ClusterSnap, link: str) -> str:
+    """Why the link on this cluster is far from FOLLOWING ("" when it is not)."""
+    ls = snap.links.get(link)
+    if ls is None:
+        return ""
+    if ls.state == "DISCONNECTED":
+        return "DISCONNECTED"
+    lag = max((r.lag_records for r in ls.rows if r.role == "follower"), default=0)
+    return f"{ls.state}, {lag} records behind" if lag >= FAR_BEHIND else ""
+
+
+def check_refusals(moves: Sequence[MoveRecord], rounds: Sequence[Round]) -> list[Violation]:
+    """Calls the contract says must be refused but that answered success
+    (spec section 4): `set-mode SYNC` unless the link is FOLLOWING, and
+    `failover` without `--force` unless it is FOLLOWING / IN_SYNC with lag 0.
+    Judged only when the two status rounds before the call both showed the
+    calling cluster's side of the link far from it (DISCONNECTED, or a
+    follower partition at least FAR_BEHIND records behind), so that a link
+    that recovered in between is not named."""
+    ordered = sorted(rounds, key=lambda r: r.start_ms)
+    details: list[str] = []
+    for rec in moves:
+        m = rec.move
+        if rec.outcome != "ok":
+            continue
+        if not (m.kind is MoveKind.SET_MODE and m.mode == "SYNC") and not (
+            m.kind is MoveKind.FAILOVER and not m.force
+        ):
+            continue
+        before = [r for r in ordered if r.end_ms <= rec.begin_ms][-2:]
+        if len(before) < 2:
+            continue
+        why = [_behind(r.clusters.get(m.cluster, ClusterSnap()), m.link) for r in before]
+        if all(why):
+            details.append(
+                f"{m.describe()} answered success at t={rec.end_ms} ms although the link was "
+                f"{why[-1]} on {m.cluster} (t={before[0].start_ms}-{before[-1].end_ms} ms)"
+            )
+    return capped("refusal_missing", details)
 
 
 # -- parsing what the admin client answers (fields may be missing on older daemons) ----------

@@ -1127,6 +1127,7 @@ class Run:
             moves, self.final_links, self.final_namespaces, live
         )
         out += missing
+        out += judges.check_refusals(moves, rounds)
         errors = [
             f"{rec.move.describe()} at t={rec.begin_ms} ms: {rec.code}: {rec.message}"
             for rec in moves if rec.outcome == "error"

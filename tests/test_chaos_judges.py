@@ -301,3 +301,27 @@ def test_admin_effect_missing__later_moves_and_refusals_excuse() -> None:
 def test_in_family() -> None:
     assert in_family("orders-x", ["orders-"]) and in_family("r-r-orders-n0", ["orders-"])
     assert not in_family("pay-x", ["orders-"])
+
+
+# -- refusal_missing ----------------------------------------------------------------------------
+
+
+def test_refusal_missing__sync_while_far_behind_and_failover_without_force_disconnected() -> None:
+    from chaos.judges import check_refusals
+
+    behind = [rnd(i, {"B": follower(10, lag=500, state="CATCHING_UP", src_hw=510)})
+              for i in range(4)]  # fmt: skip
+    sync = MoveRecord(Move(MoveKind.SET_MODE, "B", link="ab", mode="SYNC"), 1000, 1010, "ok")
+    found = check_refusals([sync], behind)
+    assert len(found) == 1 and found[0].invariant == "refusal_missing"
+    assert "500 records behind" in found[0].detail
+    # Refused as it should be, or the link was close: nothing to say.
+    refused = MoveRecord(sync.move, 1000, 1010, "refused", "LINK_NOT_FOLLOWING", "no")
+    assert check_refusals([refused], behind) == []
+    close = [rnd(i, {"B": follower(10, lag=3, state="CATCHING_UP", src_hw=13)}) for i in range(4)]
+    assert check_refusals([sync], close) == []
+    cut = [rnd(i, {"B": follower(10, -1, "DISCONNECTED", lag_known=False)}) for i in range(4)]
+    failover = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab"), 1000, 1010, "ok")
+    assert len(check_refusals([failover], cut)) == 1
+    forced = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True), 1000, 1010, "ok")
+    assert check_refusals([forced], cut) == []
