@@ -441,30 +441,52 @@ def check_silent_loss(
     return capped("silent_loss", details), counts
 
 
-def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> MoveRecord | None:
-    """The first move after the send that ended the mapping: a detach of it
-    (either side's prefix), a delete of the link, or a failover on the
-    follower side of the link."""
-    o, v = ob.op, ob.op.value
+_REATTACHING = (MoveKind.ATTACH, MoveKind.RECOVER, MoveKind.MANUAL_REVERSE, MoveKind.REVERSE,
+                MoveKind.CREATE_LINK)  # fmt: skip
+
+
+def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
+    """Did this move (if it happened) end the mapping of the obligation: a
+    detach of it (either side's prefix), a delete of the link, or a failover
+    on the follower side of the link?"""
+    o, v, m = ob.op, ob.op.value, rec.move
     assert isinstance(v, Send)
-    for rec in sorted(moves, key=lambda r: r.begin_ms):
-        m = rec.move
-        if rec.end_ms < o.invoke_ms or m.link != ob.link or not rec.maybe_happened:
-            continue
-        if m.kind is MoveKind.DELETE_LINK:
-            return rec
-        if m.kind is MoveKind.DETACH and m.resource_type == "topic":
-            if (m.cluster == o.cluster and _covering(m.local_prefix, v.topic)) or (
-                m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)
-            ):
-                return rec
-        if m.kind is MoveKind.FAILOVER and m.cluster == ob.follower:
-            return rec
-    return None
+    if m.link != ob.link or not rec.maybe_happened:
+        return False
+    if m.kind is MoveKind.DELETE_LINK:
+        return True
+    if m.kind is MoveKind.DETACH and m.resource_type == "topic":
+        return (m.cluster == o.cluster and _covering(m.local_prefix, v.topic)) or (
+            m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)
+        )
+    return m.kind is MoveKind.FAILOVER and m.cluster == ob.follower
+
+
+def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> tuple[MoveRecord | None, bool]:
+    """(the move that ended the mapping, whether it ended before the send
+    was invoked). The first such move after the send; or, the acknowledging
+    side not having learned of it yet, the last one before the send, unless
+    a move that may have attached the mapping again came between."""
+    o = ob.op
+    ordered = sorted(moves, key=lambda r: r.begin_ms)
+    for rec in ordered:
+        if rec.end_ms >= o.invoke_ms and _ends_mapping(rec, ob):
+            return rec, False
+    earlier: MoveRecord | None = None
+    for rec in ordered:
+        if rec.end_ms >= o.invoke_ms:
+            break
+        if _ends_mapping(rec, ob):
+            earlier = rec
+        elif earlier is not None and rec.move.link == ob.link and rec.maybe_happened and (
+            rec.move.kind in _REATTACHING
+        ):
+            earlier = None
+    return earlier, earlier is not None
 
 
 def _ending_text(ob: Obligation, moves: Sequence[MoveRecord]) -> str:
-    rec = _ending(ob, moves)
+    rec, _before = _ending(ob, moves)
     if rec is None:
         return " (the mapping was never ended by a move)"
     return f" ({rec.move.describe()} at t={rec.begin_ms} ms: {_report_text(rec, ob)})"
@@ -503,9 +525,11 @@ def _loss_excuse(
             continue
         if (m.cluster, m.topic) in ((o.cluster, v.topic), (ob.follower, ob.follower_topic)):
             return "topic deleted"
-    ending = _ending(ob, moves)
+    ending, before_send = _ending(ob, moves)
     if ending is None:
         return ""
+    if before_send:
+        return f"ended by {ending.move.kind.value} before the send"
     if ending.move.kind is not MoveKind.FAILOVER:
         return f"ended by {ending.move.kind.value}"
     if ending.outcome != "ok":

@@ -325,3 +325,19 @@ def test_refusal_missing__sync_while_far_behind_and_failover_without_force_disco
     assert len(check_refusals([failover], cut)) == 1
     forced = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True), 1000, 1010, "ok")
     assert check_refusals([forced], cut) == []
+
+
+def test_silent_loss__a_follower_that_failed_over_before_the_send_owes_nothing() -> None:
+    # The acking side still describes the mapping (it has not heard of the
+    # failover): the send is not owed to the promoted follower...
+    history = [send("v2", 6, 1500)]
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {6: "b-own"}}
+    failover = failover_at(900, {"abandoned": []})
+    found, counts = check_silent_loss(history, _loss_rounds(), [failover], final, ["A", "B"], {})
+    assert found == [] and counts["excused"] == 1
+    # ...unless it attached again in between.
+    attach = Move(MoveKind.ATTACH, "B", link="ab", local_prefix="orders-",
+                  remote_prefix="orders-", leader="remote")  # fmt: skip
+    again = MoveRecord(attach, 1100, 1200, "ok")
+    found, _ = check_silent_loss(history, _loss_rounds(), [failover, again], final, ["A", "B"], {})
+    assert len(found) == 1

@@ -166,8 +166,8 @@ def test_real_run_with_the_operator_nemesis__every_move_recorded_and_judged() ->
     assert checked["end_partitions"] > 0, checked
     assert any(e.startswith("[") and "operator:" in e for e in summary["events"])
     known = {"status_lied", "silent_loss", "hanging_transaction", "config_diverged",
-             "admin_effect_missing", "refusal_missing", "liveness", "lost_write", "duplicate", "skip",
-             "nonmonotonic", "1 offset identity", "2 prefix", "3 reserved namespace",
+             "admin_effect_missing", "refusal_missing", "liveness", "lost_write", "duplicate",
+             "skip", "nonmonotonic", "1 offset identity", "2 prefix", "3 reserved namespace",
              "5 txn atomic", "6 replicated offsets"}  # fmt: skip
     assert {a["invariant"] for a in summary["anomalies"]} <= known, summary["anomalies"]
     assert proc.returncode in (0, 1)
