@@ -104,6 +104,14 @@ class LinkSnap:
                     best = m
         return None if best is None else best[2] + topic[len(best[1]) :]
 
+    def leading(self, topic: str) -> tuple[MappingKey, ...]:
+        """Every leader mapping of this side that covers `topic` (each one
+        replicates it, under its own follower name)."""
+        return tuple(
+            m for m in self.mappings
+            if m[0] == "topic" and m[3] == "local" and topic.startswith(m[1])
+        )  # fmt: skip
+
     def leads(self, topic: str) -> MappingKey | None:
         """The leader mapping of this side that covers `topic` (longest), or None."""
         best: MappingKey | None = None
@@ -330,9 +338,10 @@ def _first_round_after(rounds: Sequence[Round], ms: int) -> Round | None:
 
 
 def obligations(history: Iterable[Op], rounds: Sequence[Round]) -> list[Obligation]:
-    """Every acknowledged send, once per follower its namespace led to: the
+    """Every acknowledged send, once per follower topic it is led to: the
     acknowledging cluster described the link with a leader mapping covering
-    the topic in the last round before the send and the first one after."""
+    the topic in the last round before the send and the first one after
+    (every such mapping: nested ones replicate it under their own names)."""
     ordered = sorted(rounds, key=lambda r: r.start_ms)
     out: list[Obligation] = []
     for o in history:
@@ -352,12 +361,10 @@ def obligations(history: Iterable[Op], rounds: Sequence[Round]) -> list[Obligati
             later = a.links.get(name)
             if later is None or later.remote != link.remote:
                 continue
-            m1, m2 = link.leads(v.topic), later.leads(v.topic)
-            if m1 is None or m1 != m2:
-                continue
             in_sync = link.state == "IN_SYNC" and later.state == "IN_SYNC"
-            out.append(Obligation(o, name, link.remote, map_topic(v.topic, m1[1], m1[2]),
-                                  in_sync))  # fmt: skip
+            for m in sorted(set(link.leading(v.topic)) & set(later.leading(v.topic))):
+                out.append(Obligation(o, name, link.remote, map_topic(v.topic, m[1], m[2]),
+                                      in_sync))  # fmt: skip
     return out
 
 

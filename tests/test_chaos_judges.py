@@ -341,3 +341,21 @@ def test_silent_loss__a_follower_that_failed_over_before_the_send_owes_nothing()
     again = MoveRecord(attach, 1100, 1200, "ok")
     found, _ = check_silent_loss(history, _loss_rounds(), [failover, again], final, ["A", "B"], {})
     assert len(found) == 1
+
+
+def test_silent_loss__every_leader_mapping_that_covers_the_topic_is_owed() -> None:
+    nested = ("topic", "orders-x", "r-orders-x", "local")
+
+    def a(i: int) -> ClusterSnap:
+        snap = source(10 * i)
+        link = snap.links["ab"]
+        snap.links["ab"] = LinkSnap("ab", "A", "B", link.state, "ASYNC", (LEAD, nested))
+        return snap
+
+    rounds = [rnd(i, {"A": a(i), "B": follower(10 * i)}) for i in range(10)]
+    history = [send("v2", 6, 700)]
+    # The renamed copy has it, the plain one does not.
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {}, ("B", "r-orders-x", 0): {6: "v2"}}
+    found, counts = check_silent_loss(history, rounds, [], final, ["A", "B"], {})
+    assert counts["obligations"] == 2 and counts["reached"] == 1
+    assert len(found) == 1 and "B:orders-x-0" in found[0].detail
