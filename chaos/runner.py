@@ -388,6 +388,7 @@ class Run:
         if self.operators_on:
             grpc.route = self._route
             kafka.route = self._route_kafka
+            grpc.refusals_fail = kafka.refusals_fail = True
             probe.targets = self._reserved_targets
         if self.schedule.transactional:
             txn = TxnProducer("txn-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)

@@ -108,6 +108,13 @@ class TopicProducer(Workload):
         self.topic = topic
         self.partitions = partitions
         self.route: Route | None = None  # set: overrides target, topic and partition
+        # Record a produce refused with one of REFUSALS as `fail` (else `info`).
+        self.refusals_fail = False
+
+    def outcome(self, error: str) -> OpType:
+        if not error:
+            return "ok"
+        return "fail" if self.refusals_fail and refused(error) else "info"
 
     def where(self, n: int) -> tuple[str, str, str, int] | None:
         """(cluster, address, topic, partition) of the n-th record, or None."""
@@ -164,7 +171,7 @@ class GrpcProducer(TopicProducer):
             invoke = self.recorder.now_ms()
             error, offset = send_one(producer, topic, value, partition, SEND_TIMEOUT_S + 2)
             complete = self.recorder.now_ms()
-            op_type: OpType = "ok" if not error else ("fail" if refused(error) else "info")
+            op_type: OpType = self.outcome(error)
             if op_type == "info":
                 self.errors += 1
                 _close_quietly(producer)
@@ -238,7 +245,7 @@ class KafkaProducer(TopicProducer):
             invoke = self.recorder.now_ms()
             error, offset = send_one(producer, topic, value.encode(), partition, SEND_TIMEOUT_S + 2)
             complete = self.recorder.now_ms()
-            op_type: OpType = "ok" if not error else ("fail" if refused(error) else "info")
+            op_type: OpType = self.outcome(error)
             if op_type != "ok":
                 self.errors += 1
                 producer = None  # a fresh producer (and producer id) after any doubt
