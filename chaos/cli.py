@@ -2,13 +2,17 @@
 
     ccr-chaos run --seed N [--schedule NAME] [--mode async|sync] [--clusters K]
                   [--phase-s S] [--plant-bug ack-before-replicate] [--json] [--keep]
-                  [--no-twin]
+                  [--no-twin] [--operators | --no-operators]
     ccr-chaos runs --count N [--first-seed S] [--phase-s S] [--json] [--no-twin]
+                  [--operators | --no-operators]
     ccr-chaos --runs N            (the same as `runs --count N`)
     ccr-chaos schedule --seed N [...]   print the schedule only (JSON), run nothing
 
 Every run also runs its simulator twin (chaos/twin.py, a second or so; `--no-twin`
-skips it): `run --json` then has a `twin` field, `runs` a twin column. A twin
+skips it): `run --json` then has a `twin` field, `runs` a twin column. The
+operator nemesis (chaos/operators.py) is drawn per seed for random schedules
+(about half of them); `--operators` / `--no-operators` force it on or off.
+Runs with it have no twin (the simulator does not replay operator moves). A twin
 disagreement is printed as `TWIN seed=N differs: ...`; it does not change the
 exit code, which judges the real run only.
 
@@ -57,6 +61,7 @@ def _schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--phase-s", type=float, default=20.0, help="length of the nemesis phase (default 20)"
     )
+    _operators_arg(p)
     p.add_argument(
         "--plant-bug",
         choices=list(PLANTED_BUGS),
@@ -75,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print JSON")
     _twin_arg(p)
+    _operators_arg(p)
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="one run")
     _schedule_args(run)
@@ -88,9 +94,21 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--phase-s", type=float, default=20.0)
     runs.add_argument("--json", action="store_true")
     _twin_arg(runs)
+    _operators_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
     return p
+
+
+def _operators_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--operators",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="force the operator nemesis (KIP-986's operator moves drawn at random) on or "
+        "off; default: random schedules draw it for about half the seeds, classics run "
+        "without it",
+    )
 
 
 def _twin_arg(p: argparse.ArgumentParser) -> None:
@@ -115,13 +133,17 @@ def replay_command(args: argparse.Namespace) -> str:
         parts += ["--phase-s", f"{args.phase_s:g}"]
     if args.plant_bug:
         parts += ["--plant-bug", args.plant_bug]
+    operators = getattr(args, "operators", None)
+    if operators is not None:
+        parts.append("--operators" if operators else "--no-operators")
     return " ".join(parts)
 
 
 def build_schedule(args: argparse.Namespace) -> Schedule:
     return make_schedule(
-        args.seed, args.schedule, args.phase_s, args.mode, args.clusters, args.plant_bug
-    )
+        args.seed, args.schedule, args.phase_s, args.mode, args.clusters, args.plant_bug,
+        getattr(args, "operators", None),
+    )  # fmt: skip
 
 
 def run_one(args: argparse.Namespace, quiet: bool = False) -> RunResult:
@@ -195,20 +217,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if not result.anomalies and result.converged else EXIT_ANOMALY
 
 
-def cmd_runs(count: int, first_seed: int, phase_s: float, as_json: bool, twin: bool = True) -> int:
+def cmd_runs(
+    count: int,
+    first_seed: int,
+    phase_s: float,
+    as_json: bool,
+    twin: bool = True,
+    operators: bool | None = None,
+) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     for seed in range(first_seed, first_seed + count):
         args = argparse.Namespace(
             seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
-            plant_bug="", keep=False, converge_s=40.0, twin=twin,
+            plant_bug="", keep=False, converge_s=40.0, twin=twin, operators=operators,
         )  # fmt: skip
         schedule = build_schedule(args)
         row: dict[str, Any] = {
             "seed": seed,
             "mode": schedule.mode,
             "clusters": len(schedule.clusters),
-            "nemeses": ",".join(schedule.nemeses),
+            "nemeses": ",".join(schedule.nemeses) + (",operators" if schedule.operators else ""),
             "replay": replay_command(args),
         }
         try:
@@ -276,11 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.runs is not None:
             if args.runs < 1:
                 parser.error("--runs must be at least 1")
-            return cmd_runs(args.runs, args.first_seed, 20.0, args.json, args.twin)
+            return cmd_runs(
+                args.runs, args.first_seed, 20.0, args.json, args.twin, args.operators
+            )
         if args.command == "run":
             return cmd_run(args)
         if args.command == "runs":
-            return cmd_runs(args.count, args.first_seed, args.phase_s, args.json, args.twin)
+            return cmd_runs(
+                args.count, args.first_seed, args.phase_s, args.json, args.twin, args.operators
+            )
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))
             return 0

@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from admin import AdminClient, Consumer, TopicPartition
+from chaos import judges
 from chaos.daemons import Daemon, DaemonError
+from chaos.judges import Cuts, LinkSnap
+from chaos.operators import (
+    FAMILIES,
+    OperatorNemesis,
+    StatusSampler,
+    family_topics,
+    writable,
+)
 from chaos.proxy import FaultProxy
 from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
 from chaos.twin import AppliedStep, FinalState, RealRun
@@ -75,6 +84,12 @@ SETUP_TIMEOUT_S = 40.0
 CONVERGE_S = 40.0
 LINK_LAG_MAX_MS = 3000
 GOOD_STATES = ("FOLLOWING", "IN_SYNC")
+# Runs with the operator nemesis: the transactional producer's timeout, and how
+# long past it a transaction may stay open before it is a hanging one.
+TXN_TIMEOUT_MS = 10_000
+TXN_BOUND_MS = 5_000
+# Records a producer sends to one (cluster, topic) before routing moves on.
+ROUTE_RUN = 20
 
 
 @dataclass
@@ -93,13 +108,18 @@ class RunResult:
     workdir: str = ""
     twin: dict[str, Any] | None = None  # the simulator twin's verdict (chaos/twin.py)
     # What invariants 5 and 6 were judged on: read_committed polls, transactions,
-    # offset samples and moves reported by recoveries.
+    # offset samples and moves reported by recoveries (and, with the operator
+    # nemesis, what invariants 9-12 were judged on).
     checked: dict[str, int] = field(default_factory=dict)
+    # The operator nemesis: every move and its outcome, counts, refusal codes.
+    operators: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if self.twin is None:
             del out["twin"]
+        if self.operators is None:
+            del out["operators"]
         return out
 
 
@@ -146,7 +166,9 @@ class Run:
         twin: bool = False,
     ) -> None:
         self.schedule = schedule
-        self.twin = twin
+        self.operators_on = schedule.operators
+        # The twin does not replay operator moves.
+        self.twin = twin and not self.operators_on
         self.replay = replay
         self.keep = keep
         self.converge_s = converge_s
@@ -179,6 +201,22 @@ class Run:
         self.workloads_started_ms = 0
         self.healed_ms = (0, 0)
         self.final_state: FinalState | None = None
+        # The operator nemesis (chaos/operators.py) and what it needs.
+        self.lifecycle = threading.RLock()  # daemon kill/start/pause from two threads
+        self.extra_proxies: list[FaultProxy] = []  # links the operators created
+        self.cuts: Cuts = {}  # reported truncations as offset ranges (silent_loss)
+        self.status: StatusSampler | None = None
+        self.operator: OperatorNemesis | None = None
+        self.txn_producer: TxnProducer | None = None
+        self.t0_wall_ms = int(time.time() * 1000) - self.recorder.now_ms()
+        self.final_links: dict[str, dict[str, LinkSnap]] = {}
+        self.final_namespaces: dict[str, dict[tuple[str, str], tuple[bool, tuple[str, ...]]]] = {}
+        self.provenance: dict[tuple[str, str], dict[str, Any]] = {}
+        self.end_offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
+        self.end_checked_ms = 0
+        self.operator_checked: dict[str, int] = {}
+        # Partitions whose final log could not be read to the HW: (c, t, p) -> why.
+        self.unreadable: dict[tuple[str, str, int], str] = {}
 
     # -- logging ------------------------------------------------------------------------
 
@@ -230,6 +268,13 @@ class Run:
             for link in self.links.values():
                 self._wait_link(link, ("IN_SYNC",), SETUP_TIMEOUT_S)
         self.note(f"topology ready: {s.mode} links {', '.join(self.links)}")
+        if self.operators_on:
+            # Status rounds until the readers stop (through the liveness phase).
+            self.status = StatusSampler(self, self.stop_readers)
+            self.status.start()
+            self.operator = OperatorNemesis(self, s.seed)
+            wait_for("a first status round", lambda: bool(self.status and self.status.rounds),
+                     10.0, 0.1)  # fmt: skip
 
     def _create_link(
         self, name: str, source: str, follower: str, i: int, attach: bool = True
@@ -282,19 +327,76 @@ class Run:
             if c not in self.unreserved_at and not self.daemons[c].lost
         ]
 
+    # -- routing, for runs with the operator nemesis -----------------------------------------
+
+    def _route(self, n: int, kafka: bool = False) -> tuple[str, str, str, int] | None:
+        """The n-th record's (cluster, address, topic, partition): the family
+        topics that the latest status round says take writes, ROUTE_RUN
+        records to one before moving on."""
+        targets = family_topics(self.status.latest() if self.status else None, True)
+        targets = [t for t in targets if self._reachable(t[0])]
+        if not targets:
+            return None
+        c, topic, partitions = targets[(n // ROUTE_RUN) % len(targets)]
+        d = self.daemons[c]
+        return (c, d.kafka_bootstrap if kafka else d.bootstrap, topic, n % partitions)
+
+    def _route_kafka(self, n: int) -> tuple[str, str, str, int] | None:
+        return self._route(n, kafka=True)
+
+    def _route_txn(self, n: int) -> tuple[str, str, str, int] | None:
+        """Transactions prefer the data topic where it takes writes."""
+        targets = family_topics(self.status.latest() if self.status else None, True)
+        targets = [t for t in targets if self._reachable(t[0])]
+        mine = [t for t in targets if t[1] == TOPIC] or targets
+        if not mine:
+            return None
+        c, topic, partitions = mine[(n // (3 * ROUTE_RUN)) % len(mine)]
+        return (c, self.daemons[c].bootstrap, topic, n % partitions)
+
+    def _reachable(self, cluster: str) -> bool:
+        d = self.daemons[cluster]
+        return not d.lost and d.running and not d.paused
+
+    def _committer_target(self) -> tuple[str, str] | None:
+        rnd = self.status.latest() if self.status else None
+        if rnd is None:
+            return None
+        for c, snap in sorted(rnd.clusters.items()):
+            if (TOPIC, 0) in snap.partitions and writable(snap, TOPIC) and self._reachable(c):
+                return (c, self.daemons[c].bootstrap)
+        return None
+
+    def _reserved_targets(self) -> list[tuple[str, str, str]]:
+        targets = family_topics(self.status.latest() if self.status else None, False)
+        out = [(c, self.daemons[c].bootstrap, t) for c, t, _p in targets if self._reachable(c)]
+        return out[:4]
+
     def start_workloads(self) -> None:
         r, stop = self.recorder, self.stop_workloads
         self.workloads_started_ms = r.now_ms()
+        grpc = GrpcProducer("grpc-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)
+        kafka = KafkaProducer("kafka-producer", r, stop, self._leader_kafka, TOPIC, PARTITIONS)
+        probe = ReservedProbe(r, stop, self._probe_targets, TOPIC)
+        committer_target = self._committer_target if self.operators_on else self._leader_grpc
         self.workloads = [
-            GrpcProducer("grpc-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS),
-            KafkaProducer("kafka-producer", r, stop, self._leader_kafka, TOPIC, PARTITIONS),
-            ReservedProbe(r, stop, self._probe_targets, TOPIC),
-            GroupCommitter(r, stop, self._leader_grpc, GROUP, TOPIC, PARTITIONS),
+            grpc,
+            kafka,
+            probe,
+            GroupCommitter(r, stop, committer_target, GROUP, TOPIC, PARTITIONS),
         ]
+        if self.operators_on:
+            grpc.route = self._route
+            kafka.route = self._route_kafka
+            grpc.refusals_fail = kafka.refusals_fail = True
+            probe.targets = self._reserved_targets
         if self.schedule.transactional:
-            self.workloads.append(
-                TxnProducer("txn-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)
-            )
+            txn = TxnProducer("txn-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)
+            if self.operators_on:
+                txn.route = self._route_txn
+                txn.txn_timeout_ms = TXN_TIMEOUT_MS
+            self.txn_producer = txn
+            self.workloads.append(txn)
         for c, d in self.daemons.items():
             role = "source_consumer" if c == SOURCE else "target_consumer"
             reader = Reader(
@@ -318,7 +420,11 @@ class Run:
         return [*self.readers.values(), *self.rc_readers.values()]
 
     def _sampled_followers(self) -> list[str]:
-        """Clusters following a live link now, not failed over, up and running."""
+        """Clusters following a live link now, not failed over, up and running
+        (with the operator nemesis: whose group namespace follows a link, by
+        the latest status round)."""
+        if self.operators_on:
+            return sorted(c for c in self._group_links() if self._reachable(c))
         out = set()
         for link in list(self.links.values()):
             d = self.daemons[link.follower]
@@ -331,6 +437,26 @@ class Run:
             ):
                 out.add(link.follower)
         return sorted(out)
+
+    def _group_links(self) -> dict[str, str]:
+        """cluster -> the link its group namespace GROUP_PREFIX follows (latest round)."""
+        rnd = self.status.latest() if self.status else None
+        out: dict[str, str] = {}
+        for c, snap in (rnd.clusters.items() if rnd else ()):
+            entry = snap.namespaces.get(("group", GROUP_PREFIX))
+            for attachment in entry[1] if entry else ():
+                link, _sep, role = attachment.rpartition(":")
+                if role == "follower":
+                    out[c] = link
+        return out
+
+    def offset_group_key(self, cluster: str, group: str, link: str = "") -> str:
+        """The group name samples and moves are judged under: with the operator
+        nemesis, one series per link the group follows (a follower that
+        starts following another source is not moving back)."""
+        if not self.operators_on:
+            return group
+        return f"{group} via {link or self._group_links().get(cluster, '?')}"
 
     def _sample_offsets(self) -> None:
         """Invariant 6: every OFFSET_SAMPLE_S, each follower's committed offsets
@@ -353,11 +479,12 @@ class Run:
                     except Exception:
                         continue
                     end = self.recorder.now_ms()
+                    key = self.offset_group_key(c, GROUP)
                     for tp in committed:
                         if tp.topic != TOPIC or tp.offset < 0 or tp.partition not in hws:
                             continue
                         self.offset_samples.append(OffsetSample(
-                            c, GROUP, tp.topic, tp.partition, tp.offset, hws[tp.partition],
+                            c, key, tp.topic, tp.partition, tp.offset, hws[tp.partition],
                             start, end,
                         ))  # fmt: skip
                 self.stop_readers.wait(OFFSET_SAMPLE_S)
@@ -411,17 +538,21 @@ class Run:
             elif op == "heal":
                 self.links[args[0]].proxy.heal()
             elif op == "pause":
-                self.daemons[args[0]].pause()
+                with self.lifecycle:
+                    self.daemons[args[0]].pause()
             elif op == "resume":
-                self.daemons[args[0]].resume()
+                with self.lifecycle:
+                    self.daemons[args[0]].resume()
             elif op == "kill":
-                self.daemons[args[0]].kill9()
+                with self.lifecycle:
+                    self.daemons[args[0]].kill9()
             elif op == "restart":
                 self._restart(args[0])
             elif op == "lose":
                 d = self.daemons[args[0]]
-                d.kill9()
-                d.lost = True
+                with self.lifecycle:
+                    d.kill9()
+                    d.lost = True
                 for link in self.links.values():
                     if args[0] in (link.source, link.follower):
                         link.live = False
@@ -449,11 +580,22 @@ class Run:
             self.note(f"nemesis: {op} failed: {type(exc).__name__}: {exc}")
 
     def _restart(self, cluster: str) -> None:
-        d = self.daemons[cluster]
-        if d.lost or d.running:
-            return
-        d.start()
-        d.wait_ready()
+        with self.lifecycle:
+            d = self.daemons[cluster]
+            if d.lost or d.running:
+                return
+            d.start()
+            d.wait_ready()
+
+    def restart_daemon(self, cluster: str) -> None:
+        """The operator's restart: kill -9, then start on the same data dir."""
+        with self.lifecycle:
+            d = self.daemons[cluster]
+            if d.lost:
+                raise ChaosError(f"{cluster} is lost")
+            d.kill9()
+            d.start()
+            d.wait_ready()
 
     def _failover(self, cluster: str, link_name: str) -> None:
         self.unreserved_at[cluster] = self.recorder.now_ms()
@@ -513,6 +655,16 @@ class Run:
     def nemesis_phase(self) -> None:
         start = time.monotonic()
         pause = threading.Event()
+        operators: threading.Thread | None = None
+        if self.operator is not None:
+            # Moves until a second before the phase ends (a move in progress finishes).
+            operators = threading.Thread(
+                target=self.operator.loop,
+                args=(self.stop_workloads, start + self.schedule.phase_s - 1.0),
+                name="chaos-operators",
+                daemon=True,
+            )
+            operators.start()
         for step in sorted(self.schedule.steps, key=lambda x: x.at_s):
             delay = start + step.at_s - time.monotonic()
             if delay > 0:
@@ -521,15 +673,20 @@ class Run:
         rest = start + self.schedule.phase_s - time.monotonic()
         if rest > 0:
             pause.wait(rest)
+        if operators is not None:
+            operators.join(timeout=90)
 
     def heal_all(self) -> None:
         begin = self.recorder.now_ms()
         for link in self.links.values():
             link.proxy.heal()
+        for proxy in self.extra_proxies:
+            proxy.heal()
         for c, d in self.daemons.items():
             if d.lost:
                 continue
-            d.resume()
+            with self.lifecycle:
+                d.resume()
             if not d.running:
                 self._restart(c)
         self.healed_ms = (begin, self.recorder.now_ms())
@@ -602,18 +759,83 @@ class Run:
         return problems
 
     def wait_converged(self) -> list[str]:
+        """Liveness problems left at the deadline (none: converged). With the
+        operator nemesis, configuration differences left then are kept in
+        `config_problems` (judged as `config_diverged`)."""
         deadline = time.monotonic() + self.converge_s
         pause = threading.Event()
         problems = ["not checked"]
+        self.config_problems: list[str] = []
         while time.monotonic() < deadline:
+            config: list[str] = []
             try:
-                problems = self.convergence_problems()
+                if self.operators_on:
+                    problems, config = self.operator_convergence_problems()
+                else:
+                    problems = self.convergence_problems()
             except Exception as exc:
                 problems = [f"{type(exc).__name__}: {exc}"]
-            if not problems:
+            self.config_problems = config
+            if not problems and not config:
                 return []
             pause.wait(0.5)
         return problems
+
+    def _live(self) -> list[str]:
+        return sorted(c for c, d in self.daemons.items() if not d.lost)
+
+    def read_config(self) -> None:
+        """Every link and namespace of every live cluster, as described now."""
+        links: dict[str, dict[str, LinkSnap]] = {}
+        namespaces: dict[str, dict[tuple[str, str], tuple[bool, tuple[str, ...]]]] = {}
+        for c in self._live():
+            with _admin(self.daemons[c].bootstrap, 5000) as a:
+                links[c] = {info.name: judges.link_snap(info) for info in a.list_links()}
+                namespaces[c] = {
+                    (ns.type, ns.prefix): (ns.reserved, tuple(ns.attachments))
+                    for ns in a.list_namespaces()
+                }
+        self.final_links, self.final_namespaces = links, namespaces
+
+    def operator_convergence_problems(self) -> tuple[list[str], list[str]]:
+        """Invariant 7 and liveness over every link any live cluster holds:
+        (liveness problems, configuration differences). Liveness: both sides
+        FOLLOWING or IN_SYNC, and every follower topic of every follower
+        mapping at its source topic's high watermarks."""
+        self.read_config()
+        live = self._live()
+        hws: dict[str, dict[str, list[int]]] = {}
+        for c in live:
+            with _admin(self.daemons[c].bootstrap, 5000) as a:
+                hws[c] = {
+                    t.name: [p.high_watermark for p in t.partitions] for t in a.list_topics()
+                }
+        problems: list[str] = []
+        self.not_converged: set[tuple[str, str]] = set()
+        for c, links in sorted(self.final_links.items()):
+            for name, snap in sorted(links.items()):
+                if snap.remote not in live:
+                    continue
+                if snap.state not in GOOD_STATES:
+                    problems.append(f"link {name} is {snap.state} on {c}")
+                for rtype, local, remote, leader in snap.mappings:
+                    if rtype != "topic" or leader != "remote":
+                        continue
+                    for topic, source_hws in sorted(hws[snap.remote].items()):
+                        if not topic.startswith(remote):
+                            continue
+                        mine = judges.map_topic(topic, remote, local)
+                        if snap.follower_source(mine) != topic:
+                            continue  # another (longer) mapping covers it
+                        here = hws[c].get(mine)
+                        if here != source_hws or snap.state not in GOOD_STATES:
+                            self.not_converged.add((c, mine))
+                        if here != source_hws:
+                            problems.append(
+                                f"{mine} on {c} (link {name}): high watermarks {here}, "
+                                f"{source_hws} on {snap.remote}:{topic}"
+                            )
+        return problems, judges.config_differences(self.final_links, live)
 
     # -- final logs and judgement ---------------------------------------------------------
 
@@ -629,18 +851,83 @@ class Run:
                 problems.append(
                     Violation("liveness", f"the final log of {c} could not be read: {exc}")
                 )
+        if self.operators_on and self.unreadable:
+            # A follower whose link is stuck (SYNCING refuses reads) cannot be
+            # read to its end: its partitions are not judged, and that is said.
+            for key in self.unreadable:
+                logs.pop(key, None)
+            problems += judges.capped("liveness", [
+                f"the final log of {c}:{t}-{p} could not be read to its high watermark "
+                f"({why})" for (c, t, p), why in sorted(self.unreadable.items())
+            ])  # fmt: skip
         return logs, problems
 
     def _final_logs_of(self, c: str, d: Daemon) -> FinalLogs:
         logs: FinalLogs = {}
         with _admin(d.bootstrap, 10000) as a:
-            topics = [t for t in a.list_topics() if t.name.startswith(self.prefixes)]
+            topics = [t for t in a.list_topics() if self._judged_topic(t.name)]
         for t in topics:
             for p in t.partitions:
                 logs[(c, t.name, p.partition)] = self._read_partition(
-                    d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark
-                )
+                    d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark,
+                    key=(c, t.name, p.partition),
+                )  # fmt: skip
         return logs
+
+    def _judged_topic(self, name: str) -> bool:
+        """The topics whose final logs are read: the schedule's prefixes, and,
+        with the operator nemesis, every topic of the families (renamed too)."""
+        if name.startswith(self.prefixes):
+            return True
+        return self.operators_on and judges.in_family(name, FAMILIES)
+
+    def read_provenance(self) -> None:
+        """With the operator nemesis: every judged topic's provenance on every
+        live cluster; its `truncated` entries are reported truncations."""
+        for c in self._live():
+            with _admin(self.daemons[c].bootstrap, 10000) as a:
+                names = [t.name for t in a.list_topics() if self._judged_topic(t.name)]
+                for name in names:
+                    try:
+                        prov = a.get_provenance(name)
+                    except Exception:
+                        continue
+                    self.provenance[(c, name)] = prov
+                    for p in prov["partitions"]:
+                        key = (c, name, int(p["partition"]))
+                        for e in p["provenance"]:
+                            if e["kind"] != "truncated":
+                                continue
+                            start, removed = int(e["offset"]), int(e["removed_records"])
+                            self.truncations.setdefault(key, []).append(start)
+                            self.cuts.setdefault(key, []).append((start, start + max(removed, 1)))
+
+    def _end_offsets(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        out: dict[tuple[str, str, int], tuple[int, int]] = {}
+        for c in self._live():
+            with _admin(self.daemons[c].bootstrap, 5000) as a:
+                for t in a.list_topics():
+                    for p in t.partitions:
+                        out[(c, t.name, p.partition)] = (p.high_watermark, p.last_stable_offset)
+        return out
+
+    def read_end_offsets(self) -> None:
+        """Invariant 11 at the end: every partition's (HW, LSO) on every live
+        cluster, once every transaction begun has had its timeout plus the
+        bound (bounded; earlier if every LSO already equals its HW)."""
+        begun = self.txn_producer.last_begin_ms if self.txn_producer is not None else {}
+        due = max(begun.values(), default=0) + TXN_TIMEOUT_MS + TXN_BOUND_MS + 500
+        pause = threading.Event()
+        while True:
+            try:
+                self.end_offsets = self._end_offsets()
+            except Exception as exc:
+                self.note(f"end offsets not readable: {type(exc).__name__}: {exc}")
+            self.end_checked_ms = self.recorder.now_ms()
+            settled = all(lso >= hw for hw, lso in self.end_offsets.values())
+            if settled or self.end_checked_ms >= due:
+                return
+            pause.wait(0.5)
 
     def read_committed_logs(self) -> tuple[FinalLogs, StableEnds, list[Violation]]:
         """Invariant 5: the data topic's final logs as a read_committed reader
@@ -663,12 +950,22 @@ class Run:
                     }
                 for p in parts:
                     key = (c, TOPIC, p.partition)
+                    if self.operators_on and key in self.unreadable:
+                        continue  # not judged (said in read_final_logs)
                     stable[key] = ends[p.partition]
-                    logs[key] = self._read_partition(
+                    log = self._read_partition(
                         d.bootstrap, TOPIC, p.partition, p.log_start_offset, ends[p.partition],
-                        read_committed=True,
+                        read_committed=True, key=("rc", f"{c}:{TOPIC}", p.partition),
                     )  # fmt: skip
+                    if self.operators_on and ("rc", f"{c}:{TOPIC}", p.partition) in (
+                        self.unreadable
+                    ):
+                        del stable[key]
+                        continue
+                    logs[key] = log
             except Exception as exc:
+                if self.operators_on and "UNKNOWN_TOPIC" in str(exc):
+                    continue  # an operator deleted it there
                 problems.append(
                     Violation("liveness", f"the read_committed log of {c} could not be read: {exc}")
                 )
@@ -682,7 +979,11 @@ class Run:
         start: int,
         end: int,
         read_committed: bool = False,
+        key: tuple[str, str, int] | None = None,
     ) -> dict[int, str]:
+        """The partition's records from `start` to `end`, bounded: 30 s in
+        all, 5 s without progress. A read that stops short is noted in
+        `unreadable` under `key` (when given)."""
         out: dict[int, str] = {}
         if end <= start:
             return out
@@ -691,24 +992,37 @@ class Run:
             {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False,
              "isolation.level": isolation}
         )  # fmt: skip
+        here = start
+        error = ""
         try:
             consumer.assign([TopicPartition(topic, partition, start)])
             deadline = time.monotonic() + 30
+            progress_at = time.monotonic()
             last = start - 1
             while last < end - 1 and time.monotonic() < deadline:
                 msgs = consumer.consume(1000, 0.5)
+                before = here
                 here = consumer.position([TopicPartition(topic, partition)])[0].offset
                 if not msgs and here >= end:
                     break
                 for m in msgs:
                     off, value = m.offset(), m.value()
                     if m.error() is not None or off is None:
+                        error = str(m.error())
                         continue
                     last = max(last, off)
                     if off < end and value is not None:
                         out[off] = value.decode(errors="replace")
+                if here > before or any(m.error() is None for m in msgs):
+                    progress_at = time.monotonic()
+                elif time.monotonic() - progress_at > 5.0:
+                    break
         finally:
             consumer.close()
+        if key is not None and last < end - 1 and here < end:
+            self.unreadable[key] = (
+                f"stopped at {max(last + 1, here)} of {end}" + (f": {error}" if error else "")
+            )
         return out
 
     def provenance_start(self, cluster: str, topic: str) -> dict[int, tuple[str, int]]:
@@ -737,18 +1051,132 @@ class Run:
         history = History(list(self.history_for_checkers()))
         out: list[Violation] = []
         out += checkers.check_reserved_writes(history)
-        out += checkers.check_lost_writes(history, final, self.truncations)
+        kept = History([o for o in history.ops if not self._topic_replaced(o)])
+        out += checkers.check_lost_writes(kept, final, self.truncations)
         out += checkers.check_duplicates(final)
         # read_committed polls are judged against what read_committed reveals.
         uncommitted = History([o for o in history.ops if not _rc_poll(o)])
-        out += checkers.check_consumers(uncommitted, final)
+        out += checkers.check_consumers(uncommitted, self._without_cuts(final))
         if committed is not None:
             rc = History([o for o in history.ops if _rc_poll(o) or isinstance(o.value, Send)])
             out += checkers.check_consumers(rc, committed)
             out += self.check_transactions(history, final, committed, stable or {})
+        if self.operators_on:
+            out += self.check_follower_logs_operator(final)
+            out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
+            out += self.judge_reports(kept, final)
+            return out
         out += self.check_sync_acks(history, final)
         out += self.check_follower_logs(final)
         out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
+        return out
+
+    def _without_cuts(self, final: FinalLogs) -> FinalLogs:
+        """With the operator nemesis, the final logs less the offsets a
+        reported truncation replaced: a reader that had passed such an offset
+        (a control marker then) did not skip the record now there."""
+        if not self.operators_on or not self.cuts:
+            return final
+        out: FinalLogs = {}
+        for key, log in final.items():
+            ranges = self.cuts.get(key, [])
+            out[key] = {o: v for o, v in log.items() if not any(a <= o < b for a, b in ranges)}
+        return out
+
+    def _topic_replaced(self, o: Op) -> bool:
+        """With the operator nemesis: was the topic of this send deleted after
+        it (by a move, or re-created: its topic id changed)? Its final log then
+        says nothing about the send."""
+        v = o.value
+        if not self.operators_on or not isinstance(v, Send):
+            return False
+        for rec in self.operator.records if self.operator else ():
+            m = rec.move
+            if (m.kind.value == "delete_topic" and rec.maybe_happened and m.cluster == o.cluster
+                    and m.topic == v.topic and rec.end_ms >= o.invoke_ms):  # fmt: skip
+                return True
+        rounds = self.status.rounds if self.status else []
+        after = next((r for r in rounds if r.start_ms >= o.complete_ms), None)
+        last = rounds[-1] if rounds else None
+        if after is None or last is None:
+            return False
+        a, z = after.clusters.get(o.cluster), last.clusters.get(o.cluster)
+        if a is None or z is None:
+            return False
+        return a.topic_ids.get(v.topic) != z.topic_ids.get(v.topic)
+
+    def judge_reports(self, history: History, final: FinalLogs) -> list[Violation]:
+        """Invariants 9-12 (chaos/judges.py): what the clusters reported, the
+        operator's moves, and the final state."""
+        rounds = list(self.status.rounds) if self.status else []
+        moves = list(self.operator.records) if self.operator else []
+        live = self._live()
+        out: list[Violation] = []
+        lied, claims = judges.check_status_rounds(rounds)
+        out += lied
+        lost, counts = judges.check_silent_loss(
+            history.ops, rounds, moves, final, live, self.cuts, self.t0_wall_ms,
+            set(self.unreadable),
+        )  # fmt: skip
+        out += lost
+        begun = self.txn_producer.last_begin_ms if self.txn_producer is not None else {}
+        out += judges.check_hanging_transactions(
+            self.end_offsets, self.end_checked_ms, begun, TXN_TIMEOUT_MS, TXN_BOUND_MS, rounds,
+            getattr(self, "not_converged", set()),
+        )  # fmt: skip
+        missing, effects = judges.check_admin_effects(
+            moves, self.final_links, self.final_namespaces, live
+        )
+        out += missing
+        out += judges.check_refusals(moves, rounds)
+        errors = [
+            f"{rec.move.describe()} at t={rec.begin_ms} ms: {rec.code}: {rec.message}"
+            for rec in moves if rec.outcome == "error"
+        ]  # fmt: skip
+        out += judges.capped("operator_error", errors)
+        self.operator_checked = {
+            "status_rounds": len(rounds),
+            "status_claims": claims,
+            "loss_obligations": counts["obligations"],
+            "loss_reached": counts["reached"],
+            "loss_excused": counts["excused"],
+            "end_partitions": len(self.end_offsets),
+            "admin_effects": effects,
+            "operator_moves": len(moves),
+        }
+        return out
+
+    def check_follower_logs_operator(self, final: FinalLogs) -> list[Violation]:
+        """Invariants 1 and 2 with the operator nemesis: every follower topic
+        of every follower mapping in the final configuration, against its
+        source topic (renamed or not), from the start of its current
+        provenance range when that range names the link's remote."""
+        out: list[Violation] = []
+        live = set(self._live())
+        for (cluster, topic, partition), log in sorted(final.items()):
+            for link in self.final_links.get(cluster, {}).values():
+                source_topic = link.follower_source(topic)
+                if source_topic is None or link.remote not in live:
+                    continue
+                prov = self.provenance.get((cluster, topic))
+                entries: list[dict[str, Any]] = next(
+                    (p["provenance"] for p in prov["partitions"] if p["partition"] == partition),
+                    [],
+                ) if prov else []  # fmt: skip
+                if not entries or entries[-1]["kind"] != "start":
+                    continue
+                if entries[-1]["source_cluster_id"] != link.remote:
+                    continue
+                start = int(entries[-1]["offset"])
+                source_log = final.get((link.remote, source_topic, partition))
+                if source_log is None:
+                    continue
+                follower_hw = max(log) + 1 if log else start
+                out += checkers.check_follower_log(
+                    cluster, topic, partition, _store(log), follower_hw,
+                    link.remote, source_topic, _store(source_log), start,
+                )  # fmt: skip
+                break
         return out
 
     def check_transactions(
@@ -771,6 +1199,14 @@ class Run:
         """The history as recorded, except that a probe write accepted after a
         failover started on its cluster is not counted as a reserved write."""
         ops: list[Op] = []
+        if self.operators_on:
+            rounds = list(self.status.rounds) if self.status else []
+            moves = list(self.operator.records) if self.operator else []
+            for o in self.recorder.ops():
+                if o.reserved and not judges.reserved_throughout(o, rounds, moves):
+                    o = dataclasses.replace(o, reserved=False)
+                ops.append(o)
+            return ops
         for o in self.recorder.ops():
             started = self.unreserved_at.get(o.cluster)
             if o.reserved and started is not None and o.complete_ms >= started:
@@ -863,20 +1299,34 @@ class Run:
             for w in self.workloads:
                 w.join(timeout=15)
             problems = self.wait_converged()
-            converged = not problems
-            self.note("converged" if converged else f"NOT converged: {problems}")
+            converged = not problems and not self.config_problems
+            self.note("converged" if converged else
+                      f"NOT converged: {problems + self.config_problems}")  # fmt: skip
             anomalies += [Violation("liveness", p) for p in problems[:5]]
+            anomalies += judges.capped("config_diverged", self.config_problems)
+            if self.operators_on:
+                self.read_end_offsets()
             self._let_readers_catch_up()
             self.stop_readers.set()
             for reader in self.all_readers():
                 reader.join(timeout=10)
             self.offset_sampler.join(timeout=10)
+            if self.status is not None:
+                self.status.join(timeout=10)
             final, unreadable = self.read_final_logs()
             anomalies += unreadable
             if self.schedule.transactional:
                 committed, self.stable_ends, unreadable = self.read_committed_logs()
                 self.committed_final = committed
                 anomalies += unreadable
+            if self.operators_on:
+                try:
+                    self.read_provenance()
+                    self.read_config()
+                except Exception as exc:
+                    anomalies.append(Violation(
+                        "liveness", f"the final configuration or provenance could not be read: "
+                        f"{type(exc).__name__}: {exc}"))  # fmt: skip
             anomalies += self.judge(final, self.committed_final, self.stable_ends)
             if self.twin:
                 self.final_state = self.read_final_state()
@@ -900,10 +1350,11 @@ class Run:
             workdir=str(self.workdir) if self.keep else "",
             twin=twin,
             checked=self.checked(),
+            operators=self.operators_summary(),
         )
 
     def checked(self) -> dict[str, int]:
-        """What invariants 5 and 6 were judged on."""
+        """What invariants 5 and 6 were judged on (and 9-12 with the operator nemesis)."""
         ops = self.recorder.ops()
         txns = {o.value.txn for o in ops if isinstance(o.value, Send) and o.value.txn}
         return {
@@ -912,6 +1363,25 @@ class Run:
             "commits": sum(1 for o in ops if isinstance(o.value, Commit) and o.type == "ok"),
             "offset_samples": len(self.offset_samples),
             "offset_moves": len(self.offset_moves),
+            **self.operator_checked,
+        }
+
+    def operators_summary(self) -> dict[str, Any] | None:
+        """The operator nemesis's moves: each with its outcome, counts per kind
+        and outcome, and the refusals by error code."""
+        if self.operator is None:
+            return None
+        counts: dict[str, dict[str, int]] = {}
+        refusals: dict[str, int] = {}
+        for rec in self.operator.records:
+            per = counts.setdefault(rec.move.kind.value, {})
+            per[rec.outcome] = per.get(rec.outcome, 0) + 1
+            if rec.code:
+                refusals[rec.code] = refusals.get(rec.code, 0) + 1
+        return {
+            "moves": [rec.to_json() for rec in self.operator.records],
+            "counts": counts,
+            "refusals": dict(sorted(refusals.items())),
         }
 
     # -- the simulator twin ----------------------------------------------------------------
@@ -981,7 +1451,12 @@ class Run:
                 if self.daemons[c].lost or not reader.is_alive():
                     continue
                 slack = 1 if self.schedule.transactional else 0  # a trailing commit marker
-                hws = self._lsos(c) if reader.read_committed else self._hws(c, TOPIC)
+                try:
+                    hws = self._lsos(c) if reader.read_committed else self._hws(c, TOPIC)
+                except Exception:
+                    if self.operators_on:
+                        continue  # the topic is gone there
+                    raise
                 if any(reader.positions.get(p, 0) < hw - slack for p, hw in enumerate(hws)):
                     return False
             return True
@@ -1003,6 +1478,11 @@ class Run:
         for link in self.links.values():
             try:
                 link.proxy.stop()
+            except Exception:
+                pass
+        for proxy in self.extra_proxies:
+            try:
+                proxy.stop()
             except Exception:
                 pass
         if self._own_dir and not self.keep:

@@ -25,10 +25,18 @@ Steps (`Step.op`, `Step.args`):
     failover CLUSTER LINK       `failover --force` on the follower
     relink CLUSTER OLD NEW SOURCE   detach OLD on CLUSTER, create NEW to SOURCE, then
                                 `recover --confirm` it (KIP-986 re-pointing)
+
+The operator nemesis (`Schedule.operators`, chaos/operators.py) is not a list
+of steps: it draws KIP-986's operator moves at run time from what the
+clusters describe, from its own random stream (the seed and "operators").
+Random schedules enable it for about half the seeds (drawn from a stream of
+its own, so the rest of a seed's schedule does not change with it); a run
+with it always has the transactional producer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
@@ -69,6 +77,8 @@ class Schedule:
     transactional: bool = False  # also run a transactional producer on the source
     plant_bug: str = ""
     extra_prefixes: tuple[str, ...] = field(default=())
+    # The operator nemesis (chaos/operators.py) runs beside the steps.
+    operators: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +92,7 @@ class Schedule:
             "transactional": self.transactional,
             "plant_bug": self.plant_bug,
             "extra_prefixes": list(self.extra_prefixes),
+            "operators": self.operators,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -106,10 +117,22 @@ def _links_between(links: tuple[tuple[str, str, str], ...], side: set[str]) -> l
     return [name for name, s, f in links if (s in side) != (f in side)]
 
 
+def operators_drawn(seed: int) -> bool:
+    """Does the swarm enable the operator nemesis for this seed? About half
+    the seeds, from a stream of its own (the rest of the schedule is the
+    same either way)."""
+    return random.Random(f"{seed}:operators-enabled").random() < 0.5
+
+
 def random_schedule(
-    seed: int, phase_s: float = 20.0, mode: str | None = None, clusters: int | None = None
+    seed: int,
+    phase_s: float = 20.0,
+    mode: str | None = None,
+    clusters: int | None = None,
+    operators: bool | None = None,
 ) -> Schedule:
-    """The swarm schedule of `seed` (mode and cluster count may be forced)."""
+    """The swarm schedule of `seed` (mode, cluster count and the operator
+    nemesis may be forced; None: drawn)."""
     rng = random.Random(seed)
     n = clusters if clusters is not None else rng.choice((2, 2, 3, 3, 4))
     names = tuple(CLUSTER_NAMES[:n])
@@ -164,6 +187,8 @@ def random_schedule(
             steps += [Step(t, "kill", (c,)), Step(end, "restart", (c,))]
         steps += [Step(end, "heal", (x,)) for x in target_links]
         t = _r(end + rng.uniform(0.5, 2.0))
+    transactional = rng.random() < 0.3
+    with_operators = operators_drawn(seed) if operators is None else operators
     return Schedule(
         name="random",
         seed=seed,
@@ -173,7 +198,8 @@ def random_schedule(
         steps=tuple(steps),
         phase_s=phase_s,
         nemeses=enabled,
-        transactional=rng.random() < 0.3,
+        transactional=transactional or with_operators,
+        operators=with_operators,
     )
 
 
@@ -293,9 +319,11 @@ def make_schedule(
     mode: str | None = None,
     clusters: int | None = None,
     plant_bug: str = "",
+    operators: bool | None = None,
 ) -> Schedule:
     """The schedule a run uses. A planted bug forces the schedule that makes
-    it observable (sync-ack-failover)."""
+    it observable (sync-ack-failover). `operators`: force the operator
+    nemesis on or off (None: random schedules draw it, classics run without)."""
     if plant_bug:
         if plant_bug not in PLANTED_BUGS:
             raise ValueError(f"unknown planted bug {plant_bug!r} (known: {PLANTED_BUGS})")
@@ -314,5 +342,8 @@ def make_schedule(
             s.extra_prefixes,
         )
     if name == "random":
-        return random_schedule(seed, phase_s, mode, clusters)
-    return classic_schedule(name, seed, phase_s)
+        return random_schedule(seed, phase_s, mode, clusters, operators)
+    s = classic_schedule(name, seed, phase_s)
+    if operators:
+        s = dataclasses.replace(s, operators=True, transactional=True)
+    return s

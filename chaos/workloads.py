@@ -63,6 +63,20 @@ class Recorder:
 # The cluster a workload talks to right now: (cluster id, address). The runner
 # changes it at a failover.
 Target = Callable[[], tuple[str, str] | None]
+# Where the n-th record goes, for runs whose topology changes under the
+# workloads (the operator nemesis): (cluster id, address, topic, partition).
+Route = Callable[[int], tuple[str, str, str, int] | None]
+
+# A produce refused with one of these wrote nothing: the send is `fail`.
+REFUSALS = (
+    "RESERVED_NAMESPACE", "FOLLOWER_TOPIC_NOT_WRITABLE", "TOPIC_AUTHORIZATION_FAILED",
+    "UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "Unknown topic", "Unknown partition",
+)  # fmt: skip
+
+
+def refused(error: str) -> bool:
+    """Is this produce error a cluster's definite refusal?"""
+    return any(code in error for code in REFUSALS)
 
 
 class Workload(threading.Thread):
@@ -93,6 +107,23 @@ class TopicProducer(Workload):
         self.target = target
         self.topic = topic
         self.partitions = partitions
+        self.route: Route | None = None  # set: overrides target, topic and partition
+        # Record a produce refused with one of REFUSALS as `fail` (else `info`).
+        self.refusals_fail = False
+
+    def outcome(self, error: str) -> OpType:
+        if not error:
+            return "ok"
+        return "fail" if self.refusals_fail and refused(error) else "info"
+
+    def where(self, n: int) -> tuple[str, str, str, int] | None:
+        """(cluster, address, topic, partition) of the n-th record, or None."""
+        if self.route is not None:
+            return self.route(n)
+        target = self.target()
+        if target is None:
+            return None
+        return (target[0], target[1], self.topic, n % self.partitions)
 
 
 class GrpcProducer(TopicProducer):
@@ -125,30 +156,29 @@ class GrpcProducer(TopicProducer):
         current: tuple[str, str] | None = None
         producer: Producer | None = None
         while not self.stop_event.is_set():
-            where = self.target()
-            if where is None:
+            found = self.where(n)
+            if found is None:
                 self.pause(0.2)
                 continue
-            if where != current or producer is None:
+            cluster, address, topic, partition = found
+            if (cluster, address) != current or producer is None:
                 if producer is not None:
                     _close_quietly(producer)
-                current = where
-                producer = self._producer(where[1])
-            cluster = where[0]
+                current = (cluster, address)
+                producer = self._producer(address)
             value = f"{self.process}-{n}"
-            partition = n % self.partitions
             n += 1
             invoke = self.recorder.now_ms()
-            error, offset = send_one(producer, self.topic, value, partition, SEND_TIMEOUT_S + 2)
+            error, offset = send_one(producer, topic, value, partition, SEND_TIMEOUT_S + 2)
             complete = self.recorder.now_ms()
-            op_type: OpType = "ok" if not error else "info"
-            if op_type != "ok":
+            op_type: OpType = self.outcome(error)
+            if op_type == "info":
                 self.errors += 1
                 _close_quietly(producer)
                 producer = None
             self.recorder.add(
                 Op(self.process, self.client_class, cluster, op_type, invoke, complete,
-                   Send(self.topic, partition, value, offset), error=error)
+                   Send(topic, partition, value, offset), error=error)
             )  # fmt: skip
             self.pause(0.02)
         if producer is not None:
@@ -191,15 +221,16 @@ class KafkaProducer(TopicProducer):
         current: tuple[str, str] | None = None
         producer: Any = None
         while not self.stop_event.is_set():
-            where = self.target()
-            if where is None:
+            found = self.where(n)
+            if found is None:
                 self.pause(0.2)
                 continue
-            if where != current or producer is None:
-                current = where
+            cluster, address, topic, partition = found
+            if (cluster, address) != current or producer is None:
+                current = (cluster, address)
                 producer = KProducer(
                     {
-                        "bootstrap.servers": where[1],
+                        "bootstrap.servers": address,
                         "acks": "all",
                         "enable.idempotence": True,
                         "linger.ms": 0,
@@ -210,50 +241,56 @@ class KafkaProducer(TopicProducer):
                     }
                 )
             value = f"{self.process}-{n}"
-            partition = n % self.partitions
             n += 1
             invoke = self.recorder.now_ms()
-            error, offset = send_one(
-                producer, self.topic, value.encode(), partition, SEND_TIMEOUT_S + 2
-            )
+            error, offset = send_one(producer, topic, value.encode(), partition, SEND_TIMEOUT_S + 2)
             complete = self.recorder.now_ms()
-            op_type: OpType = "ok" if not error else "info"
+            op_type: OpType = self.outcome(error)
             if op_type != "ok":
                 self.errors += 1
                 producer = None  # a fresh producer (and producer id) after any doubt
             self.recorder.add(
-                Op(self.process, "source_producer", where[0], op_type, invoke, complete,
-                   Send(self.topic, partition, value, offset), error=error)
+                Op(self.process, "source_producer", cluster, op_type, invoke, complete,
+                   Send(topic, partition, value, offset), error=error)
             )  # fmt: skip
             self.pause(0.02)
 
 
 class TxnProducer(TopicProducer):
-    """Transactions of three records; ok only once the commit is acknowledged."""
+    """Transactions of three records; ok only once the commit is acknowledged.
+    With a `route`, each transaction goes to the cluster and topic its first
+    record is routed to."""
+
+    txn_timeout_ms: int | None = None  # transaction.timeout.ms (the client's default: 60 s)
+    last_begin_ms: dict[str, int]  # cluster -> when the last transaction there began
 
     def run(self) -> None:
         n = 0
         producer: Producer | None = None
         current: tuple[str, str] | None = None
+        self.last_begin_ms = {}
         while not self.stop_event.is_set():
-            where = self.target()
-            if where is None:
+            first = self.where(n)
+            if first is None:
                 self.pause(0.2)
                 continue
+            where = (first[0], first[1])
+            topic = first[2]
             try:
                 if where != current or producer is None:
                     if producer is not None:
                         _close_quietly(producer)
                     current = where
-                    producer = Producer(
-                        {
-                            "bootstrap.servers": where[1],
-                            "transactional.id": f"{self.process}-txn",
-                            "linger.ms": 0,
-                            "request.timeout.ms": 4000,
-                            "delivery.timeout.ms": int(SEND_TIMEOUT_S * 1000),
-                        }
-                    )
+                    config: dict[str, Any] = {
+                        "bootstrap.servers": where[1],
+                        "transactional.id": f"{self.process}-txn",
+                        "linger.ms": 0,
+                        "request.timeout.ms": 4000,
+                        "delivery.timeout.ms": int(SEND_TIMEOUT_S * 1000),
+                    }
+                    if self.txn_timeout_ms is not None:
+                        config["transaction.timeout.ms"] = self.txn_timeout_ms
+                    producer = Producer(config)
                     producer.init_transactions(SEND_TIMEOUT_S)
             except Exception:
                 self.errors += 1
@@ -272,13 +309,17 @@ class TxnProducer(TopicProducer):
             outcome: OpType = "info"
             error = ""
             try:
+                self.last_begin_ms[where[0]] = self.recorder.now_ms()
                 producer.begin_transaction()
                 for _ in range(3):
                     value = f"{self.process}-{n}"
-                    partition = n % self.partitions
+                    routed = self.where(n) if self.route is not None else None
+                    partition = n % self.partitions if self.route is None else first[3]
+                    if routed is not None and routed[:3] == first[:3]:
+                        partition = routed[3]
                     n += 1
-                    sends.append(Send(self.topic, partition, value, txn=txn))
-                    producer.produce(self.topic, value=value, partition=partition,
+                    sends.append(Send(topic, partition, value, txn=txn))
+                    producer.produce(topic, value=value, partition=partition,
                                      on_delivery=done)  # fmt: skip
                 producer.commit_transaction(SEND_TIMEOUT_S)
                 producer.flush(1.0)
@@ -506,10 +547,17 @@ class ReservedProbe(Workload):
         self.followers = followers
         self.topic = topic
         self.attempts = 0
+        # Set: (cluster, address, topic) to probe, instead of `followers` and `topic`.
+        self.targets: Callable[[], list[tuple[str, str, str]]] | None = None
+
+    def _targets(self) -> list[tuple[str, str, str]]:
+        if self.targets is not None:
+            return self.targets()
+        return [(c, address, self.topic) for c, address in self.followers()]
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            for cluster, address in self.followers():
+            for cluster, address, topic in self._targets():
                 value = f"probe-{cluster}-{self.attempts}"
                 self.attempts += 1
                 producer = Producer(
@@ -522,13 +570,13 @@ class ReservedProbe(Workload):
                     }
                 )
                 invoke = self.recorder.now_ms()
-                error, offset = send_one(producer, self.topic, value, 0, 4.0)
+                error, offset = send_one(producer, topic, value, 0, 4.0)
                 _close_quietly(producer)
-                refused = "RESERVED" in error.upper() or "FOLLOWER" in error.upper()
-                op_type: OpType = "ok" if not error else ("fail" if refused else "info")
+                refusal = "RESERVED" in error.upper() or "FOLLOWER" in error.upper()
+                op_type: OpType = "ok" if not error else ("fail" if refusal else "info")
                 self.recorder.add(
                     Op(self.process, "target_producer", cluster, op_type, invoke,
-                       self.recorder.now_ms(), Send(self.topic, 0, value, offset),
+                       self.recorder.now_ms(), Send(topic, 0, value, offset),
                        error=error, reserved=op_type == "ok")
                 )  # fmt: skip
             self.pause(1.5)

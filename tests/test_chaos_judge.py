@@ -16,7 +16,8 @@ from sim.history import Op, OpType, Poll, Send
 
 
 def run_of(tmp_path: Path, mode: str = "async") -> Run:
-    return Run(make_schedule(1, mode=mode, clusters=2), "ccr-chaos run --seed 1", workdir=tmp_path)
+    schedule = make_schedule(1, mode=mode, clusters=2, operators=False)
+    return Run(schedule, "ccr-chaos run --seed 1", workdir=tmp_path)
 
 
 def send(cluster: str, value: str, offset: int, t: int = 100, reserved: bool = False) -> Op:

@@ -52,11 +52,12 @@ def ccr_chaos(*args: str) -> tuple[int, dict[str, Any], str]:
 
 def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
     rc, summary, stderr = ccr_chaos(
-        "run", "--seed", "3", "--mode", "async", "--clusters", "2", "--phase-s", PHASE_S, "--json"
-    )
+        "run", "--seed", "3", "--mode", "async", "--clusters", "2", "--phase-s", PHASE_S,
+        "--no-operators", "--json",
+    )  # fmt: skip
     assert {"seed", "operations", "anomalies", "converged", "replay"} <= set(summary)
     assert summary["seed"] == 3 and summary["mode"] == "ASYNC"
-    replay = f"ccr-chaos run --seed 3 --mode async --clusters 2 --phase-s {PHASE_S}"
+    replay = f"ccr-chaos run --seed 3 --mode async --clusters 2 --phase-s {PHASE_S} --no-operators"
     assert summary["replay"] == replay
     assert summary["operations"] > 50
     assert summary["anomalies"] == [], stderr[-3000:]
@@ -66,7 +67,7 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
 
 
 def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:
-    schedule = make_schedule(4, mode="sync", clusters=2, phase_s=float(PHASE_S))
+    schedule = make_schedule(4, mode="sync", clusters=2, phase_s=float(PHASE_S), operators=False)
     schedule = dataclasses.replace(schedule, transactional=True)
     result = Run(schedule, "ccr-chaos run --seed 4 --mode sync", workdir=tmp_path).execute()
     assert result.mode == "SYNC"

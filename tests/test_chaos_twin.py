@@ -151,7 +151,7 @@ def test_translation__attach_detach_on_the_source__extra_topic_created() -> None
 
 
 def test_scripts__one_per_process__transactions_grouped__aborted_ones_abort() -> None:
-    schedule = make_schedule(3, mode="async", clusters=2, phase_s=PHASE_S)
+    schedule = make_schedule(3, mode="async", clusters=2, phase_s=PHASE_S, operators=False)
     run = twin.nominal_run(schedule)
     run.start_ms = 500
     txn = "source_transactional_producer"
@@ -348,7 +348,7 @@ def test_cli_table__has_a_twin_column() -> None:
 
 
 def real_run_with_twin(seed: int, mode: str, workdir: Path) -> dict[str, object]:
-    schedule = make_schedule(seed, mode=mode, clusters=2, phase_s=PHASE_S)
+    schedule = make_schedule(seed, mode=mode, clusters=2, phase_s=PHASE_S, operators=False)
     result = Run(
         schedule, f"ccr-chaos run --seed {seed} --mode {mode}", workdir=workdir, twin=True
     ).execute()

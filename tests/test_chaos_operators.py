@@ -1,0 +1,173 @@
+"""The operator nemesis (chaos/operators.py): its draws, its outcomes, the
+workloads' routing and the schedule's switch, pure and fast; and one short
+real run with it (about 40 s), checked for its form, not for being clean
+(the judges are expected to find the product's known bugs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admin.errors import CcrError
+from chaos.cli import _parser, replay_command
+from chaos.judges import ClusterSnap, LinkSnap, MoveRecord, PartSnap, Round, reserved_throughout
+from chaos.operators import OperatorNemesis, classify, family_topics, writable
+from chaos.schedule import make_schedule, operators_drawn, random_schedule
+from sim.history import Op, Send
+from sim.operator_moves import LinkView, MappingView, Move, MoveKind, View
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def view() -> View:
+    return View(
+        clusters=("A", "B", "C"),
+        up=frozenset({"A", "B", "C"}),
+        links=(LinkView("ab", "A", "B", (MappingView("topic", "orders-", "orders-", "local"),)),),
+        topics={"A": (("orders-x", 2),), "B": (("orders-x", 2),), "C": ()},
+        namespaces={"A": (("topic", "orders-", False),), "B": (("topic", "orders-", True),)},
+        families=("orders-",),
+    )
+
+
+class _Recorder:
+    def now_ms(self) -> int:
+        return 0
+
+
+class _FakeRun:
+    """What the nemesis reads of a run, without daemons."""
+
+    def __init__(self) -> None:
+        self.recorder = _Recorder()
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+class _Dry(OperatorNemesis):
+    """Draws against a fixed view and carries nothing out."""
+
+    def view(self) -> View:
+        return view()
+
+    def carry_out(self, move: Move, v: View) -> MoveRecord:
+        rec = MoveRecord(move, 0, 0, "ok")
+        self.records.append(rec)
+        return rec
+
+
+def dry(seed: int) -> _Dry:
+    return _Dry(_FakeRun(), seed)  # type: ignore[arg-type]
+
+
+def test_same_seed_same_views__same_moves() -> None:
+    a, b, c = dry(7), dry(7), dry(8)
+    for nemesis in (a, b, c):
+        for _ in range(30):
+            nemesis.step()
+    assert [m.describe() for m in a.drawn] == [m.describe() for m in b.drawn]
+    assert [m.describe() for m in a.drawn] != [m.describe() for m in c.drawn]
+    assert len({m.kind for m in a.drawn}) >= 6
+
+
+def test_classify__refusals_are_expected_transport_failures_indefinite_others_errors() -> None:
+    assert classify(CcrError("LAG_NOT_ZERO", "behind"))[0] == "refused"
+    assert classify(CcrError("ERROR_CODE_77", "a code this client does not know"))[0] == "refused"
+    assert classify(CcrError("UNAVAILABLE", "cannot reach"))[0] == "info"
+    assert classify(CcrError("REQUEST_TIMED_OUT", "slow"))[0] == "info"
+    assert classify(CcrError("INTERNAL", "boom"))[0] == "error"
+    assert classify(KeyError("x")) == ("error", "KeyError", "'x'")
+
+
+def _round(namespaces: dict[tuple[str, str], tuple[bool, tuple[str, ...]]],
+           links: dict[str, LinkSnap] | None = None) -> ClusterSnap:  # fmt: skip
+    return ClusterSnap(
+        links=links or {},
+        partitions={("orders-x", 0): PartSnap(1, 1, 1), ("orders-x", 1): PartSnap(1, 1, 1),
+                    ("r-orders-n0", 0): PartSnap(0, 0, 0), ("pay-x", 0): PartSnap(0, 0, 0)},
+        namespaces=namespaces,
+    )  # fmt: skip
+
+
+def test_routing__writable_family_topics_only() -> None:
+    follows = LinkSnap("ab", "B", "A", "FOLLOWING", "ASYNC",
+                       (("topic", "orders-x", "orders-x", "remote"),))  # fmt: skip
+    a = _round({("topic", "orders-"): (False, ("ab:leader",))})
+    b = _round({("topic", "orders-"): (False, ())}, {"ab": follows})
+    c = _round({("topic", "orders-"): (True, ())})
+    rnd = Round(0, 0, 1, 0, 1, {"A": a, "B": b, "C": c})
+    assert writable(a, "orders-x") and not writable(b, "orders-x") and not writable(c, "orders-x")
+    assert family_topics(rnd, True) == [
+        ("A", "orders-x", 2), ("A", "r-orders-n0", 1), ("B", "r-orders-n0", 1),
+        ("C", "r-orders-n0", 1),  # not under C's reserved "orders-"
+    ]  # fmt: skip
+    assert ("C", "orders-x", 2) in family_topics(rnd, False)
+
+
+def test_reserved_throughout__only_when_no_move_could_have_cleared_it() -> None:
+    reserved = _round({("topic", "orders-"): (True, ())})
+    rounds = [Round(i, i * 100, i * 100 + 10, 0, 0, {"B": reserved}) for i in range(5)]
+    probe = Op("probe", "target_producer", "B", "ok", 120, 150, Send("orders-x", 0, "p", 3),
+               reserved=True)  # fmt: skip
+    assert reserved_throughout(probe, rounds, [])
+    move = MoveRecord(Move(MoveKind.SET_RESERVED, "B", local_prefix="orders-"), 130, 140, "ok")
+    assert not reserved_throughout(probe, rounds, [move])
+    refused = MoveRecord(move.move, 130, 140, "refused", "NAMESPACE_ATTACHED", "no")
+    assert reserved_throughout(probe, rounds, [refused])
+
+
+def test_schedule__operators_drawn_for_about_half_the_seeds_and_forced_by_flags() -> None:
+    drawn = [operators_drawn(seed) for seed in range(1, 201)]
+    assert 70 <= sum(drawn) <= 130
+    for seed in range(1, 30):
+        s = random_schedule(seed)
+        assert s.operators == operators_drawn(seed)
+        assert not s.operators or s.transactional
+        # The rest of the schedule does not depend on the switch.
+        on, off = random_schedule(seed, operators=True), random_schedule(seed, operators=False)
+        assert (on.steps, on.mode, on.clusters) == (off.steps, off.mode, off.clusters)
+    assert make_schedule(1, name="kip986-dr").operators is False
+    assert make_schedule(1, name="kip986-dr", operators=True).operators is True
+    args = _parser().parse_args(["run", "--seed", "5", "--no-operators"])
+    assert replay_command(args) == "ccr-chaos run --seed 5 --no-operators"
+    args = _parser().parse_args(["run", "--seed", "5"])
+    assert replay_command(args) == "ccr-chaos run --seed 5"
+    assert json.loads(make_schedule(5, operators=True).dumps())["operators"] is True
+
+
+@pytest.mark.slow
+def test_real_run_with_the_operator_nemesis__every_move_recorded_and_judged() -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chaos.cli", "run", "--seed", "1", "--operators", "--clusters",
+         "2", "--phase-s", "8", "--converge-s", "10", "--json"],
+        capture_output=True, text=True, timeout=180, cwd=str(ROOT), env=env,
+    )  # fmt: skip
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    summary: dict[str, Any] = json.loads(proc.stdout)
+    assert summary["replay"].endswith("--operators")
+    assert "twin" not in summary
+    ops = summary["operators"]
+    assert ops["moves"], summary["events"]
+    for move in ops["moves"]:
+        assert move["outcome"] in ("ok", "refused", "info"), move
+        assert move["outcome"] != "refused" or move["error"]["code"], move
+    checked = summary["checked"]
+    assert checked["status_rounds"] > 10 and checked["loss_obligations"] > 0, checked
+    assert checked["end_partitions"] > 0, checked
+    assert any(e.startswith("[") and "operator:" in e for e in summary["events"])
+    known = {"status_lied", "silent_loss", "hanging_transaction", "config_diverged",
+             "admin_effect_missing", "refusal_missing", "liveness", "lost_write", "duplicate",
+             "skip", "nonmonotonic", "1 offset identity", "2 prefix", "3 reserved namespace",
+             "5 txn atomic", "6 replicated offsets"}  # fmt: skip
+    assert {a["invariant"] for a in summary["anomalies"]} <= known, summary["anomalies"]
+    assert proc.returncode in (0, 1)
