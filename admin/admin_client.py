@@ -310,6 +310,9 @@ class FailoverResult:
     namespaces: list[NamespaceInfo]
     partitions: list[dict[str, Any]] = field(default_factory=list)
     aborted_transactions: list[dict[str, Any]] = field(default_factory=list)
+    # The source's topics and partitions as known from this time on (ms; 0:
+    # never): partitions created later are in no row.
+    topics_known_at_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -318,6 +321,7 @@ class FailoverResult:
             "namespaces": [ns.to_dict() for ns in self.namespaces],
             "partitions": list(self.partitions),
             "aborted_transactions": list(self.aborted_transactions),
+            "topics_known_at_ms": self.topics_known_at_ms,
         }
 
 
@@ -901,6 +905,7 @@ class AdminClient:
             namespaces=[namespace_info(ns) for ns in resp.namespaces],
             partitions=[_lag_dict(p) for p in resp.partitions],
             aborted_transactions=[_dangling_dict(d) for d in resp.aborted_transactions],
+            topics_known_at_ms=resp.topics_known_at_ms,
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:

@@ -630,6 +630,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             namespaces=[_namespace_pb(ns) for ns in namespaces],
             partitions=[_lag_pb(p) for p in result.partitions],
             aborted_transactions=[_dangling_pb(d) for d in result.dangling],
+            topics_known_at_ms=result.topics_known_at_ms,
         )
 
     @refusals

@@ -20,7 +20,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core import recovery
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import Field, LinkConfig, Mapping, Version
+from linkd.core.links import Field, LinkConfig, Mapping, MappingKey, Version
 from linkd.core.requests import PartitionsDescription
 
 # -- configuration views -------------------------------------------------------------------------
@@ -88,17 +88,20 @@ def config_of(view: replication_pb2.LinkConfigView) -> LinkConfig:
 
 
 def handshake_pb(
-    config: LinkConfig, create: bool, proposed: tuple[tuple[str, str], ...]
+    config: LinkConfig, create: bool, proposed: tuple[MappingKey, ...]
 ) -> replication_pb2.HandshakeRequest:
     return replication_pb2.HandshakeRequest(
         config=view_of(config),
         create=create,
-        proposed=[replication_pb2.MappingKey(resource_type=t, local_prefix=p) for t, p in proposed],
+        proposed=[
+            replication_pb2.MappingKey(resource_type=t, local_prefix=lp, remote_prefix=rp)
+            for t, lp, rp in proposed
+        ],
     )
 
 
-def proposed_of(request: replication_pb2.HandshakeRequest) -> tuple[tuple[str, str], ...]:
-    return tuple((k.resource_type, k.local_prefix) for k in request.proposed)
+def proposed_of(request: replication_pb2.HandshakeRequest) -> tuple[MappingKey, ...]:
+    return tuple((k.resource_type, k.local_prefix, k.remote_prefix) for k in request.proposed)
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -305,6 +305,7 @@ class LinkRunner:
         """This side follows and dials: the source's topics (created or
         reshaped here), READ ACLs and group offsets."""
         stub = self._stub(config)
+        listed_at = self.node.clock()
         namespaces = []
         for mapping in rep.follower_mappings(config, "topic"):
             reply = await stub.ListSourceTopics(
@@ -316,7 +317,7 @@ class LinkRunner:
             namespaces.append(
                 codec.namespace_of(mapping.remote_prefix, reply.topics, reply.read_acls)
             )
-        await apply_topics(self.node, config, namespaces)
+        await apply_topics(self.node, config, namespaces, listed_at)
         offsets: list[rep.GroupOffset] = []
         for group_mapping in rep.follower_mappings(config, "group"):
             reply_offsets = await stub.FetchGroupOffsets(
@@ -339,7 +340,7 @@ class LinkRunner:
         if not self._steps(config).pull:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
             return
-        request, local_of = follower_request(self.node, config)
+        request, sent = follower_request(self.node, config)
         if not request.partitions:
             if self._last_discovery is not None:
                 # Discovered, and the followed namespaces hold no topics yet:
@@ -350,7 +351,7 @@ class LinkRunner:
         fetched = await self._stub(config).ReplicaFetch(
             request, timeout=CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
         )
-        await apply_fetched(self.node, config.name, fetched, local_of)
+        await apply_fetched(self.node, config.name, fetched, sent)
         if bool(fetched.sync_state) != (config.mode == "SYNC"):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake.
@@ -393,18 +394,25 @@ class LinkRunner:
 
 def follower_request(
     node: ClusterNode, config: LinkConfig
-) -> tuple[replication_pb2.ReplicaFetchRequest, dict[tuple[str, int], str]]:
+) -> tuple[replication_pb2.ReplicaFetchRequest, rounds.FetchRequest]:
     """The follower's fetch request (`rounds.follower_fetch_request`), encoded;
-    and the map back to local names."""
-    request = rounds.follower_fetch_request(node.state, config, PARTITION_MAX_BYTES)
-    return codec.fetch_request_pb(request, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES), request.local_of
+    and the request itself (its map back to local names, its send time)."""
+    request = rounds.follower_fetch_request(
+        node.state, config, PARTITION_MAX_BYTES, sent_ms=node.clock()
+    )
+    return codec.fetch_request_pb(request, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES), request
 
 
 async def apply_topics(
-    node: ClusterNode, config: LinkConfig, namespaces: list[rounds.SourceNamespace]
+    node: ClusterNode,
+    config: LinkConfig,
+    namespaces: list[rounds.SourceNamespace],
+    listed_at_ms: int,
 ) -> None:
     """Follower side: carries out `rounds.plan_topics`."""
-    plan = rounds.plan_topics(node.state, config, namespaces, node.topic_id_factory)
+    plan = rounds.plan_topics(
+        node.state, config, namespaces, node.topic_id_factory, listed_at_ms
+    )
     for local, source in plan.created:
         log.info(
             "follower topic created",
@@ -418,13 +426,15 @@ async def apply_fetched(
     node: ClusterNode,
     link_name: str,
     reply: replication_pb2.ReplicaFetchResponse,
-    by_source: dict[tuple[str, int], str],
+    request: rounds.FetchRequest,
 ) -> None:
     """Follower side: carries out `rounds.apply_replica_fetch` (truncations,
     appends), then, once durable, `rounds.finish_fetch_round`."""
     state = node.state
     answer = codec.fetch_answer_of(reply)
-    applied = rounds.apply_replica_fetch(state, link_name, answer, by_source, node.clock())
+    applied = rounds.apply_replica_fetch(
+        state, link_name, answer, request.local_of, node.clock()
+    )
     for local, error in applied.refused:
         log.debug(
             "replica fetch refused",
@@ -443,7 +453,7 @@ async def apply_fetched(
     if applied.effects:
         await node.execute(applied.effects)
     wake = rounds.finish_fetch_round(
-        state, link_name, applied.progress, answer.sync_state, node.clock()
+        state, link_name, applied.progress, answer.sync_state, node.clock(), request.sent_ms
     )
     if wake is not None:
         node.notify(wake.partitions)

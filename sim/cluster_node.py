@@ -58,6 +58,9 @@ class SimCluster:
         self.replication_limit = RateLimit(replication_limit_bytes_per_s)
         self.topic_ids = ids
         self.up = True
+        # Down because its process died (a paused one is down but alive: its
+        # connections stay open, where a dead one's are refused at once).
+        self.crashed = False
         self.journal_records = 0
         # Parked long polls (fetches, acks=all produces, commits): each is
         # called once when a high watermark it watches moves (None: any).
@@ -231,10 +234,12 @@ class SimCluster:
 
     def crash(self) -> None:
         self.up = False
+        self.crashed = True
         self._data_waiters = []
 
     def restart(self) -> None:
         """As after a restart from the data directory: runtime link state is
         rebuilt (LinkManager.start calls LinkTable.start)."""
         self.up = True
+        self.crashed = False
         self.links.reset_runtime(self.queue.now_ms)

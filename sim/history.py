@@ -31,6 +31,10 @@ class Send:
     # the topic: (follower cluster, follower topic, the follower partition's
     # durable log end offset then). Invariant 4: each end covers the record.
     sync_witnesses: tuple[tuple[str, str, int], ...] = ()
+    # At the acknowledgement: (follower cluster, follower topic, link id) of
+    # every link that had the record's namespace attached on both sides
+    # (invariant 10: each must hold it at the same offset, or a report names it).
+    followers: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

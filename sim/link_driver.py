@@ -53,6 +53,7 @@ from sim.network import Network
 from sim.operator_shell import SimHost
 
 CALL_TIMEOUT_MS = 10_000
+CONNECTION_REFUSED_MS = 5
 BACKOFF_MIN_MS = 100
 BACKOFF_MAX_MS = 2_000
 CONTROL_MESSAGE_BYTES = 1_024
@@ -206,6 +207,15 @@ class LinkDriver:
             f"link {self.name} {kind} timeout",
             lambda: self._failed(lane_name, call_id),
         )
+        if remote.crashed:
+            # A dead process refuses the connection at once (a paused one
+            # keeps it open: then the call waits for its deadline).
+            self.queue.after(
+                CONNECTION_REFUSED_MS,
+                f"link {self.name} {kind} refused",
+                lambda: self._failed(lane_name, call_id),
+            )
+            return
         arrive = self.network.deliver_at(d, r, size, self.queue.now_ms)
         if arrive is None:
             return
@@ -315,6 +325,7 @@ class LinkDriver:
         topic_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "topic")]
         group_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "group")]
         link_id = config.link_id
+        sent_ms = self.queue.now_ms
 
         def serve(reply: Reply) -> None:
             state = remote.state
@@ -327,7 +338,7 @@ class LinkDriver:
             size = CONTROL_MESSAGE_BYTES + 128 * sum(len(ns.topics) for ns in namespaces)
 
             def apply() -> None:
-                self._apply_topics(namespaces)
+                self._apply_topics(namespaces, sent_ms)
                 self._apply_group_offsets(offsets + self.held_offsets)
                 self.timers.discovery_ms = self.queue.now_ms
                 self._later("control", 0)
@@ -336,12 +347,14 @@ class LinkDriver:
 
         return serve
 
-    def _apply_topics(self, namespaces: list[rounds.SourceNamespace]) -> None:
+    def _apply_topics(self, namespaces: list[rounds.SourceNamespace], listed_at_ms: int) -> None:
         """linkd/replication.py apply_topics."""
         config = self._config()
         if config is None:
             return
-        plan = rounds.plan_topics(self.dialer.state, config, namespaces, self.dialer.topic_ids)
+        plan = rounds.plan_topics(
+            self.dialer.state, config, namespaces, self.dialer.topic_ids, listed_at_ms
+        )
         self.dialer.execute(plan.effects, "metadata", self.observer.logical_bytes)
 
     def _apply_group_offsets(self, offsets: list[rep.GroupOffset]) -> None:
@@ -374,7 +387,7 @@ class LinkDriver:
             self._unreachable("pull")
             return
         request = rounds.follower_fetch_request(
-            self.dialer.state, config, self.sizes.partition_max_bytes
+            self.dialer.state, config, self.sizes.partition_max_bytes, self.queue.now_ms
         )
         if not request.partitions:
             if self.timers.discovery_ms is not None:
@@ -386,21 +399,21 @@ class LinkDriver:
 
         def serve(reply: Reply) -> None:
             def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
-                reply(lambda: self._apply_pulled(answer, request.local_of, sizes), answer_bytes)
+                reply(lambda: self._apply_pulled(answer, request, sizes), answer_bytes)
 
             self._long_poll(remote, request, True, answered)
 
         self._call("pull", remote, "fetch", size, serve)
 
     def _apply_pulled(
-        self, answer: rounds.FetchAnswer, local_of: dict[tuple[str, int], str], sizes: Sizes
+        self, answer: rounds.FetchAnswer, request: rounds.FetchRequest, sizes: Sizes
     ) -> None:
         config = self._config()
         if config is not None and bool(answer.sync_state) != (config.mode == "SYNC"):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake (LinkRunner._pull).
             self.timers.handshake_ms = None
-        self.apply_fetched(self.dialer, self.name, answer, local_of, sizes,
+        self.apply_fetched(self.dialer, self.name, answer, request, sizes,
                            lambda: self._later("pull", 0))
 
     def apply_fetched(
@@ -408,7 +421,7 @@ class LinkDriver:
         follower: SimCluster,
         link_name: str,
         answer: rounds.FetchAnswer,
-        local_of: dict[tuple[str, int], str],
+        request: rounds.FetchRequest,
         sizes: Sizes,
         then: Callable[[], None],
     ) -> None:
@@ -416,6 +429,7 @@ class LinkDriver:
         durable, finish the round."""
         state = follower.state
         now = self.queue.now_ms
+        local_of = request.local_of
         applied = rounds.apply_replica_fetch(state, link_name, answer, local_of, now)
         for cut in applied.truncations:
             self.queue.note(
@@ -426,7 +440,12 @@ class LinkDriver:
         def after_durable() -> None:
             if link_name in follower.links.runtime:
                 wake = rounds.finish_fetch_round(
-                    state, link_name, applied.progress, answer.sync_state, self.queue.now_ms
+                    state,
+                    link_name,
+                    applied.progress,
+                    answer.sync_state,
+                    self.queue.now_ms,
+                    request.sent_ms,
                 )
                 if wake is not None:
                     follower.notify_data(wake.partitions)
@@ -460,15 +479,21 @@ class LinkDriver:
         request: rounds.FetchRequest,
         from_remote: bool,
         answered: Callable[[rounds.FetchAnswer, Sizes, int], None],
+        down: Callable[[], None] | None = None,
     ) -> None:
         """Serves a fetch on `source` (`rounds.serve_replica_fetch`), holding it
         until it is ready or its max wait passes; reads charge the source's
-        device and rate limit; `answered` gets the answer when the read is done."""
+        device and rate limit; `answered` gets the answer when the read is done.
+        A source that goes down drops the fetch: `down` (if given) is told."""
         deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
         watched = [(p.source_topic, p.partition) for p in request.partitions]
 
         def attempt() -> None:
-            if not source.up or self.stopped:
+            if self.stopped:
+                return
+            if not source.up:
+                if down is not None:
+                    down()
                 return
             now = self.queue.now_ms
             limiter = source.replication_limit
@@ -553,26 +578,41 @@ class LinkDriver:
             namespaces, offsets = rounds.push_discovery(self.dialer.state, config)
             self.timers.push_discovery_ms = self.queue.now_ms
         nxt = self.next_fetch
+        lane = self.lanes["push"]
+        generation = lane.call_id
         if nxt is not None and nxt.partitions:
 
             def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
+                if generation != lane.call_id:
+                    return  # the lane was reset meanwhile
                 push = rounds.Push(config.link_id, namespaces, offsets, answer)
                 self._send_push(remote, push, sizes, answer_bytes)
 
-            self._long_poll(self.dialer, nxt, False, answered)
+            def down() -> None:
+                # This side went down under its own long poll: the lane
+                # starts again once it is back (`_ready` waits for that).
+                if generation == lane.call_id:
+                    lane.call_id += 1
+                    self._later("push", BACKOFF_MAX_MS)
+
+            self._long_poll(self.dialer, nxt, False, answered, down)
             return
         push = rounds.Push(config.link_id, namespaces, offsets)
         if nxt is not None and not namespaces and not offsets:
-            self.queue.after(
-                rounds.IDLE_POLL_MS,
-                f"link {self.name} push idle",
-                lambda: self._send_push(remote, push, {}, CONTROL_MESSAGE_BYTES),
-            )
+
+            def idle() -> None:
+                if generation == lane.call_id:
+                    self._send_push(remote, push, {}, CONTROL_MESSAGE_BYTES)
+
+            self.queue.after(rounds.IDLE_POLL_MS, f"link {self.name} push idle", idle)
             return
         self._send_push(remote, push, {}, CONTROL_MESSAGE_BYTES)
 
     def _send_push(self, remote: SimCluster, push: rounds.Push, sizes: Sizes, size: int) -> None:
-        if self.stopped or not self.dialer.up:
+        if self.stopped:
+            return
+        if not self.dialer.up:
+            self._later("push", BACKOFF_MAX_MS)  # `_ready` waits for this side
             return
         size += 128 * sum(len(ns.topics) for ns in push.namespaces) + 64 * len(push.group_offsets)
 

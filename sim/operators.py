@@ -29,6 +29,7 @@ from sim.link_driver import FetchSizes, LinkDriver, Observer
 from sim.metrics import Metrics
 from sim.network import Network
 from sim.operator_shell import SimHost, address_of
+from sim.status_checks import AdminChange
 
 # A manual reversal waits this long at most for the remote to catch up
 # before it detaches (the operator watching describe-link), polling this often.
@@ -60,6 +61,8 @@ class Operators:
         # Whether verbs started now count in actions_ok / actions_failed (the
         # world's own setup steps do not).
         self.counting = True
+        # Every attach and detach that answered success (invariant 12).
+        self.admin_changes: list[AdminChange] = []
 
     # -- what the shell asks of the world (sim.operator_shell.Links) ------------------------
 
@@ -99,6 +102,15 @@ class Operators:
         driver = self.drivers.pop((cluster.cluster_id, name), None)
         if driver is not None:
             driver.stop()
+
+    def connections_reset(self, cid: str) -> None:
+        """A cluster's process died: every link connection to or from it is
+        reset (its calls in flight end, the lanes start again)."""
+        for (dialer, name), driver in sorted(self.drivers.items()):
+            config = driver.dialer.links.configs.get(name)
+            remote = config.remote_cluster_id if config is not None else ""
+            if not driver.stopped and cid in (dialer, remote):
+                driver.reset()
 
     def forget(self, cluster: SimCluster, name: str) -> None:
         """The remote deleted the link (LINK_DELETED): delete this half."""
@@ -210,6 +222,31 @@ class Operators:
             config = yield from procedures.attach(
                 node.state, link, kind, local, remote, leader, now
             )
+            self._changed(node, link, kind, local)
+            return config
+
+        return step
+
+    def _changed(self, node: SimCluster, link: str, kind: str, local: str) -> None:
+        config = node.links.configs.get(link)
+        mapping = None
+        if config is not None:
+            # The entry of that local prefix just changed: the newest one.
+            entries = [m for m in config.mappings.values()
+                       if (m.resource_type, m.local_prefix) == (kind, local)]
+            mapping = max(entries, key=lambda m: m.version, default=None)
+        if config is not None and mapping is not None:
+            self.admin_changes.append(
+                AdminChange(
+                    node.cluster_id, config.link_id, mapping.key, mapping.version,
+                    mapping.attached,
+                )
+            )
+
+    def _detach_step(self, node: SimCluster, link: str, kind: str, local: str) -> Step:
+        def step(now: int) -> Generator[Request, Any, Any]:
+            config = yield from procedures.detach(node.state, link, kind, local, now)
+            self._changed(node, link, kind, local)
             return config
 
         return step
@@ -232,9 +269,9 @@ class Operators:
     def detach(
         self, cluster: str, link: str, local: str, kind: str = "topic", done: Done | None = None
     ) -> None:
-        state = self.world.clusters[cluster].state
+        node = self.world.clusters[cluster]
         self.run(cluster, f"detach {link} {local}", [
-            lambda now: procedures.detach(state, link, kind, local, now)
+            self._detach_step(node, link, kind, local)
         ], done)
 
     def delete_link(self, cluster: str, link: str, done: Done | None = None) -> None:
@@ -317,7 +354,7 @@ class Operators:
         if wait:
             steps.append(lambda now: self._watch_caught_up(node, link, now))
         steps += [
-            lambda now: procedures.detach(node.state, link, kind, local, now),
+            self._detach_step(node, link, kind, local),
             self._attach_step(node, link, kind, local, remote, "remote"),
         ]
 

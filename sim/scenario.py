@@ -10,7 +10,7 @@ Tables and keys (units last; every time is virtual milliseconds):
   name, description
   [run]       duration_ms, liveness_ms, tick_interval_ms, client_latency_ms,
               request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
-              partition_max_bytes, fetch_max_wait_ms
+              partition_max_bytes, fetch_max_wait_ms, status_probe_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
               is FOLLOWING, as an operator must), file, link_type (link|mirror:
@@ -34,7 +34,10 @@ Tables and keys (units last; every time is virtual milliseconds):
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
               restart|pause|resume|unclean_election), and the keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
-              set_mode|attach|detach|recover|reverse), and its keys
+              set_mode|attach|detach|recover|reverse|set_reserved|manual_reverse),
+              and its keys
+  [operators] interval_ms, fault_interval_ms, fault_duration_ms, start_ms,
+              stop_ms: operator moves and faults drawn from the seed
 
 Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
 can vary one knob without writing files.
@@ -72,6 +75,9 @@ class RunSpec:
     fetch_max_bytes: int = 8 * 1024 * 1024
     partition_max_bytes: int = 1024 * 1024
     fetch_max_wait_ms: int = 500
+    # How often the status checker compares what every link reports with the
+    # logs (invariant 9); 0: never.
+    status_probe_ms: int = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +177,19 @@ class ActionSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class OperatorsSpec:
+    """Operator moves and faults drawn at random (sim.operator_moves), from
+    the run's seed: the swarm of the operator-mix scenario. 0 intervals:
+    none drawn."""
+
+    interval_ms: int = 0  # mean time between two operator moves
+    fault_interval_ms: int = 0  # mean time between two drawn faults
+    fault_duration_ms: int = 3_000  # mean length of a drawn fault
+    start_ms: int = 1_000
+    stop_ms: int = -1  # -1: 2 s before the safety phase ends
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     description: str
@@ -186,6 +205,7 @@ class Scenario:
     actions: tuple[ActionSpec, ...] = ()
     base_dir: str = ""
     scripts: tuple[ScriptSpec, ...] = ()
+    operators: OperatorsSpec = field(default_factory=OperatorsSpec)
 
 
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -294,6 +314,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         "workloads",
         "faults",
         "actions",
+        "operators",
     }
     unknown = sorted(k for k in data if k not in known)
     if unknown:
@@ -361,6 +382,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
             )
     faults = tuple(_checked_kind(FaultSpec, FAULT_KINDS, "[[faults]]", data.get("faults", [])))
     actions = tuple(_checked_kind(ActionSpec, ACTION_KINDS, "[[actions]]", data.get("actions", [])))
+    operators = _build(OperatorsSpec, "[operators]", data.get("operators", {}))
     scenario = Scenario(
         name,
         description,
@@ -376,6 +398,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         actions,
         base_dir,
         scripts=tuple(scripts),
+        operators=operators,
     )
     _check_names(scenario)
     _check_link_types(scenario)

@@ -61,6 +61,10 @@ class World(Protocol):
         self, cluster: SimCluster, topic: str, partition: int
     ) -> tuple[tuple[str, str, int], ...]: ...
 
+    def followers_of(
+        self, cluster: SimCluster, topic: str
+    ) -> tuple[tuple[str, str, str], ...]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerSpec:
@@ -78,6 +82,10 @@ class ProducerSpec:
     batch_interval_ms: int = 60_000
     records_per_batch: int = 10
     record_bytes: int = 0  # 0: the run's record_bytes
+    # `topic` names a prefix: each send goes to a topic of that prefix on a
+    # cluster where it can be written now (an application writing to
+    # whichever cluster leads, as operators move namespaces around).
+    roam: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +119,7 @@ class Producer:
         self.ids: dict[bool, _ProducerIds] = {}
         self._template: bytes | None = None
         self.record_bytes = spec.record_bytes or world.record_bytes
+        self.prefix = spec.topic  # a roaming producer's topic prefix
 
     def start(self) -> None:
         self.world.queue.at(self.spec.start_ms, f"{self.spec.name} start", self._next)
@@ -136,8 +145,32 @@ class Producer:
 
     # -- one record -------------------------------------------------------------------
 
+    def _roam(self) -> bool:
+        """A roaming producer picks where this send goes: a topic of its
+        prefix on a live cluster whose namespace takes client writes."""
+        candidates = []
+        for cid in sorted(self.world.clusters):
+            node = self.world.clusters[cid]
+            if not node.up:
+                continue
+            for name in sorted(node.state.topics):
+                if name.startswith(self.prefix) and node.state.namespaces.reserved_by(
+                    ResourceType.TOPIC, name
+                ) is None:
+                    candidates.append((cid, name))
+        if not candidates:
+            return False
+        cid, topic = candidates[self.rng.randrange(len(candidates))]
+        if (cid, topic) != (self.cluster, self.spec.topic):
+            self.ids = {}  # a new producer there: sequences are per partition
+        self.cluster = cid
+        self.spec = replace(self.spec, topic=topic)
+        return True
+
     def _send_one(self) -> None:
         w = self.world
+        if self.spec.roam and not self._roam():
+            return
         n = self.sent
         self.sent += 1
         key_index = self.rng.randrange(self.spec.keys)
@@ -251,7 +284,11 @@ class Producer:
                 finish("info", timed_out.code.name, sends)
                 return
             witnessed = [
-                replace(s, sync_witnesses=w.sync_witnesses(node, s.topic, s.partition))
+                replace(
+                    s,
+                    sync_witnesses=w.sync_witnesses(node, s.topic, s.partition),
+                    followers=w.followers_of(node, s.topic),
+                )
                 for s in sends
             ]
             finish("ok", "", witnessed)
@@ -409,7 +446,10 @@ class Consumer:
                 self._read(node, invoke, session)
             except ClusterError as exc:
                 if exc.code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    # The log was cut below the position: start over from the
+                    # committed offsets, as a new session (auto.offset.reset).
                     self.positions = None
+                    self.session += 1
                 self._record(
                     node,
                     "fail",
@@ -697,7 +737,11 @@ class ScriptProducer:
                 finish("info", timed_out.code.name, sends)
                 return
             witnessed = [
-                replace(s, sync_witnesses=w.sync_witnesses(node, s.topic, s.partition))
+                replace(
+                    s,
+                    sync_witnesses=w.sync_witnesses(node, s.topic, s.partition),
+                    followers=w.followers_of(node, s.topic),
+                )
                 for s in sends
             ]
             finish("ok", "", witnessed)

@@ -44,7 +44,8 @@ from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkLimits, LinkState
 from linkd.core.namespaces import ResourceType
-from sim import checkers, network, seeds, topology
+from sim import checkers, network, seeds, status_checks, topology
+from sim import operator_moves as moves
 from sim.checkers import Violation
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
@@ -98,11 +99,15 @@ class Simulation:
         self.link_ids = seeds.IdFactory(seed, "links")
         self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
         self.ops = Operators(self, self, self.link_ids)
-        # Failovers that answered: (cluster, link, time, what they reported).
+        self.move_rng = seeds.stream(seed, "operators")
+        self.fault_rng = seeds.stream(seed, "drawn faults")
+        # Failovers that answered: (cluster, link id, time, what they reported).
         self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
         self.mirrors: dict[str, MirrorDriver] = {}
         self.offset_watch = checkers.OffsetWatch()
+        self.status_watch = status_checks.StatusWatch(c.session_timeout_ms)
+        self._status_probed_ms = 0
         self.violations: list[Violation] = []
         self.metrics = Metrics()
         self.truncations: checkers.Truncations = {}
@@ -214,7 +219,134 @@ class Simulation:
             self.queue.at(
                 action.at_ms, f"action {action.kind}", functools.partial(self.action, action)
             )
+        ops = s.operators
+        if ops.interval_ms:
+            self.queue.at(ops.start_ms, "operator move", self._draw_move)
+        if ops.fault_interval_ms:
+            self.queue.at(ops.start_ms, "drawn fault", self._draw_fault)
         self.queue.at(0, "tick", self.tick)
+
+    # -- drawn operator moves and faults (the [operators] table) ---------------------------
+
+    def _operators_stop_ms(self) -> int:
+        ops = self.scenario.operators
+        return ops.stop_ms if ops.stop_ms >= 0 else self.scenario.run.duration_ms - 2_000
+
+    def operator_view(self) -> moves.View:
+        """What an operator sees: every cluster's links (each once, from the
+        cluster that created it), topics and namespaces."""
+        links: dict[str, moves.LinkView] = {}
+        topics: dict[str, tuple[tuple[str, int], ...]] = {}
+        namespaces: dict[str, tuple[tuple[str, str, bool], ...]] = {}
+        for cid in self.cluster_ids:
+            state = self.clusters[cid].state
+            topics[cid] = tuple(
+                (n, len(t.partitions)) for n, t in sorted(state.topics.items())
+                if not n.startswith("_")
+            )
+            namespaces[cid] = tuple(
+                (ns.type.label, ns.prefix, ns.reserved) for ns in state.namespaces.list()
+            )
+            for name in state.links.names():
+                config = state.links.get(name)
+                if config.link_id in links and config.connection_direction != "local_dials":
+                    continue
+                links[config.link_id] = moves.LinkView(
+                    name,
+                    cid,
+                    config.remote_cluster_id,
+                    tuple(
+                        moves.MappingView(
+                            m.resource_type, m.local_prefix, m.remote_prefix, m.leader
+                        )
+                        for m in config.attached_mappings()
+                        if m.resource_type in ("topic", "group")
+                    ),
+                )
+        return moves.View(
+            tuple(self.cluster_ids),
+            frozenset(c for c in self.cluster_ids if self.clusters[c].up),
+            tuple(links[k] for k in sorted(links)),
+            topics,
+            namespaces,
+            tuple(topology.prefix_of(o) for o in topology.origins(self.graph)),
+        )
+
+    def _draw_move(self) -> None:
+        ops = self.scenario.operators
+        if self.queue.now_ms >= self._operators_stop_ms():
+            return
+        move = moves.draw_move(self.move_rng, self.operator_view())
+        if move is not None:
+            self.queue.note(f"move {move.describe()}")
+            self.metrics.add(f"moves_{move.kind.value}", 1)
+            self.do_move(move)
+        gap = max(1, round(self.move_rng.expovariate(1 / ops.interval_ms)))
+        self.queue.after(gap, "operator move", self._draw_move)
+
+    def do_move(self, m: moves.Move) -> None:
+        """An operator's move, carried out with the daemon's own procedures."""
+        o, k = self.ops, moves.MoveKind
+        if m.kind is k.CREATE_LINK:
+            o.create_link(m.cluster, m.link, m.peer, remote_dials=m.remote_dials)
+        elif m.kind is k.DELETE_LINK:
+            self.delete_link(m.cluster, m.link)
+        elif m.kind is k.ATTACH:
+            o.attach(m.cluster, m.link, m.local_prefix, m.remote_prefix, m.leader,
+                     m.resource_type)
+        elif m.kind is k.DETACH:
+            o.detach(m.cluster, m.link, m.local_prefix, m.resource_type)
+        elif m.kind is k.SET_RESERVED:
+            o.set_reserved(m.cluster, m.resource_type, m.local_prefix, m.reserved)
+        elif m.kind is k.MANUAL_REVERSE:
+            if m.link in self.clusters[m.cluster].links.configs:
+                o.manual_reverse(m.cluster, m.link, m.resource_type, m.local_prefix,
+                                 m.remote_prefix, m.wait)
+        elif m.kind is k.REVERSE:
+            o.reverse(m.cluster, m.link, 0)
+        elif m.kind is k.SET_MODE:
+            o.set_mode(m.cluster, m.link, m.mode)
+        elif m.kind is k.FAILOVER:
+            self.failover(m.cluster, m.link, m.force, False)
+        elif m.kind is k.RECOVER:
+            requested: list[tuple[str, str, str | None]] = (
+                [("topic", m.local_prefix, None)] if m.local_prefix else []
+            )
+            o.recover(m.cluster, m.link, requested, m.confirm)
+        elif m.kind is k.CREATE_TOPIC:
+            o.create_topic(m.cluster, m.topic, m.partitions)
+        elif m.kind is k.DELETE_TOPIC:
+            o.delete_topic(m.cluster, m.topic)
+        elif m.kind is k.ADD_PARTITIONS:
+            o.add_partitions(m.cluster, m.topic, m.partitions)
+        elif m.kind is k.RESTART:
+            self._crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
+
+    def _crash_for(self, cid: str, duration_ms: int) -> None:
+        if not self.clusters[cid].up:
+            return
+        self.fault(FaultSpec(self.queue.now_ms, "crash", node=cid, duration_ms=duration_ms))
+
+    def _draw_fault(self) -> None:
+        ops = self.scenario.operators
+        if self.queue.now_ms >= self._operators_stop_ms():
+            return
+        rng = self.fault_rng
+        duration = max(100, round(rng.expovariate(1 / ops.fault_duration_ms)))
+        kind = rng.choice(("partition", "isolate", "pause", "crash", "one_way"))
+        a = rng.choice(self.cluster_ids)
+        others = [c for c in self.cluster_ids if c != a]
+        b = rng.choice(others) if others else a
+        now = self.queue.now_ms
+        if kind == "crash":
+            self._crash_for(a, duration)
+        elif kind in ("partition", "one_way") and others:
+            self.fault(FaultSpec(now, kind, side_a=(a,), side_b=(b,), duration_ms=duration))
+        elif kind in ("isolate", "pause"):
+            self.fault(FaultSpec(now, kind, node=a, duration_ms=duration))
+        self.metrics.add("faults_drawn", 1)
+        gap = max(1, round(rng.expovariate(1 / ops.fault_interval_ms)))
+        self.queue.after(gap, "drawn fault", self._draw_fault)
 
     # -- operator actions (the core's procedures: sim.operators) ------------------------------
 
@@ -370,6 +502,31 @@ class Simulation:
             out.append((follower.cluster_id, local, end))
         return tuple(out)
 
+    def followers_of(
+        self, cluster: SimCluster, topic: str
+    ) -> tuple[tuple[str, str, str], ...]:
+        """For invariant 10: at an acknowledgement, (follower, follower topic,
+        link id) of every link that leads the topic from here and that its
+        follower follows too, by the configuration it holds (durably, so also
+        while it is down)."""
+        out: list[tuple[str, str, str]] = []
+        for name in sorted(cluster.links.configs):
+            config = cluster.links.configs[name]
+            mapping = config.mapping_for(topic, "leader")
+            follower = self.clusters.get(config.remote_cluster_id)
+            if mapping is None or follower is None:
+                continue
+            local = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+            theirs = follower.links.configs.get(name)  # durable, even while it is down
+            if (
+                theirs is None
+                or theirs.link_id != config.link_id
+                or theirs.mapping_for(local, "follower") is None
+            ):
+                continue
+            out.append((follower.cluster_id, local, config.link_id))
+        return tuple(out)
+
     def reachable(self, a: str, b: str) -> bool:
         """Both directions between two clusters are open."""
         return self.network.reachable(a, b) and self.network.reachable(b, a)
@@ -426,7 +583,7 @@ class Simulation:
                 return
             assert isinstance(result, link_admin.Failover)
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
-            self.failovers.append((cluster, name, self.queue.now_ms, result))
+            self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):
                     if not any(rep.in_prefix(topic, p) for p in promoted):
@@ -458,7 +615,9 @@ class Simulation:
                 or v.topic not in node.state.topics
             ):
                 continue
-            held = v.offset < node.state.partition(v.topic, v.partition).high_watermark
+            logs = node.state.topics[v.topic].partitions
+            # A partition the follower has not created yet holds nothing.
+            held = v.partition < len(logs) and v.offset < logs[v.partition].high_watermark
             acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
         lost, rpo_ms = recovery_point(acked)
         self.metrics.add("rpo_records", lost)
@@ -512,6 +671,8 @@ class Simulation:
             self.paused.discard(f.node)
             self.clusters[f.node].crash()
             net.down.add(f.node)
+            # Its connections die with it: calls to it or from it end at once.
+            self.ops.connections_reset(f.node)
             if f.permanent:
                 self.lost_for_good.add(f.node)
             elif f.duration_ms:
@@ -611,6 +772,10 @@ class Simulation:
             node = self.clusters[cid]
             if node.up:
                 node.tick(now, self.logical_bytes)
+        probe_ms = self.scenario.run.status_probe_ms
+        if probe_ms and now - self._status_probed_ms >= probe_ms:
+            self._status_probed_ms = now
+            self._probe_status(now)
         if now - self._removals_ms >= rounds.HANDSHAKE_INTERVAL_MS:
             self._removals_ms = now
             self.ops.tell_removals()
@@ -622,6 +787,35 @@ class Simulation:
             self._heal_at_ms = None
         self.queue.after(self.scenario.run.tick_interval_ms, "tick", self.tick)
 
+    def _probe_status(self, now: int) -> None:
+        """Invariant 9: what every live cluster's links report, against the
+        logs (sim.status_checks.StatusWatch)."""
+        up = {cid: self.clusters[cid].up for cid in self.cluster_ids}
+        for cid in self.cluster_ids:
+            if up[cid]:
+                self.status_watch.record_hws(cid, self.clusters[cid].state, now)
+        states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
+        self.status_watch.probe(states, up, now)
+
+    def _failover_report(
+        self, failover: tuple[str, str, int, link_admin.Failover]
+    ) -> status_checks.FailoverReport:
+        cluster, link_id, at_ms, result = failover
+        return status_checks.FailoverReport(
+            cluster,
+            link_id,
+            at_ms,
+            {
+                (r.topic, r.partition): (
+                    r.log_end_offset,
+                    r.source_high_watermark,
+                    r.source_hw_known_at_ms,
+                )
+                for r in result.partitions
+            },
+            result.topics_known_at_ms,
+        )
+
     def _sample_link_states(self, now: int) -> None:
         elapsed = now - self._state_sampled_ms
         self._state_sampled_ms = now
@@ -632,7 +826,8 @@ class Simulation:
 
     def unsettled_links(self) -> list[str]:
         """Links between live clusters, on either side, that are not FOLLOWING
-        (IN_SYNC for a SYNC link) or whose follower partitions lag."""
+        (IN_SYNC for a SYNC link), whose follower partitions lag, or whose two
+        configurations differ (invariant 7)."""
         now = self.queue.now_ms
         out = []
         for cid in self.cluster_ids:
@@ -648,6 +843,10 @@ class Simulation:
                 state = node.links.state_name(name)
                 if state != settled or link_admin.follower_lag(node.state, name, now):
                     out.append(f"{cid}/{name}:{state}")
+                    continue
+                theirs = remote.links.configs.get(name)
+                if theirs is None or theirs.mirrored().to_record() != config.to_record():
+                    out.append(f"{cid}/{name}:configurations differ")
         return out
 
     def converged(self) -> bool:
@@ -728,6 +927,17 @@ class Simulation:
         topics = self._with_mirror_topics(
             {p.spec.topic for p in self.producers if not p.spec.bulk}
             | {x.topic for script in self.scripts for x in script.spec.sends}
+            | {
+                o.value.topic
+                for o in self.history.sends()
+                if isinstance(o.value, Send) and o.value.value
+            }
+            | {
+                topic
+                for o in self.history.sends()
+                if isinstance(o.value, Send)
+                for _f, topic, _link in o.value.followers
+            }
         )
         out: checkers.FinalLogs = {}
         for cid in self.cluster_ids:
@@ -784,6 +994,20 @@ class Simulation:
         self.violations += checkers.check_link_convergence(states, up)
         final = self.final_logs()
         self.violations += checkers.check_lost_writes(self.history, final, self.truncations)
+        self.violations += self.status_watch.violations
+        self.violations += status_checks.check_silent_loss(
+            self.history,
+            final,
+            states,
+            up,
+            self.lost_for_good,
+            [self._failover_report(f) for f in self.failovers],
+            self.truncations,
+        )
+        self.violations += status_checks.check_hanging_transactions(
+            states, up, self.lost_for_good, self.queue.now_ms
+        )
+        self.violations += status_checks.check_admin_effects(self.ops.admin_changes, states, up)
         # A mirror copies at least once: a value stored twice in a remote topic
         # is MM2's documented cost (counted below), not a violation.
         mirrored = self._mirrored_partitions(final)
@@ -795,7 +1019,7 @@ class Simulation:
             final,
             self.truncations,
         )
-        self.violations += checkers.check_consumers(self.history, final)
+        self.violations += checkers.check_consumers(self.history, final, self.truncations)
         self.violations += checkers.check_sync_acks(self.history)
         self.violations += checkers.check_sync_acks_kept(self.history, final, self.truncations)
         self.violations += checkers.check_transactions_atomic(self.history)

@@ -30,14 +30,14 @@ def two_sides() -> tuple[LinkTable, LinkTable]:
 def test_mirror__swaps_ids_prefixes_leaders_and_addresses() -> None:
     a, b = two_sides()
     mine = a.get("ab")
-    mine.mappings[("topic", "orders-")] = Mapping(
+    mine.mappings[("topic", "orders-", "remote-")] = Mapping(
         "topic", "orders-", "remote-", "local", True, (NOW, 0, "A")
     )
     theirs = mine.mirrored()
     assert (theirs.local_cluster_id, theirs.remote_cluster_id) == ("B", "A")
     assert theirs.value("remote_bootstrap") == "a:1"
     assert theirs.connection_direction == "remote_dials"
-    m = theirs.mappings[("topic", "remote-")]
+    m = theirs.mappings[("topic", "remote-", "orders-")]
     assert (m.remote_prefix, m.leader, m.local_role) == ("orders-", "remote", "follower")
     assert theirs.mirrored().to_record() == mine.to_record()
     assert b.get("ab").local_cluster_id == "B"
@@ -222,7 +222,7 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
     from linkd.core.acls import ResourceType as R
 
     source, follower = linked_states()
-    follower.links.get("ab").mappings[("topic", "orders-")] = Mapping(
+    follower.links.get("ab").mappings[("topic", "orders-", "orders-")] = Mapping(
         "topic", "orders-", "orders-", "remote", True, (NOW, 0, "A")
     )
 
@@ -262,7 +262,8 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
 def test_follower_is_catching_up_until_a_fetch_round_tells_its_lag() -> None:
     table = LinkTable("B", LinkLimits(session_timeout_ms=1000))
     config = table.new_config("ab", "id", "A", "a:1", "", "local_dials", "", NOW)
-    config.mappings[("topic", "t-")] = Mapping("topic", "t-", "t-", "remote", True, (NOW, 0, "B"))
+    mapping = Mapping("topic", "t-", "t-", "remote", True, (NOW, 0, "B"))
+    config.mappings[mapping.key] = mapping
     table.store(config, NOW)
     table.on_contact("ab", NOW + 1)  # a handshake: connected, lag unknown
     assert table.state_name("ab") == "CATCHING_UP"

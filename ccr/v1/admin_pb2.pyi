@@ -808,6 +808,12 @@ class FailoverResponse(_message.Message):
     NAMESPACES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    TOPICS_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
+    topics_known_at_ms: _builtins.int
+    """The source's topics and partitions as known from this time on (ms since
+    the epoch; 0: never listed since this cluster started). A partition the
+    source created later is in no row and may hold records never copied.
+    """
     @_builtins.property
     def link(self) -> Global___LinkDescription: ...
     @_builtins.property
@@ -840,10 +846,11 @@ class FailoverResponse(_message.Message):
         namespaces: _abc.Iterable[Global___Namespace] | None = ...,
         partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
         aborted_transactions: _abc.Iterable[Global___DanglingTransaction] | None = ...,
+        topics_known_at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

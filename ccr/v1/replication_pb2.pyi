@@ -204,17 +204,20 @@ class MappingKey(_message.Message):
 
     RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
     LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
+    REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
     resource_type: _builtins.str
     local_prefix: _builtins.str
+    remote_prefix: _builtins.str
     def __init__(
         self,
         *,
         resource_type: _builtins.str = ...,
         local_prefix: _builtins.str = ...,
+        remote_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_prefix", b"local_prefix", "resource_type", b"resource_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "resource_type", b"resource_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, LinkState, Mapping, in_prefix
+from linkd.core.links import LinkConfig, LinkState, Mapping, MappingKey, in_prefix
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.replication import (
     detach_provenance,
@@ -135,8 +135,8 @@ def check_attach(
     kind = ResourceType.parse(resource_type)
     validate_prefix(kind, remote_prefix)
     ns = state.namespaces.get(kind, local_prefix)
-    current = config.mappings.get((kind.label, local_prefix))
-    if current is not None and current.attached:
+    current = config.attached_at(kind.label, local_prefix)
+    if current is not None:
         if (current.remote_prefix, current.leader) == (remote_prefix, leader):
             return current
         raise ClusterError(
@@ -159,8 +159,8 @@ def check_detach(
     """The detached version of an attached mapping (unversioned), or a refusal."""
     config = state.links.get(link_name)
     kind = ResourceType.parse(resource_type)
-    current = config.mappings.get((kind.label, local_prefix))
-    if current is None or not current.attached:
+    current = config.attached_at(kind.label, local_prefix)
+    if current is None:
         raise ClusterError(
             ErrorCode.UNKNOWN_NAMESPACE,
             f"link {link_name!r}",
@@ -204,7 +204,9 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
     records = []
     wanted: dict[tuple[str, str], str] = {}
     if config is not None:
-        wanted = {m.key: m.local_role for m in config.attached_mappings()}
+        wanted = {
+            (m.resource_type, m.local_prefix): m.local_role for m in config.attached_mappings()
+        }
     for ns in state.namespaces.list():
         for link, _role in list(ns.attachments):
             if link == link_name and (ns.type.label, ns.prefix) not in wanted:
@@ -256,7 +258,7 @@ def accept_remote_config(
     state: ClusterState,
     remote_view: LinkConfig,
     now_ms: int,
-    strict: Iterable[tuple[str, str]] = (),
+    strict: Iterable[MappingKey] = (),
 ) -> Accepted:
     """Merges the remote's view of a link (newest version of each field and
     mapping wins), records provenance for follower namespaces the merge
@@ -287,7 +289,7 @@ def accept_remote_config(
     return out
 
 
-def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[tuple[str, str]]) -> None:
+def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[MappingKey]) -> None:
     mine = remote_view.mirrored()
     existing = state.links.configs.get(remote_view.name)
     current = dict(existing.mappings) if existing is not None else {}
@@ -312,13 +314,13 @@ def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[tuple[
             )
 
 
-def _newer_detach(mine: LinkConfig, key: tuple[str, str], m: Mapping) -> bool:
+def _newer_detach(mine: LinkConfig, key: MappingKey, m: Mapping) -> bool:
     theirs = mine.mappings.get(key)
     return theirs is not None and not theirs.attached and theirs.version > m.version
 
 
 def refuse_unattachable(
-    state: ClusterState, link_name: str, now_ms: int, attached_before: set[tuple[str, str]]
+    state: ClusterState, link_name: str, now_ms: int, attached_before: set[MappingKey]
 ) -> tuple[list[Mapping], list[Effect]]:
     """Detaches, with a newer version and a note, every attached mapping of
     the link that breaks the rules, the newer of two conflicting mappings
@@ -569,6 +571,10 @@ class Failover:
     abandoned: list[PartitionLag]  # those that may lose records
     dangling: list[DanglingTxn]  # replicated transactions aborted
     namespaces: list[tuple[str, str]]  # (type, prefix) made writable
+    # The source's topics and partitions as known from this time on (0:
+    # never listed since this cluster started): partitions created later are
+    # in no row, and may hold records this cluster never saw.
+    topics_known_at_ms: int = 0
 
 
 def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:
@@ -601,7 +607,8 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
                 f"still lag by {total} records; wait, or fail over with force to abandon them",
             )
     effects: list[Effect] = []
-    out = Failover(effects, rows, abandoned, [], [])
+    listed = state.links.runtime[link_name].topics_known_at_ms
+    out = Failover(effects, rows, abandoned, [], [], listed or 0)
     for mapping in list(config.attached_mappings()):
         if mapping.local_role != "follower":
             continue

@@ -46,7 +46,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig, MappingKey
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
@@ -114,7 +114,7 @@ def accept_handshake(
     create: bool,
     now_ms: int,
     required_credentials: str = "",
-    proposed: tuple[tuple[str, str], ...] = (),
+    proposed: tuple[MappingKey, ...] = (),
 ) -> admin.Accepted:
     """The dialed side: checks a remote's configuration (its credentials and
     its link id), merges it (`link_admin.accept_remote_config`: what cannot be
@@ -145,11 +145,7 @@ def accept_handshake(
             f"link {theirs.name!r}",
             f"link {theirs.name!r} on {cluster_id!r} has another link id",
         )
-    strict = tuple(
-        (rtype, theirs.mappings[(rtype, prefix)].remote_prefix)
-        for rtype, prefix in proposed
-        if (rtype, prefix) in theirs.mappings
-    )
+    strict = tuple(theirs.mappings[k].mirrored_key for k in proposed if k in theirs.mappings)
     accepted = admin.accept_remote_config(state, theirs, now_ms, strict)
     state.links.on_contact(theirs.name, now_ms)
     return accepted
@@ -254,11 +250,16 @@ def plan_topics(
     config: LinkConfig,
     namespaces: list[SourceNamespace],
     new_topic_id: Callable[[], str],
+    listed_at_ms: int | None = None,
 ) -> TopicsPlan:
     """Follower side: creates follower topics with the source's shape, follows
     partition additions and config changes, adopts the READ ACLs. Namespaces
     this side does not follow on the link are ignored. `new_topic_id` is asked
-    once per topic created."""
+    once per topic created. `listed_at_ms`: the source listed its topics no
+    earlier than this (a failover reports from when the topics were known)."""
+    runtime = state.links.runtime.get(config.name)
+    if runtime is not None and listed_at_ms is not None:
+        runtime.topics_known_at_ms = listed_at_ms
 
     effects: list[Effect] = []
     created: list[tuple[str, str]] = []
@@ -309,13 +310,26 @@ class FetchRequest:
     link_id: str
     partitions: tuple[PartitionFetch, ...]
     local_of: dict[tuple[str, int], str]
+    # When it left (the follower's clock): the round it starts reports its
+    # source's high watermarks as known from then on.
+    sent_ms: int | None = None
 
 
 def follower_fetch_request(
-    state: ClusterState, config: LinkConfig, partition_max_bytes: int = 0
+    state: ClusterState,
+    config: LinkConfig,
+    partition_max_bytes: int = 0,
+    sent_ms: int | None = None,
 ) -> FetchRequest:
     """Follower side: its position in every partition of every topic it
-    follows on the link (a topic belongs to its longest matching prefix)."""
+    follows on the link (a topic belongs to its longest matching prefix).
+    `sent_ms`: the request leaves now (the round it starts will report the
+    source's high watermarks as known from this time on: the source serves
+    it later, so its HW then is at least its HW now)."""
+    if sent_ms is not None:
+        runtime = state.links.runtime.get(config.name)
+        if runtime is not None:
+            runtime.fetch_sent_ms = sent_ms  # a push answers the last request made
     followed = rep.follower_mappings(config, "topic")
     parts: list[PartitionFetch] = []
     local_of: dict[tuple[str, int], str] = {}
@@ -332,7 +346,7 @@ def follower_fetch_request(
             offset, epoch = rep.follower_position(state, topic, p)
             parts.append(PartitionFetch(source, p, offset, epoch, partition_max_bytes))
             local_of[(source, p)] = topic
-    return FetchRequest(config.link_id, tuple(parts), local_of)
+    return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
 
 
 @dataclass(slots=True)
@@ -523,6 +537,7 @@ def finish_fetch_round(
     progress: list[FollowerProgress],
     sync_state: str,
     now_ms: int,
+    sent_ms: int | None = None,
 ) -> Wake | None:
     """Follower side, once the round's appends are durable: adopts the
     source's SYNC verdict, lets each follower HW reach its source's HW
@@ -530,7 +545,8 @@ def finish_fetch_round(
     the round, and forgets follower partitions the round no longer reached.
     Returns whom to wake when a high watermark moved (a transaction's
     markers may move partitions beyond the round's: then everyone). A link
-    deleted meanwhile changes nothing."""
+    deleted meanwhile changes nothing. `sent_ms`: when the round's request
+    left (a pull passes it: another request may have left since)."""
     links = state.links
     if link_name not in links.runtime:
         return None
@@ -541,18 +557,29 @@ def finish_fetch_round(
         state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in reached]
     )
     keep: set[tuple[str, int, str]] = set()
+    runtime = links.runtime[link_name]
+    # The round's request left at `sent_ms` (else: the last request made,
+    # which a push answers); its source HWs are known from then on.
+    if sent_ms is None:
+        sent_ms = runtime.fetch_sent_ms
+    known_at = sent_ms if sent_ms is not None else now_ms
     with links.deferred():
         for p in reached:
             leo = state.partition(p.topic, p.partition).log_end_offset
             links.on_progress(
-                link_name, p.topic, p.partition, "follower", leo, p.source_high_watermark, now_ms
+                link_name,
+                p.topic,
+                p.partition,
+                "follower",
+                leo,
+                p.source_high_watermark,
+                now_ms,
+                known_at,
             )
             keep.add((p.topic, p.partition, "follower"))
         links.on_fetch_round(link_name, now_ms)
-        runtime = links.runtime.get(link_name)
-        if runtime is not None:
-            keep |= {k for k in runtime.partitions if k[2] == "leader"}
-            links.forget_partitions(link_name, keep)
+        keep |= {k for k in runtime.partitions if k[2] == "leader"}
+        links.forget_partitions(link_name, keep)
     if not moved:
         return None
     return Wake(None if anywhere else tuple((p.topic, p.partition) for p in reached))
@@ -593,7 +620,8 @@ def accept_push(
     config = state.links.by_id(push.link_id)
     name = config.name
     if push.namespaces:
-        plan = plan_topics(state, config, list(push.namespaces), new_topic_id)
+        listed = state.links.runtime[name].fetch_sent_ms  # the push answers that request
+        plan = plan_topics(state, config, list(push.namespaces), new_topic_id, listed)
         for local, source in plan.created:
             yield Note("info", f"link {name!r}: follower topic {local!r} created from {source!r}")
         if plan.effects:
@@ -620,7 +648,7 @@ def accept_push(
             yield Execute((*effects, Journal(tuple(records))), "offsets")
     else:
         state.links.on_contact(name, (yield Now()))
-    nxt = follower_fetch_request(state, config)
+    nxt = follower_fetch_request(state, config, sent_ms=(yield Now()))
     if push.namespaces and not nxt.partitions:
         # Told the source's topics, and none to follow: nothing lags.
         state.links.on_fetch_round(name, (yield Now()))

@@ -45,6 +45,9 @@ from typing import Any
 
 from linkd.core.errors import ClusterError, ErrorCode
 
+# A mapping's identity: (resource type, local prefix, remote prefix).
+MappingKey = tuple[str, str, str]
+
 # A version: (physical ms, logical counter, cluster id). Tuples compare
 # field by field, so the cluster id breaks exact ties deterministically.
 Version = tuple[int, int, str]
@@ -116,8 +119,17 @@ class Mapping:
     note: str = ""
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.resource_type, self.local_prefix)
+    def key(self) -> MappingKey:
+        """Its identity on this side: (type, local prefix, remote prefix).
+        Both prefixes: the other side keys it by its own (local) prefix,
+        which is this side's remote prefix, so the key must hold both for the
+        two sides' entries to pair up one to one."""
+        return (self.resource_type, self.local_prefix, self.remote_prefix)
+
+    @property
+    def mirrored_key(self) -> MappingKey:
+        """The same mapping's key on the other side."""
+        return (self.resource_type, self.remote_prefix, self.local_prefix)
 
     @property
     def local_role(self) -> str:
@@ -174,7 +186,7 @@ class LinkConfig:
     remote_cluster_id: str
     connection_direction: str  # "local_dials" | "remote_dials"
     fields: dict[str, Field]  # remote_bootstrap, credentials, mode, local_bootstrap
-    mappings: dict[tuple[str, str], Mapping] = field(default_factory=dict)
+    mappings: dict[MappingKey, Mapping] = field(default_factory=dict)
     link_epoch: int = 0
 
     def value(self, name: str) -> str:
@@ -187,6 +199,19 @@ class LinkConfig:
 
     def attached_mappings(self) -> list[Mapping]:
         return [m for m in self.mappings.values() if m.attached]
+
+    def attached_at(self, resource_type: str, local_prefix: str) -> Mapping | None:
+        """The attached mapping of this exact local prefix, if any (the rules
+        allow at most one)."""
+        return next(
+            (
+                m
+                for _k, m in sorted(self.mappings.items())
+                if m.attached and m.resource_type == resource_type
+                and m.local_prefix == local_prefix
+            ),
+            None,
+        )
 
     def mapping_for(self, topic: str, role: str, resource_type: str = "topic") -> Mapping | None:
         """The attached mapping (longest prefix) under which this cluster has
@@ -357,6 +382,10 @@ class LinkRuntime:
     # Partitions this side leads on the link, registered so that one the
     # follower never fetched still counts (it is not caught up).
     led_partitions: set[tuple[str, int]] = field(default_factory=set)
+    # When this side's last fetch request left (follower side).
+    fetch_sent_ms: int | None = None
+    # The source's topics as listed no earlier than this (follower side).
+    topics_known_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,7 +711,10 @@ class LinkTable:
         log_end_offset: int,
         source_high_watermark: int,
         now_ms: int,
+        known_at_ms: int | None = None,
     ) -> None:
+        """A round told this partition's position and its source's HW, known
+        from `known_at_ms` (default now) on."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return
@@ -693,7 +725,7 @@ class LinkTable:
             runtime.partitions[key] = progress
         progress.log_end_offset = log_end_offset
         progress.source_high_watermark = source_high_watermark
-        progress.known_at_ms = now_ms
+        progress.known_at_ms = now_ms if known_at_ms is None else known_at_ms
         if progress.lag_records() == 0:
             progress.caught_up_at_ms = now_ms
         self._recompute(name, now_ms)

@@ -52,7 +52,7 @@ from linkd.core import link_admin
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig, Mapping
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.replication import in_prefix, map_name
 
@@ -449,13 +449,13 @@ def select_mappings(
                     f"not {kind.label}",
                 )
             validate_prefix(kind, local)
-            existing = config.mappings.get((kind.label, local))
+            existing = _current_by_local(config).get((kind.label, local))
             if remote is None:
                 remote = existing.remote_prefix if existing is not None else local
             validate_prefix(kind, remote)
             chosen.append(RecoveryMapping(kind.label, local, remote))
     else:
-        for (rtype, local), current in sorted(config.mappings.items()):
+        for (rtype, local), current in sorted(_current_by_local(config).items()):
             if rtype in ("topic", "group"):
                 chosen.append(RecoveryMapping(rtype, local, current.remote_prefix))
     if not chosen:
@@ -743,6 +743,14 @@ def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
     return replace(plan, confirmed=True)
 
 
+def _current_by_local(config: LinkConfig) -> dict[tuple[str, str], Mapping]:
+    """Per (type, local prefix): its attached mapping, else its newest entry."""
+    out: dict[tuple[str, str], Mapping] = {}
+    for m in sorted(config.mappings.values(), key=lambda x: (x.attached, x.version)):
+        out[(m.resource_type, m.local_prefix)] = m
+    return out
+
+
 def mappings_to_follow(
     config: LinkConfig, mappings: list[RecoveryMapping]
 ) -> list[tuple[RecoveryMapping, bool]]:
@@ -751,8 +759,8 @@ def mappings_to_follow(
     so, each with whether its current attachment must be detached first."""
     out: list[tuple[RecoveryMapping, bool]] = []
     for m in mappings:
-        current = config.mappings.get((m.resource_type, m.local_prefix))
-        attached = current is not None and current.attached
+        current = config.attached_at(m.resource_type, m.local_prefix)
+        attached = current is not None
         if (
             current is not None
             and attached

@@ -241,28 +241,29 @@ def provenance_entry(
 def detach_provenance(
     state: ClusterState, config: LinkConfig, mapping: Mapping
 ) -> list[dict[str, Any]]:
-    """A follower topic namespace leaves the link: every partition that has a
-    provenance history records where the link's data ends."""
+    """A follower topic namespace leaves the link: every partition of its
+    topics records where the link's data ends (spec section 8), unless its
+    history already ends that way."""
     records: list[dict[str, Any]] = []
     if mapping.resource_type != "topic" or mapping.local_role != "follower":
         return records
     for name in sorted(state.topics):
-        if not in_prefix(name, mapping.local_prefix):
+        if not in_prefix(name, mapping.local_prefix) or name.startswith("_"):
             continue
         topic = state.topics[name]
-        for p, entries in sorted(topic.provenance.items()):
-            if entries and "start" in entries[-1] and entries[-1]["link_id"] == config.link_id:
-                record = {
-                    "type": "provenance",
-                    "name": name,
-                    "partition": p,
-                    "entry": {
-                        "detached_at": topic.partitions[p].log_end_offset,
-                        "link_id": config.link_id,
-                    },
-                }
-                state.apply_record(record)
-                records.append(record)
+        for p, log in enumerate(topic.partitions):
+            entries = topic.provenance.get(p, [])
+            last = entries[-1] if entries else None
+            if last is not None and "detached_at" in last and last["link_id"] == config.link_id:
+                continue
+            record = {
+                "type": "provenance",
+                "name": name,
+                "partition": p,
+                "entry": {"detached_at": log.log_end_offset, "link_id": config.link_id},
+            }
+            state.apply_record(record)
+            records.append(record)
     return records
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from linkd.core.effects import Effect
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig, MappingKey
 from linkd.core.recovery import RemoteGroupOffsets, RemotePartitions
 
 # -- what crosses to the other cluster ---------------------------------------------------------
@@ -48,7 +48,7 @@ class Handshake:
     create: bool = False
     # Keys (sender's view) of the mappings an operator is changing now: the
     # receiver refuses the call rather than converge on a refusal.
-    proposed: tuple[tuple[str, str], ...] = ()
+    proposed: tuple[MappingKey, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

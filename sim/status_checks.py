@@ -1,0 +1,379 @@
+"""Checkers of what clusters report against what they hold (spec section 10,
+invariants 9 to 12).
+
+A link's state, a partition's lag, an "attached", a failover's abandoned
+list are promises to an operator. These checks compare each promise with the
+logs and the history:
+
+- "9 status": a follower partition reported FOLLOWING or IN_SYNC with a known
+  lag of 0 holds its source's records up to the source high watermark
+  observed one round earlier (`StatusWatch`, at every probe): its log end is
+  at least the source HW when the partition's previous fetch round began;
+  and when its rounds stopped, at least the source HW of a bound ago (a link
+  whose data path stopped while its handshakes go on must not say FOLLOWING).
+- "10 silent loss": every record acknowledged in an attached namespace
+  reaches each follower (as the follower topic, at the same offset), or is
+  named in a report: a failover's answer (below the source HW it reported,
+  or acknowledged after the time that knowledge dates from), a cut recorded
+  in the partition's provenance (recovery, divergence), the end of the
+  link's data there (a detach), or the source's own reported truncation
+  (`check_silent_loss`, at the end).
+- "11 hanging transaction": no transaction stays open past its timeout plus a
+  bound on any live cluster (`check_hanging_transactions`, at the end); a
+  follower whose source is gone for good is excused (nobody can tell it the
+  outcome, and its link says DISCONNECTED).
+- "12 admin effect": an operator's attach or detach that answered success
+  has its effect on both sides once the link converges: each side's mapping
+  carries that change's version or a newer one (`check_admin_effects`).
+
+Pure functions of plain data and ClusterStates; the world records the
+history, the probes and the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from linkd.core import link_admin
+from linkd.core import replication as rep
+from linkd.core.cluster import ClusterState
+from linkd.core.links import LinkState, MappingKey, Version
+from linkd.core.transactions import TxnMetadata, TxnState
+from sim.checkers import DETAIL_MAX, FinalLogs, Truncations, Violation, _capped
+from sim.history import History, Send
+
+# A claim of lag 0 whose partition finished no fetch round for this long is
+# stale: beyond the session timeout plus one call's deadline, a link whose
+# data path stopped must not still say FOLLOWING.
+STALE_ROUND_SLACK_MS = 10_000
+# A transaction may stay open this long past its timeout (the coordinator's
+# tick, the markers' durability) before it hangs.
+HANGING_SLACK_MS = 5_000
+
+Key = tuple[str, str, int]  # (cluster, topic, partition)
+
+
+@dataclass(slots=True)
+class _Rounds:
+    """What one follower partition's rows said at the last two rounds."""
+
+    last_ms: int = -1
+    previous_ms: int = -1
+
+
+@dataclass(slots=True)
+class StatusWatch:
+    """Probes every link's rows and remembers each partition's high
+    watermarks over time (invariant 9)."""
+
+    session_timeout_ms: int
+    # (cluster, topic, partition) -> [(time, HW)] when it changed, oldest first.
+    hw_series: dict[Key, list[tuple[int, int]]] = field(default_factory=dict)
+    rounds: dict[tuple[str, str, str, int], _Rounds] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+
+    def record_hws(self, cluster_id: str, state: ClusterState, now_ms: int) -> None:
+        for name, topic in state.topics.items():
+            for p, log in enumerate(topic.partitions):
+                series = self.hw_series.setdefault((cluster_id, name, p), [])
+                if not series or series[-1][1] != log.high_watermark:
+                    series.append((now_ms, log.high_watermark))
+
+    def hw_at(self, key: Key, at_ms: int) -> int:
+        """The partition's HW as probed at or before `at_ms`, or lower if it
+        was cut since (a follower never owes records its source no longer
+        has); 0: never probed."""
+        hw = 0
+        for t, value in self.hw_series.get(key, ()):
+            if t > at_ms:
+                hw = min(hw, value)
+            else:
+                hw = value
+        return hw
+
+    def probe(
+        self, states: Mapping[str, ClusterState], up: Mapping[str, bool], now_ms: int
+    ) -> None:
+        """One probe of every live cluster's links (call after record_hws)."""
+        if len(self.violations) > DETAIL_MAX:
+            return
+        for cid in sorted(states):
+            if not up.get(cid):
+                continue
+            state = states[cid]
+            for name in state.links.names():
+                self._probe_link(cid, state, name, states, now_ms)
+
+    def _probe_link(
+        self,
+        cid: str,
+        state: ClusterState,
+        name: str,
+        states: Mapping[str, ClusterState],
+        now_ms: int,
+    ) -> None:
+        link_state = state.links.state_name(name)
+        if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
+            return
+        config = state.links.get(name)
+        source = config.remote_cluster_id
+        if source not in states:
+            return
+        summary = link_admin.link_summary(state, name, now_ms)
+        for row in summary.partitions:
+            if row.role != "follower":
+                continue
+            rounds = self.rounds.setdefault((cid, name, row.topic, row.partition), _Rounds())
+            if row.source_hw_known_at_ms != rounds.last_ms:
+                rounds.previous_ms, rounds.last_ms = rounds.last_ms, row.source_hw_known_at_ms
+            if not row.lag_known or row.lag_records != 0:
+                continue
+            mapping = config.mapping_for(row.topic, "follower")
+            if mapping is None:
+                continue
+            source_topic = rep.map_name(row.topic, mapping.local_prefix, mapping.remote_prefix)
+            part = f"{row.topic}-{row.partition}"
+            where = f"{cid}: link {name!r} says {link_state} with lag 0 for {part}"
+            stale_ms = now_ms - self.session_timeout_ms - STALE_ROUND_SLACK_MS
+            source_key = (source, source_topic, row.partition)
+            if row.source_hw_known_at_ms < stale_ms and row.log_end_offset < self.hw_at(
+                source_key, stale_ms
+            ):
+                self.violations.append(
+                    Violation(
+                        "9 status",
+                        f"{where} (t={now_ms} ms), but its last fetch round is from "
+                        f"t={row.source_hw_known_at_ms} ms and it holds {row.log_end_offset} "
+                        f"records while {source}:{source_topic}-{row.partition} has had "
+                        f"{self.hw_at(source_key, stale_ms)} since t={stale_ms} ms: the data "
+                        "path stopped",
+                    )
+                )
+                continue
+            if rounds.previous_ms < 0:
+                continue
+            owed = self.hw_at(source_key, rounds.previous_ms)
+            if row.log_end_offset < owed:
+                self.violations.append(
+                    Violation(
+                        "9 status",
+                        f"{where} (t={now_ms} ms), but it holds {row.log_end_offset} records "
+                        f"while {source}:{source_topic}-{row.partition} had a high watermark of "
+                        f"{owed} one round earlier (t={rounds.previous_ms} ms)",
+                    )
+                )
+
+
+# -- invariant 10 -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverReport:
+    """What a failover answered, per partition made writable."""
+
+    cluster: str
+    link_id: str
+    at_ms: int
+    # (topic, partition) -> (log end, source HW reported, known at ms)
+    partitions: dict[tuple[str, int], tuple[int, int, int]]
+    topics_known_at_ms: int = 0  # partitions created after this are in no row
+
+
+def check_silent_loss(
+    history: History,
+    final: FinalLogs,
+    states: Mapping[str, ClusterState],
+    up: Mapping[str, bool],
+    lost: set[str],
+    failovers: list[FailoverReport],
+    truncations: Truncations,
+) -> list[Violation]:
+    """Invariant 10 over every acknowledged record with its followers."""
+    details: list[str] = []
+    for op in history.sends():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Send) or not v.value or v.offset < 0:
+            continue
+        for follower, topic, link_id in v.followers:
+            if follower in lost or not up.get(follower) or follower not in states:
+                continue
+            held = final.get((follower, topic, v.partition), {})
+            if held.get(v.offset) == v.value:
+                continue
+            if v.value in held.values():
+                continue  # present at another offset: invariant 1's business
+            why = _excused(op.cluster, op.complete_ms, v, (follower, topic, link_id), states,
+                           failovers, truncations, lost)
+            if why is None:
+                details.append(
+                    f"{v.value} acknowledged by {op.cluster} at {v.topic}-{v.partition}@"
+                    f"{v.offset} (t={op.complete_ms} ms) never reached {follower}:{topic}, and "
+                    "no report names it"
+                )
+            if len(details) > DETAIL_MAX:
+                break
+    return _capped("10 silent loss", details)
+
+
+def _excused(
+    source: str,
+    acked_ms: int,
+    v: Send,
+    owed: tuple[str, str, str],
+    states: Mapping[str, ClusterState],
+    failovers: list[FailoverReport],
+    truncations: Truncations,
+    lost: set[str],
+) -> str | None:
+    """Which report names a record a follower lacks, if any. Once the
+    follower failed the link over, only that failover's answer can excuse a
+    record it lacks (its detach would, else, excuse everything)."""
+    follower, topic, link_id = owed
+    if any(o <= v.offset for o in truncations.get((source, v.topic, v.partition), [])):
+        return "the source cut it (reported)"
+    covering = [
+        r
+        for r in failovers
+        if r.cluster == follower and r.link_id == link_id and r.at_ms >= acked_ms
+    ]
+    if covering:
+        for report in covering:
+            row = report.partitions.get((topic, v.partition))
+            if row is None:
+                # A partition the follower had not learned of: the report says
+                # from when on the source's topics were known.
+                if acked_ms >= report.topics_known_at_ms:
+                    return "in a partition created after what the failover said it knew"
+                continue
+            leo, source_hw, known_at = row
+            if v.offset >= leo and (v.offset < source_hw or acked_ms >= known_at):
+                return "abandoned by a failover that said so"
+        return None
+    state = states[follower]
+    t = state.topics.get(topic)
+    if t is None:
+        return "the follower topic was deleted"
+    if any(
+        e.get("link_id") == link_id and "detached_at" in e
+        for entries in t.provenance.values()
+        for e in entries
+    ):
+        # An operator detached the namespace (or deleted the link) first: the
+        # provenance says where the link's data ends.
+        return "the follower left the link, and its provenance says where"
+    for entry in t.provenance.get(v.partition, []):
+        at = int(entry.get("truncated_to", -1))
+        if 0 <= at <= v.offset:
+            return "a reported cut (provenance)"
+    if source in lost:
+        return "the source is gone and the follower's link says so"
+    return None
+
+
+# -- invariant 11 ------------------------------------------------------------------------
+
+
+def check_hanging_transactions(
+    states: Mapping[str, ClusterState],
+    up: Mapping[str, bool],
+    lost: set[str],
+    now_ms: int,
+) -> list[Violation]:
+    """Every open transaction in a partition of a live cluster is one a live
+    coordinator still runs within its timeout plus HANGING_SLACK_MS."""
+    details: list[str] = []
+    live = [c for c in sorted(states) if up.get(c) and c not in lost]
+    running: dict[int, TxnMetadata] = {
+        meta.producer_id: meta
+        for c in live
+        for meta in states[c].txn.txns.values()
+        if meta.state is TxnState.ONGOING
+    }
+    for cid in live:
+        state = states[cid]
+        for name in sorted(state.topics):
+            if _following_a_lost_source(state, name, lost):
+                continue
+            for p, log in enumerate(state.topics[name].partitions):
+                for pid, first in sorted(log.ongoing_txns.items()):
+                    meta = running.get(pid)
+                    if meta is not None and (name, p) in meta.partitions and (
+                        now_ms - meta.started_ms <= meta.timeout_ms + HANGING_SLACK_MS
+                    ):
+                        continue
+                    details.append(
+                        f"{cid}: a transaction of producer {pid} is open in {name}-{p} from "
+                        f"offset {first} (LSO {log.last_stable_offset}, HW "
+                        f"{log.high_watermark}) at t={now_ms} ms, and no coordinator will "
+                        "finish it in time"
+                    )
+    return _capped("11 hanging transaction", details)
+
+
+def _following_a_lost_source(state: ClusterState, topic: str, lost: set[str]) -> bool:
+    for config in state.links.configs.values():
+        if config.remote_cluster_id in lost and config.mapping_for(topic, "follower"):
+            return True
+    return False
+
+
+# -- invariant 12 -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AdminChange:
+    """A mapping change an operator's call answered success for."""
+
+    cluster: str
+    link_id: str
+    key: MappingKey  # the acting cluster's (type, local prefix, remote prefix)
+    version: Version
+    attached: bool
+
+
+def check_admin_effects(
+    changes: list[AdminChange], states: Mapping[str, ClusterState], up: Mapping[str, bool]
+) -> list[Violation]:
+    details: list[str] = []
+    for change in changes:
+        if not up.get(change.cluster):
+            continue
+        state = states[change.cluster]
+        config = next(
+            (c for c in state.links.configs.values() if c.link_id == change.link_id), None
+        )
+        if config is None:
+            continue  # deleted since: delete-link's own business
+        mine = config.mappings.get(change.key)
+        if mine is None or mine.version < change.version:
+            details.append(
+                f"{change.cluster}: a change of {change.key[0]} namespace {change.key[1]!r} on "
+                f"link {config.name!r} answered success, but the mapping there is "
+                f"{mine.to_record() if mine else 'gone'}"
+            )
+            continue
+        remote = states.get(config.remote_cluster_id)
+        if remote is None or not up.get(config.remote_cluster_id):
+            continue
+        theirs_config = remote.links.configs.get(config.name)
+        if theirs_config is None or theirs_config.link_id != config.link_id:
+            continue
+        theirs = theirs_config.mappings.get(mine.mirrored_key)
+        if theirs is None or theirs.version < change.version:
+            details.append(
+                f"{config.remote_cluster_id}: never took the change of {change.key[0]} "
+                f"namespace {change.key[1]!r} on link {config.name!r} that "
+                f"{change.cluster} answered success for"
+            )
+    return _capped("12 admin effect", details)
+
+
+__all__ = [
+    "AdminChange",
+    "FailoverReport",
+    "StatusWatch",
+    "check_admin_effects",
+    "check_hanging_transactions",
+    "check_silent_loss",
+]
