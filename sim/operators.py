@@ -49,6 +49,7 @@ class World(Protocol):
 
     def reachable(self, a: str, b: str) -> bool: ...
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
+    def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None: ...
 
 
 class Operators:
@@ -395,12 +396,14 @@ class Operators:
 
     def delete_topic(self, cluster: str, topic: str) -> None:
         node = self.world.clusters[cluster]
+        partitions = len(node.state.topics[topic].partitions) if topic in node.state.topics else 0
         try:
             effects = node.state.delete_topic(topic)
         except ClusterError as exc:
             self._refused(f"delete_topic {topic}", cluster, exc)
             return
         node.execute(effects, "metadata", self.world.logical_bytes)
+        self.world.topic_deleted(cluster, topic, partitions)
         self.world.metrics.add("actions_ok", 1)
 
     def add_partitions(self, cluster: str, topic: str, total: int) -> None:

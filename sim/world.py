@@ -147,6 +147,13 @@ class Simulation:
             base = "target_consumer"
         return base + ("_commit" if kind == "consumer_commit" else "")
 
+    def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None:
+        """An operator deleted a topic: its records are gone by that call, a
+        reported loss (as a cut at offset 0 of every partition)."""
+        for p in range(partitions):
+            self.truncations.setdefault((cluster, topic, p), []).append(0)
+        self.queue.note(f"topic {topic} deleted on {cluster}")
+
     def _make_truncate_hook(self, cid: str) -> Any:
         def hook(topic: str, partition: int, removed: int) -> None:
             node = self.clusters[cid]

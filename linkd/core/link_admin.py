@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
@@ -212,6 +213,7 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
             if link == link_name and (ns.type.label, ns.prefix) not in wanted:
                 records += state.namespaces.detach(ns.type, ns.prefix, link_name)
     newly_reserved: list[tuple[ResourceType, str]] = []
+    newly_following: list[tuple[ResourceType, str]] = []
     for (rtype, prefix), role in sorted(wanted.items()):
         kind = ResourceType.parse(rtype)
         if state.namespaces.find(kind, prefix) is None:
@@ -228,10 +230,38 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         records += state.namespaces.attach(kind, prefix, link_name, role)
         if role == "follower" and not was_reserved:
             newly_reserved.append((kind, prefix))
+        if role == "follower":
+            newly_following.append((kind, prefix))
     effects = journal(records)
     for kind, prefix in newly_reserved:
         effects += _abort_reserved(state, kind, prefix, now_ms)[1]
+    for kind, prefix in newly_following:
+        if kind is ResourceType.GROUP:
+            effects += journal(clamp_group_offsets(state, prefix))
     return effects
+
+
+def clamp_group_offsets(state: ClusterState, group_prefix: str) -> list[dict[str, Any]]:
+    """A group namespace starts following a link: its groups' committed
+    offsets become replicated offsets, which never point past the follower's
+    data (spec invariant 6). One left above its partition's high watermark
+    (committed here before the partition was cut) moves back to it."""
+    records: list[dict[str, Any]] = []
+    for group_id, _state, _type in sorted(state.groups.list_groups()):
+        if not in_prefix(group_id, group_prefix):
+            continue
+        for (topic, p), c in sorted(state.groups.committed(group_id, None).items()):
+            t = state.topics.get(topic)
+            if t is None or p >= len(t.partitions):
+                continue
+            hw = t.partitions[p].high_watermark
+            if c.offset > hw:
+                records.append(
+                    state.groups.set_committed(
+                        group_id, topic, p, hw, c.metadata, -1, c.commit_timestamp_ms
+                    )
+                )
+    return records
 
 
 def _abort_reserved(
