@@ -189,6 +189,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "provenance_source": p.provenance_source,
         "lag_known": p.lag_known,
         "source_hw_known_at_ms": p.source_hw_known_at_ms,
+        "problem": p.problem,
     }
 
 

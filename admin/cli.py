@@ -743,6 +743,9 @@ def _print_link(link: LinkInfo) -> None:
         ]
         header = ("TOPIC", "PARTITION", "ROLE", "LAG_RECORDS", "LAG_MS", "SOURCE_HW_AS_OF")
         print(_table(rows, header))
+        for p in link.partitions:
+            if p.get("problem"):
+                print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
 
 
 def cmd_create_link(args: argparse.Namespace) -> int:

@@ -16,8 +16,8 @@ from google.rpc import status_pb2
 from grpc import aio
 
 from ccr.v1 import errors_pb2, replication_pb2
+from linkd.core import histories
 from linkd.core import link_rounds as rounds
-from linkd.core import recovery
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import Field, LinkConfig, Mapping, MappingKey, Version
@@ -207,13 +207,16 @@ def fetch_request_pb(
         link_id=request.link_id, max_wait_ms=max_wait_ms, max_bytes=max_bytes
     )
     for p in request.partitions:
-        out.partitions.add(
+        entry = out.partitions.add(
             topic=p.source_topic,
             partition=p.partition,
             fetch_offset=p.fetch_offset,
             last_fetched_epoch=p.last_fetched_epoch,
             max_bytes=p.max_bytes,
         )
+        entry.related = p.related
+        for m in p.marks:
+            entry.marks.add(base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc)
     return out
 
 
@@ -222,7 +225,13 @@ def partition_fetches_of(
 ) -> list[rounds.PartitionFetch]:
     return [
         rounds.PartitionFetch(
-            p.topic, p.partition, p.fetch_offset, p.last_fetched_epoch, p.max_bytes
+            p.topic,
+            p.partition,
+            p.fetch_offset,
+            p.last_fetched_epoch,
+            p.max_bytes,
+            tuple(histories.BatchMark(m.base_offset, m.last_offset, m.crc) for m in p.marks),
+            p.related,
         )
         for p in request.partitions
     ]
@@ -245,6 +254,7 @@ def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchR
         if p.diverging_end_offset >= 0:
             entry.diverging_epoch = p.diverging_epoch
         entry.records = p.records
+        entry.history_checked = p.history_checked
     return out
 
 
@@ -263,6 +273,7 @@ def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.Fetch
                 records=p.records,
                 size_bytes=len(p.records),
                 error=error_of(p.error) if p.HasField("error") else None,
+                history_checked=p.history_checked,
             )
             for p in reply.partitions
         ],
@@ -300,15 +311,15 @@ def fetch_request_of(
 # -- partition histories (recovery and reversal) -----------------------------------------------
 
 
-def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> recovery.PartitionSide:
-    return recovery.PartitionSide(
+def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.PartitionSide:
+    return histories.PartitionSide(
         cluster_id,
         p.log_start_offset,
         p.log_end_offset,
         p.high_watermark,
         tuple((e.epoch, e.start_offset) for e in p.epoch_history),
         tuple(
-            recovery.ProvenanceItem(
+            histories.ProvenanceItem(
                 e.kind, e.offset, e.source_cluster_id, e.link_id, e.link_epoch, e.removed_records
             )
             for e in p.provenance
@@ -316,7 +327,7 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> recovery.Pa
     )
 
 
-def history_pb(topic: str, partition: int, side: recovery.PartitionSide) -> Any:
+def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any:
     return replication_pb2.PartitionHistory(
         topic=topic,
         partition=partition,

@@ -351,7 +351,15 @@ class LinkRunner:
         fetched = await self._stub(config).ReplicaFetch(
             request, timeout=CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
         )
-        await apply_fetched(self.node, config.name, fetched, sent)
+        await self.manager.host.drive(
+            rounds.apply_fetched(
+                self.node.state,
+                config.name,
+                codec.fetch_answer_of(fetched),
+                sent.local_of,
+                sent.sent_ms,
+            )
+        )
         if bool(fetched.sync_state) != (config.mode == "SYNC"):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake.
@@ -420,43 +428,6 @@ async def apply_topics(
         )
     if plan.effects:
         await node.execute(plan.effects)
-
-
-async def apply_fetched(
-    node: ClusterNode,
-    link_name: str,
-    reply: replication_pb2.ReplicaFetchResponse,
-    request: rounds.FetchRequest,
-) -> None:
-    """Follower side: carries out `rounds.apply_replica_fetch` (truncations,
-    appends), then, once durable, `rounds.finish_fetch_round`."""
-    state = node.state
-    answer = codec.fetch_answer_of(reply)
-    applied = rounds.apply_replica_fetch(
-        state, link_name, answer, request.local_of, node.clock()
-    )
-    for local, error in applied.refused:
-        log.debug(
-            "replica fetch refused",
-            extra={"link": link_name, "topic": local, "error": error.message},
-        )
-    for cut in applied.truncations:
-        log.warning(
-            "follower truncated after divergence",
-            extra={
-                "link": link_name,
-                "topic": cut.topic,
-                "partition": cut.partition,
-                "offset": cut.offset,
-            },
-        )
-    if applied.effects:
-        await node.execute(applied.effects)
-    wake = rounds.finish_fetch_round(
-        state, link_name, applied.progress, answer.sync_state, node.clock(), request.sent_ms
-    )
-    if wake is not None:
-        node.notify(wake.partitions)
 
 
 async def apply_group_offsets(

@@ -175,11 +175,24 @@ class OffsetWatch:
 
     def __init__(self) -> None:
         self.last: dict[tuple[str, str, str, int], int] = {}
-        self.violations: list[Violation] = []
+        self.found: list[Violation] = []
+        # Offsets moved back to these values by a recovery whose report named
+        # them (cluster, group, topic, partition, new offset); a move back is
+        # judged at the end, as the report arrives after the move.
+        self.reported: set[tuple[str, str, str, int, int]] = set()
+        self._moved_back: list[tuple[tuple[str, str, str, int, int], Violation]] = []
+
+    def excuse(self, cluster_id: str, group: str, topic: str, partition: int, offset: int) -> None:
+        """A recovery report named this committed offset's move back."""
+        self.reported.add((cluster_id, group, topic, partition, offset))
+
+    @property
+    def violations(self) -> list[Violation]:
+        return self.found + [v for key, v in self._moved_back if key not in self.reported]
 
     def observe(self, cluster_id: str, state: ClusterState, link_name: str, now_ms: int) -> None:
         config = state.links.configs.get(link_name)
-        if config is None or len(self.violations) > DETAIL_MAX:
+        if config is None or len(self.found) + len(self._moved_back) > DETAIL_MAX:
             return
         prefixes = [m.local_prefix for m in rep.follower_mappings(config, "group")]
         if not prefixes:
@@ -193,7 +206,7 @@ class OffsetWatch:
                 if t is not None and p < len(t.partitions):
                     hw = t.partitions[p].high_watermark
                     if c.offset > hw:
-                        self.violations.append(
+                        self.found.append(
                             Violation(
                                 "6 replicated offsets",
                                 f"{cluster_id}: group {group_id!r} committed offset {c.offset} "
@@ -205,13 +218,14 @@ class OffsetWatch:
                 if previous is not None and c.offset < previous and not _reported_cut(
                     state, topic, p, c.offset
                 ):
-                    self.violations.append(
+                    self._moved_back.append((
+                        (cluster_id, group_id, topic, p, c.offset),
                         Violation(
                             "6 replicated offsets",
                             f"{cluster_id}: group {group_id!r} committed offset for {topic}-{p} "
                             f"moved back from {previous} to {c.offset} (t={now_ms} ms)",
-                        )
-                    )
+                        ),
+                    ))
                 self.last[key] = c.offset
 
 

@@ -425,35 +425,24 @@ class LinkDriver:
         sizes: Sizes,
         then: Callable[[], None],
     ) -> None:
-        """linkd/replication.py apply_fetched: truncate and append, then, once
-        durable, finish the round."""
+        """The core's `apply_fetched` (truncate and append, then, once
+        durable, finish the round), on this cluster's procedure host."""
         state = follower.state
-        now = self.queue.now_ms
-        local_of = request.local_of
-        applied = rounds.apply_replica_fetch(state, link_name, answer, local_of, now)
-        for cut in applied.truncations:
-            self.queue.note(
-                f"link {link_name} {cut.topic}-{cut.partition} diverged, truncate to {cut.offset}"
-            )
-        sized = self._sized(follower, local_of, sizes)
+        sized = {"replica": self._sized(follower, request.local_of, sizes)}
 
-        def after_durable() -> None:
-            if link_name in follower.links.runtime:
-                wake = rounds.finish_fetch_round(
-                    state,
-                    link_name,
-                    applied.progress,
-                    answer.sync_state,
-                    self.queue.now_ms,
-                    request.sent_ms,
-                )
-                if wake is not None:
-                    follower.notify_data(wake.partitions)
+        def done(_result: object, error: ClusterError | None) -> None:
+            if error is not None:
+                self.queue.note(f"link {link_name} fetch apply refused: {error.code.name}")
+            elif link_name in follower.links.runtime:
                 self.fetch_rounds += 1
                 self.observer.follower_applied(follower, link_name)
             then()
 
-        follower.execute(applied.effects, "replica_write", sized, after_durable)
+        self.peers.host(follower).drive(
+            rounds.apply_fetched(state, link_name, answer, request.local_of, request.sent_ms),
+            done,
+            sized,
+        )
 
     def _sized(
         self, follower: SimCluster, local_of: dict[tuple[str, int], str], sizes: Sizes

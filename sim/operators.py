@@ -15,13 +15,14 @@ expected outcome, counted and noted, never a violation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from linkd.core import cluster as core
 from linkd.core import procedures
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.namespaces import ResourceType
+from linkd.core.recovery import GroupCut, RecoveryPlan
 from linkd.core.requests import Execute, Request, Sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
@@ -50,6 +51,7 @@ class World(Protocol):
     def reachable(self, a: str, b: str) -> bool: ...
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None: ...
+    def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None: ...
 
 
 class Operators:
@@ -311,9 +313,16 @@ class Operators:
         done: Done | None = None,
     ) -> None:
         state = self.world.clusters[cluster].state
+
+        def finish(plan: Any, error: ClusterError | None) -> None:
+            if isinstance(plan, RecoveryPlan) and plan.confirmed:
+                self.world.offsets_moved(cluster, plan.groups)
+            if done is not None:
+                done(plan, error)
+
         self.run(cluster, f"recover {link}", [
             lambda now: procedures.recover(state, link, requested, confirm, now)
-        ], done)
+        ], finish)
 
     def reverse(self, cluster: str, link: str, timeout_ms: int, done: Done | None = None) -> None:
         state = self.world.clusters[cluster].state

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
@@ -44,6 +44,7 @@ from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkLimits, LinkState
 from linkd.core.namespaces import ResourceType
+from linkd.core.recovery import GroupCut
 from sim import checkers, network, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
@@ -146,6 +147,11 @@ class Simulation:
         else:
             base = "target_consumer"
         return base + ("_commit" if kind == "consumer_commit" else "")
+
+    def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None:
+        """A confirmed recovery reported moving these committed offsets."""
+        for cut in cuts:
+            self.offset_watch.excuse(cluster, cut.group, cut.topic, cut.partition, cut.new_offset)
 
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None:
         """An operator deleted a topic: its records are gone by that call, a

@@ -12,13 +12,10 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.histories import PartitionSide, ProvenanceItem, compare, cut_offset
 from linkd.core.recovery import (
-    PartitionSide,
-    ProvenanceItem,
     RecoveryMapping,
     apply_recovery,
-    compare,
-    cut_offset,
     plan_partition,
     plan_recovery,
     promote_namespaces,

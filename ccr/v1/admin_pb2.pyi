@@ -638,6 +638,7 @@ class PartitionLag(_message.Message):
     PROVENANCE_SOURCE_FIELD_NUMBER: _builtins.int
     LAG_KNOWN_FIELD_NUMBER: _builtins.int
     SOURCE_HW_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     role: _builtins.str
@@ -661,6 +662,10 @@ class PartitionLag(_message.Message):
     """Follower rows: when the source high watermark was learned (ms since the
     epoch; 0: never since this cluster started).
     """
+    problem: _builtins.str
+    """Why the partition is not being copied, when it is not (the source
+    refused it: its lag is unknown); empty otherwise.
+    """
     def __init__(
         self,
         *,
@@ -676,10 +681,11 @@ class PartitionLag(_message.Message):
         provenance_source: _builtins.str = ...,
         lag_known: _builtins.bool = ...,
         source_hw_known_at_ms: _builtins.int = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

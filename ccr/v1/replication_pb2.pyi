@@ -416,6 +416,8 @@ class ReplicaFetchPartition(_message.Message):
     FETCH_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    MARKS_FIELD_NUMBER: _builtins.int
+    RELATED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """the source topic name"""
     partition: _builtins.int
@@ -423,6 +425,18 @@ class ReplicaFetchPartition(_message.Message):
     last_fetched_epoch: _builtins.int
     """Leader epoch of the follower's last batch, -1 if its log is empty."""
     max_bytes: _builtins.int
+    related: _builtins.bool
+    """The follower's provenance names the source cluster or this link."""
+    @_builtins.property
+    def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
+        """Marks of the follower's log (newest first), sent until the source has
+        compared them with its own log: leader epochs are numbered per cluster,
+        so they cannot tell records written on the follower (or copied from a
+        third cluster) from the source's; a batch's CRC can. The source answers
+        a divergence (truncate to the end of the newest batch both hold) or
+        NO_SHARED_HISTORY.
+        """
+
     def __init__(
         self,
         *,
@@ -431,14 +445,41 @@ class ReplicaFetchPartition(_message.Message):
         fetch_offset: _builtins.int = ...,
         last_fetched_epoch: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        marks: _abc.Iterable[Global___BatchMark] | None = ...,
+        related: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "max_bytes", b"max_bytes", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReplicaFetchPartition: _TypeAlias = ReplicaFetchPartition  # noqa: Y015
+
+@_typing.final
+class BatchMark(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BASE_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_OFFSET_FIELD_NUMBER: _builtins.int
+    CRC_FIELD_NUMBER: _builtins.int
+    base_offset: _builtins.int
+    last_offset: _builtins.int
+    crc: _builtins.int
+    def __init__(
+        self,
+        *,
+        base_offset: _builtins.int = ...,
+        last_offset: _builtins.int = ...,
+        crc: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "crc", b"crc", "last_offset", b"last_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchMark: _TypeAlias = BatchMark  # noqa: Y015
 
 @_typing.final
 class ReplicaFetchRequest(_message.Message):
@@ -483,6 +524,7 @@ class ReplicaFetchedPartition(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     DIVERGING_END_OFFSET_FIELD_NUMBER: _builtins.int
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
+    HISTORY_CHECKED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     high_watermark: _builtins.int
@@ -495,6 +537,8 @@ class ReplicaFetchedPartition(_message.Message):
     again (-1 when not diverged).
     """
     diverging_epoch: _builtins.int
+    history_checked: _builtins.bool
+    """The follower's marks were compared and agree with the source's log."""
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
     def __init__(
@@ -510,10 +554,11 @@ class ReplicaFetchedPartition(_message.Message):
         records: _builtins.bytes = ...,
         diverging_end_offset: _builtins.int = ...,
         diverging_epoch: _builtins.int = ...,
+        history_checked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "history_checked", b"history_checked", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -216,7 +216,8 @@ class ClusterState:
         self.check_client_write(ResourceType.TOPIC, name, "delete")
         record = {"type": "topic_delete", "name": name}
         del self.topics[name]
-        return [Journal((record,)), DeleteTopicData(topic.topic_id)]
+        forgotten = self.groups.forget_topic(name)
+        return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
 
     def check_alter_configs(self, name: str, set_: Mapping[str, str]) -> dict[str, str]:
         """Every check of `alter_configs`, changing nothing; returns the checked set."""

@@ -943,6 +943,20 @@ class GroupCoordinator:
             self.apply_record(record)
         return records
 
+    def forget_topic(self, topic: str) -> list[dict[str, Any]]:
+        """A topic was deleted: every group forgets its committed offsets for
+        it, as Kafka's coordinator does, so a topic created later under the
+        same name starts with none (empty groups included)."""
+        records: list[dict[str, Any]] = [
+            {"type": "offset_delete", "group": gid, "topic": t, "partition": p}
+            for gid, group in sorted(self._groups.items())
+            for t, p in sorted(group.offsets)
+            if t == topic
+        ]
+        for record in records:
+            self.apply_record(record)
+        return records
+
     # -- transactional offsets -------------------------------------------------------------
 
     def stage_txn_offsets(

@@ -464,6 +464,7 @@ class PartitionLag:
     provenance_source: str
     lag_known: bool
     source_hw_known_at_ms: int
+    problem: str = ""  # why it is not copied (the source refused it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +530,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 p.known_at_ms,
             )
         )
+    rows += refused_rows(state, name)
     refused = tuple(
         m for _k, m in sorted(config.mappings.items()) if not m.attached and m.note
     )
@@ -540,6 +542,34 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
         tuple(rows),
         refused,
     )
+
+
+def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
+    """Follower partitions the source refused: not copied, lag unknown."""
+    rows = []
+    for (topic, partition), why in sorted(state.links.runtime[name].refused.items()):
+        t = state.topics.get(topic)
+        if t is None or partition >= len(t.partitions):
+            continue
+        prov = provenance_summary(state, topic, partition)
+        rows.append(
+            PartitionLag(
+                topic,
+                partition,
+                "follower",
+                -1,
+                -1,
+                t.partitions[partition].log_end_offset,
+                -1,
+                prov["provenance_entries"],
+                prov["provenance_start_offset"],
+                prov["provenance_source"],
+                False,
+                0,
+                _problem(why),
+            )
+        )
+    return rows
 
 
 def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:
@@ -580,9 +610,14 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
                     prov["provenance_source"],
                     known and progress is not None,
                     progress.known_at_ms if progress is not None else 0,
+                    _problem(runtime.refused.get((topic, p))),
                 )
             )
     return rows
+
+
+def _problem(refusal: ClusterError | None) -> str:
+    return "" if refusal is None else f"{refusal.code.name}: {refusal.message}"
 
 
 def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:

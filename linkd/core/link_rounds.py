@@ -37,10 +37,11 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import histories
 from linkd.core import link_admin as admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
@@ -102,7 +103,6 @@ def next_steps(
         push=leads,
         push_discovery=leads and due(last_push_discovery_ms, DISCOVERY_INTERVAL_MS),
     )
-
 
 
 # -- handshake ------------------------------------------------------------------------
@@ -300,6 +300,14 @@ class PartitionFetch:
     fetch_offset: int
     last_fetched_epoch: int
     max_bytes: int = 0  # 0: the source's default
+    # Marks of the follower's log (`histories.log_marks`), sent until the
+    # source has compared them with its own log (`needs_check`): leader
+    # epochs are numbered per cluster, so they cannot tell records written on
+    # the follower (or copied from a third cluster) from the source's.
+    marks: tuple[histories.BatchMark, ...] = ()
+    # The follower's provenance names the source (the two partitions belong
+    # to one replicated topic), for a log none of whose marks the source holds.
+    related: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,9 +352,74 @@ def follower_fetch_request(
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
         for p in range(len(state.topics[topic].partitions)):
             offset, epoch = rep.follower_position(state, topic, p)
-            parts.append(PartitionFetch(source, p, offset, epoch, partition_max_bytes))
+            marks: tuple[histories.BatchMark, ...] = ()
+            related = False
+            if needs_check(state, config, topic, p):
+                marks = histories.log_marks(state, topic, p)
+                related = _names_source(state, config, topic, p)
+            parts.append(
+                PartitionFetch(source, p, offset, epoch, partition_max_bytes, marks, related)
+            )
             local_of[(source, p)] = topic
     return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
+
+
+def needs_check(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
+    """Whether the follower sends marks of a partition with the fetch: unless
+    the partition is empty, its newest provenance entry says this link wrote
+    its last records, or the source already compared the log as it stands
+    (`LinkRuntime.checked_histories`)."""
+    t = state.topics[topic]
+    log = t.partitions[partition]
+    if log.log_end_offset <= log.log_start_offset:
+        return False
+    entries = t.provenance.get(partition, [])
+    last = entries[-1] if entries else None
+    if last is not None and "start" in last and last.get("link_id") == config.link_id:
+        return False
+    runtime = state.links.runtime.get(config.name)
+    checked = runtime.checked_histories.get((topic, partition)) if runtime else None
+    return checked != (t.topic_id, len(entries), log.log_end_offset)
+
+
+def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
+    return any(
+        e.get("link_id") == config.link_id or e.get("source") == config.remote_cluster_id
+        for e in state.topics[topic].provenance.get(partition, [])
+    )
+
+
+def check_marks(
+    state: ClusterState, config: LinkConfig, part: PartitionFetch
+) -> rep.Diverged | ClusterError | None:
+    """Source side: the follower's marks against this log. Below the
+    follower's log end where they part, the follower must truncate (it holds
+    records this cluster never had: written on it, or copied from elsewhere);
+    a log none of whose marks this one holds, and whose provenance does not
+    name this cluster, is refused (NO_SHARED_HISTORY)."""
+    if not part.marks:
+        return None
+    log = state.partition(part.source_topic, part.partition)
+    follower_end = part.marks[0].last_offset + 1
+    oldest = part.marks[-1].base_offset
+    if follower_end <= log.log_start_offset:
+        return None  # wholly below this log's start: it resumes there (a gap)
+    common = histories.common_by_marks(state, part.source_topic, part.partition, part.marks)
+    if common is None:
+        if not part.related:
+            return ClusterError(
+                ErrorCode.NO_SHARED_HISTORY,
+                f"topic {part.source_topic!r}",
+                f"partition {part.source_topic}-{part.partition} on cluster "
+                f"{config.remote_cluster_id!r} holds no batch of the one on "
+                f"{state.cluster_id!r} and its provenance does not name it (a different "
+                "topic of the same name?); it is not followed: detach its namespace, or "
+                "delete the topic there and attach again",
+            )
+        common = max(oldest, log.log_start_offset)
+    if common < follower_end:
+        return rep.Diverged(common, -1)
+    return None
 
 
 @dataclass(slots=True)
@@ -364,6 +437,8 @@ class FetchedPartition:
     records: bytes = b""
     size_bytes: int = 0  # what `records` counted against the budget
     error: ClusterError | None = None
+    # The follower's history was compared and agrees (PartitionFetch.history).
+    history_checked: bool = False
 
 
 @dataclass(slots=True)
@@ -421,9 +496,18 @@ def serve_replica_fetch(
                     part.fetch_offset,
                     part.last_fetched_epoch,
                 )
+                checked = check_marks(state, config, part)
             except ClusterError as exc:
                 entry.error = exc
                 continue
+            if isinstance(checked, ClusterError):
+                entry.error = checked
+                continue
+            if checked is not None and (
+                not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
+            ):
+                plan = checked
+            entry.history_checked = bool(part.marks) and checked is None
             log = state.partition(part.source_topic, part.partition)
             entry.log_end_offset = log.log_end_offset
             entry.leader_epoch = log.leader_epoch
@@ -490,7 +574,8 @@ class AppliedFetch:
     effects: list[Effect]
     progress: list[FollowerProgress]
     truncations: list[Truncation]
-    refused: list[tuple[str, ClusterError]] = field(default_factory=list)
+    # Follower partitions the source refused: (local topic, partition, why).
+    refused: list[tuple[str, int, ClusterError]] = field(default_factory=list)
 
 
 def apply_replica_fetch(
@@ -509,13 +594,13 @@ def apply_replica_fetch(
     effects: list[Effect] = []
     progress: list[FollowerProgress] = []
     truncations: list[Truncation] = []
-    refused: list[tuple[str, ClusterError]] = []
+    refused: list[tuple[str, int, ClusterError]] = []
     for fetched in answer.partitions:
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
             continue
         if fetched.error is not None:
-            refused.append((local, fetched.error))
+            refused.append((local, fetched.partition, fetched.error))
             continue
         if fetched.diverging_end_offset >= 0:
             effects += rep.truncate_replica(
@@ -527,8 +612,58 @@ def apply_replica_fetch(
             effects += rep.append_replica(
                 state, local, fetched.partition, fetched.records, fetched.log_start_offset, config
             )
+        if fetched.history_checked:
+            _history_checked(state, link_name, local, fetched.partition)
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     return AppliedFetch(effects, progress, truncations, refused)
+
+
+def _history_checked(state: ClusterState, link_name: str, topic: str, partition: int) -> None:
+    """The source compared this partition's history and found no divergence:
+    its marks are not sent again until it changes (`needs_check`)."""
+    runtime = state.links.runtime.get(link_name)
+    if runtime is not None:
+        t = state.topics[topic]
+        entries = len(t.provenance.get(partition, []))
+        end = t.partitions[partition].log_end_offset
+        runtime.checked_histories[(topic, partition)] = (t.topic_id, entries, end)
+
+
+def apply_fetched(
+    state: ClusterState,
+    link_name: str,
+    answer: FetchAnswer,
+    local_of: dict[tuple[str, int], str],
+    sent_ms: int | None = None,
+) -> Generator[Request, Any, None]:
+    """Follower side, one answer (pulled, or carried by a push): truncations
+    and appends (`apply_replica_fetch`), warned of; once durable, the end of
+    the round (`finish_fetch_round`). A partition the source refused is
+    warned of when it is first refused (or for a new reason): it keeps the
+    link from FOLLOWING until it is followed again."""
+    now: int = yield Now()
+    applied = apply_replica_fetch(state, link_name, answer, local_of, now)
+    for cut in applied.truncations:
+        yield Note(
+            "warning",
+            f"link {link_name!r}: {cut.topic}-{cut.partition} diverged from its source, "
+            f"truncated to {cut.offset}",
+        )
+    runtime = state.links.runtime.get(link_name)
+    known = runtime.refused if runtime is not None else {}
+    for topic, partition, error in applied.refused:
+        before = known.get((topic, partition))
+        if before is None or before.message != error.message:
+            yield Note(
+                "warning",
+                f"link {link_name!r}: {topic}-{partition} is not followed: {error.message}",
+            )
+    now = yield Execute(tuple(applied.effects), "replica")
+    wake = finish_fetch_round(
+        state, link_name, applied.progress, answer.sync_state, now, sent_ms, applied.refused
+    )
+    if wake is not None:
+        yield WakeWaiters(wake.partitions)
 
 
 def finish_fetch_round(
@@ -538,6 +673,7 @@ def finish_fetch_round(
     sync_state: str,
     now_ms: int,
     sent_ms: int | None = None,
+    refused: Sequence[tuple[str, int, ClusterError]] = (),
 ) -> Wake | None:
     """Follower side, once the round's appends are durable: adopts the
     source's SYNC verdict, lets each follower HW reach its source's HW
@@ -546,7 +682,9 @@ def finish_fetch_round(
     Returns whom to wake when a high watermark moved (a transaction's
     markers may move partitions beyond the round's: then everyone). A link
     deleted meanwhile changes nothing. `sent_ms`: when the round's request
-    left (a pull passes it: another request may have left since)."""
+    left (a pull passes it: another request may have left since).
+    `refused`: partitions the source refused this round; each keeps the
+    link from FOLLOWING until a round reaches it again."""
     links = state.links
     if link_name not in links.runtime:
         return None
@@ -577,6 +715,15 @@ def finish_fetch_round(
                 known_at,
             )
             keep.add((p.topic, p.partition, "follower"))
+            runtime.refused.pop((p.topic, p.partition), None)
+        for topic, partition, error in refused:
+            runtime.refused[(topic, partition)] = error
+        config = links.configs.get(link_name)
+        runtime.refused = {
+            (t, p): why
+            for (t, p), why in runtime.refused.items()
+            if t in state.topics and config is not None and config.mapping_for(t, "follower")
+        }
         links.on_fetch_round(link_name, now_ms)
         keep |= {k for k in runtime.partitions if k[2] == "leader"}
         links.forget_partitions(link_name, keep)
@@ -628,17 +775,7 @@ def accept_push(
             yield Execute(tuple(plan.effects))
     if push.data is not None:
         local_of = follower_fetch_request(state, config).local_of
-        applied = apply_replica_fetch(state, name, push.data, local_of, now_ms)
-        for cut in applied.truncations:
-            yield Note(
-                "warning",
-                f"link {name!r}: {cut.topic}-{cut.partition} diverged from its source, "
-                f"truncated to {cut.offset}",
-            )
-        now: int = yield Execute(tuple(applied.effects), "replica")
-        wake = finish_fetch_round(state, name, applied.progress, push.data.sync_state, now)
-        if wake is not None:
-            yield WakeWaiters(wake.partitions)
+        yield from apply_fetched(state, name, push.data, local_of)
     if push.group_offsets:
         now = yield Now()
         records, effects, _held = rep.apply_replicated_offsets(

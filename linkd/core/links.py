@@ -361,6 +361,18 @@ class PartitionProgress:
         return 0 if self.lag_records() == 0 else max(0, now_ms - self.caught_up_at_ms)
 
 
+# Refusals meaning the source has no such partition (its topic was deleted,
+# has fewer partitions, or is not in a namespace it leads on the link yet):
+# nothing there to copy, so they do not hold the link back from FOLLOWING;
+# describe-link shows each on the partition's row.
+ORPHANED = frozenset({ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION})
+
+
+def holds_back(refusal: ClusterError) -> bool:
+    """Whether a partition refused so keeps its link from FOLLOWING."""
+    return refusal.code not in ORPHANED
+
+
 @dataclass(slots=True)
 class LinkRuntime:
     """What is known of a link right now (not durable: rebuilt after restart)."""
@@ -386,6 +398,13 @@ class LinkRuntime:
     fetch_sent_ms: int | None = None
     # The source's topics as listed no earlier than this (follower side).
     topics_known_at_ms: int | None = None
+    # Follower partitions the source refused, and why, until a round reaches
+    # them again: each keeps the link from FOLLOWING (its lag is not known),
+    # unless the source has no such partition (`holds_back`).
+    refused: dict[tuple[str, int], ClusterError] = field(default_factory=dict)
+    # Follower partitions whose history the source compared and found
+    # agreeing: (topic id, provenance entries, log end offset) as compared.
+    checked_histories: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,7 +503,11 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return []
-        out = []
+        out = [
+            f"{topic}-{partition} (following) is refused by the source: {why.message}"
+            for (topic, partition), why in sorted(runtime.refused.items())
+            if holds_back(why)
+        ]
         for (topic, partition, role), p in sorted(runtime.partitions.items()):
             if role == "follower":
                 if p.lag_records() > self.limits.lag_max_records or (
@@ -570,7 +593,12 @@ class LinkTable:
             gone = [k for k in runtime.partitions if config.mapping_for(k[0], k[2]) is None]
             for key in gone:
                 del runtime.partitions[key]
-            if gone:
+            unfollowed = [
+                k for k in runtime.refused if config.mapping_for(k[0], "follower") is None
+            ]
+            for tp in unfollowed:
+                del runtime.refused[tp]
+            if gone or unfollowed:
                 self._recompute(config.name, now_ms)
         return [{"type": "link_config", "config": config.to_record()}]
 
@@ -906,7 +934,7 @@ class LinkTable:
             runtime.local_sync = None
             runtime.remote_sync = None
             lag_ms_max = self.limits.lag_max_ms
-            lagging = any(
+            lagging = any(holds_back(e) for e in runtime.refused.values()) or any(
                 (p.lag_records() > self.limits.lag_max_records or p.lag_ms(now_ms) > lag_ms_max)
                 if p.role == "follower"
                 else self._leader_lagging(p, now_ms)

@@ -58,6 +58,8 @@ class BatchEntry:
     last_sequence: int = NO_SEQUENCE
     control_type: int | None = None
     partition_leader_epoch: int = -1
+    # The batch's CRC-32C (over its attributes and records: copies keep it).
+    crc: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -78,6 +80,7 @@ class BatchEntry:
             last_sequence=header.last_sequence,
             control_type=control_type if header.is_control else None,
             partition_leader_epoch=header.partition_leader_epoch,
+            crc=header.crc,
         )
 
 
@@ -341,6 +344,19 @@ class PartitionLog:
     def held_back(self) -> bool:
         """Durable records the HW does not cover yet (a cap or a limit holds it)."""
         return self.durable_offset > self.high_watermark
+
+    def batch_at(self, base_offset: int) -> BatchEntry | None:
+        """The batch that starts at `base_offset`, if this log holds one."""
+        i = bisect.bisect_left(self._base_offsets, base_offset)
+        if i < len(self.batches) and self.batches[i].base_offset == base_offset:
+            return self.batches[i]
+        return None
+
+    def batch_containing(self, offset: int) -> BatchEntry | None:
+        i = bisect.bisect_right(self._base_offsets, offset) - 1
+        if i >= 0 and self.batches[i].last_offset >= offset:
+            return self.batches[i]
+        return None
 
     def bump_epoch(self, epoch: int, start_offset: int) -> None:
         if epoch <= self.leader_epoch:

@@ -37,9 +37,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import histories, recovery
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
-from linkd.core import recovery
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
@@ -139,7 +139,7 @@ def describe_partitions(
         for name in sorted(state.topics):
             if in_prefix(name, request.prefix):
                 for p in range(len(state.topics[name].partitions)):
-                    partitions[(name, p)] = recovery.local_side(state, name, p)
+                    partitions[(name, p)] = histories.local_side(state, name, p)
     offsets: recovery.RemoteGroupOffsets = {}
     if request.group_prefix is not None:
         for group, topic, p, offset in recovery.committed_in(state, request.group_prefix):

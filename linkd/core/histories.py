@@ -1,0 +1,330 @@
+"""Partition histories and where two of them part (spec sections 5 and 8).
+
+Rules:
+- Each partition's provenance history says where ranges of its offsets came
+  from: `{start, source, link_id, link_epoch}` (copied from `source` from
+  `start` on), `{detached_at, link_id}` (the link's data ends there; later
+  offsets were written here) and `{truncated_to, link_id, removed}` (the log
+  was cut there; what followed is gone). Offsets before any entry were
+  written by the cluster itself. A later entry at or below an earlier one
+  rewrites history from its offset on.
+- Two partitions hold the same record at offset o when the *root origin* of
+  o is the same on both sides. The root origin is the origin the provenance
+  names, resolved through the other side's history when it names the other
+  side (a range copied from the remote is the remote's range, whatever the
+  remote's own origin there). Ranges copied from one origin are prefixes of
+  that origin's log, so two sides that copied from the same cluster agree up
+  to the shorter copy.
+- The leader-epoch histories refine this as Kafka's OffsetsForLeaderEpoch
+  does: the logs agree only while the epoch at every offset agrees, which
+  catches an origin that truncated and rewrote after one side copied.
+- The last common offset is the first offset, from the higher of the two log
+  start offsets, where either rule says the logs differ, at most the shorter
+  log end. Where no record is common, the empty prefix at the log start is
+  (reason "log-start"); a remote partition holding nothing shares its empty
+  history with anything ("remote-empty"); a local log that ends below the
+  remote's log start restarts there ("behind-log-start").
+
+Unclean link recovery (`recovery`) compares two sides on an operator's
+request; a follower's first fetch after its history changed (`link_rounds`)
+is compared the same way by its source, so records written on the follower
+are never taken for the source's (leader epochs are numbered per cluster and
+cannot tell two clusters' writes apart).
+
+Pure code: functions of plain data and of ClusterState.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from linkd.core.cluster import ClusterState
+
+# How deep the root-origin resolution follows the two histories into each
+# other (local -> remote -> local); a cycle deeper than this is treated as
+# the same origin, which can only happen for ranges both sides hold anyway.
+MAX_RESOLVE_DEPTH = 4
+
+
+# -- provenance entries ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceItem:
+    """One provenance entry in a normalised form. kind: "start", "detached"
+    or "truncated"."""
+
+    kind: str
+    offset: int
+    source: str = ""
+    link_id: str = ""
+    link_epoch: int = 0
+    removed: int = 0
+    reason: str = ""
+    offsets_moved: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
+        if "start" in entry:
+            return cls(
+                "start",
+                int(entry["start"]),
+                str(entry.get("source", "")),
+                str(entry.get("link_id", "")),
+                int(entry.get("link_epoch", 0)),
+            )
+        if "detached_at" in entry:
+            return cls("detached", int(entry["detached_at"]), link_id=str(entry.get("link_id", "")))
+        if "truncated_to" in entry:
+            return cls(
+                "truncated",
+                int(entry["truncated_to"]),
+                link_id=str(entry.get("link_id", "")),
+                removed=int(entry.get("removed", 0)),
+                reason=str(entry.get("reason", "")),
+                offsets_moved=tuple((str(g), int(o)) for g, o in entry.get("offsets_moved", [])),
+            )
+        raise ValueError(f"not a provenance entry: {entry!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "offset": self.offset,
+            "source_cluster_id": self.source,
+            "link_id": self.link_id,
+            "link_epoch": self.link_epoch,
+            "removed_records": self.removed,
+            "reason": self.reason,
+            "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSide:
+    """What recovery knows of one side's partition."""
+
+    cluster_id: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    epoch_history: tuple[tuple[int, int], ...]
+    provenance: tuple[ProvenanceItem, ...] = ()
+    # Base offsets of the batches (this side only); empty: every offset is one.
+    batch_offsets: tuple[int, ...] = ()
+
+
+def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
+    """(offset, origin cluster) breakpoints, oldest first: the origin of
+    offset o is that of the last point at or below o."""
+    points: list[tuple[int, str]] = [(0, side.cluster_id)]
+    for item in side.provenance:
+        origin = item.source if item.kind == "start" and item.source else side.cluster_id
+        # An entry at or below earlier points rewrites history from there on.
+        points = [p for p in points if p[0] < item.offset]
+        points.append((item.offset, origin))
+    return points
+
+
+def _at(points: list[tuple[int, str]], offset: int) -> str:
+    origin = points[0][1]
+    for start, who in points:
+        if start <= offset:
+            origin = who
+        else:
+            break
+    return origin
+
+
+def epoch_at(history: tuple[tuple[int, int], ...], offset: int) -> int:
+    epoch = history[0][0] if history else -1
+    for e, start in history:
+        if start <= offset:
+            epoch = e
+    return epoch
+
+
+def _root(
+    offset: int,
+    mine: list[tuple[int, str]],
+    my_id: str,
+    theirs: list[tuple[int, str]],
+    their_id: str,
+    depth: int = 0,
+) -> str:
+    origin = _at(mine, offset)
+    if origin == their_id and depth < MAX_RESOLVE_DEPTH:
+        return _root(offset, theirs, their_id, mine, my_id, depth + 1)
+    return origin
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The last common offset of two partitions and why it is there."""
+
+    common_offset: int
+    # "provenance", "leader-epoch", "log-end" (the shorter log ends there),
+    # "log-start" (only the empty prefix is common), "local-empty",
+    # "remote-empty" or "behind-log-start" (this log ends below the remote's
+    # log start).
+    reason: str
+    shared: bool  # a last common offset is known
+    # Something beyond the empty prefix relates the two: a record both hold,
+    # or one's provenance names the other (or both name one origin).
+    related: bool = True
+
+
+def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
+    """The last common offset of `local` and `remote` (module rules)."""
+    if local.log_end_offset <= local.log_start_offset:
+        return Comparison(local.log_end_offset, "local-empty", True)
+    low = max(local.log_start_offset, remote.log_start_offset)
+    high = min(local.log_end_offset, remote.log_end_offset)
+    if high <= low:
+        return _no_common_range(local, remote)
+    lp, rp = origin_points(local), origin_points(remote)
+    lid, rid = local.cluster_id, remote.cluster_id
+    breaks = {low}
+    breaks.update(o for o, _ in lp + rp if low < o < high)
+    breaks.update(s for _, s in local.epoch_history + remote.epoch_history if low < s < high)
+    common_prov = high
+    common_epoch = high
+    for start in sorted(breaks):
+        if common_prov == high and _root(start, lp, lid, rp, rid) != _root(start, rp, rid, lp, lid):
+            common_prov = start
+        if common_epoch == high and epoch_at(local.epoch_history, start) != epoch_at(
+            remote.epoch_history, start
+        ):
+            common_epoch = start
+    common = min(common_prov, common_epoch)
+    if common == low < high:
+        # Nothing but the empty prefix at the log start is common: a partition
+        # the follower never copied a record of before the roles changed.
+        return Comparison(common, "log-start", True, provenance_related(local, remote))
+    if common_prov < common_epoch:
+        return Comparison(common, "provenance", True)
+    if common_epoch < high:
+        return Comparison(common, "leader-epoch", True)
+    return Comparison(high, "log-end", True)
+
+
+def _no_common_range(local: PartitionSide, remote: PartitionSide) -> Comparison:
+    """No offset is held by both logs. A remote holding nothing shares its
+    (empty) history with anything; a local log wholly below the remote's log
+    start is emptied (the remote deleted those offsets: it restarts at the
+    remote's log start). A remote that ends where this log has not begun yet
+    relates to nothing here."""
+    if remote.log_end_offset <= remote.log_start_offset:
+        if remote.log_start_offset <= local.log_start_offset:
+            common = max(local.log_start_offset, min(remote.log_end_offset, local.log_end_offset))
+        else:
+            common = local.log_start_offset
+        return Comparison(common, "remote-empty", True, provenance_related(local, remote))
+    if local.log_end_offset <= remote.log_start_offset:
+        related = provenance_related(local, remote)
+        return Comparison(local.log_start_offset, "behind-log-start", True, related)
+    return Comparison(local.log_start_offset, "log-end", False, False)
+
+
+def provenance_related(local: PartitionSide, remote: PartitionSide) -> bool:
+    """One side's provenance names the other as a source, or both name one
+    origin: the two partitions belong to one replicated topic."""
+    mine = {i.source for i in local.provenance if i.kind == "start" and i.source}
+    theirs = {i.source for i in remote.provenance if i.kind == "start" and i.source}
+    return remote.cluster_id in mine or local.cluster_id in theirs or bool(mine & theirs)
+
+
+def cut_offset(local: PartitionSide, common: int, remote_log_start: int) -> int:
+    """Where this side's log is cut: its batch boundary at or below `common`;
+    its log start when that leaves it below the remote's log start."""
+    if common >= local.log_end_offset:
+        return local.log_end_offset
+    if common < remote_log_start:
+        return local.log_start_offset
+    cut = local.log_start_offset
+    for base in local.batch_offsets or (common,):
+        if base <= common:
+            cut = max(cut, base)
+    return min(cut, local.log_end_offset)
+
+
+# -- the cluster's view -----------------------------------------------------------------
+
+
+def local_side(
+    state: ClusterState, topic: str, partition: int, with_batches: bool = True
+) -> PartitionSide:
+    log = state.partition(topic, partition)
+    entries = state.topic(topic).provenance.get(partition, [])
+    return PartitionSide(
+        state.cluster_id,
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        tuple(log.epoch_history),
+        tuple(ProvenanceItem.from_entry(e) for e in entries),
+        tuple(b.base_offset for b in log.batches) if with_batches else (),
+    )
+
+
+# -- batch marks: where a follower's log parts from its source's -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMark:
+    """One batch of a log, told apart by its CRC (a copy keeps it; records
+    written elsewhere do not share it)."""
+
+    base_offset: int
+    last_offset: int
+    crc: int
+
+
+# Marks a follower sends at most: its last batch, the batches ending below
+# each provenance entry and leader-epoch start, and batches further back at
+# doubling distances.
+MARKS_MAX = 96
+
+
+def log_marks(state: ClusterState, topic: str, partition: int) -> tuple[BatchMark, ...]:
+    """Follower side: marks of its log, newest first, for the source to find
+    where the two logs part (`common_by_marks`). Two logs holding one batch
+    at one offset agree below it too: a log only grows at its end, and a
+    batch (its producer, sequence, timestamps) exists once, so both copied
+    it, with everything before it, from one origin."""
+    t = state.topics[topic]
+    log = t.partitions[partition]
+    if not log.batches:
+        return ()
+    wanted = {log.log_end_offset - 1}
+    distance = 1
+    while log.log_end_offset - 1 - distance >= log.log_start_offset:
+        wanted.add(log.log_end_offset - 1 - distance)
+        distance *= 2
+    wanted.add(log.log_start_offset)
+    for entry in t.provenance.get(partition, []):
+        item = ProvenanceItem.from_entry(entry)
+        wanted.update((item.offset - 1, item.offset))
+    for _epoch, start in log.epoch_history:
+        wanted.update((start - 1, start))
+    marks: dict[int, BatchMark] = {}
+    for offset in sorted(wanted, reverse=True):
+        batch = log.batch_containing(offset)
+        if batch is not None and batch.base_offset not in marks:
+            marks[batch.base_offset] = BatchMark(batch.base_offset, batch.last_offset, batch.crc)
+        if len(marks) >= MARKS_MAX:
+            break
+    return tuple(marks[b] for b in sorted(marks, reverse=True))
+
+
+def common_by_marks(
+    state: ClusterState, topic: str, partition: int, marks: tuple[BatchMark, ...]
+) -> int | None:
+    """Source side: the end of the newest of the follower's marked batches
+    this log holds too (the logs agree below it); None when it holds none."""
+    log = state.partition(topic, partition)
+    for mark in marks:
+        batch = log.batch_at(mark.base_offset)
+        if batch is not None and batch.last_offset == mark.last_offset and batch.crc == mark.crc:
+            return mark.last_offset + 1
+    return None
