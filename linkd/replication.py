@@ -389,6 +389,9 @@ class LinkRunner:
         message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
         if data is not None:
             message.data.CopyFrom(data)
+        # Until the follower answers, it has no request outstanding: a push
+        # it refused is not repeated from a request its log may have left.
+        self._next_fetch = None
         reply = await self._stub(config).ReplicaPush(message, timeout=CALL_TIMEOUT_S)
         self.node.state.links.on_contact(self.name, self.node.clock())
         self._next_fetch = reply.next

@@ -614,7 +614,11 @@ class LinkDriver:
 
             def done(nxt: object, error: ClusterError | None) -> None:
                 if error is not None:
-                    self.queue.note(f"link {self.name} push refused: {error.code.name}")
+                    # The refusal travels back (a gRPC status); the next push
+                    # asks the follower for a fresh request.
+                    self.next_fetch = None
+                    refusal = error
+                    reply(lambda: self._refused(refusal), CONTROL_MESSAGE_BYTES)
                     return
                 assert isinstance(nxt, rounds.FetchRequest)
                 self.fetch_rounds += push.data is not None

@@ -178,6 +178,8 @@ class FailoverReport:
     # (topic, partition) -> (log end, source HW reported, known at ms)
     partitions: dict[tuple[str, int], tuple[int, int, int]]
     topics_known_at_ms: int = 0  # partitions created after this are in no row
+    # Follower (local) prefixes of the topic namespaces it made writable.
+    prefixes: tuple[str, ...] = ()
 
 
 def check_silent_loss(
@@ -216,6 +218,15 @@ def check_silent_loss(
     return _capped("10 silent loss", details)
 
 
+def _reported_cut(entries: list[dict[str, object]], offset: int) -> str | None:
+    """A cut at or below the offset that the follower's provenance reports."""
+    for entry in entries:
+        at = int(str(entry.get("truncated_to", -1)))
+        if 0 <= at <= offset:
+            return "a reported cut (provenance)"
+    return None
+
+
 def _excused(
     source: str,
     acked_ms: int,
@@ -235,7 +246,10 @@ def _excused(
     covering = [
         r
         for r in failovers
-        if r.cluster == follower and r.link_id == link_id and r.at_ms >= acked_ms
+        if r.cluster == follower
+        and r.link_id == link_id
+        and r.at_ms >= acked_ms
+        and any(rep.in_prefix(topic, p) for p in r.prefixes)
     ]
     if covering:
         for report in covering:
@@ -249,11 +263,13 @@ def _excused(
             leo, source_hw, known_at = row
             if v.offset >= leo and (v.offset < source_hw or acked_ms >= known_at):
                 return "abandoned by a failover that said so"
-        return None
     state = states[follower]
     t = state.topics.get(topic)
     if t is None:
         return "the follower topic was deleted"
+    cut = _reported_cut(t.provenance.get(v.partition, []), v.offset)
+    if covering or cut is not None:
+        return cut
     if any(
         e.get("link_id") == link_id and "detached_at" in e
         for entries in t.provenance.values()
@@ -262,10 +278,6 @@ def _excused(
         # An operator detached the namespace (or deleted the link) first: the
         # provenance says where the link's data ends.
         return "the follower left the link, and its provenance says where"
-    for entry in t.provenance.get(v.partition, []):
-        at = int(entry.get("truncated_to", -1))
-        if 0 <= at <= v.offset:
-            return "a reported cut (provenance)"
     if source in lost:
         return "the source is gone and the follower's link says so"
     return None

@@ -40,7 +40,7 @@ from linkd.core.effects import (
 from linkd.core.effects import journal as _journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
-from linkd.core.links import LinkState, LinkTable, in_prefix
+from linkd.core.links import LinkConfig, LinkState, LinkTable, in_prefix
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
@@ -128,6 +128,7 @@ class ClusterState:
         self.acls = AclStore()
         self._links = LinkTable(cluster_id)
         self._links.led_position = self.led_position
+        self._links.led_partitions = self.led_under
         self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
         # Committed transactions whose markers span partitions and are not all
@@ -147,6 +148,7 @@ class ClusterState:
     def links(self, table: LinkTable) -> None:
         """A shell may bring its own table (limits): it judges this cluster's logs."""
         table.led_position = self.led_position
+        table.led_partitions = self.led_under
         self._links = table
 
     def topic(self, name: str) -> Topic:
@@ -437,11 +439,17 @@ class ClusterState:
             if not leads and (runtime is None or not runtime.led_partitions):
                 continue
             if leads:
-                for topic_name in sorted(self.topics):
-                    if config.mapping_for(topic_name, "leader") is not None:
-                        topic = self.topics[topic_name]
-                        led.update((topic_name, p) for p in range(len(topic.partitions)))
+                led = self.led_under(config)
             self.links.register_led_partitions(name, led, now_ms)
+
+    def led_under(self, config: LinkConfig) -> set[tuple[str, int]]:
+        """The partitions this cluster leads under a link's configuration."""
+        led: set[tuple[str, int]] = set()
+        for topic_name in sorted(self.topics):
+            if config.mapping_for(topic_name, "leader") is not None:
+                topic = self.topics[topic_name]
+                led.update((topic_name, p) for p in range(len(topic.partitions)))
+        return led
 
     def led_position(self, topic_name: str, partition: int) -> tuple[int, int] | None:
         """(log start offset, high watermark) of a partition, None when gone."""

@@ -510,6 +510,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                     prov["provenance_source"],
                     True,
                     now_ms,
+                    _problem(p.refused),
                 )
             )
             continue

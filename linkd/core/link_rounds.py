@@ -502,6 +502,9 @@ def serve_replica_fetch(
                 continue
             if isinstance(checked, ClusterError):
                 entry.error = checked
+                links.on_leader_refused(
+                    config.name, part.source_topic, part.partition, checked, now_ms
+                )
                 continue
             if checked is not None and (
                 not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
@@ -609,9 +612,20 @@ def apply_replica_fetch(
             truncations.append(Truncation(local, fetched.partition, fetched.diverging_end_offset))
             continue
         if fetched.records or fetched.log_start_offset > 0:
-            effects += rep.append_replica(
-                state, local, fetched.partition, fetched.records, fetched.log_start_offset, config
-            )
+            try:
+                effects += rep.append_replica(
+                    state,
+                    local,
+                    fetched.partition,
+                    fetched.records,
+                    fetched.log_start_offset,
+                    config,
+                )
+            except ClusterError as exc:
+                if exc.code is not ErrorCode.DIVERGED_LOG:
+                    raise
+                continue  # answers an older request: the next one asks again
+
         if fetched.history_checked:
             _history_checked(state, link_name, local, fetched.partition)
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))

@@ -353,6 +353,9 @@ class PartitionProgress:
     caught_up_at_fetch: bool = False
     hw_caught_up_ms: int = 0
     fetches: int = 0  # fetches served for it since it was registered
+    # Leader role: why this side refused the follower's last fetch of it
+    # (None: it did not).
+    refused: ClusterError | None = None
 
     def lag_records(self) -> int:
         return max(0, self.source_high_watermark - self.log_end_offset)
@@ -435,6 +438,8 @@ class LinkLimits:
 # (log start offset, high watermark) of a partition this cluster holds, or
 # None when it is gone: how the table judges a follower it leads.
 LedPosition = Callable[[str, int], tuple[int, int] | None]
+# The partitions this cluster leads under a link's configuration.
+LedPartitions = Callable[["LinkConfig"], set[tuple[str, int]]]
 
 
 class LinkTable:
@@ -450,6 +455,7 @@ class LinkTable:
         self._deferred: dict[str, int] | None = None
         # Set by the cluster: where a partition this cluster leads stands now.
         self.led_position: LedPosition | None = None
+        self.led_partitions: LedPartitions | None = None
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
 
@@ -515,9 +521,10 @@ class LinkTable:
                 ):
                     out.append(f"{topic}-{partition} (following) lags {p.lag_records()} records")
             elif self._leader_lagging(p, now_ms):
+                why = f"; refused: {p.refused.message}" if p.refused is not None else ""
                 out.append(
                     f"{topic}-{partition} (leading): its follower lacks {self.leader_lag(p)} "
-                    f"records (last fetch {now_ms - p.last_fetch_ms} ms ago)"
+                    f"records (last fetch {now_ms - p.last_fetch_ms} ms ago){why}"
                 )
         return out
 
@@ -584,7 +591,10 @@ class LinkTable:
             self.runtime[config.name] = LinkRuntime(
                 entered_at_ms=now_ms, history=[("DISCONNECTED", now_ms)]
             )
-        elif previous is not None:
+        if self.led_partitions is not None:
+            # What the link leads is judged from the moment it leads it.
+            self.register_led_partitions(config.name, self.led_partitions(config), now_ms)
+        if previous is not None and runtime is not None:
             # A role changed (a reversal, a detach): rows of partitions no
             # longer led or followed under the link go. A namespace newly
             # followed changes nothing yet: the link stays FOLLOWING until a
@@ -785,7 +795,7 @@ class LinkTable:
             runtime.partitions[key] = progress
         if fetch_offset >= log_end_offset:
             progress.fetched_caught_up_ms = now_ms
-        elif fetch_offset >= progress.leo_at_last_fetch:
+        elif progress.fetches > 0 and fetch_offset >= progress.leo_at_last_fetch:
             progress.fetched_caught_up_ms = max(
                 progress.fetched_caught_up_ms, progress.last_fetch_ms
             )
@@ -799,12 +809,50 @@ class LinkTable:
         elif progress.caught_up_at_fetch:
             progress.hw_caught_up_ms = max(progress.hw_caught_up_ms, progress.last_fetch_ms)
         progress.hw_at_last_fetch = high_watermark
+        progress.refused = None
         progress.fetches += 1
         progress.leo_at_last_fetch = log_end_offset
         progress.last_fetch_ms = now_ms
         progress.log_end_offset = fetch_offset
         progress.source_high_watermark = high_watermark
         self._recompute(name, now_ms)
+
+    def on_leader_refused(
+        self, name: str, topic: str, partition: int, refusal: ClusterError, now_ms: int
+    ) -> None:
+        """This side refused the follower's fetch of a partition it leads."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        key = (topic, partition, "leader")
+        progress = runtime.partitions.get(key)
+        if progress is None:
+            progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
+            progress.last_fetch_ms = now_ms
+            runtime.partitions[key] = progress
+        progress.refused = refusal
+        self._recompute(name, now_ms)
+
+    def explained(self, name: str, now_ms: int) -> bool:
+        """Whether every partition that keeps the link from FOLLOWING was
+        refused, with a reason the link reports (on either side)."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return False
+        lagging = [
+            p
+            for p in runtime.partitions.values()
+            if (
+                p.lag_records() > self.limits.lag_max_records
+                or p.lag_ms(now_ms) > self.limits.lag_max_ms
+                if p.role == "follower"
+                else self._leader_lagging(p, now_ms)
+            )
+        ]
+        refused = [e for e in runtime.refused.values() if holds_back(e)]
+        return bool(refused or lagging) and all(
+            p.role == "leader" and p.refused is not None for p in lagging
+        )
 
     def register_led_partitions(
         self, name: str, partitions: set[tuple[str, int]], now_ms: int
@@ -1004,8 +1052,16 @@ class LinkTable:
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:
                 local = LinkState.OUT_OF_SYNC
+            elif previous is LinkState.IN_SYNC and not fresh:
+                local = LinkState.OUT_OF_SYNC
             elif previous is LinkState.IN_SYNC:
-                local = LinkState.IN_SYNC if fresh else LinkState.OUT_OF_SYNC
+                # A partition newly led (a namespace attached, a topic
+                # created) whose follower lacks records is caught up only by
+                # a fetch: until then the link is SYNCING, not IN_SYNC.
+                behind = [
+                    p for p in progress if p.fetched_caught_up_ms < 0 and self.leader_lag(p) > 0
+                ]
+                local = LinkState.SYNCING if behind else LinkState.IN_SYNC
             else:
                 since = runtime.local_sync_entered_ms if runtime.local_sync is not None else now_ms
                 caught_up = fresh and all(p.fetched_caught_up_ms >= since for p in progress)

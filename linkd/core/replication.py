@@ -280,37 +280,42 @@ def append_replica(
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
-    effects: list[Effect] = []
-    if config is not None and data:
-        records = provenance_entry(state, topic_name, partition, config)
-        if records:
-            effects.append(Journal(tuple(records)))
-    if not log.batches and source_log_start > log.log_end_offset:
-        # Attaching a topic whose oldest records are gone: start where it starts.
-        fresh = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
-        topic.partitions[partition] = fresh
-        log = fresh
-        effects.append(ResetLog(topic.topic_id, partition, source_log_start))
-    if log.hw_cap is None:
-        # Copied records become visible only as far as the source's HW says
-        # (follow_source_high_watermarks), never merely because they are durable.
-        log.hw_cap = log.high_watermark
+    reset = not log.batches and source_log_start > log.log_end_offset
+    start = source_log_start if reset else log.log_end_offset
     try:
         batches = list(rb.iter_batches(data))
     except rb.CorruptBatchError as exc:
         raise ClusterError(
             ErrorCode.CORRUPT_MESSAGE, log.name, f"replica fetch for {log.name}: {exc}"
         ) from exc
-    for position, header in batches:
-        if header.last_offset < log.log_end_offset:
-            continue  # the fetch returns the whole batch containing the fetch offset
-        if header.base_offset != log.log_end_offset:
+    # Every check before any change: an answer to an older request (the log
+    # moved since) changes nothing.
+    fresh = [(position, h) for position, h in batches if h.last_offset >= start]
+    expected = start
+    for _position, header in fresh:
+        if header.base_offset != expected:
             raise ClusterError(
                 ErrorCode.DIVERGED_LOG,
                 log.name,
                 f"replica fetch for {log.name}: batch at {header.base_offset} does not continue "
-                f"the follower log at {log.log_end_offset}",
+                f"the follower log at {expected}",
             )
+        expected = header.next_offset
+    effects: list[Effect] = []
+    if config is not None and data:
+        records = provenance_entry(state, topic_name, partition, config)
+        if records:
+            effects.append(Journal(tuple(records)))
+    if reset:
+        # Attaching a topic whose oldest records are gone: start where it starts.
+        log = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
+        topic.partitions[partition] = log
+        effects.append(ResetLog(topic.topic_id, partition, source_log_start))
+    if log.hw_cap is None:
+        # Copied records become visible only as far as the source's HW says
+        # (follow_source_high_watermarks), never merely because they are durable.
+        log.hw_cap = log.high_watermark
+    for position, header in fresh:
         batch = bytes(data[position : position + header.size_bytes])
         marker = rb.control_marker_type(batch) if header.is_control else None
         log.apply_batch(header, marker)
