@@ -215,6 +215,7 @@ def fetch_request_pb(
             max_bytes=p.max_bytes,
         )
         entry.related = p.related
+        entry.all_marks = p.all_marks
         for m in p.marks:
             entry.marks.add(base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc)
     return out
@@ -231,6 +232,7 @@ def partition_fetches_of(
             p.last_fetched_epoch,
             p.max_bytes,
             tuple(histories.BatchMark(m.base_offset, m.last_offset, m.crc) for m in p.marks),
+            p.all_marks,
             p.related,
         )
         for p in request.partitions
@@ -254,7 +256,7 @@ def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchR
         if p.diverging_end_offset >= 0:
             entry.diverging_epoch = p.diverging_epoch
         entry.records = p.records
-        entry.history_checked = p.history_checked
+        entry.marks_wanted = p.marks_wanted
     return out
 
 
@@ -273,7 +275,7 @@ def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.Fetch
                 records=p.records,
                 size_bytes=len(p.records),
                 error=error_of(p.error) if p.HasField("error") else None,
-                history_checked=p.history_checked,
+                marks_wanted=p.marks_wanted,
             )
             for p in reply.partitions
         ],

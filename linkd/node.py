@@ -342,16 +342,11 @@ class ClusterNode:
             return  # the planted bug: acknowledge without waiting for followers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HW_WAIT_MAX_MS / 1000
+        topic_ids = self.state.topic_ids_of(targets)
         while True:
             event = self.long_polls.park(targets)
             try:
-                pending = [
-                    (t, p, target)
-                    for (t, p), target in sorted(targets.items())
-                    if t in self.state.topics
-                    and p < len(self.state.topics[t].partitions)
-                    and self.state.partition(t, p).high_watermark < target
-                ]
+                pending = self.state.unmet_high_watermarks(targets, topic_ids, what)
                 if not pending:
                     return
                 remaining = deadline - loop.time()
@@ -403,7 +398,10 @@ class ClusterNode:
 
     async def delete_topic(self, name: str) -> None:
         self.check_ready()
+        partitions = len(self.state.topic(name).partitions)
         await self.execute(self.state.delete_topic(name))
+        # Writes waiting on its high watermarks fail now (UNKNOWN_TOPIC).
+        self.notify((name, p) for p in range(partitions))
 
     async def alter_topic_configs(self, name: str, set_: dict[str, str], delete: list[str]) -> None:
         self.check_ready()

@@ -120,8 +120,11 @@ def check_follower_log(
     source_store: PartitionStore,
     range_start: int,
     check_prefix: bool = True,
+    range_end: int | None = None,
 ) -> list[Violation]:
-    """Invariants 1 and 2 for one follower partition's current range."""
+    """Invariants 1 and 2 for one follower partition's current range (below
+    `range_end` when given: a source that cut its log there may have written
+    other records since, which the follower learns at its next fetch)."""
     where = f"{follower_id}:{topic}-{partition} (source {source_id}:{source_topic})"
     out: list[Violation] = []
     if check_prefix and follower_store.log_end_offset > max(
@@ -140,7 +143,9 @@ def check_follower_log(
         batch = follower_store.batches[i]
         if batch.base_offset < range_start:
             continue
-        if batch.base_offset >= follower_hw:
+        if batch.base_offset >= follower_hw or (
+            range_end is not None and batch.next_offset > range_end
+        ):
             break
         j = source_store.index_at(batch.base_offset)
         if j >= len(source_store.batches):

@@ -193,20 +193,21 @@ class SimCluster:
         are written here and may yet replicate). A crash ends the wait with the
         timeout too (its waiters are dropped)."""
         done = [False]
+        topic_ids = self.state.topic_ids_of(targets)
 
         def pending() -> list[tuple[str, int, int]]:
-            return [
-                (t, p, target)
-                for (t, p), target in sorted(targets.items())
-                if t in self.state.topics
-                and p < len(self.state.topics[t].partitions)
-                and self.state.partition(t, p).high_watermark < target
-            ]
+            return self.state.unmet_high_watermarks(targets, topic_ids, what)
 
         def check() -> None:
             if done[0] or not self.up:
                 return
-            if not pending():
+            try:
+                left = pending()
+            except ClusterError as exc:
+                done[0] = True
+                then(exc)
+                return
+            if not left:
                 done[0] = True
                 then(None)
                 return
@@ -216,7 +217,11 @@ class SimCluster:
             if done[0]:
                 return
             done[0] = True
-            left = pending()
+            try:
+                left = pending()
+            except ClusterError as exc:
+                then(exc)
+                return
             t, p, target = left[0] if left else ("", 0, 0)
             then(
                 ClusterError(

@@ -401,7 +401,10 @@ class LinkDriver:
             def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
                 reply(lambda: self._apply_pulled(answer, request, sizes), answer_bytes)
 
-            self._long_poll(remote, request, True, answered)
+            def refused(exc: ClusterError) -> None:
+                reply(lambda: self._refused(exc), CONTROL_MESSAGE_BYTES)
+
+            self._long_poll(remote, request, True, answered, refused=refused)
 
         self._call("pull", remote, "fetch", size, serve)
 
@@ -469,11 +472,14 @@ class LinkDriver:
         from_remote: bool,
         answered: Callable[[rounds.FetchAnswer, Sizes, int], None],
         down: Callable[[], None] | None = None,
+        refused: Callable[[ClusterError], None] | None = None,
     ) -> None:
         """Serves a fetch on `source` (`rounds.serve_replica_fetch`), holding it
         until it is ready or its max wait passes; reads charge the source's
         device and rate limit; `answered` gets the answer when the read is done.
-        A source that goes down drops the fetch: `down` (if given) is told."""
+        A source that goes down drops the fetch: `down` (if given) is told; a
+        fetch the source refuses when it tries again (the link was deleted
+        meanwhile) is answered with the refusal (`refused`, else `down`)."""
         deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
         watched = [(p.source_topic, p.partition) for p in request.partitions]
 
@@ -497,16 +503,24 @@ class LinkDriver:
                     logical[(topic_id, partition, b.base_offset)] = b.logical_bytes
                 return b"".join(b.data for b in batches), size
 
-            answer = rounds.serve_replica_fetch(
-                source.state,
-                request.link_id,
-                request.partitions,
-                now,
-                read,
-                budget_bytes,
-                self.sizes.partition_max_bytes,
-                from_remote=from_remote,
-            )
+            try:
+                answer = rounds.serve_replica_fetch(
+                    source.state,
+                    request.link_id,
+                    request.partitions,
+                    now,
+                    read,
+                    budget_bytes,
+                    self.sizes.partition_max_bytes,
+                    from_remote=from_remote,
+                )
+            except ClusterError as exc:
+                self.queue.note(f"link {self.name} fetch refused: {exc.code.name}")
+                if refused is not None:
+                    refused(exc)
+                elif down is not None:
+                    down()
+                return
             if answer.hw_moved:
                 source.notify_data()
             if not answer.ready and now < deadline_ms:

@@ -412,6 +412,7 @@ class Operators:
             self._refused(f"delete_topic {topic}", cluster, exc)
             return
         node.execute(effects, "metadata", self.world.logical_bytes)
+        node.notify_data((topic, p) for p in range(partitions))  # waiting writes fail
         self.world.topic_deleted(cluster, topic, partitions)
         self.world.metrics.add("actions_ok", 1)
 

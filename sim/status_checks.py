@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from linkd.core import link_admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.links import LinkState, MappingKey, Version
+from linkd.core.links import LinkState, MappingKey, Version, holds_back
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import DETAIL_MAX, FinalLogs, Truncations, Violation, _capped
 from sim.history import History, Send
@@ -218,6 +218,16 @@ def check_silent_loss(
     return _capped("10 silent loss", details)
 
 
+def _refused(state: ClusterState, link_id: str, topic: str, partition: int) -> bool:
+    """The follower's link reports that the source refuses this partition."""
+    for name, config in state.links.configs.items():
+        runtime = state.links.runtime.get(name)
+        if config.link_id == link_id and runtime is not None:
+            refusal = runtime.refused.get((topic, partition))
+            return refusal is not None and holds_back(refusal)
+    return False
+
+
 def _reported_cut(entries: list[dict[str, object]], offset: int) -> str | None:
     """A cut at or below the offset that the follower's provenance reports."""
     for entry in entries:
@@ -270,6 +280,8 @@ def _excused(
     cut = _reported_cut(t.provenance.get(v.partition, []), v.offset)
     if covering or cut is not None:
         return cut
+    if _refused(state, link_id, topic, v.partition):
+        return "the follower's link refuses the partition and says why"
     if any(
         e.get("link_id") == link_id and "detached_at" in e
         for entries in t.provenance.values()

@@ -149,7 +149,7 @@ def test_nothing_new__the_answer_is_not_ready__so_the_shell_holds_it() -> None:
     assert applied.effects == [] and not moved
 
 
-def test_a_follower_behind_an_unclean_election__is_told_where_to_cut__and_cuts() -> None:
+def test_a_follower_behind_an_unclean_election__sends_its_marks__and_is_told_where_to_cut() -> None:
     a, b, disk_a, disk_b = two_clusters()
     discover(a, b, disk_b)
     produce(a, disk_a, 3)
@@ -158,11 +158,45 @@ def test_a_follower_behind_an_unclean_election__is_told_where_to_cut__and_cuts()
     _removed, _epoch, effects = a.unclean_election("orders-1", 0, 3)
     disk_a.carry_out(a, effects)
 
-    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+    # Its last batch is gone from the source: it is asked for every mark.
+    asked, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+    assert asked.ready and asked.partitions[0].marks_wanted
+    assert applied.truncations == [] and b.links.runtime["ab"].marks_wanted == {("orders-1", 0)}
+    request = rounds.follower_fetch_request(b, b.links.get("ab"))
+    assert request.partitions[0].all_marks and len(request.partitions[0].marks) == 2
+
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 30)
 
     assert answer.ready and answer.partitions[0].diverging_end_offset == 3
     assert applied.truncations == [rounds.Truncation("orders-1", 0, 3)]
     assert b.partition("orders-1", 0).log_end_offset == 3
+    assert b.links.runtime["ab"].marks_wanted == set()
+
+
+def test_records_written_on_the_follower__are_found_by_their_marks__where_epochs_agree() -> None:
+    """Leader epochs are numbered per cluster: a follower that took writes
+    (after a failover) in an epoch the source also used cannot be told apart
+    by epochs; the CRC of its last batch tells it."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    produce(a, disk_a, 2)  # the source moves on ...
+    ours = rb.build_batch(
+        [rb.RecordSpec(None, b"written-on-b", NOW)],
+        base_offset=3,
+        partition_leader_epoch=b.partition("orders-1", 0).leader_epoch,
+    )
+    header = rb.parse_header(ours)
+    b.partition("orders-1", 0).apply_batch(header, None)  # ... and b took a write of its own
+    disk_b.carry_out(b, [AppendBatch(b.topic("orders-1").topic_id, 0, ours, header)])
+    assert a.partition("orders-1", 0).leader_epoch == header.partition_leader_epoch
+
+    fetch_round(a, b, disk_a, disk_b, NOW + 20)  # asked for marks
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 30)
+
+    assert answer.partitions[0].diverging_end_offset == 3
+    assert applied.truncations == [rounds.Truncation("orders-1", 0, 3)]
 
 
 def test_the_byte_budget__is_spent_partition_by_partition__the_rest_waits_a_round() -> None:

@@ -145,6 +145,8 @@ def replicate(source: ClusterState, follower: ClusterState, stored: list[bytes])
     )
     for e in rep.append_replica(follower, "orders-1", 0, data, plan.log_start_offset):
         assert isinstance(e, AppendBatch)
+    # The shell wrote them: durable (the next fetch offset acknowledges them).
+    follower.mark_durable("orders-1", 0, follower.partition("orders-1", 0).log_end_offset)
 
 
 def test_follower_copies_byte_for_byte__and_follower_namespace_is_reserved() -> None:
@@ -339,3 +341,26 @@ def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_rep
     entry = follower.topics["orders-1"].provenance[0][-1]
     assert entry["truncated_to"] == 4 and entry["removed"] == 2
     assert entry["offsets_moved"] == [["app-billing", 6]]
+
+
+def test_the_fetch_offset__is_how_far_the_follower_log_is_durable__never_more() -> None:
+    """On a SYNC link the fetch offset acknowledges: an append still being
+    written (a round started again while the last one's write is in flight)
+    is not acknowledged, and the batches fetched again are skipped."""
+    source, follower = linked_states()
+    stored: list[bytes] = []
+    for n in (3, 2):
+        batch = rb.build_batch([rb.RecordSpec(None, f"{n}-{i}".encode(), NOW) for i in range(n)])
+        result = source.produce("orders-1", 0, batch, "", NOW)
+        stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
+    source.mark_durable("orders-1", 0, 5)
+    rep.append_replica(follower, "orders-1", 0, stored[0], 0)  # written, not yet durable
+
+    assert rep.follower_position(follower, "orders-1", 0) == (0, -1)
+
+    follower.mark_durable("orders-1", 0, 3)
+    assert rep.follower_position(follower, "orders-1", 0)[0] == 3
+    # Fetched again from 0: what it holds is skipped, the rest appended.
+    effects = rep.append_replica(follower, "orders-1", 0, b"".join(stored), 0)
+    assert [e.header.base_offset for e in effects if isinstance(e, AppendBatch)] == [3]
+    assert follower.partition("orders-1", 0).log_end_offset == 5

@@ -418,6 +418,7 @@ class ReplicaFetchPartition(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     MARKS_FIELD_NUMBER: _builtins.int
     RELATED_FIELD_NUMBER: _builtins.int
+    ALL_MARKS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """the source topic name"""
     partition: _builtins.int
@@ -427,14 +428,16 @@ class ReplicaFetchPartition(_message.Message):
     max_bytes: _builtins.int
     related: _builtins.bool
     """The follower's provenance names the source cluster or this link."""
+    all_marks: _builtins.bool
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
-        """Marks of the follower's log (newest first), sent until the source has
-        compared them with its own log: leader epochs are numbered per cluster,
-        so they cannot tell records written on the follower (or copied from a
-        third cluster) from the source's; a batch's CRC can. The source answers
-        a divergence (truncate to the end of the newest batch both hold) or
-        NO_SHARED_HISTORY.
+        """Marks of the follower's log, newest first: its last batch always (the
+        source holds that batch, CRC and all, exactly when both logs agree up to
+        the follower's log end), every mark when the source asked (marks_wanted),
+        to find where they part. Leader epochs are numbered per cluster and
+        copies keep the origin's, so last_fetched_epoch is checked only when no
+        mark is sent. The source answers a divergence (truncate to the end of
+        the newest batch both hold) or NO_SHARED_HISTORY.
         """
 
     def __init__(
@@ -447,10 +450,11 @@ class ReplicaFetchPartition(_message.Message):
         max_bytes: _builtins.int = ...,
         marks: _abc.Iterable[Global___BatchMark] | None = ...,
         related: _builtins.bool = ...,
+        all_marks: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -524,7 +528,7 @@ class ReplicaFetchedPartition(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     DIVERGING_END_OFFSET_FIELD_NUMBER: _builtins.int
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
-    HISTORY_CHECKED_FIELD_NUMBER: _builtins.int
+    MARKS_WANTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     high_watermark: _builtins.int
@@ -537,8 +541,10 @@ class ReplicaFetchedPartition(_message.Message):
     again (-1 when not diverged).
     """
     diverging_epoch: _builtins.int
-    history_checked: _builtins.bool
-    """The follower's marks were compared and agree with the source's log."""
+    marks_wanted: _builtins.bool
+    """The follower's last batch is not in the source's log: send every mark
+    of the partition with the next fetch, to find where the logs part.
+    """
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
     def __init__(
@@ -554,11 +560,11 @@ class ReplicaFetchedPartition(_message.Message):
         records: _builtins.bytes = ...,
         diverging_end_offset: _builtins.int = ...,
         diverging_epoch: _builtins.int = ...,
-        history_checked: _builtins.bool = ...,
+        marks_wanted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "history_checked", b"history_checked", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -451,6 +451,35 @@ class ClusterState:
                 led.update((topic_name, p) for p in range(len(topic.partitions)))
         return led
 
+    def topic_ids_of(self, targets: Mapping[tuple[str, int], int]) -> dict[str, str]:
+        """The ids of the targets' topics now, for `unmet_high_watermarks`."""
+        return {t: self.topics[t].topic_id for t, _p in targets if t in self.topics}
+
+    def unmet_high_watermarks(
+        self,
+        targets: Mapping[tuple[str, int], int],
+        topic_ids: Mapping[str, str],
+        what: str,
+    ) -> list[tuple[str, int, int]]:
+        """The partitions whose HW has not reached its target yet, for a write
+        waiting on them (an acks=all produce, a commit's markers). Raises
+        UNKNOWN_TOPIC when a partition is gone meanwhile (its topic deleted,
+        perhaps created again: `topic_ids` as the wait began): its records
+        went with it, and the write must not be acknowledged."""
+        pending = []
+        for (t, p), target in sorted(targets.items()):
+            topic = self.topics.get(t)
+            if topic is None or topic.topic_id != topic_ids.get(t) or p >= len(topic.partitions):
+                raise ClusterError(
+                    ErrorCode.UNKNOWN_TOPIC,
+                    f"{t}-{p}",
+                    f"{what}: topic {t!r} was deleted while the write waited for its high "
+                    "watermark; its records went with it",
+                )
+            if topic.partitions[p].high_watermark < target:
+                pending.append((t, p, target))
+        return pending
+
     def led_position(self, topic_name: str, partition: int) -> tuple[int, int] | None:
         """(log start offset, high watermark) of a partition, None when gone."""
         topic = self.topics.get(topic_name)

@@ -286,9 +286,12 @@ class BatchMark:
 MARKS_MAX = 96
 
 
-def log_marks(state: ClusterState, topic: str, partition: int) -> tuple[BatchMark, ...]:
+def log_marks(
+    state: ClusterState, topic: str, partition: int, every: bool = True
+) -> tuple[BatchMark, ...]:
     """Follower side: marks of its log, newest first, for the source to find
-    where the two logs part (`common_by_marks`). Two logs holding one batch
+    where the two logs part (`common_by_marks`); only the last batch's unless
+    `every`. Two logs holding one batch
     at one offset agree below it too: a log only grows at its end, and a
     batch (its producer, sequence, timestamps) exists once, so both copied
     it, with everything before it, from one origin."""
@@ -296,6 +299,9 @@ def log_marks(state: ClusterState, topic: str, partition: int) -> tuple[BatchMar
     log = t.partitions[partition]
     if not log.batches:
         return ()
+    if not every:
+        last = log.batches[-1]
+        return (BatchMark(last.base_offset, last.last_offset, last.crc),)
     wanted = {log.log_end_offset - 1}
     distance = 1
     while log.log_end_offset - 1 - distance >= log.log_start_offset:

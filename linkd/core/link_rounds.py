@@ -300,11 +300,15 @@ class PartitionFetch:
     fetch_offset: int
     last_fetched_epoch: int
     max_bytes: int = 0  # 0: the source's default
-    # Marks of the follower's log (`histories.log_marks`), sent until the
-    # source has compared them with its own log (`needs_check`): leader
-    # epochs are numbered per cluster, so they cannot tell records written on
-    # the follower (or copied from a third cluster) from the source's.
+    # Marks of the follower's log, newest first: its last batch always (the
+    # source holds that batch, CRC and all, exactly when the two logs agree
+    # up to the follower's log end); all of `histories.log_marks` when the
+    # source asked for them, to find where the logs part. Leader epochs are
+    # numbered per cluster and copies keep the origin's, so they cannot tell
+    # records written on the follower, or rewritten by a cluster between,
+    # from the source's; the epoch is checked only when no mark is sent.
     marks: tuple[histories.BatchMark, ...] = ()
+    all_marks: bool = False
     # The follower's provenance names the source (the two partitions belong
     # to one replicated topic), for a log none of whose marks the source holds.
     related: bool = False
@@ -334,10 +338,9 @@ def follower_fetch_request(
     `sent_ms`: the request leaves now (the round it starts will report the
     source's high watermarks as known from this time on: the source serves
     it later, so its HW then is at least its HW now)."""
-    if sent_ms is not None:
-        runtime = state.links.runtime.get(config.name)
-        if runtime is not None:
-            runtime.fetch_sent_ms = sent_ms  # a push answers the last request made
+    runtime = state.links.runtime.get(config.name)
+    if sent_ms is not None and runtime is not None:
+        runtime.fetch_sent_ms = sent_ms  # a push answers the last request made
     followed = rep.follower_mappings(config, "topic")
     parts: list[PartitionFetch] = []
     local_of: dict[tuple[str, int], str] = {}
@@ -352,34 +355,16 @@ def follower_fetch_request(
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
         for p in range(len(state.topics[topic].partitions)):
             offset, epoch = rep.follower_position(state, topic, p)
-            marks: tuple[histories.BatchMark, ...] = ()
-            related = False
-            if needs_check(state, config, topic, p):
-                marks = histories.log_marks(state, topic, p)
-                related = _names_source(state, config, topic, p)
+            wanted = runtime is not None and (topic, p) in runtime.marks_wanted
+            marks = histories.log_marks(state, topic, p, wanted)
+            related = wanted and _names_source(state, config, topic, p)
             parts.append(
-                PartitionFetch(source, p, offset, epoch, partition_max_bytes, marks, related)
+                PartitionFetch(
+                    source, p, offset, epoch, partition_max_bytes, marks, wanted, related
+                )
             )
             local_of[(source, p)] = topic
     return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
-
-
-def needs_check(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
-    """Whether the follower sends marks of a partition with the fetch: unless
-    the partition is empty, its newest provenance entry says this link wrote
-    its last records, or the source already compared the log as it stands
-    (`LinkRuntime.checked_histories`)."""
-    t = state.topics[topic]
-    log = t.partitions[partition]
-    if log.log_end_offset <= log.log_start_offset:
-        return False
-    entries = t.provenance.get(partition, [])
-    last = entries[-1] if entries else None
-    if last is not None and "start" in last and last.get("link_id") == config.link_id:
-        return False
-    runtime = state.links.runtime.get(config.name)
-    checked = runtime.checked_histories.get((topic, partition)) if runtime else None
-    return checked != (t.topic_id, len(entries), log.log_end_offset)
 
 
 def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
@@ -389,22 +374,35 @@ def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition
     )
 
 
+class MarksWanted:
+    """The source's answer when the follower's last batch is not in its log:
+    send every mark, to find where the logs part."""
+
+
+MARKS_WANTED = MarksWanted()
+
+
 def check_marks(
     state: ClusterState, config: LinkConfig, part: PartitionFetch
-) -> rep.Diverged | ClusterError | None:
-    """Source side: the follower's marks against this log. Below the
-    follower's log end where they part, the follower must truncate (it holds
-    records this cluster never had: written on it, or copied from elsewhere);
-    a log none of whose marks this one holds, and whose provenance does not
-    name this cluster, is refused (NO_SHARED_HISTORY)."""
+) -> rep.Diverged | ClusterError | MarksWanted | None:
+    """Source side: the follower's marks against this log. None: the logs
+    agree up to the follower's log end. Else, given every mark, where they
+    part below it: the follower must truncate there (it holds records this
+    cluster never had: written on it, copied from elsewhere, or cut here
+    since); a log none of whose marks this one holds, and whose provenance
+    does not name this cluster, is refused (NO_SHARED_HISTORY)."""
     if not part.marks:
         return None
     log = state.partition(part.source_topic, part.partition)
-    follower_end = part.marks[0].last_offset + 1
+    follower_end = part.fetch_offset
     oldest = part.marks[-1].base_offset
     if follower_end <= log.log_start_offset:
         return None  # wholly below this log's start: it resumes there (a gap)
     common = histories.common_by_marks(state, part.source_topic, part.partition, part.marks)
+    if common is not None and common >= follower_end:
+        return None
+    if not part.all_marks:
+        return MARKS_WANTED
     if common is None:
         if not part.related:
             return ClusterError(
@@ -437,8 +435,9 @@ class FetchedPartition:
     records: bytes = b""
     size_bytes: int = 0  # what `records` counted against the budget
     error: ClusterError | None = None
-    # The follower's history was compared and agrees (PartitionFetch.history).
-    history_checked: bool = False
+    # The follower's last batch is not in the source's log: it sends every
+    # mark next time (`check_marks`).
+    marks_wanted: bool = False
 
 
 @dataclass(slots=True)
@@ -453,7 +452,9 @@ class FetchAnswer:
     @property
     def ready(self) -> bool:
         """Worth sending now rather than holding for data (long poll)."""
-        return self.total_bytes > 0 or any(p.diverging_end_offset >= 0 for p in self.partitions)
+        return self.total_bytes > 0 or any(
+            p.diverging_end_offset >= 0 or p.marks_wanted for p in self.partitions
+        )
 
 
 def serve_replica_fetch(
@@ -494,11 +495,14 @@ def serve_replica_fetch(
                     part.source_topic,
                     part.partition,
                     part.fetch_offset,
-                    part.last_fetched_epoch,
+                    -1 if part.marks else part.last_fetched_epoch,
                 )
                 checked = check_marks(state, config, part)
             except ClusterError as exc:
                 entry.error = exc
+                continue
+            if isinstance(checked, MarksWanted):
+                entry.marks_wanted = True
                 continue
             if isinstance(checked, ClusterError):
                 entry.error = checked
@@ -510,7 +514,6 @@ def serve_replica_fetch(
                 not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
             ):
                 plan = checked
-            entry.history_checked = bool(part.marks) and checked is None
             log = state.partition(part.source_topic, part.partition)
             entry.log_end_offset = log.log_end_offset
             entry.leader_epoch = log.leader_epoch
@@ -602,6 +605,11 @@ def apply_replica_fetch(
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
             continue
+        wanted = state.links.runtime[link_name].marks_wanted
+        if fetched.marks_wanted:
+            wanted.add((local, fetched.partition))
+            continue
+        wanted.discard((local, fetched.partition))
         if fetched.error is not None:
             refused.append((local, fetched.partition, fetched.error))
             continue
@@ -626,21 +634,8 @@ def apply_replica_fetch(
                     raise
                 continue  # answers an older request: the next one asks again
 
-        if fetched.history_checked:
-            _history_checked(state, link_name, local, fetched.partition)
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     return AppliedFetch(effects, progress, truncations, refused)
-
-
-def _history_checked(state: ClusterState, link_name: str, topic: str, partition: int) -> None:
-    """The source compared this partition's history and found no divergence:
-    its marks are not sent again until it changes (`needs_check`)."""
-    runtime = state.links.runtime.get(link_name)
-    if runtime is not None:
-        t = state.topics[topic]
-        entries = len(t.provenance.get(partition, []))
-        end = t.partitions[partition].log_end_offset
-        runtime.checked_histories[(topic, partition)] = (t.topic_id, entries, end)
 
 
 def apply_fetched(

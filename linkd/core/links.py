@@ -405,9 +405,9 @@ class LinkRuntime:
     # them again: each keeps the link from FOLLOWING (its lag is not known),
     # unless the source has no such partition (`holds_back`).
     refused: dict[tuple[str, int], ClusterError] = field(default_factory=dict)
-    # Follower partitions whose history the source compared and found
-    # agreeing: (topic id, provenance entries, log end offset) as compared.
-    checked_histories: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
+    # Follower partitions whose last batch the source did not hold: the next
+    # fetch sends every mark of them (`link_rounds.check_marks`).
+    marks_wanted: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)

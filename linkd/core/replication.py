@@ -129,10 +129,16 @@ def plan_replica_fetch(
 
 
 def follower_position(state: ClusterState, topic: str, partition: int) -> tuple[int, int]:
-    """(log end offset, epoch of the last batch) the follower sends with a fetch."""
+    """(fetch offset, epoch of the batch below it) the follower sends with a
+    fetch. The fetch offset is how far its log is durable, never more: on a
+    SYNC link it acknowledges, and an append still being written (a round
+    started again meanwhile: a reconnection) must not be acknowledged; the
+    batches it gets again are skipped (`append_replica`)."""
     log = state.partition(topic, partition)
-    last_epoch = log.batches[-1].partition_leader_epoch if log.batches else -1
-    return log.log_end_offset, last_epoch
+    offset = min(log.log_end_offset, max(log.durable_offset, log.log_start_offset))
+    below = log.batch_containing(offset - 1) if offset > log.log_start_offset else None
+    last_epoch = below.partition_leader_epoch if below is not None else -1
+    return offset, last_epoch
 
 
 def create_replica_topic(
