@@ -104,7 +104,9 @@ def fetch_round(
     )
     applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, now)
     disk_b.carry_out(b, applied.effects)
-    moved = rounds.finish_fetch_round(b, "ab", applied.progress, answer.sync_state, now)
+    moved = rounds.finish_fetch_round(
+        b, "ab", applied.progress, answer.sync_state, now, refused=applied.refused
+    )
     return answer, applied, moved
 
 

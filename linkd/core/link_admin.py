@@ -7,8 +7,11 @@ Rules (spec sections 2-4 and 8):
   followed on one link, no source name maps to two follower names, and no two
   source names map to one follower name). Across links, a namespace follows
   at most one link: no two follower attachments of a cluster overlap
-  (ALREADY_FOLLOWING). An operator's attach that would break this is refused
-  with an error naming both namespaces (MAPPINGS_OVERLAP), nothing changed.
+  (ALREADY_FOLLOWING), and no name is followed from a cluster over one link
+  and led to the same cluster over another (the two copies would copy each
+  other, and nobody could write the topic). An operator's attach that would
+  break this is refused with an error naming both namespaces
+  (MAPPINGS_OVERLAP), nothing changed.
 - A mapping the remote proposes in an operator's call (`strict` keys) is
   refused the same way. A mapping that arrives by convergence (the two sides
   changed things apart, during a partition) and cannot be honoured here is
@@ -70,6 +73,8 @@ def _name(m: Mapping) -> str:
 class Conflict:
     code: ErrorCode
     message: str  # names both namespaces
+    # With a mapping of another link: one attached before stays attached.
+    cross_link: bool = False
 
 
 def mapping_conflict(
@@ -112,6 +117,32 @@ def mapping_conflict(
                     ErrorCode.ALREADY_FOLLOWING,
                     f"{candidate.resource_type} namespace {candidate.local_prefix!r} cannot "
                     f"follow link {link_name!r}: {via} already follows link {following!r}",
+                    cross_link=True,
+                )
+    return _loop_conflict(state, link_name, candidate)
+
+
+def _loop_conflict(state: ClusterState, link_name: str, candidate: Mapping) -> Conflict | None:
+    """A name this cluster follows from a cluster over one link and leads to
+    the same cluster over another: each side would copy the other's copy, and
+    nobody could write the topic (module rules)."""
+    remote = state.links.get(link_name).remote_cluster_id
+    for name in sorted(state.links.configs):
+        other = state.links.configs[name]
+        if name == link_name or other.remote_cluster_id != remote:
+            continue
+        for o in other.attached_mappings():
+            if (
+                o.resource_type == candidate.resource_type
+                and o.local_role != candidate.local_role
+                and overlaps(o.local_prefix, candidate.local_prefix)
+            ):
+                return Conflict(
+                    ErrorCode.MAPPINGS_OVERLAP,
+                    f"{_name(candidate)} on link {link_name!r} overlaps {_name(o)} on link "
+                    f"{name!r}, both with cluster {remote!r}: records would flow back to the "
+                    "cluster they came from",
+                    cross_link=True,
                 )
     return None
 
@@ -364,9 +395,7 @@ def refuse_unattachable(
     records = []
     for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
         conflict = mapping_conflict(state, link_name, m, kept)
-        if conflict is None or (
-            m.key in attached_before and conflict.code is ErrorCode.ALREADY_FOLLOWING
-        ):
+        if conflict is None or (m.key in attached_before and conflict.cross_link):
             kept.append(m)
             continue
         note = f"refused by cluster {state.cluster_id!r}: {conflict.message}"
