@@ -969,7 +969,8 @@ def _print_recovery(report: dict[str, Any]) -> None:
     for g in report["groups"]:
         print(
             f"  group {g['group']}: {g['topic']}-{g['partition']} committed "
-            f"{g['committed_offset']} -> {g['new_offset']}"
+            f"{g['committed_offset']} -> "
+            f"{g['new_offset'] if g['new_offset'] >= 0 else 'removed (the new leader has none)'}"
         )
     if not report["confirmed"]:
         print("run again with --confirm to truncate and follow the remote")

@@ -188,8 +188,13 @@ class OffsetWatch:
         self._moved_back: list[tuple[tuple[str, str, str, int, int], Violation]] = []
 
     def excuse(self, cluster_id: str, group: str, topic: str, partition: int, offset: int) -> None:
-        """A recovery report named this committed offset's move back."""
+        """A recovery report named this committed offset's move back (to -1:
+        removed); later values are judged from there."""
         self.reported.add((cluster_id, group, topic, partition, offset))
+        if offset < 0:
+            self.last.pop((cluster_id, group, topic, partition), None)
+        else:
+            self.last[(cluster_id, group, topic, partition)] = offset
 
     @property
     def violations(self) -> list[Violation]:
@@ -202,11 +207,13 @@ class OffsetWatch:
         prefixes = [m.local_prefix for m in rep.follower_mappings(config, "group")]
         if not prefixes:
             return
+        seen: set[tuple[str, str, str, int]] = set()
         for group_id, _s, _t in sorted(state.groups.list_groups()):
             if not any(rep.in_prefix(group_id, p) for p in prefixes):
                 continue
             for (topic, p), c in sorted(state.groups.committed(group_id, None).items()):
                 key = (cluster_id, group_id, topic, p)
+                seen.add(key)
                 t = state.topics.get(topic)
                 if t is not None and p < len(t.partitions):
                     hw = t.partitions[p].high_watermark
@@ -232,6 +239,10 @@ class OffsetWatch:
                         ),
                     ))
                 self.last[key] = c.offset
+        # An offset removed (its topic deleted) starts afresh when it comes back.
+        for key in [k for k in self.last if k[0] == cluster_id and k not in seen]:
+            if any(rep.in_prefix(key[1], p) for p in prefixes):
+                del self.last[key]
 
 
 def _reported_cut(state: ClusterState, topic: str, partition: int, offset: int) -> bool:

@@ -13,9 +13,11 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.histories import PartitionSide, ProvenanceItem, compare, cut_offset
+from linkd.core.links import Mapping
 from linkd.core.recovery import (
     RecoveryMapping,
     apply_recovery,
+    check_can_follow,
     plan_partition,
     plan_recovery,
     promote_namespaces,
@@ -239,6 +241,43 @@ def test_plan_and_apply__cut_moves_offsets_back_and_records_provenance() -> None
         "link_id": "link-cb",
         "removed": 5,
     }
+
+
+def test_plan_and_apply__a_group_offset_the_new_leader_lacks_is_removed__and_reported() -> None:
+    state = _follower_state()
+    state.namespaces.create(2, "app-", False)
+    remote = {("orders-t", 0): copied("B", 15, start(0, "A"))}
+    mappings = [
+        RecoveryMapping("topic", "orders-", "orders-"),
+        RecoveryMapping("group", "app-", "app-"),
+    ]
+    # B holds every record, and no committed offset of app-1: once app-
+    # follows B, app-1's offsets are B's, so A's own goes (reported).
+    plan = plan_recovery(state, "cb", mappings, "B", remote, {})
+    assert [(g.group, g.new_offset, g.reason) for g in plan.groups] == [("app-1", -1, "leader")]
+    apply_recovery(state, plan, "link-cb", 2000)
+    assert state.groups.committed("app-1", None) == {}
+    # With B's offset known, A's moves back to it instead.
+    state = _follower_state()
+    state.namespaces.create(2, "app-", False)
+    plan = plan_recovery(state, "cb", mappings, "B", remote, {("app-1", "orders-t", 0): 7})
+    assert [(g.new_offset, g.reason) for g in plan.groups] == [(7, "leader")]
+
+
+def test_recovery_that_could_not_follow_the_remote__is_refused_before_it_cuts() -> None:
+    state = _follower_state()
+    state.namespaces.create(1, "orders-t", False)
+    config = state.links.get("cb")
+    narrow = Mapping("topic", "orders-t", "orders-t", "remote", True, (1, 0, "B"))
+    config.mappings[narrow.key] = narrow
+    state.links.store(config, 1000)
+
+    with pytest.raises(ClusterError) as refused:
+        check_can_follow(state, "cb", [RecoveryMapping("topic", "orders-", "orders-")])
+
+    assert refused.value.code is ErrorCode.MAPPINGS_OVERLAP
+    assert "nothing was cut" in refused.value.message
+    assert state.partition("orders-t", 0).log_end_offset == 15
 
 
 def test_plan__refuses_a_remote_that_is_another_cluster() -> None:

@@ -447,6 +447,7 @@ def recover(
     plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
     if not confirm:
         return plan
+    recovery.check_can_follow(state, link_name, mappings)
     aborted, effects = recovery.reserve_and_abort(state, mappings, now)
     try:
         plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)

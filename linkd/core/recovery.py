@@ -254,7 +254,7 @@ class GroupCut:
     topic: str
     partition: int
     committed_offset: int
-    new_offset: int
+    new_offset: int  # -1: removed (the new leader has none)
     reason: str = "cut"  # "cut" | "leader" (see RemoteGroupOffsets)
 
     def to_dict(self) -> dict[str, Any]:
@@ -332,10 +332,11 @@ def plan_recovery(
     remote also has, and finds the committed offsets beyond each cut. Local
     partitions the remote lacks are left alone (the link never touches them).
     A group of a recovered group namespace whose committed offset here is
-    above the new leader's (`remote_groups`) moves back to the leader's: once
-    it follows, its offsets are the leader's, and replication never moves an
-    offset back by itself (reason "leader"). Refuses a recovery that has
-    nothing to do on a namespace that already follows the link."""
+    above the new leader's (`remote_groups`) moves back to the leader's, and
+    one the leader has none of is removed: once it follows, its offsets are
+    the leader's, and replication never moves an offset back by itself
+    (reason "leader"). Refuses a recovery that has nothing to do on a
+    namespace that already follows the link."""
     config = state.links.get(link_name)
     if remote_cluster_id != config.remote_cluster_id:
         raise ClusterError(
@@ -367,10 +368,13 @@ def plan_recovery(
     for group_id, _s, _t in sorted(state.groups.list_groups()):
         for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
             cut = cuts.get((topic, partition))
-            leader = leader_offsets.get((group_id, topic, partition))
-            if cut is not None and c.offset > cut and (leader is None or cut <= leader):
+            key = (group_id, topic, partition)
+            leader = leader_offsets.get(key, -1)
+            if key in leader_offsets and leader < 0:
+                groups.append(GroupCut(group_id, topic, partition, c.offset, -1, "leader"))
+            elif cut is not None and c.offset > cut and (leader < 0 or cut <= leader):
                 groups.append(GroupCut(group_id, topic, partition, c.offset, cut))
-            elif leader is not None and c.offset > leader:
+            elif leader >= 0 and c.offset > leader:
                 groups.append(GroupCut(group_id, topic, partition, c.offset, leader, "leader"))
     if not any(r.diverged for r in rows) and _already_following(config, mappings):
         raise ClusterError(
@@ -395,7 +399,7 @@ def _leader_offsets(
 ) -> dict[tuple[str, str, int], int]:
     """The new leader's committed offsets under this side's names, for the
     groups of the recovered group namespaces (on topics of the recovered topic
-    namespaces)."""
+    namespaces); -1 where it has none."""
     topic_maps = [m for m in mappings if m.resource_type == "topic"]
     out: dict[tuple[str, str, int], int] = {}
     for m in (m for m in mappings if m.resource_type == "group"):
@@ -404,9 +408,7 @@ def _leader_offsets(
             if remote_topic is None:
                 continue
             remote_group = map_name(group, m.local_prefix, m.remote_prefix)
-            theirs = remote_groups.get((remote_group, remote_topic, p))
-            if theirs is not None:
-                out[(group, topic, p)] = theirs
+            out[(group, topic, p)] = remote_groups.get((remote_group, remote_topic, p), -1)
     return out
 
 
@@ -483,6 +485,16 @@ def apply_recovery(
     for cut in plan.groups:
         current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])
         old = current.get((cut.topic, cut.partition))
+        if cut.new_offset < 0:
+            record = {
+                "type": "offset_delete",
+                "group": cut.group,
+                "topic": cut.topic,
+                "partition": cut.partition,
+            }
+            state.apply_record(record)
+            records.append(record)
+            continue
         records.append(
             state.groups.set_committed(
                 cut.group,
@@ -530,6 +542,34 @@ def mappings_to_follow(
             continue
         out.append((m, attached))
     return out
+
+
+def check_can_follow(state: ClusterState, link_name: str, mappings: list[RecoveryMapping]) -> None:
+    """Before recovery changes anything: every recovered mapping can then be
+    attached to follow the remote (the overlap rules, `link_admin`), else
+    ClusterError naming the conflict, with nothing cut or moved."""
+    config = state.links.get(link_name)
+    kept = {m.key: m for m in config.attached_mappings()}
+    planned = []
+    for m, detach_first in mappings_to_follow(config, mappings):
+        if detach_first:
+            current = config.attached_at(m.resource_type, m.local_prefix)
+            if current is not None:
+                kept.pop(current.key, None)
+        planned.append(
+            Mapping(m.resource_type, m.local_prefix, m.remote_prefix, "remote", True, (0, 0, ""))
+        )
+    for i, candidate in enumerate(planned):
+        others = [*kept.values(), *planned[:i]]
+        conflict = link_admin.mapping_conflict(state, link_name, candidate, others)
+        if conflict is not None:
+            raise ClusterError(
+                conflict.code,
+                f"link {link_name!r}",
+                f"cannot recover: afterwards {candidate.resource_type} namespace "
+                f"{candidate.local_prefix!r} would follow the remote, but {conflict.message}; "
+                "nothing was cut or moved",
+            )
 
 
 # -- reversal (spec section 8: make the follower the leader without loss) ---------------------
