@@ -519,6 +519,7 @@ def reverse(
         timeout_ms = REVERSE_TIMEOUT_MS_DEFAULT
     timeout_ms = min(timeout_ms, REVERSE_TIMEOUT_MS_MAX)
     link_state, leaders = recovery.reverse_mappings(state, link_name)
+    recovery.check_can_follow(state, link_name, leaders, "reverse")
     report = ReverseReport(link_name, [Step(REVERSE_STEPS[0], True, f"link is {link_state}", 0)])
     address = config.value("remote_bootstrap")
     aborted: list[str] = []

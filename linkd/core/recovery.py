@@ -544,10 +544,12 @@ def mappings_to_follow(
     return out
 
 
-def check_can_follow(state: ClusterState, link_name: str, mappings: list[RecoveryMapping]) -> None:
-    """Before recovery changes anything: every recovered mapping can then be
-    attached to follow the remote (the overlap rules, `link_admin`), else
-    ClusterError naming the conflict, with nothing cut or moved."""
+def check_can_follow(
+    state: ClusterState, link_name: str, mappings: list[RecoveryMapping], verb: str = "recover"
+) -> None:
+    """Before recovery (or a reversal) changes anything: every mapping can
+    then be attached to follow the remote (the overlap rules, `link_admin`),
+    else ClusterError naming the conflict, with nothing changed."""
     config = state.links.get(link_name)
     kept = {m.key: m for m in config.attached_mappings()}
     planned = []
@@ -566,9 +568,9 @@ def check_can_follow(state: ClusterState, link_name: str, mappings: list[Recover
             raise ClusterError(
                 conflict.code,
                 f"link {link_name!r}",
-                f"cannot recover: afterwards {candidate.resource_type} namespace "
+                f"cannot {verb}: afterwards {candidate.resource_type} namespace "
                 f"{candidate.local_prefix!r} would follow the remote, but {conflict.message}; "
-                "nothing was cut or moved",
+                "nothing was changed",
             )
 
 
