@@ -45,6 +45,7 @@ from linkd.core.cluster import (
     OffsetLookup,
     ResetLog,
     TruncateLog,
+    WaitMark,
     pick_offset_in_batch,
 )
 from linkd.core.errors import ClusterError, ErrorCode
@@ -332,7 +333,12 @@ class ClusterNode:
         if self.state.refresh_high_watermarks():
             self.notify()
 
-    async def wait_high_watermarks(self, targets: dict[tuple[str, int], int], what: str) -> None:
+    async def wait_high_watermarks(
+        self,
+        targets: dict[tuple[str, int], int],
+        what: str,
+        marks: dict[tuple[str, int], WaitMark] | None = None,
+    ) -> None:
         """Waits until every partition's HW reaches its target offset: a SYNC
         link in IN_SYNC holds it until its followers have the records, or until
         it drops OUT_OF_SYNC (link.replica.lag.time.max.ms). Bounded by
@@ -342,11 +348,12 @@ class ClusterNode:
             return  # the planted bug: acknowledge without waiting for followers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HW_WAIT_MAX_MS / 1000
-        topic_ids = self.state.topic_ids_of(targets)
+        if marks is None:
+            marks = self.state.wait_marks(targets)
         while True:
             event = self.long_polls.park(targets)
             try:
-                pending = self.state.unmet_high_watermarks(targets, topic_ids, what)
+                pending = self.state.unmet_high_watermarks(targets, marks, what)
                 if not pending:
                     return
                 remaining = deadline - loop.time()
@@ -446,10 +453,10 @@ class ClusterNode:
                 f"acks={acks} is invalid: use 0, 1 or -1 (all)",
             )
         result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
+        targets, marks = self.state.write_marks(result.effects)  # as written, before any wait
         await self.execute(result.effects, wait_durable=acks != 0)
-        if acks == -1 and result.effects:
-            end = max(e.header.next_offset for e in result.effects if isinstance(e, AppendBatch))
-            await self.wait_high_watermarks({(topic, partition): end}, f"produce to {topic}")
+        if acks == -1 and targets:
+            await self.wait_high_watermarks(targets, f"produce to {topic}", marks)
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.
             key = (self.state.topic(topic).topic_id, partition)
@@ -597,15 +604,10 @@ class ClusterNode:
     ) -> None:
         self.check_ready()
         effects = self.state.end_txn(transactional_id, producer_id, epoch, commit, self.clock())
+        markers, marks = self.state.write_marks(effects)  # as written, before any wait
         await self.execute(effects)
         if commit:
-            names = {t.topic_id: t.name for t in self.state.topics.values()}
-            markers = {
-                (names[e.topic_id], e.partition): e.header.next_offset
-                for e in effects
-                if isinstance(e, AppendBatch) and e.topic_id in names
-            }
-            await self.wait_high_watermarks(markers, f"commit of {transactional_id!r}")
+            await self.wait_high_watermarks(markers, f"commit of {transactional_id!r}", marks)
 
     # -- consumer groups ----------------------------------------------------------------
 

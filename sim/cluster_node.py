@@ -187,16 +187,18 @@ class SimCluster:
         targets: dict[tuple[str, int], int],
         what: str,
         then: Callable[[ClusterError | None], None],
+        marks: dict[tuple[str, int], core.WaitMark] | None = None,
     ) -> None:
         """Calls `then(None)` once every partition's HW reaches its target, or
         `then(REQUEST_TIMED_OUT)` after HW_WAIT_MAX_MS (indefinite: the records
         are written here and may yet replicate). A crash ends the wait with the
         timeout too (its waiters are dropped)."""
         done = [False]
-        topic_ids = self.state.topic_ids_of(targets)
+        if marks is None:
+            marks = self.state.wait_marks(targets)  # what is there now
 
         def pending() -> list[tuple[str, int, int]]:
-            return self.state.unmet_high_watermarks(targets, topic_ids, what)
+            return self.state.unmet_high_watermarks(targets, marks, what)
 
         def check() -> None:
             if done[0] or not self.up:

@@ -33,7 +33,7 @@ import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from linkd.core import cluster as core
 from linkd.core import records as rb
@@ -271,6 +271,7 @@ class Producer:
                 except ClusterError:
                     pass  # fenced or already ended: the coordinator times it out
         targets = {(topic, p): state.partition(topic, p).log_end_offset for p, _ in parts}
+        marks = state.wait_marks(targets)  # what this write left there, before any wait
 
         def finish(type_: str, error: str, done: list[Send]) -> None:
             def deliver() -> None:
@@ -297,7 +298,7 @@ class Producer:
             if refused is not None:
                 finish("fail", refused.code.name, sends)
                 return
-            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
+            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered, marks)
 
         node.execute(effects, "produce", self._sized, durable)
 
@@ -365,7 +366,9 @@ class Producer:
                     continue
                 send = Send(self.spec.topic, p, "", result.base_offset, self.spec.records_per_batch)
 
-                def acked(send: Send = send) -> None:
+                written = node.state.write_marks(result.effects)[1]
+
+                def acked(send: Send = send, written: dict[Any, core.WaitMark] = written) -> None:
                     def answered(timed_out: ClusterError | None) -> None:
                         if timed_out is None:
                             self._finish(cluster_id, "ok", invoke, send, "")
@@ -373,7 +376,9 @@ class Producer:
                             self._finish(cluster_id, "info", invoke, send, timed_out.code.name)
 
                     targets = {(send.topic, send.partition): send.offset + send.records}
-                    node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
+                    node.wait_high_watermarks(
+                        targets, f"{self.spec.name} produce", answered, written
+                    )
 
                 node.execute(result.effects, "produce", self._sized, acked)
 
@@ -724,6 +729,7 @@ class ScriptProducer:
                     pass
         reserved = any(ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, r.topic))
         targets = {(r.topic, p): state.partition(r.topic, p).log_end_offset for p, _ in r.parts}
+        marks = state.wait_marks(targets)  # what this write left there, before any wait
 
         def finish(type_: str, error: str, done: list[Send]) -> None:
             def deliver() -> None:
@@ -750,7 +756,7 @@ class ScriptProducer:
             if refused:
                 finish("fail", refused, sends)
                 return
-            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered)
+            node.wait_high_watermarks(targets, f"{self.spec.name} produce", answered, marks)
 
         node.execute(effects, "produce", self._sized, durable)
 

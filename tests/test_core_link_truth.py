@@ -79,15 +79,30 @@ def test_a_write_waiting_on_its_high_watermark__fails_when_its_topic_is_deleted(
     a, _b, disk_a, _disk_b = two_clusters()
     end = produce(a, disk_a, 2)
     targets = {("orders-1", 0): end + 1}
-    ids = a.topic_ids_of(targets)
-    assert a.unmet_high_watermarks(targets, ids, "produce") == [("orders-1", 0, end + 1)]
+    marks = a.wait_marks(targets)
+    assert a.unmet_high_watermarks(targets, marks, "produce") == [("orders-1", 0, end + 1)]
 
     a.delete_topic("orders-1")
     a.create_topic("orders-1", 1, {}, "a-new-one")  # the same name, another topic
 
     with pytest.raises(ClusterError) as refused:
-        a.unmet_high_watermarks(targets, ids, "produce")
+        a.unmet_high_watermarks(targets, marks, "produce")
     assert refused.value.code is ErrorCode.UNKNOWN_TOPIC and "deleted" in refused.value.message
+
+
+def test_a_write_waiting_on_its_high_watermark__fails_when_its_records_are_cut() -> None:
+    a, _b, disk_a, _disk_b = two_clusters()
+    produce(a, disk_a, 2)
+    end = produce(a, disk_a, 3)
+    targets = {("orders-1", 0): end}
+    marks = a.wait_marks(targets)
+
+    a.partition("orders-1", 0).truncate_to(2)  # its batch is cut (it follows now) ...
+    produce(a, disk_a, 4)  # ... and other records take its offsets
+
+    with pytest.raises(ClusterError) as refused:
+        a.unmet_high_watermarks(targets, marks, "produce")
+    assert refused.value.code is ErrorCode.DIVERGED_LOG and "were cut" in refused.value.message
 
 
 def test_deleting_a_topic__drops_every_groups_committed_offsets_for_it() -> None:

@@ -18,7 +18,7 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,15 @@ from linkd.core.transactions import (
 # high watermark (a SYNC link's followers); the link drops OUT_OF_SYNC well
 # before by default. Both shells wait on it.
 HW_WAIT_MAX_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class WaitMark:
+    """What a write waiting on a high watermark wrote (`ClusterState.wait_marks`)."""
+
+    topic_id: str
+    base_offset: int  # of its last batch below the target (-1: none)
+    crc: int
 
 
 # -- topics ---------------------------------------------------------------------
@@ -451,32 +460,74 @@ class ClusterState:
                 led.update((topic_name, p) for p in range(len(topic.partitions)))
         return led
 
-    def topic_ids_of(self, targets: Mapping[tuple[str, int], int]) -> dict[str, str]:
-        """The ids of the targets' topics now, for `unmet_high_watermarks`."""
-        return {t: self.topics[t].topic_id for t, _p in targets if t in self.topics}
+    def wait_marks(self, targets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], WaitMark]:
+        """What a write waiting on these high watermarks wrote, as it begins
+        to wait: the topic's id and the last batch below each target (for
+        `unmet_high_watermarks`)."""
+        out: dict[tuple[str, int], WaitMark] = {}
+        for (t, p), target in targets.items():
+            topic = self.topics.get(t)
+            if topic is None or p >= len(topic.partitions):
+                continue
+            batch = topic.partitions[p].batch_containing(target - 1)
+            out[(t, p)] = WaitMark(
+                topic.topic_id,
+                batch.base_offset if batch is not None else -1,
+                batch.crc if batch is not None else 0,
+            )
+        return out
+
+    def write_marks(
+        self, effects: Iterable[Effect]
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], WaitMark]]:
+        """For a write that waits on its high watermarks (an acks=all produce,
+        a commit's markers): from its appends, the target of each partition
+        (the end of its last batch) and what it wrote there."""
+        names = {t.topic_id: t.name for t in self.topics.values()}
+        targets: dict[tuple[str, int], int] = {}
+        marks: dict[tuple[str, int], WaitMark] = {}
+        for e in effects:
+            if isinstance(e, AppendBatch) and e.topic_id in names:
+                key = (names[e.topic_id], e.partition)
+                targets[key] = e.header.next_offset
+                marks[key] = WaitMark(e.topic_id, e.header.base_offset, e.header.crc)
+        return targets, marks
 
     def unmet_high_watermarks(
         self,
         targets: Mapping[tuple[str, int], int],
-        topic_ids: Mapping[str, str],
+        marks: Mapping[tuple[str, int], WaitMark],
         what: str,
     ) -> list[tuple[str, int, int]]:
         """The partitions whose HW has not reached its target yet, for a write
-        waiting on them (an acks=all produce, a commit's markers). Raises
-        UNKNOWN_TOPIC when a partition is gone meanwhile (its topic deleted,
-        perhaps created again: `topic_ids` as the wait began): its records
-        went with it, and the write must not be acknowledged."""
+        waiting on them (an acks=all produce, a commit's markers). Raises when
+        what it wrote is gone meanwhile, so it is never acknowledged:
+        UNKNOWN_TOPIC when its topic was deleted (perhaps created again: the
+        id differs from `marks`), DIVERGED_LOG when its batch was cut (the
+        partition diverged from a source it now follows)."""
         pending = []
         for (t, p), target in sorted(targets.items()):
             topic = self.topics.get(t)
-            if topic is None or topic.topic_id != topic_ids.get(t) or p >= len(topic.partitions):
+            mark = marks.get((t, p))
+            if topic is None or mark is None or topic.topic_id != mark.topic_id:
                 raise ClusterError(
                     ErrorCode.UNKNOWN_TOPIC,
                     f"{t}-{p}",
                     f"{what}: topic {t!r} was deleted while the write waited for its high "
                     "watermark; its records went with it",
                 )
-            if topic.partitions[p].high_watermark < target:
+            log = topic.partitions[p]
+            if mark.base_offset >= 0:
+                batch = log.batch_at(mark.base_offset)
+                if batch is None or batch.crc != mark.crc:
+                    raise ClusterError(
+                        ErrorCode.DIVERGED_LOG,
+                        f"{t}-{p}",
+                        f"{what}: the records at {t}-{p} offset {mark.base_offset} were cut "
+                        "while the write waited for its high watermark (the partition "
+                        "diverged from a source it follows now); they are not stored",
+                    )
+            if log.high_watermark < target:
                 pending.append((t, p, target))
         return pending
 
