@@ -30,7 +30,8 @@ Tables and keys (units last; every time is virtual milliseconds):
               offset_syncs_topic_location (source|target)
   [[workloads]] kind (producer|bulk_producer|consumer|script), name, cluster, topic, ...
               (script: name and sends = [{at_ms, cluster, topic, partition,
-              value, txn, abort}, ...], replayed as they are)
+              value, txn, abort, open}, ...], replayed as they are; an
+              open transaction is never ended by its producer)
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
               restart|pause|resume|unclean_election), and the keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|

@@ -565,7 +565,8 @@ class ScriptSend:
     """One record of a script, sent at `at_ms` to `cluster`'s `topic`-`partition`.
     Records naming the same `txn` form one transaction, sent together at the
     first one's time to its cluster and topic, then committed (or aborted when
-    any of them says `abort`)."""
+    any of them says `abort`, or left open when any says `open`: its own
+    producer never ends it, so only a coordinator or a reservation does)."""
 
     at_ms: int
     cluster: str
@@ -574,6 +575,7 @@ class ScriptSend:
     value: str
     txn: str = ""
     abort: bool = False
+    open: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,6 +592,7 @@ class ScriptRequest:
     parts: tuple[tuple[int, str], ...]  # (partition, value)
     txn: str = ""
     abort: bool = False
+    open: bool = False
 
 
 def script_requests(spec: ScriptSpec) -> list[ScriptRequest]:
@@ -600,12 +603,19 @@ def script_requests(spec: ScriptSpec) -> list[ScriptRequest]:
         if s.txn and s.txn in txns:
             i = txns[s.txn]
             r = out[i]
-            out[i] = replace(r, parts=(*r.parts, (s.partition, s.value)), abort=r.abort or s.abort)
+            out[i] = replace(
+                r,
+                parts=(*r.parts, (s.partition, s.value)),
+                abort=r.abort or s.abort,
+                open=r.open or s.open,
+            )
             continue
         if s.txn:
             txns[s.txn] = len(out)
         out.append(
-            ScriptRequest(s.at_ms, s.cluster, s.topic, ((s.partition, s.value),), s.txn, s.abort)
+            ScriptRequest(
+                s.at_ms, s.cluster, s.topic, ((s.partition, s.value),), s.txn, s.abort, s.open
+            )
         )
     return out
 
@@ -623,7 +633,7 @@ class ScriptProducer:
         self.spec = spec
         self.world = world
         self.paused = paused
-        self.ids: dict[tuple[str, bool], _ProducerIds] = {}
+        self.ids: dict[tuple[str, bool, str], _ProducerIds] = {}
 
     def start(self) -> None:
         for i, r in enumerate(script_requests(self.spec)):
@@ -657,16 +667,18 @@ class ScriptProducer:
             try:
                 self._produce(node, r, invoke)
             except ClusterError as exc:
-                self.ids.pop((r.cluster, bool(r.txn)), None)
+                self.ids.pop((r.cluster, bool(r.txn), ""), None)
                 every("fail", w.queue.now_ms, exc.code.name, node)
 
         w.queue.after(w.client_latency_ms, f"{self.spec.name} produce", arrive)
 
-    def _producer_ids(self, node: SimCluster, transactional: bool) -> _ProducerIds:
-        key = (node.cluster_id, transactional)
+    def _producer_ids(
+        self, node: SimCluster, transactional: bool, txn_id: str = ""
+    ) -> _ProducerIds:
+        key = (node.cluster_id, transactional, txn_id)
         ids = self.ids.get(key)
         if ids is None:
-            txn_id = f"{self.spec.name}-txn" if transactional else ""
+            txn_id = txn_id or (f"{self.spec.name}-txn" if transactional else "")
             pid, epoch, effects = node.state.init_producer_id(
                 txn_id, TXN_TIMEOUT_MS, self.world.queue.now_ms
             )
@@ -680,8 +692,11 @@ class ScriptProducer:
         now = w.queue.now_ms
         state = node.state
         transactional = bool(r.txn)
-        ids = self._producer_ids(node, transactional)
-        txn_id = f"{self.spec.name}-txn" if transactional else ""
+        # An open transaction has a producer of its own (the script's next
+        # transactions must not fence it).
+        own = f"{self.spec.name}-open-{r.txn}" if r.open else ""
+        ids = self._producer_ids(node, transactional, own)
+        txn_id = own or (f"{self.spec.name}-txn" if transactional else "")
         effects: list[core.Effect] = []
         sends: list[Send] = []
         try:
@@ -715,6 +730,11 @@ class ScriptProducer:
             node.execute(effects, "produce", self._sized)
             raise
         refused = ""
+        if r.open:
+            node.execute(effects, "produce", self._sized)
+            for send in sends:  # never committed: the outcome is not known
+                self._finish(node, "info", invoke, now, send, "OPEN", False)
+            return
         if transactional:
             try:
                 effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, not r.abort, now)
@@ -722,7 +742,7 @@ class ScriptProducer:
             except ClusterError as exc:
                 # The commit is refused (LINK_NOT_IN_SYNC): the client aborts.
                 refused = exc.code.name
-                self.ids.pop((node.cluster_id, True), None)
+                self.ids.pop((node.cluster_id, True, ""), None)
                 try:
                     effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, False, now)
                 except ClusterError:

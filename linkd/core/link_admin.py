@@ -508,9 +508,11 @@ class LinkSummary:
 
 def lag_known(state: ClusterState, link_name: str, now_ms: int) -> bool:
     """A follower's lag is known only while the link is connected and has
-    finished a fetch round since it (re)connected."""
-    runtime = state.links.runtime[link_name]
-    return state.links.connected(link_name, now_ms) and runtime.round_done
+    finished a fetch round since it (re)connected, lately
+    (`LinkTable.rounds_fresh`)."""
+    return state.links.connected(link_name, now_ms) and state.links.rounds_fresh(
+        link_name, now_ms
+    )
 
 
 def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:

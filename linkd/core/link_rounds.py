@@ -795,7 +795,7 @@ def accept_push(
     else:
         state.links.on_contact(name, (yield Now()))
     nxt = follower_fetch_request(state, config, sent_ms=(yield Now()))
-    if push.namespaces and not nxt.partitions:
+    if not nxt.partitions and state.links.runtime[name].topics_known_at_ms is not None:
         # Told the source's topics, and none to follow: nothing lags.
         state.links.on_fetch_round(name, (yield Now()))
     return nxt

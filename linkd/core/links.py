@@ -388,6 +388,7 @@ class LinkRuntime:
     # A follower knows its lag only after a fetch round since (re)connecting:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
+    round_done_ms: int | None = None  # when the last fetch round finished
     # SYNC mode: this side's verdict on the partitions it leads (None: it
     # leads none, or the link is ASYNC), when that verdict was reached, and the
     # remote's verdict on the partitions it leads (from its fetch responses).
@@ -432,6 +433,8 @@ class LinkLimits:
     # Leading side: a follower that has records to copy and has not fetched
     # for this long is behind, whatever it said at its last fetch (a healthy
     # follower long-polls, so it fetches at least every FETCH_MAX_WAIT_MS).
+    # Following side: a follower that has not finished a fetch round for this
+    # long does not know its lag (CATCHING_UP, not FOLLOWING on old news).
     fetch_silence_ms: int = DEFAULT_FETCH_SILENCE_MS
 
 
@@ -514,6 +517,18 @@ class LinkTable:
             for (topic, partition), why in sorted(runtime.refused.items())
             if holds_back(why)
         ]
+        config = self.configs.get(name)
+        follows = config is not None and any(
+            m.local_role == "follower" and m.resource_type == "topic"
+            for m in config.attached_mappings()
+        )
+        if follows and not self.rounds_fresh(name, now_ms):
+            last = runtime.round_done_ms if runtime.round_done else None
+            since = f"{now_ms - last} ms ago" if last is not None else "never"
+            out.append(
+                f"no fetch round finished within {self.limits.fetch_silence_ms} ms (last: "
+                f"{since}): the lag of what it follows is not known"
+            )
         for (topic, partition, role), p in sorted(runtime.partitions.items()):
             if role == "follower":
                 if p.lag_records() > self.limits.lag_max_records or (
@@ -725,8 +740,17 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is not None:
             runtime.round_done = True
+            runtime.round_done_ms = now_ms
             runtime.last_contact_ms = now_ms
             self._recompute(name, now_ms)
+
+    def rounds_fresh(self, name: str, now_ms: int) -> bool:
+        """Follower side: a fetch round finished since (re)connecting, and
+        within `fetch_silence_ms`: the lag it measured is the lag now."""
+        runtime = self.runtime.get(name)
+        if runtime is None or not runtime.round_done or runtime.round_done_ms is None:
+            return False
+        return now_ms - runtime.round_done_ms <= self.limits.fetch_silence_ms
 
     def start(self, now_ms: int) -> None:
         """The shell starts: links restored from the journal begin DISCONNECTED now
@@ -992,7 +1016,7 @@ class LinkTable:
                 m.local_role == "follower" and m.resource_type == "topic"
                 for m in config.attached_mappings()
             )
-            if follows and not runtime.round_done:
+            if follows and not self.rounds_fresh(name, now_ms):
                 lagging = True
             new = LinkState.CATCHING_UP if lagging else LinkState.FOLLOWING
         if new != runtime.state:
