@@ -116,10 +116,8 @@ def test_3_manual_reversal_with_an_open_transaction__reserving_aborts_it__nothin
 kind = "script"
 name = "txn"
 sends = [
-  { at_ms = 3000, cluster = "A", topic = "A-t0", partition = 0, value = "o-0", txn = "o",
-    open = true },
-  { at_ms = 3000, cluster = "A", topic = "A-t0", partition = 1, value = "o-1", txn = "o",
-    open = true },
+  {at_ms=3000, cluster="A", topic="A-t0", partition=0, value="o-0", txn="o", open=true},
+  {at_ms=3000, cluster="A", topic="A-t0", partition=1, value="o-1", txn="o", open=true},
 ]
 """
         + action(4000, "manual_reverse", cluster="A", link="A-B", prefixes=[["A-", "A-"]])
