@@ -175,8 +175,8 @@ class FailoverReport:
     cluster: str
     link_id: str
     at_ms: int
-    # (topic, partition) -> (log end, source HW reported, known at ms)
-    partitions: dict[tuple[str, int], tuple[int, int, int]]
+    # (topic, partition) -> (log end, source HW reported, known at ms, lag known)
+    partitions: dict[tuple[str, int], tuple[int, int, int, bool]]
     topics_known_at_ms: int = 0  # partitions created after this are in no row
     # Follower (local) prefixes of the topic namespaces it made writable.
     prefixes: tuple[str, ...] = ()
@@ -270,7 +270,11 @@ def _excused(
                 if acked_ms >= report.topics_known_at_ms:
                     return "in a partition created after what the failover said it knew"
                 continue
-            leo, source_hw, known_at = row
+            leo, source_hw, known_at, lag_known = row
+            if not lag_known:
+                # Whatever the source acknowledged that this cluster does not
+                # hold, its own records at those offsets included.
+                return "abandoned by a failover that said its lag was not known"
             if v.offset >= leo and (v.offset < source_hw or acked_ms >= known_at):
                 return "abandoned by a failover that said so"
     state = states[follower]

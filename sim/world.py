@@ -825,6 +825,7 @@ class Simulation:
                     r.log_end_offset,
                     r.source_high_watermark,
                     r.source_hw_known_at_ms,
+                    r.lag_known,
                 )
                 for r in result.partitions
             },

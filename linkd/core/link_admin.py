@@ -335,9 +335,11 @@ def accept_remote_config(
     records = state.links.accept_mirror(remote_view, now_ms)
     config = state.links.get(remote_view.name)
     out = Accepted()
-    still = {m.key for m in config.attached_mappings()}
+    still = {m.key: m for m in config.attached_mappings()}
     for key, mapping in before.items():
-        if key not in still:
+        now_mapping = still.get(key)
+        if now_mapping is None or now_mapping.local_role != mapping.local_role:
+            # Detached, or its direction swapped: the link's data ends here.
             records += detach_provenance(state, config, mapping)
             current = config.mappings.get(key)
             if current is not None and current.note:
