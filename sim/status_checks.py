@@ -253,6 +253,10 @@ def _excused(
     follower, topic, link_id = owed
     if any(o <= v.offset for o in truncations.get((source, v.topic, v.partition), [])):
         return "the source cut it (reported)"
+    if any(o <= v.offset for o in truncations.get((follower, topic, v.partition), [])):
+        # The follower's copy was cut or deleted after it held the record:
+        # a divergence, a recovery or an operator's delete-topic, each reported.
+        return "the follower cut it (reported)"
     covering = [
         r
         for r in failovers

@@ -932,6 +932,8 @@ class Simulation:
                     source = self.clusters.get(source_id)
                     if source is None or source_topic not in source.state.topics:
                         continue
+                    if p >= len(source.state.topics[source_topic].partitions):
+                        continue  # the source has no such partition (its link says so)
                     cuts = self.truncations.get((source_id, source_topic, p), [])
                     # Mid-run, a source that cut its log may hold other records
                     # there by now; the follower learns at its next fetch.
