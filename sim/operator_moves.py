@@ -182,8 +182,12 @@ def draw_moves(rng: random.Random, view: View, count: int) -> list[Move]:
 
 def prefix_candidates(rng: random.Random, view: View, cluster: str) -> str:
     """A local prefix for a namespace on `cluster`: a family, a prefix nested
-    in one, or a single topic."""
+    in one, or a single topic. The families include the renamed copies this
+    cluster holds ("r-A-" topics, from a renaming mapping): leading those back
+    over a link that brings "A-" in makes one link carry both directions."""
+    names = sorted(t for t, _p in view.topics.get(cluster, ()))
     families = sorted(view.families) or ["t-"]
+    families += ["r-" + f for f in families if any(n.startswith("r-" + f) for n in names)]
     family = rng.choice(families)
     topics = sorted(t for t, _p in view.topics.get(cluster, ()) if t.startswith(family))
     roll = rng.random()
@@ -212,8 +216,9 @@ def remote_prefix_for(rng: random.Random, view: View, link: LinkView, local: str
 
 
 def _pick_link(rng: random.Random, view: View, up: Sequence[str]) -> LinkView | None:
-    links = sorted((link for link in view.links if link.a in up or link.b in up),
-                   key=lambda x: x.name)
+    links = sorted(
+        (link for link in view.links if link.a in up or link.b in up), key=lambda x: x.name
+    )
     return rng.choice(links) if links else None
 
 

@@ -79,6 +79,9 @@ class RunSpec:
     # How often the status checker compares what every link reports with the
     # logs (invariant 9); 0: never.
     status_probe_ms: int = 500
+    # Test only: undo one fix of the operator-stories issue (linkd.core.undo,
+    # 1-7) for this run, to measure how soon the search finds it; 0: none.
+    undo_fix: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,6 +571,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "liveness_ms": ("run", "liveness_ms"),
     "tick_interval_ms": ("run", "tick_interval_ms"),
     "record_bytes": ("run", "record_bytes"),
+    "undo_fix": ("run", "undo_fix"),
     "link_latency_ms": ("network", "latency_ms"),
     "link_jitter_ms": ("network", "jitter_ms"),
     "link_loss": ("network", "loss"),

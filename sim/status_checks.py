@@ -74,11 +74,16 @@ class StatusWatch:
     violations: list[Violation] = field(default_factory=list)
 
     def record_hws(self, cluster_id: str, state: ClusterState, now_ms: int) -> None:
+        seen: set[Key] = set()
         for name, topic in state.topics.items():
             for p, log in enumerate(topic.partitions):
+                seen.add((cluster_id, name, p))
                 series = self.hw_series.setdefault((cluster_id, name, p), [])
                 if not series or series[-1][1] != log.high_watermark:
                     series.append((now_ms, log.high_watermark))
+        for key, series in self.hw_series.items():
+            if key[0] == cluster_id and key not in seen and series[-1][1] != 0:
+                series.append((now_ms, 0))  # deleted: nothing is owed from before
 
     def hw_at(self, key: Key, at_ms: int) -> int:
         """The partition's HW as probed at or before `at_ms`, or lower if it
@@ -121,6 +126,9 @@ class StatusWatch:
         if source not in states:
             return
         summary = link_admin.link_summary(state, name, now_ms)
+        rows = {(cid, name, r.topic, r.partition) for r in summary.partitions}
+        for key in [k for k in self.rounds if k[:2] == (cid, name) and k not in rows]:
+            del self.rounds[key]  # rounds count only while the row is there
         for row in summary.partitions:
             if row.role != "follower":
                 continue

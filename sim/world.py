@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin
+from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
@@ -67,6 +67,8 @@ class Simulation:
         self.scenario = scenario
         self.seed = seed
         run = scenario.run
+        # Test only (linkd.core.undo): every run sets it, so none leaks into the next.
+        undo.set_undone(frozenset({run.undo_fix}) if run.undo_fix else frozenset())
         self.queue = EventQueue(run.max_events, keep_trace)
         self.history = History()
         self.client_latency_ms = run.client_latency_ms

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from linkd.core import undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
@@ -85,6 +86,8 @@ def mapping_conflict(
     for o in others:
         if o.key == candidate.key or o.resource_type != candidate.resource_type:
             continue
+        if undo.undone(5):
+            break  # the old rules: overlaps on one link went unchecked
         if overlaps(candidate.local_prefix, o.local_prefix):
             if candidate.local_role == o.local_role == "follower":
                 why = "two source names could map to one follower name"
@@ -299,6 +302,8 @@ def _abort_reserved(
     state: ClusterState, kind: ResourceType, prefix: str, now_ms: int
 ) -> tuple[list[str], list[Effect]]:
     """A namespace just became reserved: abort the open transactions touching it."""
+    if undo.undone(3):
+        return [], []  # the old rule: only `reverse` aborted them
     if kind is ResourceType.TOPIC:
         return state.abort_transactions_in([prefix], now_ms)
     if kind is ResourceType.GROUP:
@@ -400,6 +405,9 @@ def refuse_unattachable(
         if conflict is None or (m.key in attached_before and conflict.cross_link):
             kept.append(m)
             continue
+        if undo.undone(2):
+            # The old merge: the follow check refused the whole handshake.
+            raise ClusterError(conflict.code, f"link {link_name!r}", conflict.message)
         note = f"refused by cluster {state.cluster_id!r}: {conflict.message}"
         stored = replace(m, attached=False, note=note, version=state.links.hlc.now(now_ms))
         config.mappings[m.key] = stored
@@ -684,9 +692,15 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
     config = state.links.get(link_name)
     link_state = state.links.state_name(link_name)
     rows = follower_partitions(state, link_name, now_ms)
+    if undo.undone(4):
+        # The old rule: the last known lag taken as the lag now, any state.
+        rows = [replace(r, lag_known=True) for r in rows]
     abandoned = [r for r in rows if r.lag_records > 0 or not r.lag_known]
     if not force:
-        if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
+        if not undo.undone(4) and link_state not in (
+            LinkState.FOLLOWING.value,
+            LinkState.IN_SYNC.value,
+        ):
             oldest = min((r.source_hw_known_at_ms for r in rows), default=0)
             age = f"{now_ms - oldest} ms ago" if oldest > 0 else "never"
             raise ClusterError(

@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linkd.core import histories
+from linkd.core import histories, undo
 from linkd.core import link_admin as admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
@@ -96,10 +96,13 @@ def next_steps(
 
     follows = bool(rep.follower_mappings(config, "topic") or rep.follower_mappings(config, "group"))
     leads = bool(rep.leader_mappings(config, "topic") or rep.leader_mappings(config, "group"))
+    pull = bool(rep.follower_mappings(config, "topic"))
+    if undo.undone(1) and pull:
+        leads = False  # the old runner: pull or push, never both
     return NextSteps(
         handshake=due(last_handshake_ms, HANDSHAKE_INTERVAL_MS),
         discover=follows and due(last_discovery_ms, DISCOVERY_INTERVAL_MS),
-        pull=bool(rep.follower_mappings(config, "topic")),
+        pull=pull,
         push=leads,
         push_discovery=leads and due(last_push_discovery_ms, DISCOVERY_INTERVAL_MS),
     )

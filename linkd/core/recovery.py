@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core import link_admin
+from linkd.core import link_admin, undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -420,7 +420,9 @@ def refuse_unrelated(rows: list[PartitionRow], local_id: str, remote_id: str) ->
     for row in rows:
         by_topic.setdefault(row.topic, []).append(row)
     for topic, parts in sorted(by_topic.items()):
-        if any(r.related for r in parts) or not any(r.diverged for r in parts):
+        if undo.undone(7) and any(r.common_offset == 0 and r.diverged for r in parts):
+            pass  # the old rule: an empty shared prefix counted as no shared history
+        elif any(r.related for r in parts) or not any(r.diverged for r in parts):
             continue
         lost = sum(r.local_records_lost for r in parts)
         raise ClusterError(
