@@ -550,6 +550,7 @@ def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
             for r in resp.partitions
         ],
         "groups": groups,
+        "notes": list(resp.notes),
         "totals": {
             "partitions": len(resp.partitions),
             "diverged_partitions": resp.diverged_partitions,

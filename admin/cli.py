@@ -988,7 +988,10 @@ def cmd_recover(args: argparse.Namespace) -> int:
         _emit(report)
     else:
         _print_recovery(report)
-    return EXIT_OK
+        for note in report["notes"]:
+            print(f"not completed: {note}")
+    # Cut, but not following: the operator must act.
+    return EXIT_FAILED if report["notes"] else EXIT_OK
 
 
 def cmd_reverse(args: argparse.Namespace) -> int:

@@ -706,6 +706,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             local_records_lost=plan.local_records_lost,
             remote_records_lost=plan.remote_records_lost,
             diverged_partitions=plan.diverged_partitions,
+            notes=list(plan.notes),
             mappings=[
                 admin_pb2.NamespaceMapping(
                     type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),

@@ -1294,6 +1294,7 @@ class RecoverLinkResponse(_message.Message):
     REMOTE_RECORDS_LOST_FIELD_NUMBER: _builtins.int
     DIVERGED_PARTITIONS_FIELD_NUMBER: _builtins.int
     MAPPINGS_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     local_cluster_id: _builtins.str
     remote_cluster_id: _builtins.str
@@ -1309,6 +1310,12 @@ class RecoverLinkResponse(_message.Message):
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
         """The namespace mappings the recovery covers, as attached after confirm."""
 
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What did not complete after the cut (confirmed): e.g. the remote refused
+        to lead a mapping. The cut and the offset moves above did happen.
+        """
+
     def __init__(
         self,
         *,
@@ -1322,10 +1329,11 @@ class RecoverLinkResponse(_message.Message):
         remote_records_lost: _builtins.int = ...,
         diverged_partitions: _builtins.int = ...,
         mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "diverged_partitions", b"diverged_partitions", "groups", b"groups", "link", b"link", "local_cluster_id", b"local_cluster_id", "local_records_lost", b"local_records_lost", "mappings", b"mappings", "partitions", b"partitions", "remote_cluster_id", b"remote_cluster_id", "remote_records_lost", b"remote_records_lost"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "diverged_partitions", b"diverged_partitions", "groups", b"groups", "link", b"link", "local_cluster_id", b"local_cluster_id", "local_records_lost", b"local_records_lost", "mappings", b"mappings", "notes", b"notes", "partitions", b"partitions", "remote_cluster_id", b"remote_cluster_id", "remote_records_lost", b"remote_records_lost"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

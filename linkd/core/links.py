@@ -1099,6 +1099,13 @@ class LinkTable:
         remote: LinkState | None = None
         if follows:
             remote = runtime.remote_sync if connected else LinkState.OUT_OF_SYNC
+            empty = not runtime.refused and not any(
+                p.role == "follower" for p in runtime.partitions.values()
+            )
+            if remote is None and empty and self.rounds_fresh(config.name, now_ms):
+                # Nothing to follow yet (an empty namespace): no answer brings
+                # the source's verdict, and nothing is behind.
+                remote = LinkState.IN_SYNC
             remote = remote or LinkState.SYNCING
         verdicts = [v for v in (local, remote) if v is not None]
         for worst in (LinkState.OUT_OF_SYNC, LinkState.SYNCING):

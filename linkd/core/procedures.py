@@ -34,7 +34,7 @@ Pure code: no I/O, clocks or randomness; time arrives in the answers.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from linkd.core import histories, recovery
@@ -462,15 +462,25 @@ def recover(
         f"in {plan.diverged_partitions} partitions, moved {len(plan.groups)} committed "
         f"offsets back, aborted {len(aborted)} open transactions",
     )
+    notes: list[str] = []
     for m, detach_first in recovery.mappings_to_follow(state.links.get(link_name), mappings):
-        if detach_first:
+        try:
+            if detach_first:
+                now = yield Now()
+                yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
             now = yield Now()
-            yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
-        now = yield Now()
-        yield from attach(
-            state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
-        )
-    return recovery.confirmed(plan)
+            yield from attach(
+                state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
+            )
+        except ClusterError as exc:
+            # The cut happened: the answer must say so, and what is left.
+            notes.append(
+                f"{m.resource_type} namespace {m.local_prefix!r} does not follow "
+                f"{config.remote_cluster_id!r} yet ({exc.code.name}: {exc.message}); it stays "
+                "reserved; fix that and attach it, or run recover again"
+            )
+            yield Note("warning", f"link {link_name!r}: recovery: {notes[-1]}")
+    return replace(recovery.confirmed(plan), notes=tuple(notes))
 
 
 # -- reversing a link's direction ---------------------------------------------------------------

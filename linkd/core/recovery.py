@@ -300,6 +300,7 @@ class RecoveryPlan:
             "mappings": [m.to_dict() for m in self.mappings],
             "partitions": [r.to_dict() for r in self.partitions],
             "groups": [g.to_dict() for g in self.groups],
+            "notes": list(self.notes),
             "totals": {
                 "partitions": len(self.partitions),
                 "diverged_partitions": self.diverged_partitions,
