@@ -204,7 +204,10 @@ def fetch_request_pb(
     request: rounds.FetchRequest, max_wait_ms: int, max_bytes: int
 ) -> replication_pb2.ReplicaFetchRequest:
     out = replication_pb2.ReplicaFetchRequest(
-        link_id=request.link_id, max_wait_ms=max_wait_ms, max_bytes=max_bytes
+        link_id=request.link_id,
+        max_wait_ms=max_wait_ms,
+        max_bytes=max_bytes,
+        sent_ms=request.sent_ms or 0,
     )
     for p in request.partitions:
         entry = out.partitions.add(
@@ -292,6 +295,7 @@ def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
     out.group_offsets.extend(group_offsets_pb(list(push.group_offsets)))
     if push.data is not None:
         out.data.CopyFrom(fetch_answer_pb(push.data))
+    out.request_sent_ms = push.request_sent_ms or 0
     return out
 
 
@@ -301,13 +305,16 @@ def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
         tuple(namespace_of(n.prefix, n.topics, n.read_acls) for n in request.namespaces),
         tuple(group_offsets_of(request.group_offsets)),
         fetch_answer_of(request.data) if request.HasField("data") else None,
+        request.request_sent_ms or None,
     )
 
 
 def fetch_request_of(
     request: replication_pb2.ReplicaFetchRequest, local_of: dict[tuple[str, int], str]
 ) -> rounds.FetchRequest:
-    return rounds.FetchRequest(request.link_id, tuple(partition_fetches_of(request)), local_of)
+    return rounds.FetchRequest(
+        request.link_id, tuple(partition_fetches_of(request)), local_of, request.sent_ms or None
+    )
 
 
 # -- partition histories (recovery and reversal) -----------------------------------------------

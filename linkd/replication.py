@@ -387,8 +387,9 @@ class LinkRunner:
         elif self._next_fetch is not None and not namespaces and not offsets:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
         message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
-        if data is not None:
+        if data is not None and self._next_fetch is not None:
             message.data.CopyFrom(data)
+            message.request_sent_ms = self._next_fetch.sent_ms
         # Until the follower answers, it has no request outstanding: a push
         # it refused is not repeated from a request its log may have left.
         self._next_fetch = None

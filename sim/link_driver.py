@@ -588,7 +588,7 @@ class LinkDriver:
             def answered(answer: rounds.FetchAnswer, sizes: Sizes, answer_bytes: int) -> None:
                 if generation != lane.call_id:
                     return  # the lane was reset meanwhile
-                push = rounds.Push(config.link_id, namespaces, offsets, answer)
+                push = rounds.Push(config.link_id, namespaces, offsets, answer, nxt.sent_ms)
                 self._send_push(remote, push, sizes, answer_bytes)
 
             def down() -> None:

@@ -71,6 +71,8 @@ class StatusWatch:
     # (cluster, topic, partition) -> [(time, HW)] when it changed, oldest first.
     hw_series: dict[Key, list[tuple[int, int]]] = field(default_factory=dict)
     rounds: dict[tuple[str, str, str, int], _Rounds] = field(default_factory=dict)
+    # (cluster, topic, partition) -> [(time, offset)] of every cut.
+    cuts: dict[Key, list[tuple[int, int]]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
 
     def record_hws(self, cluster_id: str, state: ClusterState, now_ms: int) -> None:
@@ -85,6 +87,11 @@ class StatusWatch:
             if key[0] == cluster_id and key not in seen and series[-1][1] != 0:
                 series.append((now_ms, 0))  # deleted: nothing is owed from before
 
+    def cut(self, key: Key, at_ms: int, offset: int) -> None:
+        """The partition was cut to `offset` at `at_ms` (between two probes
+        the series would miss it)."""
+        self.cuts.setdefault(key, []).append((at_ms, offset))
+
     def hw_at(self, key: Key, at_ms: int) -> int:
         """The partition's HW as probed at or before `at_ms`, or lower if it
         was cut since (a follower never owes records its source no longer
@@ -95,6 +102,9 @@ class StatusWatch:
                 hw = min(hw, value)
             else:
                 hw = value
+        for t, offset in self.cuts.get(key, ()):
+            if t > at_ms:
+                hw = min(hw, offset)
         return hw
 
     def probe(

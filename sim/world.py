@@ -169,6 +169,7 @@ class Simulation:
             node = self.clusters[cid]
             store = node.store(topic, partition)
             self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
+            self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             follower = any(
                 n.follower_link or n.reserved
                 for n in node.state.namespaces.matching(ResourceType.TOPIC, topic)

@@ -493,9 +493,15 @@ class ReplicaFetchRequest(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
+    SENT_MS_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     max_wait_ms: _builtins.int
     max_bytes: _builtins.int
+    sent_ms: _builtins.int
+    """When the follower made the request (its clock, ms; 0: not said). A
+    pushing leader sends it back with the answer (ReplicaPushRequest), so
+    the follower knows from when the source high watermarks it carries date.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPartition]: ...
     def __init__(
@@ -505,10 +511,11 @@ class ReplicaFetchRequest(_message.Message):
         partitions: _abc.Iterable[Global___ReplicaFetchPartition] | None = ...,
         max_wait_ms: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
+        sent_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "partitions", b"partitions", "sent_ms", b"sent_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -709,7 +716,10 @@ class ReplicaPushRequest(_message.Message):
     NAMESPACES_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
+    REQUEST_SENT_MS_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
+    request_sent_ms: _builtins.int
+    """The sent_ms of the request `data` answers (0: not said)."""
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceTopics]:
         """Every topic namespace the sender leads on the link, with its topics."""
@@ -729,10 +739,11 @@ class ReplicaPushRequest(_message.Message):
         namespaces: _abc.Iterable[Global___NamespaceTopics] | None = ...,
         data: Global___ReplicaFetchResponse | None = ...,
         group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
+        request_sent_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "group_offsets", b"group_offsets", "link_id", b"link_id", "namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "group_offsets", b"group_offsets", "link_id", b"link_id", "namespaces", b"namespaces", "request_sent_ms", b"request_sent_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

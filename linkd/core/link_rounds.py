@@ -757,6 +757,9 @@ class Push:
     namespaces: tuple[SourceNamespace, ...] = ()
     group_offsets: tuple[rep.GroupOffset, ...] = ()
     data: FetchAnswer | None = None
+    # When the follower made the request `data` answers (its clock): the
+    # source HWs it carries are known from then on (None: not said).
+    request_sent_ms: int | None = None
 
 
 def push_discovery(
@@ -787,7 +790,7 @@ def accept_push(
             yield Execute(tuple(plan.effects))
     if push.data is not None:
         local_of = follower_fetch_request(state, config).local_of
-        yield from apply_fetched(state, name, push.data, local_of)
+        yield from apply_fetched(state, name, push.data, local_of, push.request_sent_ms)
     if push.group_offsets:
         now = yield Now()
         records, effects, _held = rep.apply_replicated_offsets(
