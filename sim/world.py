@@ -287,7 +287,12 @@ class Simulation:
             tuple(links[k] for k in sorted(links)),
             topics,
             namespaces,
-            tuple(topology.prefix_of(o) for o in topology.origins(self.graph)),
+            tuple(
+                sorted(
+                    {topology.prefix_of(o) for o in topology.origins(self.graph)}
+                    | {p.spec.topic for p in self.producers if p.spec.roam}
+                )
+            ),
         )
 
     def _draw_move(self) -> None:
