@@ -878,7 +878,33 @@ class Simulation:
                 theirs = remote.links.configs.get(name)
                 if theirs is None or theirs.mirrored().to_record() != config.to_record():
                     out.append(f"{cid}/{name}:configurations differ")
+                    continue
+                behind = self._copies_behind(node, remote, name)
+                if behind:
+                    out.append(f"{cid}/{name}:{behind} ends where its source does not")
         return out
+
+    def _copies_behind(self, node: SimCluster, remote: SimCluster, name: str) -> str:
+        """A follower partition of the link that does not end where its
+        source's high watermark is (the states may say FOLLOWING on a round
+        that ended before the source cut its log)."""
+        state = node.state
+        config = state.links.get(name)
+        runtime = state.links.runtime[name]
+        for topic in sorted(state.topics):
+            mapping = config.mapping_for(topic, "follower")
+            if mapping is None:
+                continue
+            source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+            theirs = remote.state.topics.get(source)
+            if theirs is None:
+                continue
+            for p, log in enumerate(state.topics[topic].partitions):
+                if p >= len(theirs.partitions) or (topic, p) in runtime.refused:
+                    continue
+                if log.log_end_offset != theirs.partitions[p].high_watermark:
+                    return f"{topic}-{p}"
+        return ""
 
     def converged(self) -> bool:
         """Every link between live clusters settled, every mirror caught up."""
