@@ -61,9 +61,7 @@ class World(Protocol):
         self, cluster: SimCluster, topic: str, partition: int
     ) -> tuple[tuple[str, str, int], ...]: ...
 
-    def followers_of(
-        self, cluster: SimCluster, topic: str
-    ) -> tuple[tuple[str, str, str], ...]: ...
+    def followers_of(self, cluster: SimCluster, topic: str) -> tuple[tuple[str, str, str], ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +84,9 @@ class ProducerSpec:
     # cluster where it can be written now (an application writing to
     # whichever cluster leads, as operators move namespaces around).
     roam: bool = False
+    # A transaction's commit comes this long after its records (0: at once):
+    # it is open meanwhile, for an operator's move to meet.
+    txn_open_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class Producer:
         self.stop_ms = spec.stop_ms if spec.stop_ms >= 0 else stop_ms
         self.sent = 0
         self.ids: dict[bool, _ProducerIds] = {}
+        self._txn_open = False  # a transaction waits for its commit (txn_open_ms)
         self._template: bytes | None = None
         self.record_bytes = spec.record_bytes or world.record_bytes
         self.prefix = spec.topic  # a roaming producer's topic prefix
@@ -154,9 +156,10 @@ class Producer:
             if not node.up:
                 continue
             for name in sorted(node.state.topics):
-                if name.startswith(self.prefix) and node.state.namespaces.reserved_by(
-                    ResourceType.TOPIC, name
-                ) is None:
+                if (
+                    name.startswith(self.prefix)
+                    and node.state.namespaces.reserved_by(ResourceType.TOPIC, name) is None
+                ):
                     candidates.append((cid, name))
         if not candidates:
             return False
@@ -175,6 +178,8 @@ class Producer:
         self.sent += 1
         key_index = self.rng.randrange(self.spec.keys)
         transactional = self.rng.random() < self.spec.transactional_fraction
+        if self._txn_open:
+            transactional = False  # one transaction at a time, as a producer runs them
         value = f"{self.spec.name}-{n}"
         txn = f"{self.spec.name}-txn-{n}" if transactional else ""
         invoke = w.queue.now_ms
@@ -257,6 +262,45 @@ class Producer:
             node.execute(effects, "produce", self._sized)
             raise
         reserved = any(ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, topic))
+        if transactional and self.spec.txn_open_ms > 0:
+            # The records now, the commit later: the transaction stays open
+            # meanwhile (an operator's move may abort it: the commit fails).
+            node.execute(effects, "produce", self._sized)
+            self._txn_open = True
+            w.queue.after(
+                self.spec.txn_open_ms,
+                f"{self.spec.name} commit",
+                lambda: self._commit_txn(
+                    node, topic, parts, sends, ids, txn_id, invoke, [], reserved
+                ),
+            )
+            return
+        self._commit_txn(node, topic, parts, sends, ids, txn_id, invoke, effects, reserved)
+
+    def _commit_txn(
+        self,
+        node: SimCluster,
+        topic: str,
+        parts: list[tuple[int, str]],
+        sends: list[Send],
+        ids: _ProducerIds,
+        txn_id: str,
+        invoke: int,
+        effects: list[core.Effect],
+        reserved: bool,
+    ) -> None:
+        """Ends a write: a transaction's commit (after its records, now or
+        `txn_open_ms` later), then the wait for the high watermarks.
+        `reserved`: whether the namespace was reserved when it wrote."""
+        w = self.world
+        now = w.queue.now_ms
+        state = node.state
+        transactional = bool(txn_id)
+        self._txn_open = False
+        if not node.up:
+            for send in sends:
+                self._finish(node.cluster_id, "info", invoke, send, "timeout")
+            return
         refused: ClusterError | None = None
         if transactional:
             try:
@@ -270,7 +314,15 @@ class Producer:
                     effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, False, now)
                 except ClusterError:
                     pass  # fenced or already ended: the coordinator times it out
-        targets = {(topic, p): state.partition(topic, p).log_end_offset for p, _ in parts}
+        if any(
+            topic not in state.topics or p >= len(state.topics[topic].partitions) for p, _ in parts
+        ):
+            refused = refused or ClusterError(
+                ErrorCode.UNKNOWN_TOPIC, topic, f"topic {topic!r} was deleted meanwhile"
+            )
+            targets: dict[tuple[str, int], int] = {}
+        else:
+            targets = {(topic, p): state.partition(topic, p).log_end_offset for p, _ in parts}
         marks = state.wait_marks(targets)  # what this write left there, before any wait
 
         def finish(type_: str, error: str, done: list[Send]) -> None:

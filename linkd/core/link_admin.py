@@ -242,10 +242,13 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         wanted = {
             (m.resource_type, m.local_prefix): m.local_role for m in config.attached_mappings()
         }
+    stopped: list[str] = []  # topic namespaces that no longer follow this link
     for ns in state.namespaces.list():
-        for link, _role in list(ns.attachments):
+        for link, role in list(ns.attachments):
             if link == link_name and (ns.type.label, ns.prefix) not in wanted:
                 records += state.namespaces.detach(ns.type, ns.prefix, link_name)
+                if role == "follower" and ns.type is ResourceType.TOPIC:
+                    stopped.append(ns.prefix)
     newly_reserved: list[tuple[ResourceType, str]] = []
     newly_following: list[tuple[ResourceType, str]] = []
     for (rtype, prefix), role in sorted(wanted.items()):
@@ -260,6 +263,8 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         for link, other in list(ns.attachments):
             if link == link_name and other != role:
                 records += state.namespaces.detach(kind, prefix, link_name)
+                if other == "follower" and kind is ResourceType.TOPIC:
+                    stopped.append(prefix)
         was_reserved = ns.reserved
         records += state.namespaces.attach(kind, prefix, link_name, role)
         if role == "follower" and not was_reserved:
@@ -267,12 +272,31 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         if role == "follower":
             newly_following.append((kind, prefix))
     effects = journal(records)
+    effects += abort_unfollowed(state, stopped, now_ms)
     for kind, prefix in newly_reserved:
         effects += _abort_reserved(state, kind, prefix, now_ms)[1]
     for kind, prefix in newly_following:
         if kind is ResourceType.GROUP:
             effects += journal(clamp_group_offsets(state, prefix))
     return effects
+
+
+def abort_unfollowed(state: ClusterState, prefixes: list[str], now_ms: int) -> list[Effect]:
+    """Topic namespaces that stopped following a link (detached, the link
+    deleted) and follow no other: the transactions replicated into them that
+    no coordinator here owns will never learn their outcome, so they are
+    aborted now, or read_committed readers would stall at them for ever
+    (spec invariant 11). Should the namespace follow its source again, the
+    markers are where the logs part (a reported cut)."""
+    free = [
+        p
+        for p in dict.fromkeys(prefixes)
+        if (ns := state.namespaces.find(ResourceType.TOPIC, p)) is not None
+        and ns.follower_link is None
+    ]
+    if not free:
+        return []
+    return state.abort_dangling_transactions(free, now_ms)[1]
 
 
 def clamp_group_offsets(state: ClusterState, group_prefix: str) -> list[dict[str, Any]]:
@@ -421,7 +445,9 @@ def refuse_unattachable(
 # -- deleting a link -------------------------------------------------------------------------
 
 
-def delete_link(state: ClusterState, link_name: str, told: bool = False) -> list[Effect]:
+def delete_link(
+    state: ClusterState, link_name: str, told: bool = False, now_ms: int = 0
+) -> list[Effect]:
     """Detaches every namespace (followers stay reserved), then forgets the
     link, keeping its tombstone until the remote is `told` (spec section 3:
     both sides' configurations converge, deletion included)."""
@@ -429,10 +455,14 @@ def delete_link(state: ClusterState, link_name: str, told: bool = False) -> list
     records = []
     for mapping in config.attached_mappings():
         records += detach_provenance(state, config, mapping)
+    stopped = []
     for ns in state.namespaces.list():
         if any(link == link_name for link, _ in ns.attachments):
+            if (link_name, "follower") in ns.attachments and ns.type is ResourceType.TOPIC:
+                stopped.append(ns.prefix)
             records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-    return journal(records + state.links.delete(link_name, told))
+    records += state.links.delete(link_name, told)
+    return journal(records) + abort_unfollowed(state, stopped, now_ms)
 
 
 # -- reservations ------------------------------------------------------------------------------
@@ -712,12 +742,16 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
                 "source acknowledged that this cluster does not hold",
             )
         if abandoned:
-            total = sum(r.lag_records for r in abandoned)
+            total = sum(r.lag_records for r in abandoned if r.lag_known)
+            unknown = sum(1 for r in abandoned if not r.lag_known)
+            what = f"lag by {total} records" if total else "lag"
+            if unknown:
+                what += f", {unknown} of them by an amount not known (never fetched yet)"
             raise ClusterError(
                 ErrorCode.LAG_NOT_ZERO,
                 f"link {link_name!r}",
                 f"link {link_name!r} ({link_state}): {len(abandoned)} follower partitions "
-                f"still lag by {total} records; wait, or fail over with force to abandon them",
+                f"still {what}; wait, or fail over with force to abandon them",
             )
     effects: list[Effect] = []
     listed = state.links.runtime[link_name].topics_known_at_ms

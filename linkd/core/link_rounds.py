@@ -608,6 +608,8 @@ def apply_replica_fetch(
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
             continue
+        if config is None or config.mapping_for(local, "follower") is None:
+            continue  # no longer followed (the roles changed since the request left)
         wanted = state.links.runtime[link_name].marks_wanted
         if fetched.marks_wanted:
             wanted.add((local, fetched.partition))

@@ -113,7 +113,8 @@ def serve(
         except ClusterError:
             return Served(None)  # deleted here already, or never known
         notes = [f"link {config.name!r} deleted: the remote deleted it"]
-        return Served(None, admin.delete_link(state, config.name, True), "", config.name, notes)
+        effects = admin.delete_link(state, config.name, True, now_ms)
+        return Served(None, effects, "", config.name, notes)
     if isinstance(request, DescribePartitions):
         return Served(describe_partitions(state, request, now_ms))
     config = state.links.by_id(request.link_id)
@@ -296,7 +297,8 @@ def delete_link(state: ClusterState, name: str, now_ms: int) -> Generator[Reques
     if not told and reply.error is not None:
         yield Note("warning", f"link {name!r}: the remote was not told of the deletion yet "
                    f"(it will be): {reply.error.message}")
-    yield Execute(tuple(admin.delete_link(state, name, told)))
+    now: int = yield Now()
+    yield Execute(tuple(admin.delete_link(state, name, told, now)))
     yield Note("info", f"link {name!r} deleted")
 
 
@@ -330,7 +332,7 @@ def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Req
     if name not in state.links.configs:
         return
     yield LinkDeleted(name)
-    yield Execute(tuple(admin.delete_link(state, name, True)))
+    yield Execute(tuple(admin.delete_link(state, name, True, now_ms)))
     yield Note("info", f"link {name!r} deleted: the remote deleted it")
 
 
