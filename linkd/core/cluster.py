@@ -1069,7 +1069,9 @@ class ClusterState:
             aborted.append(transactional_id)
         return aborted, effects
 
-    def dangling_transactions(self, topic_prefixes: list[str]) -> list[DanglingTxn]:
+    def dangling_transactions(
+        self, topic_prefixes: list[str], only: set[tuple[str, int]] | None = None
+    ) -> list[DanglingTxn]:
         """Transactions open in a partition of these topic namespaces that no
         coordinator of this cluster owns: replicated from a source that will
         not send their outcome once the partition stops following it."""
@@ -1085,19 +1087,21 @@ class ClusterState:
             if not any(in_prefix(name, prefix) for prefix in topic_prefixes):
                 continue
             for p, log in enumerate(self.topics[name].partitions):
+                if only is not None and (name, p) not in only:
+                    continue
                 for pid, first in sorted(log.ongoing_txns.items()):
                     if (pid, name, p) not in owned:
                         out.append(DanglingTxn(name, p, pid, first))
         return out
 
     def abort_dangling_transactions(
-        self, topic_prefixes: list[str], now_ms: int
+        self, topic_prefixes: list[str], now_ms: int, only: set[tuple[str, int]] | None = None
     ) -> tuple[list[DanglingTxn], list[Effect]]:
         """Writes an abort marker for every dangling transaction of these topic
         namespaces (`dangling_transactions`), so read_committed readers move
         past it (spec invariant 11). Callers start a new leader epoch first, so
         the markers are told apart from the source's history."""
-        dangling = self.dangling_transactions(topic_prefixes)
+        dangling = self.dangling_transactions(topic_prefixes, only)
         effects: list[Effect] = []
         for d in dangling:
             topic = self.topics[d.topic]

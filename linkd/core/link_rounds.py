@@ -47,7 +47,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, MappingKey
+from linkd.core.links import LinkConfig, MappingKey, holds_back
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
@@ -678,6 +678,22 @@ def apply_fetched(
     )
     if wake is not None:
         yield WakeWaiters(wake.partitions)
+    # A partition whose source is gone (its topic deleted there) will never
+    # learn how the transactions replicated into it ended: aborted here, or
+    # read_committed readers would stall at them for ever (invariant 11).
+    orphaned = {(t, p) for t, p, e in applied.refused if not holds_back(e) and t in state.topics}
+    if orphaned:
+        dangling, effects = state.abort_dangling_transactions(
+            sorted({t for t, _p in orphaned}), now, orphaned
+        )
+        if dangling:
+            yield Note(
+                "warning",
+                f"link {link_name!r}: aborted {len(dangling)} transactions replicated into "
+                f"partitions whose source is gone: "
+                + ", ".join(sorted({f"{d.topic}-{d.partition}" for d in dangling})),
+            )
+            yield Execute(tuple(effects), "replica")
 
 
 def finish_fetch_round(
