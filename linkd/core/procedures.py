@@ -482,6 +482,12 @@ def recover(
                 "reserved; fix that and attach it, or run recover again"
             )
             yield Note("warning", f"link {link_name!r}: recovery: {notes[-1]}")
+            if m.resource_type == "topic":
+                # It follows nothing now: what the cut left open never ends.
+                now = yield Now()
+                aborts = admin.abort_unfollowed(state, [m.local_prefix], now)
+                if aborts:
+                    yield Execute(tuple(aborts))
     return replace(recovery.confirmed(plan), notes=tuple(notes))
 
 
