@@ -374,7 +374,9 @@ def accept_remote_config(
             if current is not None and current.note:
                 out.notes.append(f"link {config.name!r}: {_name(mapping)} detached: {current.note}")
     out.effects += journal(records)
-    refused, effects = refuse_unattachable(state, config.name, now_ms, set(before))
+    refused, effects = refuse_unattachable(
+        state, config.name, now_ms, {(k, m.local_role) for k, m in before.items()}
+    )
     out.effects += effects
     out.notes += [f"link {config.name!r}: {m.note}" for m in refused]
     out.effects += reconcile_attachments(state, config.name, now_ms)
@@ -412,12 +414,15 @@ def _newer_detach(mine: LinkConfig, key: MappingKey, m: Mapping) -> bool:
 
 
 def refuse_unattachable(
-    state: ClusterState, link_name: str, now_ms: int, attached_before: set[MappingKey]
+    state: ClusterState,
+    link_name: str,
+    now_ms: int,
+    attached_before: set[tuple[MappingKey, str]],
 ) -> tuple[list[Mapping], list[Effect]]:
     """Detaches, with a newer version and a note, every attached mapping of
     the link that breaks the rules, the newer of two conflicting mappings
-    first (oldest attach wins). A mapping attached here before (the keys in
-    `attached_before`) conflicts with nothing already attached, so only
+    first (oldest attach wins). A mapping attached here before in the same
+    role (`attached_before`: key and role) conflicts with nothing already attached, so only
     mappings new from a merge are refused for a conflict with another link.
     Returns (the refused mappings as stored, effects)."""
     config = state.links.get(link_name)
@@ -426,7 +431,8 @@ def refuse_unattachable(
     records = []
     for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
         conflict = mapping_conflict(state, link_name, m, kept)
-        if conflict is None or (m.key in attached_before and conflict.cross_link):
+        before = (m.key, m.local_role) in attached_before
+        if conflict is None or (before and conflict.cross_link):
             kept.append(m)
             continue
         if undo.undone(2):
