@@ -867,7 +867,9 @@ class Simulation:
                 settled = "IN_SYNC" if config.mode == "SYNC" else "FOLLOWING"
                 state = node.links.state_name(name)
                 if state != settled or link_admin.follower_lag(node.state, name, now):
-                    if state in ("CATCHING_UP", "SYNCING") and node.links.explained(name, now):
+                    if state in ("CATCHING_UP", "SYNCING", "OUT_OF_SYNC") and node.links.explained(
+                        name, now
+                    ):
                         # Held back only by partitions refused with a reason
                         # the link reports (two topics of one name: an
                         # operator must choose): settled, and counted.

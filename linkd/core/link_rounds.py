@@ -411,11 +411,11 @@ def check_marks(
             return ClusterError(
                 ErrorCode.NO_SHARED_HISTORY,
                 f"topic {part.source_topic!r}",
-                f"partition {part.source_topic}-{part.partition} on cluster "
-                f"{config.remote_cluster_id!r} holds no batch of the one on "
-                f"{state.cluster_id!r} and its provenance does not name it (a different "
-                "topic of the same name?); it is not followed: detach its namespace, or "
-                "delete the topic there and attach again",
+                f"the copy of {part.source_topic}-{part.partition} on cluster "
+                f"{config.remote_cluster_id!r} holds no batch of {part.source_topic}-"
+                f"{part.partition} on {state.cluster_id!r}, and its provenance does not name "
+                f"{state.cluster_id!r} (a different topic of the same name?); it is not "
+                "followed: detach its namespace, or delete that topic and attach again",
             )
         common = max(oldest, log.log_start_offset)
     if common < follower_end:
