@@ -246,6 +246,17 @@ def _refused(state: ClusterState, link_id: str, topic: str, partition: int) -> b
     return False
 
 
+def _named(provenance: Mapping[int, list[dict[str, object]]], link_id: str) -> bool:
+    return any(e.get("link_id") == link_id for entries in provenance.values() for e in entries)
+
+
+def _follows(state: ClusterState, link_id: str, topic: str) -> bool:
+    for config in state.links.configs.values():
+        if config.link_id == link_id:
+            return config.mapping_for(topic, "follower") is not None
+    return False
+
+
 def _reported_cut(entries: list[dict[str, object]], offset: int) -> str | None:
     """A cut at or below the offset that the follower's provenance reports."""
     for entry in entries:
@@ -308,6 +319,10 @@ def _excused(
         return cut
     if _refused(state, link_id, topic, v.partition):
         return "the follower's link refuses the partition and says why"
+    if not _named(t.provenance, link_id) and not _follows(state, link_id, topic):
+        # Its topic here never held a copy over this link, which no longer
+        # carries it: the namespace left the link before the topic was known.
+        return "the follower left the link before it knew the topic"
     if any(
         e.get("link_id") == link_id and "detached_at" in e
         for entries in t.provenance.values()
