@@ -294,9 +294,11 @@ def abort_unfollowed(state: ClusterState, prefixes: list[str], now_ms: int) -> l
         if (ns := state.namespaces.find(ResourceType.TOPIC, p)) is not None
         and ns.follower_link is None
     ]
-    if not free:
-        return []
-    return state.abort_dangling_transactions(free, now_ms)[1]
+    effects: list[Effect] = []
+    for p in free:
+        only = _partitions_except(state, p, following_elsewhere(state, p))
+        effects += state.abort_dangling_transactions([p], now_ms, only)[1]
+    return effects
 
 
 def clamp_group_offsets(state: ClusterState, group_prefix: str) -> list[dict[str, Any]]:
@@ -511,12 +513,40 @@ def make_writable(
     and aborts the dangling replicated transactions in it."""
     out = Reservation(journal(state.namespaces.set_reserved(kind, prefix, False)), [], [])
     if kind is ResourceType.TOPIC:
-        epochs = start_new_epochs(state, prefix)
+        # A topic of a nested namespace that follows a link is that link's.
+        skip = following_elsewhere(state, prefix)
+        epochs = start_new_epochs(state, prefix, skip)
         out.epochs_started = len(epochs)
         out.effects += journal(epochs)
-        out.dangling, more = state.abort_dangling_transactions([prefix], now_ms)
+        out.dangling, more = state.abort_dangling_transactions(
+            [prefix], now_ms, _partitions_except(state, prefix, skip)
+        )
         out.effects += more
     return out
+
+
+def following_elsewhere(state: ClusterState, prefix: str) -> frozenset[str]:
+    """Topics in a topic namespace that belong to a longer (nested) namespace
+    following a link: the link writes them, not this namespace's changes."""
+    nested = [
+        ns.prefix
+        for ns in state.namespaces.list(ResourceType.TOPIC)
+        if ns.prefix != prefix and ns.prefix.startswith(prefix) and ns.follower_link is not None
+    ]
+    return frozenset(
+        t for t in state.topics if in_prefix(t, prefix) and any(in_prefix(t, n) for n in nested)
+    )
+
+
+def _partitions_except(
+    state: ClusterState, prefix: str, skip: frozenset[str]
+) -> set[tuple[str, int]]:
+    return {
+        (t, p)
+        for t, topic in state.topics.items()
+        if in_prefix(t, prefix) and t not in skip
+        for p in range(len(topic.partitions))
+    }
 
 
 # -- what describe-link shows ------------------------------------------------------------------

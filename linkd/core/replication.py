@@ -610,7 +610,9 @@ def apply_read_acls(
 # -- leader epochs of a promoted namespace (failover, reversal) ------------------------
 
 
-def start_new_epochs(state: ClusterState, prefix: str) -> list[dict[str, Any]]:
+def start_new_epochs(
+    state: ClusterState, prefix: str, skip: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
     """Starts a new leader epoch, at the log end, on every partition of every
     topic in a topic namespace that becomes writable here (journalled as an
     unclean election's bump is). Records written from then on carry it, so a
@@ -618,7 +620,7 @@ def start_new_epochs(state: ClusterState, prefix: str) -> list[dict[str, Any]]:
     follows this one (OffsetsForLeaderEpoch)."""
     records: list[dict[str, Any]] = []
     for name in sorted(state.topics):
-        if not in_prefix(name, prefix):
+        if not in_prefix(name, prefix) or name in skip:
             continue
         for p, log in enumerate(state.topics[name].partitions):
             record = {
