@@ -1094,6 +1094,16 @@ class Simulation:
         self.violations += checkers.check_transactions_atomic(self.history)
         self.metrics.from_history(self.history, final)
         self.metrics.set("links_held_by_refusals", len(self.refusals_at_end))
+        states_now = {cid: self.clusters[cid].state for cid in self.cluster_ids}
+        self.metrics.set(
+            "follow_cycles",
+            sum(
+                1
+                for cid in self.cluster_ids
+                for t in self.clusters[cid].state.topics
+                if status_checks.in_follow_cycle(states_now, cid, t)
+            ),
+        )
         self.metrics.set("events", self.queue.processed)
         self.metrics.set("virtual_ms", self.queue.now_ms)
         self.metrics.set("network_dropped", self.network.dropped)
