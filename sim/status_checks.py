@@ -47,6 +47,9 @@ from sim.history import History, Send
 # stale: beyond the session timeout plus one call's deadline, a link whose
 # data path stopped must not still say FOLLOWING.
 STALE_ROUND_SLACK_MS = 10_000
+# A failover without force may answer with a round this much older than the
+# silence bound (the round in flight when it ran).
+FAILOVER_SLACK_MS = 1_000
 # A transaction may stay open this long past its timeout (the coordinator's
 # tick, the markers' durability) before it hangs.
 HANGING_SLACK_MS = 5_000
@@ -181,6 +184,28 @@ class StatusWatch:
                         f"{owed} one round earlier (t={rounds.previous_ms} ms)",
                     )
                 )
+
+
+def check_unforced_failover(
+    cluster: str, link: str, result: link_admin.Failover, now_ms: int, silence_ms: int
+) -> list[Violation]:
+    """Invariant 9 for a failover without force: it promises that nothing
+    known is abandoned, so every partition's lag must be known, and known
+    from a round no older than the follower's silence bound."""
+    stale = [
+        r
+        for r in result.partitions
+        if not r.lag_known or now_ms - r.source_hw_known_at_ms > silence_ms + FAILOVER_SLACK_MS
+    ]
+    return [
+        Violation(
+            "9 status",
+            f"{cluster}: failover of link {link!r} without force at t={now_ms} ms answered with "
+            f"{r.topic}-{r.partition} lag {r.lag_records} as known at "
+            f"t={r.source_hw_known_at_ms} ms: old news, not the lag now",
+        )
+        for r in stale[:3]
+    ]
 
 
 # -- invariant 10 -----------------------------------------------------------------------

@@ -605,6 +605,10 @@ class Simulation:
             if error is not None:
                 return
             assert isinstance(result, link_admin.Failover)
+            if not force:
+                self.violations += status_checks.check_unforced_failover(
+                    cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
+                )
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
             if bump_leader_epoch:
