@@ -144,7 +144,9 @@ def test_sync_link__a_cluster_acking_before_replication__is_caught_by_invariant_
     waits for the high watermark) and invariant 4 names it."""
     from sim.cluster_node import SimCluster
 
-    def ack_at_once(self: SimCluster, targets: Any, what: str, then: Any) -> None:
+    def ack_at_once(
+        self: SimCluster, targets: Any, what: str, then: Any, marks: Any = None
+    ) -> None:
         then(None)
 
     monkeypatch.setattr(SimCluster, "wait_high_watermarks", ack_at_once)

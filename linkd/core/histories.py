@@ -280,10 +280,11 @@ class BatchMark:
     crc: int
 
 
-# Marks a follower sends at most: its last batch, the batches ending below
-# each provenance entry and leader-epoch start, and batches further back at
-# doubling distances.
-MARKS_MAX = 96
+# Marks a follower sends at most: its recent batches, the batches ending
+# below each provenance entry and leader-epoch start, and batches further
+# back at doubling distances.
+MARKS_MAX = 160
+MARKS_RECENT = 64
 
 
 def log_marks(
@@ -303,6 +304,10 @@ def log_marks(
         last = log.batches[-1]
         return (BatchMark(last.base_offset, last.last_offset, last.crc),)
     wanted = {log.log_end_offset - 1}
+    # Every recent batch (where the logs of an unclean election or a failover
+    # usually part, so the cut is exact), then doubling distances further back.
+    for recent in log.batches[-MARKS_RECENT:]:
+        wanted.add(recent.base_offset)
     distance = 1
     while log.log_end_offset - 1 - distance >= log.log_start_offset:
         wanted.add(log.log_end_offset - 1 - distance)
@@ -315,9 +320,9 @@ def log_marks(
         wanted.update((start - 1, start))
     marks: dict[int, BatchMark] = {}
     for offset in sorted(wanted, reverse=True):
-        batch = log.batch_containing(offset)
-        if batch is not None and batch.base_offset not in marks:
-            marks[batch.base_offset] = BatchMark(batch.base_offset, batch.last_offset, batch.crc)
+        found = log.batch_containing(offset)
+        if found is not None and found.base_offset not in marks:
+            marks[found.base_offset] = BatchMark(found.base_offset, found.last_offset, found.crc)
         if len(marks) >= MARKS_MAX:
             break
     return tuple(marks[b] for b in sorted(marks, reverse=True))
