@@ -180,6 +180,8 @@ class Producer:
         transactional = self.rng.random() < self.spec.transactional_fraction
         if self._txn_open:
             transactional = False  # one transaction at a time, as a producer runs them
+        elif transactional and self.spec.txn_open_ms > 0:
+            self._txn_open = True  # until its commit ends (or it fails to start)
         value = f"{self.spec.name}-{n}"
         txn = f"{self.spec.name}-txn-{n}" if transactional else ""
         invoke = w.queue.now_ms
@@ -188,6 +190,8 @@ class Producer:
         def arrive() -> None:
             node = w.clusters[cluster_id]
             if not node.up:
+                if transactional:
+                    self._txn_open = False
                 self._finish(
                     cluster_id, "info", invoke, Send(self.spec.topic, -1, value), "timeout"
                 )
@@ -202,6 +206,8 @@ class Producer:
                 self._produce(node, parts, key_index, txn, invoke)
             except ClusterError as exc:
                 self.ids.pop(transactional, None)
+                if transactional:
+                    self._txn_open = False
                 self._finish(
                     cluster_id, "fail", invoke, Send(self.spec.topic, -1, value), exc.code.name
                 )
@@ -266,7 +272,6 @@ class Producer:
             # The records now, the commit later: the transaction stays open
             # meanwhile (an operator's move may abort it: the commit fails).
             node.execute(effects, "produce", self._sized)
-            self._txn_open = True
             w.queue.after(
                 self.spec.txn_open_ms,
                 f"{self.spec.name} commit",
@@ -296,11 +301,19 @@ class Producer:
         now = w.queue.now_ms
         state = node.state
         transactional = bool(txn_id)
-        self._txn_open = False
+        if transactional:
+            self._txn_open = False
         if not node.up:
             for send in sends:
                 self._finish(node.cluster_id, "info", invoke, send, "timeout")
             return
+        if transactional:
+            # A commit makes the records effective: one into a namespace
+            # reserved since they were written is a write to it (spec section
+            # 8: the reservation aborts the transaction, so the commit fails).
+            reserved = reserved or any(
+                ns.reserved for ns in state.namespaces.matching(ResourceType.TOPIC, topic)
+            )
         refused: ClusterError | None = None
         if transactional:
             try:
