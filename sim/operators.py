@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from linkd.core import cluster as core
-from linkd.core import procedures
+from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
@@ -52,6 +52,7 @@ class World(Protocol):
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None: ...
     def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None: ...
+    def contract_broken(self, invariant: str, detail: str) -> None: ...
 
 
 class Operators:
@@ -285,9 +286,26 @@ class Operators:
 
     def set_mode(self, cluster: str, link: str, mode: str, done: Done | None = None) -> None:
         state = self.world.clusters[cluster].state
+        now = self.world.queue.now_ms
+        config = state.links.configs.get(link)
+        switching = config is not None and config.mode != "SYNC" and mode.upper() == "SYNC"
+        before = state.links.state_name(link) if config is not None else ""
+        behind = state.links.lagging_partitions(link, now) if config is not None else []
+
+        def finish(result: Any, error: ClusterError | None) -> None:
+            # Spec section 4: SYNC only from FOLLOWING, every partition caught up.
+            if error is None and switching and (before != "FOLLOWING" or behind):
+                self.world.contract_broken(
+                    "12 admin effects",
+                    f"{cluster}: set-mode SYNC on link {link!r} answered success at t={now} ms "
+                    f"while the link was {before}" + (f", behind: {behind[0]}" if behind else ""),
+                )
+            if done is not None:
+                done(result, error)
+
         self.run(cluster, f"set_mode {link} {mode}", [
             lambda now: procedures.set_mode(state, link, mode, now)
-        ], done)
+        ], finish)
 
     def failover(self, cluster: str, link: str, force: bool, done: Done | None = None) -> None:
         state = self.world.clusters[cluster].state
@@ -317,12 +335,40 @@ class Operators:
         def finish(plan: Any, error: ClusterError | None) -> None:
             if isinstance(plan, RecoveryPlan) and plan.confirmed:
                 self.world.offsets_moved(cluster, plan.groups)
+            if error is not None and error.code is ErrorCode.NO_SHARED_HISTORY:
+                self._judge_unrelated(cluster, link, error)
             if done is not None:
                 done(plan, error)
 
         self.run(cluster, f"recover {link}", [
             lambda now: procedures.recover(state, link, requested, confirm, now)
         ], finish)
+
+    def _judge_unrelated(self, cluster: str, link: str, error: ClusterError) -> None:
+        """Recovery refused a topic as unrelated to the remote's: true only
+        if no partition of it shares a record or a named origin with the
+        remote's (spec section 8: an empty shared prefix is shared history)."""
+        topic = error.resource.removeprefix("topic ").strip("'")
+        node = self.world.clusters[cluster]
+        config = node.state.links.configs.get(link)
+        remote = self.world.clusters.get(config.remote_cluster_id) if config else None
+        if remote is None or topic not in node.state.topics or topic not in remote.state.topics:
+            return
+        mine, theirs = node.state.topics[topic], remote.state.topics[topic]
+        for p in range(min(len(mine.partitions), len(theirs.partitions))):
+            local = histories.local_side(node.state, topic, p)
+            other = histories.local_side(remote.state, topic, p)
+            found = histories.compare(local, other)
+            if histories.provenance_related(local, other) or (
+                found.shared and found.common_offset > max(local.log_start_offset, 0)
+            ):
+                self.world.contract_broken(
+                    "12 admin effects",
+                    f"{cluster}: recover on link {link!r} refused {topic!r} as unrelated "
+                    f"(NO_SHARED_HISTORY), but {topic}-{p} shares history with "
+                    f"{remote.cluster_id}'s",
+                )
+                return
 
     def reverse(self, cluster: str, link: str, timeout_ms: int, done: Done | None = None) -> None:
         state = self.world.clusters[cluster].state

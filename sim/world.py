@@ -152,6 +152,10 @@ class Simulation:
             base = "target_consumer"
         return base + ("_commit" if kind == "consumer_commit" else "")
 
+    def contract_broken(self, invariant: str, detail: str) -> None:
+        """An operator call answered against the contract (sim.operators)."""
+        self.violations.append(Violation(invariant, detail))
+
     def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None:
         """A confirmed recovery reported moving these committed offsets."""
         for cut in cuts:
