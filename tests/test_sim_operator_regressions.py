@@ -216,3 +216,23 @@ def test_8_attaching_an_empty_namespace__the_link_stays_following() -> None:
         history = sim.clusters[cluster].links.runtime["A-B"].history
         after = [state for state, at in history if at >= 5000]
         assert LinkState.CATCHING_UP.value not in after, history
+
+
+def test_a_mapping_change_the_remote_refuses__is_refused_here__nothing_changes() -> None:
+    """The procedure proposes, the remote checks its own rules, and only then
+    does this side commit (linkd.core.procedures.change_mapping): A already
+    follows q- over link ba, so it refuses to follow it over A-B too."""
+    text = scenario(
+        action(500, "create_topic", cluster="B", topic="q-x", partitions=1)
+        + action(1000, "create_link", source="B", target="A", link="ba", prefixes=[["q-", "q-"]])
+        + action(3000, "attach", cluster="B", link="A-B", prefixes=[["q-", "q-"]], leader="local")
+        + sends("a", "A", "A-t0", range(500, 5000, 50))
+    )
+    sim = run(text, trace=True)
+    assert sim.violations == [], sim.violations
+    assert failed(sim) == 1
+    (refusal,) = [line for line in sim.queue.trace if "attach refused" in line]
+    assert "ALREADY_FOLLOWING: on cluster 'A'" in refusal and "'q-'" in refusal
+    for cluster in ("A", "B"):
+        mappings = sim.clusters[cluster].links.get("A-B").mappings.values()
+        assert all(m.local_prefix != "q-" for m in mappings)
