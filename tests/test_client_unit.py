@@ -76,7 +76,9 @@ def test_murmur2_handles_high_bytes_and_empty() -> None:
 def test_murmur2_partition_matches_librdkafka() -> None:
     """librdkafka's murmur2_random partitioner (Java-compatible) against a mock
     cluster: every key must land where ours puts it."""
-    ck = pytest.importorskip("confluent_kafka")
+    ck = pytest.importorskip(
+        "confluent_kafka", reason="needs confluent-kafka (librdkafka) for its partitioner"
+    )
     producer = ck.Producer(
         {"test.mock.num.brokers": 1, "partitioner": "murmur2_random", "log_level": 0}
     )

@@ -138,3 +138,67 @@ def test_the_check_lets_core_imports_pass(tmp_path: Path, source: str, package: 
     ok = tmp_path / "ok.py"
     ok.write_text(source)
     assert _offenders([ok], package) == {}
+
+
+def _core_graph() -> dict[str, set[str]]:
+    """Module -> the core modules it imports at its top level."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(CORE.rglob("*.py")):
+        parts = list(path.relative_to(CORE.parent.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        graph[name] = {n for n in _imports(path) if n.startswith("linkd.core.")}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among the modules of `graph`, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, set()) & graph.keys()):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_core_has_no_import_cycle() -> None:
+    assert _cycle(_core_graph()) is None
+
+
+def test_no_core_import_hides_inside_a_function() -> None:
+    """A function-local import of a core module is how a cycle is dodged."""
+    hidden = []
+    for path in sorted(CORE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (
+                    node.level or (node.module or "").startswith("linkd")
+                ):
+                    hidden.append(f"{path.name}:{node.lineno}")
+                elif isinstance(node, ast.Import) and any(
+                    a.name.startswith("linkd") for a in node.names
+                ):
+                    hidden.append(f"{path.name}:{node.lineno}")
+    assert hidden == []
+
+
+def test_the_cycle_check_finds_a_planted_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

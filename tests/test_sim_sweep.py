@@ -240,7 +240,6 @@ def test_replay_command_quotes_params() -> None:
 
 
 def test_default_runner_checks_names(tmp_path: Path) -> None:
-    pytest.importorskip("sim.scenario")
     bad_scenario = write(tmp_path, 'scenarios = ["no-such-scenario"]\nseeds = [1]\n', "a.toml")
     with pytest.raises(SweepError, match=r"a\.toml: 'scenarios': unknown scenario"):
         run_sweep(bad_scenario, None, None, serial=True, progress=False)
@@ -300,7 +299,7 @@ def test_cli_exit_codes(
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
+    pytest.importorskip("pyspark", reason="needs PySpark (dev extra) and Java 17")
     from pyspark import cloudpickle
 
     from sim import spark_sweep
@@ -351,7 +350,6 @@ def test_spark_partitions_option(spark: Any, tmp_path: Path) -> None:
 
 
 def test_shipped_sweeps_name_real_scenarios() -> None:
-    pytest.importorskip("sim.scenario", reason="the simulator engine is not there yet")
     for path in sorted(SWEEPS.glob("*.toml")):
         sweep._check_against_runner(load_sweep(path))
 
@@ -359,7 +357,6 @@ def test_shipped_sweeps_name_real_scenarios() -> None:
 def test_real_small_sweep_on_spark(spark: Any, tmp_path: Path) -> None:
     """The real runner on local[2]: two shipped scenarios, 4 runs (the shipped
     small.toml is the same shape, larger; the README runs it)."""
-    pytest.importorskip("sim.runner", reason="the simulator engine is not there yet")
     sweep_file = write(
         tmp_path,
         'name = "ci"\nscenarios = ["failover-writable", "dr-multi-zone"]\nseeds = [1, 2]\n'

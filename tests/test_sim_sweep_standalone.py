@@ -100,7 +100,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    pyspark = pytest.importorskip("pyspark")
+    pyspark = pytest.importorskip("pyspark", reason="needs PySpark (dev extra) and Java 17")
     spark_home = Path(pyspark.__file__).resolve().parent
     spark_class = str(spark_home / "bin" / "spark-class")
     tmp = tmp_path_factory.mktemp("spark-standalone")
@@ -142,7 +142,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_sweep_on_standalone_cluster(
     cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("sim.runner", reason="the simulator engine is not there yet")
     from sim import sweep
 
     sweep_file = tmp_path / "tiny.toml"
