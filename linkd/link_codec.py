@@ -21,6 +21,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import Field, LinkConfig, Mapping, MappingKey, Version
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.requests import PartitionsDescription
 
 # -- configuration views -------------------------------------------------------------------------
@@ -328,8 +329,13 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.P
         p.high_watermark,
         tuple((e.epoch, e.start_offset) for e in p.epoch_history),
         tuple(
-            histories.ProvenanceItem(
-                e.kind, e.offset, e.source_cluster_id, e.link_id, e.link_epoch, e.removed_records
+            ProvenanceItem(
+                ProvenanceKind(e.kind),
+                e.offset,
+                e.source_cluster_id,
+                e.link_id,
+                e.link_epoch,
+                e.removed_records,
             )
             for e in p.provenance
         ),
@@ -349,7 +355,7 @@ def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any
         ],
         provenance=[
             replication_pb2.ProvenanceRecord(
-                kind=i.kind,
+                kind=i.kind.value,
                 offset=i.offset,
                 source_cluster_id=i.source,
                 link_id=i.link_id,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
+from linkd.core.provenance import ProvenanceKind
 from sim.history import History, Poll, Send
 from sim.store import PartitionStore
 
@@ -84,11 +85,11 @@ def current_source(
     if t is None:
         return None
     entries = t.provenance.get(partition, [])
-    if not entries or "start" not in entries[-1]:
+    if not entries or entries[-1].kind is not ProvenanceKind.START:
         return None
     last = entries[-1]
     for config in follower.links.configs.values():
-        if config.link_id != last["link_id"]:
+        if config.link_id != last.link_id:
             continue
         mapping = max(
             (
@@ -104,7 +105,7 @@ def current_source(
         return (
             config.remote_cluster_id,
             rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix),
-            int(last["start"]),
+            last.offset,
         )
     return None
 
@@ -251,7 +252,7 @@ def _reported_cut(state: ClusterState, topic: str, partition: int, offset: int) 
     admin recovery): invariant 6's exception."""
     t = state.topics.get(topic)
     entries = t.provenance.get(partition, []) if t is not None else []
-    return any(int(e.get("truncated_to", -1)) == offset for e in entries)
+    return any(e.kind is ProvenanceKind.TRUNCATED and e.offset == offset for e in entries)
 
 
 # -- invariant 7 -----------------------------------------------------------------------

@@ -39,6 +39,7 @@ from linkd.core import link_admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkState, MappingKey, Version, holds_back
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import DETAIL_MAX, FinalLogs, Truncations, Violation, _capped
 from sim.history import History, Send
@@ -271,8 +272,8 @@ def _refused(state: ClusterState, link_id: str, topic: str, partition: int) -> b
     return False
 
 
-def _named(provenance: Mapping[int, list[dict[str, object]]], link_id: str) -> bool:
-    return any(e.get("link_id") == link_id for entries in provenance.values() for e in entries)
+def _named(provenance: Mapping[int, list[ProvenanceItem]], link_id: str) -> bool:
+    return any(e.link_id == link_id for entries in provenance.values() for e in entries)
 
 
 def _follows(state: ClusterState, link_id: str, topic: str) -> bool:
@@ -282,11 +283,10 @@ def _follows(state: ClusterState, link_id: str, topic: str) -> bool:
     return False
 
 
-def _reported_cut(entries: list[dict[str, object]], offset: int) -> str | None:
+def _reported_cut(entries: list[ProvenanceItem], offset: int) -> str | None:
     """A cut at or below the offset that the follower's provenance reports."""
     for entry in entries:
-        at = int(str(entry.get("truncated_to", -1)))
-        if 0 <= at <= offset:
+        if entry.kind is ProvenanceKind.TRUNCATED and entry.offset <= offset:
             return "a reported cut (provenance)"
     return None
 
@@ -349,7 +349,7 @@ def _excused(
         # carries it: the namespace left the link before the topic was known.
         return "the follower left the link before it knew the topic"
     if any(
-        e.get("link_id") == link_id and "detached_at" in e
+        e.link_id == link_id and e.kind is ProvenanceKind.DETACHED
         for entries in t.provenance.values()
         for e in entries
     ):

@@ -287,14 +287,15 @@ def test_provenance__start_entry_on_first_append__detached_entry_on_detach() -> 
     source.mark_durable("orders-1", 0, 2)
     rep.append_replica(follower, "orders-1", 0, stored[0], 0, config)
     rep.append_replica(follower, "orders-1", 0, b"", 0, config)  # nothing new: no entry
-    entries = follower.topic("orders-1").provenance[0]
+    entries = [e.to_entry() for e in follower.topic("orders-1").provenance[0]]
     assert entries == [
         {"start": 0, "source": "A", "link_id": "id-1", "link_epoch": config.link_epoch}
     ]
     detached = admin.check_detach(follower, "ab", "topic", "orders-")
     detached = admin.versioned(follower, detached, NOW + 1)
     admin.put_mapping(follower, "ab", detached, NOW + 1)
-    assert follower.topic("orders-1").provenance[0][-1] == {"detached_at": 2, "link_id": "id-1"}
+    last = follower.topic("orders-1").provenance[0][-1]
+    assert last.to_entry() == {"detached_at": 2, "link_id": "id-1"}
     summary = rep.provenance_summary(follower, "orders-1", 0)
     assert summary == {
         "provenance_entries": 2,
@@ -338,7 +339,7 @@ def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_rep
     assert committed("app-billing") == 4  # moved back to the cut
     assert committed("app-audit") == 3  # below the cut: untouched
     assert committed("own-reader") == 6  # a group of the follower's own: not replication's
-    entry = follower.topics["orders-1"].provenance[0][-1]
+    entry = follower.topics["orders-1"].provenance[0][-1].to_entry()
     assert entry["truncated_to"] == 4 and entry["removed"] == 2
     assert entry["offsets_moved"] == [["app-billing", 6]]
 

@@ -12,8 +12,9 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.histories import PartitionSide, ProvenanceItem, compare, cut_offset
+from linkd.core.histories import PartitionSide, compare, cut_offset
 from linkd.core.links import Mapping
+from linkd.core.provenance import ProvenanceItem
 from linkd.core.recovery import (
     RecoveryMapping,
     apply_recovery,
@@ -35,11 +36,11 @@ def copied(
 
 
 def start(offset: int, source: str) -> ProvenanceItem:
-    return ProvenanceItem("start", offset, source, "link", 1)
+    return ProvenanceItem.attached(offset, source, "link", 1)
 
 
 def detached(offset: int) -> ProvenanceItem:
-    return ProvenanceItem("detached", offset, link_id="link")
+    return ProvenanceItem.detached(offset, "link")
 
 
 def test_both_copied_from_one_origin__common_prefix_is_the_shorter_copy() -> None:
@@ -118,7 +119,7 @@ def test_truncation_rewrites_history_from_its_offset() -> None:
         13,
         start(0, "A"),
         detached(15),
-        ProvenanceItem("truncated", 10, link_id="cb", removed=5),
+        ProvenanceItem.truncated(10, "cb", 5),
         start(10, "B"),
         epochs=((0, 0), (1, 10)),
     )
@@ -236,7 +237,7 @@ def test_plan_and_apply__cut_moves_offsets_back_and_records_provenance() -> None
     log = state.partition("orders-t", 0)
     assert (log.log_end_offset, log.high_watermark) == (10, 10)
     assert state.groups.committed("app-1", None)[("orders-t", 0)].offset == 10
-    assert state.topic("orders-t").provenance[0][-1] == {
+    assert state.topic("orders-t").provenance[0][-1].to_entry() == {
         "truncated_to": 10,
         "link_id": "link-cb",
         "removed": 5,

@@ -44,6 +44,7 @@ from linkd.core.links import LinkConfig, LinkState, LinkTable, in_prefix
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
+from linkd.core.provenance import ProvenanceItem
 from linkd.core.topic_config import (
     TopicConfig,
     effective_configs,
@@ -87,9 +88,8 @@ class Topic:
     # Leader epoch changes journalled by unclean-election faults, per partition:
     # recovery re-applies them after replaying the batches.
     epoch_bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    # Provenance history per follower partition (spec section 8): entries
-    # {"start", "source", "link_id", "link_epoch"} and {"detached_at", "link_id"}.
-    provenance: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # Provenance history per follower partition (spec section 8).
+    provenance: dict[int, list[ProvenanceItem]] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
@@ -887,7 +887,7 @@ class ClusterState:
         elif kind == "provenance":
             topic = self.topics.get(record["name"])
             if topic is not None:
-                entry = dict(record["entry"])
+                entry = ProvenanceItem.from_entry(record["entry"])
                 topic.provenance.setdefault(int(record["partition"]), []).append(entry)
         elif kind == "leader_epoch":
             topic = self.topics.get(record["name"])
@@ -931,7 +931,7 @@ class ClusterState:
                         for p, bumps in sorted(t.epoch_bumps.items())
                     },
                     "provenance": {
-                        str(p): [dict(e) for e in entries]
+                        str(p): [e.to_entry() for e in entries]
                         for p, entries in sorted(t.provenance.items())
                     },
                 }
@@ -958,7 +958,7 @@ class ClusterState:
             for log, start in zip(topic.partitions, t["log_start"], strict=True):
                 log.log_start_offset = int(start)
             for p, entries in t.get("provenance", {}).items():
-                topic.provenance[int(p)] = [dict(e) for e in entries]
+                topic.provenance[int(p)] = [ProvenanceItem.from_entry(e) for e in entries]
             for p, bumps in t.get("epoch_bumps", {}).items():
                 topic.epoch_bumps[int(p)] = [(int(e), int(st)) for e, st in bumps]
         self.txn = TransactionCoordinator.restore(snapshot["txn"])

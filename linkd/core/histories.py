@@ -37,67 +37,14 @@ Pure code: functions of plain data and of ClusterState.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core.cluster import ClusterState
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 
 # How deep the root-origin resolution follows the two histories into each
 # other (local -> remote -> local); a cycle deeper than this is treated as
 # the same origin, which can only happen for ranges both sides hold anyway.
 MAX_RESOLVE_DEPTH = 4
-
-
-# -- provenance entries ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ProvenanceItem:
-    """One provenance entry in a normalised form. kind: "start", "detached"
-    or "truncated"."""
-
-    kind: str
-    offset: int
-    source: str = ""
-    link_id: str = ""
-    link_epoch: int = 0
-    removed: int = 0
-    reason: str = ""
-    offsets_moved: tuple[tuple[str, int], ...] = ()
-
-    @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
-        if "start" in entry:
-            return cls(
-                "start",
-                int(entry["start"]),
-                str(entry.get("source", "")),
-                str(entry.get("link_id", "")),
-                int(entry.get("link_epoch", 0)),
-            )
-        if "detached_at" in entry:
-            return cls("detached", int(entry["detached_at"]), link_id=str(entry.get("link_id", "")))
-        if "truncated_to" in entry:
-            return cls(
-                "truncated",
-                int(entry["truncated_to"]),
-                link_id=str(entry.get("link_id", "")),
-                removed=int(entry.get("removed", 0)),
-                reason=str(entry.get("reason", "")),
-                offsets_moved=tuple((str(g), int(o)) for g, o in entry.get("offsets_moved", [])),
-            )
-        raise ValueError(f"not a provenance entry: {entry!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "offset": self.offset,
-            "source_cluster_id": self.source,
-            "link_id": self.link_id,
-            "link_epoch": self.link_epoch,
-            "removed_records": self.removed,
-            "reason": self.reason,
-            "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +66,8 @@ def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
     offset o is that of the last point at or below o."""
     points: list[tuple[int, str]] = [(0, side.cluster_id)]
     for item in side.provenance:
-        origin = item.source if item.kind == "start" and item.source else side.cluster_id
+        started = item.kind is ProvenanceKind.START and item.source
+        origin = item.source if started else side.cluster_id
         # An entry at or below earlier points rewrites history from there on.
         points = [p for p in points if p[0] < item.offset]
         points.append((item.offset, origin))
@@ -229,8 +177,8 @@ def _no_common_range(local: PartitionSide, remote: PartitionSide) -> Comparison:
 def provenance_related(local: PartitionSide, remote: PartitionSide) -> bool:
     """One side's provenance names the other as a source, or both name one
     origin: the two partitions belong to one replicated topic."""
-    mine = {i.source for i in local.provenance if i.kind == "start" and i.source}
-    theirs = {i.source for i in remote.provenance if i.kind == "start" and i.source}
+    mine = {i.source for i in local.provenance if i.kind is ProvenanceKind.START and i.source}
+    theirs = {i.source for i in remote.provenance if i.kind is ProvenanceKind.START and i.source}
     return remote.cluster_id in mine or local.cluster_id in theirs or bool(mine & theirs)
 
 
@@ -262,7 +210,7 @@ def local_side(
         log.log_end_offset,
         log.high_watermark,
         tuple(log.epoch_history),
-        tuple(ProvenanceItem.from_entry(e) for e in entries),
+        tuple(entries),
         tuple(b.base_offset for b in log.batches) if with_batches else (),
     )
 
@@ -313,8 +261,7 @@ def log_marks(
         wanted.add(log.log_end_offset - 1 - distance)
         distance *= 2
     wanted.add(log.log_start_offset)
-    for entry in t.provenance.get(partition, []):
-        item = ProvenanceItem.from_entry(entry)
+    for item in t.provenance.get(partition, []):
         wanted.update((item.offset - 1, item.offset))
     for _epoch, start in log.epoch_history:
         wanted.update((start - 1, start))

@@ -372,7 +372,7 @@ def follower_fetch_request(
 
 def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
     return any(
-        e.get("link_id") == config.link_id or e.get("source") == config.remote_cluster_id
+        e.link_id == config.link_id or e.source == config.remote_cluster_id
         for e in state.topics[topic].provenance.get(partition, [])
     )
 

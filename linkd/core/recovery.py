@@ -33,13 +33,13 @@ from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.histories import (
     PartitionSide,
-    ProvenanceItem,
     compare,
     cut_offset,
     local_side,
 )
 from linkd.core.links import LinkConfig, Mapping
 from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.provenance import ProvenanceItem
 from linkd.core.replication import in_prefix, map_name
 
 # -- a report of one partition ---------------------------------------------------------
@@ -122,7 +122,7 @@ def partition_histories(state: ClusterState, topic: str) -> list[dict[str, Any]]
     t = state.topic(topic)
     out: list[dict[str, Any]] = []
     for p, log in enumerate(t.partitions):
-        entries = [ProvenanceItem.from_entry(e).to_dict() for e in t.provenance.get(p, [])]
+        entries = [e.report() for e in t.provenance.get(p, [])]
         for entry in entries:
             entry["link_name"] = link_name_of(state, entry["link_id"])
         out.append(
@@ -477,12 +477,9 @@ def apply_recovery(
         removed = log.log_end_offset - row.truncate_to
         log.truncate_to(row.truncate_to)
         effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
-        record = {
-            "type": "provenance",
-            "name": row.topic,
-            "partition": row.partition,
-            "entry": {"truncated_to": row.truncate_to, "link_id": link_id, "removed": removed},
-        }
+        record = ProvenanceItem.truncated(row.truncate_to, link_id, removed).journal_record(
+            row.topic, row.partition
+        )
         state.apply_record(record)
         records.append(record)
     for cut in plan.groups:

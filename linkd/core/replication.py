@@ -36,6 +36,7 @@ from linkd.core.links import LinkConfig, Mapping
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.topic_config import (
     CLUSTER_LOCAL_KEYS,
     validate_configs,
@@ -223,23 +224,16 @@ def provenance_entry(
     last = entries[-1] if entries else None
     if (
         last is not None
-        and "start" in last
-        and last["link_id"] == config.link_id
-        and last["link_epoch"] == config.link_epoch
+        and last.kind is ProvenanceKind.START
+        and last.link_id == config.link_id
+        and last.link_epoch == config.link_epoch
     ):
         return []
     start = state.partition(topic_name, partition).log_end_offset
-    record = {
-        "type": "provenance",
-        "name": topic_name,
-        "partition": partition,
-        "entry": {
-            "start": start,
-            "source": config.remote_cluster_id,
-            "link_id": config.link_id,
-            "link_epoch": config.link_epoch,
-        },
-    }
+    item = ProvenanceItem.attached(
+        start, config.remote_cluster_id, config.link_id, config.link_epoch
+    )
+    record = item.journal_record(topic_name, partition)
     state.apply_record(record)
     return [record]
 
@@ -260,14 +254,15 @@ def detach_provenance(
         for p, log in enumerate(topic.partitions):
             entries = topic.provenance.get(p, [])
             last = entries[-1] if entries else None
-            if last is not None and "detached_at" in last and last["link_id"] == config.link_id:
+            if (
+                last is not None
+                and last.kind is ProvenanceKind.DETACHED
+                and last.link_id == config.link_id
+            ):
                 continue
-            record = {
-                "type": "provenance",
-                "name": name,
-                "partition": p,
-                "entry": {"detached_at": log.log_end_offset, "link_id": config.link_id},
-            }
+            record = ProvenanceItem.detached(log.log_end_offset, config.link_id).journal_record(
+                name, p
+            )
             state.apply_record(record)
             records.append(record)
     return records
@@ -377,18 +372,14 @@ def truncate_replica(
     effects: list[Effect] = [TruncateLog(topic.topic_id, partition, boundary)]
     if config is not None:
         moved = clamp_replicated_offsets(state, topic_name, partition, boundary)
-        record = {
-            "type": "provenance",
-            "name": topic_name,
-            "partition": partition,
-            "entry": {
-                "truncated_to": boundary,
-                "link_id": config.link_id,
-                "removed": removed,
-                "reason": "diverged",
-                "offsets_moved": [[g, old_offset] for g, old_offset, _r in moved],
-            },
-        }
+        item = ProvenanceItem.truncated(
+            boundary,
+            config.link_id,
+            removed,
+            "diverged",
+            tuple((g, old_offset) for g, old_offset, _r in moved),
+        )
+        record = item.journal_record(topic_name, partition)
         state.apply_record(record)
         effects.append(Journal((record, *[r for _g, _o, r in moved])))
     return effects
@@ -444,13 +435,11 @@ def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[
     """How many provenance entries a partition has, and the latest one."""
     t = state.topics.get(topic)
     entries = t.provenance.get(partition, []) if t is not None else []
-    last = entries[-1] if entries else {}
+    last = entries[-1] if entries else None
     return {
         "provenance_entries": len(entries),
-        "provenance_start_offset": int(
-            last.get("start", last.get("detached_at", last.get("truncated_to", -1)))
-        ),
-        "provenance_source": str(last.get("source", "")),
+        "provenance_start_offset": last.offset if last is not None else -1,
+        "provenance_source": last.source if last is not None else "",
     }
 
 

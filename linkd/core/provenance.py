@@ -1,0 +1,131 @@
+"""Provenance entries: where ranges of a partition's offsets came from (spec section 8).
+
+Each partition keeps its history as a list of `ProvenanceItem`s, in order:
+- START: from `offset` on, the records are copies of `source`'s, over the
+  link `link_id` in its epoch `link_epoch`;
+- DETACHED: the link's data ends at `offset` (later offsets were written here);
+- TRUNCATED: the log was cut back to `offset`, `removed` records gone (by a
+  recovery, or `reason` "diverged": a follower cut where its log parted from
+  its source's, moving the committed offsets `offsets_moved` back).
+
+The journal stores each entry in the form it has always had (a JSON object
+told apart by its keys: `start`, `detached_at` or `truncated_to`), so data
+dirs written before entries were typed load unchanged, and `to_entry` writes
+the same form back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class ProvenanceKind(StrEnum):
+    START = "start"
+    DETACHED = "detached"
+    TRUNCATED = "truncated"
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceItem:
+    kind: ProvenanceKind
+    offset: int
+    source: str = ""
+    link_id: str = ""
+    link_epoch: int = 0
+    removed: int = 0
+    reason: str = ""
+    offsets_moved: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, ProvenanceKind):
+            object.__setattr__(self, "kind", ProvenanceKind(self.kind))
+        assert self.offset >= 0, f"provenance offset below 0: {self!r}"
+        assert self.removed >= 0, f"provenance removed below 0: {self!r}"
+
+    @classmethod
+    def attached(cls, start: int, source: str, link_id: str, link_epoch: int) -> ProvenanceItem:
+        return cls(ProvenanceKind.START, start, source, link_id, link_epoch)
+
+    @classmethod
+    def detached(cls, at: int, link_id: str) -> ProvenanceItem:
+        return cls(ProvenanceKind.DETACHED, at, link_id=link_id)
+
+    @classmethod
+    def truncated(
+        cls,
+        to: int,
+        link_id: str,
+        removed: int,
+        reason: str = "",
+        offsets_moved: tuple[tuple[str, int], ...] = (),
+    ) -> ProvenanceItem:
+        return cls(
+            ProvenanceKind.TRUNCATED,
+            to,
+            link_id=link_id,
+            removed=removed,
+            reason=reason,
+            offsets_moved=offsets_moved,
+        )
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
+        """The journal's form (see the module docstring)."""
+        if "start" in entry:
+            return cls.attached(
+                int(entry["start"]),
+                str(entry.get("source", "")),
+                str(entry.get("link_id", "")),
+                int(entry.get("link_epoch", 0)),
+            )
+        if "detached_at" in entry:
+            return cls.detached(int(entry["detached_at"]), str(entry.get("link_id", "")))
+        if "truncated_to" in entry:
+            return cls.truncated(
+                int(entry["truncated_to"]),
+                str(entry.get("link_id", "")),
+                int(entry.get("removed", 0)),
+                str(entry.get("reason", "")),
+                tuple((str(g), int(o)) for g, o in entry.get("offsets_moved", [])),
+            )
+        raise ValueError(f"not a provenance entry: {entry!r}")
+
+    def to_entry(self) -> dict[str, Any]:
+        """The journal's form; `from_entry(item.to_entry()) == item`."""
+        if self.kind is ProvenanceKind.START:
+            return {
+                "start": self.offset,
+                "source": self.source,
+                "link_id": self.link_id,
+                "link_epoch": self.link_epoch,
+            }
+        if self.kind is ProvenanceKind.DETACHED:
+            return {"detached_at": self.offset, "link_id": self.link_id}
+        entry: dict[str, Any] = {
+            "truncated_to": self.offset,
+            "link_id": self.link_id,
+            "removed": self.removed,
+        }
+        if self.reason:
+            entry["reason"] = self.reason
+            entry["offsets_moved"] = [[g, o] for g, o in self.offsets_moved]
+        return entry
+
+    def journal_record(self, topic: str, partition: int) -> dict[str, Any]:
+        entry = self.to_entry()
+        return {"type": "provenance", "name": topic, "partition": partition, "entry": entry}
+
+    def report(self) -> dict[str, Any]:
+        """The form `GetProvenance` answers with (admin_pb2.ProvenanceEntry's fields)."""
+        return {
+            "kind": self.kind.value,
+            "offset": self.offset,
+            "source_cluster_id": self.source,
+            "link_id": self.link_id,
+            "link_epoch": self.link_epoch,
+            "removed_records": self.removed,
+            "reason": self.reason,
+            "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
+        }

@@ -1,0 +1,89 @@
+"""A data dir written before provenance entries were typed still loads.
+
+`tests/data/datadir-2026-11/` holds cluster C of the disaster-recovery story
+(tests/test_recovery_e2e.py) as the daemon wrote it on 2026-11-25, killed
+with SIGKILL: `journal/` has every metadata record in the journal,
+`snapshot/` the same state as a snapshot. A daemon of today starts on a copy
+of each and reports the same history through `ccr-admin provenance` and the
+same records.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_links_e2e import cli_json, high_watermarks, read_all
+
+from linkd.core.cluster import ClusterState
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
+
+DATA = Path(__file__).resolve().parent / "data" / "datadir-2026-11"
+
+EXPECTED = [
+    ("start", 0, "A", 2),
+    ("detached", 15, "", 0),
+    ("truncated", 10, "", 0),
+    ("start", 10, "B", 1),
+    ("start", 13, "B", 2),
+]
+
+
+@pytest.mark.parametrize("form", ["journal", "snapshot"])
+def test_a_data_dir_of_the_old_format_loads_with_its_history(
+    daemon_factory: Any, tmp_path: Path, form: str
+) -> None:
+    data_dir = tmp_path / "C"
+    shutil.copytree(DATA / form, data_dir)
+    c = daemon_factory("C", data_dir=data_dir)
+    report = cli_json(c.bootstrap, "provenance", "orders-dr")
+    entries = report["partitions"][0]["provenance"]
+    got = [(e["kind"], e["offset"], e["source_cluster_id"], e["link_epoch"]) for e in entries]
+    assert got == EXPECTED
+    assert entries[2]["removed_records"] == 5
+    assert high_watermarks(c.bootstrap, "orders-dr") == [15]
+    values = [v for _p, _o, _k, v, _t in read_all(c.bootstrap, "orders-dr")]
+    assert values[:10] == [f"a-{i}".encode() for i in range(10)]
+    assert values[10:13] == [f"b-{i}".encode() for i in range(3)]
+
+
+def test_journal_entries_of_every_old_form_become_typed_items() -> None:
+    state = ClusterState("C")
+    state.apply_record(
+        {"type": "topic_create", "name": "t", "topic_id": "id-t", "partitions": 1, "configs": {}}
+    )
+    old_entries: list[dict[str, Any]] = [
+        {"start": 0, "source": "A", "link_id": "L1", "link_epoch": 3},
+        {"detached_at": 7, "link_id": "L1"},
+        {"truncated_to": 5, "link_id": "L2", "removed": 2},
+        {
+            "truncated_to": 4,
+            "link_id": "L2",
+            "removed": 1,
+            "reason": "diverged",
+            "offsets_moved": [["g1", 5]],
+        },
+    ]
+    for entry in old_entries:
+        state.apply_record({"type": "provenance", "name": "t", "partition": 0, "entry": entry})
+    items = state.topics["t"].provenance[0]
+    assert all(isinstance(i, ProvenanceItem) for i in items)
+    assert [i.kind for i in items] == [
+        ProvenanceKind.START,
+        ProvenanceKind.DETACHED,
+        ProvenanceKind.TRUNCATED,
+        ProvenanceKind.TRUNCATED,
+    ]
+    assert items[3].offsets_moved == (("g1", 5),) and items[3].reason == "diverged"
+    # The stored form is the old one, so older daemons read what we write.
+    assert [i.to_entry() for i in items] == old_entries
+    restored = ClusterState("C")
+    restored.restore(state.snapshot())
+    assert restored.topics["t"].provenance[0] == items
+
+
+def test_a_bad_entry_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="not a provenance entry"):
+        ProvenanceItem.from_entry({"begin": 3})
