@@ -21,7 +21,7 @@ from linkd.core import link_admin, recovery
 from linkd.core.cluster import DanglingTxn
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
-from linkd.core.links import Mapping
+from linkd.core.links import LinkMode, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_errors import abort_with_error
 from linkd.mirror_links import MirrorLinkManager
@@ -526,7 +526,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
         summary = link_admin.link_summary(self.node.state, name, self.node.clock())
         config = summary.config
-        mode = admin_pb2.SYNC if config.mode == "SYNC" else admin_pb2.ASYNC
+        mode = admin_pb2.SYNC if config.mode == LinkMode.SYNC else admin_pb2.ASYNC
         direction = (
             admin_pb2.LOCAL_DIALS
             if config.connection_direction == "local_dials"

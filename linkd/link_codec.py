@@ -20,7 +20,7 @@ from linkd.core import histories
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import Field, LinkConfig, Mapping, MappingKey, Version
+from linkd.core.links import Field, Leader, LinkConfig, Mapping, MappingKey, MappingType, Version
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.requests import PartitionsDescription
 
@@ -66,14 +66,16 @@ def config_of(view: replication_pb2.LinkConfigView) -> LinkConfig:
     fields = {f.name: Field(f.value, _version(f.version)) for f in view.fields}
     mappings = {}
     for m in view.mappings:
+        try:
+            kind, leader = MappingType(m.resource_type), Leader(m.leader)
+        except ValueError as exc:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {view.name!r}",
+                f"link {view.name!r}: the remote sent a mapping this side cannot read: {exc}",
+            ) from exc
         mapping = Mapping(
-            m.resource_type,
-            m.local_prefix,
-            m.remote_prefix,
-            m.leader,
-            m.attached,
-            _version(m.version),
-            m.note,
+            kind, m.local_prefix, m.remote_prefix, leader, m.attached, _version(m.version), m.note
         )
         mappings[mapping.key] = mapping
     return LinkConfig(

@@ -48,6 +48,7 @@ from linkd.core.cluster import (
     WaitMark,
     pick_offset_in_batch,
 )
+from linkd.core.effects import journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
 from linkd.core.namespaces import Namespace, ResourceType
@@ -695,19 +696,19 @@ class ClusterNode:
         records = self.state.groups.commit_offsets(
             group_id, generation_id, member_id, offsets, self.clock()
         )
-        await self.execute([Journal(tuple(records))] if records else [])
+        await self.execute(journal(records))
 
     async def delete_group(self, group_id: str) -> None:
         self.check_ready()
         self.state.check_group_writable(group_id, "delete")
         records = self.state.groups.delete_group(group_id)
-        await self.execute([Journal(tuple(records))] if records else [])
+        await self.execute(journal(records))
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
         self.check_ready()
         self.state.check_group_writable(group_id, "delete offsets of")
         records = self.state.groups.delete_offsets(group_id, partitions)
-        await self.execute([Journal(tuple(records))] if records else [])
+        await self.execute(journal(records))
 
     # -- validation only (Kafka's validate_only requests) ---------------------------------
 
@@ -730,13 +731,13 @@ class ClusterNode:
     ) -> Namespace:
         self.check_ready()
         records = self.state.namespaces.create(resource_type, prefix, reserved)
-        await self.execute([Journal(tuple(records))] if records else [])
+        await self.execute(journal(records))
         return self.state.namespaces.get(resource_type, prefix)
 
     async def delete_namespace(self, resource_type: ResourceType | int, prefix: str) -> None:
         self.check_ready()
         records = self.state.namespaces.delete(resource_type, prefix)
-        await self.execute([Journal(tuple(records))] if records else [])
+        await self.execute(journal(records))
 
     # -- ACLs ---------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig, LinkMode
 from linkd.core.requests import (
     DescribePartitions,
     Handshake,
@@ -360,7 +360,7 @@ class LinkRunner:
                 sent.sent_ms,
             )
         )
-        if bool(fetched.sync_state) != (config.mode == "SYNC"):
+        if bool(fetched.sync_state) != (config.mode == LinkMode.SYNC):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake.
             self._last_handshake = None

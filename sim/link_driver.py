@@ -45,7 +45,7 @@ from linkd.core import cluster as core
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig
+from linkd.core.links import LinkConfig, LinkMode
 from linkd.core.requests import Handshake
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue, Timer
@@ -412,7 +412,7 @@ class LinkDriver:
         self, answer: rounds.FetchAnswer, request: rounds.FetchRequest, sizes: Sizes
     ) -> None:
         config = self._config()
-        if config is not None and bool(answer.sync_state) != (config.mode == "SYNC"):
+        if config is not None and bool(answer.sync_state) != (config.mode == LinkMode.SYNC):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake (LinkRunner._pull).
             self.timers.handshake_ms = None

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from linkd.core import cluster as core
 from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkMode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from linkd.core.requests import Execute, Request, Sleep
@@ -288,7 +289,7 @@ class Operators:
         state = self.world.clusters[cluster].state
         now = self.world.queue.now_ms
         config = state.links.configs.get(link)
-        switching = config is not None and config.mode != "SYNC" and mode.upper() == "SYNC"
+        switching = config is not None and config.mode != LinkMode.SYNC and mode.upper() == "SYNC"
         before = state.links.state_name(link) if config is not None else ""
         behind = state.links.lagging_partitions(link, now) if config is not None else []
 

@@ -42,7 +42,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits, LinkState
+from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut
 from sim import checkers, network, seeds, status_checks, topology
@@ -282,7 +282,7 @@ class Simulation:
                             m.resource_type, m.local_prefix, m.remote_prefix, m.leader
                         )
                         for m in config.attached_mappings()
-                        if m.resource_type in ("topic", "group")
+                        if m.resource_type in (MappingType.TOPIC, MappingType.GROUP)
                     ),
                 )
         return moves.View(
@@ -496,7 +496,7 @@ class Simulation:
         def retry(_result: Any, error: ClusterError | None) -> None:
             node = self.clusters[cluster]
             config = node.links.configs.get(name)
-            if config is not None and config.mode == "SYNC":
+            if config is not None and config.mode == LinkMode.SYNC:
                 return
             if self.queue.now_ms + self.scenario.run.tick_interval_ms >= (
                 self.scenario.run.duration_ms
@@ -872,7 +872,7 @@ class Simulation:
                 remote = self.clusters.get(config.remote_cluster_id)
                 if remote is None or not remote.up or remote.cluster_id in self.lost_for_good:
                     continue
-                settled = "IN_SYNC" if config.mode == "SYNC" else "FOLLOWING"
+                settled = "IN_SYNC" if config.mode == LinkMode.SYNC else "FOLLOWING"
                 state = node.links.state_name(name)
                 if state != settled or link_admin.follower_lag(node.state, name, now):
                     if state in ("CATCHING_UP", "SYNCING", "OUT_OF_SYNC") and node.links.explained(

@@ -40,7 +40,15 @@ from linkd.core.effects import (
 from linkd.core.effects import journal as _journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupCoordinator
-from linkd.core.links import LinkConfig, LinkState, LinkTable, in_prefix
+from linkd.core.links import (
+    LinkConfig,
+    LinkMode,
+    LinkState,
+    LinkTable,
+    MappingType,
+    Role,
+    in_prefix,
+)
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
@@ -442,7 +450,7 @@ class ClusterState:
             led: set[tuple[str, int]] = set()
             runtime = self.links.runtime.get(name)
             leads = any(
-                m.local_role == "leader" and m.resource_type == "topic"
+                m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
                 for m in config.attached_mappings()
             )
             if not leads and (runtime is None or not runtime.led_partitions):
@@ -562,7 +570,7 @@ class ClusterState:
                 config = self.links.configs[link]
                 runtime = self.links.runtime.get(link)
                 if (
-                    config.mode == "SYNC"
+                    config.mode == LinkMode.SYNC
                     and runtime is not None
                     and config.mapping_for(group_id, "leader", "group") is not None
                     and runtime.local_sync is not LinkState.IN_SYNC

@@ -46,7 +46,16 @@ from linkd.core import undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, LinkState, Mapping, MappingKey, in_prefix
+from linkd.core.links import (
+    Leader,
+    LinkConfig,
+    LinkState,
+    Mapping,
+    MappingKey,
+    MappingType,
+    Role,
+    in_prefix,
+)
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.replication import (
     detach_provenance,
@@ -89,7 +98,7 @@ def mapping_conflict(
         if undo.undone(5):
             break  # the old rules: overlaps on one link went unchecked
         if overlaps(candidate.local_prefix, o.local_prefix):
-            if candidate.local_role == o.local_role == "follower":
+            if candidate.local_role == o.local_role == Role.FOLLOWER:
                 why = "two source names could map to one follower name"
             elif candidate.local_role == o.local_role:
                 why = "a name would be led twice over the link"
@@ -106,7 +115,7 @@ def mapping_conflict(
                 f"overlaps remote prefix {o.remote_prefix!r} of {_name(o)} on link "
                 f"{link_name!r}: one name on the remote would belong to both mappings",
             )
-    if candidate.local_role == "follower":
+    if candidate.local_role == Role.FOLLOWER:
         kind = ResourceType.parse(candidate.resource_type)
         for ns in state.namespaces.list(kind):
             following = ns.follower_link
@@ -181,7 +190,9 @@ def check_attach(
             f"prefix {current.remote_prefix!r}, leader {current.leader}); "
             "detach it first",
         )
-    mapping = Mapping(kind.label, local_prefix, remote_prefix, leader, True, (0, 0, ""))
+    mapping = Mapping(
+        MappingType(kind.label), local_prefix, remote_prefix, Leader(leader), True, (0, 0, "")
+    )
     conflict = mapping_conflict(state, link_name, mapping, config.attached_mappings())
     if conflict is not None:
         raise ClusterError(conflict.code, ns.name, f"cannot attach: {conflict.message}")
@@ -793,7 +804,7 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
     listed = state.links.runtime[link_name].topics_known_at_ms
     out = Failover(effects, rows, abandoned, [], [], listed or 0)
     for mapping in list(config.attached_mappings()):
-        if mapping.local_role != "follower":
+        if mapping.local_role != Role.FOLLOWER:
             continue
         detached = versioned(state, replace(mapping, attached=False, note=""), now_ms)
         effects += put_mapping(state, link_name, detached, now_ms)

@@ -47,7 +47,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, MappingKey, holds_back
+from linkd.core.links import LinkConfig, LinkMode, MappingKey, holds_back
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
@@ -543,7 +543,7 @@ def serve_replica_fetch(
                 entry.records = data
                 entry.size_bytes = size
                 answer.total_bytes += size
-    if config.mode == "SYNC":
+    if config.mode == LinkMode.SYNC:
         # The fetch offsets acknowledge: the high watermarks may move, and the
         # follower learns where they moved to in this very answer.
         answer.hw_moved = state.refresh_high_watermarks()

@@ -63,6 +63,33 @@ STATE_HISTORY_MAX = 32
 MAX_TOMBSTONES = 1_000
 
 
+class MappingType(enum.StrEnum):
+    """What a mapping maps. A StrEnum: equal to (and journalled as) its value."""
+
+    TOPIC = "topic"
+    GROUP = "group"
+    PRINCIPAL = "principal"
+
+
+class Leader(enum.StrEnum):
+    """Which side of a link leads a mapping."""
+
+    LOCAL = "local"
+    REMOTE = "remote"
+
+
+class Role(enum.StrEnum):
+    """This side's role in a mapping."""
+
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class LinkMode(enum.StrEnum):
+    ASYNC = "ASYNC"
+    SYNC = "SYNC"
+
+
 class LinkState(enum.Enum):
     DISCONNECTED = "DISCONNECTED"
     CATCHING_UP = "CATCHING_UP"
@@ -109,15 +136,21 @@ class Hlc:
 class Mapping:
     """A namespace mapping, from this cluster's point of view."""
 
-    resource_type: str  # "topic" | "group" | "principal"
+    resource_type: MappingType
     local_prefix: str
     remote_prefix: str
-    leader: str  # "local" | "remote"
+    leader: Leader
     attached: bool
     version: Version
     # Why a side detached it by itself (it could not honour the mapping: see
     # `link_admin.refuse_unattachable`); "" otherwise. Travels with the mapping.
     note: str = ""
+
+    def __post_init__(self) -> None:
+        # Strings from the journal, the wire or a caller become the enums
+        # (an unknown value fails here, naming it).
+        object.__setattr__(self, "resource_type", MappingType(self.resource_type))
+        object.__setattr__(self, "leader", Leader(self.leader))
 
     @property
     def key(self) -> MappingKey:
@@ -133,23 +166,23 @@ class Mapping:
         return (self.resource_type, self.remote_prefix, self.local_prefix)
 
     @property
-    def local_role(self) -> str:
-        return "leader" if self.leader == "local" else "follower"
+    def local_role(self) -> Role:
+        return Role.LEADER if self.leader is Leader.LOCAL else Role.FOLLOWER
 
     def swapped(self) -> Mapping:
         return replace(
             self,
             local_prefix=self.remote_prefix,
             remote_prefix=self.local_prefix,
-            leader="remote" if self.leader == "local" else "local",
+            leader=Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
         )
 
     def to_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
-            "type": self.resource_type,
+            "type": self.resource_type.value,
             "local": self.local_prefix,
             "remote": self.remote_prefix,
-            "leader": self.leader,
+            "leader": self.leader.value,
             "attached": self.attached,
             "version": list(self.version),
         }
@@ -161,10 +194,10 @@ class Mapping:
     def from_record(cls, r: dict[str, Any]) -> Mapping:
         v = r["version"]
         return cls(
-            r["type"],
+            MappingType(r["type"]),
             r["local"],
             r["remote"],
-            r["leader"],
+            Leader(r["leader"]),
             bool(r["attached"]),
             (int(v[0]), int(v[1]), str(v[2])),
             str(r.get("note", "")),
@@ -195,8 +228,8 @@ class LinkConfig:
         return f.value if f is not None else ""
 
     @property
-    def mode(self) -> str:
-        return self.value("mode") or "ASYNC"
+    def mode(self) -> LinkMode:
+        return LinkMode(self.value("mode") or LinkMode.ASYNC)
 
     def attached_mappings(self) -> list[Mapping]:
         return [m for m in self.mappings.values() if m.attached]
@@ -520,7 +553,7 @@ class LinkTable:
         ]
         config = self.configs.get(name)
         follows = config is not None and any(
-            m.local_role == "follower" and m.resource_type == "topic"
+            m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
             for m in config.attached_mappings()
         )
         if follows and not self.rounds_fresh(name, now_ms):
@@ -946,7 +979,7 @@ class LinkTable:
             config = self.configs[name]
             runtime = self.runtime.get(name)
             if (
-                config.mode == "SYNC"
+                config.mode == LinkMode.SYNC
                 and runtime is not None
                 and config.mapping_for(topic, "leader") is not None
             ):
@@ -960,7 +993,7 @@ class LinkTable:
             config = self.configs[link]
             runtime = self.runtime.get(link)
             if (
-                config.mode == "SYNC"
+                config.mode == LinkMode.SYNC
                 and runtime is not None
                 and runtime.state is LinkState.SYNCING
                 and config.mapping_for(name, "follower", resource_type) is not None
@@ -997,7 +1030,7 @@ class LinkTable:
         connected = contact is not None and now_ms - contact <= self.limits.session_timeout_ms
         if not connected:
             runtime.round_done = False
-        if config is not None and config.mode == "SYNC":
+        if config is not None and config.mode == LinkMode.SYNC:
             new = self._sync_state(config, runtime, connected, now_ms)
         elif not connected:
             runtime.local_sync = None
@@ -1014,7 +1047,7 @@ class LinkTable:
                 for p in runtime.partitions.values()
             )
             follows = config is not None and any(
-                m.local_role == "follower" and m.resource_type == "topic"
+                m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
                 for m in config.attached_mappings()
             )
             if follows and not self.rounds_fresh(name, now_ms):
@@ -1059,11 +1092,11 @@ class LinkTable:
         it leads, combined with the remote's verdict on what this side follows."""
         lag_ms_max = self.limits.replica_lag_time_max_ms
         leads = any(
-            m.local_role == "leader" and m.resource_type == "topic"
+            m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
             for m in config.attached_mappings()
         )
         follows = any(
-            m.local_role == "follower" and m.resource_type == "topic"
+            m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
             for m in config.attached_mappings()
         )
         local: LinkState | None = None

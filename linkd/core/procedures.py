@@ -43,7 +43,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, Mapping, in_prefix
+from linkd.core.links import LinkConfig, Mapping, MappingType, in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
     Call,
@@ -427,7 +427,7 @@ def recover(
     remote_groups: recovery.RemoteGroupOffsets = {}
     remote_id = config.remote_cluster_id
     what = f"link {link_name!r}: describing partitions"
-    topics = [m for m in mappings if m.resource_type == "topic"]
+    topics = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     for m in topics:
         request = DescribePartitions(config.link_id, m.remote_prefix)
         reply: Reply = yield Call(address, request, what)
@@ -435,7 +435,7 @@ def recover(
         assert isinstance(description, PartitionsDescription)
         remote.update(description.partitions)
         remote_id = description.cluster_id
-    for m in (m for m in mappings if m.resource_type == "group"):
+    for m in (m for m in mappings if m.resource_type == MappingType.GROUP):
         reply = yield Call(
             address,
             DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True),
@@ -482,7 +482,7 @@ def recover(
                 "reserved; fix that and attach it, or run recover again"
             )
             yield Note("warning", f"link {link_name!r}: recovery: {notes[-1]}")
-            if m.resource_type == "topic":
+            if m.resource_type == MappingType.TOPIC:
                 # It follows nothing now: what the cut left open never ends.
                 now = yield Now()
                 aborts = admin.abort_unfollowed(state, [m.local_prefix], now)
@@ -557,8 +557,8 @@ def reverse(
     def abort() -> Generator[Request, Any, str]:
         # Reserving aborted them; a namespace reserved before still may hold some.
         now: int = yield Now()
-        prefixes = [m.local_prefix for m in leaders if m.resource_type == "topic"]
-        groups = [m.local_prefix for m in leaders if m.resource_type == "group"]
+        prefixes = [m.local_prefix for m in leaders if m.resource_type == MappingType.TOPIC]
+        groups = [m.local_prefix for m in leaders if m.resource_type == MappingType.GROUP]
         more, effects = state.abort_transactions_in(prefixes, now, groups)
         yield Execute(tuple(effects))
         ids = aborted + more
@@ -571,7 +571,7 @@ def reverse(
             for m in leaders:
                 request = (
                     DescribePartitions(config.link_id, m.remote_prefix)
-                    if m.resource_type == "topic"
+                    if m.resource_type == MappingType.TOPIC
                     else DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True)
                 )
                 reply: Reply = yield Call(address, request, f"link {link_name!r}: describing")

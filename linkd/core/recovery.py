@@ -37,7 +37,7 @@ from linkd.core.histories import (
     cut_offset,
     local_side,
 )
-from linkd.core.links import LinkConfig, Mapping
+from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.replication import in_prefix, map_name
@@ -347,7 +347,7 @@ def plan_recovery(
             f"{config.value('remote_bootstrap')} is cluster {remote_cluster_id!r}",
         )
     rows: list[PartitionRow] = []
-    topic_maps = [m for m in mappings if m.resource_type == "topic"]
+    topic_maps = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     for m in topic_maps:
         for topic, p in namespace_partitions(state, m.local_prefix):
             # The longest local prefix owns a topic, as the link's mappings do.
@@ -401,9 +401,9 @@ def _leader_offsets(
     """The new leader's committed offsets under this side's names, for the
     groups of the recovered group namespaces (on topics of the recovered topic
     namespaces); -1 where it has none."""
-    topic_maps = [m for m in mappings if m.resource_type == "topic"]
+    topic_maps = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     out: dict[tuple[str, str, int], int] = {}
-    for m in (m for m in mappings if m.resource_type == "group"):
+    for m in (m for m in mappings if m.resource_type == MappingType.GROUP):
         for group, topic, p, _offset in committed_in(state, m.local_prefix):
             remote_topic = remote_topic_of(topic, topic_maps)
             if remote_topic is None:
@@ -456,7 +456,7 @@ def reserve_and_abort(
         else:
             records += state.namespaces.set_reserved(kind, m.local_prefix, True)
     effects: list[Effect] = [Journal(tuple(records))] if records else []
-    prefixes = [m.local_prefix for m in mappings if m.resource_type == "topic"]
+    prefixes = [m.local_prefix for m in mappings if m.resource_type == MappingType.TOPIC]
     aborted, more = state.abort_transactions_in(prefixes, now_ms)
     return aborted, effects + more
 
@@ -559,7 +559,14 @@ def check_can_follow(
             if current is not None:
                 kept.pop(current.key, None)
         planned.append(
-            Mapping(m.resource_type, m.local_prefix, m.remote_prefix, "remote", True, (0, 0, ""))
+            Mapping(
+                MappingType(m.resource_type),
+                m.local_prefix,
+                m.remote_prefix,
+                Leader.REMOTE,
+                True,
+                (0, 0, ""),
+            )
         )
     for i, candidate in enumerate(planned):
         others = [*kept.values(), *planned[:i]]
@@ -594,7 +601,7 @@ def reverse_mappings(state: ClusterState, link_name: str) -> tuple[str, list[Rec
     leaders = [
         RecoveryMapping(m.resource_type, m.local_prefix, m.remote_prefix)
         for m in config.attached_mappings()
-        if m.local_role == "leader" and m.resource_type in ("topic", "group")
+        if m.local_role == Role.LEADER and m.resource_type in (MappingType.TOPIC, MappingType.GROUP)
     ]
     if not leaders:
         raise ClusterError(
@@ -623,12 +630,12 @@ def reverse_missing(state: ClusterState, remote: list[RemoteCopy]) -> tuple[int,
     its high watermark, and every committed offset of the leader group
     namespaces (on a mapped topic) is there too. Returns (partitions
     checked, what is still missing, one line each)."""
-    topics = [r.mapping for r in remote if r.mapping.resource_type == "topic"]
+    topics = [r.mapping for r in remote if r.mapping.resource_type == MappingType.TOPIC]
     missing: list[str] = []
     total = 0
     for copy in remote:
         m = copy.mapping
-        if m.resource_type == "topic":
+        if m.resource_type == MappingType.TOPIC:
             for topic, p in namespace_partitions(state, m.local_prefix):
                 leo = state.partition(topic, p).log_end_offset
                 total += 1

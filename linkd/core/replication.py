@@ -32,7 +32,7 @@ from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, Mapping
+from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
@@ -119,7 +119,7 @@ def plan_replica_fetch(
     # ASYNC followers copy what the source acknowledged; SYNC followers copy to
     # the log end, and their next fetch offset is the acknowledgement the
     # source high watermark waits for (spec section 5).
-    upper = log.log_end_offset if config.mode == "SYNC" else log.high_watermark
+    upper = log.log_end_offset if config.mode == LinkMode.SYNC else log.high_watermark
     return ReplicaFetchPlan(
         offset,
         max(upper, offset),
@@ -245,7 +245,7 @@ def detach_provenance(
     topics records where the link's data ends (spec section 8), unless its
     history already ends that way."""
     records: list[dict[str, Any]] = []
-    if mapping.resource_type != "topic" or mapping.local_role != "follower":
+    if mapping.resource_type != MappingType.TOPIC or mapping.local_role != Role.FOLLOWER:
         return records
     for name in sorted(state.topics):
         if not in_prefix(name, mapping.local_prefix) or name.startswith("_"):
@@ -335,7 +335,7 @@ def follow_source_high_watermarks(
     invariant 5). Returns whether any HW moved."""
     config = state.links.configs.get(link_name)
     logs = [(state.partition(t, p), t, p, hw) for t, p, hw in caps]
-    if config is not None and config.mode == "SYNC":
+    if config is not None and config.mode == LinkMode.SYNC:
         if any(log.log_end_offset < hw for log, _t, _p, hw in logs):
             return False
     moved = False
@@ -419,7 +419,7 @@ def follower_mappings(config: LinkConfig, resource_type: str = "topic") -> list[
     return [
         m
         for m in config.attached_mappings()
-        if m.resource_type == resource_type and m.local_role == "follower"
+        if m.resource_type == resource_type and m.local_role == Role.FOLLOWER
     ]
 
 
@@ -427,7 +427,7 @@ def leader_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Ma
     return [
         m
         for m in config.attached_mappings()
-        if m.resource_type == resource_type and m.local_role == "leader"
+        if m.resource_type == resource_type and m.local_role == Role.LEADER
     ]
 
 
