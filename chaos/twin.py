@@ -201,7 +201,7 @@ def to_scenario(run: RealRun) -> sc.Scenario:
             source, follower = _ends(s, args[0])
             pending = open_faults.setdefault(args[0], [])
             if op == "cut" and args[1] == "both":
-                pending.append((at, sc.FaultSpec(at, "partition", (source,), (follower,))))
+                pending.append((at, sc.FaultSpec(at, "split", (source,), (follower,))))
             elif op == "cut":
                 # The proxy's "a->b" is follower -> source.
                 frm, to = (follower, source) if args[1] == "a->b" else (source, follower)

@@ -214,7 +214,7 @@ class Scenario:
 
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # kind: keys it uses (besides at_ms and kind)
-    "partition": ("side_a", "side_b", "duration_ms"),
+    "split": ("side_a", "side_b", "duration_ms"),
     "one_way": ("side_a", "side_b", "duration_ms"),
     "bridge": ("side_a", "side_b", "bridge", "duration_ms"),
     "isolate": ("node", "duration_ms"),
@@ -226,6 +226,12 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "pause": ("node", "duration_ms"),
     "resume": ("node",),
     "unclean_election": ("node", "topic", "partition", "records"),
+}
+
+# Kinds that were renamed, and what to write instead.
+RENAMED_KINDS = {
+    "partition": "'split' (a network split between two sides; 'partition' is a Kafka "
+    "topic's partition)",
 }
 
 ACTION_KINDS: dict[str, tuple[str, ...]] = {
@@ -441,6 +447,8 @@ def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items
         if not isinstance(item, dict):
             raise ScenarioError(f"{here}: expected a table")
         kind = item.get("kind")
+        if kind in RENAMED_KINDS and kind not in kinds:
+            raise ScenarioError(f"{here}: kind = {kind!r} is now {RENAMED_KINDS[kind]}")
         if kind not in kinds:
             raise ScenarioError(f"{here}: kind = {kind!r} is not one of {', '.join(kinds)}")
         if "at_ms" not in item:

@@ -360,14 +360,14 @@ class Simulation:
             return
         rng = self.fault_rng
         duration = max(100, round(rng.expovariate(1 / ops.fault_duration_ms)))
-        kind = rng.choice(("partition", "isolate", "pause", "crash", "one_way"))
+        kind = rng.choice(("split", "isolate", "pause", "crash", "one_way"))
         a = rng.choice(self.cluster_ids)
         others = [c for c in self.cluster_ids if c != a]
         b = rng.choice(others) if others else a
         now = self.queue.now_ms
         if kind == "crash":
             self._crash_for(a, duration)
-        elif kind in ("partition", "one_way") and others:
+        elif kind in ("split", "one_way") and others:
             self.fault(FaultSpec(now, kind, side_a=(a,), side_b=(b,), duration_ms=duration))
         elif kind in ("isolate", "pause"):
             self.fault(FaultSpec(now, kind, node=a, duration_ms=duration))
@@ -660,7 +660,7 @@ class Simulation:
         net = self.network
         everyone = self.cluster_ids
         pairs: set[tuple[str, str]] = set()
-        if f.kind == "partition":
+        if f.kind == "split":
             pairs = network.full(f.side_a, f.side_b)
         elif f.kind == "one_way":
             pairs = network.one_way(f.side_a, f.side_b)

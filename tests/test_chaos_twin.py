@@ -96,7 +96,7 @@ def test_translation__random_schedule__every_step_at_its_time() -> None:
     assert scenario.cluster.session_timeout_ms == SESSION_TIMEOUT_MS
     assert scenario.cluster.replica_lag_time_max_ms == REPLICA_LAG_TIME_MAX_MS
     got = {(f.at_ms, f.kind, f.side_a, f.side_b, f.node, f.duration_ms) for f in scenario.faults}
-    assert (ms(1.0), "partition", ("A",), ("B",), "", 1500) in got
+    assert (ms(1.0), "split", ("A",), ("B",), "", 1500) in got
     # slow: a clog each way until the heal.
     clogs = [f for f in scenario.faults if f.kind == "clog"]
     assert {(f.side_a, f.side_b, f.latency_ms, f.duration_ms) for f in clogs} == {
@@ -134,7 +134,7 @@ def test_translation__kip986__failover_then_relink_as_detach_create_recover() ->
     lose = [f for f in scenario.faults if f.kind == "crash"]
     assert [(f.at_ms, f.node, f.permanent) for f in lose] == [(ms(5.0), "A", True)]
     # The cut is never healed before the final heal; A is not restarted.
-    cut = [f for f in scenario.faults if f.kind == "partition"]
+    cut = [f for f in scenario.faults if f.kind == "split"]
     assert [(f.at_ms, f.duration_ms) for f in cut] == [(ms(2.0), ms(PHASE_S) - ms(2.0))]
     assert "A" not in {f.node for f in scenario.faults if f.kind == "restart"}
 

@@ -88,6 +88,10 @@ def test_scenario_errors_name_the_key_and_value() -> None:
         scenario.parse({"name": "x", "network": {"latency_ms": "fast"}})
     with pytest.raises(scenario.ScenarioError, match="kind = 'ouch'"):
         scenario.parse({"name": "x", "faults": [{"at_ms": 1, "kind": "ouch"}]})
+    # The network fault once called "partition" (a Kafka word) is "split".
+    renamed = {"at_ms": 1, "kind": "partition", "side_a": ["A"], "side_b": ["B"]}
+    with pytest.raises(scenario.ScenarioError, match="kind = 'partition' is now 'split'"):
+        scenario.parse({"name": "x", "faults": [renamed]})
     with pytest.raises(scenario.ScenarioError, match="'Z' is not a cluster"):
         scenario.parse({"name": "x", "faults": [{"at_ms": 1, "kind": "isolate", "node": "Z"}]})
     with pytest.raises(ValueError, match="unknown parameter"):

@@ -221,7 +221,7 @@ def test_no_progress_while_cut_off__resumes_after_the_heal() -> None:
         faults=[
             {
                 "at_ms": 3000,
-                "kind": "partition",
+                "kind": "split",
                 "side_a": ["A"],
                 "side_b": ["B"],
                 "duration_ms": 3000,

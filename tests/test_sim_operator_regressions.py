@@ -137,7 +137,7 @@ sends = [
 def test_4_failover_while_disconnected__refused_unless_forced__report_says_lag_unknown() -> None:
     text = scenario(
         sends("a", "A", "A-t0", range(500, 6000, 20))
-        + fault(2000, "partition", side_a=["A"], side_b=["B"], duration_ms=8000)
+        + fault(2000, "split", side_a=["A"], side_b=["B"], duration_ms=8000)
         + action(8000, "failover", cluster="B", link="A-B")
         + action(8500, "failover", cluster="B", link="A-B", force=True)
     )
@@ -176,7 +176,7 @@ def test_5_nested_overlapping_and_colliding_mappings__are_refused__nothing_chang
 def test_6_set_mode_sync_while_the_follower_is_behind__refused__accepted_once_caught_up() -> None:
     text = scenario(
         sends("a", "A", "A-t0", range(500, 6000, 20))
-        + fault(2000, "partition", side_a=["A"], side_b=["B"], duration_ms=3000)
+        + fault(2000, "split", side_a=["A"], side_b=["B"], duration_ms=3000)
         + action(4500, "set_mode", cluster="B", link="A-B", mode="SYNC")
         + action(15000, "set_mode", cluster="B", link="A-B", mode="SYNC")
     ).replace("duration_ms = 12000", "duration_ms = 17000")
@@ -190,7 +190,7 @@ def test_6_set_mode_sync_while_the_follower_is_behind__refused__accepted_once_ca
 def test_7_recover_after_a_routine_failover__an_empty_partition_shares_offset_0() -> None:
     text = scenario(
         sends("a", "A", "A-t0", range(500, 3000, 50), partitions=1)
-        + fault(2000, "partition", side_a=["A"], side_b=["B"], duration_ms=5000)
+        + fault(2000, "split", side_a=["A"], side_b=["B"], duration_ms=5000)
         + action(3500, "failover", cluster="B", link="A-B", force=True)
         + sends("b", "B", "A-t0", range(4000, 6000, 50), partitions=1)
         + action(8000, "recover", cluster="A", link="A-B", prefixes=[["A-", ""]])

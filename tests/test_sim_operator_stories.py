@@ -159,7 +159,7 @@ groups = false
 
 [[faults]]
 at_ms = 2000
-kind = "partition"
+kind = "split"
 side_a = ["A"]
 side_b = ["B"]
 
@@ -217,7 +217,7 @@ def test_recover__c_cuts_what_the_new_leader_never_had__then_follows_it() -> Non
 
 def test_recover__refused_while_the_remote_is_unreachable() -> None:
     text = DR.replace('at_ms = 7000\nkind = "create_link"', 'at_ms = 6500\nkind = "create_link"')
-    text += '[[faults]]\nat_ms = 6900\nkind = "partition"\nside_a = ["B"]\nside_b = ["C"]\n'
+    text += '[[faults]]\nat_ms = 6900\nkind = "split"\nside_a = ["B"]\nside_b = ["C"]\n'
     text += "duration_ms = 200\n"
     sim = Simulation(sc.parse(tomllib.loads(text)), 1, keep_trace=True)
     sim.run()
