@@ -18,7 +18,7 @@ from grpc import aio
 from ccr.v1 import errors_pb2, replication_pb2
 from linkd.core import histories
 from linkd.core import link_rounds as rounds
-from linkd.core import replication as rep
+from linkd.core import metadata_sync as msync
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import Field, Leader, LinkConfig, Mapping, MappingKey, MappingType, Version
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
@@ -148,7 +148,7 @@ def rpc_error(exc: grpc.RpcError, what: str) -> ClusterError:
 # -- discovery: namespaces, READ ACLs, group offsets ------------------------------------------
 
 
-def read_acls_pb(acls: list[rep.ReadAcl]) -> list[replication_pb2.ReadAcl]:
+def read_acls_pb(acls: list[msync.ReadAcl]) -> list[replication_pb2.ReadAcl]:
     return [
         replication_pb2.ReadAcl(
             resource_name=a.resource_name,
@@ -174,13 +174,13 @@ def namespace_of(prefix: str, topics: Any, read_acls: Any) -> rounds.SourceNames
         prefix,
         tuple(rounds.SourceTopic(t.name, t.partitions, dict(t.configs)) for t in topics),
         tuple(
-            rep.ReadAcl(a.resource_name, a.prefixed, a.principal, a.host, a.deny)
+            msync.ReadAcl(a.resource_name, a.prefixed, a.principal, a.host, a.deny)
             for a in read_acls
         ),
     )
 
 
-def group_offsets_pb(offsets: list[rep.GroupOffset]) -> list[replication_pb2.GroupOffset]:
+def group_offsets_pb(offsets: list[msync.GroupOffset]) -> list[replication_pb2.GroupOffset]:
     return [
         replication_pb2.GroupOffset(
             group_id=group_id,
@@ -194,9 +194,10 @@ def group_offsets_pb(offsets: list[rep.GroupOffset]) -> list[replication_pb2.Gro
     ]
 
 
-def group_offsets_of(offsets: Any) -> list[rep.GroupOffset]:
+def group_offsets_of(offsets: Any) -> list[msync.GroupOffset]:
     return [
-        (o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in offsets
+        msync.GroupOffset(o.group_id, o.topic, o.partition, o.offset, o.metadata, o.leader_epoch)
+        for o in offsets
     ]
 
 

@@ -36,6 +36,7 @@ from grpc import aio
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core import procedures
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
@@ -182,7 +183,7 @@ class LinkRunner:
         # Push: the follower's last fetch request (None before the first push).
         self._next_fetch: replication_pb2.ReplicaFetchRequest | None = None
         # Replicated offsets waiting for the follower's data to reach them.
-        self._held_offsets: list[rep.GroupOffset] = []
+        self._held_offsets: list[msync.GroupOffset] = []
         # Set when the link's mappings change, so idle loops start at once.
         self._wake = asyncio.Event()
 
@@ -318,7 +319,7 @@ class LinkRunner:
                 codec.namespace_of(mapping.remote_prefix, reply.topics, reply.read_acls)
             )
         await apply_topics(self.node, config, namespaces, listed_at)
-        offsets: list[rep.GroupOffset] = []
+        offsets: list[msync.GroupOffset] = []
         for group_mapping in rep.follower_mappings(config, "group"):
             reply_offsets = await stub.FetchGroupOffsets(
                 replication_pb2.FetchGroupOffsetsRequest(
@@ -377,7 +378,7 @@ class LinkRunner:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
             return
         namespaces: tuple[rounds.SourceNamespace, ...] = ()
-        offsets: tuple[rep.GroupOffset, ...] = ()
+        offsets: tuple[msync.GroupOffset, ...] = ()
         if steps.push_discovery:
             namespaces, offsets = rounds.push_discovery(self.node.state, config)
             self._last_push_discovery = self.node.clock()
@@ -435,13 +436,13 @@ async def apply_topics(
 
 
 async def apply_group_offsets(
-    node: ClusterNode, link_name: str, offsets: list[rep.GroupOffset]
-) -> list[rep.GroupOffset]:
+    node: ClusterNode, link_name: str, offsets: list[msync.GroupOffset]
+) -> list[msync.GroupOffset]:
     """Follower side: stores replicated committed offsets (journal records and
     the __consumer_offsets_<source> topic); returns those held back."""
     if not offsets:
         return []
-    records, effects, held = rep.apply_replicated_offsets(
+    records, effects, held = msync.apply_replicated_offsets(
         node.state, link_name, offsets, node.clock(), node.topic_id_factory()
     )
     if records:

@@ -43,6 +43,7 @@ from typing import Protocol
 
 from linkd.core import cluster as core
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode
@@ -126,7 +127,7 @@ class LinkDriver:
         self.observer = observer
         self.stopped = False
         self.timers = _Timers()
-        self.held_offsets: list[rep.GroupOffset] = []
+        self.held_offsets: list[msync.GroupOffset] = []
         self.next_fetch: rounds.FetchRequest | None = None
         self.fetch_rounds = 0
         self.lanes = {n: Lane(n) for n in ("control", "pull", "push")}
@@ -332,7 +333,7 @@ class LinkDriver:
             source_config = state.links.by_id(link_id)
             remote.links.on_contact(source_config.name, self.queue.now_ms)
             namespaces = [rounds.source_topics(state, source_config, p) for p in topic_prefixes]
-            offsets: list[rep.GroupOffset] = []
+            offsets: list[msync.GroupOffset] = []
             for prefix in group_prefixes:
                 offsets += rounds.source_group_offsets(state, prefix)
             size = CONTROL_MESSAGE_BYTES + 128 * sum(len(ns.topics) for ns in namespaces)
@@ -357,12 +358,12 @@ class LinkDriver:
         )
         self.dialer.execute(plan.effects, "metadata", self.observer.logical_bytes)
 
-    def _apply_group_offsets(self, offsets: list[rep.GroupOffset]) -> None:
+    def _apply_group_offsets(self, offsets: list[msync.GroupOffset]) -> None:
         """linkd/replication.py apply_group_offsets."""
         if not offsets:
             self.held_offsets = []
             return
-        records, effects, held = rep.apply_replicated_offsets(
+        records, effects, held = msync.apply_replicated_offsets(
             self.dialer.state, self.name, offsets, self.queue.now_ms, self.dialer.topic_ids()
         )
         self.held_offsets = held
@@ -576,7 +577,7 @@ class LinkDriver:
             self._unreachable("push")
             return
         namespaces: tuple[rounds.SourceNamespace, ...] = ()
-        offsets: tuple[rep.GroupOffset, ...] = ()
+        offsets: tuple[msync.GroupOffset, ...] = ()
         if steps.push_discovery:
             namespaces, offsets = rounds.push_discovery(self.dialer.state, config)
             self.timers.push_discovery_ms = self.queue.now_ms

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkd.core import link_admin as admin
+from linkd.core import metadata_sync as msync
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, TruncateLog
@@ -244,13 +245,13 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
             deny_bob,
         ]
     )
-    acls = rep.source_read_acls(source, "orders-")
+    acls = msync.source_read_acls(source, "orders-")
     assert acls == [
-        rep.ReadAcl("orders-", True, "User:alice", "*"),
-        rep.ReadAcl("orders-1", False, "User:alice", "*"),
-        rep.ReadAcl("orders-1", False, "User:bob", "*", deny=True),
+        msync.ReadAcl("orders-", True, "User:alice", "*"),
+        msync.ReadAcl("orders-1", False, "User:alice", "*"),
+        msync.ReadAcl("orders-1", False, "User:bob", "*", deny=True),
     ]
-    records = rep.apply_read_acls(follower, "ab", "orders-", acls)
+    records = msync.apply_read_acls(follower, "ab", "orders-", acls)
     synced = follower.acls.describe(AclFilter(resource_type=R.TOPIC))
     assert len(records) == 3
     assert {(b.resource_name, b.principal, b.operation, b.permission_type) for b in synced} == {
@@ -258,7 +259,7 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
         ("orders-1", "User:alice", AclOperation.READ, PermissionType.ALLOW),
         ("orders-1", "User:bob", AclOperation.READ, PermissionType.DENY),
     }
-    assert rep.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent
+    assert msync.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent
 
 
 def test_follower_is_catching_up_until_a_fetch_round_tells_its_lag() -> None:

@@ -663,10 +663,21 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
     )
 
 
+DIVERGED_PROBLEM = (
+    "DIVERGED: its log parted from the source's; finding where to cut (the source asked "
+    "for the marks of its batches)"
+)
+
+
 def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
-    """Follower partitions the source refused: not copied, lag unknown."""
+    """Follower partitions the source refused, or whose log parted from the
+    source's and is not cut yet: not copied, lag unknown."""
     rows = []
-    for (topic, partition), why in sorted(state.links.runtime[name].refused.items()):
+    runtime = state.links.runtime[name]
+    problems = {key: _problem(why) for key, why in runtime.refused.items()}
+    for key in runtime.marks_wanted:
+        problems.setdefault(key, DIVERGED_PROBLEM)
+    for (topic, partition), problem in sorted(problems.items()):
         t = state.topics.get(topic)
         if t is None or partition >= len(t.partitions):
             continue
@@ -685,7 +696,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 prov["provenance_source"],
                 False,
                 0,
-                _problem(why),
+                problem,
             )
         )
     return rows

@@ -43,6 +43,7 @@ from typing import Any
 
 from linkd.core import histories, undo
 from linkd.core import link_admin as admin
+from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, Journal, Wake
@@ -196,7 +197,7 @@ class SourceNamespace:
 
     prefix: str
     topics: tuple[SourceTopic, ...]
-    read_acls: tuple[rep.ReadAcl, ...]
+    read_acls: tuple[msync.ReadAcl, ...]
 
 
 def source_topics(state: ClusterState, config: LinkConfig, prefix: str) -> SourceNamespace:
@@ -207,7 +208,7 @@ def source_topics(state: ClusterState, config: LinkConfig, prefix: str) -> Sourc
         for name, t in sorted(state.topics.items())
         if rep.in_prefix(name, prefix) and rep.leader_mapping_for(config, name) is not None
     )
-    return SourceNamespace(prefix, topics, tuple(rep.source_read_acls(state, prefix)))
+    return SourceNamespace(prefix, topics, tuple(msync.source_read_acls(state, prefix)))
 
 
 def source_namespaces(state: ClusterState, config: LinkConfig) -> list[SourceNamespace]:
@@ -222,19 +223,21 @@ def source_namespaces(state: ClusterState, config: LinkConfig) -> list[SourceNam
             if rep.in_prefix(name, mapping.local_prefix)
             and rep.leader_mapping_for(config, name) is mapping
         )
-        acls = tuple(rep.source_read_acls(state, mapping.local_prefix))
+        acls = tuple(msync.source_read_acls(state, mapping.local_prefix))
         out.append(SourceNamespace(mapping.local_prefix, topics, acls))
     return out
 
 
-def source_group_offsets(state: ClusterState, prefix: str) -> list[rep.GroupOffset]:
+def source_group_offsets(state: ClusterState, prefix: str) -> list[msync.GroupOffset]:
     """Source side: the committed offsets of every group in a namespace."""
-    out: list[rep.GroupOffset] = []
+    out: list[msync.GroupOffset] = []
     for group_id, _state, _type in sorted(state.groups.list_groups()):
         if not rep.in_prefix(group_id, prefix):
             continue
         for (topic, partition), c in sorted(state.groups.committed(group_id, None).items()):
-            out.append((group_id, topic, partition, c.offset, c.metadata, c.leader_epoch))
+            out.append(
+                msync.GroupOffset(group_id, topic, partition, c.offset, c.metadata, c.leader_epoch)
+            )
     return out
 
 
@@ -285,7 +288,7 @@ def plan_topics(
     records: list[dict[str, Any]] = []
     for ns in namespaces:
         if ns.prefix in followed:
-            records += rep.apply_read_acls(state, config.name, ns.prefix, list(ns.read_acls))
+            records += msync.apply_read_acls(state, config.name, ns.prefix, list(ns.read_acls))
     if records:
         effects.append(Journal(tuple(records)))
     return TopicsPlan(effects, created)
@@ -623,6 +626,8 @@ def apply_replica_fetch(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
             truncations.append(Truncation(local, fetched.partition, fetched.diverging_end_offset))
+            # Still reached: its row and lag stay (from the cut on).
+            progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
             continue
         if fetched.records or fetched.log_start_offset > 0:
             try:
@@ -637,7 +642,8 @@ def apply_replica_fetch(
             except ClusterError as exc:
                 if exc.code is not ErrorCode.DIVERGED_LOG:
                     raise
-                continue  # answers an older request: the next one asks again
+                # Answers an older request: the next one asks again; the
+                # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     return AppliedFetch(effects, progress, truncations, refused)
@@ -773,7 +779,7 @@ class Push:
 
     link_id: str
     namespaces: tuple[SourceNamespace, ...] = ()
-    group_offsets: tuple[rep.GroupOffset, ...] = ()
+    group_offsets: tuple[msync.GroupOffset, ...] = ()
     data: FetchAnswer | None = None
     # When the follower made the request `data` answers (its clock): the
     # source HWs it carries are known from then on (None: not said).
@@ -782,9 +788,9 @@ class Push:
 
 def push_discovery(
     state: ClusterState, config: LinkConfig
-) -> tuple[tuple[SourceNamespace, ...], tuple[rep.GroupOffset, ...]]:
+) -> tuple[tuple[SourceNamespace, ...], tuple[msync.GroupOffset, ...]]:
     """Leader side: what a push carries each discovery interval."""
-    offsets: list[rep.GroupOffset] = []
+    offsets: list[msync.GroupOffset] = []
     for mapping in rep.leader_mappings(config, "group"):
         offsets += source_group_offsets(state, mapping.local_prefix)
     return tuple(source_namespaces(state, config)), tuple(offsets)
@@ -811,7 +817,7 @@ def accept_push(
         yield from apply_fetched(state, name, push.data, local_of, push.request_sent_ms)
     if push.group_offsets:
         now = yield Now()
-        records, effects, _held = rep.apply_replicated_offsets(
+        records, effects, _held = msync.apply_replicated_offsets(
             state, name, list(push.group_offsets), now, new_topic_id()
         )
         if records:

@@ -1040,7 +1040,10 @@ class LinkTable:
             runtime.local_sync = None
             runtime.remote_sync = None
             lag_ms_max = self.limits.lag_max_ms
-            lagging = any(holds_back(e) for e in runtime.refused.values()) or any(
+            # A partition whose log parted from the source's is not caught
+            # up, whatever its offsets say, until the cut is found and made.
+            diverged = bool(runtime.marks_wanted)
+            lagging = diverged or any(holds_back(e) for e in runtime.refused.values()) or any(
                 (p.lag_records() > self.limits.lag_max_records or p.lag_ms(now_ms) > lag_ms_max)
                 if p.role == "follower"
                 else self._leader_lagging(p, now_ms)
@@ -1132,14 +1135,19 @@ class LinkTable:
         remote: LinkState | None = None
         if follows:
             remote = runtime.remote_sync if connected else LinkState.OUT_OF_SYNC
-            empty = not runtime.refused and not any(
-                p.role == "follower" for p in runtime.partitions.values()
+            empty = (
+                not runtime.refused
+                and not runtime.marks_wanted
+                and not any(p.role == "follower" for p in runtime.partitions.values())
             )
             if remote is None and empty and self.rounds_fresh(config.name, now_ms):
                 # Nothing to follow yet (an empty namespace): no answer brings
                 # the source's verdict, and nothing is behind.
                 remote = LinkState.IN_SYNC
             remote = remote or LinkState.SYNCING
+            if remote is LinkState.IN_SYNC and runtime.marks_wanted:
+                # Its log parted from the source's: not in sync until cut.
+                remote = LinkState.SYNCING
         verdicts = [v for v in (local, remote) if v is not None]
         for worst in (LinkState.OUT_OF_SYNC, LinkState.SYNCING):
             if worst in verdicts:

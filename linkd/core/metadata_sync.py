@@ -1,0 +1,186 @@
+"""What a link copies besides records (spec section 7): the committed offsets
+of the groups a follower follows, and the READ ACLs of the topics it follows.
+
+Pure: the follower side turns what the source sent into journal records and
+effects; the source side picks what to send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from linkd.core import records as rb
+from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
+from linkd.core.acls import ResourceType as AclResource
+from linkd.core.cluster import ClusterState
+from linkd.core.effects import AppendBatch, Effect
+from linkd.core.links import Mapping
+from linkd.core.replication import (
+    create_replica_topic,
+    follower_mappings,
+    in_prefix,
+    map_name,
+)
+
+# -- consumer offsets (spec section 7) ------------------------------------------------
+
+
+class GroupOffset(NamedTuple):
+    """A committed offset as a link carries it (group and topic under the
+    source's names)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    leader_epoch: int
+
+
+def offsets_topic_name(source_cluster_id: str) -> str:
+    """Where a follower keeps the offsets a link replicated from one source."""
+    return f"__consumer_offsets_{source_cluster_id}"
+
+
+def _map_through(name: str, mappings: list[Mapping]) -> str | None:
+    best = max(
+        (m for m in mappings if in_prefix(name, m.remote_prefix)),
+        key=lambda m: len(m.remote_prefix),
+        default=None,
+    )
+    return None if best is None else map_name(name, best.remote_prefix, best.local_prefix)
+
+
+def apply_replicated_offsets(
+    state: ClusterState,
+    link_name: str,
+    offsets: list[GroupOffset],
+    now_ms: int,
+    new_topic_id: str,
+) -> tuple[list[dict[str, Any]], list[Effect], list[GroupOffset]]:
+    """Follower side: the source's committed offsets of the groups this side
+    follows, under local group and topic names. Returns (journal records,
+    effects that append them to __consumer_offsets_<source>, offsets held
+    back). An offset is applied only once the follower partition's high
+    watermark has reached it (a replicated offset never points past the
+    follower's data), and never moves a group's offset backwards (spec §10,
+    invariant 6); held-back offsets are retried by the caller."""
+
+    config = state.links.get(link_name)
+    groups = follower_mappings(config, "group")
+    topics = follower_mappings(config, "topic")
+    records: list[dict[str, Any]] = []
+    held: list[GroupOffset] = []
+    specs: list[rb.RecordSpec] = []
+    for group, topic, partition, offset, metadata, epoch in offsets:
+        local_group = _map_through(group, groups)
+        local_topic = _map_through(topic, topics)
+        if local_group is None or local_topic is None or local_topic not in state.topics:
+            continue
+        log = state.topics[local_topic].partitions
+        if partition >= len(log) or offset < 0:
+            continue
+        if offset > log[partition].high_watermark:
+            held.append(GroupOffset(group, topic, partition, offset, metadata, epoch))
+            continue
+        current = state.groups.committed(local_group, [(local_topic, partition)]).get(
+            (local_topic, partition)
+        )
+        if current is not None and current.offset >= offset:
+            continue
+        records.append(
+            state.groups.set_committed(
+                local_group, local_topic, partition, offset, metadata, epoch, now_ms
+            )
+        )
+        specs.append(
+            rb.RecordSpec(
+                key=f"{local_group}\x00{local_topic}\x00{partition}".encode(),
+                value=f'{{"offset": {offset}, "leader_epoch": {epoch}}}'.encode(),
+                timestamp=now_ms,
+            )
+        )
+    effects: list[Effect] = []
+    if specs:
+        internal = offsets_topic_name(config.remote_cluster_id)
+        if internal not in state.topics:
+            effects += create_replica_topic(state, internal, 1, {}, new_topic_id)
+        log_ = state.partition(internal, 0)
+        batch = rb.build_batch(
+            specs, base_offset=log_.log_end_offset, partition_leader_epoch=log_.leader_epoch
+        )
+        header = rb.parse_header(batch)
+        log_.apply_batch(header)
+        effects.append(AppendBatch(state.topic(internal).topic_id, 0, batch, header))
+    return records, effects, held
+
+
+# -- ACL sync (spec section 7) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAcl:
+    """A READ binding of a source topic pattern that follows the link: who
+    may (or, `deny`, may not) read the follower topics of the same names."""
+
+    resource_name: str
+    prefixed: bool  # a PREFIXED pattern, else LITERAL
+    principal: str
+    host: str
+    deny: bool = False
+
+
+def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
+    """Source side: the READ bindings of the namespace's topics, from ALLOW
+    and DENY bindings for READ or ALL on literal topics inside it or on
+    prefixed patterns that lie inside it. A DENY follows the link as an ALLOW
+    does: otherwise a principal denied here could read the same records on a
+    follower where a broader ALLOW (a wildcard, say) admits it."""
+    out: list[ReadAcl] = []
+    for b in state.acls.describe(AclFilter(resource_type=AclResource.TOPIC)):
+        if b.operation not in (AclOperation.READ, AclOperation.ALL):
+            continue
+        if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            continue
+        if not in_prefix(b.resource_name, prefix):
+            continue
+        out.append(
+            ReadAcl(
+                b.resource_name,
+                b.pattern_type == PatternType.PREFIXED,
+                b.principal,
+                b.host,
+                b.permission_type == PermissionType.DENY,
+            )
+        )
+    return sorted(set(out), key=lambda a: (a.resource_name, a.principal, a.host, a.deny))
+
+
+def apply_read_acls(
+    state: ClusterState, link_name: str, source_prefix: str, acls: list[ReadAcl]
+) -> list[dict[str, Any]]:
+    """Follower side: the same principals may (or, DENY, may not) READ the
+    follower topics (mapped names). Add-only: a binding added on the follower
+    is never revoked by the link. WRITE is never synced: only the link writes
+    follower topics."""
+    config = state.links.get(link_name)
+    mapping = next(
+        (m for m in follower_mappings(config, "topic") if m.remote_prefix == source_prefix), None
+    )
+    if mapping is None:
+        return []
+    bindings = [
+        AclBinding(
+            AclResource.TOPIC,
+            map_name(a.resource_name, mapping.remote_prefix, mapping.local_prefix),
+            PatternType.PREFIXED if a.prefixed else PatternType.LITERAL,
+            a.principal,
+            a.host,
+            AclOperation.READ,
+            PermissionType.DENY if a.deny else PermissionType.ALLOW,
+        )
+        for a in acls
+    ]
+    _results, records = state.acls.create(bindings)
+    return records
