@@ -39,13 +39,12 @@ from typing import Any
 from linkd.core import cluster as core
 from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
-from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut
-from sim import checkers, network, seeds, status_checks, topology
+from sim import checkers, judge, network, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
 from sim.cluster_node import SimCluster
@@ -828,7 +827,7 @@ class Simulation:
         states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
         self.status_watch.probe(states, up, now)
 
-    def _failover_report(
+    def failover_report(
         self, failover: tuple[str, str, int, link_admin.Failover]
     ) -> status_checks.FailoverReport:
         cluster, link_id, at_ms, result = failover
@@ -974,167 +973,13 @@ class Simulation:
             )
         self.final_checks()
 
+    # -- the judge (sim/judge.py) --------------------------------------------------------
+
     def _check_followers(self, only: str | None = None, final: bool = True) -> None:
-        for cid in self.cluster_ids:
-            if only is not None and cid != only:
-                continue
-            node = self.clusters[cid]
-            for topic in sorted(node.state.topics):
-                for p, log in enumerate(node.state.topics[topic].partitions):
-                    found = checkers.current_source(node.state, topic, p)
-                    if found is None:
-                        continue
-                    source_id, source_topic, start = found
-                    source = self.clusters.get(source_id)
-                    if source is None or source_topic not in source.state.topics:
-                        continue
-                    if p >= len(source.state.topics[source_topic].partitions):
-                        continue  # the source has no such partition (its link says so)
-                    cuts = self.truncations.get((source_id, source_topic, p), [])
-                    # Mid-run, a source that cut its log may hold other records
-                    # there by now; the follower learns at its next fetch.
-                    end = None if final or not cuts else min(cuts)
-                    self.violations += checkers.check_follower_log(
-                        cid,
-                        topic,
-                        p,
-                        node.store(topic, p),
-                        log.high_watermark,
-                        source_id,
-                        source_topic,
-                        source.store(source_topic, p),
-                        start,
-                        check_prefix=final,
-                        range_end=end,
-                    )
+        judge.check_followers(self, only, final)
 
     def final_logs(self) -> checkers.FinalLogs:
-        """Decoded data records of every topic a record-level producer wrote."""
-        topics = self._with_mirror_topics(
-            {p.spec.topic for p in self.producers if not p.spec.bulk}
-            | {x.topic for script in self.scripts for x in script.spec.sends}
-            | {
-                o.value.topic
-                for o in self.history.sends()
-                if isinstance(o.value, Send) and o.value.value
-            }
-            | {
-                topic
-                for o in self.history.sends()
-                if isinstance(o.value, Send)
-                for _f, topic, _link in o.value.followers
-            }
-        )
-        out: checkers.FinalLogs = {}
-        for cid in self.cluster_ids:
-            node = self.clusters[cid]
-            for topic in topics:
-                if topic not in node.state.topics:
-                    continue
-                for p in range(len(node.state.topics[topic].partitions)):
-                    values: dict[int, str] = {}
-                    for b in node.store(topic, p).batches:
-                        header, records = rb.decode_records(b.data)
-                        if header.is_control:
-                            continue
-                        for r in records:
-                            if r.value:
-                                values[r.offset] = r.value.decode()
-                    out[(cid, topic, p)] = values
-        return out
-
-    def _with_mirror_topics(self, topics: set[str]) -> list[str]:
-        """With mirrors: also every topic a record was sent to (a producer that
-        failed over through a mirror writes the remote name) and the names the
-        mirrors give these topics on their targets."""
-        if self.mirrors:
-            topics = topics | {
-                o.value.topic
-                for o in self.history.sends()
-                if isinstance(o.value, Send) and o.value.value
-            }
-            for _hop in range(len(self.mirrors)):
-                topics = topics | {
-                    remote
-                    for key in sorted(self.mirrors)
-                    for t in sorted(topics)
-                    if (remote := self.mirrors[key].remote_topic(t)) is not None
-                }
-        return sorted(topics)
-
-    def _mirrored_partitions(self, final: checkers.FinalLogs) -> set[tuple[str, str, int]]:
-        """Partitions of the mirrors' remote topics on their targets."""
-        out: set[tuple[str, str, int]] = set()
-        for key in sorted(self.mirrors):
-            m = self.mirrors[key]
-            remote = set(m.remote_topics())
-            out |= {k for k in final if k[0] == m.target.cluster_id and k[1] in remote}
-        return out
+        return judge.final_logs(self)
 
     def final_checks(self) -> None:
-        self._check_followers(final=True)
-        self.violations += self.offset_watch.violations
-        self.violations += checkers.check_reserved_writes(self.history)
-        states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
-        up = {cid: self.clusters[cid].up for cid in self.cluster_ids}
-        self.violations += checkers.check_link_convergence(states, up)
-        final = self.final_logs()
-        self.violations += checkers.check_lost_writes(self.history, final, self.truncations)
-        self.violations += self.status_watch.violations
-        self.violations += status_checks.check_silent_loss(
-            self.history,
-            final,
-            states,
-            up,
-            self.lost_for_good,
-            [self._failover_report(f) for f in self.failovers],
-            self.truncations,
-        )
-        self.violations += status_checks.check_hanging_transactions(
-            states, up, self.lost_for_good, self.queue.now_ms
-        )
-        self.violations += status_checks.check_admin_effects(self.ops.admin_changes, states, up)
-        # A mirror copies at least once: a value stored twice in a remote topic
-        # is MM2's documented cost (counted below), not a violation.
-        mirrored = self._mirrored_partitions(final)
-        self.violations += checkers.check_duplicates(
-            {k: v for k, v in final.items() if k not in mirrored}
-        )
-        self.violations += checkers.check_mirror_copies(
-            [c for key in sorted(self.mirrors) for c in self.mirrors[key].copies()],
-            final,
-            self.truncations,
-        )
-        self.violations += checkers.check_consumers(self.history, final, self.truncations)
-        self.violations += checkers.check_sync_acks(self.history)
-        self.violations += checkers.check_sync_acks_kept(self.history, final, self.truncations)
-        self.violations += checkers.check_transactions_atomic(self.history)
-        self.metrics.from_history(self.history, final)
-        self.metrics.set("links_held_by_refusals", len(self.refusals_at_end))
-        states_now = {cid: self.clusters[cid].state for cid in self.cluster_ids}
-        self.metrics.set(
-            "follow_cycles",
-            sum(
-                1
-                for cid in self.cluster_ids
-                for t in self.clusters[cid].state.topics
-                if status_checks.in_follow_cycle(states_now, cid, t)
-            ),
-        )
-        self.metrics.set("events", self.queue.processed)
-        self.metrics.set("virtual_ms", self.queue.now_ms)
-        self.metrics.set("network_dropped", self.network.dropped)
-        for cid in self.cluster_ids:
-            for cls, n in sorted(self.clusters[cid].disk.bytes_by_class.items()):
-                self.metrics.add(f"io_bytes_{cls}", n)
-        self.metrics.set(
-            "fetch_rounds", sum(d.fetch_rounds for _, d in sorted(self.ops.drivers.items()))
-        )
-        if self.mirrors:
-            for key in sorted(self.mirrors):
-                for name, value in self.mirrors[key].stats.as_dict().items():
-                    self.metrics.add(f"mirror_{name}", value)
-            self.metrics.set(
-                "mirror_duplicates_stored",
-                sum(len(final[k]) - len(set(final[k].values())) for k in sorted(mirrored)),
-            )
+        judge.final_checks(self)
