@@ -409,7 +409,14 @@ def check_silent_loss(
       the offset is below the reported source high watermark, or the record
       was acknowledged after the source HW was learned
       (`source_hw_known_at_ms`), unless the link was IN_SYNC around the
-      send (invariant 4: nothing acknowledged in IN_SYNC may be lost).
+      send (invariant 4: nothing acknowledged in IN_SYNC may be lost); or a
+      failover whose report names no row for it because the topic was
+      created on the source after the follower last learned its topic list
+      (`topics_known_at_ms`: a status round that began then still found no
+      such topic on the source).
+    A move ends the mapping before the send unless a move that may attach it
+    again came between (an attach only when it is a topic mapping covering
+    the topic).
     A follower that is not live at the end, or whose final log could not be
     read (`unreadable`: (cluster, topic, partition)), is not judged.
     Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
@@ -433,7 +440,7 @@ def check_silent_loss(
         if flog is not None and (flog.get(v.offset) == v.value or v.value in flog.values()):
             counts["reached"] += 1
             continue
-        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms)
+        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds)
         if excuse:
             counts["excused"] += 1
             continue
@@ -486,10 +493,37 @@ def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> tuple[MoveRecord | N
         if _ends_mapping(rec, ob):
             earlier = rec
         elif earlier is not None and rec.move.link == ob.link and rec.maybe_happened and (
-            rec.move.kind in _REATTACHING
+            _may_reattach(rec, ob)
         ):
             earlier = None
     return earlier, earlier is not None
+
+
+def _may_reattach(rec: MoveRecord, ob: Obligation) -> bool:
+    """Could this move have attached the obligation's mapping again? An
+    attach only when it is a topic mapping covering the topic on its side
+    (a group mapping, or a prefix beside the topic, attaches nothing of it)."""
+    m, v = rec.move, ob.op.value
+    assert isinstance(v, Send)
+    if m.kind is not MoveKind.ATTACH:
+        return m.kind in _REATTACHING
+    if m.resource_type != "topic":
+        return False
+    return (m.cluster == ob.op.cluster and _covering(m.local_prefix, v.topic)) or (
+        m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)
+    )
+
+
+def _created_after(rounds: Sequence[Round], cluster: str, topic: str, wall_ms: int) -> bool:
+    """Did `cluster` create `topic` after `wall_ms` (wall clock)? A status
+    round that began then or later still found no such topic there."""
+    return any(
+        r.wall_start_ms >= wall_ms
+        and cluster in r.clusters
+        and r.clusters[cluster].partitions
+        and not any(t == topic for t, _p in r.clusters[cluster].partitions)
+        for r in rounds
+    )
 
 
 def _ending_text(ob: Obligation, moves: Sequence[MoveRecord]) -> str:
@@ -515,6 +549,7 @@ def _loss_excuse(
     moves: Sequence[MoveRecord],
     cuts: Cuts,
     t0_wall_ms: int,
+    rounds: Sequence[Round] = (),
 ) -> str:
     o, v = ob.op, ob.op.value
     assert isinstance(v, Send)
@@ -545,6 +580,11 @@ def _loss_excuse(
         return ""
     row = failover_rows(ending.report).get((ob.follower_topic, v.partition))
     if row is None:
+        # The report says from when the follower knew the source's topics:
+        # a topic created after that is in no row, and the report says so.
+        known = int(ending.report.get("topics_known_at_ms") or 0)
+        if known > 0 and _created_after(rounds, o.cluster, v.topic, known):
+            return "its topic was created after the follower last learned the topic list"
         return ""
     hw, known = row
     if v.offset < hw:

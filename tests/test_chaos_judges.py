@@ -359,3 +359,37 @@ def test_silent_loss__every_leader_mapping_that_covers_the_topic_is_owed() -> No
     found, counts = check_silent_loss(history, rounds, [], final, ["A", "B"], {})
     assert counts["obligations"] == 2 and counts["reached"] == 1
     assert len(found) == 1 and "B:orders-x-0" in found[0].detail
+
+
+def test_silent_loss__only_an_attach_covering_the_topic_attaches_it_again() -> None:
+    history = [send("v2", 6, 1500)]
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {6: "b-own"}}
+    failover = failover_at(900, {"abandoned": []})
+    for beside in (
+        Move(MoveKind.ATTACH, "B", link="ab", local_prefix="orders-t", remote_prefix="orders-t",
+             leader="remote"),  # fmt: skip
+        Move(MoveKind.ATTACH, "B", link="ab", resource_type="group", local_prefix="orders-",
+             remote_prefix="orders-", leader="remote"),  # fmt: skip
+    ):
+        moves = [failover, MoveRecord(beside, 1100, 1200, "ok")]
+        found, counts = check_silent_loss(history, _loss_rounds(), moves, final, ["A", "B"], {})
+        assert found == [] and counts["excused"] == 1, beside
+
+
+def test_silent_loss__a_topic_created_after_the_follower_knew_the_topic_list() -> None:
+    # The send was invoked before the failover ended, on a topic the source
+    # created after the follower last learned its topics: no row names it.
+    history = [send("v0", 0, 2400)]
+    final = {("A", T, 0): {0: "v0"}}
+    rounds = [rnd(i, {"A": source(0) if i >= 6 else ClusterSnap(
+        partitions={("other", 0): PartSnap(1, 1, 1)})}) for i in range(10)]  # fmt: skip
+    for r in rounds:
+        r.clusters["B"] = follower(0)
+    wall0 = 1_000_000
+    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
+    found, counts = check_silent_loss(history, rounds, [knew], final, ["A", "B"], {}, wall0)
+    assert found == [] and counts["excused"] == 1
+    # Known since after the topic appeared: the report should have named it.
+    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1900})
+    found, _ = check_silent_loss(history, rounds, [late], final, ["A", "B"], {}, wall0)
+    assert len(found) == 1 and "does not name the partition" in found[0].detail
