@@ -385,11 +385,14 @@ def check_hanging_transactions(
         for name in sorted(state.topics):
             if _following_a_lost_source(state, name, lost) or in_follow_cycle(states, cid, name):
                 continue
+            names = _names_upstream(states, cid, name)
             for p, log in enumerate(state.topics[name].partitions):
                 for pid, first in sorted(log.ongoing_txns.items()):
                     meta = running.get(pid)
-                    if meta is not None and (name, p) in meta.partitions and (
-                        now_ms - meta.started_ms <= meta.timeout_ms + HANGING_SLACK_MS
+                    if (
+                        meta is not None
+                        and any((n, p) in meta.partitions for n in names)
+                        and now_ms - meta.started_ms <= meta.timeout_ms + HANGING_SLACK_MS
                     ):
                         continue
                     details.append(
@@ -399,6 +402,21 @@ def check_hanging_transactions(
                         "finish it in time"
                     )
     return _capped("11 hanging transaction", details)
+
+
+def _names_upstream(states: Mapping[str, ClusterState], cluster: str, topic: str) -> set[str]:
+    """The topic's name here and at every source up its chain of links (a
+    follower may copy under another name: its transactions' coordinator
+    knows the source's)."""
+    names = {topic}
+    at: tuple[str, str] | None = (cluster, topic)
+    for _ in range(len(states)):
+        state = states.get(at[0]) if at is not None else None
+        at = _source_of(state, at[1]) if state is not None and at is not None else None
+        if at is None or at[1] in names:
+            break
+        names.add(at[1])
+    return names
 
 
 def _source_of(state: ClusterState, topic: str) -> tuple[str, str] | None:

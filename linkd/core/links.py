@@ -699,6 +699,9 @@ class LinkTable:
         mode = mode.upper()
         if config.mode == mode:
             return []
+        # Judged as of now: the state may not have been recomputed since its
+        # last fetch round went stale (fetch_silence_ms).
+        self._recompute(name, now_ms)
         state = self.state_name(name)
         if mode == "SYNC" and state != LinkState.FOLLOWING.value and not undo.undone(6):
             behind = self.lagging_partitions(name, now_ms)

@@ -1,0 +1,186 @@
+"""The judge of a simulated run: every checker over its history and final
+state (sim/checkers.py, sim/status_checks.py), and the metrics taken at the end.
+`Simulation.run` calls `final_checks` once the liveness phase is over; a
+failover calls `check_followers` on the promoted cluster mid-run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from linkd.core import records as rb
+from sim import checkers, status_checks
+from sim.history import Send
+
+if TYPE_CHECKING:
+    from sim.world import Simulation
+
+
+def check_followers(sim: Simulation, only: str | None = None, final: bool = True) -> None:
+    """Invariants 1 and 2 on every follower partition (mid-run: one cluster, no prefix check)."""
+    for cid in sim.cluster_ids:
+        if only is not None and cid != only:
+            continue
+        node = sim.clusters[cid]
+        for topic in sorted(node.state.topics):
+            for p, log in enumerate(node.state.topics[topic].partitions):
+                found = checkers.current_source(node.state, topic, p)
+                if found is None:
+                    continue
+                source_id, source_topic, start = found
+                source = sim.clusters.get(source_id)
+                if source is None or source_topic not in source.state.topics:
+                    continue
+                if p >= len(source.state.topics[source_topic].partitions):
+                    continue  # the source has no such partition (its link says so)
+                cuts = sim.truncations.get((source_id, source_topic, p), [])
+                # Mid-run, a source that cut its log may hold other records
+                # there by now; the follower learns at its next fetch.
+                end = None if final or not cuts else min(cuts)
+                sim.violations += checkers.check_follower_log(
+                    cid,
+                    topic,
+                    p,
+                    node.store(topic, p),
+                    log.high_watermark,
+                    source_id,
+                    source_topic,
+                    source.store(source_topic, p),
+                    start,
+                    check_prefix=final,
+                    range_end=end,
+                )
+
+
+def final_logs(sim: Simulation) -> checkers.FinalLogs:
+    """Decoded data records of every topic a record-level producer wrote."""
+    topics = with_mirror_topics(
+        sim,
+        {p.spec.topic for p in sim.producers if not p.spec.bulk}
+        | {x.topic for script in sim.scripts for x in script.spec.sends}
+        | {
+            o.value.topic
+            for o in sim.history.sends()
+            if isinstance(o.value, Send) and o.value.value
+        }
+        | {
+            topic
+            for o in sim.history.sends()
+            if isinstance(o.value, Send)
+            for _f, topic, _link in o.value.followers
+        },
+    )
+    out: checkers.FinalLogs = {}
+    for cid in sim.cluster_ids:
+        node = sim.clusters[cid]
+        for topic in topics:
+            if topic not in node.state.topics:
+                continue
+            for p in range(len(node.state.topics[topic].partitions)):
+                values: dict[int, str] = {}
+                for b in node.store(topic, p).batches:
+                    header, records = rb.decode_records(b.data)
+                    if header.is_control:
+                        continue
+                    for r in records:
+                        if r.value:
+                            values[r.offset] = r.value.decode()
+                out[(cid, topic, p)] = values
+    return out
+
+
+def with_mirror_topics(sim: Simulation, topics: set[str]) -> list[str]:
+    """With mirrors: also every topic a record was sent to (a producer that
+    failed over through a mirror writes the remote name) and the names the
+    mirrors give these topics on their targets."""
+    if sim.mirrors:
+        topics = topics | {
+            o.value.topic
+            for o in sim.history.sends()
+            if isinstance(o.value, Send) and o.value.value
+        }
+        for _hop in range(len(sim.mirrors)):
+            topics = topics | {
+                remote
+                for key in sorted(sim.mirrors)
+                for t in sorted(topics)
+                if (remote := sim.mirrors[key].remote_topic(t)) is not None
+            }
+    return sorted(topics)
+
+
+def mirrored_partitions(sim: Simulation, final: checkers.FinalLogs) -> set[tuple[str, str, int]]:
+    """Partitions of the mirrors' remote topics on their targets."""
+    out: set[tuple[str, str, int]] = set()
+    for key in sorted(sim.mirrors):
+        m = sim.mirrors[key]
+        remote = set(m.remote_topics())
+        out |= {k for k in final if k[0] == m.target.cluster_id and k[1] in remote}
+    return out
+
+
+def final_checks(sim: Simulation) -> None:
+    """Every checker over the run's history and final state, and the end metrics."""
+    check_followers(sim, final=True)
+    sim.violations += sim.offset_watch.violations
+    sim.violations += checkers.check_reserved_writes(sim.history)
+    states = {cid: sim.clusters[cid].state for cid in sim.cluster_ids}
+    up = {cid: sim.clusters[cid].up for cid in sim.cluster_ids}
+    sim.violations += checkers.check_link_convergence(states, up)
+    final = final_logs(sim)
+    sim.violations += checkers.check_lost_writes(sim.history, final, sim.truncations)
+    sim.violations += sim.status_watch.violations
+    sim.violations += status_checks.check_silent_loss(
+        sim.history,
+        final,
+        states,
+        up,
+        sim.lost_for_good,
+        [sim.failover_report(f) for f in sim.failovers],
+        sim.truncations,
+    )
+    sim.violations += status_checks.check_hanging_transactions(
+        states, up, sim.lost_for_good, sim.queue.now_ms
+    )
+    sim.violations += status_checks.check_admin_effects(sim.ops.admin_changes, states, up)
+    # A mirror copies at least once: a value stored twice in a remote topic
+    # is MM2's documented cost (counted below), not a violation.
+    mirrored = mirrored_partitions(sim, final)
+    sim.violations += checkers.check_duplicates(
+        {k: v for k, v in final.items() if k not in mirrored}
+    )
+    sim.violations += checkers.check_mirror_copies(
+        [c for key in sorted(sim.mirrors) for c in sim.mirrors[key].copies()],
+        final,
+        sim.truncations,
+    )
+    sim.violations += checkers.check_consumers(sim.history, final, sim.truncations)
+    sim.violations += checkers.check_sync_acks(sim.history)
+    sim.violations += checkers.check_sync_acks_kept(sim.history, final, sim.truncations)
+    sim.violations += checkers.check_transactions_atomic(sim.history)
+    sim.metrics.from_history(sim.history, final)
+    sim.metrics.set("links_held_by_refusals", len(sim.refusals_at_end))
+    states_now = {cid: sim.clusters[cid].state for cid in sim.cluster_ids}
+    sim.metrics.set(
+        "follow_cycles",
+        sum(
+            1
+            for cid in sim.cluster_ids
+            for t in sim.clusters[cid].state.topics
+            if status_checks.in_follow_cycle(states_now, cid, t)
+        ),
+    )
+    sim.metrics.set("events", sim.queue.processed)
+    sim.metrics.set("virtual_ms", sim.queue.now_ms)
+    sim.metrics.set("network_dropped", sim.network.dropped)
+    for cid in sim.cluster_ids:
+        for cls, n in sorted(sim.clusters[cid].disk.bytes_by_class.items()):
+            sim.metrics.add(f"io_bytes_{cls}", n)
+    sim.metrics.set("fetch_rounds", sum(d.fetch_rounds for _, d in sorted(sim.ops.drivers.items())))
+    if sim.mirrors:
+        for key in sorted(sim.mirrors):
+            for name, value in sim.mirrors[key].stats.as_dict().items():
+                sim.metrics.add(f"mirror_{name}", value)
+        sim.metrics.set(
+            "mirror_duplicates_stored",
+            sum(len(final[k]) - len(set(final[k].values())) for k in sorted(mirrored)),
+        )
