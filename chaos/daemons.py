@@ -114,6 +114,30 @@ class Daemon:
             admin.close()
         raise DaemonError(f"{self.cluster_id} not ready after {timeout_s} s ({self.log_path})")
 
+    def wait_ready_or_rebind(self, attempts: int = 3) -> None:
+        """At setup only (nothing points at its ports yet): a daemon that
+        exited because another process took one of its free ports in the
+        meantime starts again on new ones, at most `attempts` times."""
+        for attempt in range(attempts):
+            try:
+                self.wait_ready()
+                return
+            except DaemonError:
+                if attempt + 1 == attempts or self.running or not self._port_taken():
+                    raise
+            self.port, self.kafka_port = free_port(), free_port()
+            self.start()
+
+    def _port_taken(self) -> bool:
+        if self._log is not None:
+            self._log.flush()
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+        lowered = text.lower()
+        return "already in use" in lowered or "failed to bind" in lowered
+
     def pause(self) -> None:
         if self.running and self.proc is not None and not self.paused:
             os.kill(self.proc.pid, signal.SIGSTOP)

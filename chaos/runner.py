@@ -245,7 +245,7 @@ class Run:
         for d in self.daemons.values():
             d.start()
         for d in self.daemons.values():
-            d.wait_ready()
+            d.wait_ready_or_rebind()
         pids = [f"{c} (pid {d.proc.pid if d.proc else 0})" for c, d in self.daemons.items()]
         self.note(f"started {', '.join(pids)}")
         for c in s.clusters:
