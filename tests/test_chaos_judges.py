@@ -366,10 +366,23 @@ def test_silent_loss__only_an_attach_covering_the_topic_attaches_it_again() -> N
     final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {6: "b-own"}}
     failover = failover_at(900, {"abandoned": []})
     for beside in (
-        Move(MoveKind.ATTACH, "B", link="ab", local_prefix="orders-t", remote_prefix="orders-t",
-             leader="remote"),  # fmt: skip
-        Move(MoveKind.ATTACH, "B", link="ab", resource_type="group", local_prefix="orders-",
-             remote_prefix="orders-", leader="remote"),  # fmt: skip
+        Move(
+            MoveKind.ATTACH,
+            "B",
+            link="ab",
+            local_prefix="orders-t",
+            remote_prefix="orders-t",
+            leader="remote",
+        ),
+        Move(
+            MoveKind.ATTACH,
+            "B",
+            link="ab",
+            resource_type="group",
+            local_prefix="orders-",
+            remote_prefix="orders-",
+            leader="remote",
+        ),
     ):
         moves = [failover, MoveRecord(beside, 1100, 1200, "ok")]
         found, counts = check_silent_loss(history, _loss_rounds(), moves, final, ["A", "B"], {})

@@ -100,7 +100,9 @@ class TwoClusters(RuleBasedStateMachine):
     def settle(self) -> None:
         for _ in range(40):
             self.now += 10
-            answer, _applied, moved = fetch_round(self.a, self.b, self.disk_a, self.disk_b, self.now)
+            answer, _applied, moved = fetch_round(
+                self.a, self.b, self.disk_a, self.disk_b, self.now
+            )
             self.a_at_round = self.a_batches()
             if not answer.ready and not moved and self.b_batches() == self.a_batches():
                 break
