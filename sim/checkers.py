@@ -197,6 +197,12 @@ class OffsetWatch:
         else:
             self.last[(cluster_id, group, topic, partition)] = offset
 
+    def forget_topic(self, cluster_id: str, topic: str) -> None:
+        """The topic was deleted there (which removes its committed offsets):
+        offsets for a topic of that name later start afresh."""
+        for key in [k for k in self.last if k[0] == cluster_id and k[2] == topic]:
+            del self.last[key]
+
     @property
     def violations(self) -> list[Violation]:
         return self.found + [v for key, v in self._moved_back if key not in self.reported]

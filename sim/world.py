@@ -41,7 +41,7 @@ from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType
+from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, holds_back
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut
 from sim import checkers, judge, network, seeds, status_checks, topology
@@ -165,6 +165,7 @@ class Simulation:
         reported loss (as a cut at offset 0 of every partition)."""
         for p in range(partitions):
             self.truncations.setdefault((cluster, topic, p), []).append(0)
+        self.offset_watch.forget_topic(cluster, topic)
         self.queue.note(f"topic {topic} deleted on {cluster}")
 
     def _make_truncate_hook(self, cid: str) -> Any:
@@ -913,10 +914,24 @@ class Simulation:
                 if p >= len(theirs.partitions) or (topic, p) in runtime.refused:
                     continue
                 source_log = theirs.partitions[p]
+                if self._orphaned(remote, source, p):
+                    # Its own source is gone: what it holds above its HW was
+                    # never acknowledged and stays invisible; copies end at its HW.
+                    if log.log_end_offset != source_log.high_watermark:
+                        return f"{topic}-{p}"
+                    continue
                 # Quiet: the source's records all acknowledged, and copied.
                 if not log.log_end_offset == source_log.high_watermark == source_log.log_end_offset:
                     return f"{topic}-{p}"
         return ""
+
+    @staticmethod
+    def _orphaned(node: SimCluster, topic: str, partition: int) -> bool:
+        """A follower partition whose source no longer has it (its link says so)."""
+        return any(
+            (topic, partition) in rt.refused and not holds_back(rt.refused[(topic, partition)])
+            for rt in node.state.links.runtime.values()
+        )
 
     def converged(self) -> bool:
         """Every link between live clusters settled, every mirror caught up."""

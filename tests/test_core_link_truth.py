@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
@@ -218,3 +219,24 @@ def test_set_mode_sync__judged_as_of_the_call__a_stale_round_refuses_it() -> Non
         b.links.set_mode("ab", "SYNC", late)
     assert refused.value.code is ErrorCode.LINK_NOT_FOLLOWING
     assert "no fetch round finished" in refused.value.message
+
+
+def test_a_round_whose_appends_outlived_a_detach__reports_nothing_for_it() -> None:
+    """The appends of a round take time; a namespace detached meanwhile is no
+    longer the link's to report: no row, no source cap on its HW."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    answer = rounds.serve_replica_fetch(
+        a, request.link_id, request.partitions, NOW + 10, disk_a.read, 1 << 20, 1 << 20
+    )
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW + 10)
+    disk_b.carry_out(b, applied.effects)
+    detached = admin.check_detach(b, "ab", "topic", "orders-")
+    admin.put_mapping(b, "ab", admin.versioned(b, detached, NOW + 20), NOW + 20)
+
+    rounds.finish_fetch_round(b, "ab", applied.progress, answer.sync_state, NOW + 30)
+
+    assert b.links.runtime["ab"].partitions == {}
+    assert admin.link_summary(b, "ab", NOW + 30).partitions == ()

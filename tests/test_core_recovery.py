@@ -265,6 +265,27 @@ def test_plan_and_apply__a_group_offset_the_new_leader_lacks_is_removed__and_rep
     assert [(g.new_offset, g.reason) for g in plan.groups] == [(7, "leader")]
 
 
+def test_plan__a_leader_offset_past_this_sides_log__is_bounded_by_it_or_removed() -> None:
+    """The new leader's committed offset replicates once the records it
+    points at do; recovery never moves one past what this side holds."""
+    mappings = [
+        RecoveryMapping("topic", "orders-", "orders-"),
+        RecoveryMapping("group", "app-", "app-"),
+    ]
+    state = _follower_state()
+    state.namespaces.create(2, "app-", False)
+    state.groups.apply_record(
+        {"type": "offset_commit", "group": "app-1", "topic": "orders-gone", "partition": 0,
+         "offset": 9, "metadata": "", "leader_epoch": 0, "ts": 1}
+    )  # fmt: skip
+    remote = {("orders-t", 0): copied("B", 15, start(0, "A"))}
+    leader = {("app-1", "orders-t", 0): 7, ("app-1", "orders-gone", 0): 4}
+    plan = plan_recovery(state, "cb", mappings, "B", remote, leader)
+    got = {(g.topic, g.new_offset, g.reason) for g in plan.groups}
+    # orders-gone does not exist here: its offset goes (it comes back with B's).
+    assert got == {("orders-t", 7, "leader"), ("orders-gone", -1, "leader")}
+
+
 def test_recovery_that_could_not_follow_the_remote__is_refused_before_it_cuts() -> None:
     state = _follower_state()
     state.namespaces.create(1, "orders-t", False)

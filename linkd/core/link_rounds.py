@@ -725,7 +725,16 @@ def finish_fetch_round(
     if link_name not in links.runtime:
         return None
     anywhere = bool(state.marker_groups)
-    reached = [p for p in progress if p.topic in state.topics]
+    # The appends took time: a partition the link stopped following
+    # meanwhile (a detach, a reversal) is no longer its to report or cap.
+    following = links.configs.get(link_name)
+    reached = [
+        p
+        for p in progress
+        if p.topic in state.topics
+        and following is not None
+        and following.mapping_for(p.topic, "follower") is not None
+    ]
     links.on_remote_sync_state(link_name, sync_state, now_ms)
     moved = rep.follow_source_high_watermarks(
         state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in reached]

@@ -1143,9 +1143,10 @@ class LinkTable:
                 and not runtime.marks_wanted
                 and not any(p.role == "follower" for p in runtime.partitions.values())
             )
-            if remote is None and empty and self.rounds_fresh(config.name, now_ms):
-                # Nothing to follow yet (an empty namespace): no answer brings
-                # the source's verdict, and nothing is behind.
+            if connected and empty and self.rounds_fresh(config.name, now_ms):
+                # Nothing to follow (an empty namespace, or what it followed
+                # was detached): no answer brings the source's verdict, an
+                # older one is stale, and nothing is behind.
                 remote = LinkState.IN_SYNC
             remote = remote or LinkState.SYNCING
             if remote is LinkState.IN_SYNC and runtime.marks_wanted:

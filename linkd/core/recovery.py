@@ -376,7 +376,11 @@ def plan_recovery(
             elif cut is not None and c.offset > cut and (leader < 0 or cut <= leader):
                 groups.append(GroupCut(group_id, topic, partition, c.offset, cut))
             elif leader >= 0 and c.offset > leader:
-                groups.append(GroupCut(group_id, topic, partition, c.offset, leader, "leader"))
+                # Never past this side's log (after the cut): the leader's
+                # offset replicates later, once the records it points at do.
+                end = _local_end(state, topic, partition, cut)
+                moved = min(leader, end) if end >= 0 else -1
+                groups.append(GroupCut(group_id, topic, partition, c.offset, moved, "leader"))
     if not any(r.diverged for r in rows) and _already_following(config, mappings):
         raise ClusterError(
             ErrorCode.INVALID_REQUEST,
@@ -509,6 +513,16 @@ def apply_recovery(
     if records:
         effects.append(Journal(tuple(records)))
     return effects
+
+
+def _local_end(state: ClusterState, topic: str, partition: int, cut: int | None) -> int:
+    """Where this side's partition ends once recovery has cut it (its HW,
+    or the cut), or -1 when it has no such partition."""
+    t = state.topics.get(topic)
+    if t is None or partition >= len(t.partitions):
+        return -1
+    hw = t.partitions[partition].high_watermark
+    return hw if cut is None else min(hw, cut)
 
 
 def confirmed(plan: RecoveryPlan) -> RecoveryPlan:
