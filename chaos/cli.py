@@ -40,8 +40,10 @@ EXIT_USAGE = 2
 EXIT_SETUP = 3
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: a BaseException (as KeyboardInterrupt is), so the
+    runner's handlers of a run's errors never swallow it and a swarm stops
+    instead of going on to its next seed."""
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:

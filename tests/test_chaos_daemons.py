@@ -23,3 +23,45 @@ def test_a_daemon_whose_port_was_taken_meanwhile_starts_on_new_ports(tmp_path: P
     finally:
         d.stop()
         taken.close()
+
+
+def test_sigterm_stops_a_swarm__not_only_its_current_run(tmp_path: Path) -> None:
+    """ccr-chaos runs: SIGTERM during the first run ends the whole swarm (exit
+    130, the daemons it started ended), never going on to the next seed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    args = ["runs", "--count", "3", "--phase-s", "4", "--no-twin", "--no-operators"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chaos.cli", *args],
+        cwd=str(root),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    daemons: list[int] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not daemons:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        daemons = [int(p) for p in out.stdout.split()]
+        time.sleep(0.2)
+    assert daemons, "the first run never started its daemons"
+    time.sleep(4)  # into the run: workloads and nemesis under way
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopped by SIGTERM" in err and "seed 2:" not in err
+    for pid in daemons:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(
+            f"/proc/{pid}/status"
+        ).read_text().lower(), f"daemon {pid} still runs"
