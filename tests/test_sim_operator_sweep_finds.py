@@ -34,6 +34,9 @@ FOUND = [
     # A deleted topic's committed offsets are gone: a new topic of the name
     # starts afresh (the offset checker remembered the old ones).
     (1703, 4, "offsets of a deleted topic are forgotten"),
+    # A divergence being resolved for a partition the link then stopped
+    # following kept the link CATCHING_UP for good, naming nothing.
+    (39, 4, "a stale divergence is forgotten with its partition"),
 ]
 
 

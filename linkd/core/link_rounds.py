@@ -769,6 +769,11 @@ def finish_fetch_round(
             for (t, p), why in runtime.refused.items()
             if t in state.topics and config is not None and config.mapping_for(t, "follower")
         }
+        runtime.marks_wanted = {
+            (t, p)
+            for t, p in runtime.marks_wanted
+            if t in state.topics and config is not None and config.mapping_for(t, "follower")
+        }
         links.on_fetch_round(link_name, now_ms)
         keep |= {k for k in runtime.partitions if k[2] == "leader"}
         links.forget_partitions(link_name, keep)

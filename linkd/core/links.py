@@ -551,6 +551,10 @@ class LinkTable:
             for (topic, partition), why in sorted(runtime.refused.items())
             if holds_back(why)
         ]
+        out += [
+            f"{topic}-{partition} (following) parted from its source's log; finding the cut"
+            for topic, partition in sorted(runtime.marks_wanted)
+        ]
         config = self.configs.get(name)
         follows = config is not None and any(
             m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
@@ -657,7 +661,11 @@ class LinkTable:
             ]
             for tp in unfollowed:
                 del runtime.refused[tp]
-            if gone or unfollowed:
+            undiverged = {
+                k for k in runtime.marks_wanted if config.mapping_for(k[0], "follower") is None
+            }
+            runtime.marks_wanted -= undiverged
+            if gone or unfollowed or undiverged:
                 self._recompute(config.name, now_ms)
         return [{"type": "link_config", "config": config.to_record()}]
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.records import CONTROL_ABORT, NO_SEQUENCE, BatchHeader
@@ -277,6 +278,22 @@ class PartitionLog:
             )
         return AppendPlan(self.log_end_offset, duplicate=False)
 
+    def check(self) -> None:
+        """The offsets' order, asserted where they change (both shells run
+        it): log start <= HW <= LEO, durable <= LEO, and leader epochs that
+        grow along the log."""
+        assert self.log_start_offset <= self.high_watermark <= self.log_end_offset, (
+            f"{self.name}: start {self.log_start_offset}, HW {self.high_watermark}, "
+            f"LEO {self.log_end_offset}"
+        )
+        assert self.durable_offset <= self.log_end_offset, (
+            f"{self.name}: durable {self.durable_offset} past LEO {self.log_end_offset}"
+        )
+        history = self.epoch_history
+        assert all(a[0] < b[0] and a[1] <= b[1] for a, b in pairwise(history)), (
+            f"{self.name}: epoch history out of order: {history}"
+        )
+
     def apply_batch(self, header: BatchHeader, control_type: int | None = None) -> None:
         """Applies a batch stored at header.base_offset (== LEO). `control_type` is
         the marker (commit/abort) for control batches."""
@@ -286,6 +303,7 @@ class PartitionLog:
                 f"log end offset {self.log_end_offset}"
             )
         self._apply_entry(BatchEntry.from_header(header, control_type))
+        self.check()
 
     def _apply_entry(self, entry: BatchEntry) -> None:
         self.batches.append(entry)
@@ -337,6 +355,7 @@ class PartitionLog:
             self.high_watermark = target
             if self.completing:
                 self.completing = [(m, f) for m, f in self.completing if m >= target]
+            self.check()
             return True
         return False
 
@@ -467,6 +486,7 @@ class PartitionLog:
             del self.batches[:keep_from]
             del self._base_offsets[:keep_from]
         self.aborted = [a for a in self.aborted if a.last_offset >= offset]
+        self.check()
 
     def truncate_to(self, offset: int) -> None:
         """Drops every batch at or after `offset` (a batch boundary) and rebuilds
@@ -513,3 +533,4 @@ class PartitionLog:
         self.log_end_offset = offset
         self.high_watermark = hw
         self.durable_offset = min(self.durable_offset, offset)
+        self.check()
