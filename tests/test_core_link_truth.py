@@ -240,3 +240,19 @@ def test_a_round_whose_appends_outlived_a_detach__reports_nothing_for_it() -> No
 
     assert b.links.runtime["ab"].partitions == {}
     assert admin.link_summary(b, "ab", NOW + 30).partitions == ()
+
+
+def test_a_mode_restated_here__wins_over_a_change_the_remote_made_unheard() -> None:
+    """A sets SYNC; before B hears of it, an operator on B sets ASYNC, which
+    B already shows: the call succeeds, so the link must end ASYNC."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 1)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
+    assert a.links.set_mode("ab", "SYNC", NOW + 20)
+    assert b.links.get("ab").mode == "ASYNC"  # not heard yet
+    assert b.links.set_mode("ab", "ASYNC", NOW + 30)  # recorded, not a no-op
+    b.links.accept_mirror(a.links.get("ab"), NOW + 40)
+    a.links.accept_mirror(b.links.get("ab"), NOW + 40)
+    assert a.links.get("ab").mode == b.links.get("ab").mode == "ASYNC"

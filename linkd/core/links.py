@@ -696,7 +696,10 @@ class LinkTable:
 
     def set_mode(self, name: str, mode: str, now_ms: int) -> list[dict[str, Any]]:
         """ASYNC or SYNC (spec section 4): SYNC only from FOLLOWING; ASYNC always,
-        taking effect at once. Setting the current mode again changes nothing."""
+        taking effect at once. Setting the mode this side already has records
+        it anew all the same: the remote may have changed it meanwhile without
+        this side hearing of it yet, and the newest request must win (the
+        operator was told it succeeded)."""
         config = self.get(name)
         if mode.upper() not in MODES:
             raise ClusterError(
@@ -706,7 +709,9 @@ class LinkTable:
             )
         mode = mode.upper()
         if config.mode == mode:
-            return []
+            records = self.set_field(name, "mode", mode, now_ms)
+            self._recompute(name, now_ms)
+            return records
         # Judged as of now: the state may not have been recomputed since its
         # last fetch round went stale (fetch_silence_ms).
         self._recompute(name, now_ms)
