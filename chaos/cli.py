@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -81,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help="run this many seeds (as `runs --count N`)")
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print JSON")
+    _save_failed_arg(p)
     _twin_arg(p)
     _operators_arg(p)
     sub = p.add_subparsers(dest="command")
@@ -95,11 +97,21 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--first-seed", type=int, default=1)
     runs.add_argument("--phase-s", type=float, default=20.0)
     runs.add_argument("--json", action="store_true")
+    _save_failed_arg(runs)
     _twin_arg(runs)
     _operators_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
     return p
+
+
+def _save_failed_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--save-failed",
+        metavar="DIR",
+        help="write the full JSON summary (events, operator moves, anomalies) of every run "
+        "with an anomaly to DIR/seed-N.json: a replay repeats the schedule, not the timing",
+    )
 
 
 def _operators_arg(p: argparse.ArgumentParser) -> None:
@@ -226,6 +238,7 @@ def cmd_runs(
     as_json: bool,
     twin: bool = True,
     operators: bool | None = None,
+    save_failed: str | None = None,
 ) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -255,6 +268,11 @@ def cmd_runs(
                 twin_differences=(result.twin or {}).get("differences", []),
             )
             print_anomalies(result)
+            if save_failed and (result.anomalies or not result.converged):
+                saved = Path(save_failed) / f"seed-{seed}.json"
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                saved.write_text(json.dumps(_summary(result), indent=2))
+                print(f"  saved: {saved}", file=sys.stderr)
         except (ChaosError, OSError, RuntimeError) as exc:
             row.update(operations=0, info=0, anomalies=-1, kinds=f"error: {exc}",
                        converged=False, seconds=0.0, twin="-")  # fmt: skip
@@ -308,13 +326,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.runs < 1:
                 parser.error("--runs must be at least 1")
             return cmd_runs(
-                args.runs, args.first_seed, 20.0, args.json, args.twin, args.operators
+                args.runs,
+                args.first_seed,
+                20.0,
+                args.json,
+                args.twin,
+                args.operators,
+                args.save_failed,
             )
         if args.command == "run":
             return cmd_run(args)
         if args.command == "runs":
             return cmd_runs(
-                args.count, args.first_seed, args.phase_s, args.json, args.twin, args.operators
+                args.count,
+                args.first_seed,
+                args.phase_s,
+                args.json,
+                args.twin,
+                args.operators,
+                args.save_failed,
             )
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from chaos.daemons import Daemon
 
 
@@ -65,3 +67,31 @@ def test_sigterm_stops_a_swarm__not_only_its_current_run(tmp_path: Path) -> None
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(
             f"/proc/{pid}/status"
         ).read_text().lower(), f"daemon {pid} still runs"
+
+
+def test_runs_save_failed__writes_each_anomalous_runs_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from chaos import cli
+
+    def fake_run(args: Any, quiet: bool = False) -> Any:
+        bad = args.seed == 2
+        return SimpleNamespace(
+            seed=args.seed,
+            operations=10,
+            counts={"info": 0},
+            anomalies=[{"invariant": "silent_loss", "detail": "x"}] if bad else [],
+            converged=True,
+            duration_s=1.0,
+            twin=None,
+        )
+
+    monkeypatch.setattr(cli, "run_one", fake_run)
+    monkeypatch.setattr(cli, "print_anomalies", lambda result: None)
+    monkeypatch.setattr(cli, "_summary", lambda result: {"seed": result.seed, "events": ["e"]})
+    code = cli.cmd_runs(3, 1, 20.0, False, False, False, str(tmp_path / "failed"))
+    assert code == cli.EXIT_ANOMALY
+    assert sorted(p.name for p in (tmp_path / "failed").iterdir()) == ["seed-2.json"]
