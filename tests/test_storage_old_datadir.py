@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from test_links_e2e import cli_json, high_watermarks, read_all
 
+from linkd.core import link_admin
 from linkd.core.cluster import ClusterState
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 
@@ -87,3 +88,25 @@ def test_journal_entries_of_every_old_form_become_typed_items() -> None:
 def test_a_bad_entry_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="not a provenance entry"):
         ProvenanceItem.from_entry({"begin": 3})
+
+
+def test_every_record_a_link_deletion_journals__replays() -> None:
+    """A link deleted here, then the remote told of it: a restart replays
+    `link_config`, `link_delete` and `link_removal_told` (the last once fell
+    through to the group coordinator and the daemon could not start)."""
+    state = ClusterState("C")
+    config = state.links.new_config("cb", "id-cb", "B", "b:1", "", "local_dials", "", 1000)
+    journal = list(state.links.store(config, 1000))
+    for effect in link_admin.delete_link(state, "cb", False, 2000):
+        journal += list(getattr(effect, "records", ()))
+    journal += state.links.removal_told("id-cb")
+    assert {r["type"] for r in journal} >= {"link_config", "link_delete", "link_removal_told"}
+    restarted = ClusterState("C")
+    for record in journal:
+        restarted.apply_record(record)
+    assert restarted.links.tombstones["id-cb"].told
+
+
+def test_an_unknown_record_type_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown group record type 'no_such_record'"):
+        ClusterState("C").apply_record({"type": "no_such_record"})

@@ -915,7 +915,7 @@ class ClusterState:
             self.txn.apply_record(record)
         elif kind in ("acl_create", "acl_delete"):
             self.acls.apply_record(record)
-        elif kind in ("link_config", "link_delete"):
+        elif kind in ("link_config", "link_delete", "link_removal_told"):
             self.links.apply_record(record)
         elif kind in ("mirror_link_create", "mirror_link_delete"):
             self.mirror_links.apply_record(record)

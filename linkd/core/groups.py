@@ -335,6 +335,12 @@ def offset_commit_record(
     }
 
 
+# The journal records GroupCoordinator writes and replays.
+GROUP_RECORD_TYPES = frozenset(
+    {"group_delete", "offset_delete", "txn_offset_end", "offset_commit", "txn_offset_stage"}
+)
+
+
 class GroupCoordinator:
     def __init__(self, config: GroupConfig = GroupConfig()) -> None:
         self.config = config
@@ -1045,6 +1051,8 @@ class GroupCoordinator:
     def apply_record(self, record: dict[str, Any]) -> None:
         """Replay a record returned earlier (no limits are checked: it happened)."""
         kind = record["type"]
+        if kind not in GROUP_RECORD_TYPES:
+            raise ValueError(f"unknown group record type {kind!r}")
         gid = str(record["group"])
         if kind == "group_delete":
             group = self._groups.get(gid)
