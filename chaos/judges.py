@@ -526,6 +526,22 @@ def _created_after(rounds: Sequence[Round], cluster: str, topic: str, wall_ms: i
     )
 
 
+def _create_move_after(
+    moves: Sequence[MoveRecord], cluster: str, topic: str, wall_ms: int
+) -> bool:
+    """An operator created `topic` on `cluster` after `wall_ms` (the last such
+    move that may have happened began then or later)."""
+    creates = [
+        rec
+        for rec in moves
+        if rec.move.kind is MoveKind.CREATE_TOPIC
+        and rec.move.cluster == cluster
+        and rec.move.topic == topic
+        and rec.maybe_happened
+    ]
+    return bool(creates) and max(rec.wall_begin_ms for rec in creates) >= wall_ms > 0
+
+
 def _ending_text(ob: Obligation, moves: Sequence[MoveRecord]) -> str:
     rec, _before = _ending(ob, moves)
     if rec is None:
@@ -583,7 +599,10 @@ def _loss_excuse(
         # The report says from when the follower knew the source's topics:
         # a topic created after that is in no row, and the report says so.
         known = int(ending.report.get("topics_known_at_ms") or 0)
-        if known > 0 and _created_after(rounds, o.cluster, v.topic, known):
+        if known > 0 and (
+            _created_after(rounds, o.cluster, v.topic, known)
+            or _create_move_after(moves, o.cluster, v.topic, known)
+        ):
             return "its topic was created after the follower last learned the topic list"
         return ""
     hw, known = row

@@ -406,3 +406,20 @@ def test_silent_loss__a_topic_created_after_the_follower_knew_the_topic_list() -
     late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1900})
     found, _ = check_silent_loss(history, rounds, [late], final, ["A", "B"], {}, wall0)
     assert len(found) == 1 and "does not name the partition" in found[0].detail
+
+
+def test_silent_loss__an_operator_created_the_topic_after_the_follower_knew_the_list() -> None:
+    # No status round tells (the topic appeared within one round of the
+    # knowledge time), but the create-topic move began after it.
+    history = [send("v0", 0, 2400)]
+    final = {("A", T, 0): {0: "v0"}}
+    rounds = [rnd(i, {"A": source(0), "B": follower(0)}) for i in range(10)]
+    wall0 = 1_000_000
+    create = MoveRecord(Move(MoveKind.CREATE_TOPIC, "A", topic=T, partitions=1), 1000, 1010,
+                        "ok", wall_begin_ms=wall0 + 1000)  # fmt: skip
+    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
+    found, counts = check_silent_loss(history, rounds, [create, knew], final, ["A", "B"], {}, wall0)
+    assert found == [] and counts["excused"] == 1
+    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1100})
+    found, _ = check_silent_loss(history, rounds, [create, late], final, ["A", "B"], {}, wall0)
+    assert len(found) == 1
