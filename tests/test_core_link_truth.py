@@ -11,8 +11,7 @@ import pytest
 
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
-from linkd.core import records as rb
-from linkd.core.cluster import AppendBatch, ClusterState
+from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkState, Mapping
 from tests.test_core_link_rounds import NOW, discover, fetch_round, produce, two_clusters
@@ -170,40 +169,6 @@ def test_a_namespace_newly_led_with_records_its_follower_lacks__keeps_a_sync_lin
     # Led from the moment it is attached: its follower holds none of it.
     assert ("pay-1", 0) in a.links.runtime["ab"].led_partitions
     assert a.links.state_name("ab") == LinkState.SYNCING.value
-
-
-def test_abort_markers_in_a_partition_whose_source_is_gone__count_once_durable() -> None:
-    """The source deleted the topic with a transaction open in it: the
-    follower aborts it with its own marker, which its HW must cover, or
-    read_committed readers here, and clusters copying from here, stall."""
-    a, b, disk_a, disk_b = two_clusters()
-    discover(a, b, disk_b)
-    produce(a, disk_a, 2)
-    log_a = a.partition("orders-1", 0)
-    txn = rb.build_batch(
-        [rb.RecordSpec(None, b"in-txn", NOW)],
-        base_offset=log_a.log_end_offset,
-        producer_id=4242,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=True,
-        partition_leader_epoch=log_a.leader_epoch,
-    )
-    header = rb.parse_header(txn)
-    log_a.apply_batch(header, None)
-    disk_a.carry_out(a, [AppendBatch(a.topic("orders-1").topic_id, 0, txn, header)])
-    fetch_round(a, b, disk_a, disk_b, NOW + 10)
-    log_b = b.partition("orders-1", 0)
-    assert log_b.high_watermark == 3 and log_b.last_stable_offset == 2
-    a.delete_topic("orders-1")
-    fetch_round(a, b, disk_a, disk_b, NOW + 20)
-
-    dangling, effects = b.abort_dangling_transactions(["orders-"], NOW + 30, {("orders-1", 0)})
-    disk_b.carry_out(b, effects)
-
-    assert [d.producer_id for d in dangling] == [4242]
-    assert log_b.high_watermark == log_b.log_end_offset == 4
-    assert log_b.last_stable_offset == 4
 
 
 def test_set_mode_sync__judged_as_of_the_call__a_stale_round_refuses_it() -> None:

@@ -17,9 +17,6 @@ FOUND = [
     # set-mode SYNC accepted while the last fetch round was stale (FOLLOWING
     # not yet recomputed): invariant 12.
     (1063, 2, "set-mode judged as of the call"),
-    # Abort markers written into partitions whose source deleted the topic
-    # stayed above the follower's HW: readers and the next cluster hung.
-    (217, 3, "abort markers of an orphaned partition count"),
     # The hang checker did not know a renamed follower topic by its source's
     # name, so a transaction still running at the source looked hung.
     (1993, 2, "renamed follower topics in the hang checker"),

@@ -1125,12 +1125,6 @@ class ClusterState:
             )
             header = rb.parse_header(batch)
             log.apply_batch(header, rb.CONTROL_ABORT)
-            if log.hw_cap is not None:
-                # A follower partition's HW follows its source's; these
-                # markers are this cluster's own word (its source is gone or
-                # no longer leads it), so they count once durable: readers
-                # here, and clusters copying from here, must see them.
-                log.hw_cap = log.log_end_offset
             effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
         return dangling, effects
 
