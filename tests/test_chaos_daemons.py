@@ -54,7 +54,21 @@ def test_sigterm_stops_a_swarm__not_only_its_current_run(tmp_path: Path) -> None
         daemons = [int(p) for p in out.stdout.split()]
         time.sleep(0.2)
     assert daemons, "the first run never started its daemons"
-    time.sleep(4)  # into the run: workloads and nemesis under way
+    # Into the run: wait (bounded) until the producers' records are on disk,
+    # so the workloads and the nemesis are under way when the signal comes.
+    data_dirs = [
+        Path(arg)
+        for pid in daemons
+        for arg in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        if arg.endswith("/data")
+    ]
+    while time.monotonic() < deadline and not any(
+        seg.stat().st_size > 4096 for d in data_dirs for seg in d.glob("topics/*/*.log")
+    ):
+        time.sleep(0.2)
+    # Then past the nemesis phase (the run's own --phase-s): the old handler
+    # swallowed the signal in the liveness and judging steps that follow.
+    time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     try:
         _out, err = proc.communicate(timeout=60)
