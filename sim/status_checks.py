@@ -100,14 +100,16 @@ class StatusWatch:
         """The partition's HW as probed at or before `at_ms`, or lower if it
         was cut since (a follower never owes records its source no longer
         has); 0: never probed."""
-        hw = 0
+        hw, sampled_ms = 0, -1
         for t, value in self.hw_series.get(key, ()):
             if t > at_ms:
                 hw = min(hw, value)
             else:
-                hw = value
+                hw, sampled_ms = value, t
+        # A cut after the probe that gave the value bounds it, also one made
+        # between that probe and `at_ms` (the next probe is later still).
         for t, offset in self.cuts.get(key, ()):
-            if t > at_ms:
+            if t > sampled_ms:
                 hw = min(hw, offset)
         return hw
 

@@ -178,3 +178,18 @@ def test_recovery_point__lost_records_and_the_acknowledgement_time_they_span() -
     assert recovery_point(acked) == (5, 80)
     assert recovery_point([(a, 10, 1, True)]) == (0, 0)
     assert recovery_point([]) == (0, 0)
+
+
+def test_status_watch_hw_at__a_cut_between_the_last_probe_and_the_time_asked_bounds_it() -> None:
+    """Seed 1583 on 3 clusters: B was probed at HW 89, cut to 9 nine ms
+    before the round asked about; the checker still owed 89 from then."""
+    from sim.status_checks import StatusWatch
+
+    watch = StatusWatch(session_timeout_ms=3000)
+    key = ("B", "A-t0", 0)
+    watch.hw_series[key] = [(27000, 89), (27500, 95)]
+    watch.cut(key, 27277, 9)
+    assert watch.hw_at(key, 27286) == 9
+    assert watch.hw_at(key, 27100) == 9  # cut since: nothing above 9 is owed
+    assert watch.hw_at(key, 27600) == 95  # probed after the cut
+    assert watch.hw_at(key, 26000) == 0  # never probed by then
