@@ -52,6 +52,7 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.REPLICATED_GROUP_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LAG_NOT_ZERO: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.NOT_LED_ON_LINK: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.LINK_AUTHENTICATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.LINK_NOT_FOLLOWING: grpc.StatusCode.FAILED_PRECONDITION,

@@ -241,6 +241,7 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     "delete_link": ("cluster", "link"),
     "create_link": ("source", "target", "link", "prefixes"),
     "create_topic": ("cluster", "topic", "partitions"),
+    "delete_topic": ("cluster", "topic"),
     "attach": ("cluster", "link", "prefixes", "leader"),  # topic namespaces [local, remote]
     "detach": ("cluster", "link", "prefixes"),  # the local prefix of each pair
     "recover": ("cluster", "link", "prefixes"),  # none: every mapping of the link

@@ -41,7 +41,7 @@ from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
-from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, holds_back
+from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut
 from sim import checkers, judge, network, seeds, status_checks, topology
@@ -394,6 +394,8 @@ class Simulation:
             ops.set_mode(a.cluster, a.link, a.mode)
         elif a.kind == "create_topic":
             ops.create_topic(a.cluster, a.topic, a.partitions)
+        elif a.kind == "delete_topic":
+            ops.delete_topic(a.cluster, a.topic)
         elif a.kind == "attach":
             for local, remote in a.prefixes:
                 ops.attach(a.cluster, a.link, local, remote, a.leader)
@@ -929,7 +931,7 @@ class Simulation:
     def _orphaned(node: SimCluster, topic: str, partition: int) -> bool:
         """A follower partition whose source no longer has it (its link says so)."""
         return any(
-            (topic, partition) in rt.refused and not holds_back(rt.refused[(topic, partition)])
+            (topic, partition) in rt.refused and orphans(rt.refused[(topic, partition)])
             for rt in node.state.links.runtime.values()
         )
 

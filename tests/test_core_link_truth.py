@@ -11,10 +11,20 @@ import pytest
 
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
-from linkd.core.cluster import ClusterState
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkState, Mapping
-from tests.test_core_link_rounds import NOW, discover, fetch_round, produce, two_clusters
+from linkd.core.links import LinkState, Mapping, holds_back, orphans
+from linkd.core.provenance import ProvenanceKind
+from tests.test_core_link_rounds import (
+    NOW,
+    Disk,
+    discover,
+    fetch_round,
+    produce,
+    two_clusters,
+)
 
 
 def test_a_partition_the_source_refuses__holds_the_link_back__and_says_why() -> None:
@@ -221,3 +231,128 @@ def test_a_mode_restated_here__wins_over_a_change_the_remote_made_unheard() -> N
     b.links.accept_mirror(a.links.get("ab"), NOW + 40)
     a.links.accept_mirror(b.links.get("ab"), NOW + 40)
     assert a.links.get("ab").mode == b.links.get("ab").mode == "ASYNC"
+
+
+def _open_transaction(a: ClusterState, disk_a: Disk, producer_id: int = 4242) -> None:
+    log_a = a.partition("orders-1", 0)
+    txn = rb.build_batch(
+        [rb.RecordSpec(None, b"in-txn", NOW)],
+        base_offset=log_a.log_end_offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+        partition_leader_epoch=log_a.leader_epoch,
+    )
+    header = rb.parse_header(txn)
+    log_a.apply_batch(header, None)
+    disk_a.carry_out(a, [AppendBatch(a.topic("orders-1").topic_id, 0, txn, header)])
+
+
+def _refusals(applied: rounds.AppliedFetch) -> set[tuple[str, int]]:
+    return {(t, p) for t, p, e in applied.refused if orphans(e)}
+
+
+def test_a_source_that_deleted_the_topic__orphans_it__the_follower_aborts_and_its_markers_count(
+) -> None:
+    """The source deleted the topic with a transaction open in it: the
+    follower aborts it with its own marker, which its HW covers once durable,
+    or read_committed readers here, and clusters copying from here, stall."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    log_b = b.partition("orders-1", 0)
+    assert log_b.high_watermark == 3 and log_b.last_stable_offset == 2
+    a.delete_topic("orders-1")
+
+    _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+    orphaned = _refusals(applied)
+    assert orphaned == {("orders-1", 0)}
+    settled = rounds.settle_orphans(b, b.links.get("ab"), orphaned, NOW + 30)
+    disk_b.carry_out(b, settled.effects)
+
+    assert [d.producer_id for d in settled.dangling] == [4242]
+    assert settled.cuts == []  # an ASYNC follower holds nothing above its source's HW
+    assert log_b.high_watermark == log_b.log_end_offset == 4
+    assert log_b.last_stable_offset == 4
+    # Again next round: nothing more to do.
+    assert rounds.settle_orphans(b, b.links.get("ab"), orphaned, NOW + 40).effects == []
+
+
+def test_an_orphan_s_tail_above_what_its_source_acknowledged__is_cut_and_recorded() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    log_b = b.partition("orders-1", 0)
+    # Records above the source's HW (as a SYNC follower copies them), never
+    # acknowledged there.
+    tail = rb.build_batch([rb.RecordSpec(None, b"unacked", NOW)] * 3, base_offset=2)
+    rep.append_replica(b, "orders-1", 0, tail, 0, b.links.get("ab"))
+    disk_b.carry_out(b, [])
+    assert log_b.log_end_offset == 5 and log_b.hw_cap == 2
+
+    settled = rounds.settle_orphans(b, b.links.get("ab"), {("orders-1", 0)}, NOW + 20)
+    disk_b.carry_out(b, settled.effects)
+
+    assert [(c.topic, c.partition, c.offset) for c in settled.cuts] == [("orders-1", 0, 2)]
+    assert log_b.log_end_offset == 2
+    last = b.topics["orders-1"].provenance[0][-1]
+    assert (last.kind, last.offset, last.removed, last.reason) == (
+        ProvenanceKind.TRUNCATED,
+        2,
+        3,
+        "source gone",
+    )
+
+
+def test_a_source_that_no_longer_leads_the_topic__is_not_an_orphan() -> None:
+    """The roles are changing (a manual reversal between its steps): the
+    source still has the topic. The follower must not write markers of its
+    own into it (the sweep's seeds 372 and 3011 on 2 clusters: its own abort
+    marker later stood where the source holds other records)."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    # A detached its side; B has not heard of it yet.
+    detached = Mapping("topic", "orders-", "orders-", "local", False, (0, 0, ""))
+    admin.put_mapping(a, "ab", admin.versioned(a, detached, NOW + 15), NOW + 15)
+
+    _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+
+    codes = {e.code for _t, _p, e in applied.refused}
+    assert codes == {ErrorCode.NOT_LED_ON_LINK}
+    assert _refusals(applied) == set()
+    assert not holds_back(applied.refused[0][2])
+
+
+def test_a_topic_of_the_same_name_created_after_the_orphaning__replaces_the_follower_s_copy(
+) -> None:
+    """The follower's own marker is not the new source's: the marks of the
+    next fetch tell the logs apart, and the copy is cut, not spliced."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    a.delete_topic("orders-1")
+    _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20)
+    disk_b.carry_out(
+        b, rounds.settle_orphans(b, b.links.get("ab"), _refusals(applied), NOW + 25).effects
+    )
+    _topic, effects = a.create_topic("orders-1", 1, {}, "src-again")
+    disk_a.carry_out(a, effects)
+    produce(a, disk_a, 6, value=b"new")
+
+    for step in range(4):
+        fetch_round(a, b, disk_a, disk_b, NOW + 30 + step)
+
+    log_a, log_b = a.partition("orders-1", 0), b.partition("orders-1", 0)
+    assert log_b.log_end_offset == log_a.log_end_offset == 6
+    assert disk_b.read(b.topic("orders-1").topic_id, 0, 0, 6, 1 << 20) == disk_a.read(
+        a.topic("orders-1").topic_id, 0, 0, 6, 1 << 20
+    )

@@ -236,3 +236,36 @@ def test_a_mapping_change_the_remote_refuses__is_refused_here__nothing_changes()
     for cluster in ("A", "B"):
         mappings = sim.clusters[cluster].links.get("A-B").mappings.values()
         assert all(m.local_prefix != "q-" for m in mappings)
+
+
+def test_a_source_deletes_a_topic_with_a_transaction_open__its_copies_down_a_chain_move_on(
+) -> None:
+    """A -> B -> C. A deletes a topic while a transaction is open in it: B's
+    copy is orphaned; B cuts nothing it had acknowledged, aborts what was left
+    open, and its markers count, so neither B's nor C's read_committed readers
+    stall (the operator sweep's 21 hanging runs, mostly chains)."""
+    text = scenario(
+        sends("a", "A", "A-t0", range(500, 3000, 50))
+        + """
+[[workloads]]
+kind = "script"
+name = "txn"
+sends = [
+  {at_ms=3000, cluster="A", topic="A-t0", partition=0, value="o-0", txn="o", open=true},
+  {at_ms=3000, cluster="A", topic="A-t0", partition=1, value="o-1", txn="o", open=true},
+]
+"""
+        + action(5000, "delete_topic", cluster="A", topic="A-t0"),
+        clusters='["A", "B", "C"]',
+    ).replace('kind = "hub"', 'kind = "chain"')
+    sim = run(text, trace=True)
+    assert sim.violations == [], sim.violations
+    assert failed(sim) == 0
+    assert "A-t0" not in sim.clusters["A"].state.topics
+    for cluster in ("B", "C"):
+        for p in (0, 1):
+            log = sim.clusters[cluster].state.partition("A-t0", p)
+            assert log.last_stable_offset == log.high_watermark == log.log_end_offset, cluster
+    assert leo(sim, "B", "A-t0", 0) == leo(sim, "C", "A-t0", 0)
+    notes = "\n".join(sim.queue.trace)
+    assert "aborted 2 transactions replicated into partitions whose source is gone" in notes

@@ -184,6 +184,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The remote deleted this link (it keeps a tombstone): the side that is
     told deletes its half too.
     """
+    NOT_LED_ON_LINK: _ErrorCode.ValueType  # 83
+    """A replica fetch asked for a topic that this cluster does not lead on the
+    link: the two sides' mappings disagree for now (a role change or an attach
+    still on its way). The source's topic is not gone; the follower waits.
+    """
     NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
     """--- Provenance and recovery (spec section 8) ------------------------------------
     Unclean link recovery refused: a partition holding records shares no
@@ -346,6 +351,11 @@ SYNCING (spec section 6); they resume once it is IN_SYNC.
 LINK_DELETED: ErrorCode.ValueType  # 82
 """The remote deleted this link (it keeps a tombstone): the side that is
 told deletes its half too.
+"""
+NOT_LED_ON_LINK: ErrorCode.ValueType  # 83
+"""A replica fetch asked for a topic that this cluster does not lead on the
+link: the two sides' mappings disagree for now (a role change or an attach
+still on its way). The source's topic is not gone; the follower waits.
 """
 NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
 """--- Provenance and recovery (spec section 8) ------------------------------------

@@ -67,6 +67,7 @@ class ErrorCode(enum.IntEnum):
     LINK_NOT_IN_SYNC = 80
     FOLLOWER_SYNCING = 81
     LINK_DELETED = 82
+    NOT_LED_ON_LINK = 83
     NO_SHARED_HISTORY = 90
 
 

@@ -45,10 +45,10 @@ from linkd.core import histories, undo
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
-from linkd.core.cluster import ClusterState
+from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, LinkMode, MappingKey, holds_back
+from linkd.core.links import LinkConfig, LinkMode, MappingKey, orphans
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
@@ -684,22 +684,66 @@ def apply_fetched(
     )
     if wake is not None:
         yield WakeWaiters(wake.partitions)
-    # A partition whose source is gone (its topic deleted there) will never
-    # learn how the transactions replicated into it ended: aborted here, or
-    # read_committed readers would stall at them for ever (invariant 11).
-    orphaned = {(t, p) for t, p, e in applied.refused if not holds_back(e) and t in state.topics}
-    if orphaned:
-        dangling, effects = state.abort_dangling_transactions(
-            sorted({t for t, _p in orphaned}), now, orphaned
-        )
-        if dangling:
+    orphaned = {(t, p) for t, p, e in applied.refused if orphans(e) and t in state.topics}
+    if orphaned and link_name in state.links.configs:
+        settled = settle_orphans(state, state.links.configs[link_name], orphaned, now)
+        for cut in settled.cuts:
             yield Note(
                 "warning",
-                f"link {link_name!r}: aborted {len(dangling)} transactions replicated into "
-                f"partitions whose source is gone: "
-                + ", ".join(sorted({f"{d.topic}-{d.partition}" for d in dangling})),
+                f"link {link_name!r}: {cut.topic}-{cut.partition} lost its source; cut to "
+                f"{cut.offset}, above which the source had acknowledged nothing",
             )
-            yield Execute(tuple(effects), "replica")
+        if settled.dangling:
+            yield Note(
+                "warning",
+                f"link {link_name!r}: aborted {len(settled.dangling)} transactions replicated "
+                f"into partitions whose source is gone: "
+                + ", ".join(sorted({f"{d.topic}-{d.partition}" for d in settled.dangling})),
+            )
+        if settled.effects:
+            yield Execute(tuple(settled.effects), "replica")
+
+
+@dataclass(frozen=True, slots=True)
+class SettledOrphans:
+    """What `settle_orphans` did: the unacknowledged tails it cut, the
+    transactions it aborted, and the effects to carry out."""
+
+    cuts: list[Truncation]
+    dangling: list[DanglingTxn]
+    effects: list[Effect]
+
+
+def settle_orphans(
+    state: ClusterState, config: LinkConfig, orphaned: set[tuple[str, int]], now_ms: int
+) -> SettledOrphans:
+    """Follower side: partitions whose source is gone for good (its topic, or
+    that partition, deleted there) will never learn how the transactions
+    replicated into them ended, nor see their records above the source's last
+    HW acknowledged. So this cluster speaks for them: it cuts what lies above
+    that HW (never acknowledged, never visible), aborts the transactions left
+    open (else read_committed readers stall at them for ever, here and on
+    every cluster copying from here: invariant 11), and lets its own markers
+    count once durable. If the source later creates a topic of that name, the
+    marks of the next fetch tell the logs apart and the cut is reported."""
+    effects: list[Effect] = []
+    cuts: list[Truncation] = []
+    for topic, p in sorted(orphaned):
+        log = state.partition(topic, p)
+        if log.hw_cap is not None and log.log_end_offset > log.hw_cap:
+            cut = rep.truncate_replica(state, topic, p, log.hw_cap, config, "source gone")
+            if cut:
+                effects += cut
+                cuts.append(Truncation(topic, p, log.log_end_offset))
+    dangling, aborts = state.abort_dangling_transactions(
+        sorted({t for t, _p in orphaned}), now_ms, orphaned
+    )
+    effects += aborts
+    for topic, p in sorted(orphaned):
+        log = state.partition(topic, p)
+        if log.hw_cap is not None and log.hw_cap < log.log_end_offset:
+            log.hw_cap = log.log_end_offset  # its own markers: they count once durable
+    return SettledOrphans(cuts, dangling, effects)
 
 
 def finish_fetch_round(

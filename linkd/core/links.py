@@ -398,16 +398,29 @@ class PartitionProgress:
         return 0 if self.lag_records() == 0 else max(0, now_ms - self.caught_up_at_ms)
 
 
-# Refusals meaning the source has no such partition (its topic was deleted,
-# has fewer partitions, or is not in a namespace it leads on the link yet):
-# nothing there to copy, so they do not hold the link back from FOLLOWING;
-# describe-link shows each on the partition's row.
+# Refusals meaning the source has no such partition: its topic was deleted,
+# or has fewer partitions. The partition is orphaned: nothing will ever be
+# copied into it again from that topic.
 ORPHANED = frozenset({ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION})
+# Refusals with nothing there to copy (orphaned, or not in a namespace the
+# source leads on the link yet: the two sides' mappings disagree for now), so
+# they do not hold the link back from FOLLOWING; describe-link shows each on
+# the partition's row.
+NOTHING_TO_COPY = ORPHANED | {ErrorCode.NOT_LED_ON_LINK}
 
 
 def holds_back(refusal: ClusterError) -> bool:
     """Whether a partition refused so keeps its link from FOLLOWING."""
-    return refusal.code not in ORPHANED
+    return refusal.code not in NOTHING_TO_COPY
+
+
+def orphans(refusal: ClusterError) -> bool:
+    """Whether a partition refused so has lost its source for good (its
+    topic, or that partition, is gone there): the transactions replicated
+    into it will never learn their outcome. A source that merely does not
+    lead the topic on the link (yet) is not gone: its roles are changing,
+    and the procedures that change them settle those transactions."""
+    return refusal.code in ORPHANED
 
 
 @dataclass(slots=True)

@@ -101,7 +101,7 @@ def plan_replica_fetch(
     config = state.links.by_id(link_id)
     if leader_mapping_for(config, topic) is None:
         raise ClusterError(
-            ErrorCode.UNKNOWN_TOPIC,
+            ErrorCode.NOT_LED_ON_LINK,
             f"topic {topic!r}",
             f"link {config.name!r}: topic {topic!r} is not in a namespace this cluster leads "
             "on the link",
@@ -349,10 +349,12 @@ def truncate_replica(
     partition: int,
     offset: int,
     config: LinkConfig | None = None,
+    reason: str = "diverged",
 ) -> list[Effect]:
-    """Follower side: cuts the log at the source's divergence point. Given the
-    link's config, the cut is recorded in the partition's provenance history
-    (`ccr-admin provenance` shows it: spec section 8)."""
+    """Follower side: cuts the log at the source's divergence point (or, for
+    `reason` "source gone", above what its vanished source acknowledged).
+    Given the link's config, the cut is recorded in the partition's
+    provenance history (`ccr-admin provenance` shows it: spec section 8)."""
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -374,7 +376,7 @@ def truncate_replica(
             boundary,
             config.link_id,
             removed,
-            "diverged",
+            reason,
             tuple((g, old_offset) for g, old_offset, _r in moved),
         )
         record = item.journal_record(topic_name, partition)

@@ -84,6 +84,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.REPLICATED_GROUP_READ_ONLY: K.group_authorization_failed,
         ErrorCode.LAG_NOT_ZERO: K.policy_violation,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
+        ErrorCode.NOT_LED_ON_LINK: K.unknown_topic_or_partition,
         ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,
         ErrorCode.LINK_NOT_FOLLOWING: K.policy_violation,
         ErrorCode.LINK_NOT_IN_SYNC: K.not_enough_replicas,
