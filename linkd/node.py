@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from linkd.core import records as rb
+from linkd.core import restart
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
     HW_WAIT_MAX_MS,
@@ -44,6 +45,7 @@ from linkd.core.cluster import (
     Journal,
     OffsetLookup,
     ResetLog,
+    Topic,
     TruncateLog,
     WaitMark,
     pick_offset_in_batch,
@@ -169,28 +171,22 @@ class ClusterNode:
         self.journal = journal
         if report.truncated_bytes:
             log.warning("metadata journal: dropped a torn tail", extra={"report": str(report)})
-        if snapshot is not None:
-            self.state.restore(snapshot)
-        for record in records:
-            self.state.apply_record(record)
-        live: set[str] = set()
-        for topic in list(self.state.topics.values()):
-            live.add(topic.topic_id)
-            for p in range(len(topic.partitions)):
-                store = self._open_store(topic.topic_id, p, topic.config.segment_bytes)
-                batches = []
-                for header in store.recovered_headers():
-                    marker = None
-                    if header.is_control:
-                        data = store.read(
-                            header.base_offset, header.base_offset + 1, header.size_bytes
-                        )
-                        marker = rb.control_marker_type(data)
-                    batches.append((header, marker))
-                self.state.recover_partition(topic.name, p, batches)
-                self.flushers[(topic.topic_id, p)].durable_offset = store.log_end_offset
+        live = restart.recover_into(self.state, snapshot, records, self._recovered_batches)
         self._remove_orphan_logs(live)
         log.info("recovered", extra={"topics": len(self.state.topics)})
+
+    def _recovered_batches(self, topic: Topic, partition: int) -> restart.Batches:
+        """Opens a partition's store; the batches it holds (`recover_into`)."""
+        store = self._open_store(topic.topic_id, partition, topic.config.segment_bytes)
+        batches: restart.Batches = []
+        for header in store.recovered_headers():
+            marker = None
+            if header.is_control:
+                data = store.read(header.base_offset, header.base_offset + 1, header.size_bytes)
+                marker = rb.control_marker_type(data)
+            batches.append((header, marker))
+        self.flushers[(topic.topic_id, partition)].durable_offset = store.log_end_offset
+        return batches
 
     def _remove_orphan_logs(self, live: set[str]) -> None:
         """Partition directories of topics deleted just before a crash."""
@@ -690,13 +686,11 @@ class ClusterNode:
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
         self.check_ready()
-        self.state.check_group_writable(group_id)
-        for topic, partition in offsets:
-            self.state.partition(topic, partition)
-        records = self.state.groups.commit_offsets(
-            group_id, generation_id, member_id, offsets, self.clock()
+        await self.execute(
+            self.state.commit_group_offsets(
+                group_id, generation_id, member_id, offsets, self.clock()
+            )
         )
-        await self.execute(journal(records))
 
     async def delete_group(self, group_id: str) -> None:
         self.check_ready()

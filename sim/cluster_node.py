@@ -11,9 +11,16 @@ Rules:
 - A crashed cluster (`up` False) keeps its durable state (an acknowledged
   record survives `kill -9`, spec section 1) but answers nothing until it
   restarts; a restart begins every link DISCONNECTED (`LinkTable.start`).
-- Journal records are kept in memory and counted; the simulator does not
-  model a crash between an append and its fsync (every append it accepted
-  becomes durable once the device has written it).
+- Journal records are kept in memory as the daemon stores them (JSON text),
+  with a snapshot that replaces them every `SNAPSHOT_EVERY_RECORDS`; a
+  restart rebuilds the cluster's state from them and from its stored batches
+  with the daemon's own procedure (`linkd.core.restart.recover_into`), so a
+  record that replays wrongly shows here as on a daemon. The simulator does
+  not model a crash between an append and its fsync (every append it
+  accepted becomes durable once the device has written it).
+- A crash ends the process's `incarnation`: work it had under way (a
+  durability completion, a procedure, a link call) is dropped, as the
+  daemon's tasks die with it.
 - Who is woken once appends are durable is the core's answer
   (`ClusterState.made_durable`), the one the daemon's `_make_durable` uses.
 - An acks=all acknowledgement waits, on virtual time, until the high
@@ -26,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from linkd.core import cluster as core
+from linkd.core import records as rb
+from linkd.core import restart as recovery
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkLimits, LinkTable
 from sim.events import EventQueue
@@ -36,6 +45,9 @@ from sim.store import PartitionStore, StoredBatch
 PartitionKey = tuple[str, int]  # (topic name, partition)
 
 HW_WAIT_MAX_MS = core.HW_WAIT_MAX_MS
+# Smaller than the daemon's 20,000 (linkd.node) so that restarts in short
+# runs replay both forms: a snapshot and the records after it.
+SNAPSHOT_EVERY_RECORDS = 200
 
 
 class SimCluster:
@@ -50,9 +62,15 @@ class SimCluster:
     ) -> None:
         self.cluster_id = cluster_id
         self.queue = queue
+        self.limits = limits
         self.state = core.ClusterState(cluster_id)
         self.links = LinkTable(cluster_id, limits)
         self.state.links = self.links
+        # The metadata journal as stored: the last snapshot and the records since.
+        self.snapshot_text: str | None = None
+        self.journal_texts: list[str] = []
+        # Bumped by each crash: what the dead process had under way is dropped.
+        self.incarnation = 0
         self.stores: dict[tuple[str, int], PartitionStore] = {}
         self.disk = IoDevice(disk_bytes_per_ms)
         self.replication_limit = RateLimit(replication_limit_bytes_per_s)
@@ -124,7 +142,7 @@ class SimCluster:
                 done_ms = max(done_ms, self.disk.reserve(size, self.queue.now_ms, traffic_class))
                 touched[key] = (effect.header.next_offset, store.generation)
             elif isinstance(effect, core.Journal):
-                self.journal_records += len(effect.records)
+                self._journal(effect.records)
             elif isinstance(effect, core.CreateLogs):
                 for p in effect.partitions:
                     self.stores.setdefault((effect.topic_id, p), PartitionStore())
@@ -152,8 +170,11 @@ class SimCluster:
             if then is not None:
                 then()
             return
+        incarnation = self.incarnation
 
         def durable() -> None:
+            if incarnation != self.incarnation:
+                return  # the process died: a restart recovered what was written
             marks = []
             for (topic_id, partition), (offset, generation) in sorted(touched.items()):
                 name = names.get(topic_id)
@@ -242,11 +263,43 @@ class SimCluster:
     def crash(self) -> None:
         self.up = False
         self.crashed = True
+        self.incarnation += 1
         self._data_waiters = []
 
-    def restart(self) -> None:
-        """As after a restart from the data directory: runtime link state is
-        rebuilt (LinkManager.start calls LinkTable.start)."""
+    def restart(self, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
+        """As the daemon starts on its data directory (`ClusterNode.open`,
+        then `start`): the state is rebuilt from the stored journal and
+        batches, data of topics it no longer has is removed, every link
+        starts DISCONNECTED (`LinkTable.reset_runtime`), and transactions
+        prepared before the crash are completed."""
+        state = core.ClusterState(self.cluster_id)
+        state.links = LinkTable(self.cluster_id, self.limits)
+        snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
+        records = [recovery.read_stored(text) for text in self.journal_texts]
+        live = recovery.recover_into(state, snapshot, records, self._stored_batches)
+        for key in [k for k in sorted(self.stores) if k[0] not in live]:
+            del self.stores[key]
+        self.state, self.links = state, state.links
         self.up = True
         self.crashed = False
         self.links.reset_runtime(self.queue.now_ms)
+        self.execute(state.recovery_completions(self.queue.now_ms), "metadata", logical_bytes)
+
+    def _journal(self, records: Iterable[dict[str, object]]) -> None:
+        """Stores journal records (`MetadataJournal.append`), and a snapshot
+        once enough have gathered (`ClusterNode._journal`)."""
+        for record in records:
+            self.journal_texts.append(recovery.stored_form(record))
+            self.journal_records += 1
+        if len(self.journal_texts) >= SNAPSHOT_EVERY_RECORDS:
+            self.snapshot_text = recovery.stored_form(self.state.snapshot())
+            self.journal_texts = []
+
+    def _stored_batches(self, topic: core.Topic, partition: int) -> recovery.Batches:
+        store = self.stores.setdefault((topic.topic_id, partition), PartitionStore())
+        batches: recovery.Batches = []
+        for stored in store.batches:
+            header = rb.parse_header(stored.data)
+            marker = rb.control_marker_type(stored.data) if header.is_control else None
+            batches.append((header, marker))
+        return batches

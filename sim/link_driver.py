@@ -220,16 +220,22 @@ class LinkDriver:
         arrive = self.network.deliver_at(d, r, size, self.queue.now_ms)
         if arrive is None:
             return
+        # A process that dies ends its connections: what the call carried on
+        # either side is dropped (the dialer's lane times out and retries).
+        lives = (self.dialer.incarnation, remote.incarnation)
+
+        def alive() -> bool:
+            return (self.dialer.incarnation, remote.incarnation) == lives
 
         def reply(apply: Apply, answer_bytes: int) -> None:
-            if call_id != lane.call_id or not remote.up:
+            if call_id != lane.call_id or not remote.up or not alive():
                 return
             back = self.network.deliver_at(r, d, answer_bytes, self.queue.now_ms)
             if back is None:
                 return
 
             def receive() -> None:
-                if call_id != lane.call_id or not self.dialer.up or self.stopped:
+                if call_id != lane.call_id or not self.dialer.up or self.stopped or not alive():
                     return
                 if lane.timeout is not None:
                     lane.timeout.cancel()
@@ -243,7 +249,7 @@ class LinkDriver:
             self.queue.at(back, f"link {self.name} {kind} answer", receive)
 
         def at_remote() -> None:
-            if call_id != lane.call_id or not remote.up:
+            if call_id != lane.call_id or not remote.up or not alive():
                 return
             try:
                 serve(reply)

@@ -513,7 +513,7 @@ class MirrorDriver:
             return
         state = self.source.state
         try:
-            records = state.groups.commit_offsets(
+            effects = state.commit_group_offsets(
                 self.group_id,
                 -1,
                 "",
@@ -523,7 +523,7 @@ class MirrorDriver:
         except ClusterError as exc:
             self.queue.note(f"mirror {self.name} source commit refused: {exc.code.name}")
             return
-        self.source.journal_records += len(records)
+        self.source.execute(effects, "offsets", self.observer.logical_bytes)
 
     def _read_source(
         self, request: dict[TopicPartition, int], epochs: dict[TopicPartition, int]
@@ -929,8 +929,7 @@ class MirrorDriver:
             written = 0
             for group, offsets in sorted(plan.writes.items()):
                 try:
-                    state.check_group_writable(group)
-                    records = state.groups.commit_offsets(
+                    effects = state.commit_group_offsets(
                         group,
                         -1,
                         "",
@@ -945,7 +944,7 @@ class MirrorDriver:
                         f"mirror {self.name} group {group} offsets refused: {exc.code.name}"
                     )
                     continue
-                self.target.journal_records += len(records)
+                self.target.execute(effects, "offsets", self.observer.logical_bytes)
                 written += len(offsets)
             self.stats.group_offsets_written += written
             self.stats.refused_rewinds += len(plan.refused_rewinds)

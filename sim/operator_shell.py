@@ -86,8 +86,12 @@ class SimHost:
         traffic class to the logical size of its appends (default: the
         world's)."""
         sizes = sized or {}
+        incarnation = self.cluster.incarnation
 
         def step(answer: Any) -> None:
+            if incarnation != self.cluster.incarnation:
+                procedure.close()  # its process died: the daemon's task dies with it
+                return
             while True:
                 try:
                     request = procedure.send(answer)

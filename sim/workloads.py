@@ -57,6 +57,8 @@ class World(Protocol):
 
     def client_class(self, cluster: SimCluster, kind: str, topic: str, group: str) -> str: ...
 
+    def logical_bytes(self, effect: core.AppendBatch) -> int: ...
+
     def sync_witnesses(
         self, cluster: SimCluster, topic: str, partition: int
     ) -> tuple[tuple[str, str, int], ...]: ...
@@ -579,15 +581,14 @@ class Consumer:
         if not node.up or session != self.session:
             return
         try:
-            node.state.check_group_writable(self.spec.group)
-            records = node.state.groups.commit_offsets(
+            effects = node.state.commit_group_offsets(
                 self.spec.group,
                 -1,
                 "",
                 {(self.spec.topic, p): (o, "", -1) for p, o in offsets},
                 invoke,
             )
-            node.journal_records += len(records)
+            node.execute(effects, "offsets", w.logical_bytes)
             self._record(node, "ok", invoke, invoke + 2 * w.client_latency_ms, value, "")
         except ClusterError as exc:
             self._record(

@@ -791,7 +791,7 @@ class Simulation:
         if cid in self.lost_for_good or self.clusters[cid].up:
             return
         self.network.down.discard(cid)
-        self.clusters[cid].restart()
+        self.clusters[cid].restart(self.logical_bytes)
         self._healed()
 
     def _healed(self) -> None:

@@ -829,6 +829,24 @@ class ClusterState:
         """`check_client_write` for a consumer group (commits, offset and group deletes)."""
         self.check_client_write(ResourceType.GROUP, group_id, action)
 
+    def commit_group_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        offsets: dict[tuple[str, int], tuple[int, str, int]],
+        now_ms: int,
+    ) -> list[Effect]:
+        """A client's offset commit ((offset, metadata, leader epoch) per
+        partition): refused into a replicated or reserved group namespace and
+        for a partition that does not exist; else applied, with the journal
+        records that make it durable (carry them out before answering)."""
+        self.check_group_writable(group_id)
+        for topic, partition in offsets:
+            self.partition(topic, partition)
+        records = self.groups.commit_offsets(group_id, generation_id, member_id, offsets, now_ms)
+        return _journal(records)
+
     def namespace_resources(self, resource_type: ResourceType | int, prefix: str) -> list[str]:
         """The topic names or group ids (groups the coordinator knows: members or
         committed offsets) in the namespace now, sorted. Principals are not

@@ -1,0 +1,69 @@
+"""A cluster's state rebuilt after its process died: one procedure, two shells.
+
+A cluster keeps its metadata as a journal of records (with, now and then, a
+snapshot that replaces the records before it) and its partitions as record
+batches. After a crash, `recover_into` rebuilds the state from exactly that:
+the snapshot, the records since, and the batches each partition holds. The
+daemon (`ClusterNode.open`) reads those from its data directory; the
+simulator keeps them in memory, encoded as the daemon stores them (JSON), and
+calls the same function when a simulated cluster restarts, so a record the
+journal replays wrongly breaks a simulated run as it breaks a daemon.
+
+After the state is rebuilt, `ClusterState.recovery_completions` finishes the
+transactions that were prepared before the crash (the shells carry out its
+effects before serving anyone).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from linkd.core import records as rb
+from linkd.core.cluster import ClusterState, Topic
+
+# The batches found on disk for one partition, oldest first, each with the
+# marker type of a control batch (None for data).
+Batches = list[tuple[rb.BatchHeader, int | None]]
+
+
+def recover_into(
+    state: ClusterState,
+    snapshot: dict[str, Any] | None,
+    records: Iterable[dict[str, Any]],
+    batches_of: Callable[[Topic, int], Batches],
+) -> set[str]:
+    """Rebuilds `state` (fresh: no topics yet) from a snapshot, the journal
+    records written after it, and each partition's batches (`batches_of` is
+    asked once per partition of every topic that survives the replay). Returns
+    the ids of the topics that survive: data of any other topic is an orphan
+    of a deletion the crash interrupted, to be removed."""
+    assert not state.topics, "recover_into needs a fresh state"
+    if snapshot is not None:
+        state.restore(snapshot)
+    for record in records:
+        state.apply_record(record)
+    live: set[str] = set()
+    for topic in list(state.topics.values()):
+        live.add(topic.topic_id)
+        for p in range(len(topic.partitions)):
+            state.recover_partition(topic.name, p, batches_of(topic, p))
+    return live
+
+
+def stored_form(obj: dict[str, Any]) -> str:
+    """A journal record or a snapshot as the daemon's journal stores it
+    (`linkd.storage.metadata`: compact JSON, no NaN). The simulator keeps
+    this text, so what JSON cannot carry (a tuple read back as a list, a
+    non-string key) differs after a restart there as on a daemon."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def read_stored(text: str) -> dict[str, Any]:
+    obj = json.loads(text)
+    assert isinstance(obj, dict)
+    return obj
+
+
+__all__ = ["Batches", "read_stored", "recover_into", "stored_form"]
