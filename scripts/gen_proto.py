@@ -1,7 +1,11 @@
-"""Regenerate the Python gRPC code in ccr/ from the contracts in proto/.
+"""Regenerate the Python gRPC code in proto/gen/ccr/ from the contracts in proto/.
 
-Run: python scripts/gen_proto.py          (writes ccr/)
-     python scripts/gen_proto.py --check  (exit 1 if ccr/ is stale)
+Run: python scripts/gen_proto.py          (writes proto/gen/ccr/)
+     python scripts/gen_proto.py --check  (exit 1 if proto/gen/ccr/ is stale)
+
+The contracts are proto/ccr/v1/*.proto (hand-written); the code generated from
+them lives apart, under proto/gen/, and is imported as `ccr.v1` (the package
+path of the .proto files; pyproject.toml maps it there).
 
 The output depends only on proto/ and on the pinned grpcio-tools version, so the
 committed files are reproducible; tests/test_proto_generated.py runs --check.
@@ -21,11 +25,12 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
+GEN_DIR = PROTO_DIR / "gen"
 OUT_PACKAGE = "ccr"
 
 
 def generate(out_root: Path) -> list[Path]:
-    sources = sorted(PROTO_DIR.rglob("*.proto"))
+    sources = sorted(p for p in PROTO_DIR.rglob("*.proto") if GEN_DIR not in p.parents)
     if not sources:
         raise SystemExit(f"no .proto files under {PROTO_DIR}")
     include = Path(protoc.__file__).parent / "_proto"
@@ -71,7 +76,7 @@ def main() -> int:
         tmp_root = Path(tmp)
         generate(tmp_root)
         fresh = _tree(tmp_root / OUT_PACKAGE)
-        target = ROOT / OUT_PACKAGE
+        target = GEN_DIR / OUT_PACKAGE
         if args.check:
             current = _tree(target) if target.exists() else {}
             stale = sorted(
@@ -84,14 +89,14 @@ def main() -> int:
             if stale:
                 print("generated code is stale; run: python scripts/gen_proto.py", file=sys.stderr)
                 for name in stale:
-                    print(f"  {OUT_PACKAGE}/{name}", file=sys.stderr)
+                    print(f"  {target.relative_to(ROOT)}/{name}", file=sys.stderr)
                 return 1
-            print(f"{OUT_PACKAGE}/ is current ({len(fresh)} files)")
+            print(f"{target.relative_to(ROOT)}/ is current ({len(fresh)} files)")
             return 0
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(tmp_root / OUT_PACKAGE, target)
-        print(f"wrote {len(fresh)} files under {OUT_PACKAGE}/")
+        print(f"wrote {len(fresh)} files under {target.relative_to(ROOT)}/")
     return 0
 
 

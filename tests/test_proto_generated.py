@@ -1,4 +1,4 @@
-"""The generated gRPC code in ccr/ is exactly what proto/ produces."""
+"""The generated gRPC code in proto/gen/ccr/ is exactly what proto/ccr/ produces."""
 
 from __future__ import annotations
 
