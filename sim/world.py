@@ -44,7 +44,7 @@ from linkd.core.errors import ClusterError
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut
-from sim import checkers, judge, network, seeds, status_checks, topology
+from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
 from sim.cluster_node import SimCluster
@@ -53,9 +53,10 @@ from sim.history import History, Send
 from sim.link_driver import FetchSizes
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
+from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
 from sim.operators import Operators
-from sim.scenario import ActionSpec, FaultSpec, Scenario
+from sim.scenario import ActionSpec, Scenario
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
@@ -101,6 +102,10 @@ class Simulation:
         self.link_ids = seeds.IdFactory(seed, "links")
         self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
         self.ops = Operators(self, self, self.link_ids)
+        self.nemesis = Nemesis(
+            self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
+            scenario.network.reset_on_heal,
+        )
         self.move_rng = seeds.stream(seed, "operators")
         self.fault_rng = seeds.stream(seed, "drawn faults")
         # Failovers that answered: (cluster, link id, time, what they reported).
@@ -115,14 +120,11 @@ class Simulation:
         self.truncations: checkers.Truncations = {}
         self.producers: list[Producer] = []
         self.consumers: list[Consumer] = []
-        self.lost_for_good: set[str] = set()
+        self.lost_for_good = self.nemesis.lost_for_good
         # Links settled but for partitions refused with a reported reason.
         self.refusals_at_end: set[str] = set()
-        # Paused clusters (fault pause: SIGSTOP): down, but with all their state.
-        self.paused: set[str] = set()
+        self.paused = self.nemesis.paused
         self.scripts: list[ScriptProducer] = []
-        self._lossy: dict[tuple[str, str], PathParams] = {}  # path -> its params before
-        self._heal_at_ms: int | None = None
         self._removals_ms = 0
         self._state_sampled_ms = 0
 
@@ -236,7 +238,9 @@ class Simulation:
             self.scripts.append(script)
             script.start()
         for fault in s.faults:
-            self.queue.at(fault.at_ms, f"fault {fault.kind}", functools.partial(self.fault, fault))
+            self.queue.at(
+                fault.at_ms, f"fault {fault.kind}", functools.partial(self.nemesis.fault, fault)
+            )
         for action in s.actions:
             self.queue.at(
                 action.at_ms, f"action {action.kind}", functools.partial(self.action, action)
@@ -245,7 +249,7 @@ class Simulation:
         if ops.interval_ms:
             self.queue.at(ops.start_ms, "operator move", self._draw_move)
         if ops.fault_interval_ms:
-            self.queue.at(ops.start_ms, "drawn fault", self._draw_fault)
+            self.nemesis.draw_from(ops, self.fault_rng, self.metrics, self._operators_stop_ms)
         self.queue.at(0, "tick", self.tick)
 
     # -- drawn operator moves and faults (the [operators] table) ---------------------------
@@ -347,33 +351,7 @@ class Simulation:
         elif m.kind is k.ADD_PARTITIONS:
             o.add_partitions(m.cluster, m.topic, m.partitions)
         elif m.kind is k.RESTART:
-            self._crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
-
-    def _crash_for(self, cid: str, duration_ms: int) -> None:
-        if not self.clusters[cid].up:
-            return
-        self.fault(FaultSpec(self.queue.now_ms, "crash", node=cid, duration_ms=duration_ms))
-
-    def _draw_fault(self) -> None:
-        ops = self.scenario.operators
-        if self.queue.now_ms >= self._operators_stop_ms():
-            return
-        rng = self.fault_rng
-        duration = max(100, round(rng.expovariate(1 / ops.fault_duration_ms)))
-        kind = rng.choice(("split", "isolate", "pause", "crash", "one_way"))
-        a = rng.choice(self.cluster_ids)
-        others = [c for c in self.cluster_ids if c != a]
-        b = rng.choice(others) if others else a
-        now = self.queue.now_ms
-        if kind == "crash":
-            self._crash_for(a, duration)
-        elif kind in ("split", "one_way") and others:
-            self.fault(FaultSpec(now, kind, side_a=(a,), side_b=(b,), duration_ms=duration))
-        elif kind in ("isolate", "pause"):
-            self.fault(FaultSpec(now, kind, node=a, duration_ms=duration))
-        self.metrics.add("faults_drawn", 1)
-        gap = max(1, round(rng.expovariate(1 / ops.fault_interval_ms)))
-        self.queue.after(gap, "drawn fault", self._draw_fault)
+            self.nemesis.crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
 
     # -- operator actions (the core's procedures: sim.operators) ------------------------------
 
@@ -656,147 +634,6 @@ class Simulation:
         self.metrics.add("rpo_records", lost)
         self.metrics.maximum("rpo_ms", rpo_ms)
 
-    # -- faults (the nemesis) -------------------------------------------------------------------
-
-    def fault(self, f: FaultSpec) -> None:
-        net = self.network
-        everyone = self.cluster_ids
-        pairs: set[tuple[str, str]] = set()
-        if f.kind == "split":
-            pairs = network.full(f.side_a, f.side_b)
-        elif f.kind == "one_way":
-            pairs = network.one_way(f.side_a, f.side_b)
-        elif f.kind == "bridge":
-            pairs = network.bridge(f.side_a, f.side_b, f.bridge)
-        elif f.kind == "isolate":
-            pairs = network.isolate_one(f.node, everyone)
-        elif f.kind == "clog":
-            for pair in network.one_way(f.side_a, f.side_b):
-                net.clog_ms[pair] = f.latency_ms
-            if f.duration_ms:
-                clogged = network.one_way(f.side_a, f.side_b)
-                self.queue.after(f.duration_ms, "fault unclog", lambda: self._unclog(clogged))
-            return
-        elif f.kind == "loss":
-            lossy = network.one_way(f.side_a, f.side_b)
-            for pair in sorted(lossy):
-                before = self._lossy.setdefault(pair, net.params(*pair))
-                net.set_path(pair[0], pair[1], dataclasses.replace(before, loss=f.loss))
-            if f.duration_ms:
-                self.queue.after(f.duration_ms, "fault unloss", lambda: self._unloss(lossy))
-            return
-        elif f.kind == "heal":
-            tainted = set(net.grudge)
-            net.heal()
-            self._reset_links(tainted)
-            self._unloss(set(self._lossy))
-            self._healed()
-            return
-        elif f.kind == "pause":
-            self._pause(f.node)
-            if f.duration_ms:
-                self.queue.after(f.duration_ms, "fault resume", lambda: self._resume(f.node))
-            return
-        elif f.kind == "resume":
-            self._resume(f.node)
-            return
-        elif f.kind == "crash":
-            self.paused.discard(f.node)
-            self.clusters[f.node].crash()
-            net.down.add(f.node)
-            # Its connections die with it: calls to it or from it end at once.
-            self.ops.connections_reset(f.node)
-            if f.permanent:
-                self.lost_for_good.add(f.node)
-            elif f.duration_ms:
-                self.queue.after(f.duration_ms, "fault restart", lambda: self._restart(f.node))
-            return
-        elif f.kind == "restart":
-            self._restart(f.node)
-            return
-        elif f.kind == "unclean_election":
-            node = self.clusters[f.node]
-            log = node.state.partition(f.topic, f.partition)
-            target = max(log.log_start_offset, log.log_end_offset - f.records)
-            _removed, epoch, effects = node.state.unclean_election(f.topic, f.partition, target)
-            node.execute(effects, "metadata", self.logical_bytes)
-            self.queue.note(f"unclean election {f.node}:{f.topic}-{f.partition} epoch {epoch}")
-            return
-        net.grudge |= pairs
-        self.queue.note(f"grudge +{sorted(pairs)}")
-        if f.duration_ms:
-            self.queue.after(f.duration_ms, "fault heal grudge", lambda: self._heal_pairs(pairs))
-
-    def _heal_pairs(self, pairs: set[tuple[str, str]]) -> None:
-        self.network.grudge -= pairs
-        self._reset_links(pairs)
-        if not self.network.grudge:
-            self._healed()
-
-    def _reset_links(self, pairs: set[tuple[str, str]]) -> None:
-        """With `[network] reset_on_heal`: every link whose two clusters the
-        healed grudge cut gets a new connection (its calls in flight are
-        dropped and its driver dials again at once, as a client reconnects
-        after a reset), instead of waiting for the calls' deadline."""
-        if not self.scenario.network.reset_on_heal:
-            return
-        for (cid, name), driver in sorted(self.ops.drivers.items()):
-            config = driver.dialer.links.configs.get(name)
-            if driver.stopped or config is None:
-                continue
-            d, r = cid, config.remote_cluster_id
-            if (d, r) not in pairs and (r, d) not in pairs:
-                continue
-            driver.reset()
-            self.queue.note(f"link {name} reset by the heal")
-
-    def _unclog(self, pairs: set[tuple[str, str]]) -> None:
-        for pair in sorted(pairs):
-            self.network.clog_ms.pop(pair, None)
-
-    def _unloss(self, pairs: set[tuple[str, str]]) -> None:
-        for pair in sorted(pairs):
-            before = self._lossy.pop(pair, None)
-            if before is not None:
-                self.network.set_path(pair[0], pair[1], before)
-
-    def _pause(self, cid: str) -> None:
-        """SIGSTOP: the cluster stops processing and answering (down on the
-        network, no tick, calls to it get no answer) but keeps every state,
-        runtime link state and waiting request included."""
-        node = self.clusters[cid]
-        if cid in self.lost_for_good or not node.up:
-            return
-        self.paused.add(cid)
-        node.up = False
-        self.network.down.add(cid)
-        self.queue.note(f"pause {cid}")
-
-    def _resume(self, cid: str) -> None:
-        """SIGCONT: as it was, with time moved on (its timers see the gap)."""
-        if cid not in self.paused:
-            return
-        self.paused.discard(cid)
-        self.network.down.discard(cid)
-        node = self.clusters[cid]
-        node.up = True
-        node.notify_data()
-        self._healed()
-        self.queue.note(f"resume {cid}")
-
-    def _restart(self, cid: str) -> None:
-        if cid in self.paused:
-            self._resume(cid)
-            return
-        if cid in self.lost_for_good or self.clusters[cid].up:
-            return
-        self.network.down.discard(cid)
-        self.clusters[cid].restart(self.logical_bytes)
-        self._healed()
-
-    def _healed(self) -> None:
-        self._heal_at_ms = self.queue.now_ms
-
     # -- timers and probes ------------------------------------------------------------------------
 
     def tick(self) -> None:
@@ -813,11 +650,12 @@ class Simulation:
             self._removals_ms = now
             self.ops.tell_removals()
         self._sample_link_states(now)
-        if self._heal_at_ms is not None and self.converged():
-            self.metrics.maximum("catchup_ms", now - self._heal_at_ms)
+        healed_ms = self.nemesis.heal_at_ms
+        if healed_ms is not None and self.converged():
+            self.metrics.maximum("catchup_ms", now - healed_ms)
             self.metrics.add("catchups", 1)
-            self.metrics.window("catchup", self._heal_at_ms, now)
-            self._heal_at_ms = None
+            self.metrics.window("catchup", healed_ms, now)
+            self.nemesis.heal_at_ms = None
         self.queue.after(self.scenario.run.tick_interval_ms, "tick", self.tick)
 
     def _probe_status(self, now: int) -> None:
@@ -949,23 +787,7 @@ class Simulation:
         self.queue.run_until(s.run.duration_ms)
         # Liveness phase: heal everything and demand convergence within a bound.
         self.queue.note("liveness phase: heal all")
-        tainted = set(self.network.grudge)
-        self.network.heal()
-        self._reset_links(tainted)
-        self._unloss(set(self._lossy))
-        # Everything heals: messages are no longer lost either (one lost
-        # answer costs a lane its call timeout, which the bound must not
-        # have to absorb).
-        for a in self.cluster_ids:
-            for b in self.cluster_ids:
-                if a != b and self.network.params(a, b).loss > 0:
-                    self.network.set_path(
-                        a, b, dataclasses.replace(self.network.params(a, b), loss=0.0)
-                    )
-        for cid in self.cluster_ids:
-            if not self.clusters[cid].up and cid not in self.lost_for_good:
-                self._restart(cid)
-        self._healed()
+        self.nemesis.heal_all()
         deadline = s.run.duration_ms + s.run.liveness_ms
         converged_at: list[int] = []
 
