@@ -53,6 +53,7 @@ from linkd.core.cluster import (
 from linkd.core.effects import journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
+from linkd.core.journal import encode as encode_record
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
 from linkd.long_polls import LongPolls
@@ -272,7 +273,7 @@ class ClusterNode:
                 if touched:
                     await self._make_durable(touched)
                     touched = {}
-                self._journal(list(effect.records))
+                self._journal([encode_record(r) for r in effect.records])
             elif isinstance(effect, CreateLogs):
                 for p in effect.partitions:
                     self._open_store(effect.topic_id, p, effect.segment_bytes)

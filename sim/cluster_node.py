@@ -36,6 +36,8 @@ from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import restart as recovery
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.journal import JournalRecord
+from linkd.core.journal import encode as encode_record
 from linkd.core.links import LinkLimits, LinkTable
 from sim.events import EventQueue
 from sim.resources import IoDevice, RateLimit
@@ -285,11 +287,11 @@ class SimCluster:
         self.links.reset_runtime(self.queue.now_ms)
         self.execute(state.recovery_completions(self.queue.now_ms), "metadata", logical_bytes)
 
-    def _journal(self, records: Iterable[dict[str, object]]) -> None:
+    def _journal(self, records: Iterable[JournalRecord]) -> None:
         """Stores journal records (`MetadataJournal.append`), and a snapshot
         once enough have gathered (`ClusterNode._journal`)."""
         for record in records:
-            self.journal_texts.append(recovery.stored_form(record))
+            self.journal_texts.append(recovery.stored_form(encode_record(record)))
             self.journal_records += 1
         if len(self.journal_texts) >= SNAPSHOT_EVERY_RECORDS:
             self.snapshot_text = recovery.stored_form(self.state.snapshot())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from itertools import count
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,16 @@ from linkd.core.groups import (
     JoinRequest,
     JoinResult,
     SyncResult,
+)
+from linkd.core.journal import (
+    GroupDelete,
+    JournalRecord,
+    OffsetCommit,
+    OffsetDelete,
+    TxnOffsetEnd,
+    TxnOffsetStage,
+    decode,
+    encode,
 )
 
 PROTOS = (("range", b"meta-range"), ("roundrobin", b"meta-rr"))
@@ -406,9 +415,9 @@ def test_reusing_a_pending_request_id_is_a_caller_bug() -> None:
 def test_standalone_commit_creates_an_empty_group() -> None:
     gc = GroupCoordinator()
     records = gc.commit_offsets("simple", -1, "", {("t", 1): (42, "m", 3)}, 1_000)
-    assert records == [{"type": "offset_commit", "group": "simple", "topic": "t",
-                        "partition": 1, "offset": 42, "metadata": "m", "leader_epoch": 3,
-                        "ts": 1_000}]
+    assert [encode(r) for r in records] == [
+        {"type": "offset_commit", "group": "simple", "topic": "t", "partition": 1, "offset": 42,
+         "metadata": "m", "leader_epoch": 3, "ts": 1_000}]
     assert gc.committed("simple", None) == {("t", 1): CommittedOffset(42, "m", 3, 1_000)}
     assert gc.committed("simple", [("t", 1), ("t", 2)]) == {
         ("t", 1): CommittedOffset(42, "m", 3, 1_000)}
@@ -469,12 +478,11 @@ def test_txn_offsets_are_visible_only_after_commit() -> None:
     gc = GroupCoordinator()
     gc.commit_offsets("g", -1, "", {("t", 0): (1, "", -1)}, 0)
     records = gc.stage_txn_offsets(7, "g", {("t", 0): (10, "x", 2), ("t", 1): (11, "", -1)}, 5)
-    assert [r["type"] for r in records] == ["txn_offset_stage"] * 2
+    assert [r.TYPE for r in records] == ["txn_offset_stage"] * 2
     assert gc.committed("g", None) == {("t", 0): CommittedOffset(1, "", -1, 0)}
     assert gc.has_pending_txn_offsets("g")
     end = gc.end_txn_offsets(7, ["g", "other"], True, 9)
-    assert end == [{"type": "txn_offset_end", "group": "g", "producer_id": 7, "commit": True,
-                    "ts": 9}]
+    assert end == [TxnOffsetEnd("g", 7, True, 9)]
     assert gc.committed("g", None) == {("t", 0): CommittedOffset(10, "x", 2, 5),
                                        ("t", 1): CommittedOffset(11, "", -1, 5)}
     assert gc.end_txn_offsets(7, ["g"], True, 10) == []  # repeated at recovery: nothing
@@ -504,10 +512,9 @@ def test_delete_group_and_offsets() -> None:
     with raises(ErrorCode.GROUP_ID_NOT_FOUND):
         gc.delete_offsets("nope", [("t", 0)])
     gc.commit_offsets("s", -1, "", {("t", 0): (1, "", -1), ("t", 1): (2, "", -1)}, 0)
-    assert gc.delete_offsets("s", [("t", 0), ("t", 9), ("t", 0)]) == [
-        {"type": "offset_delete", "group": "s", "topic": "t", "partition": 0}]
+    assert gc.delete_offsets("s", [("t", 0), ("t", 9), ("t", 0)]) == [OffsetDelete("s", "t", 0)]
     assert list(gc.committed("s", None)) == [("t", 1)]
-    assert gc.delete_group("s") == [{"type": "group_delete", "group": "s"}]
+    assert gc.delete_group("s") == [GroupDelete("s")]
     d = gc.describe_group("s")
     assert (d.state, d.members, d.generation_id) == ("Dead", (), 0)
     assert gc.committed("s", None) == {}
@@ -515,7 +522,7 @@ def test_delete_group_and_offsets() -> None:
 
 def test_snapshot_restore_and_replay_give_the_same_committed_offsets() -> None:
     gc = GroupCoordinator()
-    journal: list[dict[str, Any]] = []
+    journal: list[JournalRecord] = []
     journal += gc.commit_offsets("a", -1, "", {("t", 0): (1, "m", 0), ("u", 3): (9, "", 1)}, 1)
     journal += gc.commit_offsets("a", -1, "", {("t", 0): (2, "n", 0)}, 2)
     journal += gc.commit_offsets("b", -1, "", {("t", 0): (5, "", -1)}, 3)
@@ -524,10 +531,14 @@ def test_snapshot_restore_and_replay_give_the_same_committed_offsets() -> None:
     journal += gc.delete_offsets("a", [("u", 3)])
     journal += gc.commit_offsets("d", -1, "", {("t", 0): (5, "", -1)}, 6)
     journal += gc.delete_group("d")
-    journal = json.loads(json.dumps(journal))  # the shell stores JSON
+    stored = json.loads(json.dumps([encode(r) for r in journal]))  # the shell stores JSON
 
     replayed = GroupCoordinator()
-    for record in journal:
+    for text in stored:
+        record = decode(text)
+        assert isinstance(
+            record, OffsetCommit | OffsetDelete | GroupDelete | TxnOffsetStage | TxnOffsetEnd
+        )
         replayed.apply_record(record)
     restored = GroupCoordinator.restore(GroupConfig(), json.loads(json.dumps(gc.snapshot())))
     for other in (replayed, restored):
@@ -542,8 +553,8 @@ def test_snapshot_restore_and_replay_give_the_same_committed_offsets() -> None:
         gc.committed("a", None)
     assert gc.committed("a", None)[("t", 0)] == CommittedOffset(30, "tx", 2, 4)
     assert restored.committed("c", None) == {("v", 0): CommittedOffset(40, "", -1, 5)}
-    with pytest.raises(ValueError):
-        gc.apply_record({"type": "bogus", "group": "a"})
+    with pytest.raises(ValueError, match="unknown type 'bogus'"):
+        decode({"type": "bogus", "group": "a"})
 
 
 def test_describe_unknown_group_is_dead_and_list_is_sorted() -> None:

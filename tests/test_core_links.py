@@ -15,6 +15,7 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.journal import decode
 from linkd.core.links import LinkLimits, LinkTable, Mapping, merge_configs
 
 NOW = 1_700_000_000_000
@@ -320,7 +321,7 @@ def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_rep
     follower.namespaces.create(2, "app-", True)  # replicated groups: reserved
     for group, offset in (("app-billing", 6), ("app-audit", 3), ("own-reader", 6)):
         follower.groups.apply_record(
-            {
+            decode({
                 "type": "offset_commit",
                 "group": group,
                 "topic": "orders-1",
@@ -329,7 +330,7 @@ def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_rep
                 "metadata": "",
                 "leader_epoch": -1,
                 "ts": NOW,
-            }
+            })
         )
     effects = rep.truncate_replica(follower, "orders-1", 0, 4, follower.links.get("ab"))
     assert isinstance(effects[0], TruncateLog) and effects[0].offset == 4

@@ -11,6 +11,7 @@ import pytest
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, Journal
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.journal import NsDetach, NsReserved, encode
 from linkd.core.namespaces import (
     FOLLOWER,
     LEADER,
@@ -47,7 +48,7 @@ def prefixes(namespaces: list[Namespace]) -> list[str]:
 def test_create__returns_a_record__and_refuses_duplicates_naming_the_namespace() -> None:
     table = NamespaceTable()
     records = table.create(TOPIC, "orders-", reserved=False)
-    assert records == [
+    assert [encode(r) for r in records] == [
         {"type": "ns_create", "resource_type": "topic", "prefix": "orders-", "reserved": False}
     ]
     ns = table.get(TOPIC, "orders-")
@@ -161,9 +162,7 @@ def test_set_reserved__records_only_changes() -> None:
     table = NamespaceTable()
     table.create(TOPIC, "t")
     assert table.set_reserved(TOPIC, "t", False) == []
-    assert table.set_reserved(TOPIC, "t", True) == [
-        {"type": "ns_reserved", "resource_type": "topic", "prefix": "t", "reserved": True}
-    ]
+    assert table.set_reserved(TOPIC, "t", True) == [NsReserved("topic", "t", True)]
     assert table.get(TOPIC, "t").reserved
     assert refusal(lambda: table.set_reserved(TOPIC, "x", True)).code == (
         ErrorCode.UNKNOWN_NAMESPACE
@@ -174,7 +173,7 @@ def test_attach_follower__sets_reserved__and_a_namespace_follows_at_most_one_lin
     table = NamespaceTable()
     table.create(TOPIC, "orders-")
     records = table.attach(TOPIC, "orders-", "ab", FOLLOWER)
-    assert [r["type"] for r in records] == ["ns_attach"]
+    assert [r.TYPE for r in records] == ["ns_attach"]
     ns = table.get(TOPIC, "orders-")
     assert ns.reserved and ns.follower_link == "ab" and ns.attachment_labels() == ["ab:follower"]
     # The same attachment again changes nothing.
@@ -238,15 +237,13 @@ def test_delete__refused_while_attached__then_allowed_after_detach() -> None:
     err = refusal(lambda: table.delete(TOPIC, "orders-"))
     assert err.code == ErrorCode.NAMESPACE_ATTACHED
     assert "topic namespace 'orders-'" in err.message and "'ab'" in err.message
-    assert table.detach(TOPIC, "orders-", "ab") == [
-        {"type": "ns_detach", "resource_type": "topic", "prefix": "orders-", "link": "ab"}
-    ]
+    assert table.detach(TOPIC, "orders-", "ab") == [NsDetach("topic", "orders-", "ab")]
     assert table.detach(TOPIC, "orders-", "ab") == []
     # Detaching keeps the reservation (spec 6: detached *and* un-reserved).
     assert table.get(TOPIC, "orders-").reserved
     assert refusal(lambda: table.delete(TOPIC, "orders-")).code == ErrorCode.NAMESPACE_ATTACHED
     table.detach(TOPIC, "orders-", "bc")
-    assert [r["type"] for r in table.delete(TOPIC, "orders-")] == ["ns_delete"]
+    assert [r.TYPE for r in table.delete(TOPIC, "orders-")] == ["ns_delete"]
     assert table.list() == []
     assert refusal(lambda: table.delete(TOPIC, "orders-")).code == ErrorCode.UNKNOWN_NAMESPACE
 

@@ -13,6 +13,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.histories import PartitionSide, compare, cut_offset
+from linkd.core.journal import decode
 from linkd.core.links import Mapping
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.recovery import (
@@ -193,16 +194,16 @@ def _follower_state() -> ClusterState:
         state.links.new_config("cb", "link-cb", "B", "b:1", "", "local_dials", "", 1000), 1000
     )
     state.apply_record(
-        {
+        decode({
             "type": "provenance",
             "name": "orders-t",
             "partition": 0,
             "entry": {"start": 0, "source": "A", "link_id": "link-ac", "link_epoch": 1},
-        }
+        })
     )
     _append(state, "orders-t", 15)
     state.groups.apply_record(
-        {
+        decode({
             "type": "offset_commit",
             "group": "app-1",
             "topic": "orders-t",
@@ -211,7 +212,7 @@ def _follower_state() -> ClusterState:
             "metadata": "m",
             "leader_epoch": 0,
             "ts": 1,
-        }
+        })
     )
     return state
 
@@ -275,8 +276,8 @@ def test_plan__a_leader_offset_past_this_sides_log__is_bounded_by_it_or_removed(
     state = _follower_state()
     state.namespaces.create(2, "app-", False)
     state.groups.apply_record(
-        {"type": "offset_commit", "group": "app-1", "topic": "orders-gone", "partition": 0,
-         "offset": 9, "metadata": "", "leader_epoch": 0, "ts": 1}
+        decode({"type": "offset_commit", "group": "app-1", "topic": "orders-gone", "partition": 0,
+         "offset": 9, "metadata": "", "leader_epoch": 0, "ts": 1})
     )  # fmt: skip
     remote = {("orders-t", 0): copied("B", 15, start(0, "A"))}
     leader = {("app-1", "orders-t", 0): 7, ("app-1", "orders-gone", 0): 4}
@@ -337,7 +338,7 @@ def test_failover_and_promotion_start_a_new_leader_epoch_at_the_log_end() -> Non
     state.create_topic("orders-t", 1, {}, "tid")
     _append(state, "orders-t", 4)
     records = rep.start_new_epochs(state, "orders-")
-    assert [r["type"] for r in records] == ["leader_epoch"]
+    assert [r.TYPE for r in records] == ["leader_epoch"]
     assert state.partition("orders-t", 0).epoch_history == [(0, 0), (1, 4)]
     with pytest.raises(ClusterError):
         promote_namespaces(state, "missing-link", [("topic", "orders-")], 7)

@@ -35,6 +35,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
 
 MAX_BINDINGS = 10_000
@@ -227,10 +228,10 @@ class AclStore:
 
     def create(
         self, bindings: list[AclBinding]
-    ) -> tuple[list[ClusterError | None], list[dict[str, Any]]]:
+    ) -> tuple[list[ClusterError | None], list[jr.AclCreate | jr.AclDelete]]:
         """Per binding: None (created or already there) or the refusal."""
         results: list[ClusterError | None] = []
-        records: list[dict[str, Any]] = []
+        records: list[jr.AclCreate | jr.AclDelete] = []
         for b in bindings:
             try:
                 validate_binding(b)
@@ -245,7 +246,7 @@ class AclStore:
                     _invalid(f"acl {b.describe()}", f"too many ACL bindings (limit {MAX_BINDINGS})")
                 )
                 continue
-            record = {"type": "acl_create", "binding": b.to_list()}
+            record = jr.AclCreate(b.to_list())
             self.apply_record(record)
             records.append(record)
             results.append(None)
@@ -253,10 +254,10 @@ class AclStore:
 
     def delete(
         self, filters: list[AclFilter]
-    ) -> tuple[list[list[AclBinding] | ClusterError], list[dict[str, Any]]]:
+    ) -> tuple[list[list[AclBinding] | ClusterError], list[jr.AclCreate | jr.AclDelete]]:
         """Per filter: the bindings it removed (sorted), or the refusal."""
         results: list[list[AclBinding] | ClusterError] = []
-        records: list[dict[str, Any]] = []
+        records: list[jr.AclCreate | jr.AclDelete] = []
         for f in filters:
             try:
                 validate_filter(f)
@@ -265,7 +266,7 @@ class AclStore:
                 continue
             matched = sorted(b for b in self._bindings if f.matches(b))
             for b in matched:
-                record = {"type": "acl_delete", "binding": b.to_list()}
+                record = jr.AclDelete(b.to_list())
                 self.apply_record(record)
                 records.append(record)
             results.append(matched)
@@ -278,14 +279,12 @@ class AclStore:
 
     # -- durability ------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        binding = AclBinding.from_list(record["binding"])
-        if record["type"] == "acl_create":
+    def apply_record(self, record: jr.AclCreate | jr.AclDelete) -> None:
+        binding = AclBinding.from_list(record.binding)
+        if isinstance(record, jr.AclCreate):
             self._bindings[binding] = None
-        elif record["type"] == "acl_delete":
-            self._bindings.pop(binding, None)
         else:
-            raise ValueError(f"not an ACL record: {record['type']!r}")
+            self._bindings.pop(binding, None)
 
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "bindings": [b.to_list() for b in self._bindings]}

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
+from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
 
@@ -208,13 +209,7 @@ class ClusterState:
         self, name: str, partitions: int, configs: Mapping[str, str], topic_id: str
     ) -> tuple[Topic, list[Effect]]:
         overrides = self.check_create_topic(name, partitions, configs)
-        record = {
-            "type": "topic_create",
-            "name": name,
-            "topic_id": topic_id,
-            "partitions": partitions,
-            "configs": overrides,
-        }
+        record = jr.TopicCreate(name, topic_id, partitions, overrides)
         topic = self._apply_topic_create(record)
         effects: list[Effect] = [
             CreateLogs(topic_id, tuple(range(partitions)), topic.config.segment_bytes),
@@ -222,18 +217,18 @@ class ClusterState:
         ]
         return topic, effects
 
-    def _apply_topic_create(self, record: dict[str, Any]) -> Topic:
-        name = record["name"]
-        topic = Topic(name, record["topic_id"], dict(record["configs"]))
+    def _apply_topic_create(self, record: jr.TopicCreate) -> Topic:
+        name = record.name
+        topic = Topic(name, record.topic_id, dict(record.configs))
         topic.config = TopicConfig.from_overrides(topic.overrides)
-        topic.partitions = [PartitionLog(name, p) for p in range(int(record["partitions"]))]
+        topic.partitions = [PartitionLog(name, p) for p in range(record.partitions)]
         self.topics[name] = topic
         return topic
 
     def delete_topic(self, name: str) -> list[Effect]:
         topic = self.topic(name)
         self.check_client_write(ResourceType.TOPIC, name, "delete")
-        record = {"type": "topic_delete", "name": name}
+        record = jr.TopicDelete(name)
         del self.topics[name]
         forgotten = self.groups.forget_topic(name)
         return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
@@ -251,13 +246,13 @@ class ClusterState:
         checked = self.check_alter_configs(name, set_)
         overrides = {k: v for k, v in topic.overrides.items() if k not in delete}
         overrides.update(checked)
-        record = {"type": "topic_config", "name": name, "configs": overrides}
+        record = jr.TopicConfig(name, overrides)
         self._apply_topic_config(record)
         return topic, [Journal((record,))]
 
-    def _apply_topic_config(self, record: dict[str, Any]) -> None:
-        topic = self.topics[record["name"]]
-        topic.overrides = dict(record["configs"])
+    def _apply_topic_config(self, record: jr.TopicConfig) -> None:
+        topic = self.topics[record.name]
+        topic.overrides = dict(record.configs)
         topic.config = TopicConfig.from_overrides(topic.overrides)
 
     def check_create_partitions(self, name: str, total: int) -> int:
@@ -278,16 +273,16 @@ class ClusterState:
     def create_partitions(self, name: str, total: int) -> tuple[Topic, list[Effect]]:
         topic = self.topic(name)
         current = self.check_create_partitions(name, total)
-        record = {"type": "topic_partitions", "name": name, "partitions": total}
+        record = jr.TopicPartitions(name, total)
         self._apply_topic_partitions(record)
         return topic, [
             CreateLogs(topic.topic_id, tuple(range(current, total)), topic.config.segment_bytes),
             Journal((record,)),
         ]
 
-    def _apply_topic_partitions(self, record: dict[str, Any]) -> None:
-        topic = self.topics[record["name"]]
-        for p in range(len(topic.partitions), int(record["partitions"])):
+    def _apply_topic_partitions(self, record: jr.TopicPartitions) -> None:
+        topic = self.topics[record.name]
+        for p in range(len(topic.partitions), record.partitions):
             topic.partitions.append(PartitionLog(topic.name, p))
 
     # -- produce --------------------------------------------------------------
@@ -668,12 +663,7 @@ class ClusterState:
 
     def _log_start_effects(self, topic_name: str, log: PartitionLog) -> list[Effect]:
         topic = self.topics[topic_name]
-        record = {
-            "type": "log_start",
-            "name": topic_name,
-            "partition": log.partition,
-            "offset": log.log_start_offset,
-        }
+        record = jr.LogStart(topic_name, log.partition, log.log_start_offset)
         return [
             Journal((record,)),
             DeleteBelow(topic.topic_id, log.partition, log.log_start_offset),
@@ -770,10 +760,12 @@ class ClusterState:
             markers[(topic_name, p)] = header.base_offset
         if completion.commit and len(markers) > 1:
             self.marker_groups.append(markers)
-        records = self.groups.end_txn_offsets(
-            completion.producer_id, list(completion.groups), completion.commit, now_ms
-        )
-        records += self.txn.complete(completion)
+        records: list[jr.JournalRecord] = [
+            *self.groups.end_txn_offsets(
+                completion.producer_id, list(completion.groups), completion.commit, now_ms
+            ),
+            *self.txn.complete(completion),
+        ]
         effects += _journal(records)
         return effects
 
@@ -900,47 +892,56 @@ class ClusterState:
 
     # -- durability -------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        kind = record["type"]
-        if kind == "topic_create":
-            self._apply_topic_create(record)
-        elif kind == "topic_delete":
-            self.topics.pop(record["name"], None)
-        elif kind == "topic_config":
-            self._apply_topic_config(record)
-        elif kind == "topic_partitions":
-            self._apply_topic_partitions(record)
-        elif kind == "provenance":
-            topic = self.topics.get(record["name"])
-            if topic is not None:
-                entry = ProvenanceItem.from_entry(record["entry"])
-                topic.provenance.setdefault(int(record["partition"]), []).append(entry)
-        elif kind == "leader_epoch":
-            topic = self.topics.get(record["name"])
-            if topic is not None:
-                p = int(record["partition"])
-                bump = (int(record["epoch"]), int(record["start"]))
-                topic.epoch_bumps.setdefault(p, []).append(bump)
-                log = topic.partitions[p]
-                if log.log_end_offset >= bump[1]:
-                    log.bump_epoch(*bump)
-        elif kind == "log_start":
-            topic = self.topics.get(record["name"])
-            if topic is not None:
-                log = topic.partitions[int(record["partition"])]
-                log.log_start_offset = max(log.log_start_offset, int(record["offset"]))
-        elif kind in ("pid_block", "txn"):
-            self.txn.apply_record(record)
-        elif kind in ("acl_create", "acl_delete"):
-            self.acls.apply_record(record)
-        elif kind in ("link_config", "link_delete", "link_removal_told"):
-            self.links.apply_record(record)
-        elif kind in ("mirror_link_create", "mirror_link_delete"):
-            self.mirror_links.apply_record(record)
-        elif kind.startswith("ns_"):
-            self.namespaces.apply_record(record)
-        else:
-            self.groups.apply_record(record)
+    def apply_record(self, record: jr.JournalRecord) -> None:
+        """Applies one journal record: replayed after a restart (what it
+        records happened: no rule is checked), or applied where it is made."""
+        match record:
+            case jr.TopicCreate():
+                self._apply_topic_create(record)
+            case jr.TopicDelete():
+                self.topics.pop(record.name, None)
+            case jr.TopicConfig():
+                self._apply_topic_config(record)
+            case jr.TopicPartitions():
+                self._apply_topic_partitions(record)
+            case jr.Provenance():
+                topic = self.topics.get(record.name)
+                if topic is not None:
+                    entry = ProvenanceItem.from_entry(record.entry)
+                    topic.provenance.setdefault(record.partition, []).append(entry)
+            case jr.LeaderEpoch():
+                topic = self.topics.get(record.name)
+                if topic is not None:
+                    bump = (record.epoch, record.start)
+                    topic.epoch_bumps.setdefault(record.partition, []).append(bump)
+                    log = topic.partitions[record.partition]
+                    if log.log_end_offset >= bump[1]:
+                        log.bump_epoch(*bump)
+            case jr.LogStart():
+                topic = self.topics.get(record.name)
+                if topic is not None:
+                    log = topic.partitions[record.partition]
+                    log.log_start_offset = max(log.log_start_offset, record.offset)
+            case jr.PidBlock() | jr.Txn():
+                self.txn.apply_record(record)
+            case jr.AclCreate() | jr.AclDelete():
+                self.acls.apply_record(record)
+            case jr.LinkConfigRecord() | jr.LinkDelete() | jr.LinkRemovalTold():
+                self.links.apply_record(record)
+            case jr.MirrorLinkCreate() | jr.MirrorLinkDelete():
+                self.mirror_links.apply_record(record)
+            case jr.NsCreate() | jr.NsReserved() | jr.NsDelete() | jr.NsAttach() | jr.NsDetach():
+                self.namespaces.apply_record(record)
+            case (
+                jr.OffsetCommit()
+                | jr.OffsetDelete()
+                | jr.GroupDelete()
+                | jr.TxnOffsetStage()
+                | jr.TxnOffsetEnd()
+            ):
+                self.groups.apply_record(record)
+            case _:
+                assert_never(record)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -974,12 +975,7 @@ class ClusterState:
     def restore(self, snapshot: dict[str, Any]) -> None:
         for t in snapshot["topics"]:
             topic = self._apply_topic_create(
-                {
-                    "name": t["name"],
-                    "topic_id": t["topic_id"],
-                    "partitions": t["partitions"],
-                    "configs": t["configs"],
-                }
+                jr.TopicCreate(t["name"], t["topic_id"], int(t["partitions"]), dict(t["configs"]))
             )
             for log, start in zip(topic.partitions, t["log_start"], strict=True):
                 log.log_start_offset = int(start)
@@ -1053,13 +1049,7 @@ class ClusterState:
             log.truncate_to(boundary)
             effects.append(TruncateLog(topic.topic_id, partition, boundary))
         epoch = log.leader_epoch + 1
-        record = {
-            "type": "leader_epoch",
-            "name": topic_name,
-            "partition": partition,
-            "epoch": epoch,
-            "start": boundary,
-        }
+        record = jr.LeaderEpoch(topic_name, partition, epoch, boundary)
         topic.epoch_bumps.setdefault(partition, []).append((epoch, boundary))
         log.bump_epoch(epoch, boundary)
         effects.append(Journal((record,)))
@@ -1086,7 +1076,7 @@ class ClusterState:
                 in_prefix(t, prefix) for t in touched for prefix in topic_prefixes
             ) and not any(in_prefix(g, prefix) for g in meta.groups for prefix in groups):
                 continue
-            records: list[dict[str, Any]] = []
+            records: list[jr.JournalRecord] = []
             if meta.producer_epoch < MAX_EPOCH - 1:
                 meta.producer_epoch += 1
             completion = self.txn._prepare(meta, False, records)

@@ -13,10 +13,11 @@ Pure data: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core import records as rb
+from linkd.core.journal import JournalRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,9 @@ class AppendBatch:
 
 @dataclass(frozen=True, slots=True)
 class Journal:
-    records: tuple[dict[str, Any], ...]
+    """Metadata records to make durable (stored as `journal.encode` gives)."""
+
+    records: tuple[JournalRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +76,6 @@ class TruncateLog:
 Effect = AppendBatch | Journal | CreateLogs | DeleteTopicData | DeleteBelow | ResetLog | TruncateLog
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class Wake:
     """High watermarks moved (or durable records wait for a SYNC follower's
@@ -85,7 +86,7 @@ class Wake:
     partitions: tuple[tuple[str, int], ...] | None
 
 
-def journal(records: list[dict[str, Any]]) -> list[Effect]:
+def journal(records: Sequence[JournalRecord]) -> list[Effect]:
     """One Journal effect for the records, or none when there are none."""
     return [Journal(tuple(records))] if records else []
 

@@ -92,6 +92,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
 
 MAX_PROTOCOLS = 64
@@ -320,24 +321,15 @@ def offset_commit_record(
     metadata: str,
     leader_epoch: int,
     ts_ms: int,
-) -> dict[str, Any]:
+) -> jr.OffsetCommit:
     """The journal record of one committed offset (a client's commit, or one
     written by replication or recovery)."""
-    return {
-        "type": "offset_commit",
-        "group": group_id,
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "metadata": metadata,
-        "leader_epoch": leader_epoch,
-        "ts": ts_ms,
-    }
+    return jr.OffsetCommit(group_id, topic, partition, offset, metadata, leader_epoch, ts_ms)
 
 
 # The journal records GroupCoordinator writes and replays.
-GROUP_RECORD_TYPES = frozenset(
-    {"group_delete", "offset_delete", "txn_offset_end", "offset_commit", "txn_offset_stage"}
+GroupRecord = (
+    jr.GroupDelete | jr.OffsetDelete | jr.TxnOffsetEnd | jr.OffsetCommit | jr.TxnOffsetStage
 )
 
 
@@ -806,7 +798,7 @@ class GroupCoordinator:
         member_id: str,
         offsets: dict[Partition, OffsetSpec],
         now_ms: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[GroupRecord]:
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         member: _Member | None = None
@@ -826,7 +818,7 @@ class GroupCoordinator:
         evict = self._room_for(group_id)
         if member is not None:
             member.last_heartbeat_ms = now_ms
-        records = [
+        records: list[GroupRecord] = [
             offset_commit_record(group_id, t, p, o, m, e, now_ms)
             for (t, p), (o, m, e) in sorted(offsets.items())
         ]
@@ -904,7 +896,7 @@ class GroupCoordinator:
             return dict(sorted(group.offsets.items()))
         return {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
 
-    def delete_group(self, group_id: str) -> list[dict[str, Any]]:
+    def delete_group(self, group_id: str) -> list[GroupRecord]:
         _check_group_id(group_id)
         group = self._groups.get(group_id)
         if group is None:
@@ -919,11 +911,11 @@ class GroupCoordinator:
                 group_id,
                 f"the group has {len(group.members)} members ({group.state.value})",
             )
-        record: dict[str, Any] = {"type": "group_delete", "group": group_id}
+        record = jr.GroupDelete(group_id)
         self.apply_record(record)
         return [record]
 
-    def delete_offsets(self, group_id: str, partitions: list[Partition]) -> list[dict[str, Any]]:
+    def delete_offsets(self, group_id: str, partitions: list[Partition]) -> list[GroupRecord]:
         """Kafka's OffsetDelete, refused (INVALID_REQUEST) while the group has members."""
         _check_group_id(group_id)
         group = self._groups.get(group_id)
@@ -940,8 +932,8 @@ class GroupCoordinator:
                 f"the group is active ({len(group.members)} members); offsets can be "
                 "deleted from an empty group only",
             )
-        records: list[dict[str, Any]] = [
-            {"type": "offset_delete", "group": group_id, "topic": t, "partition": p}
+        records: list[GroupRecord] = [
+            jr.OffsetDelete(group_id, t, p)
             for t, p in dict.fromkeys(partitions)
             if (t, p) in group.offsets
         ]
@@ -949,12 +941,12 @@ class GroupCoordinator:
             self.apply_record(record)
         return records
 
-    def forget_topic(self, topic: str) -> list[dict[str, Any]]:
+    def forget_topic(self, topic: str) -> list[GroupRecord]:
         """A topic was deleted: every group forgets its committed offsets for
         it, as Kafka's coordinator does, so a topic created later under the
         same name starts with none (empty groups included)."""
-        records: list[dict[str, Any]] = [
-            {"type": "offset_delete", "group": gid, "topic": t, "partition": p}
+        records: list[GroupRecord] = [
+            jr.OffsetDelete(gid, t, p)
             for gid, group in sorted(self._groups.items())
             for t, p in sorted(group.offsets)
             if t == topic
@@ -967,7 +959,7 @@ class GroupCoordinator:
 
     def stage_txn_offsets(
         self, producer_id: int, group_id: str, offsets: dict[Partition, OffsetSpec], now_ms: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[GroupRecord]:
         """TxnOffsetCommit: invisible to `committed` until `end_txn_offsets` commits."""
         _check_group_id(group_id)
         if producer_id < 0:
@@ -989,18 +981,8 @@ class GroupCoordinator:
         if not offsets:
             return []
         evict = self._room_for(group_id)
-        records = [
-            {
-                "type": "txn_offset_stage",
-                "group": group_id,
-                "producer_id": producer_id,
-                "topic": t,
-                "partition": p,
-                "offset": o,
-                "metadata": m,
-                "leader_epoch": e,
-                "ts": now_ms,
-            }
+        records: list[GroupRecord] = [
+            jr.TxnOffsetStage(group_id, producer_id, t, p, o, m, e, now_ms)
             for (t, p), (o, m, e) in sorted(offsets.items())
         ]
         self._get_or_create(group_id, evict)
@@ -1010,20 +992,14 @@ class GroupCoordinator:
 
     def end_txn_offsets(
         self, producer_id: int, group_ids: list[str], commit: bool, now_ms: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[GroupRecord]:
         """Commit or drop the producer's staged offsets in these groups (idempotent)."""
-        records: list[dict[str, Any]] = []
+        records: list[GroupRecord] = []
         for gid in dict.fromkeys(group_ids):
             group = self._groups.get(gid)
             if group is None or producer_id not in group.pending_txn:
                 continue
-            record = {
-                "type": "txn_offset_end",
-                "group": gid,
-                "producer_id": producer_id,
-                "commit": commit,
-                "ts": now_ms,
-            }
+            record = jr.TxnOffsetEnd(gid, producer_id, commit, now_ms)
             self.apply_record(record)
             records.append(record)
         return records
@@ -1039,7 +1015,7 @@ class GroupCoordinator:
         metadata: str,
         leader_epoch: int,
         ts_ms: int,
-    ) -> dict[str, Any]:
+    ) -> jr.OffsetCommit:
         """Writes a committed offset outside the client protocol (replication
         and recovery); returns the record to journal."""
         record = offset_commit_record(
@@ -1048,13 +1024,10 @@ class GroupCoordinator:
         self.apply_record(record)
         return record
 
-    def apply_record(self, record: dict[str, Any]) -> None:
+    def apply_record(self, record: GroupRecord) -> None:
         """Replay a record returned earlier (no limits are checked: it happened)."""
-        kind = record["type"]
-        if kind not in GROUP_RECORD_TYPES:
-            raise ValueError(f"unknown group record type {kind!r}")
-        gid = str(record["group"])
-        if kind == "group_delete":
+        gid = record.group
+        if isinstance(record, jr.GroupDelete):
             group = self._groups.get(gid)
             if group is not None and not group.members:
                 del self._groups[gid]
@@ -1062,32 +1035,25 @@ class GroupCoordinator:
                 group.offsets.clear()
                 group.pending_txn.clear()
             return
-        if kind == "offset_delete":
+        if isinstance(record, jr.OffsetDelete):
             group = self._groups.get(gid)
             if group is not None:
-                group.offsets.pop((str(record["topic"]), int(record["partition"])), None)
+                group.offsets.pop((record.topic, record.partition), None)
             return
-        if kind == "txn_offset_end":
+        if isinstance(record, jr.TxnOffsetEnd):
             group = self._groups.get(gid)
             if group is not None:
-                staged = group.pending_txn.pop(int(record["producer_id"]), None)
-                if staged is not None and record["commit"]:
+                staged = group.pending_txn.pop(record.producer_id, None)
+                if staged is not None and record.commit:
                     group.offsets.update(staged)
             return
-        if kind not in ("offset_commit", "txn_offset_stage"):
-            raise ValueError(f"unknown group record type {kind!r}")
         group = self._get_or_create(gid)
-        tp = (str(record["topic"]), int(record["partition"]))
-        value = CommittedOffset(
-            int(record["offset"]),
-            str(record["metadata"]),
-            int(record["leader_epoch"]),
-            int(record["ts"]),
-        )
-        if kind == "offset_commit":
+        tp = (record.topic, record.partition)
+        value = CommittedOffset(record.offset, record.metadata, record.leader_epoch, record.ts)
+        if isinstance(record, jr.OffsetCommit):
             group.offsets[tp] = value
         else:
-            group.pending_txn.setdefault(int(record["producer_id"]), {})[tp] = value
+            group.pending_txn.setdefault(record.producer_id, {})[tp] = value
 
     def snapshot(self) -> dict[str, Any]:
         """The durable state (committed and staged offsets), JSON-serialisable."""

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core import undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
@@ -232,7 +232,7 @@ def put_mapping(
     are aborted."""
     config = state.links.get(link_name)
     previous = config.mappings.get(mapping.key)
-    records = []
+    records: list[jr.JournalRecord] = []
     if previous is not None and previous.attached and not mapping.attached:
         records += detach_provenance(state, config, previous)
     config.mappings[mapping.key] = mapping
@@ -247,7 +247,7 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
     must exist to be reserved). Every mapping left attached here can be
     honoured (`refuse_unattachable` ran first, or the attach was checked)."""
     config = state.links.configs.get(link_name)
-    records = []
+    records: list[jr.JournalRecord] = []
     wanted: dict[tuple[str, str], str] = {}
     if config is not None:
         wanted = {
@@ -312,12 +312,12 @@ def abort_unfollowed(state: ClusterState, prefixes: list[str], now_ms: int) -> l
     return effects
 
 
-def clamp_group_offsets(state: ClusterState, group_prefix: str) -> list[dict[str, Any]]:
+def clamp_group_offsets(state: ClusterState, group_prefix: str) -> list[jr.JournalRecord]:
     """A group namespace starts following a link: its groups' committed
     offsets become replicated offsets, which never point past the follower's
     data (spec invariant 6). One left above its partition's high watermark
     (committed here before the partition was cut) moves back to it."""
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     for group_id, _state, _type in sorted(state.groups.list_groups()):
         if not in_prefix(group_id, group_prefix):
             continue
@@ -374,7 +374,7 @@ def accept_remote_config(
     strict_keys = set(strict)
     if strict_keys:
         _check_strict(state, remote_view, strict_keys)
-    records = state.links.accept_mirror(remote_view, now_ms)
+    records: list[jr.JournalRecord] = [*state.links.accept_mirror(remote_view, now_ms)]
     config = state.links.get(remote_view.name)
     out = Accepted()
     still = {m.key: m for m in config.attached_mappings()}
@@ -441,7 +441,7 @@ def refuse_unattachable(
     config = state.links.get(link_name)
     kept: list[Mapping] = []
     refused: list[Mapping] = []
-    records = []
+    records: list[jr.JournalRecord] = []
     for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
         conflict = mapping_conflict(state, link_name, m, kept)
         before = (m.key, m.local_role) in attached_before
@@ -471,7 +471,7 @@ def delete_link(
     link, keeping its tombstone until the remote is `told` (spec section 3:
     both sides' configurations converge, deletion included)."""
     config = state.links.get(link_name)
-    records = []
+    records: list[jr.JournalRecord] = []
     for mapping in config.attached_mappings():
         records += detach_provenance(state, config, mapping)
     stopped = []

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linkd.core import histories, undo
+from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -166,7 +167,7 @@ def accept_handshake_answer(
 
 def set_link_mode(
     state: ClusterState, link_name: str, mode: str, now_ms: int
-) -> tuple[list[dict[str, Any]], bool]:
+) -> tuple[list[jr.JournalRecord], bool]:
     """The operator's set-mode on this side: the led partitions are registered
     before (the core judges FOLLOWING on them) and after the change, and the
     high watermarks re-applied (going ASYNC lifts the followers' hold at once).
@@ -174,7 +175,7 @@ def set_link_mode(
     the mode is already set. Raises ClusterError (LINK_NOT_FOLLOWING, an
     unknown mode) with nothing changed."""
     state.refresh_led_partitions(now_ms)
-    records = state.links.set_mode(link_name, mode, now_ms)
+    records: list[jr.JournalRecord] = [*state.links.set_mode(link_name, mode, now_ms)]
     if not records:
         return [], False
     state.refresh_led_partitions(now_ms)
@@ -285,7 +286,7 @@ def plan_topics(
                 effects += rep.follow_topic_shape(
                     state, local, source.partitions, dict(source.configs)
                 )
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     for ns in namespaces:
         if ns.prefix in followed:
             records += msync.apply_read_acls(state, config.name, ns.prefix, list(ns.read_acls))

@@ -43,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
 
@@ -61,6 +62,7 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_FETCH_SILENCE_MS = 2_000
 STATE_HISTORY_MAX = 32
 MAX_TOMBSTONES = 1_000
+LinkRecord = jr.LinkConfigRecord | jr.LinkDelete | jr.LinkRemovalTold
 
 
 class MappingType(enum.StrEnum):
@@ -649,7 +651,7 @@ class LinkTable:
         }
         return LinkConfig(name, link_id, self.cluster_id, remote_cluster_id, direction, fields)
 
-    def store(self, config: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
+    def store(self, config: LinkConfig, now_ms: int) -> list[LinkRecord]:
         previous = self.configs.get(config.name)
         self.configs[config.name] = config
         runtime = self.runtime.get(config.name)
@@ -680,9 +682,9 @@ class LinkTable:
             runtime.marks_wanted -= undiverged
             if gone or unfollowed or undiverged:
                 self._recompute(config.name, now_ms)
-        return [{"type": "link_config", "config": config.to_record()}]
+        return [jr.LinkConfigRecord(config.to_record())]
 
-    def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[dict[str, Any]]:
+    def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[LinkRecord]:
         """The remote created (or re-sent) a link: store or merge its mirror."""
         mine = remote_view.mirrored()
         if mine.local_cluster_id != self.cluster_id:
@@ -702,12 +704,12 @@ class LinkTable:
         merged, changed = merge_configs(existing, mine)
         return self.store(merged, now_ms) if changed else []
 
-    def set_field(self, name: str, key: str, value: str, now_ms: int) -> list[dict[str, Any]]:
+    def set_field(self, name: str, key: str, value: str, now_ms: int) -> list[LinkRecord]:
         config = self.get(name)
         config.fields[key] = Field(value, self.hlc.now(now_ms))
         return self.store(config, now_ms)
 
-    def set_mode(self, name: str, mode: str, now_ms: int) -> list[dict[str, Any]]:
+    def set_mode(self, name: str, mode: str, now_ms: int) -> list[LinkRecord]:
         """ASYNC or SYNC (spec section 4): SYNC only from FOLLOWING; ASYNC always,
         taking effect at once. Setting the mode this side already has records
         it anew all the same: the remote may have changed it meanwhile without
@@ -742,35 +744,30 @@ class LinkTable:
         self._recompute(name, now_ms)
         return records
 
-    def put_mapping(self, name: str, mapping: Mapping, now_ms: int) -> list[dict[str, Any]]:
+    def put_mapping(self, name: str, mapping: Mapping, now_ms: int) -> list[LinkRecord]:
         config = self.get(name)
         versioned = replace(mapping, version=self.hlc.now(now_ms))
         config.mappings[versioned.key] = versioned
         config.link_epoch += 1
         return self.store(config, now_ms)
 
-    def delete(self, name: str, told: bool = False) -> list[dict[str, Any]]:
+    def delete(self, name: str, told: bool = False) -> list[LinkRecord]:
         """Forgets the link and keeps its tombstone: until the remote is
         `told`, this side answers its handshakes LINK_DELETED (so it deletes
         its half too) and retries telling it (`pending_removals`)."""
         config = self.get(name)
-        record = {
-            "type": "link_delete",
-            "name": name,
-            "link_id": config.link_id,
-            "remote": config.remote_cluster_id,
-            "address": config.value("remote_bootstrap"),
-            "told": told,
-        }
+        record = jr.LinkDelete(
+            name, config.link_id, config.remote_cluster_id, config.value("remote_bootstrap"), told
+        )
         self.apply_record(record)
         return [record]
 
-    def removal_told(self, link_id: str) -> list[dict[str, Any]]:
+    def removal_told(self, link_id: str) -> list[LinkRecord]:
         """The remote confirmed it deleted its half of a deleted link."""
         tomb = self.tombstones.get(link_id)
         if tomb is None or tomb.told:
             return []
-        record = {"type": "link_removal_told", "link_id": link_id}
+        record = jr.LinkRemovalTold(link_id)
         self.apply_record(record)
         return [record]
 
@@ -1188,34 +1185,31 @@ class LinkTable:
 
     # -- durability ----------------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any], now_ms: int = 0) -> None:
-        kind = record["type"]
-        if kind == "link_config":
-            config = LinkConfig.from_record(record["config"])
+    def apply_record(self, record: LinkRecord, now_ms: int = 0) -> None:
+        if isinstance(record, jr.LinkConfigRecord):
+            config = LinkConfig.from_record(record.config)
             for v in [f.version for f in config.fields.values()] + [
                 m.version for m in config.mappings.values()
             ]:
                 self.hlc.observe(v)
             self.store(config, now_ms)
-        elif kind == "link_delete":
-            self.configs.pop(record["name"], None)
-            self.runtime.pop(record["name"], None)
-            if "link_id" in record:  # records written before tombstones have none
-                self.tombstones[str(record["link_id"])] = Tombstone(
-                    str(record["link_id"]),
-                    str(record["name"]),
-                    str(record["remote"]),
-                    str(record["address"]),
-                    bool(record["told"]),
+        elif isinstance(record, jr.LinkDelete):
+            self.configs.pop(record.name, None)
+            self.runtime.pop(record.name, None)
+            if record.link_id is not None:  # records written before tombstones have none
+                self.tombstones[record.link_id] = Tombstone(
+                    record.link_id,
+                    record.name,
+                    str(record.remote),
+                    str(record.address),
+                    record.told,
                 )
                 while len(self.tombstones) > MAX_TOMBSTONES:
                     del self.tombstones[next(iter(self.tombstones))]
-        elif kind == "link_removal_told":
-            tomb = self.tombstones.get(str(record["link_id"]))
+        else:
+            tomb = self.tombstones.get(record.link_id)
             if tomb is not None:
                 self.tombstones[tomb.link_id] = replace(tomb, told=True)
-        else:
-            raise ValueError(f"not a link record: {kind!r}")
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -1234,7 +1228,7 @@ class LinkTable:
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         for r in snapshot.get("links", []):
-            self.apply_record({"type": "link_config", "config": r})
+            self.apply_record(jr.LinkConfigRecord(r))
         for t in snapshot.get("tombstones", []):  # snapshots before tombstones have none
             self.tombstones[str(t["link_id"])] = Tombstone(
                 str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),

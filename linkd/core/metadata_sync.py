@@ -8,8 +8,9 @@ effects; the source side picks what to send.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
 from linkd.core.acls import ResourceType as AclResource
@@ -58,7 +59,7 @@ def apply_replicated_offsets(
     offsets: list[GroupOffset],
     now_ms: int,
     new_topic_id: str,
-) -> tuple[list[dict[str, Any]], list[Effect], list[GroupOffset]]:
+) -> tuple[list[jr.JournalRecord], list[Effect], list[GroupOffset]]:
     """Follower side: the source's committed offsets of the groups this side
     follows, under local group and topic names. Returns (journal records,
     effects that append them to __consumer_offsets_<source>, offsets held
@@ -70,7 +71,7 @@ def apply_replicated_offsets(
     config = state.links.get(link_name)
     groups = follower_mappings(config, "group")
     topics = follower_mappings(config, "topic")
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     held: list[GroupOffset] = []
     specs: list[rb.RecordSpec] = []
     for group, topic, partition, offset, metadata, epoch in offsets:
@@ -159,7 +160,7 @@ def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
 
 def apply_read_acls(
     state: ClusterState, link_name: str, source_prefix: str, acls: list[ReadAcl]
-) -> list[dict[str, Any]]:
+) -> list[jr.JournalRecord]:
     """Follower side: the same principals may (or, DENY, may not) READ the
     follower topics (mapped names). Add-only: a binding added on the follower
     is never revoked by the link. WRITE is never synced: only the link writes
@@ -183,4 +184,4 @@ def apply_read_acls(
         for a in acls
     ]
     _results, records = state.acls.create(bindings)
-    return records
+    return list(records)

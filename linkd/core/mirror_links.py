@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.mirror.config import MirrorConfigError, MirrorFlow, MirrorMakerConfig
 from linkd.core.mirror.config import parse_mm2_properties as parse_mm2
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 MAX_TOMBSTONES = 100
+MirrorLinkRecord = jr.MirrorLinkCreate | jr.MirrorLinkDelete
 MAX_PROPERTIES_CHARS = 1024 * 1024
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -183,7 +185,7 @@ class MirrorLinkTable:
 
     def create(
         self, cluster_id: str, name: str, alias: str, properties: str, now_ms: int
-    ) -> tuple[HostedMirror, list[dict[str, Any]]]:
+    ) -> tuple[HostedMirror, list[MirrorLinkRecord]]:
         """Validates; returns what this cluster hosts and the records to journal
         (applied here already)."""
         validate_name(name)
@@ -196,15 +198,13 @@ class MirrorLinkTable:
                 f"(created at {existing.created_ms} ms); delete it first",
             )
         hosted = hosted_mirror(name, properties, alias)
-        link = MirrorLink(name, alias, properties, now_ms)
-        record = {"type": "mirror_link_create", **link.as_dict()}
-        del record["deleted_ms"]
+        record = jr.MirrorLinkCreate(name, alias, properties, now_ms)
         self.apply_record(record)
         return hosted, [record]
 
-    def delete(self, name: str, now_ms: int) -> list[dict[str, Any]]:
+    def delete(self, name: str, now_ms: int) -> list[MirrorLinkRecord]:
         self.get(name)
-        record = {"type": "mirror_link_delete", "name": name, "deleted_ms": now_ms}
+        record = jr.MirrorLinkDelete(name, now_ms)
         self.apply_record(record)
         return [record]
 
@@ -215,17 +215,16 @@ class MirrorLinkTable:
 
     # -- durability ------------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        kind = record["type"]
-        if kind == "mirror_link_create":
-            self.links[record["name"]] = MirrorLink.of(record)
-        elif kind == "mirror_link_delete":
-            link = self.links.get(record["name"])
-            if link is not None and link.live:
-                self.links[link.name] = replace(link, deleted_ms=int(record["deleted_ms"]))
-                self._trim_tombstones()
+    def apply_record(self, record: MirrorLinkRecord) -> None:
+        if isinstance(record, jr.MirrorLinkCreate):
+            self.links[record.name] = MirrorLink(
+                record.name, record.alias, record.properties, record.created_ms, record.deleted_ms
+            )
         else:
-            raise ValueError(f"not a mirror link record: {kind!r}")
+            link = self.links.get(record.name)
+            if link is not None and link.live:
+                self.links[link.name] = replace(link, deleted_ms=record.deleted_ms)
+                self._trim_tombstones()
 
     def _trim_tombstones(self) -> None:
         dead = sorted(

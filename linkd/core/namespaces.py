@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
 
 MAX_NAMESPACES = 10_000
@@ -53,7 +54,8 @@ ROLES = (LEADER, FOLLOWER)
 
 _TOPIC_PREFIX = re.compile(r"[a-zA-Z0-9._-]*")
 
-Records = list[dict[str, Any]]
+NamespaceRecord = jr.NsCreate | jr.NsReserved | jr.NsDelete | jr.NsAttach | jr.NsDetach
+Records = list[NamespaceRecord]
 NamespaceList = list["Namespace"]
 
 
@@ -262,12 +264,7 @@ class NamespaceTable:
                 f"cannot create {name}: the cluster has {MAX_NAMESPACES} namespaces (the limit)",
             )
         return self._commit(
-            {
-                "type": "ns_create",
-                "resource_type": kind.label,
-                "prefix": prefix,
-                "reserved": bool(reserved),
-            }
+            jr.NsCreate(kind.label, prefix, bool(reserved))
         )
 
     def set_reserved(
@@ -285,12 +282,7 @@ class NamespaceTable:
                 "link first",
             )
         return self._commit(
-            {
-                "type": "ns_reserved",
-                "resource_type": ns.type.label,
-                "prefix": ns.prefix,
-                "reserved": bool(reserved),
-            }
+            jr.NsReserved(ns.type.label, ns.prefix, bool(reserved))
         )
 
     def delete(self, resource_type: ResourceType | int, prefix: str) -> Records:
@@ -302,7 +294,7 @@ class NamespaceTable:
                 f"{ns.name} is attached to {_attachment_text(ns)}; detach it first",
             )
         return self._commit(
-            {"type": "ns_delete", "resource_type": ns.type.label, "prefix": ns.prefix}
+            jr.NsDelete(ns.type.label, ns.prefix)
         )
 
     def attach(
@@ -344,13 +336,7 @@ class NamespaceTable:
                     f"follows link {following!r}",
                 )
         return self._commit(
-            {
-                "type": "ns_attach",
-                "resource_type": ns.type.label,
-                "prefix": ns.prefix,
-                "link": link_name,
-                "role": role,
-            }
+            jr.NsAttach(ns.type.label, ns.prefix, link_name, role)
         )
 
     def detach(self, resource_type: ResourceType | int, prefix: str, link_name: str) -> Records:
@@ -359,49 +345,41 @@ class NamespaceTable:
         if not any(link == link_name for link, _role in ns.attachments):
             return []
         return self._commit(
-            {
-                "type": "ns_detach",
-                "resource_type": ns.type.label,
-                "prefix": ns.prefix,
-                "link": link_name,
-            }
+            jr.NsDetach(ns.type.label, ns.prefix, link_name)
         )
 
-    def _commit(self, record: dict[str, Any]) -> Records:
+    def _commit(self, record: NamespaceRecord) -> Records:
         self.apply_record(record)
         return [record]
 
     # -- durability -----------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any]) -> None:
+    def apply_record(self, record: NamespaceRecord) -> None:
         """Replays a record returned earlier (no rule is checked: it happened)."""
-        kind = record["type"]
-        rtype = ResourceType.parse(str(record["resource_type"]))
-        prefix = str(record["prefix"])
+        rtype = ResourceType.parse(record.resource_type)
+        prefix = record.prefix
         table = self._by_type[rtype]
-        if kind == "ns_create":
-            table[prefix] = Namespace(rtype, prefix, bool(record["reserved"]))
+        if isinstance(record, jr.NsCreate):
+            table[prefix] = Namespace(rtype, prefix, record.reserved)
             self._reindex(rtype)
             return
-        if kind == "ns_delete":
+        if isinstance(record, jr.NsDelete):
             table.pop(prefix, None)
             self._reindex(rtype)
             return
         ns = table.get(prefix)
         if ns is None:
             return
-        if kind == "ns_reserved":
-            ns.reserved = bool(record["reserved"])
-        elif kind == "ns_attach":
-            pair = (str(record["link"]), str(record["role"]))
+        if isinstance(record, jr.NsReserved):
+            ns.reserved = record.reserved
+        elif isinstance(record, jr.NsAttach):
+            pair = (record.link, record.role)
             if pair not in ns.attachments:
                 ns.attachments.append(pair)
             if pair[1] == FOLLOWER:
                 ns.reserved = True
-        elif kind == "ns_detach":
-            ns.attachments = [a for a in ns.attachments if a[0] != record["link"]]
         else:
-            raise ValueError(f"unknown namespace record type {kind!r}")
+            ns.attachments = [a for a in ns.attachments if a[0] != record.link]
 
     def _reindex(self, rtype: ResourceType) -> None:
         self._lengths[rtype] = sorted({len(p) for p in self._by_type[rtype]}, reverse=True)

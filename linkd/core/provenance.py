@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from linkd.core import journal as jr
+
 
 class ProvenanceKind(StrEnum):
     START = "start"
@@ -113,9 +115,8 @@ class ProvenanceItem:
             entry["offsets_moved"] = [[g, o] for g, o in self.offsets_moved]
         return entry
 
-    def journal_record(self, topic: str, partition: int) -> dict[str, Any]:
-        entry = self.to_entry()
-        return {"type": "provenance", "name": topic, "partition": partition, "entry": entry}
+    def journal_record(self, topic: str, partition: int) -> jr.Provenance:
+        return jr.Provenance(topic, partition, self.to_entry())
 
     def report(self) -> dict[str, Any]:
         """The form `GetProvenance` answers with (admin_pb2.ProvenanceEntry's fields)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core import link_admin, undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
@@ -452,7 +453,7 @@ def reserve_and_abort(
     and aborts the open transactions touching their topics (markers written,
     producers fenced). Returns (aborted transactional ids, effects)."""
 
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     for m in mappings:
         kind = ResourceType.parse(m.resource_type)
         if state.namespaces.find(kind, m.local_prefix) is None:
@@ -472,7 +473,7 @@ def apply_recovery(
     provenance history) and moves the reported committed offsets back."""
 
     effects: list[Effect] = []
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     for row in plan.partitions:
         if not row.diverged:
             continue
@@ -481,23 +482,18 @@ def apply_recovery(
         removed = log.log_end_offset - row.truncate_to
         log.truncate_to(row.truncate_to)
         effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
-        record = ProvenanceItem.truncated(row.truncate_to, link_id, removed).journal_record(
+        cut_entry = ProvenanceItem.truncated(row.truncate_to, link_id, removed).journal_record(
             row.topic, row.partition
         )
-        state.apply_record(record)
-        records.append(record)
+        state.apply_record(cut_entry)
+        records.append(cut_entry)
     for cut in plan.groups:
         current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])
         old = current.get((cut.topic, cut.partition))
         if cut.new_offset < 0:
-            record = {
-                "type": "offset_delete",
-                "group": cut.group,
-                "topic": cut.topic,
-                "partition": cut.partition,
-            }
-            state.apply_record(record)
-            records.append(record)
+            removal = jr.OffsetDelete(cut.group, cut.topic, cut.partition)
+            state.apply_record(removal)
+            records.append(removal)
             continue
         records.append(
             state.groups.set_committed(

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
@@ -159,16 +160,10 @@ def create_replica_topic(
     overrides = validate_configs(
         name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
     )
-    record = {
-        "type": "topic_create",
-        "name": name,
-        "topic_id": topic_id,
-        "partitions": partitions,
-        "configs": overrides,
-    }
+    record = jr.TopicCreate(name, topic_id, partitions, overrides)
     state.apply_record(record)
     topic = state.topic(name)
-    records: list[dict[str, Any]] = [record]
+    records: list[jr.JournalRecord] = [record]
     if config is not None:
         # Every offset of a follower topic comes from the link from its birth
         # on: recovery can tell it apart from another topic of the same name.
@@ -189,32 +184,28 @@ def follow_topic_shape(
     topic = state.topic(name)
     current_count = len(topic.partitions)
     if partitions > current_count:
-        record: dict[str, Any] = {
-            "type": "topic_partitions",
-            "name": name,
-            "partitions": partitions,
-        }
-        state.apply_record(record)
+        grown = jr.TopicPartitions(name, partitions)
+        state.apply_record(grown)
         effects += [
             CreateLogs(
                 topic.topic_id, tuple(range(current_count, partitions)), topic.config.segment_bytes
             ),
-            Journal((record,)),
+            Journal((grown,)),
         ]
     wanted = validate_configs(
         name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
     )
     local = {k: v for k, v in topic.overrides.items() if k in CLUSTER_LOCAL_KEYS}
     if {**wanted, **local} != topic.overrides:
-        record = {"type": "topic_config", "name": name, "configs": {**wanted, **local}}
-        state.apply_record(record)
-        effects.append(Journal((record,)))
+        reconfigured = jr.TopicConfig(name, {**wanted, **local})
+        state.apply_record(reconfigured)
+        effects.append(Journal((reconfigured,)))
     return effects
 
 
 def provenance_entry(
     state: ClusterState, topic_name: str, partition: int, config: LinkConfig
-) -> list[dict[str, Any]]:
+) -> list[jr.JournalRecord]:
     """Records where the follower partition's next offsets come from, when
     that changed (a new link, a new link epoch, or after a detach): spec §8."""
     topic = state.topic(topic_name)
@@ -238,11 +229,11 @@ def provenance_entry(
 
 def detach_provenance(
     state: ClusterState, config: LinkConfig, mapping: Mapping
-) -> list[dict[str, Any]]:
+) -> list[jr.JournalRecord]:
     """A follower topic namespace leaves the link: every partition of its
     topics records where the link's data ends (spec section 8), unless its
     history already ends that way."""
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     if mapping.resource_type != MappingType.TOPIC or mapping.local_role != Role.FOLLOWER:
         return records
     for name in sorted(state.topics):
@@ -387,14 +378,14 @@ def truncate_replica(
 
 def clamp_replicated_offsets(
     state: ClusterState, topic_name: str, partition: int, offset: int
-) -> list[tuple[str, int, dict[str, Any]]]:
+) -> list[tuple[str, int, jr.OffsetCommit]]:
     """After a follower partition was cut at `offset`, the committed offsets of
     replicated groups (groups in a reserved namespace: only replication writes
     them) that point past the cut move back to it, so no replicated offset
     exceeds the follower's log (spec invariant 6); the cut's provenance entry
     reports each move. Returns (group, old offset, journal record)."""
 
-    out: list[tuple[str, int, dict[str, Any]]] = []
+    out: list[tuple[str, int, jr.OffsetCommit]] = []
     for group_id, _state, _type in sorted(state.groups.list_groups()):
         if not any(ns.reserved for ns in state.namespaces.matching(ResourceType.GROUP, group_id)):
             continue
@@ -448,24 +439,18 @@ def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[
 
 def start_new_epochs(
     state: ClusterState, prefix: str, skip: frozenset[str] = frozenset()
-) -> list[dict[str, Any]]:
+) -> list[jr.JournalRecord]:
     """Starts a new leader epoch, at the log end, on every partition of every
     topic in a topic namespace that becomes writable here (journalled as an
     unclean election's bump is). Records written from then on carry it, so a
     cluster that kept the old leader's tail sees the divergence when it
     follows this one (OffsetsForLeaderEpoch)."""
-    records: list[dict[str, Any]] = []
+    records: list[jr.JournalRecord] = []
     for name in sorted(state.topics):
         if not in_prefix(name, prefix) or name in skip:
             continue
         for p, log in enumerate(state.topics[name].partitions):
-            record = {
-                "type": "leader_epoch",
-                "name": name,
-                "partition": p,
-                "epoch": log.leader_epoch + 1,
-                "start": log.log_end_offset,
-            }
+            record = jr.LeaderEpoch(name, p, log.leader_epoch + 1, log.log_end_offset)
             state.apply_record(record)
             records.append(record)
     return records

@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, Topic
 
@@ -35,15 +36,18 @@ def recover_into(
     batches_of: Callable[[Topic, int], Batches],
 ) -> set[str]:
     """Rebuilds `state` (fresh: no topics yet) from a snapshot, the journal
-    records written after it, and each partition's batches (`batches_of` is
-    asked once per partition of every topic that survives the replay). Returns
+    records written after it in their stored form (`journal.decode` reads
+    each; one it cannot read raises JournalRecordError naming it, so a
+    cluster never starts half-understood), and each partition's batches
+    (`batches_of` is asked once per partition of every topic that survives
+    the replay). Returns
     the ids of the topics that survive: data of any other topic is an orphan
     of a deletion the crash interrupted, to be removed."""
     assert not state.topics, "recover_into needs a fresh state"
     if snapshot is not None:
         state.restore(snapshot)
     for record in records:
-        state.apply_record(record)
+        state.apply_record(jr.decode(record))
     live: set[str] = set()
     for topic in list(state.topics.values()):
         live.add(topic.topic_id)

@@ -13,7 +13,7 @@ Rules (Kafka's, for one broker that is also its own coordinator):
 - A transaction open longer than its timeout is aborted by `expired` and the
   epoch is bumped, fencing the stuck producer.
 
-Every change returns journal records (plain dicts); `apply_record` replays them
+Every change returns journal records (`linkd.core.journal`); `apply_record` replays them
 at start-up. Pure code: time arrives as `now_ms`.
 """
 
@@ -24,6 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -50,30 +51,29 @@ class TxnMetadata:
     groups: list[str] = field(default_factory=list)
     started_ms: int = 0
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "type": "txn",
-            "id": self.transactional_id,
-            "pid": self.producer_id,
-            "epoch": self.producer_epoch,
-            "timeout_ms": self.timeout_ms,
-            "state": self.state.value,
-            "partitions": [[t, p] for t, p in self.partitions],
-            "groups": list(self.groups),
-            "started_ms": self.started_ms,
-        }
+    def to_record(self) -> jr.Txn:
+        return jr.Txn(
+            id=self.transactional_id,
+            pid=self.producer_id,
+            epoch=self.producer_epoch,
+            timeout_ms=self.timeout_ms,
+            state=self.state.value,
+            partitions=[[t, p] for t, p in self.partitions],
+            groups=list(self.groups),
+            started_ms=self.started_ms,
+        )
 
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> TxnMetadata:
+    def from_record(cls, r: jr.Txn) -> TxnMetadata:
         return cls(
-            transactional_id=r["id"],
-            producer_id=r["pid"],
-            producer_epoch=r["epoch"],
-            timeout_ms=r["timeout_ms"],
-            state=TxnState(r["state"]),
-            partitions=[(t, p) for t, p in r["partitions"]],
-            groups=list(r["groups"]),
-            started_ms=r["started_ms"],
+            transactional_id=r.id,
+            producer_id=r.pid,
+            producer_epoch=r.epoch,
+            timeout_ms=r.timeout_ms,
+            state=TxnState(r.state),
+            partitions=[(str(t), int(p)) for t, p in r.partitions],
+            groups=list(r.groups),
+            started_ms=r.started_ms,
         )
 
 
@@ -111,13 +111,13 @@ class TransactionCoordinator:
         transactional_id: str,
         timeout_ms: int,
         now_ms: int,
-    ) -> tuple[int, int, TxnCompletion | None, list[dict[str, Any]]]:
+    ) -> tuple[int, int, TxnCompletion | None, list[jr.JournalRecord]]:
         """Returns (producer id, epoch, abort to finish first or None, records)."""
-        records: list[dict[str, Any]] = []
+        records: list[jr.JournalRecord] = []
         if not transactional_id:
             pid = self.next_producer_id
             self.next_producer_id += 1
-            records.append({"type": "pid_block", "next": self.next_producer_id})
+            records.append(jr.PidBlock(self.next_producer_id))
             return pid, 0, None, records
         if timeout_ms <= 0 or timeout_ms > MAX_TRANSACTION_TIMEOUT_MS:
             raise ClusterError(
@@ -131,7 +131,7 @@ class TransactionCoordinator:
         if meta is None:
             pid = self.next_producer_id
             self.next_producer_id += 1
-            records.append({"type": "pid_block", "next": self.next_producer_id})
+            records.append(jr.PidBlock(self.next_producer_id))
             meta = TxnMetadata(transactional_id, pid, 0, timeout_ms)
             self.txns[transactional_id] = meta
         else:
@@ -152,7 +152,7 @@ class TransactionCoordinator:
             elif meta.producer_epoch >= MAX_EPOCH - 1:
                 pid = self.next_producer_id
                 self.next_producer_id += 1
-                records.append({"type": "pid_block", "next": self.next_producer_id})
+                records.append(jr.PidBlock(self.next_producer_id))
                 meta.producer_id = pid
                 meta.producer_epoch = 0
             else:
@@ -206,7 +206,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: list[tuple[str, int]],
         now_ms: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[jr.JournalRecord]:
         meta = self._get(transactional_id, producer_id, producer_epoch)
         self._begin_if_needed(meta, now_ms)
         for tp in partitions:
@@ -221,7 +221,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         group_id: str,
         now_ms: int,
-    ) -> list[dict[str, Any]]:
+    ) -> list[jr.JournalRecord]:
         meta = self._get(transactional_id, producer_id, producer_epoch)
         self._begin_if_needed(meta, now_ms)
         if group_id not in meta.groups:
@@ -256,9 +256,9 @@ class TransactionCoordinator:
 
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> tuple[TxnCompletion | None, list[dict[str, Any]]]:
+    ) -> tuple[TxnCompletion | None, list[jr.JournalRecord]]:
         meta = self._get(transactional_id, producer_id, producer_epoch)
-        records: list[dict[str, Any]] = []
+        records: list[jr.JournalRecord] = []
         if meta.state != TxnState.ONGOING:
             # Kafka answers a repeated EndTxn of the same outcome with success.
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -273,7 +273,7 @@ class TransactionCoordinator:
         return self._prepare(meta, commit, records), records
 
     def _prepare(
-        self, meta: TxnMetadata, commit: bool, records: list[dict[str, Any]]
+        self, meta: TxnMetadata, commit: bool, records: list[jr.JournalRecord]
     ) -> TxnCompletion:
         meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         records.append(meta.to_record())
@@ -286,7 +286,7 @@ class TransactionCoordinator:
             tuple(meta.groups),
         )
 
-    def complete(self, completion: TxnCompletion) -> list[dict[str, Any]]:
+    def complete(self, completion: TxnCompletion) -> list[jr.JournalRecord]:
         meta = self.txns[completion.transactional_id]
         meta.state = TxnState.COMPLETE_COMMIT if completion.commit else TxnState.COMPLETE_ABORT
         meta.partitions = []
@@ -310,11 +310,11 @@ class TransactionCoordinator:
                 )
         return out
 
-    def expired(self, now_ms: int) -> tuple[list[TxnCompletion], list[dict[str, Any]]]:
+    def expired(self, now_ms: int) -> tuple[list[TxnCompletion], list[jr.JournalRecord]]:
         """Aborts transactions open beyond their timeout, bumping the epoch so the
         stuck producer is fenced."""
         completions: list[TxnCompletion] = []
-        records: list[dict[str, Any]] = []
+        records: list[jr.JournalRecord] = []
         for meta in self.txns.values():
             if meta.state == TxnState.ONGOING and now_ms - meta.started_ms > meta.timeout_ms:
                 if meta.producer_epoch < MAX_EPOCH - 1:
@@ -335,19 +335,16 @@ class TransactionCoordinator:
 
     # -- durability ------------------------------------------------------------------
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        kind = record["type"]
-        if kind == "pid_block":
-            self.next_producer_id = max(self.next_producer_id, int(record["next"]))
-        elif kind == "txn":
-            self.txns[record["id"]] = TxnMetadata.from_record(record)
+    def apply_record(self, record: jr.PidBlock | jr.Txn) -> None:
+        if isinstance(record, jr.PidBlock):
+            self.next_producer_id = max(self.next_producer_id, record.next)
         else:
-            raise ValueError(f"not a transaction record: {kind!r}")
+            self.txns[record.id] = TxnMetadata.from_record(record)
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "next_producer_id": self.next_producer_id,
-            "txns": [m.to_record() for m in self.txns.values()],
+            "txns": [jr.encode(m.to_record()) for m in self.txns.values()],
         }
 
     @classmethod
@@ -355,5 +352,12 @@ class TransactionCoordinator:
         coordinator = cls(int(snapshot["next_producer_id"]))
         coordinator.next_producer_id = int(snapshot["next_producer_id"])
         for r in snapshot["txns"]:
-            coordinator.txns[r["id"]] = TxnMetadata.from_record(r)
+            meta = TxnMetadata.from_record(_txn(jr.decode(r)))
+            coordinator.txns[meta.transactional_id] = meta
         return coordinator
+
+
+def _txn(record: jr.JournalRecord) -> jr.Txn:
+    if not isinstance(record, jr.Txn):
+        raise jr.JournalRecordError(f"a snapshot's transaction is a {record.TYPE!r} record")
+    return record
