@@ -15,6 +15,7 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, Effect, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.journal import decode
 from linkd.core.links import LinkLimits, Mapping
 
 NOW = 1_000
@@ -228,7 +229,8 @@ def test_a_partition_the_source_does_not_lead__is_refused_alone() -> None:
 
     assert answer.partitions[0].error is None and answer.partitions[0].records
     error = answer.partitions[1].error
-    assert error is not None and error.code == ErrorCode.UNKNOWN_TOPIC
+    # Not gone: not led on the link (a follower does not orphan it).
+    assert error is not None and error.code == ErrorCode.NOT_LED_ON_LINK
 
 
 def test_sync_link__the_fetch_offset_acknowledges__and_the_answer_carries_the_moved_hw() -> None:
@@ -292,7 +294,7 @@ def test_source_group_offsets__every_group_of_the_namespace__in_order() -> None:
     a, _b, _disk_a, _disk_b = two_clusters()
     for group, offset in (("app-2", 7), ("app-1", 5), ("other", 9)):
         a.groups.apply_record(
-            {
+            decode({
                 "type": "offset_commit",
                 "group": group,
                 "topic": "orders-1",
@@ -301,7 +303,7 @@ def test_source_group_offsets__every_group_of_the_namespace__in_order() -> None:
                 "metadata": "",
                 "leader_epoch": 0,
                 "ts": NOW,
-            }
+            })
         )
 
     offsets = rounds.source_group_offsets(a, "app-")
