@@ -1,0 +1,385 @@
+"""Transcript tests of a replication link, replayed by both shells.
+
+A transcript (tests/transcripts/*.txt, in the manner of etcd-raft's
+datadriven tests) is a list of steps, each a command line, a line `----`,
+and the output expected, ended by a blank line:
+
+    produce A orders-1 n=3
+    ----
+    A orders-1-0: log 0..3 hw 3 lso 3 epoch 0
+
+Two clusters, A leading the namespace `orders-` on link `ab` and B
+following it, are driven through the core's own functions (the link rounds,
+handshakes and faults both shells call), and every effect the core returns
+is carried out by a shell: `SimShell` (the simulator's `SimCluster`, on
+virtual time) or `DaemonShell` (the daemon's `ClusterNode`, with its segment
+files and metadata journal in a temporary directory). Both must print the
+expected output, step for step. `restart X` rebuilds a cluster from what
+its shell stored, so what the journal and the segment files hold is tested
+too.
+
+To rewrite the expected output after an intended change, run pytest with
+CCR_TRANSCRIPT_REWRITE=1 (the sim shell's output is written) and read the
+diff.
+
+Commands (cluster names A and B; one partition, 0, unless `p=` says):
+  produce A TOPIC n=N [value=V] [p=P]   N records, one batch
+  topic A TOPIC [partitions=N]          create a topic on the source
+  discover                              B learns A's topics (creates followers)
+  handshake                             B dials A: the two configurations merge
+  fetch [budget=BYTES]                  one fetch round, B from A (with the warnings
+                                        the follower logs)
+  txn A ID TOPIC                        a transaction writes a record, left open
+  unclean-election A TOPIC to=OFFSET    emulated unclean election (cut + epoch)
+  delete-topic A TOPIC
+  restart A|B                           rebuild from the shell's storage
+  show A|B                              every partition; link state and lags on B
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import tempfile
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
+from linkd.core import procedures
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from linkd.core.cluster import AppendBatch, ClusterState, Effect
+from linkd.core.effects import journal
+from linkd.core.journal import JournalRecord
+from linkd.core.links import Leader, LinkConfig, LinkLimits, LinkTable, Mapping, MappingType
+from linkd.core.requests import Execute, Handshake, Note, Now, Request
+from linkd.node import ClusterNode
+from sim.cluster_node import SimCluster
+from sim.events import EventQueue
+from sim.seeds import IdFactory
+
+NOW = 1_000
+LIMITS = LinkLimits(session_timeout_ms=5_000, replica_lag_time_max_ms=2_000)
+
+
+class Shell(Protocol):
+    """Carries out effects for one cluster and reads its stored batches."""
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    def execute(self, effects: Sequence[Effect]) -> None: ...
+
+    def read(self, topic_id: str, partition: int, start: int, end: int, budget: int) -> bytes: ...
+
+    def restart(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _sized(effect: AppendBatch) -> int:
+    return len(effect.batch)
+
+
+class SimShell:
+    def __init__(self, cluster_id: str) -> None:
+        self.queue = EventQueue(1_000_000)
+        self.node = SimCluster(cluster_id, self.queue, 10_000, 0, LIMITS, IdFactory(1, cluster_id))
+
+    @property
+    def state(self) -> ClusterState:
+        return self.node.state
+
+    def execute(self, effects: Sequence[Effect]) -> None:
+        self.node.execute(list(effects), "replica", _sized)
+        self.queue.run_until(self.queue.now_ms + 1_000)  # until durable
+
+    def read(self, topic_id: str, partition: int, start: int, end: int, budget: int) -> bytes:
+        batches, _size = self.node.stores[(topic_id, partition)].read(start, end, budget)
+        return b"".join(b.data for b in batches)
+
+    def restart(self) -> None:
+        self.node.crash()
+        self.node.restart(_sized)
+        self.queue.run_until(self.queue.now_ms + 1_000)
+
+    def close(self) -> None:
+        pass
+
+
+class DaemonShell:
+    def __init__(self, cluster_id: str) -> None:
+        self.cluster_id = cluster_id
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"transcript-{cluster_id}-")
+        self.loop = asyncio.new_event_loop()
+        self.node = self._open()
+
+    def _open(self) -> ClusterNode:
+        node = ClusterNode(
+            Path(self._tmp.name), self.cluster_id, fsync=False, clock=lambda: NOW
+        )
+        node.state.links = LinkTable(self.cluster_id, LIMITS)
+        node.open()
+        return node
+
+    @property
+    def state(self) -> ClusterState:
+        return self.node.state
+
+    def execute(self, effects: Sequence[Effect]) -> None:
+        self.loop.run_until_complete(self.node.execute(list(effects)))
+
+    def read(self, topic_id: str, partition: int, start: int, end: int, budget: int) -> bytes:
+        return self.node.stores[(topic_id, partition)].read(start, end, budget)
+
+    def restart(self) -> None:
+        self._stop()
+        self.node = self._open()
+        self.execute(self.node.state.recovery_completions(NOW))
+        self.node.state.links.reset_runtime(NOW)
+
+    def _stop(self) -> None:
+        self.loop.run_until_complete(self.node.stop())
+
+    def close(self) -> None:
+        self._stop()
+        self.loop.close()
+        self._tmp.cleanup()
+
+
+@dataclass
+class Step:
+    command: str
+    expected: list[str]
+    line: int
+
+
+def parse(text: str) -> list[Step]:
+    steps: list[Step] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip() or line.startswith("#"):
+            i += 1
+            continue
+        start = i + 1
+        if i + 1 >= len(lines) or lines[i + 1] != "----":
+            raise ValueError(f"line {start}: {line!r} is not followed by ----")
+        i += 2
+        expected: list[str] = []
+        while i < len(lines) and lines[i].strip():
+            expected.append(lines[i])
+            i += 1
+        steps.append(Step(line, expected, start))
+    return steps
+
+
+def render(steps: Sequence[Step], outputs: Sequence[list[str]]) -> str:
+    parts = [step.command + "\n----\n" + "".join(o + "\n" for o in out) for step, out in zip(
+        steps, outputs, strict=True
+    )]
+    return "\n".join(parts)
+
+
+class Transcript:
+    """Two clusters on one shell kind; `run(command)` gives the output lines."""
+
+    def __init__(self, make: Callable[[str], Shell]) -> None:
+        self.a, self.b = make("A"), make("B")
+        self.now = NOW
+        self._setup()
+
+    def close(self) -> None:
+        self.a.close()
+        self.b.close()
+
+    def _setup(self) -> None:
+        a, b = self.a, self.b
+        a.execute(_journal_of(a.state.namespaces.create(1, "orders-", False)))
+        config = a.state.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
+        a.execute(_journal_of(a.state.links.store(config, NOW)))
+        mapping = Mapping(
+            MappingType.TOPIC, "orders-", "orders-", Leader.LOCAL, True, (0, 0, "")
+        )
+        a.execute(admin.put_mapping(a.state, "ab", admin.versioned(a.state, mapping, NOW), NOW))
+        b.execute(_journal_of(b.state.links.accept_mirror(_wire(a.state.links.get("ab")), NOW)))
+        b.execute(admin.reconcile_attachments(b.state, "ab", NOW))
+
+    def shell(self, name: str) -> Shell:
+        return {"A": self.a, "B": self.b}[name]
+
+    def run(self, command: str) -> list[str]:
+        words = shlex.split(command)
+        verb, args = words[0], [w for w in words[1:] if "=" not in w]
+        opts = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        self.now += 10
+        handler = getattr(self, "do_" + verb.replace("-", "_"), None)
+        if handler is None:
+            raise ValueError(f"unknown command {verb!r}")
+        out: list[str] = handler(args, opts)
+        return out
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def do_topic(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        shell = self.shell(args[0])
+        _t, effects = shell.state.create_topic(
+            args[1], int(opts.get("partitions", "1")), {}, f"{args[0]}-{args[1]}"
+        )
+        shell.execute(effects)
+        return [f"{args[0]} created {args[1]}"]
+
+    def do_produce(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        shell, topic = self.shell(args[0]), args[1]
+        p, n = int(opts.get("p", "0")), int(opts["n"])
+        value = opts.get("value", "x").encode()
+        batch = rb.build_batch([rb.RecordSpec(None, value, self.now)] * n)
+        result = shell.state.produce(topic, p, batch, "", self.now)
+        shell.execute(list(result.effects))
+        return self._partitions(args[0], topic)
+
+    def do_discover(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        a, b = self.a.state, self.b.state
+        namespaces = [
+            rounds.source_topics(a, a.links.get("ab"), m.remote_prefix)
+            for m in rep.follower_mappings(b.links.get("ab"), "topic")
+        ]
+        ids = iter(f"B-{i}" for i in range(1_000))
+        plan = rounds.plan_topics(b, b.links.get("ab"), namespaces, lambda: next(ids))
+        self.b.execute(plan.effects)
+        return [f"B created {local} (from {source})" for local, source in plan.created] or [
+            "nothing new"
+        ]
+
+    def do_handshake(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        served = procedures.serve(self.a.state, Handshake(_wire(self.b.state.links.get("ab"))),
+                                  self.now)
+        self.a.execute(served.effects)
+        answer = served.answer
+        assert isinstance(answer, LinkConfig)
+        accepted = rounds.accept_handshake_answer(self.b.state, "ab", _wire(answer), self.now)
+        self.b.execute(accepted.effects)
+        mine = self.b.state.links.get("ab").mirrored().to_record()
+        agree = "agree" if mine == self.a.state.links.get("ab").to_record() else "DIFFER"
+        return [f"configurations {agree}; B: {self.b.state.links.state_name('ab')}"]
+
+    def do_fetch(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        a, b = self.a.state, self.b.state
+        request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, self.now)
+        answer = rounds.serve_replica_fetch(
+            a, request.link_id, request.partitions, self.now, self._reader(self.a),
+            int(opts.get("budget", str(1 << 20))), 1 << 20,
+        )
+        # The follower's side, as both shells run it: truncations and appends,
+        # the end of the round, the settling of orphaned partitions.
+        notes = self._drive(
+            self.b, rounds.apply_fetched(b, "ab", answer, request.local_of, self.now)
+        )
+        out: list[str] = []
+        for f in answer.partitions:
+            where = f"{f.source_topic}-{f.partition}"
+            if f.marks_wanted:
+                out.append(f"{where}: marks wanted")
+            elif f.error is not None:
+                out.append(f"{where}: refused {f.error.code.name}")
+            elif f.diverging_end_offset >= 0:
+                out.append(f"{where}: diverged, cut to {f.diverging_end_offset}")
+            else:
+                batches = len(list(rb.iter_batches(f.records))) if f.records else 0
+                out.append(f"{where}: {batches} batches, source hw {f.high_watermark}")
+        return out + notes + self._partitions("B") + [self._link_line()]
+
+    def do_txn(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`txn A ID TOPIC`: a transaction writes one record and stays open."""
+        shell, txn_id, topic = self.shell(args[0]), args[1], args[2]
+        state = shell.state
+        pid, epoch, effects = state.init_producer_id(txn_id, 60_000, self.now)
+        shell.execute(effects)
+        shell.execute(state.add_partitions_to_txn(txn_id, pid, epoch, [(topic, 0)], self.now))
+        batch = rb.build_batch(
+            [rb.RecordSpec(None, b"in-txn", self.now)],
+            producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True,
+        )
+        shell.execute(list(state.produce(topic, 0, batch, txn_id, self.now).effects))
+        return self._partitions(args[0], topic)
+
+    def do_unclean_election(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        shell, topic = self.shell(args[0]), args[1]
+        p = int(opts.get("p", "0"))
+        removed, epoch, effects = shell.state.unclean_election(topic, p, int(opts["to"]))
+        shell.execute(effects)
+        return [f"{args[0]} {topic}-{p}: removed {removed}, epoch {epoch}"]
+
+    def do_delete_topic(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        shell = self.shell(args[0])
+        shell.execute(shell.state.delete_topic(args[1]))
+        return [f"{args[0]} deleted {args[1]}"]
+
+    def do_restart(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        self.shell(args[0]).restart()
+        return self._partitions(args[0]) + ([self._link_line()] if args[0] == "B" else [])
+
+    def do_show(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        out = self._partitions(args[0])
+        if args[0] == "B":
+            out.append(self._link_line())
+            for row in admin.link_summary(self.b.state, "ab", self.now).partitions:
+                lag = row.lag_records if row.lag_known else "unknown"
+                out.append(f"  row {row.topic}-{row.partition} {row.role}: lag {lag}")
+        return out
+
+    # -- output -----------------------------------------------------------------------------
+
+    def _partitions(self, cluster: str, only: str = "") -> list[str]:
+        state = self.shell(cluster).state
+        out = []
+        for name in sorted(state.topics):
+            if only and name != only:
+                continue
+            for p, log in enumerate(state.topics[name].partitions):
+                out.append(
+                    f"{cluster} {name}-{p}: log {log.log_start_offset}..{log.log_end_offset} "
+                    f"hw {log.high_watermark} lso {log.last_stable_offset} "
+                    f"epoch {log.leader_epoch}"
+                )
+        return out or [f"{cluster}: no topics"]
+
+    def _link_line(self) -> str:
+        return f"link ab on B: {self.b.state.links.state_name('ab')}"
+
+    def _drive(self, shell: Shell, procedure: Generator[Request, Any, None]) -> list[str]:
+        """Runs a core procedure on a shell; returns the notes it logged."""
+        notes: list[str] = []
+        answer: Any = None
+        while True:
+            try:
+                request = procedure.send(answer)
+            except StopIteration:
+                return notes
+            answer = None
+            if isinstance(request, Execute):
+                shell.execute(request.effects)
+                answer = self.now
+            elif isinstance(request, Now):
+                answer = self.now
+            elif isinstance(request, Note):
+                notes.append(f"{request.level}: {request.message}")
+
+    def _reader(self, shell: Shell) -> rounds.ReplicaReader:
+        def read(topic_id: str, p: int, start: int, end: int, budget: int) -> tuple[bytes, int]:
+            data = shell.read(topic_id, p, start, end, budget)
+            return data, len(data)
+
+        return read
+
+
+def _wire(config: LinkConfig) -> LinkConfig:
+    return LinkConfig.from_record(config.to_record())
+
+
+def _journal_of(records: Sequence[JournalRecord]) -> list[Effect]:
+    return journal(records)
