@@ -268,6 +268,31 @@ class _Group:
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
+    def check(self) -> None:
+        """The group state machine's rules, asserted where a membership call
+        or a timer ends (both shells run them): an Empty group has no
+        members; a Stable or CompletingRebalance group has its leader among
+        them; a JoinGroup waits only while the group prepares a rebalance, a
+        SyncGroup only while it completes one; members still owing a
+        SyncGroup are members."""
+        where = f"group {self.group_id!r} ({self.state.value})"
+        assert self.generation_id >= 0, f"{where}: generation {self.generation_id}"
+        if self.state is _EMPTY:
+            assert not self.members, f"{where}: has members {sorted(self.members)}"
+        if self.state in (_STABLE, _COMPLETING):
+            assert self.leader_id in self.members, f"{where}: leader {self.leader_id!r} gone"
+        if self.state is _PREPARING:
+            assert self.join_deadline_ms is not None, f"{where}: no join deadline"
+        for m in self.members.values():
+            assert m.join_request is None or self.state is _PREPARING, (
+                f"{where}: member {m.member_id!r} waits on a JoinGroup"
+            )
+            assert m.sync_request is None or self.state is _COMPLETING, (
+                f"{where}: member {m.member_id!r} waits on a SyncGroup"
+            )
+        strangers = sorted(set(self.pending_sync) - set(self.members))
+        assert not strangers, f"{where}: owed SyncGroups of non-members {strangers}"
+
     def all_joined(self) -> bool:
         return all(m.join_request is not None for m in self.members.values())
 
@@ -406,6 +431,7 @@ class GroupCoordinator:
         else:
             self._join_new(group, request_id, request, now_ms)
         self._try_complete_join(group, now_ms)
+        group.check()
         return self._flush()
 
     def _validate_join(self, request: JoinRequest) -> str | None:
@@ -721,6 +747,7 @@ class GroupCoordinator:
                         self._reply(rid, SyncResult(m.assignment, group.protocol_name))
         if not group.pending_sync:
             group.sync_deadline_ms = None
+        group.check()
         return self._flush()
 
     def _current_member(
@@ -764,6 +791,7 @@ class GroupCoordinator:
                 ErrorCode.UNKNOWN_MEMBER_ID, group_id, f"member {member_id!r} is not a member"
             )
         self._remove_member_and_update(group, member, "left the group", now_ms)
+        group.check()
         return self._flush()
 
     # -- timers ------------------------------------------------------------------------
@@ -783,6 +811,7 @@ class GroupCoordinator:
                     self._remove_member_and_update(
                         group, group.members[member_id], "session timed out", now_ms
                     )
+                group.check()
         return self._flush()
 
     def next_deadline_ms(self) -> int | None:

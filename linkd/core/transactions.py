@@ -63,6 +63,27 @@ class TxnMetadata:
             started_ms=self.started_ms,
         )
 
+    def check(self, next_producer_id: int) -> None:
+        """The coordinator's view of one transactional id, asserted wherever
+        it changes (both shells run it): an allocated producer id, an epoch
+        in range, a timeout in range, and partitions or groups only while a
+        transaction is open or completing (Empty and Complete* hold none)."""
+        where = f"transactional id {self.transactional_id!r}"
+        assert 0 <= self.producer_id < next_producer_id, (
+            f"{where}: producer id {self.producer_id} not allocated (next {next_producer_id})"
+        )
+        assert 0 <= self.producer_epoch <= MAX_EPOCH, f"{where}: epoch {self.producer_epoch}"
+        assert 0 < self.timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS, (
+            f"{where}: timeout {self.timeout_ms} ms"
+        )
+        if self.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            assert not self.partitions and not self.groups, (
+                f"{where}: {self.state.value} yet holds {self.partitions} {self.groups}"
+            )
+        assert len(set(self.partitions)) == len(self.partitions), (
+            f"{where}: a partition added twice: {self.partitions}"
+        )
+
     @classmethod
     def from_record(cls, r: jr.Txn) -> TxnMetadata:
         return cls(
@@ -158,6 +179,7 @@ class TransactionCoordinator:
             else:
                 meta.producer_epoch += 1
             meta.timeout_ms = timeout_ms
+        meta.check(self.next_producer_id)
         records.append(meta.to_record())
         return meta.producer_id, meta.producer_epoch, pending, records
 
@@ -212,6 +234,7 @@ class TransactionCoordinator:
         for tp in partitions:
             if tp not in meta.partitions:
                 meta.partitions.append(tp)
+        meta.check(self.next_producer_id)
         return [meta.to_record()]
 
     def add_offsets(
@@ -226,6 +249,7 @@ class TransactionCoordinator:
         self._begin_if_needed(meta, now_ms)
         if group_id not in meta.groups:
             meta.groups.append(group_id)
+        meta.check(self.next_producer_id)
         return [meta.to_record()]
 
     def check_offsets_in_txn(
@@ -276,6 +300,7 @@ class TransactionCoordinator:
         self, meta: TxnMetadata, commit: bool, records: list[jr.JournalRecord]
     ) -> TxnCompletion:
         meta.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        meta.check(self.next_producer_id)
         records.append(meta.to_record())
         return TxnCompletion(
             meta.transactional_id,
@@ -291,6 +316,7 @@ class TransactionCoordinator:
         meta.state = TxnState.COMPLETE_COMMIT if completion.commit else TxnState.COMPLETE_ABORT
         meta.partitions = []
         meta.groups = []
+        meta.check(self.next_producer_id)
         return [meta.to_record()]
 
     def pending_completions(self) -> list[TxnCompletion]:
@@ -339,7 +365,9 @@ class TransactionCoordinator:
         if isinstance(record, jr.PidBlock):
             self.next_producer_id = max(self.next_producer_id, record.next)
         else:
-            self.txns[record.id] = TxnMetadata.from_record(record)
+            meta = TxnMetadata.from_record(record)
+            meta.check(self.next_producer_id)
+            self.txns[record.id] = meta
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -353,6 +381,7 @@ class TransactionCoordinator:
         coordinator.next_producer_id = int(snapshot["next_producer_id"])
         for r in snapshot["txns"]:
             meta = TxnMetadata.from_record(_txn(jr.decode(r)))
+            meta.check(coordinator.next_producer_id)
             coordinator.txns[meta.transactional_id] = meta
         return coordinator
 
