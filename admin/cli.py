@@ -1124,6 +1124,9 @@ def _mirror_link_arguments(p: Any) -> None:
 # ---------------------------------------------------------------------------
 
 
+_Add = Callable[[str, Callable[[argparse.Namespace], int], str], Any]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ccr-admin", description="Operate a linkd cluster (topics, records, groups)."
@@ -1152,6 +1155,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    _topic_commands(add)
+    _client_commands(add)
+    _namespace_commands(add)
+    _link_commands(add)
+    _operation_commands(add)
+    _mirror_commands(add)
+    return parser
+
+
+def _topic_commands(add: _Add) -> None:
+    """The topics: create, list, describe, delete, configs, partitions."""
     p = add("create-topic", cmd_create_topic, "create a topic")
     p.add_argument("name", type=_non_empty)
     p.add_argument("--partitions", type=_positive_int, default=1)
@@ -1197,6 +1211,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--total", type=_positive_int, required=True, help="the new total partition count"
     )
 
+
+def _client_commands(add: _Add) -> None:
+    """The records and groups: produce, consume, groups, health, the cluster."""
     p = add("produce", cmd_produce, "produce one record per stdin line")
     p.add_argument("name", type=_non_empty)
     p.add_argument(
@@ -1247,6 +1264,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("health", cmd_health, "check that the cluster is serving")
     add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
 
+
+def _namespace_commands(add: _Add) -> None:
+    """The namespaces (spec section 2)."""
     def namespace_args(p: Any, type_required: bool = True) -> None:
         p.add_argument(
             "--type",
@@ -1287,6 +1307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("delete-namespace", cmd_delete_namespace, "delete a namespace (not while attached)")
     namespace_args(p)
 
+
+def _link_commands(add: _Add) -> None:
+    """The replication links: create, describe, attach, detach, failover, set-mode."""
     p = add(
         "create-link",
         cmd_create_link,
@@ -1360,6 +1383,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--link", required=True, type=_non_empty)
     p.add_argument("mode", choices=("sync", "async", "SYNC", "ASYNC"))
+
+
+def _operation_commands(add: _Add) -> None:
+    """The faults, provenance, recover, reverse (docs/operations.md)."""
     p = add("fault", cmd_fault, "inject an emulated fault (for rehearsals and tests)")
     p.add_argument(
         "kind",
@@ -1414,6 +1441,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to wait for the remote to hold every record (default 30000)",
     )
 
+
+def _mirror_commands(add: _Add) -> None:
+    """The MirrorMaker 2 mode: mirror links and the engine."""
     p = add(
         "mirror",
         cmd_mirror,
@@ -1446,7 +1476,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("delete-mirror-link", cmd_delete_mirror_link, "stop and delete a mirror link")
     p.add_argument("name", type=_non_empty)
-    return parser
+
 
 
 def _fail(message: str) -> int:
