@@ -40,9 +40,12 @@ Rules (Kafka's GroupCoordinator, classic protocol, one coordinator for all group
   during CompletingRebalance), or generation < 0 while the group is Empty or
   unknown (a standalone commit; creates the group). TxnOffsetCommit stages
   offsets per producer until the transaction ends (commit: they become
-  committed; abort: dropped). Every offset change returns JSON-serialisable
-  journal records; `apply_record` replays them, `snapshot`/`restore` hold the
-  same durable state (committed and staged offsets). Membership, generations and
+  committed; abort: dropped). Every offset change returns journal records
+  (`linkd.core.journal`); `apply_record` replays them, `snapshot`/`restore`
+  hold the same durable state (committed and staged offsets). The offsets
+  themselves live apart from membership, as Kafka keeps them, in an
+  `OffsetStore` (`linkd.core.group_offsets`): this module decides who may
+  commit, the store holds what was committed. Membership, generations and
   the member-id counter are not durable: after a restart members rejoin.
 - Static membership (group_instance_id) is recorded and reported only; such
   members are treated as dynamic ones.
@@ -94,11 +97,13 @@ from typing import Any, NamedTuple
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.group_offsets import CommittedOffset as CommittedOffset
+from linkd.core.group_offsets import OffsetStore
+from linkd.core.group_offsets import Partition as Partition
 
 MAX_PROTOCOLS = 64
 UNKNOWN_GENERATION = -1
 
-Partition = tuple[str, int]
 OffsetSpec = tuple[int, str, int]  # (offset, metadata, leader_epoch)
 
 
@@ -181,14 +186,6 @@ class GroupReply:
     result: JoinResult | SyncResult | ClusterError
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    metadata: str
-    leader_epoch: int
-    commit_timestamp_ms: int
-
-
 class MemberDescription(NamedTuple):
     member_id: str
     client_id: str
@@ -258,8 +255,6 @@ class _Group:
     # CompletingRebalance/Stable: members that have not sent SyncGroup yet.
     pending_sync: dict[str, None] = field(default_factory=dict)
     sync_deadline_ms: int | None = None
-    offsets: dict[Partition, CommittedOffset] = field(default_factory=dict)
-    pending_txn: dict[int, dict[Partition, CommittedOffset]] = field(default_factory=dict)
 
     @property
     def resource(self) -> str:
@@ -296,11 +291,9 @@ class _Group:
     def all_joined(self) -> bool:
         return all(m.join_request is not None for m in self.members.values())
 
-    def holds_nothing(self) -> bool:
-        """May be forgotten: no members, no rebalance, no offsets."""
-        return (
-            self.state is _EMPTY and not self.members and not self.offsets and not self.pending_txn
-        )
+    def idle(self) -> bool:
+        """No members and no rebalance (forgotten when it holds no offsets either)."""
+        return self.state is _EMPTY and not self.members
 
     def next_event(self) -> tuple[int, int, str] | None:
         """(deadline, kind, member id) of the earliest timer; kind 0 join, 1 sync, 2 session."""
@@ -362,6 +355,8 @@ class GroupCoordinator:
     def __init__(self, config: GroupConfig = GroupConfig()) -> None:
         self.config = config
         self._groups: dict[str, _Group] = {}
+        # Committed and staged offsets, apart from membership (as Kafka keeps them).
+        self.offsets = OffsetStore()
         self._next_member_seq = 1
         self._next_join_seq = 1
         self._pending: dict[int, str] = {}  # request id -> group id
@@ -401,7 +396,7 @@ class GroupCoordinator:
         if group_id in self._groups or len(self._groups) < self.config.max_groups:
             return None
         for gid, group in self._groups.items():
-            if group.holds_nothing():
+            if group.idle() and not self.offsets.holds(gid):
                 return gid
         raise _err(
             ErrorCode.INVALID_REQUEST, group_id, f"too many groups (limit {self.config.max_groups})"
@@ -901,9 +896,7 @@ class GroupCoordinator:
     ) -> None:
         known: set[Partition] = set(offsets)
         if group is not None:
-            known.update(group.offsets)
-            for staged in group.pending_txn.values():
-                known.update(staged)
+            known.update(self.offsets.known_partitions(group_id))
         if len(known) > self.config.max_offsets_per_group:
             raise _err(
                 ErrorCode.INVALID_REQUEST,
@@ -918,12 +911,9 @@ class GroupCoordinator:
     ) -> dict[Partition, CommittedOffset]:
         """Committed offsets (sorted by partition); partitions without one are left out."""
         _check_group_id(group_id)
-        group = self._groups.get(group_id)
-        if group is None:
+        if group_id not in self._groups:
             return {}
-        if partitions is None:
-            return dict(sorted(group.offsets.items()))
-        return {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
+        return self.offsets.committed(group_id, partitions)
 
     def delete_group(self, group_id: str) -> list[GroupRecord]:
         _check_group_id(group_id)
@@ -961,10 +951,9 @@ class GroupCoordinator:
                 f"the group is active ({len(group.members)} members); offsets can be "
                 "deleted from an empty group only",
             )
+        held = self.offsets.committed(group_id, None)
         records: list[GroupRecord] = [
-            jr.OffsetDelete(group_id, t, p)
-            for t, p in dict.fromkeys(partitions)
-            if (t, p) in group.offsets
+            jr.OffsetDelete(group_id, t, p) for t, p in dict.fromkeys(partitions) if (t, p) in held
         ]
         for record in records:
             self.apply_record(record)
@@ -975,10 +964,7 @@ class GroupCoordinator:
         it, as Kafka's coordinator does, so a topic created later under the
         same name starts with none (empty groups included)."""
         records: list[GroupRecord] = [
-            jr.OffsetDelete(gid, t, p)
-            for gid, group in sorted(self._groups.items())
-            for t, p in sorted(group.offsets)
-            if t == topic
+            jr.OffsetDelete(gid, t, p) for gid, t, p in self.offsets.committed_for_topic(topic)
         ]
         for record in records:
             self.apply_record(record)
@@ -996,10 +982,11 @@ class GroupCoordinator:
         self._validate_offsets(group_id, offsets)
         group = self._groups.get(group_id)
         self._check_offset_room(group, group_id, offsets)
+        producers = self.offsets.staging_producers(group_id)
         if (
             group is not None
-            and producer_id not in group.pending_txn
-            and len(group.pending_txn) >= self.config.max_txn_producers_per_group
+            and producer_id not in producers
+            and len(producers) >= self.config.max_txn_producers_per_group
         ):
             raise _err(
                 ErrorCode.INVALID_REQUEST,
@@ -1025,8 +1012,7 @@ class GroupCoordinator:
         """Commit or drop the producer's staged offsets in these groups (idempotent)."""
         records: list[GroupRecord] = []
         for gid in dict.fromkeys(group_ids):
-            group = self._groups.get(gid)
-            if group is None or producer_id not in group.pending_txn:
+            if producer_id not in self.offsets.staging_producers(gid):
                 continue
             record = jr.TxnOffsetEnd(gid, producer_id, commit, now_ms)
             self.apply_record(record)
@@ -1060,67 +1046,19 @@ class GroupCoordinator:
             group = self._groups.get(gid)
             if group is not None and not group.members:
                 del self._groups[gid]
-            elif group is not None:
-                group.offsets.clear()
-                group.pending_txn.clear()
-            return
-        if isinstance(record, jr.OffsetDelete):
-            group = self._groups.get(gid)
-            if group is not None:
-                group.offsets.pop((record.topic, record.partition), None)
-            return
-        if isinstance(record, jr.TxnOffsetEnd):
-            group = self._groups.get(gid)
-            if group is not None:
-                staged = group.pending_txn.pop(record.producer_id, None)
-                if staged is not None and record.commit:
-                    group.offsets.update(staged)
-            return
-        group = self._get_or_create(gid)
-        tp = (record.topic, record.partition)
-        value = CommittedOffset(record.offset, record.metadata, record.leader_epoch, record.ts)
-        if isinstance(record, jr.OffsetCommit):
-            group.offsets[tp] = value
-        else:
-            group.pending_txn.setdefault(record.producer_id, {})[tp] = value
+        elif isinstance(record, jr.OffsetCommit | jr.TxnOffsetStage):
+            self._get_or_create(gid)  # a group with offsets is known (Empty)
+        self.offsets.apply(record)
 
     def snapshot(self) -> dict[str, Any]:
         """The durable state (committed and staged offsets), JSON-serialisable."""
-
-        def rows(offsets: dict[Partition, CommittedOffset]) -> list[list[Any]]:
-            return [
-                [t, p, o.offset, o.metadata, o.leader_epoch, o.commit_timestamp_ms]
-                for (t, p), o in offsets.items()
-            ]
-
-        groups = []
-        for gid in sorted(self._groups):
-            group = self._groups[gid]
-            if not group.offsets and not group.pending_txn:
-                continue
-            groups.append(
-                {
-                    "group": gid,
-                    "offsets": rows(group.offsets),
-                    "pending": [
-                        {"producer_id": pid, "offsets": rows(staged)}
-                        for pid, staged in group.pending_txn.items()
-                    ],
-                }
-            )
-        return {"version": 1, "groups": groups}
+        return {"version": 1, "groups": self.offsets.snapshot()}
 
     @classmethod
     def restore(cls, config: GroupConfig, snapshot: dict[str, Any]) -> GroupCoordinator:
         coordinator = cls(config)
         for g in snapshot["groups"]:
-            group = coordinator._get_or_create(str(g["group"]))
-            for t, p, o, m, e, ts in g["offsets"]:
-                group.offsets[(str(t), int(p))] = CommittedOffset(int(o), str(m), int(e), int(ts))
-            for staged in g["pending"]:
-                target = group.pending_txn.setdefault(int(staged["producer_id"]), {})
-                for t, p, o, m, e, ts in staged["offsets"]:
-                    target[(str(t), int(p))] = CommittedOffset(int(o), str(m), int(e), int(ts))
+            coordinator._get_or_create(coordinator.offsets.restore_group(g))
         return coordinator
 
     # -- queries ------------------------------------------------------------------------
@@ -1162,13 +1100,9 @@ class GroupCoordinator:
         return group is not None and bool(group.members)
 
     def has_pending_txn_offsets(self, group_id: str) -> bool:
-        group = self._groups.get(group_id)
-        return group is not None and bool(group.pending_txn)
+        return bool(self.offsets.staging_producers(group_id))
 
     def pending_txn_partitions(self, group_id: str) -> set[Partition]:
         """Partitions with offsets staged by an open transaction (an OffsetFetch
         that requires stable offsets answers those as unstable)."""
-        group = self._groups.get(group_id)
-        if group is None:
-            return set()
-        return {tp for staged in group.pending_txn.values() for tp in staged}
+        return self.offsets.staged_partitions(group_id)
