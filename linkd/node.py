@@ -50,7 +50,6 @@ from linkd.core.cluster import (
     WaitMark,
     pick_offset_in_batch,
 )
-from linkd.core.effects import journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
 from linkd.core.journal import encode as encode_record
@@ -695,15 +694,11 @@ class ClusterNode:
 
     async def delete_group(self, group_id: str) -> None:
         self.check_ready()
-        self.state.check_group_writable(group_id, "delete")
-        records = self.state.groups.delete_group(group_id)
-        await self.execute(journal(records))
+        await self.execute(self.state.delete_group(group_id))
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
         self.check_ready()
-        self.state.check_group_writable(group_id, "delete offsets of")
-        records = self.state.groups.delete_offsets(group_id, partitions)
-        await self.execute(journal(records))
+        await self.execute(self.state.delete_group_offsets(group_id, partitions))
 
     # -- validation only (Kafka's validate_only requests) ---------------------------------
 
@@ -725,14 +720,12 @@ class ClusterNode:
         self, resource_type: ResourceType | int, prefix: str, reserved: bool
     ) -> Namespace:
         self.check_ready()
-        records = self.state.namespaces.create(resource_type, prefix, reserved)
-        await self.execute(journal(records))
+        await self.execute(self.state.create_namespace(resource_type, prefix, reserved))
         return self.state.namespaces.get(resource_type, prefix)
 
     async def delete_namespace(self, resource_type: ResourceType | int, prefix: str) -> None:
         self.check_ready()
-        records = self.state.namespaces.delete(resource_type, prefix)
-        await self.execute(journal(records))
+        await self.execute(self.state.delete_namespace(resource_type, prefix))
 
     # -- ACLs ---------------------------------------------------------------------------
 

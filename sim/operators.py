@@ -222,8 +222,8 @@ class Operators:
         def step(now: int) -> Generator[Request, Any, Any]:
             rtype = ResourceType.parse(kind)
             if node.state.namespaces.find(rtype, local) is None:
-                created = node.state.namespaces.create(rtype, local)
-                yield Execute((core.Journal(tuple(created)),))
+                # The operator's create-namespace first (the daemon's attach needs it).
+                yield Execute(tuple(node.state.create_namespace(rtype, local)))
             config = yield from procedures.attach(
                 node.state, link, kind, local, remote, leader, now
             )

@@ -839,6 +839,30 @@ class ClusterState:
         records = self.groups.commit_offsets(group_id, generation_id, member_id, offsets, now_ms)
         return _journal(records)
 
+    def delete_group(self, group_id: str) -> list[Effect]:
+        """A client's DeleteGroups: refused in a replicated or reserved group
+        namespace, or while the group has members."""
+        self.check_group_writable(group_id, "delete")
+        return _journal(self.groups.delete_group(group_id))
+
+    def delete_group_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[Effect]:
+        """A client's OffsetDelete (refused as `delete_group` is, and while the
+        group has members)."""
+        self.check_group_writable(group_id, "delete offsets of")
+        return _journal(self.groups.delete_offsets(group_id, partitions))
+
+    def create_namespace(
+        self, resource_type: ResourceType | int, prefix: str, reserved: bool = False
+    ) -> list[Effect]:
+        """An operator's create-namespace (spec section 2)."""
+        return _journal(self.namespaces.create(resource_type, prefix, reserved))
+
+    def delete_namespace(self, resource_type: ResourceType | int, prefix: str) -> list[Effect]:
+        """An operator's delete-namespace: refused while it is attached to a link."""
+        return _journal(self.namespaces.delete(resource_type, prefix))
+
     def namespace_resources(self, resource_type: ResourceType | int, prefix: str) -> list[str]:
         """The topic names or group ids (groups the coordinator knows: members or
         committed offsets) in the namespace now, sorted. Principals are not
