@@ -67,23 +67,16 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.mirror.checkpoint import (
-    CheckpointTracker,
-    TargetGroup,
-    TargetGroupState,
-    checkpoints_for_group,
-    plan_group_offset_sync,
     remote_consumer_offsets,
 )
 from linkd.core.mirror.config import MirrorFlow, parse_mm2_properties
-from linkd.core.mirror.model import Checkpoint, OffsetAndMetadata, OffsetSync, TopicPartition
+from linkd.core.mirror.model import OffsetSync, TopicPartition
 from linkd.core.mirror.offset_sync import OffsetSyncWriter
-from linkd.core.mirror.sync_store import OffsetSyncStore
 from linkd.core.mirror.topic_sync import plan_remote_topics, should_replicate_topic
 from linkd.core.mirror.wire import (
     MirrorWireError,
     decode_checkpoint,
     decode_offset_sync,
-    encode_checkpoint,
     encode_offset_sync,
 )
 from sim.checkers import MirrorCopy
@@ -99,9 +92,9 @@ from sim.link_driver import (
     FetchSizes,
 )
 from sim.metrics import recovery_point
+from sim.mirror_checkpoints import INTERNAL_RECORD_BYTES, CheckpointTask
 from sim.network import Network
 
-INTERNAL_RECORD_BYTES = 64  # logical size of an offset sync or checkpoint record
 TXN_TIMEOUT_MS = 60_000
 LINK_TYPES = ("link", "mirror")
 
@@ -227,8 +220,6 @@ class MirrorDriver:
         self.checkpoints_topic = flow.checkpoints_topic()
         now = queue.now_ms
         self.writer = OffsetSyncWriter(flow.offset_lag_max, flow.offset_flush_interval_ms, now)
-        self.store = OffsetSyncStore()
-        self.tracker = CheckpointTracker()
         self.stats = MirrorStats()
         # Source partition -> remote topic, and the next upstream offset to copy.
         self.assigned: dict[TopicPartition, str] = {}
@@ -237,16 +228,15 @@ class MirrorDriver:
         self.epochs: dict[TopicPartition, int] = {}
         # Positions acknowledged by the target, not yet committed on the source.
         self.uncommitted: dict[TopicPartition, int] = {}
-        self.syncs_read_to = 0  # next offset of the offset-syncs topic to read
         self.refreshed = False
         self.stopped = False
         self.backoff_ms = BACKOFF_MIN_MS
         self._next_refresh_ms = now
         self._generation = 0  # bumped by stop(): every answer in flight is dropped
-        self._checkpointing = False
         self._producer_id = -1
         self._producer_epoch = -1
         self._sequences: dict[tuple[str, int], int] = {}
+        self.checkpoints = CheckpointTask(self)
 
     # -- names ----------------------------------------------------------------------------
 
@@ -270,13 +260,13 @@ class MirrorDriver:
             self.queue.after(
                 self.flow.emit_checkpoints_interval_ms,
                 f"mirror {self.name} checkpoints",
-                self._checkpoint_tick,
+                self.checkpoints.checkpoint_tick,
             )
         if self.flow.sync_group_offsets_enabled:
             self.queue.after(
                 self.flow.sync_group_offsets_interval_ms,
                 f"mirror {self.name} group sync",
-                self._group_sync_tick,
+                self.checkpoints.group_sync_tick,
             )
 
     def stop(self) -> None:
@@ -316,7 +306,7 @@ class MirrorDriver:
             return self.queue.now_ms + self.observer.client_latency_ms
         return self.network.deliver_at(src, dst, size_bytes, self.queue.now_ms)
 
-    def _call(
+    def call(
         self,
         remote: SimCluster,
         kind: str,
@@ -405,7 +395,7 @@ class MirrorDriver:
             size = CONTROL_MESSAGE_BYTES + 128 * len(listing)
             reply(lambda: self._apply_refresh(listing, starts, committed), size)
 
-        self._call(self.source, "refresh", CONTROL_MESSAGE_BYTES, serve, self._failed)
+        self.call(self.source, "refresh", CONTROL_MESSAGE_BYTES, serve, self._failed)
 
     def _apply_refresh(
         self,
@@ -505,7 +495,7 @@ class MirrorDriver:
 
         self.stats.polls += 1
         size = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * (len(request) + len(commit))
-        self._call(self.source, "poll", size, serve, self._failed)
+        self.call(self.source, "poll", size, serve, self._failed)
 
     def _commit_on_source(self, commit: dict[TopicPartition, int]) -> None:
         """Connect's source offset commit, in the mirror's group on the source."""
@@ -740,7 +730,7 @@ class MirrorDriver:
         def serve(reply: Reply) -> None:
             state = node.state
             now = self.queue.now_ms
-            self._ensure_topic(node, self.syncs_topic)
+            self.ensure_topic(node, self.syncs_topic)
             specs = [rb.RecordSpec(*encode_offset_sync(s), now) for s in syncs]
             result = state.produce(self.syncs_topic, 0, rb.build_batch(specs), "", now)
             targets = {(self.syncs_topic, 0): state.partition(self.syncs_topic, 0).log_end_offset}
@@ -751,12 +741,12 @@ class MirrorDriver:
             node.execute(
                 result.effects,
                 "mirror_internal",
-                self._internal_bytes,
+                self.internal_bytes,
                 lambda: node.wait_high_watermarks(targets, "offset syncs", answered),
             )
 
         size = CONTROL_MESSAGE_BYTES + INTERNAL_RECORD_BYTES * count
-        self._call(node, "offset syncs", size, serve, lambda: self._syncs_done(count, False))
+        self.call(node, "offset syncs", size, serve, lambda: self._syncs_done(count, False))
 
     def _syncs_done(self, count: int, ok: bool) -> None:
         """The producer callback of each sync, either way: frees its slot."""
@@ -769,10 +759,10 @@ class MirrorDriver:
             more += self.writer.on_sync_completed()
         self._send_syncs(more)
 
-    def _internal_bytes(self, effect: core.AppendBatch) -> int:
+    def internal_bytes(self, effect: core.AppendBatch) -> int:
         return effect.header.record_count * INTERNAL_RECORD_BYTES
 
-    def _ensure_topic(self, node: SimCluster, topic: str) -> None:
+    def ensure_topic(self, node: SimCluster, topic: str) -> None:
         """MM2 creates its internal topics (one partition) before using them."""
         if topic in node.state.topics:
             return
@@ -780,178 +770,9 @@ class MirrorDriver:
         node.execute(effects, "metadata", self.observer.logical_bytes)
         self.stats.topics_created += 1
 
-    def _read_syncs(self, node: SimCluster, start: int) -> tuple[list[OffsetSync], int]:
+    def read_syncs(self, node: SimCluster, start: int) -> tuple[list[OffsetSync], int]:
         """Records of the offset-syncs topic from `start` up to its high watermark."""
         return _read_internal(node, self.syncs_topic, start, decode_offset_sync, self.queue)
-
-    # -- the checkpoint task ----------------------------------------------------------------------
-
-    def _checkpoint_tick(self) -> None:
-        if self.stopped:
-            return
-        self.queue.after(
-            self.flow.emit_checkpoints_interval_ms,
-            f"mirror {self.name} checkpoints",
-            self._checkpoint_tick,
-        )
-        if self._checkpointing:
-            return  # the previous round is still out
-        self._checkpointing = True
-        syncs_on_source = self.syncs_cluster is self.source
-        read_from = self.syncs_read_to
-
-        def serve(reply: Reply) -> None:
-            state = self.source.state
-            groups: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-            for group, _state, _protocol in state.groups.list_groups():
-                if not self.flow.group_filter.should_replicate_group(group):
-                    continue
-                offsets = {
-                    TopicPartition(t, p): OffsetAndMetadata(c.offset, c.metadata)
-                    for (t, p), c in state.groups.committed(group, None).items()
-                }
-                if offsets:
-                    groups[group] = offsets
-            syncs: list[OffsetSync] = []
-            end = read_from
-            if syncs_on_source:
-                syncs, end = self._read_syncs(self.source, read_from)
-            size = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * (
-                len(syncs) + sum(len(o) for o in groups.values())
-            )
-            reply(lambda: self._apply_checkpoint_round(groups, syncs, end), size)
-
-        self._call(self.source, "checkpoint round", CONTROL_MESSAGE_BYTES, serve, self._round_over)
-
-    def _round_over(self) -> None:
-        self._checkpointing = False
-
-    def _apply_checkpoint_round(
-        self,
-        groups: dict[str, dict[TopicPartition, OffsetAndMetadata]],
-        syncs: list[OffsetSync],
-        end: int,
-    ) -> None:
-        if self.syncs_cluster is self.target:
-            if not self.target.up:
-                self._round_over()
-                return
-            syncs, end = self._read_syncs(self.target, self.syncs_read_to)
-        self.store.handle_syncs(syncs)
-        self.syncs_read_to = end
-        if not self.store.read_to_end:
-            self.store.mark_read_to_end()  # this read reached the topic's end
-        flow = self.flow
-        new: dict[str, dict[TopicPartition, Checkpoint]] = {}
-        for group in sorted(groups):
-            found = checkpoints_for_group(
-                group,
-                groups[group],
-                self.store,
-                self.tracker.get(group),
-                source_alias=flow.source,
-                target_alias=flow.target,
-                policy=flow.policy,
-                topic_filter=flow.topic_filter,
-            )
-            if found:
-                new[group] = found
-        if not new:
-            self._round_over()
-            return
-        count = sum(len(c) for c in new.values())
-
-        def serve(reply: Reply) -> None:
-            node = self.target
-            now = self.queue.now_ms
-            self._ensure_topic(node, self.checkpoints_topic)
-            specs = [
-                rb.RecordSpec(*encode_checkpoint(cp), now)
-                for group in sorted(new)
-                for _tp, cp in sorted(new[group].items())
-            ]
-            result = node.state.produce(self.checkpoints_topic, 0, rb.build_batch(specs), "", now)
-            topic = self.checkpoints_topic
-            targets = {(topic, 0): node.state.partition(topic, 0).log_end_offset}
-
-            def answered(timed_out: ClusterError | None) -> None:
-                if timed_out is None:
-                    reply(lambda: self._checkpoints_written(new), CONTROL_MESSAGE_BYTES)
-                else:
-                    reply(self._round_over, CONTROL_MESSAGE_BYTES)
-
-            node.execute(
-                result.effects,
-                "mirror_internal",
-                self._internal_bytes,
-                lambda: node.wait_high_watermarks(targets, "checkpoints", answered),
-            )
-
-        size = CONTROL_MESSAGE_BYTES + INTERNAL_RECORD_BYTES * count
-        self._call(self.target, "checkpoints", size, serve, self._round_over)
-
-    def _checkpoints_written(self, new: dict[str, dict[TopicPartition, Checkpoint]]) -> None:
-        for group in sorted(new):
-            self.tracker.update(group, new[group])
-            self.stats.checkpoints_emitted += len(new[group])
-        self._round_over()
-
-    # -- KIP-545 group offset sync ----------------------------------------------------------------
-
-    def _group_sync_tick(self) -> None:
-        if self.stopped:
-            return
-        self.queue.after(
-            self.flow.sync_group_offsets_interval_ms,
-            f"mirror {self.name} group sync",
-            self._group_sync_tick,
-        )
-        converted = self.tracker.converted_upstream_offsets()
-        if not converted:
-            return
-
-        def serve(reply: Reply) -> None:
-            state = self.target.state
-            known = {g for g, _s, _p in state.groups.list_groups()}
-            target_groups: dict[str, TargetGroup] = {}
-            for group in sorted(converted):
-                if group not in known:
-                    target_groups[group] = TargetGroup(TargetGroupState.DEAD)
-                elif state.groups.is_active(group):
-                    target_groups[group] = TargetGroup(TargetGroupState.ACTIVE)
-                else:
-                    current = {
-                        TopicPartition(t, p): OffsetAndMetadata(c.offset, c.metadata)
-                        for (t, p), c in state.groups.committed(group, None).items()
-                    }
-                    target_groups[group] = TargetGroup(TargetGroupState.EMPTY, current)
-            plan = plan_group_offset_sync(converted, target_groups)
-            written = 0
-            for group, offsets in sorted(plan.writes.items()):
-                try:
-                    effects = state.commit_group_offsets(
-                        group,
-                        -1,
-                        "",
-                        {
-                            (tp.topic, tp.partition): (o.offset, o.metadata, -1)
-                            for tp, o in sorted(offsets.items())
-                        },
-                        self.queue.now_ms,
-                    )
-                except ClusterError as exc:
-                    self.queue.note(
-                        f"mirror {self.name} group {group} offsets refused: {exc.code.name}"
-                    )
-                    continue
-                self.target.execute(effects, "offsets", self.observer.logical_bytes)
-                written += len(offsets)
-            self.stats.group_offsets_written += written
-            self.stats.refused_rewinds += len(plan.refused_rewinds)
-            self.stats.skipped_active_groups += len(plan.skipped_active_groups)
-            reply(lambda: None, CONTROL_MESSAGE_BYTES)
-
-        self._call(self.target, "group sync", CONTROL_MESSAGE_BYTES, serve, lambda: None)
 
     # -- what the checkers and a failover need ---------------------------------------------------
 

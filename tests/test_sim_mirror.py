@@ -185,7 +185,7 @@ def test_offset_syncs_and_checkpoints_are_written_and_translate() -> None:
     downstream = b.state.groups.committed("g1", None)
     assert set(downstream) == {("A.A-t0", 0), ("A.A-t0", 1)}
     for p in range(2):
-        translated = mirror.store.translate_downstream(
+        translated = mirror.checkpoints.store.translate_downstream(
             TopicPartition("A-t0", p), upstream[("A-t0", p)].offset
         )
         assert translated is not None and downstream[("A.A-t0", p)].offset <= translated
