@@ -731,3 +731,44 @@ def test_deny_read_acl_on_a_source_topic__synced_to_the_follower(daemon_factory:
     assert eventually(lambda: ("User:mallory", "READ", "DENY") in on_b(), 10), (
         f"B's ACLs on orders-acl: {sorted(seen)}; mallory's DENY READ was not synced"
     )
+
+
+def test_source_deletes_a_topic_with_an_open_transaction__the_copy_is_settled__readers_move_on(
+    daemon_factory: Any,
+) -> None:
+    """Found by the operator sweep (21 hanging runs): the follower's copy of a
+    deleted topic kept a replicated transaction open for ever. Now the copy is
+    orphaned and settled: the transaction is aborted there, the abort marker
+    is under the high watermark, read_committed readers reach the end, and
+    describe-link says why the partition is not copied."""
+    a, b = pair(daemon_factory, "orders-")
+    link_ab(a, b, "orders-")
+    create_topic(a, "orders-t", 1)
+    produce(a.bootstrap, "orders-t", 4, "committed")
+    txn = KafkaProducer({"bootstrap.servers": a.kafka, "transactional.id": "tx-gone",
+                         "transaction.timeout.ms": 600000, "log_level": 0})  # fmt: skip
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce("orders-t", value=b"in-doubt", partition=0)
+    assert txn.flush(30) == 0  # sent, left open
+    wait_for("B holds A's log end", lambda: same_log(a, b, "orders-t"))
+    findings = Findings()
+
+    cli_json(a.bootstrap, "delete-topic", "orders-t")
+
+    def settled() -> bool:
+        p = topic_parts(b, "orders-t")[0]
+        return bool(p["last_stable_offset"] == p["high_watermark"] == p["log_end_offset"] == 6)
+
+    findings.check(eventually(settled), lambda: f"B: {topic_parts(b, 'orders-t')}")
+    values, short = read_committed_to_hw(b, "orders-t", 5)
+    findings.check(
+        not short and sorted(values) == sorted(f"committed-{i}".encode() for i in range(4)),
+        f"B: read_committed read {values} ({short or 'to the HW'})",
+    )
+    row = next(p for p in describe(b)["partitions"] if p["topic"] == "orders-t")
+    findings.check(
+        "UNKNOWN_TOPIC" in str(row) and row["lag_records"] == -1,
+        f"describe-link on B does not say the source is gone: {row}",
+    )
+    findings.done()
