@@ -289,12 +289,16 @@ class SimCluster:
 
     def _journal(self, records: Iterable[JournalRecord]) -> None:
         """Stores journal records (`MetadataJournal.append`), and a snapshot
-        once enough have gathered (`ClusterNode._journal`)."""
+        once enough have gathered: the fold of the journal
+        (`restart.compacted`), as `ClusterNode._journal` writes it."""
         for record in records:
             self.journal_texts.append(recovery.stored_form(encode_record(record)))
             self.journal_records += 1
         if len(self.journal_texts) >= SNAPSHOT_EVERY_RECORDS:
-            self.snapshot_text = recovery.stored_form(self.state.snapshot())
+            base = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
+            since = [recovery.read_stored(text) for text in self.journal_texts]
+            snapshot = recovery.compacted(self.cluster_id, base, since)
+            self.snapshot_text = recovery.stored_form(snapshot)
             self.journal_texts = []
 
     def _stored_batches(self, topic: core.Topic, partition: int) -> recovery.Batches:

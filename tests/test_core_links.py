@@ -13,9 +13,9 @@ from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
 from linkd.core import records as rb
 from linkd.core import replication as rep
-from linkd.core.cluster import AppendBatch, ClusterState, TruncateLog
+from linkd.core.cluster import AppendBatch, ClusterState, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.journal import decode
+from linkd.core.journal import EpochsCut, decode
 from linkd.core.links import LinkLimits, LinkTable, Mapping, merge_configs
 
 NOW = 1_700_000_000_000
@@ -218,7 +218,8 @@ def test_truncate_replica_returns_the_effect_at_a_batch_boundary() -> None:
     source.mark_durable("orders-1", 0, 6)
     replicate(source, follower, stored)
     effects = rep.truncate_replica(follower, "orders-1", 0, 4)
-    assert effects == [TruncateLog("fol-id", 0, 3)]
+    # The cut, and the journal's word that epoch bumps from 3 on are void.
+    assert effects == [TruncateLog("fol-id", 0, 3), Journal((EpochsCut("orders-1", 0, 3),))]
 
 
 def test_acl_sync__read_follows_the_link__write_never_does() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from linkd.core import records as rb
+from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch
 from linkd.core.links import LinkLimits
 from linkd.core.requests import Now, Request, Sleep
@@ -139,3 +140,87 @@ def test_a_procedure_under_way_when_its_process_died__is_dropped() -> None:
 
     assert steps == [0]  # the step after the sleep never ran
     assert outcome == []
+
+
+def test_an_epoch_bump_a_cut_removed__does_not_come_back_after_a_restart() -> None:
+    """Operator sweep, seed 1912 on 4 clusters: a partition bumped its epoch,
+    was cut below the bump and grew again with other batches; the journal
+    still held the bump, and after a restart the epoch history was wrong
+    (there [(0, 0), (1, 154), (2, 48)]: the next append failed its assertion)."""
+    node, queue = _cluster()
+    state = node.state
+
+    def append(n: int) -> None:
+        for _ in range(n):
+            batch = rb.build_batch([rb.RecordSpec(None, b"v", queue.now_ms)])
+            node.execute(list(state.produce("orders", 0, batch, "", queue.now_ms).effects),
+                         "produce", _sized)  # fmt: skip
+        queue.run_until(queue.now_ms + 1_000)
+
+    _topic, effects = state.create_topic("orders", 1, {}, "t-1")
+    node.execute(effects, "metadata", _sized)
+    append(5)
+    for _ in range(2):  # epochs 1 and 2, both from offset 5
+        node.execute(state.unclean_election("orders", 0, 5)[2], "metadata", _sized)
+    append(3)  # epoch-2 batches at 5..8
+    node.execute(rep.truncate_replica(state, "orders", 0, 3), "replica", _sized)  # a cut at 3
+    append(5)  # epoch-0 batches at 3..8
+    node.execute(state.unclean_election("orders", 0, 8)[2], "metadata", _sized)  # epoch 1 at 8
+    log = state.partition("orders", 0)
+    assert log.epoch_history == [(0, 0), (1, 8)]
+    assert state.topics["orders"].epoch_bumps[0] == [(1, 8)]
+
+    node.crash()
+    node.restart(_sized)
+
+    assert node.state.partition("orders", 0).epoch_history == [(0, 0), (1, 8)]
+
+
+def test_a_snapshot_is_the_fold_of_the_journal__not_the_live_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change applied but not journalled yet when a snapshot is written is
+    not in it (else its record, written after, would be replayed twice)."""
+    monkeypatch.setattr(cluster_node, "SNAPSHOT_EVERY_RECORDS", 2)
+    node, queue = _cluster()
+    _create_and_produce(node, queue, 2)
+    bump = node.state.unclean_election("orders", 1, 1)[2]  # applied, its record not written yet
+    node.execute(
+        node.state.commit_group_offsets("g", -1, "", {("orders", 0): (1, "", -1)}, 5),
+        "offsets",
+        _sized,
+    )  # the second record: a snapshot now
+    assert node.snapshot_text is not None and '"epoch_bumps":{}' in node.snapshot_text.replace(
+        " ", ""
+    )
+    node.execute(bump, "metadata", _sized)
+
+    node.crash()
+    node.restart(_sized)
+
+    assert node.state.topics["orders"].epoch_bumps[1] == [(1, 1)]  # once, not twice
+
+
+def test_compacted__the_fold_of_a_journal_equals_the_snapshot_of_the_state_that_wrote_it() -> None:
+    """What the daemon and the simulator write as a snapshot (restart.compacted)."""
+    from linkd.core.cluster import ClusterState, Journal
+    from linkd.core.journal import encode
+    from linkd.core.restart import compacted
+
+    state = ClusterState("A")
+    stored: list[dict[str, object]] = []
+
+    def keep(effects: object) -> None:
+        for e in effects:  # type: ignore[attr-defined]
+            if isinstance(e, Journal):
+                stored.extend(encode(r) for r in e.records)
+
+    keep(state.create_topic("orders", 2, {"retention.ms": "5"}, "t-1")[1])
+    keep(state.create_namespace(1, "orders-", True))
+    keep(state.commit_group_offsets("g", -1, "", {("orders", 1): (0, "m", -1)}, 3))
+    keep(state.unclean_election("orders", 0, 0)[2])
+    keep(state.init_producer_id("tx", 60_000, 4)[2])
+    half = len(stored) // 2
+    base = compacted("A", None, stored[:half])  # a snapshot midway, then the rest
+
+    assert compacted("A", base, stored[half:]) == state.snapshot()

@@ -132,6 +132,7 @@ def test_every_record_kind__stored_form_round_trips_and_matches_what_older_versi
                                                                       "link_id": "L"}},
         {"type": "leader_epoch", "name": "t", "partition": 0, "epoch": 2, "start": 9},
         {"type": "log_start", "name": "t", "partition": 1, "offset": 4},
+        {"type": "epochs_cut", "name": "t", "partition": 0, "offset": 7},  # new kind
         {"type": "pid_block", "next": 2000},
         {"type": "txn", "id": "x", "pid": 1, "epoch": 0, "timeout_ms": 60000,
          "state": "Ongoing", "partitions": [["t", 0]], "groups": ["g"], "started_ms": 5},

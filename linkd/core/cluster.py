@@ -941,6 +941,12 @@ class ClusterState:
                     log = topic.partitions[record.partition]
                     if log.log_end_offset >= bump[1]:
                         log.bump_epoch(*bump)
+            case jr.EpochsCut():
+                topic = self.topics.get(record.name)
+                if topic is not None and record.partition in topic.epoch_bumps:
+                    topic.epoch_bumps[record.partition] = [
+                        b for b in topic.epoch_bumps[record.partition] if b[1] < record.offset
+                    ]
             case jr.LogStart():
                 topic = self.topics.get(record.name)
                 if topic is not None:
@@ -1069,15 +1075,24 @@ class ClusterState:
         boundary = max(boundary, log.log_start_offset)
         removed = log.log_end_offset - boundary
         effects: list[Effect] = []
+        records: list[jr.JournalRecord] = []
         if boundary < log.log_end_offset:
             log.truncate_to(boundary)
             effects.append(TruncateLog(topic.topic_id, partition, boundary))
+            records.append(self.cut_epochs(topic_name, partition, boundary))
         epoch = log.leader_epoch + 1
-        record = jr.LeaderEpoch(topic_name, partition, epoch, boundary)
+        records.append(jr.LeaderEpoch(topic_name, partition, epoch, boundary))
         topic.epoch_bumps.setdefault(partition, []).append((epoch, boundary))
         log.bump_epoch(epoch, boundary)
-        effects.append(Journal((record,)))
+        effects.append(Journal(tuple(records)))
         return removed, epoch, effects
+
+    def cut_epochs(self, topic_name: str, partition: int, offset: int) -> jr.EpochsCut:
+        """A partition's log was cut at `offset`: the leader-epoch bumps
+        recorded at or after it go (applied here; journal the record)."""
+        record = jr.EpochsCut(topic_name, partition, offset)
+        self.apply_record(record)
+        return record
 
     # -- reservation hand-over (spec section 8: reversal and recovery) --------------------
 

@@ -76,6 +76,18 @@ class LeaderEpoch:
 
 
 @dataclass(frozen=True, slots=True)
+class EpochsCut:
+    """The partition's log was cut at `offset` (a divergence, a recovery, an
+    unclean election, a reset): leader-epoch bumps recorded at or after it are
+    void, so a restart does not bring back an epoch the cut removed."""
+
+    TYPE: ClassVar[str] = "epochs_cut"
+    name: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogStart:
     TYPE: ClassVar[str] = "log_start"
     name: str
@@ -259,6 +271,7 @@ JournalRecord = (
     | TopicPartitions
     | Provenance
     | LeaderEpoch
+    | EpochsCut
     | LogStart
     | PidBlock
     | Txn
@@ -290,6 +303,7 @@ KINDS: dict[str, type[JournalRecord]] = {
         TopicPartitions,
         Provenance,
         LeaderEpoch,
+        EpochsCut,
         LogStart,
         PidBlock,
         Txn,
@@ -372,6 +386,7 @@ __all__ = [
     "KINDS",
     "AclCreate",
     "AclDelete",
+    "EpochsCut",
     "GroupDelete",
     "JournalRecord",
     "JournalRecordError",

@@ -482,6 +482,7 @@ def apply_recovery(
         removed = log.log_end_offset - row.truncate_to
         log.truncate_to(row.truncate_to)
         effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
+        records.append(state.cut_epochs(row.topic, row.partition, row.truncate_to))
         cut_entry = ProvenanceItem.truncated(row.truncate_to, link_id, removed).journal_record(
             row.topic, row.partition
         )

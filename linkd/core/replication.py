@@ -301,6 +301,7 @@ def append_replica(
         log = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
         topic.partitions[partition] = log
         effects.append(ResetLog(topic.topic_id, partition, source_log_start))
+        effects.append(Journal((state.cut_epochs(topic_name, partition, 0),)))
     if log.hw_cap is None:
         # Copied records become visible only as far as the source's HW says
         # (follow_source_high_watermarks), never merely because they are durable.
@@ -360,7 +361,10 @@ def truncate_replica(
         return []
     removed = log.log_end_offset - boundary
     log.truncate_to(boundary)
-    effects: list[Effect] = [TruncateLog(topic.topic_id, partition, boundary)]
+    effects: list[Effect] = [
+        TruncateLog(topic.topic_id, partition, boundary),
+        Journal((state.cut_epochs(topic_name, partition, boundary),)),
+    ]
     if config is not None:
         moved = clamp_replicated_offsets(state, topic_name, partition, boundary)
         item = ProvenanceItem.truncated(

@@ -56,6 +56,23 @@ def recover_into(
     return live
 
 
+def compacted(
+    cluster_id: str, snapshot: dict[str, Any] | None, records: Iterable[dict[str, Any]]
+) -> dict[str, Any]:
+    """The snapshot that replaces `snapshot` and the journal `records` after
+    it: their fold, replayed into a fresh state, never the live state. The
+    live state may already hold changes whose records are still on their way
+    to the journal (a shell writes a Journal effect once the appends before it
+    are durable); a snapshot of it would hold them too, and replaying those
+    records after it would apply them twice."""
+    state = ClusterState(cluster_id)
+    if snapshot is not None:
+        state.restore(snapshot)
+    for record in records:
+        state.apply_record(jr.decode(record))
+    return state.snapshot()
+
+
 def stored_form(obj: dict[str, Any]) -> str:
     """A journal record or a snapshot as the daemon's journal stores it
     (`linkd.storage.metadata`: compact JSON, no NaN). The simulator keeps
@@ -70,4 +87,4 @@ def read_stored(text: str) -> dict[str, Any]:
     return obj
 
 
-__all__ = ["Batches", "read_stored", "recover_into", "stored_form"]
+__all__ = ["Batches", "compacted", "read_stored", "recover_into", "stored_form"]
