@@ -46,6 +46,10 @@ FOUND = [
     # committed offsets without journalling them, so a restart moved the
     # group's offsets back.
     (27, 3, "a consumer's commit is journalled"),
+    # The third full sweep's one failure: a cut left a voided epoch bump in
+    # the journal, and a snapshot of the live state doubled a bump; after a
+    # restart the epoch history went out of order.
+    (1912, 4, "a cut voids the journalled epoch bumps after it"),
 ]
 
 
