@@ -149,8 +149,7 @@ class ClusterNode:
         self.state = ClusterState(cluster_id, self.group_config)
         self.datadir: DataDir | None = None
         self.journal: MetadataJournal | None = None
-        self._snapshot_base: dict[str, Any] | None = None
-        self._journal_since: list[dict[str, Any]] = []
+        self._journal_book = restart.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
         self.stores: dict[tuple[str, int], PartitionLogStore] = {}
         self.flushers: dict[tuple[str, int], _Flusher] = {}
         self.ready = False
@@ -173,8 +172,9 @@ class ClusterNode:
         self.journal = journal
         if report.truncated_bytes:
             log.warning("metadata journal: dropped a torn tail", extra={"report": str(report)})
-        # What the next snapshot folds: the last one and the records since.
-        self._snapshot_base, self._journal_since = snapshot, list(records)
+        self._journal_book = restart.JournalBook(
+            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
+        )
         live = restart.recover_into(self.state, snapshot, records, self._recovered_batches)
         self._remove_orphan_logs(live)
         log.info("recovered", extra={"topics": len(self.state.topics)})
@@ -375,13 +375,10 @@ class ClusterNode:
     def _journal(self, records: list[dict[str, Any]]) -> None:
         assert self.journal is not None
         self.journal.append(records)
-        self._journal_since += records
-        if self.journal.records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
-            # The fold of what the journal holds, not the live state (which
-            # may hold changes whose records are not written yet).
-            snapshot = restart.compacted(self.cluster_id, self._snapshot_base, self._journal_since)
+        snapshot = self._journal_book.stored(records)
+        if snapshot is not None:
             self.journal.write_snapshot(snapshot)
-            self._snapshot_base, self._journal_since = snapshot, []
+            self._journal_book.snapshot_written(snapshot)
 
     def notify(self, moved: Iterable[tuple[str, int]] | None = None) -> None:
         """High watermarks moved on `moved` (None: anywhere): wake the long

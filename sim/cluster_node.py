@@ -71,6 +71,7 @@ class SimCluster:
         # The metadata journal as stored: the last snapshot and the records since.
         self.snapshot_text: str | None = None
         self.journal_texts: list[str] = []
+        self.journal_book = recovery.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
         # Bumped by each crash: what the dead process had under way is dropped.
         self.incarnation = 0
         self.stores: dict[tuple[str, int], PartitionStore] = {}
@@ -278,6 +279,9 @@ class SimCluster:
         state.links = LinkTable(self.cluster_id, self.limits)
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
         records = [recovery.read_stored(text) for text in self.journal_texts]
+        self.journal_book = recovery.JournalBook(
+            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
+        )
         live = recovery.recover_into(state, snapshot, records, self._stored_batches)
         for key in [k for k in sorted(self.stores) if k[0] not in live]:
             del self.stores[key]
@@ -288,18 +292,16 @@ class SimCluster:
         self.execute(state.recovery_completions(self.queue.now_ms), "metadata", logical_bytes)
 
     def _journal(self, records: Iterable[JournalRecord]) -> None:
-        """Stores journal records (`MetadataJournal.append`), and a snapshot
-        once enough have gathered: the fold of the journal
-        (`restart.compacted`), as `ClusterNode._journal` writes it."""
-        for record in records:
-            self.journal_texts.append(recovery.stored_form(encode_record(record)))
-            self.journal_records += 1
-        if len(self.journal_texts) >= SNAPSHOT_EVERY_RECORDS:
-            base = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
-            since = [recovery.read_stored(text) for text in self.journal_texts]
-            snapshot = recovery.compacted(self.cluster_id, base, since)
+        """Stores journal records as text, and the snapshot the journal book
+        says is due (`restart.JournalBook`: the fold of the stored journal)."""
+        texts = [recovery.stored_form(encode_record(record)) for record in records]
+        self.journal_texts += texts
+        self.journal_records += len(texts)
+        snapshot = self.journal_book.stored([recovery.read_stored(t) for t in texts])
+        if snapshot is not None:
             self.snapshot_text = recovery.stored_form(snapshot)
             self.journal_texts = []
+            self.journal_book.snapshot_written(recovery.read_stored(self.snapshot_text))
 
     def _stored_batches(self, topic: core.Topic, partition: int) -> recovery.Batches:
         store = self.stores.setdefault((topic.topic_id, partition), PartitionStore())

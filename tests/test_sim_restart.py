@@ -224,3 +224,32 @@ def test_compacted__the_fold_of_a_journal_equals_the_snapshot_of_the_state_that_
     base = compacted("A", None, stored[:half])  # a snapshot midway, then the rest
 
     assert compacted("A", base, stored[half:]) == state.snapshot()
+
+
+def test_journal_book__a_snapshot_is_due_every_n_records_and_folds_what_came_before() -> None:
+    """The bookkeeping both shells keep beside their stored journal."""
+    from linkd.core.cluster import ClusterState, Journal
+    from linkd.core.journal import encode
+    from linkd.core.restart import JournalBook, compacted
+
+    state = ClusterState("A")
+    book = JournalBook("A", every=3)
+    written: list[dict[str, Any]] = []
+
+    def store(effects: Any) -> None:
+        records = [encode(r) for e in effects if isinstance(e, Journal) for r in e.records]
+        snapshot = book.stored(records)
+        if snapshot is not None:
+            written.append(snapshot)
+            book.snapshot_written(snapshot)
+
+    store(state.create_topic("orders", 1, {}, "t-1")[1])  # 1 record: none due
+    assert (written, len(book.since)) == ([], 1)
+    store(state.create_namespace(1, "orders-", True))
+    store(state.commit_group_offsets("g", -1, "", {("orders", 0): (0, "", -1)}, 3))
+    assert len(written) == 1 and book.since == [] and book.base is written[0]
+    store(state.commit_group_offsets("g", -1, "", {("orders", 0): (1, "", -1)}, 4))
+    assert len(book.since) == 1
+    assert compacted("A", book.base, book.since) == state.snapshot()
+    with pytest.raises(AssertionError):
+        JournalBook("A", every=0)

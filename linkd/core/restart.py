@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from linkd.core import journal as jr
@@ -73,6 +74,36 @@ def compacted(
     return state.snapshot()
 
 
+@dataclass
+class JournalBook:
+    """What a shell's next snapshot folds: the last snapshot written and the
+    records stored since, and when the next one is due (every `every`
+    records). Both shells keep one beside their stored journal; a shell
+    rebuilds it from what it read at start (`ClusterNode.open`,
+    `SimCluster.restart`)."""
+
+    cluster_id: str
+    every: int
+    base: dict[str, Any] | None = None
+    since: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        assert self.every > 0, "a snapshot is due every N > 0 records"
+
+    def stored(self, records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+        """`records` were appended to the stored journal. Returns the snapshot
+        to write when one is due (`compacted`: the base and the records
+        since); the shell writes it, then calls `snapshot_written`."""
+        self.since += records
+        if len(self.since) < self.every:
+            return None
+        return compacted(self.cluster_id, self.base, self.since)
+
+    def snapshot_written(self, snapshot: dict[str, Any]) -> None:
+        """`snapshot` (from `stored`) replaced the records before it."""
+        self.base, self.since = snapshot, []
+
+
 def stored_form(obj: dict[str, Any]) -> str:
     """A journal record or a snapshot as the daemon's journal stores it
     (`linkd.storage.metadata`: compact JSON, no NaN). The simulator keeps
@@ -87,4 +118,4 @@ def read_stored(text: str) -> dict[str, Any]:
     return obj
 
 
-__all__ = ["Batches", "compacted", "read_stored", "recover_into", "stored_form"]
+__all__ = ["Batches", "JournalBook", "compacted", "read_stored", "recover_into", "stored_form"]
