@@ -40,7 +40,6 @@ from linkd.core import metadata_sync as msync
 from linkd.core import procedures
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.effects import Journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode
 from linkd.core.requests import (
@@ -442,11 +441,11 @@ async def apply_group_offsets(
     the __consumer_offsets_<source> topic); returns those held back."""
     if not offsets:
         return []
-    records, effects, held = msync.apply_replicated_offsets(
+    effects, held = msync.apply_replicated_offsets(
         node.state, link_name, offsets, node.clock(), node.topic_id_factory()
     )
-    if records:
-        await node.execute([*effects, Journal(tuple(records))])
+    if effects:
+        await node.execute(effects)
     return held
 
 

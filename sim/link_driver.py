@@ -355,7 +355,7 @@ class LinkDriver:
         return serve
 
     def _apply_topics(self, namespaces: list[rounds.SourceNamespace], listed_at_ms: int) -> None:
-        """linkd/replication.py apply_topics."""
+        """Carries out `rounds.plan_topics` for a discovery answer."""
         config = self._config()
         if config is None:
             return
@@ -365,18 +365,17 @@ class LinkDriver:
         self.dialer.execute(plan.effects, "metadata", self.observer.logical_bytes)
 
     def _apply_group_offsets(self, offsets: list[msync.GroupOffset]) -> None:
-        """linkd/replication.py apply_group_offsets."""
+        """Carries out `msync.apply_replicated_offsets` for a discovery
+        answer; what is held back is sent again with the next."""
         if not offsets:
             self.held_offsets = []
             return
-        records, effects, held = msync.apply_replicated_offsets(
+        effects, held = msync.apply_replicated_offsets(
             self.dialer.state, self.name, offsets, self.queue.now_ms, self.dialer.topic_ids()
         )
         self.held_offsets = held
-        if records:
-            self.dialer.execute(
-                [*effects, core.Journal(tuple(records))], "offsets", self.observer.logical_bytes
-            )
+        if effects:
+            self.dialer.execute(effects, "offsets", self.observer.logical_bytes)
         self.observer.follower_applied(self.dialer, self.name)
 
     # -- pull: this side follows (LinkRunner._pull) ----------------------------------------------

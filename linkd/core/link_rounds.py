@@ -876,11 +876,11 @@ def accept_push(
         yield from apply_fetched(state, name, push.data, local_of, push.request_sent_ms)
     if push.group_offsets:
         now = yield Now()
-        records, effects, _held = msync.apply_replicated_offsets(
+        effects, _held = msync.apply_replicated_offsets(
             state, name, list(push.group_offsets), now, new_topic_id()
         )
-        if records:
-            yield Execute((*effects, Journal(tuple(records))), "offsets")
+        if effects:
+            yield Execute(tuple(effects), "offsets")
     else:
         state.links.on_contact(name, (yield Now()))
     nxt = follower_fetch_request(state, config, sent_ms=(yield Now()))

@@ -15,7 +15,7 @@ from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
-from linkd.core.effects import AppendBatch, Effect
+from linkd.core.effects import AppendBatch, Effect, Journal
 from linkd.core.links import Mapping
 from linkd.core.replication import (
     create_replica_topic,
@@ -59,14 +59,15 @@ def apply_replicated_offsets(
     offsets: list[GroupOffset],
     now_ms: int,
     new_topic_id: str,
-) -> tuple[list[jr.JournalRecord], list[Effect], list[GroupOffset]]:
+) -> tuple[list[Effect], list[GroupOffset]]:
     """Follower side: the source's committed offsets of the groups this side
-    follows, under local group and topic names. Returns (journal records,
-    effects that append them to __consumer_offsets_<source>, offsets held
-    back). An offset is applied only once the follower partition's high
-    watermark has reached it (a replicated offset never points past the
-    follower's data), and never moves a group's offset backwards (spec §10,
-    invariant 6); held-back offsets are retried by the caller."""
+    follows, under local group and topic names. Returns (the effects that
+    append them to __consumer_offsets_<source> and then journal them, none
+    when nothing changed; the offsets held back). An offset is applied only
+    once the follower partition's high watermark has reached it (a
+    replicated offset never points past the follower's data), and never
+    moves a group's offset backwards (spec §10, invariant 6); held-back
+    offsets are retried by the caller."""
 
     config = state.links.get(link_name)
     groups = follower_mappings(config, "group")
@@ -114,7 +115,8 @@ def apply_replicated_offsets(
         header = rb.parse_header(batch)
         log_.apply_batch(header)
         effects.append(AppendBatch(state.topic(internal).topic_id, 0, batch, header))
-    return records, effects, held
+        effects.append(Journal(tuple(records)))
+    return effects, held
 
 
 # -- ACL sync (spec section 7) ---------------------------------------------------------
