@@ -23,7 +23,7 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
-  `checkpoints_for_group`; new checkpoints are written to
+  `checkpoints_for_flow`; new checkpoints are written to
   `<source>.checkpoints.internal` on the target. The tracker is reloaded from
   that topic at start.
 - KIP-545: every `sync.group.offsets.interval` the tracker's offsets and the
@@ -56,8 +56,9 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from linkd.core.mirror.checkpoint import (
+    CheckpointCounts,
     CheckpointTracker,
-    checkpoints_for_group,
+    checkpoints_for_flow,
     plan_group_offset_sync,
 )
 from linkd.core.mirror.config import MirrorFlow, MirrorMakerConfig
@@ -127,17 +128,13 @@ def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
 
 
 @dataclass
-class FlowStats:
+class FlowStats(CheckpointCounts):
     """Counts a run reports (MM2's metrics are in `FlowEngine.metrics`)."""
 
     records_copied: int = 0
     transactions_committed: int = 0
     transactions_aborted: int = 0
     offset_syncs_sent: int = 0
-    checkpoints_emitted: int = 0
-    group_offsets_written: int = 0
-    refused_rewinds: int = 0
-    skipped_active_groups: int = 0
     topics_created: int = 0
     configs_altered: int = 0
     acls_created: int = 0
@@ -665,19 +662,10 @@ class FlowEngine:
         admin = self._admin(True)
         emitted: list[tuple[str, dict[TopicPartition, Checkpoint]]] = []
         now = self.clock()
-        for group in admin.list_groups():
-            if not flow.group_filter.should_replicate_group(group):
-                continue
-            new = checkpoints_for_group(
-                group,
-                admin.group_offsets(group),
-                self.store,
-                self.tracker.get(group),
-                source_alias=flow.source,
-                target_alias=flow.target,
-                policy=flow.policy,
-                topic_filter=flow.topic_filter,
-            )
+        found = checkpoints_for_flow(
+            flow, admin.list_groups(), admin.group_offsets, self.store, self.tracker
+        )
+        for group, new in found.items():
             for cp in new.values():
                 key, value = encode_checkpoint(cp)
 
@@ -703,8 +691,7 @@ class FlowEngine:
                     timestamp=now,
                     on_delivery=done,
                 )
-            if new:
-                emitted.append((group, new))
+            emitted.append((group, new))
         if producer.flush(FLUSH_TIMEOUT_S) != 0:
             raise MirrorClientError(f"{self.name}: checkpoints not acknowledged in time")
         count = 0
@@ -724,9 +711,7 @@ class FlowEngine:
         for group, offsets in plan.writes.items():
             admin.alter_group_offsets(group, offsets)
             written += len(offsets)
-        self.stats.group_offsets_written += written
-        self.stats.refused_rewinds += len(plan.refused_rewinds)
-        self.stats.skipped_active_groups += len(plan.skipped_active_groups)
+        self.stats.group_sync_done(plan, written)
         for group, tp, current, translated in plan.refused_rewinds:
             self.report(
                 f"{self.name}: group {group} {tp}: target offset {current} kept "

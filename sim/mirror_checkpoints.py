@@ -20,7 +20,7 @@ from linkd.core.mirror.checkpoint import (
     CheckpointTracker,
     TargetGroup,
     TargetGroupState,
-    checkpoints_for_group,
+    checkpoints_for_flow,
     plan_group_offset_sync,
 )
 from linkd.core.mirror.model import Checkpoint, OffsetAndMetadata, OffsetSync, TopicPartition
@@ -102,20 +102,7 @@ class CheckpointTask:
         if not self.store.read_to_end:
             self.store.mark_read_to_end()  # this read reached the topic's end
         flow = d.flow
-        new: dict[str, dict[TopicPartition, Checkpoint]] = {}
-        for group in sorted(groups):
-            found = checkpoints_for_group(
-                group,
-                groups[group],
-                self.store,
-                self.tracker.get(group),
-                source_alias=flow.source,
-                target_alias=flow.target,
-                policy=flow.policy,
-                topic_filter=flow.topic_filter,
-            )
-            if found:
-                new[group] = found
+        new = checkpoints_for_flow(flow, groups, groups.__getitem__, self.store, self.tracker)
         if not new:
             self._round_over()
             return
@@ -206,9 +193,7 @@ class CheckpointTask:
                     continue
                 d.target.execute(effects, "offsets", d.observer.logical_bytes)
                 written += len(offsets)
-            d.stats.group_offsets_written += written
-            d.stats.refused_rewinds += len(plan.refused_rewinds)
-            d.stats.skipped_active_groups += len(plan.skipped_active_groups)
+            d.stats.group_sync_done(plan, written)
             reply(lambda: None, CONTROL_MESSAGE_BYTES)
 
         d.call(d.target, "group sync", CONTROL_MESSAGE_BYTES, serve, lambda: None)

@@ -66,9 +66,7 @@ from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.mirror.checkpoint import (
-    remote_consumer_offsets,
-)
+from linkd.core.mirror.checkpoint import CheckpointCounts, remote_consumer_offsets
 from linkd.core.mirror.config import MirrorFlow, parse_mm2_properties
 from linkd.core.mirror.model import OffsetSync, TopicPartition
 from linkd.core.mirror.offset_sync import OffsetSyncWriter
@@ -168,16 +166,12 @@ class Polled(NamedTuple):
 
 
 @dataclass
-class MirrorStats:
+class MirrorStats(CheckpointCounts):
     polls: int = 0
     records_copied: int = 0
     produce_failures: int = 0
     offset_syncs_written: int = 0
     offset_syncs_failed: int = 0
-    checkpoints_emitted: int = 0
-    group_offsets_written: int = 0
-    refused_rewinds: int = 0
-    skipped_active_groups: int = 0
     topics_created: int = 0
     position_resets: int = 0
 

@@ -33,20 +33,23 @@ decides the target writes from data the shell gathered.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from linkd.core.mirror.config import MirrorFlow
 from linkd.core.mirror.filters import TopicFilter
 from linkd.core.mirror.model import Checkpoint, OffsetAndMetadata, TopicPartition
 from linkd.core.mirror.policy import ReplicationPolicy
 from linkd.core.mirror.sync_store import OffsetSyncStore
 
 __all__ = [
+    "CheckpointCounts",
     "CheckpointTracker",
     "GroupOffsetSyncPlan",
     "TargetGroup",
     "TargetGroupState",
     "checkpoint_is_more_recent",
+    "checkpoints_for_flow",
     "checkpoints_for_group",
     "plan_group_offset_sync",
     "remote_consumer_offsets",
@@ -117,6 +120,38 @@ def checkpoints_for_group(
     return result
 
 
+
+def checkpoints_for_flow(
+    flow: MirrorFlow,
+    groups: Iterable[str],
+    offsets_of: Callable[[str], Mapping[TopicPartition, OffsetAndMetadata]],
+    store: OffsetSyncStore,
+    tracker: CheckpointTracker,
+) -> dict[str, dict[TopicPartition, Checkpoint]]:
+    """One round of a flow's checkpoint task: for each of `groups` the flow's
+    group filter replicates (in name order), the checkpoints
+    `checkpoints_for_group` finds for its source offsets (`offsets_of`, asked
+    only for those groups) against the newest `tracker` holds. Groups with no
+    new checkpoint are left out; the tracker is not changed (the shell
+    updates it once the checkpoints are written)."""
+    found: dict[str, dict[TopicPartition, Checkpoint]] = {}
+    for group in sorted(set(groups)):
+        if not flow.group_filter.should_replicate_group(group):
+            continue
+        new = checkpoints_for_group(
+            group,
+            offsets_of(group),
+            store,
+            tracker.get(group),
+            source_alias=flow.source,
+            target_alias=flow.target,
+            policy=flow.policy,
+            topic_filter=flow.topic_filter,
+        )
+        if new:
+            found[group] = new
+    return found
+
 @dataclass
 class CheckpointTracker:
     """The newest checkpoint per group and target partition (Kafka's CheckpointStore)."""
@@ -166,6 +201,23 @@ class GroupOffsetSyncPlan:
     # (group, partition, target offset, translated offset): writes refused as rewinds.
     refused_rewinds: tuple[tuple[str, TopicPartition, int, int], ...]
 
+
+
+@dataclass
+class CheckpointCounts:
+    """What a flow's checkpoint task did, as both MM2 shells count it."""
+
+    checkpoints_emitted: int = 0
+    group_offsets_written: int = 0
+    refused_rewinds: int = 0
+    skipped_active_groups: int = 0
+
+    def group_sync_done(self, plan: GroupOffsetSyncPlan, written: int) -> None:
+        """A KIP-545 round carried out `plan`, writing `written` offsets."""
+        assert written >= 0
+        self.group_offsets_written += written
+        self.refused_rewinds += len(plan.refused_rewinds)
+        self.skipped_active_groups += len(plan.skipped_active_groups)
 
 def plan_group_offset_sync(
     converted: Mapping[str, Mapping[TopicPartition, OffsetAndMetadata]],
