@@ -33,6 +33,7 @@ Commands (cluster names A and B; one partition, 0, unless `p=` says):
   unclean-election A TOPIC to=OFFSET    emulated unclean election (cut + epoch)
   delete-topic A TOPIC
   restart A|B                           rebuild from the shell's storage
+  epochs A|B TOPIC [p=P]                the leader-epoch history (epoch@start offset)
   show A|B                              every partition; link state and lags on B
 """
 
@@ -322,6 +323,12 @@ class Transcript:
     def do_restart(self, args: list[str], opts: dict[str, str]) -> list[str]:
         self.shell(args[0]).restart()
         return self._partitions(args[0]) + ([self._link_line()] if args[0] == "B" else [])
+
+    def do_epochs(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        p = int(opts.get("p", "0"))
+        log = self.shell(args[0]).state.partition(args[1], p)
+        history = " ".join(f"{epoch}@{start}" for epoch, start in log.epoch_history)
+        return [f"{args[0]} {args[1]}-{p}: epochs {history}"]
 
     def do_show(self, args: list[str], opts: dict[str, str]) -> list[str]:
         out = self._partitions(args[0])
