@@ -17,14 +17,23 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def _parse_long(min_value: int) -> Callable[[str], int]:
+# Kafka's config types: an INT is 32 bits, a LONG 64, signed.
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+def _parse_long(min_value: int, max_value: int = LONG_MAX) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text)
-        if value < min_value:
-            raise ValueError(f"must be at least {min_value}")
+        if value < min_value or value > max_value:
+            raise ValueError(f"must be in {min_value}..{max_value}")
         return value
 
     return parse
+
+
+def _parse_int(min_value: int) -> Callable[[str], int]:
+    return _parse_long(min_value, INT_MAX)
 
 
 def _parse_choice(*choices: str) -> Callable[[str], str]:
@@ -64,11 +73,11 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         ConfigKey(
             "max.message.bytes",
             "1048588",
-            _parse_long(0),
+            _parse_int(0),
             "Largest record batch a producer may write.",
         ),
         ConfigKey(
-            "segment.bytes", "67108864", _parse_long(14), "Size at which a new segment file starts."
+            "segment.bytes", "67108864", _parse_int(14), "Size at which a new segment file starts."
         ),
         ConfigKey(
             "cleanup.policy",
@@ -91,7 +100,7 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         ConfigKey(
             "min.insync.replicas",
             "1",
-            _parse_long(1),
+            _parse_int(1),
             "Accepted for compatibility; a simulated cluster has one replica per partition.",
         ),
     )
