@@ -397,3 +397,32 @@ def test_a_leader_serving_its_followers_fetch_itself__is_no_contact() -> None:
     assert a.link_state("ab") == "DISCONNECTED"
     rounds.serve_replica_fetch(a, "id-1", request.partitions, later, disk_a.read, BUDGET, 100)
     assert a.link_state("ab") == "FOLLOWING"  # a fetch from B is contact
+
+
+def test_a_fetched_batch_whose_records_lie_is_not_stored_and_the_link_says_why() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 1)
+    # What A holds on disk lies about its records (stored before A checked
+    # them): its header claims one record, its body holds three.
+    body = bytearray()
+    for i, value in enumerate((b"a", b"b", b"c")):
+        rb.encode_record(body, i, 0, None, value)
+    lying = rb.assemble_batch(
+        bytes(body),
+        attributes=0,
+        record_count=1,
+        last_offset_delta=0,
+    )
+    disk_a.batches[("src-1", 0)] = [(0, 1, lying)]
+
+    _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 10)
+
+    assert [(t, p, e.code) for t, p, e in applied.refused] == [
+        ("orders-1", 0, ErrorCode.INVALID_RECORD)
+    ]
+    assert b.partition("orders-1", 0).log_end_offset == 0
+    assert b.link_state("ab") != "FOLLOWING"
+    row = admin.link_summary(b, "ab", NOW + 10).partitions[0]
+    assert not row.lag_known
+    assert row.problem.startswith("INVALID_RECORD: replica fetch for orders-1-0")

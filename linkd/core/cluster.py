@@ -310,6 +310,12 @@ class ClusterState:
                 transactional_id, header.producer_id, header.producer_epoch, (topic_name, partition)
             )
         plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
+        try:
+            rb.check_records(
+                batch, max_decompressed=topic.config.max_message_bytes, produced=True
+            )
+        except rb.CorruptBatchError as exc:
+            raise refused_batch(exc, log.name, f"partition {log.name}") from exc
         if plan.duplicate:
             return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
         append_time = -1
@@ -1175,6 +1181,19 @@ class ClusterState:
             effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
         return dangling, effects
 
+
+
+def refused_batch(exc: rb.CorruptBatchError, resource: str, where: str) -> ClusterError:
+    """The refusal of a batch whose records failed `rb.check_records`:
+    RECORD_TOO_LARGE for records too large decompressed, INVALID_RECORD for
+    records that break a rule, CORRUPT_MESSAGE for bytes that do not parse."""
+    if isinstance(exc, rb.DecompressedTooLargeError):
+        code = ErrorCode.RECORD_TOO_LARGE
+    elif isinstance(exc, rb.InvalidRecordError):
+        code = ErrorCode.INVALID_RECORD
+    else:
+        code = ErrorCode.CORRUPT_MESSAGE
+    return ClusterError(code, resource, f"{where}: {exc}")
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:
     """Finishes a ListOffsets by timestamp (first record at or after `timestamp`)

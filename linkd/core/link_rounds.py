@@ -591,6 +591,13 @@ class AppliedFetch:
     refused: list[tuple[str, int, ClusterError]] = field(default_factory=list)
 
 
+
+# Refusals of the records a fetch carried (`rep.append_replica`).
+_REFUSED_BATCH = frozenset(
+    {ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.RECORD_TOO_LARGE}
+)
+
+
 def apply_replica_fetch(
     state: ClusterState,
     link_name: str,
@@ -641,6 +648,12 @@ def apply_replica_fetch(
                     config,
                 )
             except ClusterError as exc:
+                if exc.code in _REFUSED_BATCH:
+                    # Records no producer could have written: not stored, and
+                    # the partition is not followed until a later answer is
+                    # good (warned of, and it keeps the link from FOLLOWING).
+                    refused.append((local, fetched.partition, exc))
+                    continue
                 if exc.code is not ErrorCode.DIVERGED_LOG:
                     raise
                 # Answers an older request: the next one asks again; the

@@ -201,7 +201,7 @@ class PartitionLog:
             )
         if header.record_count != header.last_offset_delta + 1:
             raise ClusterError(
-                ErrorCode.CORRUPT_MESSAGE,
+                ErrorCode.INVALID_RECORD,
                 self.name,
                 f"partition {self.name}: batch has {header.record_count} records but "
                 f"last offset delta {header.last_offset_delta}",

@@ -60,7 +60,27 @@ _BASE_OFFSET = struct.Struct(">q")
 
 
 class CorruptBatchError(ValueError):
-    """The bytes are not a well-formed record batch v2 (or its CRC is wrong)."""
+    """The bytes are not a well-formed record batch v2 (or its CRC is wrong).
+    Every failure to read a batch is one of these (or a subclass): the codec
+    never lets an IndexError, zlib.error or a decompressor's error out."""
+
+
+class InvalidRecordError(CorruptBatchError):
+    """The batch parses, but its records break a rule Kafka's broker checks
+    on produce: the record count against the offset deltas, offset deltas
+    0, 1, 2, ... in order, no bytes after the last record (Kafka's
+    INVALID_RECORD)."""
+
+
+class DecompressedTooLargeError(CorruptBatchError):
+    """A compressed batch's records take more than the allowed bytes once
+    decompressed (a decompression bomb, or a batch above max.message.bytes)."""
+
+
+# The most bytes one batch's records may take once decompressed when it is
+# read back (a batch is checked against its topic's max.message.bytes when it
+# is written; this bounds what a reader inflates of anything stored before).
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +368,7 @@ def build_batch(
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     compression: int = COMPRESSION_NONE,
 ) -> bytes:
-    """Encodes records into one batch v2 (uncompressed or gzip)."""
+    """Encodes records into one batch v2, compressed with `compression`."""
     if not records:
         raise ValueError("a record batch needs at least one record")
     base_timestamp = records[0].timestamp
@@ -358,17 +378,62 @@ def build_batch(
         _encode_record_parts(
             parts, delta, rec.timestamp - base_timestamp, rec.key, rec.value, rec.headers
         )
-    payload: bytes = b"".join(parts)
-    if compression == COMPRESSION_GZIP:
-        compressor = zlib.compressobj(wbits=31)
-        payload = compressor.compress(payload) + compressor.flush()
-    elif compression != COMPRESSION_NONE:
-        raise ValueError(f"compression codec {compression} is not supported for building batches")
     attributes = compression
     if transactional:
         attributes |= TRANSACTIONAL_FLAG
     if control:
         attributes |= CONTROL_FLAG
+    return assemble_batch(
+        compress(compression, b"".join(parts)),
+        attributes=attributes,
+        record_count=len(records),
+        last_offset_delta=len(records) - 1,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def compress(codec: int, payload: bytes) -> bytes:
+    """Records' bytes compressed as a batch of `codec` holds them (snappy
+    raw, as librdkafka writes it; lz4 framed, as Kafka's clients do)."""
+    if codec == COMPRESSION_NONE:
+        return payload
+    if codec == COMPRESSION_GZIP:
+        compressor = zlib.compressobj(wbits=31)
+        return compressor.compress(payload) + compressor.flush()
+    import cramjam
+
+    if codec == COMPRESSION_SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(payload))
+    if codec == COMPRESSION_LZ4:
+        return bytes(cramjam.lz4.compress(payload))
+    if codec == COMPRESSION_ZSTD:
+        return bytes(cramjam.zstd.compress(payload))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def assemble_batch(
+    payload: bytes,
+    *,
+    attributes: int,
+    record_count: int,
+    last_offset_delta: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    base_timestamp: int = 0,
+    max_timestamp: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """A batch v2 around `payload` (the records, compressed as `attributes`
+    says) with the header fields as given and a correct CRC: what any
+    producer, honest or not, can put on the wire."""
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
     header = bytearray(
         _HEADER.pack(
@@ -378,13 +443,13 @@ def build_batch(
             MAGIC,
             0,
             attributes,
-            len(records) - 1,
+            last_offset_delta,
             base_timestamp,
             max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            record_count,
         )
     )
     batch = header + payload
@@ -393,51 +458,123 @@ def build_batch(
     return bytes(batch)
 
 
-def _decompress(codec: int, payload: bytes | memoryview) -> bytes | memoryview:
+def _decompress(codec: int, payload: bytes | memoryview, limit: int) -> bytes | memoryview:
+    """The records of a batch, decompressed to at most `limit` bytes (more
+    is DecompressedTooLargeError, found without inflating past the limit);
+    anything a decompressor refuses is CorruptBatchError."""
     if codec == COMPRESSION_NONE:
         return payload
     if codec == COMPRESSION_GZIP:
-        return zlib.decompress(bytes(payload), wbits=47)
+        return _gunzip(payload, limit)
+    if codec not in (COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD):
+        raise CorruptBatchError(f"unknown compression codec {codec}")
     try:
-        if codec == COMPRESSION_SNAPPY:
-            import cramjam
-
-            # Kafka's Java client writes xerial-framed snappy; librdkafka writes raw.
-            raw = bytes(payload)
-            if raw.startswith(b"\x82SNAPPY\x00"):
-                out = bytearray()
-                pos = 16
-                while pos < len(raw):
-                    (size,) = struct.unpack_from(">i", raw, pos)
-                    pos += 4
-                    out += bytes(cramjam.snappy.decompress_raw(raw[pos : pos + size]))
-                    pos += size
-                return bytes(out)
-            return bytes(cramjam.snappy.decompress_raw(raw))
-        if codec == COMPRESSION_LZ4:
-            import cramjam
-
-            return bytes(cramjam.lz4.decompress(bytes(payload)))
-        if codec == COMPRESSION_ZSTD:
-            import cramjam
-
-            return bytes(cramjam.zstd.decompress(bytes(payload)))
+        import cramjam
     except ImportError as exc:
         raise CorruptBatchError(
             f"compression codec {codec} needs the 'cramjam' package to decode"
         ) from exc
-    raise CorruptBatchError(f"unknown compression codec {codec}")
+    try:
+        if codec == COMPRESSION_SNAPPY:
+            return _unsnappy(cramjam, bytes(payload), limit)
+        module = cramjam.lz4 if codec == COMPRESSION_LZ4 else cramjam.zstd
+        return _decompress_bounded(module.decompress_into, bytes(payload), limit)
+    except CorruptBatchError:
+        raise
+    except Exception as exc:  # cramjam.DecompressionError and kin
+        raise CorruptBatchError(f"compressed records do not decompress: {exc}") from exc
+
+
+def _too_large(limit: int) -> DecompressedTooLargeError:
+    return DecompressedTooLargeError(f"records take more than {limit} bytes decompressed")
+
+
+def _gunzip(payload: bytes | memoryview, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=47)
+    try:
+        out = inflater.decompress(bytes(payload), limit + 1)
+    except zlib.error as exc:
+        raise CorruptBatchError(f"gzip records do not decompress: {exc}") from exc
+    if len(out) > limit:
+        raise _too_large(limit)
+    if not inflater.eof:
+        raise CorruptBatchError("gzip records end before their stream does")
+    return out
+
+
+def _unsnappy(cramjam: object, raw: bytes, limit: int) -> bytes:
+    # Kafka's Java client writes xerial-framed snappy; librdkafka writes raw.
+    snappy = cramjam.snappy  # type: ignore[attr-defined]
+    chunks = [raw]
+    if raw.startswith(b"\x82SNAPPY\x00"):
+        chunks, pos = [], 16
+        while pos < len(raw):
+            if pos + 4 > len(raw):
+                raise CorruptBatchError("xerial snappy chunk length runs past the batch")
+            (size,) = struct.unpack_from(">i", raw, pos)
+            if size < 0 or pos + 4 + size > len(raw):
+                raise CorruptBatchError("xerial snappy chunk runs past the batch")
+            chunks.append(raw[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+    out = bytearray()
+    for chunk in chunks:
+        if len(out) + int(snappy.decompress_raw_len(chunk)) > limit:
+            raise _too_large(limit)
+        out += bytes(snappy.decompress_raw(chunk))
+    return bytes(out)
+
+
+def _decompress_bounded(decompress_into: object, raw: bytes, limit: int) -> bytes:
+    """Decompresses into buffers that double from a guess up to limit + 1
+    bytes: a stream that does not fit in that is too large, and no attempt
+    inflates more than the buffer it writes into."""
+    size = min(limit + 1, max(64 * 1024, 8 * len(raw)))
+    while True:
+        out = bytearray(size)
+        try:
+            n = int(decompress_into(raw, out))  # type: ignore[operator]
+        except Exception as exc:
+            text = str(exc)
+            full = any(m in text for m in ("whole buffer", "smaller than required", "too small"))
+            if not full:
+                raise CorruptBatchError(f"compressed records do not decompress: {exc}") from exc
+            if size > limit:
+                raise _too_large(limit) from exc
+            size = min(limit + 1, size * 2)
+            continue
+        if n > limit:
+            raise _too_large(limit)
+        if n < size:
+            return bytes(memoryview(out)[:n])
+        if size > limit:
+            raise _too_large(limit)
+        size = min(limit + 1, size * 2)  # filled exactly: there may be more
 
 
 def decode_records(
-    batch: bytes | memoryview, position: int = 0
+    batch: bytes | memoryview,
+    position: int = 0,
+    max_decompressed: int = MAX_DECOMPRESSED_BYTES,
 ) -> tuple[BatchHeader, list[Record]]:
-    """Decodes every record of the (CRC-checked) batch at `position`."""
+    """Decodes every record of the (CRC-checked) batch at `position`,
+    inflating at most `max_decompressed` bytes of compressed records."""
     header = check_batch(batch, position)
-    start = position + HEADER_SIZE
-    end = position + header.size_bytes
-    raw = _decompress(header.compression, memoryview(batch)[start:end])
-    data = raw if isinstance(raw, bytes) else bytes(raw)
+    data = _records_bytes(batch, position, header, max_decompressed)
+    try:
+        return header, _decode(data, header)
+    except IndexError as exc:
+        raise CorruptBatchError("a record runs past the end of the batch") from exc
+
+
+def _records_bytes(
+    batch: bytes | memoryview, position: int, header: BatchHeader, limit: int
+) -> bytes:
+    payload = memoryview(batch)[position + HEADER_SIZE : position + header.size_bytes]
+    raw = _decompress(header.compression, payload, limit)
+    return raw if isinstance(raw, bytes) else bytes(raw)
+
+
+def _decode(data: bytes, header: BatchHeader) -> list[Record]:
     size = len(data)
     records: list[Record] = []
     append = records.append
@@ -489,6 +626,8 @@ def decode_records(
             pos += 1
         else:
             header_count, pos = read_varint(data, pos)
+            if header_count < 0:
+                raise CorruptBatchError(f"record has {header_count} headers")
             items: list[Header] = []
             for _h in range(header_count):
                 name, pos = _read_nullable(data, pos)
@@ -499,7 +638,67 @@ def decode_records(
             raise CorruptBatchError("record length does not match its fields")
         timestamp = base_ts + ts_delta if ts_from_record else base_ts
         append(Record(base_offset + offset_delta, timestamp, key, value, headers))
-    return header, records
+    return records
+
+
+def check_records(
+    batch: bytes | memoryview, position: int = 0, *, max_decompressed: int, produced: bool
+) -> BatchHeader:
+    """Reads every record of the (CRC-checked) batch at `position` as Kafka's
+    broker does before it stores one, without keeping them: lengths and
+    varints that stay inside their record, no bytes after the last record,
+    and compressed records that fit in `max_decompressed` bytes. A batch a
+    producer wrote (`produced`) must also hold `record_count` records with
+    offset deltas 0, 1, 2, ... (a batch copied from another log may have gaps,
+    as compaction leaves them: its deltas must only rise within the batch's
+    range). Raises CorruptBatchError, InvalidRecordError or
+    DecompressedTooLargeError naming what is wrong."""
+    header = check_batch(batch, position)
+    last = header.last_offset_delta
+    count = header.record_count
+    if produced and count != last + 1:
+        raise InvalidRecordError(f"batch claims {count} records but its offsets span {last + 1}")
+    if count > last + 1:
+        raise InvalidRecordError(f"batch claims {count} records in an offset range of {last + 1}")
+    data = _records_bytes(batch, position, header, max_decompressed)
+    try:
+        pos, previous = 0, -1
+        for i in range(count):
+            if pos >= len(data):
+                raise InvalidRecordError(f"batch claims {count} records but holds {i}")
+            length, pos = _read_varint(data, pos)
+            record_end = pos + length
+            if length < 0 or record_end > len(data):
+                raise CorruptBatchError(f"record {i}'s length runs past the end of the batch")
+            _ts, pos = _read_varint(data, pos + 1)  # after the attributes byte
+            delta, pos = _read_varint(data, pos)
+            if produced and delta != i:
+                raise InvalidRecordError(f"record {i} has offset delta {delta}, not {i}")
+            if delta <= previous or delta > last:
+                raise InvalidRecordError(
+                    f"record {i} has offset delta {delta} after {previous} (batch range 0..{last})"
+                )
+            previous = delta
+            pos = _skip_nullable(data, _skip_nullable(data, pos))  # key, value
+            headers, pos = _read_varint(data, pos)
+            if headers < 0:
+                raise CorruptBatchError(f"record {i} has {headers} headers")
+            for _ in range(headers):
+                pos = _skip_nullable(data, _skip_nullable(data, pos))
+            if pos != record_end:
+                raise CorruptBatchError(f"record {i}'s length does not match its fields")
+    except IndexError as exc:
+        raise CorruptBatchError("a record runs past the end of the batch") from exc
+    if pos != len(data):
+        raise InvalidRecordError(f"{len(data) - pos} bytes follow the batch's last record")
+    return header
+
+
+def _skip_nullable(data: bytes, pos: int) -> int:
+    length, pos = _read_varint(data, pos)
+    if length < -1 or pos + max(length, 0) > len(data):
+        raise CorruptBatchError(f"a record field of length {length} does not fit the batch")
+    return pos + max(length, 0)
 
 
 def _read_nullable(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:

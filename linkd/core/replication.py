@@ -28,7 +28,7 @@ from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
-from linkd.core.cluster import ClusterState
+from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
@@ -291,6 +291,15 @@ def append_replica(
                 f"the follower log at {expected}",
             )
         expected = header.next_offset
+    for position, _header in fresh:
+        # The records as the source's producer-side checks would read them:
+        # a batch no client could have written is not stored here either.
+        try:
+            rb.check_records(
+                data, position, max_decompressed=rb.MAX_DECOMPRESSED_BYTES, produced=False
+            )
+        except rb.CorruptBatchError as exc:
+            raise refused_batch(exc, log.name, f"replica fetch for {log.name}") from exc
     effects: list[Effect] = []
     if config is not None and data:
         records = provenance_entry(state, topic_name, partition, config)

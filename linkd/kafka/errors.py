@@ -47,6 +47,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.CORRUPT_MESSAGE: K.corrupt_message,
         ErrorCode.INVALID_TIMESTAMP: K.invalid_timestamp,
         ErrorCode.INVALID_REQUIRED_ACKS: K.invalid_required_acks,
+        ErrorCode.INVALID_RECORD: K.invalid_record,
         ErrorCode.INVALID_PRODUCER_EPOCH: K.invalid_producer_epoch,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: K.out_of_order_sequence_number,
         ErrorCode.UNKNOWN_PRODUCER_ID: K.unknown_producer_id,

@@ -55,13 +55,22 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     above the log end offset.
     """
     RECORD_TOO_LARGE: _ErrorCode.ValueType  # 11
-    """A batch is larger than the topic's max.message.bytes."""
+    """A batch is larger than the topic's max.message.bytes, or its records
+    take more than that once decompressed.
+    """
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 12
-    """A batch fails its CRC32C check or does not parse as a record batch v2."""
+    """A batch fails its CRC32C check or does not parse as a record batch v2
+    (its records included: lengths, varints, compression).
+    """
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 13
     """A batch timestamp is invalid for the topic's timestamp rules."""
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 14
     """acks must be 0, 1 or -1."""
+    INVALID_RECORD: _ErrorCode.ValueType  # 15
+    """A batch parses, but its records break a rule checked before storing it:
+    the record count against the offset deltas, offset deltas in order, no
+    bytes after the last record.
+    """
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 20
     """--- Idempotent and transactional producers --------------------------------
     The producer epoch is older than the one the cluster knows (a newer
@@ -223,13 +232,22 @@ A fetch or list-offsets offset is negative, below the log start offset or
 above the log end offset.
 """
 RECORD_TOO_LARGE: ErrorCode.ValueType  # 11
-"""A batch is larger than the topic's max.message.bytes."""
+"""A batch is larger than the topic's max.message.bytes, or its records
+take more than that once decompressed.
+"""
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 12
-"""A batch fails its CRC32C check or does not parse as a record batch v2."""
+"""A batch fails its CRC32C check or does not parse as a record batch v2
+(its records included: lengths, varints, compression).
+"""
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 13
 """A batch timestamp is invalid for the topic's timestamp rules."""
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 14
 """acks must be 0, 1 or -1."""
+INVALID_RECORD: ErrorCode.ValueType  # 15
+"""A batch parses, but its records break a rule checked before storing it:
+the record count against the offset deltas, offset deltas in order, no
+bytes after the last record.
+"""
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 20
 """--- Idempotent and transactional producers --------------------------------
 The producer epoch is older than the one the cluster knows (a newer

@@ -1,0 +1,235 @@
+"""Records are checked before they are stored, as Kafka's broker checks them:
+batches that lie about their records, records that do not parse, and
+decompression bombs are refused through the Kafka listener and over gRPC,
+and leave nothing behind; the record decoder keeps its error contract under
+fuzzing; a follower does not store what no producer could have written."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from kio.schema.errors import ErrorCode as K
+
+from ccr.v1 import cluster_pb2, cluster_pb2_grpc, errors_pb2
+from linkd.core import records as rb
+from linkd.core.cluster import ClusterState
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.replication import append_replica, create_replica_topic
+from tests.harness import Daemon, free_port
+from tests.kafka_raw import RawClient
+
+TS = 1_700_000_000_000
+
+
+def _records(values: list[bytes], deltas: list[int] | None = None) -> bytes:
+    """The records' bytes as a batch holds them (uncompressed)."""
+    out = bytearray()
+    for i, value in enumerate(values):
+        rb.encode_record(out, i if deltas is None else deltas[i], 0, None, value)
+    return bytes(out)
+
+
+def _lying(payload: bytes, count: int, last_delta: int, codec: int = rb.COMPRESSION_NONE) -> bytes:
+    return rb.assemble_batch(
+        payload,
+        attributes=codec,
+        record_count=count,
+        last_offset_delta=last_delta,
+        base_timestamp=TS,
+        max_timestamp=TS,
+    )
+
+
+def _bomb(codec: int, inflated: int = 48 * 1024 * 1024) -> bytes:
+    """One record whose value is `inflated` zero bytes, compressed: a few KB."""
+    payload = rb.compress(codec, _records([bytes(inflated)]))
+    return _lying(payload, 1, 0, codec)
+
+
+# Each hostile batch, the Kafka error it earns, and words its message holds.
+HOSTILE: dict[str, tuple[bytes, int, str]] = {
+    "claims 1 record, holds 3": (
+        _lying(_records([b"a", b"b", b"c"]), 1, 0), K.invalid_record, "follow the batch's last"
+    ),
+    "claims 10 records, holds 1": (
+        _lying(_records([b"a"]), 10, 9), K.invalid_record, "claims 10 records but holds 1"
+    ),
+    "offset deltas out of order": (
+        _lying(_records([b"a", b"b", b"c"], [0, 2, 1]), 3, 2), K.invalid_record, "offset delta"
+    ),
+    "count against the delta range": (
+        _lying(_records([b"a", b"b"]), 2, 4), K.invalid_record, "last offset delta 4"
+    ),
+    "garbage under a valid CRC": (
+        _lying(bytes(range(200, 256)) * 3, 3, 2), K.corrupt_message, "CORRUPT_MESSAGE"
+    ),
+    "gzip that is not gzip": (
+        _lying(b"\x1f\x8b not really", 1, 0, rb.COMPRESSION_GZIP), K.corrupt_message, "gzip"
+    ),
+    "zstd bomb": (_bomb(rb.COMPRESSION_ZSTD), K.message_too_large, "decompressed"),
+    "gzip bomb": (_bomb(rb.COMPRESSION_GZIP), K.message_too_large, "decompressed"),
+    "lz4 bomb": (_bomb(rb.COMPRESSION_LZ4), K.message_too_large, "decompressed"),
+    # snappy inflates at most about 21:1, so its bomb is smaller
+    "snappy bomb": (
+        _bomb(rb.COMPRESSION_SNAPPY, 16 * 1024 * 1024), K.message_too_large, "decompressed"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, RawClient]]:
+    port = free_port()
+    data = Path(tmp_path_factory.mktemp("validation")) / "data"
+    with Daemon("V", data, extra_args=["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
+        client = RawClient(port)
+        created = client.call(19, 7, {"topics": [
+            {"name": "checked", "num_partitions": 1, "replication_factor": 1,
+             "assignments": [], "configs": []}]})
+        assert created.topics[0].error_code == K.none
+        yield daemon, client
+        client.close()
+
+
+def _produce(client: RawClient, batch: bytes) -> Any:
+    resp = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+        {"name": "checked", "partition_data": [{"index": 0, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0]
+
+
+def _pid(daemon: Daemon) -> int:
+    assert daemon.pid is not None
+    return daemon.pid
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_batch_is_refused_over_the_kafka_listener_and_stores_nothing(
+    wire: tuple[Daemon, RawClient], case: str
+) -> None:
+    daemon, client = wire
+    batch, code, words = HOSTILE[case]
+    before = _rss_kib(_pid(daemon))
+    refused = _produce(client, batch)
+    assert (refused.error_code, words in refused.error_message) == (code, True), (
+        refused.error_message
+    )
+    # Bombs are refused without being inflated: the daemon grew by far less
+    # than the 48 MiB the record would take.
+    assert _rss_kib(_pid(daemon)) - before < 16 * 1024
+    # Nothing was stored: the next good record lands where it would have.
+    good = _produce(client, rb.build_batch([rb.RecordSpec(None, b"ok", TS)]))
+    end = client.call(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "checked", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                             "timestamp": -1}]}]})
+    assert good.error_code == K.none
+    assert end.topics[0].partitions[0].offset == good.base_offset + 1
+
+
+def test_a_compressed_batch_of_honest_records_is_stored(wire: tuple[Daemon, RawClient]) -> None:
+    _daemon, client = wire
+    specs = [rb.RecordSpec(f"k{i}".encode(), b"v" * 500, TS + i) for i in range(40)]
+    for codec in (rb.COMPRESSION_GZIP, rb.COMPRESSION_SNAPPY, rb.COMPRESSION_LZ4,
+                  rb.COMPRESSION_ZSTD):
+        assert _produce(client, rb.build_batch(specs, compression=codec)).error_code == K.none
+
+
+def test_a_lying_batch_is_refused_over_grpc_with_invalid_record(
+    wire: tuple[Daemon, RawClient],
+) -> None:
+    daemon, _client = wire
+    with grpc.insecure_channel(daemon.bootstrap) as channel:
+        stub = cluster_pb2_grpc.ClusterStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Produce(cluster_pb2.ProduceRequest(
+                topic="checked", partition=0, batch=HOSTILE["claims 1 record, holds 3"][0],
+                acks=-1), timeout=10)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details().startswith(errors_pb2.ErrorCode.Name(errors_pb2.INVALID_RECORD))
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max.message.bytes", "2147483648"), ("segment.bytes", "9999999999"),
+    ("min.insync.replicas", "-1")])
+def test_an_int_config_beyond_kafka_s_range_is_refused(
+    wire: tuple[Daemon, RawClient], key: str, value: str
+) -> None:
+    _daemon, client = wire
+    created = client.call(19, 7, {"topics": [
+        {"name": f"big-{key.replace('.', '-')}", "num_partitions": 1, "replication_factor": 1,
+         "assignments": [], "configs": [{"name": key, "value": value}]}]})
+    assert created.topics[0].error_code == K.invalid_config
+    assert "2147483647" in (created.topics[0].error_message or "") or key == "min.insync.replicas"
+
+
+# -- the decoder's contract, fuzzed in process -------------------------------------------
+
+
+def _mutants(rng: random.Random, batch: bytes) -> Iterator[bytes]:
+    """Hostile variants of a valid batch, each with a valid CRC (else the CRC
+    check would refuse them all before any record is read)."""
+    header = rb.parse_header(batch)
+    payload = bytearray(batch[rb.HEADER_SIZE:])
+    kind = rng.randrange(4)
+    if kind == 0 and payload:  # flip bytes of the records
+        for _ in range(rng.randint(1, 4)):
+            payload[rng.randrange(len(payload))] = rng.randrange(256)
+    elif kind == 1:  # cut or extend the records
+        payload = payload[: rng.randrange(len(payload) + 1)] + bytes(rng.randrange(3))
+    elif kind == 2:  # random bytes where the records go
+        payload = bytearray(rng.randbytes(rng.randrange(64)))
+    count = header.record_count if rng.random() < 0.5 else rng.randint(-2, 40)
+    last = header.last_offset_delta if rng.random() < 0.5 else rng.randint(0, 40)
+    attributes = header.attributes if kind != 3 else rng.randrange(8)
+    yield rb.assemble_batch(bytes(payload), attributes=attributes, record_count=count,
+                            last_offset_delta=last, base_timestamp=TS, max_timestamp=TS)
+
+
+def test_the_record_decoder_raises_only_corrupt_batch_error_on_fuzzed_batches() -> None:
+    rng = random.Random(20261126)
+    seeds = [
+        rb.build_batch([rb.RecordSpec(rng.randbytes(rng.randrange(4)) or None,
+                                      rng.randbytes(rng.randrange(60)), TS + i,
+                                      (("h", rng.randbytes(3)),) if i % 2 else ())
+                        for i in range(rng.randint(1, 6))], compression=codec)
+        for codec in range(5) for _ in range(4)
+    ]
+    outcomes = {"refused": 0, "accepted": 0}
+    for _ in range(6000):
+        for mutant in _mutants(rng, rng.choice(seeds)):
+            for check in (
+                lambda b: rb.decode_records(b, max_decompressed=4096),
+                lambda b: rb.check_records(b, max_decompressed=4096, produced=True),
+                lambda b: rb.check_records(b, max_decompressed=4096, produced=False),
+            ):
+                try:
+                    check(mutant)
+                    outcomes["accepted"] += 1
+                except rb.CorruptBatchError:
+                    outcomes["refused"] += 1
+    assert outcomes["refused"] > 1000 and outcomes["accepted"] > 100, outcomes
+
+
+# -- a follower does not store what no producer could have written --------------------------
+
+
+def test_a_follower_refuses_a_fetched_batch_whose_records_lie() -> None:
+    state = ClusterState("B")
+    create_replica_topic(state, "orders", 1, {}, "t-1")
+    honest = rb.build_batch([rb.RecordSpec(None, b"a", TS)])
+    append_replica(state, "orders", 0, honest, 0)
+    lying = rb.with_base_offset(HOSTILE["claims 1 record, holds 3"][0], 1)
+    with pytest.raises(ClusterError) as refused:
+        append_replica(state, "orders", 0, lying, 0)
+    assert refused.value.code is ErrorCode.INVALID_RECORD
+    assert state.partition("orders", 0).log_end_offset == 1
