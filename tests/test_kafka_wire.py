@@ -98,13 +98,28 @@ def test_an_unsupported_api_answers_unsupported_version_and_keeps_the_connection
     # An unsupported version of a served API.
     produce_v12 = client.call(0, 12, {"acks": 1, "timeout": 1000, "topic_data": []})
     assert produce_v12.responses == ()
-    # A key nobody knows: a header-v0 body holding only the error code.
+    metadata_ok(client)
+
+
+def test_a_request_with_no_known_response_shape_closes_the_connection_after_earlier_answers(
+    kafka_port: int,
+) -> None:
+    """An API key nobody knows (or a version newer than any schema): no body
+    the client could decode exists, so the connection closes, as Kafka closes
+    it, once the answers to the requests before it are written."""
+    client = RawClient(kafka_port)
+    correlation, metadata = client.frame(3, 12, {
+        "topics": None, "include_topic_authorized_operations": False})
     client.correlation += 1
     payload = struct.pack(">hhi", 999, 0, client.correlation) + b"\x00\x00"
-    client.send_raw(struct.pack(">i", len(payload)) + payload)
-    data = client.read_frame()
-    assert struct.unpack(">ih", data) == (client.correlation, int(K.unsupported_version))
-    metadata_ok(client)
+    client.send_raw(metadata + struct.pack(">i", len(payload)) + payload)
+    assert client.read(3, 12, correlation).cluster_id == "W"
+    with pytest.raises((ConnectionError, OSError)):
+        client.read_frame()
+    client.close()
+    fresh = RawClient(kafka_port)
+    metadata_ok(fresh)
+    fresh.close()
 
 
 def test_a_malformed_body_answers_invalid_request(client: RawClient) -> None:

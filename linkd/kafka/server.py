@@ -11,13 +11,14 @@ Rules:
   that `codec.make` fits onto the response class of the request's version.
   Handlers do their first core call before their first suspension (or in tasks
   they create before it), so the core sees a connection's requests in order.
-- Every request gets an answer, never a dropped connection: an API key or
-  version outside `SUPPORTED` answers UNSUPPORTED_VERSION in that API's
-  response shape (ApiVersions: a v0 body with the supported list, as Kafka
-  does); a body that does not decode answers INVALID_REQUEST; a handler
-  failure answers UNKNOWN_SERVER_ERROR and is logged. Only broken framing
-  (a size below 8 or above MAX_FRAME_BYTES) closes the connection, since the
-  stream can no longer be followed.
+- Every request gets an answer the client can decode: an API key or version
+  outside `SUPPORTED` answers UNSUPPORTED_VERSION in that API's response
+  shape (ApiVersions: a v0 body with the supported list, as Kafka does); a
+  body that does not decode answers INVALID_REQUEST; a handler failure
+  answers UNKNOWN_SERVER_ERROR and is logged. A connection is closed, after
+  the answers before it, only where no decodable answer exists: broken
+  framing (a size below 8 or above MAX_FRAME_BYTES), or an API key or
+  version no schema is known for (Kafka closes those too).
 - When the client goes away, pending Fetch/JoinGroup/SyncGroup waits are
   cancelled (they change nothing); other requests finish and their answers are
   dropped. `stop` closes the server and every connection.
@@ -31,7 +32,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -118,10 +118,10 @@ def api_versions_list() -> list[dict[str, int]]:
     ]
 
 
-def _raw_error(correlation_id: int, code: int) -> bytes:
-    """For an API kio has no schema for: header v0 and an error code, the
-    start of most Kafka responses."""
-    return struct.pack(">iih", 6, correlation_id, code)
+class _Unanswerable(Exception):
+    """A request no response shape is known for (an unknown API key, or a
+    version newer than any schema): Kafka closes such a connection, since
+    any body sent back would be one the client cannot decode."""
 
 
 class KafkaListener:
@@ -305,6 +305,14 @@ class _Connection(asyncio.BufferedProtocol):
                     self._in_flight -= 1
                     continue  # a long poll of a client that left
                 return
+            except _Unanswerable as exc:
+                log.info(
+                    "kafka: closing a connection after a request with no known response "
+                    "shape (as Kafka does)",
+                    extra={"client": self.client_host, "request": str(exc)},
+                )
+                self.close()
+                return
             except Exception:
                 # `_answer` answers every failure itself; if even that failed,
                 # answers could no longer be kept in order: close the connection.
@@ -353,7 +361,7 @@ class _Connection(asyncio.BufferedProtocol):
                 extra={"api_key": key, "version": version, "client": self.client_host},
             )
             if resp_cls is None:
-                return [_raw_error(correlation, int(K.unsupported_version))]
+                raise _Unanswerable(message)
             return codec.encode_response_chunks(
                 correlation, codec.error_body(resp_cls, int(K.unsupported_version), message)
             )
