@@ -873,15 +873,12 @@ class GroupCoordinator:
         return member
 
     def _validate_offsets(self, group_id: str, offsets: dict[Partition, OffsetSpec]) -> None:
-        for (topic, p), (offset, metadata, _epoch) in sorted(offsets.items()):
+        for (topic, p), (_offset, metadata, _epoch) in sorted(offsets.items()):
             if not topic or p < 0:
                 raise _err(ErrorCode.INVALID_REQUEST, group_id, f"invalid partition {topic!r}/{p}")
-            if offset < 0:
-                raise _err(
-                    ErrorCode.INVALID_REQUEST,
-                    group_id,
-                    f"offset {offset} for partition {topic}-{p} is negative",
-                )
+            # Any offset is kept as given, as Kafka keeps it: clients commit -1
+            # or -2 while they reset a position, and readers treat a negative
+            # committed offset as none (auto.offset.reset applies).
             size = len(metadata.encode("utf-8"))
             if size > self.config.max_metadata_bytes:
                 raise _err(

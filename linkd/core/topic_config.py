@@ -133,6 +133,14 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+def valid_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except ClusterError:
+        return False
+    return True
+
+
 def validate_partition_count(name: str, count: int) -> None:
     if count < 1 or count > MAX_PARTITIONS:
         raise ClusterError(

@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as K
 
 from linkd.core.acls import AclOperation as Op
+from linkd.core.topic_config import valid_topic_name
 from linkd.kafka.codec import field
 from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context, operations_bits
 
@@ -112,7 +113,13 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
             else:
                 topics.append(
                     {
-                        "error_code": int(K.unknown_topic_or_partition),
+                        # A name no topic can have is an error the producer
+                        # reports at once; an unknown one it waits out.
+                        "error_code": int(
+                            K.invalid_topic_exception
+                            if name is not None and not valid_topic_name(name)
+                            else K.unknown_topic_or_partition
+                        ),
                         "name": name,
                         "topic_id": _ZERO_UUID,
                         "partitions": [],
