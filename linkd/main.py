@@ -37,6 +37,7 @@ from linkd.core.links import (
     LinkLimits,
 )
 from linkd.grpc_service import VERSION, add_services
+from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
@@ -83,6 +84,25 @@ def _parser() -> argparse.ArgumentParser:
         "--kafka-listen",
         help="also serve the Kafka protocol on HOST:PORT (e.g. 127.0.0.1:9092); "
         "clients are told to connect to this address",
+    )
+    p.add_argument(
+        "--socket-request-max-bytes",
+        type=int,
+        help="Kafka listener: the largest request read; a larger one closes the connection "
+        "(default 104857600, as Kafka's socket.request.max.bytes)",
+    )
+    p.add_argument(
+        "--connections-max-idle-ms",
+        type=int,
+        help="Kafka listener: close a connection with no traffic and nothing in flight for "
+        "this long (default 600000, as Kafka's connections.max.idle.ms)",
+    )
+    p.add_argument(
+        "--queued-max-request-bytes",
+        type=int,
+        help="Kafka listener: bytes of requests held (being read or waiting for their answer) "
+        "across all connections; past it, connections sending large requests wait "
+        "(default 536870912)",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument(
@@ -140,6 +160,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
         "link_replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         "plant_bug": "",
+        "socket_request_max_bytes": limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES,
+        "connections_max_idle_ms": limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        "queued_max_request_bytes": limits.DEFAULT_QUEUED_MAX_REQUEST_BYTES,
     }
     if args.config is not None:
         try:
@@ -162,6 +185,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "link_lag_max_records",
             "link_lag_max_ms",
             "link_replica_lag_time_max_ms",
+            "socket_request_max_bytes",
+            "connections_max_idle_ms",
+            "queued_max_request_bytes",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -185,6 +211,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_lag_max_ms",
         "link_replica_lag_time_max_ms",
         "plant_bug",
+        "socket_request_max_bytes",
+        "connections_max_idle_ms",
+        "queued_max_request_bytes",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -214,6 +243,14 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         host, sep, port = str(kafka_listen).rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             parser.exit(EXIT_USAGE, f"linkd: --kafka-listen {kafka_listen!r} is not HOST:PORT\n")
+    try:
+        settings["listener_limits"] = limits.ListenerLimits(
+            socket_request_max_bytes=int(settings["socket_request_max_bytes"]),
+            connections_max_idle_ms=int(settings["connections_max_idle_ms"]),
+            queued_max_request_bytes=int(settings["queued_max_request_bytes"]),
+        )
+    except (TypeError, ValueError) as exc:
+        parser.exit(EXIT_USAGE, f"linkd: Kafka listener limits: {exc}\n")
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -265,7 +302,9 @@ async def serve(settings: dict[str, Any]) -> int:
     kafka: KafkaListener | None = None
     if settings.get("kafka_listen"):
         host, _, kport = str(settings["kafka_listen"]).rpartition(":")
-        kafka = KafkaListener(node, host.strip("[]"), int(kport))
+        kafka = KafkaListener(
+            node, host.strip("[]"), int(kport), limits=settings["listener_limits"]
+        )
         try:
             await kafka.start()
         except OSError as exc:

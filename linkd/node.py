@@ -553,7 +553,15 @@ class ClusterNode:
         data = self.stores[(topic_id, partition)].read(
             lookup.refine_batch_offset, lookup.refine_batch_offset + 1, 1
         )
-        _header, records = rb.decode_records(data)
+        try:
+            _header, records = rb.decode_records(data)
+        except rb.CorruptBatchError as exc:  # stored before records were checked
+            raise ClusterError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{topic}-{partition}",
+                f"partition {topic}-{partition}: the batch at {lookup.refine_batch_offset} "
+                f"cannot be read: {exc}",
+            ) from exc
         offset, ts = pick_offset_in_batch(records, timestamp if spec == "timestamp" else None)
         return OffsetLookup(offset, ts, lookup.leader_epoch)
 

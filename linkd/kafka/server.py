@@ -3,7 +3,8 @@
 Rules:
 - One asyncio server on the node's event loop. Each connection reads frames
   and starts one handler task per request at once, in arrival order; a
-  connection may pipeline up to MAX_IN_FLIGHT requests (then reading pauses).
+  connection may pipeline up to MAX_IN_FLIGHT requests (then reading pauses;
+  linkd/kafka/limits.py has the other bounds on what a connection holds).
   Responses are written strictly in request order, whatever order the
   handlers finish in (a Produce with acks=0 has no response and is skipped).
 - A handler decodes nothing itself: the request body arrives decoded by kio
@@ -32,6 +33,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -44,12 +46,14 @@ from linkd.core.errors import ClusterError
 from linkd.kafka import api_admin, api_cluster, api_data, api_groups, api_txn, codec
 from linkd.kafka.context import Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
+from linkd.kafka.limits import FIRST_CHUNK_BYTES, ListenerLimits, RequestMemory
 from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.kafka")
 
 MAX_IN_FLIGHT = 64
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
 
 Chunks = list[bytes | bytearray]  # one framed response, written in order
 
@@ -118,6 +122,10 @@ def api_versions_list() -> list[dict[str, int]]:
     ]
 
 
+def _size(answer: Chunks | None) -> int:
+    return sum(len(chunk) for chunk in answer) if answer else 0
+
+
 class _Unanswerable(Exception):
     """A request no response shape is known for (an unknown API key, or a
     version newer than any schema): Kafka closes such a connection, since
@@ -136,14 +144,18 @@ class KafkaListener:
         *,
         advertised_host: str | None = None,
         node_id: int = 0,
+        limits: ListenerLimits | None = None,
     ) -> None:
         self.node = node
         self.host = host
         self.port = port
         self.advertised_host = advertised_host
         self.node_id = node_id
+        self.limits = limits or ListenerLimits()
+        self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.broker = Broker(node_id, advertised_host or host, port)
         self._server: asyncio.Server | None = None
+        self._idle_task: asyncio.Task[None] | None = None
         self.connections: set[_Connection] = set()
 
     async def start(self) -> None:
@@ -172,12 +184,31 @@ class KafkaListener:
         ]
         await loop.run_in_executor(None, codec.warm_up, versions)
         await self._server.start_serving()
+        self._idle_task = loop.create_task(self._close_idle_connections())
         log.info(
             "kafka listener serving",
             extra={"listen": f"{self.host}:{self.port}", "advertised": f"{host}:{self.port}"},
         )
 
+    async def _close_idle_connections(self) -> None:
+        """connections.max.idle.ms: a connection with nothing in flight and
+        no traffic for that long is closed (a half-sent frame is no traffic)."""
+        idle_s = self.limits.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, idle_s / 2))
+            now = loop.time()
+            for conn in list(self.connections):
+                if conn.idle_since(now) > idle_s:
+                    log.info(
+                        "kafka: closing an idle connection",
+                        extra={"client": conn.client_host, "idle_ms": round(idle_s * 1000)},
+                    )
+                    conn.close()
+
     async def stop(self) -> None:
+        if self._idle_task is not None:
+            self._idle_task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -193,10 +224,11 @@ _Entry = tuple[asyncio.Task[Any], bool]  # a request's answer task, cancellable 
 
 
 class _Connection(asyncio.BufferedProtocol):
-    """One client connection. Frames are received straight into a buffer of
-    their own size (no intermediate copies of record batches); each complete
-    frame starts its request task at once, in arrival order; one writer task
-    sends the answers in that order."""
+    """One client connection. Frames are received straight into a buffer
+    that grows with what arrived (no intermediate copies of record batches;
+    linkd/kafka/limits.py says what is bounded); each complete frame starts
+    its request task at once, in arrival order; one writer task sends the
+    answers in that order."""
 
     def __init__(self, listener: KafkaListener) -> None:
         self.listener = listener
@@ -204,11 +236,20 @@ class _Connection(asyncio.BufferedProtocol):
         self.client_host = "/unknown"
         self._size_prefix = bytearray(4)
         self._frame: bytearray | None = None  # the frame being received
+        self._frame_size = 0  # as announced
+        self._frame_held = 0  # bytes of the request budget it holds
         self._received = 0
         self._answers: asyncio.Queue[_Entry | None] = asyncio.Queue()
         self.pending: set[_Entry] = set()
         self._in_flight = 0
+        self._ready_bytes = 0  # answers finished and not yet written
+        # A Fetch whose answer is not written yet; frames after a second
+        # Fetch wait here, in order, until it is (see `_dispatch`).
+        self._fetch_unwritten: asyncio.Task[Any] | None = None
+        self._held_frames: deque[tuple[bytearray, int]] = deque()
+        self._waiting_memory = False
         self._reading_paused = False
+        self._last_traffic = asyncio.get_running_loop().time()
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._writer_task: asyncio.Task[None] | None = None
@@ -231,28 +272,77 @@ class _Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._received += nbytes
+        self._last_traffic = asyncio.get_running_loop().time()
         if self._frame is None:
             if self._received < 4:
                 return
             size = codec.frame_size(bytes(self._size_prefix))
-            if size < codec.FIXED_HEADER_BYTES or size > codec.MAX_FRAME_BYTES:
+            limit = min(codec.MAX_FRAME_BYTES, self.listener.limits.socket_request_max_bytes)
+            if size < codec.FIXED_HEADER_BYTES or size > limit:
                 log.warning(
-                    "kafka: closing a connection with a bad frame size",
-                    extra={"client": self.client_host, "size": size},
+                    "kafka: closing a connection with a bad frame size "
+                    "(socket.request.max.bytes)",
+                    extra={"client": self.client_host, "size": size, "limit": limit},
                 )
                 self.close()
                 return
-            self._frame, self._received = bytearray(size), 0
+            first = min(size, FIRST_CHUNK_BYTES)
+            self.listener.memory.force(first)
+            self._frame, self._frame_size, self._frame_held = bytearray(first), size, first
+            self._received = 0
             return
         if self._received < len(self._frame):
             return
-        frame, self._frame, self._received = self._frame, None, 0
-        self._dispatch(frame)
+        if self._received < self._frame_size:
+            self._grow_frame()
+            return
+        frame, held = self._frame, self._frame_held
+        self._frame, self._frame_held, self._received = None, 0, 0
+        self._dispatch(frame, held)
+
+    def _grow_frame(self) -> None:
+        """The frame's buffer is full and more is announced: double it (a new
+        buffer: the old one may still be lent to the transport), within the
+        request budget, or stop reading until the budget has room."""
+        assert self._frame is not None
+        more = min(self._frame_size, 2 * len(self._frame)) - len(self._frame)
+        if self.listener.memory.try_reserve(more):
+            self._frame_grown(more)
+            return
+        memory = self.listener.memory
+        log.info(
+            "kafka: request memory is taken (queued.max.request.bytes); a connection "
+            "sending a large request waits",
+            extra={"client": self.client_host, "used": memory.used, "limit": memory.limit},
+        )
+        self._waiting_memory = True
+        self._update_reading()
+        memory.wait(more, functools.partial(self._frame_grown, more))
+
+    def _frame_grown(self, more: int) -> None:
+        if self._frame is None or self.transport is None or self.transport.is_closing():
+            self.listener.memory.release(more)  # the connection went meanwhile
+            return
+        grown = bytearray(len(self._frame) + more)
+        grown[: self._received] = self._frame
+        self._frame, self._frame_held = grown, self._frame_held + more
+        if self._waiting_memory:
+            self._waiting_memory = False
+            self._update_reading()
+
+    def idle_since(self, now: float) -> float:
+        """Seconds without traffic, or 0 while requests are in flight."""
+        return 0.0 if self._in_flight else now - self._last_traffic
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._frame_held:
+            self.listener.memory.release(self._frame_held)
+            self._frame, self._frame_held = None, 0
+        while self._held_frames:
+            self.listener.memory.release(self._held_frames.popleft()[1])
         for task, cancellable in list(self.pending):
             if cancellable:
                 task.cancel()
@@ -272,22 +362,67 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- requests in, answers out -------------------------------------------------------
 
-    def _dispatch(self, frame: bytearray) -> None:
+    def _dispatch(self, frame: bytearray, held: int) -> None:
+        """Starts the frame's request, or holds it (with every frame after
+        it, so the order stays) while a Fetch of this connection has an
+        answer not yet written and this is another Fetch: Fetch answers are
+        the large ones, and a client that pipelines fetches without reading
+        the answers would otherwise have the daemon build them all at once
+        (Kafka serves one request per connection at a time)."""
         fixed = codec.peek_header(frame)
         assert fixed is not None  # size >= 8
+        if self._held_frames or (fixed.api_key == FETCH_KEY and self._fetch_unwritten):
+            self._held_frames.append((frame, held))
+            self._update_reading()
+            return
         api = SUPPORTED.get(fixed.api_key)
         task = asyncio.get_running_loop().create_task(self._answer(frame, fixed))
+        if fixed.api_key == FETCH_KEY:
+            self._fetch_unwritten = task
         entry = (task, api is not None and api.cancel_on_disconnect)
         self.pending.add(entry)
-        task.add_done_callback(functools.partial(self._forget, entry))
+        task.add_done_callback(functools.partial(self._forget, entry, held))
         self._answers.put_nowait(entry)
         self._in_flight += 1
-        if self._in_flight >= MAX_IN_FLIGHT and not self._reading_paused and self.transport:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._update_reading()
 
-    def _forget(self, entry: _Entry, _task: object) -> None:
+    def _answer_written(self, task: asyncio.Task[Any]) -> None:
+        """An answer went out: if it was the Fetch frames wait behind, start
+        them, in order, up to the next Fetch."""
+        if task is not self._fetch_unwritten:
+            return
+        self._fetch_unwritten = None
+        while self._held_frames and self._fetch_unwritten is None:
+            frame, held = self._held_frames.popleft()
+            self._dispatch(frame, held)
+
+    def _forget(self, entry: _Entry, held: int, task: asyncio.Task[Any]) -> None:
+        """The request is answered (or cancelled): its frame's bytes go back
+        to the budget, and its answer waits for the writer."""
         self.pending.discard(entry)
+        self.listener.memory.release(held)
+        if not task.cancelled() and task.exception() is None:
+            self._ready_bytes += _size(task.result())
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Reads while fewer than MAX_IN_FLIGHT requests are in flight, the
+        answers not yet taken are within response_bytes_held, and no frame
+        waits for request memory."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        pause = (
+            self._in_flight + len(self._held_frames) >= MAX_IN_FLIGHT
+            or self._ready_bytes > self.listener.limits.response_bytes_held
+            or self._waiting_memory
+        )
+        if pause and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not pause and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
 
     async def _write_loop(self) -> None:
         while True:
@@ -303,6 +438,7 @@ class _Connection(asyncio.BufferedProtocol):
             except asyncio.CancelledError:
                 if task.cancelled():
                     self._in_flight -= 1
+                    self._answer_written(task)
                     continue  # a long poll of a client that left
                 return
             except _Unanswerable as exc:
@@ -320,6 +456,7 @@ class _Connection(asyncio.BufferedProtocol):
                 self.close()
                 return
             self._in_flight -= 1
+            self._ready_bytes -= _size(data)
             transport = self.transport
             if transport is None or transport.is_closing():
                 continue  # the client left: its answers are dropped
@@ -327,9 +464,9 @@ class _Connection(asyncio.BufferedProtocol):
                 for chunk in data:
                     transport.write(chunk)
                 await self._can_write.wait()
-            if self._reading_paused and self._in_flight < MAX_IN_FLIGHT:
-                self._reading_paused = False
-                transport.resume_reading()
+                self._last_traffic = asyncio.get_running_loop().time()
+            self._answer_written(task)
+            self._update_reading()
 
     def close(self) -> None:
         """Drops the connection now (unsent answers included)."""
