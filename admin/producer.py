@@ -131,6 +131,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Produce calls one producer has in flight at once (see `_plan_locked`).
+MAX_CALLS_IN_FLIGHT = 512
+
 @dataclass(eq=False)
 class _Record:
     key: bytes | None
@@ -937,6 +940,10 @@ class Producer:
             if now >= self._add_retry_at:
                 return (lambda: self._add_partitions(missing)), [], wake
             wake = min(wake, self._add_retry_at)
+        # A Produce call per batch: past a few thousand calls at once the gRPC
+        # channel cancels some, so the rest wait for a call to finish (each
+        # finished call wakes this loop).
+        ready = ready[: max(0, MAX_CALLS_IN_FLIGHT - self._sending)]
         for batch in ready:
             self._prepare_locked(batch)
         return None, ready, wake

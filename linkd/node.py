@@ -57,6 +57,7 @@ from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
 from linkd.long_polls import LongPolls
 from linkd.storage.datadir import DataDir
+from linkd.storage.handles import HandleCache, capacity_for_limit
 from linkd.storage.metadata import MetadataJournal
 from linkd.storage.segments import PartitionLogStore
 
@@ -151,6 +152,8 @@ class ClusterNode:
         self.journal: MetadataJournal | None = None
         self._journal_book = restart.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
         self.stores: dict[tuple[str, int], PartitionLogStore] = {}
+        # The partition logs' open files, bounded by the process's descriptor limit.
+        self.handles = HandleCache(capacity_for_limit())
         self.flushers: dict[tuple[str, int], _Flusher] = {}
         self.ready = False
         self.started_ms = clock()
@@ -211,6 +214,7 @@ class ClusterNode:
             self.datadir.partition_dir(topic_id, partition),
             segment_bytes=segment_bytes,
             fsync=self.fsync,
+            handles=self.handles,
         )
         if report.truncated_bytes:
             log.warning(
@@ -278,8 +282,7 @@ class ClusterNode:
                     touched = {}
                 self._journal([encode_record(r) for r in effect.records])
             elif isinstance(effect, CreateLogs):
-                for p in effect.partitions:
-                    self._open_store(effect.topic_id, p, effect.segment_bytes)
+                self._create_logs(effect)
             elif isinstance(effect, DeleteTopicData):
                 for key in [k for k in self.stores if k[0] == effect.topic_id]:
                     self.stores.pop(key).close()
@@ -309,6 +312,32 @@ class ClusterNode:
             else:
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)
+
+    def _create_logs(self, effect: CreateLogs) -> None:
+        """Opens a new topic's partition logs; if the disk refuses any (no
+        space, no descriptors), nothing of the topic is kept: its logs are
+        closed and removed and the topic, whose journal record comes after
+        this effect and so was never written, leaves the state."""
+        try:
+            for p in effect.partitions:
+                self._open_store(effect.topic_id, p, effect.segment_bytes)
+        except OSError as exc:
+            for key in [k for k in self.stores if k[0] == effect.topic_id]:
+                self.stores.pop(key).close()
+                self.flushers.pop(key, None)
+            assert self.datadir is not None
+            self.datadir.remove_partition_dirs(effect.topic_id)
+            name = self.state.discard_unjournalled_topic(effect.topic_id)
+            log.warning(
+                "topic not created: its partition logs could not be opened",
+                extra={"topic": name, "error": str(exc)},
+            )
+            raise ClusterError(
+                ErrorCode.STORAGE_ERROR,
+                f"topic {name!r}",
+                f"topic {name!r} was not created: its partition logs could not be opened "
+                f"({exc.strerror or exc})",
+            ) from exc
 
     async def _make_durable(self, touched: dict[tuple[str, int], int]) -> None:
         names = {t.topic_id: t.name for t in self.state.topics.values()}

@@ -19,12 +19,13 @@ for debugging; a start-up failure raises with the tail of stderr.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -74,8 +75,11 @@ class Daemon:
         data_dir: Path | str,
         extra_args: Sequence[str] = (),
         port: int | None = None,
+        rlimits: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
+        # resource.RLIMIT_* -> (soft, hard), set in the child before it runs linkd
+        self.rlimits = dict(rlimits or {})
         self.data_dir = Path(data_dir)
         self.extra_args = list(extra_args)
         self.port = port if port is not None else free_port()
@@ -85,6 +89,10 @@ class Daemon:
         self.stderr_path = self.log_dir / f"linkd-{cluster_id}.stderr.log"
         self._files: list[IO[bytes]] = []
         self.starts = 0
+
+    def _apply_rlimits(self) -> None:
+        for which, limits in self.rlimits.items():
+            resource.setrlimit(which, limits)
 
     @property
     def bootstrap(self) -> str:
@@ -123,6 +131,7 @@ class Daemon:
             stdin=subprocess.DEVNULL,
             cwd=str(ROOT),
             env=_env(),
+            preexec_fn=self._apply_rlimits if self.rlimits else None,
         )
         self.starts += 1
         return self

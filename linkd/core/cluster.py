@@ -225,6 +225,15 @@ class ClusterState:
         self.topics[name] = topic
         return topic
 
+    def discard_unjournalled_topic(self, topic_id: str) -> str:
+        """Undoes a topic creation whose logs the shell could not open (its
+        CreateLogs effect failed, so its journal record, after it, was never
+        written). Returns the topic's name."""
+        name = next(n for n, t in self.topics.items() if t.topic_id == topic_id)
+        assert all(p.log_end_offset == 0 for p in self.topics[name].partitions), name
+        del self.topics[name]
+        return name
+
     def delete_topic(self, name: str) -> list[Effect]:
         topic = self.topic(name)
         self.check_client_write(ResourceType.TOPIC, name, "delete")

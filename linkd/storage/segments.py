@@ -45,6 +45,7 @@ from linkd.core.records import (
     check_batch,
     parse_header,
 )
+from linkd.storage.handles import HandleCache
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -140,6 +141,7 @@ class PartitionLogStore:
         segment_bytes: int,
         index_interval_bytes: int,
         fsync: bool,
+        handles: HandleCache | None = None,
     ) -> None:
         self._dir = directory
         self._segments = segments
@@ -150,7 +152,10 @@ class PartitionLogStore:
         self._size = sum(s.size for s in segments)
         # Guards the fd bookkeeping that flush() reads from another thread.
         self._lock = threading.Lock()
-        self._fd, self._index_fd = self._open_active()
+        # The active segment's files, opened when needed (-1: closed); with a
+        # handle cache, closed again when other logs need the descriptors.
+        self._handles = handles
+        self._fd = self._index_fd = -1
         self._unsynced_fds: list[int] = []  # rolled-out segments not fsynced yet (owned here)
         self._dirty = False
         self._dir_dirty = False
@@ -166,6 +171,7 @@ class PartitionLogStore:
         segment_bytes: int = 64 * 1024 * 1024,
         index_interval_bytes: int = 4096,
         fsync: bool = True,
+        handles: HandleCache | None = None,
     ) -> tuple[PartitionLogStore, RecoveryReport]:
         if not 0 < segment_bytes <= _INT32_MAX:
             raise ValueError(f"segment_bytes must be in 1..{_INT32_MAX}, got {segment_bytes}")
@@ -183,7 +189,9 @@ class PartitionLogStore:
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             fsync=fsync,
+            handles=handles,
         )
+        store._active()  # creates the first segment's files of a new log
         if fsync:
             _fsync_dir(directory)  # a first segment created or segments deleted by recovery
         return store, report
@@ -269,12 +277,13 @@ class PartitionLogStore:
                 entries += _INDEX_ENTRY.pack(h.base_offset - seg.base_offset, position)
                 last = position
             position += h.size_bytes
+        fd, index_fd = self._active()
         with self._lock:
             try:
-                _write_all(self._fd, data)
+                _write_all(fd, data)
             except OSError:
                 # A short write (disk full) must not leave half a batch behind.
-                os.ftruncate(self._fd, seg.size)
+                os.ftruncate(fd, seg.size)
                 raise
             self._dirty = True
         seg.size += len(data)
@@ -283,9 +292,10 @@ class PartitionLogStore:
         if entries:
             seg.index_offsets += new_offsets
             seg.index_positions += new_positions
-            _write_all(self._index_fd, entries)
+            _write_all(index_fd, entries)
 
     def _roll(self) -> None:
+        self._active()  # the outgoing segment's fd: flush() fsyncs it through it
         seg = _Segment(self.log_end_offset)
         self._segments.append(seg)
         fd, index_fd = self._open_active(create=True)
@@ -296,8 +306,29 @@ class PartitionLogStore:
             else:
                 os.close(old_fd)
             self._dir_dirty = True  # the new files' directory entries
-        os.close(self._index_fd)
-        self._index_fd = index_fd
+            old_index_fd, self._index_fd = self._index_fd, index_fd
+        os.close(old_index_fd)
+
+    def _active(self) -> tuple[int, int]:
+        """The active segment's files, opened again if they were closed."""
+        if self._fd < 0:
+            fd, index_fd = self._open_active()
+            with self._lock:
+                self._fd, self._index_fd = fd, index_fd
+        if self._handles is not None:
+            self._handles.touch(self)
+        return self._fd, self._index_fd
+
+    def release_handles(self) -> None:
+        """Closes the active segment's files (the handle cache needs the room;
+        `_active` opens them again). Unsynced data stays owed: flush() fsyncs
+        it through a file opened for that."""
+        with self._lock:
+            fd, index_fd = self._fd, self._index_fd
+            self._fd = self._index_fd = -1
+        for closing in (fd, index_fd):
+            if closing >= 0:
+                os.close(closing)
 
     def _open_active(self, *, create: bool = False) -> tuple[int, int]:
         seg = self._segments[-1]
@@ -313,8 +344,18 @@ class PartitionLogStore:
             if self._closed:
                 return
             pending, self._unsynced_fds = self._unsynced_fds, []
-            # A duplicate keeps the file open even if the owner thread closes its fd meanwhile.
-            active = os.dup(self._fd) if self._dirty else -1
+            # A duplicate keeps the file open even if the owner thread closes its fd meanwhile;
+            # an active segment whose fd the handle cache closed is opened for the fsync.
+            active = -1
+            if self._dirty:
+                active = (
+                    os.dup(self._fd)
+                    if self._fd >= 0
+                    else os.open(
+                        self._dir / (self._segments[-1].name + LOG_SUFFIX),
+                        os.O_RDONLY | os.O_CLOEXEC,
+                    )
+                )
             self._dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
@@ -409,7 +450,7 @@ class PartitionLogStore:
         # The active segment's fd stays open; others are opened per read, so a
         # partition with many segments does not hold many descriptors.
         if seg is self._segments[-1]:
-            yield self._fd
+            yield self._active()[0]
             return
         fd = os.open(self._dir / (seg.name + LOG_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -492,9 +533,12 @@ class PartitionLogStore:
         # flush() always finds a valid fd (fsyncing a deleted file is harmless).
         with self._lock:
             old_fd, self._fd = self._fd, fd
-            os.close(old_fd)
-        os.close(self._index_fd)
-        self._index_fd = index_fd
+            old_index_fd, self._index_fd = self._index_fd, index_fd
+        for closing in (old_fd, old_index_fd):
+            if closing >= 0:
+                os.close(closing)
+        if self._handles is not None:
+            self._handles.touch(self)
 
     def _unlink(self, seg: _Segment) -> None:
         self._size -= seg.size
@@ -510,12 +554,13 @@ class PartitionLogStore:
         self.flush()
         with self._lock:
             self._closed = True
-            for fd in [self._fd, *self._unsynced_fds]:
+            for fd in [self._fd, self._index_fd, *self._unsynced_fds]:
                 if fd >= 0:
                     os.close(fd)
             self._unsynced_fds = []
-            self._fd = -1
-        os.close(self._index_fd)
+            self._fd = self._index_fd = -1
+        if self._handles is not None:
+            self._handles.forget(self)
 
     def _check_open(self) -> None:
         if self._closed:
