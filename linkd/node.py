@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from linkd.core import records as rb
 from linkd.core import restart
@@ -271,10 +271,16 @@ class ClusterNode:
 
     async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
         touched: dict[tuple[str, int], int] = {}
-        for effect in effects:
+        effects = list(effects)
+        for i, effect in enumerate(effects):
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
-                self.stores[key].append(effect.batch, effect.header)
+                try:
+                    self.stores[key].append(effect.batch, effect.header)
+                except OSError as exc:
+                    if touched:
+                        await self._make_durable(touched)
+                    self._appends_not_stored(effects[i:], exc)
                 touched[key] = effect.header.next_offset
             elif isinstance(effect, Journal):
                 if touched:
@@ -312,6 +318,31 @@ class ClusterNode:
             else:
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)
+
+    def _appends_not_stored(self, rest: list[Effect], exc: OSError) -> NoReturn:
+        """The disk refused an append (full, or a file too large): the model
+        must not stay ahead of what is stored. Every partition this append and
+        the appends after it went to is cut back to its stored log end, and
+        the write fails with STORAGE_ERROR (Kafka's KAFKA_STORAGE_ERROR, which
+        clients retry); once the disk takes writes again, they succeed."""
+        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        cut: list[str] = []
+        for effect in rest:
+            if not isinstance(effect, AppendBatch) or effect.topic_id not in names:
+                continue
+            name, partition = names[effect.topic_id], effect.partition
+            stored = self.stores[(effect.topic_id, partition)].log_end_offset
+            if self.state.forget_unstored(name, partition, stored):
+                cut.append(f"{name}-{partition}")
+        log.warning(
+            "the disk refused a write; the partitions it was for are back at what is stored",
+            extra={"error": str(exc), "partitions": ",".join(cut)},
+        )
+        raise ClusterError(
+            ErrorCode.STORAGE_ERROR,
+            ",".join(cut) or "storage",
+            f"the write was not stored ({exc.strerror or exc}); it can be retried",
+        ) from exc
 
     def _create_logs(self, effect: CreateLogs) -> None:
         """Opens a new topic's partition logs; if the disk refuses any (no

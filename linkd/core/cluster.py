@@ -225,6 +225,19 @@ class ClusterState:
         self.topics[name] = topic
         return topic
 
+    def forget_unstored(self, topic_name: str, partition: int, stored_end: int) -> bool:
+        """The shell could not store the batches at and above `stored_end` (its
+        disk refused the write): the partition's log goes back to what is
+        stored, so the model is never ahead of the disk. Returns whether
+        anything was cut."""
+        log = self.partition(topic_name, partition)
+        assert stored_end <= log.log_end_offset, (log.name, stored_end, log.log_end_offset)
+        if stored_end == log.log_end_offset:
+            return False
+        log.truncate_to(stored_end)
+        assert log.log_end_offset == stored_end
+        return True
+
     def discard_unjournalled_topic(self, topic_id: str) -> str:
         """Undoes a topic creation whose logs the shell could not open (its
         CreateLogs effect failed, so its journal record, after it, was never

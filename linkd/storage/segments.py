@@ -292,7 +292,12 @@ class PartitionLogStore:
         if entries:
             seg.index_offsets += new_offsets
             seg.index_positions += new_positions
-            _write_all(index_fd, entries)
+            try:
+                _write_all(index_fd, entries)
+            except OSError:
+                # The batch is stored; the index file is only a cache of the
+                # in-memory index, rewritten at recovery when it differs.
+                pass
 
     def _roll(self) -> None:
         self._active()  # the outgoing segment's fd: flush() fsyncs it through it

@@ -1,0 +1,93 @@
+"""A disk that refuses writes, then takes them again: the daemon answers
+KAFKA_STORAGE_ERROR, its model never gets ahead of what is stored, and it
+resumes by itself once writes succeed, with every acknowledged record kept
+and none stored twice.
+
+The disk is made to refuse writes by lowering the daemon's RLIMIT_FSIZE
+(the largest file it may write) to the size its segment file has: each write
+past it fails with EFBIG, as a full disk fails with ENOSPC, and raising the
+limit again is space coming back. No privileges or special filesystems are
+needed. The segment is first made larger than the daemon's log file, which
+the limit binds too."""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.harness import Daemon, free_port
+
+DEADLINE_S = 60.0
+
+
+def _segment(data_dir: Path) -> Path:
+    logs = sorted((data_dir / "topics").glob("*-0/*.log"))
+    assert len(logs) == 1, logs
+    return logs[0]
+
+
+def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    with Daemon("D", data, ["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
+        assert daemon.pid is not None
+        bootstrap = f"127.0.0.1:{port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("full", 1, 1)])["full"].result(30)
+        delivered: list[tuple[int, bytes]] = []
+        errors: list[ck.KafkaError] = []
+
+        def report(err: ck.KafkaError | None, msg: ck.Message) -> None:
+            if err is None:
+                delivered.append((msg.offset(), msg.value()))
+            else:
+                errors.append(err)
+
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                "linger.ms": 0, "retry.backoff.ms": 50,
+                                "delivery.timeout.ms": 120_000, "enable.idempotence": False,
+                                "max.in.flight.requests.per.connection": 1})
+        for i in range(20):
+            value = f"before-{i}-".encode() + bytes(8000)
+            producer.produce("full", value, partition=0, on_delivery=report)
+        assert producer.flush(30) == 0 and len(delivered) == 20
+
+        # The disk fills: no file may grow past what the segment holds now.
+        _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.prlimit(daemon.pid, resource.RLIMIT_FSIZE,
+                         (_segment(data).stat().st_size, hard))
+        for i in range(10):
+            producer.produce("full", f"during-{i}".encode(), partition=0, on_delivery=report)
+        deadline = time.monotonic() + DEADLINE_S
+        while "the disk refused a write" not in daemon.stderr_text():
+            producer.poll(0.1)
+            assert time.monotonic() < deadline, "no write was refused"
+        assert len(delivered) == 20  # nothing was acknowledged while the disk was full
+
+        # Space comes back: the producer's retries go through, without a restart.
+        resource.prlimit(daemon.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        assert producer.flush(DEADLINE_S) == 0
+        assert not errors, errors
+        assert daemon.running and daemon.starts == 1
+
+    values = [v for _o, v in sorted(delivered)]
+    assert [o for o, _v in sorted(delivered)] == list(range(30))
+    assert values == [f"before-{i}-".encode() + bytes(8000) for i in range(20)] + [
+        f"during-{i}".encode() for i in range(10)]
+    # What is stored is exactly that, also after a restart.
+    with Daemon("D", data, ["--kafka-listen", f"127.0.0.1:{port}"]):
+        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
+                                "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([ck.TopicPartition("full", 0, 0)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(seen) < 30 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+        consumer.close()
+    assert seen == values
