@@ -31,7 +31,12 @@ _RETRIABLE_GRPC_CODES = frozenset(
 
 # Codes after which a transactional producer must abort its transaction.
 _FATAL_PRODUCER_CODES = frozenset(
-    {"INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING", "TRANSACTIONAL_ID_AUTHORIZATION"}
+    {
+        "INVALID_PRODUCER_EPOCH",
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "TRANSACTIONAL_ID_AUTHORIZATION",
+    }
 )
 
 _DETAILS_KEY = "grpc-status-details-bin"

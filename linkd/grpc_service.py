@@ -388,7 +388,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         self, request: cluster_pb2.InitProducerIdRequest, context: Any
     ) -> cluster_pb2.InitProducerIdResponse:
         pid, epoch = await self.node.init_producer_id(
-            request.transactional_id, request.transaction_timeout_ms or 60_000
+            request.transactional_id,
+            request.transaction_timeout_ms or 60_000,
+            (request.producer_id, request.producer_epoch),
         )
         return cluster_pb2.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
 

@@ -627,10 +627,12 @@ class ClusterNode:
 
     # -- producers and transactions -------------------------------------------------
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    ) -> tuple[int, int]:
         self.check_ready()
         pid, epoch, effects = self.state.init_producer_id(
-            transactional_id, timeout_ms, self.clock()
+            transactional_id, timeout_ms, self.clock(), expected
         )
         await self.execute(effects)
         return pid, epoch

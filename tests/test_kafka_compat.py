@@ -98,3 +98,73 @@ def test_metadata_for_an_invalid_topic_name_is_invalid_topic_at_once(kafka: str)
     producer.produce("bad name!", b"x", on_delivery=lambda err, _msg: errors.append(err))
     producer.flush(30)
     assert [e.code() for e in errors] == [ck.KafkaError.TOPIC_EXCEPTION]
+
+
+# -- KIP-360: a fenced producer cannot take its transactional id back -------------------
+
+
+def _init(client: RawClient, version: int, pid: int = -1, epoch: int = -1) -> tuple[int, int, int]:
+    resp = client.call(22, version, {"transactional_id": "kip360", "transaction_timeout": 60_000,
+                                     "producer_id": pid, "producer_epoch": epoch})
+    return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
+
+
+def test_kip360_only_the_current_holder_bumps__a_fenced_one_stays_fenced(kafka: str) -> None:
+    client = _raw(kafka)
+    try:
+        _err, pid, first = _init(client, 4)  # producer 1
+        _err, pid2, second = _init(client, 4)  # producer 2 takes the id over
+        assert (pid2, second) == (pid, first + 1)
+        # Producer 2 opens a transaction.
+        added = client.call(24, 3, {
+            "v3_and_below_transactional_id": "kip360", "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": second,
+            "v3_and_below_topics": [{"name": "compat", "partitions": [0]}]})
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code \
+            == K.none
+        # Producer 1, fenced, asks again with its old id and epoch: still fenced,
+        # and producer 2's transaction is untouched.
+        assert _init(client, 4, pid, first) == (int(K.producer_fenced), -1, -1)
+        assert _init(client, 3, pid, first) == (int(K.invalid_producer_epoch), -1, -1)
+        committed = client.call(26, 3, {"transactional_id": "kip360", "producer_id": pid,
+                                        "producer_epoch": second, "committed": True})
+        assert committed.error_code == K.none
+        # The current holder may bump; a retry of that bump (its answer lost)
+        # gets the same epoch back instead of another bump.
+        assert _init(client, 4, pid, second) == (0, pid, second + 1)
+        assert _init(client, 4, pid, second) == (0, pid, second + 1)
+        assert _init(client, 4, pid, second + 1) == (0, pid, second + 2)
+        assert _init(client, 4, pid + 1000, second + 2) == (int(K.producer_fenced), -1, -1)
+    finally:
+        client.close()
+
+
+def test_a_fenced_confluent_producer_does_not_disturb_the_one_that_fenced_it(
+    kafka: str,
+) -> None:
+    conf = {"bootstrap.servers": kafka, "transactional.id": "fence-me"}
+    old = ck.Producer(conf)
+    old.init_transactions(30)
+    new = ck.Producer(conf)
+    new.init_transactions(30)  # fences `old`
+    new.begin_transaction()
+    new.produce("compat", b"from-new", partition=0)
+    old.begin_transaction()
+    old.produce("compat", b"from-old", partition=0)
+    with pytest.raises(ck.KafkaException):
+        old.commit_transaction(30)
+    new.commit_transaction(30)
+
+    reader = ck.Consumer({"bootstrap.servers": kafka, "group.id": "fence-check",
+                          "isolation.level": "read_committed",
+                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    reader.assign([ck.TopicPartition("compat", 0, 0)])
+    values: list[bytes] = []
+    for _ in range(40):
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+        if b"from-new" in values:
+            break
+    reader.close()
+    assert b"from-new" in values and b"from-old" not in values

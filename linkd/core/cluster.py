@@ -700,10 +700,14 @@ class ClusterState:
     # -- idempotent and transactional producers ---------------------------------
 
     def init_producer_id(
-        self, transactional_id: str, timeout_ms: int, now_ms: int
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        now_ms: int,
+        expected: tuple[int, int] | None = None,
     ) -> tuple[int, int, list[Effect]]:
         pid, epoch, pending, records = self.txn.init_producer_id(
-            transactional_id, timeout_ms, now_ms
+            transactional_id, timeout_ms, now_ms, expected
         )
         effects = _journal(records)
         if pending is not None:

@@ -116,6 +116,9 @@ class Txn:
     partitions: list[list[Json]]
     groups: list[str]
     started_ms: int = 0
+    # The epoch before the last bump (KIP-360: a retried InitProducerId of the
+    # producer that bumped it gets the current epoch back, not a fence).
+    last_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

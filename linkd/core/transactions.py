@@ -50,6 +50,7 @@ class TxnMetadata:
     partitions: list[tuple[str, int]] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
     started_ms: int = 0
+    last_epoch: int | None = None  # the epoch before the last bump (KIP-360)
 
     def to_record(self) -> jr.Txn:
         return jr.Txn(
@@ -61,6 +62,7 @@ class TxnMetadata:
             partitions=[[t, p] for t, p in self.partitions],
             groups=list(self.groups),
             started_ms=self.started_ms,
+            last_epoch=self.last_epoch,
         )
 
     def check(self, next_producer_id: int) -> None:
@@ -95,6 +97,7 @@ class TxnMetadata:
             partitions=[(str(t), int(p)) for t, p in r.partitions],
             groups=list(r.groups),
             started_ms=r.started_ms,
+            last_epoch=r.last_epoch,
         )
 
 
@@ -132,8 +135,19 @@ class TransactionCoordinator:
         transactional_id: str,
         timeout_ms: int,
         now_ms: int,
+        expected: tuple[int, int] | None = None,
     ) -> tuple[int, int, TxnCompletion | None, list[jr.JournalRecord]]:
-        """Returns (producer id, epoch, abort to finish first or None, records)."""
+        """Returns (producer id, epoch, abort to finish first or None, records).
+
+        `expected` is the producer id and epoch the caller holds (KIP-360,
+        InitProducerId v3+; None or (-1, -1): none). For a transactional id,
+        only the current holder bumps the epoch: a caller with an older epoch
+        or another producer id was fenced and stays fenced (PRODUCER_FENCED),
+        and the producer that made the last bump, retrying because it never
+        saw the answer, gets the current epoch back unchanged. An idempotent
+        producer gets a new producer id either way, as in Kafka."""
+        if expected == (-1, -1):
+            expected = None
         records: list[jr.JournalRecord] = []
         if not transactional_id:
             pid = self.next_producer_id
@@ -156,6 +170,12 @@ class TransactionCoordinator:
             meta = TxnMetadata(transactional_id, pid, 0, timeout_ms)
             self.txns[transactional_id] = meta
         else:
+            if expected is not None and self._retried_bump(meta, expected):
+                return meta.producer_id, meta.producer_epoch, None, records
+            # Kafka keeps the epoch a bump started from only for a bump its
+            # holder asked for: a new producer's bump (no expected epoch) is
+            # retried by no one, and the fenced holder must not pass as its retry.
+            bumped_from = meta.producer_epoch if expected is not None else None
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 raise ClusterError(
                     ErrorCode.CONCURRENT_TRANSACTIONS,
@@ -166,6 +186,7 @@ class TransactionCoordinator:
             # The bump comes first so that the abort markers carry the new epoch
             # and fence the old producer on every partition, as Kafka does.
             if meta.state == TxnState.ONGOING and meta.producer_epoch < MAX_EPOCH - 1:
+                meta.last_epoch = bumped_from
                 meta.producer_epoch += 1
                 pending = self._prepare(meta, commit=False, records=records)
             elif meta.state == TxnState.ONGOING:
@@ -176,12 +197,32 @@ class TransactionCoordinator:
                 records.append(jr.PidBlock(self.next_producer_id))
                 meta.producer_id = pid
                 meta.producer_epoch = 0
+                meta.last_epoch = None
             else:
+                meta.last_epoch = bumped_from
                 meta.producer_epoch += 1
             meta.timeout_ms = timeout_ms
         meta.check(self.next_producer_id)
         records.append(meta.to_record())
         return meta.producer_id, meta.producer_epoch, pending, records
+
+    @staticmethod
+    def _retried_bump(meta: TxnMetadata, expected: tuple[int, int]) -> bool:
+        """KIP-360's check of an InitProducerId that names the caller's
+        producer id and epoch: False if it may bump (it holds the current
+        epoch), True if it is a retry of the bump it made last (it gets the
+        current epoch back), PRODUCER_FENCED otherwise."""
+        pid, epoch = expected
+        if pid == meta.producer_id and epoch == meta.producer_epoch:
+            return False
+        if pid == meta.producer_id and epoch == meta.last_epoch:
+            return True
+        raise ClusterError(
+            ErrorCode.PRODUCER_FENCED,
+            f"transactional id {meta.transactional_id!r}",
+            f"transactional id {meta.transactional_id!r}: producer {pid} epoch {epoch} was "
+            f"fenced by producer {meta.producer_id} epoch {meta.producer_epoch}",
+        )
 
     # -- transactions --------------------------------------------------------------
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode as K
+
 from linkd.core.errors import ClusterError
-from linkd.kafka.codec import ms
+from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context
 from linkd.kafka.errors import kafka_code
 
@@ -33,12 +35,17 @@ async def init_producer_id(ctx: Context, req: Any) -> dict[str, Any]:
     timeout_ms = ms(req.transaction_timeout)
     if not txn_id and timeout_ms <= 0:
         timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS
+    # v3+ carry the caller's producer id and epoch (KIP-360); -1 / -1: none.
+    expected = (int(field(req, "producer_id", -1)), int(field(req, "producer_epoch", -1)))
     try:
-        pid, epoch = await ctx.node.init_producer_id(txn_id, timeout_ms)
+        pid, epoch = await ctx.node.init_producer_id(txn_id, timeout_ms, expected)
     except ClusterError as exc:
+        code = _code(exc)
+        if code == int(K.producer_fenced) and ctx.api_version < 4:
+            code = int(K.invalid_producer_epoch)  # older clients do not know it (KIP-588)
         return {
             "throttle_time": 0,
-            "error_code": _code(exc),
+            "error_code": code,
             "producer_id": -1,
             "producer_epoch": -1,
         }

@@ -56,6 +56,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.CONCURRENT_TRANSACTIONS: K.concurrent_transactions,
         ErrorCode.INVALID_TRANSACTION_TIMEOUT: K.invalid_transaction_timeout,
         ErrorCode.TRANSACTION_TIMED_OUT: K.invalid_producer_epoch,
+        ErrorCode.PRODUCER_FENCED: K.producer_fenced,
         ErrorCode.INVALID_GROUP_ID: K.invalid_group_id,
         ErrorCode.UNKNOWN_MEMBER_ID: K.unknown_member_id,
         ErrorCode.ILLEGAL_GENERATION: K.illegal_generation,

@@ -96,6 +96,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """transaction.timeout.ms is out of the allowed range."""
     TRANSACTION_TIMED_OUT: _ErrorCode.ValueType  # 27
     """The transaction was aborted by the cluster after its timeout."""
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 28
+    """InitProducerId named a producer id and epoch that are no longer the
+    transactional id's current ones: another producer took it (KIP-360).
+    """
     INVALID_GROUP_ID: _ErrorCode.ValueType  # 30
     """--- Consumer groups -------------------------------------------------------
     The group id is empty or invalid.
@@ -273,6 +277,10 @@ INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 26
 """transaction.timeout.ms is out of the allowed range."""
 TRANSACTION_TIMED_OUT: ErrorCode.ValueType  # 27
 """The transaction was aborted by the cluster after its timeout."""
+PRODUCER_FENCED: ErrorCode.ValueType  # 28
+"""InitProducerId named a producer id and epoch that are no longer the
+transactional id's current ones: another producer took it (KIP-360).
+"""
 INVALID_GROUP_ID: ErrorCode.ValueType  # 30
 """--- Consumer groups -------------------------------------------------------
 The group id is empty or invalid.
