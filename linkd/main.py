@@ -36,6 +36,7 @@ from linkd.core.links import (
     DEFAULT_SESSION_TIMEOUT_MS,
     LinkLimits,
 )
+from linkd.core.topic_config import MAX_PARTITIONS
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
@@ -104,6 +105,18 @@ def _parser() -> argparse.ArgumentParser:
         "across all connections; past it, connections sending large requests wait "
         "(default 536870912)",
     )
+    p.add_argument(
+        "--auto-create-topics",
+        action="store_true",
+        default=None,
+        help="Kafka listener: a Metadata request for an unknown topic that allows it creates "
+        "the topic, as Kafka's auto.create.topics.enable (default off)",
+    )
+    p.add_argument(
+        "--num-partitions",
+        type=int,
+        help="partitions of an auto-created topic (default 1, as Kafka's num.partitions)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--link-credentials",
@@ -163,6 +176,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "socket_request_max_bytes": limits.DEFAULT_SOCKET_REQUEST_MAX_BYTES,
         "connections_max_idle_ms": limits.DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         "queued_max_request_bytes": limits.DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+        "auto_create_topics": False,
+        "num_partitions": 1,
     }
     if args.config is not None:
         try:
@@ -188,6 +203,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "socket_request_max_bytes",
             "connections_max_idle_ms",
             "queued_max_request_bytes",
+            "auto_create_topics",
+            "num_partitions",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -214,6 +231,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "socket_request_max_bytes",
         "connections_max_idle_ms",
         "queued_max_request_bytes",
+        "auto_create_topics",
+        "num_partitions",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -251,6 +270,14 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         )
     except (TypeError, ValueError) as exc:
         parser.exit(EXIT_USAGE, f"linkd: Kafka listener limits: {exc}\n")
+    if not isinstance(settings["auto_create_topics"], bool):
+        parser.exit(EXIT_USAGE, "linkd: auto_create_topics must be true or false\n")
+    num_partitions = settings["num_partitions"]
+    if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: num_partitions must be in 1..{MAX_PARTITIONS}, not {num_partitions!r}\n",
+        )
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -303,7 +330,13 @@ async def serve(settings: dict[str, Any]) -> int:
     if settings.get("kafka_listen"):
         host, _, kport = str(settings["kafka_listen"]).rpartition(":")
         kafka = KafkaListener(
-            node, host.strip("[]"), int(kport), limits=settings["listener_limits"]
+            node,
+            host.strip("[]"),
+            int(kport),
+            limits=settings["listener_limits"],
+            auto_create_partitions=(
+                int(settings["num_partitions"]) if settings["auto_create_topics"] else 0
+            ),
         )
         try:
             await kafka.start()

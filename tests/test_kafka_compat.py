@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -15,6 +16,7 @@ from kafka.structs import OffsetAndMetadata
 from kafka.structs import TopicPartition as KTopicPartition
 from kio.schema.errors import ErrorCode as K
 
+from admin import AdminClient
 from tests.harness import Daemon, free_port
 from tests.kafka_raw import RawClient
 
@@ -168,3 +170,55 @@ def test_a_fenced_confluent_producer_does_not_disturb_the_one_that_fenced_it(
             break
     reader.close()
     assert b"from-new" in values and b"from-old" not in values
+
+
+# -- topics created on first use (auto.create.topics.enable) ----------------------------
+
+
+def test_topics_are_created_on_first_use_when_enabled__never_in_a_reserved_namespace(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    args = ["--kafka-listen", f"127.0.0.1:{port}", "--auto-create-topics",
+            "--num-partitions", "3"]
+    with Daemon("AC", tmp_path / "data", extra_args=args) as daemon:
+        kafka = f"127.0.0.1:{port}"
+        admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+        admin.create_namespace("topic", "locked-", reserved=True)
+
+        # A producer's first record creates its topic, with num.partitions.
+        delivered: list[Any] = []
+        producer = ck.Producer({"bootstrap.servers": kafka, "message.timeout.ms": 10_000})
+        producer.produce("fresh", b"first", on_delivery=lambda e, m: delivered.append(e or m))
+        producer.produce("locked-x", b"no", on_delivery=lambda e, m: delivered.append(e or m))
+        producer.flush(30)
+        by_topic = {getattr(d, "topic", lambda: "locked-x")(): d for d in delivered}
+        assert isinstance(by_topic["fresh"], ck.Message)
+        assert len(admin.describe_topic("fresh").partitions) == 3
+        # Never inside a reserved namespace: the record fails, the topic is not made.
+        assert isinstance(by_topic["locked-x"], ck.KafkaError)
+        assert "locked-x" not in [t.name for t in admin.list_topics()]
+
+        # kafka-python's consumer asks for it on subscribe (allow.auto.create.topics).
+        consumer = KafkaConsumer("by-consumer", bootstrap_servers=kafka, group_id="ac",
+                                 consumer_timeout_ms=1000)
+        consumer.poll(timeout_ms=500)
+        consumer.close()
+        assert "by-consumer" in [t.name for t in admin.list_topics()]
+        admin.close()
+        assert "topic auto-created" in daemon.stderr_text()
+
+
+def test_topics_are_not_created_on_first_use_by_default(kafka: str) -> None:
+    errors: list[ck.KafkaError] = []
+    producer = ck.Producer({"bootstrap.servers": kafka, "message.timeout.ms": 3000})
+    producer.produce("never-made", b"x", on_delivery=lambda e, _m: errors.append(e))
+    producer.flush(30)
+    assert len(errors) == 1 and errors[0] is not None
+    client = _raw(kafka)
+    try:
+        md = client.call(3, 12, {"topics": [{"name": "never-made", "topic_id": None}],
+                                 "include_topic_authorized_operations": False})
+    finally:
+        client.close()
+    assert md.topics[0].error_code == K.unknown_topic_or_partition

@@ -14,15 +14,20 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
 from linkd.core.acls import AclOperation as Op
+from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.topic_config import valid_topic_name
 from linkd.kafka.codec import field
 from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context, operations_bits
+from linkd.kafka.errors import kafka_code
+
+log = logging.getLogger("linkd.kafka")
 
 TOPIC_OPERATIONS = operations_bits(
     (
@@ -108,6 +113,14 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
                         }
                     )
                     continue
+            if name is not None and name not in state.topics and _may_auto_create(ctx, req, name):
+                refusal = await _auto_create(ctx, name)
+                if refusal is not None:
+                    topics.append(
+                        {"error_code": refusal, "name": name, "topic_id": _ZERO_UUID,
+                         "partitions": []}
+                    )
+                    continue
             if name is not None and name in state.topics:
                 topics.append(_topic_entry(ctx, name, include_ops))
             else:
@@ -137,6 +150,31 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
         ),
         "error_code": 0,
     }
+
+
+def _may_auto_create(ctx: Context, req: Any, name: str) -> bool:
+    """auto.create.topics.enable is on, the request allows it (Metadata v4+
+    says so; before, it always did), and the name is one a topic can have."""
+    allowed = ctx.api_version < 4 or bool(field(req, "allow_auto_topic_creation", True))
+    return ctx.auto_create_partitions > 0 and allowed and valid_topic_name(name)
+
+
+async def _auto_create(ctx: Context, name: str) -> int | None:
+    """Creates the topic as CreateTopics would, with num.partitions and the
+    default configs; the Kafka error code of a refusal (a name inside a
+    namespace this cluster follows, say), or None."""
+    try:
+        await ctx.node.create_topic(name, ctx.auto_create_partitions, {})
+    except ClusterError as exc:
+        if exc.code is ErrorCode.TOPIC_ALREADY_EXISTS:
+            return None  # another request created it meanwhile
+        log.info("kafka: topic not auto-created", extra={"topic": name, "error": exc.message})
+        return kafka_code(exc)
+    log.info(
+        "kafka: topic auto-created",
+        extra={"topic": name, "partitions": ctx.auto_create_partitions, "client": ctx.client_id},
+    )
+    return None
 
 
 async def describe_cluster(ctx: Context, req: Any) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class Context:
     api_version: int
     client_id: str
     client_host: str
+    # auto.create.topics.enable with num.partitions: a Metadata request that
+    # allows it creates an unknown topic with this many partitions (0: off).
+    auto_create_partitions: int = 0
 
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any] | None]]

@@ -145,7 +145,10 @@ class KafkaListener:
         advertised_host: str | None = None,
         node_id: int = 0,
         limits: ListenerLimits | None = None,
+        auto_create_partitions: int = 0,
     ) -> None:
+        assert auto_create_partitions >= 0
+        self.auto_create_partitions = auto_create_partitions
         self.node = node
         self.host = host
         self.port = port
@@ -513,7 +516,12 @@ class _Connection(asyncio.BufferedProtocol):
                 correlation, codec.error_body(resp_cls, int(K.invalid_request), str(exc))
             )
         ctx = Context(
-            self.listener.node, self.listener.broker, version, request.client_id, self.client_host
+            self.listener.node,
+            self.listener.broker,
+            version,
+            request.client_id,
+            self.client_host,
+            self.listener.auto_create_partitions,
         )
         try:
             data = await api.handler(ctx, request.body)
