@@ -5,6 +5,7 @@ topic name no topic can have is an error at once, not a wait."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from kafka.structs import TopicPartition as KTopicPartition
 from kio.schema.errors import ErrorCode as K
 
 from admin import AdminClient
+from linkd.core import records as rb
 from tests.harness import Daemon, free_port
 from tests.kafka_raw import RawClient
 
@@ -25,7 +27,8 @@ from tests.kafka_raw import RawClient
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     data = Path(tmp_path_factory.mktemp("compat")) / "data"
-    with Daemon("C", data, extra_args=["--kafka-listen", f"127.0.0.1:{port}"]):
+    with Daemon("C", data, extra_args=["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
+        _GRPC[f"127.0.0.1:{port}"] = daemon.bootstrap
         client = RawClient(port)
         created = client.call(19, 7, {"topics": [
             {"name": "compat", "num_partitions": 1, "replication_factor": 1,
@@ -222,3 +225,137 @@ def test_topics_are_not_created_on_first_use_by_default(kafka: str) -> None:
     finally:
         client.close()
     assert md.topics[0].error_code == K.unknown_topic_or_partition
+
+
+# -- KIP-320: a reader of a log that was cut learns where it parts -----------------------
+
+
+def _topic_with_a_cut(kafka: str, bootstrap_grpc: str, topic: str) -> None:
+    """Offsets 0-5 in epoch 0 (three batches of two), then an unclean election
+    cuts the log at the batch boundary below 3 (to 2), and two records follow
+    in epoch 1 (offsets 2 and 3)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_grpc})
+    admin.create_topic(topic, partitions=1)
+    client = _raw(kafka)
+
+    def produce(*values: str) -> None:
+        now = int(time.time() * 1000)
+        batch = rb.build_batch([rb.RecordSpec(None, v.encode(), now) for v in values])
+        resp = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        assert resp.responses[0].partition_responses[0].error_code == K.none
+
+    for i in range(3):
+        produce(f"old-{2 * i}", f"old-{2 * i + 1}")
+    result = admin.unclean_election(topic, 0, 3)
+    assert result["leader_epoch"] == 1 and result["log_end_offset"] == 2
+    produce("new-0")
+    produce("new-1")
+    client.close()
+    admin.close()
+
+
+@pytest.fixture(scope="module")
+def grpc_bootstrap(kafka: str) -> str:
+    client = _raw(kafka)
+    try:
+        md = client.call(3, 12, {"topics": None, "include_topic_authorized_operations": False})
+    finally:
+        client.close()
+    assert md.cluster_id == "C"
+    return _GRPC[kafka]
+
+
+_GRPC: dict[str, str] = {}
+
+
+def test_offset_for_leader_epoch_and_the_fetch_s_diverging_epoch(
+    kafka: str, grpc_bootstrap: str
+) -> None:
+    _topic_with_a_cut(kafka, grpc_bootstrap, "cut")
+    client = _raw(kafka)
+    try:
+        def ask(epoch: int, current: int = -1) -> tuple[int, int, int]:
+            resp = client.call(23, 4, {"replica_id": -1, "topics": [
+                {"topic": "cut", "partitions": [
+                    {"partition": 0, "current_leader_epoch": current, "leader_epoch": epoch}]}]})
+            p = resp.topics[0].partitions[0]
+            return int(p.error_code), int(p.leader_epoch), int(p.end_offset)
+
+        assert ask(0) == (0, 0, 2)  # epoch 0 ends where the cut was
+        assert ask(1) == (0, 1, 4)
+        assert ask(7) == (0, -1, -1)
+        assert ask(0, current=0)[0] == K.fenced_leader_epoch
+        assert ask(0, current=4)[0] == K.unknown_leader_epoch
+        assert ask(0, current=1) == (0, 0, 2)
+
+        md = client.call(3, 12, {"topics": [{"name": "cut", "topic_id": None}],
+                                 "include_topic_authorized_operations": False})
+        topic_id = md.topics[0].topic_id
+
+        def fetch(offset: int, last_epoch: int) -> Any:
+            resp = client.call(1, 13, {
+                "replica_id": -1, "max_wait": 5000, "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic_id": topic_id, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                     "last_fetched_epoch": last_epoch, "log_start_offset": -1,
+                     "partition_max_bytes": 1 << 20}]}]})
+            return resp.responses[0].partitions[0]
+
+        # A reader that read offsets 0-5 in epoch 0 asks for 6: told, at once,
+        # that its epoch ended at 2 here.
+        parted = fetch(6, 0)
+        assert (parted.diverging_epoch.epoch, parted.diverging_epoch.end_offset) == (0, 2)
+        assert parted.records in (b"", None)
+        # A reader whose epoch still holds gets records.
+        assert fetch(2, 0).records and fetch(3, 1).diverging_epoch.epoch == -1
+    finally:
+        client.close()
+
+
+def test_a_confluent_consumer_past_a_cut_resumes_where_the_logs_part(
+    kafka: str, grpc_bootstrap: str
+) -> None:
+    """librdkafka, having read offsets 0-5 in epoch 0, is fenced after the cut,
+    validates its position with OffsetForLeaderEpoch, and goes on at 2: it
+    reads the two new records and none of the old ones again (without this it
+    fell back to auto.offset.reset and read offsets 0 and 1 twice)."""
+    admin = AdminClient({"bootstrap.servers": grpc_bootstrap})
+    admin.create_topic("cut-read", partitions=1)
+    client = _raw(kafka)
+
+    def produce(*values: str) -> None:
+        now = int(time.time() * 1000)
+        batch = rb.build_batch([rb.RecordSpec(None, v.encode(), now) for v in values])
+        resp = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "cut-read", "partition_data": [{"index": 0, "records": batch}]}]})
+        assert resp.responses[0].partition_responses[0].error_code == K.none
+
+    for i in range(3):
+        produce(f"old-{2 * i}", f"old-{2 * i + 1}")
+    consumer = ck.Consumer({"bootstrap.servers": kafka, "group.id": "cut-reader",
+                            "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                            "topic.metadata.refresh.interval.ms": 500})
+    consumer.assign([ck.TopicPartition("cut-read", 0, 0)])
+
+    def read(count: int) -> list[tuple[int, bytes]]:
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append((message.offset(), message.value()))
+        return got
+
+    try:
+        assert [o for o, _v in read(6)] == list(range(6))
+        admin.unclean_election("cut-read", 0, 3)  # cut to 2, epoch 1
+        produce("new-0")
+        produce("new-1")
+        assert read(2) == [(2, b"new-0"), (3, b"new-1")]
+    finally:
+        consumer.close()
+        client.close()
+        admin.close()

@@ -429,6 +429,24 @@ class PartitionLog:
                 best = entry
         return best
 
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's answer to "where does my epoch end?" (OffsetsForLeaderEpoch,
+        KIP-101 and KIP-320, and a fetch's diverging epoch): the largest epoch
+        of this log not above `epoch` and the offset where it ends (where the
+        next epoch starts; the log end for the latest). An epoch below every
+        known one ends where the first known starts; one above the latest, or
+        -1, is (-1, -1), as Kafka's leader epoch cache answers."""
+        history = self.epoch_history
+        if epoch < 0:
+            return -1, -1
+        if epoch == self.leader_epoch:
+            return epoch, self.log_end_offset
+        higher = next(((e, start) for e, start in history if e > epoch), None)
+        if higher is None:
+            return -1, -1
+        floor = [e for e, _start in history if e <= epoch]
+        return (max(floor) if floor else epoch), higher[1]
+
     def epoch_at(self, offset: int) -> int:
         epoch = self.epoch_history[0][0]
         for e, start in self.epoch_history:

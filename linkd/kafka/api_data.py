@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
+from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError
 from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context, error_fields
@@ -93,6 +94,87 @@ async def produce(ctx: Context, req: Any) -> dict[str, Any] | None:
     return {"responses": responses, "throttle_time": 0}
 
 
+def _fenced(state: ClusterState, topic: str, p: Any) -> dict[str, Any] | None:
+    """A fetch whose current_leader_epoch (v9+) is not the partition's: the
+    reader's metadata is stale (FENCED_LEADER_EPOCH, say, after an unclean
+    election), so it refreshes it and validates its position with
+    OffsetForLeaderEpoch instead of reading past a cut."""
+    if topic not in state.topics or p.partition >= len(state.topics[topic].partitions):
+        return None
+    log = state.topics[topic].partitions[p.partition]
+    code = _leader_epoch_error(int(field(p, "current_leader_epoch", -1)), log.leader_epoch)
+    if not code:
+        return None
+    return {
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
+def _diverging(state: ClusterState, topic: str, p: Any) -> dict[str, Any] | None:
+    """The answer for a fetched partition whose reader's last fetched epoch
+    ends on this log before its fetch offset, or is not on this log at all
+    (KIP-320): the diverging epoch and no records, checked before the fetch
+    offset is (as Kafka does). None when the reader's log agrees."""
+    last = int(field(p, "last_fetched_epoch", -1))
+    if last < 0 or topic not in state.topics or p.partition >= len(state.topics[topic].partitions):
+        return None
+    log = state.topics[topic].partitions[p.partition]
+    epoch, end = log.end_offset_for_epoch(last)
+    if epoch == last and end >= int(p.fetch_offset):
+        return None
+    return {
+        "error_code": 0,
+        "high_watermark": log.high_watermark,
+        "last_stable_offset": log.last_stable_offset,
+        "log_start_offset": log.log_start_offset,
+        "diverging_epoch": {"epoch": epoch, "end_offset": end},
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
+def _leader_epoch_error(current: int, leader_epoch: int) -> int:
+    """A request's current_leader_epoch against the partition's (-1: not checked)."""
+    if current < 0 or current == leader_epoch:
+        return 0
+    return int(K.unknown_leader_epoch if current > leader_epoch else K.fenced_leader_epoch)
+
+
+async def offset_for_leader_epoch(ctx: Context, req: Any) -> dict[str, Any]:
+    """Where each asked epoch ends on this cluster's log (KIP-320): a consumer
+    that read a partition up to some epoch learns whether the log it read
+    was cut since, and where to go on from (clients then truncate their
+    position to the answer, as they do against a Kafka leader)."""
+    state = ctx.node.state
+    topics = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            entry = {"partition": p.partition, "error_code": 0, "leader_epoch": -1,
+                     "end_offset": -1}
+            try:
+                log = state.partition(t.topic, p.partition)
+            except ClusterError as exc:
+                entry["error_code"] = kafka_code(exc)
+                partitions.append(entry)
+                continue
+            code = _leader_epoch_error(int(field(p, "current_leader_epoch", -1)), log.leader_epoch)
+            if code:
+                entry["error_code"] = code
+            else:
+                entry["leader_epoch"], entry["end_offset"] = log.end_offset_for_epoch(
+                    int(p.leader_epoch)
+                )
+            partitions.append(entry)
+        topics.append({"topic": t.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
 async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
     node = ctx.node
     by_id = ctx.api_version >= 13
@@ -106,6 +188,11 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
         }
     names = {t.topic_id: t.name for t in node.state.topics.values()} if by_id else {}
     parts: list[tuple[str, int, int, int]] = []
+    # Partitions whose reader's view of the log is stale (`_fenced`) or whose
+    # log was cut under what it read (`_diverging`) are answered at once, and
+    # checked again after a long poll (a cut may happen while it waits).
+    asked: list[tuple[str, Any]] = []
+    early = False
     # Per requested topic: its key in the response and, per partition, the index
     # of its answer in `parts` (or None: unknown topic id).
     layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []
@@ -120,6 +207,9 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
                 entries.append((p.partition, None))
                 continue
             max_bytes = int(p.partition_max_bytes) or DEFAULT_PARTITION_MAX_BYTES
+            if _fenced(node.state, name, p) or _diverging(node.state, name, p):
+                early = True
+            asked.append((name, p))
             entries.append((p.partition, len(parts)))
             parts.append((name, p.partition, p.fetch_offset, max_bytes))
         layout.append((t.topic_id if by_id else t.topic, name, entries))
@@ -129,7 +219,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
     if parts or not unknown_ids:
         fetched = await node.fetch(
             parts,
-            max_wait_ms=0 if unknown_ids else ms(req.max_wait),
+            max_wait_ms=0 if unknown_ids or early else ms(req.max_wait),
             min_bytes=int(req.min_bytes),
             max_bytes=_response_max_bytes(int(field(req, "max_bytes", 0))),
             read_committed=read_committed,
@@ -149,6 +239,13 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
                 )
                 continue
             f = fetched[idx]
+            name, asked_partition = asked[idx]
+            stale = _fenced(node.state, name, asked_partition) or _diverging(
+                node.state, name, asked_partition
+            )
+            if stale is not None:
+                partitions.append({"partition_index": partition, **stale})
+                continue
             if f.error is not None:
                 partitions.append(
                     {

@@ -97,6 +97,7 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         20: Api("DeleteTopics", 1, 6, api_admin.delete_topics),
         21: Api("DeleteRecords", 0, 2, api_data.delete_records),
         22: Api("InitProducerId", 0, 5, api_txn.init_producer_id, coordinator=True),
+        23: Api("OffsetForLeaderEpoch", 2, 4, api_data.offset_for_leader_epoch),
         24: Api("AddPartitionsToTxn", 0, 3, api_txn.add_partitions_to_txn, coordinator=True),
         25: Api("AddOffsetsToTxn", 0, 4, api_txn.add_offsets_to_txn, coordinator=True),
         26: Api("EndTxn", 0, 4, api_txn.end_txn, coordinator=True),
