@@ -1,0 +1,31 @@
+"""Where a leader epoch ends on a log (`PartitionLog.end_offset_for_epoch`),
+as Kafka's leader epoch cache answers OffsetsForLeaderEpoch."""
+
+from __future__ import annotations
+
+from linkd.core.partition import PartitionLog
+
+
+def _log(history: list[tuple[int, int]], end: int) -> PartitionLog:
+    log = PartitionLog("t", 0)
+    log.epoch_history = list(history)
+    log.leader_epoch = history[-1][0]
+    log.log_end_offset = end
+    return log
+
+
+def test_end_offsets_of_epochs() -> None:
+    log = _log([(0, 0), (2, 5), (4, 9)], end=12)
+    assert log.end_offset_for_epoch(4) == (4, 12)  # the latest: the log end
+    assert log.end_offset_for_epoch(2) == (2, 9)
+    assert log.end_offset_for_epoch(3) == (2, 9)  # not on this log: the one below it
+    assert log.end_offset_for_epoch(1) == (0, 5)
+    assert log.end_offset_for_epoch(0) == (0, 5)
+    assert log.end_offset_for_epoch(5) == (-1, -1)  # above every known epoch
+    assert log.end_offset_for_epoch(-1) == (-1, -1)
+
+
+def test_an_epoch_below_the_first_known_ends_where_the_first_starts() -> None:
+    log = _log([(3, 100), (5, 140)], end=150)
+    assert log.end_offset_for_epoch(1) == (1, 100)
+    assert log.end_offset_for_epoch(3) == (3, 140)
