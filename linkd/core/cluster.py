@@ -340,6 +340,17 @@ class ClusterState:
             raise refused_batch(exc, log.name, f"partition {log.name}") from exc
         if plan.duplicate:
             return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
+        codec = topic.config.compression
+        if codec is not None and header.compression != codec and not header.is_control:
+            batch = rb.recompressed(batch, codec)  # compression.type, as Kafka applies it
+            if len(batch) > topic.config.max_message_bytes:
+                raise ClusterError(
+                    ErrorCode.RECORD_TOO_LARGE,
+                    log.name,
+                    f"partition {log.name}: the batch takes {len(batch)} bytes recompressed "
+                    f"for compression.type, above max.message.bytes="
+                    f"{topic.config.max_message_bytes}",
+                )
         append_time = -1
         if topic.config.log_append_time:
             batch = rb.with_log_append_time(batch, now_ms)

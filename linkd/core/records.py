@@ -417,6 +417,33 @@ def compress(codec: int, payload: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
+def recompressed(batch: bytes, codec: int) -> bytes:
+    """The (checked) batch with its records compressed with `codec` instead,
+    every header field kept (offsets, timestamps, producer id, epoch and
+    sequence, transactional flag), as Kafka's broker recompresses a produced
+    batch into its topic's compression.type."""
+    header, records = decode_records(batch)
+    out = bytearray()
+    for r in records:
+        encode_record(
+            out, r.offset - header.base_offset, r.timestamp - header.base_timestamp,
+            r.key, r.value, r.headers,
+        )
+    return assemble_batch(
+        compress(codec, bytes(out)),
+        attributes=(header.attributes & ~COMPRESSION_MASK) | codec,
+        record_count=header.record_count,
+        last_offset_delta=header.last_offset_delta,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+    )
+
+
 def assemble_batch(
     payload: bytes,
     *,

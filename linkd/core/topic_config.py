@@ -13,6 +13,16 @@ from dataclasses import dataclass
 from linkd.core.errors import ClusterError, ErrorCode
 
 MAX_PARTITIONS = 10_000
+# compression.type: its values and the batch codec each stands for (None:
+# keep the producer's).
+COMPRESSION_TYPES: Mapping[str, int | None] = {
+    "producer": None,
+    "uncompressed": 0,
+    "gzip": 1,
+    "snappy": 2,
+    "lz4": 3,
+    "zstd": 4,
+}
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -94,8 +104,10 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         ConfigKey(
             "compression.type",
             "producer",
-            _parse_choice("producer"),
-            "Batches are stored exactly as produced (no recompression).",
+            _parse_choice(*COMPRESSION_TYPES),
+            "producer: batches are stored as produced; uncompressed, gzip, snappy, lz4 or "
+            "zstd: a produced batch in another codec is recompressed into this one (a "
+            "replicated batch is always stored as its source holds it).",
         ),
         ConfigKey(
             "min.insync.replicas",
@@ -189,6 +201,7 @@ class TopicConfig:
     max_message_bytes: int
     segment_bytes: int
     log_append_time: bool
+    compression: int | None  # the codec compression.type asks for; None: the producer's
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, str]) -> TopicConfig:
@@ -199,4 +212,5 @@ class TopicConfig:
             max_message_bytes=int(eff["max.message.bytes"]),
             segment_bytes=int(eff["segment.bytes"]),
             log_append_time=eff["message.timestamp.type"] == "LogAppendTime",
+            compression=COMPRESSION_TYPES[eff["compression.type"]],
         )
