@@ -382,6 +382,52 @@ def test_static_member_instance_id_is_recorded() -> None:
     assert h.gc.describe_group("g1").members[0].group_instance_id == "host-1"
 
 
+def _static_pair(h: Harness) -> tuple[str, str]:
+    """Two static members (instances i-a, i-b) Stable in generation 2."""
+    a = h.join(join_req(client_id="a", instance="i-a"), 0)
+    leader = h.joined(a).member_id
+    b = h.join(join_req(client_id="b", instance="i-b"), 1)
+    a2 = h.join(join_req(member_id=leader, instance="i-a"), 2)
+    follower = h.joined(b).member_id
+    assert h.joined(a2).generation_id == 2
+    h.sync(leader, 2, 3, {leader: b"A", follower: b"B"})
+    h.sync(follower, 2, 3)
+    return leader, follower
+
+
+def test_a_static_member_back_within_its_session_keeps_its_place_without_a_rebalance() -> None:
+    h = Harness()
+    leader, follower = _static_pair(h)
+    # The follower's process restarts: it joins again with its instance id and
+    # no member id, and is answered at once, in the same generation.
+    again = h.joined(h.join(join_req(client_id="b2", instance="i-b"), 4))
+    assert again.generation_id == 2 and again.member_id != follower
+    assert h.gc.describe_group("g1").state == "Stable"
+    assert h.synced(h.sync(again.member_id, 2, 5)).assignment == b"B"
+    # The old member id is fenced, wherever it shows up.
+    with raises(ErrorCode.FENCED_INSTANCE_ID):
+        h.gc.heartbeat("g1", 2, follower, 6)
+    with raises(ErrorCode.FENCED_INSTANCE_ID):
+        h.gc.commit_offsets("g1", 2, follower, {("t", 0): (1, "", -1)}, 6)
+    assert h.error(h.join(join_req(member_id=follower, instance="i-b"), 6)) \
+        == ErrorCode.FENCED_INSTANCE_ID
+    # The leader restarting keeps the leadership, and the member list.
+    back = h.joined(h.join(join_req(client_id="a2", instance="i-a"), 7))
+    assert back.leader_id == back.member_id and len(back.members) == 2
+    assert back.generation_id == 2
+
+
+def test_a_static_member_with_other_protocols_or_during_a_rebalance_rebalances() -> None:
+    h = Harness()
+    _leader, follower = _static_pair(h)
+    changed = h.join(join_req(client_id="b2", instance="i-b", protocols=(("range", b"new"),)),
+                     4)
+    assert changed not in h.replies  # a rebalance: it waits for the join to complete
+    assert h.gc.describe_group("g1").state == "PreparingRebalance"
+    h.tick(4 + 5_000)
+    assert h.joined(changed).generation_id == 3
+
+
 def test_superseded_join_is_answered_and_cancelled_reply_is_dropped() -> None:
     h = Harness()
     leader, follower = h.stable_pair()
@@ -454,9 +500,9 @@ def test_invalid_offsets_change_nothing() -> None:
     gc = GroupCoordinator(GroupConfig(max_metadata_bytes=4))
     gc.commit_offsets("g", -1, "", {("t", 0): (1, "", -1)}, 0)
     with pytest.raises(ClusterError) as info:
-        gc.commit_offsets("g", -1, "", {("t", 0): (2, "", -1), ("t", 1): (-1, "", -1)}, 1)
+        gc.commit_offsets("g", -1, "", {("t", 0): (2, "", -1), ("t", -1): (5, "", -1)}, 1)
     assert info.value.code == ErrorCode.INVALID_REQUEST
-    assert "t-1" in info.value.message
+    assert "'t'/-1" in info.value.message
     with raises(ErrorCode.OFFSET_METADATA_TOO_LARGE):
         gc.commit_offsets("g", -1, "", {("t", 0): (2, "", -1), ("t", 2): (3, "12345", -1)}, 1)
     with raises(ErrorCode.OFFSET_METADATA_TOO_LARGE):  # bytes, not characters
@@ -464,6 +510,13 @@ def test_invalid_offsets_change_nothing() -> None:
     with raises(ErrorCode.INVALID_GROUP_ID):
         gc.commit_offsets("", -1, "", {("t", 0): (2, "", -1)}, 1)
     assert gc.committed("g", None) == {("t", 0): CommittedOffset(1, "", -1, 0)}
+
+
+def test_negative_offsets_are_kept_as_given_as_kafka_keeps_them() -> None:
+    gc = GroupCoordinator()
+    gc.commit_offsets("g", -1, "", {("t", 0): (-1, "", -1), ("t", 1): (-2, "", -1)}, 0)
+    assert {k: c.offset for k, c in gc.committed("g", None).items()} == {
+        ("t", 0): -1, ("t", 1): -2}
 
 
 def test_offsets_per_group_limit() -> None:

@@ -425,3 +425,60 @@ def test_an_unknown_compression_type_is_refused(kafka: str) -> None:
     finally:
         client.close()
     assert created.topics[0].error_code == K.invalid_config
+
+
+# -- static membership (KIP-345) -----------------------------------------------------------
+
+
+def test_a_static_consumer_restarted_in_its_session_gets_its_partitions_back_without_rebalance(
+    kafka: str,
+) -> None:
+    client = _raw(kafka)
+    try:
+        created = client.call(19, 7, {"topics": [
+            {"name": "static", "num_partitions": 4, "replication_factor": 1,
+             "assignments": [], "configs": []}]})
+        assert created.topics[0].error_code == K.none
+    finally:
+        client.close()
+    events: dict[str, list[str]] = {}
+
+    def consumer(name: str, instance: str) -> ck.Consumer:
+        events.setdefault(name, [])
+        c = ck.Consumer({"bootstrap.servers": kafka, "group.id": "statics",
+                         "group.instance.id": instance, "session.timeout.ms": 30_000,
+                         "heartbeat.interval.ms": 200, "auto.offset.reset": "earliest",
+                         "partition.assignment.strategy": "range"})
+        c.subscribe(["static"],
+                    on_assign=lambda _c, ps: events[name].append(
+                        "assign " + ",".join(str(p.partition) for p in ps)),
+                    on_revoke=lambda _c, ps: events[name].append("revoke"))
+        return c
+
+    def poll_until(consumers: list[ck.Consumer], done: Any) -> None:
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, events
+            for c in consumers:
+                c.poll(0.1)
+
+    first, second = consumer("first", "i-1"), consumer("second", "i-2")
+    poll_until([first, second], lambda: any(e.startswith("assign") and e != "assign "
+                                            for e in events["second"])
+               and any(e.startswith("assign") and e != "assign " for e in events["first"]))
+    # Settle: both hold two partitions each in the same generation.
+    poll_until([first, second], lambda: len(
+        {e for e in events["first"] + events["second"] if e.startswith("assign ")}) >= 2
+               and events["first"][-1].count(",") == 1 and events["second"][-1].count(",") == 1)
+    held = events["second"][-1]
+    before = list(events["first"])
+    second.close()  # a static member leaves no LeaveGroup behind
+    back = consumer("back", "i-2")
+    poll_until([first, back], lambda: bool(events["back"]))
+    for _ in range(20):  # a while longer: nothing may reach the other member
+        first.poll(0.1)
+        back.poll(0.1)
+    assert events["back"] == [held]
+    assert events["first"] == before  # no revoke, no new assignment: no rebalance
+    first.close()
+    back.close()

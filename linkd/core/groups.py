@@ -47,8 +47,15 @@ Rules (Kafka's GroupCoordinator, classic protocol, one coordinator for all group
   `OffsetStore` (`linkd.core.group_offsets`): this module decides who may
   commit, the store holds what was committed. Membership, generations and
   the member-id counter are not durable: after a restart members rejoin.
-- Static membership (group_instance_id) is recorded and reported only; such
-  members are treated as dynamic ones.
+- Static membership (KIP-345): a member joining with a group_instance_id that
+  a current member holds, and no member id, takes that member's place: it gets
+  a new member id, keeps the assignment and leadership, and, when the group is
+  Stable and its protocols are unchanged, is answered at once with the current
+  generation: no rebalance (in PreparingRebalance its join waits as any; in
+  CompletingRebalance, or with other protocols, a rebalance starts). The old
+  member id is fenced: its requests are answered FENCED_INSTANCE_ID, as is a
+  join naming the instance id with a member id that is not its current one.
+  A static member's session still expires as a dynamic member's does.
 
 Theory of operation. Long-polling calls carry a request id. `join` and `sync`
 never raise: they return the replies that complete now, which may include the
@@ -255,6 +262,26 @@ class _Group:
     # CompletingRebalance/Stable: members that have not sent SyncGroup yet.
     pending_sync: dict[str, None] = field(default_factory=dict)
     sync_deadline_ms: int | None = None
+    # Member ids static members were replaced under: member id -> instance id
+    # (the latest per instance only, so it stays as small as the group).
+    fenced: dict[str, str] = field(default_factory=dict)
+
+    def static_member(self, instance_id: str) -> _Member | None:
+        if not instance_id:
+            return None
+        return next(
+            (m for m in self.members.values() if m.group_instance_id == instance_id), None
+        )
+
+    def check_fenced(self, member_id: str) -> None:
+        instance = self.fenced.get(member_id)
+        if instance is not None:
+            raise _err(
+                ErrorCode.FENCED_INSTANCE_ID,
+                self.group_id,
+                f"member {member_id!r} was replaced by a newer member with group.instance.id "
+                f"{instance!r}",
+            )
 
     @property
     def resource(self) -> str:
@@ -421,8 +448,11 @@ class GroupCoordinator:
             return self._flush()
         self._pending[request_id] = request.group_id
         group = self._get_or_create(request.group_id, evict)
+        static = group.static_member(request.group_instance_id)
         if request.member_id:
             self._join_known(group, group.members[request.member_id], request_id, request, now_ms)
+        elif static is not None:
+            self._join_static_again(group, static, request_id, request, now_ms)
         else:
             self._join_new(group, request_id, request, now_ms)
         self._try_complete_join(group, now_ms)
@@ -463,6 +493,16 @@ class GroupCoordinator:
                 f"{len(request.protocols)} protocols (limit {MAX_PROTOCOLS})",
             )
         group = self._groups.get(gid)
+        static = group.static_member(request.group_instance_id) if group is not None else None
+        if group is not None and request.member_id:
+            group.check_fenced(request.member_id)
+            if static is not None and static.member_id != request.member_id:
+                raise _err(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    gid,
+                    f"group.instance.id {request.group_instance_id!r} belongs to member "
+                    f"{static.member_id!r}, not {request.member_id!r}",
+                )
         if request.member_id and (group is None or request.member_id not in group.members):
             raise _err(
                 ErrorCode.UNKNOWN_MEMBER_ID,
@@ -491,7 +531,11 @@ class GroupCoordinator:
                     f"{[name for name, _ in request.protocols]} is supported by every "
                     "member",
                 )
-        if not request.member_id and len(group.members) >= self.config.max_group_size:
+        if (
+            not request.member_id
+            and static is None
+            and len(group.members) >= self.config.max_group_size
+        ):
             raise _err(
                 ErrorCode.INVALID_REQUEST, gid, f"group full ({self.config.max_group_size} members)"
             )
@@ -543,6 +587,42 @@ class GroupCoordinator:
                     f"member {member.member_id!r} is not a member",
                 ),
             )
+
+    def _join_static_again(
+        self, group: _Group, member: _Member, request_id: int, request: JoinRequest, now_ms: int
+    ) -> None:
+        """KIP-345: a static member back (a restarted consumer) takes its old
+        place under a new member id; the old id is fenced."""
+        old_id = member.member_id
+        new_id = f"{request.group_instance_id}-{self._next_member_seq}"
+        self._next_member_seq += 1
+        group.members = {(new_id if k == old_id else k): m for k, m in group.members.items()}
+        member.member_id = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if old_id in group.pending_sync:
+            group.pending_sync = {(new_id if k == old_id else k): None for k in group.pending_sync}
+        group.fenced = {k: v for k, v in group.fenced.items() if v != request.group_instance_id}
+        group.fenced[old_id] = request.group_instance_id
+        fenced = _err(
+            ErrorCode.FENCED_INSTANCE_ID,
+            group.group_id,
+            f"member {old_id!r} was replaced by a newer member with group.instance.id "
+            f"{request.group_instance_id!r}",
+        )
+        for rid in (member.join_request, member.sync_request):
+            if rid is not None:
+                self._reply(rid, fenced)
+        member.join_request = member.sync_request = None
+        member.client_id, member.client_host = request.client_id, request.client_host
+        member.last_heartbeat_ms = now_ms
+        same = member.protocols == tuple(request.protocols)
+        if group.state is _STABLE and same:
+            member.session_timeout_ms = request.session_timeout_ms
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms or request.session_timeout_ms
+            self._reply(request_id, self._join_result(group, member))
+        else:
+            self._update_member_and_rebalance(group, member, request_id, request, now_ms)
 
     def _update_member_and_rebalance(
         self, group: _Group, member: _Member, request_id: int, request: JoinRequest, now_ms: int
@@ -751,6 +831,8 @@ class GroupCoordinator:
         """The member, if it belongs to the group's current generation."""
         _check_group_id(group_id)
         group = self._groups.get(group_id)
+        if group is not None:
+            group.check_fenced(member_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             raise _err(
@@ -780,6 +862,8 @@ class GroupCoordinator:
         """Raises ClusterError for an unknown member; returns replies completed by it."""
         _check_group_id(group_id)
         group = self._groups.get(group_id)
+        if group is not None:
+            group.check_fenced(member_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             raise _err(

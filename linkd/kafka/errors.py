@@ -66,6 +66,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.GROUP_ID_NOT_FOUND: K.group_id_not_found,
         ErrorCode.NON_EMPTY_GROUP: K.non_empty_group,
         ErrorCode.OFFSET_METADATA_TOO_LARGE: K.offset_metadata_too_large,
+        ErrorCode.FENCED_INSTANCE_ID: K.fenced_instance_id,
         ErrorCode.UNSUPPORTED: K.unsupported_version,
         ErrorCode.NOT_READY: K.leader_not_available,
         ErrorCode.STORAGE_ERROR: K.kafka_storage_error,

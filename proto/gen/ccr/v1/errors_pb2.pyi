@@ -120,6 +120,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The group still has members (for deletes)."""
     OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 38
     """An offset commit's metadata is longer than the cluster allows."""
+    FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 39
+    """A static member (group.instance.id) was replaced by a newer member with
+    the same instance id: the old member id no longer speaks for it (KIP-345).
+    """
     UNSUPPORTED: _ErrorCode.ValueType  # 50
     """--- Cluster -----------------------------------------------------------------
     The call is not implemented by this cluster version.
@@ -301,6 +305,10 @@ NON_EMPTY_GROUP: ErrorCode.ValueType  # 37
 """The group still has members (for deletes)."""
 OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 38
 """An offset commit's metadata is longer than the cluster allows."""
+FENCED_INSTANCE_ID: ErrorCode.ValueType  # 39
+"""A static member (group.instance.id) was replaced by a newer member with
+the same instance id: the old member id no longer speaks for it (KIP-345).
+"""
 UNSUPPORTED: ErrorCode.ValueType  # 50
 """--- Cluster -----------------------------------------------------------------
 The call is not implemented by this cluster version.
