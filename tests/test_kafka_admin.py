@@ -188,7 +188,8 @@ def test_describe_and_alter_topic_configs(cluster: Cluster) -> None:
     assert "retention.ms" in err.str()
 
     broker = ConfigResource(ResourceType.BROKER, "0")
-    assert cluster.admin.describe_configs([broker])[broker].result(20) == {}
+    broker_configs = cluster.admin.describe_configs([broker])[broker].result(20)
+    assert broker_configs["broker.id"].value == "0" and broker_configs["broker.id"].is_read_only
 
 
 # -- groups ----------------------------------------------------------------------------------

@@ -482,3 +482,34 @@ def test_a_static_consumer_restarted_in_its_session_gets_its_partitions_back_wit
     assert events["first"] == before  # no revoke, no new assignment: no rebalance
     first.close()
     back.close()
+
+
+# -- DescribeConfigs of the broker and of groups -------------------------------------------
+
+
+def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> None:
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    admin = CkAdmin({"bootstrap.servers": kafka})
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([broker])[broker].result(30)
+    assert configs["socket.request.max.bytes"].value == "104857600"
+    assert configs["connections.max.idle.ms"].value == "600000"
+    assert configs["auto.create.topics.enable"].value == "false"
+    assert configs["log.retention.ms"].value == "604800000"
+    assert all(c.is_read_only for c in configs.values())
+    group = ConfigResource(ResourceType.GROUP, "any-group")
+    assert admin.describe_configs([group])[group].result(30) == {}
+
+    other = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        answer = other.describe_configs([KConfigResource(ConfigResourceType.BROKER, "0")],
+                                        config_filter="all")
+    finally:
+        other.close()
+    entries = answer["broker"]["0"]
+    assert entries["num.partitions"]["value"] == "1"
+    assert entries["message.max.bytes"]["value"] == "1048588"

@@ -40,9 +40,11 @@ DEFAULT_PARTITIONS = 1
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 # Kafka's ConfigSource and ConfigType numbers.
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 TYPE_STRING = 2
 TYPE_INT = 3
@@ -271,6 +273,25 @@ def _describe_topic_configs(
     return out
 
 
+def _broker_configs(ctx: Context, keys: Any, docs: bool) -> list[dict[str, Any]]:
+    wanted = set(keys) if keys else None
+    return [
+        {
+            "name": name,
+            "value": value,
+            "read_only": True,
+            "is_default": False,
+            "config_source": SOURCE_STATIC_BROKER_CONFIG,
+            "is_sensitive": False,
+            "synonyms": [],
+            "config_type": config_type,
+            "documentation": "set when the daemon starts (linkd options)" if docs else None,
+        }
+        for name, value, config_type in ctx.broker.configs
+        if wanted is None or name in wanted
+    ]
+
+
 async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
     synonyms = bool(field(req, "include_synonyms", False))
     docs = bool(field(req, "include_documentation", False))
@@ -290,12 +311,17 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
                         f"broker {r.resource_name!r} does not exist; the cluster's "
                         f"only broker is {ctx.broker.node_id}",
                     )
+                configs = _broker_configs(ctx, r.configuration_keys, docs)
+            elif r.resource_type == RESOURCE_GROUP:
+                # Kafka's group configs (KIP-848: consumer.*, share.*) are for
+                # the new group protocols; a classic group here has none of its
+                # own (the broker's group.* configs apply to every group).
                 configs = []
             else:
                 raise _invalid(
                     f"config resource type {r.resource_type}",
-                    f"config resource type {r.resource_type} is not served (topics "
-                    "and brokers are)",
+                    f"config resource type {r.resource_type} is not served (topics, "
+                    "brokers and groups are)",
                 )
         except ClusterError as exc:
             results.append({**base, **error_fields(exc), "configs": []})

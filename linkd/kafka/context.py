@@ -21,6 +21,9 @@ class Broker:
     node_id: int
     host: str
     port: int
+    # The broker configs this cluster runs with, by Kafka's names (name, value,
+    # Kafka ConfigType): what DescribeConfigs answers for the broker, read-only.
+    configs: tuple[tuple[str, str, int], ...] = ()
 
     def as_metadata(self) -> dict[str, Any]:
         return {

@@ -43,6 +43,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.errors import ErrorCode as K
 
 from linkd.core.errors import ClusterError
+from linkd.core.topic_config import CONFIG_KEYS
 from linkd.kafka import api_admin, api_cluster, api_data, api_groups, api_txn, codec
 from linkd.kafka.context import Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
@@ -177,7 +178,7 @@ class KafkaListener:
         host = self.advertised_host or self.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        self.broker = Broker(self.node_id, host, self.port)
+        self.broker = Broker(self.node_id, host, self.port, self._broker_configs())
         # The schemas of every served version are imported and prepared before
         # the first client is accepted (about a second, once), not by the first
         # request of each kind (a fresh client's requests would pay for it).
@@ -192,6 +193,34 @@ class KafkaListener:
         log.info(
             "kafka listener serving",
             extra={"listen": f"{self.host}:{self.port}", "advertised": f"{host}:{self.port}"},
+        )
+
+    def _broker_configs(self) -> tuple[tuple[str, str, int], ...]:
+        """The settings this cluster really runs with, by Kafka's broker
+        config names (the topic defaults as Kafka's log.* names)."""
+        int_, long_, bool_, str_ = 3, 5, 1, 2  # Kafka's ConfigType numbers
+        limits, groups = self.limits, self.node.group_config
+        topic = {k.name: k.default for k in CONFIG_KEYS.values()}
+        return (
+            ("broker.id", str(self.node_id), int_),
+            ("auto.create.topics.enable", str(self.auto_create_partitions > 0).lower(), bool_),
+            ("num.partitions", str(self.auto_create_partitions or 1), int_),
+            ("socket.request.max.bytes", str(limits.socket_request_max_bytes), int_),
+            ("connections.max.idle.ms", str(limits.connections_max_idle_ms), long_),
+            ("queued.max.request.bytes", str(limits.queued_max_request_bytes), long_),
+            ("group.initial.rebalance.delay.ms", str(groups.initial_rebalance_delay_ms), int_),
+            ("group.min.session.timeout.ms", str(groups.min_session_timeout_ms), int_),
+            ("group.max.session.timeout.ms", str(groups.max_session_timeout_ms), int_),
+            ("group.max.size", str(groups.max_group_size), int_),
+            ("offset.metadata.max.bytes", str(groups.max_metadata_bytes), int_),
+            ("log.retention.ms", topic["retention.ms"], long_),
+            ("log.retention.bytes", topic["retention.bytes"], long_),
+            ("log.segment.bytes", topic["segment.bytes"], int_),
+            ("log.cleanup.policy", topic["cleanup.policy"], 7),
+            ("log.message.timestamp.type", topic["message.timestamp.type"], str_),
+            ("message.max.bytes", topic["max.message.bytes"], int_),
+            ("compression.type", topic["compression.type"], str_),
+            ("min.insync.replicas", topic["min.insync.replicas"], int_),
         )
 
     async def _close_idle_connections(self) -> None:
