@@ -513,3 +513,57 @@ def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> N
     entries = answer["broker"]["0"]
     assert entries["num.partitions"]["value"] == "1"
     assert entries["message.max.bytes"]["value"] == "1048588"
+
+
+# -- the admin APIs a single-broker Kafka answers ------------------------------------------
+
+
+def test_broker_replica_and_quorum_admin_apis_answer_as_a_single_broker(kafka: str) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import InvalidReplicationAssignmentError
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.create_topics([NewTopic("wide-a", 3, 1), NewTopic("wide-b", 2, 1)])
+        # DescribeTopicPartitions (KIP-966), paginated by a partition limit.
+        page = admin.describe_topic_partitions(["wide-a", "wide-b", "absent"],
+                                               response_partition_limit=4)
+        by_name = {t["name"]: t for t in page["topics"]}
+        assert by_name["absent"]["error_code"] == K.unknown_topic_or_partition
+        assert [p["partition_index"] for p in by_name["wide-a"]["partitions"]] == [0, 1, 2]
+        assert [p["partition_index"] for p in by_name["wide-b"]["partitions"]] == [0]
+        assert page["next_cursor"] == {"topic_name": "wide-b", "partition_index": 1}
+        assert all(p["replica_nodes"] == [0] and p["isr_nodes"] == [0]
+                   for p in by_name["wide-a"]["partitions"])
+        # DescribeLogDirs: the data directory, with sizes.
+        dirs = admin.describe_log_dirs()[0]["log_dirs"]
+        assert len(dirs) == 1 and dirs[0]["error_code"] == 0 and dirs[0]["total_bytes"] > 0
+        assert {t["name"] for t in dirs[0]["topics"]} >= {"wide-a", "wide-b"}
+        # DescribeQuorum: a one-node quorum led by the broker.
+        quorum = admin.describe_metadata_quorum()["topics"][0]["partitions"][0]
+        assert quorum["leader_id"] == 0 and [v["replica_id"] for v in quorum["current_voters"]] \
+            == [0]
+        assert quorum["high_watermark"] > 0
+        # ElectLeaders: nothing to elect.
+        elected = admin.elect_leaders(0, {"wide-a": [0], "absent": [0]}, raise_errors=False)
+        codes = {r.topic: [p.error_code for p in r.partition_result]
+                 for r in elected.replica_election_results}
+        assert codes == {"wide-a": [K.election_not_needed],
+                         "absent": [K.unknown_topic_or_partition]}
+        # Reassignments: the broker's own replica is accepted, any other refused.
+        ok = admin.alter_partition_reassignments({KTopicPartition("wide-a", 0): [0]})
+        assert ok == {KTopicPartition("wide-a", 0): None}
+        bad = admin.alter_partition_reassignments({KTopicPartition("wide-a", 0): [0, 1]})
+        assert bad[KTopicPartition("wide-a", 0)] is InvalidReplicationAssignmentError
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()
+
+    # librdkafka's elect_leaders, the same answer.
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import AdminClient as CkAdmin
+
+    ck_admin = CkAdmin({"bootstrap.servers": kafka})
+    result = ck_admin.elect_leaders(ElectionType.PREFERRED,
+                                    [ck.TopicPartition("wide-a", 1)]).result(30)
+    assert result[ck.TopicPartition("wide-a", 1)].code() == ck.KafkaError.ELECTION_NOT_NEEDED

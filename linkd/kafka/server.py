@@ -44,7 +44,15 @@ from kio.schema.errors import ErrorCode as K
 
 from linkd.core.errors import ClusterError
 from linkd.core.topic_config import CONFIG_KEYS
-from linkd.kafka import api_admin, api_cluster, api_data, api_groups, api_txn, codec
+from linkd.kafka import (
+    api_admin,
+    api_broker,
+    api_cluster,
+    api_data,
+    api_groups,
+    api_txn,
+    codec,
+)
 from linkd.kafka.context import Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
 from linkd.kafka.limits import FIRST_CHUNK_BYTES, ListenerLimits, RequestMemory
@@ -99,6 +107,12 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         21: Api("DeleteRecords", 0, 2, api_data.delete_records),
         22: Api("InitProducerId", 0, 5, api_txn.init_producer_id, coordinator=True),
         23: Api("OffsetForLeaderEpoch", 2, 4, api_data.offset_for_leader_epoch),
+        35: Api("DescribeLogDirs", 1, 4, api_broker.describe_log_dirs),
+        43: Api("ElectLeaders", 0, 2, api_broker.elect_leaders),
+        45: Api("AlterPartitionReassignments", 0, 0, api_broker.alter_partition_reassignments),
+        46: Api("ListPartitionReassignments", 0, 0, api_broker.list_partition_reassignments),
+        55: Api("DescribeQuorum", 0, 2, api_broker.describe_quorum),
+        75: Api("DescribeTopicPartitions", 0, 0, api_broker.describe_topic_partitions),
         24: Api("AddPartitionsToTxn", 0, 3, api_txn.add_partitions_to_txn, coordinator=True),
         25: Api("AddOffsetsToTxn", 0, 4, api_txn.add_offsets_to_txn, coordinator=True),
         26: Api("EndTxn", 0, 4, api_txn.end_txn, coordinator=True),
