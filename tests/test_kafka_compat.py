@@ -6,7 +6,7 @@ topic name no topic can have is an error at once, not a wait."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,30 +315,14 @@ def test_offset_for_leader_epoch_and_the_fetch_s_diverging_epoch(
         client.close()
 
 
-def test_a_confluent_consumer_past_a_cut_resumes_where_the_logs_part(
-    kafka: str, grpc_bootstrap: str
-) -> None:
-    """librdkafka, having read offsets 0-5 in epoch 0, is fenced after the cut,
-    validates its position with OffsetForLeaderEpoch, and goes on at 2: it
-    reads the two new records and none of the old ones again (without this it
-    fell back to auto.offset.reset and read offsets 0 and 1 twice)."""
-    admin = AdminClient({"bootstrap.servers": grpc_bootstrap})
-    admin.create_topic("cut-read", partitions=1)
-    client = _raw(kafka)
+Reader = tuple[Callable[[int], list[tuple[int, bytes]]], Callable[[], None]]
 
-    def produce(*values: str) -> None:
-        now = int(time.time() * 1000)
-        batch = rb.build_batch([rb.RecordSpec(None, v.encode(), now) for v in values])
-        resp = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
-            {"name": "cut-read", "partition_data": [{"index": 0, "records": batch}]}]})
-        assert resp.responses[0].partition_responses[0].error_code == K.none
 
-    for i in range(3):
-        produce(f"old-{2 * i}", f"old-{2 * i + 1}")
-    consumer = ck.Consumer({"bootstrap.servers": kafka, "group.id": "cut-reader",
+def _confluent_reader(kafka: str, topic: str) -> Reader:
+    consumer = ck.Consumer({"bootstrap.servers": kafka, "group.id": f"{topic}-reader",
                             "auto.offset.reset": "earliest", "enable.auto.commit": False,
                             "topic.metadata.refresh.interval.ms": 500})
-    consumer.assign([ck.TopicPartition("cut-read", 0, 0)])
+    consumer.assign([ck.TopicPartition(topic, 0, 0)])
 
     def read(count: int) -> list[tuple[int, bytes]]:
         got: list[tuple[int, bytes]] = []
@@ -349,15 +333,60 @@ def test_a_confluent_consumer_past_a_cut_resumes_where_the_logs_part(
                 got.append((message.offset(), message.value()))
         return got
 
+    return read, consumer.close
+
+
+def _kafka_python_reader(kafka: str, topic: str) -> Reader:
+    consumer = KafkaConsumer(bootstrap_servers=kafka, auto_offset_reset="earliest",
+                             enable_auto_commit=False, metadata_max_age_ms=500)
+    tp = KTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+
+    def read(count: int) -> list[tuple[int, bytes]]:
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got += [(r.offset, r.value) for r in records]
+        return got
+
+    return read, consumer.close
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "kafka-python"])
+def test_a_consumer_past_a_cut_resumes_where_the_logs_part(
+    kafka: str, grpc_bootstrap: str, client: str
+) -> None:
+    """A consumer that read offsets 0-5 in epoch 0 is fenced after the cut,
+    validates its position with OffsetForLeaderEpoch, and goes on at 2: it
+    reads the two new records and none of the old ones again (without this,
+    librdkafka fell back to auto.offset.reset and read offsets 0 and 1 twice)."""
+    topic = f"cut-read-{client}"
+    admin = AdminClient({"bootstrap.servers": grpc_bootstrap})
+    admin.create_topic(topic, partitions=1)
+    raw = _raw(kafka)
+
+    def produce(*values: str) -> None:
+        now = int(time.time() * 1000)
+        batch = rb.build_batch([rb.RecordSpec(None, v.encode(), now) for v in values])
+        resp = raw.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        assert resp.responses[0].partition_responses[0].error_code == K.none
+
+    for i in range(3):
+        produce(f"old-{2 * i}", f"old-{2 * i + 1}")
+    read, close = (_confluent_reader if client == "confluent-kafka" else _kafka_python_reader)(
+        kafka, topic)
     try:
         assert [o for o, _v in read(6)] == list(range(6))
-        admin.unclean_election("cut-read", 0, 3)  # cut to 2, epoch 1
+        admin.unclean_election(topic, 0, 3)  # cut to 2, epoch 1
         produce("new-0")
         produce("new-1")
         assert read(2) == [(2, b"new-0"), (3, b"new-1")]
     finally:
-        consumer.close()
-        client.close()
+        close()
+        raw.close()
         admin.close()
 
 
