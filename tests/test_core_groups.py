@@ -397,7 +397,7 @@ def _static_pair(h: Harness) -> tuple[str, str]:
 
 def test_a_static_member_back_within_its_session_keeps_its_place_without_a_rebalance() -> None:
     h = Harness()
-    leader, follower = _static_pair(h)
+    _leader, follower = _static_pair(h)
     # The follower's process restarts: it joins again with its instance id and
     # no member id, and is answered at once, in the same generation.
     again = h.joined(h.join(join_req(client_id="b2", instance="i-b"), 4))
@@ -419,7 +419,7 @@ def test_a_static_member_back_within_its_session_keeps_its_place_without_a_rebal
 
 def test_a_static_member_with_other_protocols_or_during_a_rebalance_rebalances() -> None:
     h = Harness()
-    _leader, follower = _static_pair(h)
+    _static_pair(h)
     changed = h.join(join_req(client_id="b2", instance="i-b", protocols=(("range", b"new"),)),
                      4)
     assert changed not in h.replies  # a rebalance: it waits for the join to complete
