@@ -596,3 +596,87 @@ def test_broker_replica_and_quorum_admin_apis_answer_as_a_single_broker(kafka: s
     result = ck_admin.elect_leaders(ElectionType.PREFERRED,
                                     [ck.TopicPartition("wide-a", 1)]).result(30)
     assert result[ck.TopicPartition("wide-a", 1)].code() == ck.KafkaError.ELECTION_NOT_NEEDED
+
+
+# -- incremental fetch sessions (KIP-227) --------------------------------------------------
+
+
+def test_fetch_sessions_answer_only_what_changed(kafka: str) -> None:
+    client = _raw(kafka)
+    try:
+        created = client.call(19, 7, {"topics": [
+            {"name": "sessions", "num_partitions": 3, "replication_factor": 1,
+             "assignments": [], "configs": []}]})
+        assert created.topics[0].error_code == K.none
+
+        def fetch(session_id: int, epoch: int, partitions: list[tuple[int, int]],
+                  forget: list[int] | None = None) -> Any:
+            return client.call(1, 12, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                "rack_id": "",
+                "forgotten_topics_data": [{"topic": "sessions", "partitions": forget}]
+                if forget else [],
+                "topics": [{"topic": "sessions", "partitions": [
+                    {"partition": p, "current_leader_epoch": -1, "fetch_offset": o,
+                     "last_fetched_epoch": -1, "log_start_offset": -1,
+                     "partition_max_bytes": 1 << 20} for p, o in partitions]}]
+                if partitions else []})
+
+        def answered(resp: Any) -> dict[int, tuple[int, bool]]:
+            return {p.partition_index: (p.high_watermark, bool(p.records))
+                    for t in resp.responses for p in t.partitions}
+
+        full = fetch(0, 0, [(0, 0), (1, 0), (2, 0)])
+        session = full.session_id
+        assert session != 0 and answered(full) == {0: (0, False), 1: (0, False), 2: (0, False)}
+        assert answered(fetch(session, 1, [])) == {}  # nothing changed: nothing answered
+        now = int(time.time() * 1000)
+        produced = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "sessions", "partition_data": [
+                {"index": 1, "records": rb.build_batch([rb.RecordSpec(None, b"x", now)])}]}]})
+        assert produced.responses[0].partition_responses[0].error_code == K.none
+        assert answered(fetch(session, 2, [])) == {1: (1, True)}
+        # The fetcher moves partition 1 on and forgets partition 2.
+        assert answered(fetch(session, 3, [(1, 1)], forget=[2])) == {}
+        assert fetch(session, 3, []).error_code == K.invalid_fetch_session_epoch
+        assert fetch(987654, 1, []).error_code == K.fetch_session_id_not_found
+        assert fetch(0, 2, []).error_code == K.invalid_fetch_session_epoch
+        closed = fetch(session, -1, [(0, 0)])  # closes the session, a full answer
+        assert closed.session_id == 0 and answered(closed) == {0: (0, False)}
+        assert fetch(session, 4, []).error_code == K.fetch_session_id_not_found
+    finally:
+        client.close()
+
+
+def test_a_kafka_python_consumer_of_many_partitions_reads_everything_through_sessions(
+    kafka: str,
+) -> None:
+    client = _raw(kafka)
+    try:
+        created = client.call(19, 7, {"topics": [
+            {"name": "many", "num_partitions": 6, "replication_factor": 1,
+             "assignments": [], "configs": []}]})
+        assert created.topics[0].error_code == K.none
+    finally:
+        client.close()
+    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 5})
+    for i in range(120):
+        producer.produce("many", f"v{i}".encode(), partition=i % 6)
+    assert producer.flush(30) == 0
+    consumer = KafkaConsumer(bootstrap_servers=kafka, auto_offset_reset="earliest",
+                             enable_auto_commit=False, fetch_max_wait_ms=100)
+    consumer.assign([KTopicPartition("many", p) for p in range(6)])
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + 30
+    while len(seen) < 120 and time.monotonic() < deadline:
+        for records in consumer.poll(200).values():
+            seen.update(r.value for r in records)
+    for i in range(120, 150):  # more records while the session lives
+        producer.produce("many", f"v{i}".encode(), partition=i % 6)
+    assert producer.flush(30) == 0
+    while len(seen) < 150 and time.monotonic() < deadline:
+        for records in consumer.poll(200).values():
+            seen.update(r.value for r in records)
+    consumer.close()
+    assert seen == {f"v{i}".encode() for i in range(150)}

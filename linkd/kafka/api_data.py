@@ -36,6 +36,7 @@ from linkd.core.errors import ClusterError
 from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context, error_fields
 from linkd.kafka.errors import kafka_code
+from linkd.kafka.fetch_sessions import FetchPlan
 
 READ_COMMITTED = 1
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
@@ -178,14 +179,14 @@ async def offset_for_leader_epoch(ctx: Context, req: Any) -> dict[str, Any]:
 async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
     node = ctx.node
     by_id = ctx.api_version >= 13
-    session_epoch = int(field(req, "session_epoch", -1))
-    if int(field(req, "session_id", 0)) != 0 or session_epoch > 0:
-        return {
-            "throttle_time": 0,
-            "error_code": int(K.fetch_session_id_not_found),
-            "session_id": 0,
-            "responses": [],
-        }
+    # Fetch v7+ may carry a session (KIP-227): what to read, and what to answer.
+    plan = (
+        ctx.fetch_sessions.plan(req, by_id)
+        if ctx.api_version >= 7
+        else FetchPlan(0, 0, [(t.topic, list(t.partitions)) for t in req.topics], None, False)
+    )
+    if plan.error:
+        return {"throttle_time": 0, "error_code": plan.error, "session_id": 0, "responses": []}
     names = {t.topic_id: t.name for t in node.state.topics.values()} if by_id else {}
     parts: list[tuple[str, int, int, int]] = []
     # Partitions whose reader's view of the log is stale (`_fenced`) or whose
@@ -196,13 +197,10 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
     # Per requested topic: its key in the response and, per partition, the index
     # of its answer in `parts` (or None: unknown topic id).
     layout: list[tuple[Any, str | None, list[tuple[int, int | None]]]] = []
-    for t in req.topics:
-        if by_id:
-            name = names.get(str(t.topic_id))
-        else:
-            name = t.topic
+    for topic_key, asked_partitions in plan.topics:
+        name = names.get(str(topic_key)) if by_id else topic_key
         entries: list[tuple[int, int | None]] = []
-        for p in t.partitions:
+        for p in asked_partitions:
             if name is None:
                 entries.append((p.partition, None))
                 continue
@@ -212,7 +210,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
             asked.append((name, p))
             entries.append((p.partition, len(parts)))
             parts.append((name, p.partition, p.fetch_offset, max_bytes))
-        layout.append((t.topic_id if by_id else t.topic, name, entries))
+        layout.append((topic_key, name, entries))
     read_committed = int(field(req, "isolation_level", 0)) == READ_COMMITTED
     unknown_ids = any(idx is None for _, _, entries in layout for _, idx in entries)
     fetched = []
@@ -226,7 +224,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
         )
     responses = []
     for key, _name, entries in layout:
-        partitions = []
+        partitions: list[dict[str, Any]] = []
         for partition, idx in entries:
             if idx is None:
                 partitions.append(
@@ -277,13 +275,29 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
                     "records": f.records,
                 }
             )
+        if plan.session is not None:
+            # A session remembers what each answer said; an incremental answer
+            # holds only the partitions with something new to say.
+            told = [
+                a for a in partitions
+                if plan.session.worth_answering((key, int(a["partition_index"])), a)
+            ]
+            if plan.incremental:
+                partitions = told
+                if not partitions:
+                    continue
         entry: dict[str, Any] = {"partitions": partitions}
         if by_id:
             entry["topic_id"] = key if isinstance(key, uuid.UUID) else uuid.UUID(str(key))
         else:
             entry["topic"] = key
         responses.append(entry)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": plan.session_id,
+        "responses": responses,
+    }
 
 
 def _response_max_bytes(requested: int) -> int:

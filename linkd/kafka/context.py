@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.kafka.errors import kafka_code, kafka_message
+from linkd.kafka.fetch_sessions import FetchSessionCache
 from linkd.node import ClusterNode
 
 # "Not requested" in Kafka's authorized-operations fields.
@@ -45,6 +46,8 @@ class Context:
     # auto.create.topics.enable with num.partitions: a Metadata request that
     # allows it creates an unknown topic with this many partitions (0: off).
     auto_create_partitions: int = 0
+    # The listener's incremental fetch sessions (KIP-227).
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
 
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any] | None]]

@@ -55,6 +55,7 @@ from linkd.kafka import (
 )
 from linkd.kafka.context import Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
+from linkd.kafka.fetch_sessions import FetchSessionCache
 from linkd.kafka.limits import FIRST_CHUNK_BYTES, ListenerLimits, RequestMemory
 from linkd.node import ClusterNode
 
@@ -171,6 +172,7 @@ class KafkaListener:
         self.advertised_host = advertised_host
         self.node_id = node_id
         self.limits = limits or ListenerLimits()
+        self.fetch_sessions = FetchSessionCache()
         self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.broker = Broker(node_id, advertised_host or host, port)
         self._server: asyncio.Server | None = None
@@ -566,6 +568,7 @@ class _Connection(asyncio.BufferedProtocol):
             request.client_id,
             self.client_host,
             self.listener.auto_create_partitions,
+            self.listener.fetch_sessions,
         )
         try:
             data = await api.handler(ctx, request.body)
