@@ -680,3 +680,42 @@ def test_a_kafka_python_consumer_of_many_partitions_reads_everything_through_ses
             seen.update(r.value for r in records)
     consumer.close()
     assert seen == {f"v{i}".encode() for i in range(150)}
+
+
+# -- record timestamps (KIP-937) -------------------------------------------------------------
+
+
+def test_record_timestamps_outside_the_topic_s_bounds_are_refused(kafka: str) -> None:
+    client = _raw(kafka)
+    try:
+        created = client.call(19, 7, {"topics": [
+            {"name": "clocked", "num_partitions": 1, "replication_factor": 1,
+             "assignments": [], "configs": [
+                 {"name": "message.timestamp.after.max.ms", "value": "3600000"},
+                 {"name": "message.timestamp.before.max.ms", "value": "86400000"}]}]})
+        assert created.topics[0].error_code == K.none
+        now = int(time.time() * 1000)
+
+        def produce(*stamps: int) -> Any:
+            batch = rb.build_batch([rb.RecordSpec(None, b"t", ts) for ts in stamps])
+            resp = client.call(0, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+                {"name": "clocked", "partition_data": [{"index": 0, "records": batch}]}]})
+            return resp.responses[0].partition_responses[0]
+
+        assert produce(now, now - 1000).error_code == K.none
+        ahead = produce(now, now + 2 * 3_600_000)  # a producer's clock two hours ahead
+        assert ahead.error_code == K.invalid_timestamp
+        assert "message.timestamp.after.max.ms" in ahead.error_message
+        assert produce(now - 2 * 86_400_000).error_code == K.invalid_timestamp
+        end = client.call(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "clocked", "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        assert end.topics[0].partitions[0].offset == 2  # only the first batch was stored
+    finally:
+        client.close()
+    errors: list[Any] = []
+    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 0})
+    producer.produce("clocked", b"late", partition=0, timestamp=now + 7_200_000,
+                     on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(30)
+    assert [e.code() for e in errors] == [ck.KafkaError.INVALID_TIMESTAMP]

@@ -333,11 +333,13 @@ class ClusterState:
             )
         plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
         try:
-            rb.check_records(
+            checked = rb.check_records(
                 batch, max_decompressed=topic.config.max_message_bytes, produced=True
             )
         except rb.CorruptBatchError as exc:
             raise refused_batch(exc, log.name, f"partition {log.name}") from exc
+        if not topic.config.log_append_time:
+            _check_timestamps(checked, topic.config, now_ms, log.name)
         if plan.duplicate:
             return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
         codec = topic.config.compression
@@ -1218,6 +1220,24 @@ class ClusterState:
             effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
         return dangling, effects
 
+
+
+def _check_timestamps(
+    checked: rb.CheckedBatch, config: TopicConfig, now_ms: int, where: str
+) -> None:
+    """CreateTime records must lie within message.timestamp.before.max.ms
+    before and message.timestamp.after.max.ms after the broker's time (KIP-937)."""
+    too_old = now_ms - checked.min_timestamp > config.timestamp_before_max_ms
+    too_new = checked.max_timestamp - now_ms > config.timestamp_after_max_ms
+    if too_old or too_new:
+        ts = checked.min_timestamp if too_old else checked.max_timestamp
+        raise ClusterError(
+            ErrorCode.INVALID_TIMESTAMP,
+            where,
+            f"partition {where}: record timestamp {ts} is outside "
+            f"[{now_ms} - message.timestamp.before.max.ms={config.timestamp_before_max_ms}, "
+            f"{now_ms} + message.timestamp.after.max.ms={config.timestamp_after_max_ms}]",
+        )
 
 
 def refused_batch(exc: rb.CorruptBatchError, resource: str, where: str) -> ClusterError:

@@ -668,9 +668,17 @@ def _decode(data: bytes, header: BatchHeader) -> list[Record]:
     return records
 
 
+class CheckedBatch(NamedTuple):
+    header: BatchHeader
+    # The smallest and largest timestamp of its records (CreateTime batches:
+    # each record's own; LogAppendTime: the batch's).
+    min_timestamp: int
+    max_timestamp: int
+
+
 def check_records(
     batch: bytes | memoryview, position: int = 0, *, max_decompressed: int, produced: bool
-) -> BatchHeader:
+) -> CheckedBatch:
     """Reads every record of the (CRC-checked) batch at `position` as Kafka's
     broker does before it stores one, without keeping them: lengths and
     varints that stay inside their record, no bytes after the last record,
@@ -688,6 +696,7 @@ def check_records(
     if count > last + 1:
         raise InvalidRecordError(f"batch claims {count} records in an offset range of {last + 1}")
     data = _records_bytes(batch, position, header, max_decompressed)
+    low = high = None
     try:
         pos, previous = 0, -1
         for i in range(count):
@@ -697,7 +706,9 @@ def check_records(
             record_end = pos + length
             if length < 0 or record_end > len(data):
                 raise CorruptBatchError(f"record {i}'s length runs past the end of the batch")
-            _ts, pos = _read_varint(data, pos + 1)  # after the attributes byte
+            ts_delta, pos = _read_varint(data, pos + 1)  # after the attributes byte
+            low = ts_delta if low is None else min(low, ts_delta)
+            high = ts_delta if high is None else max(high, ts_delta)
             delta, pos = _read_varint(data, pos)
             if produced and delta != i:
                 raise InvalidRecordError(f"record {i} has offset delta {delta}, not {i}")
@@ -718,7 +729,9 @@ def check_records(
         raise CorruptBatchError("a record runs past the end of the batch") from exc
     if pos != len(data):
         raise InvalidRecordError(f"{len(data) - pos} bytes follow the batch's last record")
-    return header
+    if header.log_append_time or low is None or high is None:
+        return CheckedBatch(header, header.max_timestamp, header.max_timestamp)
+    return CheckedBatch(header, header.base_timestamp + low, header.base_timestamp + high)
 
 
 def _skip_nullable(data: bytes, pos: int) -> int:

@@ -102,6 +102,20 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
         ),
         ConfigKey(
+            "message.timestamp.before.max.ms",
+            str(LONG_MAX),
+            _parse_long(0),
+            "CreateTime: a record whose timestamp is further than this before the broker's "
+            "time is refused (INVALID_TIMESTAMP).",
+        ),
+        ConfigKey(
+            "message.timestamp.after.max.ms",
+            str(LONG_MAX),
+            _parse_long(0),
+            "CreateTime: a record whose timestamp is further than this after the broker's "
+            "time is refused (INVALID_TIMESTAMP).",
+        ),
+        ConfigKey(
             "compression.type",
             "producer",
             _parse_choice(*COMPRESSION_TYPES),
@@ -202,6 +216,8 @@ class TopicConfig:
     segment_bytes: int
     log_append_time: bool
     compression: int | None  # the codec compression.type asks for; None: the producer's
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, str]) -> TopicConfig:
@@ -213,4 +229,6 @@ class TopicConfig:
             segment_bytes=int(eff["segment.bytes"]),
             log_append_time=eff["message.timestamp.type"] == "LogAppendTime",
             compression=COMPRESSION_TYPES[eff["compression.type"]],
+            timestamp_before_max_ms=int(eff["message.timestamp.before.max.ms"]),
+            timestamp_after_max_ms=int(eff["message.timestamp.after.max.ms"]),
         )

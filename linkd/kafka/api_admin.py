@@ -57,6 +57,8 @@ CONFIG_TYPES: Mapping[str, int] = {
     "segment.bytes": TYPE_INT,
     "cleanup.policy": TYPE_LIST,
     "message.timestamp.type": TYPE_STRING,
+    "message.timestamp.before.max.ms": TYPE_LONG,
+    "message.timestamp.after.max.ms": TYPE_LONG,
     "compression.type": TYPE_STRING,
     "min.insync.replicas": TYPE_INT,
 }
