@@ -13,10 +13,12 @@ the limit binds too."""
 from __future__ import annotations
 
 import resource
+import subprocess
 import time
 from pathlib import Path
 
 import confluent_kafka as ck
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness import Daemon, free_port
@@ -91,3 +93,64 @@ def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> Non
                 seen.append(msg.value())
         consumer.close()
     assert seen == values
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def test_a_real_full_disk_then_space_freed(tmp_path: Path) -> None:
+    """The same on a filesystem that really runs out of space (ENOSPC): a
+    small tmpfs holds the data directory, a filler file takes the rest."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "16m"):
+        pytest.skip("needs permission to mount a tmpfs (root, or CAP_SYS_ADMIN)")
+    try:
+        port = free_port()
+        with Daemon("E", disk, ["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
+            bootstrap = f"127.0.0.1:{port}"
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("enospc", 1, 1)])["enospc"].result(30)
+            delivered: list[tuple[int, bytes]] = []
+            errors: list[ck.KafkaError] = []
+
+            def report(err: ck.KafkaError | None, msg: ck.Message) -> None:
+                if err is None:
+                    delivered.append((msg.offset(), msg.value()))
+                else:
+                    errors.append(err)
+
+            producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                    "linger.ms": 0, "retry.backoff.ms": 50,
+                                    "enable.idempotence": False,
+                                    "delivery.timeout.ms": 120_000,
+                                    "max.in.flight.requests.per.connection": 1})
+            producer.produce("enospc", b"first", partition=0, on_delivery=report)
+            assert producer.flush(30) == 0
+            filler = disk / "filler"
+            with filler.open("wb") as out:  # take every byte left
+                try:
+                    while True:
+                        out.write(bytes(64 * 1024))
+                        out.flush()
+                except OSError:
+                    pass
+            values = [f"v{i}-".encode() + bytes(16 * 1024) for i in range(10)]
+            for value in values:
+                producer.produce("enospc", value, partition=0, on_delivery=report)
+            deadline = time.monotonic() + DEADLINE_S
+            while "the disk refused a write" not in daemon.stderr_text():
+                producer.poll(0.1)
+                assert time.monotonic() < deadline, "no write was refused"
+            filler.unlink()  # space comes back
+            assert producer.flush(DEADLINE_S) == 0
+            assert not errors, errors
+            assert daemon.running and daemon.starts == 1
+        got = [v for _o, v in sorted(delivered)]
+        assert [o for o, _v in sorted(delivered)] == list(range(11))
+        assert got == [b"first", *values]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
