@@ -22,6 +22,7 @@ comes from an injected clock so tests can drive it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -353,12 +354,21 @@ class ClusterNode:
             for p in effect.partitions:
                 self._open_store(effect.topic_id, p, effect.segment_bytes)
         except OSError as exc:
-            for key in [k for k in self.stores if k[0] == effect.topic_id]:
-                self.stores.pop(key).close()
-                self.flushers.pop(key, None)
-            assert self.datadir is not None
-            self.datadir.remove_partition_dirs(effect.topic_id)
             name = self.state.discard_unjournalled_topic(effect.topic_id)
+            for key in [k for k in self.stores if k[0] == effect.topic_id]:
+                self.flushers.pop(key, None)
+                with contextlib.suppress(OSError):
+                    self.stores.pop(key).close()
+            assert self.datadir is not None
+            try:
+                self.datadir.remove_partition_dirs(effect.topic_id)
+            except OSError as cleanup:
+                # What the disk would not let go of now is an orphan of a topic
+                # the journal never had: removed at the next start.
+                log.warning(
+                    "partition directories of a topic not created are left until restart",
+                    extra={"topic": name, "error": str(cleanup)},
+                )
             log.warning(
                 "topic not created: its partition logs could not be opened",
                 extra={"topic": name, "error": str(exc)},

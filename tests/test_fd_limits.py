@@ -157,3 +157,33 @@ def test_the_handle_cache_closes_the_least_recently_used_logs_files() -> None:
     assert closed == ["b"] and len(cache) == 2
     with pytest.raises(ValueError):
         HandleCache(1)
+
+
+def test_a_topic_created_when_no_descriptor_is_left_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """Through gRPC: the daemon's descriptor limit is lowered to what it holds
+    now, so CreateTopic cannot open its logs: STORAGE_ERROR, the topic is not
+    listed, its name is free once descriptors are back, and a restart finds
+    nothing of the refused one."""
+    data = tmp_path / "data"
+    with Daemon("M", data) as daemon:
+        assert daemon.pid is not None
+        admin = AdminClient({"bootstrap.servers": daemon.bootstrap})
+        admin.create_topic("warm", partitions=1)  # the channel is open before the limit
+        held = len(os.listdir(f"/proc/{daemon.pid}/fd"))
+        soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (held + 1, hard))
+        try:
+            with pytest.raises(Exception, match="STORAGE_ERROR") as refused:
+                admin.create_topic("doomed", partitions=20)
+            assert "Too many open files" in str(refused.value)
+            assert [t.name for t in admin.list_topics()] == ["warm"]
+        finally:
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        admin.create_topic("doomed", partitions=2)
+        kept = {t.name: t.topic_id for t in admin.list_topics()}
+        admin.close()
+        daemon.restart()
+    partition_dirs = {p.name.rsplit("-", 1)[0] for p in (data / "topics").iterdir()}
+    assert partition_dirs == set(kept.values())
