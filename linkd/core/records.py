@@ -618,6 +618,9 @@ def _decode(data: bytes, header: BatchHeader) -> list[Record]:
         b = data[pos]
         if b < 0x80:
             length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            v = (b & 0x7F) | (data[pos + 1] << 7)
+            length, pos = (v >> 1) ^ -(v & 1), pos + 2
         else:
             length, pos = read_varint(data, pos)
         record_end = pos + length
@@ -696,42 +699,98 @@ def check_records(
     if count > last + 1:
         raise InvalidRecordError(f"batch claims {count} records in an offset range of {last + 1}")
     data = _records_bytes(batch, position, header, max_decompressed)
-    low = high = None
     try:
-        pos, previous = 0, -1
-        for i in range(count):
-            if pos >= len(data):
-                raise InvalidRecordError(f"batch claims {count} records but holds {i}")
-            length, pos = _read_varint(data, pos)
-            record_end = pos + length
-            if length < 0 or record_end > len(data):
-                raise CorruptBatchError(f"record {i}'s length runs past the end of the batch")
-            ts_delta, pos = _read_varint(data, pos + 1)  # after the attributes byte
-            low = ts_delta if low is None else min(low, ts_delta)
-            high = ts_delta if high is None else max(high, ts_delta)
-            delta, pos = _read_varint(data, pos)
-            if produced and delta != i:
-                raise InvalidRecordError(f"record {i} has offset delta {delta}, not {i}")
-            if delta <= previous or delta > last:
-                raise InvalidRecordError(
-                    f"record {i} has offset delta {delta} after {previous} (batch range 0..{last})"
-                )
-            previous = delta
-            pos = _skip_nullable(data, _skip_nullable(data, pos))  # key, value
-            headers, pos = _read_varint(data, pos)
-            if headers < 0:
-                raise CorruptBatchError(f"record {i} has {headers} headers")
-            for _ in range(headers):
-                pos = _skip_nullable(data, _skip_nullable(data, pos))
-            if pos != record_end:
-                raise CorruptBatchError(f"record {i}'s length does not match its fields")
+        pos, low, high = _walk_records(data, count, last, produced)
     except IndexError as exc:
         raise CorruptBatchError("a record runs past the end of the batch") from exc
     if pos != len(data):
         raise InvalidRecordError(f"{len(data) - pos} bytes follow the batch's last record")
-    if header.log_append_time or low is None or high is None:
+    if header.log_append_time or count == 0:
         return CheckedBatch(header, header.max_timestamp, header.max_timestamp)
     return CheckedBatch(header, header.base_timestamp + low, header.base_timestamp + high)
+
+
+def _walk_records(data: bytes, count: int, last: int, produced: bool) -> tuple[int, int, int]:
+    """`check_records`' walk over the records' bytes: every field of every
+    record read, nothing kept. Returns (the position after the last record,
+    the smallest and largest timestamp delta). Varints of one or two bytes
+    (almost all lengths, deltas and counts) are decoded inline: this loop
+    runs once per record of every batch stored."""
+    size = len(data)
+    read_varint = _read_varint
+    skip = _skip_nullable
+    pos, previous = 0, -1
+    low, high = 1 << 63, -(1 << 63)
+    for i in range(count):
+        if pos >= size:
+            raise InvalidRecordError(f"batch claims {count} records but holds {i}")
+        b = data[pos]
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif data[pos + 1] < 0x80:
+            v = (b & 0x7F) | (data[pos + 1] << 7)
+            length, pos = (v >> 1) ^ -(v & 1), pos + 2
+        else:
+            length, pos = read_varint(data, pos)
+        record_end = pos + length
+        if length < 0 or record_end > size:
+            raise CorruptBatchError(f"record {i}'s length runs past the end of the batch")
+        p = pos + 1  # after the attributes byte
+        b = data[p]
+        if b < 0x80:
+            ts, p = (b >> 1) ^ -(b & 1), p + 1
+        elif data[p + 1] < 0x80:
+            v = (b & 0x7F) | (data[p + 1] << 7)
+            ts, p = (v >> 1) ^ -(v & 1), p + 2
+        else:
+            ts, p = read_varint(data, p)
+        if ts < low:
+            low = ts
+        if ts > high:
+            high = ts
+        b = data[p]
+        if b < 0x80:
+            delta, p = (b >> 1) ^ -(b & 1), p + 1
+        elif data[p + 1] < 0x80:
+            v = (b & 0x7F) | (data[p + 1] << 7)
+            delta, p = (v >> 1) ^ -(v & 1), p + 2
+        else:
+            delta, p = read_varint(data, p)
+        if delta != i and (produced or delta <= previous or delta > last):
+            raise InvalidRecordError(
+                f"record {i} has offset delta {delta}"
+                + (f", not {i}" if produced else f" after {previous} (batch range 0..{last})")
+            )
+        previous = delta
+        b = data[p]  # the key: null (zigzag -1) or a length of one or two bytes
+        if b == 1:
+            p += 1
+        elif b < 0x80 and not b & 1:
+            p += 1 + (b >> 1)
+        else:
+            p = skip(data, p)
+        b = data[p]  # the value, the same way
+        if b == 1:
+            p += 1
+        elif b < 0x80 and not b & 1:
+            p += 1 + (b >> 1)
+        elif not b & 1 and data[p + 1] < 0x80:
+            p += 2 + ((b & 0x7F) | (data[p + 1] << 7)) // 2
+        else:
+            p = skip(data, p)
+        b = data[p]
+        if b == 0:
+            p += 1
+        else:
+            headers, p = read_varint(data, p)
+            if headers < 0:
+                raise CorruptBatchError(f"record {i} has {headers} headers")
+            for _ in range(headers):
+                p = skip(data, skip(data, p))
+        if p != record_end:
+            raise CorruptBatchError(f"record {i}'s length does not match its fields")
+        pos = p
+    return pos, low, high
 
 
 def _skip_nullable(data: bytes, pos: int) -> int:
