@@ -32,30 +32,48 @@ def _segment(data_dir: Path) -> Path:
     return logs[0]
 
 
+class Retrying:
+    """One topic, one retrying producer (acks=all, one request in flight, so
+    a retried batch keeps its place) and what it was told."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        self.topic = topic
+        self.delivered: list[tuple[int, bytes]] = []
+        self.errors: list[ck.KafkaError] = []
+        self.producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                     "linger.ms": 0, "retry.backoff.ms": 50,
+                                     "delivery.timeout.ms": 120_000,
+                                     "enable.idempotence": False,
+                                     "max.in.flight.requests.per.connection": 1})
+
+    def _report(self, err: ck.KafkaError | None, msg: ck.Message) -> None:
+        if err is None:
+            self.delivered.append((msg.offset(), msg.value()))
+        else:
+            self.errors.append(err)
+
+    def send(self, value: bytes) -> None:
+        self.producer.produce(self.topic, value, partition=0, on_delivery=self._report)
+
+    def wait_for_refusal(self, daemon: Daemon) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while "the disk refused a write" not in daemon.stderr_text():
+            self.producer.poll(0.1)
+            assert time.monotonic() < deadline, "no write was refused"
+
+
 def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> None:
     port = free_port()
     data = tmp_path / "data"
     with Daemon("D", data, ["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
         assert daemon.pid is not None
         bootstrap = f"127.0.0.1:{port}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic("full", 1, 1)])["full"].result(30)
-        delivered: list[tuple[int, bytes]] = []
-        errors: list[ck.KafkaError] = []
-
-        def report(err: ck.KafkaError | None, msg: ck.Message) -> None:
-            if err is None:
-                delivered.append((msg.offset(), msg.value()))
-            else:
-                errors.append(err)
-
-        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                "linger.ms": 0, "retry.backoff.ms": 50,
-                                "delivery.timeout.ms": 120_000, "enable.idempotence": False,
-                                "max.in.flight.requests.per.connection": 1})
+        writer = Retrying(bootstrap, "full")
+        delivered, errors, producer = writer.delivered, writer.errors, writer.producer
         for i in range(20):
-            value = f"before-{i}-".encode() + bytes(8000)
-            producer.produce("full", value, partition=0, on_delivery=report)
+            writer.send(f"before-{i}-".encode() + bytes(8000))
         assert producer.flush(30) == 0 and len(delivered) == 20
 
         # The disk fills: no file may grow past what the segment holds now.
@@ -63,11 +81,8 @@ def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> Non
         resource.prlimit(daemon.pid, resource.RLIMIT_FSIZE,
                          (_segment(data).stat().st_size, hard))
         for i in range(10):
-            producer.produce("full", f"during-{i}".encode(), partition=0, on_delivery=report)
-        deadline = time.monotonic() + DEADLINE_S
-        while "the disk refused a write" not in daemon.stderr_text():
-            producer.poll(0.1)
-            assert time.monotonic() < deadline, "no write was refused"
+            writer.send(f"during-{i}".encode())
+        writer.wait_for_refusal(daemon)
         assert len(delivered) == 20  # nothing was acknowledged while the disk was full
 
         # Space comes back: the producer's retries go through, without a restart.
@@ -111,24 +126,9 @@ def test_a_real_full_disk_then_space_freed(tmp_path: Path) -> None:
     try:
         port = free_port()
         with Daemon("E", disk, ["--kafka-listen", f"127.0.0.1:{port}"]) as daemon:
-            bootstrap = f"127.0.0.1:{port}"
-            admin = AdminClient({"bootstrap.servers": bootstrap})
-            admin.create_topics([NewTopic("enospc", 1, 1)])["enospc"].result(30)
-            delivered: list[tuple[int, bytes]] = []
-            errors: list[ck.KafkaError] = []
-
-            def report(err: ck.KafkaError | None, msg: ck.Message) -> None:
-                if err is None:
-                    delivered.append((msg.offset(), msg.value()))
-                else:
-                    errors.append(err)
-
-            producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                    "linger.ms": 0, "retry.backoff.ms": 50,
-                                    "enable.idempotence": False,
-                                    "delivery.timeout.ms": 120_000,
-                                    "max.in.flight.requests.per.connection": 1})
-            producer.produce("enospc", b"first", partition=0, on_delivery=report)
+            writer = Retrying(f"127.0.0.1:{port}", "enospc")
+            delivered, errors, producer = writer.delivered, writer.errors, writer.producer
+            writer.send(b"first")
             assert producer.flush(30) == 0
             filler = disk / "filler"
             with filler.open("wb") as out:  # take every byte left
@@ -140,11 +140,8 @@ def test_a_real_full_disk_then_space_freed(tmp_path: Path) -> None:
                     pass
             values = [f"v{i}-".encode() + bytes(16 * 1024) for i in range(10)]
             for value in values:
-                producer.produce("enospc", value, partition=0, on_delivery=report)
-            deadline = time.monotonic() + DEADLINE_S
-            while "the disk refused a write" not in daemon.stderr_text():
-                producer.poll(0.1)
-                assert time.monotonic() < deadline, "no write was refused"
+                writer.send(value)
+            writer.wait_for_refusal(daemon)
             filler.unlink()  # space comes back
             assert producer.flush(DEADLINE_S) == 0
             assert not errors, errors

@@ -159,8 +159,13 @@ def test_a_fenced_confluent_producer_does_not_disturb_the_one_that_fenced_it(
     with pytest.raises(ck.KafkaException):
         old.commit_transaction(30)
     new.commit_transaction(30)
+    values = _committed_until(kafka, "fence-check", b"from-new")
+    assert b"from-new" in values and b"from-old" not in values
 
-    reader = ck.Consumer({"bootstrap.servers": kafka, "group.id": "fence-check",
+
+def _committed_until(kafka: str, group: str, wanted: bytes) -> list[bytes]:
+    """What a read_committed reader of compat-0 sees, until `wanted` (bounded)."""
+    reader = ck.Consumer({"bootstrap.servers": kafka, "group.id": group,
                           "isolation.level": "read_committed",
                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
     reader.assign([ck.TopicPartition("compat", 0, 0)])
@@ -169,10 +174,10 @@ def test_a_fenced_confluent_producer_does_not_disturb_the_one_that_fenced_it(
         message = reader.poll(0.5)
         if message is not None and message.error() is None:
             values.append(message.value())
-        if b"from-new" in values:
+        if wanted in values:
             break
     reader.close()
-    assert b"from-new" in values and b"from-old" not in values
+    return values
 
 
 def test_a_fenced_kafka_python_producer_does_not_disturb_the_one_that_fenced_it(
@@ -196,18 +201,7 @@ def test_a_fenced_kafka_python_producer_does_not_disturb_the_one_that_fenced_it(
     new.commit_transaction()
     old.close(timeout=1)
     new.close(timeout=1)
-    reader = ck.Consumer({"bootstrap.servers": kafka, "group.id": "kp-fence-check",
-                          "isolation.level": "read_committed",
-                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    reader.assign([ck.TopicPartition("compat", 0, 0)])
-    values: list[bytes] = []
-    for _ in range(40):
-        message = reader.poll(0.5)
-        if message is not None and message.error() is None:
-            values.append(message.value())
-        if b"kp-new" in values:
-            break
-    reader.close()
+    values = _committed_until(kafka, "kp-fence-check", b"kp-new")
     assert b"kp-new" in values and b"kp-old" not in values
 
 
