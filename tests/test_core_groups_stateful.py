@@ -286,7 +286,7 @@ class GroupMachine(RuleBasedStateMachine):
             # Kafka: generation < 0 on an empty (or unknown) group is a standalone commit,
             # whatever the member id.
             allowed = allowed or (gen < 0 and d.state in ("Empty", "Dead"))
-        allowed = allowed and offset >= 0
+        # Any offset is kept as given (Kafka does not check it; -1 and -2 occur).
         try:
             self.gc.commit_offsets(group, gen, member, {(topic, partition): (offset, "m", 0)},
                                    self.now)
