@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--num-partitions",
         type=int,
-        help="partitions of an auto-created topic (default 1, as Kafka's num.partitions)",
+        help="partitions of an auto-created topic, and of one created through the Kafka "
+        "listener without a count (default 1, as Kafka's num.partitions)",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument(
@@ -334,9 +335,8 @@ async def serve(settings: dict[str, Any]) -> int:
             host.strip("[]"),
             int(kport),
             limits=settings["listener_limits"],
-            auto_create_partitions=(
-                int(settings["num_partitions"]) if settings["auto_create_topics"] else 0
-            ),
+            auto_create_topics=bool(settings["auto_create_topics"]),
+            num_partitions=int(settings["num_partitions"]),
         )
         try:
             await kafka.start()

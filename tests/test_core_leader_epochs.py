@@ -29,3 +29,13 @@ def test_an_epoch_below_the_first_known_ends_where_the_first_starts() -> None:
     log = _log([(3, 100), (5, 140)], end=150)
     assert log.end_offset_for_epoch(1) == (1, 100)
     assert log.end_offset_for_epoch(3) == (3, 140)
+
+
+def test_a_reader_s_diverging_epoch() -> None:
+    log = _log([(0, 0), (2, 5), (4, 9)], end=12)
+    assert log.diverging_epoch(-1, 100) is None  # no epoch given: not checked
+    assert log.diverging_epoch(4, 12) is None
+    assert log.diverging_epoch(2, 9) is None  # read epoch 2 up to its end here
+    assert log.diverging_epoch(2, 11) == (2, 9)  # read past where epoch 2 ends here
+    assert log.diverging_epoch(3, 7) == (2, 9)  # an epoch this log never had
+    assert log.diverging_epoch(6, 12) == (-1, -1)  # newer than anything here

@@ -238,6 +238,16 @@ def test_topics_are_created_on_first_use_when_enabled__never_in_a_reserved_names
         consumer.poll(timeout_ms=500)
         consumer.close()
         assert "by-consumer" in [t.name for t in admin.list_topics()]
+        # num.partitions is also what CreateTopics gets when it asks for the default.
+        client = _raw(kafka)
+        try:
+            created = client.call(19, 7, {"topics": [
+                {"name": "by-default", "num_partitions": -1, "replication_factor": -1,
+                 "assignments": [], "configs": []}]})
+        finally:
+            client.close()
+        assert created.topics[0].error_code == K.none
+        assert len(admin.describe_topic("by-default").partitions) == 3
         admin.close()
         assert "topic auto-created" in daemon.stderr_text()
 

@@ -447,6 +447,19 @@ class PartitionLog:
         floor = [e for e, _start in history if e <= epoch]
         return (max(floor) if floor else epoch), higher[1]
 
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """A reader whose last fetched record is in `last_fetched_epoch` and
+        who reads on at `fetch_offset` (KIP-320): None when this log agrees
+        with what it read; else (epoch, end offset) of where its epoch ends
+        here, the place to truncate to. A reader that gives no epoch (-1)
+        is not checked."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.end_offset_for_epoch(last_fetched_epoch)
+        if epoch == last_fetched_epoch and end >= fetch_offset:
+            return None
+        return epoch, end
+
     def epoch_at(self, offset: int) -> int:
         epoch = self.epoch_history[0][0]
         for e, start in self.epoch_history:

@@ -36,8 +36,6 @@ from linkd.core.topic_config import CONFIG_KEYS
 from linkd.kafka.codec import field
 from linkd.kafka.context import Context, error_fields
 
-DEFAULT_PARTITIONS = 1
-
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32
@@ -122,7 +120,7 @@ async def _create_topic(ctx: Context, t: Any, validate_only: bool) -> dict[str, 
                 }
             count = len(assignments)
         elif count == -1:
-            count = DEFAULT_PARTITIONS
+            count = ctx.num_partitions  # num.partitions, as Kafka's default
         replication = int(t.replication_factor)
         if replication not in (-1, 1):
             return {

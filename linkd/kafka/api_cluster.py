@@ -156,7 +156,7 @@ def _may_auto_create(ctx: Context, req: Any, name: str) -> bool:
     """auto.create.topics.enable is on, the request allows it (Metadata v4+
     says so; before, it always did), and the name is one a topic can have."""
     allowed = ctx.api_version < 4 or bool(field(req, "allow_auto_topic_creation", True))
-    return ctx.auto_create_partitions > 0 and allowed and valid_topic_name(name)
+    return ctx.auto_create_topics and allowed and valid_topic_name(name)
 
 
 async def _auto_create(ctx: Context, name: str) -> int | None:
@@ -164,7 +164,7 @@ async def _auto_create(ctx: Context, name: str) -> int | None:
     default configs; the Kafka error code of a refusal (a name inside a
     namespace this cluster follows, say), or None."""
     try:
-        await ctx.node.create_topic(name, ctx.auto_create_partitions, {})
+        await ctx.node.create_topic(name, ctx.num_partitions, {})
     except ClusterError as exc:
         if exc.code is ErrorCode.TOPIC_ALREADY_EXISTS:
             return None  # another request created it meanwhile
@@ -172,7 +172,7 @@ async def _auto_create(ctx: Context, name: str) -> int | None:
         return kafka_code(exc)
     log.info(
         "kafka: topic auto-created",
-        extra={"topic": name, "partitions": ctx.auto_create_partitions, "client": ctx.client_id},
+        extra={"topic": name, "partitions": ctx.num_partitions, "client": ctx.client_id},
     )
     return None
 

@@ -121,13 +121,13 @@ def _diverging(state: ClusterState, topic: str, p: Any) -> dict[str, Any] | None
     ends on this log before its fetch offset, or is not on this log at all
     (KIP-320): the diverging epoch and no records, checked before the fetch
     offset is (as Kafka does). None when the reader's log agrees."""
-    last = int(field(p, "last_fetched_epoch", -1))
-    if last < 0 or topic not in state.topics or p.partition >= len(state.topics[topic].partitions):
+    if topic not in state.topics or p.partition >= len(state.topics[topic].partitions):
         return None
     log = state.topics[topic].partitions[p.partition]
-    epoch, end = log.end_offset_for_epoch(last)
-    if epoch == last and end >= int(p.fetch_offset):
+    found = log.diverging_epoch(int(field(p, "last_fetched_epoch", -1)), int(p.fetch_offset))
+    if found is None:
         return None
+    epoch, end = found
     return {
         "error_code": 0,
         "high_watermark": log.high_watermark,

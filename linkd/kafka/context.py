@@ -43,9 +43,11 @@ class Context:
     api_version: int
     client_id: str
     client_host: str
-    # auto.create.topics.enable with num.partitions: a Metadata request that
-    # allows it creates an unknown topic with this many partitions (0: off).
-    auto_create_partitions: int = 0
+    # auto.create.topics.enable: a Metadata request that allows it creates an
+    # unknown topic. num.partitions: the partitions of such a topic, and of a
+    # CreateTopics that asks for the default (-1).
+    auto_create_topics: bool = False
+    num_partitions: int = 1
     # The listener's incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
 

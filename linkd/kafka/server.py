@@ -162,10 +162,12 @@ class KafkaListener:
         advertised_host: str | None = None,
         node_id: int = 0,
         limits: ListenerLimits | None = None,
-        auto_create_partitions: int = 0,
+        auto_create_topics: bool = False,
+        num_partitions: int = 1,
     ) -> None:
-        assert auto_create_partitions >= 0
-        self.auto_create_partitions = auto_create_partitions
+        assert num_partitions >= 1
+        self.auto_create_topics = auto_create_topics
+        self.num_partitions = num_partitions
         self.node = node
         self.host = host
         self.port = port
@@ -219,8 +221,8 @@ class KafkaListener:
         topic = {k.name: k.default for k in CONFIG_KEYS.values()}
         return (
             ("broker.id", str(self.node_id), int_),
-            ("auto.create.topics.enable", str(self.auto_create_partitions > 0).lower(), bool_),
-            ("num.partitions", str(self.auto_create_partitions or 1), int_),
+            ("auto.create.topics.enable", str(self.auto_create_topics).lower(), bool_),
+            ("num.partitions", str(self.num_partitions), int_),
             ("socket.request.max.bytes", str(limits.socket_request_max_bytes), int_),
             ("connections.max.idle.ms", str(limits.connections_max_idle_ms), long_),
             ("queued.max.request.bytes", str(limits.queued_max_request_bytes), long_),
@@ -567,7 +569,8 @@ class _Connection(asyncio.BufferedProtocol):
             version,
             request.client_id,
             self.client_host,
-            self.listener.auto_create_partitions,
+            self.listener.auto_create_topics,
+            self.listener.num_partitions,
             self.listener.fetch_sessions,
         )
         try:
