@@ -36,6 +36,10 @@ class Broker:
         }
 
 
+# The principal of a connection that has not authenticated (Kafka's name).
+ANONYMOUS = "User:ANONYMOUS"
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     node: ClusterNode
@@ -50,6 +54,9 @@ class Context:
     num_partitions: int = 1
     # The listener's incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
+    # Who sent the request: "Type:name", as Kafka's KafkaPrincipal prints it
+    # (User:ANONYMOUS on a PLAINTEXT listener).
+    principal: str = ANONYMOUS
 
 
 Handler = Callable[[Context, Any], Awaitable[dict[str, Any] | None]]

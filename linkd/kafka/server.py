@@ -53,7 +53,7 @@ from linkd.kafka import (
     api_txn,
     codec,
 )
-from linkd.kafka.context import Broker, Context, Handler
+from linkd.kafka.context import ANONYMOUS, Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
 from linkd.kafka.fetch_sessions import FetchSessionCache
 from linkd.kafka.limits import FIRST_CHUNK_BYTES, ListenerLimits, RequestMemory
@@ -285,6 +285,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.client_host = "/unknown"
+        # The authenticated principal of this connection ("Type:name").
+        self.principal = ANONYMOUS
         self._size_prefix = bytearray(4)
         self._frame: bytearray | None = None  # the frame being received
         self._frame_size = 0  # as announced
@@ -572,6 +574,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.listener.auto_create_topics,
             self.listener.num_partitions,
             self.listener.fetch_sessions,
+            self.principal,
         )
         try:
             data = await api.handler(ctx, request.body)
