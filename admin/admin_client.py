@@ -824,6 +824,27 @@ class AdminClient:
         )
         return link_info(self._conn.call(self._conn.admin.CreateLink, req, self._t(timeout)))
 
+    def alter_link(
+        self,
+        name: str,
+        remote: str | None = None,
+        credentials: str | None = None,
+        local_bootstrap: str | None = None,
+        timeout: float | None = None,
+    ) -> LinkInfo:
+        """Changes this side's own settings of link `name`: the address it
+        dials (`remote`), its credentials for the remote, its own address.
+        The cluster checks them with a session first; a remote that refuses
+        them changes nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
+        req = admin_pb2.AlterLinkRequest(name=name)
+        if remote is not None:
+            req.remote_bootstrap = remote
+        if credentials is not None:
+            req.remote_credentials = credentials
+        if local_bootstrap is not None:
+            req.local_bootstrap = local_bootstrap
+        return link_info(self._conn.call(self._conn.admin.AlterLink, req, self._t(timeout)))
+
     def list_links(self, timeout: float | None = None) -> list[LinkInfo]:
         resp = self._conn.call(
             self._conn.admin.ListLinks, admin_pb2.ListLinksRequest(), self._t(timeout)

@@ -20,7 +20,9 @@
     describe-namespace --type T --prefix P
     set-reserved --type T --prefix P --reserved true|false
     delete-namespace --type T --prefix P
-    create-link NAME --remote HOST:PORT [--credentials C] [--connection local|remote]
+    create-link NAME --remote HOST:PORT [--remote-credentials-file F] [--connection local|remote]
+    alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
+               [--local-bootstrap HOST:PORT]
     list-links
     describe-link NAME
     delete-link NAME
@@ -58,6 +60,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from admin.admin_client import (
@@ -88,6 +91,10 @@ EXIT_INTERRUPTED = 130
 
 class CliError(Exception):
     """A failure to report as one 'error: ...' line."""
+
+
+class UsageError(CliError):
+    """Bad arguments found after parsing: 'error: ...' and exit code 2."""
 
 
 # ---------------------------------------------------------------------------
@@ -137,6 +144,17 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
     return value
+
+
+def _credentials_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--remote-credentials-file",
+        type=Path,
+        metavar="FILE",
+        help="the link credentials the remote requires (its first line); or "
+        "$CCR_REMOTE_CREDENTIALS",
+    )
+    p.add_argument("--credentials", help=argparse.SUPPRESS)  # refused: `ps` shows it
 
 
 def _non_empty(text: str) -> str:
@@ -748,12 +766,38 @@ def _print_link(link: LinkInfo) -> None:
                 print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
 
 
+REMOTE_CREDENTIALS_ENV = "CCR_REMOTE_CREDENTIALS"
+
+
+def _remote_credentials(args: argparse.Namespace) -> str | None:
+    """The link credentials the remote requires: the first line of
+    --remote-credentials-file (blank lines and # comments skipped), else
+    $CCR_REMOTE_CREDENTIALS; never a command-line value (`ps` shows those)."""
+    if args.credentials is not None:
+        raise UsageError(
+            "--credentials is no longer accepted: a secret on the command line is visible to "
+            f"every local user; use --remote-credentials-file FILE or ${REMOTE_CREDENTIALS_ENV}"
+        )
+    path: Path | None = args.remote_credentials_file
+    if path is None:
+        return os.environ.get(REMOTE_CREDENTIALS_ENV) or None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.remote_credentials_file}: {exc}") from exc
+    for line in lines:
+        if line.strip() and not line.strip().startswith("#"):
+            return line.strip()
+    raise UsageError(f"{args.remote_credentials_file} holds no credentials")
+
+
 def cmd_create_link(args: argparse.Namespace) -> int:
+    credentials = _remote_credentials(args)
     with _admin(args) as admin:
         link = admin.create_link(
             args.name,
             args.remote,
-            credentials=args.credentials,
+            credentials=credentials or "",
             connection=args.connection,
             local_bootstrap=args.local_bootstrap,
         )
@@ -761,6 +805,27 @@ def cmd_create_link(args: argparse.Namespace) -> int:
         _emit(link.to_dict())
     else:
         print(f"created link {link.name}: {link.local_cluster_id} -> {link.remote_cluster_id}")
+    return EXIT_OK
+
+
+def cmd_alter_link(args: argparse.Namespace) -> int:
+    credentials = _remote_credentials(args)
+    if args.remote_bootstrap is None and credentials is None and args.local_bootstrap is None:
+        raise UsageError(
+            "alter-link needs --remote-bootstrap, --remote-credentials-file "
+            f"(or ${REMOTE_CREDENTIALS_ENV}) or --local-bootstrap"
+        )
+    with _admin(args) as admin:
+        link = admin.alter_link(
+            args.name,
+            remote=args.remote_bootstrap,
+            credentials=credentials,
+            local_bootstrap=args.local_bootstrap,
+        )
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        print(f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}")
     return EXIT_OK
 
 
@@ -1323,7 +1388,7 @@ def _link_commands(add: _Add) -> None:
         metavar="HOST:PORT",
         help="the remote cluster's gRPC address",
     )
-    p.add_argument("--credentials", default="", help="credentials presented to the remote")
+    _credentials_options(p)
     p.add_argument(
         "--connection",
         choices=["local", "remote"],
@@ -1336,6 +1401,17 @@ def _link_commands(add: _Add) -> None:
         metavar="HOST:PORT",
         help="this cluster's address, for a remote that dials back",
     )
+
+    p = add(
+        "alter-link",
+        cmd_alter_link,
+        "change this side's own settings of a link: the address it dials, its credentials "
+        "for the remote, its own address (checked with the remote first)",
+    )
+    p.add_argument("name", type=_non_empty)
+    p.add_argument("--remote-bootstrap", type=_host_port, metavar="HOST:PORT")
+    p.add_argument("--local-bootstrap", type=_host_port, metavar="HOST:PORT")
+    _credentials_options(p)
 
     add("list-links", cmd_list_links, "list replication links")
 
@@ -1506,6 +1582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except CcrError as exc:
         return _fail(f"{exc.code}: {exc.message}")
+    except UsageError as exc:
+        _fail(str(exc))
+        return EXIT_USAGE
     except CliError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:

@@ -54,7 +54,7 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.NOT_LED_ON_LINK: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorCode.LINK_AUTHENTICATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.LINK_AUTHENTICATION_FAILED: grpc.StatusCode.UNAUTHENTICATED,
     ErrorCode.LINK_NOT_FOLLOWING: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_NOT_IN_SYNC: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.FOLLOWER_SYNCING: grpc.StatusCode.UNAVAILABLE,

@@ -572,6 +572,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(config.name)
 
     @refusals
+    async def AlterLink(
+        self, request: admin_pb2.AlterLinkRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        r = request
+        config = await self.ops.alter_link(
+            r.name,
+            r.remote_bootstrap if r.HasField("remote_bootstrap") else None,
+            r.remote_credentials if r.HasField("remote_credentials") else None,
+            r.local_bootstrap if r.HasField("local_bootstrap") else None,
+        )
+        return self._link_pb(config.name)
+
+    @refusals
     async def ListLinks(
         self, request: admin_pb2.ListLinksRequest, context: Any
     ) -> admin_pb2.ListLinksResponse:

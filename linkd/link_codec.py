@@ -36,6 +36,9 @@ def _version(v: replication_pb2.Version) -> Version:
 
 
 def view_of(config: LinkConfig) -> replication_pb2.LinkConfigView:
+    """What crosses to the remote: `LinkConfig.shared` (no secrets, not the
+    address this side dials)."""
+    config = config.shared()
     return replication_pb2.LinkConfigView(
         name=config.name,
         link_id=config.link_id,

@@ -40,9 +40,11 @@ from linkd.core.topic_config import MAX_PARTITIONS
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
+from linkd.link_sessions import CredentialsSource, LinkSecurity
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.replication import LinkManager, ReplicationService
+from linkd.secret_box import SecretBox
 from linkd.storage.datadir import DataDirError
 
 EXIT_USAGE = 2
@@ -119,10 +121,18 @@ def _parser() -> argparse.ArgumentParser:
         "listener without a count (default 1, as Kafka's num.partitions)",
     )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--link-credentials", help=argparse.SUPPRESS)  # refused: see load_settings
     p.add_argument(
-        "--link-credentials",
-        help="credentials a remote cluster must present to create or update a link "
-        "with this cluster (default: none required)",
+        "--link-credentials-file",
+        help="the link credentials a remote cluster must prove it holds to open a link "
+        "session with this cluster, one per line (several while rotating; re-read when the "
+        "file changes); or CCR_LINK_CREDENTIALS (default: none required)",
+    )
+    p.add_argument(
+        "--password-encoder-secret-file",
+        help="the secret that seals stored link credentials and keys, as Kafka's "
+        "password.encoder.secret; or CCR_PASSWORD_ENCODER_SECRET (default: one generated "
+        "into the data dir at first start)",
     )
     p.add_argument(
         "--link-session-timeout-ms",
@@ -169,7 +179,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "log_level": "info",
         "initial_rebalance_delay_ms": 0,
         "link_session_timeout_ms": DEFAULT_SESSION_TIMEOUT_MS,
-        "link_credentials": "",
+        "link_credentials_file": "",
+        "password_encoder_secret_file": "",
         "link_lag_max_records": DEFAULT_LAG_MAX_RECORDS,
         "link_lag_max_ms": DEFAULT_LAG_MAX_MS,
         "link_replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -197,7 +208,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "initial_rebalance_delay_ms",
             "kafka_listen",
             "link_session_timeout_ms",
-            "link_credentials",
+            "link_credentials_file",
+            "password_encoder_secret_file",
             "link_lag_max_records",
             "link_lag_max_ms",
             "link_replica_lag_time_max_ms",
@@ -224,7 +236,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "initial_rebalance_delay_ms",
         "kafka_listen",
         "link_session_timeout_ms",
-        "link_credentials",
+        "link_credentials_file",
+        "password_encoder_secret_file",
         "link_lag_max_records",
         "link_lag_max_ms",
         "link_replica_lag_time_max_ms",
@@ -238,6 +251,13 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
+    if args.link_credentials is not None or "link_credentials" in settings:
+        parser.exit(
+            EXIT_USAGE,
+            "linkd: --link-credentials is no longer accepted: a secret on the command line is "
+            "visible to every local user; give it in a file (--link-credentials-file FILE) or "
+            "in CCR_LINK_CREDENTIALS\n",
+        )
     for required in ("cluster_id", "data_dir"):
         if not settings.get(required):
             parser.exit(
@@ -312,7 +332,19 @@ async def serve(settings: dict[str, Any]) -> int:
             ("grpc.so_reuseport", 0),
         ]
     )
-    links = LinkManager(node, str(settings["link_credentials"]))
+    try:
+        security = LinkSecurity(
+            SecretBox.for_daemon(
+                settings["data_dir"], str(settings["password_encoder_secret_file"])
+            ),
+            CredentialsSource(str(settings["link_credentials_file"])),
+            node.cluster_id,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"linkd: cannot read the link secrets: {exc}", file=sys.stderr)
+        await node.stop()
+        return EXIT_USAGE
+    links = LinkManager(node, security)
     mirror_links = MirrorLinkManager(node)
     add_services(server, node, links, mirror_links)
     replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)

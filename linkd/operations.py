@@ -10,10 +10,12 @@ procedure with this daemon's time and identifiers and drives it
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 from linkd.core import procedures
 from linkd.core.link_admin import Failover, Reservation
+from linkd.core.link_auth import KEY_BYTES
 from linkd.core.links import LinkConfig
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import RecoveryPlan
@@ -46,17 +48,39 @@ class Operations:
         local_bootstrap: str,
     ) -> LinkConfig:
         self.node.check_ready()
+        box = self.links.security.box
         config: LinkConfig = await self.links.host.drive(
             procedures.create_link(
                 self.node.state,
                 name,
                 str(uuid.uuid4()),
                 remote_bootstrap,
-                credentials,
+                box.seal(credentials),
                 direction,
                 local_bootstrap,
                 self._now,
+                box.seal_bytes(secrets.token_bytes(KEY_BYTES)),
             )
+        )
+        return config
+
+    async def alter_link(
+        self,
+        name: str,
+        remote_bootstrap: str | None,
+        credentials: str | None,
+        local_bootstrap: str | None,
+    ) -> LinkConfig:
+        self.node.check_ready()
+        changes: dict[str, str] = {}
+        if remote_bootstrap is not None:
+            changes["remote_bootstrap"] = remote_bootstrap
+        if credentials is not None:
+            changes["credentials"] = self.links.security.box.seal(credentials)
+        if local_bootstrap is not None:
+            changes["local_bootstrap"] = local_bootstrap
+        config: LinkConfig = await self.links.host.drive(
+            procedures.alter_link(self.node.state, name, changes, self._now)
         )
         return config
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 import grpc
@@ -45,6 +45,7 @@ from linkd.core.requests import (
     WakeWaiters,
     unreachable,
 )
+from linkd.link_sessions import LinkIdentity, open_session
 from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.procedures")
@@ -63,9 +64,16 @@ class Runners(Protocol):
     async def link_deleted(self, name: str) -> None: ...
 
 
-async def call_remote(address: str, request: RemoteRequest, what: str) -> RemoteAnswer:
-    """Delivers one request to the cluster at `address` and decodes its
-    answer; a refusal keeps its code, a transport failure is LINK_UNREACHABLE."""
+# The link session a request to the remote opens (None: it needs none).
+Identities = Callable[[RemoteRequest], LinkIdentity | None]
+
+
+async def call_remote(
+    address: str, request: RemoteRequest, what: str, identity: LinkIdentity | None
+) -> RemoteAnswer:
+    """Delivers one request to the cluster at `address`, in a link session
+    of its own (`identity`), and decodes its answer; a refusal keeps its code,
+    a transport failure is LINK_UNREACHABLE."""
     if not address:
         raise unreachable(
             what,
@@ -81,16 +89,18 @@ async def call_remote(address: str, request: RemoteRequest, what: str) -> Remote
                     admin_pb2.DescribeClusterRequest(), timeout=CALL_TIMEOUT_S
                 )
                 return ClusterIdentity(described.cluster_id)
+            assert identity is not None, what
+            session = await open_session(stub, identity, address, CALL_TIMEOUT_S)
             if isinstance(request, Handshake):
+                shake = codec.handshake_pb(request.config, request.create, request.proposed)
                 reply = await stub.Handshake(
-                    codec.handshake_pb(request.config, request.create, request.proposed),
-                    timeout=CALL_TIMEOUT_S,
+                    shake, metadata=session.metadata("Handshake", shake), timeout=CALL_TIMEOUT_S
                 )
                 return codec.config_of(reply.config)
             if isinstance(request, RemoveLink):
+                remove = replication_pb2.RemoveLinkRequest(link_id=request.link_id)
                 await stub.RemoveLink(
-                    replication_pb2.RemoveLinkRequest(link_id=request.link_id),
-                    timeout=CALL_TIMEOUT_S,
+                    remove, metadata=session.metadata("RemoveLink", remove), timeout=CALL_TIMEOUT_S
                 )
                 return None
             if isinstance(request, DescribePartitions):
@@ -102,18 +112,22 @@ async def call_remote(address: str, request: RemoteRequest, what: str) -> Remote
                 if request.group_prefix is not None:
                     message.group_prefix = request.group_prefix
                 described_partitions = await stub.DescribePartitions(
-                    message, timeout=CALL_TIMEOUT_S
+                    message,
+                    metadata=session.metadata("DescribePartitions", message),
+                    timeout=CALL_TIMEOUT_S,
                 )
                 return codec.description_of(described_partitions)
             assert isinstance(request, Promote)
+            promote = replication_pb2.PromoteNamespacesRequest(
+                link_id=request.link_id,
+                namespaces=[
+                    replication_pb2.PromotedNamespace(resource_type=t, prefix=p)
+                    for t, p in request.namespaces
+                ],
+            )
             promoted = await stub.PromoteNamespaces(
-                replication_pb2.PromoteNamespacesRequest(
-                    link_id=request.link_id,
-                    namespaces=[
-                        replication_pb2.PromotedNamespace(resource_type=t, prefix=p)
-                        for t, p in request.namespaces
-                    ],
-                ),
+                promote,
+                metadata=session.metadata("PromoteNamespaces", promote),
                 timeout=CALL_TIMEOUT_S,
             )
             return Promoted(promoted.partitions, promoted.aborted_dangling)
@@ -124,9 +138,15 @@ async def call_remote(address: str, request: RemoteRequest, what: str) -> Remote
 class DaemonHost:
     """Answers a procedure's requests on one daemon."""
 
-    def __init__(self, node: ClusterNode, runners: Runners | None = None) -> None:
+    def __init__(
+        self,
+        node: ClusterNode,
+        runners: Runners | None = None,
+        identities: Identities | None = None,
+    ) -> None:
         self.node = node
         self.runners = runners
+        self.identities = identities
         self._background: set[asyncio.Task[None]] = set()
 
     async def drive(self, procedure: Generator[Request, Any, Any]) -> Any:
@@ -147,7 +167,9 @@ class DaemonHost:
             return node.clock()
         if isinstance(request, Call):
             try:
-                value = await call_remote(request.address, request.request, request.what)
+                value = await call_remote(
+                    request.address, request.request, request.what, self._identity(request)
+                )
             except ClusterError as exc:
                 return Reply(None, exc, node.clock())
             return Reply(value, None, node.clock())
@@ -176,9 +198,16 @@ class DaemonHost:
         (log.warning if request.level == "warning" else log.info)(request.message)
         return None
 
+    def _identity(self, request: Call | Tell) -> LinkIdentity | None:
+        if self.identities is None or not request.address:
+            return None
+        return self.identities(request.request)
+
     async def _tell(self, request: Tell) -> None:
         try:
-            await call_remote(request.address, request.request, request.what)
+            await call_remote(
+                request.address, request.request, request.what, self._identity(request)
+            )
         except ClusterError as exc:
             log.warning("%s: the remote was not told: %s", request.what, exc.message)
 

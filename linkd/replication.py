@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
+from linkd import link_sessions as sessions
+from linkd.core import link_auth as auth
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import procedures
@@ -52,6 +56,7 @@ from linkd.core.requests import (
     RemoveLink,
 )
 from linkd.grpc_errors import abort_with_error
+from linkd.link_sessions import ClientSession, LinkSecurity
 from linkd.node import ClusterNode
 from linkd.procedure_shell import CALL_TIMEOUT_S, GRPC_OPTIONS, DaemonHost
 
@@ -67,15 +72,15 @@ BACKOFF_MAX_S = 2.0
 class LinkManager:
     """The runners of the links this side dials, and the remote's calls."""
 
-    def __init__(self, node: ClusterNode, required_credentials: str = "") -> None:
+    def __init__(self, node: ClusterNode, security: LinkSecurity) -> None:
         self.node = node
-        # When set, a remote must present these credentials in every handshake
-        # (creating or updating a link); data calls are bound to a link id
-        # learned through such a handshake.
-        self.required_credentials = required_credentials
+        # Every call between the clusters runs in a link session
+        # (linkd/link_sessions.py): this side's box, required credentials and
+        # served sessions.
+        self.security = security
         self.runners: dict[str, LinkRunner] = {}
         self._stopping = False
-        self.host = DaemonHost(node, self)
+        self.host = DaemonHost(node, self, self.identity_for)
         self._removals: asyncio.Task[None] | None = None
         self._forgetting: set[asyncio.Task[None]] = set()
 
@@ -142,15 +147,31 @@ class LinkManager:
         self._forgetting.add(task)
         task.add_done_callback(self._forgetting.discard)
 
+    def identity_for(self, request: RemoteRequest) -> sessions.LinkIdentity | None:
+        """What a call to the remote about this request opens its session
+        with (None: DescribeCluster needs none). A create handshake's link is
+        not stored yet: its configuration travels in the request."""
+        box = self.security.box
+        if isinstance(request, Handshake):
+            return sessions.identity_of(box, request.config, creating=request.create)
+        if isinstance(request, (RemoveLink, DescribePartitions, Promote)):
+            found = self.security.identity(self.state.links, request.link_id)
+            if found is None:
+                raise ClusterError(
+                    ErrorCode.UNKNOWN_LINK,
+                    f"link id {request.link_id}",
+                    f"no link with id {request.link_id} on cluster {self.state.cluster_id!r}",
+                )
+            return found
+        return None
+
     # -- calls from the remote's procedures --------------------------------------------
 
     async def serve(self, request: RemoteRequest) -> procedures.Served:
         """Serves one request of the remote's procedures (the core decides),
         carries out its effects, and starts or stops runners."""
         self.node.check_ready()
-        served = procedures.serve(
-            self.state, request, self.node.clock(), self.required_credentials
-        )
+        served = procedures.serve(self.state, request, self.node.clock())
         if served.link_deleted:
             await self.link_deleted(served.link_deleted)
         if served.effects:
@@ -185,6 +206,10 @@ class LinkRunner:
         self._held_offsets: list[msync.GroupOffset] = []
         # Set when the link's mappings change, so idle loops start at once.
         self._wake = asyncio.Event()
+        # The link session every call runs in (one at a time is opened).
+        self._session: ClientSession | None = None
+        self._session_for: tuple[str, ...] = ()
+        self._opening = asyncio.Lock()
 
     @property
     def node(self) -> ClusterNode:
@@ -225,6 +250,41 @@ class LinkRunner:
                 task = asyncio.create_task(old.close(1.0))
                 task.add_done_callback(lambda t: None)
         return replication_pb2_grpc.ReplicationStub(self._channel)
+
+    async def _call(self, method: str, request: Message, timeout: float) -> Any:
+        """One call to the remote, in this link's session (opened first when
+        there is none, or when the address, the credentials or the key
+        changed); a refused session is dropped, and the next call opens
+        another."""
+        config = self.node.state.links.get(self.name)
+        stub = self._stub(config)
+        session = await self._ensure_session(config, stub)
+        try:
+            return await getattr(stub, method)(
+                request, metadata=session.metadata(method, request), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            if sessions.is_auth_failure(exc) and self._session is session:
+                self._session = None
+            raise
+
+    async def _ensure_session(
+        self, config: LinkConfig, stub: replication_pb2_grpc.ReplicationAsyncStub
+    ) -> ClientSession:
+        wanted = (
+            config.value("remote_bootstrap"),
+            config.remote_cluster_id,
+            config.value("link_key"),
+            config.value("credentials"),
+        )
+        async with self._opening:
+            if self._session is None or self._session_for != wanted:
+                identity = sessions.identity_of(self.manager.security.box, config)
+                self._session = await sessions.open_session(
+                    stub, identity, wanted[0], CALL_TIMEOUT_S
+                )
+                self._session_for = wanted
+            return self._session
 
     def _steps(self, config: LinkConfig) -> rounds.NextSteps:
         return rounds.next_steps(
@@ -281,8 +341,8 @@ class LinkRunner:
 
     async def _handshake_once(self, config: LinkConfig) -> None:
         try:
-            reply = await self._stub(config).Handshake(
-                codec.handshake_pb(config, False, ()), timeout=CALL_TIMEOUT_S
+            reply = await self._call(
+                "Handshake", codec.handshake_pb(config, False, ()), CALL_TIMEOUT_S
             )
         except grpc.RpcError as exc:
             error = codec.rpc_error(exc, f"link {self.name!r}: handshake")
@@ -304,15 +364,15 @@ class LinkRunner:
     async def discover(self, config: LinkConfig) -> None:
         """This side follows and dials: the source's topics (created or
         reshaped here), READ ACLs and group offsets."""
-        stub = self._stub(config)
         listed_at = self.node.clock()
         namespaces = []
         for mapping in rep.follower_mappings(config, "topic"):
-            reply = await stub.ListSourceTopics(
+            reply = await self._call(
+                "ListSourceTopics",
                 replication_pb2.ListSourceTopicsRequest(
                     link_id=config.link_id, prefix=mapping.remote_prefix
                 ),
-                timeout=CALL_TIMEOUT_S,
+                CALL_TIMEOUT_S,
             )
             namespaces.append(
                 codec.namespace_of(mapping.remote_prefix, reply.topics, reply.read_acls)
@@ -320,11 +380,12 @@ class LinkRunner:
         await apply_topics(self.node, config, namespaces, listed_at)
         offsets: list[msync.GroupOffset] = []
         for group_mapping in rep.follower_mappings(config, "group"):
-            reply_offsets = await stub.FetchGroupOffsets(
+            reply_offsets = await self._call(
+                "FetchGroupOffsets",
                 replication_pb2.FetchGroupOffsetsRequest(
                     link_id=config.link_id, prefix=group_mapping.remote_prefix
                 ),
-                timeout=CALL_TIMEOUT_S,
+                CALL_TIMEOUT_S,
             )
             offsets += codec.group_offsets_of(reply_offsets.offsets)
         self._held_offsets = await apply_group_offsets(
@@ -348,8 +409,8 @@ class LinkRunner:
                 self.node.state.links.on_fetch_round(self.name, self.node.clock())
             await self._idle(rounds.IDLE_POLL_MS / 1000)
             return
-        fetched = await self._stub(config).ReplicaFetch(
-            request, timeout=CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
+        fetched = await self._call(
+            "ReplicaFetch", request, CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
         )
         await self.manager.host.drive(
             rounds.apply_fetched(
@@ -393,7 +454,7 @@ class LinkRunner:
         # Until the follower answers, it has no request outstanding: a push
         # it refused is not repeated from a request its log may have left.
         self._next_fetch = None
-        reply = await self._stub(config).ReplicaPush(message, timeout=CALL_TIMEOUT_S)
+        reply = await self._call("ReplicaPush", message, CALL_TIMEOUT_S)
         self.node.state.links.on_contact(self.name, self.node.clock())
         self._next_fetch = reply.next
 
@@ -494,23 +555,88 @@ async def serve_fetch(
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
+    """The remote's calls. Challenge and OpenSession open a link session;
+    every other call is refused unless its session metadata proves it
+    (`LinkSecurity`, `linkd.core.link_auth`) and names the session's link."""
+
     def __init__(self, node: ClusterNode, manager: LinkManager) -> None:
         self.node = node
         self.manager = manager
+        self.security = manager.security
 
     async def _guard(self, context: Any, coro: Awaitable[Any]) -> Any:
         try:
             return await coro
         except ClusterError as exc:
+            if exc.code == ErrorCode.LINK_AUTHENTICATION_FAILED:
+                self.security.refused(exc, str(context.peer()))
             await abort_with_error(context, exc)
+
+    def _verify(self, context: Any, method: str, request: Message, link_id: str) -> auth.Session:
+        session_id, seq, mac = sessions.session_fields(context)
+        return self.security.sessions.verify(
+            session_id,
+            link_id,
+            method,
+            seq,
+            sessions.request_digest(request),
+            mac,
+            self.node.clock(),
+        )
+
+    async def Challenge(
+        self, request: replication_pb2.ChallengeRequest, context: Any
+    ) -> replication_pb2.ChallengeResponse:
+        nonce = secrets.token_bytes(auth.NONCE_BYTES)
+        self.security.sessions.challenge(nonce, self.node.clock())
+        return replication_pb2.ChallengeResponse(
+            nonce=nonce,
+            cluster_id=self.node.cluster_id,
+            credentials_required=self.security.credentials.required,
+        )
+
+    async def OpenSession(
+        self, request: replication_pb2.OpenSessionRequest, context: Any
+    ) -> replication_pb2.OpenSessionResponse:
+        async def run() -> replication_pb2.OpenSessionResponse:
+            self.node.check_ready()
+            opened = self.security.sessions.open(
+                auth.OpenRequest(
+                    request.link_id,
+                    request.link_name,
+                    request.caller_cluster_id,
+                    request.callee_cluster_id,
+                    request.server_nonce,
+                    request.client_nonce,
+                    request.proof,
+                    request.wrapped_link_key,
+                ),
+                self.security.known_link(self.node.state.links, request.link_id),
+                self.security.credentials.accepted(),
+                self.node.clock(),
+                secrets.token_hex(16),
+            )
+            return replication_pb2.OpenSessionResponse(
+                session_id=opened.session.session_id, proof=opened.proof
+            )
+
+        result: replication_pb2.OpenSessionResponse = await self._guard(context, run())
+        return result
 
     async def Handshake(
         self, request: replication_pb2.HandshakeRequest, context: Any
     ) -> replication_pb2.HandshakeResponse:
         async def run() -> replication_pb2.HandshakeResponse:
+            session = self._verify(context, "Handshake", request, request.config.link_id)
+            self.security.sessions.check_peer(
+                session, request.config.local_cluster_id, "Handshake"
+            )
             served = await self.manager.serve(
                 Handshake(
-                    codec.config_of(request.config), request.create, codec.proposed_of(request)
+                    codec.config_of(request.config),
+                    request.create,
+                    codec.proposed_of(request),
+                    self.security.box.seal_bytes(session.new_link_key),
                 )
             )
             assert isinstance(served.answer, LinkConfig)
@@ -522,13 +648,19 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     async def RemoveLink(
         self, request: replication_pb2.RemoveLinkRequest, context: Any
     ) -> replication_pb2.RemoveLinkResponse:
-        await self._guard(context, self.manager.serve(RemoveLink(request.link_id)))
+        async def run() -> None:
+            self._verify(context, "RemoveLink", request, request.link_id)
+            await self.manager.serve(RemoveLink(request.link_id))
+            self.security.sessions.drop_link(request.link_id)
+
+        await self._guard(context, run())
         return replication_pb2.RemoveLinkResponse()
 
     async def ListSourceTopics(
         self, request: replication_pb2.ListSourceTopicsRequest, context: Any
     ) -> replication_pb2.ListSourceTopicsResponse:
         async def run() -> replication_pb2.ListSourceTopicsResponse:
+            self._verify(context, "ListSourceTopics", request, request.link_id)
             self.node.check_ready()
             state = self.node.state
             config = state.links.by_id(request.link_id)
@@ -545,6 +677,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.ReplicaFetchRequest, context: Any
     ) -> replication_pb2.ReplicaFetchResponse:
         async def run() -> replication_pb2.ReplicaFetchResponse:
+            self._verify(context, "ReplicaFetch", request, request.link_id)
             self.node.check_ready()
             return await serve_fetch(self.node, request, from_remote=True)
 
@@ -555,6 +688,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.ReplicaPushRequest, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
         async def run() -> replication_pb2.ReplicaPushResponse:
+            self._verify(context, "ReplicaPush", request, request.link_id)
             self.node.check_ready()
             node = self.node
             nxt: rounds.FetchRequest = await self.manager.host.drive(
@@ -573,6 +707,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.FetchGroupOffsetsRequest, context: Any
     ) -> replication_pb2.FetchGroupOffsetsResponse:
         async def run() -> replication_pb2.FetchGroupOffsetsResponse:
+            self._verify(context, "FetchGroupOffsets", request, request.link_id)
             self.node.check_ready()
             self.node.state.links.by_id(request.link_id)
             offsets = rounds.source_group_offsets(self.node.state, request.prefix)
@@ -587,6 +722,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.DescribePartitionsRequest, context: Any
     ) -> replication_pb2.DescribePartitionsResponse:
         async def run() -> replication_pb2.DescribePartitionsResponse:
+            self._verify(context, "DescribePartitions", request, request.link_id)
             served = await self.manager.serve(
                 DescribePartitions(
                     request.link_id,
@@ -605,6 +741,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.PromoteNamespacesRequest, context: Any
     ) -> replication_pb2.PromoteNamespacesResponse:
         async def run() -> replication_pb2.PromoteNamespacesResponse:
+            self._verify(context, "PromoteNamespaces", request, request.link_id)
             served = await self.manager.serve(
                 Promote(
                     request.link_id,

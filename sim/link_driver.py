@@ -87,8 +87,9 @@ class Peers(Protocol):
 
 
 def wire(config: LinkConfig) -> LinkConfig:
-    """A configuration as it crosses the network: a copy, never shared."""
-    return LinkConfig.from_record(config.to_record())
+    """A configuration as it crosses the network: a copy of what may cross
+    (`LinkConfig.shared`: no secrets, not the address the sender dials)."""
+    return LinkConfig.from_record(config.shared().to_record())
 
 
 @dataclass(slots=True)

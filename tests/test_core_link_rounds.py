@@ -311,12 +311,9 @@ def test_source_group_offsets__every_group_of_the_namespace__in_order() -> None:
     assert [(g, o) for g, _t, _p, o, _m, _e in offsets] == [("app-1", 5), ("app-2", 7)]
 
 
-def test_handshake__wrong_credentials_or_another_link_id__are_refused_and_change_nothing() -> None:
-    a, b, _disk_a, _disk_b = two_clusters()
-    theirs = b.links.get("ab")
-    with pytest.raises(ClusterError) as refused:
-        rounds.accept_handshake(a, theirs, False, NOW, required_credentials="secret")
-    assert refused.value.code == ErrorCode.LINK_AUTHENTICATION_FAILED
+def test_handshake__another_link_id__is_refused_and_changes_nothing() -> None:
+    """(Credentials are the session's: tests/test_core_link_auth.py.)"""
+    a, _b, _disk_a, _disk_b = two_clusters()
     impostor = ClusterState("B").links.new_config(
         "ab", "id-2", "A", "a:1", "", "local_dials", "", NOW
     )
@@ -328,12 +325,14 @@ def test_handshake__wrong_credentials_or_another_link_id__are_refused_and_change
 
 def test_handshake__both_sides_converge__and_count_it_as_contact() -> None:
     a, b, _disk_a, _disk_b = two_clusters()
-    b.links.set_field("ab", "credentials", "new", NOW + 5)
+    b.links.set_field("ab", "mode", "SYNC", NOW + 5)
+    b.links.set_field("ab", "credentials", "b's own", NOW + 5)
 
     rounds.accept_handshake(a, b.links.get("ab"), False, NOW + 10)
     rounds.accept_handshake_answer(b, "ab", a.links.get("ab"), NOW + 11)
 
-    assert a.links.get("ab").value("credentials") == "new"
+    assert a.links.get("ab").value("mode") == "SYNC"
+    assert a.links.get("ab").value("credentials") != "b's own"  # never crosses
     assert a.links.runtime["ab"].last_contact_ms == NOW + 10
     assert b.links.runtime["ab"].last_contact_ms == NOW + 11
 

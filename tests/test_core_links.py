@@ -16,7 +16,15 @@ from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import EpochsCut, decode
-from linkd.core.links import LinkLimits, LinkTable, Mapping, merge_configs
+from linkd.core.links import (
+    LOCAL_FIELDS,
+    Field,
+    LinkConfig,
+    LinkLimits,
+    LinkTable,
+    Mapping,
+    merge_configs,
+)
 
 NOW = 1_700_000_000_000
 
@@ -59,7 +67,9 @@ def test_configs_converge_after_arbitrary_concurrent_edits(seed: int, steps: int
         attached = rng.random() < 0.7
         if rng.random() < 0.3:
             side = a if rng.random() < 0.5 else b
-            side.set_field("ab", "credentials", f"c{rng.randint(0, 9)}", now)
+            side.set_field("ab", "mode", rng.choice(["ASYNC", "SYNC"]), now)
+            # A field only this side sets: it never crosses.
+            side.set_field("ab", "credentials", f"{side.cluster_id}{rng.randint(0, 9)}", now)
         elif rng.random() < 0.5:  # A edits mapping k (A's "a{k}-" leads B's "b{k}-")
             a.put_mapping(
                 "ab", Mapping("topic", f"a{k}-", f"b{k}-", "local", attached, (0, 0, "")), now
@@ -71,7 +81,34 @@ def test_configs_converge_after_arbitrary_concurrent_edits(seed: int, steps: int
     first, second = (a, b) if rng.random() < 0.5 else (b, a)
     second.accept_mirror(first.get("ab"), now)
     first.accept_mirror(second.get("ab"), now)
-    assert a.get("ab").to_record() == b.get("ab").mirrored().to_record()
+    assert shared_record(a.get("ab")) == shared_record(b.get("ab").mirrored())
+    for side in (a, b):
+        assert side.get("ab").value("credentials") in ("secret", "") or (
+            side.get("ab").value("credentials").startswith(side.cluster_id)
+        )
+
+
+def shared_record(config: LinkConfig) -> dict[str, object]:
+    """A configuration without the fields only its own side sets."""
+    record = config.to_record()
+    record["fields"] = {k: v for k, v in record["fields"].items() if k not in LOCAL_FIELDS}
+    return record
+
+
+def test_a_remote_cannot_set_the_address_this_side_dials_nor_its_secrets() -> None:
+    """The attack of issue 15: a newer `local_bootstrap` (and credentials,
+    and a key) in a remote's view rewrote the address this side dials."""
+    a, b = two_sides()
+    forged = b.get("ab")
+    for key, value in (("local_bootstrap", "evil:1"), ("credentials", "x"), ("link_key", "k")):
+        forged.fields[key] = Field(value, (NOW + 10_000, 0, "B"))
+    a.accept_mirror(forged, NOW + 1)
+    mine = a.get("ab")
+    assert mine.value("remote_bootstrap") == "b:1"
+    assert mine.value("credentials") == "secret"
+    assert mine.value("link_key") == ""
+    # What crosses carries no secret and not the address the sender dials.
+    assert set(mine.shared().fields) == {"mode", "local_bootstrap"}
 
 
 def test_merge_refuses_a_config_of_another_link() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -433,16 +434,30 @@ def test_source_killed_mid_stream__follower_resumes_without_gaps_or_duplicates(
 
 
 def test_link_to_a_cluster_requiring_credentials__refused_without_them(
-    daemon_factory: Any,
+    daemon_factory: Any, tmp_path: Path
 ) -> None:
+    secret = tmp_path / "link-credentials"
+    secret.write_text("# B's link credentials\ns3cret\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("guess\n")
     a = daemon_factory("A", extra_args=LINK_FLAGS)
-    b = daemon_factory("B", extra_args=[*LINK_FLAGS, "--link-credentials", "s3cret"])
-    refused = run_cli("create-link", "ab", "--remote", b.bootstrap, bootstrap=a.bootstrap)
-    assert refused.returncode == 1 and "LINK_AUTHENTICATION_FAILED" in refused.stderr
+    b = daemon_factory("B", extra_args=[*LINK_FLAGS, "--link-credentials-file", str(secret)])
+    for extra in ([], ["--remote-credentials-file", str(wrong)]):
+        refused = run_cli(
+            "create-link", "ab", "--remote", b.bootstrap, *extra, bootstrap=a.bootstrap
+        )
+        assert refused.returncode == 1 and "LINK_AUTHENTICATION_FAILED" in refused.stderr
     listed = run_cli("list-links", "--json", bootstrap=a.bootstrap)
     assert listed.returncode == 0 and "ab" not in listed.stdout  # nothing half-created
+    on_b = run_cli("list-links", "--json", bootstrap=b.bootstrap)
+    assert on_b.returncode == 0 and "ab" not in on_b.stdout
+    # A secret on the command line is refused before anything is sent.
+    argv = run_cli("create-link", "ab", "--remote", b.bootstrap, "--credentials", "s3cret",
+                   bootstrap=a.bootstrap)
+    assert argv.returncode == 2 and "--remote-credentials-file" in argv.stderr
     link = cli_json(
-        a.bootstrap, "create-link", "ab", "--remote", b.bootstrap, "--credentials", "s3cret"
+        a.bootstrap, "create-link", "ab", "--remote", b.bootstrap,
+        "--remote-credentials-file", str(secret),
     )
     assert link["remote_cluster_id"] == "B"
 

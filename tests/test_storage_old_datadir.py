@@ -160,7 +160,11 @@ def test_every_record_kind__stored_form_round_trips_and_matches_what_older_versi
         {"type": "mirror_link_delete", "name": "m", "deleted_ms": 9},
     ]
     assert {r["type"] for r in written_before} == set(KINDS)
+    # Grown since: a tombstone keeps the link's sealed secrets (link sessions),
+    # empty in records written before them.
+    grown = {"link_delete": {"link_key": "", "credentials": ""}}
     for stored in written_before:
-        assert encode(decode(json.loads(json.dumps(stored)))) == stored
+        expected = {**stored, **grown.get(str(stored["type"]), {})}
+        assert encode(decode(json.loads(json.dumps(stored)))) == expected
     # Written before tombstones: read, with nothing to tell the remote.
     assert decode({"type": "link_delete", "name": "ab"}) == LinkDelete("ab")

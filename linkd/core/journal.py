@@ -242,6 +242,9 @@ class LinkDelete:
     remote: str | None = None
     address: str | None = None
     told: bool = False
+    # The link's secrets, sealed (records before link sessions have none).
+    link_key: str = ""
+    credentials: str = ""
 
 
 @dataclass(frozen=True, slots=True)

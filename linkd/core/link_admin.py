@@ -362,6 +362,7 @@ def accept_remote_config(
     remote_view: LinkConfig,
     now_ms: int,
     strict: Iterable[MappingKey] = (),
+    link_key: str = "",
 ) -> Accepted:
     """Merges the remote's view of a link (newest version of each field and
     mapping wins), records provenance for follower namespaces the merge
@@ -374,7 +375,9 @@ def accept_remote_config(
     strict_keys = set(strict)
     if strict_keys:
         _check_strict(state, remote_view, strict_keys)
-    records: list[jr.JournalRecord] = [*state.links.accept_mirror(remote_view, now_ms)]
+    records: list[jr.JournalRecord] = [
+        *state.links.accept_mirror(remote_view, now_ms, link_key)
+    ]
     config = state.links.get(remote_view.name)
     out = Accepted()
     still = {m.key: m for m in config.attached_mappings()}

@@ -118,23 +118,18 @@ def accept_handshake(
     theirs: LinkConfig,
     create: bool,
     now_ms: int,
-    required_credentials: str = "",
     proposed: tuple[MappingKey, ...] = (),
+    link_key: str = "",
 ) -> admin.Accepted:
-    """The dialed side: checks a remote's configuration (its credentials and
-    its link id), merges it (`link_admin.accept_remote_config`: what cannot be
-    honoured here is refused with a note, or, for the mappings an operator is
-    changing now (`proposed`, keys from the sender's side), refuses the whole
-    call), and counts the call as contact. Raises ClusterError (nothing
-    changed) on refusal."""
+    """The called side: checks a remote's configuration (its link id; the
+    shell has checked the call's session, `link_auth`), merges it
+    (`link_admin.accept_remote_config`: what cannot be honoured here is
+    refused with a note, or, for the mappings an operator is changing now
+    (`proposed`, keys from the sender's side), refuses the whole call), and
+    counts the call as contact. `link_key` (sealed): the key a creating
+    remote's session brought. Raises ClusterError (nothing changed) on
+    refusal."""
     cluster_id = state.links.cluster_id
-    if required_credentials and theirs.value("credentials") != required_credentials:
-        raise ClusterError(
-            ErrorCode.LINK_AUTHENTICATION_FAILED,
-            f"link {theirs.name!r}",
-            f"cluster {cluster_id!r} refuses link {theirs.name!r} from cluster "
-            f"{theirs.local_cluster_id!r}: its credentials do not match",
-        )
     existing = state.links.configs.get(theirs.name)
     if existing is None or existing.link_id != theirs.link_id:
         state.links.check_not_deleted(theirs.link_id, theirs.name)
@@ -151,7 +146,7 @@ def accept_handshake(
             f"link {theirs.name!r} on {cluster_id!r} has another link id",
         )
     strict = tuple(theirs.mappings[k].mirrored_key for k in proposed if k in theirs.mappings)
-    accepted = admin.accept_remote_config(state, theirs, now_ms, strict)
+    accepted = admin.accept_remote_config(state, theirs, now_ms, strict, link_key)
     state.links.on_contact(theirs.name, now_ms)
     return accepted
 

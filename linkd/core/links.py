@@ -206,6 +206,15 @@ class Mapping:
         )
 
 
+# Fields only this side's operator sets; a remote's values are never merged
+# (`merge_configs`). A new link's mirror takes the address to dial from the
+# creator's `local_bootstrap`, once.
+LOCAL_FIELDS = frozenset({"remote_bootstrap", "local_bootstrap", "credentials", "link_key"})
+# Secrets, held sealed (encrypted by the shell) and never sent: this side's
+# credentials for the remote and the key both sides of the link hold.
+SECRET_FIELDS = frozenset({"credentials", "link_key"})
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     value: str
@@ -221,7 +230,9 @@ class LinkConfig:
     local_cluster_id: str
     remote_cluster_id: str
     connection_direction: str  # "local_dials" | "remote_dials"
-    fields: dict[str, Field]  # remote_bootstrap, credentials, mode, local_bootstrap
+    # mode (shared, newest wins); remote_bootstrap, local_bootstrap, credentials,
+    # link_key (LOCAL_FIELDS: this side's alone)
+    fields: dict[str, Field]
     mappings: dict[MappingKey, Mapping] = field(default_factory=dict)
     link_epoch: int = 0
 
@@ -297,6 +308,25 @@ class LinkConfig:
             int(r.get("epoch", 0)),
         )
 
+    def shared(self) -> LinkConfig:
+        """What may cross to the remote: everything but this side's secrets
+        (its credentials for the remote, the link key) and the address it
+        dials, which only this side's operator sets (LOCAL_FIELDS). Its own
+        address (`local_bootstrap`) goes along: a remote that is creating its
+        half learns where to reach this side from it."""
+        fields = {k: f for k, f in self.fields.items() if k not in SECRET_FIELDS}
+        fields.pop("remote_bootstrap", None)
+        return LinkConfig(
+            self.name,
+            self.link_id,
+            self.local_cluster_id,
+            self.remote_cluster_id,
+            self.connection_direction,
+            fields,
+            dict(self.mappings),
+            self.link_epoch,
+        )
+
     def mirrored(self) -> LinkConfig:
         """The same link seen from the remote side."""
         swapped = {}
@@ -336,6 +366,8 @@ def merge_configs(mine: LinkConfig, theirs_mirrored: LinkConfig) -> tuple[LinkCo
     changed = False
     fields = dict(mine.fields)
     for name, theirs in theirs_mirrored.fields.items():
+        if name in LOCAL_FIELDS:
+            continue  # only this side's operator sets them
         current = fields.get(name)
         if current is None or theirs.version > current.version:
             fields[name] = theirs
@@ -461,6 +493,17 @@ class LinkRuntime:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkSecrets:
+    """A link's secrets as stored here (sealed) and whom they are shared with."""
+
+    link_id: str
+    name: str
+    remote_cluster_id: str
+    link_key: str
+    credentials: str
+
+
+@dataclass(frozen=True, slots=True)
 class Tombstone:
     """A link deleted here. Until the remote confirms it deleted its half
     (`told`), its handshakes are answered LINK_DELETED and this side retries
@@ -471,6 +514,9 @@ class Tombstone:
     remote_cluster_id: str
     address: str
     told: bool
+    # Sealed, as the link held them: telling the remote needs a session.
+    link_key: str = ""
+    credentials: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -615,8 +661,10 @@ class LinkTable:
         direction: str,
         local_bootstrap: str,
         now_ms: int,
+        link_key: str = "",
     ) -> LinkConfig:
-        """Validates and builds (does not store) a new link's configuration."""
+        """Validates and builds (does not store) a new link's configuration.
+        `credentials` and `link_key` arrive sealed by the shell."""
         if not name or len(name) > 249 or any(c.isspace() for c in name):
             raise ClusterError(
                 ErrorCode.INVALID_LINK_CONFIG,
@@ -648,6 +696,7 @@ class LinkTable:
             "credentials": Field(credentials, version),
             "mode": Field("ASYNC", version),
             "local_bootstrap": Field(local_bootstrap, version),
+            "link_key": Field(link_key, version),
         }
         return LinkConfig(name, link_id, self.cluster_id, remote_cluster_id, direction, fields)
 
@@ -684,9 +733,13 @@ class LinkTable:
                 self._recompute(config.name, now_ms)
         return [jr.LinkConfigRecord(config.to_record())]
 
-    def accept_mirror(self, remote_view: LinkConfig, now_ms: int) -> list[LinkRecord]:
-        """The remote created (or re-sent) a link: store or merge its mirror."""
-        mine = remote_view.mirrored()
+    def accept_mirror(
+        self, remote_view: LinkConfig, now_ms: int, link_key: str = ""
+    ) -> list[LinkRecord]:
+        """The remote created (or re-sent) a link: store or merge its mirror.
+        `link_key` (sealed): the key the creating remote's session brought,
+        kept when the link is new here."""
+        mine = remote_view.shared().mirrored()
         if mine.local_cluster_id != self.cluster_id:
             raise ClusterError(
                 ErrorCode.INVALID_LINK_CONFIG,
@@ -700,9 +753,18 @@ class LinkTable:
             self.hlc.observe(v)
         existing = self.configs.get(mine.name)
         if existing is None:
+            mine.fields["link_key"] = Field(link_key, self.hlc.now(now_ms))
             return self.store(mine, now_ms)
         merged, changed = merge_configs(existing, mine)
         return self.store(merged, now_ms) if changed else []
+
+    def set_fields(self, name: str, values: dict[str, str], now_ms: int) -> list[LinkRecord]:
+        """Several fields at one version (an operator's alter-link)."""
+        config = self.get(name)
+        version = self.hlc.now(now_ms)
+        for key, value in values.items():
+            config.fields[key] = Field(value, version)
+        return self.store(config, now_ms)
 
     def set_field(self, name: str, key: str, value: str, now_ms: int) -> list[LinkRecord]:
         config = self.get(name)
@@ -757,7 +819,13 @@ class LinkTable:
         its half too) and retries telling it (`pending_removals`)."""
         config = self.get(name)
         record = jr.LinkDelete(
-            name, config.link_id, config.remote_cluster_id, config.value("remote_bootstrap"), told
+            name,
+            config.link_id,
+            config.remote_cluster_id,
+            config.value("remote_bootstrap"),
+            told,
+            config.value("link_key"),
+            config.value("credentials"),
         )
         self.apply_record(record)
         return [record]
@@ -770,6 +838,25 @@ class LinkTable:
         record = jr.LinkRemovalTold(link_id)
         self.apply_record(record)
         return [record]
+
+    def secrets(self, link_id: str) -> LinkSecrets | None:
+        """What a session of this link needs (sealed), from the link or, once
+        deleted here, its tombstone; None for a link never known here."""
+        for config in self.configs.values():
+            if config.link_id == link_id:
+                return LinkSecrets(
+                    link_id,
+                    config.name,
+                    config.remote_cluster_id,
+                    config.value("link_key"),
+                    config.value("credentials"),
+                )
+        tomb = self.tombstones.get(link_id)
+        if tomb is None:
+            return None
+        return LinkSecrets(
+            link_id, tomb.name, tomb.remote_cluster_id, tomb.link_key, tomb.credentials
+        )
 
     def pending_removals(self) -> list[Tombstone]:
         """Deleted links whose remote has not confirmed, that this side can dial."""
@@ -1203,6 +1290,8 @@ class LinkTable:
                     str(record.remote),
                     str(record.address),
                     record.told,
+                    record.link_key,
+                    record.credentials,
                 )
                 while len(self.tombstones) > MAX_TOMBSTONES:
                     del self.tombstones[next(iter(self.tombstones))]
@@ -1221,6 +1310,8 @@ class LinkTable:
                     "remote": t.remote_cluster_id,
                     "address": t.address,
                     "told": t.told,
+                    "link_key": t.link_key,
+                    "credentials": t.credentials,
                 }
                 for t in self.tombstones.values()
             ],
@@ -1232,5 +1323,5 @@ class LinkTable:
         for t in snapshot.get("tombstones", []):  # snapshots before tombstones have none
             self.tombstones[str(t["link_id"])] = Tombstone(
                 str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),
-                bool(t["told"]),
+                bool(t["told"]), str(t.get("link_key", "")), str(t.get("credentials", "")),
             )

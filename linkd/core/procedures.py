@@ -43,7 +43,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, Mapping, MappingType, in_prefix
+from linkd.core.links import Field, LinkConfig, Mapping, MappingType, in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
     Call,
@@ -90,7 +90,7 @@ class Served:
 
 
 def serve(
-    state: ClusterState, request: RemoteRequest, now_ms: int, required_credentials: str = ""
+    state: ClusterState, request: RemoteRequest, now_ms: int
 ) -> Served:
     """The receiving side of every request a procedure sends (both shells).
     Raises ClusterError (nothing changed) on refusal."""
@@ -102,8 +102,8 @@ def serve(
             request.config,
             request.create,
             now_ms,
-            required_credentials,
             request.proposed,
+            request.link_key,
         )
         name = request.config.name
         return Served(state.links.get(name), accepted.effects, name, "", accepted.notes)
@@ -244,8 +244,12 @@ def create_link(
     direction: str,
     local_bootstrap: str,
     now_ms: int,
+    link_key: str = "",
 ) -> Generator[Request, Any, LinkConfig]:
-    """Creates the link here and, through a handshake, its mirror there."""
+    """Creates the link here and, through a handshake, its mirror there.
+    `credentials` (this side's for the remote) and `link_key` (the new link's
+    key, which the creating session hands the remote: `link_auth`) arrive
+    sealed by the shell."""
     if name in state.links.configs:
         raise ClusterError(
             ErrorCode.LINK_EXISTS,
@@ -266,6 +270,7 @@ def create_link(
         direction,
         local_bootstrap,
         reply.now_ms,
+        link_key,
     )
     reply = yield Call(
         remote_bootstrap,
@@ -280,6 +285,55 @@ def create_link(
     yield Execute(tuple(effects + accepted.effects))
     yield LinkChanged(name)
     yield Note("info", f"link {name!r} created to cluster {identity.cluster_id!r}")
+    return state.links.get(name)
+
+
+ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap")
+
+
+def alter_link(
+    state: ClusterState, name: str, changes: dict[str, str], now_ms: int
+) -> Generator[Request, Any, LinkConfig]:
+    """An operator's change of this side's own settings of a link (the
+    address it dials, its credentials for the remote (sealed), its own
+    address): a handshake in a session opened with the new settings checks
+    them first (a remote that refuses them, or nothing at the new address,
+    changes nothing); then they are stored and the link's next call opens a
+    session with them. The remote is not asked to change anything: these
+    fields are this side's alone."""
+    config = state.links.get(name)
+    unknown = sorted(set(changes) - set(ALTERABLE))
+    if unknown or not changes:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: alter-link changes {', '.join(ALTERABLE)}"
+            + (f", not {', '.join(unknown)}" if unknown else ": nothing was given"),
+        )
+    candidate = LinkConfig.from_record(config.to_record())
+    for key, value in changes.items():
+        candidate.fields[key] = Field(value, (now_ms, 0, state.cluster_id))
+    reply: Reply = yield Call(
+        candidate.value("remote_bootstrap"),
+        Handshake(candidate),
+        f"link {name!r}: checking the new settings",
+    )
+    if reply.error is not None:
+        raise ClusterError(
+            reply.error.code,
+            f"link {name!r}",
+            f"link {name!r} is unchanged: {reply.error.message}",
+        )
+    answer = reply.answer
+    assert isinstance(answer, LinkConfig)
+    now = reply.now_ms
+    effects = journal(state.links.set_fields(name, changes, now))
+    accepted = rounds.accept_handshake_answer(state, name, answer, now)
+    yield Execute(tuple(effects + accepted.effects))
+    for note in accepted.notes:
+        yield Note("info", note)
+    yield LinkChanged(name)
+    yield Note("info", f"link {name!r}: {', '.join(sorted(changes))} changed by the operator")
     return state.links.get(name)
 
 

@@ -49,6 +49,9 @@ class Handshake:
     # Keys (sender's view) of the mappings an operator is changing now: the
     # receiver refuses the call rather than converge on a refusal.
     proposed: tuple[MappingKey, ...] = ()
+    # Receiver side only: the sealed link key the creating sender's session
+    # brought (`link_auth`), stored with the new link; never sent.
+    link_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

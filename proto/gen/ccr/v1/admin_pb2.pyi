@@ -411,6 +411,46 @@ class DeleteNamespaceResponse(_message.Message):
 Global___DeleteNamespaceResponse: _TypeAlias = DeleteNamespaceResponse  # noqa: Y015
 
 @_typing.final
+class AlterLinkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    REMOTE_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    REMOTE_CREDENTIALS_FIELD_NUMBER: _builtins.int
+    LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    remote_bootstrap: _builtins.str
+    """Unset fields stay as they are."""
+    remote_credentials: _builtins.str
+    local_bootstrap: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        remote_bootstrap: _builtins.str | None = ...,
+        remote_credentials: _builtins.str | None = ...,
+        local_bootstrap: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__local_bootstrap: _TypeAlias = _typing.Literal["local_bootstrap"]  # noqa: Y015
+    _WhichOneofArgType__local_bootstrap: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap"]  # noqa: Y015
+    _WhichOneofReturnType__remote_bootstrap: _TypeAlias = _typing.Literal["remote_bootstrap"]  # noqa: Y015
+    _WhichOneofArgType__remote_bootstrap: _TypeAlias = _typing.Literal["_remote_bootstrap", b"_remote_bootstrap"]  # noqa: Y015
+    _WhichOneofReturnType__remote_credentials: _TypeAlias = _typing.Literal["remote_credentials"]  # noqa: Y015
+    _WhichOneofArgType__remote_credentials: _TypeAlias = _typing.Literal["_remote_credentials", b"_remote_credentials"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__local_bootstrap) -> _WhichOneofReturnType__local_bootstrap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remote_bootstrap) -> _WhichOneofReturnType__remote_bootstrap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remote_credentials) -> _WhichOneofReturnType__remote_credentials | None: ...
+
+Global___AlterLinkRequest: _TypeAlias = AlterLinkRequest  # noqa: Y015
+
+@_typing.final
 class CreateLinkRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -423,7 +463,9 @@ class CreateLinkRequest(_message.Message):
     remote_bootstrap: _builtins.str
     """The remote cluster's gRPC address, HOST:PORT."""
     remote_credentials: _builtins.str
-    """Credentials presented to the remote (opaque to the simulator, stored)."""
+    """Link credentials the remote requires (its --link-credentials-file), if
+    any: stored sealed, proved in every session, never sent back.
+    """
     connection_direction: Global___ConnectionDirection.ValueType
     local_bootstrap: _builtins.str
     """This cluster's own address, for a remote that must dial back."""

@@ -69,6 +69,11 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
                 _registered_method=True)
+        self.AlterLink = channel.unary_unary(
+                '/ccr.v1.Admin/AlterLink',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
         self.ListLinks = channel.unary_unary(
                 '/ccr.v1.Admin/ListLinks',
                 request_serializer=ccr_dot_v1_dot_admin__pb2.ListLinksRequest.SerializeToString,
@@ -185,6 +190,16 @@ class AdminServicer:
     def CreateLink(self, request, context):
         """--- Replication links (spec sections 3-7) -------------------------------------
         Creates the link here and, by dialing the remote, its mirror there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterLink(self, request, context):
+        """Changes this side's own settings of a link (the address it dials, its
+        credentials for the remote, its own address), as KIP-986's dynamically
+        reconfigurable bootstrap servers and credentials. A session is opened
+        with the new settings first: a remote that refuses them changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,6 +359,11 @@ def add_AdminServicer_to_server(servicer, server):
             'CreateLink': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateLink,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'AlterLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterLink,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
             ),
             'ListLinks': grpc.unary_unary_rpc_method_handler(
@@ -605,6 +625,33 @@ class Admin:
             target,
             '/ccr.v1.Admin/CreateLink',
             ccr_dot_v1_dot_admin__pb2.CreateLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/AlterLink',
+            ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
             options,
             channel_credentials,

@@ -45,6 +45,12 @@ class AdminStub:
     """--- Replication links (spec sections 3-7) -------------------------------------
     Creates the link here and, by dialing the remote, its mirror there.
     """
+    AlterLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterLinkRequest, _admin_pb2.LinkDescription]
+    """Changes this side's own settings of a link (the address it dials, its
+    credentials for the remote, its own address), as KIP-986's dynamically
+    reconfigurable bootstrap servers and credentials. A session is opened
+    with the new settings first: a remote that refuses them changes nothing.
+    """
     ListLinks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]
     DescribeLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]
     DeleteLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteLinkRequest, _admin_pb2.DeleteLinkResponse]
@@ -117,6 +123,12 @@ class AdminAsyncStub(AdminStub):
     CreateLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
     """--- Replication links (spec sections 3-7) -------------------------------------
     Creates the link here and, by dialing the remote, its mirror there.
+    """
+    AlterLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    """Changes this side's own settings of a link (the address it dials, its
+    credentials for the remote, its own address), as KIP-986's dynamically
+    reconfigurable bootstrap servers and credentials. A session is opened
+    with the new settings first: a remote that refuses them changes nothing.
     """
     ListLinks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]  # type: ignore[assignment]
     DescribeLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
@@ -229,6 +241,18 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]:
         """--- Replication links (spec sections 3-7) -------------------------------------
         Creates the link here and, by dialing the remote, its mirror there.
+        """
+
+    @_abc_1.abstractmethod
+    def AlterLink(
+        self,
+        request: _admin_pb2.AlterLinkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]:
+        """Changes this side's own settings of a link (the address it dials, its
+        credentials for the remote, its own address), as KIP-986's dynamically
+        reconfigurable bootstrap servers and credentials. A session is opened
+        with the new settings first: a remote that refuses them changes nothing.
         """
 
     @_abc_1.abstractmethod

@@ -162,6 +162,111 @@ class LinkConfigView(_message.Message):
 Global___LinkConfigView: _TypeAlias = LinkConfigView  # noqa: Y015
 
 @_typing.final
+class ChallengeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChallengeRequest: _TypeAlias = ChallengeRequest  # noqa: Y015
+
+@_typing.final
+class ChallengeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NONCE_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    CREDENTIALS_REQUIRED_FIELD_NUMBER: _builtins.int
+    nonce: _builtins.bytes
+    cluster_id: _builtins.str
+    credentials_required: _builtins.bool
+    def __init__(
+        self,
+        *,
+        nonce: _builtins.bytes = ...,
+        cluster_id: _builtins.str = ...,
+        credentials_required: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "credentials_required", b"credentials_required", "nonce", b"nonce"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChallengeResponse: _TypeAlias = ChallengeResponse  # noqa: Y015
+
+@_typing.final
+class OpenSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_ID_FIELD_NUMBER: _builtins.int
+    LINK_NAME_FIELD_NUMBER: _builtins.int
+    CALLER_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    CALLEE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    SERVER_NONCE_FIELD_NUMBER: _builtins.int
+    CLIENT_NONCE_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    WRAPPED_LINK_KEY_FIELD_NUMBER: _builtins.int
+    link_id: _builtins.str
+    link_name: _builtins.str
+    caller_cluster_id: _builtins.str
+    callee_cluster_id: _builtins.str
+    server_nonce: _builtins.bytes
+    """from Challenge, usable once"""
+    client_nonce: _builtins.bytes
+    proof: _builtins.bytes
+    wrapped_link_key: _builtins.bytes
+    """Only when the caller is creating the link: its new key, wrapped."""
+    def __init__(
+        self,
+        *,
+        link_id: _builtins.str = ...,
+        link_name: _builtins.str = ...,
+        caller_cluster_id: _builtins.str = ...,
+        callee_cluster_id: _builtins.str = ...,
+        server_nonce: _builtins.bytes = ...,
+        client_nonce: _builtins.bytes = ...,
+        proof: _builtins.bytes = ...,
+        wrapped_link_key: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["callee_cluster_id", b"callee_cluster_id", "caller_cluster_id", b"caller_cluster_id", "client_nonce", b"client_nonce", "link_id", b"link_id", "link_name", b"link_name", "proof", b"proof", "server_nonce", b"server_nonce", "wrapped_link_key", b"wrapped_link_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenSessionRequest: _TypeAlias = OpenSessionRequest  # noqa: Y015
+
+@_typing.final
+class OpenSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    proof: _builtins.bytes
+    """the callee's: it holds the link's key too"""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        proof: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proof", b"proof", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenSessionResponse: _TypeAlias = OpenSessionResponse  # noqa: Y015
+
+@_typing.final
 class HandshakeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -26,7 +26,14 @@ if _version_not_supported:
 
 
 class ReplicationStub:
-    """Missing associated documentation comment in .proto file."""
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -34,6 +41,16 @@ class ReplicationStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Challenge = channel.unary_unary(
+                '/ccr.v1.Replication/Challenge',
+                request_serializer=ccr_dot_v1_dot_replication__pb2.ChallengeRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_replication__pb2.ChallengeResponse.FromString,
+                _registered_method=True)
+        self.OpenSession = channel.unary_unary(
+                '/ccr.v1.Replication/OpenSession',
+                request_serializer=ccr_dot_v1_dot_replication__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_replication__pb2.OpenSessionResponse.FromString,
+                _registered_method=True)
         self.Handshake = channel.unary_unary(
                 '/ccr.v1.Replication/Handshake',
                 request_serializer=ccr_dot_v1_dot_replication__pb2.HandshakeRequest.SerializeToString,
@@ -77,7 +94,30 @@ class ReplicationStub:
 
 
 class ReplicationServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
+
+    def Challenge(self, request, context):
+        """A fresh nonce for OpenSession; who the callee is; whether it requires
+        link credentials.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenSession(self, request, context):
+        """Proves the caller holds the link's key (and the callee's link
+        credentials, when required); the answer proves the callee holds it too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Handshake(self, request, context):
         """Sends this side's view of a link's configuration; the receiver creates the
@@ -152,6 +192,16 @@ class ReplicationServicer:
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Challenge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Challenge,
+                    request_deserializer=ccr_dot_v1_dot_replication__pb2.ChallengeRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_replication__pb2.ChallengeResponse.SerializeToString,
+            ),
+            'OpenSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenSession,
+                    request_deserializer=ccr_dot_v1_dot_replication__pb2.OpenSessionRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_replication__pb2.OpenSessionResponse.SerializeToString,
+            ),
             'Handshake': grpc.unary_unary_rpc_method_handler(
                     servicer.Handshake,
                     request_deserializer=ccr_dot_v1_dot_replication__pb2.HandshakeRequest.FromString,
@@ -201,7 +251,68 @@ def add_ReplicationServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Replication:
-    """Missing associated documentation comment in .proto file."""
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
+
+    @staticmethod
+    def Challenge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Replication/Challenge',
+            ccr_dot_v1_dot_replication__pb2.ChallengeRequest.SerializeToString,
+            ccr_dot_v1_dot_replication__pb2.ChallengeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Replication/OpenSession',
+            ccr_dot_v1_dot_replication__pb2.OpenSessionRequest.SerializeToString,
+            ccr_dot_v1_dot_replication__pb2.OpenSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Handshake(request,

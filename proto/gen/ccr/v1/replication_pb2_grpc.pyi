@@ -30,10 +30,27 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ReplicationStub:
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
+
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ReplicationAsyncStub: ...
+    Challenge: _grpc.UnaryUnaryMultiCallable[_replication_pb2.ChallengeRequest, _replication_pb2.ChallengeResponse]
+    """A fresh nonce for OpenSession; who the callee is; whether it requires
+    link credentials.
+    """
+    OpenSession: _grpc.UnaryUnaryMultiCallable[_replication_pb2.OpenSessionRequest, _replication_pb2.OpenSessionResponse]
+    """Proves the caller holds the link's key (and the callee's link
+    credentials, when required); the answer proves the callee holds it too.
+    """
     Handshake: _grpc.UnaryUnaryMultiCallable[_replication_pb2.HandshakeRequest, _replication_pb2.HandshakeResponse]
     """Sends this side's view of a link's configuration; the receiver creates the
     mirrored link if it has none, else merges field by field (newest version
@@ -73,7 +90,24 @@ class ReplicationStub:
 
 @_typing.type_check_only
 class ReplicationAsyncStub(ReplicationStub):
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
+
     def __init__(self, channel: _aio.Channel) -> None: ...
+    Challenge: _aio.UnaryUnaryMultiCallable[_replication_pb2.ChallengeRequest, _replication_pb2.ChallengeResponse]  # type: ignore[assignment]
+    """A fresh nonce for OpenSession; who the callee is; whether it requires
+    link credentials.
+    """
+    OpenSession: _aio.UnaryUnaryMultiCallable[_replication_pb2.OpenSessionRequest, _replication_pb2.OpenSessionResponse]  # type: ignore[assignment]
+    """Proves the caller holds the link's key (and the callee's link
+    credentials, when required); the answer proves the callee holds it too.
+    """
     Handshake: _aio.UnaryUnaryMultiCallable[_replication_pb2.HandshakeRequest, _replication_pb2.HandshakeResponse]  # type: ignore[assignment]
     """Sends this side's view of a link's configuration; the receiver creates the
     mirrored link if it has none, else merges field by field (newest version
@@ -112,6 +146,35 @@ class ReplicationAsyncStub(ReplicationStub):
     """
 
 class ReplicationServicer(metaclass=_abc_1.ABCMeta):
+    """Every call but Challenge and OpenSession runs in a link session
+    (linkd/core/link_auth.py): it carries the metadata ccr-link-session (the
+    session id), ccr-link-seq (a number never repeated in the session) and
+    ccr-link-mac (hex HMAC-SHA256 under the session key of the method name, the
+    sequence number and the SHA-256 of the request's deterministic encoding).
+    A call without a valid session is refused UNAUTHENTICATED
+    (LINK_AUTHENTICATION_FAILED). No answer carries a credential or a key.
+    """
+
+    @_abc_1.abstractmethod
+    def Challenge(
+        self,
+        request: _replication_pb2.ChallengeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replication_pb2.ChallengeResponse, _abc.Awaitable[_replication_pb2.ChallengeResponse]]:
+        """A fresh nonce for OpenSession; who the callee is; whether it requires
+        link credentials.
+        """
+
+    @_abc_1.abstractmethod
+    def OpenSession(
+        self,
+        request: _replication_pb2.OpenSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_replication_pb2.OpenSessionResponse, _abc.Awaitable[_replication_pb2.OpenSessionResponse]]:
+        """Proves the caller holds the link's key (and the callee's link
+        credentials, when required); the answer proves the callee holds it too.
+        """
+
     @_abc_1.abstractmethod
     def Handshake(
         self,
