@@ -91,6 +91,13 @@ class LinkManager:
     def start(self) -> None:
         self.state.links.start(self.node.clock())
         for name in self.state.links.names():
+            if not self.state.links.get(name).value("link_key"):
+                log.warning(
+                    "link %r was created before link sessions and has no key of its own: both "
+                    "sides derive one from its old shared credentials; re-create it for a key "
+                    "(docs/security.md)",
+                    name,
+                )
             self.link_changed(name)
         self._removals = asyncio.create_task(self._tell_removals(), name="link-removals")
 

@@ -1,0 +1,193 @@
+"""Link sessions (linkd/core/link_auth.py): who may speak for a link."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from linkd.core import link_auth as auth
+from linkd.core.errors import ClusterError, ErrorCode
+
+KEY = hashlib.sha256(b"the link key").digest()
+NOW = 1_000_000
+
+
+def nonce(n: int) -> bytes:
+    return hashlib.sha256(str(n).encode()).digest()
+
+
+def request(
+    sessions: auth.LinkSessions,
+    n: int,
+    key: bytes = KEY,
+    credential: str = "",
+    *,
+    caller: str = "A",
+    creating: bool = False,
+    link_id: str = "L1",
+) -> tuple[auth.OpenRequest, bytes]:
+    """A caller's OpenSession request after a fresh challenge; and its root."""
+    sessions.challenge(nonce(n), NOW)
+    unsigned = auth.OpenRequest(link_id, "ab", caller, "B", nonce(n), nonce(-n), b"")
+    root = auth.session_root(key, credential)
+    wrapped = auth.wrap_link_key(key, credential, unsigned) if creating else b""
+    signed = auth.OpenRequest(
+        *unsigned.transcript(),  # type: ignore[arg-type]
+        auth.open_proof(root, unsigned),
+        wrapped,
+    )
+    return signed, root
+
+
+def refusal(exc: pytest.ExceptionInfo[ClusterError]) -> str:
+    assert exc.value.code == ErrorCode.LINK_AUTHENTICATION_FAILED
+    return exc.value.resource
+
+
+def opened(sessions: auth.LinkSessions, n: int = 1, **kw: object) -> tuple[auth.Session, bytes]:
+    req, root = request(sessions, n)
+    got = sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, f"s{n}")
+    assert got.proof == auth.accept_proof(root, req, f"s{n}")  # the caller's check
+    return got.session, auth.session_key(root, req, f"s{n}")
+
+
+def call(
+    sessions: auth.LinkSessions, key: bytes, seq: int, body: bytes = b"x", *,
+    session_id: str = "s1", link_id: str = "L1", method: str = "ReplicaPush",
+) -> auth.Session:
+    digest = auth.request_digest(body)
+    mac = auth.call_mac(key, method, seq, digest)
+    return sessions.verify(session_id, link_id, method, seq, digest, mac, NOW)
+
+
+def test_a_caller_holding_the_key_opens_a_session_and_its_calls_verify() -> None:
+    sessions = auth.LinkSessions("B")
+    session, key = opened(sessions)
+    assert session.key == key and session.peer == "A"
+    assert call(sessions, key, 0) is session
+    assert call(sessions, key, 2) is session  # calls of a session may arrive out of order
+    assert call(sessions, key, 1) is session
+
+
+def test_a_wrong_key_or_credential_is_refused_and_spends_the_challenge() -> None:
+    sessions = auth.LinkSessions("B")
+    req, _ = request(sessions, 1, key=hashlib.sha256(b"guess").digest())
+    with pytest.raises(ClusterError) as bad:
+        sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, "s1")
+    assert refusal(bad) == "bad proof"
+    with pytest.raises(ClusterError) as spent:  # the same challenge again
+        sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, "s1")
+    assert refusal(spent) == "unknown challenge"
+    req, _ = request(sessions, 2, credential="old")
+    with pytest.raises(ClusterError) as wrong:
+        sessions.open(req, auth.KnownLink("A", KEY), ("new",), NOW, "s2")
+    assert refusal(wrong) == "bad proof"
+    assert sessions.refusals[auth.Refusal.BAD_PROOF] == 2 and len(sessions) == 0
+
+
+def test_during_a_rotation_both_credentials_open_sessions() -> None:
+    sessions = auth.LinkSessions("B")
+    for n, credential in enumerate(("old", "new"), 1):
+        req, _ = request(sessions, n, credential=credential)
+        sessions.open(req, auth.KnownLink("A", KEY), ("old", "new"), NOW, f"s{n}")
+    assert len(sessions) == 2
+
+
+def test_a_challenge_expires_and_is_never_issued_by_the_caller() -> None:
+    sessions = auth.LinkSessions("B")
+    req, _ = request(sessions, 1)
+    with pytest.raises(ClusterError) as late:
+        sessions.open(
+            req, auth.KnownLink("A", KEY), ("",), NOW + auth.CHALLENGE_TTL_MS + 1, "s1"
+        )
+    assert refusal(late) == "unknown challenge"
+    forged = auth.OpenRequest("L1", "ab", "A", "B", nonce(99), nonce(-1), b"")
+    with pytest.raises(ClusterError) as invented:
+        sessions.open(forged, auth.KnownLink("A", KEY), ("",), NOW, "s1")
+    assert refusal(invented) == "unknown challenge"
+
+
+def test_a_session_for_a_link_of_another_peer_or_an_unknown_link_is_refused() -> None:
+    sessions = auth.LinkSessions("B")
+    req, _ = request(sessions, 1, caller="C")
+    with pytest.raises(ClusterError) as peer:
+        sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, "s1")
+    assert refusal(peer) == "wrong peer"
+    req, _ = request(sessions, 2)
+    with pytest.raises(ClusterError) as unknown:
+        sessions.open(req, None, ("",), NOW, "s2")
+    assert refusal(unknown) == "unknown link"
+
+
+def test_a_creating_caller_hands_over_the_new_key_which_only_holders_of_the_credential_read(
+) -> None:
+    sessions = auth.LinkSessions("B")
+    req, _ = request(sessions, 1, credential="s3cret", creating=True)
+    got = sessions.open(req, None, ("s3cret",), NOW, "s1")
+    assert got.session.new_link_key == KEY
+    assert req.wrapped_link_key != KEY  # never sent as it is
+    req, _ = request(sessions, 2, credential="s3cret", creating=True)
+    with pytest.raises(ClusterError) as wrong:
+        sessions.open(req, None, ("other",), NOW, "s2")
+    assert refusal(wrong) == "bad proof"
+    # A link this side knows keeps its key: a "creating" caller cannot replace it.
+    req, _ = request(sessions, 3, key=hashlib.sha256(b"mine").digest(), creating=True)
+    with pytest.raises(ClusterError) as replace:
+        sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, "s3")
+    assert refusal(replace) == "bad proof"
+
+
+def test_calls_without_a_valid_session_are_refused_by_name() -> None:
+    sessions = auth.LinkSessions("B")
+    _session, key = opened(sessions)
+    cases = {
+        "no session": lambda: call(sessions, key, 0, session_id=""),
+        "unknown session": lambda: call(sessions, key, 0, session_id="s9"),
+        "bad mac": lambda: call(sessions, b"k" * 32, 0),
+        "wrong link": lambda: call(sessions, key, 1, link_id="L2"),
+    }
+    for reason, attempt in cases.items():
+        with pytest.raises(ClusterError) as refused:
+            attempt()
+        assert refusal(refused) == reason
+    call(sessions, key, 5)
+    with pytest.raises(ClusterError) as replay:
+        call(sessions, key, 5)
+    assert refusal(replay) == "replayed call"
+    # The mac covers the request: the same sequence number with another body fails.
+    digest = auth.request_digest(b"forged")
+    mac = auth.call_mac(key, "ReplicaPush", 6, auth.request_digest(b"real"))
+    with pytest.raises(ClusterError) as body:
+        sessions.verify("s1", "L1", "ReplicaPush", 6, digest, mac, NOW)
+    assert refusal(body) == "bad mac"
+
+
+def test_an_idle_session_expires() -> None:
+    sessions = auth.LinkSessions("B")
+    _session, key = opened(sessions)
+    digest = auth.request_digest(b"x")
+    mac = auth.call_mac(key, "ReplicaFetch", 0, digest)
+    with pytest.raises(ClusterError) as idle:
+        sessions.verify(
+            "s1", "L1", "ReplicaFetch", 0, digest, mac, NOW + auth.SESSION_IDLE_MS + 1
+        )
+    assert refusal(idle) == "expired session"
+
+
+def test_what_is_kept_is_bounded() -> None:
+    sessions = auth.LinkSessions("B")
+    for n in range(auth.MAX_CHALLENGES + 10):
+        sessions.challenge(nonce(n), NOW)
+    req, _ = request(sessions, 100_000)
+    sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, "first")
+    for n in range(1, auth.MAX_SESSIONS_PER_LINK + 3):
+        opened(sessions, n)
+    assert len(sessions) == auth.MAX_SESSIONS_PER_LINK
+    session, key = opened(sessions, 50)
+    for seq in range(auth.SEQ_WINDOW + 5):
+        call(sessions, key, seq, session_id="s50")
+    assert len(session.seen) <= auth.SEQ_WINDOW and session.floor > 0
+    with pytest.raises(ClusterError) as old:
+        call(sessions, key, 0, session_id="s50")
+    assert refusal(old) == "replayed call"
