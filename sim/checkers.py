@@ -281,10 +281,10 @@ def check_link_convergence(
                 continue
             if cid > config.remote_cluster_id:
                 continue  # each pair compared once
-            if config.to_record() != theirs.mirrored().to_record():
+            if config.agreed_record() != theirs.mirrored().agreed_record():
                 details.append(
                     f"link {name!r}: {cid} and {other.cluster_id} still disagree after healing "
-                    f"({config.to_record()} vs mirrored {theirs.mirrored().to_record()})"
+                    f"({config.agreed_record()} vs mirrored {theirs.mirrored().agreed_record()})"
                 )
     return _capped("7 config convergence", details)
 

@@ -30,6 +30,7 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 
 from linkd.core import cluster as core
@@ -38,6 +39,7 @@ from linkd.core import restart as recovery
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import JournalRecord
 from linkd.core.journal import encode as encode_record
+from linkd.core.link_auth import LinkSessions
 from linkd.core.links import LinkLimits, LinkTable
 from sim.events import EventQueue
 from sim.resources import IoDevice, RateLimit
@@ -74,6 +76,11 @@ class SimCluster:
         self.journal_book = recovery.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
         # Bumped by each crash: what the dead process had under way is dropped.
         self.incarnation = 0
+        # Link sessions this cluster serves (kept in memory: a crash ends
+        # them) and the link credentials it requires ("" alone: none).
+        self.link_sessions = LinkSessions(cluster_id)
+        self.link_credentials: tuple[str, ...] = ("",)
+        self._nonces = 0
         self.stores: dict[tuple[str, int], PartitionStore] = {}
         self.disk = IoDevice(disk_bytes_per_ms)
         self.replication_limit = RateLimit(replication_limit_bytes_per_s)
@@ -268,6 +275,15 @@ class SimCluster:
         self.crashed = True
         self.incarnation += 1
         self._data_waiters = []
+        self.link_sessions = LinkSessions(self.cluster_id)
+
+    def nonce(self) -> bytes:
+        """A fresh nonce (the daemon draws them at random; here they need
+        only be unique)."""
+        self._nonces += 1
+        return hashlib.sha256(
+            f"{self.cluster_id}/{self.incarnation}/{self._nonces}".encode()
+        ).digest()
 
     def restart(self, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
         """As the daemon starts on its data directory (`ClusterNode.open`,

@@ -37,11 +37,14 @@ Rules (the daemon's, with the core's constants):
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from linkd.core import cluster as core
+from linkd.core import link_auth as auth
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -100,6 +103,35 @@ class Lane:
     backoff_ms: int = BACKOFF_MIN_MS
 
 
+def sim_link_key(stored_key: str, credentials: str) -> bytes:
+    """A link's key as the simulator stores it (hex, unsealed: the simulator
+    has no password encoder); a link without one derives the legacy key."""
+    return bytes.fromhex(stored_key) if stored_key else auth.legacy_link_key(credentials)
+
+
+# A call as it crossed the wire: session id, link id, method, seq, digest, mac.
+WireCall = tuple[str, str, str, int, bytes, bytes]
+
+
+@dataclass(slots=True)
+class SimSession:
+    """The session a driver opened with `remote` (LinkRunner._session)."""
+
+    session_id: str
+    key: bytes
+    remote: str
+    seq: int = 0
+    # The last call the remote served, as an eavesdropper saw it (the forge
+    # fault replays it: a call in flight is not yet a replay).
+    last: WireCall | None = None
+
+    def sign(self, link_id: str, method: str) -> WireCall:
+        seq, self.seq = self.seq, self.seq + 1
+        digest = auth.request_digest(f"{link_id}|{method}|{seq}".encode())
+        return (self.session_id, link_id, method, seq, digest,
+                auth.call_mac(self.key, method, seq, digest))
+
+
 @dataclass(slots=True)
 class _Timers:
     handshake_ms: int | None = None
@@ -118,8 +150,13 @@ class LinkDriver:
         network: Network,
         sizes: FetchSizes,
         observer: Observer,
+        secure: bool = False,
     ) -> None:
         self.name = name
+        # Link sessions on every call (the scenario's [cluster] link_sessions).
+        self.secure = secure
+        self.session: SimSession | None = None
+        self.opening: str | None = None  # the lane opening a session
         self.dialer = dialer
         self.peers = peers
         self.queue = queue
@@ -160,6 +197,7 @@ class LinkDriver:
                 lane.timeout.cancel()
             lane.backoff_ms = BACKOFF_MIN_MS
         self.next_fetch = None
+        self.opening = None
         self.start()
 
     def wake(self) -> None:
@@ -197,12 +235,31 @@ class LinkDriver:
 
     # -- one call: request over the network, served by the remote, answer back ----------------
 
-    def _call(self, lane_name: str, remote: SimCluster, kind: str, size: int, serve: Serve) -> None:
+    def _call(
+        self,
+        lane_name: str,
+        remote: SimCluster,
+        kind: str,
+        size: int,
+        serve: Serve,
+        signed: bool = True,
+    ) -> None:
         """`serve(reply)` runs on the remote; it calls reply(apply, size) once
-        (maybe later: long poll) with the dialer-side continuation."""
+        (maybe later: long poll) with the dialer-side continuation. In secure
+        runs a `signed` call carries the session's proof, which the remote
+        checks before serving it (ReplicationService._verify)."""
         lane = self.lanes[lane_name]
         lane.call_id += 1
         call_id = lane.call_id
+        wire_call: WireCall | None = None
+        session: SimSession | None = None
+        if self.secure and signed:
+            config = self._config()
+            session = self.session
+            if config is None or session is None or session.remote != remote.cluster_id:
+                self._failed(lane_name, call_id)  # the session went meanwhile: open another
+                return
+            wire_call = session.sign(config.link_id, kind)
         d, r = self.dialer.cluster_id, remote.cluster_id
         lane.timeout = self.queue.after(
             CALL_TIMEOUT_MS,
@@ -253,6 +310,9 @@ class LinkDriver:
             if call_id != lane.call_id or not remote.up or not alive():
                 return
             try:
+                if wire_call is not None and session is not None:
+                    remote.link_sessions.verify(*wire_call, self.queue.now_ms)
+                    session.last = wire_call
                 serve(reply)
             except ClusterError as exc:
                 # The refusal travels back as the answer (a gRPC status).
@@ -266,6 +326,8 @@ class LinkDriver:
         lane = self.lanes[lane_name]
         if call_id != lane.call_id or self.stopped:
             return
+        if self.opening == lane_name:
+            self.opening = None
         lane.call_id += 1
         if self.dialer.up:
             self.dialer.links.on_contact_lost(self.name, self.queue.now_ms)
@@ -280,7 +342,74 @@ class LinkDriver:
         if exc.code == ErrorCode.LINK_DELETED:
             self.peers.forget(self.dialer, self.name)
             return
+        if exc.code == ErrorCode.LINK_AUTHENTICATION_FAILED:
+            self.session = None  # the next call opens another
         raise exc
+
+    # -- link sessions (LinkRunner._ensure_session, linkd/link_sessions.py) --------------------
+
+    def _without_session(self, lane: str, remote: SimCluster) -> bool:
+        """Secure runs: True when `lane` must wait for a session with
+        `remote`. One lane opens it (Challenge, then OpenSession: a round trip
+        each); the others look again shortly."""
+        if not self.secure:
+            return False
+        if self.session is not None and self.session.remote == remote.cluster_id:
+            return False
+        if self.opening is None:
+            self.opening = lane
+            self._challenge(lane, remote)
+        else:
+            self._later(lane, BACKOFF_MIN_MS)
+        return True
+
+    def _challenge(self, lane: str, remote: SimCluster) -> None:
+        def serve(reply: Reply) -> None:
+            nonce = remote.nonce()
+            remote.link_sessions.challenge(nonce, self.queue.now_ms)
+            required = remote.link_credentials != ("",)
+            reply(lambda: self._open(lane, remote, nonce, required), CONTROL_MESSAGE_BYTES)
+
+        self._call(lane, remote, "challenge", CONTROL_MESSAGE_BYTES, serve, signed=False)
+
+    def _open(self, lane: str, remote: SimCluster, nonce: bytes, required: bool) -> None:
+        config = self._config()
+        if config is None:
+            return
+        credential = config.value("credentials") if required else ""
+        key = sim_link_key(config.value("link_key"), config.value("credentials"))
+        unsigned = auth.OpenRequest(
+            config.link_id, self.name, self.dialer.cluster_id, remote.cluster_id,
+            nonce, self.dialer.nonce(), b"",
+        )
+        root = auth.session_root(key, credential)
+        request = dataclasses.replace(unsigned, proof=auth.open_proof(root, unsigned))
+
+        def serve(reply: Reply) -> None:
+            found = remote.links.secrets(request.link_id)
+            known = None if found is None else auth.KnownLink(
+                found.remote_cluster_id, sim_link_key(found.link_key, found.credentials)
+            )
+            session_id = remote.nonce().hex()[:32]
+            opened = remote.link_sessions.open(
+                request, known, remote.link_credentials, self.queue.now_ms, session_id
+            )
+            proof = opened.proof
+            reply(lambda: self._opened(lane, remote, root, request, session_id, proof),
+                  CONTROL_MESSAGE_BYTES)
+
+        self._call(lane, remote, "open-session", CONTROL_MESSAGE_BYTES, serve, signed=False)
+
+    def _opened(
+        self, lane: str, remote: SimCluster, root: bytes, request: auth.OpenRequest,
+        session_id: str, proof: bytes,
+    ) -> None:
+        if not hmac.compare_digest(proof, auth.accept_proof(root, request, session_id)):
+            raise auth.refused(auth.Refusal.BAD_PROOF, f"link {self.name!r}: not the remote")
+        key = auth.session_key(root, request, session_id)
+        self.session = SimSession(session_id, key, remote.cluster_id)
+        self.opening = None
+        self._later(lane, 0)
 
     def _unreachable(self, lane: str) -> None:
         """The link names no cluster that exists: a call that cannot start."""
@@ -297,6 +426,10 @@ class LinkDriver:
         remote = self._remote(config)
         if remote is None and (steps.handshake or steps.discover):
             self._unreachable("control")
+            return
+        if (steps.handshake or steps.discover) and remote is not None and (
+            self._without_session("control", remote)
+        ):
             return
         if steps.handshake and remote is not None:
             self._call("control", remote, "handshake", CONTROL_MESSAGE_BYTES,
@@ -392,6 +525,8 @@ class LinkDriver:
         remote = self._remote(config)
         if remote is None:
             self._unreachable("pull")
+            return
+        if self._without_session("pull", remote):
             return
         request = rounds.follower_fetch_request(
             self.dialer.state, config, self.sizes.partition_max_bytes, self.queue.now_ms
@@ -582,6 +717,8 @@ class LinkDriver:
         if remote is None:
             self._unreachable("push")
             return
+        if self._without_session("push", remote):
+            return
         namespaces: tuple[rounds.SourceNamespace, ...] = ()
         offsets: tuple[msync.GroupOffset, ...] = ()
         if steps.push_discovery:
@@ -659,4 +796,4 @@ class LinkDriver:
         self._later("push", 0)
 
 
-__all__ = ["FetchSizes", "LinkDriver", "Observer", "Peers", "wire"]
+__all__ = ["FetchSizes", "LinkDriver", "Observer", "Peers", "SimSession", "sim_link_key", "wire"]

@@ -139,6 +139,9 @@ class Nemesis:
         elif f.kind == "restart":
             self.restart(f.node)
             return
+        elif f.kind == "forge":
+            self.ops.forge_calls(f.node)
+            return
         elif f.kind == "unclean_election":
             node = self.clusters[f.node]
             log = node.state.partition(f.topic, f.partition)

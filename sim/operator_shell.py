@@ -21,6 +21,7 @@ when it raised ClusterError.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from linkd.core.errors import ClusterError
 from linkd.core.requests import (
     Call,
     Execute,
+    Handshake,
     LinkChanged,
     LinkDeleted,
     Note,
@@ -150,6 +152,11 @@ class SimHost:
             return Reply(None, unreachable(what, address, "no answer"), now)
         if not self.links.can_talk(self.cluster.cluster_id, remote.cluster_id):
             return Reply(None, unreachable(what, address, "no route"), now)
+        if isinstance(request, Handshake) and request.create:
+            # The creating session hands the remote the new link's key (the
+            # daemon masks it in OpenSession); operator calls carry no session
+            # here: the simulator checks sessions on the link rounds.
+            request = dataclasses.replace(request, link_key=request.config.value("link_key"))
         try:
             return Reply(self.links.host(remote).serve(request), None, now)
         except ClusterError as exc:

@@ -15,7 +15,9 @@ expected outcome, counted and noted, never a violation.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from linkd.core import cluster as core
@@ -42,12 +44,28 @@ Done = Callable[[Any, ClusterError | None], None]
 Step = Callable[[int], Generator[Request, Any, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class SimLinkSecurity:
+    """Link sessions in a run ([cluster] link_sessions, link_credentials)."""
+
+    sessions: bool = False
+    credentials: str = ""
+    keys: Callable[[], str] | None = None  # seeded: the daemon draws keys at random
+
+    def new_key(self) -> str:
+        """A new link's key, stored as hex (none when sessions are off)."""
+        if not self.sessions or self.keys is None:
+            return ""
+        return hashlib.sha256(self.keys().encode()).hexdigest()
+
+
 class World(Protocol):
     queue: EventQueue
     clusters: dict[str, SimCluster]
     network: Network
     sizes: FetchSizes
     metrics: Metrics
+    link_security: SimLinkSecurity
 
     def reachable(self, a: str, b: str) -> bool: ...
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
@@ -98,7 +116,10 @@ class Operators:
             if config.connection_direction != "local_dials":
                 return
             w = self.world
-            driver = LinkDriver(name, cluster, self, w.queue, w.network, w.sizes, self.observer)
+            driver = LinkDriver(
+                name, cluster, self, w.queue, w.network, w.sizes, self.observer,
+                secure=w.link_security.sessions,
+            )
             self.drivers[key] = driver
             driver.start()
         driver.wake()
@@ -116,6 +137,32 @@ class Operators:
             remote = config.remote_cluster_id if config is not None else ""
             if not driver.stopped and cid in (dialer, remote):
                 driver.reset()
+
+    def forge_calls(self, cid: str) -> None:
+        """The forge fault: an attacker replays, to `cid`, the last call each
+        link made to it (as seen on the wire), and sends one without a
+        session. Each must be refused; one served breaks the contract."""
+        target = self.world.clusters[cid]
+        now = self.world.queue.now_ms
+        for (dialer, name), driver in sorted(self.drivers.items()):
+            session = driver.session
+            if driver.stopped or session is None or session.remote != cid:
+                continue
+            config = driver.dialer.links.configs.get(name)
+            link_id = config.link_id if config is not None else ""
+            attempts = [("anonymous", ("", link_id, "push", 0, b"", b""))]
+            if session.last is not None:
+                attempts.append(("replayed", session.last))
+            for what, wire_call in attempts:
+                try:
+                    target.link_sessions.verify(*wire_call, now)
+                except ClusterError as exc:
+                    self.world.queue.note(f"forge {what} {dialer}->{cid} {name}: {exc.resource}")
+                    continue
+                self.world.contract_broken(
+                    "link_calls_unforgeable",
+                    f"{cid} served a {what} call of link {name!r} from {dialer}",
+                )
 
     def forget(self, cluster: SimCluster, name: str) -> None:
         """The remote deleted the link (LINK_DELETED): delete this half."""
@@ -207,8 +254,9 @@ class Operators:
         link_id = self.link_ids()
         steps: list[Step] = [
             lambda now: procedures.create_link(
-                node.state, name, link_id, address_of(peer), "", direction,
-                address_of(cluster), now,
+                node.state, name, link_id, address_of(peer),
+                self.world.link_security.credentials, direction, address_of(cluster), now,
+                self.world.link_security.new_key(),
             )
         ]
         for local, remote in prefixes:

@@ -115,6 +115,12 @@ class ClusterSpec:
     lag_max_ms: int = 30_000
     lag_max_records: int = 0
     replica_lag_time_max_ms: int = 30_000  # SYNC: IN_SYNC -> OUT_OF_SYNC after this
+    # Link sessions (linkd/core/link_auth.py) on every link round, as the
+    # daemon runs them: off by default (older scenarios keep their timing).
+    link_sessions: bool = False
+    # The link credentials every cluster requires and every link is created
+    # with ("": none required); only with link_sessions.
+    link_credentials: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +232,9 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "pause": ("node", "duration_ms"),
     "resume": ("node",),
     "unclean_election": ("node", "topic", "partition", "records"),
+    # An attacker replays the last call each link made to `node`, and sends
+    # one without a session: both must be refused (link_sessions runs only).
+    "forge": ("node",),
 }
 
 # Kinds that were renamed, and what to write instead.
@@ -413,7 +422,18 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     )
     _check_names(scenario)
     _check_link_types(scenario)
+    _check_link_sessions(scenario)
     return scenario
+
+
+def _check_link_sessions(scenario: Scenario) -> None:
+    """Credentials and the forge fault mean something only with sessions."""
+    if scenario.cluster.link_sessions:
+        return
+    if scenario.cluster.link_credentials:
+        raise ScenarioError("[cluster]: link_credentials needs link_sessions = true")
+    if any(f.kind == "forge" for f in scenario.faults):
+        raise ScenarioError("[[faults]]: kind = 'forge' needs [cluster] link_sessions = true")
 
 
 def _script(where: str, w: dict[str, Any]) -> ScriptSpec:

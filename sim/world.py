@@ -55,7 +55,7 @@ from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
-from sim.operators import Operators
+from sim.operators import Operators, SimLinkSecurity
 from sim.scenario import ActionSpec, Scenario
 from sim.workloads import Consumer, Producer, ScriptProducer
 
@@ -100,6 +100,11 @@ class Simulation:
             node.on_truncate = self._make_truncate_hook(cid)
             self.clusters[cid] = node
         self.link_ids = seeds.IdFactory(seed, "links")
+        self.link_security = SimLinkSecurity(
+            c.link_sessions, c.link_credentials, seeds.IdFactory(seed, "link keys")
+        )
+        for node in self.clusters.values():
+            node.link_credentials = (c.link_credentials,)
         self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
         self.ops = Operators(self, self, self.link_ids)
         self.nemesis = Nemesis(
@@ -726,7 +731,7 @@ class Simulation:
                         out.append(f"{cid}/{name}:{state}")
                         continue
                 theirs = remote.links.configs.get(name)
-                if theirs is None or theirs.mirrored().to_record() != config.to_record():
+                if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():
                     out.append(f"{cid}/{name}:configurations differ")
                     continue
                 behind = self._copies_behind(node, remote, name)

@@ -17,9 +17,7 @@ from linkd.core.cluster import AppendBatch, ClusterState, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import EpochsCut, decode
 from linkd.core.links import (
-    LOCAL_FIELDS,
     Field,
-    LinkConfig,
     LinkLimits,
     LinkTable,
     Mapping,
@@ -81,18 +79,11 @@ def test_configs_converge_after_arbitrary_concurrent_edits(seed: int, steps: int
     first, second = (a, b) if rng.random() < 0.5 else (b, a)
     second.accept_mirror(first.get("ab"), now)
     first.accept_mirror(second.get("ab"), now)
-    assert shared_record(a.get("ab")) == shared_record(b.get("ab").mirrored())
+    assert a.get("ab").agreed_record() == b.get("ab").mirrored().agreed_record()
     for side in (a, b):
         assert side.get("ab").value("credentials") in ("secret", "") or (
             side.get("ab").value("credentials").startswith(side.cluster_id)
         )
-
-
-def shared_record(config: LinkConfig) -> dict[str, object]:
-    """A configuration without the fields only its own side sets."""
-    record = config.to_record()
-    record["fields"] = {k: v for k, v in record["fields"].items() if k not in LOCAL_FIELDS}
-    return record
 
 
 def test_a_remote_cannot_set_the_address_this_side_dials_nor_its_secrets() -> None:

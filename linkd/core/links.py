@@ -327,6 +327,14 @@ class LinkConfig:
             self.link_epoch,
         )
 
+    def agreed_record(self) -> dict[str, Any]:
+        """The record of what both sides converge on (every field but
+        LOCAL_FIELDS, and the mappings): equal on both sides, one of them
+        mirrored, once they agree."""
+        record = self.to_record()
+        record["fields"] = {k: v for k, v in record["fields"].items() if k not in LOCAL_FIELDS}
+        return record
+
     def mirrored(self) -> LinkConfig:
         """The same link seen from the remote side."""
         swapped = {}
