@@ -2,9 +2,9 @@
 
     ccr-chaos run --seed N [--schedule NAME] [--mode async|sync] [--clusters K]
                   [--phase-s S] [--plant-bug ack-before-replicate] [--json] [--keep]
-                  [--no-twin] [--operators | --no-operators]
+                  [--no-twin] [--operators | --no-operators] [--secure]
     ccr-chaos runs --count N [--first-seed S] [--phase-s S] [--json] [--no-twin]
-                  [--operators | --no-operators]
+                  [--operators | --no-operators] [--secure]
     ccr-chaos --runs N            (the same as `runs --count N`)
     ccr-chaos schedule --seed N [...]   print the schedule only (JSON), run nothing
 
@@ -12,7 +12,9 @@ Every run also runs its simulator twin (chaos/twin.py, a second or so; `--no-twi
 skips it): `run --json` then has a `twin` field, `runs` a twin column. The
 operator nemesis (chaos/operators.py) is drawn per seed for random schedules
 (about half of them); `--operators` / `--no-operators` force it on or off.
-Runs with it have no twin (the simulator does not replay operator moves). A twin
+Runs with it have no twin (the simulator does not replay operator moves).
+`--secure` runs with security on (link credentials required by every daemon,
+so every link call runs in an authenticated link session). A twin
 disagreement is printed as `TWIN seed=N differs: ...`; it does not change the
 exit code, which judges the real run only.
 
@@ -24,6 +26,7 @@ and end the processes it started (by PID).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -65,6 +68,7 @@ def _schedule_args(p: argparse.ArgumentParser) -> None:
         "--phase-s", type=float, default=20.0, help="length of the nemesis phase (default 20)"
     )
     _operators_arg(p)
+    _secure_arg(p)
     p.add_argument(
         "--plant-bug",
         choices=list(PLANTED_BUGS),
@@ -85,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     _save_failed_arg(p)
     _twin_arg(p)
     _operators_arg(p)
+    _secure_arg(p)
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="one run")
     _schedule_args(run)
@@ -100,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     _save_failed_arg(runs)
     _twin_arg(runs)
     _operators_arg(runs)
+    _secure_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
     return p
@@ -150,14 +156,29 @@ def replay_command(args: argparse.Namespace) -> str:
     operators = getattr(args, "operators", None)
     if operators is not None:
         parts.append("--operators" if operators else "--no-operators")
+    if getattr(args, "secure", False):
+        parts.append("--secure")
     return " ".join(parts)
 
 
 def build_schedule(args: argparse.Namespace) -> Schedule:
-    return make_schedule(
+    schedule = make_schedule(
         args.seed, args.schedule, args.phase_s, args.mode, args.clusters, args.plant_bug,
         getattr(args, "operators", None),
     )  # fmt: skip
+    if getattr(args, "secure", False):
+        schedule = dataclasses.replace(schedule, secure=True)
+    return schedule
+
+
+def _secure_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        default=None,
+        help="run with security on: every daemon requires link credentials (a file) and "
+        "every link is created with them, so every link call runs in a link session",
+    )
 
 
 def run_one(args: argparse.Namespace, quiet: bool = False) -> RunResult:
@@ -239,6 +260,7 @@ def cmd_runs(
     twin: bool = True,
     operators: bool | None = None,
     save_failed: str | None = None,
+    secure: bool = False,
 ) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -246,6 +268,7 @@ def cmd_runs(
         args = argparse.Namespace(
             seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
             plant_bug="", keep=False, converge_s=40.0, twin=twin, operators=operators,
+            secure=secure,
         )  # fmt: skip
         schedule = build_schedule(args)
         row: dict[str, Any] = {
@@ -333,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.twin,
                 args.operators,
                 args.save_failed,
+                bool(args.secure),
             )
         if args.command == "run":
             return cmd_run(args)
@@ -345,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.twin,
                 args.operators,
                 args.save_failed,
+                bool(args.secure),
             )
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))

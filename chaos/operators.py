@@ -250,9 +250,15 @@ def _create_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> N
     with op.admin(m.cluster) as a:
         a.create_link(
             m.link, target.address, connection="remote" if m.remote_dials else "local",
-            local_bootstrap=local_bootstrap,
+            local_bootstrap=local_bootstrap, credentials=op.run.link_credentials(),
         )  # fmt: skip
     rec.report = {"remote": target.address, "local_bootstrap": local_bootstrap}
+    if m.remote_dials and op.run.link_credentials():
+        # The peer dials: its own credentials for this cluster come from its
+        # operator (a link's credentials never cross), as docs/security.md says.
+        with op.admin(m.peer) as b:
+            b.alter_link(m.link, credentials=op.run.link_credentials())
+        rec.report["peer_credentials"] = "set"
 
 
 def _delete_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:

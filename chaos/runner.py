@@ -26,6 +26,7 @@ Phases:
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import shutil
 import tempfile
 import threading
@@ -236,7 +237,24 @@ class Run:
         ]  # fmt: skip
         if self.schedule.plant_bug and cluster == SOURCE:
             flags += ["--plant-bug", self.schedule.plant_bug]
+        if self.schedule.secure:
+            flags += ["--link-credentials-file", str(self.link_credentials_file())]
         return flags
+
+    def link_credentials_file(self) -> Path:
+        """Secure runs: the link credentials every daemon requires (one file,
+        written once per run, readable by its owner only)."""
+        path = self.workdir / "link-credentials"
+        if not path.exists():
+            path.write_text(f"chaos-{self.schedule.seed}-{secrets.token_hex(16)}\n")
+            path.chmod(0o600)
+        return path
+
+    def link_credentials(self) -> str:
+        """What a link is created with ("" unless the run is secure)."""
+        if not self.schedule.secure:
+            return ""
+        return self.link_credentials_file().read_text().strip()
 
     def setup(self) -> None:
         s = self.schedule
@@ -285,7 +303,7 @@ class Run:
         link = LinkRun(name, source, follower, proxy)
         self.links[name] = link
         with _admin(self.daemons[follower].bootstrap, 10000) as admin:
-            admin.create_link(name, proxy.address)
+            admin.create_link(name, proxy.address, credentials=self.link_credentials())
             if attach:
                 admin.attach_namespace(name, "topic", TOPIC_PREFIX, TOPIC_PREFIX, "remote")
                 admin.attach_namespace(name, "group", GROUP_PREFIX, GROUP_PREFIX, "remote")

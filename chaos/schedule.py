@@ -79,6 +79,9 @@ class Schedule:
     extra_prefixes: tuple[str, ...] = field(default=())
     # The operator nemesis (chaos/operators.py) runs beside the steps.
     operators: bool = False
+    # Security on: every daemon requires link credentials (a file), and every
+    # link is created with them (docs/security.md).
+    secure: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +96,7 @@ class Schedule:
             "plant_bug": self.plant_bug,
             "extra_prefixes": list(self.extra_prefixes),
             "operators": self.operators,
+            "secure": self.secure,
             "steps": [s.to_json() for s in self.steps],
         }
 

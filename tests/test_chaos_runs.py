@@ -95,6 +95,26 @@ def test_kip986_dr__recovery_moves_offsets_back__reported_and_clean(tmp_path: Pa
     )
 
 
+def test_kip986_dr_with_security_on__clean_and_no_secret_in_any_log(tmp_path: Path) -> None:
+    """The same classic with every daemon requiring link credentials: every
+    replication call (and recovery's partition histories) runs in a link
+    session, and the judgement is the same."""
+    schedule = make_schedule(5, name="kip986-dr", phase_s=float(PHASE_S))
+    schedule = dataclasses.replace(schedule, secure=True)
+    run = Run(schedule, "ccr-chaos run --seed 5 --schedule kip986-dr --secure",
+              workdir=tmp_path, keep=True)
+    result = run.execute()
+    assert result.anomalies == [], result.events
+    assert result.converged, result.events
+    assert result.checked["offset_moves"] > 0, result.events
+    secret = run.link_credentials()
+    assert secret
+    logs = sorted(tmp_path.rglob("*.log"))
+    assert logs
+    for log in logs:
+        assert secret not in log.read_text(errors="replace"), log
+
+
 def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover() -> None:
     rc, summary, stderr = ccr_chaos(
         "run", "--seed", "1", "--plant-bug", "ack-before-replicate", "--json"
