@@ -100,7 +100,7 @@ def test_2_after_disaster_recovery__the_old_link_converges__both_sides_agree() -
     assert sim.violations == [], sim.violations
     assert sim.unsettled_links() == []
     a_view, c_view = (sim.clusters[c].links.get("A-C") for c in ("A", "C"))
-    assert a_view.mirrored().to_record() == c_view.to_record()
+    assert a_view.mirrored().agreed_record() == c_view.agreed_record()
     assert a_view.attached_mappings() == []
     c_follows = sim.clusters["C"].links.get("cb").attached_mappings()
     assert [(m.local_prefix, m.leader) for m in c_follows] == [("A-", "remote")]

@@ -264,8 +264,8 @@ class Transcript:
         assert isinstance(answer, LinkConfig)
         accepted = rounds.accept_handshake_answer(self.b.state, "ab", _wire(answer), self.now)
         self.b.execute(accepted.effects)
-        mine = self.b.state.links.get("ab").mirrored().to_record()
-        agree = "agree" if mine == self.a.state.links.get("ab").to_record() else "DIFFER"
+        mine = self.b.state.links.get("ab").mirrored().agreed_record()
+        agree = "agree" if mine == self.a.state.links.get("ab").agreed_record() else "DIFFER"
         return [f"configurations {agree}; B: {self.b.state.links.state_name('ab')}"]
 
     def do_fetch(self, args: list[str], opts: dict[str, str]) -> list[str]:
@@ -385,7 +385,9 @@ class Transcript:
 
 
 def _wire(config: LinkConfig) -> LinkConfig:
-    return LinkConfig.from_record(config.to_record())
+    """What crosses to the other cluster (no secrets, not the address the
+    sender dials)."""
+    return LinkConfig.from_record(config.shared().to_record())
 
 
 def _journal_of(records: Sequence[JournalRecord]) -> list[Effect]:
