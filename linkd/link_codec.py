@@ -164,21 +164,47 @@ def read_acls_pb(acls: list[msync.ReadAcl]) -> list[replication_pb2.ReadAcl]:
     ]
 
 
+def principal_acls_pb(acls: list[msync.PrincipalAcl]) -> list[replication_pb2.PrincipalAcl]:
+    return [
+        replication_pb2.PrincipalAcl(
+            resource_type=a.resource_type,
+            resource_name=a.resource_name,
+            prefixed=a.prefixed,
+            principal=a.principal,
+            host=a.host,
+            operation=a.operation,
+            deny=a.deny,
+        )
+        for a in acls
+    ]
+
+
 def namespace_pb(ns: rounds.SourceNamespace) -> replication_pb2.NamespaceTopics:
-    out = replication_pb2.NamespaceTopics(prefix=ns.prefix)
+    out = replication_pb2.NamespaceTopics(prefix=ns.prefix, resource_type=ns.kind)
     for topic in ns.topics:
         out.topics.add(name=topic.name, partitions=topic.partitions, configs=topic.configs)
     out.read_acls.extend(read_acls_pb(list(ns.read_acls)))
+    out.principal_acls.extend(principal_acls_pb(list(ns.principal_acls)))
     return out
 
 
-def namespace_of(prefix: str, topics: Any, read_acls: Any) -> rounds.SourceNamespace:
+def namespace_of(
+    prefix: str, topics: Any, read_acls: Any, kind: str = "", principal_acls: Any = ()
+) -> rounds.SourceNamespace:
     return rounds.SourceNamespace(
         prefix,
         tuple(rounds.SourceTopic(t.name, t.partitions, dict(t.configs)) for t in topics),
         tuple(
             msync.ReadAcl(a.resource_name, a.prefixed, a.principal, a.host, a.deny)
             for a in read_acls
+        ),
+        kind or "topic",
+        tuple(
+            msync.PrincipalAcl(
+                a.resource_type, a.resource_name, a.prefixed, a.principal, a.host,
+                a.operation, a.deny,
+            )
+            for a in principal_acls
         ),
     )
 
@@ -309,7 +335,10 @@ def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
 def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
     return rounds.Push(
         request.link_id,
-        tuple(namespace_of(n.prefix, n.topics, n.read_acls) for n in request.namespaces),
+        tuple(
+            namespace_of(n.prefix, n.topics, n.read_acls, n.resource_type, n.principal_acls)
+            for n in request.namespaces
+        ),
         tuple(group_offsets_of(request.group_offsets)),
         fetch_answer_of(request.data) if request.HasField("data") else None,
         request.request_sent_ms or None,

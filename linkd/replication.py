@@ -384,6 +384,19 @@ class LinkRunner:
             namespaces.append(
                 codec.namespace_of(mapping.remote_prefix, reply.topics, reply.read_acls)
             )
+        for mapping in rep.follower_mappings(config, "principal"):
+            reply = await self._call(
+                "ListSourceTopics",
+                replication_pb2.ListSourceTopicsRequest(
+                    link_id=config.link_id, prefix=mapping.remote_prefix,
+                    resource_type="principal",
+                ),
+                CALL_TIMEOUT_S,
+            )
+            namespaces.append(
+                codec.namespace_of(mapping.remote_prefix, (), (), "principal",
+                                   reply.principal_acls)
+            )
         await apply_topics(self.node, config, namespaces, listed_at)
         offsets: list[msync.GroupOffset] = []
         for group_mapping in rep.follower_mappings(config, "group"):
@@ -672,9 +685,12 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             state = self.node.state
             config = state.links.by_id(request.link_id)
             state.links.on_contact(config.name, self.node.clock())
-            ns = codec.namespace_pb(rounds.source_topics(state, config, request.prefix))
+            if request.resource_type == "principal":
+                ns = codec.namespace_pb(rounds.source_principals(state, config, request.prefix))
+            else:
+                ns = codec.namespace_pb(rounds.source_topics(state, config, request.prefix))
             return replication_pb2.ListSourceTopicsResponse(
-                topics=ns.topics, read_acls=ns.read_acls
+                topics=ns.topics, read_acls=ns.read_acls, principal_acls=ns.principal_acls
             )
 
         result: replication_pb2.ListSourceTopicsResponse = await self._guard(context, run())

@@ -465,6 +465,9 @@ class LinkDriver:
     def _serve_discovery(self, remote: SimCluster, config: LinkConfig) -> Serve:
         topic_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "topic")]
         group_prefixes = [m.remote_prefix for m in rep.follower_mappings(config, "group")]
+        principal_prefixes = [
+            m.remote_prefix for m in rep.follower_mappings(config, "principal")
+        ]
         link_id = config.link_id
         sent_ms = self.queue.now_ms
 
@@ -473,6 +476,9 @@ class LinkDriver:
             source_config = state.links.by_id(link_id)
             remote.links.on_contact(source_config.name, self.queue.now_ms)
             namespaces = [rounds.source_topics(state, source_config, p) for p in topic_prefixes]
+            namespaces += [
+                rounds.source_principals(state, source_config, p) for p in principal_prefixes
+            ]
             offsets: list[msync.GroupOffset] = []
             for prefix in group_prefixes:
                 offsets += rounds.source_group_offsets(state, prefix)

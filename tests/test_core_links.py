@@ -3,6 +3,7 @@ machine, and the follower copying byte for byte with divergence detection."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -290,6 +291,60 @@ def test_acl_sync__read_follows_the_link__write_never_does() -> None:
         ("orders-1", "User:bob", AclOperation.READ, PermissionType.DENY),
     }
     assert msync.apply_read_acls(follower, "ab", "orders-", acls) == []  # idempotent
+
+
+def test_principal_namespace__its_principals_read_and_describe_acls_follow__renamed() -> None:
+    """KIP-986's third namespace type: the ACLs of principals in an attached
+    principal namespace follow the link, READ and DESCRIBE only (ALL as READ,
+    DENY too), with the principal renamed by the mapping and topic and group
+    names by the link's follower namespaces."""
+    from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
+    from linkd.core.acls import ResourceType as R
+
+    source, follower = linked_states()
+    config = follower.links.get("ab")
+    config.mappings.clear()  # (linked_states follows orders- as orders-)
+    for mapping in (
+        Mapping("topic", "backup-", "orders-", "remote", True, (NOW, 0, "A")),
+        Mapping("group", "dr-app-", "app-", "remote", True, (NOW, 0, "A")),
+        Mapping("principal", "User:dr-", "User:eu-", "remote", True, (NOW, 0, "A")),
+    ):
+        config.mappings[mapping.key] = mapping
+
+    def binding(kind: int, name: str, principal: str, op: int,
+                permission: int = PermissionType.ALLOW) -> AclBinding:
+        return AclBinding(kind, name, PatternType.LITERAL, principal, "*", op, permission)
+
+    source.acls.create([
+        binding(R.TOPIC, "orders-1", "User:eu-app", AclOperation.READ),
+        binding(R.TOPIC, "orders-1", "User:eu-app", AclOperation.WRITE),  # never follows
+        binding(R.TOPIC, "elsewhere", "User:eu-app", AclOperation.ALL),  # as READ, same name
+        binding(R.GROUP, "app-1", "User:eu-app", AclOperation.READ),
+        binding(R.TOPIC, "orders-1", "User:eu-bad", AclOperation.READ, PermissionType.DENY),
+        binding(R.CLUSTER, "kafka-cluster", "User:eu-app", AclOperation.DESCRIBE),  # not a
+        binding(R.TOPIC, "orders-1", "User:us-app", AclOperation.READ),  # not in the namespace
+    ])
+    acls = msync.source_principal_acls(source, "User:eu-")
+    assert len(acls) == 4 and all(a.principal.startswith("User:eu-") for a in acls)
+    records = msync.apply_principal_acls(follower, "ab", "User:eu-", acls)
+    assert len(records) == 4
+    synced = {
+        (R(b.resource_type).name, b.resource_name, b.principal, AclOperation(b.operation).name,
+         PermissionType(b.permission_type).name)
+        for b in follower.acls.describe(AclFilter())
+    }
+    assert synced == {
+        ("TOPIC", "backup-1", "User:dr-app", "READ", "ALLOW"),
+        ("TOPIC", "elsewhere", "User:dr-app", "READ", "ALLOW"),
+        ("GROUP", "dr-app-1", "User:dr-app", "READ", "ALLOW"),
+        ("TOPIC", "backup-1", "User:dr-bad", "READ", "DENY"),
+    }
+    assert msync.apply_principal_acls(follower, "ab", "User:eu-", acls) == []  # idempotent
+    # A remote cannot slip in a principal outside the namespace it follows.
+    forged = [dataclasses.replace(acls[0], principal="User:admin")]
+    assert msync.apply_principal_acls(follower, "ab", "User:eu-", forged) == []
+    # Nothing for a namespace this side does not follow.
+    assert msync.apply_principal_acls(follower, "ab", "User:other-", acls) == []
 
 
 def test_follower_is_catching_up_until_a_fetch_round_tells_its_lag() -> None:

@@ -96,8 +96,9 @@ def next_steps(
     def due(last: int | None, interval: int) -> bool:
         return last is None or now_ms - last >= interval
 
-    follows = bool(rep.follower_mappings(config, "topic") or rep.follower_mappings(config, "group"))
-    leads = bool(rep.leader_mappings(config, "topic") or rep.leader_mappings(config, "group"))
+    kinds = ("topic", "group", "principal")
+    follows = any(rep.follower_mappings(config, k) for k in kinds)
+    leads = any(rep.leader_mappings(config, k) for k in kinds)
     pull = bool(rep.follower_mappings(config, "topic"))
     if undo.undone(1) and pull:
         leads = False  # the old runner: pull or push, never both
@@ -194,6 +195,10 @@ class SourceNamespace:
     prefix: str
     topics: tuple[SourceTopic, ...]
     read_acls: tuple[msync.ReadAcl, ...]
+    # "topic", or "principal": a principal namespace, whose ACLs follow the
+    # link (then `topics` and `read_acls` are empty).
+    kind: str = "topic"
+    principal_acls: tuple[msync.PrincipalAcl, ...] = ()
 
 
 def source_topics(state: ClusterState, config: LinkConfig, prefix: str) -> SourceNamespace:
@@ -205,6 +210,15 @@ def source_topics(state: ClusterState, config: LinkConfig, prefix: str) -> Sourc
         if rep.in_prefix(name, prefix) and rep.leader_mapping_for(config, name) is not None
     )
     return SourceNamespace(prefix, topics, tuple(msync.source_read_acls(state, prefix)))
+
+
+def source_principals(state: ClusterState, config: LinkConfig, prefix: str) -> SourceNamespace:
+    """Source side (ListSourceTopics of a principal namespace): the ACLs of
+    its principals that follow the link, if this side leads it on the link
+    (else none)."""
+    led = any(m.local_prefix == prefix for m in rep.leader_mappings(config, "principal"))
+    acls = tuple(msync.source_principal_acls(state, prefix)) if led else ()
+    return SourceNamespace(prefix, (), (), "principal", acls)
 
 
 def source_namespaces(state: ClusterState, config: LinkConfig) -> list[SourceNamespace]:
@@ -221,6 +235,8 @@ def source_namespaces(state: ClusterState, config: LinkConfig) -> list[SourceNam
         )
         acls = tuple(msync.source_read_acls(state, mapping.local_prefix))
         out.append(SourceNamespace(mapping.local_prefix, topics, acls))
+    for mapping in rep.leader_mappings(config, "principal"):
+        out.append(source_principals(state, config, mapping.local_prefix))
     return out
 
 
@@ -255,7 +271,8 @@ def plan_topics(
     listed_at_ms: int | None = None,
 ) -> TopicsPlan:
     """Follower side: creates follower topics with the source's shape, follows
-    partition additions and config changes, adopts the READ ACLs. Namespaces
+    partition additions and config changes, adopts the READ ACLs and the ACLs
+    of followed principal namespaces. Namespaces
     this side does not follow on the link are ignored. `new_topic_id` is asked
     once per topic created. `listed_at_ms`: the source listed its topics no
     earlier than this (a failover reports from when the topics were known)."""
@@ -267,7 +284,7 @@ def plan_topics(
     created: list[tuple[str, str]] = []
     followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
     for ns in namespaces:
-        mapping = followed.get(ns.prefix)
+        mapping = followed.get(ns.prefix) if ns.kind == "topic" else None
         if mapping is None:
             continue
         for source in ns.topics:
@@ -283,7 +300,11 @@ def plan_topics(
                 )
     records: list[jr.JournalRecord] = []
     for ns in namespaces:
-        if ns.prefix in followed:
+        if ns.kind == "principal":
+            records += msync.apply_principal_acls(
+                state, config.name, ns.prefix, list(ns.principal_acls)
+            )
+        elif ns.prefix in followed:
             records += msync.apply_read_acls(state, config.name, ns.prefix, list(ns.read_acls))
     if records:
         effects.append(Journal(tuple(records)))

@@ -16,7 +16,7 @@ from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, Pe
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import AppendBatch, Effect, Journal
-from linkd.core.links import Mapping
+from linkd.core.links import LinkConfig, Mapping
 from linkd.core.replication import (
     create_replica_topic,
     follower_mappings,
@@ -158,6 +158,102 @@ def source_read_acls(state: ClusterState, prefix: str) -> list[ReadAcl]:
             )
         )
     return sorted(set(out), key=lambda a: (a.resource_name, a.principal, a.host, a.deny))
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalAcl:
+    """A binding of a principal in a principal namespace the source leads,
+    that follows the link (KIP-986's third namespace type): on a topic or a
+    group, READ or DESCRIBE (ALL counts as READ, as in topic ACL sync), ALLOW
+    or DENY."""
+
+    resource_type: int  # acls.ResourceType: TOPIC or GROUP
+    resource_name: str
+    prefixed: bool
+    principal: str
+    host: str
+    operation: int  # acls.AclOperation: READ or DESCRIBE
+    deny: bool = False
+
+
+# What a principal namespace's ACLs carry to the follower: reading and
+# describing. Nothing that writes (WRITE, CREATE, DELETE, ALTER...) ever
+# follows a link: only the link writes follower topics.
+PRINCIPAL_SYNCED_OPERATIONS = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALL)
+
+
+def source_principal_acls(state: ClusterState, prefix: str) -> list[PrincipalAcl]:
+    """Source side: the bindings of every principal under `prefix` (a
+    principal namespace, e.g. "User:app-") on topics and groups that follow
+    the link (PRINCIPAL_SYNCED_OPERATIONS)."""
+    out: list[PrincipalAcl] = []
+    for b in state.acls.describe(AclFilter()):
+        if not in_prefix(b.principal, prefix) or b.operation not in PRINCIPAL_SYNCED_OPERATIONS:
+            continue
+        if b.resource_type not in (AclResource.TOPIC, AclResource.GROUP):
+            continue
+        if b.pattern_type not in (PatternType.LITERAL, PatternType.PREFIXED):
+            continue
+        operation = AclOperation.READ if b.operation == AclOperation.ALL else b.operation
+        out.append(
+            PrincipalAcl(
+                int(b.resource_type),
+                b.resource_name,
+                b.pattern_type == PatternType.PREFIXED,
+                b.principal,
+                b.host,
+                int(operation),
+                b.permission_type == PermissionType.DENY,
+            )
+        )
+    return sorted(set(out), key=lambda a: (a.principal, a.resource_type, a.resource_name,
+                                           a.operation, a.host, a.deny))
+
+
+def apply_principal_acls(
+    state: ClusterState, link_name: str, source_prefix: str, acls: list[PrincipalAcl]
+) -> list[jr.JournalRecord]:
+    """Follower side: the bindings of a principal namespace this side follows,
+    with the principal renamed by the mapping (the source's prefix to this
+    side's) and topic and group names renamed by the link's follower
+    mappings that hold them (a name in no followed namespace keeps its name).
+    Add-only, as READ ACL sync: the link never revokes a binding."""
+    config = state.links.get(link_name)
+    mapping = next(
+        (m for m in follower_mappings(config, "principal") if m.remote_prefix == source_prefix),
+        None,
+    )
+    if mapping is None:
+        return []
+    bindings = []
+    for a in acls:
+        if not in_prefix(a.principal, source_prefix):
+            continue  # not this namespace's: never trusted from the remote
+        kind = AclResource(a.resource_type)
+        bindings.append(
+            AclBinding(
+                kind,
+                _followed_name(config, kind, a.resource_name),
+                PatternType.PREFIXED if a.prefixed else PatternType.LITERAL,
+                map_name(a.principal, mapping.remote_prefix, mapping.local_prefix),
+                a.host,
+                AclOperation(a.operation),
+                PermissionType.DENY if a.deny else PermissionType.ALLOW,
+            )
+        )
+    _results, records = state.acls.create(bindings)
+    return list(records)
+
+
+def _followed_name(config: LinkConfig, kind: AclResource, name: str) -> str:
+    """A source topic or group name as this side names it: mapped by the
+    longest follower mapping of its type that holds it, else unchanged."""
+    label = "topic" if kind == AclResource.TOPIC else "group"
+    holding = [m for m in follower_mappings(config, label) if in_prefix(name, m.remote_prefix)]
+    if not holding:
+        return name
+    best = max(holding, key=lambda m: len(m.remote_prefix))
+    return map_name(name, best.remote_prefix, best.local_prefix)
 
 
 def apply_read_acls(

@@ -388,18 +388,24 @@ class ListSourceTopicsRequest(_message.Message):
 
     LINK_ID_FIELD_NUMBER: _builtins.int
     PREFIX_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     prefix: _builtins.str
     """The prefix of the namespace on the source (the receiver's local prefix)."""
+    resource_type: _builtins.str
+    """"" or "topic": a topic namespace (its topics and READ ACLs); "principal":
+    a principal namespace (the ACLs of its principals that follow the link).
+    """
     def __init__(
         self,
         *,
         link_id: _builtins.str = ...,
         prefix: _builtins.str = ...,
+        resource_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "prefix", b"prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "prefix", b"prefix", "resource_type", b"resource_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -494,23 +500,71 @@ class ListSourceTopicsResponse(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     READ_ACLS_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_ACLS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceTopic]: ...
     @_builtins.property
     def read_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadAcl]: ...
+    @_builtins.property
+    def principal_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___PrincipalAcl]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___SourceTopic] | None = ...,
         read_acls: _abc.Iterable[Global___ReadAcl] | None = ...,
+        principal_acls: _abc.Iterable[Global___PrincipalAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["read_acls", b"read_acls", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal_acls", b"principal_acls", "read_acls", b"read_acls", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListSourceTopicsResponse: _TypeAlias = ListSourceTopicsResponse  # noqa: Y015
+
+@_typing.final
+class PrincipalAcl(_message.Message):
+    """A binding of a principal in a principal namespace the source leads (KIP-986's
+    third namespace type): READ or DESCRIBE, on a topic or a group. Nothing that
+    writes follows a link.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PREFIXED_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    DENY_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    """Kafka's ResourceType: 2 topic, 3 group"""
+    resource_name: _builtins.str
+    prefixed: _builtins.bool
+    principal: _builtins.str
+    host: _builtins.str
+    operation: _builtins.int
+    """Kafka's AclOperation: 3 READ, 8 DESCRIBE"""
+    deny: _builtins.bool
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        prefixed: _builtins.bool = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        deny: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deny", b"deny", "host", b"host", "operation", b"operation", "prefixed", b"prefixed", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrincipalAcl: _TypeAlias = PrincipalAcl  # noqa: Y015
 
 @_typing.final
 class ReplicaFetchPartition(_message.Message):
@@ -792,22 +846,30 @@ class NamespaceTopics(_message.Message):
     PREFIX_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     READ_ACLS_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_ACLS_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
     """The source-side prefix of the namespace (the leader's local prefix)."""
+    resource_type: _builtins.str
+    """"" or "topic"; "principal": a principal namespace, with its ACLs."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceTopic]: ...
     @_builtins.property
     def read_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadAcl]: ...
+    @_builtins.property
+    def principal_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___PrincipalAcl]: ...
     def __init__(
         self,
         *,
         prefix: _builtins.str = ...,
         topics: _abc.Iterable[Global___SourceTopic] | None = ...,
         read_acls: _abc.Iterable[Global___ReadAcl] | None = ...,
+        resource_type: _builtins.str = ...,
+        principal_acls: _abc.Iterable[Global___PrincipalAcl] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "read_acls", b"read_acls", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix", "principal_acls", b"principal_acls", "read_acls", b"read_acls", "resource_type", b"resource_type", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
