@@ -37,6 +37,12 @@ from linkd.core.links import (
     LinkLimits,
 )
 from linkd.core.topic_config import MAX_PARTITIONS
+from linkd.grpc_auth import (
+    Listener,
+    SaslInterceptor,
+    parse_listener,
+    server_credentials,
+)
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
@@ -73,7 +79,23 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linkd", description="One simulated Kafka cluster (gRPC).")
     p.add_argument("--config", type=Path, help="TOML file with the settings below")
     p.add_argument("--cluster-id", help="this cluster's id, fixed at first start (e.g. A)")
-    p.add_argument("--listen", help="gRPC address, HOST:PORT (default 127.0.0.1:9701)")
+    p.add_argument(
+        "--listen",
+        help="gRPC address, [PROTOCOL://]HOST:PORT (default 127.0.0.1:9701); PROTOCOL is "
+        "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL, as Kafka's listener names",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        help="PEM certificate (chain) of TLS listeners (SSL, SASL_SSL)",
+    )
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    p.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="PEM CA certificates: TLS listeners require a client certificate one of "
+        "them signed (mTLS)",
+    )
     p.add_argument("--data-dir", type=Path, help="where topics and metadata are stored")
     p.add_argument(
         "--fsync",
@@ -206,6 +228,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "queued_max_request_bytes",
             "auto_create_topics",
             "num_partitions",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -234,6 +259,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "queued_max_request_bytes",
         "auto_create_topics",
         "num_partitions",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -255,9 +283,11 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             EXIT_USAGE,
             f"linkd: cluster id {cluster_id!r} must be letters, digits, '.', '_' or '-'\n",
         )
-    host, sep, port = str(settings["listen"]).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r} is not HOST:PORT\n")
+    try:
+        settings["grpc_listener"] = parse_listener(str(settings["listen"]))
+    except ValueError as exc:
+        parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r}: {exc}\n")
+    _check_tls_settings(parser, settings)
     kafka_listen = settings.get("kafka_listen")
     if kafka_listen:
         host, sep, port = str(kafka_listen).rpartition(":")
@@ -283,6 +313,47 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
     return settings
 
 
+def _check_tls_settings(parser: argparse.ArgumentParser, settings: dict[str, Any]) -> None:
+    """TLS files are readable PEM; a TLS gRPC listener has its certificate and key."""
+    for key in ("tls_cert", "tls_key", "tls_client_ca"):
+        if settings.get(key):
+            path = Path(settings[key])
+            settings[key] = path
+            try:
+                text = path.read_bytes()
+            except OSError as exc:
+                parser.exit(EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: {exc}\n")
+            if b"-----BEGIN " not in text:
+                parser.exit(
+                    EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: not a PEM file\n"
+                )
+    listener: Listener = settings["grpc_listener"]
+    if listener.tls and not (settings.get("tls_cert") and settings.get("tls_key")):
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: --listen {listener}: a {listener.protocol} listener needs --tls-cert "
+            "and --tls-key\n",
+        )
+
+
+def _add_grpc_port(server: aio.Server, settings: dict[str, Any]) -> int:
+    """Binds the gRPC listener; 0 when the address is not available."""
+    listener: Listener = settings["grpc_listener"]
+    if not listener.tls:
+        return server.add_insecure_port(listener.address)
+    creds = server_credentials(
+        settings["tls_cert"], settings["tls_key"], settings.get("tls_client_ca") or None
+    )
+    return server.add_secure_port(listener.address, creds)
+
+
+def _interceptors(node: ClusterNode, listener: Listener) -> list[aio.ServerInterceptor[Any, Any]]:
+    """SASL listeners authenticate every client call against the user store."""
+    if not listener.sasl:
+        return []
+    return [SaslInterceptor(lambda: getattr(node.state, "users", None))]
+
+
 async def serve(settings: dict[str, Any]) -> int:
     node = ClusterNode(
         settings["data_dir"],
@@ -305,7 +376,9 @@ async def serve(settings: dict[str, Any]) -> int:
         log.error("cannot open data dir", extra={"error": str(exc)})
         print(f"linkd: {exc}", file=sys.stderr)
         return EXIT_STARTUP
+    listener: Listener = settings["grpc_listener"]
     server = aio.server(
+        interceptors=_interceptors(node, listener),
         options=[
             ("grpc.max_receive_message_length", 128 * 1024 * 1024),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
@@ -317,7 +390,7 @@ async def serve(settings: dict[str, Any]) -> int:
     add_services(server, node, links, mirror_links)
     replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
     try:
-        port = server.add_insecure_port(settings["listen"])
+        port = _add_grpc_port(server, settings)
     except RuntimeError as exc:
         port = 0
         reason = str(exc)
@@ -358,7 +431,7 @@ async def serve(settings: dict[str, Any]) -> int:
         "serving",
         extra={
             "cluster_id": node.cluster_id,
-            "listen": settings["listen"],
+            "listen": str(listener),
             "data_dir": str(settings["data_dir"]),
             "fsync": settings["fsync"],
             "kafka_listen": settings.get("kafka_listen") or "",
