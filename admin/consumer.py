@@ -78,6 +78,7 @@ from admin.client import (
     normalize_config,
 )
 from admin.errors import CcrError, from_detail
+from admin.security import security_of
 from ccr.v1 import cluster_pb2
 from linkd.core.records import (
     CONTROL_ABORT,
@@ -229,7 +230,7 @@ class Consumer:
         conf = normalize_config(config, "Consumer")
         conf.update(kwargs)
         self._request_timeout_s = config_int(conf, "request.timeout.ms", 30000, 1) / 1000.0
-        self._conn = Connection(bootstrap_of(conf), self._request_timeout_s)
+        self._conn = Connection(bootstrap_of(conf), self._request_timeout_s, security_of(conf))
         self._group_id = config_str(conf, "group.id", "")
         self._client_id = config_str(conf, "client.id", "ccr-python-consumer")
         self._instance_id = config_str(conf, "group.instance.id", "")

@@ -76,6 +76,7 @@ from admin.client import (
     to_headers,
 )
 from admin.errors import CcrError, is_fatal_producer_code
+from admin.security import security_of
 from ccr.v1 import cluster_pb2
 from linkd.core.records import build_batch
 
@@ -233,7 +234,9 @@ class Producer:
         conf = normalize_config(config, "Producer")
         conf.update(kwargs)
         self._request_timeout_ms = config_int(conf, "request.timeout.ms", 30000, 1)
-        self._conn = Connection(bootstrap_of(conf), self._request_timeout_ms / 1000.0)
+        self._conn = Connection(
+            bootstrap_of(conf), self._request_timeout_ms / 1000.0, security_of(conf)
+        )
         self._client_id = config_str(conf, "client.id", "ccr-python-producer")
 
         acks_raw = str(conf.get("acks", conf.get("request.required.acks", "all"))).strip().lower()
