@@ -213,12 +213,14 @@ def probe_tls(target: str, security: ClientSecurity) -> str:
         with _probe_context(security).wrap_socket(raw, server_hostname=host) as tls:
             tls.settimeout(0.5)
             try:
-                tls.recv(1)  # TLS 1.3: a refused client certificate arrives as an alert
+                # A gRPC server speaks first (HTTP/2 settings); with TLS 1.3 a
+                # refused client certificate shows as an alert or a close here.
+                first = tls.recv(1)
             except (TimeoutError, BlockingIOError):
-                pass
-            except ssl.SSLError:
+                return "tls"
+            except (ssl.SSLError, ConnectionError):
                 return "refused-cert"
-            return "tls"
+            return "tls" if first else "refused-cert"
     except ssl.SSLError as exc:
         reason = str(exc.reason or exc)
         return "refused-cert" if "CERTIFICATE" in reason.upper() else "plain"

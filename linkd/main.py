@@ -351,7 +351,7 @@ def _interceptors(node: ClusterNode, listener: Listener) -> list[aio.ServerInter
     """SASL listeners authenticate every client call against the user store."""
     if not listener.sasl:
         return []
-    return [SaslInterceptor(lambda: getattr(node.state, "users", None))]
+    return [SaslInterceptor(lambda: node.state.users)]
 
 
 async def serve(settings: dict[str, Any]) -> int:
