@@ -2,7 +2,13 @@
 
     linkd --cluster-id A --listen 127.0.0.1:9701 --data-dir DIR [--fsync never]
           [--kafka-listen 127.0.0.1:9092]
+    linkd --cluster-id A --listen SASL_SSL://127.0.0.1:9701 --data-dir DIR
+          --tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt]
     linkd --config linkd.toml
+
+`--listen` takes Kafka's listener names as a prefix (PLAINTEXT, the default
+for a bare HOST:PORT; SSL; SASL_PLAINTEXT; SASL_SSL): linkd/grpc_auth.py and
+docs/security.md.
 
 A config file (TOML) may hold the same settings under their long option names
 with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
