@@ -307,11 +307,13 @@ class Connection:
             raise CcrError("CLOSED", f"the client of {self.target} is closed")
         deadline = self.default_timeout_s if timeout_s is None else max(0.001, timeout_s)
         try:
-            return rpc(request, timeout=deadline)
+            response = rpc(request, timeout=deadline)
         except grpc.RpcError as exc:
             raise self.error(exc) from None
         except ValueError as exc:  # grpc raises ValueError on a closed channel
             raise CcrError("CLOSED", f"the client of {self.target} is closed: {exc}") from None
+        self.answered()
+        return response
 
     def future(
         self,
@@ -323,6 +325,10 @@ class Connection:
         if self._closed:
             raise CcrError("CLOSED", f"the client of {self.target} is closed")
         return rpc.future(request, timeout=max(0.001, timeout_s))
+
+    def answered(self) -> None:
+        """A call succeeded: the security settings work (no more probing)."""
+        self._diagnosis.answered = True
 
     def error(self, exc: BaseException) -> CcrError:
         """The CcrError of a failed call; a security mismatch is named as one."""
@@ -343,13 +349,15 @@ class Connection:
 def result_of(conn: Connection, fut: grpc.Future[Resp]) -> Resp | CcrError:
     """The result of a finished call future, or the CcrError it failed with."""
     try:
-        return fut.result(timeout=0)
+        result = fut.result(timeout=0)
     except grpc.FutureCancelledError:
         return CcrError("CANCELLED", "the call was cancelled", retriable=True)
     except grpc.RpcError as exc:
         return conn.error(exc)
     except Exception as exc:
         return CcrError("UNKNOWN", f"{type(exc).__name__}: {exc}")
+    conn.answered()
+    return result
 
 
 Callback = Callable[..., Any]

@@ -51,8 +51,10 @@ SECURITY_KEYS = (
 )
 MISMATCH = "SECURITY_PROTOCOL_MISMATCH"
 SSL_HANDSHAKE_FAILED = "SSL_HANDSHAKE_FAILED"
-_PROBE_TIMEOUT_S = 2.0
+_PROBE_TIMEOUT_S = 1.0
 _PROBE_EVERY_S = 5.0
+# Failures that do not show the cluster answered.
+_NOT_ANSWERED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "CLOSED", "UNKNOWN"})
 
 
 @dataclass(frozen=True)
@@ -232,16 +234,23 @@ def probe_tls(target: str, security: ClientSecurity) -> str:
 
 class Diagnosis:
     """Probes a cluster after an UNAVAILABLE call, at most every few seconds,
-    and names a security mismatch when there is one."""
+    and names a security mismatch when there is one.
+
+    Only until a call succeeds: a mismatch is a setting, there from the first
+    call, so a client that has been answered never probes (a probe may block
+    its caller for up to a few seconds)."""
 
     def __init__(self, target: str, security: ClientSecurity) -> None:
         self.target = target
         self.security = security
+        self.answered = False
         self._last_at = -_PROBE_EVERY_S
         self._last: CcrError | None = None
 
     def explain(self, err: CcrError) -> CcrError:
-        if err.code != "UNAVAILABLE":
+        if err.code not in _NOT_ANSWERED:
+            self.answered = True  # the cluster itself refused: the transport works
+        if err.code != "UNAVAILABLE" or self.answered:
             return err
         now = time.monotonic()
         if now - self._last_at >= _PROBE_EVERY_S:

@@ -353,11 +353,9 @@ def _add_grpc_port(server: aio.Server, settings: dict[str, Any]) -> int:
     return server.add_secure_port(listener.address, creds)
 
 
-def _interceptors(node: ClusterNode, listener: Listener) -> list[aio.ServerInterceptor[Any, Any]]:
+def _sasl(node: ClusterNode, listener: Listener) -> SaslInterceptor | None:
     """SASL listeners authenticate every client call against the user store."""
-    if not listener.sasl:
-        return []
-    return [SaslInterceptor(lambda: node.state.users)]
+    return SaslInterceptor(lambda: node.state.users) if listener.sasl else None
 
 
 async def serve(settings: dict[str, Any]) -> int:
@@ -383,8 +381,9 @@ async def serve(settings: dict[str, Any]) -> int:
         print(f"linkd: {exc}", file=sys.stderr)
         return EXIT_STARTUP
     listener: Listener = settings["grpc_listener"]
+    sasl = _sasl(node, listener)
     server = aio.server(
-        interceptors=_interceptors(node, listener),
+        interceptors=[sasl] if sasl is not None else [],
         options=[
             ("grpc.max_receive_message_length", 128 * 1024 * 1024),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
@@ -456,6 +455,9 @@ async def serve(settings: dict[str, Any]) -> int:
     await links.stop()
     await server.stop(grace=2.0)
     await node.stop()
+    if sasl is not None:
+        refused = dict(sorted(sasl.refusals.counts.items()))
+        log.info("gRPC calls refused unauthenticated", extra={"by_reason": json.dumps(refused)})
     log.info("stopped")
     return 0
 

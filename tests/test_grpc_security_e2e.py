@@ -216,6 +216,11 @@ def test_sasl_ssl_refuses_calls_without_valid_credentials(
     assert reasons == [("", "malformed_credentials"), ("", "missing_credentials"),
                        ("alice", "bad_credentials"), ("nobody", "bad_credentials")]
     assert WRONG not in d.stderr_text() and PASSWORD not in d.stderr_text()
+    # Every refusal is counted per reason; the counts are logged at a clean stop.
+    assert d.terminate() == 0
+    [counts] = _log_lines(d, "gRPC calls refused unauthenticated")
+    assert json.loads(counts["by_reason"]) == {
+        "bad_credentials": 4, "malformed_credentials": 1, "missing_credentials": 1}
 
 
 def test_ccr_admin_over_sasl_ssl_names_the_user(
