@@ -5,8 +5,9 @@ of `--listen`: `PLAINTEXT://HOST:PORT` (also a bare `HOST:PORT`),
 `SSL://HOST:PORT`, `SASL_PLAINTEXT://HOST:PORT`, `SASL_SSL://HOST:PORT`.
 
 - SSL and SASL_SSL serve TLS with `--tls-cert`/`--tls-key`; with
-  `--tls-client-ca` a client must present a certificate that CA signed (mTLS),
-  else the TLS handshake fails.
+  `--tls-client-ca` a client of an SSL listener must present a certificate that
+  CA signed (mTLS), else the TLS handshake fails (SASL_SSL asks for none, as
+  Kafka's `ssl.client.auth` applies to SSL listeners).
 - On SASL_PLAINTEXT and SASL_SSL every call of the client-facing services
   (`ccr.v1.Cluster`, `ccr.v1.Admin`) must carry the call metadata
   `authorization: Basic base64(USER:PASSWORD)`, checked against the cluster's

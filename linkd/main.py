@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tls-client-ca",
         type=Path,
-        help="PEM CA certificates: TLS listeners require a client certificate one of "
-        "them signed (mTLS)",
+        help="PEM CA certificates: SSL listeners require a client certificate one of "
+        "them signed (mTLS; SASL_SSL listeners ask for none)",
     )
     p.add_argument("--data-dir", type=Path, help="where topics and metadata are stored")
     p.add_argument(
@@ -347,9 +347,10 @@ def _add_grpc_port(server: aio.Server, settings: dict[str, Any]) -> int:
     listener: Listener = settings["grpc_listener"]
     if not listener.tls:
         return server.add_insecure_port(listener.address)
-    creds = server_credentials(
-        settings["tls_cert"], settings["tls_key"], settings.get("tls_client_ca") or None
-    )
+    # As Kafka's ssl.client.auth: SSL listeners require the client certificate;
+    # SASL_SSL listeners ask for none (the principal is the SASL user).
+    client_ca = settings.get("tls_client_ca") if listener.protocol == "SSL" else None
+    creds = server_credentials(settings["tls_cert"], settings["tls_key"], client_ca or None)
     return server.add_secure_port(listener.address, creds)
 
 

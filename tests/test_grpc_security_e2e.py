@@ -55,13 +55,13 @@ def _error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
 
 
 def _sasl_daemon(
-    make: Callable[..., Daemon], certs: Certs, protocol: str = "SASL_SSL"
+    make: Callable[..., Daemon], certs: Certs, protocol: str = "SASL_SSL", mtls: bool = False
 ) -> Daemon:
     client = {"security.protocol": protocol, "sasl.mechanism": "SCRAM-SHA-256",
               "sasl.username": "alice", "sasl.password": PASSWORD}
     if protocol == "SASL_SSL":
         client["ssl.ca.location"] = str(certs.ca)
-    d = make("S", extra_args=_tls_args(certs) if protocol == "SASL_SSL" else [],
+    d = make("S", extra_args=_tls_args(certs, mtls) if protocol == "SASL_SSL" else [],
              start=False, listen_protocol=protocol, client_config=client)
     seed_users(d.data_dir, "S", {"alice": PASSWORD, "bob": "bob-secret"})
     d.start()
@@ -226,7 +226,8 @@ def test_sasl_ssl_refuses_calls_without_valid_credentials(
 def test_ccr_admin_over_sasl_ssl_names_the_user(
     daemon_factory: Callable[..., Daemon], certs: Certs, tmp_path: Path
 ) -> None:
-    d = _sasl_daemon(daemon_factory, certs)
+    # --tls-client-ca concerns SSL listeners: a SASL_SSL one asks for no certificate.
+    d = _sasl_daemon(daemon_factory, certs, mtls=True)
     good = _properties(tmp_path / "alice.properties", **d.client_config)
     assert _ok(run_cli("--command-config", str(good), "whoami",
                        bootstrap=d.bootstrap)).strip() == "User:alice"
