@@ -578,7 +578,9 @@ class AdminClient:
 
     `AdminClient({"bootstrap.servers": "127.0.0.1:9701"})` or
     `AdminClient("127.0.0.1:9701")`. Config keys: `bootstrap.servers`,
-    `request.timeout.ms` (default 30000, the deadline of every call).
+    `request.timeout.ms` (default 30000, the deadline of every call), and for a
+    secured cluster `security.protocol`, `ssl.*.location` and `sasl.*`
+    (`admin/security.py`).
     """
 
     def __init__(self, config: Config | str | None = None) -> None:

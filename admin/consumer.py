@@ -30,6 +30,8 @@ Config (confluent-kafka names):
                                for new partitions / matching topics)
     on_commit                  callback(err, partitions) for commits (served by poll)
     error_cb                   callback(err) for errors outside a partition
+    security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    sasl.mechanism, sasl.username, sasl.password   a secured cluster (admin/security.py)
 
 read_committed: the fetch response lists the transactions aborted within the
 returned range; Kafka's rule skips the data batches of a producer id from the

@@ -41,6 +41,8 @@ Config (confluent-kafka names):
     queue.buffering.max.messages  default 100000 (produce raises BufferError beyond)
     message.max.bytes          default 1000000: a larger record is refused at once
     on_delivery                default delivery callback
+    security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    sasl.mechanism, sasl.username, sasl.password   a secured cluster (admin/security.py)
 """
 
 from __future__ import annotations
