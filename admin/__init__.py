@@ -11,7 +11,15 @@
 
 The library talks to a cluster over gRPC only (contract: proto/ccr/v1); record
 batches are built and read with linkd.core.records (a pure codec).
+
+gRPC's C core logs failed TLS handshakes on stderr at INFO; unless
+GRPC_VERBOSITY is set, it is set to ERROR before gRPC loads, so a security
+mismatch reaches the caller as one CcrError (and ccr-admin's one error line).
 """
+
+import os
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from admin.admin_client import (
     AdminClient,

@@ -20,6 +20,7 @@ from admin.client import (
     normalize_config,
 )
 from admin.errors import CcrError
+from admin.security import security_of
 from ccr.v1 import admin_pb2, cluster_pb2
 
 
@@ -115,6 +116,7 @@ class ClusterInfo:
     group_count: int
     data_dir: str
     fsync: str
+    principal: str = ""  # the caller as the cluster sees it ("User:alice")
 
 
 @dataclass(frozen=True)
@@ -576,13 +578,15 @@ class AdminClient:
 
     `AdminClient({"bootstrap.servers": "127.0.0.1:9701"})` or
     `AdminClient("127.0.0.1:9701")`. Config keys: `bootstrap.servers`,
-    `request.timeout.ms` (default 30000, the deadline of every call).
+    `request.timeout.ms` (default 30000, the deadline of every call), and for a
+    secured cluster `security.protocol`, `ssl.*.location` and `sasl.*`
+    (`admin/security.py`).
     """
 
     def __init__(self, config: Config | str | None = None) -> None:
         conf = normalize_config(config, "AdminClient")
         self._timeout_s = float(conf.get("request.timeout.ms", 30000)) / 1000.0
-        self._conn = Connection(bootstrap_of(conf), self._timeout_s)
+        self._conn = Connection(bootstrap_of(conf), self._timeout_s, security_of(conf))
 
     @property
     def bootstrap(self) -> str:
@@ -1069,5 +1073,11 @@ class AdminClient:
             self._conn.admin.DescribeCluster, admin_pb2.DescribeClusterRequest(), self._t(timeout)
         )
         return ClusterInfo(
-            r.cluster_id, r.version, r.topic_count, r.group_count, r.data_dir, r.fsync
+            r.cluster_id, r.version, r.topic_count, r.group_count, r.data_dir, r.fsync,
+            r.principal,
         )
+
+    def whoami(self, timeout: float | None = None) -> str:
+        """The principal the cluster sees for this client (Kafka's form:
+        "User:alice", "User:CN=alice,OU=ops", "User:ANONYMOUS")."""
+        return self.describe_cluster(timeout).principal

@@ -15,6 +15,7 @@
     describe-group G
     health
     describe-cluster
+    whoami                      (the principal the cluster sees for this client)
     create-namespace --type topic|group|principal --prefix P [--reserved]
     list-namespaces [--type T]
     describe-namespace --type T --prefix P
@@ -38,6 +39,11 @@
     mirror --config FILE --create-link [--as ALIAS] [--name NAME]   (the same)
     list-mirror-links [--include-deleted]
     delete-mirror-link NAME
+
+--command-config FILE holds Kafka client properties for a secured cluster
+(security.protocol, ssl.ca.location, ssl.certificate.location,
+ssl.key.location, sasl.mechanism, sasl.username, sasl.password, or Java's
+sasl.jaas.config); any other key is an error.
 
 --bootstrap defaults to $CCR_BOOTSTRAP, else 127.0.0.1:9701. --timeout bounds
 every call (and the wait for produce acknowledgements); default 30 seconds.
@@ -82,6 +88,7 @@ from admin.client import (
 from admin.consumer import Consumer
 from admin.errors import CcrError
 from admin.producer import Producer
+from admin.security import read_command_config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -267,10 +274,13 @@ def _print_topic(t: TopicInfo) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """bootstrap.servers and the --command-config settings, for every client."""
+    return {"bootstrap.servers": args.bootstrap, **getattr(args, "security", {})}
+
+
 def _admin(args: argparse.Namespace) -> AdminClient:
-    return AdminClient(
-        {"bootstrap.servers": args.bootstrap, "request.timeout.ms": int(args.timeout * 1000)}
-    )
+    return AdminClient({**_client_config(args), "request.timeout.ms": int(args.timeout * 1000)})
 
 
 def cmd_create_topic(args: argparse.Namespace) -> int:
@@ -392,7 +402,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     timeout_ms = int(args.timeout * 1000)
     producer = Producer(
         {
-            "bootstrap.servers": args.bootstrap,
+            **_client_config(args),
             "acks": args.acks,
             "request.timeout.ms": timeout_ms,
             "delivery.timeout.ms": timeout_ms,
@@ -466,7 +476,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             f"(it has {desc.partition_count})",
         )
     config: dict[str, Any] = {
-        "bootstrap.servers": args.bootstrap,
+        **_client_config(args),
         "request.timeout.ms": int(args.timeout * 1000),
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "enable.auto.commit": False,
@@ -627,6 +637,16 @@ def cmd_health(args: argparse.Namespace) -> int:
             f"cluster {h.cluster_id}: {h.status} (version {h.version}, "
             f"up {h.uptime_ms / 1000:.1f} s)"
         )
+    return EXIT_OK
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        principal = admin.whoami()
+    if args.json:
+        _emit({"principal": principal})
+    else:
+        print(principal)
     return EXIT_OK
 
 
@@ -1204,6 +1224,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cluster's gRPC address (default: $CCR_BOOTSTRAP or 127.0.0.1:9701)",
     )
     parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="Kafka client properties for a secured cluster (security.protocol, "
+        "ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.mechanism, "
+        "sasl.username, sasl.password), as Kafka's CLI tools read them",
+    )
+    parser.add_argument(
         "--timeout",
         type=_positive_float,
         default=30.0,
@@ -1328,6 +1356,7 @@ def _client_commands(add: _Add) -> None:
 
     add("health", cmd_health, "check that the cluster is serving")
     add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
+    add("whoami", cmd_whoami, "show the principal the cluster sees for this client")
 
 
 def _namespace_commands(add: _Add) -> None:
@@ -1577,6 +1606,12 @@ def _quiet_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.security = {}
+    if args.command_config is not None:
+        try:
+            args.security = read_command_config(args.command_config)
+        except ValueError as exc:
+            parser.error(str(exc))
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

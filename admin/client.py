@@ -4,7 +4,8 @@
   written for Kafka reads the same here.
 - `Connection`: one gRPC channel to one cluster and the calls over it, every
   call bounded by a deadline and every failure turned into a `CcrError`.
-- Config helpers: confluent-kafka style dicts with dotted keys.
+- Config helpers: confluent-kafka style dicts with dotted keys; the security
+  keys (`security.protocol`, `ssl.*`, `sasl.*`) are read by `admin.security`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from admin.errors import CcrError, error_from_rpc
+from admin.security import ClientSecurity, Diagnosis, open_channel
 from ccr.v1 import admin_pb2_grpc, cluster_pb2_grpc
 
 # Logical offsets, as in confluent-kafka.
@@ -270,11 +272,19 @@ Resp = TypeVar("Resp")
 class Connection:
     """One gRPC channel to one cluster, shared by the calls of one client."""
 
-    def __init__(self, bootstrap: str, default_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        default_timeout_s: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.target = bootstrap
         self.default_timeout_s = default_timeout_s
-        self._channel = grpc.insecure_channel(
+        self.security = security or ClientSecurity()
+        self._diagnosis = Diagnosis(bootstrap, self.security)
+        self._channel = open_channel(
             bootstrap,
+            self.security,
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
@@ -297,11 +307,13 @@ class Connection:
             raise CcrError("CLOSED", f"the client of {self.target} is closed")
         deadline = self.default_timeout_s if timeout_s is None else max(0.001, timeout_s)
         try:
-            return rpc(request, timeout=deadline)
+            response = rpc(request, timeout=deadline)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+            raise self.error(exc) from None
         except ValueError as exc:  # grpc raises ValueError on a closed channel
             raise CcrError("CLOSED", f"the client of {self.target} is closed: {exc}") from None
+        self.answered()
+        return response
 
     def future(
         self,
@@ -314,8 +326,13 @@ class Connection:
             raise CcrError("CLOSED", f"the client of {self.target} is closed")
         return rpc.future(request, timeout=max(0.001, timeout_s))
 
+    def answered(self) -> None:
+        """A call succeeded: the security settings work (no more probing)."""
+        self._diagnosis.answered = True
+
     def error(self, exc: BaseException) -> CcrError:
-        return error_from_rpc(exc, self.target)
+        """The CcrError of a failed call; a security mismatch is named as one."""
+        return self._diagnosis.explain(error_from_rpc(exc, self.target))
 
     def close(self) -> None:
         with self._lock:
@@ -332,13 +349,15 @@ class Connection:
 def result_of(conn: Connection, fut: grpc.Future[Resp]) -> Resp | CcrError:
     """The result of a finished call future, or the CcrError it failed with."""
     try:
-        return fut.result(timeout=0)
+        result = fut.result(timeout=0)
     except grpc.FutureCancelledError:
         return CcrError("CANCELLED", "the call was cancelled", retriable=True)
     except grpc.RpcError as exc:
         return conn.error(exc)
     except Exception as exc:
         return CcrError("UNKNOWN", f"{type(exc).__name__}: {exc}")
+    conn.answered()
+    return result
 
 
 Callback = Callable[..., Any]

@@ -30,6 +30,8 @@ Config (confluent-kafka names):
                                for new partitions / matching topics)
     on_commit                  callback(err, partitions) for commits (served by poll)
     error_cb                   callback(err) for errors outside a partition
+    security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    sasl.mechanism, sasl.username, sasl.password   a secured cluster (admin/security.py)
 
 read_committed: the fetch response lists the transactions aborted within the
 returned range; Kafka's rule skips the data batches of a producer id from the
@@ -78,6 +80,7 @@ from admin.client import (
     normalize_config,
 )
 from admin.errors import CcrError, from_detail
+from admin.security import security_of
 from ccr.v1 import cluster_pb2
 from linkd.core.records import (
     CONTROL_ABORT,
@@ -229,7 +232,7 @@ class Consumer:
         conf = normalize_config(config, "Consumer")
         conf.update(kwargs)
         self._request_timeout_s = config_int(conf, "request.timeout.ms", 30000, 1) / 1000.0
-        self._conn = Connection(bootstrap_of(conf), self._request_timeout_s)
+        self._conn = Connection(bootstrap_of(conf), self._request_timeout_s, security_of(conf))
         self._group_id = config_str(conf, "group.id", "")
         self._client_id = config_str(conf, "client.id", "ccr-python-consumer")
         self._instance_id = config_str(conf, "group.instance.id", "")

@@ -41,6 +41,8 @@ Config (confluent-kafka names):
     queue.buffering.max.messages  default 100000 (produce raises BufferError beyond)
     message.max.bytes          default 1000000: a larger record is refused at once
     on_delivery                default delivery callback
+    security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location,
+    sasl.mechanism, sasl.username, sasl.password   a secured cluster (admin/security.py)
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from admin.client import (
     to_headers,
 )
 from admin.errors import CcrError, is_fatal_producer_code
+from admin.security import security_of
 from ccr.v1 import cluster_pb2
 from linkd.core.records import build_batch
 
@@ -233,7 +236,9 @@ class Producer:
         conf = normalize_config(config, "Producer")
         conf.update(kwargs)
         self._request_timeout_ms = config_int(conf, "request.timeout.ms", 30000, 1)
-        self._conn = Connection(bootstrap_of(conf), self._request_timeout_ms / 1000.0)
+        self._conn = Connection(
+            bootstrap_of(conf), self._request_timeout_ms / 1000.0, security_of(conf)
+        )
         self._client_id = config_str(conf, "client.id", "ccr-python-producer")
 
         acks_raw = str(conf.get("acks", conf.get("request.required.acks", "all"))).strip().lower()

@@ -23,6 +23,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
 from linkd.core.links import LinkMode, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
+from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
@@ -473,6 +474,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             group_count=len(self.node.state.groups.list_groups()),
             data_dir=str(self.node.data_dir_path),
             fsync="always" if self.node.fsync else "never",
+            principal=principal_of(context),
         )
 
     # -- namespaces ----------------------------------------------------------------

@@ -2,7 +2,13 @@
 
     linkd --cluster-id A --listen 127.0.0.1:9701 --data-dir DIR [--fsync never]
           [--kafka-listen 127.0.0.1:9092]
+    linkd --cluster-id A --listen SASL_SSL://127.0.0.1:9701 --data-dir DIR
+          --tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt]
     linkd --config linkd.toml
+
+`--listen` takes Kafka's listener names as a prefix (PLAINTEXT, the default
+for a bare HOST:PORT; SSL; SASL_PLAINTEXT; SASL_SSL): linkd/grpc_auth.py and
+docs/security.md.
 
 A config file (TOML) may hold the same settings under their long option names
 with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
@@ -37,6 +43,12 @@ from linkd.core.links import (
     LinkLimits,
 )
 from linkd.core.topic_config import MAX_PARTITIONS
+from linkd.grpc_auth import (
+    Listener,
+    SaslInterceptor,
+    parse_listener,
+    server_credentials,
+)
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
@@ -75,7 +87,23 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="linkd", description="One simulated Kafka cluster (gRPC).")
     p.add_argument("--config", type=Path, help="TOML file with the settings below")
     p.add_argument("--cluster-id", help="this cluster's id, fixed at first start (e.g. A)")
-    p.add_argument("--listen", help="gRPC address, HOST:PORT (default 127.0.0.1:9701)")
+    p.add_argument(
+        "--listen",
+        help="gRPC address, [PROTOCOL://]HOST:PORT (default 127.0.0.1:9701); PROTOCOL is "
+        "PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL, as Kafka's listener names",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        help="PEM certificate (chain) of TLS listeners (SSL, SASL_SSL)",
+    )
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    p.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="PEM CA certificates: SSL listeners require a client certificate one of "
+        "them signed (mTLS; SASL_SSL listeners ask for none)",
+    )
     p.add_argument("--data-dir", type=Path, help="where topics and metadata are stored")
     p.add_argument(
         "--fsync",
@@ -218,6 +246,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "queued_max_request_bytes",
             "auto_create_topics",
             "num_partitions",
+            "tls_cert",
+            "tls_key",
+            "tls_client_ca",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -247,6 +278,9 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "queued_max_request_bytes",
         "auto_create_topics",
         "num_partitions",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -275,9 +309,11 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             EXIT_USAGE,
             f"linkd: cluster id {cluster_id!r} must be letters, digits, '.', '_' or '-'\n",
         )
-    host, sep, port = str(settings["listen"]).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r} is not HOST:PORT\n")
+    try:
+        settings["grpc_listener"] = parse_listener(str(settings["listen"]))
+    except ValueError as exc:
+        parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r}: {exc}\n")
+    _check_tls_settings(parser, settings)
     kafka_listen = settings.get("kafka_listen")
     if kafka_listen:
         host, sep, port = str(kafka_listen).rpartition(":")
@@ -303,6 +339,46 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
     return settings
 
 
+def _check_tls_settings(parser: argparse.ArgumentParser, settings: dict[str, Any]) -> None:
+    """TLS files are readable PEM; a TLS gRPC listener has its certificate and key."""
+    for key in ("tls_cert", "tls_key", "tls_client_ca"):
+        if settings.get(key):
+            path = Path(settings[key])
+            settings[key] = path
+            try:
+                text = path.read_bytes()
+            except OSError as exc:
+                parser.exit(EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: {exc}\n")
+            if b"-----BEGIN " not in text:
+                parser.exit(
+                    EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: not a PEM file\n"
+                )
+    listener: Listener = settings["grpc_listener"]
+    if listener.tls and not (settings.get("tls_cert") and settings.get("tls_key")):
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: --listen {listener}: a {listener.protocol} listener needs --tls-cert "
+            "and --tls-key\n",
+        )
+
+
+def _add_grpc_port(server: aio.Server, settings: dict[str, Any]) -> int:
+    """Binds the gRPC listener; 0 when the address is not available."""
+    listener: Listener = settings["grpc_listener"]
+    if not listener.tls:
+        return server.add_insecure_port(listener.address)
+    # As Kafka's ssl.client.auth: SSL listeners require the client certificate;
+    # SASL_SSL listeners ask for none (the principal is the SASL user).
+    client_ca = settings.get("tls_client_ca") if listener.protocol == "SSL" else None
+    creds = server_credentials(settings["tls_cert"], settings["tls_key"], client_ca or None)
+    return server.add_secure_port(listener.address, creds)
+
+
+def _sasl(node: ClusterNode, listener: Listener) -> SaslInterceptor | None:
+    """SASL listeners authenticate every client call against the user store."""
+    return SaslInterceptor(lambda: node.state.users) if listener.sasl else None
+
+
 async def serve(settings: dict[str, Any]) -> int:
     node = ClusterNode(
         settings["data_dir"],
@@ -325,7 +401,10 @@ async def serve(settings: dict[str, Any]) -> int:
         log.error("cannot open data dir", extra={"error": str(exc)})
         print(f"linkd: {exc}", file=sys.stderr)
         return EXIT_STARTUP
+    listener: Listener = settings["grpc_listener"]
+    sasl = _sasl(node, listener)
     server = aio.server(
+        interceptors=[sasl] if sasl is not None else [],
         options=[
             ("grpc.max_receive_message_length", 128 * 1024 * 1024),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
@@ -349,7 +428,7 @@ async def serve(settings: dict[str, Any]) -> int:
     add_services(server, node, links, mirror_links)
     replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
     try:
-        port = server.add_insecure_port(settings["listen"])
+        port = _add_grpc_port(server, settings)
     except RuntimeError as exc:
         port = 0
         reason = str(exc)
@@ -390,7 +469,7 @@ async def serve(settings: dict[str, Any]) -> int:
         "serving",
         extra={
             "cluster_id": node.cluster_id,
-            "listen": settings["listen"],
+            "listen": str(listener),
             "data_dir": str(settings["data_dir"]),
             "fsync": settings["fsync"],
             "kafka_listen": settings.get("kafka_listen") or "",
@@ -409,6 +488,9 @@ async def serve(settings: dict[str, Any]) -> int:
     await links.stop()
     await server.stop(grace=2.0)
     await node.stop()
+    if sasl is not None:
+        refused = dict(sorted(sasl.refusals.counts.items()))
+        log.info("gRPC calls refused unauthenticated", extra={"by_reason": json.dumps(refused)})
     log.info("stopped")
     return 0
 

@@ -8,7 +8,11 @@ Rules:
   written, so they must be names librdkafka knows; `consumer.max.poll.records`
   is the exception: it sets the mirror's batch size (MM2's consumer setting) and
   is not passed on.
-- Shared `ssl.*` and `sasl.*` keys are passed to every client of the cluster.
+- Shared `ssl.*` and `sasl.*` keys are passed to every client of the cluster
+  (`A.ssl.ca.location`, `A.sasl.username`, ... over top-level ones), as MM2
+  passes a cluster's client properties. Java's `sasl.jaas.config`, which
+  librdkafka does not know, becomes `sasl.username` / `sasl.password` (its
+  `username="..."` and `password="..."` options) unless those are set.
 - The engine's own settings (acks, idempotence, isolation level, transactional
   id, offset handling) are applied last: they are what the engine's guarantees
   rest on. Its tuning defaults (linger.ms=5) come first, so users can change them.
@@ -16,6 +20,7 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +34,22 @@ _SHARED_PREFIXES = ("ssl.", "sasl.")
 _KINDS = ("producer.", "consumer.", "admin.")
 
 
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _without_jaas(conf: dict[str, str], alias: str) -> dict[str, str]:
+    """`sasl.jaas.config` (Java clients) as librdkafka's sasl.username/sasl.password."""
+    jaas = conf.pop("sasl.jaas.config", None)
+    if jaas is None:
+        return conf
+    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
+    if "username" not in options or "password" not in options:
+        raise ValueError(f'{alias}.sasl.jaas.config: needs username="..." and password="..."')
+    conf.setdefault("sasl.username", options["username"])
+    conf.setdefault("sasl.password", options["password"])
+    return conf
+
+
 class ClientConfigs:
     def __init__(self, cluster: ClusterConfig) -> None:
         self.alias = cluster.alias
@@ -39,7 +60,7 @@ class ClientConfigs:
         for key in sorted(props):
             if key.startswith(_SHARED_PREFIXES):
                 base[key] = props[key]
-        self._base = base
+        self._base = _without_jaas(base, self.alias)
         self._per_kind: dict[str, dict[str, str]] = {k: {} for k in _KINDS}
         for key in sorted(props):
             for kind in _KINDS:

@@ -76,8 +76,14 @@ class Daemon:
         extra_args: Sequence[str] = (),
         port: int | None = None,
         rlimits: Mapping[int, tuple[int, int]] | None = None,
+        listen_protocol: str = "PLAINTEXT",
+        client_config: Mapping[str, str] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
+        # The gRPC listener's security protocol (--listen PROTOCOL://...), and the
+        # client settings (security.protocol, ssl.*, sasl.*) its readiness check uses.
+        self.listen_protocol = listen_protocol
+        self.client_config = dict(client_config or {})
         # resource.RLIMIT_* -> (soft, hard), set in the child before it runs linkd
         self.rlimits = dict(rlimits or {})
         self.data_dir = Path(data_dir)
@@ -99,6 +105,17 @@ class Daemon:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def listen(self) -> str:
+        """The --listen value: bootstrap, with the protocol prefix unless PLAINTEXT."""
+        if self.listen_protocol == "PLAINTEXT":
+            return self.bootstrap
+        return f"{self.listen_protocol}://{self.bootstrap}"
+
+    def client(self, **extra: Any) -> dict[str, Any]:
+        """A client config for this daemon: bootstrap.servers and its security settings."""
+        return {"bootstrap.servers": self.bootstrap, **self.client_config, **extra}
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
@@ -110,7 +127,7 @@ class Daemon:
             "--cluster-id",
             self.cluster_id,
             "--listen",
-            self.bootstrap,
+            self.listen,
             "--data-dir",
             str(self.data_dir),
             *self.extra_args,
@@ -142,9 +159,10 @@ class Daemon:
 
     def health_status(self, timeout_s: float = 1.0) -> str | None:
         """The Health RPC's status, or None when the daemon does not answer."""
+        from admin.security import open_channel, security_of
         from ccr.v1 import cluster_pb2, cluster_pb2_grpc
 
-        with grpc.insecure_channel(self.bootstrap) as channel:
+        with open_channel(self.bootstrap, security_of(self.client_config)) as channel:
             stub = cluster_pb2_grpc.ClusterStub(channel)
             try:
                 resp = stub.Health(cluster_pb2.HealthRequest(), timeout=timeout_s)

@@ -150,3 +150,60 @@ def test_ccr_admin_imports_no_kafka_client_until_mirror_runs() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True, cwd=str(Path(__file__).resolve().parent.parent))
     assert done.stdout.strip() == "False"
+
+
+def test_client_configs_pass_cluster_security_through(tmp_path: Path) -> None:
+    """A.security.protocol, A.sasl.* and A.ssl.* (over top-level keys) reach every
+    client of A, as MM2 passes them; librdkafka accepts every name."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+
+    from tests.certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    cfg = parse_mm2_properties(
+        "clusters = A, B\n"
+        "A.bootstrap.servers = 127.0.0.1:1\n"
+        "B.bootstrap.servers = 127.0.0.1:2\n"
+        f"ssl.ca.location = {certs.ca}\n"
+        "A.security.protocol = SASL_SSL\n"
+        "A.sasl.mechanism = SCRAM-SHA-256\n"
+        "A.sasl.username = mirror\n"
+        "A.sasl.password = mirror-secret\n"
+        "B.security.protocol = SSL\n"
+        f"B.ssl.certificate.location = {certs.client_cert}\n"
+        f"B.ssl.key.location = {certs.client_key}\n"
+        "A->B.enabled = true\n"
+    )
+    a, b = ClientConfigs(cfg.cluster("A")), ClientConfigs(cfg.cluster("B"))
+    for conf in (a.admin(), a.producer(), a.consumer("g")):
+        assert conf["security.protocol"] == "SASL_SSL"
+        assert conf["sasl.mechanism"] == "SCRAM-SHA-256"
+        assert (conf["sasl.username"], conf["sasl.password"]) == ("mirror", "mirror-secret")
+        assert conf["ssl.ca.location"] == str(certs.ca)
+    for conf in (b.admin(), b.producer("t"), b.consumer("g")):
+        assert conf["security.protocol"] == "SSL"
+        assert conf["ssl.ca.location"] == str(certs.ca)
+        assert conf["ssl.certificate.location"] == str(certs.client_cert)
+        assert not any(k.startswith("sasl.") for k in conf)
+    # librdkafka refuses unknown or malformed settings at construction.
+    KafkaAdmin(a.admin())
+    KafkaProducer(a.producer()).flush(0)
+    KafkaConsumer(b.consumer("g")).close()
+
+
+def test_client_configs_turn_a_jaas_config_into_librdkafka_keys() -> None:
+    cfg = parse_mm2_properties(
+        "clusters = A, B\n"
+        "A.bootstrap.servers = a:1\n"
+        "B.bootstrap.servers = b:1\n"
+        "A.security.protocol = SASL_PLAINTEXT\n"
+        "A.sasl.mechanism = PLAIN\n"
+        "A.sasl.jaas.config = org.apache.kafka.common.security.plain.PlainLoginModule "
+        'required username="mirror" password="pa ss=word";\n'
+        "A->B.enabled = true\n"
+    )
+    conf = ClientConfigs(cfg.cluster("A")).producer()
+    assert "sasl.jaas.config" not in conf
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("mirror", "pa ss=word")

@@ -270,6 +270,27 @@ class MirrorLinkDelete:
     deleted_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ScramUpsert:
+    """A user's SCRAM credential for one mechanism (`linkd/core/users.py`):
+    salt, stored key and server key in base64; never a password."""
+
+    TYPE: ClassVar[str] = "scram_upsert"
+    user: str
+    mechanism: int
+    salt: str
+    iterations: int
+    stored_key: str
+    server_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScramDelete:
+    TYPE: ClassVar[str] = "scram_delete"
+    user: str
+    mechanism: int
+
+
 JournalRecord = (
     TopicCreate
     | TopicDelete
@@ -298,6 +319,8 @@ JournalRecord = (
     | LinkRemovalTold
     | MirrorLinkCreate
     | MirrorLinkDelete
+    | ScramUpsert
+    | ScramDelete
 )
 
 KINDS: dict[str, type[JournalRecord]] = {
@@ -330,6 +353,8 @@ KINDS: dict[str, type[JournalRecord]] = {
         LinkRemovalTold,
         MirrorLinkCreate,
         MirrorLinkDelete,
+        ScramUpsert,
+        ScramDelete,
     )
 }
 
@@ -412,6 +437,8 @@ __all__ = [
     "OffsetDelete",
     "PidBlock",
     "Provenance",
+    "ScramDelete",
+    "ScramUpsert",
     "TopicConfig",
     "TopicCreate",
     "TopicDelete",

@@ -105,6 +105,7 @@ class DescribeClusterResponse(_message.Message):
     GROUP_COUNT_FIELD_NUMBER: _builtins.int
     DATA_DIR_FIELD_NUMBER: _builtins.int
     FSYNC_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     version: _builtins.str
     topic_count: _builtins.int
@@ -112,6 +113,11 @@ class DescribeClusterResponse(_message.Message):
     data_dir: _builtins.str
     fsync: _builtins.str
     """"always" (fsync before every acknowledgement) or "never"."""
+    principal: _builtins.str
+    """The caller as the cluster sees it (Kafka's principal form): "User:alice"
+    on a SASL listener, "User:CN=alice,OU=ops" for an mTLS client certificate,
+    else "User:ANONYMOUS".
+    """
     def __init__(
         self,
         *,
@@ -121,10 +127,11 @@ class DescribeClusterResponse(_message.Message):
         group_count: _builtins.int = ...,
         data_dir: _builtins.str = ...,
         fsync: _builtins.str = ...,
+        principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "data_dir", b"data_dir", "fsync", b"fsync", "group_count", b"group_count", "topic_count", b"topic_count", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "data_dir", b"data_dir", "fsync", b"fsync", "group_count", b"group_count", "principal", b"principal", "topic_count", b"topic_count", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
