@@ -116,6 +116,21 @@ def _host_port(text: str) -> str:
     return text.strip()
 
 
+LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _link_address(text: str) -> str:
+    """A link partner's address: HOST:PORT, or PROTOCOL://HOST:PORT with one
+    of Kafka's listener names (SSL and SASL_SSL dial TLS)."""
+    protocol, sep, rest = text.strip().partition("://")
+    if sep and protocol.upper() not in LISTENER_PROTOCOLS:
+        raise argparse.ArgumentTypeError(
+            f"unknown protocol {protocol!r} in {text!r} (known: {', '.join(LISTENER_PROTOCOLS)})"
+        )
+    _host_port(rest if sep else text)
+    return f"{protocol.upper()}://{rest}" if sep else text.strip()
+
+
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -1412,10 +1427,10 @@ def _link_commands(add: _Add) -> None:
     p.add_argument("name", type=_non_empty)
     p.add_argument(
         "--remote",
-        type=_host_port,
+        type=_link_address,
         required=True,
-        metavar="HOST:PORT",
-        help="the remote cluster's gRPC address",
+        metavar="[PROTOCOL://]HOST:PORT",
+        help="the remote cluster's gRPC address (SSL:// or SASL_SSL:// dials TLS)",
     )
     _credentials_options(p)
     p.add_argument(
@@ -1438,8 +1453,8 @@ def _link_commands(add: _Add) -> None:
         "for the remote, its own address (checked with the remote first)",
     )
     p.add_argument("name", type=_non_empty)
-    p.add_argument("--remote-bootstrap", type=_host_port, metavar="HOST:PORT")
-    p.add_argument("--local-bootstrap", type=_host_port, metavar="HOST:PORT")
+    p.add_argument("--remote-bootstrap", type=_link_address, metavar="[PROTOCOL://]HOST:PORT")
+    p.add_argument("--local-bootstrap", type=_link_address, metavar="[PROTOCOL://]HOST:PORT")
     _credentials_options(p)
 
     add("list-links", cmd_list_links, "list replication links")

@@ -27,6 +27,7 @@ from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd.core import link_auth as auth
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkConfig, LinkSecrets, LinkTable
+from linkd.link_channels import NO_TLS, LinkTls
 from linkd.secret_box import SecretBox, legacy
 
 log = logging.getLogger("linkd.link_sessions")
@@ -211,9 +212,16 @@ class LinkSecurity:
     """One daemon's link security: its sealing box, the credentials it
     requires and the sessions it serves."""
 
-    def __init__(self, box: SecretBox, credentials: CredentialsSource, cluster_id: str) -> None:
+    def __init__(
+        self,
+        box: SecretBox,
+        credentials: CredentialsSource,
+        cluster_id: str,
+        tls: LinkTls = NO_TLS,
+    ) -> None:
         self.box = box
         self.credentials = credentials
+        self.tls = tls  # what this side's link channels trust and present
         self.sessions = auth.LinkSessions(cluster_id)
         self.cluster_id = cluster_id
         self._logged: set[tuple[str, str]] = set()

@@ -52,6 +52,7 @@ from linkd.grpc_auth import (
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
 from linkd.kafka.server import KafkaListener
+from linkd.link_channels import LinkTls
 from linkd.link_sessions import CredentialsSource, LinkSecurity
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
@@ -103,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="PEM CA certificates: SSL listeners require a client certificate one of "
         "them signed (mTLS; SASL_SSL listeners ask for none)",
+    )
+    p.add_argument(
+        "--link-tls-ca",
+        type=Path,
+        help="PEM CA certificates that link partners' TLS listeners are checked against, "
+        "for remote addresses written SSL://HOST:PORT or SASL_SSL://HOST:PORT (default: the "
+        "system's roots); --tls-cert/--tls-key are presented as the client certificate",
     )
     p.add_argument("--data-dir", type=Path, help="where topics and metadata are stored")
     p.add_argument(
@@ -249,6 +257,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "tls_cert",
             "tls_key",
             "tls_client_ca",
+            "link_tls_ca",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -281,6 +290,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "tls_cert",
         "tls_key",
         "tls_client_ca",
+        "link_tls_ca",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -341,7 +351,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
 
 def _check_tls_settings(parser: argparse.ArgumentParser, settings: dict[str, Any]) -> None:
     """TLS files are readable PEM; a TLS gRPC listener has its certificate and key."""
-    for key in ("tls_cert", "tls_key", "tls_client_ca"):
+    for key in ("tls_cert", "tls_key", "tls_client_ca", "link_tls_ca"):
         if settings.get(key):
             path = Path(settings[key])
             settings[key] = path
@@ -418,6 +428,9 @@ async def serve(settings: dict[str, Any]) -> int:
             ),
             CredentialsSource(str(settings["link_credentials_file"])),
             node.cluster_id,
+            LinkTls.from_files(
+                settings.get("link_tls_ca"), settings.get("tls_cert"), settings.get("tls_key")
+            ),
         )
     except (OSError, ValueError) as exc:
         print(f"linkd: cannot read the link secrets: {exc}", file=sys.stderr)

@@ -17,9 +17,8 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 import grpc
-from grpc import aio
 
-from ccr.v1 import admin_pb2, admin_pb2_grpc, replication_pb2, replication_pb2_grpc
+from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
 from linkd.core.errors import ClusterError
 from linkd.core.requests import (
@@ -45,16 +44,13 @@ from linkd.core.requests import (
     WakeWaiters,
     unreachable,
 )
+from linkd.link_channels import NO_TLS, LinkTls, dial
 from linkd.link_sessions import LinkIdentity, open_session
 from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.procedures")
 
 CALL_TIMEOUT_S = 10.0
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
-    ("grpc.max_send_message_length", 128 * 1024 * 1024),
-]
 
 
 class Runners(Protocol):
@@ -69,11 +65,18 @@ Identities = Callable[[RemoteRequest], LinkIdentity | None]
 
 
 async def call_remote(
-    address: str, request: RemoteRequest, what: str, identity: LinkIdentity | None
+    address: str,
+    request: RemoteRequest,
+    what: str,
+    identity: LinkIdentity | None,
+    tls: LinkTls = NO_TLS,
 ) -> RemoteAnswer:
-    """Delivers one request to the cluster at `address`, in a link session
-    of its own (`identity`), and decodes its answer; a refusal keeps its code,
-    a transport failure is LINK_UNREACHABLE."""
+    """Delivers one request to the cluster at `address` (TLS for an SSL://
+    address: linkd/link_channels.py), in a link session of its own
+    (`identity`), and decodes its answer; a refusal keeps its code, a
+    transport failure is LINK_UNREACHABLE. DescribeCluster is answered by the
+    remote's Challenge, which names it (the replication service needs no
+    client credentials, whatever the listener)."""
     if not address:
         raise unreachable(
             what,
@@ -81,14 +84,18 @@ async def call_remote(
             "this cluster has no address for the remote (the remote dials it); run this on "
             "the cluster that created the link, or create it with --local-bootstrap",
         )
-    async with aio.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+    try:
+        channel = dial(address, tls)
+    except ValueError as exc:
+        raise unreachable(what, address, str(exc)) from exc
+    async with channel:
         stub = replication_pb2_grpc.ReplicationStub(channel)
         try:
             if isinstance(request, DescribeCluster):
-                described = await admin_pb2_grpc.AdminStub(channel).DescribeCluster(
-                    admin_pb2.DescribeClusterRequest(), timeout=CALL_TIMEOUT_S
+                challenge = await stub.Challenge(
+                    replication_pb2.ChallengeRequest(), timeout=CALL_TIMEOUT_S
                 )
-                return ClusterIdentity(described.cluster_id)
+                return ClusterIdentity(challenge.cluster_id)
             assert identity is not None, what
             session = await open_session(stub, identity, address, CALL_TIMEOUT_S)
             if isinstance(request, Handshake):
@@ -143,10 +150,12 @@ class DaemonHost:
         node: ClusterNode,
         runners: Runners | None = None,
         identities: Identities | None = None,
+        tls: LinkTls = NO_TLS,
     ) -> None:
         self.node = node
         self.runners = runners
         self.identities = identities
+        self.tls = tls
         self._background: set[asyncio.Task[None]] = set()
 
     async def drive(self, procedure: Generator[Request, Any, Any]) -> Any:
@@ -168,7 +177,8 @@ class DaemonHost:
         if isinstance(request, Call):
             try:
                 value = await call_remote(
-                    request.address, request.request, request.what, self._identity(request)
+                    request.address, request.request, request.what, self._identity(request),
+                    self.tls,
                 )
             except ClusterError as exc:
                 return Reply(None, exc, node.clock())
@@ -206,7 +216,8 @@ class DaemonHost:
     async def _tell(self, request: Tell) -> None:
         try:
             await call_remote(
-                request.address, request.request, request.what, self._identity(request)
+                request.address, request.request, request.what, self._identity(request),
+                self.tls,
             )
         except ClusterError as exc:
             log.warning("%s: the remote was not told: %s", request.what, exc.message)

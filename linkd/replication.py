@@ -56,9 +56,10 @@ from linkd.core.requests import (
     RemoveLink,
 )
 from linkd.grpc_errors import abort_with_error
+from linkd.link_channels import dial
 from linkd.link_sessions import ClientSession, LinkSecurity
 from linkd.node import ClusterNode
-from linkd.procedure_shell import CALL_TIMEOUT_S, GRPC_OPTIONS, DaemonHost
+from linkd.procedure_shell import CALL_TIMEOUT_S, DaemonHost
 
 log = logging.getLogger("linkd.replication")
 
@@ -80,7 +81,7 @@ class LinkManager:
         self.security = security
         self.runners: dict[str, LinkRunner] = {}
         self._stopping = False
-        self.host = DaemonHost(node, self, self.identity_for)
+        self.host = DaemonHost(node, self, self.identity_for, security.tls)
         self._removals: asyncio.Task[None] | None = None
         self._forgetting: set[asyncio.Task[None]] = set()
 
@@ -252,7 +253,14 @@ class LinkRunner:
         if self._channel is None or address != self._address:
             old = self._channel
             self._address = address
-            self._channel = aio.insecure_channel(address, options=GRPC_OPTIONS)
+            try:
+                self._channel = dial(address, self.manager.security.tls)
+            except ValueError as exc:
+                raise ClusterError(
+                    ErrorCode.LINK_UNREACHABLE,
+                    f"link {self.name!r}",
+                    f"link {self.name!r}: cannot dial {address!r}: {exc}",
+                ) from exc
             if old is not None:
                 task = asyncio.create_task(old.close(1.0))
                 task.add_done_callback(lambda t: None)

@@ -86,11 +86,13 @@ def _leaf(
     server: bool,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    # A server's certificate is a client's too when its daemon dials a link
+    # partner's mTLS listener (as a Kafka broker's keystore serves both ways).
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     builder = (
         _builder(subject, ca[0].subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages if server else usages[1:]), critical=False)
     )
     if server:
         builder = builder.add_extension(

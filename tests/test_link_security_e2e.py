@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+from certs import make_certs
 from harness import run_cli
 from tap_proxy import TapProxy
 from test_links_e2e import (
@@ -234,3 +235,48 @@ def test_an_impostor_at_a_new_address_is_refused_and_nothing_changes(
     # C, a cluster of its own, cannot take the link over by claiming to be B either.
     produce(a.bootstrap, "orders-x", 5)
     caught_up(a, b, "orders-x")
+
+
+def test_a_link_between_mtls_listeners_replicates_over_tls(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """Both gRPC listeners are SSL with client certificates required: the link
+    dials SSL://, checks the partner's certificate with --link-tls-ca and
+    presents its own; records cross encrypted (a tap sees none of them)."""
+    certs = make_certs(tmp_path / "certs")
+    tls = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key),
+           "--tls-client-ca", str(certs.ca), "--link-tls-ca", str(certs.ca)]
+    client = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca),
+              "ssl.certificate.location": str(certs.client_cert),
+              "ssl.key.location": str(certs.client_key)}
+    props = tmp_path / "client.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in client.items()))
+    a = daemon_factory("A", extra_args=[*LINK_FLAGS, *tls], listen_protocol="SSL",
+                       client_config=client)
+    b = daemon_factory("B", extra_args=[*LINK_FLAGS, *tls], listen_protocol="SSL",
+                       client_config=client)
+
+    def admin(d: Any, *args: str) -> Any:
+        return cli_json(d.bootstrap, "--command-config", str(props), *args)
+
+    for d in (a, b):
+        admin(d, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    with TapProxy(b.bootstrap) as tap:
+        plain = run_cli("--command-config", str(props), "create-link", "ab", "--remote",
+                        tap.address, bootstrap=a.bootstrap)
+        assert plain.returncode == 1 and "LINK_UNREACHABLE" in plain.stderr, plain.stderr
+        admin(a, "create-link", "ab", "--remote", f"SSL://{tap.address}")
+        admin(a, "attach-namespace", "--link", "ab", "--type", "topic", "--local-prefix",
+              "orders-", "--remote-prefix", "orders-", "--leader", "local")
+        admin(a, "create-topic", "orders-x", "--partitions", "1")
+        produce_to = run_cli("--command-config", str(props), "produce", "orders-x",
+                             input="".join(f"secret-record-{i}\n" for i in range(20)),
+                             bootstrap=a.bootstrap)
+        assert produce_to.returncode == 0, produce_to.stderr
+        wait_for("orders-x on B", lambda: [
+            p["high_watermark"] for p in admin(b, "describe-topic", "orders-x")["partitions"]
+        ] == [20])
+        wait_for("B following", lambda: admin(b, "describe-link", "ab")["state"] == "FOLLOWING")
+        requests, answers = tap.seen()
+    assert len(requests) > 1_000
+    assert b"secret-record-" not in requests and b"secret-record-" not in answers
