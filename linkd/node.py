@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -56,6 +57,7 @@ from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, 
 from linkd.core.journal import encode as encode_record
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
+from linkd.core.users import SCRAM_MECHANISMS, Deletion, Upsertion, UserError
 from linkd.long_polls import LongPolls
 from linkd.storage.datadir import DataDir
 from linkd.storage.handles import HandleCache, capacity_for_limit
@@ -830,6 +832,26 @@ class ClusterNode:
     def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
         self.check_ready()
         return self.state.describe_acls(acl_filter)
+
+    # -- SCRAM users ------------------------------------------------------------------
+
+    async def alter_scram_credentials(
+        self, deletions: list[Deletion], upsertions: list[Upsertion]
+    ) -> dict[str, UserError | None]:
+        self.check_ready()
+        results, effects = self.state.alter_scram_credentials(deletions, upsertions)
+        await self.execute(effects)
+        return results
+
+    async def set_user_password(self, name: str, password: str, iterations: int) -> bool:
+        """Gives `name` SCRAM-SHA-256 and -512 credentials for `password`
+        (fresh random salts) unless its stored ones verify it; True if it
+        changed anything."""
+        self.check_ready()
+        salts = {m: os.urandom(32) for m in SCRAM_MECHANISMS}
+        effects = self.state.set_user_password(name, password, salts, iterations)
+        await self.execute(effects)
+        return bool(effects)
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:

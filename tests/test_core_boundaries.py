@@ -32,6 +32,7 @@ ALLOWED_STDLIB = {
     "functools",
     "hashlib",
     "heapq",
+    "hmac",
     "ipaddress",
     "itertools",
     "json",

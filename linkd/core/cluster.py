@@ -68,6 +68,7 @@ from linkd.core.transactions import (
     TxnState,
     producer_id_base,
 )
+from linkd.core.users import Deletion, ScramMechanism, Upsertion, UserError, UserStore
 
 # An acks=all produce or a transaction commit waits at most this long for its
 # high watermark (a SYNC link's followers); the link drops OUT_OF_SYNC well
@@ -144,6 +145,7 @@ class ClusterState:
         self.txn = TransactionCoordinator(producer_id_base(cluster_id))
         self.groups = GroupCoordinator(group_config or GroupConfig())
         self.acls = AclStore()
+        self.users = UserStore()
         self._links = LinkTable(cluster_id)
         self._links.led_position = self.led_position
         self._links.led_partitions = self.led_under
@@ -938,6 +940,21 @@ class ClusterState:
     def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
         return self.acls.describe(acl_filter)
 
+    # -- SCRAM users ------------------------------------------------------------
+
+    def alter_scram_credentials(
+        self, deletions: list[Deletion], upsertions: list[Upsertion]
+    ) -> tuple[dict[str, UserError | None], list[Effect]]:
+        """Per user named: None (applied) or its refusal (nothing of it applied)."""
+        results, records = self.users.alter(deletions, upsertions)
+        return results, _journal(records)
+
+    def set_user_password(
+        self, name: str, password: str, salts: dict[ScramMechanism, bytes], iterations: int
+    ) -> list[Effect]:
+        """--sasl-users: nothing when the stored credentials already verify it."""
+        return _journal(self.users.set_password(name, password, salts, iterations))
+
     # -- time -----------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[Effect]:
@@ -1001,6 +1018,8 @@ class ClusterState:
                 self.txn.apply_record(record)
             case jr.AclCreate() | jr.AclDelete():
                 self.acls.apply_record(record)
+            case jr.ScramUpsert() | jr.ScramDelete():
+                self.users.apply_record(record)
             case jr.LinkConfigRecord() | jr.LinkDelete() | jr.LinkRemovalTold():
                 self.links.apply_record(record)
             case jr.MirrorLinkCreate() | jr.MirrorLinkDelete():
@@ -1042,6 +1061,7 @@ class ClusterState:
             "txn": self.txn.snapshot(),
             "groups": self.groups.snapshot(),
             "acls": self.acls.snapshot(),
+            "users": self.users.snapshot(),
             "links": self.links.snapshot(),
             "mirror_links": self.mirror_links.snapshot(),
             "namespaces": self.namespaces.snapshot(),
@@ -1062,6 +1082,8 @@ class ClusterState:
         self.groups = GroupCoordinator.restore(self.groups_config, snapshot["groups"])
         if "acls" in snapshot:  # snapshots written before ACLs existed have none
             self.acls = AclStore.restore(snapshot["acls"])
+        if "users" in snapshot:  # snapshots written before SCRAM users have none
+            self.users = UserStore.restore(snapshot["users"])
         if "links" in snapshot:
             self.links.restore(snapshot["links"])
         if "mirror_links" in snapshot:  # snapshots written before mirror links have none

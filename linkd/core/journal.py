@@ -267,6 +267,27 @@ class MirrorLinkDelete:
     deleted_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ScramUpsert:
+    """A user's SCRAM credential for one mechanism (`linkd/core/users.py`):
+    salt, stored key and server key in base64; never a password."""
+
+    TYPE: ClassVar[str] = "scram_upsert"
+    user: str
+    mechanism: int
+    salt: str
+    iterations: int
+    stored_key: str
+    server_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScramDelete:
+    TYPE: ClassVar[str] = "scram_delete"
+    user: str
+    mechanism: int
+
+
 JournalRecord = (
     TopicCreate
     | TopicDelete
@@ -295,6 +316,8 @@ JournalRecord = (
     | LinkRemovalTold
     | MirrorLinkCreate
     | MirrorLinkDelete
+    | ScramUpsert
+    | ScramDelete
 )
 
 KINDS: dict[str, type[JournalRecord]] = {
@@ -327,6 +350,8 @@ KINDS: dict[str, type[JournalRecord]] = {
         LinkRemovalTold,
         MirrorLinkCreate,
         MirrorLinkDelete,
+        ScramUpsert,
+        ScramDelete,
     )
 }
 
@@ -409,6 +434,8 @@ __all__ = [
     "OffsetDelete",
     "PidBlock",
     "Provenance",
+    "ScramDelete",
+    "ScramUpsert",
     "TopicConfig",
     "TopicCreate",
     "TopicDelete",
