@@ -293,6 +293,25 @@ def test_sasl_answers_as_kafka_at_the_wire(cluster: Cluster) -> None:
         assert client.call(17, 1, {"mechanism": "PLAIN"}).error_code == K.illegal_sasl_state
     finally:
         client.close()
+    # SaslHandshake v0: the tokens then travel as bare size-prefixed frames.
+    client = RawClient(port)
+    try:
+        assert client.call(17, 0, {"mechanism": "PLAIN"}).error_code == K.none
+        token = b"\x00bob\x00bob-pw-123"
+        client.send_raw(len(token).to_bytes(4, "big") + token)
+        assert client.read_frame() == b""
+        meta = client.call(3, 12, {"topics": None, "include_topic_authorized_operations": False})
+        assert [b.port for b in meta.brokers] == [port]
+    finally:
+        client.close()
+    client = RawClient(port)
+    try:
+        assert client.call(17, 0, {"mechanism": "PLAIN"}).error_code == K.none
+        client.send_raw(b"\x00\x00\x00\x04abcd")
+        with pytest.raises((ConnectionError, OSError)):
+            client.read_frame()
+    finally:
+        client.close()
     # On a PLAINTEXT listener nothing is required, and SASL calls are out of place.
     client = RawClient(cluster.ports["PLAINTEXT"])
     try:

@@ -115,7 +115,7 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         ),
         15: Api("DescribeGroups", 0, 5, api_groups.describe_groups, coordinator=True),
         16: Api("ListGroups", 0, 5, api_groups.list_groups, coordinator=True),
-        17: Api("SaslHandshake", 1, 1, api_security.sasl_handshake),
+        17: Api("SaslHandshake", 0, 1, api_security.sasl_handshake),
         18: Api("ApiVersions", 0, 4, None),
         19: Api("CreateTopics", 2, 7, api_admin.create_topics),
         20: Api("DeleteTopics", 1, 6, api_admin.delete_topics),
@@ -314,7 +314,10 @@ class KafkaListener:
 
 
 # A SASL connection's stages (a PLAINTEXT or SSL one starts DONE).
+# After a SaslHandshake v0, the SASL tokens travel as bare size-prefixed
+# frames (RAW), both ways, until the exchange completes.
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE, _SASL_DONE = "handshake", "authenticate", "done"
+_SASL_RAW = "raw"
 
 _Entry = tuple[asyncio.Task[Any], bool]  # a request's answer task, cancellable on disconnect
 
@@ -419,7 +422,8 @@ class _Connection(asyncio.BufferedProtocol):
             limit = min(codec.MAX_FRAME_BYTES, self.listener.limits.socket_request_max_bytes)
             if self.sasl_state != _SASL_DONE:  # Kafka's sasl.server.max.receive.size
                 limit = min(limit, MAX_RECEIVE_BEFORE_AUTH)
-            if size < codec.FIXED_HEADER_BYTES or size > limit:
+            smallest = 1 if self.sasl_state == _SASL_RAW else codec.FIXED_HEADER_BYTES
+            if size < smallest or size > limit:
                 log.warning(
                     "kafka: closing a connection with a bad frame size (socket.request.max.bytes)",
                     extra={"client": self.client_host, "size": size, "limit": limit},
@@ -511,6 +515,9 @@ class _Connection(asyncio.BufferedProtocol):
         (Kafka serves one request per connection at a time)."""
         if self._closing:
             self.listener.memory.release(held)
+            return
+        if self.sasl_state == _SASL_RAW:
+            self._dispatch_raw_token(frame, held)
             return
         fixed = codec.peek_header(frame)
         assert fixed is not None  # size >= 8
@@ -778,7 +785,7 @@ class _Connection(asyncio.BufferedProtocol):
             )
         nonce = secrets.token_urlsafe(24)
         self._exchange = make_exchange(mechanism, self.listener.node.state.users, nonce)
-        self.sasl_state = _SASL_AUTHENTICATE
+        self.sasl_state = _SASL_AUTHENTICATE if fixed.api_version >= 1 else _SASL_RAW
         data = {"error_code": 0, "mechanisms": enabled}
         return codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
 
@@ -802,17 +809,7 @@ class _Connection(asyncio.BufferedProtocol):
                 codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
             ) from None
         if step.user is not None:
-            self.principal = f"User:{step.user}"
-            self.sasl_state = _SASL_DONE
-            log.debug(
-                "kafka: authenticated",
-                extra={
-                    "client": self.client_host,
-                    "principal": self.principal,
-                    "mechanism": self._exchange.mechanism,
-                },
-            )
-            self._exchange = None
+            self._authenticated(step.user)
         data = {
             "error_code": 0,
             "error_message": None,
@@ -820,3 +817,42 @@ class _Connection(asyncio.BufferedProtocol):
             "session_lifetime": 0,
         }
         return codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
+
+    def _authenticated(self, user: str) -> None:
+        assert self._exchange is not None
+        self.principal = f"User:{user}"
+        self.sasl_state = _SASL_DONE
+        log.debug(
+            "kafka: authenticated",
+            extra={
+                "client": self.client_host,
+                "principal": self.principal,
+                "mechanism": self._exchange.mechanism,
+            },
+        )
+        self._exchange = None
+
+    def _dispatch_raw_token(self, frame: bytearray, held: int) -> None:
+        """A bare SASL token (after a SaslHandshake v0): its answer is the
+        bare challenge; a failure closes the connection (a bare token has no
+        room for an error, as with Kafka)."""
+        task = asyncio.get_running_loop().create_task(self._raw_token(bytes(frame)))
+        entry = (task, False)
+        self.pending.add(entry)
+        task.add_done_callback(functools.partial(self._forget, entry, held))
+        self._answers.put_nowait(entry)
+        self._in_flight += 1
+        self._update_reading()
+
+    async def _raw_token(self, token: bytes) -> Chunks:
+        assert self._exchange is not None
+        try:
+            step = self._exchange.step(token)
+        except AuthFailed as exc:
+            self._refuse(exc.reason, exc.user, f"{self._exchange.mechanism}: {exc.reason.value}")
+            self._closing = True
+            self._exchange = None
+            raise _CloseAfter(None) from None
+        if step.user is not None:
+            self._authenticated(step.user)
+        return [len(step.challenge).to_bytes(4, "big"), step.challenge]
