@@ -25,6 +25,16 @@ Rules:
   dropped. `stop` closes the server and every connection.
 - `start` binds first (a taken port fails at once), prepares the schemas of
   every served version, then accepts clients.
+- Authentication (linkd/kafka/security.py, docs/security.md): on an SSL or
+  SASL_SSL listener a connection first completes its TLS handshake
+  (`loop.start_tls`, so a refused certificate is seen, counted and logged;
+  the principal of a client certificate is its subject DN). On a SASL
+  listener every request passes `_authenticating` until a SaslAuthenticate
+  succeeds: ApiVersions and SaslHandshake are answered, anything else closes
+  the connection as Kafka does; the state changes in the request's task
+  before its first suspension, so pipelined requests see them in order.
+  After a SaslHandshake v0 the tokens are bare frames. A refused client gets
+  its last answer, then the connection closes.
 """
 
 from __future__ import annotations
@@ -76,6 +86,7 @@ MAX_IN_FLIGHT = 64
 API_VERSIONS_KEY = 18
 FETCH_KEY = 1
 SASL_HANDSHAKE_KEY = 17
+CLOSE_AFTER_S = 5.0  # a refused client's last answer is flushed within this
 SASL_AUTHENTICATE_KEY = 36
 
 Chunks = list[bytes | bytearray]  # one framed response, written in order
@@ -635,6 +646,8 @@ class _Connection(asyncio.BufferedProtocol):
         for chunk in answer or ():
             transport.write(chunk)
         transport.close()  # after what is buffered is sent
+        # A client that does not read its last answer does not keep the socket.
+        asyncio.get_running_loop().call_later(CLOSE_AFTER_S, transport.abort)
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception):
@@ -767,7 +780,7 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             return codec.parse_request(frame, fixed).body, resp_cls
         except codec.DecodeError as exc:
-            self._refuse(Reason.MALFORMED, None, f"undecodable SASL request: {exc}"[:300])
+            self._refuse(Reason.MALFORMED, None, "undecodable SaslHandshake/SaslAuthenticate")
             self._closing = True
             body = codec.error_body(resp_cls, int(K.invalid_request), str(exc))
             raise _CloseAfter(codec.encode_response_chunks(fixed.correlation_id, body)) from None
