@@ -276,6 +276,14 @@ def test_sasl_answers_as_kafka_at_the_wire(cluster: Cluster) -> None:
             client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
     finally:
         client.close()
+    # ApiVersions after the handshake is out of place too (answered in its v0 header).
+    client = RawClient(port)
+    try:
+        assert client.call(17, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == K.none
+        late = client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert late.error_code == K.illegal_sasl_state
+    finally:
+        client.close()
     # A wrong PLAIN password: SASL_AUTHENTICATION_FAILED, Kafka's message.
     client = RawClient(port)
     try:

@@ -44,7 +44,6 @@ import contextlib
 import functools
 import logging
 import secrets
-import ssl
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,8 +85,8 @@ MAX_IN_FLIGHT = 64
 API_VERSIONS_KEY = 18
 FETCH_KEY = 1
 SASL_HANDSHAKE_KEY = 17
-CLOSE_AFTER_S = 5.0  # a refused client's last answer is flushed within this
 SASL_AUTHENTICATE_KEY = 36
+CLOSE_AFTER_S = 5.0  # a refused client's last answer is flushed within this
 
 Chunks = list[bytes | bytearray]  # one framed response, written in order
 
@@ -398,7 +397,7 @@ class _Connection(asyncio.BufferedProtocol):
             tls = await asyncio.get_running_loop().start_tls(
                 tcp, self, context, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
             )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
+        except Exception as exc:  # SSLError, a reset, a timeout: the client is refused
             self._refuse(tls_failure_reason(exc), None, f"TLS handshake: {exc}"[:300])
             tcp.abort()
             return
@@ -770,7 +769,11 @@ class _Connection(asyncio.BufferedProtocol):
         if self.sasl_state == _SASL_HANDSHAKE or resp_cls is None:
             raise _CloseAfter(None)
         body = codec.error_body(resp_cls, int(K.illegal_sasl_state), message)
-        raise _CloseAfter(codec.encode_response_chunks(fixed.correlation_id, body))
+        raise _CloseAfter(
+            codec.encode_response_chunks(
+                fixed.correlation_id, body, header_v0=key == API_VERSIONS_KEY
+            )
+        )
 
     def _parse_or_close(
         self, frame: bytes | bytearray, fixed: codec.FixedHeader
