@@ -158,6 +158,9 @@ def test_every_record_kind__stored_form_round_trips_and_matches_what_older_versi
         {"type": "mirror_link_create", "name": "m", "alias": "B", "properties": "x=1",
          "created_ms": 3},
         {"type": "mirror_link_delete", "name": "m", "deleted_ms": 9},
+        {"type": "scram_upsert", "user": "u", "mechanism": 1, "salt": "c2FsdA==",  # new kind
+         "iterations": 4096, "stored_key": "a2V5", "server_key": "a2V5"},
+        {"type": "scram_delete", "user": "u", "mechanism": 2},  # new kind
     ]
     assert {r["type"] for r in written_before} == set(KINDS)
     for stored in written_before:
