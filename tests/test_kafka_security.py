@@ -183,22 +183,27 @@ def test_scram_sha256_over_sasl_ssl_produces_and_consumes(cluster: Cluster) -> N
     assert entry["mechanism"] == "SCRAM-SHA-256"
 
 
-def test_kafka_python_plain_over_sasl_plaintext(cluster: Cluster) -> None:
-    port = cluster.ports["SASL_PLAINTEXT"]
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"), [("SASL_PLAINTEXT", "PLAIN"), ("SASL_SSL", "SCRAM-SHA-512")]
+)
+def test_kafka_python_over_sasl(cluster: Cluster, protocol: str, mechanism: str) -> None:
     common: dict[str, Any] = {
-        "bootstrap_servers": f"127.0.0.1:{port}",
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
+        "bootstrap_servers": f"127.0.0.1:{cluster.ports[protocol]}",
+        "security_protocol": protocol,
+        "sasl_mechanism": mechanism,
         "sasl_plain_username": "bob",
         "sasl_plain_password": "bob-pw-123",
     }
-    admin = AdminClient(cluster.scram("SASL_PLAINTEXT", "PLAIN", "bob", "bob-pw-123"))
-    admin.create_topics([NewTopic("plain-t", 1, 1)])["plain-t"].result(DEADLINE_S)
+    if protocol == "SASL_SSL":
+        common["ssl_cafile"] = str(cluster.certs / "ca.pem")
+    topic = f"kp-{mechanism.lower()}"
+    admin = AdminClient(cluster.scram(protocol, mechanism, "bob", "bob-pw-123"))
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(DEADLINE_S)
     producer = KafkaProducer(**common)
-    producer.send("plain-t", b"from kafka-python").get(timeout=DEADLINE_S)
+    producer.send(topic, b"from kafka-python").get(timeout=DEADLINE_S)
     producer.close()
     consumer = KafkaConsumer(
-        "plain-t",
+        topic,
         auto_offset_reset="earliest",
         consumer_timeout_ms=int(DEADLINE_S * 1000),
         **common,
@@ -208,6 +213,10 @@ def test_kafka_python_plain_over_sasl_plaintext(cluster: Cluster) -> None:
     finally:
         consumer.close()
     assert values == [b"from kafka-python"]
+    _wait_log(
+        cluster.daemon,
+        lambda e: e.get("msg") == "kafka: authenticated" and e.get("mechanism") == mechanism,
+    )
 
 
 def test_wrong_password_and_unknown_user_are_refused_logged_once(cluster: Cluster) -> None:
