@@ -5,6 +5,9 @@
     linkd --cluster-id A --listen SASL_SSL://127.0.0.1:9701 --data-dir DIR
           --tls-cert server.crt --tls-key server.key [--tls-client-ca ca.crt]
     linkd --config linkd.toml
+    linkd ... --kafka-listen SASL_SSL://127.0.0.1:9093,SSL://127.0.0.1:9094
+          --tls-cert server.pem --tls-key server.key [--tls-client-ca ca.pem]
+          --sasl-users users.txt [--sasl-enabled-mechanisms SCRAM-SHA-512]
 
 `--listen` takes Kafka's listener names as a prefix (PLAINTEXT, the default
 for a bare HOST:PORT; SSL; SASL_PLAINTEXT; SASL_SSL): linkd/grpc_auth.py and
@@ -51,6 +54,15 @@ from linkd.grpc_auth import (
 )
 from linkd.grpc_service import VERSION, add_services
 from linkd.kafka import limits
+from linkd.kafka.sasl import DEFAULT_MECHANISMS
+from linkd.kafka.security import (
+    ListenerAddress,
+    ListenerSecurity,
+    TlsFiles,
+    parse_listeners,
+    parse_mechanisms,
+    read_users_file,
+)
 from linkd.kafka.server import KafkaListener
 from linkd.link_channels import LinkTls
 from linkd.link_sessions import CredentialsSource, LinkSecurity
@@ -96,14 +108,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tls-cert",
         type=Path,
-        help="PEM certificate (chain) of TLS listeners (SSL, SASL_SSL)",
+        help="PEM certificate (chain) of TLS listeners, gRPC and Kafka (SSL, SASL_SSL)",
     )
     p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     p.add_argument(
         "--tls-client-ca",
         type=Path,
-        help="PEM CA certificates: SSL listeners require a client certificate one of "
-        "them signed (mTLS; SASL_SSL listeners ask for none)",
+        help="PEM CA certificates: SSL listeners (gRPC and Kafka) require a client "
+        "certificate one of them signed, and its subject is the principal (mTLS; SASL_SSL "
+        "listeners ask for none)",
     )
     p.add_argument(
         "--link-tls-ca",
@@ -121,8 +134,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--kafka-listen",
-        help="also serve the Kafka protocol on HOST:PORT (e.g. 127.0.0.1:9092); "
-        "clients are told to connect to this address",
+        help="also serve the Kafka protocol on [PROTOCOL://]HOST:PORT[,...] (e.g. "
+        "127.0.0.1:9092 or SASL_SSL://127.0.0.1:9093); PROTOCOL is PLAINTEXT (default), SSL, "
+        "SASL_PLAINTEXT or SASL_SSL; clients are told to connect to the address they used",
+    )
+    p.add_argument(
+        "--sasl-users",
+        type=Path,
+        help="Kafka listener: a file of name:password lines; each user gets SCRAM-SHA-256 and "
+        "SCRAM-SHA-512 credentials at start (stored hashed)",
+    )
+    p.add_argument(
+        "--sasl-enabled-mechanisms",
+        help="Kafka listener: SASL mechanisms offered (default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)",
     )
     p.add_argument(
         "--socket-request-max-bytes",
@@ -206,6 +230,31 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _security_settings(settings: dict[str, Any]) -> None:
+    """The Kafka listeners and what each requires (settings["kafka_listeners"]:
+    (address, ListenerSecurity) pairs), and the users of --sasl-users
+    (settings["sasl_user_list"]); ValueError or OSError naming what is wrong."""
+    text = settings.get("kafka_listen")
+    addresses = parse_listeners(str(text)) if text else []
+    cert, key, client_ca = (settings.get(k) for k in ("tls_cert", "tls_key", "tls_client_ca"))
+    if bool(cert) != bool(key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if client_ca and not cert:
+        raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = None
+    if cert:
+        ca = Path(str(client_ca)) if client_ca else None
+        tls = TlsFiles(Path(str(cert)), Path(str(key)), ca)
+    mechanisms = parse_mechanisms(
+        str(settings.get("sasl_enabled_mechanisms") or ",".join(DEFAULT_MECHANISMS))
+    )
+    settings["kafka_listeners"] = [
+        (a, ListenerSecurity.of(a.protocol, tls, mechanisms)) for a in addresses
+    ]
+    users = settings.get("sasl_users")
+    settings["sasl_user_list"] = read_users_file(Path(users)) if users else []
+
+
 def load_settings(argv: list[str] | None) -> dict[str, Any]:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -258,6 +307,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "tls_key",
             "tls_client_ca",
             "link_tls_ca",
+            "sasl_users",
+            "sasl_enabled_mechanisms",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -291,6 +342,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "tls_key",
         "tls_client_ca",
         "link_tls_ca",
+        "sasl_users",
+        "sasl_enabled_mechanisms",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -324,11 +377,10 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
     except ValueError as exc:
         parser.exit(EXIT_USAGE, f"linkd: --listen {settings['listen']!r}: {exc}\n")
     _check_tls_settings(parser, settings)
-    kafka_listen = settings.get("kafka_listen")
-    if kafka_listen:
-        host, sep, port = str(kafka_listen).rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            parser.exit(EXIT_USAGE, f"linkd: --kafka-listen {kafka_listen!r} is not HOST:PORT\n")
+    try:
+        _security_settings(settings)
+    except (ValueError, OSError) as exc:
+        parser.exit(EXIT_USAGE, f"linkd: {exc}\n")
     try:
         settings["listener_limits"] = limits.ListenerLimits(
             socket_request_max_bytes=int(settings["socket_request_max_bytes"]),
@@ -387,6 +439,36 @@ def _add_grpc_port(server: aio.Server, settings: dict[str, Any]) -> int:
 def _sasl(node: ClusterNode, listener: Listener) -> SaslInterceptor | None:
     """SASL listeners authenticate every client call against the user store."""
     return SaslInterceptor(lambda: node.state.users) if listener.sasl else None
+
+
+SASL_USERS_ITERATIONS = 4096
+
+
+async def _bootstrap_users(node: ClusterNode, users: list[tuple[str, str]]) -> None:
+    """--sasl-users: each user's credentials, unless the stored ones verify
+    its password already (a restart writes nothing)."""
+    changed = 0
+    for name, password in users:
+        changed += await node.set_user_password(name, password, SASL_USERS_ITERATIONS)
+    if users:
+        log.info("sasl users", extra={"users": len(users), "changed": changed})
+
+
+def _kafka_listener(
+    node: ClusterNode,
+    settings: dict[str, Any],
+    address: ListenerAddress,
+    security: ListenerSecurity,
+) -> KafkaListener:
+    return KafkaListener(
+        node,
+        address.host,
+        address.port,
+        limits=settings["listener_limits"],
+        auto_create_topics=bool(settings["auto_create_topics"]),
+        num_partitions=int(settings["num_partitions"]),
+        security=security,
+    )
 
 
 async def serve(settings: dict[str, Any]) -> int:
@@ -451,25 +533,20 @@ async def serve(settings: dict[str, Any]) -> int:
         print(f"linkd: cannot listen on {settings['listen']}: {reason}", file=sys.stderr)
         await node.stop()
         return EXIT_STARTUP
-    kafka: KafkaListener | None = None
-    if settings.get("kafka_listen"):
-        host, _, kport = str(settings["kafka_listen"]).rpartition(":")
-        kafka = KafkaListener(
-            node,
-            host.strip("[]"),
-            int(kport),
-            limits=settings["listener_limits"],
-            auto_create_topics=bool(settings["auto_create_topics"]),
-            num_partitions=int(settings["num_partitions"]),
-        )
+    await _bootstrap_users(node, settings["sasl_user_list"])
+    kafkas: list[KafkaListener] = []
+    for address, security in settings["kafka_listeners"]:
+        kafka = _kafka_listener(node, settings, address, security)
+        kafkas.append(kafka)
         try:
             await kafka.start()
         except OSError as exc:
             print(
-                f"linkd: cannot listen for Kafka clients on {settings['kafka_listen']}: "
-                f"{exc.strerror or exc}",
+                f"linkd: cannot listen for Kafka clients on {address}: {exc.strerror or exc}",
                 file=sys.stderr,
             )
+            for started in kafkas[:-1]:
+                await started.stop()
             await server.stop(grace=None)
             await node.stop()
             return EXIT_STARTUP
@@ -496,7 +573,7 @@ async def serve(settings: dict[str, Any]) -> int:
     log.info("shutting down")
     # Before the Kafka listener: the engines flush their producers into it.
     await mirror_links.stop()
-    if kafka is not None:
+    for kafka in kafkas:
         await kafka.stop()
     await links.stop()
     await server.stop(grace=2.0)

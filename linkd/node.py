@@ -57,7 +57,7 @@ from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, 
 from linkd.core.journal import encode as encode_record
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
-from linkd.core.users import SCRAM_MECHANISMS, Deletion, Upsertion, UserError
+from linkd.core.users import SCRAM_MECHANISMS, Deletion, ScramMechanism, Upsertion, UserError
 from linkd.long_polls import LongPolls
 from linkd.storage.datadir import DataDir
 from linkd.storage.handles import HandleCache, capacity_for_limit
@@ -843,11 +843,16 @@ class ClusterNode:
         await self.execute(effects)
         return results
 
+    def describe_scram_credentials(
+        self, names: list[str] | None
+    ) -> list[tuple[str, UserError | None, list[tuple[ScramMechanism, int]]]]:
+        self.check_ready()
+        return self.state.users.describe(names)
+
     async def set_user_password(self, name: str, password: str, iterations: int) -> bool:
         """Gives `name` SCRAM-SHA-256 and -512 credentials for `password`
         (fresh random salts) unless its stored ones verify it; True if it
-        changed anything."""
-        self.check_ready()
+        changed anything. Called at start (--sasl-users), after `open`."""
         salts = {m: os.urandom(32) for m in SCRAM_MECHANISMS}
         effects = self.state.set_user_password(name, password, salts, iterations)
         await self.execute(effects)

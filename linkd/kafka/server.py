@@ -25,6 +25,16 @@ Rules:
   dropped. `stop` closes the server and every connection.
 - `start` binds first (a taken port fails at once), prepares the schemas of
   every served version, then accepts clients.
+- Authentication (linkd/kafka/security.py, docs/security.md): on an SSL or
+  SASL_SSL listener a connection first completes its TLS handshake
+  (`loop.start_tls`, so a refused certificate is seen, counted and logged;
+  the principal of a client certificate is its subject DN). On a SASL
+  listener every request passes `_authenticating` until a SaslAuthenticate
+  succeeds: ApiVersions and SaslHandshake are answered, anything else closes
+  the connection as Kafka does; the state changes in the request's task
+  before its first suspension, so pipelined requests see them in order.
+  After a SaslHandshake v0 the tokens are bare frames. A refused client gets
+  its last answer, then the connection closes.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import secrets
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +61,7 @@ from linkd.kafka import (
     api_cluster,
     api_data,
     api_groups,
+    api_security,
     api_txn,
     codec,
 )
@@ -57,6 +69,14 @@ from linkd.kafka.context import ANONYMOUS, Broker, Context, Handler
 from linkd.kafka.errors import kafka_code, kafka_message
 from linkd.kafka.fetch_sessions import FetchSessionCache
 from linkd.kafka.limits import FIRST_CHUNK_BYTES, ListenerLimits, RequestMemory
+from linkd.kafka.sasl import MAX_RECEIVE_BEFORE_AUTH, AuthFailed, Exchange, Reason, make_exchange
+from linkd.kafka.security import (
+    TLS_HANDSHAKE_TIMEOUT_S,
+    AuthFailures,
+    ListenerSecurity,
+    certificate_principal,
+    tls_failure_reason,
+)
 from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.kafka")
@@ -64,6 +84,9 @@ log = logging.getLogger("linkd.kafka")
 MAX_IN_FLIGHT = 64
 API_VERSIONS_KEY = 18
 FETCH_KEY = 1
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+CLOSE_AFTER_S = 5.0  # a refused client's last answer is flushed within this
 
 Chunks = list[bytes | bytearray]  # one framed response, written in order
 
@@ -102,6 +125,7 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         ),
         15: Api("DescribeGroups", 0, 5, api_groups.describe_groups, coordinator=True),
         16: Api("ListGroups", 0, 5, api_groups.list_groups, coordinator=True),
+        17: Api("SaslHandshake", 0, 1, api_security.sasl_handshake),
         18: Api("ApiVersions", 0, 4, None),
         19: Api("CreateTopics", 2, 7, api_admin.create_topics),
         20: Api("DeleteTopics", 1, 6, api_admin.delete_topics),
@@ -118,6 +142,7 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         32: Api("DescribeConfigs", 1, 4, api_admin.describe_configs),
         33: Api("AlterConfigs", 0, 2, api_admin.alter_configs),
         35: Api("DescribeLogDirs", 1, 4, api_broker.describe_log_dirs),
+        36: Api("SaslAuthenticate", 0, 2, api_security.sasl_authenticate),
         37: Api("CreatePartitions", 0, 3, api_admin.create_partitions),
         42: Api("DeleteGroups", 0, 2, api_groups.delete_groups, coordinator=True),
         43: Api("ElectLeaders", 0, 2, api_broker.elect_leaders),
@@ -125,6 +150,8 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         45: Api("AlterPartitionReassignments", 0, 0, api_broker.alter_partition_reassignments),
         46: Api("ListPartitionReassignments", 0, 0, api_broker.list_partition_reassignments),
         47: Api("OffsetDelete", 0, 0, api_groups.offset_delete, coordinator=True),
+        50: Api("DescribeUserScramCredentials", 0, 0, api_security.describe_user_scram_credentials),
+        51: Api("AlterUserScramCredentials", 0, 0, api_security.alter_user_scram_credentials),
         55: Api("DescribeQuorum", 0, 2, api_broker.describe_quorum),
         60: Api("DescribeCluster", 0, 1, api_cluster.describe_cluster),
         75: Api("DescribeTopicPartitions", 0, 0, api_broker.describe_topic_partitions),
@@ -149,6 +176,15 @@ class _Unanswerable(Exception):
     any body sent back would be one the client cannot decode."""
 
 
+class _CloseAfter(Exception):
+    """Write this answer (if any), then close the connection: a client
+    refused during authentication, as Kafka closes it."""
+
+    def __init__(self, answer: Chunks | None) -> None:
+        super().__init__("closing after authentication failed")
+        self.answer = answer
+
+
 class KafkaListener:
     """Serves the Kafka protocol for one node. `start` binds (OSError if the
     address is taken), `stop` closes everything."""
@@ -164,8 +200,12 @@ class KafkaListener:
         limits: ListenerLimits | None = None,
         auto_create_topics: bool = False,
         num_partitions: int = 1,
+        security: ListenerSecurity | None = None,
     ) -> None:
         assert num_partitions >= 1
+        self.security = security or ListenerSecurity()
+        # Refused clients, counted per reason (`auth_failures.counts`).
+        self.auth_failures = AuthFailures()
         self.auto_create_topics = auto_create_topics
         self.num_partitions = num_partitions
         self.node = node
@@ -208,9 +248,16 @@ class KafkaListener:
         await loop.run_in_executor(None, codec.warm_up, versions)
         await self._server.start_serving()
         self._idle_task = loop.create_task(self._close_idle_connections())
+        protocol = self.security.protocol.value
+        self.auth_failures.listener = f"{protocol}://{self.host}:{self.port}"
         log.info(
             "kafka listener serving",
-            extra={"listen": f"{self.host}:{self.port}", "advertised": f"{host}:{self.port}"},
+            extra={
+                "listen": f"{self.host}:{self.port}",
+                "advertised": f"{host}:{self.port}",
+                "security_protocol": protocol,
+                "client_auth": self.security.client_auth,
+            },
         )
 
     def _broker_configs(self) -> tuple[tuple[str, str, int], ...]:
@@ -258,6 +305,11 @@ class KafkaListener:
                     conn.close()
 
     async def stop(self) -> None:
+        if self.auth_failures.counts:
+            log.info(
+                "kafka listener: clients refused",
+                extra={"listener": self.auth_failures.listener, **self.auth_failures.counts},
+            )
         if self._idle_task is not None:
             self._idle_task.cancel()
         if self._server is not None:
@@ -271,6 +323,12 @@ class KafkaListener:
                 await asyncio.wait_for(self._server.wait_closed(), timeout=2.0)
 
 
+# A SASL connection's stages (a PLAINTEXT or SSL one starts DONE).
+# After a SaslHandshake v0, the SASL tokens travel as bare size-prefixed
+# frames (RAW), both ways, until the exchange completes.
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE, _SASL_DONE = "handshake", "authenticate", "done"
+_SASL_RAW = "raw"
+
 _Entry = tuple[asyncio.Task[Any], bool]  # a request's answer task, cancellable on disconnect
 
 
@@ -283,10 +341,16 @@ class _Connection(asyncio.BufferedProtocol):
 
     def __init__(self, listener: KafkaListener) -> None:
         self.listener = listener
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport | None = None  # after TLS, the TLS transport
+        self._tcp: asyncio.Transport | None = None
         self.client_host = "/unknown"
         # The authenticated principal of this connection ("Type:name").
         self.principal = ANONYMOUS
+        # SASL listeners: HANDSHAKE, then AUTHENTICATE (with an exchange), then DONE.
+        self.sasl_state = _SASL_HANDSHAKE if listener.security.protocol.sasl else _SASL_DONE
+        self._exchange: Exchange | None = None
+        self._closing = False  # refused: frames still arriving are dropped
+        self._tls_task: asyncio.Task[None] | None = None
         self._size_prefix = bytearray(4)
         self._frame: bytearray | None = None  # the frame being received
         self._frame_size = 0  # as announced
@@ -312,11 +376,46 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self._tcp = transport
         peer = transport.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if isinstance(peer, tuple) else "/unknown"
         self.listener.connections.add(self)
-        self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        loop = asyncio.get_running_loop()
+        self._writer_task = loop.create_task(self._write_loop())
+        if self.listener.security.ssl_context is None:
+            self.transport = transport
+            return
+        transport.pause_reading()
+        self._tls_task = loop.create_task(self._start_tls(transport))
+
+    async def _start_tls(self, tcp: asyncio.Transport) -> None:
+        """The TLS handshake; a refused or broken one is counted and logged
+        (asyncio's own server would drop it silently)."""
+        context = self.listener.security.ssl_context
+        assert context is not None
+        try:
+            tls = await asyncio.get_running_loop().start_tls(
+                tcp, self, context, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
+            )
+        except Exception as exc:  # SSLError, a reset, a timeout: the client is refused
+            self._refuse(tls_failure_reason(exc), None, f"TLS handshake: {exc}"[:300])
+            tcp.abort()
+            return
+        if tls is None or tls.is_closing():
+            tcp.abort()
+            return
+        self.transport = tls
+        if self.listener.security.client_auth:
+            ssl_object = tls.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            self.principal = certificate_principal(der) if der else ANONYMOUS
+            log.debug(
+                "kafka: authenticated",
+                extra={"client": self.client_host, "principal": self.principal, "mechanism": "SSL"},
+            )
+
+    def _refuse(self, reason: Reason, user: str | None, detail: str) -> None:
+        self.listener.auth_failures.record(self.client_host, user, reason, detail)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is None:
@@ -331,10 +430,12 @@ class _Connection(asyncio.BufferedProtocol):
                 return
             size = codec.frame_size(bytes(self._size_prefix))
             limit = min(codec.MAX_FRAME_BYTES, self.listener.limits.socket_request_max_bytes)
-            if size < codec.FIXED_HEADER_BYTES or size > limit:
+            if self.sasl_state != _SASL_DONE:  # Kafka's sasl.server.max.receive.size
+                limit = min(limit, MAX_RECEIVE_BEFORE_AUTH)
+            smallest = 1 if self.sasl_state == _SASL_RAW else codec.FIXED_HEADER_BYTES
+            if size < smallest or size > limit:
                 log.warning(
-                    "kafka: closing a connection with a bad frame size "
-                    "(socket.request.max.bytes)",
+                    "kafka: closing a connection with a bad frame size (socket.request.max.bytes)",
                     extra={"client": self.client_host, "size": size, "limit": limit},
                 )
                 self.close()
@@ -422,6 +523,12 @@ class _Connection(asyncio.BufferedProtocol):
         the large ones, and a client that pipelines fetches without reading
         the answers would otherwise have the daemon build them all at once
         (Kafka serves one request per connection at a time)."""
+        if self._closing:
+            self.listener.memory.release(held)
+            return
+        if self.sasl_state == _SASL_RAW:
+            self._dispatch_raw_token(frame, held)
+            return
         fixed = codec.peek_header(frame)
         assert fixed is not None  # size >= 8
         if self._held_frames or (fixed.api_key == FETCH_KEY and self._fetch_unwritten):
@@ -494,6 +601,9 @@ class _Connection(asyncio.BufferedProtocol):
                     self._answer_written(task)
                     continue  # a long poll of a client that left
                 return
+            except _CloseAfter as exc:
+                self._write_then_close(exc.answer)
+                return
             except _Unanswerable as exc:
                 log.info(
                     "kafka: closing a connection after a request with no known response "
@@ -523,8 +633,20 @@ class _Connection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         """Drops the connection now (unsent answers included)."""
-        if self.transport is not None:
-            self.transport.abort()
+        transport = self.transport or self._tcp
+        if transport is not None:
+            transport.abort()
+
+    def _write_then_close(self, answer: Chunks | None) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.close()
+            return
+        for chunk in answer or ():
+            transport.write(chunk)
+        transport.close()  # after what is buffered is sent
+        # A client that does not read its last answer does not keep the socket.
+        asyncio.get_running_loop().call_later(CLOSE_AFTER_S, transport.abort)
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception):
@@ -535,6 +657,10 @@ class _Connection(asyncio.BufferedProtocol):
     async def _answer(self, frame: bytes | bytearray, fixed: codec.FixedHeader) -> Chunks | None:
         key, version, correlation = fixed.api_key, fixed.api_version, fixed.correlation_id
         api = SUPPORTED.get(key)
+        if self.sasl_state != _SASL_DONE:
+            answer = self._authenticating(frame, fixed)
+            if answer is not None:
+                return answer
         if key == API_VERSIONS_KEY:
             return self._api_versions(frame, fixed)
         resp_cls = codec.response_class(key, version)
@@ -613,3 +739,136 @@ class _Connection(asyncio.BufferedProtocol):
             return codec.encode_response_chunks(fixed.correlation_id, body, header_v0=True)
         body = codec.make(resp_cls, {"error_code": 0, "api_keys": keys, "throttle_time": 0})
         return codec.encode_response_chunks(fixed.correlation_id, body, header_v0=True)
+
+    # -- SASL ---------------------------------------------------------------------------
+
+    def _authenticating(self, frame: bytes | bytearray, fixed: codec.FixedHeader) -> Chunks | None:
+        """A request on a SASL connection not yet authenticated: the answer
+        to a SaslHandshake or SaslAuthenticate; None for ApiVersions (answered
+        as usual); anything else closes the connection (raises), as Kafka
+        does, after an ILLEGAL_SASL_STATE answer once a handshake chose a
+        mechanism."""
+        key, version = fixed.api_key, fixed.api_version
+        api = SUPPORTED.get(key)
+        in_range = api is not None and api.min_version <= version <= api.max_version
+        if self.sasl_state == _SASL_HANDSHAKE:
+            if key == API_VERSIONS_KEY or (key == SASL_HANDSHAKE_KEY and not in_range):
+                return None
+            if key == SASL_HANDSHAKE_KEY:
+                return self._sasl_handshake(frame, fixed)
+        elif key == SASL_AUTHENTICATE_KEY:
+            if not in_range:
+                return None
+            return self._sasl_authenticate(frame, fixed)
+        name = api.name if api is not None else f"api key {key}"
+        stage = "handshake" if self.sasl_state == _SASL_HANDSHAKE else "authentication"
+        message = f"Unexpected Kafka request of type {name} during SASL {stage}."
+        self._refuse(Reason.ILLEGAL_STATE, None, message)
+        self._closing = True
+        resp_cls = codec.response_class(key, version) if in_range else None
+        if self.sasl_state == _SASL_HANDSHAKE or resp_cls is None:
+            raise _CloseAfter(None)
+        body = codec.error_body(resp_cls, int(K.illegal_sasl_state), message)
+        raise _CloseAfter(
+            codec.encode_response_chunks(
+                fixed.correlation_id, body, header_v0=key == API_VERSIONS_KEY
+            )
+        )
+
+    def _parse_or_close(
+        self, frame: bytes | bytearray, fixed: codec.FixedHeader
+    ) -> tuple[Any, type[Any]]:
+        resp_cls = codec.response_class(fixed.api_key, fixed.api_version)
+        assert resp_cls is not None
+        try:
+            return codec.parse_request(frame, fixed).body, resp_cls
+        except codec.DecodeError as exc:
+            self._refuse(Reason.MALFORMED, None, "undecodable SaslHandshake/SaslAuthenticate")
+            self._closing = True
+            body = codec.error_body(resp_cls, int(K.invalid_request), str(exc))
+            raise _CloseAfter(codec.encode_response_chunks(fixed.correlation_id, body)) from None
+
+    def _sasl_handshake(self, frame: bytes | bytearray, fixed: codec.FixedHeader) -> Chunks:
+        body, resp_cls = self._parse_or_close(frame, fixed)
+        enabled = list(self.listener.security.mechanisms)
+        mechanism = str(body.mechanism)
+        if mechanism not in enabled:
+            self._refuse(Reason.UNSUPPORTED_MECHANISM, None, f"mechanism {mechanism[:64]!r}")
+            self._closing = True
+            data = {"error_code": int(K.unsupported_sasl_mechanism), "mechanisms": enabled}
+            raise _CloseAfter(
+                codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
+            )
+        nonce = secrets.token_urlsafe(24)
+        self._exchange = make_exchange(mechanism, self.listener.node.state.users, nonce)
+        self.sasl_state = _SASL_AUTHENTICATE if fixed.api_version >= 1 else _SASL_RAW
+        data = {"error_code": 0, "mechanisms": enabled}
+        return codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
+
+    def _sasl_authenticate(self, frame: bytes | bytearray, fixed: codec.FixedHeader) -> Chunks:
+        body, resp_cls = self._parse_or_close(frame, fixed)
+        assert self._exchange is not None
+        try:
+            step = self._exchange.step(bytes(body.auth_bytes))
+        except AuthFailed as exc:
+            detail = f"{self._exchange.mechanism}: {exc.reason.value}"
+            self._refuse(exc.reason, exc.user, detail)
+            self._closing = True
+            self._exchange = None
+            data = {
+                "error_code": int(K.sasl_authentication_failed),
+                "error_message": exc.message,
+                "auth_bytes": b"",
+                "session_lifetime": 0,
+            }
+            raise _CloseAfter(
+                codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
+            ) from None
+        if step.user is not None:
+            self._authenticated(step.user)
+        data = {
+            "error_code": 0,
+            "error_message": None,
+            "auth_bytes": step.challenge,
+            "session_lifetime": 0,
+        }
+        return codec.encode_response_chunks(fixed.correlation_id, codec.make(resp_cls, data))
+
+    def _authenticated(self, user: str) -> None:
+        assert self._exchange is not None
+        self.principal = f"User:{user}"
+        self.sasl_state = _SASL_DONE
+        log.debug(
+            "kafka: authenticated",
+            extra={
+                "client": self.client_host,
+                "principal": self.principal,
+                "mechanism": self._exchange.mechanism,
+            },
+        )
+        self._exchange = None
+
+    def _dispatch_raw_token(self, frame: bytearray, held: int) -> None:
+        """A bare SASL token (after a SaslHandshake v0): its answer is the
+        bare challenge; a failure closes the connection (a bare token has no
+        room for an error, as with Kafka)."""
+        task = asyncio.get_running_loop().create_task(self._raw_token(bytes(frame)))
+        entry = (task, False)
+        self.pending.add(entry)
+        task.add_done_callback(functools.partial(self._forget, entry, held))
+        self._answers.put_nowait(entry)
+        self._in_flight += 1
+        self._update_reading()
+
+    async def _raw_token(self, token: bytes) -> Chunks:
+        assert self._exchange is not None
+        try:
+            step = self._exchange.step(token)
+        except AuthFailed as exc:
+            self._refuse(exc.reason, exc.user, f"{self._exchange.mechanism}: {exc.reason.value}")
+            self._closing = True
+            self._exchange = None
+            raise _CloseAfter(None) from None
+        if step.user is not None:
+            self._authenticated(step.user)
+        return [len(step.challenge).to_bytes(4, "big"), step.challenge]
