@@ -20,7 +20,6 @@ from admin.security import open_channel, security_of
 from ccr.v1 import admin_pb2, admin_pb2_grpc
 from tests.certs import CLIENT_DN, Certs, make_certs
 from tests.harness import Daemon, run_cli
-from tests.sasl_users import seed_users
 
 PASSWORD = "alice-secret-1"
 WRONG = "not-the-password-42"
@@ -61,11 +60,11 @@ def _sasl_daemon(
               "sasl.username": "alice", "sasl.password": PASSWORD}
     if protocol == "SASL_SSL":
         client["ssl.ca.location"] = str(certs.ca)
-    d = make("S", extra_args=_tls_args(certs, mtls) if protocol == "SASL_SSL" else [],
-             start=False, listen_protocol=protocol, client_config=client)
-    seed_users(d.data_dir, "S", {"alice": PASSWORD, "bob": "bob-secret"})
-    d.start()
-    return d.wait_ready()
+    users = certs.ca.parent / "users.txt"
+    users.write_text(f"alice:{PASSWORD}\nbob:bob-secret\n")
+    tls = _tls_args(certs, mtls) if protocol == "SASL_SSL" else []
+    return make("S", extra_args=[*tls, "--sasl-users", str(users)],
+                listen_protocol=protocol, client_config=client)
 
 
 def _raw_call(d: Daemon, metadata: list[tuple[str, str]]) -> grpc.RpcError | None:
