@@ -20,8 +20,8 @@ Rules (Kafka's AclAuthorizer/StandardAuthorizer storage, for one cluster):
 - Every change returns journal records; `apply_record` replays them and
   `snapshot`/`restore` hold the same state. Bindings are kept in creation
   order; queries return them sorted.
-- ACLs are stored and described, not enforced: the simulated cluster has no
-  authentication, so every client is User:ANONYMOUS. Links will replicate them
+- ACLs are enforced only when the daemon runs with `--authorizer acl`; the
+  decision is `linkd/core/authorizer.py`'s. Links replicate READ bindings
   (semantics §7).
 
 Limit: MAX_BINDINGS bindings per cluster (INVALID_REQUEST beyond).
@@ -32,6 +32,7 @@ Pure code: no I/O, clocks or randomness.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +226,10 @@ class AclStore:
 
     def __len__(self) -> int:
         return len(self._bindings)
+
+    def __iter__(self) -> Iterator[AclBinding]:
+        """Every binding, in creation order (what the authorizer reads)."""
+        return iter(self._bindings)
 
     def create(
         self, bindings: list[AclBinding]
