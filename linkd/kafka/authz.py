@@ -1,0 +1,137 @@
+"""Authorization on the Kafka listener: the operations Kafka's broker checks.
+
+The decision is the core's (`linkd/core/authorizer.py`), asked through the
+node's gate (`linkd/authz.py`) with the connection's principal and address;
+handlers call the helpers below before they touch the cluster, so a refused
+request changes nothing.
+
+Two kinds of rules:
+- Whole-request rules on the cluster resource (`CLUSTER_OPERATION`, by API
+  key): checked by the listener before the handler runs. A refused request is
+  answered with CLUSTER_AUTHORIZATION_FAILED in every error code of the
+  response (`codec.error_body`), or, for the APIs that answer per item
+  (CreateAcls, DeleteAcls, ElectLeaders, AlterUserScramCredentials), in every
+  item, as Kafka does.
+- Per-resource rules (topics, groups, transactional ids): in the handlers,
+  with the answer shape of each API; docs/security.md lists them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from linkd.authz import Caller
+from linkd.core.acls import CLUSTER_RESOURCE_NAME
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
+from linkd.core.errors import ClusterError
+from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context, operations_bits
+from linkd.kafka.errors import kafka_code, kafka_message
+
+# API key -> the operation on the cluster resource the whole request needs.
+CLUSTER_OPERATION: Mapping[int, Op] = MappingProxyType(
+    {
+        29: Op.DESCRIBE,  # DescribeAcls
+        30: Op.ALTER,  # CreateAcls
+        31: Op.ALTER,  # DeleteAcls
+        35: Op.DESCRIBE,  # DescribeLogDirs
+        43: Op.ALTER,  # ElectLeaders
+        45: Op.ALTER,  # AlterPartitionReassignments
+        46: Op.DESCRIBE,  # ListPartitionReassignments
+        50: Op.DESCRIBE,  # DescribeUserScramCredentials
+        51: Op.ALTER,  # AlterUserScramCredentials
+        55: Op.DESCRIBE,  # DescribeQuorum
+    }
+)
+
+
+def caller(ctx: Context) -> Caller:
+    return Caller.of(ctx.principal, ctx.client_host)
+
+
+def allowed(ctx: Context, resource_type: int, name: str, op: int, *, quiet: bool = False) -> bool:
+    return ctx.node.authz.allowed(caller(ctx), resource_type, name, op, quiet=quiet)
+
+
+def refusal(ctx: Context, resource_type: int, name: str, op: int) -> ClusterError | None:
+    return ctx.node.authz.refusal(caller(ctx), resource_type, name, op)
+
+
+def check(ctx: Context, resource_type: int, name: str, op: int) -> None:
+    ctx.node.authz.check(caller(ctx), resource_type, name, op)
+
+
+def cluster_allowed(ctx: Context, op: int, *, quiet: bool = False) -> bool:
+    return allowed(ctx, R.CLUSTER, CLUSTER_RESOURCE_NAME, op, quiet=quiet)
+
+
+def topic_code(ctx: Context, topic: str, op: int) -> int:
+    """0, or TOPIC_AUTHORIZATION_FAILED's number."""
+    exc = refusal(ctx, R.TOPIC, topic, op)
+    return 0 if exc is None else kafka_code(exc)
+
+
+def operations_field(ctx: Context, resource_type: int, name: str, include: bool) -> int:
+    """An authorized-operations field: the allowed operations' bits, or
+    "omitted" when the request did not ask."""
+    if not include:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    return operations_bits(ctx.node.authz.operations(caller(ctx), resource_type, name))
+
+
+def may_create_topic(ctx: Context, topic: str) -> bool:
+    """CREATE on the cluster (not logged when missing, as Kafka) or on the topic."""
+    return cluster_allowed(ctx, Op.CREATE, quiet=True) or allowed(ctx, R.TOPIC, topic, Op.CREATE)
+
+
+# -- whole-request rules --------------------------------------------------------------------
+
+
+def cluster_refusal(ctx: Context, api_key: int) -> ClusterError | None:
+    """The refusal of a request whose API needs an operation on the cluster."""
+    op = CLUSTER_OPERATION.get(api_key)
+    if op is None:
+        return None
+    return ctx.node.authz.cluster_refusal(caller(ctx), op)
+
+
+def _item(exc: ClusterError) -> dict[str, Any]:
+    return {"error_code": kafka_code(exc), "error_message": kafka_message(exc)}
+
+
+def _create_acls(body: Any, exc: ClusterError) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [_item(exc) for _ in body.creations]}
+
+
+def _delete_acls(body: Any, exc: ClusterError) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "filter_results": [{**_item(exc), "matching_acls": []} for _ in body.filters],
+    }
+
+
+def _elect_leaders(body: Any, exc: ClusterError) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": kafka_code(exc),
+        "replica_election_results": [
+            {
+                "topic": t.topic,
+                "partition_result": [{"partition_id": int(p), **_item(exc)} for p in t.partitions],
+            }
+            for t in body.topic_partitions or ()
+        ],
+    }
+
+
+def _alter_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
+    users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+    return {"throttle_time": 0, "results": [{"user": u, **_item(exc)} for u in users]}
+
+
+# API key -> the refused answer, for the APIs that answer per item.
+PER_ITEM_REFUSAL: Mapping[int, Callable[[Any, ClusterError], dict[str, Any]]] = (
+    MappingProxyType({30: _create_acls, 31: _delete_acls, 43: _elect_leaders, 51: _alter_scram})
+)
