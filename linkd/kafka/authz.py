@@ -135,3 +135,60 @@ def _alter_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
 PER_ITEM_REFUSAL: Mapping[int, Callable[[Any, ClusterError], dict[str, Any]]] = (
     MappingProxyType({30: _create_acls, 31: _delete_acls, 43: _elect_leaders, 51: _alter_scram})
 )
+
+
+# API key -> what the API needs, as docs/security.md states it (a test checks
+# that every served API has a rule and that the doc lists the same text).
+RULES: Mapping[int, str] = MappingProxyType(
+    {
+        0: "WRITE on each topic; with a transactional id, WRITE on it first (else every "
+        "partition is refused)",
+        1: "READ on each topic (TOPIC_AUTHORIZATION_FAILED per partition)",
+        2: "DESCRIBE on each topic",
+        3: "DESCRIBE on each topic: unlisted topics are filtered, named ones are refused; "
+        "auto-creation also needs CREATE on the cluster or the topic",
+        8: "READ on the group, READ on each topic (per partition)",
+        9: "DESCRIBE on the group, DESCRIBE on each topic (per partition; unlisted topics "
+        "are filtered)",
+        10: "DESCRIBE on the group or the transactional id",
+        11: "READ on the group",
+        12: "READ on the group",
+        13: "READ on the group",
+        14: "READ on the group",
+        15: "DESCRIBE on each group",
+        16: "DESCRIBE on the cluster lists every group; otherwise only the groups with "
+        "DESCRIBE",
+        18: "nothing",
+        19: "CREATE on the cluster or on each topic; DESCRIBE_CONFIGS on the topic to be "
+        "shown its configs",
+        20: "DELETE on each topic",
+        21: "DELETE on each topic",
+        22: "WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster "
+        "or WRITE on some topic (KIP-679)",
+        23: "DESCRIBE on each topic",
+        24: "WRITE on the transactional id, WRITE on each topic (a refused topic: "
+        "TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED)",
+        25: "WRITE on the transactional id, READ on the group",
+        26: "WRITE on the transactional id",
+        28: "WRITE on the transactional id, READ on the group, READ on each topic",
+        29: "DESCRIBE on the cluster",
+        30: "ALTER on the cluster",
+        31: "ALTER on the cluster",
+        32: "DESCRIBE_CONFIGS on each topic, on the cluster (broker resources) or on the "
+        "group",
+        33: "ALTER_CONFIGS on each topic, on the cluster (broker resources) or on the group",
+        35: "DESCRIBE on the cluster",
+        37: "ALTER on each topic",
+        42: "DELETE on each group",
+        43: "ALTER on the cluster",
+        44: "ALTER_CONFIGS on each topic, on the cluster (broker resources) or on the group",
+        45: "ALTER on the cluster",
+        46: "DESCRIBE on the cluster",
+        47: "DELETE on the group, READ on each topic (per partition)",
+        50: "DESCRIBE on the cluster",
+        51: "ALTER on the cluster",
+        55: "DESCRIBE on the cluster",
+        60: "nothing (authorized operations, when asked, are the caller's)",
+        75: "DESCRIBE on each topic: unlisted topics are filtered, named ones are refused",
+    }
+)
