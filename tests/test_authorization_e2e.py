@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -34,6 +35,7 @@ from kio.schema.errors import ErrorCode as K
 
 from admin import AdminClient as CcrAdmin
 from admin.errors import CcrError
+from ccr.v1 import cluster_pb2, cluster_pb2_grpc, errors_pb2
 from tests.harness import Daemon, free_port, run_cli
 from tests.kafka_raw import RawClient
 
@@ -281,6 +283,39 @@ def test_grpc_admin_verbs_need_cluster_alter(cluster: Cluster) -> None:
     assert done.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
 
 
+def test_default_mode_enforces_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    with Daemon("NA", tmp_path / "data", extra_args=["--kafka-listen", f"127.0.0.1:{port}"]) as d:
+        c = Cluster(d, port)
+        _result(c.admin.create_topics([NewTopic("t", 1, 1)])["t"])
+        deny = _acl(ResourceType.TOPIC, "*", AclOperation.ALL,
+                    permission=AclPermissionType.DENY, principal="User:*")
+        _result(c.admin.create_acls([deny])[deny])
+        assert _delivery_errors(c.producer(), "t") == [None]
+
+
+def test_grpc_client_calls_check_the_kafka_operations(cluster: Cluster) -> None:
+    with grpc.insecure_channel(cluster.daemon.bootstrap) as channel:
+        stub = cluster_pb2_grpc.ClusterStub(channel)
+        fetched = stub.Fetch(cluster_pb2.FetchRequest(partitions=[
+            cluster_pb2.FetchPartition(topic="pre-x", partition=0, offset=0),
+            cluster_pb2.FetchPartition(topic="granted", partition=0, offset=0),
+        ], max_wait_ms=0), timeout=DEADLINE_S)
+        by_topic = {p.topic: p for p in fetched.partitions}
+        assert by_topic["pre-x"].records and not by_topic["pre-x"].HasField("error")
+        assert by_topic["granted"].error.code == errors_pb2.TOPIC_AUTHORIZATION_FAILED
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Produce(cluster_pb2.ProduceRequest(topic="pre-x", partition=0, batch=b"x",
+                                                    acks=1), timeout=DEADLINE_S)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "TOPIC_AUTHORIZATION_FAILED" in str(info.value.details())
+        with pytest.raises(grpc.RpcError) as info:
+            stub.DescribeGroup(cluster_pb2.DescribeGroupRequest(group_id="g-no"),
+                               timeout=DEADLINE_S)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "GROUP_AUTHORIZATION_FAILED" in str(info.value.details())
+
+
 def test_refusals_changed_nothing_and_were_logged(cluster: Cluster) -> None:
     """Last: a super user sees every topic and the seeded ACLs, as they were."""
     log = cluster.daemon.stderr_text()
@@ -293,14 +328,3 @@ def test_refusals_changed_nothing_and_were_logged(cluster: Cluster) -> None:
     assert len(_result(cluster.admin.describe_acls(everything))) == len(SEED_ACLS)
     with CcrAdmin(cluster.daemon.bootstrap) as admin:
         assert admin.list_namespaces() == []
-
-
-def test_default_mode_enforces_nothing(tmp_path: Path) -> None:
-    port = free_port()
-    with Daemon("NA", tmp_path / "data", extra_args=["--kafka-listen", f"127.0.0.1:{port}"]) as d:
-        c = Cluster(d, port)
-        _result(c.admin.create_topics([NewTopic("t", 1, 1)])["t"])
-        deny = _acl(ResourceType.TOPIC, "*", AclOperation.ALL,
-                    permission=AclPermissionType.DENY, principal="User:*")
-        _result(c.admin.create_acls([deny])[deny])
-        assert _delivery_errors(c.producer(), "t") == [None]
