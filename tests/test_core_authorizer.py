@@ -4,6 +4,8 @@ of the rules."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -229,3 +231,17 @@ def test_authorize_matches_the_rules(
         list(store), principal, host, name, op
     )
     assert authorize(store, principal, host, T, name, op, frozenset({principal}))
+
+
+UNIVERSE = ["".join(p) for n in range(1, 5) for p in itertools.product("abcz", repeat=n)]
+
+
+@given(st.lists(bindings_st, max_size=8), st.sampled_from(OPS))
+def test_authorize_any_is_some_resource_allowed(bindings: list[AclBinding], op: int) -> None:
+    """Kafka's authorizeByResourceType answers whether some topic may be
+    operated on: against every name of a universe larger than the bindings'
+    (names with "z" match no literal or prefix but "*")."""
+    store = AclStore()
+    store.create(bindings)
+    some = any(authorize(store, ALICE, "h1", T, name, op) for name in UNIVERSE)
+    assert authorize_any(store, ALICE, "h1", T, op) == some

@@ -76,7 +76,12 @@ CASES: list[tuple[int, int, dict[str, Any], K]] = [
     (55, 2, {"topics": [{"topic_name": "__cluster_metadata",
                          "partitions": [{"partition_index": 0}]}]}, C),
     (75, 0, {"topics": [{"name": "t"}], "response_partition_limit": 10}, T),
+    # SCRAM credentials: the rule is in place before the APIs are served.
+    (50, 0, {"users": None}, C),
+    (51, 0, {"deletions": [{"name": "alice", "mechanism": 1}], "upsertions": []}, C),
 ]
+NAMES = {key: api.name for key, api in SUPPORTED.items()} | {
+    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials"}
 # Answered without a refusal: ApiVersions; ListGroups and DescribeCluster
 # (checked below: they filter or report).
 UNREFUSED = {18, 16, 60}
@@ -117,15 +122,18 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 def test_every_served_api_is_covered() -> None:
-    assert {key for key, *_ in CASES} | UNREFUSED == set(SUPPORTED)
+    assert set(SUPPORTED) <= {key for key, *_ in CASES} | UNREFUSED
     for key, version, _, _ in CASES:
-        assert SUPPORTED[key].min_version <= version <= SUPPORTED[key].max_version
+        if key in SUPPORTED:
+            assert SUPPORTED[key].min_version <= version <= SUPPORTED[key].max_version
 
 
 @pytest.mark.parametrize(("key", "version", "body", "expected"), CASES,
-                         ids=[f"{SUPPORTED[c[0]].name}-{c[3].name}" for c in CASES])
+                         ids=[f"{NAMES[c[0]]}-{c[3].name}" for c in CASES])
 def test_refused_without_acls(port: int, key: int, version: int, body: dict[str, Any],
                               expected: K) -> None:
+    if key not in SUPPORTED:
+        pytest.skip(f"{NAMES[key]} is not served yet")
     raw = RawClient(port)
     try:
         codes = _codes(raw.call(key, version, body))
