@@ -274,13 +274,17 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             for p in request.partitions
             if readable[p.topic] is None
         ]
-        fetched = await self.node.fetch(
-            parts,
-            max_wait_ms=request.max_wait_ms,
-            min_bytes=request.min_bytes,
-            max_bytes=request.max_bytes,
-            read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
-            group_id=request.group_id,
+        fetched = (
+            await self.node.fetch(
+                parts,
+                max_wait_ms=request.max_wait_ms,
+                min_bytes=request.min_bytes,
+                max_bytes=request.max_bytes,
+                read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+                group_id=request.group_id,
+            )
+            if parts
+            else []
         )
         out = cluster_pb2.FetchResponse()
         for p in request.partitions:

@@ -313,10 +313,16 @@ def _authorization_settings(parser: argparse.ArgumentParser, settings: dict[str,
             f"linkd: --authorizer must be one of {', '.join(modes)}, "
             f"not {settings['authorizer']!r}\n",
         )
-    if not isinstance(settings["super_users"], str):
-        parser.exit(EXIT_USAGE, "linkd: super_users must be a string like 'User:admin;User:ops'\n")
+    users = settings["super_users"]
+    if isinstance(users, list) and all(isinstance(u, str) for u in users):
+        users = ";".join(users)  # the config file may list them
+    if not isinstance(users, str):
+        parser.exit(
+            EXIT_USAGE,
+            "linkd: super_users must be 'User:admin;User:ops' (or a list in the config file)\n",
+        )
     try:
-        settings["super_users"] = parse_super_users(settings["super_users"])
+        settings["super_users"] = parse_super_users(users)
     except ValueError as exc:
         parser.exit(EXIT_USAGE, f"linkd: --super-users: {exc}\n")
 
@@ -403,8 +409,11 @@ async def serve(settings: dict[str, Any]) -> int:
             "fsync": settings["fsync"],
             "kafka_listen": settings.get("kafka_listen") or "",
             "authorizer": node.authz.mode.value,
+            "super_users": ";".join(sorted(node.authz.super_users)),
         },
     )
+    if node.authz.super_users and not node.authz.enabled:
+        log.warning("--super-users has no effect without --authorizer acl")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
