@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from linkd.core.acls import (
     AclBinding,
+    AclFilter,
     AclOperation,
     AclStore,
     PatternType,
@@ -245,3 +246,13 @@ def test_authorize_any_is_some_resource_allowed(bindings: list[AclBinding], op: 
     store.create(bindings)
     some = any(authorize(store, ALICE, "h1", T, name, op) for name in UNIVERSE)
     assert authorize_any(store, ALICE, "h1", T, op) == some
+
+
+def test_deleted_and_restored_bindings_are_what_the_authorizer_reads() -> None:
+    store = _store(_b(), _b(rtype=ResourceType.GROUP))
+    assert authorize(store, ALICE, "h", T, "orders", Op.READ)
+    store.delete([AclFilter(resource_type=T)])
+    assert not authorize(store, ALICE, "h", T, "orders", Op.READ)
+    restored = AclStore.restore(store.snapshot())
+    assert authorize(restored, ALICE, "h", ResourceType.GROUP, "orders", Op.READ)
+    assert not authorize(restored, ALICE, "h", T, "orders", Op.READ)

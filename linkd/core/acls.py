@@ -223,6 +223,8 @@ def validate_filter(f: AclFilter) -> None:
 class AclStore:
     def __init__(self) -> None:
         self._bindings: dict[AclBinding, None] = {}  # insertion-ordered set
+        # The same bindings by resource type: what the authorizer reads.
+        self._by_type: dict[int, dict[AclBinding, None]] = {}
 
     def __len__(self) -> int:
         return len(self._bindings)
@@ -230,6 +232,18 @@ class AclStore:
     def __iter__(self) -> Iterator[AclBinding]:
         """Every binding, in creation order (what the authorizer reads)."""
         return iter(self._bindings)
+
+    def of_type(self, resource_type: int) -> Iterator[AclBinding]:
+        """The bindings of one resource type, in creation order."""
+        return iter(self._by_type.get(resource_type, {}))
+
+    def _add(self, binding: AclBinding) -> None:
+        self._bindings[binding] = None
+        self._by_type.setdefault(binding.resource_type, {})[binding] = None
+
+    def _remove(self, binding: AclBinding) -> None:
+        self._bindings.pop(binding, None)
+        self._by_type.get(binding.resource_type, {}).pop(binding, None)
 
     def create(
         self, bindings: list[AclBinding]
@@ -287,9 +301,9 @@ class AclStore:
     def apply_record(self, record: jr.AclCreate | jr.AclDelete) -> None:
         binding = AclBinding.from_list(record.binding)
         if isinstance(record, jr.AclCreate):
-            self._bindings[binding] = None
+            self._add(binding)
         else:
-            self._bindings.pop(binding, None)
+            self._remove(binding)
 
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "bindings": [b.to_list() for b in self._bindings]}
@@ -298,5 +312,5 @@ class AclStore:
     def restore(cls, snapshot: dict[str, Any]) -> AclStore:
         store = cls()
         for row in snapshot["bindings"]:
-            store._bindings[AclBinding.from_list(row)] = None
+            store._add(AclBinding.from_list(row))
         return store

@@ -134,18 +134,24 @@ def _grants(b: AclBinding, operation: int) -> bool:
     return b.operation in IMPLIED_BY.get(operation, frozenset())
 
 
+def _of_type(acls: AclStore | Iterable[AclBinding], resource_type: int) -> Iterable[AclBinding]:
+    """The bindings of one resource type (an AclStore keeps them apart)."""
+    if isinstance(acls, AclStore):
+        return acls.of_type(resource_type)
+    return (b for b in acls if b.resource_type == resource_type)
+
+
 def _applying(
-    acls: Iterable[AclBinding],
+    acls: AclStore | Iterable[AclBinding],
     principal: str,
     host: str,
     resource_type: int,
     resource_name: str,
     operation: int,
 ) -> Iterable[AclBinding]:
-    for b in acls:
+    for b in _of_type(acls, resource_type):
         if (
-            b.resource_type == resource_type
-            and _name_matches(b, resource_name)
+            _name_matches(b, resource_name)
             and _who_matches(b, principal, host)
             and _grants(b, operation)
         ):
@@ -182,7 +188,7 @@ def authorized_operations(
     super_users: frozenset[str] = frozenset(),
 ) -> tuple[int, ...]:
     """The operations of the resource's type the principal may do on it."""
-    bindings = list(acls)
+    bindings = list(_of_type(acls, resource_type))
     return tuple(
         op
         for op in OPERATIONS.get(resource_type, ())
@@ -205,8 +211,8 @@ def authorize_any(
     denied_literal: set[str] = set()
     denied_prefixes: list[str] = []
     allows: list[AclBinding] = []
-    for b in acls:
-        if b.resource_type != resource_type or not _who_matches(b, principal, host):
+    for b in _of_type(acls, resource_type):
+        if not _who_matches(b, principal, host):
             continue
         if not _grants(b, operation):
             continue
