@@ -234,6 +234,17 @@ def test_authorized_operations_are_the_real_ones(cluster: Cluster) -> None:
         raw.close()
     bits = resp.topics[0].topic_authorized_operations
     assert bits == (1 << AclOperation.WRITE.value) | (1 << AclOperation.DESCRIBE.value)
+    raw = RawClient(cluster.port)
+    try:
+        groups = raw.call(15, 5, {"groups": ["g-ok", "g-no"],
+                                  "include_authorized_operations": True})
+    finally:
+        raw.close()
+    ok, no = groups.groups
+    assert ok.error_code == 0
+    assert ok.authorized_operations == (1 << AclOperation.READ.value) | (
+        1 << AclOperation.DESCRIBE.value)
+    assert no.error_code == K.group_authorization_failed
 
 
 # -- admin -------------------------------------------------------------------------------------
