@@ -76,6 +76,7 @@ SEED_ACLS = [
     _acl(ResourceType.GROUP, "g-ok", AclOperation.READ),
     _acl(ResourceType.TOPIC, "denied", AclOperation.READ, principal="User:*"),
     _acl(ResourceType.TOPIC, "denied", AclOperation.READ, permission=AclPermissionType.DENY),
+    _acl(ResourceType.TRANSACTIONAL_ID, "tx-ok", AclOperation.WRITE),
 ]
 TOPICS = ["granted", "other", "pre-x", "denied"]
 
@@ -149,6 +150,32 @@ def test_a_transactional_producer_needs_write_on_its_id(cluster: Cluster) -> Non
     with pytest.raises(KafkaException) as info:
         p.init_transactions(DEADLINE_S)
     assert info.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_a_transaction_with_its_acls_commits_records_and_offsets(cluster: Cluster) -> None:
+    """WRITE on the id and the topic, READ on the group and the consumed topic:
+    FindCoordinator, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+    TxnOffsetCommit and EndTxn all pass."""
+    p = cluster.producer(**{"transactional.id": "tx-ok"})
+    p.init_transactions(DEADLINE_S)
+    p.begin_transaction()
+    p.produce("granted", value=b"in a transaction")
+    group = cluster.consumer("g-ok")
+    try:
+        p.send_offsets_to_transaction([TopicPartition("pre-x", 0, 0)],
+                                      group.consumer_group_metadata(), DEADLINE_S)
+    finally:
+        group.close()
+    p.commit_transaction(DEADLINE_S)
+    p.begin_transaction()
+    delivered: list[KafkaError | None] = []
+    p.produce("other", value=b"refused", on_delivery=lambda err, _m: delivered.append(err))
+    with pytest.raises(KafkaException):
+        p.commit_transaction(DEADLINE_S)
+    p.poll(0)
+    assert [e.code() if e else None for e in delivered] == [
+        KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    p.abort_transaction(DEADLINE_S)
 
 
 # -- consume and commit ------------------------------------------------------------------------
