@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from linkd.core.acls import ResourceType as R
 from linkd.core.authorizer import OPERATIONS, AuthorizerMode
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.kafka import codec
-from linkd.kafka.authz import CLUSTER_OPERATION, PER_ITEM_REFUSAL, RULES
+from linkd.kafka.authz import CLUSTER_OPERATION, PER_ITEM_REFUSAL, RULES, operations_field
 from linkd.kafka.server import SUPPORTED
 from tests.harness import ROOT
 
@@ -115,3 +116,18 @@ def test_per_item_refusals_fit_the_response_and_name_every_item(key: int) -> Non
         items = [answer.replica_election_results[0].partition_result]
     assert len(items[0]) == (2 if key in (43, 51) else 1)
     assert all(int(i.error_code) == 31 for i in items[0])
+
+
+def test_operations_are_reported_only_to_who_may_describe() -> None:
+    """Kafka: a principal with CREATE on the cluster but not DESCRIBE is told
+    no cluster operations (0); one with DESCRIBE is told all it has."""
+    def field_for(*ops: int) -> int:
+        gate = _gate(*(AclBinding(R.CLUSTER, "kafka-cluster", PatternType.LITERAL, "User:alice",
+                                  "*", op, PermissionType.ALLOW) for op in ops))
+        ctx: Any = SimpleNamespace(node=SimpleNamespace(authz=gate), principal="User:alice",
+                                   client_host="/10.0.0.1")
+        return operations_field(ctx, R.CLUSTER, "kafka-cluster", True)
+
+    assert field_for(AclOperation.CREATE) == 0
+    assert field_for(AclOperation.CREATE, AclOperation.DESCRIBE) == (
+        1 << AclOperation.CREATE | 1 << AclOperation.DESCRIBE)

@@ -75,9 +75,13 @@ def topic_code(ctx: Context, topic: str, op: int) -> int:
 
 def operations_field(ctx: Context, resource_type: int, name: str, include: bool) -> int:
     """An authorized-operations field: the allowed operations' bits, or
-    "omitted" when the request did not ask."""
+    "omitted" when the request did not ask. As Kafka, none (0) unless the
+    caller may DESCRIBE the resource (Metadata and DescribeCluster report the
+    cluster's operations only to those who may describe it)."""
     if not include:
         return AUTHORIZED_OPERATIONS_OMITTED
+    if not allowed(ctx, resource_type, name, Op.DESCRIBE, quiet=True):
+        return 0
     return operations_bits(ctx.node.authz.operations(caller(ctx), resource_type, name))
 
 
