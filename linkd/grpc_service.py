@@ -3,6 +3,17 @@
 No rule lives here: every decision is made by the core behind `ClusterNode`.
 A `ClusterError` becomes a gRPC status carrying a `ccr.v1.ErrorDetail` in its
 details (google.rpc.Status), with a status code chosen by `grpc_errors`.
+
+Authorization (`--authorizer acl`; the caller is `grpc_auth.principal_of`):
+before anything is read or changed, each call asks the node's gate
+(linkd/authz.py) for the operation Kafka checks for the same client call
+(Cluster service: CreateTopic CREATE on the cluster or topic, Produce WRITE,
+Fetch READ per partition, groups READ, ...; docs/security.md has the table),
+and for the Admin service, the cluster resource: ALTER for every verb that
+changes something (namespaces, links, attach/detach, failover, set-mode,
+recover, reverse, mirror links, faults), DESCRIBE for describe calls, while
+list calls list nothing without it. A refusal is PERMISSION_DENIED with the
+*_AUTHORIZATION_FAILED detail; nothing changes.
 """
 
 from __future__ import annotations
@@ -10,14 +21,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
 
 from ccr.v1 import admin_pb2, admin_pb2_grpc, cluster_pb2, cluster_pb2_grpc, errors_pb2
+from linkd.authz import Caller
 from linkd.core import link_admin, recovery
+from linkd.core.acls import CLUSTER_RESOURCE_NAME
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.cluster import DanglingTxn
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
@@ -43,6 +58,36 @@ _SPEC = {
     cluster_pb2.TIMESTAMP: "timestamp",
     cluster_pb2.MAX_TIMESTAMP: "max_timestamp",
 }
+
+
+def needs_cluster(
+    operation: Op,
+) -> Callable[
+    [Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]]],
+    Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
+]:
+    """An Admin call that needs `operation` on the cluster resource (checked
+    inside `refusals`, so a refusal is answered like any other)."""
+
+    def decorate(
+        method: Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
+    ) -> Callable[[Any, Req, aio.ServicerContext[Req, Resp]], Awaitable[Resp]]:
+        @functools.wraps(method)
+        async def wrapper(
+            self: Any, request: Req, context: aio.ServicerContext[Req, Resp]
+        ) -> Resp:
+            self.node.authz.check_cluster(caller(context), operation)
+            return await method(self, request, context)
+
+        return wrapper
+
+    return decorate
+
+
+def caller(context: Any) -> Caller:
+    """The principal and address of a gRPC call."""
+    peer = context.peer() if hasattr(context, "peer") else ""
+    return Caller.of(principal_of(context), str(peer or ""))
 
 
 def refusals(
@@ -95,6 +140,25 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     def __init__(self, node: ClusterNode) -> None:
         self.node = node
 
+    def _check(self, context: Any, resource_type: int, name: str, op: Op) -> None:
+        self.node.authz.check(caller(context), resource_type, name, op)
+
+    def _allowed(self, context: Any, resource_type: int, name: str, op: Op) -> bool:
+        """For filtering: not logged, not counted."""
+        return self.node.authz.allowed(caller(context), resource_type, name, op, quiet=True)
+
+    def _check_create(self, context: Any, topic: str) -> None:
+        """CREATE on the cluster or on the topic (Kafka's CreateTopics rule)."""
+        if not self._allowed(context, R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.CREATE):
+            self._check(context, R.TOPIC, topic, Op.CREATE)
+
+    def _check_txn(self, context: Any, transactional_id: str) -> None:
+        self._check(context, R.TRANSACTIONAL_ID, transactional_id, Op.WRITE)
+
+    def _check_topics(self, context: Any, topics: Iterable[str], op: Op) -> None:
+        for topic in sorted(set(topics)):
+            self._check(context, R.TOPIC, topic, op)
+
     def _describe(self, name: str) -> cluster_pb2.TopicDescription:
         topic = self.node.state.topic(name)
         return cluster_pb2.TopicDescription(
@@ -123,6 +187,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def CreateTopic(
         self, request: cluster_pb2.CreateTopicRequest, context: Any
     ) -> cluster_pb2.TopicDescription:
+        self._check_create(context, request.name)
         await self.node.create_topic(request.name, request.partitions, dict(request.configs))
         return self._describe(request.name)
 
@@ -130,6 +195,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def DeleteTopic(
         self, request: cluster_pb2.DeleteTopicRequest, context: Any
     ) -> cluster_pb2.DeleteTopicResponse:
+        self._check(context, R.TOPIC, request.name, Op.DELETE)
         await self.node.delete_topic(request.name)
         return cluster_pb2.DeleteTopicResponse()
 
@@ -137,6 +203,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def DescribeTopic(
         self, request: cluster_pb2.DescribeTopicRequest, context: Any
     ) -> cluster_pb2.TopicDescription:
+        self._check(context, R.TOPIC, request.name, Op.DESCRIBE)
         self.node.check_ready()
         return self._describe(request.name)
 
@@ -146,7 +213,10 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     ) -> cluster_pb2.ListTopicsResponse:
         self.node.check_ready()
         names = sorted(
-            n for n in self.node.state.topics if request.include_internal or not n.startswith("_")
+            n
+            for n in self.node.state.topics
+            if (request.include_internal or not n.startswith("_"))
+            and self._allowed(context, R.TOPIC, n, Op.DESCRIBE)
         )
         return cluster_pb2.ListTopicsResponse(topics=[self._describe(n) for n in names])
 
@@ -154,6 +224,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def AlterTopicConfigs(
         self, request: cluster_pb2.AlterTopicConfigsRequest, context: Any
     ) -> cluster_pb2.TopicDescription:
+        self._check(context, R.TOPIC, request.name, Op.ALTER_CONFIGS)
         await self.node.alter_topic_configs(request.name, dict(request.set), list(request.delete))
         return self._describe(request.name)
 
@@ -161,6 +232,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def CreatePartitions(
         self, request: cluster_pb2.CreatePartitionsRequest, context: Any
     ) -> cluster_pb2.TopicDescription:
+        self._check(context, R.TOPIC, request.name, Op.ALTER)
         await self.node.create_partitions(request.name, request.total_count)
         return self._describe(request.name)
 
@@ -170,6 +242,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def Produce(
         self, request: cluster_pb2.ProduceRequest, context: Any
     ) -> cluster_pb2.ProduceResponse:
+        if request.transactional_id:
+            self._check_txn(context, request.transactional_id)
+        self._check(context, R.TOPIC, request.topic, Op.WRITE)
         base, duplicate, log_start, append_time = await self.node.produce(
             request.topic,
             request.partition,
@@ -190,19 +265,33 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     ) -> cluster_pb2.FetchResponse:
         if not request.partitions:
             raise ClusterError(ErrorCode.INVALID_REQUEST, "fetch", "fetch names no partitions")
+        readable = {
+            t: self.node.authz.refusal(caller(context), R.TOPIC, t, Op.READ)
+            for t in {p.topic for p in request.partitions}
+        }
         parts = [
             (p.topic, p.partition, p.offset, p.max_bytes if p.max_bytes > 0 else 1 << 20)
             for p in request.partitions
+            if readable[p.topic] is None
         ]
-        fetched = await self.node.fetch(
-            parts,
-            max_wait_ms=request.max_wait_ms,
-            min_bytes=request.min_bytes,
-            max_bytes=request.max_bytes,
-            read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
-            group_id=request.group_id,
+        fetched = (
+            await self.node.fetch(
+                parts,
+                max_wait_ms=request.max_wait_ms,
+                min_bytes=request.min_bytes,
+                max_bytes=request.max_bytes,
+                read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+                group_id=request.group_id,
+            )
+            if parts
+            else []
         )
         out = cluster_pb2.FetchResponse()
+        for p in request.partitions:
+            refused = readable[p.topic]
+            if refused is not None:
+                entry = out.partitions.add(topic=p.topic, partition=p.partition)
+                entry.error.CopyFrom(_error_detail(refused))
         for f in fetched:
             entry = out.partitions.add(topic=f.topic, partition=f.partition)
             if f.error is not None:
@@ -229,6 +318,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
                 f"{request.topic}-{request.partition}",
                 f"unknown offset spec {request.spec}",
             )
+        self._check(context, R.TOPIC, request.topic, Op.DESCRIBE)
         lookup = await self.node.list_offsets(
             request.topic,
             request.partition,
@@ -246,6 +336,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def JoinGroup(
         self, request: cluster_pb2.JoinGroupRequest, context: Any
     ) -> cluster_pb2.JoinGroupResponse:
+        self._check(context, R.GROUP, request.group_id, Op.READ)
         result = await self.node.join_group(
             JoinRequest(
                 group_id=request.group_id,
@@ -278,6 +369,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             if len(request.assignments)
             else None
         )
+        self._check(context, R.GROUP, request.group_id, Op.READ)
         result = await self.node.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments
         )
@@ -289,6 +381,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def Heartbeat(
         self, request: cluster_pb2.HeartbeatRequest, context: Any
     ) -> cluster_pb2.HeartbeatResponse:
+        self._check(context, R.GROUP, request.group_id, Op.READ)
         self.node.heartbeat(request.group_id, request.generation_id, request.member_id)
         return cluster_pb2.HeartbeatResponse()
 
@@ -296,6 +389,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def LeaveGroup(
         self, request: cluster_pb2.LeaveGroupRequest, context: Any
     ) -> cluster_pb2.LeaveGroupResponse:
+        self._check(context, R.GROUP, request.group_id, Op.READ)
         self.node.leave_group(request.group_id, request.member_id)
         return cluster_pb2.LeaveGroupResponse()
 
@@ -303,6 +397,8 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def CommitOffsets(
         self, request: cluster_pb2.CommitOffsetsRequest, context: Any
     ) -> cluster_pb2.CommitOffsetsResponse:
+        self._check(context, R.GROUP, request.group_id, Op.READ)
+        self._check_topics(context, (o.topic for o in request.offsets), Op.READ)
         await self.node.commit_offsets(
             request.group_id, request.generation_id, request.member_id, _offsets(request.offsets)
         )
@@ -312,6 +408,8 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def FetchCommittedOffsets(
         self, request: cluster_pb2.FetchCommittedOffsetsRequest, context: Any
     ) -> cluster_pb2.FetchCommittedOffsetsResponse:
+        self._check(context, R.GROUP, request.group_id, Op.DESCRIBE)
+        self._check_topics(context, (p.topic for p in request.partitions), Op.DESCRIBE)
         self.node.check_ready()
         wanted = (
             [(p.topic, p.partition) for p in request.partitions]
@@ -320,7 +418,11 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         )
         committed = self.node.state.groups.committed(request.group_id, wanted)
         out = cluster_pb2.FetchCommittedOffsetsResponse()
-        keys = wanted if wanted is not None else sorted(committed)
+        keys = wanted
+        if keys is None:
+            keys = [
+                k for k in sorted(committed) if self._allowed(context, R.TOPIC, k[0], Op.DESCRIBE)
+            ]
         for topic, partition in keys:
             c = committed.get((topic, partition))
             if c is None:
@@ -340,10 +442,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         self, request: cluster_pb2.ListGroupsRequest, context: Any
     ) -> cluster_pb2.ListGroupsResponse:
         self.node.check_ready()
+        every = self._allowed(context, R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.DESCRIBE)
         return cluster_pb2.ListGroupsResponse(
             groups=[
                 cluster_pb2.GroupListing(group_id=g, state=s, protocol_type=t)
                 for g, s, t in self.node.state.groups.list_groups()
+                if every or self._allowed(context, R.GROUP, g, Op.DESCRIBE)
             ]
         )
 
@@ -351,6 +455,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def DescribeGroup(
         self, request: cluster_pb2.DescribeGroupRequest, context: Any
     ) -> cluster_pb2.GroupDescription:
+        self._check(context, R.GROUP, request.group_id, Op.DESCRIBE)
         self.node.check_ready()
         d = self.node.state.groups.describe_group(request.group_id)
         committed = self.node.state.groups.committed(request.group_id, None)
@@ -388,6 +493,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def InitProducerId(
         self, request: cluster_pb2.InitProducerIdRequest, context: Any
     ) -> cluster_pb2.InitProducerIdResponse:
+        self._check_init(context, request.transactional_id)
         pid, epoch = await self.node.init_producer_id(
             request.transactional_id,
             request.transaction_timeout_ms or 60_000,
@@ -399,6 +505,8 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def AddPartitionsToTxn(
         self, request: cluster_pb2.AddPartitionsToTxnRequest, context: Any
     ) -> cluster_pb2.AddPartitionsToTxnResponse:
+        self._check_txn(context, request.transactional_id)
+        self._check_topics(context, (p.topic for p in request.partitions), Op.WRITE)
         await self.node.add_partitions_to_txn(
             request.transactional_id,
             request.producer_id,
@@ -411,6 +519,8 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def AddOffsetsToTxn(
         self, request: cluster_pb2.AddOffsetsToTxnRequest, context: Any
     ) -> cluster_pb2.AddOffsetsToTxnResponse:
+        self._check_txn(context, request.transactional_id)
+        self._check(context, R.GROUP, request.group_id, Op.READ)
         await self.node.add_offsets_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
         )
@@ -420,6 +530,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def TxnOffsetCommit(
         self, request: cluster_pb2.TxnOffsetCommitRequest, context: Any
     ) -> cluster_pb2.TxnOffsetCommitResponse:
+        self._check_txn(context, request.transactional_id)
+        self._check(context, R.GROUP, request.group_id, Op.READ)
+        self._check_topics(context, (o.topic for o in request.offsets), Op.READ)
         await self.node.txn_offset_commit(
             request.transactional_id,
             request.group_id,
@@ -433,10 +546,23 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def EndTxn(
         self, request: cluster_pb2.EndTxnRequest, context: Any
     ) -> cluster_pb2.EndTxnResponse:
+        self._check_txn(context, request.transactional_id)
         await self.node.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.commit
         )
         return cluster_pb2.EndTxnResponse()
+
+    def _check_init(self, context: Any, transactional_id: str) -> None:
+        """WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the
+        cluster or WRITE on some topic (KIP-679)."""
+        if transactional_id:
+            self._check_txn(context, transactional_id)
+            return
+        gate, who = self.node.authz, caller(context)
+        if self._allowed(context, R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.IDEMPOTENT_WRITE):
+            return
+        if not gate.allowed_any(who, R.TOPIC, Op.WRITE):
+            gate.check_cluster(who, Op.IDEMPOTENT_WRITE)
 
     # -- operations --------------------------------------------------------------
 
@@ -463,6 +589,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.ops = Operations(node, links)
         self.mirror_links = mirror_links or MirrorLinkManager(node)
 
+    def _may_list(self, context: Any) -> bool:
+        """List calls list nothing without DESCRIBE on the cluster (not logged)."""
+        return self.node.authz.allowed(
+            caller(context), R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.DESCRIBE, quiet=True
+        )
+
     @refusals
     async def DescribeCluster(
         self, request: admin_pb2.DescribeClusterRequest, context: Any
@@ -480,6 +612,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     # -- namespaces ----------------------------------------------------------------
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def CreateNamespace(
         self, request: admin_pb2.CreateNamespaceRequest, context: Any
     ) -> admin_pb2.Namespace:
@@ -491,11 +624,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ListNamespacesRequest, context: Any
     ) -> admin_pb2.ListNamespacesResponse:
         self.node.check_ready()
+        if not self._may_list(context):
+            return admin_pb2.ListNamespacesResponse()
         return admin_pb2.ListNamespacesResponse(
             namespaces=[_namespace_pb(ns) for ns in self.node.state.namespaces.list(request.type)]
         )
 
     @refusals
+    @needs_cluster(Op.DESCRIBE)
     async def DescribeNamespace(
         self, request: admin_pb2.DescribeNamespaceRequest, context: Any
     ) -> admin_pb2.NamespaceDescription:
@@ -507,6 +643,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def SetReserved(
         self, request: admin_pb2.SetReservedRequest, context: Any
     ) -> admin_pb2.SetReservedResponse:
@@ -519,6 +656,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def DeleteNamespace(
         self, request: admin_pb2.DeleteNamespaceRequest, context: Any
     ) -> admin_pb2.DeleteNamespaceResponse:
@@ -556,6 +694,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def CreateLink(
         self, request: admin_pb2.CreateLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:
@@ -591,11 +730,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ListLinksRequest, context: Any
     ) -> admin_pb2.ListLinksResponse:
         self.node.check_ready()
+        if not self._may_list(context):
+            return admin_pb2.ListLinksResponse()
         return admin_pb2.ListLinksResponse(
             links=[self._link_pb(n) for n in self.node.state.links.names()]
         )
 
     @refusals
+    @needs_cluster(Op.DESCRIBE)
     async def DescribeLink(
         self, request: admin_pb2.DescribeLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:
@@ -604,6 +746,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(request.name)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def DeleteLink(
         self, request: admin_pb2.DeleteLinkRequest, context: Any
     ) -> admin_pb2.DeleteLinkResponse:
@@ -611,6 +754,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return admin_pb2.DeleteLinkResponse()
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def AttachNamespace(
         self, request: admin_pb2.AttachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
@@ -624,6 +768,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(request.link)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def DetachNamespace(
         self, request: admin_pb2.DetachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
@@ -633,6 +778,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(request.link)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def Failover(
         self, request: admin_pb2.FailoverRequest, context: Any
     ) -> admin_pb2.FailoverResponse:
@@ -651,6 +797,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def SetLinkMode(
         self, request: admin_pb2.SetLinkModeRequest, context: Any
     ) -> admin_pb2.LinkDescription:
@@ -664,6 +811,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(request.link)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def UncleanElection(
         self, request: admin_pb2.UncleanElectionRequest, context: Any
     ) -> admin_pb2.UncleanElectionResponse:
@@ -681,6 +829,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetProvenance(
         self, request: admin_pb2.GetProvenanceRequest, context: Any
     ) -> admin_pb2.GetProvenanceResponse:
+        self.node.authz.check(caller(context), R.TOPIC, request.topic, Op.DESCRIBE)
         self.node.check_ready()
         topic = self.node.state.topic(request.topic)
         return admin_pb2.GetProvenanceResponse(
@@ -701,6 +850,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def RecoverLink(
         self, request: admin_pb2.RecoverLinkRequest, context: Any
     ) -> admin_pb2.RecoverLinkResponse:
@@ -736,6 +886,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def ReverseLink(
         self, request: admin_pb2.ReverseLinkRequest, context: Any
     ) -> admin_pb2.ReverseLinkResponse:
@@ -794,6 +945,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return out
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def CreateMirrorLink(
         self, request: admin_pb2.CreateMirrorLinkRequest, context: Any
     ) -> admin_pb2.MirrorLinkDescription:
@@ -807,6 +959,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ListMirrorLinksRequest, context: Any
     ) -> admin_pb2.ListMirrorLinksResponse:
         self.node.check_ready()
+        if not self._may_list(context):
+            return admin_pb2.ListMirrorLinksResponse()
         table = self.node.state.mirror_links
         links = table.all() if request.include_deleted else table.live()
         return admin_pb2.ListMirrorLinksResponse(
@@ -814,6 +968,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def DeleteMirrorLink(
         self, request: admin_pb2.DeleteMirrorLinkRequest, context: Any
     ) -> admin_pb2.DeleteMirrorLinkResponse:

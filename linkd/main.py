@@ -37,6 +37,7 @@ from typing import Any
 from grpc import aio
 
 from ccr.v1 import replication_pb2_grpc
+from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.groups import GroupConfig
 from linkd.core.links import (
     DEFAULT_LAG_MAX_MS,
@@ -180,6 +181,17 @@ def _parser() -> argparse.ArgumentParser:
         help="partitions of an auto-created topic, and of one created through the Kafka "
         "listener without a count (default 1, as Kafka's num.partitions)",
     )
+    p.add_argument(
+        "--authorizer",
+        help="acl: enforce the cluster's ACLs on every Kafka and gRPC client call, as "
+        "Kafka's StandardAuthorizer (no matching ACL: denied); none (default): "
+        "everything is allowed",
+    )
+    p.add_argument(
+        "--super-users",
+        help="principals allowed everything under --authorizer acl, as Kafka's "
+        "super.users: 'User:admin;User:ops'",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--link-credentials", help=argparse.SUPPRESS)  # refused: see load_settings
     p.add_argument(
@@ -275,6 +287,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "queued_max_request_bytes": limits.DEFAULT_QUEUED_MAX_REQUEST_BYTES,
         "auto_create_topics": False,
         "num_partitions": 1,
+        "authorizer": "none",
+        "super_users": "",
     }
     if args.config is not None:
         try:
@@ -309,6 +323,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             "link_tls_ca",
             "sasl_users",
             "sasl_enabled_mechanisms",
+            "authorizer",
+            "super_users",
         }
         unknown = sorted(set(from_file) - known)
         if unknown:
@@ -344,6 +360,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "link_tls_ca",
         "sasl_users",
         "sasl_enabled_mechanisms",
+        "authorizer",
+        "super_users",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -397,6 +415,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             EXIT_USAGE,
             f"linkd: num_partitions must be in 1..{MAX_PARTITIONS}, not {num_partitions!r}\n",
         )
+    _authorization_settings(parser, settings)
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -471,6 +490,31 @@ def _kafka_listener(
     )
 
 
+def _authorization_settings(parser: argparse.ArgumentParser, settings: dict[str, Any]) -> None:
+    """--authorizer and --super-users, parsed into typed values (exit 2 if bad)."""
+    modes = [m.value for m in AuthorizerMode]
+    try:
+        settings["authorizer"] = AuthorizerMode(settings["authorizer"])
+    except ValueError:
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: --authorizer must be one of {', '.join(modes)}, "
+            f"not {settings['authorizer']!r}\n",
+        )
+    users = settings["super_users"]
+    if isinstance(users, list) and all(isinstance(u, str) for u in users):
+        users = ";".join(users)  # the config file may list them
+    if not isinstance(users, str):
+        parser.exit(
+            EXIT_USAGE,
+            "linkd: super_users must be 'User:admin;User:ops' (or a list in the config file)\n",
+        )
+    try:
+        settings["super_users"] = parse_super_users(users)
+    except ValueError as exc:
+        parser.exit(EXIT_USAGE, f"linkd: --super-users: {exc}\n")
+
+
 async def serve(settings: dict[str, Any]) -> int:
     node = ClusterNode(
         settings["data_dir"],
@@ -481,6 +525,8 @@ async def serve(settings: dict[str, Any]) -> int:
         ),
         plant_bug=str(settings.get("plant_bug") or ""),
     )
+    node.authz.mode = settings["authorizer"]
+    node.authz.super_users = settings["super_users"]
     node.state.links.limits = LinkLimits(
         session_timeout_ms=int(settings["link_session_timeout_ms"]),
         lag_max_records=int(settings["link_lag_max_records"]),
@@ -563,8 +609,12 @@ async def serve(settings: dict[str, Any]) -> int:
             "data_dir": str(settings["data_dir"]),
             "fsync": settings["fsync"],
             "kafka_listen": settings.get("kafka_listen") or "",
+            "authorizer": node.authz.mode.value,
+            "super_users": ";".join(sorted(node.authz.super_users)),
         },
     )
+    if node.authz.super_users and not node.authz.enabled:
+        log.warning("--super-users has no effect without --authorizer acl")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

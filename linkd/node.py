@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from linkd.authz import Gate
 from linkd.core import records as rb
 from linkd.core import restart
 from linkd.core.acls import AclBinding, AclFilter
@@ -166,6 +167,8 @@ class ClusterNode:
         self._next_request_id = 1
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = False
+        # Who may do what (--authorizer): off unless the daemon turns it on.
+        self.authz = Gate(lambda: self.state.acls)
 
     # -- life cycle -------------------------------------------------------------
 

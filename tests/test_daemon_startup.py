@@ -76,6 +76,35 @@ def test_bad_arguments_and_config__exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "colour" in result.stderr
 
 
+def test_bad_authorizer_settings__exit_2_naming_the_problem(tmp_path: Path) -> None:
+    base = ("--cluster-id", "A", "--data-dir", str(tmp_path / "data"))
+    result = run_linkd(*base, "--authorizer", "simple")
+    assert result.returncode == 2 and "--authorizer must be one of none, acl" in result.stderr
+    result = run_linkd(*base, "--authorizer", "acl", "--super-users", "User:admin;ops")
+    assert result.returncode == 2 and "'ops' is not 'Type:name'" in result.stderr
+    config = tmp_path / "linkd.toml"
+    config.write_text(f'cluster_id = "A"\ndata_dir = "{tmp_path}"\nsuper_users = 3\n')
+    result = run_linkd("--config", str(config))
+    assert result.returncode == 2 and "super_users" in result.stderr
+
+
+def test_authorizer_settings_from_a_config_file(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "linkd.toml"
+    config.write_text(
+        f'cluster_id = "C"\nlisten = "127.0.0.1:{port}"\ndata_dir = "{tmp_path / "data"}"\n'
+        'authorizer = "acl"\nsuper_users = ["User:admin", "User:ops"]\n'
+    )
+    with Daemon("C", tmp_path / "data", port=port) as daemon:
+        daemon.terminate()
+        daemon.command = lambda: [sys.executable, "-m", "linkd", "--config", str(config)]  # type: ignore[method-assign]
+        daemon.start()
+        daemon.wait_ready()
+        logs = [json.loads(x) for x in daemon.stderr_text().splitlines() if x.startswith("{")]
+    serving = [entry for entry in logs if entry["msg"] == "serving"][-1]
+    assert serving["authorizer"] == "acl" and serving["super_users"] == "User:admin;User:ops"
+
+
 def test_config_file__starts_the_daemon__and_sigterm_stops_it_cleanly(tmp_path: Path) -> None:
     port = free_port()
     config = tmp_path / "linkd.toml"

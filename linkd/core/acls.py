@@ -20,8 +20,8 @@ Rules (Kafka's AclAuthorizer/StandardAuthorizer storage, for one cluster):
 - Every change returns journal records; `apply_record` replays them and
   `snapshot`/`restore` hold the same state. Bindings are kept in creation
   order; queries return them sorted.
-- ACLs are stored and described, not enforced: the simulated cluster has no
-  authentication, so every client is User:ANONYMOUS. Links will replicate them
+- ACLs are enforced only when the daemon runs with `--authorizer acl`; the
+  decision is `linkd/core/authorizer.py`'s. Links replicate READ bindings
   (semantics §7).
 
 Limit: MAX_BINDINGS bindings per cluster (INVALID_REQUEST beyond).
@@ -32,6 +32,7 @@ Pure code: no I/O, clocks or randomness.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,9 +223,27 @@ def validate_filter(f: AclFilter) -> None:
 class AclStore:
     def __init__(self) -> None:
         self._bindings: dict[AclBinding, None] = {}  # insertion-ordered set
+        # The same bindings by resource type: what the authorizer reads.
+        self._by_type: dict[int, dict[AclBinding, None]] = {}
 
     def __len__(self) -> int:
         return len(self._bindings)
+
+    def __iter__(self) -> Iterator[AclBinding]:
+        """Every binding, in creation order (what the authorizer reads)."""
+        return iter(self._bindings)
+
+    def of_type(self, resource_type: int) -> Iterator[AclBinding]:
+        """The bindings of one resource type, in creation order."""
+        return iter(self._by_type.get(resource_type, {}))
+
+    def _add(self, binding: AclBinding) -> None:
+        self._bindings[binding] = None
+        self._by_type.setdefault(binding.resource_type, {})[binding] = None
+
+    def _remove(self, binding: AclBinding) -> None:
+        self._bindings.pop(binding, None)
+        self._by_type.get(binding.resource_type, {}).pop(binding, None)
 
     def create(
         self, bindings: list[AclBinding]
@@ -282,9 +301,9 @@ class AclStore:
     def apply_record(self, record: jr.AclCreate | jr.AclDelete) -> None:
         binding = AclBinding.from_list(record.binding)
         if isinstance(record, jr.AclCreate):
-            self._bindings[binding] = None
+            self._add(binding)
         else:
-            self._bindings.pop(binding, None)
+            self._remove(binding)
 
     def snapshot(self) -> dict[str, Any]:
         return {"version": 1, "bindings": [b.to_list() for b in self._bindings]}
@@ -293,5 +312,5 @@ class AclStore:
     def restore(cls, snapshot: dict[str, Any]) -> AclStore:
         store = cls()
         for row in snapshot["bindings"]:
-            store._bindings[AclBinding.from_list(row)] = None
+            store._add(AclBinding.from_list(row))
         return store

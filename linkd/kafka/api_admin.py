@@ -20,6 +20,14 @@ Rules:
   given set, as Kafka's legacy call does.
 - ACLs: the core stores and describes them (linkd/core/acls.py); every
   binding and filter is answered on its own.
+- Authorization (`--authorizer acl`, linkd/kafka/authz.py), Kafka's:
+  CreateTopics needs CREATE on the cluster or the topic (and DESCRIBE_CONFIGS
+  on it to be shown its configs); DeleteTopics DELETE, CreatePartitions
+  ALTER on each topic; DescribeConfigs DESCRIBE_CONFIGS and the alter calls
+  ALTER_CONFIGS on the topic, the cluster (a broker resource) or the group.
+  A refused resource answers TOPIC_, CLUSTER_ or GROUP_AUTHORIZATION_FAILED
+  and the others go on. The ACL calls need DESCRIBE / ALTER on the cluster,
+  checked by the listener (authz.CLUSTER_OPERATION).
 """
 
 from __future__ import annotations
@@ -30,9 +38,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
-from linkd.core.acls import AclBinding, AclFilter
+from linkd.core.acls import CLUSTER_RESOURCE_NAME, AclBinding, AclFilter
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.topic_config import CONFIG_KEYS
+from linkd.kafka import authz
 from linkd.kafka.codec import field
 from linkd.kafka.context import Context, error_fields
 
@@ -100,6 +111,8 @@ async def _create_topic(ctx: Context, t: Any, validate_only: bool) -> dict[str, 
         "configs": None,
     }
     try:
+        if not authz.may_create_topic(ctx, name):
+            raise authz.refusal(ctx, R.TOPIC, name, Op.CREATE) or AssertionError(name)
         broker = ctx.broker.node_id
         assignments = list(t.assignments or ())
         count = int(t.num_partitions)
@@ -143,14 +156,16 @@ async def _create_topic(ctx: Context, t: Any, validate_only: bool) -> dict[str, 
     except ClusterError as exc:
         return {**base, **error_fields(exc)}
     topic = ctx.node.state.topics[name]
+    shown = authz.topic_code(ctx, name, Op.DESCRIBE_CONFIGS)
     return {
         "name": name,
         "topic_id": topic.topic_id,
         "error_code": 0,
         "error_message": None,
+        "topic_config_error_code": shown,
         "num_partitions": len(topic.partitions),
         "replication_factor": 1,
-        "configs": _topic_configs(ctx, name),
+        "configs": None if shown else _topic_configs(ctx, name),
     }
 
 
@@ -192,6 +207,7 @@ async def delete_topics(ctx: Context, req: Any) -> dict[str, Any]:
         known = state.topics.get(resolved)
         result_id = uuid.UUID(known.topic_id) if known is not None else uuid.UUID(int=0)
         try:
+            authz.check(ctx, R.TOPIC, resolved, Op.DELETE)
             await ctx.node.delete_topic(resolved)
         except ClusterError as exc:
             responses.append(
@@ -210,6 +226,7 @@ async def create_partitions(ctx: Context, req: Any) -> dict[str, Any]:
     results = []
     for t in req.topics:
         try:
+            authz.check(ctx, R.TOPIC, t.name, Op.ALTER)
             for a in t.assignments or ():
                 if list(a.broker_ids) != [broker]:
                     results.append(
@@ -299,6 +316,7 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
     for r in req.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
+            _check_config_resource(ctx, r, Op.DESCRIBE_CONFIGS)
             ctx.node.check_ready()
             if r.resource_type == RESOURCE_TOPIC:
                 configs = _describe_topic_configs(
@@ -328,6 +346,24 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
             continue
         results.append({**base, "error_code": 0, "error_message": None, "configs": configs})
     return {"throttle_time": 0, "results": results}
+
+
+# A config resource type -> the ACL resource type that guards it.
+_CONFIG_ACL_RESOURCE = {
+    RESOURCE_TOPIC: R.TOPIC,
+    RESOURCE_BROKER: R.CLUSTER,
+    RESOURCE_GROUP: R.GROUP,
+}
+
+
+def _check_config_resource(ctx: Context, resource: Any, op: int) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the cluster (a broker
+    resource) or the group; unknown types are refused later, as before."""
+    acl_type = _CONFIG_ACL_RESOURCE.get(int(resource.resource_type))
+    if acl_type is None:
+        return
+    name = CLUSTER_RESOURCE_NAME if acl_type == R.CLUSTER else resource.resource_name
+    authz.check(ctx, acl_type, name, op)
 
 
 def _alter_plan(resource: Any, incremental: bool) -> tuple[dict[str, str], list[str]]:
@@ -365,6 +401,7 @@ async def _alter(ctx: Context, req: Any, incremental: bool) -> dict[str, Any]:
     for r in req.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
+            _check_config_resource(ctx, r, Op.ALTER_CONFIGS)
             set_, delete = _alter_plan(r, incremental)
             if not incremental:
                 topic = ctx.node.state.topic(r.resource_name)

@@ -20,6 +20,13 @@ would say, from the cluster's real state:
   broker alone, accepted with nothing to do; any other is
   INVALID_REPLICA_ASSIGNMENT; a cancellation finds NO_REASSIGNMENT_IN_PROGRESS.
 - ListPartitionReassignments: none is ever in progress.
+
+Authorization (`--authorizer acl`): DescribeTopicPartitions needs DESCRIBE on
+each topic (a named one answers TOPIC_AUTHORIZATION_FAILED, a listing leaves
+it out); the others need DESCRIBE (DescribeLogDirs, DescribeQuorum,
+ListPartitionReassignments) or ALTER (ElectLeaders,
+AlterPartitionReassignments) on the cluster, checked by the listener
+(linkd/kafka/authz.py).
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError
-from linkd.kafka.api_cluster import TOPIC_OPERATIONS
+from linkd.kafka import authz
 from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context
 from linkd.kafka.errors import kafka_code
 
@@ -43,7 +52,14 @@ _ZERO_UUID = uuid.UUID(int=0)
 async def describe_topic_partitions(ctx: Context, req: Any) -> dict[str, Any]:
     state = ctx.node.state
     node_id = ctx.broker.node_id
-    names = sorted({t.name for t in req.topics}) if req.topics else sorted(state.topics)
+    names = (
+        sorted({t.name for t in req.topics})
+        if req.topics
+        else [
+            n for n in sorted(state.topics)
+            if authz.allowed(ctx, R.TOPIC, n, Op.DESCRIBE, quiet=True)
+        ]
+    )
     limit = int(req.response_partition_limit) or DEFAULT_PARTITION_LIMIT
     cursor = req.cursor
     if cursor is not None:
@@ -53,6 +69,11 @@ async def describe_topic_partitions(ctx: Context, req: Any) -> dict[str, Any]:
     next_cursor: dict[str, Any] | None = None
     for name in names:
         topic = state.topics.get(name)
+        if req.topics and not authz.allowed(ctx, R.TOPIC, name, Op.DESCRIBE):
+            topics.append({"error_code": int(K.topic_authorization_failed), "name": name,
+                           "topic_id": _ZERO_UUID, "is_internal": False, "partitions": [],
+                           "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+            continue
         if topic is None:
             topics.append({"error_code": int(K.unknown_topic_or_partition), "name": name,
                            "topic_id": _ZERO_UUID, "is_internal": False, "partitions": [],
@@ -78,7 +99,7 @@ async def describe_topic_partitions(ctx: Context, req: Any) -> dict[str, Any]:
                  "last_known_elr": [], "offline_replicas": []}
                 for log in logs
             ],
-            "topic_authorized_operations": TOPIC_OPERATIONS,
+            "topic_authorized_operations": authz.operations_field(ctx, R.TOPIC, name, True),
         })
         if next_cursor is not None:
             break

@@ -8,8 +8,13 @@ Rules:
   so clients that fetch by id (Fetch v13+) keep working.
 - Metadata never creates topics (auto.create.topics.enable=false): an unknown
   topic answers UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID when asked by id).
-- Authorized operations, when asked for, are every operation of the resource
-  type: ACLs are stored, not enforced (see linkd/core/acls.py).
+- Authorization (`--authorizer acl`, linkd/kafka/authz.py): Metadata lists
+  only the topics the principal may DESCRIBE when asked for every topic, and
+  answers TOPIC_AUTHORIZATION_FAILED for a named one it may not (whether or
+  not it exists); auto-creation also needs CREATE on the cluster or the
+  topic. FindCoordinator needs DESCRIBE on the group or transactional id.
+  Authorized operations, when asked for, are the ones the principal has
+  (every operation of the type without an authorizer).
 """
 
 from __future__ import annotations
@@ -20,41 +25,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
+from linkd.core.acls import CLUSTER_RESOURCE_NAME
 from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.topic_config import valid_topic_name
+from linkd.kafka import authz
 from linkd.kafka.codec import field
-from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context, operations_bits
+from linkd.kafka.context import Context, error_fields
 from linkd.kafka.errors import kafka_code
 
 log = logging.getLogger("linkd.kafka")
-
-TOPIC_OPERATIONS = operations_bits(
-    (
-        Op.READ,
-        Op.WRITE,
-        Op.CREATE,
-        Op.DELETE,
-        Op.ALTER,
-        Op.DESCRIBE,
-        Op.DESCRIBE_CONFIGS,
-        Op.ALTER_CONFIGS,
-    )
-)
-CLUSTER_OPERATIONS = operations_bits(
-    (
-        Op.CREATE,
-        Op.CLUSTER_ACTION,
-        Op.DESCRIBE_CONFIGS,
-        Op.ALTER_CONFIGS,
-        Op.IDEMPOTENT_WRITE,
-        Op.ALTER,
-        Op.DESCRIBE,
-        Op.CREATE_TOKENS,
-        Op.DESCRIBE_TOKENS,
-    )
-)
-GROUP_OPERATIONS = operations_bits((Op.READ, Op.DESCRIBE, Op.DELETE))
 
 _ZERO_UUID = uuid.UUID(int=0)
 
@@ -63,6 +44,7 @@ COORDINATOR_TRANSACTION = 1
 
 
 def _topic_entry(ctx: Context, name: str, include_ops: bool) -> dict[str, Any]:
+    """A topic the principal may DESCRIBE."""
     topic = ctx.node.state.topics[name]
     node_id = ctx.broker.node_id
     return {
@@ -82,9 +64,16 @@ def _topic_entry(ctx: Context, name: str, include_ops: bool) -> dict[str, Any]:
             }
             for log in topic.partitions
         ],
-        "topic_authorized_operations": (
-            TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
-        ),
+        "topic_authorized_operations": authz.operations_field(ctx, R.TOPIC, name, include_ops),
+    }
+
+
+def _refused_topic(name: str | None, topic_id: uuid.UUID = _ZERO_UUID) -> dict[str, Any]:
+    return {
+        "error_code": int(K.topic_authorization_failed),
+        "name": name,
+        "topic_id": topic_id,
+        "partitions": [],
     }
 
 
@@ -93,7 +82,10 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
     include_ops = bool(field(req, "include_topic_authorized_operations", False))
     requested = req.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        names = sorted(state.topics)
+        names = [
+            n for n in sorted(state.topics)
+            if authz.allowed(ctx, R.TOPIC, n, Op.DESCRIBE, quiet=True)
+        ]
         topics = [_topic_entry(ctx, n, include_ops) for n in names]
     else:
         by_id = {t.topic_id: t.name for t in state.topics.values()}
@@ -113,7 +105,14 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
                         }
                     )
                     continue
+            if name is not None and not authz.allowed(ctx, R.TOPIC, name, Op.DESCRIBE):
+                topics.append(_refused_topic(None if topic_id and t.name is None else name,
+                                             topic_id or _ZERO_UUID))
+                continue
             if name is not None and name not in state.topics and _may_auto_create(ctx, req, name):
+                if not authz.may_create_topic(ctx, name):
+                    topics.append(_refused_topic(name))
+                    continue
                 refusal = await _auto_create(ctx, name)
                 if refusal is not None:
                     topics.append(
@@ -145,8 +144,8 @@ async def metadata(ctx: Context, req: Any) -> dict[str, Any]:
         "cluster_id": ctx.node.cluster_id,
         "controller_id": ctx.broker.node_id,
         "topics": topics,
-        "cluster_authorized_operations": (
-            CLUSTER_OPERATIONS if include_cluster_ops else AUTHORIZED_OPERATIONS_OMITTED
+        "cluster_authorized_operations": authz.operations_field(
+            ctx, R.CLUSTER, CLUSTER_RESOURCE_NAME, include_cluster_ops
         ),
         "error_code": 0,
     }
@@ -195,8 +194,8 @@ async def describe_cluster(ctx: Context, req: Any) -> dict[str, Any]:
         "cluster_id": ctx.node.cluster_id,
         "controller_id": ctx.broker.node_id,
         "brokers": [ctx.broker.as_metadata()],
-        "cluster_authorized_operations": (
-            CLUSTER_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
+        "cluster_authorized_operations": authz.operations_field(
+            ctx, R.CLUSTER, CLUSTER_RESOURCE_NAME, include_ops
         ),
     }
 
@@ -211,6 +210,16 @@ def _coordinator(ctx: Context, key: str, key_type: int) -> dict[str, Any]:
             "error_code": int(K.invalid_request),
             "error_message": f"coordinator key type {key_type} is not served "
             "(0: group, 1: transaction)",
+        }
+    resource = R.GROUP if key_type == COORDINATOR_GROUP else R.TRANSACTIONAL_ID
+    refused = authz.refusal(ctx, resource, key, Op.DESCRIBE)
+    if refused is not None:
+        return {
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            **error_fields(refused),
         }
     return {
         "key": key,

@@ -17,6 +17,15 @@ Rules:
   each partition (Kafka's answer for a group that consumes the topic).
 - Refusals use the group variant of the error table (NOT_READY ->
   COORDINATOR_LOAD_IN_PROGRESS, RESERVED_NAMESPACE -> GROUP_AUTHORIZATION_FAILED).
+- Authorization (`--authorizer acl`, linkd/kafka/authz.py), Kafka's: the
+  group calls need READ on the group; OffsetCommit also READ on each topic
+  (else TOPIC_AUTHORIZATION_FAILED for its partitions, the others commit);
+  TxnOffsetCommit WRITE on the transactional id first; OffsetFetch DESCRIBE
+  on the group and on each topic (unlisted topics the principal may not
+  DESCRIBE are left out); DescribeGroups DESCRIBE per group; ListGroups every
+  group with DESCRIBE on the cluster, else those it may DESCRIBE;
+  DeleteGroups DELETE per group; OffsetDelete DELETE on the group and READ on
+  each topic.
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
-from linkd.kafka.api_cluster import GROUP_OPERATIONS
+from linkd.kafka import authz
 from linkd.kafka.codec import field, ms
-from linkd.kafka.context import AUTHORIZED_OPERATIONS_OMITTED, Context
+from linkd.kafka.context import Context
 from linkd.kafka.errors import kafka_code, kafka_message
 
 # OffsetCommit v2-v4 and JoinGroup v0 carry no rebalance timeout / use -1.
@@ -44,6 +55,7 @@ async def join_group(ctx: Context, req: Any) -> dict[str, Any]:
     session_ms = ms(req.session_timeout)
     rebalance_ms = ms(field(req, "rebalance_timeout", NO_TIMEOUT))
     try:
+        authz.check(ctx, R.GROUP, req.group_id, Op.READ)
         result = await ctx.node.join_group(
             JoinRequest(
                 group_id=req.group_id,
@@ -90,6 +102,7 @@ async def sync_group(ctx: Context, req: Any) -> dict[str, Any]:
         {a.member_id: bytes(a.assignment) for a in req.assignments} if req.assignments else None
     )
     try:
+        authz.check(ctx, R.GROUP, req.group_id, Op.READ)
         result = await ctx.node.sync_group(
             req.group_id, req.generation_id, req.member_id, assignments
         )
@@ -106,6 +119,7 @@ async def sync_group(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def heartbeat(ctx: Context, req: Any) -> dict[str, Any]:
     try:
+        authz.check(ctx, R.GROUP, req.group_id, Op.READ)
         ctx.node.heartbeat(req.group_id, req.generation_id, req.member_id)
     except ClusterError as exc:
         return {"throttle_time": 0, "error_code": _code(exc)}
@@ -114,6 +128,9 @@ async def heartbeat(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def leave_group(ctx: Context, req: Any) -> dict[str, Any]:
     members = field(req, "members")
+    refused = authz.refusal(ctx, R.GROUP, req.group_id, Op.READ)
+    if refused is not None:
+        return {"throttle_time": 0, "error_code": _code(refused), "members": []}
     if members is None:  # v0-v2: one member
         try:
             ctx.node.leave_group(req.group_id, req.member_id)
@@ -136,12 +153,17 @@ async def leave_group(ctx: Context, req: Any) -> dict[str, Any]:
 def _split_known(
     ctx: Context, topics: Any
 ) -> tuple[dict[tuple[str, int], tuple[int, str, int]], dict[tuple[str, int], int]]:
-    """The offsets of existing partitions, and the error of each other one."""
+    """The offsets of existing partitions of topics the principal may READ,
+    and the error of each other one."""
     good: dict[tuple[str, int], tuple[int, str, int]] = {}
     bad: dict[tuple[str, int], int] = {}
     for t in topics:
+        denied = authz.topic_code(ctx, t.name, Op.READ)
         for p in t.partitions:
             key = (t.name, p.partition_index)
+            if denied:
+                bad[key] = denied
+                continue
             try:
                 ctx.node.state.partition(t.name, p.partition_index)
             except ClusterError as exc:
@@ -173,6 +195,9 @@ def _per_partition(topics: Any, bad: dict[tuple[str, int], int], code: int) -> l
 
 async def offset_commit(ctx: Context, req: Any) -> dict[str, Any]:
     generation = int(field(req, "generation_id_or_member_epoch", field(req, "generation_id", -1)))
+    refused = authz.refusal(ctx, R.GROUP, req.group_id, Op.READ)
+    if refused is not None:
+        return {"throttle_time": 0, "topics": _per_partition(req.topics, {}, _code(refused))}
     good, bad = _split_known(ctx, req.topics)
     code = 0
     try:
@@ -184,6 +209,11 @@ async def offset_commit(ctx: Context, req: Any) -> dict[str, Any]:
 
 
 async def txn_offset_commit(ctx: Context, req: Any) -> dict[str, Any]:
+    refused = authz.refusal(
+        ctx, R.TRANSACTIONAL_ID, req.transactional_id, Op.WRITE
+    ) or authz.refusal(ctx, R.GROUP, req.group_id, Op.READ)
+    if refused is not None:
+        return {"throttle_time": 0, "topics": _per_partition(req.topics, {}, _code(refused))}
     good, bad = _split_known(ctx, req.topics)
     code = 0
     try:
@@ -204,12 +234,14 @@ def _fetch_group(
 ) -> dict[str, Any]:
     groups = ctx.node.state.groups
     try:
+        authz.check(ctx, R.GROUP, group_id, Op.DESCRIBE)
         ctx.node.check_ready()
         if topics is None:
             committed = groups.committed(group_id, None)
             wanted: dict[str, list[int]] = {}
             for t, p in committed:
-                wanted.setdefault(t, []).append(p)
+                if authz.allowed(ctx, R.TOPIC, t, Op.DESCRIBE, quiet=True):
+                    wanted.setdefault(t, []).append(p)
         else:
             wanted = {t.name: list(t.partition_indexes) for t in topics}
             committed = groups.committed(group_id, [(t, p) for t, ps in wanted.items() for p in ps])
@@ -224,9 +256,10 @@ def _fetch_group(
     out = []
     for name, partitions in wanted.items():
         rows = []
+        denied = authz.topic_code(ctx, name, Op.DESCRIBE) if topics is not None else 0
         for p in partitions:
             c = committed.get((name, p))
-            code = int(K.unstable_offset_commit) if (name, p) in unstable else 0
+            code = int(K.unstable_offset_commit) if (name, p) in unstable else denied
             if c is None or code:
                 rows.append(
                     {
@@ -270,9 +303,12 @@ async def list_groups(ctx: Context, req: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": _code(exc), "groups": []}
     states = {s.lower() for s in field(req, "states_filter", ()) or ()}
     types = {t.lower() for t in field(req, "types_filter", ()) or ()}
+    every = authz.cluster_allowed(ctx, Op.DESCRIBE, quiet=True)
     out = []
     for gid, state, protocol_type in ctx.node.state.groups.list_groups():
         if states and state.lower() not in states:
+            continue
+        if not every and not authz.allowed(ctx, R.GROUP, gid, Op.DESCRIBE, quiet=True):
             continue
         if types and "classic" not in types:
             continue
@@ -292,6 +328,7 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
     out = []
     for gid in req.groups:
         try:
+            authz.check(ctx, R.GROUP, gid, Op.DESCRIBE)
             ctx.node.check_ready()
             d = ctx.node.state.groups.describe_group(gid)
             if d.state == "Dead" and ctx.api_version >= 6:
@@ -330,9 +367,7 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
                     }
                     for m in d.members
                 ],
-                "authorized_operations": (
-                    GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED
-                ),
+                "authorized_operations": authz.operations_field(ctx, R.GROUP, gid, include_ops),
             }
         )
     return {"throttle_time": 0, "groups": out}
@@ -342,6 +377,7 @@ async def delete_groups(ctx: Context, req: Any) -> dict[str, Any]:
     results = []
     for gid in req.groups_names:
         try:
+            authz.check(ctx, R.GROUP, gid, Op.DELETE)
             await ctx.node.delete_group(gid)
             code = 0
         except ClusterError as exc:
@@ -351,20 +387,34 @@ async def delete_groups(ctx: Context, req: Any) -> dict[str, Any]:
 
 
 async def offset_delete(ctx: Context, req: Any) -> dict[str, Any]:
-    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    refused = authz.refusal(ctx, R.GROUP, req.group_id, Op.DELETE)
+    if refused is not None:
+        return {"error_code": _code(refused), "throttle_time": 0, "topics": []}
+    denied = {t.name: authz.topic_code(ctx, t.name, Op.READ) for t in req.topics}
+    bad = {
+        (t.name, p.partition_index): denied[t.name]
+        for t in req.topics
+        for p in t.partitions
+        if denied[t.name]
+    }
+    partitions = [
+        (t.name, p.partition_index) for t in req.topics for p in t.partitions
+        if not denied[t.name]
+    ]
     try:
         for tp in partitions:
             ctx.node.state.partition(*tp)
     except ClusterError as exc:
         return {"error_code": _code(exc), "throttle_time": 0, "topics": []}
     try:
-        await ctx.node.delete_offsets(req.group_id, partitions)
+        if partitions:
+            await ctx.node.delete_offsets(req.group_id, partitions)
     except ClusterError as exc:
         if exc.code == ErrorCode.INVALID_REQUEST and ctx.node.state.groups.is_active(req.group_id):
             return {
                 "error_code": 0,
                 "throttle_time": 0,
-                "topics": _per_partition(req.topics, {}, int(K.group_subscribed_to_topic)),
+                "topics": _per_partition(req.topics, bad, int(K.group_subscribed_to_topic)),
             }
         return {"error_code": _code(exc), "throttle_time": 0, "topics": []}
-    return {"error_code": 0, "throttle_time": 0, "topics": _per_partition(req.topics, {}, 0)}
+    return {"error_code": 0, "throttle_time": 0, "topics": _per_partition(req.topics, bad, 0)}

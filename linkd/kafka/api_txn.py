@@ -9,6 +9,12 @@ Rules:
   call the core's transaction coordinator; a refusal is the answer of every
   partition named. TxnOffsetCommit lives with the group APIs.
 - Refusals use the coordinator variant of the error table.
+- Authorization (`--authorizer acl`, linkd/kafka/authz.py), Kafka's: every
+  call with a transactional id needs WRITE on it; InitProducerId without one
+  needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679);
+  AddPartitionsToTxn WRITE on each topic (a refused topic answers
+  TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED, and none is
+  added); AddOffsetsToTxn READ on the group.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as K
 
+from linkd.core.acls import AclOperation as Op
+from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError
+from linkd.kafka import authz
 from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context
 from linkd.kafka.errors import kafka_code
@@ -38,6 +47,7 @@ async def init_producer_id(ctx: Context, req: Any) -> dict[str, Any]:
     # v3+ carry the caller's producer id and epoch (KIP-360); -1 / -1: none.
     expected = (int(field(req, "producer_id", -1)), int(field(req, "producer_epoch", -1)))
     try:
+        _check_init(ctx, txn_id)
         pid, epoch = await ctx.node.init_producer_id(txn_id, timeout_ms, expected)
     except ClusterError as exc:
         code = _code(exc)
@@ -52,17 +62,41 @@ async def init_producer_id(ctx: Context, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
 
 
+def _check_init(ctx: Context, txn_id: str) -> None:
+    if txn_id:
+        authz.check(ctx, R.TRANSACTIONAL_ID, txn_id, Op.WRITE)
+        return
+    if authz.cluster_allowed(ctx, Op.IDEMPOTENT_WRITE, quiet=True):
+        return
+    if ctx.node.authz.allowed_any(authz.caller(ctx), R.TOPIC, Op.WRITE):
+        return
+    ctx.node.authz.check_cluster(authz.caller(ctx), Op.IDEMPOTENT_WRITE)
+
+
+def _topic_refusals(ctx: Context, topics: Any) -> dict[str, int]:
+    """Each topic's code when some topic may not be written: its refusal, or
+    OPERATION_NOT_ATTEMPTED; empty when every topic may."""
+    codes = {t.name: authz.topic_code(ctx, t.name, Op.WRITE) for t in topics}
+    if not any(codes.values()):
+        return {}
+    return {n: c or int(K.operation_not_attempted) for n, c in codes.items()}
+
+
 async def add_partitions_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
     topics = req.v3_and_below_topics
     partitions = [(t.name, int(p)) for t in topics for p in t.partitions]
     code = 0
+    per_topic: dict[str, int] = {}
     try:
-        await ctx.node.add_partitions_to_txn(
-            req.v3_and_below_transactional_id,
-            req.v3_and_below_producer_id,
-            req.v3_and_below_producer_epoch,
-            partitions,
-        )
+        authz.check(ctx, R.TRANSACTIONAL_ID, req.v3_and_below_transactional_id, Op.WRITE)
+        per_topic = _topic_refusals(ctx, topics)
+        if not per_topic:
+            await ctx.node.add_partitions_to_txn(
+                req.v3_and_below_transactional_id,
+                req.v3_and_below_producer_id,
+                req.v3_and_below_producer_epoch,
+                partitions,
+            )
     except ClusterError as exc:
         code = _code(exc)
     return {
@@ -72,7 +106,8 @@ async def add_partitions_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
             {
                 "name": t.name,
                 "results_by_partition": [
-                    {"partition_index": p, "partition_error_code": code} for p in t.partitions
+                    {"partition_index": p, "partition_error_code": per_topic.get(t.name, code)}
+                    for p in t.partitions
                 ],
             }
             for t in topics
@@ -82,6 +117,8 @@ async def add_partitions_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def add_offsets_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
     try:
+        authz.check(ctx, R.TRANSACTIONAL_ID, req.transactional_id, Op.WRITE)
+        authz.check(ctx, R.GROUP, req.group_id, Op.READ)
         await ctx.node.add_offsets_to_txn(
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
@@ -92,6 +129,7 @@ async def add_offsets_to_txn(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def end_txn(ctx: Context, req: Any) -> dict[str, Any]:
     try:
+        authz.check(ctx, R.TRANSACTIONAL_ID, req.transactional_id, Op.WRITE)
         await ctx.node.end_txn(
             req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed)
         )

@@ -93,6 +93,10 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.LINK_NOT_IN_SYNC: K.not_enough_replicas,
         ErrorCode.FOLLOWER_SYNCING: K.leader_not_available,
         ErrorCode.NO_SHARED_HISTORY: K.policy_violation,
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED: K.topic_authorization_failed,
+        ErrorCode.GROUP_AUTHORIZATION_FAILED: K.group_authorization_failed,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED: K.cluster_authorization_failed,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: K.transactional_id_authorization_failed,
     }
 )
 

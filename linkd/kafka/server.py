@@ -63,6 +63,7 @@ from linkd.kafka import (
     api_groups,
     api_security,
     api_txn,
+    authz,
     codec,
 )
 from linkd.kafka.context import ANONYMOUS, Broker, Context, Handler
@@ -702,6 +703,9 @@ class _Connection(asyncio.BufferedProtocol):
             self.listener.fetch_sessions,
             self.principal,
         )
+        refused = authz.cluster_refusal(ctx, key)
+        if refused is not None:
+            return self._refused(key, correlation, resp_cls, request.body, refused)
         try:
             data = await api.handler(ctx, request.body)
             if data is None:
@@ -721,6 +725,18 @@ class _Connection(asyncio.BufferedProtocol):
                 f"{api.name} failed: {type(exc).__name__}: {exc}",
             )
         return codec.encode_response_chunks(correlation, body)
+
+    @staticmethod
+    def _refused(
+        key: int, correlation: int, resp_cls: type[Any], body: Any, exc: ClusterError
+    ) -> Chunks:
+        """The answer to a request its principal may not make on the cluster."""
+        per_item = authz.PER_ITEM_REFUSAL.get(key)
+        if per_item is not None:
+            data = codec.make(resp_cls, per_item(body, exc))
+        else:
+            data = codec.error_body(resp_cls, kafka_code(exc), kafka_message(exc))
+        return codec.encode_response_chunks(correlation, data)
 
     def _api_versions(self, frame: bytes | bytearray, fixed: codec.FixedHeader) -> Chunks:
         api = SUPPORTED[API_VERSIONS_KEY]

@@ -212,6 +212,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     history with the remote's (neither provenance nor leader epochs relate
     them), so the last common offset cannot be known; the message names it.
     """
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 100
+    """--- Authorization (linkd --authorizer acl; docs/security.md) ---------------------
+    The principal may not do the operation on the topic (no ALLOW binding
+    applies, or a DENY binding does); the message names the principal, the
+    operation and the topic. Nothing was changed.
+    """
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 101
+    """As above, on a consumer group."""
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 102
+    """As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 103
+    """As above, on a transactional id."""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -397,6 +409,18 @@ Unclean link recovery refused: a partition holding records shares no
 history with the remote's (neither provenance nor leader epochs relate
 them), so the last common offset cannot be known; the message names it.
 """
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 100
+"""--- Authorization (linkd --authorizer acl; docs/security.md) ---------------------
+The principal may not do the operation on the topic (no ALLOW binding
+applies, or a DENY binding does); the message names the principal, the
+operation and the topic. Nothing was changed.
+"""
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 101
+"""As above, on a consumer group."""
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 102
+"""As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 103
+"""As above, on a transactional id."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final
