@@ -222,9 +222,30 @@ class LinkSecurity:
         self.box = box
         self.credentials = credentials
         self.tls = tls  # what this side's link channels trust and present
+        # Under `--authorizer acl` a cluster accepts no link session without
+        # link credentials: anyone could otherwise create links to it.
+        self.credentials_mandatory = False
         self.sessions = auth.LinkSessions(cluster_id)
         self.cluster_id = cluster_id
         self._logged: set[tuple[str, str]] = set()
+
+    @property
+    def required(self) -> bool:
+        return self.credentials_mandatory or self.credentials.required
+
+    def accepted(self) -> tuple[str, ...]:
+        """The credentials a session must prove ("" alone: none); refuses
+        every session when they are mandatory and none are configured."""
+        values = self.credentials.accepted()
+        if values == ("",) and self.credentials_mandatory:
+            self.sessions.refusals[auth.Refusal.BAD_PROOF] += 1
+            raise auth.refused(
+                auth.Refusal.BAD_PROOF,
+                f"cluster {self.cluster_id!r} runs an authorizer (--authorizer acl) and so "
+                "accepts link sessions only with link credentials, and none are configured "
+                "(--link-credentials-file or CCR_LINK_CREDENTIALS)",
+            )
+        return values
 
     def known_link(self, links: LinkTable, link_id: str) -> auth.KnownLink | None:
         found = links.secrets(link_id)

@@ -564,6 +564,7 @@ async def serve(settings: dict[str, Any]) -> int:
         print(f"linkd: cannot read the link secrets: {exc}", file=sys.stderr)
         await node.stop()
         return EXIT_USAGE
+    security.credentials_mandatory = node.authz.enabled
     links = LinkManager(node, security)
     mirror_links = MirrorLinkManager(node)
     add_services(server, node, links, mirror_links)

@@ -620,7 +620,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         return replication_pb2.ChallengeResponse(
             nonce=nonce,
             cluster_id=self.node.cluster_id,
-            credentials_required=self.security.credentials.required,
+            credentials_required=self.security.required,
         )
 
     async def OpenSession(
@@ -640,7 +640,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     request.wrapped_link_key,
                 ),
                 self.security.known_link(self.node.state.links, request.link_id),
-                self.security.credentials.accepted(),
+                self.security.accepted(),
                 self.node.clock(),
                 secrets.token_hex(16),
             )
