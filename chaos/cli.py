@@ -13,8 +13,8 @@ skips it): `run --json` then has a `twin` field, `runs` a twin column. The
 operator nemesis (chaos/operators.py) is drawn per seed for random schedules
 (about half of them); `--operators` / `--no-operators` force it on or off.
 Runs with it have no twin (the simulator does not replay operator moves).
-`--secure` runs with security on (link credentials required by every daemon,
-so every link call runs in an authenticated link session). A twin
+`--secure` runs with every protection on (SASL_SSL listeners, the authorizer,
+link credentials, TLS links: chaos/security.py). A twin
 disagreement is printed as `TWIN seed=N differs: ...`; it does not change the
 exit code, which judges the real run only.
 
@@ -176,8 +176,9 @@ def _secure_arg(p: argparse.ArgumentParser) -> None:
         "--secure",
         action="store_true",
         default=None,
-        help="run with security on: every daemon requires link credentials (a file) and "
-        "every link is created with them, so every link call runs in a link session",
+        help="run with every protection on (chaos/security.py): SASL_SSL listeners with a "
+        "SCRAM super user, --authorizer acl, link credentials and TLS links; every client "
+        "authenticates and every link call runs in a link session",
     )
 
 

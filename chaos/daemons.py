@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import IO
 
 from admin import AdminClient
+from chaos import security
+from chaos.security import client_config
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
@@ -66,8 +68,8 @@ class Daemon:
         return [
             sys.executable, "-m", "linkd",
             "--cluster-id", self.cluster_id,
-            "--listen", self.bootstrap,
-            "--kafka-listen", self.kafka_bootstrap,
+            "--listen", security.current().listener(self.bootstrap),
+            "--kafka-listen", security.current().listener(self.kafka_bootstrap),
             "--data-dir", str(self.data_dir),
             "--log-level", "warning",
             *self.extra_args,
@@ -95,7 +97,7 @@ class Daemon:
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "request.timeout.ms": 1000})
+        admin = AdminClient({**client_config(self.bootstrap), "request.timeout.ms": 1000})
         try:
             while time.monotonic() < deadline:
                 if self.proc is None or self.proc.poll() is not None:

@@ -40,6 +40,7 @@ from chaos.judges import (
     link_snap,
 )
 from chaos.proxy import FaultProxy
+from chaos.security import client_config
 from sim.checkers import OffsetMove
 from sim.operator_moves import LinkView, MappingView, Move, MoveKind, View, draw_move
 
@@ -82,7 +83,7 @@ def classify(exc: BaseException) -> tuple[str, str, str]:
 
 
 def _admin(address: str, timeout_s: float = CALL_TIMEOUT_S) -> AdminClient:
-    return AdminClient({"bootstrap.servers": address, "request.timeout.ms": int(timeout_s * 1000)})
+    return AdminClient({**client_config(address), "request.timeout.ms": int(timeout_s * 1000)})
 
 
 class Refused(Exception):
@@ -242,17 +243,17 @@ class OperatorNemesis:
 
 
 def _create_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
-    target = op._proxy(m.peer)
+    target = op.run.link_address(op._proxy(m.peer).address)
     local_bootstrap = ""
     if m.remote_dials:
         # The remote dials this cluster (behind "NAT"): through a proxy too.
-        local_bootstrap = op._proxy(m.cluster).address
+        local_bootstrap = op.run.link_address(op._proxy(m.cluster).address)
     with op.admin(m.cluster) as a:
         a.create_link(
-            m.link, target.address, connection="remote" if m.remote_dials else "local",
+            m.link, target, connection="remote" if m.remote_dials else "local",
             local_bootstrap=local_bootstrap, credentials=op.run.link_credentials(),
         )  # fmt: skip
-    rec.report = {"remote": target.address, "local_bootstrap": local_bootstrap}
+    rec.report = {"remote": target, "local_bootstrap": local_bootstrap}
     if m.remote_dials and op.run.link_credentials():
         # The peer dials: its own credentials for this cluster come from its
         # operator (a link's credentials never cross), as docs/security.md says.

@@ -26,7 +26,6 @@ Phases:
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import shutil
 import tempfile
 import threading
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from admin import AdminClient, Consumer, TopicPartition
-from chaos import judges
+from chaos import judges, security
 from chaos.daemons import Daemon, DaemonError
 from chaos.judges import Cuts, LinkSnap
 from chaos.operators import (
@@ -49,6 +48,7 @@ from chaos.operators import (
 )
 from chaos.proxy import FaultProxy
 from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from chaos.security import client_config
 from chaos.twin import AppliedStep, FinalState, RealRun
 from chaos.workloads import (
     GroupCommitter,
@@ -152,7 +152,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float, step_s: flo
 
 
 def _admin(address: str, timeout_ms: int = 3000) -> AdminClient:
-    return AdminClient({"bootstrap.servers": address, "request.timeout.ms": timeout_ms})
+    return AdminClient({**client_config(address), "request.timeout.ms": timeout_ms})
 
 
 class Run:
@@ -237,27 +237,23 @@ class Run:
         ]  # fmt: skip
         if self.schedule.plant_bug and cluster == SOURCE:
             flags += ["--plant-bug", self.schedule.plant_bug]
-        if self.schedule.secure:
-            flags += ["--link-credentials-file", str(self.link_credentials_file())]
-        return flags
-
-    def link_credentials_file(self) -> Path:
-        """Secure runs: the link credentials every daemon requires (one file,
-        written once per run, readable by its owner only)."""
-        path = self.workdir / "link-credentials"
-        if not path.exists():
-            path.write_text(f"chaos-{self.schedule.seed}-{secrets.token_hex(16)}\n")
-            path.chmod(0o600)
-        return path
+        return [*flags, *security.current().daemon_args]
 
     def link_credentials(self) -> str:
         """What a link is created with ("" unless the run is secure)."""
-        if not self.schedule.secure:
-            return ""
-        return self.link_credentials_file().read_text().strip()
+        return security.current().link_credentials
+
+    @staticmethod
+    def link_address(address: str) -> str:
+        """A proxy's address as a link dials it (TLS in secure runs)."""
+        return security.current().listener(address)
 
     def setup(self) -> None:
         s = self.schedule
+        if s.secure:
+            security.use(security.prepare(self.workdir, s.seed))
+            self.note("security on: SASL_SSL listeners, --authorizer acl, link credentials, "
+                      "TLS links")  # fmt: skip
         for c in s.clusters:
             self.daemons[c] = Daemon(c, self.workdir, self._flags(c))
         for d in self.daemons.values():
@@ -303,7 +299,9 @@ class Run:
         link = LinkRun(name, source, follower, proxy)
         self.links[name] = link
         with _admin(self.daemons[follower].bootstrap, 10000) as admin:
-            admin.create_link(name, proxy.address, credentials=self.link_credentials())
+            admin.create_link(
+                name, self.link_address(proxy.address), credentials=self.link_credentials()
+            )
             if attach:
                 admin.attach_namespace(name, "topic", TOPIC_PREFIX, TOPIC_PREFIX, "remote")
                 admin.attach_namespace(name, "group", GROUP_PREFIX, GROUP_PREFIX, "remote")
@@ -1007,7 +1005,7 @@ class Run:
             return out
         isolation = "read_committed" if read_committed else "read_uncommitted"
         consumer = Consumer(
-            {"bootstrap.servers": address, "group.id": "chaos-final", "enable.auto.commit": False,
+            {**client_config(address), "group.id": "chaos-final", "enable.auto.commit": False,
              "isolation.level": isolation}
         )  # fmt: skip
         here = start
@@ -1352,6 +1350,7 @@ class Run:
                 self.final_state = self.read_final_state()
         finally:
             self.close()
+            security.reset()
         twin = self.run_twin() if self.twin else None
         ops = self.recorder.ops()
         counts = {t: sum(1 for o in ops if o.type == t) for t in ("ok", "fail", "info")}

@@ -35,6 +35,7 @@ from typing import Any
 
 from admin import Consumer, Producer, TopicPartition
 from admin.client import OFFSET_STORED
+from chaos.security import client_config
 from sim.history import Commit, History, Op, OpType, Poll, Send
 
 SEND_TIMEOUT_S = 8.0
@@ -143,7 +144,7 @@ class GrpcProducer(TopicProducer):
     def _producer(self, address: str) -> Producer:
         return Producer(
             {
-                "bootstrap.servers": address,
+                **client_config(address),
                 "acks": "all",
                 "linger.ms": 0,
                 "delivery.timeout.ms": int(SEND_TIMEOUT_S * 1000),
@@ -230,7 +231,7 @@ class KafkaProducer(TopicProducer):
                 current = (cluster, address)
                 producer = KProducer(
                     {
-                        "bootstrap.servers": address,
+                        **client_config(address),
                         "acks": "all",
                         "enable.idempotence": True,
                         "linger.ms": 0,
@@ -282,7 +283,7 @@ class TxnProducer(TopicProducer):
                         _close_quietly(producer)
                     current = where
                     config: dict[str, Any] = {
-                        "bootstrap.servers": where[1],
+                        **client_config(where[1]),
                         "transactional.id": f"{self.process}-txn",
                         "linger.ms": 0,
                         "request.timeout.ms": 4000,
@@ -387,7 +388,7 @@ class Reader(Workload):
     def _consumer(self) -> Consumer:
         c = Consumer(
             {
-                "bootstrap.servers": self.address,
+                **client_config(self.address),
                 "group.id": f"{self.process}-reader",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
@@ -469,7 +470,7 @@ class GroupCommitter(Workload):
     def _consumer(self, address: str) -> Consumer:
         c = Consumer(
             {
-                "bootstrap.servers": address,
+                **client_config(address),
                 "group.id": self.group,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -562,7 +563,7 @@ class ReservedProbe(Workload):
                 self.attempts += 1
                 producer = Producer(
                     {
-                        "bootstrap.servers": address,
+                        **client_config(address),
                         "acks": "all",
                         "linger.ms": 0,
                         "delivery.timeout.ms": 3000,

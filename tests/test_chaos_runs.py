@@ -96,9 +96,10 @@ def test_kip986_dr__recovery_moves_offsets_back__reported_and_clean(tmp_path: Pa
 
 
 def test_kip986_dr_with_security_on__clean_and_no_secret_in_any_log(tmp_path: Path) -> None:
-    """The same classic with every daemon requiring link credentials: every
-    replication call (and recovery's partition histories) runs in a link
-    session, and the judgement is the same."""
+    """The same classic with every protection on (chaos/security.py: SASL_SSL
+    listeners, the authorizer, link credentials, TLS links): every client
+    authenticates, every replication call (and recovery's partition
+    histories) runs in a link session, and the judgement is the same."""
     schedule = make_schedule(5, name="kip986-dr", phase_s=float(PHASE_S))
     schedule = dataclasses.replace(schedule, secure=True)
     run = Run(schedule, "ccr-chaos run --seed 5 --schedule kip986-dr --secure",
@@ -107,12 +108,16 @@ def test_kip986_dr_with_security_on__clean_and_no_secret_in_any_log(tmp_path: Pa
     assert result.anomalies == [], result.events
     assert result.converged, result.events
     assert result.checked["offset_moves"] > 0, result.events
-    secret = run.link_credentials()
-    assert secret
+    # Every protection was on, and no secret reached a log.
+    secrets = [(tmp_path / "link-credentials").read_text().strip(),
+               (tmp_path / "users.txt").read_text().strip().split(":", 1)[1]]
+    assert all(secrets)
+    assert any("security on" in e for e in result.events)
     logs = sorted(tmp_path.rglob("*.log"))
     assert logs
     for log in logs:
-        assert secret not in log.read_text(errors="replace"), log
+        text = log.read_text(errors="replace")
+        assert not any(secret in text for secret in secrets), log
 
 
 def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover() -> None:
