@@ -104,6 +104,12 @@ class LinkManager:
 
     async def stop(self) -> None:
         self._stopping = True
+        refusals = self.security.sessions.refusals
+        if refusals:
+            log.info(
+                "link calls refused",
+                extra={"refusals": {r.value: n for r, n in sorted(refusals.items())}},
+            )
         for task in [self._removals, *self._forgetting]:
             if task is not None:
                 task.cancel()
