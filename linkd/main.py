@@ -267,6 +267,38 @@ def _security_settings(settings: dict[str, Any]) -> None:
     settings["sasl_user_list"] = read_users_file(Path(users)) if users else []
 
 
+# The settings a --config file may hold (the long options, with underscores);
+# each also comes from the command line, which wins.
+FILE_SETTINGS = (
+    "cluster_id",
+    "listen",
+    "data_dir",
+    "fsync",
+    "log_level",
+    "initial_rebalance_delay_ms",
+    "kafka_listen",
+    "link_session_timeout_ms",
+    "link_credentials_file",
+    "password_encoder_secret_file",
+    "link_lag_max_records",
+    "link_lag_max_ms",
+    "link_replica_lag_time_max_ms",
+    "socket_request_max_bytes",
+    "connections_max_idle_ms",
+    "queued_max_request_bytes",
+    "auto_create_topics",
+    "num_partitions",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "link_tls_ca",
+    "sasl_users",
+    "sasl_enabled_mechanisms",
+    "authorizer",
+    "super_users",
+)
+
+
 def load_settings(argv: list[str] | None) -> dict[str, Any]:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -298,34 +330,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             parser.exit(EXIT_USAGE, f"linkd: cannot read config file {args.config}: {exc}\n")
         except tomllib.TOMLDecodeError as exc:
             parser.exit(EXIT_USAGE, f"linkd: config file {args.config} is not valid TOML: {exc}\n")
-        known = {
-            "cluster_id",
-            "listen",
-            "data_dir",
-            "fsync",
-            "log_level",
-            "initial_rebalance_delay_ms",
-            "kafka_listen",
-            "link_session_timeout_ms",
-            "link_credentials_file",
-            "password_encoder_secret_file",
-            "link_lag_max_records",
-            "link_lag_max_ms",
-            "link_replica_lag_time_max_ms",
-            "socket_request_max_bytes",
-            "connections_max_idle_ms",
-            "queued_max_request_bytes",
-            "auto_create_topics",
-            "num_partitions",
-            "tls_cert",
-            "tls_key",
-            "tls_client_ca",
-            "link_tls_ca",
-            "sasl_users",
-            "sasl_enabled_mechanisms",
-            "authorizer",
-            "super_users",
-        }
+        known = set(FILE_SETTINGS)
         unknown = sorted(set(from_file) - known)
         if unknown:
             parser.exit(
@@ -334,35 +339,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
                 f"{', '.join(unknown)} (known: {', '.join(sorted(known))})\n",
             )
         settings.update(from_file)
-    for key in (
-        "cluster_id",
-        "listen",
-        "data_dir",
-        "fsync",
-        "log_level",
-        "initial_rebalance_delay_ms",
-        "kafka_listen",
-        "link_session_timeout_ms",
-        "link_credentials_file",
-        "password_encoder_secret_file",
-        "link_lag_max_records",
-        "link_lag_max_ms",
-        "link_replica_lag_time_max_ms",
-        "plant_bug",
-        "socket_request_max_bytes",
-        "connections_max_idle_ms",
-        "queued_max_request_bytes",
-        "auto_create_topics",
-        "num_partitions",
-        "tls_cert",
-        "tls_key",
-        "tls_client_ca",
-        "link_tls_ca",
-        "sasl_users",
-        "sasl_enabled_mechanisms",
-        "authorizer",
-        "super_users",
-    ):
+    for key in (*FILE_SETTINGS, "plant_bug"):  # plant_bug: the command line only
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
