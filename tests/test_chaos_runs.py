@@ -5,7 +5,8 @@ phase; the SYNC one with a transactional producer and read_committed readers
 on the follower, invariant 5), the classic `kip986-dr` (a failover and a
 `recover --confirm` that moves replicated committed offsets back, invariant
 6) with every protection on (`--secure`), and the planted bug
-`ack-before-replicate`, which the checkers must catch (invariant 4: records acknowledged while IN_SYNC lost after failover).
+`ack-before-replicate`, which the checkers must catch (invariant 4: records
+acknowledged while IN_SYNC lost after failover).
 Every run samples the followers' replicated committed offsets (invariant 6).
 The ASYNC run and the planted bug go through the CLI's fixed JSON form.
 Every wait inside the runner is bounded and polls; each run ends the
