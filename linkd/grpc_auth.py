@@ -219,8 +219,10 @@ class RefusalLog:
     def record(self, peer: str, refused: Refused) -> None:
         self.counts[refused.reason] += 1
         key = (_peer_host(peer), refused.user, refused.reason)
-        if key in self._logged or len(self._logged) >= self._max_logged:
+        if key in self._logged:
             return
+        if len(self._logged) >= self._max_logged:
+            self._logged.clear()  # a new burst is logged again, never dropped silently
         self._logged.add(key)
         log.info(
             "gRPC call refused: not authenticated",

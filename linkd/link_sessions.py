@@ -11,12 +11,10 @@
 
 from __future__ import annotations
 
-import hmac
-import itertools
 import logging
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +54,7 @@ def link_key_of(box: SecretBox, sealed_key: str, sealed_credentials: str, what: 
     """The link's key; for a link created before keys existed, the key both
     sides derive from their shared credentials field."""
     key = box.open_bytes(sealed_key, what)
-    if key:
-        return key
-    return auth.legacy_link_key(box.open(sealed_credentials, what))
+    return auth.link_key_or_legacy(key, "" if key else box.open(sealed_credentials, what))
 
 
 def identity_of(box: SecretBox, config: LinkConfig, creating: bool = False) -> LinkIdentity:
@@ -95,16 +91,13 @@ def request_digest(request: Message) -> bytes:
 class ClientSession:
     """A session this side opened; signs its calls."""
 
-    session_id: str
-    key: bytes
+    signer: auth.CallSigner
     address: str
     identity: LinkIdentity
-    _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def metadata(self, method: str, request: Message) -> tuple[tuple[str, str], ...]:
-        seq = next(self._seq)
-        mac = auth.call_mac(self.key, method, seq, request_digest(request))
-        return ((SESSION_KEY, self.session_id), (SEQ_KEY, str(seq)), (MAC_KEY, mac.hex()))
+        seq, mac = self.signer.sign(method, request_digest(request))
+        return ((SESSION_KEY, self.signer.session_id), (SEQ_KEY, str(seq)), (MAC_KEY, mac.hex()))
 
 
 async def open_session(
@@ -132,41 +125,31 @@ async def open_session(
             f"side has none for the link (ccr-admin alter-link {identity.link_name} "
             "--remote-credentials-file FILE)",
         )
-    request = auth.OpenRequest(
+    opening = auth.open_request(
         identity.link_id,
         identity.link_name,
         identity.local_cluster_id,
         identity.remote_cluster_id,
         challenge.nonce,
         secrets.token_bytes(auth.NONCE_BYTES),
-        b"",
+        identity.link_key,
+        credential,
+        identity.creating,
     )
-    root = auth.session_root(identity.link_key, credential)
+    r = opening.request
     message = replication_pb2.OpenSessionRequest(
-        link_id=request.link_id,
-        link_name=request.link_name,
-        caller_cluster_id=request.caller,
-        callee_cluster_id=request.callee,
-        server_nonce=request.server_nonce,
-        client_nonce=request.client_nonce,
-        proof=auth.open_proof(root, request),
-        wrapped_link_key=(
-            auth.wrap_link_key(identity.link_key, credential, request)
-            if identity.creating
-            else b""
-        ),
+        link_id=r.link_id,
+        link_name=r.link_name,
+        caller_cluster_id=r.caller,
+        callee_cluster_id=r.callee,
+        server_nonce=r.server_nonce,
+        client_nonce=r.client_nonce,
+        proof=r.proof,
+        wrapped_link_key=r.wrapped_link_key,
     )
     answer = await stub.OpenSession(message, timeout=timeout_s)
-    expected = auth.accept_proof(root, request, answer.session_id)
-    if not hmac.compare_digest(expected, answer.proof):
-        raise auth.refused(
-            auth.Refusal.BAD_PROOF,
-            f"{what}: the cluster there could not prove it holds the link's key "
-            "(it is not this link's remote)",
-        )
-    return ClientSession(
-        answer.session_id, auth.session_key(root, request, answer.session_id), address, identity
-    )
+    key = auth.opened_session_key(opening, answer.session_id, answer.proof)
+    return ClientSession(auth.CallSigner(answer.session_id, key), address, identity)
 
 
 class CredentialsSource:
@@ -186,17 +169,27 @@ class CredentialsSource:
             self.accepted()  # a missing or empty file fails at start
 
     def accepted(self) -> tuple[str, ...]:
+        """The credentials to accept now. A file that can no longer be read
+        (removed, emptied) refuses every session by name: it never falls back
+        to accepting anyone."""
         if self.path is not None:
-            stat = self.path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
-            if stamp != self._stamp:
-                self._values = read_credentials(self.path)
-                self._stamp = stamp
+            try:
+                stat = self.path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_size)
+                if stamp != self._stamp:
+                    self._values = read_credentials(self.path)
+                    self._stamp = stamp
+            except (OSError, ValueError) as exc:
+                self._stamp = None
+                raise auth.refused(
+                    auth.Refusal.BAD_PROOF,
+                    f"this cluster cannot read its --link-credentials-file: {exc}",
+                ) from exc
         return self._values or ("",)
 
     @property
     def required(self) -> bool:
-        return self.accepted() != ("",)
+        return self.path is not None or self._values != ()
 
 
 def read_credentials(path: Path) -> tuple[str, ...]:

@@ -224,6 +224,7 @@ class LinkRunner:
         self._session: ClientSession | None = None
         self._session_for: tuple[str, ...] = ()
         self._opening = asyncio.Lock()
+        self._last_refusal = ""  # the last session refusal logged (once each)
 
     @property
     def node(self) -> ClusterNode:
@@ -332,6 +333,7 @@ class LinkRunner:
                     "link step failed",
                     extra={"link": self.name, "loop": what, "error": error.message},
                 )
+                self._refused_loudly(error)
                 await asyncio.sleep(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
             except asyncio.CancelledError:
@@ -339,6 +341,17 @@ class LinkRunner:
             except Exception:  # a bug must not kill the runner silently
                 log.exception("link loop failed", extra={"link": self.name, "loop": what})
                 await asyncio.sleep(BACKOFF_MAX_S)
+
+    def _refused_loudly(self, error: ClusterError) -> None:
+        """A refused link session leaves the link DISCONNECTED until an
+        operator acts (credentials, address): said at warning level, once per
+        distinct refusal, not at debug with the transport failures."""
+        if error.code != ErrorCode.LINK_AUTHENTICATION_FAILED:
+            return
+        if error.message != self._last_refusal:
+            self._last_refusal = error.message
+            log.warning("link session refused", extra={"link": self.name,
+                                                       "error": error.message})
 
     async def _idle(self, seconds: float) -> None:
         try:

@@ -37,8 +37,6 @@ Rules (the daemon's, with the core's constants):
 
 from __future__ import annotations
 
-import dataclasses
-import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -105,8 +103,8 @@ class Lane:
 
 def sim_link_key(stored_key: str, credentials: str) -> bytes:
     """A link's key as the simulator stores it (hex, unsealed: the simulator
-    has no password encoder); a link without one derives the legacy key."""
-    return bytes.fromhex(stored_key) if stored_key else auth.legacy_link_key(credentials)
+    has no password encoder)."""
+    return auth.link_key_or_legacy(bytes.fromhex(stored_key), credentials)
 
 
 # A call as it crossed the wire: session id, link id, method, seq, digest, mac.
@@ -117,19 +115,16 @@ WireCall = tuple[str, str, str, int, bytes, bytes]
 class SimSession:
     """The session a driver opened with `remote` (LinkRunner._session)."""
 
-    session_id: str
-    key: bytes
+    signer: auth.CallSigner
     remote: str
-    seq: int = 0
     # The last call the remote served, as an eavesdropper saw it (the forge
     # fault replays it: a call in flight is not yet a replay).
     last: WireCall | None = None
 
     def sign(self, link_id: str, method: str) -> WireCall:
-        seq, self.seq = self.seq, self.seq + 1
-        digest = auth.request_digest(f"{link_id}|{method}|{seq}".encode())
-        return (self.session_id, link_id, method, seq, digest,
-                auth.call_mac(self.key, method, seq, digest))
+        digest = auth.request_digest(f"{link_id}|{method}|{self.signer.seq}".encode())
+        seq, mac = self.signer.sign(method, digest)
+        return (self.signer.session_id, link_id, method, seq, digest, mac)
 
 
 @dataclass(slots=True)
@@ -376,38 +371,33 @@ class LinkDriver:
         config = self._config()
         if config is None:
             return
-        credential = config.value("credentials") if required else ""
-        key = sim_link_key(config.value("link_key"), config.value("credentials"))
-        unsigned = auth.OpenRequest(
-            config.link_id, self.name, self.dialer.cluster_id, remote.cluster_id,
-            nonce, self.dialer.nonce(), b"",
-        )
-        root = auth.session_root(key, credential)
-        request = dataclasses.replace(unsigned, proof=auth.open_proof(root, unsigned))
+        credentials = config.value("credentials")
+        opening = auth.open_request(
+            config.link_id, self.name, self.dialer.cluster_id, remote.cluster_id, nonce,
+            self.dialer.nonce(), sim_link_key(config.value("link_key"), credentials),
+            credentials if required else "", creating=False,
+        )  # fmt: skip
 
         def serve(reply: Reply) -> None:
-            found = remote.links.secrets(request.link_id)
+            found = remote.links.secrets(opening.request.link_id)
             known = None if found is None else auth.KnownLink(
                 found.remote_cluster_id, sim_link_key(found.link_key, found.credentials)
             )
             session_id = remote.nonce().hex()[:32]
             opened = remote.link_sessions.open(
-                request, known, remote.link_credentials, self.queue.now_ms, session_id
+                opening.request, known, remote.link_credentials, self.queue.now_ms, session_id
             )
             proof = opened.proof
-            reply(lambda: self._opened(lane, remote, root, request, session_id, proof),
+            reply(lambda: self._opened(lane, remote, opening, session_id, proof),
                   CONTROL_MESSAGE_BYTES)
 
         self._call(lane, remote, "open-session", CONTROL_MESSAGE_BYTES, serve, signed=False)
 
     def _opened(
-        self, lane: str, remote: SimCluster, root: bytes, request: auth.OpenRequest,
-        session_id: str, proof: bytes,
+        self, lane: str, remote: SimCluster, opening: auth.Opening, session_id: str, proof: bytes
     ) -> None:
-        if not hmac.compare_digest(proof, auth.accept_proof(root, request, session_id)):
-            raise auth.refused(auth.Refusal.BAD_PROOF, f"link {self.name!r}: not the remote")
-        key = auth.session_key(root, request, session_id)
-        self.session = SimSession(session_id, key, remote.cluster_id)
+        key = auth.opened_session_key(opening, session_id, proof)
+        self.session = SimSession(auth.CallSigner(session_id, key), remote.cluster_id)
         self.opening = None
         self._later(lane, 0)
 

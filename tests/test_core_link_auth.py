@@ -29,15 +29,10 @@ def request(
 ) -> tuple[auth.OpenRequest, bytes]:
     """A caller's OpenSession request after a fresh challenge; and its root."""
     sessions.challenge(nonce(n), NOW)
-    unsigned = auth.OpenRequest(link_id, "ab", caller, "B", nonce(n), nonce(-n), b"")
-    root = auth.session_root(key, credential)
-    wrapped = auth.wrap_link_key(key, credential, unsigned) if creating else b""
-    signed = auth.OpenRequest(
-        *unsigned.transcript(),  # type: ignore[arg-type]
-        auth.open_proof(root, unsigned),
-        wrapped,
+    opening = auth.open_request(
+        link_id, "ab", caller, "B", nonce(n), nonce(-n), key, credential, creating
     )
-    return signed, root
+    return opening.request, opening.root
 
 
 def refusal(exc: pytest.ExceptionInfo[ClusterError]) -> str:
@@ -48,8 +43,11 @@ def refusal(exc: pytest.ExceptionInfo[ClusterError]) -> str:
 def opened(sessions: auth.LinkSessions, n: int = 1, **kw: object) -> tuple[auth.Session, bytes]:
     req, root = request(sessions, n)
     got = sessions.open(req, auth.KnownLink("A", KEY), ("",), NOW, f"s{n}")
-    assert got.proof == auth.accept_proof(root, req, f"s{n}")  # the caller's check
-    return got.session, auth.session_key(root, req, f"s{n}")
+    key = auth.opened_session_key(auth.Opening(req, root), f"s{n}", got.proof)  # caller's check
+    assert key == got.session.key
+    with pytest.raises(ClusterError):  # a callee without the key is not the remote
+        auth.opened_session_key(auth.Opening(req, root), f"s{n}", b"x" * 32)
+    return got.session, key
 
 
 def call(

@@ -94,9 +94,12 @@ def test_refusals_are_counted_and_logged_once_each(caplog: pytest.LogCaptureFixt
     for port in (1000, 1001, 1002):  # another connection of the same peer
         log.record(f"ipv4:127.0.0.1:{port}", bad)
     log.record("ipv4:127.0.0.2:5", bad)
-    log.record("ipv4:127.0.0.3:5", bad)  # past the bound: counted, not logged
-    assert log.counts["bad_credentials"] == 5
-    assert [r.__dict__["peer"] for r in caplog.records] == ["ipv4:127.0.0.1", "ipv4:127.0.0.2"]
+    log.record("ipv4:127.0.0.2:6", bad)  # logged already
+    log.record("ipv4:127.0.0.3:5", bad)  # past the bound: the set starts again, logged
+    assert log.counts["bad_credentials"] == 6
+    assert [r.__dict__["peer"] for r in caplog.records] == [
+        "ipv4:127.0.0.1", "ipv4:127.0.0.2", "ipv4:127.0.0.3"
+    ]
 
 
 class _Context:

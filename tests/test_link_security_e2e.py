@@ -280,3 +280,21 @@ def test_a_link_between_mtls_listeners_replicates_over_tls(
         requests, answers = tap.seen()
     assert len(requests) > 1_000
     assert b"secret-record-" not in requests and b"secret-record-" not in answers
+
+
+def test_a_credentials_file_gone_refuses_new_sessions_by_name(
+    secured: tuple[Any, Any, Path],
+) -> None:
+    """The operator removes B's --link-credentials-file: B accepts no new
+    session (it never falls back to open) and says why; restored, the link
+    carries on."""
+    a, b, required = secured
+    link(a, b.bootstrap, required)
+    wait_for("A following", lambda: following(a))
+    required.unlink()
+    stale = run_cli("alter-link", "ab", "--remote-credentials-file", str(a.data_dir.parent.parent
+                    / "a-credentials-for-b"), bootstrap=a.bootstrap)
+    assert stale.returncode == 1 and "cannot read its --link-credentials-file" in stale.stderr
+    required.write_text(f"{OLD}\n")  # restored: the link carries on
+    produce(a.bootstrap, "orders-x", 5)
+    caught_up(a, b, "orders-x")

@@ -158,6 +158,70 @@ def request_digest(body: bytes) -> bytes:
     return hashlib.sha256(body).digest()
 
 
+def link_key_or_legacy(link_key: bytes, credentials: str) -> bytes:
+    """A link's key, or for a link created before keys existed the legacy one."""
+    return link_key if link_key else legacy_link_key(credentials)
+
+
+# -- the caller's side, which both shells drive ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A caller's OpenSession request and the root it proves (step 2)."""
+
+    request: OpenRequest
+    root: bytes
+
+
+def open_request(
+    link_id: str,
+    link_name: str,
+    caller: str,
+    callee: str,
+    server_nonce: bytes,
+    client_nonce: bytes,
+    link_key: bytes,
+    credential: str,
+    creating: bool,
+) -> Opening:
+    """The caller's proof (and, creating the link, its wrapped key)."""
+    unsigned = OpenRequest(link_id, link_name, caller, callee, server_nonce, client_nonce, b"")
+    root = session_root(link_key, credential)
+    wrapped = wrap_link_key(link_key, credential, unsigned) if creating else b""
+    signed = OpenRequest(
+        link_id, link_name, caller, callee, server_nonce, client_nonce,
+        open_proof(root, unsigned), wrapped,
+    )  # fmt: skip
+    return Opening(signed, root)
+
+
+def opened_session_key(opening: Opening, session_id: str, callee_proof: bytes) -> bytes:
+    """The session key, once the callee proved it holds the link too; a
+    callee that cannot is refused (it is not the link's remote)."""
+    expected = accept_proof(opening.root, opening.request, session_id)
+    if not hmac.compare_digest(expected, callee_proof):
+        raise refused(
+            Refusal.BAD_PROOF,
+            f"link {opening.request.link_name!r}: cluster {opening.request.callee!r} could "
+            "not prove it holds the link's key (it is not this link's remote)",
+        )
+    return session_key(opening.root, opening.request, session_id)
+
+
+@dataclass(slots=True)
+class CallSigner:
+    """Signs the calls of one open session: a new sequence number each."""
+
+    session_id: str
+    key: bytes
+    seq: int = 0
+
+    def sign(self, method: str, digest: bytes) -> tuple[int, bytes]:
+        seq, self.seq = self.seq, self.seq + 1
+        return seq, call_mac(self.key, method, seq, digest)
+
+
 def refused(reason: Refusal, message: str) -> ClusterError:
     return ClusterError(ErrorCode.LINK_AUTHENTICATION_FAILED, reason.value, message)
 
