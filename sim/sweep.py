@@ -36,7 +36,11 @@ Rules:
   is equal for a serial and a Spark sweep of one file.
 - Outputs under `--out DIR` (written by the driver, so DIR is a local path even
   when the runs execute on a remote cluster):
-    DIR/runs/part-00000.parquet       one row per run (columns below)
+    DIR/runs/scenario=S/param_X=V/.../part-0.parquet
+                                      one row per run (columns below), Hive-
+                                      partitioned by scenario and grid parameter
+                                      (sim/sweep_store.py; read it back whole or
+                                      in parts with `sweep_store.read_runs`)
     DIR/aggregate/part-00000.parquet  one row per (mode, topology)
     DIR/sweep.json                    the sweep's manifest and digest
   `runs/` and `aggregate/` are replaced as a whole; a directory there holding
@@ -76,7 +80,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import time
 import tomllib
@@ -84,6 +87,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from sim import sweep_store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -608,38 +613,14 @@ def _grid(rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------- output
 
 
-_OWNED_FILE = re.compile(r"^(part-\d{5}\.parquet|_SUCCESS)$")
-
-
-def _replace_dir(target: Path, write: Callable[[Path], None]) -> None:
-    """Write into a fresh sibling directory, then swap it in for `target`."""
-    if target.exists():
-        if not target.is_dir():
-            raise SweepError(f"{target} exists and is not a directory")
-        foreign = sorted(p.name for p in target.iterdir() if not _OWNED_FILE.match(p.name))
-        if foreign:
-            raise SweepError(
-                f"{target} holds files this sweep did not write ({', '.join(foreign[:3])}); "
-                "choose another --out"
-            )
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
-
-
 def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    _replace_dir(
-        out / "runs",
-        lambda d: result.runs.to_parquet(d / "part-00000.parquet", index=False),
+    partitions = sweep_store.partition_columns(result.runs)
+    sweep_store.replace_dir(
+        out / "runs", lambda d: sweep_store.write_runs(d, result.runs, partitions)
     )
-    _replace_dir(
+    sweep_store.replace_dir(
         out / "aggregate",
         lambda d: result.aggregate.to_parquet(d / "part-00000.parquet", index=False),
     )
@@ -656,6 +637,7 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
         "partitions": result.partitions,
         "wall_s": round(result.wall_s, 3),
         "sweep_digest": result.sweep_digest,
+        "runs_partitioning": sweep_store.manifest_entry(result.runs, partitions),
     }
     tmp = out / f".sweep.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -806,7 +788,7 @@ def handle(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             driver_host=args.driver_host,
         )
-    except SweepError as e:
+    except (SweepError, sweep_store.StoreError) as e:
         print(f"ccr-sim sweep: error: {e}", file=sys.stderr)
         return 2
     report(result, sys.stdout)
