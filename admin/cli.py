@@ -13,7 +13,7 @@
                  [--isolation read_committed|read_uncommitted] [--partition P] [--timeout-ms T]
     list-groups
     describe-group G
-    health
+    health [--wait SECONDS]     (--wait: until a starting daemon serves)
     describe-cluster
     whoami                      (the principal the cluster sees for this client)
     create-namespace --type topic|group|principal --prefix P [--reserved]
@@ -73,6 +73,7 @@ from admin.admin_client import (
     NAMESPACE_TYPES,
     AdminClient,
     GroupInfo,
+    HealthInfo,
     LinkInfo,
     MirrorLinkInfo,
     NamespaceInfo,
@@ -165,6 +166,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
     return value
 
 
@@ -635,9 +646,28 @@ def cmd_describe_group(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# How often `health --wait` asks again while the cluster cannot be reached.
+HEALTH_RETRY_S = 0.2
+
+
+def _health_waiting(args: argparse.Namespace) -> HealthInfo:
+    """The cluster's health; while it cannot be reached (UNAVAILABLE: not
+    listening yet, still starting), asked again until `--wait` has passed. Each
+    attempt opens a new channel: a channel that failed to connect waits out
+    gRPC's reconnect backoff (1 s, then longer) before it tries again."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            with _admin(args) as admin:
+                return admin.health()
+        except CcrError as exc:
+            if exc.code != "UNAVAILABLE" or time.monotonic() >= deadline:
+                raise
+        time.sleep(HEALTH_RETRY_S)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
-        h = admin.health()
+    h = _health_waiting(args)
     if args.json:
         _emit(
             {
@@ -1369,7 +1399,15 @@ def _client_commands(add: _Add) -> None:
     )
     p.add_argument("group", type=_non_empty)
 
-    add("health", cmd_health, "check that the cluster is serving")
+    p = add("health", cmd_health, "check that the cluster is serving")
+    p.add_argument(
+        "--wait",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="while the cluster cannot be reached (a daemon still starting), ask again "
+        "until this long has passed (default 0: ask once)",
+    )
     add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
     add("whoami", cmd_whoami, "show the principal the cluster sees for this client")
 
