@@ -25,7 +25,7 @@
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
                [--local-bootstrap HOST:PORT]
     list-links
-    describe-link NAME
+    describe-link NAME [--wait-for STATE [--wait SECONDS]]
     delete-link NAME
     attach-namespace --link L --type T --local-prefix P --remote-prefix Q --leader local|remote
     detach-namespace --link L --type T --local-prefix P
@@ -905,9 +905,35 @@ def cmd_list_links(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The states `describe-link --wait-for` accepts (the core's LinkState values).
+LINK_STATES = ("DISCONNECTED", "CATCHING_UP", "FOLLOWING", "SYNCING", "IN_SYNC", "OUT_OF_SYNC")
+# How often `describe-link --wait-for` asks again.
+LINK_POLL_S = 0.2
+
+
+def _link_in_state(admin: AdminClient, name: str, state: str, wait_s: float) -> LinkInfo:
+    """The link once this cluster sees it in `state`, asked every LINK_POLL_S;
+    TIMED_OUT naming the state it is in when `wait_s` has passed first."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        link = admin.describe_link(name)
+        if link.state == state:
+            return link
+        if time.monotonic() >= deadline:
+            raise CcrError(
+                "TIMED_OUT",
+                f"link {name} is {link.state} after {wait_s:g} s, not {state}",
+                resource=f"link {name}",
+            )
+        time.sleep(LINK_POLL_S)
+
+
 def cmd_describe_link(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        link = admin.describe_link(args.name)
+        if args.wait_for:
+            link = _link_in_state(admin, args.name, args.wait_for, args.wait)
+        else:
+            link = admin.describe_link(args.name)
     if args.json:
         _emit(link.to_dict())
     else:
@@ -1501,6 +1527,19 @@ def _link_commands(add: _Add) -> None:
         "describe-link", cmd_describe_link, "show a link: mode, state, mappings, per-partition lag"
     )
     p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--wait-for",
+        choices=LINK_STATES,
+        metavar="STATE",
+        help=f"first wait until this cluster sees the link in STATE ({', '.join(LINK_STATES)})",
+    )
+    p.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long --wait-for waits before it fails with TIMED_OUT (default 30)",
+    )
 
     p = add(
         "delete-link",
