@@ -425,8 +425,8 @@ def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
     this test's daemons: it mirrors orders topics both ways and reports the
     misspelt key with its line."""
     shipped = (ROOT / "examples" / "mm2.properties").read_text()
-    text = shipped.replace("127.0.0.1:9092", clusters["A"].bootstrap).replace(
-        "127.0.0.1:9093", clusters["B"].bootstrap
+    text = shipped.replace("127.0.0.1:19892", clusters["A"].bootstrap).replace(
+        "127.0.0.1:19893", clusters["B"].bootstrap
     )
     assert text != shipped
     config = tmp_path / "mm2.properties"
