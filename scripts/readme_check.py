@@ -263,9 +263,9 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _busy_ports(section: Section) -> list[int]:
+def _busy_ports(section: Section, wait_s: float) -> list[int]:
     ports = sorted({int(p) for b in section.runnable for p in PORT.findall(b.code)})
-    deadline = time.monotonic() + PORT_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         busy = [p for p in ports if not _port_free(p)]
         if not busy or time.monotonic() >= deadline:
@@ -311,7 +311,13 @@ def _tail(text: str) -> str:
     return "\n".join(head + cut)
 
 
-def run_section(section: Section, root: Path, env: dict[str, str], timeout_s: float) -> Outcome:
+def run_section(
+    section: Section,
+    root: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    port_wait_s: float = PORT_WAIT_S,
+) -> Outcome:
     started = time.monotonic()
     problems: list[str] = []
     for block in section.skipped:
@@ -320,7 +326,7 @@ def run_section(section: Section, root: Path, env: dict[str, str], timeout_s: fl
         detail = "; ".join(problems) or "not run (" + "; ".join(
             sorted({b.skip_reason or "" for b in section.skipped})) + "); commands checked"
         return Outcome(section, not problems, time.monotonic() - started, detail)
-    busy = _busy_ports(section)
+    busy = _busy_ports(section, port_wait_s)
     if busy:
         detail = f"port(s) {busy} held by another process; the section uses fixed ports"
         return Outcome(section, False, time.monotonic() - started, detail)
@@ -406,6 +412,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2, help="sections at once (default 2)")
     p.add_argument("--timeout-s", type=float, default=180.0,
                    help="time of one section (default 180)")  # fmt: skip
+    p.add_argument("--port-wait-s", type=float, default=PORT_WAIT_S,
+                   help=f"how long a section waits for a port another process holds "
+                   f"(default {PORT_WAIT_S:g})")  # fmt: skip
     p.add_argument("--only", action="append", default=[], metavar="TEXT",
                    help="run only sections whose title contains TEXT (repeatable)")  # fmt: skip
     p.add_argument("--list", action="store_true", help="list the sections and exit")
@@ -441,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr, flush=True)  # fmt: skip
 
         def one(section: Section) -> Outcome:
-            outcome = run_section(section, root, env, args.timeout_s)
+            outcome = run_section(section, root, env, args.timeout_s, args.port_wait_s)
             verdict = "PASS" if outcome.ok else "FAIL"
             first = outcome.detail.splitlines()[0] if outcome.detail else ""
             print(f"{verdict} {outcome.seconds:6.1f} s  {readme.name}:{section.line}  "
