@@ -38,7 +38,9 @@ Rules:
   when the runs execute on a remote cluster):
     DIR/runs/part-00000.parquet       one row per run (columns below)
     DIR/aggregate/part-00000.parquet  one row per (mode, topology)
-    DIR/sweep.json                    the sweep's manifest and digest
+    DIR/sweep.json                    the sweep's manifest and digest, and the commit it ran
+                                      on (`git rev-parse HEAD`, "-dirty" if tracked files
+                                      differ, "unknown" without git)
   `runs/` and `aggregate/` are replaced as a whole; a directory there holding
   anything but files this module writes is refused, never deleted.
 - With the default runner, scenario and parameter names are checked against
@@ -77,6 +79,7 @@ import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 import tomllib
@@ -84,6 +87,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from sim import glossary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -560,9 +565,11 @@ def failures(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def format_aggregate(agg: pd.DataFrame, max_width: int = 120) -> str:
+def format_aggregate(agg: pd.DataFrame, max_width: int = 120, legend: bool = True) -> str:
     """The aggregate's headline columns as plain text: one row per (mode, topology)
-    when that fits in `max_width`, else one row per figure and one column per group."""
+    when that fits in `max_width`, else one row per figure and one column per group;
+    then (with `legend`) what each metric column shows and what its "-" means, from
+    `sim.glossary`."""
     if agg.empty:
         return "(no runs)"
     lead = ["runs", "runs_with_violations", "runs_with_errors"]
@@ -578,12 +585,17 @@ def format_aggregate(agg: pd.DataFrame, max_width: int = 120) -> str:
     header = list(table.columns)
     rows = [[_cell(v) for v in row] for row in table.itertuples(index=False)]
     text = _grid([header, *rows])
-    if max(len(line) for line in text.splitlines()) <= max_width:
+    if max(len(line) for line in text.splitlines()) > max_width:
+        groups = [f"{r[0] or '-'}/{r[1] or '-'}" for r in rows]
+        transposed = [["mode/topology", *groups]]
+        transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 2]
+        text = _grid(transposed)
+    if not legend:
         return text
-    groups = [f"{r[0] or '-'}/{r[1] or '-'}" for r in rows]
-    transposed = [["mode/topology", *groups]]
-    transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 2]
-    return _grid(transposed)
+    dashed = [c for i, c in enumerate(header) if any(r[i] == "-" for r in rows)]
+    lines = glossary.column_legend(figures, missing=dashed)
+    lines.append("(every metric: `ccr-sim glossary`)")
+    return text + "\n\n" + "\n".join(lines)
 
 
 def _cell(value: Any) -> str:
@@ -632,6 +644,27 @@ def _replace_dir(target: Path, write: Callable[[Path], None]) -> None:
     tmp.rename(target)
 
 
+def git_commit(root: Path | None = None) -> str:
+    """The commit of the project checkout (`git rev-parse HEAD`), with "-dirty" when
+    tracked files differ from it; "unknown" without git or outside a checkout."""
+    where = root if root is not None else Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30
+        )
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip())
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
 def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -656,6 +689,7 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
         "partitions": result.partitions,
         "wall_s": round(result.wall_s, 3),
         "sweep_digest": result.sweep_digest,
+        "git_commit": git_commit(),
     }
     tmp = out / f".sweep.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
