@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         sweep.add_parser(sub)
+    from sim import report
+
+    report.add_parser(sub)
     return parser
 
 

@@ -844,6 +844,15 @@ def handle(args: argparse.Namespace) -> int:
         print(f"ccr-sim sweep: error: {e}", file=sys.stderr)
         return 2
     report(result, sys.stdout)
+    if args.report:
+        from sim.report import ReportError, write_report
+
+        try:
+            path = write_report(result.out_dir, result.out_dir / "report.html")
+        except ReportError as e:
+            print(f"ccr-sim sweep: error: --report: {e}", file=sys.stderr)
+            return 2
+        print(f"report {path}")
     return result.exit_code
 
 
@@ -881,5 +890,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "local or loopback master, else Spark's choice)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="also write DIR/report.html (as `ccr-sim report DIR -o DIR/report.html`)",
+    )
     p.set_defaults(func=handle)
 
