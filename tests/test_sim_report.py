@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -107,10 +108,11 @@ def test_report_in_headless_chromium(sweep_out: Path, tmp_path: Path) -> None:
         box = b["box"]
         left, top = int(box["x"]), int(box["y"] + scroll_y)
         area = image.crop((left, top, left + int(box["width"]), top + int(box["height"])))
-        pixels = list(area.getdata())
-        drawn = sum(1 for r, g, bl in pixels if min(r, g, bl) < 200)
-        # A plot, not a blank image: many pixels that are not white background.
-        assert drawn > 0.03 * len(pixels), (b, drawn, len(pixels))
+        pixels = np.asarray(area).reshape(-1, 3)
+        drawn = int((pixels.min(axis=1) < 235).sum())
+        # A plot, not a blank image: many pixels that are not white background
+        # (a blank figure has none; axes and labels alone about 1%).
+        assert drawn > 0.02 * len(pixels), (b, drawn, len(pixels))
 
 
 def test_load_runs_reads_hive_partitions_like_flat_files(sweep_out: Path, tmp_path: Path) -> None:
