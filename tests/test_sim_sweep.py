@@ -226,9 +226,16 @@ def test_format_aggregate_narrow_and_transposed() -> None:
         parse_sweep({"scenarios": ["alpha", "beta"], "seeds": [1, 2]}),
     )
     agg = sweep.aggregate(runs)
-    wide = sweep.format_aggregate(agg, max_width=1000).splitlines()
+    wide = sweep.format_aggregate(agg, max_width=1000, legend=False).splitlines()
     assert wide[0].split()[:5] == ["mode", "topology", "runs", "violations", "errors"]
     assert len(wide) == 3
+    # With the legend (the default), each metric column shown is explained
+    # from the glossary after the table.
+    legend = sweep.format_aggregate(agg, max_width=1000).splitlines()[4:]
+    assert legend[0].startswith("columns")
+    assert any(
+        line.split()[:3] == ["availability_produce_mean", "mean", "of"] for line in legend
+    )
     tall = sweep.format_aggregate(agg, max_width=60).splitlines()
     assert tall[0].split() == ["mode/topology", "ASYNC/three-zone", "ASYNC/two-cluster"]
     assert tall[1].split() == ["runs", "2", "2"]
