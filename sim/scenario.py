@@ -41,7 +41,8 @@ Tables and keys (units last; every time is virtual milliseconds):
               stop_ms: operator moves and faults drawn from the seed
 
 Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
-can vary one knob without writing files.
+can vary one knob without writing files. `link_type` and the `link_*` network
+parameters set every edge's value, overriding what an edge sets for itself.
 """
 
 from __future__ import annotations
@@ -616,6 +617,10 @@ PARAMS: dict[str, tuple[str, str]] = {
     # link | mirror, for every edge (overrides each edge's own type).
     "link_type": ("topology", "link_type"),
 }
+# The parameters that set a path's network for every link, edges' own values included.
+EDGE_NETWORK_PARAMS = frozenset(
+    {"link_latency_ms", "link_jitter_ms", "link_loss", "link_bandwidth_bytes_per_ms"}
+)
 
 
 def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
@@ -670,5 +675,15 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
         s = dataclasses.replace(s, **{table: new})
     if "link_type" in params:
         s = dataclasses.replace(s, edges=tuple(dataclasses.replace(e, type="") for e in s.edges))
+    # A `link_*` network parameter is every link's value: an edge's own value
+    # gives way to it (otherwise a sweep over link_latency_ms would vary nothing
+    # on a scenario whose edges set their latency, and say nothing of it).
+    per_edge: dict[str, Any] = {
+        PARAMS[name][1]: None for name in params if name in EDGE_NETWORK_PARAMS
+    }
+    if per_edge:
+        s = dataclasses.replace(
+            s, edges=tuple(dataclasses.replace(e, **per_edge) for e in s.edges)
+        )
     _check_link_types(s)
     return s
