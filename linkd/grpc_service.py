@@ -40,6 +40,7 @@ from linkd.core.links import LinkMode, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
+from linkd.metrics import Listener
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.operations import Operations
@@ -245,13 +246,16 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         if request.transactional_id:
             self._check_txn(context, request.transactional_id)
         self._check(context, R.TOPIC, request.topic, Op.WRITE)
-        base, duplicate, log_start, append_time = await self.node.produce(
-            request.topic,
-            request.partition,
-            request.batch,
-            request.acks,
-            request.transactional_id,
-        )
+        with self.node.metrics.produce_request(Listener.GRPC):
+            base, duplicate, log_start, append_time = await self.node.produce(
+                request.topic,
+                request.partition,
+                request.batch,
+                request.acks,
+                request.transactional_id,
+            )
+            if not duplicate:
+                self.node.metrics.produced(Listener.GRPC, request.batch)
         return cluster_pb2.ProduceResponse(
             base_offset=base,
             duplicate=duplicate,
@@ -274,18 +278,22 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             for p in request.partitions
             if readable[p.topic] is None
         ]
-        fetched = (
-            await self.node.fetch(
-                parts,
-                max_wait_ms=request.max_wait_ms,
-                min_bytes=request.min_bytes,
-                max_bytes=request.max_bytes,
-                read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
-                group_id=request.group_id,
+        with self.node.metrics.fetch_request(Listener.GRPC):
+            fetched = (
+                await self.node.fetch(
+                    parts,
+                    max_wait_ms=request.max_wait_ms,
+                    min_bytes=request.min_bytes,
+                    max_bytes=request.max_bytes,
+                    read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+                    group_id=request.group_id,
+                )
+                if parts
+                else []
             )
-            if parts
-            else []
-        )
+            self.node.metrics.fetched(
+                Listener.GRPC, (f.records for f in fetched if f.error is None)
+            )
         out = cluster_pb2.FetchResponse()
         for p in request.partitions:
             refused = readable[p.topic]
