@@ -23,6 +23,8 @@ import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient as KafkaAdmin
+from confluent_kafka.admin import NewTopic
 from harness import Daemon, free_port, run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -238,3 +240,68 @@ def test_docs_list_exactly_the_exposed_families(daemon_factory: Any) -> None:
     documented = documented_families()
     assert exposed - documented == set(), "exposed but not in docs/metrics.md"
     assert documented - exposed == set(), "in docs/metrics.md but not exposed"
+
+
+def _mm2_properties(a_kafka: str, b_kafka: str) -> str:
+    return "\n".join([
+        "clusters = A, B",
+        f"A.bootstrap.servers = {a_kafka}",
+        f"B.bootstrap.servers = {b_kafka}",
+        "A->B.enabled = true",
+        "topics = orders.*",
+        "groups = app-.*",
+        "replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1",
+        "heartbeats.topic.replication.factor = 1",
+        "refresh.topics.interval.seconds = 1",
+        "refresh.groups.interval.seconds = 1",
+        "emit.checkpoints.interval.seconds = 1",
+        "sync.topic.acls.enabled = false",
+    ]) + "\n"
+
+
+def test_a_mirror_link_exposes_mirrormaker2_metrics(daemon_factory: Any) -> None:
+    kafka = {alias: f"127.0.0.1:{free_port()}" for alias in ("A", "B")}
+    metrics_b = f"127.0.0.1:{free_port()}"
+    daemon_factory("A", extra_args=["--kafka-listen", kafka["A"]])
+    b = daemon_factory("B", extra_args=["--kafka-listen", kafka["B"],
+                                        "--metrics-listen", metrics_b])
+    a_admin = KafkaAdmin({"bootstrap.servers": kafka["A"]})
+    a_admin.create_topics([NewTopic("orders", num_partitions=1)])["orders"].result(WAIT_S)
+    producer = KafkaProducer({"bootstrap.servers": kafka["A"], "linger.ms": 5})
+    for i in range(40):
+        producer.produce("orders", value=f"v{i}".encode(), partition=0)
+    assert producer.flush(WAIT_S) == 0
+    consumer = KafkaConsumer({"bootstrap.servers": kafka["A"], "group.id": "app-1",
+                              "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("orders", 0, 30)], asynchronous=False)
+    consumer.close()
+
+    AdminClient({"bootstrap.servers": b.bootstrap}).create_mirror_link(
+        "mm2", _mm2_properties(kafka["A"], kafka["B"]), alias="B"
+    )
+    source = {"mirror_link": "mm2", "target": "B", "topic": "A.orders", "partition": "0"}
+    checkpoint = {"mirror_link": "mm2", "source": "A", "target": "B", "group": "app-1",
+                  "topic": "A.orders", "partition": "0"}
+    prefix = "kafka_connect_mirror_"
+
+    def mirrored() -> Samples | None:
+        samples = scrape(metrics_b)
+        count = value(samples, prefix + "source_connector_record_count", **source)
+        latency = value(samples, prefix + "checkpoint_connector_checkpoint_latency_ms_max",
+                        **checkpoint)
+        return samples if count == 40 and latency is not None else None
+
+    samples = poll("the MM2 metrics of 40 records and a checkpoint", mirrored)
+    for name in ("replication_latency_ms", "replication_latency_ms_max", "record_age_ms",
+                 "record_age_ms_avg", "byte_rate"):
+        got = value(samples, prefix + "source_connector_" + name, **source)
+        assert got is not None and got >= 0, name
+    assert value(samples, prefix + "source_connector_byte_count", **source) == sum(
+        len(f"v{i}") for i in range(40)
+    )
+    assert (value(samples, prefix + "checkpoint_connector_checkpoint_latency_ms",
+                  **checkpoint) or -1) >= 0
+    # No replication link on B: its link families have no samples.
+    assert "ccr_link_state" not in samples
