@@ -243,19 +243,24 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def Produce(
         self, request: cluster_pb2.ProduceRequest, context: Any
     ) -> cluster_pb2.ProduceResponse:
+        with self.node.metrics.produce_request(Listener.GRPC):
+            return await self._produce(request, context)
+
+    async def _produce(
+        self, request: cluster_pb2.ProduceRequest, context: Any
+    ) -> cluster_pb2.ProduceResponse:
         if request.transactional_id:
             self._check_txn(context, request.transactional_id)
         self._check(context, R.TOPIC, request.topic, Op.WRITE)
-        with self.node.metrics.produce_request(Listener.GRPC):
-            base, duplicate, log_start, append_time = await self.node.produce(
-                request.topic,
-                request.partition,
-                request.batch,
-                request.acks,
-                request.transactional_id,
-            )
-            if not duplicate:
-                self.node.metrics.produced(Listener.GRPC, request.batch)
+        base, duplicate, log_start, append_time = await self.node.produce(
+            request.topic,
+            request.partition,
+            request.batch,
+            request.acks,
+            request.transactional_id,
+        )
+        if not duplicate:
+            self.node.metrics.produced(Listener.GRPC, request.batch)
         return cluster_pb2.ProduceResponse(
             base_offset=base,
             duplicate=duplicate,
@@ -265,6 +270,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
 
     @refusals
     async def Fetch(
+        self, request: cluster_pb2.FetchRequest, context: Any
+    ) -> cluster_pb2.FetchResponse:
+        with self.node.metrics.fetch_request(Listener.GRPC):
+            return await self._fetch(request, context)
+
+    async def _fetch(
         self, request: cluster_pb2.FetchRequest, context: Any
     ) -> cluster_pb2.FetchResponse:
         if not request.partitions:
@@ -278,22 +289,19 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             for p in request.partitions
             if readable[p.topic] is None
         ]
-        with self.node.metrics.fetch_request(Listener.GRPC):
-            fetched = (
-                await self.node.fetch(
-                    parts,
-                    max_wait_ms=request.max_wait_ms,
-                    min_bytes=request.min_bytes,
-                    max_bytes=request.max_bytes,
-                    read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
-                    group_id=request.group_id,
-                )
-                if parts
-                else []
+        fetched = (
+            await self.node.fetch(
+                parts,
+                max_wait_ms=request.max_wait_ms,
+                min_bytes=request.min_bytes,
+                max_bytes=request.max_bytes,
+                read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+                group_id=request.group_id,
             )
-            self.node.metrics.fetched(
-                Listener.GRPC, (f.records for f in fetched if f.error is None)
-            )
+            if parts
+            else []
+        )
+        self.node.metrics.fetched(Listener.GRPC, (f.records for f in fetched if f.error is None))
         out = cluster_pb2.FetchResponse()
         for p in request.partitions:
             refused = readable[p.topic]

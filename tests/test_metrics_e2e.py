@@ -83,8 +83,8 @@ def cli_ok(bootstrap: str, *args: str) -> str:
 
 
 def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
-    metrics_b = f"127.0.0.1:{free_port()}"
-    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    metrics_a, metrics_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = daemon_factory("A", extra_args=[*LINK_FLAGS, "--metrics-listen", metrics_a])
     b = daemon_factory("B", extra_args=[*LINK_FLAGS, "--metrics-listen", metrics_b])
     cli_ok(a.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
     AdminClient({"bootstrap.servers": a.bootstrap}).create_topic("orders-m", partitions=1)
@@ -150,6 +150,25 @@ def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
     assert [(p["lag_records"], p["log_end_offset"]) for p in rows] == [(0, BACKLOG_RECORDS)]
     # Replicated records are no produce requests: B's clients wrote nothing.
     assert value(final, "ccr_produce_records_total", listener="grpc") is None
+    assert value(scrape(metrics_a), "ccr_produce_records_total", listener="grpc") == (
+        BACKLOG_RECORDS
+    )
+
+    # SYNC: A's acks=all produces wait for B's acknowledgement, observed per link.
+    cli_ok(a.bootstrap, "set-mode", "--link", "ab", "sync")
+    poll("A's side of ab IN_SYNC", lambda: value(
+        scrape(metrics_a), "ccr_link_state", link="ab", state="IN_SYNC") == 1)
+    assert value(scrape(metrics_a), "ccr_link_sync_ack_seconds_count", link="ab") is None
+    producer = Producer({"bootstrap.servers": a.bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(3):
+        producer.produce("orders-m", value=f"sync-{i}")
+        assert producer.flush(WAIT_S) == 0
+    producer.close()
+    acked = value(scrape(metrics_a), "ccr_link_sync_ack_seconds_count", link="ab")
+    assert acked == 3, acked  # one acks=all request per flush
+    poll("B's counter to take the 3 records", lambda: value(
+        scrape(metrics_b), "ccr_link_replicated_records_total", link="ab"
+    ) == BACKLOG_RECORDS + 3)
 
 
 def test_cluster_request_metrics_count_produce_and_fetch(daemon_factory: Any) -> None:
