@@ -17,8 +17,9 @@ A config file (TOML) may hold the same settings under their long option names
 with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
 `fsync = "always"`, `kafka_listen = "127.0.0.1:9092"`); options on the
 command line win. With `--kafka-listen` the daemon also serves the Apache Kafka
-protocol (linkd/kafka/) on the same storage and core as gRPC. Logs are JSON lines on
-stderr. SIGTERM and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad
+protocol (linkd/kafka/) on the same storage and core as gRPC. With
+`--metrics-listen HOST:PORT` it serves Prometheus metrics over HTTP
+(linkd/metrics.py, docs/metrics.md). Logs are JSON lines on stderr. SIGTERM and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad
 arguments or configuration, 3 start-up failure (port, data dir).
 """
 
