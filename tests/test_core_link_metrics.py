@@ -116,3 +116,26 @@ def test_a_divergence_truncation_is_counted_once_it_is_durable() -> None:
     assert counters.truncations == 1 and counters.cuts == 0
     assert counters.records == 5  # what was appended stays counted: a counter never falls
     assert b.partition("orders-1", 0).log_end_offset == 3
+
+
+def test_a_followed_partition_no_round_reached_yet__makes_max_lag_unknown__not_0() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    round_(a, b, disk_a, disk_b, NOW + 10)
+    assert link_samples(b, NOW + 10)[0].max_lag == (0, 0)
+    _topic, effects = a.create_topic("orders-2", 1, {}, "src-2")
+    disk_a.carry_out(a, effects)
+    produce(a, disk_a, 9, topic="orders-2")
+    discover(a, b, disk_b)  # B creates orders-2; no round has reached it
+
+    (sample,) = link_samples(b, NOW + 20)
+    assert [(p.topic, p.lag_records) for p in sample.partitions] == [("orders-1", 0)]
+    assert sample.max_lag is None
+
+    round_(a, b, disk_a, disk_b, NOW + 30)
+    (sample,) = link_samples(b, NOW + 30)
+    assert [(p.topic, p.lag_records) for p in sample.partitions] == [
+        ("orders-1", 0), ("orders-2", 0)
+    ]
+    assert sample.max_lag == (0, 0) and sample.counters.records == 12

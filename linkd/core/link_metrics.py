@@ -2,11 +2,14 @@
 
 Rules (docs/metrics.md):
 - A link's state is `LinkTable`'s, the one describe-link shows.
-- A follower partition's lag (records and ms) is the row describe-link shows
-  (`link_admin.link_summary`), and only while that row's lag is known: a lag
-  that is not known now (the link is disconnected, no fetch round finished
-  lately, the source refused the partition) has no sample, never a stale or
-  made-up one.
+- A follower partition's lag (records and ms) is what describe-link and
+  failover report of it (`link_admin.follower_partitions`: every partition of
+  every topic this side follows on the link, those no fetch round has reached
+  yet included), and only while it is known: a lag that is not known now (the
+  link is disconnected, no fetch round finished lately, no round reached the
+  partition yet, the source refused it, its log parted from the source's) has
+  no sample, never a stale or made-up one.
+- The state is describe-link's (`link_admin.link_summary`).
 - A link's largest lag (Cluster Linking's MaxLag) is the largest of its
   follower partitions' lags, in records and in ms, each on its own. It is
   known only on a side that follows topics on the link, and only when every
@@ -63,7 +66,7 @@ def _follows_topics(state: ClusterState, name: str) -> bool:
 
 def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
     summary = link_admin.link_summary(state, name, now_ms)
-    rows = [r for r in summary.partitions if r.role == "follower"]
+    rows = link_admin.follower_partitions(state, name, now_ms)
     known = [
         PartitionLagSample(r.topic, r.partition, r.lag_records, r.lag_ms)
         for r in rows
