@@ -19,8 +19,9 @@ with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
 command line win. With `--kafka-listen` the daemon also serves the Apache Kafka
 protocol (linkd/kafka/) on the same storage and core as gRPC. With
 `--metrics-listen HOST:PORT` it serves Prometheus metrics over HTTP
-(linkd/metrics.py, docs/metrics.md). Logs are JSON lines on stderr. SIGTERM and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad
-arguments or configuration, 3 start-up failure (port, data dir).
+(linkd/metrics.py, docs/metrics.md). Logs are JSON lines on stderr. SIGTERM
+and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad arguments or
+configuration, 3 start-up failure (port, metrics port, data dir).
 """
 
 from __future__ import annotations
