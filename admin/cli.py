@@ -889,9 +889,12 @@ def cmd_describe_link(args: argparse.Namespace) -> int:
 
 def cmd_top(args: argparse.Namespace) -> int:
     """Links and their lag: one frame (--once, --json), or live until Ctrl-C."""
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
     with _admin(args) as admin:
         if args.json or args.once:
-            frame = top.frame_of(admin.list_links(), int(time.time() * 1000), args.bootstrap)
+            frame = top.read_frame(admin, now_ms, args.bootstrap)
             if args.json:
                 _emit(frame.to_dict())
             else:
@@ -899,7 +902,7 @@ def cmd_top(args: argparse.Namespace) -> int:
             return EXIT_OK
         try:
             top.watch(
-                admin.list_links,
+                lambda: top.read_frame(admin, now_ms, args.bootstrap),
                 args.bootstrap,
                 sys.stdout,
                 interval_s=args.interval,

@@ -1,7 +1,7 @@
 """`ccr-admin top`: a cluster's links and their lag, live in the terminal.
 
-Each frame is one ListLinks call (what describe-link shows of every link), so
-it needs no metrics endpoint. Per link: its state and for how long, and its
+Each frame is one ListLinks call (what describe-link shows of every link)
+and one ListTopics call, so it needs no metrics endpoint. Per link: its state and for how long, and its
 largest follower lag in records and ms (Cluster Linking's MaxLag, read as
 `linkd --metrics-listen` exports it: known only when every follower
 partition's lag is known); then the follower partitions, the most lagging
@@ -9,7 +9,9 @@ first. Between two frames of a live view, REC/S is how fast the link's
 follower partitions grew.
 
 Rules:
-- A lag that is not known is shown as "?" (text) or null (JSON), never as 0.
+- A lag that is not known is shown as "?" (text) or null (JSON), never as 0;
+  a followed partition no fetch round has reached yet (describe-link has no
+  row for it; this cluster's topic list has it) is one.
 - A link this side only leads shows no lag ("-"): its follower's cluster
   shows it.
 - In a live view a failed call is shown in the frame and the view goes on;
@@ -19,14 +21,14 @@ Rules:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from admin.admin_client import LinkInfo
+from admin.admin_client import AdminClient, LinkInfo
 from admin.errors import CcrError
 
-__all__ = ["Frame", "LinkView", "PartitionView", "frame_of", "render", "watch"]
+__all__ = ["Frame", "LinkView", "PartitionView", "frame_of", "read_frame", "render", "watch"]
 
 # ANSI: cursor home, clear the screen (a live view on a terminal).
 CLEAR = "\x1b[H\x1b[2J"
@@ -105,8 +107,18 @@ class Frame:
 _SETTLED = frozenset({"FOLLOWING", "SYNCING", "IN_SYNC", "OUT_OF_SYNC"})
 
 
-def link_view(info: LinkInfo) -> LinkView:
-    follows = any(m["type"] == "topic" and m["leader"] == "remote" for m in info.mappings)
+def _in_prefix(name: str, prefix: str) -> bool:
+    """The namespace rule: "" holds every name not starting with "_"."""
+    return not name.startswith("_") if prefix == "" else name.startswith(prefix)
+
+
+def link_view(info: LinkInfo, topics: Mapping[str, int] | None = None) -> LinkView:
+    """`topics` (name -> partition count, this cluster's): a followed
+    partition describe-link has no row for (no fetch round reached it yet)
+    is shown with its lag unknown, as the daemon's metrics count it."""
+    followed = [m["local_prefix"] for m in info.mappings
+                if m["type"] == "topic" and m["leader"] == "remote"]
+    follows = bool(followed)
     rows = [
         PartitionView(
             p["topic"],
@@ -120,6 +132,11 @@ def link_view(info: LinkInfo) -> LinkView:
         for p in info.partitions
         if p["role"] == "follower"
     ]
+    seen = {(p.topic, p.partition) for p in rows}
+    for topic, count in sorted((topics or {}).items()):
+        if any(_in_prefix(topic, prefix) for prefix in followed):
+            rows += [PartitionView(topic, p, None, None, 0, -1, "no fetch round reached it yet")
+                     for p in range(count) if (topic, p) not in seen]
     rows.sort(key=lambda p: (-(p.lag_records if p.lag_records is not None else 1 << 62),
                              p.topic, p.partition))
     known = all(p.lag_records is not None and p.lag_ms is not None for p in rows)
@@ -140,8 +157,19 @@ def link_view(info: LinkInfo) -> LinkView:
     )
 
 
-def frame_of(links: list[LinkInfo], at_ms: int, bootstrap: str) -> Frame:
-    return Frame(at_ms, bootstrap, tuple(link_view(x) for x in sorted(links, key=lambda x: x.name)))
+def frame_of(
+    links: list[LinkInfo], at_ms: int, bootstrap: str, topics: Mapping[str, int] | None = None
+) -> Frame:
+    return Frame(
+        at_ms, bootstrap, tuple(link_view(x, topics) for x in sorted(links, key=lambda x: x.name))
+    )
+
+
+def read_frame(admin: AdminClient, at_ms: Callable[[], int], bootstrap: str) -> Frame:
+    """One frame from the cluster: its links, then its topics' partition counts."""
+    links = admin.list_links()
+    topics = {t.name: t.partition_count for t in admin.list_topics()}
+    return frame_of(links, at_ms(), bootstrap, topics)
 
 
 def _duration(ms: int) -> str:
@@ -215,7 +243,7 @@ def render(
 
 
 def watch(
-    fetch: Callable[[], list[LinkInfo]],
+    fetch: Callable[[], Frame],
     bootstrap: str,
     out: TextIO,
     *,
@@ -231,7 +259,7 @@ def watch(
     previous: Frame | None = None
     while True:
         try:
-            frame = frame_of(fetch(), clock(), bootstrap)
+            frame = fetch()
         except CcrError as exc:
             links = previous.links if previous is not None else ()
             frame = Frame(clock(), bootstrap, links, f"{exc.code}: {exc.message}")

@@ -66,6 +66,16 @@ def test_view_takes_the_largest_known_lag_and_never_guesses() -> None:
     assert "ab    A       ASYNC  FOLLOWING  4s   -" in text
 
 
+def test_a_followed_partition_without_a_row_has_an_unknown_lag() -> None:
+    info = _info("FOLLOWING", FOLLOWS, [_row(0, 0, leo=5)])
+    view = link_view(info, {"t": 2, "u": 1, "_t": 1})  # "u" and "_t" are not followed
+    assert [(p.topic, p.partition, p.lag_records) for p in view.partitions] == [
+        ("t", 1, None), ("t", 0, 0)
+    ]
+    assert view.max_lag_records is None
+    assert link_view(info, {"t": 1}).max_lag_records == 0
+
+
 def test_render_shows_the_rate_between_frames() -> None:
     first = frame_of([_info("FOLLOWING", FOLLOWS, [_row(0, 0, leo=100)])], 10_000, "b:1")
     second = frame_of([_info("FOLLOWING", FOLLOWS, [_row(0, 0, leo=300)])], 12_000, "b:1")
