@@ -271,7 +271,7 @@ async def _fetch(ctx: Context, req: Any) -> dict[str, Any]:
             max_bytes=_response_max_bytes(int(field(req, "max_bytes", 0))),
             read_committed=read_committed,
         )
-        node.metrics.fetched(Listener.KAFKA, (f.records for f in fetched if f.error is None))
+    returned: list[bytes] = []  # the records answered, for the metrics
     responses = []
     for key, _name, entries in layout:
         partitions: list[dict[str, Any]] = []
@@ -307,6 +307,7 @@ async def _fetch(ctx: Context, req: Any) -> dict[str, Any]:
                     }
                 )
                 continue
+            returned.append(f.records)
             partitions.append(
                 {
                     "partition_index": partition,
@@ -343,6 +344,7 @@ async def _fetch(ctx: Context, req: Any) -> dict[str, Any]:
         else:
             entry["topic"] = key
         responses.append(entry)
+    node.metrics.fetched(Listener.KAFKA, returned)
     return {
         "throttle_time": 0,
         "error_code": 0,
