@@ -1,11 +1,11 @@
 """`ccr-admin top`: a cluster's links and their lag, live in the terminal.
 
 Each frame is one ListLinks call (what describe-link shows of every link)
-and one ListTopics call, so it needs no metrics endpoint. Per link: its state and for how long, and its
-largest follower lag in records and ms (Cluster Linking's MaxLag, read as
-`linkd --metrics-listen` exports it: known only when every follower
-partition's lag is known); then the follower partitions, the most lagging
-first. Between two frames of a live view, REC/S is how fast the link's
+and one ListTopics call, so it needs no metrics endpoint. Per link: its
+state and for how long, and its largest follower lag in records and ms
+(Cluster Linking's MaxLag, read as `linkd --metrics-listen` exports it:
+known only when every follower partition's lag is known); then the follower
+partitions, the most lagging first. Between two frames of a live view, REC/S is how fast the link's
 follower partitions grew.
 
 Rules:

@@ -324,3 +324,5 @@ def test_a_mirror_link_exposes_mirrormaker2_metrics(daemon_factory: Any) -> None
                   **checkpoint) or -1) >= 0
     # No replication link on B: its link families have no samples.
     assert "ccr_link_state" not in samples
+    # B first: its engine's clients would wait for A, gone, until the stop bound.
+    b.terminate()
