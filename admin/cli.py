@@ -27,6 +27,7 @@
     list-links
     describe-link NAME [--wait-for STATE [--wait SECONDS]]
     delete-link NAME
+    top [--interval S] [--once] [--partitions N]   (links and their lag, live until Ctrl-C)
     attach-namespace --link L --type T --local-prefix P --remote-prefix Q --leader local|remote
     detach-namespace --link L --type T --local-prefix P
     failover --link L [--force]
@@ -69,6 +70,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from admin import top
 from admin.admin_client import (
     NAMESPACE_TYPES,
     AdminClient,
@@ -941,6 +943,33 @@ def cmd_describe_link(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    """Links and their lag: one frame (--once, --json), or live until Ctrl-C."""
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    with _admin(args) as admin:
+        if args.json or args.once:
+            frame = top.read_frame(admin, now_ms, args.bootstrap)
+            if args.json:
+                _emit(frame.to_dict())
+            else:
+                sys.stdout.write(top.render(frame, max_partitions=args.partitions))
+            return EXIT_OK
+        try:
+            top.watch(
+                lambda: top.read_frame(admin, now_ms, args.bootstrap),
+                args.bootstrap,
+                sys.stdout,
+                interval_s=args.interval,
+                max_partitions=args.partitions,
+                clear=sys.stdout.isatty(),
+            )
+        except KeyboardInterrupt:  # Ctrl-C is how a live view ends
+            return EXIT_OK
+    return EXIT_OK
+
+
 def cmd_delete_link(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         admin.delete_link(args.name)
@@ -1323,6 +1352,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_commands(add)
     _namespace_commands(add)
     _link_commands(add)
+    _top_command(add)
     _operation_commands(add)
     _mirror_commands(add)
     return parser
@@ -1580,6 +1610,30 @@ def _link_commands(add: _Add) -> None:
     )
     p.add_argument("--link", required=True, type=_non_empty)
     p.add_argument("mode", choices=("sync", "async", "SYNC", "ASYNC"))
+
+
+def _top_command(add: _Add) -> None:
+    p = add(
+        "top",
+        cmd_top,
+        "show every link's state and lag live, refreshed every --interval seconds until "
+        "Ctrl-C (--once: one frame; --json: one JSON frame)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between frames (default 2)",
+    )
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument(
+        "--partitions",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="follower partitions shown per link, the most lagging first (default 10)",
+    )
 
 
 def _operation_commands(add: _Add) -> None:
