@@ -17,4 +17,11 @@ ruff check .
 echo "== mypy"
 mypy
 echo "== pytest"
-exec pytest "$@"
+# Several workers (CCR_TEST_WORKERS, default 3; 0 runs in this process): most
+# of the suite is real daemons and clients waiting on each other. --dist
+# loadscope keeps a module's tests on one worker, so module fixtures start once.
+workers="${CCR_TEST_WORKERS:-3}"
+if [ "$workers" = 0 ]; then
+  exec pytest "$@"
+fi
+exec pytest -n "$workers" --dist loadscope "$@"
