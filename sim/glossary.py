@@ -14,7 +14,8 @@ Rules:
   measures never happened (no failover, no mirror, no client of that class).
 - `zero_bound` marks counts of bad events (lost, duplicated or truncated
   records): a sweep whose every seed counts 0 is reported with the bound n
-  clean seeds give (rule of three: below 3/n at 95%).
+  clean seeds give (below 1 - 0.05^(1/n) at 95%; about 3/n, the rule of
+  three, for many seeds).
 
 Theory of operation: `ENTRIES` is the table; `lookup` compiles each pattern
 once; `column_legend` explains aggregate columns (`<metric>_<stat>`);

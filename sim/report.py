@@ -12,8 +12,9 @@ Rules:
   percentile bootstrap over the seeds, 2,000 resamples, fixed seed
   `BOOTSTRAP_SEED`, so the report is deterministic), min, median, max. A count
   of bad events (`glossary.Entry.zero_bound`) that is 0 in each of n seeds, and
-  the runs with violations when none has one, are stated with the rule of
-  three: the chance of the event per seed is below 3/n at 95% confidence.
+  the runs with violations when none has one, are stated with the bound n
+  clean seeds give: below 1 - 0.05^(1/n) per seed at 95% confidence, about
+  3/n (the rule of three) from 30 seeds on.
 - Timelines (link states per link, faults as shaded bars, operator actions,
   client operations and their outcomes, over virtual time) come from running
   the run again in this process (`sim.timeline.record`); the replay's trace
@@ -174,8 +175,16 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, f
 
 
 def rule_of_three(n: int) -> str:
-    """The bound n clean seeds give on the per-seed chance of an event."""
-    return f"0 of {n}: below {3 / n:.2g} per seed at 95% (rule of three: 3/n)"
+    """The bound n clean seeds give on the per-seed chance of an event: 3/n (the
+    rule of three) from 30 seeds on; below that, the exact bound 1 - 0.05^(1/n),
+    of which 3/n is the large-n approximation (3/n is 1 or more for n <= 3)."""
+    if n >= 30:
+        return f"0 of {n}: below {3 / n:.2g} per seed at 95% (rule of three: 3/n)"
+    exact = 1 - 0.05 ** (1 / n)
+    return (
+        f"0 of {n}: below {exact:.2g} per seed at 95% (exact: 1 - 0.05^(1/n); "
+        f"too few seeds for the rule of three, 3/n)"
+    )
 
 
 def metric_stats(cell_runs: pd.DataFrame, metric: str) -> MetricStats | None:
@@ -580,8 +589,9 @@ def build(out_dir: str | os.PathLike[str], timelines: Sequence[str] = ()) -> str
         "<p class=muted>A cell is one scenario with one set of parameters; its runs differ "
         "only by seed. Means carry a 95% confidence interval from a percentile bootstrap over "
         f"the seeds ({BOOTSTRAP_RESAMPLES} resamples, fixed seed). A count of bad events that "
-        "is 0 in all n seeds is stated with the rule of three: the chance of the event in a "
-        "seed is below 3/n at 95% confidence. Times are virtual milliseconds.</p>"
+        "is 0 in all n seeds is stated with the bound that gives: at 95% confidence the "
+        "chance of the event in a seed is below 1 - 0.05^(1/n), about 3/n (the rule of "
+        "three) for 30 seeds or more. Times are virtual milliseconds.</p>"
     )
     toc = "<h2>Cells</h2><table><tr><th>cell</th><th>seeds</th><th>violations</th></tr>"
     for c in all_cells:

@@ -1,5 +1,5 @@
-"""`ccr-sim report`: the HTML report of a real small sweep, opened in headless
-Chromium, plus the reader of runs/ in both layouts (flat and hive-partitioned).
+"""`ccr-sim report`: the HTML report of the README's small sweep, opened in
+headless Chromium, and the reader of the partitioned runs table.
 
 The browser test needs Debian's `chromium` (/usr/bin/chromium; scripts/test.sh
 installs it with apt-get when missing) and Python's playwright (the dev extra).
@@ -22,25 +22,15 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-# Two scenarios x 2 seeds, shortened: a failover with a consumer that moves
-# (RPO, re-reads, availability) and a writable failover (refused writes).
-SWEEP_TOML = """\
-name = "report-test"
-description = "two failovers, two seeds, shortened"
-scenarios = ["failover-writable", "mirror-vs-link-failover"]
-seeds = [1, 2]
-[params]
-liveness_ms = 10000
-"""
+ROOT = Path(__file__).resolve().parent.parent
+# The README's small sweep (2 scenarios x 2 link latencies x 4 seeds), serially.
+SMALL = ROOT / "sim" / "sweeps" / "small.toml"
 
 
 @pytest.fixture(scope="module")
 def sweep_out(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("report")
-    sweep_file = root / "report-test.toml"
-    sweep_file.write_text(SWEEP_TOML)
-    out = root / "out"
-    code = cli.main(["sweep", str(sweep_file), "--serial", "--out", str(out),
+    out = tmp_path_factory.mktemp("report") / "out"
+    code = cli.main(["sweep", str(SMALL), "--serial", "--out", str(out),
                      "--no-progress", "--report"])
     assert code == 0
     yield out
@@ -55,13 +45,16 @@ def test_sweep_report_writes_one_self_contained_file(
     # Nothing to fetch: no external URL, script or style sheet.
     assert "http://" not in page and "https://" not in page and "<script" not in page
     assert "<link" not in page
-    assert page.count("data:image/png;base64,") >= 4  # 2 distributions + 2 timelines
+    assert page.count("data:image/png;base64,") >= 8  # 4 cells: distributions + timelines
     # Provenance and the statistics the report promises.
     assert manifest["git_commit"] in page
-    assert "ccr-sim run failover-writable --seed 1 --param liveness_ms=10000" in page
+    assert (
+        "ccr-sim run dr-multi-zone --seed 1 --param link_latency_ms=50 --param mode=ASYNC"
+        in page
+    )
     # The replays for the timelines matched the sweep's trace digests.
-    assert page.count("equals the sweep's") == 2 and "differs from" not in page
-    assert "0 of 2: below 1.5 per seed at 95% (rule of three: 3/n)" in page
+    assert page.count("equals the sweep's") == 4 and "differs from" not in page
+    assert "0 of 4: below 0.53 per seed at 95% (exact: 1 - 0.05^(1/n)" in page
     assert "95% CI of the mean" in page
     assert "availability_target_producer" in page and "expected value" in page
 
@@ -100,7 +93,7 @@ def test_report_in_headless_chromium(sweep_out: Path, tmp_path: Path) -> None:
         finally:
             browser.close()
     assert errors == []
-    assert len(boxes) >= 4
+    assert len(boxes) >= 8
     image = Image.open(shot).convert("RGB")
     for b in boxes:
         assert b["ok"] and b["w"] > 300 and b["h"] > 200, b
@@ -119,11 +112,13 @@ def test_load_runs_reads_the_partitioned_table_in_run_order(sweep_out: Path) -> 
     assert (sweep_out / "runs" / "scenario=failover-writable").is_dir()
     assert not any(isinstance(t, pd.CategoricalDtype) for t in runs.dtypes)
     assert list(runs["run_index"]) == list(range(len(runs)))
-    assert [int(v) for v in runs["param_liveness_ms"]] == [10000] * len(runs)
+    assert sorted(set(runs["param_link_latency_ms"])) == [2, 50]
     cells = report.cells(runs)
-    assert [c.title for c in cells] == [
-        "failover-writable (liveness_ms=10000)", "mirror-vs-link-failover (liveness_ms=10000)"
+    assert [c.title for c in cells][:2] == [
+        "dr-multi-zone (link_latency_ms=2, mode=ASYNC)",
+        "dr-multi-zone (link_latency_ms=50, mode=ASYNC)",
     ]
+    assert len(cells) == 4
 
 
 def test_bad_input_is_refused_by_name(sweep_out: Path, tmp_path: Path) -> None:
