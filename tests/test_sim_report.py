@@ -49,7 +49,7 @@ def test_sweep_report_writes_one_self_contained_file(
     # Provenance and the statistics the report promises.
     assert manifest["git_commit"] in page
     assert (
-        "ccr-sim run dr-multi-zone --seed 1 --param link_latency_ms=50 --param mode=ASYNC"
+        "ccr-sim run dr-multi-zone --seed 1 --param link_latency_ms=150 --param mode=ASYNC"
         in page
     )
     # The replays for the timelines matched the sweep's trace digests.
@@ -112,11 +112,11 @@ def test_load_runs_reads_the_partitioned_table_in_run_order(sweep_out: Path) -> 
     assert (sweep_out / "runs" / "scenario=failover-writable").is_dir()
     assert not any(isinstance(t, pd.CategoricalDtype) for t in runs.dtypes)
     assert list(runs["run_index"]) == list(range(len(runs)))
-    assert sorted(set(runs["param_link_latency_ms"])) == [2, 50]
+    assert sorted(set(runs["param_link_latency_ms"])) == [2, 150]
     cells = report.cells(runs)
     assert [c.title for c in cells][:2] == [
         "dr-multi-zone (link_latency_ms=2, mode=ASYNC)",
-        "dr-multi-zone (link_latency_ms=50, mode=ASYNC)",
+        "dr-multi-zone (link_latency_ms=150, mode=ASYNC)",
     ]
     assert len(cells) == 4
 
