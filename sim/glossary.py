@@ -247,6 +247,42 @@ ENTRIES: tuple[Entry, ...] = (
         "summed over the run's mirror flows",
         "not a mirror run (every edge is an offset-preserving link)",
     ),
+    # ---- Connect groups (sim/connect_driver.py)
+    Entry(
+        "connect_rebalances", Unit.COUNT, Group.MIRROR,
+        "rebalance rounds of the Kafka Connect groups that run the mirror edges "
+        "(follow-up rounds of a cooperative rebalance count apart)",
+        "one per round the group's leader assigned",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_task_pauses", Unit.COUNT, Group.MIRROR,
+        "times a MirrorSourceTask stopped copying and was run again (crash, pause, "
+        "cut-off or revocation, then resumption)",
+        "one per stop followed by a resumption; the first start is not one",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_task_pause_ms_max", Unit.MS, Group.MIRROR,
+        "the longest replication pause of a task: from the moment it stopped copying to "
+        "the moment a worker ran it again",
+        "maximum over every task pause of the run",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_task_pause_ms_p50", Unit.MS, Group.MIRROR,
+        "the median replication pause of a task (stop to resumption)",
+        "nearest-rank median over every task pause of the run",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_recopied_records", Unit.RECORDS, Group.MIRROR,
+        "source offsets a task copied again after it moved: the target had acknowledged "
+        "them, the source commit had not happened when the task stopped",
+        "per partition at each task start: highest acknowledged position minus the "
+        "committed one it resumes at (transaction markers in the span count)",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)", zero_bound=True,
+    ),
     # ---- operators and faults
     Entry(
         "actions_ok", Unit.COUNT, Group.OPERATORS,

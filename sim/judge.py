@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 from linkd.core import records as rb
 from sim import checkers, status_checks
+from sim.connect_driver import ConnectMirror
 from sim.history import Send
+from sim.metrics import percentile
 
 if TYPE_CHECKING:
     from sim.world import Simulation
@@ -180,7 +182,21 @@ def final_checks(sim: Simulation) -> None:
         for key in sorted(sim.mirrors):
             for name, value in sim.mirrors[key].stats.as_dict().items():
                 sim.metrics.add(f"mirror_{name}", value)
+        connect_metrics(sim)
         sim.metrics.set(
             "mirror_duplicates_stored",
             sum(len(final[k]) - len(set(final[k].values())) for k in sorted(mirrored)),
         )
+
+
+def connect_metrics(sim: Simulation) -> None:
+    """The Connect groups' rebalances, task pauses and re-copies (sim.connect_driver)."""
+    groups = [m for _k, m in sorted(sim.mirrors.items()) if isinstance(m, ConnectMirror)]
+    if not groups:
+        return
+    pauses = [p for g in groups for p in g.pauses_ms]
+    sim.metrics.set("connect_rebalances", sum(g.rebalances for g in groups))
+    sim.metrics.set("connect_task_pauses", len(pauses))
+    sim.metrics.set("connect_task_pause_ms_max", max(pauses, default=0))
+    sim.metrics.set("connect_task_pause_ms_p50", percentile(pauses, 50))
+    sim.metrics.set("connect_recopied_records", sum(g.recopied for g in groups))

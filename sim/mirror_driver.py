@@ -198,8 +198,19 @@ class MirrorDriver:
         network: Network,
         sizes: FetchSizes,
         observer: Observer,
+        partitions: frozenset[TopicPartition] | None = None,
+        checkpoints: bool = True,
     ) -> None:
         self.name = name
+        # A Connect task copies only its partitions (sim.connect_driver); None: all.
+        self.partitions = partitions
+        self.run_checkpoints = checkpoints
+        # A paused process: the next step waits for thaw() (sim.connect_driver).
+        self.frozen = False
+        self._parked = False
+        # Called with the positions new partitions start at (sim.connect_driver
+        # counts re-copies from them).
+        self.on_start_positions: Callable[[dict[TopicPartition, int]], None] | None = None
         self.source = source
         self.target = target
         self.flow = flow
@@ -250,6 +261,8 @@ class MirrorDriver:
 
     def start(self) -> None:
         self.queue.after(0, f"mirror {self.name} step", self.step)
+        if not self.run_checkpoints:
+            return
         if self.flow.emit_checkpoints_enabled:
             self.queue.after(
                 self.flow.emit_checkpoints_interval_ms,
@@ -266,6 +279,22 @@ class MirrorDriver:
     def stop(self) -> None:
         self.stopped = True
         self._generation += 1
+
+    def stop_committing(self) -> None:
+        """A graceful stop (a Connect task revoked): answers in flight are
+        dropped, and the positions the target acknowledged are committed on
+        the source one last time (lost if that call fails)."""
+        self.stop()
+        commit = dict(sorted(self.uncommitted.items()))
+        if not commit:
+            return
+
+        def serve(reply: Reply) -> None:
+            self._commit_on_source(commit)
+            reply(lambda: None, CONTROL_MESSAGE_BYTES)
+
+        size = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * len(commit)
+        self.call(self.source, "final commit", size, serve, lambda: None)
 
     def _next(self) -> None:
         self.backoff_ms = BACKOFF_MIN_MS
@@ -356,8 +385,18 @@ class MirrorDriver:
 
     # -- the source task ------------------------------------------------------------------------
 
+    def thaw(self) -> None:
+        """A paused process runs again: a step that waited runs now."""
+        self.frozen = False
+        if self._parked and not self.stopped:
+            self._parked = False
+            self.queue.after(0, f"mirror {self.name} step", self.step)
+
     def step(self) -> None:
         if self.stopped:
+            return
+        if self.frozen:
+            self._parked = True
             return
         self._send_syncs(self.writer.tick(self.queue.now_ms))
         if self.flow.refresh_topics_enabled and (
@@ -430,6 +469,7 @@ class MirrorDriver:
                 self.queue.note(f"mirror {self.name} cannot grow {remote}: {exc.code.name}")
                 continue
             target.execute(effects, "metadata", self.observer.logical_bytes)
+        started: dict[TopicPartition, int] = {}
         for topic, count in sorted(listing.items()):
             remote_name = self.remote_topic(topic)
             if remote_name is None or remote_name not in target.state.topics:
@@ -437,10 +477,13 @@ class MirrorDriver:
             width = min(count, len(target.state.topics[remote_name].partitions))
             for p in range(width):
                 tp = TopicPartition(topic, p)
-                if tp in self.assigned:
+                mine = self.partitions is None or tp in self.partitions
+                if tp in self.assigned or not mine:
                     continue
                 self.assigned[tp] = remote_name
-                self.positions[tp] = committed.get(tp, starts.get(tp, 0))
+                self.positions[tp] = started[tp] = committed.get(tp, starts.get(tp, 0))
+        if started and self.on_start_positions is not None:
+            self.on_start_positions(started)
         self.refreshed = True
         self._next_refresh_ms = self.queue.now_ms + flow.refresh_topics_interval_ms
         self._next()

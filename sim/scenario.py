@@ -28,12 +28,18 @@ Tables and keys (units last; every time is virtual milliseconds):
               emit_checkpoints_interval_ms, offset_lag_max,
               offset_flush_interval_ms, refresh_topics_interval_ms,
               offset_syncs_topic_location (source|target)
+  [connect]   workers (0: each mirror runs as one process; N: a Kafka Connect
+              group of N workers, sim.connect_driver), protocol (eager|
+              compatible|sessioned: connect.protocol), tasks_max,
+              scheduled_rebalance_max_delay_ms, session_timeout_ms, rebalance_ms
   [[workloads]] kind (producer|bulk_producer|consumer|script), name, cluster, topic, ...
               (script: name and sends = [{at_ms, cluster, topic, partition,
               value, txn, abort, open}, ...], replayed as they are; an
               open transaction is never ended by its producer)
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
-              restart|pause|resume|unclean_election), and the keys of that kind
+              restart|pause|resume|unclean_election, and for Connect workers
+              worker_crash|worker_restart|worker_pause|worker_isolate), and the
+              keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
               set_mode|attach|detach|recover|reverse|set_reserved|manual_reverse),
               and its keys
@@ -53,6 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
+from sim.connect_driver import WORKER_FAULTS, ConnectSettings
 from sim.mirror_driver import LINK_TYPES, MirrorOptions
 from sim.topology import KINDS, cluster_names
 from sim.workloads import ConsumerSpec, ProducerSpec, ScriptSend, ScriptSpec
@@ -166,6 +174,7 @@ class FaultSpec:
     partition: int = 0
     records: int = 0
     loss: float = 0.0  # kind loss: the probability that a message is dropped
+    worker: str = ""  # worker_*: a Connect worker of every mirror edge (w0, w1, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +226,7 @@ class Scenario:
     base_dir: str = ""
     scripts: tuple[ScriptSpec, ...] = ()
     operators: OperatorsSpec = field(default_factory=OperatorsSpec)
+    connect: ConnectSettings = field(default_factory=ConnectSettings)
 
 
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
@@ -236,7 +246,13 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # An attacker replays the last call each link made to `node`, and sends
     # one without a session: both must be refused (link_sessions runs only).
     "forge": ("node",),
+    # A Connect worker (sim.connect_driver) of each mirror edge.
+    "worker_crash": ("worker", "duration_ms", "permanent"),
+    "worker_restart": ("worker",),
+    "worker_pause": ("worker", "duration_ms"),
+    "worker_isolate": ("worker", "duration_ms"),
 }
+assert set(WORKER_FAULTS) <= set(FAULT_KINDS)
 
 # Kinds that were renamed, and what to write instead.
 RENAMED_KINDS = {
@@ -336,6 +352,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         "faults",
         "actions",
         "operators",
+        "connect",
     }
     unknown = sorted(k for k in data if k not in known)
     if unknown:
@@ -404,6 +421,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     faults = tuple(_checked_kind(FaultSpec, FAULT_KINDS, "[[faults]]", data.get("faults", [])))
     actions = tuple(_checked_kind(ActionSpec, ACTION_KINDS, "[[actions]]", data.get("actions", [])))
     operators = _build(OperatorsSpec, "[operators]", data.get("operators", {}))
+    connect = _build(ConnectSettings, "[connect]", data.get("connect", {}))
     scenario = Scenario(
         name,
         description,
@@ -420,11 +438,32 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         base_dir,
         scripts=tuple(scripts),
         operators=operators,
+        connect=connect,
     )
     _check_names(scenario)
+    _check_connect(scenario.connect, "[connect]")
+    for i, f in enumerate(scenario.faults):
+        names = {f"w{n}" for n in range(scenario.connect.workers)}
+        if f.kind in WORKER_FAULTS and f.worker not in names:
+            raise ScenarioError(
+                f"[[faults]] #{i + 1}: worker = {f.worker!r} is not a worker of [connect] "
+                f"(workers = {scenario.connect.workers}: w0..w{scenario.connect.workers - 1})"
+            )
     _check_link_types(scenario)
     _check_link_sessions(scenario)
     return scenario
+
+
+def _check_connect(c: ConnectSettings, where: str) -> None:
+    try:
+        ConnectProtocol.parse(c.protocol)
+    except ConnectProtocolError as exc:
+        raise ScenarioError(f"{where}: protocol: {exc}") from exc
+    if c.workers > 26:
+        raise ScenarioError(f"{where}: workers = {c.workers} must be within 0..26")
+    for key in ("tasks_max", "session_timeout_ms", "rebalance_ms"):
+        if getattr(c, key) < 1:
+            raise ScenarioError(f"{where}: {key} = {getattr(c, key)} must be >= 1")
 
 
 def _check_link_sessions(scenario: Scenario) -> None:
@@ -616,6 +655,11 @@ PARAMS: dict[str, tuple[str, str]] = {
     "transactional_fraction": ("workloads", "transactional_fraction"),
     # link | mirror, for every edge (overrides each edge's own type).
     "link_type": ("topology", "link_type"),
+    # Kafka Connect deployment of mirror edges ([connect]).
+    "connect_workers": ("connect", "workers"),
+    "connect_protocol": ("connect", "protocol"),
+    "tasks_max": ("connect", "tasks_max"),
+    "scheduled_rebalance_max_delay_ms": ("connect", "scheduled_rebalance_max_delay_ms"),
 }
 # The parameters that set a path's network for every link, edges' own values included.
 EDGE_NETWORK_PARAMS = frozenset(
@@ -672,6 +716,8 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 raise ScenarioError(
                     f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
                 )
+        if table == "connect":
+            _check_connect(new, f"parameters ({table})")
         s = dataclasses.replace(s, **{table: new})
     if "link_type" in params:
         s = dataclasses.replace(s, edges=tuple(dataclasses.replace(e, type="") for e in s.edges))

@@ -48,6 +48,7 @@ from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
 from sim.cluster_node import SimCluster
+from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
 from sim.history import History, Send
 from sim.link_driver import FetchSizes
@@ -56,7 +57,7 @@ from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
 from sim.operators import Operators, SimLinkSecurity
-from sim.scenario import ActionSpec, Scenario
+from sim.scenario import ActionSpec, FaultSpec, Scenario
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
@@ -116,7 +117,8 @@ class Simulation:
         # Failovers that answered: (cluster, link id, time, what they reported).
         self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
-        self.mirrors: dict[str, MirrorDriver] = {}
+        # With [connect] workers: a ConnectMirror (a Connect group running the flow).
+        self.mirrors: dict[str, MirrorDriver | ConnectMirror] = {}
         self.offset_watch = checkers.OffsetWatch()
         self.status_watch = status_checks.StatusWatch(c.session_timeout_ms)
         self._status_probed_ms = 0
@@ -246,6 +248,11 @@ class Simulation:
             self.scripts.append(script)
             script.start()
         for fault in s.faults:
+            if fault.kind in WORKER_FAULTS:
+                self.queue.at(
+                    fault.at_ms, f"fault {fault.kind}", functools.partial(self.worker_fault, fault)
+                )
+                continue
             self.queue.at(
                 fault.at_ms, f"fault {fault.kind}", functools.partial(self.nemesis.fault, fault)
             )
@@ -427,6 +434,22 @@ class Simulation:
             (e for e in self.scenario.edges if (e.source, e.target) == (source, target)), None
         )
         options = MirrorOptions.of(edge) if edge is not None else MirrorOptions()
+        if self.scenario.connect.workers:
+            group = ConnectMirror(
+                name,
+                self.clusters[source],
+                self.clusters[target],
+                build_flow(source, target, options),
+                self.queue,
+                self.network,
+                self.sizes,
+                self,
+                self.scenario.connect,
+            )
+            self.mirrors[f"{target}/{name}"] = group
+            group.start()
+            self.queue.note(f"mirror {name} created {source}->{target} on Connect")
+            return
         driver = MirrorDriver(
             name,
             self.clusters[source],
@@ -441,7 +464,15 @@ class Simulation:
         driver.start()
         self.queue.note(f"mirror {name} created {source}->{target}")
 
-    def _mirror_failover(self, cluster: str, mirror: MirrorDriver) -> None:
+    def worker_fault(self, f: FaultSpec) -> None:
+        """A fault of a Connect worker, on every mirror edge's group (none on links)."""
+        self.queue.note(f"fault {f.kind} {f.worker}")
+        for key in sorted(self.mirrors):
+            group = self.mirrors[key]
+            if isinstance(group, ConnectMirror):
+                group.fault(f.kind, f.worker, f.duration_ms, f.permanent)
+
+    def _mirror_failover(self, cluster: str, mirror: MirrorDriver | ConnectMirror) -> None:
         """A failover through a MirrorMaker 2 flow. MM2 has none of its own: the
         operator stops the flow and moves the applications to the target's
         remote topics. Consumers resume at their group's offsets there (written
@@ -798,6 +829,10 @@ class Simulation:
         # Liveness phase: heal everything and demand convergence within a bound.
         self.queue.note("liveness phase: heal all")
         self.nemesis.heal_all()
+        for key in sorted(self.mirrors):
+            group = self.mirrors[key]
+            if isinstance(group, ConnectMirror):
+                group.heal_all()
         deadline = s.run.duration_ms + s.run.liveness_ms
         converged_at: list[int] = []
 

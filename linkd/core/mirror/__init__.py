@@ -19,6 +19,8 @@ Modules (each opens with its rules and the Kafka class they come from):
 - exactly_once: atomic commits of records plus source offsets; restart.
 - metrics: MM2's metric names as an accumulator.
 - properties / config: Java properties syntax and mm2.properties flows.
+- connect: how MM2 is deployed: Connect's worker group, eager and incremental
+  cooperative (KIP-415) rebalances, MirrorSourceConnector's task split.
 
 Theory of operation, for one flow A->B (the shell's loop):
 1. `topic_sync.plan_remote_topics` says which topics to create/grow on B.
