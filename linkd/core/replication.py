@@ -34,6 +34,7 @@ from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
+from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -397,7 +398,10 @@ def skip_gap(state: ClusterState, gap: Gap, config: LinkConfig) -> list[Effect]:
     item = ProvenanceItem.gap(
         gap.from_offset, gap.to_offset, config.link_id, gap.reason, gap.at_ms
     )
-    if last is None or last.kind is not ProvenanceKind.GAP or last.to_offset != gap.to_offset:
+    repeated = (
+        last is not None and last.kind is ProvenanceKind.GAP and last.to_offset == gap.to_offset
+    )
+    if not repeated and not undo.undone(8):
         record = item.journal_record(gap.topic, gap.partition)
         state.apply_record(record)
         effects.append(Journal((record,)))
