@@ -157,6 +157,11 @@ class LinkInfo:
     history: list[dict[str, Any]]
     # Mappings a side detached because it could not honour them, with a note.
     refused_mappings: list[dict[str, Any]] = field(default_factory=list)
+    # Gaps of this side's follower partitions (records never copied: the
+    # source's log start had passed them): topic, partition, from_offset,
+    # to_offset, at_ms, reason, stopped (waiting for resume-partition).
+    gaps: list[dict[str, Any]] = field(default_factory=list)
+    gap_policy: str = "continue"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -174,6 +179,8 @@ class LinkInfo:
             "partitions": list(self.partitions),
             "history": list(self.history),
             "refused_mappings": list(self.refused_mappings),
+            "gap_policy": self.gap_policy,
+            "gaps": list(self.gaps),
         }
 
 
@@ -234,6 +241,20 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         partitions=[_lag_dict(p) for p in d.partitions],
         history=[{"state": h.state, "entered_at_ms": h.entered_at_ms} for h in d.history],
         refused_mappings=[_mapping_dict(m) for m in d.refused_mappings],
+        gaps=[
+            {
+                "topic": g.topic,
+                "partition": g.partition,
+                "from_offset": g.from_offset,
+                "to_offset": g.to_offset,
+                "records": g.to_offset - g.from_offset,
+                "at_ms": g.at_ms,
+                "reason": g.reason,
+                "stopped": g.stopped,
+            }
+            for g in d.gaps
+        ],
+        gap_policy=d.gap_policy or "continue",
     )
 
 
@@ -506,6 +527,8 @@ def provenance_dict(resp: admin_pb2.GetProvenanceResponse) -> dict[str, Any]:
                             {"group": m.group, "from_offset": m.from_offset}
                             for m in e.offsets_moved
                         ],
+                        "to_offset": e.to_offset,
+                        "at_ms": e.at_ms,
                     }
                     for e in p.provenance
                 ],
@@ -835,12 +858,16 @@ class AdminClient:
         credentials: str | None = None,
         local_bootstrap: str | None = None,
         timeout: float | None = None,
+        gap_policy: str | None = None,
     ) -> LinkInfo:
         """Changes this side's own settings of link `name`: the address it
-        dials (`remote`), its credentials for the remote, its own address.
+        dials (`remote`), its credentials for the remote, its own address;
+        and gap.policy ("continue" or "stop"), which both sides share.
         The cluster checks them with a session first; a remote that refuses
         them changes nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
         req = admin_pb2.AlterLinkRequest(name=name)
+        if gap_policy is not None:
+            req.gap_policy = gap_policy
         if remote is not None:
             req.remote_bootstrap = remote
         if credentials is not None:
@@ -848,6 +875,16 @@ class AdminClient:
         if local_bootstrap is not None:
             req.local_bootstrap = local_bootstrap
         return link_info(self._conn.call(self._conn.admin.AlterLink, req, self._t(timeout)))
+
+    def resume_partition(
+        self, link: str, topic: str, partition: int, timeout: float | None = None
+    ) -> LinkInfo:
+        """Lets a follower partition stopped at a gap (gap.policy stop) go on
+        from its source's log start, the gap recorded in its provenance."""
+        req = admin_pb2.ResumePartitionRequest(link=link, topic=topic, partition=partition)
+        return link_info(
+            self._conn.call(self._conn.admin.ResumePartition, req, self._t(timeout))
+        )
 
     def list_links(self, timeout: float | None = None) -> list[LinkInfo]:
         resp = self._conn.call(

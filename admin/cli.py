@@ -23,7 +23,8 @@
     delete-namespace --type T --prefix P
     create-link NAME --remote HOST:PORT [--remote-credentials-file F] [--connection local|remote]
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
-               [--local-bootstrap HOST:PORT]
+               [--local-bootstrap HOST:PORT] [--gap-policy continue|stop]
+    resume-partition LINK TOPIC PARTITION   (a follower partition stopped at a gap goes on)
     list-links
     describe-link NAME [--wait-for STATE [--wait SECONDS]]
     delete-link NAME
@@ -831,6 +832,13 @@ def _print_link(link: LinkInfo) -> None:
         for p in link.partitions:
             if p.get("problem"):
                 print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
+    print(f"  gap.policy {link.gap_policy}")
+    for g in link.gaps:
+        state = "stopped there (resume-partition goes on)" if g["stopped"] else "recorded"
+        print(
+            f"  gap: {g['topic']}-{g['partition']} [{g['from_offset']}, {g['to_offset']}) "
+            f"{g['records']} records never copied, at {g['at_ms']} ms, {state}: {g['reason']}"
+        )
 
 
 REMOTE_CREDENTIALS_ENV = "CCR_REMOTE_CREDENTIALS"
@@ -877,10 +885,15 @@ def cmd_create_link(args: argparse.Namespace) -> int:
 
 def cmd_alter_link(args: argparse.Namespace) -> int:
     credentials = _remote_credentials(args)
-    if args.remote_bootstrap is None and credentials is None and args.local_bootstrap is None:
+    if (
+        args.remote_bootstrap is None
+        and credentials is None
+        and args.local_bootstrap is None
+        and args.gap_policy is None
+    ):
         raise UsageError(
             "alter-link needs --remote-bootstrap, --remote-credentials-file "
-            f"(or ${REMOTE_CREDENTIALS_ENV}) or --local-bootstrap"
+            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap or --gap-policy"
         )
     with _admin(args) as admin:
         link = admin.alter_link(
@@ -888,11 +901,33 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
             remote=args.remote_bootstrap,
             credentials=credentials,
             local_bootstrap=args.local_bootstrap,
+            gap_policy=args.gap_policy,
         )
     if args.json:
         _emit(link.to_dict())
     else:
-        print(f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}")
+        print(
+            f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}, "
+            f"gap.policy {link.gap_policy}"
+        )
+    return EXIT_OK
+
+
+def cmd_resume_partition(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        link = admin.resume_partition(args.link, args.topic, args.partition)
+    if args.json:
+        _emit(link.to_dict())
+    else:
+        gap = [
+            g
+            for g in link.gaps
+            if (g["topic"], g["partition"]) == (args.topic, args.partition) and not g["stopped"]
+        ][-1]
+        print(
+            f"resumed {args.topic}-{args.partition} on link {link.name}: gap "
+            f"[{gap['from_offset']}, {gap['to_offset']}) recorded, copying from {gap['to_offset']}"
+        )
     return EXIT_OK
 
 
@@ -1071,6 +1106,11 @@ def _provenance_text(e: dict[str, Any]) -> str:
         )
     if e["kind"] == "detached":
         return f"at {e['offset']}: detached from link {link}"
+    if e["kind"] == "gap":
+        return (
+            f"gap [{e['offset']}, {e['to_offset']}): {e['to_offset'] - e['offset']} records "
+            f"never copied (link {link}, at {e['at_ms']} ms: {e['reason']})"
+        )
     why = " after a divergence" if e.get("reason") == "diverged" else ""
     moved = "".join(
         f"; group {m['group']} moved back from {m['from_offset']}"
@@ -1549,7 +1589,24 @@ def _link_commands(add: _Add) -> None:
     p.add_argument("name", type=_non_empty)
     p.add_argument("--remote-bootstrap", type=_link_address, metavar="[PROTOCOL://]HOST:PORT")
     p.add_argument("--local-bootstrap", type=_link_address, metavar="[PROTOCOL://]HOST:PORT")
+    p.add_argument(
+        "--gap-policy",
+        choices=("continue", "stop"),
+        help="gap.policy, shared by both sides: what a follower partition does when records "
+        "it must copy are gone from the source (continue: from the source's log start, the "
+        "gap recorded; stop: the partition stops until resume-partition)",
+    )
     _credentials_options(p)
+
+    p = add(
+        "resume-partition",
+        cmd_resume_partition,
+        "let a follower partition stopped at a gap (gap.policy stop) go on from its source's "
+        "log start, the gap recorded",
+    )
+    p.add_argument("link", type=_non_empty)
+    p.add_argument("topic", type=_non_empty)
+    p.add_argument("partition", type=_non_negative_int)
 
     add("list-links", cmd_list_links, "list replication links")
 

@@ -707,6 +707,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 admin_pb2.LinkStateChange(state=st, entered_at_ms=at) for st, at in summary.history
             ],
             refused_mappings=[_mapping_pb(m) for m in summary.refused],
+            gaps=[
+                admin_pb2.LinkGap(
+                    topic=row.gap.topic,
+                    partition=row.gap.partition,
+                    from_offset=row.gap.from_offset,
+                    to_offset=row.gap.to_offset,
+                    at_ms=row.gap.at_ms,
+                    reason=row.gap.reason,
+                    stopped=row.stopped,
+                )
+                for row in summary.gaps
+            ],
+            gap_policy=config.gap_policy.value,
         )
 
     @refusals
@@ -738,7 +751,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             r.remote_bootstrap if r.HasField("remote_bootstrap") else None,
             r.remote_credentials if r.HasField("remote_credentials") else None,
             r.local_bootstrap if r.HasField("local_bootstrap") else None,
+            r.gap_policy if r.HasField("gap_policy") else None,
         )
+        return self._link_pb(config.name)
+
+    @refusals
+    @needs_cluster(Op.ALTER)
+    async def ResumePartition(
+        self, request: admin_pb2.ResumePartitionRequest, context: Any
+    ) -> admin_pb2.LinkDescription:
+        config = await self.ops.resume_partition(request.link, request.topic, request.partition)
         return self._link_pb(config.name)
 
     @refusals

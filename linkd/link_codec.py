@@ -293,6 +293,7 @@ def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchR
             entry.diverging_epoch = p.diverging_epoch
         entry.records = p.records
         entry.marks_wanted = p.marks_wanted
+        entry.log_start_cause = p.log_start_cause
     return out
 
 
@@ -312,6 +313,7 @@ def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.Fetch
                 size_bytes=len(p.records),
                 error=error_of(p.error) if p.HasField("error") else None,
                 marks_wanted=p.marks_wanted,
+                log_start_cause=p.log_start_cause,
             )
             for p in reply.partitions
         ],
@@ -371,6 +373,9 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.P
                 e.link_id,
                 e.link_epoch,
                 e.removed_records,
+                e.reason,
+                to_offset=e.to_offset,
+                at_ms=e.at_ms,
             )
             for e in p.provenance
         ),
@@ -396,6 +401,9 @@ def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any
                 link_id=i.link_id,
                 link_epoch=i.link_epoch,
                 removed_records=i.removed,
+                to_offset=i.to_offset,
+                reason=i.reason,
+                at_ms=i.at_ms,
             )
             for i in side.provenance
         ],

@@ -336,7 +336,22 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         "partition is gone",
         labels=["link"],
     )
+    gaps = CounterMetricFamily(
+        "ccr_link_gaps",
+        "Gaps a follower partition recorded: records its source no longer held when the "
+        "link reached them (retention, deleted records)",
+        labels=["link", "topic", "partition"],
+    )
+    gap_records = CounterMetricFamily(
+        "ccr_link_gap_records",
+        "Offsets those gaps span: records the follower partition never copied",
+        labels=["link", "topic", "partition"],
+    )
     for link in links:
+        for g in link.gaps:
+            labels = [link.name, g.topic, str(g.partition)]
+            gaps.add_metric(labels, float(g.gaps))
+            gap_records.add_metric(labels, float(g.records))
         for name in STATES:
             state.add_metric([link.name, name], 1.0 if link.state == name else 0.0)
         for p in link.partitions:
@@ -351,7 +366,7 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         truncations.add_metric([link.name], float(link.counters.truncations))
         cuts.add_metric([link.name], float(link.counters.cuts))
     yield from (state, lag_records, lag_ms, max_records, max_ms, replicated_records,
-                replicated_bytes, truncations, cuts)
+                replicated_bytes, truncations, cuts, gaps, gap_records)
 
 
 def _mirror_families(rows: Iterable[MirrorRow]) -> Iterator[Metric]:

@@ -70,9 +70,12 @@ class Operations:
         remote_bootstrap: str | None,
         credentials: str | None,
         local_bootstrap: str | None,
+        gap_policy: str | None = None,
     ) -> LinkConfig:
         self.node.check_ready()
         changes: dict[str, str] = {}
+        if gap_policy is not None:
+            changes["gap_policy"] = gap_policy
         if remote_bootstrap is not None:
             changes["remote_bootstrap"] = remote_bootstrap
         if credentials is not None:
@@ -81,6 +84,13 @@ class Operations:
             changes["local_bootstrap"] = local_bootstrap
         config: LinkConfig = await self.links.host.drive(
             procedures.alter_link(self.node.state, name, changes, self._now)
+        )
+        return config
+
+    async def resume_partition(self, name: str, topic: str, partition: int) -> LinkConfig:
+        self.node.check_ready()
+        config: LinkConfig = await self.links.host.drive(
+            procedures.resume_partition(self.node.state, name, topic, partition)
         )
         return config
 

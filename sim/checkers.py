@@ -25,7 +25,8 @@ Invariants (spec section 10), checked where they can fail:
   same link configuration, swapped (`check_link_convergence`).
 Anomalies (Jepsen's names), from the history and the final logs:
 - lost_write: an acknowledged send is not at its offset on the cluster that
-  acknowledged it, and no reported truncation explains it.
+  acknowledged it, and no reported truncation (nor that cluster's own
+  retention) explains it.
 - duplicate: one value stored at two offsets of a partition.
 - skip: within one consumer session, a poll jumped over a stored record
   (for a read_committed consumer, one not of an aborted transaction).
@@ -52,6 +53,14 @@ from sim.store import PartitionStore
 FinalLogs = dict[tuple[str, str, int], dict[int, str]]
 # (cluster, topic, partition) -> offsets at which a reported truncation cut.
 Truncations = dict[tuple[str, str, int], list[int]]
+# (cluster, topic, partition) -> [from, to) offset ranges the cluster deleted
+# itself (retention, DeleteRecords): gone by its configuration, not lost.
+Deleted = dict[tuple[str, str, int], list[tuple[int, int]]]
+
+
+def was_deleted(deleted: Deleted | None, key: tuple[str, str, int], offset: int) -> bool:
+    """Whether the cluster deleted the offset itself (retention)."""
+    return deleted is not None and any(a <= offset < b for a, b in deleted.get(key, []))
 
 DETAIL_MAX = 5  # violations of one kind reported in full per check
 
@@ -148,6 +157,8 @@ def check_follower_log(
             range_end is not None and batch.next_offset > range_end
         ):
             break
+        if batch.base_offset < source_store.log_start_offset:
+            continue  # deleted on the source since (retention): nothing to compare with
         j = source_store.index_at(batch.base_offset)
         if j >= len(source_store.batches):
             continue  # beyond the source's log end: the prefix check's business
@@ -293,7 +304,7 @@ def check_link_convergence(
 
 
 def check_lost_writes(
-    history: History, final: FinalLogs, truncations: Truncations
+    history: History, final: FinalLogs, truncations: Truncations, deleted: Deleted | None = None
 ) -> list[Violation]:
     details: list[str] = []
     for o in history.sends():
@@ -306,6 +317,8 @@ def check_lost_writes(
             continue
         if any(cut <= v.offset for cut in truncations.get(key, [])):
             continue  # removed by a reported truncation: counted in metrics, not lost
+        if was_deleted(deleted, key, v.offset):
+            continue  # its retention deleted it: configured, not lost
         details.append(
             f"{o.process}: {v.value!r} acknowledged by {o.cluster} at {v.topic}-{v.partition} "
             f"offset {v.offset} (t={o.complete_ms} ms) is not there "

@@ -95,6 +95,9 @@ class SimCluster:
         self._data_waiters: list[tuple[Callable[[], None], frozenset[PartitionKey] | None]] = []
         # Called with (topic, partition, records removed) on each truncation.
         self.on_truncate: Callable[[str, int, int], None] | None = None
+        # (topic, partition, from, to): records this cluster deleted itself
+        # (retention, DeleteRecords), which no checker counts as lost.
+        self.on_delete_below: Callable[[str, int, int, int], None] | None = None
 
     def store(self, topic: str, partition: int) -> PartitionStore:
         return self.stores[(self.state.topic(topic).topic_id, partition)]
@@ -162,18 +165,30 @@ class SimCluster:
             elif isinstance(effect, core.DeleteBelow):
                 found = self.stores.get((effect.topic_id, effect.partition))
                 if found is not None:
+                    start = found.log_start_offset
                     found.delete_below(effect.offset)
+                    name = names.get(effect.topic_id)
+                    moved = found.log_start_offset > start
+                    if moved and name is not None and self.on_delete_below is not None:
+                        self.on_delete_below(
+                            name, effect.partition, start, found.log_start_offset
+                        )
             elif isinstance(effect, core.ResetLog | core.TruncateLog):
                 key = (effect.topic_id, effect.partition)
                 target = self.stores[key]
                 before = target.log_end_offset
+                start = target.log_start_offset
+                name = names.get(effect.topic_id)
                 if isinstance(effect, core.ResetLog):
                     target.reset(effect.offset)
+                    if start < before and name is not None and self.on_delete_below is not None:
+                        # A follower starting again past a gap: what it held
+                        # goes with its old log start, as retention would take it.
+                        self.on_delete_below(name, effect.partition, start, before)
                 else:
                     target.truncate_to(effect.offset)
                 touched.pop(key, None)
                 removed = max(0, before - target.log_end_offset)
-                name = names.get(effect.topic_id)
                 if removed and name is not None and self.on_truncate is not None:
                     self.on_truncate(name, effect.partition, removed)
         if not touched:

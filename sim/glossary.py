@@ -232,6 +232,13 @@ ENTRIES: tuple[Entry, ...] = (
         "summed over every cut of a partition outside follower namespaces",
         "nothing was cut from a leader", zero_bound=True,
     ),
+    Entry(
+        "gap_records", Unit.RECORDS, Group.TRUNCATION,
+        "records a follower never copied because its source had deleted them first "
+        "(retention outran an outage): reported loss, recorded as gaps",
+        "summed over every gap recorded in a follower partition's provenance at the end",
+        ALWAYS, zero_bound=True,
+    ),
     # ---- mirrors
     Entry(
         "mirror_duplicates_stored", Unit.RECORDS, Group.MIRROR,

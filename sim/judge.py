@@ -129,7 +129,9 @@ def final_checks(sim: Simulation) -> None:
     up = {cid: sim.clusters[cid].up for cid in sim.cluster_ids}
     sim.violations += checkers.check_link_convergence(states, up)
     final = final_logs(sim)
-    sim.violations += checkers.check_lost_writes(sim.history, final, sim.truncations)
+    sim.violations += checkers.check_lost_writes(
+        sim.history, final, sim.truncations, sim.deleted
+    )
     sim.violations += sim.status_watch.violations
     sim.violations += status_checks.check_silent_loss(
         sim.history,
@@ -139,6 +141,7 @@ def final_checks(sim: Simulation) -> None:
         sim.lost_for_good,
         [sim.failover_report(f) for f in sim.failovers],
         sim.truncations,
+        sim.deleted,
     )
     sim.violations += status_checks.check_hanging_transactions(
         states, up, sim.lost_for_good, sim.queue.now_ms
@@ -169,6 +172,16 @@ def final_checks(sim: Simulation) -> None:
             for cid in sim.cluster_ids
             for t in sim.clusters[cid].state.topics
             if status_checks.in_follow_cycle(states_now, cid, t)
+        ),
+    )
+    sim.metrics.set(
+        "gap_records",
+        sum(
+            e.gap_records
+            for cid in sim.cluster_ids
+            for t in sim.clusters[cid].state.topics.values()
+            for entries in t.provenance.values()
+            for e in entries
         ),
     )
     sim.metrics.set("events", sim.queue.processed)

@@ -10,7 +10,8 @@ params override scenario values by flat name (sim.scenario.PARAMS):
   record_bytes, link_latency_ms, link_jitter_ms, link_loss,
   link_bandwidth_bytes_per_ms, disk_bytes_per_ms,
   replication_limit_bytes_per_s, session_timeout_ms, lag_max_ms, topics,
-  partitions, producer_rate_per_s, transactional_fraction.
+  partitions, retention_ms, producer_rate_per_s, transactional_fraction,
+  undo_fix, link_type, outage_ms (every fault's duration).
 Unknown names raise ValueError naming them.
 """
 
@@ -22,6 +23,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from linkd.core import undo
 from sim import scenario as scenarios
 from sim.world import Simulation
 
@@ -54,7 +56,12 @@ def simulate(
     """Runs once; returns (summary, trace lines if kept)."""
     spec = scenarios.apply_params(scenarios.load(scenario), params)
     sim = Simulation(spec, seed, keep_trace)
-    sim.run()
+    try:
+        sim.run()
+    finally:
+        # An undone fix is this run's alone: whatever runs next in this
+        # process (another run sets its own; core code sets none) sees none.
+        undo.set_undone(frozenset())
     summary: dict[str, Any] = {
         "seed": seed,
         "scenario": spec.name,

@@ -20,7 +20,9 @@ Tables and keys (units last; every time is virtual milliseconds):
   [cluster]   disk_bytes_per_ms, replication_limit_bytes_per_s,
               session_timeout_ms, lag_max_ms, lag_max_records,
               replica_lag_time_max_ms
-  [namespace] topics, partitions, groups (replicate group offsets too)
+  [namespace] topics, partitions, groups (replicate group offsets too),
+              retention_ms (the topics' retention.ms on the virtual clock; 0:
+              Kafka's default of 7 days)
   [[edges]]   source, target, and any [network] key or mode (ASYNC|SYNC):
               per-edge overrides; type (link: offset-preserving, the default |
               mirror: MirrorMaker 2, sim.mirror_driver) and, for a mirror,
@@ -137,6 +139,7 @@ class NamespaceSpec:
     topics: int = 1
     partitions: int = 3
     groups: bool = True
+    retention_ms: int = 0  # 0: the default (7 days); else retention.ms of every topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -651,6 +654,9 @@ PARAMS: dict[str, tuple[str, str]] = {
     "lag_max_ms": ("cluster", "lag_max_ms"),
     "topics": ("namespace", "topics"),
     "partitions": ("namespace", "partitions"),
+    "retention_ms": ("namespace", "retention_ms"),
+    # Every fault's duration (an outage's length, for a sweep).
+    "outage_ms": ("faults", "duration_ms"),
     "producer_rate_per_s": ("workloads", "rate_per_s"),
     "transactional_fraction": ("workloads", "transactional_fraction"),
     # link | mirror, for every edge (overrides each edge's own type).
@@ -685,6 +691,12 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 26:
                 raise ScenarioError(f"parameter clusters = {value!r} must be an integer in 1..26")
             value = cluster_names(value)
+        if table == "faults":
+            ms = _convert(f"parameter {name}", key, value, None, "int")
+            s = dataclasses.replace(
+                s, faults=tuple(dataclasses.replace(f, duration_ms=ms) for f in s.faults)
+            )
+            continue
         if table == "workloads":
             s = dataclasses.replace(
                 s,

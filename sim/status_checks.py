@@ -15,9 +15,11 @@ logs and the history:
   reaches each follower (as the follower topic, at the same offset), or is
   named in a report: a failover's answer (below the source HW it reported,
   or acknowledged after the time that knowledge dates from), a cut recorded
-  in the partition's provenance (recovery, divergence), the end of the
-  link's data there (a detach), or the source's own reported truncation
-  (`check_silent_loss`, at the end).
+  in the partition's provenance (recovery, divergence), a gap recorded there
+  (the source deleted it before the link copied it: reported loss), the end
+  of the link's data there (a detach), the source's own reported truncation,
+  or the follower's own retention after it held it (`check_silent_loss`, at
+  the end). A follower that skipped records without recording the gap fails.
 - "11 hanging transaction": no transaction stays open past its timeout plus a
   bound on any live cluster (`check_hanging_transactions`, at the end); a
   follower whose source is gone for good is excused (nobody can tell it the
@@ -41,7 +43,15 @@ from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkState, MappingKey, Version, holds_back
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
-from sim.checkers import DETAIL_MAX, FinalLogs, Truncations, Violation, _capped
+from sim.checkers import (
+    DETAIL_MAX,
+    Deleted,
+    FinalLogs,
+    Truncations,
+    Violation,
+    _capped,
+    was_deleted,
+)
 from sim.history import History, Send
 
 # A claim of lag 0 whose partition finished no fetch round for this long is
@@ -236,6 +246,7 @@ def check_silent_loss(
     lost: set[str],
     failovers: list[FailoverReport],
     truncations: Truncations,
+    deleted: Deleted | None = None,
 ) -> list[Violation]:
     """Invariant 10 over every acknowledged record with its followers."""
     details: list[str] = []
@@ -251,6 +262,8 @@ def check_silent_loss(
                 continue
             if v.value in held.values():
                 continue  # present at another offset: invariant 1's business
+            if was_deleted(deleted, (follower, topic, v.partition), v.offset):
+                continue  # the follower held it, then its own retention deleted it
             why = _excused(op.cluster, op.complete_ms, v, (follower, topic, link_id), states,
                            failovers, truncations, lost)
             if why is None:
@@ -291,6 +304,14 @@ def _reported_cut(entries: list[ProvenanceItem], offset: int) -> str | None:
         if entry.kind is ProvenanceKind.TRUNCATED and entry.offset <= offset:
             return "a reported cut (provenance)"
     return None
+
+
+def _in_gap(entries: list[ProvenanceItem], link_id: str, offset: int) -> bool:
+    """The follower's provenance records a gap of this link over the offset."""
+    return any(
+        e.kind is ProvenanceKind.GAP and e.link_id == link_id and e.offset <= offset < e.to_offset
+        for e in entries
+    )
 
 
 def _excused(
@@ -344,6 +365,8 @@ def _excused(
     cut = _reported_cut(t.provenance.get(v.partition, []), v.offset)
     if covering or cut is not None:
         return cut
+    if _in_gap(t.provenance.get(v.partition, []), link_id, v.offset):
+        return "a gap the follower recorded (the source deleted it before the link copied it)"
     if _refused(state, link_id, topic, v.partition):
         return "the follower's link refuses the partition and says why"
     if not _named(t.provenance, link_id) and not _follows(state, link_id, topic):

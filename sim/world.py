@@ -99,6 +99,7 @@ class Simulation:
                 seeds.IdFactory(seed, cid),
             )
             node.on_truncate = self._make_truncate_hook(cid)
+            node.on_delete_below = self._make_delete_hook(cid)
             self.clusters[cid] = node
         self.link_ids = seeds.IdFactory(seed, "links")
         self.link_security = SimLinkSecurity(
@@ -125,6 +126,8 @@ class Simulation:
         self.violations: list[Violation] = []
         self.metrics = Metrics()
         self.truncations: checkers.Truncations = {}
+        # Offset ranges each cluster deleted itself (retention): not lost.
+        self.deleted: checkers.Deleted = {}
         self.producers: list[Producer] = []
         self.consumers: list[Consumer] = []
         self.lost_for_good = self.nemesis.lost_for_good
@@ -180,6 +183,12 @@ class Simulation:
         self.offset_watch.forget_topic(cluster, topic)
         self.queue.note(f"topic {topic} deleted on {cluster}")
 
+    def _make_delete_hook(self, cid: str) -> Any:
+        def hook(topic: str, partition: int, start: int, end: int) -> None:
+            self.deleted.setdefault((cid, topic, partition), []).append((start, end))
+
+        return hook
+
     def _make_truncate_hook(self, cid: str) -> Any:
         def hook(topic: str, partition: int, removed: int) -> None:
             node = self.clusters[cid]
@@ -214,8 +223,13 @@ class Simulation:
             node = self.clusters[origin]
             for i in range(s.namespace.topics):
                 name = f"{topology.prefix_of(origin)}t{i}"
+                configs = (
+                    {"retention.ms": str(s.namespace.retention_ms)}
+                    if s.namespace.retention_ms
+                    else {}
+                )
                 _t, effects = node.state.create_topic(
-                    name, s.namespace.partitions, {}, node.topic_ids()
+                    name, s.namespace.partitions, configs, node.topic_ids()
                 )
                 node.execute(effects, "metadata", self.logical_bytes)
         for (u, v), mappings in sorted(

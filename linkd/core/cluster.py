@@ -157,6 +157,11 @@ class ClusterState:
         # invariant 5: read_committed readers never see part of a transaction,
         # here or, through the source HWs a follower copies, on a follower).
         self.marker_groups: list[dict[tuple[str, int], int]] = []
+        # Why each partition's log start last moved, while this cluster runs
+        # ("retention" or "deleted records"): a follower that finds the start
+        # past its position records the gap with the cause (not durable: after
+        # a restart the cause of an older move is not known).
+        self.log_start_causes: dict[tuple[str, int], str] = {}
 
     # -- lookup ---------------------------------------------------------------
 
@@ -701,7 +706,10 @@ class ClusterState:
                 log.name,
                 f"partition {log.name}: cannot delete records before {offset}",
             )
+        before = log.log_start_offset
         log.advance_log_start(target)
+        if log.log_start_offset > before:
+            self.log_start_causes[(topic_name, partition)] = "deleted records"
         return log.log_start_offset, self._log_start_effects(topic_name, log)
 
     def _log_start_effects(self, topic_name: str, log: PartitionLog) -> list[Effect]:
@@ -970,6 +978,7 @@ class ClusterState:
                 )
                 if target is not None:
                     log.advance_log_start(target)
+                    self.log_start_causes[(topic.name, log.partition)] = "retention"
                     effects += self._log_start_effects(topic.name, log)
         return effects
 

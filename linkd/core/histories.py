@@ -66,6 +66,8 @@ def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
     offset o is that of the last point at or below o."""
     points: list[tuple[int, str]] = [(0, side.cluster_id)]
     for item in side.provenance:
+        if item.kind is ProvenanceKind.GAP:
+            continue  # nothing is held there; the START after it names the origin
         started = item.kind is ProvenanceKind.START and item.source
         origin = item.source if started else side.cluster_id
         # An entry at or below earlier points rewrites history from there on.

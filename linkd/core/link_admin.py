@@ -57,9 +57,11 @@ from linkd.core.links import (
     in_prefix,
 )
 from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.provenance import Gap
 from linkd.core.replication import (
     detach_provenance,
     follower_mappings,
+    gaps_of,
     provenance_summary,
     start_new_epochs,
 )
@@ -587,6 +589,15 @@ class PartitionLag:
 
 
 @dataclass(frozen=True, slots=True)
+class GapRow:
+    """A gap of a follower partition on the link: recorded in its provenance,
+    or where it stopped (gap.policy stop) until resumed."""
+
+    gap: Gap
+    stopped: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LinkSummary:
     config: LinkConfig
     state: str
@@ -594,6 +605,17 @@ class LinkSummary:
     history: tuple[tuple[str, int], ...]
     partitions: tuple[PartitionLag, ...]
     refused: tuple[Mapping, ...]  # detached with a note
+    gaps: tuple[GapRow, ...] = ()
+
+
+def link_gaps(state: ClusterState, name: str) -> list[GapRow]:
+    """The link's gaps on this side: recorded ones (provenance), oldest first
+    per partition, then the partitions stopped at one."""
+    config = state.links.get(name)
+    runtime = state.links.runtime[name]
+    rows = [GapRow(g, False) for g in gaps_of(state, config.link_id)]
+    rows += [GapRow(g, True) for _k, g in sorted(runtime.gap_stopped.items())]
+    return rows
 
 
 def lag_known(state: ClusterState, link_name: str, now_ms: int) -> bool:
@@ -663,6 +685,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
         tuple(runtime.history),
         tuple(rows),
         refused,
+        tuple(link_gaps(state, name)),
     )
 
 

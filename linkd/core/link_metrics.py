@@ -16,6 +16,10 @@ Rules (docs/metrics.md):
   follower partition's lag is known (a side that follows an empty namespace
   lags by 0).
 - The counters are the link's `LinkCounters`, copied.
+- Gaps (records a follower partition never copied: its source's log start
+  had passed them) are counted per partition from its provenance, as
+  describe-link lists them: durable, so the counts survive a restart. A
+  partition stopped at a gap (gap.policy stop) counts once it is resumed.
 
 Pure code: no I/O, clocks, threads or randomness.
 """
@@ -28,7 +32,7 @@ from linkd.core import link_admin
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkCounters, LinkState, MappingType, Role
 
-__all__ = ["STATES", "LinkSample", "PartitionLagSample", "link_samples"]
+__all__ = ["STATES", "GapSample", "LinkSample", "PartitionLagSample", "link_samples"]
 
 # Every state a link can be in: one gauge series each (1 for the current one).
 STATES: tuple[str, ...] = tuple(s.value for s in LinkState)
@@ -43,6 +47,16 @@ class PartitionLagSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GapSample:
+    """The gaps one follower partition recorded on the link."""
+
+    topic: str
+    partition: int
+    gaps: int
+    records: int
+
+
+@dataclass(frozen=True, slots=True)
 class LinkSample:
     """One link as its metrics show it at one instant."""
 
@@ -54,6 +68,18 @@ class LinkSample:
     # side follows no topics on the link, or some follower lag is not known.
     max_lag: tuple[int, int] | None
     counters: LinkCounters
+    gaps: tuple[GapSample, ...] = ()
+
+
+def gap_samples(state: ClusterState, name: str) -> tuple[GapSample, ...]:
+    totals: dict[tuple[str, int], tuple[int, int]] = {}
+    for row in link_admin.link_gaps(state, name):
+        if row.stopped:
+            continue
+        key = (row.gap.topic, row.gap.partition)
+        count, records = totals.get(key, (0, 0))
+        totals[key] = (count + 1, records + row.gap.records)
+    return tuple(GapSample(t, p, c, r) for (t, p), (c, r) in sorted(totals.items()))
 
 
 def _follows_topics(state: ClusterState, name: str) -> bool:
@@ -89,6 +115,7 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         tuple(sorted(known, key=lambda p: (p.topic, p.partition))),
         max_lag,
         replace(runtime.counters),
+        gap_samples(state, name),
     )
 
 

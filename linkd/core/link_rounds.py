@@ -49,7 +49,8 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, LinkMode, MappingKey, orphans
+from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, orphans
+from linkd.core.provenance import Gap
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
@@ -377,6 +378,8 @@ def follower_fetch_request(
             continue
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
         for p in range(len(state.topics[topic].partitions)):
+            if runtime is not None and (topic, p) in runtime.gap_stopped:
+                continue  # stopped at a gap until the operator resumes it
             offset, epoch = rep.follower_position(state, topic, p)
             wanted = runtime is not None and (topic, p) in runtime.marks_wanted
             marks = histories.log_marks(state, topic, p, wanted)
@@ -461,6 +464,9 @@ class FetchedPartition:
     # The follower's last batch is not in the source's log: it sends every
     # mark next time (`check_marks`).
     marks_wanted: bool = False
+    # Why the log start is where it is ("retention", "deleted records"; ""
+    # when not known): a follower behind it records the gap with the cause.
+    log_start_cause: str = ""
 
 
 @dataclass(slots=True)
@@ -541,6 +547,9 @@ def serve_replica_fetch(
             entry.log_end_offset = log.log_end_offset
             entry.leader_epoch = log.leader_epoch
             entry.log_start_offset = log.log_start_offset
+            entry.log_start_cause = state.log_start_causes.get(
+                (part.source_topic, part.partition), ""
+            )
             entry.high_watermark = log.high_watermark
             if isinstance(plan, rep.Diverged):
                 entry.diverging_end_offset = plan.end_offset
@@ -605,6 +614,10 @@ class AppliedFetch:
     truncations: list[Truncation]
     # Follower partitions the source refused: (local topic, partition, why).
     refused: list[tuple[str, int, ClusterError]] = field(default_factory=list)
+    # Gaps found: recorded and skipped (gap.policy continue), or where their
+    # partition stopped (gap.policy stop; also in `refused`).
+    gaps: list[Gap] = field(default_factory=list)
+    stopped: list[Gap] = field(default_factory=list)
 
 
 
@@ -631,6 +644,8 @@ def apply_replica_fetch(
     progress: list[FollowerProgress] = []
     truncations: list[Truncation] = []
     refused: list[tuple[str, int, ClusterError]] = []
+    gaps: list[Gap] = []
+    stopped: list[Gap] = []
     for fetched in answer.partitions:
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
@@ -653,6 +668,23 @@ def apply_replica_fetch(
             # Still reached: its row and lag stay (from the cut on).
             progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
             continue
+        gap = rep.find_gap(
+            state,
+            local,
+            fetched.partition,
+            fetched.records,
+            fetched.log_start_offset,
+            fetched.high_watermark,
+            fetched.log_start_cause,
+            now_ms,
+        )
+        if gap is not None:
+            if decide_gap(state, link_name, config, gap) is GapPolicy.STOP:
+                stopped.append(gap)
+                refused.append((local, fetched.partition, gap_refusal(link_name, gap)))
+                continue
+            effects += rep.skip_gap(state, gap, config)
+            gaps.append(gap)
         if fetched.records or fetched.log_start_offset > 0:
             try:
                 effects += rep.append_replica(
@@ -676,7 +708,71 @@ def apply_replica_fetch(
                 # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
-    return AppliedFetch(effects, progress, truncations, refused)
+    return AppliedFetch(effects, progress, truncations, refused, gaps, stopped)
+
+
+def decide_gap(state: ClusterState, link_name: str, config: LinkConfig, gap: Gap) -> GapPolicy:
+    """The link's gap.policy for `gap`: under STOP the partition is stopped
+    (left out of fetches until `resume_partition`); under CONTINUE the caller
+    skips it (`rep.skip_gap`)."""
+    policy = config.gap_policy
+    if policy is GapPolicy.STOP:
+        state.links.runtime[link_name].gap_stopped[(gap.topic, gap.partition)] = gap
+    return policy
+
+
+def gap_refusal(link_name: str, gap: Gap) -> ClusterError:
+    """How a partition stopped at a gap is shown (describe-link's problem)."""
+    return ClusterError(
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        f"{gap.topic}-{gap.partition}",
+        f"stopped at a gap (gap.policy stop): offsets [{gap.from_offset}, {gap.to_offset}) "
+        f"are gone from the source ({gap.reason}); ccr-admin resume-partition {link_name} "
+        f"{gap.topic} {gap.partition} goes on from {gap.to_offset}",
+    )
+
+
+def gap_note(link_name: str, gap: Gap, stopped: bool) -> Note:
+    """The warning a gap is logged with: link, partition and range."""
+    then = (
+        "the partition stopped (gap.policy stop) until resumed"
+        if stopped
+        else f"the follower goes on from {gap.to_offset}"
+    )
+    return Note(
+        "warning",
+        f"link {link_name!r}: {gap.topic}-{gap.partition} has a gap: offsets "
+        f"[{gap.from_offset}, {gap.to_offset}) ({gap.records} records) were never copied: "
+        f"{gap.reason}; {then}",
+    )
+
+
+def resume_partition(
+    state: ClusterState, link_name: str, topic: str, partition: int
+) -> tuple[Gap, list[Effect]]:
+    """The operator lets a partition stopped at a gap go on: the gap is
+    recorded and skipped as under gap.policy continue, and the partition is
+    fetched again (from the gap's end; should the source's log start have
+    moved further meanwhile, the next round finds that new gap). Raises
+    ClusterError (nothing changed) if the partition is not stopped."""
+    config = state.links.get(link_name)
+    runtime = state.links.runtime[link_name]
+    gap = runtime.gap_stopped.get((topic, partition))
+    if gap is None:
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"{topic}-{partition}",
+            f"link {link_name!r}: {topic}-{partition} is not stopped at a gap"
+            + (
+                f" (stopped: {', '.join(f'{t}-{p}' for t, p in sorted(runtime.gap_stopped))})"
+                if runtime.gap_stopped
+                else ""
+            ),
+        )
+    effects = rep.skip_gap(state, gap, config)
+    del runtime.gap_stopped[(topic, partition)]
+    runtime.refused.pop((topic, partition), None)
+    return gap, effects
 
 
 def apply_fetched(
@@ -701,6 +797,10 @@ def apply_fetched(
         )
     runtime = state.links.runtime.get(link_name)
     known = runtime.refused if runtime is not None else {}
+    for gap in applied.gaps:
+        yield gap_note(link_name, gap, False)
+    for gap in applied.stopped:
+        yield gap_note(link_name, gap, True)
     for topic, partition, error in applied.refused:
         before = known.get((topic, partition))
         if before is None or before.message != error.message:

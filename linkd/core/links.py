@@ -46,6 +46,7 @@ from typing import Any
 from linkd.core import journal as jr
 from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.provenance import Gap
 
 # A mapping's identity: (resource type, local prefix, remote prefix).
 MappingKey = tuple[str, str, str]
@@ -90,6 +91,27 @@ class Role(enum.StrEnum):
 class LinkMode(enum.StrEnum):
     ASYNC = "ASYNC"
     SYNC = "SYNC"
+
+
+class GapPolicy(enum.StrEnum):
+    """gap.policy: what a follower partition does when the records it must
+    copy next are gone from its source (the source's log start passed it).
+    CONTINUE: go on from the source's log start, the gap recorded; STOP: stop
+    that partition until the operator resumes it (resume-partition)."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+
+
+def parse_gap_policy(name: str, value: str) -> GapPolicy:
+    try:
+        return GapPolicy(value)
+    except ValueError:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: gap.policy is 'continue' or 'stop', not {value!r}",
+        ) from None
 
 
 class LinkState(enum.Enum):
@@ -239,6 +261,12 @@ class LinkConfig:
     def value(self, name: str) -> str:
         f = self.fields.get(name)
         return f.value if f is not None else ""
+
+    @property
+    def gap_policy(self) -> GapPolicy:
+        """gap.policy (shared, newest wins): what a follower partition does
+        when its source's log start passed its position. Unset: CONTINUE."""
+        return GapPolicy(self.value("gap_policy") or GapPolicy.CONTINUE.value)
 
     @property
     def mode(self) -> LinkMode:
@@ -511,6 +539,10 @@ class LinkRuntime:
     # Follower partitions whose last batch the source did not hold: the next
     # fetch sends every mark of them (`link_rounds.check_marks`).
     marks_wanted: set[tuple[str, int]] = field(default_factory=set)
+    # Follower partitions stopped at a gap (gap.policy stop) until the
+    # operator resumes them: left out of fetches, shown by describe-link.
+    # Not durable: after a restart the next round finds the gap again.
+    gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
     counters: LinkCounters = field(default_factory=LinkCounters)
 
 

@@ -43,7 +43,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import Field, LinkConfig, Mapping, MappingType, in_prefix
+from linkd.core.links import Field, LinkConfig, Mapping, MappingType, in_prefix, parse_gap_policy
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
     Call,
@@ -288,7 +288,7 @@ def create_link(
     return state.links.get(name)
 
 
-ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap")
+ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap", "gap_policy")
 
 
 def alter_link(
@@ -296,12 +296,16 @@ def alter_link(
 ) -> Generator[Request, Any, LinkConfig]:
     """An operator's change of this side's own settings of a link (the
     address it dials, its credentials for the remote (sealed), its own
-    address): a handshake in a session opened with the new settings checks
-    them first (a remote that refuses them, or nothing at the new address,
-    changes nothing); then they are stored and the link's next call opens a
-    session with them. The remote is not asked to change anything: these
-    fields are this side's alone."""
+    address), or of gap.policy (`gap_policy`, shared by both sides): a
+    handshake in a session opened with the new settings checks them first (a
+    remote that refuses them, or nothing at the new address, changes
+    nothing); then they are stored and the link's next call opens a session
+    with them. The remote is not asked to change its own fields; a shared
+    field travels in the handshake's configuration and the remote keeps it
+    as the newest version (both sides converge on it)."""
     config = state.links.get(name)
+    if "gap_policy" in changes:
+        parse_gap_policy(name, changes["gap_policy"])
     unknown = sorted(set(changes) - set(ALTERABLE))
     if unknown or not changes:
         raise ClusterError(
@@ -334,6 +338,25 @@ def alter_link(
         yield Note("info", note)
     yield LinkChanged(name)
     yield Note("info", f"link {name!r}: {', '.join(sorted(changes))} changed by the operator")
+    return state.links.get(name)
+
+
+def resume_partition(
+    state: ClusterState, name: str, topic: str, partition: int
+) -> Generator[Request, Any, LinkConfig]:
+    """The operator lets a follower partition stopped at a gap (gap.policy
+    stop) go on from its source's log start: the gap is recorded in its
+    provenance (`link_rounds.resume_partition`), the partition is fetched
+    again. Refused (nothing changed) unless it is stopped at a gap."""
+    gap, effects = rounds.resume_partition(state, name, topic, partition)
+    yield Execute(tuple(effects))
+    yield Note(
+        "warning",
+        f"link {name!r}: {topic}-{partition} resumed by the operator: offsets "
+        f"[{gap.from_offset}, {gap.to_offset}) ({gap.records} records) were never copied "
+        f"({gap.reason}); the follower goes on from {gap.to_offset}",
+    )
+    yield LinkChanged(name)
     return state.links.get(name)
 
 

@@ -6,10 +6,15 @@ Each partition keeps its history as a list of `ProvenanceItem`s, in order:
 - DETACHED: the link's data ends at `offset` (later offsets were written here);
 - TRUNCATED: the log was cut back to `offset`, `removed` records gone (by a
   recovery, or `reason` "diverged": a follower cut where its log parted from
-  its source's, moving the committed offsets `offsets_moved` back).
+  its source's, moving the committed offsets `offsets_moved` back);
+- GAP: the records [`offset`, `to_offset`) were never copied: the source's
+  log start had moved past the follower's position (retention, deleted
+  records) when the link reached it at `at_ms`; the follower's log went on
+  from `to_offset`, and `reason` says why.
 
 The journal stores each entry in the form it has always had (a JSON object
-told apart by its keys: `start`, `detached_at` or `truncated_to`), so data
+told apart by its keys: `start`, `detached_at`, `truncated_to` or
+`gap_from`), so data
 dirs written before entries were typed load unchanged, and `to_entry` writes
 the same form back.
 """
@@ -23,10 +28,28 @@ from typing import Any
 from linkd.core import journal as jr
 
 
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Records [from_offset, to_offset) of a follower partition that its
+    source no longer held when the link reached them, found at `at_ms`."""
+
+    topic: str  # the follower's topic
+    partition: int
+    from_offset: int
+    to_offset: int
+    at_ms: int
+    reason: str
+
+    @property
+    def records(self) -> int:
+        return self.to_offset - self.from_offset
+
+
 class ProvenanceKind(StrEnum):
     START = "start"
     DETACHED = "detached"
     TRUNCATED = "truncated"
+    GAP = "gap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +62,8 @@ class ProvenanceItem:
     removed: int = 0
     reason: str = ""
     offsets_moved: tuple[tuple[str, int], ...] = ()
+    to_offset: int = 0  # GAP: the first offset after the range never copied
+    at_ms: int = 0  # GAP: when the follower found it
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, ProvenanceKind):
@@ -73,6 +98,18 @@ class ProvenanceItem:
         )
 
     @classmethod
+    def gap(cls, start: int, end: int, link_id: str, reason: str, at_ms: int) -> ProvenanceItem:
+        assert end > start, f"empty gap [{start}, {end})"
+        return cls(
+            ProvenanceKind.GAP, start, link_id=link_id, reason=reason, to_offset=end, at_ms=at_ms
+        )
+
+    @property
+    def gap_records(self) -> int:
+        """How many offsets a GAP entry says were never copied (0 otherwise)."""
+        return self.to_offset - self.offset if self.kind is ProvenanceKind.GAP else 0
+
+    @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
         """The journal's form (see the module docstring)."""
         if "start" in entry:
@@ -92,6 +129,14 @@ class ProvenanceItem:
                 str(entry.get("reason", "")),
                 tuple((str(g), int(o)) for g, o in entry.get("offsets_moved", [])),
             )
+        if "gap_from" in entry:
+            return cls.gap(
+                int(entry["gap_from"]),
+                int(entry["gap_to"]),
+                str(entry.get("link_id", "")),
+                str(entry.get("reason", "")),
+                int(entry.get("at_ms", 0)),
+            )
         raise ValueError(f"not a provenance entry: {entry!r}")
 
     def to_entry(self) -> dict[str, Any]:
@@ -105,6 +150,14 @@ class ProvenanceItem:
             }
         if self.kind is ProvenanceKind.DETACHED:
             return {"detached_at": self.offset, "link_id": self.link_id}
+        if self.kind is ProvenanceKind.GAP:
+            return {
+                "gap_from": self.offset,
+                "gap_to": self.to_offset,
+                "link_id": self.link_id,
+                "reason": self.reason,
+                "at_ms": self.at_ms,
+            }
         entry: dict[str, Any] = {
             "truncated_to": self.offset,
             "link_id": self.link_id,
@@ -129,4 +182,6 @@ class ProvenanceItem:
             "removed_records": self.removed,
             "reason": self.reason,
             "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
+            "to_offset": self.to_offset,
+            "at_ms": self.at_ms,
         }

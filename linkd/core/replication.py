@@ -13,6 +13,12 @@ Rules:
 - ASYNC followers copy up to the source high watermark.
 - A follower whose log is empty and behind the source's log start (attaching a
   topic whose oldest records were deleted) restarts its log at that start.
+- A follower that already holds offsets and finds the source's log start past
+  its position (retention or deleted records ran while it was away) cannot
+  copy the records between: that is a gap (`find_gap`). It is never filled
+  with anything: the follower either records it in its provenance and starts
+  its log again where the source's first batch starts (`skip_gap`), or, under
+  gap.policy stop, stops the partition until the operator resumes it.
 - Topic names map through the namespace prefixes: local = local_prefix + rest,
   where remote = remote_prefix + rest.
 - Only the replication machinery writes into follower topics; these functions
@@ -28,6 +34,7 @@ from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
+from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -35,7 +42,7 @@ from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
-from linkd.core.provenance import ProvenanceItem, ProvenanceKind
+from linkd.core.provenance import Gap, ProvenanceItem, ProvenanceKind
 from linkd.core.topic_config import (
     CLUSTER_LOCAL_KEYS,
     validate_configs,
@@ -270,14 +277,18 @@ def append_replica(
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
-    reset = not log.batches and source_log_start > log.log_end_offset
-    start = source_log_start if reset else log.log_end_offset
     try:
         batches = list(rb.iter_batches(data))
     except rb.CorruptBatchError as exc:
         raise ClusterError(
             ErrorCode.CORRUPT_MESSAGE, log.name, f"replica fetch for {log.name}: {exc}"
         ) from exc
+    if batches and log.log_end_offset <= batches[0][1].base_offset < source_log_start:
+        # The source's log start lies inside its first batch (records deleted
+        # there): that batch comes whole, so the log starts where it starts.
+        source_log_start = batches[0][1].base_offset
+    reset = not log.batches and source_log_start > log.log_end_offset
+    start = source_log_start if reset else log.log_end_offset
     # Every check before any change: an answer to an older request (the log
     # moved since) changes nothing.
     fresh = [(position, h) for position, h in batches if h.last_offset >= start]
@@ -321,6 +332,99 @@ def append_replica(
         log.apply_batch(header, marker)
         effects.append(AppendBatch(topic.topic_id, partition, batch, header))
     return effects
+
+
+GAP_REASON = "source log start moved past the follower's position"
+
+
+def find_gap(
+    state: ClusterState,
+    topic_name: str,
+    partition: int,
+    data: bytes,
+    source_log_start: int,
+    source_high_watermark: int,
+    cause: str,
+    now_ms: int,
+) -> Gap | None:
+    """Follower side: the gap an answer shows, if any. A follower that holds
+    offsets (its log end is past 0) and whose next offset is below the
+    source's log start cannot copy the records between. The gap ends where
+    the first batch the source sent starts (its log start, unless deleted
+    records cut inside a batch: that batch still comes whole); an answer
+    without batches shows a gap only when the source has nothing above its
+    log start to send (else a later answer carries the batch). A log that
+    never held an offset starts at the source's log start without a gap
+    (`append_replica`): what was deleted before is older than its copy."""
+    log = state.partition(topic_name, partition)
+    leo = log.log_end_offset
+    if leo == 0 or source_log_start <= leo:
+        return None
+    if data:
+        try:
+            first = next(rb.iter_batches(data), None)
+        except rb.CorruptBatchError:
+            return None  # refused by the append, with its reason
+        if first is None:
+            return None
+        end = first[1].base_offset
+    elif source_high_watermark <= source_log_start:
+        end = source_log_start
+    else:
+        return None
+    if end <= leo:
+        return None
+    why = f"{GAP_REASON}: {cause}" if cause else GAP_REASON
+    return Gap(topic_name, partition, leo, end, now_ms, why)
+
+
+def skip_gap(state: ClusterState, gap: Gap, config: LinkConfig) -> list[Effect]:
+    """Follower side: records `gap` in the partition's provenance and starts
+    its log again, empty, at the gap's end (its log start moves there: no
+    offset of the gap is ever held, none reused). A gap the history already
+    ends with (a reset a crash interrupted, found again) is not recorded twice."""
+    topic = state.topic(gap.topic)
+    log = state.partition(gap.topic, gap.partition)
+    if log.log_end_offset > gap.from_offset or gap.to_offset <= log.log_end_offset:
+        raise ClusterError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            log.name,
+            f"partition {log.name}: the gap [{gap.from_offset}, {gap.to_offset}) no longer "
+            f"starts at its log end {log.log_end_offset}",
+        )
+    effects: list[Effect] = []
+    entries = topic.provenance.get(gap.partition, [])
+    last = entries[-1] if entries else None
+    item = ProvenanceItem.gap(
+        gap.from_offset, gap.to_offset, config.link_id, gap.reason, gap.at_ms
+    )
+    repeated = (
+        last is not None and last.kind is ProvenanceKind.GAP and last.to_offset == gap.to_offset
+    )
+    if not repeated and not undo.undone(8):
+        record = item.journal_record(gap.topic, gap.partition)
+        state.apply_record(record)
+        effects.append(Journal((record,)))
+    fresh = PartitionLog(gap.topic, gap.partition, log_start_offset=gap.to_offset)
+    fresh.hw_cap = gap.to_offset
+    topic.partitions[gap.partition] = fresh
+    effects.append(ResetLog(topic.topic_id, gap.partition, gap.to_offset))
+    effects.append(Journal((state.cut_epochs(gap.topic, gap.partition, 0),)))
+    return effects
+
+
+def gaps_of(state: ClusterState, link_id: str) -> list[Gap]:
+    """Every gap the provenance of this cluster's partitions records for the
+    link, by topic, partition and offset."""
+    out = []
+    for name in sorted(state.topics):
+        for p, entries in sorted(state.topics[name].provenance.items()):
+            out += [
+                Gap(name, p, e.offset, e.to_offset, e.at_ms, e.reason)
+                for e in entries
+                if e.kind is ProvenanceKind.GAP and e.link_id == link_id
+            ]
+    return out
 
 
 def follow_source_high_watermarks(

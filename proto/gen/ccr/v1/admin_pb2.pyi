@@ -425,11 +425,14 @@ class AlterLinkRequest(_message.Message):
     REMOTE_BOOTSTRAP_FIELD_NUMBER: _builtins.int
     REMOTE_CREDENTIALS_FIELD_NUMBER: _builtins.int
     LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    GAP_POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     remote_bootstrap: _builtins.str
     """Unset fields stay as they are."""
     remote_credentials: _builtins.str
     local_bootstrap: _builtins.str
+    gap_policy: _builtins.str
+    """gap.policy, shared by both sides: "continue" or "stop"."""
     def __init__(
         self,
         *,
@@ -437,17 +440,22 @@ class AlterLinkRequest(_message.Message):
         remote_bootstrap: _builtins.str | None = ...,
         remote_credentials: _builtins.str | None = ...,
         local_bootstrap: _builtins.str | None = ...,
+        gap_policy: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gap_policy: _TypeAlias = _typing.Literal["gap_policy"]  # noqa: Y015
+    _WhichOneofArgType__gap_policy: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy"]  # noqa: Y015
     _WhichOneofReturnType__local_bootstrap: _TypeAlias = _typing.Literal["local_bootstrap"]  # noqa: Y015
     _WhichOneofArgType__local_bootstrap: _TypeAlias = _typing.Literal["_local_bootstrap", b"_local_bootstrap"]  # noqa: Y015
     _WhichOneofReturnType__remote_bootstrap: _TypeAlias = _typing.Literal["remote_bootstrap"]  # noqa: Y015
     _WhichOneofArgType__remote_bootstrap: _TypeAlias = _typing.Literal["_remote_bootstrap", b"_remote_bootstrap"]  # noqa: Y015
     _WhichOneofReturnType__remote_credentials: _TypeAlias = _typing.Literal["remote_credentials"]  # noqa: Y015
     _WhichOneofArgType__remote_credentials: _TypeAlias = _typing.Literal["_remote_credentials", b"_remote_credentials"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gap_policy) -> _WhichOneofReturnType__gap_policy | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__local_bootstrap) -> _WhichOneofReturnType__local_bootstrap | None: ...
     @_typing.overload
@@ -456,6 +464,76 @@ class AlterLinkRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__remote_credentials) -> _WhichOneofReturnType__remote_credentials | None: ...
 
 Global___AlterLinkRequest: _TypeAlias = AlterLinkRequest  # noqa: Y015
+
+@_typing.final
+class ResumePartitionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    link: _builtins.str
+    topic: _builtins.str
+    """this cluster's follower topic"""
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        link: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link", b"link", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResumePartitionRequest: _TypeAlias = ResumePartitionRequest  # noqa: Y015
+
+@_typing.final
+class LinkGap(_message.Message):
+    """Records a follower partition never copied: its source's log start had
+    moved past its position (retention, deleted records).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    from_offset: _builtins.int
+    to_offset: _builtins.int
+    at_ms: _builtins.int
+    reason: _builtins.str
+    stopped: _builtins.bool
+    """Whether the partition stopped there (gap.policy stop), waiting for
+    resume-partition; a stopped gap is not in the provenance yet.
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        from_offset: _builtins.int = ...,
+        to_offset: _builtins.int = ...,
+        at_ms: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        stopped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "from_offset", b"from_offset", "partition", b"partition", "reason", b"reason", "stopped", b"stopped", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkGap: _TypeAlias = LinkGap  # noqa: Y015
 
 @_typing.final
 class CreateLinkRequest(_message.Message):
@@ -780,6 +858,8 @@ class LinkDescription(_message.Message):
     HISTORY_FIELD_NUMBER: _builtins.int
     LINK_EPOCH_FIELD_NUMBER: _builtins.int
     REFUSED_MAPPINGS_FIELD_NUMBER: _builtins.int
+    GAPS_FIELD_NUMBER: _builtins.int
+    GAP_POLICY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -793,6 +873,7 @@ class LinkDescription(_message.Message):
     """
     state_entered_at_ms: _builtins.int
     link_epoch: _builtins.int
+    gap_policy: _builtins.str
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
     @_builtins.property
@@ -804,6 +885,10 @@ class LinkDescription(_message.Message):
     @_builtins.property
     def refused_mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
         """Mappings detached because a side could not honour them, with the reason."""
+
+    @_builtins.property
+    def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkGap]:
+        """Gaps of this side's follower partitions on the link, oldest first."""
 
     def __init__(
         self,
@@ -822,10 +907,12 @@ class LinkDescription(_message.Message):
         history: _abc.Iterable[Global___LinkStateChange] | None = ...,
         link_epoch: _builtins.int = ...,
         refused_mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+        gaps: _abc.Iterable[Global___LinkGap] | None = ...,
+        gap_policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1004,6 +1091,8 @@ class ProvenanceEntry(_message.Message):
     REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     OFFSETS_MOVED_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     offset: _builtins.int
     source_cluster_id: _builtins.str
@@ -1017,6 +1106,12 @@ class ProvenanceEntry(_message.Message):
     itself, "" for a recovery; and the replicated groups whose committed
     offsets the cut moved back to it (spec invariant 6).
     """
+    to_offset: _builtins.int
+    """"gap" entries: the records [offset, to_offset) were never copied (the
+    source's log start had passed the follower's position), found at at_ms
+    (ms since the epoch); reason says why.
+    """
+    at_ms: _builtins.int
     @_builtins.property
     def offsets_moved(self) -> _containers.RepeatedCompositeFieldContainer[Global___MovedOffset]: ...
     def __init__(
@@ -1031,10 +1126,12 @@ class ProvenanceEntry(_message.Message):
         removed_records: _builtins.int = ...,
         reason: _builtins.str = ...,
         offsets_moved: _abc.Iterable[Global___MovedOffset] | None = ...,
+        to_offset: _builtins.int = ...,
+        at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "offsets_moved", b"offsets_moved", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "offsets_moved", b"offsets_moved", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id", "to_offset", b"to_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -74,6 +74,11 @@ class AdminStub:
                 request_serializer=ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.SerializeToString,
                 response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
                 _registered_method=True)
+        self.ResumePartition = channel.unary_unary(
+                '/ccr.v1.Admin/ResumePartition',
+                request_serializer=ccr_dot_v1_dot_admin__pb2.ResumePartitionRequest.SerializeToString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+                _registered_method=True)
         self.ListLinks = channel.unary_unary(
                 '/ccr.v1.Admin/ListLinks',
                 request_serializer=ccr_dot_v1_dot_admin__pb2.ListLinksRequest.SerializeToString,
@@ -200,6 +205,14 @@ class AdminServicer:
         credentials for the remote, its own address), as KIP-986's dynamically
         reconfigurable bootstrap servers and credentials. A session is opened
         with the new settings first: a remote that refuses them changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumePartition(self, request, context):
+        """A follower partition that stopped at a gap (gap.policy stop) goes on
+        from its source's log start, the gap recorded (docs/operations.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -364,6 +377,11 @@ def add_AdminServicer_to_server(servicer, server):
             'AlterLink': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterLink,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.FromString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
+            ),
+            'ResumePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumePartition,
+                    request_deserializer=ccr_dot_v1_dot_admin__pb2.ResumePartitionRequest.FromString,
                     response_serializer=ccr_dot_v1_dot_admin__pb2.LinkDescription.SerializeToString,
             ),
             'ListLinks': grpc.unary_unary_rpc_method_handler(
@@ -652,6 +670,33 @@ class Admin:
             target,
             '/ccr.v1.Admin/AlterLink',
             ccr_dot_v1_dot_admin__pb2.AlterLinkRequest.SerializeToString,
+            ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ccr.v1.Admin/ResumePartition',
+            ccr_dot_v1_dot_admin__pb2.ResumePartitionRequest.SerializeToString,
             ccr_dot_v1_dot_admin__pb2.LinkDescription.FromString,
             options,
             channel_credentials,

@@ -51,6 +51,10 @@ class AdminStub:
     reconfigurable bootstrap servers and credentials. A session is opened
     with the new settings first: a remote that refuses them changes nothing.
     """
+    ResumePartition: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResumePartitionRequest, _admin_pb2.LinkDescription]
+    """A follower partition that stopped at a gap (gap.policy stop) goes on
+    from its source's log start, the gap recorded (docs/operations.md).
+    """
     ListLinks: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]
     DescribeLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]
     DeleteLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteLinkRequest, _admin_pb2.DeleteLinkResponse]
@@ -129,6 +133,10 @@ class AdminAsyncStub(AdminStub):
     credentials for the remote, its own address), as KIP-986's dynamically
     reconfigurable bootstrap servers and credentials. A session is opened
     with the new settings first: a remote that refuses them changes nothing.
+    """
+    ResumePartition: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResumePartitionRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
+    """A follower partition that stopped at a gap (gap.policy stop) goes on
+    from its source's log start, the gap recorded (docs/operations.md).
     """
     ListLinks: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListLinksRequest, _admin_pb2.ListLinksResponse]  # type: ignore[assignment]
     DescribeLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
@@ -253,6 +261,16 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         credentials for the remote, its own address), as KIP-986's dynamically
         reconfigurable bootstrap servers and credentials. A session is opened
         with the new settings first: a remote that refuses them changes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumePartition(
+        self,
+        request: _admin_pb2.ResumePartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.LinkDescription, _abc.Awaitable[_admin_pb2.LinkDescription]]:
+        """A follower partition that stopped at a gap (gap.policy stop) goes on
+        from its source's log start, the gap recorded (docs/operations.md).
         """
 
     @_abc_1.abstractmethod

@@ -695,6 +695,7 @@ class ReplicaFetchedPartition(_message.Message):
     DIVERGING_END_OFFSET_FIELD_NUMBER: _builtins.int
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
     MARKS_WANTED_FIELD_NUMBER: _builtins.int
+    LOG_START_CAUSE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     high_watermark: _builtins.int
@@ -710,6 +711,10 @@ class ReplicaFetchedPartition(_message.Message):
     marks_wanted: _builtins.bool
     """The follower's last batch is not in the source's log: send every mark
     of the partition with the next fetch, to find where the logs part.
+    """
+    log_start_cause: _builtins.str
+    """Why the log start is where it is, when the source knows: "retention" or
+    "deleted records" (a follower behind it records a gap and says why).
     """
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
@@ -727,10 +732,11 @@ class ReplicaFetchedPartition(_message.Message):
         diverging_end_offset: _builtins.int = ...,
         diverging_epoch: _builtins.int = ...,
         marks_wanted: _builtins.bool = ...,
+        log_start_cause: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -999,7 +1005,8 @@ Global___EpochStart: _TypeAlias = EpochStart  # noqa: Y015
 class ProvenanceRecord(_message.Message):
     """One provenance entry: kind "start" (copied from source_cluster_id from
     offset on), "detached" (the link's data ends at offset) or "truncated"
-    (the log was cut at offset).
+    (the log was cut at offset) or "gap" (the records [offset, to_offset)
+    were never copied: the source's log start had passed them).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1010,12 +1017,18 @@ class ProvenanceRecord(_message.Message):
     LINK_ID_FIELD_NUMBER: _builtins.int
     LINK_EPOCH_FIELD_NUMBER: _builtins.int
     REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    AT_MS_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     offset: _builtins.int
     source_cluster_id: _builtins.str
     link_id: _builtins.str
     link_epoch: _builtins.int
     removed_records: _builtins.int
+    to_offset: _builtins.int
+    reason: _builtins.str
+    at_ms: _builtins.int
     def __init__(
         self,
         *,
@@ -1025,10 +1038,13 @@ class ProvenanceRecord(_message.Message):
         link_id: _builtins.str = ...,
         link_epoch: _builtins.int = ...,
         removed_records: _builtins.int = ...,
+        to_offset: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "offset", b"offset", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "offset", b"offset", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id", "to_offset", b"to_offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
