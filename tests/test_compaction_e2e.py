@@ -187,3 +187,32 @@ def test_describe_topic_prints_the_cleaner_of_compacted_topics_only(
     assert "log cleaner:" in out.stdout and "CLEANED-UP-TO" in out.stdout
     run_cli("create-topic", "plain-view", bootstrap=daemon.bootstrap)
     assert "cleaner" not in _describe(daemon, "plain-view")
+
+
+def test_aborted_records_go_and_committed_ones_are_compacted(kafka: tuple[Daemon, str]) -> None:
+    daemon, bootstrap = kafka
+    _create(bootstrap, "compacted-txn", **{"delete.retention.ms": "3600000"})
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": "compacted-txn", "linger.ms": 0,
+    })
+    producer.init_transactions(20)
+    for round_ in range(8):
+        producer.begin_transaction()
+        for key in (b"k0", b"k1"):
+            producer.produce("compacted-txn", key=key, value=f"{key.decode()}-{round_}".encode())
+        assert producer.flush(20) == 0
+        if round_ % 3 != 1:
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+    _wait_cleaner(
+        daemon, "compacted-txn", lambda c: c["removed_records"] > 0, "a clean of transactions"
+    )
+    got = _consume_all(bootstrap, "compacted-txn")
+    values = {key: value for _offset, key, value in got}
+    # read_committed or not, an aborted value is never seen once cleaned; the
+    # last committed round's values are each key's last.
+    last_committed = max(r for r in range(8) if r % 3 != 1)
+    assert values == {key: f"{key.decode()}-{last_committed}".encode() for key in (b"k0", b"k1")}
+    offsets = [offset for offset, _key, _value in got]
+    assert offsets == sorted(offsets) and len(got) < 16

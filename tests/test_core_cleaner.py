@@ -40,7 +40,9 @@ def _clean(log: PartitionLog, data: bytes, config: TopicConfig, active: int, now
 
 def _read(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     got = []
-    for position, _header in rb.iter_batches(data):
+    for position, header in rb.iter_batches(data):
+        if header.is_control:
+            continue
         _, records = rb.decode_records(data, position)
         got += [(r.offset, r.key, r.value) for r in records]
     return got
@@ -145,27 +147,56 @@ def test_partial_batches_keep_their_last_offset() -> None:
     rb.check_records(cleaned, max_decompressed=1 << 20, produced=False)
 
 
-def test_transactional_batches_are_kept_whole() -> None:
-    log = PartitionLog("t", 0)
-    data = bytearray()
-    txn = rb.build_batch(
-        [rb.RecordSpec(b"a", b"1", 1_000)],
+def _txn(log: PartitionLog, data: bytearray, pairs: list[tuple[bytes, bytes]], seq: int) -> None:
+    batch = rb.build_batch(
+        [rb.RecordSpec(k, v, 1_000) for k, v in pairs],
+        base_offset=log.log_end_offset,
         producer_id=3,
         producer_epoch=0,
-        base_sequence=0,
+        base_sequence=seq,
         transactional=True,
     )
-    log.apply_batch(rb.parse_header(txn))
-    data += txn
-    marker = rb.build_control_batch(
-        marker=rb.CONTROL_COMMIT, base_offset=1, producer_id=3, producer_epoch=0, timestamp=1_000
+    log.apply_batch(rb.parse_header(batch))
+    data += batch
+
+
+def _marker(log: PartitionLog, data: bytearray, marker: int) -> None:
+    batch = rb.build_control_batch(
+        marker=marker, base_offset=log.log_end_offset, producer_id=3, producer_epoch=0,
+        timestamp=1_000,
     )
-    log.apply_batch(rb.parse_header(marker), rb.CONTROL_COMMIT)
-    data += marker
-    _append(log, data, [(b"a", b"2")], ts=1_000)
-    _append(log, data, [(b"z", b"1")], ts=1_000)
-    cleaned = _clean(log, bytes(data), COMPACT, active=3, now=2_000)
-    assert [h.base_offset for _, h in rb.iter_batches(cleaned)] == [0, 1, 2, 3]
+    log.apply_batch(rb.parse_header(batch), marker)
+    log.mark_durable(log.log_end_offset)
+    data += batch
+
+
+def test_committed_records_are_compacted_and_a_marker_waits_for_its_horizon() -> None:
+    config = TopicConfig.from_overrides(
+        {"cleanup.policy": "compact", "delete.retention.ms": "1000"}
+    )
+    log = PartitionLog("t", 0)
+    data = bytearray()
+    _txn(log, data, [(b"a", b"1")], seq=0)  # 0, aborted below
+    _marker(log, data, rb.CONTROL_ABORT)  # 1
+    _txn(log, data, [(b"b", b"1"), (b"z", b"1")], seq=1)  # 2-3, committed
+    _marker(log, data, rb.CONTROL_COMMIT)  # 4
+    _append(log, data, [(b"b", b"2")], ts=1_000)  # 5
+    _append(log, data, [(b"y", b"1")], ts=1_000)  # 6: the active segment
+    first = _clean(log, bytes(data), config, active=6, now=5_000)
+    # The aborted record goes; the committed b is superseded by 5; markers stay.
+    assert _read(first) == [(3, b"z", b"1"), (5, b"b", b"2"), (6, b"y", b"1")]
+    assert [h.base_offset for _, h in rb.iter_batches(first)] == [1, 2, 4, 5, 6]
+    second = _clean(log, first, config, active=6, now=6_000)
+    # The abort marker's transaction has nothing left: it goes once its horizon
+    # passed. The commit marker's transaction still has a record (z).
+    assert [h.base_offset for _, h in rb.iter_batches(second)] == [2, 4, 5, 6]
+    # Read back after a restart: no transaction is left open.
+    fresh = PartitionLog("t", 0, log_start_offset=2)
+    for position, header in rb.iter_batches(second):
+        marker = rb.control_marker_type(second, position) if header.is_control else None
+        fresh.apply_batch(header, marker, allow_gap=True)
+    fresh.mark_durable(fresh.log_end_offset)
+    assert not fresh.ongoing_txns and fresh.last_stable_offset == 7
 
 
 def test_a_log_with_gaps_is_read_back_after_a_restart() -> None:

@@ -21,10 +21,10 @@ comes out (`linkd/node.py` in the daemon). The rules are Kafka's LogCleaner's:
   plus `delete.retention.ms`: readers have that long to see it. (The horizon
   is kept in memory: after a restart a tombstone's wait starts again, so it is
   kept longer, never shorter.)
-- Transactions: transactional and control batches are kept whole, and their
-  records neither supersede other records nor are superseded. (Kafka also
-  removes aborted records and, later, markers; here they stay until
-  retention removes them.)
+- Transactions, as Kafka: the records of aborted transactions are removed;
+  those of committed ones are compacted like any other. A transaction marker
+  (control batch) stays until its transaction has no batch left and the
+  marker's delete horizon (as a tombstone's) has passed.
 - A batch whose every record is removed disappears, except the last batch of
   each producer id, which stays with no records and its offsets, so the
   producer's sequence state survives a restart (Kafka keeps it the same way).
@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from linkd.core import records as rb
-from linkd.core.partition import BatchEntry, CleanerState, PartitionLog
+from linkd.core.partition import AbortedTxn, BatchEntry, CleanerState, PartitionLog
 from linkd.core.topic_config import TopicConfig
 
 # Bytes of dirty batches one clean's offset map may cover (the rest waits for
@@ -58,6 +58,10 @@ class CleanPlan:
     delete_horizon_ms: int
     # Base offsets of batches kept (empty) even when every record goes.
     retain_empty: frozenset[int]
+    # The aborted transactions below the end (their records go).
+    aborted: tuple[AbortedTxn, ...] = ()
+    # Base offsets of the markers this clean removes.
+    removable_markers: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,7 @@ class CleanedBatches:
     headers: tuple[rb.BatchHeader, ...]
     kept_records: int
     removed_records: int
-    kept_tombstones: int
+    kept_tombstones: int  # tombstones and markers kept (they wait for a horizon)
 
 
 def cleanable_end(log: PartitionLog, config: TopicConfig, active_base: int, now_ms: int) -> int:
@@ -132,6 +136,8 @@ def plan_clean(
         now_ms=now_ms,
         delete_horizon_ms=now_ms + config.delete_retention_ms,
         retain_empty=_last_batch_per_producer(log),
+        aborted=tuple(a for a in log.aborted if a.first_offset < end),
+        removable_markers=_removable_markers(log, end, now_ms),
     )
 
 
@@ -155,8 +161,39 @@ def _last_batch_per_producer(log: PartitionLog) -> frozenset[int]:
     return frozenset(last.values())
 
 
+def _removable_markers(log: PartitionLog, end: int, now_ms: int) -> frozenset[int]:
+    """Markers below `end` whose transaction has no batch left (since the
+    producer's previous marker) and whose horizon has passed."""
+    has_data: dict[int, bool] = {}
+    out = []
+    for entry in log.batches[log.batch_index_at(log.log_start_offset) :]:
+        if entry.base_offset >= end:
+            break
+        if not entry.is_transactional:
+            continue
+        pid = entry.producer_id
+        if not entry.is_control:
+            has_data[pid] = True
+            continue
+        if not has_data.get(pid, False) and tombstone_expired(
+            log.cleaner, entry.base_offset, now_ms
+        ):
+            out.append(entry.base_offset)
+        has_data[pid] = False
+    return frozenset(out)
+
+
+def _aborted(plan: CleanPlan, header: rb.BatchHeader) -> bool:
+    if not header.is_transactional or header.is_control:
+        return False
+    pid, offset = header.producer_id, header.base_offset
+    return any(
+        a.producer_id == pid and a.first_offset <= offset < a.last_offset for a in plan.aborted
+    )
+
+
 def _cleanable(header: rb.BatchHeader) -> bool:
-    return not (header.is_control or header.is_transactional)
+    return not header.is_control
 
 
 def add_to_offset_map(data: bytes, plan: CleanPlan, offset_map: dict[bytes, int]) -> None:
@@ -164,7 +201,7 @@ def add_to_offset_map(data: bytes, plan: CleanPlan, offset_map: dict[bytes, int]
     for position, header in rb.iter_batches(data):
         if header.next_offset <= plan.first_dirty or header.base_offset >= plan.end:
             continue
-        if not _cleanable(header):
+        if not _cleanable(header) or _aborted(plan, header):
             continue
         _, records = rb.decode_records(data, position)
         for record in records:
@@ -190,11 +227,20 @@ def clean_batches(
     for position, header in rb.iter_batches(data):
         raw = data[position : position + header.size_bytes]
         if header.base_offset >= plan.end or not _cleanable(header):
+            base = header.base_offset
+            if base in plan.removable_markers and base not in plan.retain_empty:
+                removed += 1
+                continue
+            if header.is_control and header.base_offset < plan.end:
+                tombstones += 1  # a marker waits for its horizon, as a tombstone
             out += raw
             headers.append(header)
             continue
         _, records = rb.decode_records(data, position)
-        keep = [r for r in records if _keeps(r, offset_map, plan, state)]
+        if _aborted(plan, header):
+            keep = []
+        else:
+            keep = [r for r in records if _keeps(r, offset_map, plan, state)]
         kept += len(keep)
         removed += len(records) - len(keep)
         tombstones += sum(1 for r in keep if r.value is None)
