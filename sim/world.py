@@ -213,7 +213,7 @@ class Simulation:
             for i in range(s.namespace.topics):
                 name = f"{topology.prefix_of(origin)}t{i}"
                 _t, effects = node.state.create_topic(
-                    name, s.namespace.partitions, {}, node.topic_ids()
+                    name, s.namespace.partitions, s.namespace.topic_configs(), node.topic_ids()
                 )
                 node.execute(effects, "metadata", self.logical_bytes)
         for (u, v), mappings in sorted(
