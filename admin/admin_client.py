@@ -25,6 +25,18 @@ from ccr.v1 import admin_pb2, cluster_pb2
 
 
 @dataclass(frozen=True)
+class CleanerInfo:
+    """The log cleaner's state of a compacted partition (see describe-topic)."""
+
+    cleaned_up_to: int
+    dirty_ratio: float
+    last_clean_ms: int  # -1: no clean since the daemon started
+    cleans: int
+    removed_records: int
+    cleanable_end: int
+
+
+@dataclass(frozen=True)
 class PartitionInfo:
     partition: int
     log_start_offset: int
@@ -33,6 +45,8 @@ class PartitionInfo:
     log_end_offset: int
     leader_epoch: int
     size_bytes: int
+    # Set for partitions of compacted topics.
+    cleaner: CleanerInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -438,6 +452,18 @@ def partition_info(p: cluster_pb2.PartitionState) -> PartitionInfo:
         log_end_offset=p.log_end_offset,
         leader_epoch=p.leader_epoch,
         size_bytes=p.size_bytes,
+        cleaner=_cleaner_info(p.cleaner) if p.HasField("cleaner") else None,
+    )
+
+
+def _cleaner_info(c: cluster_pb2.LogCleanerState) -> CleanerInfo:
+    return CleanerInfo(
+        cleaned_up_to=c.cleaned_up_to,
+        dirty_ratio=c.dirty_ratio,
+        last_clean_ms=c.last_clean_ms,
+        cleans=c.cleans,
+        removed_records=c.removed_records,
+        cleanable_end=c.cleanable_end,
     )
 
 

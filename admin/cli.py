@@ -63,6 +63,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
+import datetime
 import json
 import os
 import sys
@@ -261,6 +263,7 @@ def _topic_json(t: TopicInfo) -> dict[str, Any]:
                 "log_end_offset": p.log_end_offset,
                 "leader_epoch": p.leader_epoch,
                 "size_bytes": p.size_bytes,
+                **({} if p.cleaner is None else {"cleaner": dataclasses.asdict(p.cleaner)}),
             }
             for p in t.partitions
         ],
@@ -296,6 +299,37 @@ def _print_topic(t: TopicInfo) -> None:
         for p in t.partitions
     ]
     print(_table(rows, ("PARTITION", "LOG-START", "HW", "LSO", "LEO", "EPOCH", "BYTES")))
+    cleaned = [p for p in t.partitions if p.cleaner is not None]
+    if cleaned:
+        print("log cleaner:")
+        cleaner_rows = [
+            (
+                p.partition,
+                c.cleaned_up_to,
+                c.cleanable_end,
+                f"{c.dirty_ratio:.2f}",
+                _ms_text(c.last_clean_ms),
+                c.cleans,
+                c.removed_records,
+            )
+            for p in cleaned
+            if (c := p.cleaner) is not None
+        ]
+        print(
+            _table(
+                cleaner_rows,
+                ("PARTITION", "CLEANED-UP-TO", "CLEANABLE-END", "DIRTY", "LAST-CLEAN", "CLEANS",
+                 "REMOVED"),
+            )
+        )
+
+
+def _ms_text(ms: int) -> str:
+    if ms < 0:
+        return "never"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ"
+    )[:-4] + "Z"
 
 
 # ---------------------------------------------------------------------------

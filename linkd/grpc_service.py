@@ -33,6 +33,7 @@ from linkd.core import link_admin, recovery
 from linkd.core.acls import CLUSTER_RESOURCE_NAME
 from linkd.core.acls import AclOperation as Op
 from linkd.core.acls import ResourceType as R
+from linkd.core.cleaner import CleanerView
 from linkd.core.cluster import DanglingTxn
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import JoinRequest
@@ -177,6 +178,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
                     log_end_offset=p.log_end_offset,
                     leader_epoch=p.leader_epoch,
                     size_bytes=p.size_bytes,
+                    cleaner=_cleaner_pb(self.node.cleaner_view(topic, p.partition)),
                 )
                 for p in topic.partitions
             ],
@@ -1052,4 +1054,17 @@ def add_services(
     cluster_pb2_grpc.add_ClusterServicer_to_server(ClusterService(node), server)
     admin_pb2_grpc.add_AdminServicer_to_server(
         AdminService(node, links, mirror_links), server
+    )
+
+
+def _cleaner_pb(view: CleanerView | None) -> cluster_pb2.LogCleanerState | None:
+    if view is None:
+        return None
+    return cluster_pb2.LogCleanerState(
+        cleaned_up_to=view.cleaned_up_to,
+        dirty_ratio=view.dirty_ratio,
+        last_clean_ms=-1 if view.last_clean_ms is None else view.last_clean_ms,
+        cleans=view.cleans,
+        removed_records=view.removed_records,
+        cleanable_end=view.cleanable_end,
     )

@@ -71,6 +71,7 @@ from linkd.kafka.security import (
 from linkd.kafka.server import KafkaListener
 from linkd.link_channels import LinkTls
 from linkd.link_sessions import CredentialsSource, LinkSecurity
+from linkd.log_cleaner import DEFAULT_BACKOFF_MS, DEFAULT_BYTES_PER_PASS, CleanerSettings
 from linkd.metrics import (
     Snapshot,
     StateCollector,
@@ -144,6 +145,18 @@ def _parser() -> argparse.ArgumentParser:
         choices=["always", "never"],
         help="always (default): fsync before acknowledging; never: for benchmarks "
         "only, acknowledged records may be lost on a machine crash",
+    )
+    p.add_argument(
+        "--log-cleaner-backoff-ms",
+        type=int,
+        help="the log cleaner of compacted topics sleeps this long between passes "
+        f"(default {DEFAULT_BACKOFF_MS}, Kafka's log.cleaner.backoff.ms)",
+    )
+    p.add_argument(
+        "--log-cleaner-io-bytes-per-pass",
+        type=int,
+        help="the most bytes the log cleaner reads and writes in one pass; a larger segment "
+        f"is still cleaned, alone (default {DEFAULT_BYTES_PER_PASS})",
     )
     p.add_argument(
         "--kafka-listen",
@@ -314,7 +327,15 @@ FILE_SETTINGS = (
     "authorizer",
     "super_users",
     "metrics_listen",
+    "log_cleaner_backoff_ms",
+    "log_cleaner_io_bytes_per_pass",
 )
+
+
+def _int_setting(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    return value
 
 
 def load_settings(argv: list[str] | None) -> dict[str, Any]:
@@ -339,6 +360,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "num_partitions": 1,
         "authorizer": "none",
         "super_users": "",
+        "log_cleaner_backoff_ms": DEFAULT_BACKOFF_MS,
+        "log_cleaner_io_bytes_per_pass": DEFAULT_BYTES_PER_PASS,
     }
     if args.config is not None:
         try:
@@ -411,6 +434,15 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             f"linkd: num_partitions must be in 1..{MAX_PARTITIONS}, not {num_partitions!r}\n",
         )
     _authorization_settings(parser, settings)
+    try:
+        settings["cleaner_settings"] = CleanerSettings(
+            backoff_ms=_int_setting(settings["log_cleaner_backoff_ms"], "log_cleaner_backoff_ms"),
+            bytes_per_pass=_int_setting(
+                settings["log_cleaner_io_bytes_per_pass"], "log_cleaner_io_bytes_per_pass"
+            ),
+        )
+    except ValueError as exc:
+        parser.exit(EXIT_USAGE, f"linkd: {exc}\n")
     if settings.get("metrics_listen"):
         try:
             settings["metrics_address"] = parse_address(str(settings["metrics_listen"]))
@@ -549,6 +581,7 @@ async def serve(settings: dict[str, Any]) -> int:
             initial_rebalance_delay_ms=int(settings["initial_rebalance_delay_ms"])
         ),
         plant_bug=str(settings.get("plant_bug") or ""),
+        cleaner_settings=settings["cleaner_settings"],
     )
     node.authz.mode = settings["authorizer"]
     node.authz.super_users = settings["super_users"]

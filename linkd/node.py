@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from linkd.authz import Gate
+from linkd.core import cleaner, restart
 from linkd.core import records as rb
-from linkd.core import restart
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
     HW_WAIT_MAX_MS,
@@ -60,6 +60,7 @@ from linkd.core.links import LinkState
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
 from linkd.core.users import SCRAM_MECHANISMS, Deletion, ScramMechanism, Upsertion, UserError
+from linkd.log_cleaner import CleanerSettings, LogCleaner
 from linkd.long_polls import LongPolls
 from linkd.metrics import DaemonMetrics
 from linkd.storage.datadir import DataDir
@@ -142,6 +143,7 @@ class ClusterNode:
         group_config: GroupConfig | None = None,
         segment_bytes_default: int | None = None,
         plant_bug: str = "",
+        cleaner_settings: CleanerSettings | None = None,
     ) -> None:
         self.data_dir_path = data_dir
         # Test only (chaos tests): "ack-before-replicate" makes acknowledgements
@@ -168,6 +170,9 @@ class ClusterNode:
         self._group_waiters: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
         self._next_request_id = 1
         self._ticker: asyncio.Task[None] | None = None
+        # The log cleaner of compacted topics (linkd/log_cleaner.py).
+        self.cleaner = LogCleaner(self, cleaner_settings or CleanerSettings())
+        self._cleaner_task: asyncio.Task[None] | None = None
         self._stopping = False
         # Who may do what (--authorizer): off unless the daemon turns it on.
         self.authz = Gate(lambda: self.state.acls)
@@ -240,11 +245,16 @@ class ClusterNode:
         """Completes transactions prepared before a crash, starts the timers."""
         await self.execute(self.state.recovery_completions(self.clock()))
         self._ticker = asyncio.create_task(self._tick_loop(), name="linkd-tick")
+        self._cleaner_task = asyncio.create_task(self.cleaner.run(), name="linkd-log-cleaner")
         self.ready = True
 
     async def stop(self) -> None:
         self._stopping = True
         self.ready = False
+        if self._cleaner_task is not None:
+            self._cleaner_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleaner_task
         if self._ticker is not None:
             self._ticker.cancel()
             try:
@@ -287,7 +297,8 @@ class ClusterNode:
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
                 try:
-                    self.stores[key].append(effect.batch, effect.header)
+                    # The core placed the batch (a copy of a cleaned log may jump offsets).
+                    self.stores[key].append(effect.batch, effect.header, gaps=True)
                 except OSError as exc:
                     if touched:
                         await self._make_durable(touched)
@@ -468,6 +479,14 @@ class ClusterNode:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    def cleaner_view(self, topic: Topic, partition: int) -> cleaner.CleanerView | None:
+        """The log cleaner's state of a compacted topic's partition (None: not compacted)."""
+        store = self.stores.get((topic.topic_id, partition))
+        if not topic.config.compact or store is None:
+            return None
+        log_ = topic.partitions[partition]
+        return cleaner.view(log_, topic.config, store.active_base_offset, self.clock())
 
     def check_ready(self) -> None:
         if not self.ready:

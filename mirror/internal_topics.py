@@ -4,11 +4,12 @@ source offsets of exactly-once flows.
 Rules:
 - Each is created with one partition and `cleanup.policy=compact`, as MM2 does:
   their readers only need the newest record per key.
-- A cluster that refuses compaction (linkd: only `delete` is implemented) is an
-  expected case, not a failure: the topic is created with the cluster's default
-  cleanup policy and retention instead (linkd: `delete`, 7 days), and this is
-  said once per cluster and run, calmly, not once per topic. Records older than
-  the retention are then deleted rather than compacted away.
+  linkd compacts them (its log cleaner, `linkd/core/cleaner.py`).
+- A cluster that refuses compaction is an expected case, not a failure: the
+  topic is created with the cluster's default cleanup policy and retention
+  instead, and this is said once per cluster and run, calmly, not once per
+  topic. Records older than the retention are then deleted rather than
+  compacted away.
 - A refused replication factor (single-broker clusters and MM2's default of 3)
   is reported and the topic is created with the cluster's default factor.
 - Any other refusal is the caller's error. At most three attempts per topic.

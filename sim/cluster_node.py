@@ -42,6 +42,7 @@ from linkd.core.journal import encode as encode_record
 from linkd.core.link_auth import LinkSessions
 from linkd.core.links import LinkLimits, LinkTable
 from sim.events import EventQueue
+from sim.log_cleaner import CLEANER_BACKOFF_MS, clean_partition
 from sim.resources import IoDevice, RateLimit
 from sim.seeds import IdFactory
 from sim.store import PartitionStore, StoredBatch
@@ -93,6 +94,8 @@ class SimCluster:
         # Parked long polls (fetches, acks=all produces, commits): each is
         # called once when a high watermark it watches moves (None: any).
         self._data_waiters: list[tuple[Callable[[], None], frozenset[PartitionKey] | None]] = []
+        # The log cleaner's next pass (virtual ms; sim/log_cleaner.py).
+        self.next_clean_ms = 0
         # Called with (topic, partition, records removed) on each truncation.
         self.on_truncate: Callable[[str, int, int], None] | None = None
         # (topic, partition, from, to): records this cluster deleted itself
@@ -224,9 +227,25 @@ class SimCluster:
         """One pass of the daemon's `_tick_loop`: the core's timers, the SYNC
         links' led partitions, the link states, then the high watermarks."""
         self.execute(self.state.tick(now_ms), "retention", logical_bytes)
+        if now_ms >= self.next_clean_ms:
+            self.next_clean_ms = now_ms + CLEANER_BACKOFF_MS
+            self.clean(now_ms)
         self.state.refresh_led_partitions(now_ms)
         self.links.tick(now_ms)
         self.refresh_high_watermarks()
+
+    def clean(self, now_ms: int) -> int:
+        """One pass of the daemon's log cleaner over every compacted partition
+        (`sim/log_cleaner.py`); returns the records removed."""
+        removed = 0
+        for topic in list(self.state.topics.values()):
+            if not topic.config.compact:
+                continue
+            for partition in range(len(topic.partitions)):
+                store = self.stores.get((topic.topic_id, partition))
+                if store is not None:
+                    removed += clean_partition(topic, partition, store, self.disk, now_ms)
+        return removed
 
     def wait_high_watermarks(
         self,

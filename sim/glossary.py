@@ -355,7 +355,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         "io_bytes_<class>", Unit.BYTES, Group.RUN,
         "bytes the clusters' I/O devices handled per traffic class (produce, fetch, "
-        "replica_read, replica_write, offsets, metadata, mirror_*)",
+        "replica_read, replica_write, offsets, metadata, cleaner, mirror_*)",
         "summed over the clusters' devices",
         "no traffic of that class",
     ),

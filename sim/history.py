@@ -27,6 +27,9 @@ class Send:
     # The transaction the record was written in ("" for none): every record of
     # one transaction carries the same name (invariant 5).
     txn: str = ""
+    # The record's key ("" when unknown): on a compacted topic a record a
+    # later record of its key superseded may be cleaned away.
+    key: str = ""
     # At the cluster's acknowledgement, for every SYNC link that was IN_SYNC on
     # the topic: (follower cluster, follower topic, the follower partition's
     # durable log end offset then). Invariant 4: each end covers the record.

@@ -50,6 +50,7 @@ def check_followers(sim: Simulation, only: str | None = None, final: bool = True
                     start,
                     check_prefix=final,
                     range_end=end,
+                    compacted=node.state.topics[topic].config.compact,
                 )
 
 
@@ -87,6 +88,25 @@ def final_logs(sim: Simulation) -> checkers.FinalLogs:
                         if r.value:
                             values[r.offset] = r.value.decode()
                 out[(cid, topic, p)] = values
+    return out
+
+
+def compacted_keys(sim: Simulation, final: checkers.FinalLogs) -> checkers.CompactedKeys:
+    """For each final log of a compacted topic: each key's newest offset."""
+    out: checkers.CompactedKeys = {}
+    for cid, topic, p in sorted(final):
+        found = sim.clusters[cid].state.topics.get(topic)
+        if found is None or not found.config.compact:
+            continue
+        newest: dict[str, int] = {}
+        for b in sim.clusters[cid].store(topic, p).batches:
+            header, records = rb.decode_records(b.data)
+            if header.is_control:
+                continue
+            for r in records:
+                if r.key is not None:
+                    newest[r.key.decode()] = r.offset
+        out[(cid, topic, p)] = newest
     return out
 
 
@@ -129,8 +149,9 @@ def final_checks(sim: Simulation) -> None:
     up = {cid: sim.clusters[cid].up for cid in sim.cluster_ids}
     sim.violations += checkers.check_link_convergence(states, up)
     final = final_logs(sim)
+    compacted = compacted_keys(sim, final)
     sim.violations += checkers.check_lost_writes(
-        sim.history, final, sim.truncations, sim.deleted
+        sim.history, final, sim.truncations, deleted=sim.deleted, compacted=compacted
     )
     sim.violations += sim.status_watch.violations
     sim.violations += status_checks.check_silent_loss(
@@ -142,6 +163,7 @@ def final_checks(sim: Simulation) -> None:
         [sim.failover_report(f) for f in sim.failovers],
         sim.truncations,
         sim.deleted,
+        compacted,
     )
     sim.violations += status_checks.check_hanging_transactions(
         states, up, sim.lost_for_good, sim.queue.now_ms
@@ -160,7 +182,9 @@ def final_checks(sim: Simulation) -> None:
     )
     sim.violations += checkers.check_consumers(sim.history, final, sim.truncations)
     sim.violations += checkers.check_sync_acks(sim.history)
-    sim.violations += checkers.check_sync_acks_kept(sim.history, final, sim.truncations)
+    sim.violations += checkers.check_sync_acks_kept(
+        sim.history, final, sim.truncations, compacted
+    )
     sim.violations += checkers.check_transactions_atomic(sim.history)
     sim.metrics.from_history(sim.history, final)
     sim.metrics.set("links_held_by_refusals", len(sim.refusals_at_end))

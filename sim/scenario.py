@@ -22,7 +22,8 @@ Tables and keys (units last; every time is virtual milliseconds):
               replica_lag_time_max_ms
   [namespace] topics, partitions, groups (replicate group offsets too),
               retention_ms (the topics' retention.ms on the virtual clock; 0:
-              Kafka's default of 7 days)
+              Kafka's default of 7 days),
+              cleanup_policy (delete|compact|compact,delete), segment_bytes
   [[edges]]   source, target, and any [network] key or mode (ASYNC|SYNC):
               per-edge overrides; type (link: offset-preserving, the default |
               mirror: MirrorMaker 2, sim.mirror_driver) and, for a mirror,
@@ -61,7 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from linkd.core.errors import ClusterError
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
+from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
 from sim.mirror_driver import LINK_TYPES, MirrorOptions
 from sim.topology import KINDS, cluster_names
@@ -140,6 +143,18 @@ class NamespaceSpec:
     partitions: int = 3
     groups: bool = True
     retention_ms: int = 0  # 0: the default (7 days); else retention.ms of every topic
+    # The namespace's topics' cleanup.policy (compact: the log cleaner runs,
+    # sim/log_cleaner.py) and segment.bytes in logical bytes (0: the default).
+    cleanup_policy: str = "delete"
+    segment_bytes: int = 0
+
+    def topic_configs(self) -> dict[str, str]:
+        configs = {"cleanup.policy": self.cleanup_policy}
+        if self.retention_ms:
+            configs["retention.ms"] = str(self.retention_ms)
+        if self.segment_bytes:
+            configs["segment.bytes"] = str(self.segment_bytes)
+        return configs
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +301,13 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
 # -- validation --------------------------------------------------------------------------
 
 
+def _check_namespace(namespace: NamespaceSpec) -> None:
+    try:
+        validate_configs("[namespace]", namespace.topic_configs())
+    except ClusterError as exc:
+        raise ScenarioError(f"[namespace]: {exc.message}") from exc
+
+
 def _convert(where: str, key: str, value: Any, default: Any, annotation: str) -> Any:
     bad = ScenarioError(f"{where}: {key} = {value!r} is not {annotation}")
     if "tuple[tuple[str, str]" in annotation:
@@ -395,6 +417,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         raise ScenarioError(f"[network]: loss = {network.loss} must be within [0, 1]")
     cluster = _build(ClusterSpec, "[cluster]", data.get("cluster", {}))
     namespace = _build(NamespaceSpec, "[namespace]", data.get("namespace", {}))
+    _check_namespace(namespace)
     edges = tuple(
         _build(EdgeSpec, f"[[edges]] #{i + 1}", e) for i, e in enumerate(data.get("edges", []))
     )
@@ -657,6 +680,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "retention_ms": ("namespace", "retention_ms"),
     # Every fault's duration (an outage's length, for a sweep).
     "outage_ms": ("faults", "duration_ms"),
+    "cleanup_policy": ("namespace", "cleanup_policy"),
     "producer_rate_per_s": ("workloads", "rate_per_s"),
     "transactional_fraction": ("workloads", "transactional_fraction"),
     # link | mirror, for every edge (overrides each edge's own type).
@@ -730,6 +754,8 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")
+        if table == "namespace":
+            _check_namespace(new)
         s = dataclasses.replace(s, **{table: new})
     if "link_type" in params:
         s = dataclasses.replace(s, edges=tuple(dataclasses.replace(e, type="") for e in s.edges))

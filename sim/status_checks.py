@@ -45,11 +45,13 @@ from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import (
     DETAIL_MAX,
+    CompactedKeys,
     Deleted,
     FinalLogs,
     Truncations,
     Violation,
     _capped,
+    superseded,
     was_deleted,
 )
 from sim.history import History, Send
@@ -247,8 +249,10 @@ def check_silent_loss(
     failovers: list[FailoverReport],
     truncations: Truncations,
     deleted: Deleted | None = None,
+    compacted: CompactedKeys | None = None,
 ) -> list[Violation]:
-    """Invariant 10 over every acknowledged record with its followers."""
+    """Invariant 10 over every acknowledged record with its followers (a
+    record a follower's log cleaner removed is not lost: `superseded`)."""
     details: list[str] = []
     for op in history.sends():
         v = op.value
@@ -264,6 +268,8 @@ def check_silent_loss(
                 continue  # present at another offset: invariant 1's business
             if was_deleted(deleted, (follower, topic, v.partition), v.offset):
                 continue  # the follower held it, then its own retention deleted it
+            if superseded(compacted, (follower, topic, v.partition), v.key, v.offset):
+                continue  # cleaned away there: a newer record of its key is held
             why = _excused(op.cluster, op.complete_ms, v, (follower, topic, link_id), states,
                            failovers, truncations, lost)
             if why is None:

@@ -10,6 +10,10 @@ Rules:
   logical size, never the in-memory size.
 - `generation` counts truncations and resets, so a durability completion
   scheduled before a truncation cannot mark newer bytes durable.
+- A batch may start past the log end (a copy of a log the source's cleaner
+  left gaps in; the core decides where batches go), never before it; the
+  log cleaner replaces a run of batches with their cleaned copies
+  (`replace`, `sim/log_cleaner.py`).
 """
 
 from __future__ import annotations
@@ -38,13 +42,19 @@ class PartitionStore:
         return self.batches[-1].next_offset if self.batches else self.log_start_offset
 
     def append(self, batch: StoredBatch) -> None:
-        if batch.base_offset != self.log_end_offset:
+        if batch.base_offset < self.log_end_offset:
             raise ValueError(
                 f"store: batch at {batch.base_offset} does not continue the log at "
                 f"{self.log_end_offset}"
             )
         self.batches.append(batch)
         self.bases.append(batch.base_offset)
+
+    def replace(self, first: int, last: int, batches: list[StoredBatch]) -> None:
+        """The batches at indexes [first, last) become `batches` (the same
+        offsets or fewer: the log cleaner's rewrite)."""
+        self.batches[first:last] = batches
+        self.bases[first:last] = [b.base_offset for b in batches]
 
     def index_at(self, offset: int) -> int:
         i = bisect.bisect_right(self.bases, offset) - 1

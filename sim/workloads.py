@@ -264,7 +264,9 @@ class Producer:
                 result = state.produce(topic, partition, batch, txn_id, now)
                 ids.sequences[partition] = ids.sequences.get(partition, 0) + 1
                 effects += result.effects
-                sends.append(Send(topic, partition, value, result.base_offset, txn=txn))
+                sends.append(
+                    Send(topic, partition, value, result.base_offset, txn=txn, key=f"k{key_index}")
+                )
         except ClusterError:
             # What the core accepted before the refusal is written all the same.
             node.execute(effects, "produce", self._sized)

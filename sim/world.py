@@ -223,13 +223,8 @@ class Simulation:
             node = self.clusters[origin]
             for i in range(s.namespace.topics):
                 name = f"{topology.prefix_of(origin)}t{i}"
-                configs = (
-                    {"retention.ms": str(s.namespace.retention_ms)}
-                    if s.namespace.retention_ms
-                    else {}
-                )
                 _t, effects = node.state.create_topic(
-                    name, s.namespace.partitions, configs, node.topic_ids()
+                    name, s.namespace.partitions, s.namespace.topic_configs(), node.topic_ids()
                 )
                 node.execute(effects, "metadata", self.logical_bytes)
         for (u, v), mappings in sorted(

@@ -441,12 +441,13 @@ def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
     assert len(clusters["B"].read_all("A.orders-readme", 2)) == 20
 
 
-def test_clusters_without_compaction__said_once_per_cluster_calmly_and_topics_still_made(
+def test_internal_topics_on_linkd_are_compacted_and_nothing_is_said_about_compaction(
     clusters: dict[str, Cluster], tmp_path: Path
 ) -> None:
-    """linkd does not compact: MM2's internal topics are made with its defaults
-    and this is said once per cluster, never as a failure. C is the source of
-    two flows here, so two of its offset-syncs topics are made in one run."""
+    """linkd compacts: MM2's internal topics are made with cleanup.policy=compact
+    and no notice about compaction is printed (a cluster that refuses it is
+    tested in test_mirror_units.py). C is the source of two flows here, so two
+    of its offset-syncs topics are made in one run."""
     c = clusters["C"]
     c.create_topic("cn-t", 1)
     c.produce("cn-t", 5)
@@ -459,13 +460,11 @@ def test_clusters_without_compaction__said_once_per_cluster_calmly_and_topics_st
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout + result.stderr
     assert "create topic" not in out and "INVALID_CONFIG" not in out, out
-    notices = [line for line in out.splitlines() if "does not support compacted topics" in line]
-    assert sum(line.startswith("cluster C ") for line in notices) == 1, out
-    assert len(notices) == len(set(notices)), out
+    assert "does not support compacted topics" not in out, out
     assert {"mm2-offset-syncs.A.internal", "mm2-offset-syncs.B.internal"} <= c.topics()
     described = run_cli("describe-topic", "mm2-offset-syncs.A.internal", "--json",
                         bootstrap=c.daemon.bootstrap if c.daemon else "")
-    assert json.loads(described.stdout)["configs"]["cleanup.policy"] == "delete"
+    assert json.loads(described.stdout)["configs"]["cleanup.policy"] == "compact"
     assert len(clusters["A"].read_all("C.cn-t")) == 5
 
 

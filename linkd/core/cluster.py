@@ -341,7 +341,10 @@ class ClusterState:
         plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
         try:
             checked = rb.check_records(
-                batch, max_decompressed=topic.config.max_message_bytes, produced=True
+                batch,
+                max_decompressed=topic.config.max_message_bytes,
+                produced=True,
+                require_keys=topic.config.compact,
             )
         except rb.CorruptBatchError as exc:
             raise refused_batch(exc, log.name, f"partition {log.name}") from exc
@@ -972,6 +975,8 @@ class ClusterState:
         for completion in completions:
             effects += self._complete(completion, now_ms)
         for topic in list(self.topics.values()):
+            if not topic.config.delete:
+                continue  # cleanup.policy=compact: the log cleaner alone removes records
             for log in topic.partitions:
                 target = log.retention_target(
                     now_ms, topic.config.retention_ms, topic.config.retention_bytes
@@ -1114,7 +1119,7 @@ class ClusterState:
         first = batches[0][0].base_offset if batches else log_start
         fresh = PartitionLog(topic_name, partition, log_start_offset=first)
         for header, marker in batches:
-            fresh.apply_batch(header, marker)
+            fresh.apply_batch(header, marker, allow_gap=True)
         fresh.high_watermark = fresh.log_end_offset
         fresh.durable_offset = fresh.log_end_offset
         fresh.completing = []

@@ -111,6 +111,20 @@ class AbortedTxn:
     last_offset: int  # the abort marker's offset
 
 
+@dataclass(slots=True)
+class CleanerState:
+    """What the log cleaner has done to a compacted partition
+    (`linkd/core/cleaner.py`); held in memory, started anew after a restart."""
+
+    cleaned_up_to: int = 0  # the first offset not cleaned yet (Kafka's cleaner checkpoint)
+    last_clean_ms: int | None = None
+    # (below offset, horizon ms): tombstones below the offset were first covered
+    # by a clean and may be removed once the horizon passes; ascending.
+    horizons: list[tuple[int, int]] = field(default_factory=list)
+    cleans: int = 0
+    removed_records: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class AppendPlan:
     """The decision for a produced batch: where it goes, or that it is a repeat."""
@@ -161,6 +175,7 @@ class PartitionLog:
         # of a transaction before the outcome is visible.
         self.completing: list[tuple[int, int]] = []
         self.aborted: list[AbortedTxn] = []
+        self.cleaner = CleanerState(cleaned_up_to=log_start_offset)
 
     @property
     def name(self) -> str:
@@ -294,10 +309,16 @@ class PartitionLog:
             f"{self.name}: epoch history out of order: {history}"
         )
 
-    def apply_batch(self, header: BatchHeader, control_type: int | None = None) -> None:
+    def apply_batch(
+        self, header: BatchHeader, control_type: int | None = None, *, allow_gap: bool = False
+    ) -> None:
         """Applies a batch stored at header.base_offset (== LEO). `control_type` is
-        the marker (commit/abort) for control batches."""
-        if header.base_offset != self.log_end_offset:
+        the marker (commit/abort) for control batches. With `allow_gap` (a log
+        read back from disk, or copied from a source, after a compaction) the
+        batch may start past the LEO: the offsets between were cleaned away."""
+        if header.base_offset != self.log_end_offset and not (
+            allow_gap and header.base_offset > self.log_end_offset
+        ):
             raise ValueError(
                 f"partition {self.name}: batch at {header.base_offset} does not start at the "
                 f"log end offset {self.log_end_offset}"
@@ -333,6 +354,23 @@ class PartitionLog:
             )
         if entry.is_transactional and pid not in self.ongoing_txns:
             self.ongoing_txns[pid] = entry.base_offset
+
+    def replace_batches(self, first: int, next_offset: int, entries: list[BatchEntry]) -> None:
+        """The log cleaner rewrote the batches based in [first, next_offset):
+        they are now `entries` (a subset of their offsets, in order)."""
+        lo = bisect.bisect_left(self._base_offsets, first)
+        hi = bisect.bisect_left(self._base_offsets, next_offset)
+        for entry in entries:
+            if not first <= entry.base_offset < next_offset:
+                raise ValueError(
+                    f"partition {self.name}: cleaned batch at {entry.base_offset} is outside "
+                    f"[{first}, {next_offset})"
+                )
+        self.size_bytes += sum(e.size_bytes for e in entries) - sum(
+            b.size_bytes for b in self.batches[lo:hi]
+        )
+        self.batches[lo:hi] = entries
+        self._base_offsets[lo:hi] = [e.base_offset for e in entries]
 
     def has_open_txn(self, producer_id: int) -> bool:
         return producer_id in self.ongoing_txns
@@ -564,4 +602,6 @@ class PartitionLog:
         self.log_end_offset = offset
         self.high_watermark = hw
         self.durable_offset = min(self.durable_offset, offset)
+        self.cleaner.cleaned_up_to = min(self.cleaner.cleaned_up_to, offset)
+        self.cleaner.horizons = [(min(b, offset), h) for b, h in self.cleaner.horizons]
         self.check()

@@ -680,7 +680,12 @@ class CheckedBatch(NamedTuple):
 
 
 def check_records(
-    batch: bytes | memoryview, position: int = 0, *, max_decompressed: int, produced: bool
+    batch: bytes | memoryview,
+    position: int = 0,
+    *,
+    max_decompressed: int,
+    produced: bool,
+    require_keys: bool = False,
 ) -> CheckedBatch:
     """Reads every record of the (CRC-checked) batch at `position` as Kafka's
     broker does before it stores one, without keeping them: lengths and
@@ -689,7 +694,8 @@ def check_records(
     producer wrote (`produced`) must also hold `record_count` records with
     offset deltas 0, 1, 2, ... (a batch copied from another log may have gaps,
     as compaction leaves them: its deltas must only rise within the batch's
-    range). Raises CorruptBatchError, InvalidRecordError or
+    range). With `require_keys` (a compacted topic) a record without a key
+    is refused, as Kafka's broker refuses it. Raises CorruptBatchError, InvalidRecordError or
     DecompressedTooLargeError naming what is wrong."""
     header = check_batch(batch, position)
     last = header.last_offset_delta
@@ -700,7 +706,7 @@ def check_records(
         raise InvalidRecordError(f"batch claims {count} records in an offset range of {last + 1}")
     data = _records_bytes(batch, position, header, max_decompressed)
     try:
-        pos, low, high = _walk_records(data, count, last, produced)
+        pos, low, high = _walk_records(data, count, last, produced, require_keys)
     except IndexError as exc:
         raise CorruptBatchError("a record runs past the end of the batch") from exc
     if pos != len(data):
@@ -710,7 +716,9 @@ def check_records(
     return CheckedBatch(header, header.base_timestamp + low, header.base_timestamp + high)
 
 
-def _walk_records(data: bytes, count: int, last: int, produced: bool) -> tuple[int, int, int]:
+def _walk_records(
+    data: bytes, count: int, last: int, produced: bool, require_keys: bool = False
+) -> tuple[int, int, int]:
     """`check_records`' walk over the records' bytes: every field of every
     record read, nothing kept. Returns (the position after the last record,
     the smallest and largest timestamp delta). Varints of one or two bytes
@@ -764,6 +772,8 @@ def _walk_records(data: bytes, count: int, last: int, produced: bool) -> tuple[i
         previous = delta
         b = data[p]  # the key: null (zigzag -1) or a length of one or two bytes
         if b == 1:
+            if require_keys:
+                raise InvalidRecordError("Compacted topic cannot accept message without key")
             p += 1
         elif b < 0x80 and not b & 1:
             p += 1 + (b >> 1)

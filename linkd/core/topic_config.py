@@ -46,6 +46,24 @@ def _parse_int(min_value: int) -> Callable[[str], int]:
     return _parse_long(min_value, INT_MAX)
 
 
+def _parse_ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be a number in 0..1")
+    return value
+
+
+# cleanup.policy is a list in Kafka: "compact,delete" and "delete,compact" are one policy.
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete", "delete,compact")
+
+
+def _parse_policy(text: str) -> frozenset[str]:
+    parts = [p.strip() for p in text.split(",")]
+    if ",".join(parts) not in CLEANUP_POLICIES:
+        raise ValueError(f"must be one of {', '.join(CLEANUP_POLICIES)}")
+    return frozenset(parts)
+
+
 def _parse_choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
@@ -92,8 +110,29 @@ CONFIG_KEYS: Mapping[str, ConfigKey] = {
         ConfigKey(
             "cleanup.policy",
             "delete",
-            _parse_choice("delete"),
-            "Only 'delete' (time and size retention); compaction is not implemented.",
+            _parse_policy,
+            "delete: time and size retention; compact: the log cleaner keeps the latest record "
+            "of each key (offsets keep their gaps); compact,delete: both.",
+        ),
+        ConfigKey(
+            "delete.retention.ms",
+            "86400000",
+            _parse_long(0),
+            "Compacted topics: how long a tombstone (null value) stays readable after the "
+            "cleaner first passed over it.",
+        ),
+        ConfigKey(
+            "min.cleanable.dirty.ratio",
+            "0.5",
+            _parse_ratio,
+            "Compacted topics: the cleaner starts when the bytes not cleaned yet are at least "
+            "this share of the cleanable log.",
+        ),
+        ConfigKey(
+            "min.compaction.lag.ms",
+            "0",
+            _parse_long(0),
+            "Compacted topics: records younger than this are never cleaned.",
         ),
         ConfigKey(
             "message.timestamp.type",
@@ -218,10 +257,16 @@ class TopicConfig:
     compression: int | None  # the codec compression.type asks for; None: the producer's
     timestamp_before_max_ms: int
     timestamp_after_max_ms: int
+    compact: bool = False  # cleanup.policy holds compact
+    delete: bool = True  # cleanup.policy holds delete (time and size retention)
+    delete_retention_ms: int = 86_400_000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, str]) -> TopicConfig:
         eff = effective_configs(overrides)
+        policy = _parse_policy(eff["cleanup.policy"])
         return cls(
             retention_ms=int(eff["retention.ms"]),
             retention_bytes=int(eff["retention.bytes"]),
@@ -231,4 +276,9 @@ class TopicConfig:
             compression=COMPRESSION_TYPES[eff["compression.type"]],
             timestamp_before_max_ms=int(eff["message.timestamp.before.max.ms"]),
             timestamp_after_max_ms=int(eff["message.timestamp.after.max.ms"]),
+            compact="compact" in policy,
+            delete="delete" in policy,
+            delete_retention_ms=int(eff["delete.retention.ms"]),
+            min_cleanable_dirty_ratio=float(eff["min.cleanable.dirty.ratio"]),
+            min_compaction_lag_ms=int(eff["min.compaction.lag.ms"]),
         )

@@ -58,6 +58,7 @@ SOURCE_DEFAULT_CONFIG = 5
 TYPE_STRING = 2
 TYPE_INT = 3
 TYPE_LONG = 5
+TYPE_DOUBLE = 6
 TYPE_LIST = 7
 CONFIG_TYPES: Mapping[str, int] = {
     "retention.ms": TYPE_LONG,
@@ -65,6 +66,9 @@ CONFIG_TYPES: Mapping[str, int] = {
     "max.message.bytes": TYPE_INT,
     "segment.bytes": TYPE_INT,
     "cleanup.policy": TYPE_LIST,
+    "delete.retention.ms": TYPE_LONG,
+    "min.cleanable.dirty.ratio": TYPE_DOUBLE,
+    "min.compaction.lag.ms": TYPE_LONG,
     "message.timestamp.type": TYPE_STRING,
     "message.timestamp.before.max.ms": TYPE_LONG,
     "message.timestamp.after.max.ms": TYPE_LONG,

@@ -8,7 +8,18 @@ Layout of a partition directory (the same names as Kafka's):
 
 Rules this module keeps:
 - Offsets are dense: a batch is appended only at the log end offset, and the
-  first batch of a segment starts at the segment's base offset.
+  first batch of a segment starts at the segment's base offset; except in a
+  log marked as having gaps (the file `offset-gaps`, written and fsynced
+  before the first gap): the log cleaner of a compacted topic removes batches,
+  and a follower copies a cleaned log as it is. There a batch may start past
+  the previous one's end (never before), and a segment past the previous
+  segment's end.
+- The log cleaner rewrites a non-active segment crash-safely
+  (`write_cleaned`, then `swap_cleaned`): the cleaned copy is written beside
+  it as `<base>.log.cleaned`, fsynced, and renamed over the segment (one
+  atomic rename); recovery deletes a `.cleaned` file a crash left behind. A
+  swap is refused when the log changed shape meanwhile (truncated, reset,
+  segments deleted: `generation`).
 - Only the last (active) segment is written. A segment is rolled when the next
   batch would make it exceed `segment_bytes` (a larger batch still goes in,
   alone) or when an offset would not fit the index's 32-bit relative offset.
@@ -49,6 +60,8 @@ from linkd.storage.handles import HandleCache
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
+CLEANED_SUFFIX = ".log.cleaned"
+GAPS_MARKER = "offset-gaps"
 _INDEX_ENTRY = struct.Struct(">ii")
 _INT32_MAX = (1 << 31) - 1
 # Recovery reads segments in windows of this size rather than whole files.
@@ -160,6 +173,10 @@ class PartitionLogStore:
         self._dirty = False
         self._dir_dirty = False
         self._closed = False
+        self._gaps_allowed = (directory / GAPS_MARKER).exists()
+        # Bumped whenever segments are cut, deleted or replaced wholesale: a
+        # clean planned before refuses to swap (`swap_cleaned`).
+        self.generation = 0
 
     # -- opening and recovery ------------------------------------------------
 
@@ -181,7 +198,9 @@ class PartitionLogStore:
             directory.mkdir(parents=True, exist_ok=True)
             if fsync:
                 _fsync_dir(directory.parent)  # the new directory's entry must survive a crash
-        segments, headers, report = _recover(directory, index_interval_bytes, fsync)
+        segments, headers, report = _recover(
+            directory, index_interval_bytes, fsync, (directory / GAPS_MARKER).exists()
+        )
         store = cls(
             directory,
             segments,
@@ -221,21 +240,29 @@ class PartitionLogStore:
 
     # -- writing -----------------------------------------------------------------
 
-    def append(self, batch: bytes, header: BatchHeader) -> None:
-        """Appends one batch at the log end offset. Does not fsync."""
-        self.append_many(batch, [header])
+    def append(self, batch: bytes, header: BatchHeader, *, gaps: bool = False) -> None:
+        """Appends one batch at the log end offset (past it, with `gaps`). Does not fsync."""
+        self.append_many(batch, [header], gaps=gaps)
 
-    def append_many(self, batches: bytes, headers: list[BatchHeader]) -> None:
-        """Appends concatenated batches (dense offsets), one write per segment touched."""
+    def append_many(
+        self, batches: bytes, headers: list[BatchHeader], *, gaps: bool = False
+    ) -> None:
+        """Appends concatenated batches (dense offsets; with `gaps`, a batch may
+        start past the previous one's end: the log is then marked as one with
+        gaps), one write per segment touched."""
         self._check_open()
         expected = self.log_end_offset
+        gap = False
         for h in headers:
-            if h.base_offset != expected:
+            if h.base_offset < expected or (h.base_offset > expected and not gaps):
                 raise ValueError(
                     f"batch base offset {h.base_offset} is not the expected offset {expected} "
                     f"in {self._dir}"
                 )
+            gap = gap or h.base_offset > expected
             expected = h.next_offset
+        if gap:
+            self.allow_gaps()
         total = sum(h.size_bytes for h in headers)
         if total != len(batches):
             raise ValueError(f"headers describe {total} bytes but {len(batches)} were given")
@@ -255,6 +282,94 @@ class PartitionLogStore:
             self._write_run(view[:run_bytes], headers[start:end])
             view = view[run_bytes:]
             start = end
+
+    def allow_gaps(self) -> None:
+        """Marks the log as one that may have offset gaps (durably, before any gap is written)."""
+        if self._gaps_allowed:
+            return
+        marker = self._dir / GAPS_MARKER
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if self._fsync:
+            _fsync_dir(self._dir)
+        self._gaps_allowed = True
+
+    # -- the log cleaner's rewrites -------------------------------------------------
+
+    @property
+    def active_base_offset(self) -> int:
+        """Where the active segment starts: the log cleaner stops there."""
+        return self._segments[-1].base_offset
+
+    def cleanable_segments(self, end_offset: int) -> list[tuple[int, int]]:
+        """(base offset, next segment's base offset) of every non-active
+        segment that starts below `end_offset`, oldest first."""
+        return [
+            (seg.base_offset, nxt.base_offset)
+            for seg, nxt in zip(self._segments, self._segments[1:], strict=False)
+            if seg.base_offset < end_offset
+        ]
+
+    def read_segment(self, base_offset: int) -> bytes:
+        """The whole of a non-active segment (safe from another thread: its file never changes
+        but by a swap, which renames a new file over it)."""
+        path = self._dir / f"{base_offset:020d}{LOG_SUFFIX}"
+        return path.read_bytes()
+
+    def write_cleaned(self, base_offset: int, data: bytes) -> Path:
+        """Writes the cleaned copy of a segment beside it and fsyncs it (any thread)."""
+        path = self._dir / f"{base_offset:020d}{CLEANED_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, data)
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return path
+
+    def swap_cleaned(
+        self, base_offset: int, headers: list[BatchHeader], generation: int
+    ) -> bool:
+        """Renames the cleaned copy over its segment, if the log kept its shape
+        since `generation` and the segment is still a non-active one; else
+        removes the copy. Returns whether it swapped."""
+        self._check_open()
+        path = self._dir / f"{base_offset:020d}{CLEANED_SUFFIX}"
+        k = next(
+            (i for i, s in enumerate(self._segments[:-1]) if s.base_offset == base_offset), None
+        )
+        if generation != self.generation or k is None:
+            path.unlink(missing_ok=True)
+            return False
+        seg = self._segments[k]
+        if headers and (
+            headers[0].base_offset < seg.base_offset
+            or headers[-1].next_offset > self._segments[k + 1].base_offset
+        ):
+            path.unlink(missing_ok=True)
+            raise ValueError(f"cleaned batches of segment {seg.name} lie outside it in {self._dir}")
+        self.allow_gaps()
+        os.rename(path, self._dir / (seg.name + LOG_SUFFIX))
+        if self._fsync:
+            _fsync_dir(self._dir)
+        fresh = _Segment(base_offset)
+        position = 0
+        for h in headers:
+            if fresh.wants_index_entry(position, self._index_interval):
+                fresh.index_offsets.append(h.base_offset)
+                fresh.index_positions.append(position)
+            position += h.size_bytes
+            fresh.next_offset = h.next_offset
+        fresh.size = position
+        self._size += fresh.size - seg.size
+        self._segments[k] = fresh
+        (self._dir / (seg.name + INDEX_SUFFIX)).write_bytes(fresh.index_bytes())
+        return True
 
     def _must_roll(self, seg: _Segment, header: BatchHeader, pending: int = 0) -> bool:
         if seg.size + pending + header.size_bytes > self._segment_bytes:
@@ -486,6 +601,7 @@ class PartitionLogStore:
                 raise ValueError(f"cannot truncate {self._dir} to {offset}: not a batch boundary")
             position = found[0]
         # Validated: now mutate. Segment k becomes (or stays) the active one.
+        self.generation += 1
         for dead in self._segments[k + 1 :]:
             self._unlink(dead)
         del self._segments[k + 1 :]
@@ -510,6 +626,7 @@ class PartitionLogStore:
             dead = self._segments.pop(0)
             self._unlink(dead)
             freed += dead.size
+            self.generation += 1
         if freed:
             with self._lock:
                 self._dir_dirty = True  # not needed for safety; the next flush makes it stick
@@ -525,6 +642,7 @@ class PartitionLogStore:
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
+        self.generation += 1
         for dead in self._segments:
             self._unlink(dead)
         self._segments = [_Segment(offset)]
@@ -557,6 +675,7 @@ class PartitionLogStore:
         if self._closed:
             return
         self.flush()
+        self.generation += 1
         with self._lock:
             self._closed = True
             for fd in [self._fd, self._index_fd, *self._unsynced_fds]:
@@ -586,7 +705,7 @@ def _segment_files(directory: Path) -> list[int]:
 
 
 def _scan(
-    fd: int, seg: _Segment, interval: int, headers: list[BatchHeader]
+    fd: int, seg: _Segment, interval: int, headers: list[BatchHeader], gaps: bool = False
 ) -> tuple[int, str | None]:
     """CRC-checks the batches of a segment file, filling `seg` and `headers`.
 
@@ -606,7 +725,7 @@ def _scan(
             check_batch(window, position - window_start)
         except CorruptBatchError as exc:
             return position, f"{exc} at offset {seg.next_offset} (position {position})"
-        if h.base_offset != seg.next_offset:
+        if h.base_offset < seg.next_offset or (h.base_offset > seg.next_offset and not gaps):
             return position, (
                 f"batch base offset {h.base_offset} at position {position} "
                 f"does not follow offset {seg.next_offset - 1}"
@@ -624,8 +743,10 @@ def _scan(
 
 
 def _recover(
-    directory: Path, interval: int, fsync: bool
+    directory: Path, interval: int, fsync: bool, gaps: bool = False
 ) -> tuple[list[_Segment], list[BatchHeader], RecoveryReport]:
+    for leftover in directory.glob("*" + CLEANED_SUFFIX):
+        leftover.unlink()  # a clean a crash interrupted before its swap: the segment is intact
     bases = _segment_files(directory)
     segments: list[_Segment] = []
     headers: list[BatchHeader] = []
@@ -634,14 +755,15 @@ def _recover(
     keep = len(bases)  # segment files bases[keep:] are deleted
     for n, base in enumerate(bases):
         path = directory / f"{base:020d}{LOG_SUFFIX}"
-        if segments and base != segments[-1].next_offset:
+        previous_end = segments[-1].next_offset if segments else base
+        if base < previous_end or (base > previous_end and not gaps):
             reason = f"segment {path.name} does not follow offset {segments[-1].next_offset - 1}"
             keep = n
             break
         seg = _Segment(base)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            cut, why = _scan(fd, seg, interval, headers)
+            cut, why = _scan(fd, seg, interval, headers, gaps)
             if why is not None:
                 reason = f"{why} in segment {path.name}"
                 if cut == 0 and segments:

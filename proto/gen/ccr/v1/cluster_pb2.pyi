@@ -299,6 +299,7 @@ class PartitionState(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    CLEANER_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     log_start_offset: _builtins.int
     high_watermark: _builtins.int
@@ -306,6 +307,10 @@ class PartitionState(_message.Message):
     log_end_offset: _builtins.int
     leader_epoch: _builtins.int
     size_bytes: _builtins.int
+    @_builtins.property
+    def cleaner(self) -> Global___LogCleanerState:
+        """Set for partitions of compacted topics (cleanup.policy holds compact)."""
+
     def __init__(
         self,
         *,
@@ -316,14 +321,59 @@ class PartitionState(_message.Message):
         log_end_offset: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
+        cleaner: Global___LogCleanerState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cleaner", b"cleaner"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleaner", b"cleaner", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionState: _TypeAlias = PartitionState  # noqa: Y015
+
+@_typing.final
+class LogCleanerState(_message.Message):
+    """What the log cleaner has done to a compacted partition (kept in memory:
+    after a restart the whole log counts as not cleaned yet).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLEANED_UP_TO_FIELD_NUMBER: _builtins.int
+    DIRTY_RATIO_FIELD_NUMBER: _builtins.int
+    LAST_CLEAN_MS_FIELD_NUMBER: _builtins.int
+    CLEANS_FIELD_NUMBER: _builtins.int
+    REMOVED_RECORDS_FIELD_NUMBER: _builtins.int
+    CLEANABLE_END_FIELD_NUMBER: _builtins.int
+    cleaned_up_to: _builtins.int
+    """The first offset not cleaned yet (Kafka's cleaner checkpoint)."""
+    dirty_ratio: _builtins.float
+    """Bytes not cleaned yet over the cleanable bytes (0..1), as of the call."""
+    last_clean_ms: _builtins.int
+    """When the last clean finished, ms since the epoch; -1: none since start."""
+    cleans: _builtins.int
+    removed_records: _builtins.int
+    cleanable_end: _builtins.int
+    """Where cleaning stops now (the active segment, the last stable offset,
+    min.compaction.lag.ms).
+    """
+    def __init__(
+        self,
+        *,
+        cleaned_up_to: _builtins.int = ...,
+        dirty_ratio: _builtins.float = ...,
+        last_clean_ms: _builtins.int = ...,
+        cleans: _builtins.int = ...,
+        removed_records: _builtins.int = ...,
+        cleanable_end: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cleanable_end", b"cleanable_end", "cleaned_up_to", b"cleaned_up_to", "cleans", b"cleans", "dirty_ratio", b"dirty_ratio", "last_clean_ms", b"last_clean_ms", "removed_records", b"removed_records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogCleanerState: _TypeAlias = LogCleanerState  # noqa: Y015
 
 @_typing.final
 class TopicDescription(_message.Message):

@@ -1,0 +1,73 @@
+"""The simulator's log cleaner: the daemon's cleaner (`linkd/core/cleaner.py`
+decides) run on the virtual clock over the in-memory stores.
+
+Rules:
+- A cluster cleans at most once per `CLEANER_BACKOFF_MS` of virtual time
+  (the daemon's default `--log-cleaner-backoff-ms`), from its tick.
+- The stores have no segment files: the *active segment* is taken to be the
+  newest batches whose logical bytes fit in the topic's `segment.bytes`
+  (at least the last batch), and it is never cleaned, as on the daemon.
+- A clean rewrites every batch below that point in one step (the model and
+  the store together, as the daemon's swap does) and charges the bytes it
+  reads and writes to the cluster's disk (traffic class "cleaner").
+- A rewritten batch's logical size shrinks with the records it keeps.
+"""
+
+from __future__ import annotations
+
+from linkd.core import cleaner
+from linkd.core import cluster as core
+from sim.resources import IoDevice
+from sim.store import PartitionStore, StoredBatch
+
+CLEANER_BACKOFF_MS = 15_000
+
+
+def active_base(store: PartitionStore, segment_bytes: int) -> int:
+    """Where the stand-in for the active segment starts (see the module docstring)."""
+    if not store.batches:
+        return store.log_end_offset
+    total = 0
+    base = store.batches[-1].base_offset
+    for batch in reversed(store.batches):
+        total += batch.logical_bytes
+        if total > segment_bytes and batch is not store.batches[-1]:
+            break
+        base = batch.base_offset
+    return base
+
+
+def clean_partition(
+    topic: core.Topic, partition: int, store: PartitionStore, disk: IoDevice, now_ms: int
+) -> int:
+    """Cleans one partition if the core asks for it; returns the records removed."""
+    log = topic.partitions[partition]
+    boundary = active_base(store, topic.config.segment_bytes)
+    plan = cleaner.plan_clean(log, topic.config, boundary, now_ms)
+    if plan is None:
+        return 0
+    first = store.index_at(log.log_start_offset)
+    last = store.index_at(boundary)
+    old = store.batches[first:last]
+    if not old:
+        cleaner.finish_clean(log, plan, 0, 0)
+        return 0
+    data = b"".join(b.data for b in old)
+    offset_map: dict[bytes, int] = {}
+    cleaner.add_to_offset_map(data, plan, offset_map)
+    cleaned = cleaner.clean_batches(data, offset_map, plan, log.cleaner)
+    sizes = {b.base_offset: b for b in old}
+    fresh: list[StoredBatch] = []
+    position = 0
+    for header in cleaned.headers:
+        was = sizes[header.base_offset]
+        batch = cleaned.data[position : position + header.size_bytes]
+        position += header.size_bytes
+        logical = max(len(batch), was.logical_bytes * len(batch) // max(1, len(was.data)))
+        fresh.append(StoredBatch(header.base_offset, header.next_offset, batch, logical))
+    store.replace(first, last, fresh)
+    cleaner.apply_cleaned(log, old[0].base_offset, boundary, cleaned.headers)
+    cleaner.finish_clean(log, plan, cleaned.removed_records, cleaned.kept_tombstones)
+    read = sum(b.logical_bytes for b in old)
+    disk.reserve(read + sum(b.logical_bytes for b in fresh), now_ms, "cleaner")
+    return cleaned.removed_records

@@ -1,0 +1,94 @@
+"""A link follows a compacted topic its source has already cleaned: the
+follower copies the batches as they are, jumping over the offsets the
+source's cleaner removed, so every record sits at the source's offset.
+Real daemons, driven through ccr-admin; waits poll, never sleep blindly."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from admin import AdminClient, Consumer, Producer, TopicPartition
+from tests.harness import run_cli
+
+WAIT_S = 60.0
+FLAGS = ["--link-session-timeout-ms", "3000", "--log-cleaner-backoff-ms", "50"]
+
+
+def _cli(bootstrap: str, *args: str) -> Any:
+    result = run_cli(*args, "--json", bootstrap=bootstrap)
+    assert result.returncode == 0, f"{args}: {result.stderr}"
+    return json.loads(result.stdout.splitlines()[0])
+
+
+def _wait(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    part = admin.describe_topic(topic).partitions[0]
+    admin.close()
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    tp = TopicPartition(topic, 0, part.log_start_offset)
+    consumer.assign([tp])
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + WAIT_S
+    while consumer.position([tp])[0].offset < part.high_watermark:
+        assert time.monotonic() < deadline, f"reading {topic} stopped at {out[-1:]}"
+        for msg in consumer.consume(1000, 0.2):
+            if msg.error() is None:
+                out.append((msg.offset(), msg.key(), msg.value()))
+    consumer.close()
+    return out
+
+
+def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: Any) -> None:
+    a = daemon_factory("A", extra_args=FLAGS)
+    b = daemon_factory("B", extra_args=FLAGS)
+    for d in (a, b):
+        _cli(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    _cli(
+        a.bootstrap, "create-topic", "orders-latest",
+        "--config", "cleanup.policy=compact",
+        "--config", "segment.bytes=400",
+        "--config", "min.cleanable.dirty.ratio=0.01",
+    )
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 0})
+    for i in range(30):
+        producer.produce("orders-latest", key=f"k{i % 3}", value=f"v{i}", partition=0)
+        assert producer.flush(WAIT_S) == 0  # one batch each: the cleaner removes whole ones
+    producer.close()
+
+    def cleaned() -> bool:
+        part = _cli(a.bootstrap, "describe-topic", "orders-latest")["partitions"][0]
+        return bool(part["cleaner"]["removed_records"] > 0)
+
+    _wait("a clean on A", cleaned)
+    source = _read(a.bootstrap, "orders-latest")
+    assert len(source) < 30 and source[0][0] > 0  # offsets 0.. are gone from the source
+
+    _cli(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    _cli(
+        a.bootstrap, "attach-namespace", "--link", "ab", "--type", "topic",
+        "--local-prefix", "orders-", "--remote-prefix", "orders-", "--leader", "local",
+    )
+
+    def caught_up() -> bool:
+        if "orders-latest" not in {t["name"] for t in _cli(b.bootstrap, "list-topics")}:
+            return False
+        part = _cli(b.bootstrap, "describe-topic", "orders-latest")["partitions"][0]
+        return bool(part["high_watermark"] == 30)
+
+    _wait("B to follow A's log end", caught_up)
+    assert _read(b.bootstrap, "orders-latest") == source
+    described = _cli(b.bootstrap, "describe-topic", "orders-latest")
+    assert described["configs"]["cleanup.policy"] == "compact"
+    assert "cleaner" in described["partitions"][0]  # B cleans its copy on its own schedule
