@@ -97,7 +97,7 @@ def test_a_lost_write_is_excused_only_when_a_newer_record_of_its_key_is_stored()
         history.add(Op("p", "source_producer", "A", "ok", 0, 1, send))
     final = {("A", "t", 0): {2: "v2"}}
     compacted = {("A", "t", 0): {"k0": 2}}
-    found = checkers.check_lost_writes(history, final, {}, compacted)
+    found = checkers.check_lost_writes(history, final, {}, compacted=compacted)
     assert [v.detail.split(":")[1].split()[0] for v in found] == ["'v1'"]
     assert len(checkers.check_lost_writes(history, final, {})) == 2
 
