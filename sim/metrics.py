@@ -15,6 +15,8 @@
   consumer saw again after moving clusters; stored values below its final
   position that it never saw.
 - link_state_ms_<STATE>: time each link spent in each state (sampled per tick).
+- consumer_reads_truncated: records consumers read that the cluster they read
+  them on no longer holds at the end (cut after they were read).
 - catchup_ms: the longest time from a heal to every link FOLLOWING without lag.
 - records_truncated_by_recovery / records_truncated_unclean: records cut from
   followers after divergence, and by emulated unclean leader elections.
@@ -149,3 +151,25 @@ class Metrics:
                 skips += sum(1 for o, val in log.items() if o <= high and val not in mine)
         self.set("consumer_duplicates_across_failover", duplicates)
         self.set("consumer_skips_across_failover", skips)
+        self.set("consumer_reads_truncated", reads_truncated(history, final))
+
+
+def reads_truncated(
+    history: History, final: dict[tuple[str, str, int], dict[int, str]]
+) -> int:
+    """Records a consumer read that the cluster it read them on no longer
+    holds at the end (cut by a recovery, a divergence or an unclean election):
+    reads no cluster that survives can repeat."""
+    held: dict[tuple[str, str, int], set[str]] = {}
+    count = 0
+    for op in history.polls():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll):
+            continue
+        for partition, _offset, value in v.records:
+            key = (op.cluster, v.topic, partition)
+            if key not in held:
+                held[key] = set(final.get(key, {}).values())
+            if value not in held[key]:
+                count += 1
+    return count
