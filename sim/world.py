@@ -676,7 +676,8 @@ class Simulation:
         self.ops.failover(cluster, name, force, failed_over)
 
     def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
-        """Acknowledged writes on the source that the promoted follower lacks."""
+        """Acknowledged writes on the source that the promoted follower's log
+        lacks at the failover."""
         acked: list[tuple[tuple[str, int], int, int, bool]] = []
         for op in self.history.sends():
             v = op.value
@@ -688,8 +689,11 @@ class Simulation:
             ):
                 continue
             logs = node.state.topics[v.topic].partitions
-            # A partition the follower has not created yet holds nothing.
-            held = v.partition < len(logs) and v.offset < logs[v.partition].high_watermark
+            # A partition the follower has not created yet holds nothing. What
+            # its log holds above its high watermark (copied, the source's
+            # newer high watermark not yet learned) stays: failover lifts the
+            # source's cap and the high watermark moves to the log's end.
+            held = v.partition < len(logs) and v.offset < logs[v.partition].log_end_offset
             acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
         lost, rpo_ms = recovery_point(acked)
         self.metrics.add("rpo_records", lost)
