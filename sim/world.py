@@ -98,6 +98,7 @@ class Simulation:
                 seeds.IdFactory(seed, cid),
             )
             node.on_truncate = self._make_truncate_hook(cid)
+            node.disk.fractional = c.disk_fractional_ms
             self.clusters[cid] = node
         self.link_ids = seeds.IdFactory(seed, "links")
         self.link_security = SimLinkSecurity(
