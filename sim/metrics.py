@@ -17,6 +17,8 @@
 - link_state_ms_<STATE>: time each link spent in each state (sampled per tick).
 - consumer_reads_truncated: records consumers read that the cluster they read
   them on no longer holds at the end (cut after they were read).
+- consumer_longest_gap_ms: the longest time a consumer went without new
+  records (between two polls that returned some), over all consumers.
 - catchup_ms: the longest time from a heal to every link FOLLOWING without lag.
 - records_truncated_by_recovery / records_truncated_unclean: records cut from
   followers after divergence, and by emulated unclean leader elections.
@@ -152,6 +154,23 @@ class Metrics:
         self.set("consumer_duplicates_across_failover", duplicates)
         self.set("consumer_skips_across_failover", skips)
         self.set("consumer_reads_truncated", reads_truncated(history, final))
+        self.set("consumer_longest_gap_ms", longest_gap(history))
+
+
+def longest_gap(history: History) -> int:
+    """The longest time a consumer went without new records: between the
+    completions of two successive polls that returned records, the largest
+    over all consumers (0 without two such polls)."""
+    last: dict[str, int] = {}
+    gap = 0
+    for op in sorted(history.polls(), key=lambda o: (o.complete_ms, o.invoke_ms)):
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll) or not v.records:
+            continue
+        if op.process in last:
+            gap = max(gap, op.complete_ms - last[op.process])
+        last[op.process] = op.complete_ms
+    return gap
 
 
 def reads_truncated(
