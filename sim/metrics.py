@@ -4,6 +4,10 @@
   ack (client latency + I/O queueing + write).
 - produce_latency_p99_catchup_ms / _steady_ms: the same, for sends invoked
   while links were catching up after a heal, and for all others.
+- produce_latency_{p50,p99}_replicated_ms: the same, for sends acknowledged
+  while a link carried their namespace to a follower (what replication, SYNC
+  or ASYNC, costs a producer; writes after a failover to a cluster with no
+  follower are left out).
 - availability_<class>: ok / all operations per spec section 6 client class.
 - rpo_records, rpo_ms: at each failover, acknowledged records on the source
   that the promoted follower lacks, and the span of acknowledgement time they
@@ -86,6 +90,7 @@ class Metrics:
         self, history: History, final: dict[tuple[str, str, int], dict[int, str]]
     ) -> None:
         latencies: list[int] = []
+        replicated: list[int] = []
         catchup: list[int] = []
         steady: list[int] = []
         bulk: list[int] = []
@@ -104,6 +109,8 @@ class Metrics:
                 bulk.append(op.latency_ms)
                 continue
             latencies.append(op.latency_ms)
+            if v.followers:
+                replicated.append(op.latency_ms)
             if any(a <= op.invoke_ms <= b for a, b in windows):
                 catchup.append(op.latency_ms)
             else:
@@ -111,6 +118,8 @@ class Metrics:
         self.set("produce_latency_p50_ms", percentile(latencies, 50))
         self.set("produce_latency_p99_ms", percentile(latencies, 99))
         self.set("produce_latency_max_ms", max(latencies, default=0))
+        self.set("produce_latency_p50_replicated_ms", percentile(replicated, 50))
+        self.set("produce_latency_p99_replicated_ms", percentile(replicated, 99))
         self.set("produce_latency_p99_catchup_ms", percentile(catchup, 99))
         self.set("produce_latency_p99_steady_ms", percentile(steady, 99))
         if bulk:
