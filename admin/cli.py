@@ -13,7 +13,7 @@
                  [--isolation read_committed|read_uncommitted] [--partition P] [--timeout-ms T]
     list-groups
     describe-group G
-    health
+    health [--wait SECONDS]     (--wait: until a starting daemon serves)
     describe-cluster
     whoami                      (the principal the cluster sees for this client)
     create-namespace --type topic|group|principal --prefix P [--reserved]
@@ -25,8 +25,9 @@
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
                [--local-bootstrap HOST:PORT]
     list-links
-    describe-link NAME
+    describe-link NAME [--wait-for STATE [--wait SECONDS]]
     delete-link NAME
+    top [--interval S] [--once] [--partitions N]   (links and their lag, live until Ctrl-C)
     attach-namespace --link L --type T --local-prefix P --remote-prefix Q --leader local|remote
     detach-namespace --link L --type T --local-prefix P
     failover --link L [--force]
@@ -69,10 +70,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from admin import top
 from admin.admin_client import (
     NAMESPACE_TYPES,
     AdminClient,
     GroupInfo,
+    HealthInfo,
     LinkInfo,
     MirrorLinkInfo,
     NamespaceInfo,
@@ -165,6 +168,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text}")
     return value
 
 
@@ -635,9 +648,28 @@ def cmd_describe_group(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# How often `health --wait` asks again while the cluster cannot be reached.
+HEALTH_RETRY_S = 0.2
+
+
+def _health_waiting(args: argparse.Namespace) -> HealthInfo:
+    """The cluster's health; while it cannot be reached (UNAVAILABLE: not
+    listening yet, still starting), asked again until `--wait` has passed. Each
+    attempt opens a new channel: a channel that failed to connect waits out
+    gRPC's reconnect backoff (1 s, then longer) before it tries again."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            with _admin(args) as admin:
+                return admin.health()
+        except CcrError as exc:
+            if exc.code != "UNAVAILABLE" or time.monotonic() >= deadline:
+                raise
+        time.sleep(HEALTH_RETRY_S)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
-        h = admin.health()
+    h = _health_waiting(args)
     if args.json:
         _emit(
             {
@@ -875,13 +907,66 @@ def cmd_list_links(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The states `describe-link --wait-for` accepts (the core's LinkState values).
+LINK_STATES = ("DISCONNECTED", "CATCHING_UP", "FOLLOWING", "SYNCING", "IN_SYNC", "OUT_OF_SYNC")
+# How often `describe-link --wait-for` asks again.
+LINK_POLL_S = 0.2
+
+
+def _link_in_state(admin: AdminClient, name: str, state: str, wait_s: float) -> LinkInfo:
+    """The link once this cluster sees it in `state`, asked every LINK_POLL_S;
+    TIMED_OUT naming the state it is in when `wait_s` has passed first."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        link = admin.describe_link(name)
+        if link.state == state:
+            return link
+        if time.monotonic() >= deadline:
+            raise CcrError(
+                "TIMED_OUT",
+                f"link {name} is {link.state} after {wait_s:g} s, not {state}",
+                resource=f"link {name}",
+            )
+        time.sleep(LINK_POLL_S)
+
+
 def cmd_describe_link(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        link = admin.describe_link(args.name)
+        if args.wait_for:
+            link = _link_in_state(admin, args.name, args.wait_for, args.wait)
+        else:
+            link = admin.describe_link(args.name)
     if args.json:
         _emit(link.to_dict())
     else:
         _print_link(link)
+    return EXIT_OK
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """Links and their lag: one frame (--once, --json), or live until Ctrl-C."""
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    with _admin(args) as admin:
+        if args.json or args.once:
+            frame = top.read_frame(admin, now_ms, args.bootstrap)
+            if args.json:
+                _emit(frame.to_dict())
+            else:
+                sys.stdout.write(top.render(frame, max_partitions=args.partitions))
+            return EXIT_OK
+        try:
+            top.watch(
+                lambda: top.read_frame(admin, now_ms, args.bootstrap),
+                args.bootstrap,
+                sys.stdout,
+                interval_s=args.interval,
+                max_partitions=args.partitions,
+                clear=sys.stdout.isatty(),
+            )
+        except KeyboardInterrupt:  # Ctrl-C is how a live view ends
+            return EXIT_OK
     return EXIT_OK
 
 
@@ -1267,6 +1352,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_commands(add)
     _namespace_commands(add)
     _link_commands(add)
+    _top_command(add)
     _operation_commands(add)
     _mirror_commands(add)
     return parser
@@ -1369,7 +1455,15 @@ def _client_commands(add: _Add) -> None:
     )
     p.add_argument("group", type=_non_empty)
 
-    add("health", cmd_health, "check that the cluster is serving")
+    p = add("health", cmd_health, "check that the cluster is serving")
+    p.add_argument(
+        "--wait",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="while the cluster cannot be reached (a daemon still starting), ask again "
+        "until this long has passed (default 0: ask once)",
+    )
     add("describe-cluster", cmd_describe_cluster, "show the cluster's identity and counts")
     add("whoami", cmd_whoami, "show the principal the cluster sees for this client")
 
@@ -1463,6 +1557,19 @@ def _link_commands(add: _Add) -> None:
         "describe-link", cmd_describe_link, "show a link: mode, state, mappings, per-partition lag"
     )
     p.add_argument("name", type=_non_empty)
+    p.add_argument(
+        "--wait-for",
+        choices=LINK_STATES,
+        metavar="STATE",
+        help=f"first wait until this cluster sees the link in STATE ({', '.join(LINK_STATES)})",
+    )
+    p.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long --wait-for waits before it fails with TIMED_OUT (default 30)",
+    )
 
     p = add(
         "delete-link",
@@ -1503,6 +1610,30 @@ def _link_commands(add: _Add) -> None:
     )
     p.add_argument("--link", required=True, type=_non_empty)
     p.add_argument("mode", choices=("sync", "async", "SYNC", "ASYNC"))
+
+
+def _top_command(add: _Add) -> None:
+    p = add(
+        "top",
+        cmd_top,
+        "show every link's state and lag live, refreshed every --interval seconds until "
+        "Ctrl-C (--once: one frame; --json: one JSON frame)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between frames (default 2)",
+    )
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument(
+        "--partitions",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="follower partitions shown per link, the most lagging first (default 10)",
+    )
 
 
 def _operation_commands(add: _Add) -> None:

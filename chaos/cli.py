@@ -235,7 +235,8 @@ def _summary(result: RunResult) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        result = run_one(args, quiet=args.json)
+        # Progress goes to stderr also with --json: stdout holds only the summary.
+        result = run_one(args)
     except ChaosError as exc:
         print(f"ccr-chaos: seed {args.seed}: setup failed: {exc}\n  replay: "
               f"{replay_command(args)}", file=sys.stderr)  # fmt: skip
@@ -265,6 +266,9 @@ def cmd_runs(
 ) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
+    print(f"ccr-chaos: {count} runs, seeds {first_seed}..{first_seed + count - 1}, about "
+          f"{phase_s + 20:.0f} s each; one line per run as it ends", file=sys.stderr,
+          flush=True)  # fmt: skip
     for seed in range(first_seed, first_seed + count):
         args = argparse.Namespace(
             seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
@@ -302,6 +306,7 @@ def cmd_runs(
                        converged=False, seconds=0.0, twin="-")  # fmt: skip
         rows.append(row)
         print(
+            f"[{len(rows)}/{count}, {time.monotonic() - started:.0f} s] "
             f"seed {seed}: {row['mode']} {row['clusters']} clusters [{row['nemeses']}] "
             f"ops={row['operations']} anomalies={row['anomalies']} "
             f"converged={row['converged']} twin={row['twin']}",

@@ -256,6 +256,7 @@ class Run:
                       "TLS links")  # fmt: skip
         for c in s.clusters:
             self.daemons[c] = Daemon(c, self.workdir, self._flags(c))
+        self.note(f"starting {len(self.daemons)} daemons")
         for d in self.daemons.values():
             d.start()
         for d in self.daemons.values():
@@ -1322,6 +1323,7 @@ class Run:
                       f"NOT converged: {problems + self.config_problems}")  # fmt: skip
             anomalies += [Violation("liveness", p) for p in problems[:5]]
             anomalies += judges.capped("config_diverged", self.config_problems)
+            self.note("judging: readers catch up, then the final logs are read and checked")
             if self.operators_on:
                 self.read_end_offsets()
             self._let_readers_catch_up()
@@ -1351,6 +1353,8 @@ class Run:
         finally:
             self.close()
             security.reset()
+        if self.twin:
+            self.note("twin: the same schedule in the simulator")
         twin = self.run_twin() if self.twin else None
         ops = self.recorder.ops()
         counts = {t: sum(1 for o in ops if o.type == t) for t in ("ok", "fail", "info")}

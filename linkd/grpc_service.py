@@ -40,6 +40,7 @@ from linkd.core.links import LinkMode, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
+from linkd.metrics import Listener
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.operations import Operations
@@ -242,6 +243,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     async def Produce(
         self, request: cluster_pb2.ProduceRequest, context: Any
     ) -> cluster_pb2.ProduceResponse:
+        with self.node.metrics.produce_request(Listener.GRPC):
+            return await self._produce(request, context)
+
+    async def _produce(
+        self, request: cluster_pb2.ProduceRequest, context: Any
+    ) -> cluster_pb2.ProduceResponse:
         if request.transactional_id:
             self._check_txn(context, request.transactional_id)
         self._check(context, R.TOPIC, request.topic, Op.WRITE)
@@ -252,6 +259,8 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             request.acks,
             request.transactional_id,
         )
+        if not duplicate:
+            self.node.metrics.produced(Listener.GRPC, request.batch)
         return cluster_pb2.ProduceResponse(
             base_offset=base,
             duplicate=duplicate,
@@ -261,6 +270,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
 
     @refusals
     async def Fetch(
+        self, request: cluster_pb2.FetchRequest, context: Any
+    ) -> cluster_pb2.FetchResponse:
+        with self.node.metrics.fetch_request(Listener.GRPC):
+            return await self._fetch(request, context)
+
+    async def _fetch(
         self, request: cluster_pb2.FetchRequest, context: Any
     ) -> cluster_pb2.FetchResponse:
         if not request.partitions:
@@ -286,6 +301,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             if parts
             else []
         )
+        self.node.metrics.fetched(Listener.GRPC, (f.records for f in fetched if f.error is None))
         out = cluster_pb2.FetchResponse()
         for p in request.partitions:
             refused = readable[p.topic]

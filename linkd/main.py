@@ -17,9 +17,11 @@ A config file (TOML) may hold the same settings under their long option names
 with underscores (`cluster_id = "A"`, `listen = "..."`, `data_dir = "..."`,
 `fsync = "always"`, `kafka_listen = "127.0.0.1:9092"`); options on the
 command line win. With `--kafka-listen` the daemon also serves the Apache Kafka
-protocol (linkd/kafka/) on the same storage and core as gRPC. Logs are JSON lines on
-stderr. SIGTERM and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad
-arguments or configuration, 3 start-up failure (port, data dir).
+protocol (linkd/kafka/) on the same storage and core as gRPC. With
+`--metrics-listen HOST:PORT` it serves Prometheus metrics over HTTP
+(linkd/metrics.py, docs/metrics.md). Logs are JSON lines on stderr. SIGTERM
+and SIGINT shut down cleanly; exit codes: 0 clean stop, 2 bad arguments or
+configuration, 3 start-up failure (port, metrics port, data dir).
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ import sys
 import tomllib
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from grpc import aio
 
 from ccr.v1 import replication_pb2_grpc
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.groups import GroupConfig
+from linkd.core.link_metrics import link_samples
 from linkd.core.links import (
     DEFAULT_LAG_MAX_MS,
     DEFAULT_LAG_MAX_RECORDS,
@@ -67,6 +71,14 @@ from linkd.kafka.security import (
 from linkd.kafka.server import KafkaListener
 from linkd.link_channels import LinkTls
 from linkd.link_sessions import CredentialsSource, LinkSecurity
+from linkd.metrics import (
+    Snapshot,
+    StateCollector,
+    mirror_rows,
+    on_loop,
+    parse_address,
+    serve_metrics,
+)
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
 from linkd.replication import LinkManager, ReplicationService
@@ -233,6 +245,11 @@ def _parser() -> argparse.ArgumentParser:
         help="how long a new group waits for more members (default 0)",
     )
     p.add_argument(
+        "--metrics-listen",
+        help="serve Prometheus metrics over HTTP on HOST:PORT (/metrics; off by default; "
+        "docs/metrics.md)",
+    )
+    p.add_argument(
         "--plant-bug",
         choices=["ack-before-replicate"],
         help="TEST ONLY (chaos tests): plant a known bug so the checkers can be shown to "
@@ -296,6 +313,7 @@ FILE_SETTINGS = (
     "sasl_enabled_mechanisms",
     "authorizer",
     "super_users",
+    "metrics_listen",
 )
 
 
@@ -393,6 +411,11 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             f"linkd: num_partitions must be in 1..{MAX_PARTITIONS}, not {num_partitions!r}\n",
         )
     _authorization_settings(parser, settings)
+    if settings.get("metrics_listen"):
+        try:
+            settings["metrics_address"] = parse_address(str(settings["metrics_listen"]))
+        except ValueError as exc:
+            parser.exit(EXIT_USAGE, f"linkd: --metrics-listen: {exc}\n")
     settings["data_dir"] = Path(settings["data_dir"])
     return settings
 
@@ -492,6 +515,31 @@ def _authorization_settings(parser: argparse.ArgumentParser, settings: dict[str,
         parser.exit(EXIT_USAGE, f"linkd: --super-users: {exc}\n")
 
 
+def _serve_metrics(
+    node: ClusterNode, mirror_links: MirrorLinkManager, address: tuple[str, int]
+) -> WSGIServer:
+    """--metrics-listen: the event metrics and, read at each scrape on the
+    event loop, the links' and mirror links' (linkd/metrics.py)."""
+    loop = asyncio.get_running_loop()
+
+    def snapshot() -> Snapshot:
+        links = link_samples(node.state, node.clock())
+        mirrors = [
+            row
+            for name, worker in sorted(mirror_links.workers.items())
+            for row in mirror_rows(name, worker.metric_rows())
+        ]
+        return Snapshot(tuple(links), tuple(mirrors))
+
+    node.metrics.registry.register(StateCollector(lambda: on_loop(loop, snapshot)))
+    return serve_metrics(node.metrics.registry, *address)
+
+
+def _stop_metrics(server: WSGIServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
 async def serve(settings: dict[str, Any]) -> int:
     node = ClusterNode(
         settings["data_dir"],
@@ -557,6 +605,19 @@ async def serve(settings: dict[str, Any]) -> int:
         print(f"linkd: cannot listen on {settings['listen']}: {reason}", file=sys.stderr)
         await node.stop()
         return EXIT_STARTUP
+    metrics_server = None
+    if settings.get("metrics_address"):
+        try:
+            metrics_server = _serve_metrics(node, mirror_links, settings["metrics_address"])
+        except OSError as exc:
+            print(
+                f"linkd: cannot serve metrics on {settings['metrics_listen']}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            await server.stop(grace=None)
+            await node.stop()
+            return EXIT_STARTUP
     await _bootstrap_users(node, settings["sasl_user_list"])
     kafkas: list[KafkaListener] = []
     for address, security in settings["kafka_listeners"]:
@@ -571,6 +632,8 @@ async def serve(settings: dict[str, Any]) -> int:
             )
             for started in kafkas[:-1]:
                 await started.stop()
+            if metrics_server is not None:
+                _stop_metrics(metrics_server)
             await server.stop(grace=None)
             await node.stop()
             return EXIT_STARTUP
@@ -589,6 +652,7 @@ async def serve(settings: dict[str, Any]) -> int:
             "kafka_listen": settings.get("kafka_listen") or "",
             "authorizer": node.authz.mode.value,
             "super_users": ";".join(sorted(node.authz.super_users)),
+            "metrics_listen": settings.get("metrics_listen") or "",
         },
     )
     if node.authz.super_users and not node.authz.enabled:
@@ -605,6 +669,8 @@ async def serve(settings: dict[str, Any]) -> int:
         await kafka.stop()
     await links.stop()
     await server.stop(grace=2.0)
+    if metrics_server is not None:
+        _stop_metrics(metrics_server)
     await node.stop()
     if sasl is not None:
         refused = dict(sorted(sasl.refusals.counts.items()))

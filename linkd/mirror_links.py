@@ -38,7 +38,9 @@ log = logging.getLogger("linkd.mirror_links")
 STOP_TIMEOUT_S = 10.0
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
-METRICS_INTERVAL_S = 60.0
+# How often a worker publishes its engines' MM2 metrics (read by
+# `linkd --metrics-listen` scrapes; computed on the worker's own thread).
+METRICS_INTERVAL_S = 1.0
 
 
 class MirrorWorker:
@@ -54,6 +56,8 @@ class MirrorWorker:
         self.last_error_ms = 0
         self._runner: Any = None  # mirror.runner.MirrorRunner while one exists
         self._lock = threading.Lock()
+        # The engines' MM2 metric rows (`MirrorRunner.metrics`), as last published.
+        self._metric_rows: list[dict[str, Any]] = []
         self.thread = threading.Thread(
             target=self._run, name=f"mirror-link-{link.name}", daemon=True
         )
@@ -105,7 +109,7 @@ class MirrorWorker:
                     self.stop_event,
                     duration_s=None,
                     metrics_interval_s=METRICS_INTERVAL_S,
-                    on_metrics=lambda rows: None,
+                    on_metrics=self._publish_metrics,
                 )
             except Exception as exc:  # the engine failed: report, back off, start again
                 self._failed(f"{type(exc).__name__}: {exc}")
@@ -128,6 +132,16 @@ class MirrorWorker:
             self.restarts += 1
             backoff = min(backoff * 2, BACKOFF_MAX_S)
         log.info("mirror link stopped", extra={"mirror_link": self.name})
+
+    def _publish_metrics(self, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._metric_rows = rows
+
+    def metric_rows(self) -> list[dict[str, Any]]:
+        """The MM2 metric rows last published (any thread). A restarted
+        engine starts its metrics again, as MM2's tasks do."""
+        with self._lock:
+            return list(self._metric_rows)
 
     def status(self) -> dict[str, Any]:
         """Running flag, last error, restarts and per-flow counters (any thread)."""

@@ -56,10 +56,12 @@ from linkd.core.cluster import (
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
 from linkd.core.journal import encode as encode_record
+from linkd.core.links import LinkState
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
 from linkd.core.users import SCRAM_MECHANISMS, Deletion, ScramMechanism, Upsertion, UserError
 from linkd.long_polls import LongPolls
+from linkd.metrics import DaemonMetrics
 from linkd.storage.datadir import DataDir
 from linkd.storage.handles import HandleCache, capacity_for_limit
 from linkd.storage.metadata import MetadataJournal
@@ -169,6 +171,9 @@ class ClusterNode:
         self._stopping = False
         # Who may do what (--authorizer): off unless the daemon turns it on.
         self.authz = Gate(lambda: self.state.acls)
+        # Requests, fetch rounds and SYNC acknowledgements as they happen
+        # (served by --metrics-listen; docs/metrics.md).
+        self.metrics = DaemonMetrics()
 
     # -- life cycle -------------------------------------------------------------
 
@@ -534,7 +539,14 @@ class ClusterNode:
         targets, marks = self.state.write_marks(result.effects)  # as written, before any wait
         await self.execute(result.effects, wait_durable=acks != 0)
         if acks == -1 and targets:
+            in_sync = [
+                name
+                for name, verdict in self.state.links.sync_links_leading(topic)
+                if verdict is LinkState.IN_SYNC
+            ]
+            durable = time.perf_counter()
             await self.wait_high_watermarks(targets, f"produce to {topic}", marks)
+            self.metrics.sync_acked(in_sync, time.perf_counter() - durable)
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.
             key = (self.state.topic(topic).topic_id, partition)

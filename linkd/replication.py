@@ -134,6 +134,7 @@ class LinkManager:
             runner.wake()
 
     async def link_deleted(self, name: str) -> None:
+        self.node.metrics.forget_link(name)
         runner = self.runners.pop(name, None)
         if runner is not None:
             await runner.stop()
@@ -468,6 +469,8 @@ class LinkRunner:
                 sent.sent_ms,
             )
         )
+        if sent.sent_ms is not None:
+            self.node.metrics.fetch_round(self.name, (self.node.clock() - sent.sent_ms) / 1000)
         if bool(fetched.sync_state) != (config.mode == LinkMode.SYNC):
             # The source runs the other mode: learn the change now, not at the
             # next periodic handshake.
@@ -746,6 +749,13 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     node.state, codec.push_of(request), node.clock(), node.topic_id_factory
                 )
             )
+            names = [c.name for c in node.state.links.configs.values()
+                     if c.link_id == request.link_id]
+            if request.HasField("data") and request.request_sent_ms and names:
+                # A round of this side's: its request left at request_sent_ms.
+                node.metrics.fetch_round(
+                    names[0], (node.clock() - request.request_sent_ms) / 1000
+                )
             return replication_pb2.ReplicaPushResponse(
                 next=codec.fetch_request_pb(nxt, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES)
             )

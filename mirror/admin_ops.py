@@ -44,7 +44,7 @@ from linkd.core.mirror.checkpoint import TargetGroup, TargetGroupState
 from linkd.core.mirror.model import OffsetAndMetadata, TopicPartition
 from linkd.core.mirror.topic_sync import ConfigEntry, ConfigSource, TopicConfigSync
 
-__all__ = ["ClusterAdmin", "MirrorClientError"]
+__all__ = ["ClusterAdmin", "CompactionRefused", "MirrorClientError"]
 
 _ACTIVE_STATES = (
     ConsumerGroupState.STABLE,
@@ -64,9 +64,23 @@ class MirrorClientError(RuntimeError):
     """A Kafka client call of the mirror failed."""
 
 
+class CompactionRefused(MirrorClientError):
+    """A topic asked for with `cleanup.policy=compact` was refused for that policy:
+    the cluster does not compact (linkd implements only `delete`)."""
+
+
 def _code(exc: BaseException) -> int | None:
     arg = exc.args[0] if exc.args else None
     return int(arg.code()) if isinstance(arg, KafkaError) else None
+
+
+def _refuses_compaction(exc: BaseException, configs: Mapping[str, str]) -> bool:
+    """An INVALID_CONFIG answer naming cleanup.policy to a request for compaction."""
+    return (
+        configs.get("cleanup.policy") == "compact"
+        and _code(exc) == KafkaError.INVALID_CONFIG
+        and "cleanup.policy" in str(exc)
+    )
 
 
 class ClusterAdmin:
@@ -113,6 +127,10 @@ class ClusterAdmin:
         except Exception as exc:
             if _code(exc) == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
+            if _refuses_compaction(exc, configs):
+                raise CompactionRefused(
+                    f"cluster {self.alias}: create topic {name}: compaction refused: {exc}"
+                ) from exc
             raise self._fail(f"create topic {name}", exc) from exc
         return True
 

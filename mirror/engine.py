@@ -94,6 +94,7 @@ from linkd.core.mirror.wire import (
 )
 from mirror.admin_ops import ClusterAdmin, MirrorClientError
 from mirror.clients import ClientConfigs
+from mirror.internal_topics import CompactionNotices, create_internal_topic
 
 __all__ = ["FlowEngine", "FlowStats", "HeartbeatTask", "Reporter", "wall_clock_ms"]
 
@@ -106,7 +107,6 @@ DRAIN_TIMEOUT_S = 30.0
 MAX_DRAIN_RECORDS = 10_000_000
 # Bounded pumping of offset-sync completions per step.
 MAX_SYNC_PUMP_ROUNDS = 1_000
-INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 
 
 def wall_clock_ms() -> int:
@@ -189,10 +189,13 @@ class FlowEngine:
         clock: Clock = wall_clock_ms,
         report: Reporter = print,
         poll_timeout_s: float = 0.05,
+        notices: CompactionNotices | None = None,
     ) -> None:
         self.flow = flow
         self.clock = clock
         self.report = report
+        # Shared by the flows of one run: a cluster that does not compact is said once.
+        self.notices = notices if notices is not None else CompactionNotices(report)
         self.poll_timeout_s = poll_timeout_s
         self.source = ClientConfigs(config.cluster(flow.source))
         self.target = ClientConfigs(config.cluster(flow.target))
@@ -288,15 +291,14 @@ class FlowEngine:
         admin = self._admin(on_source)
         if name in admin.topic_partitions():
             return
-        try:
-            if admin.create_topic(name, 1, replication_factor, INTERNAL_TOPIC_CONFIGS):
-                self.stats.topics_created += 1
-        except MirrorClientError as exc:
-            # Single-broker development clusters refuse MM2's replication factor 3 and some
-            # brokers refuse compaction: report, then let the broker's defaults decide.
-            self.report(f"{self.name}: {exc}; creating {name} with the broker's defaults")
-            if admin.create_topic(name, 1, -1, {}):
-                self.stats.topics_created += 1
+        if create_internal_topic(
+            admin,
+            name,
+            replication_factor,
+            notices=self.notices,
+            report=lambda message: self.report(f"{self.name}: {message}"),
+        ):
+            self.stats.topics_created += 1
 
     def _load_checkpoints(self) -> None:
         """CheckpointStore: the newest checkpoints from the target's checkpoints topic."""
@@ -833,10 +835,12 @@ class HeartbeatTask:
         *,
         clock: Clock = wall_clock_ms,
         report: Reporter = print,
+        notices: CompactionNotices | None = None,
     ) -> None:
         self.flow = flow
         self.clock = clock
         self.report = report
+        self.notices = notices if notices is not None else CompactionNotices(report)
         self.target = ClientConfigs(config.cluster(flow.target))
         self.schedule = HeartbeatSchedule(
             flow.source, flow.target, flow.emit_heartbeats_interval_ms, clock()
@@ -848,13 +852,13 @@ class HeartbeatTask:
         admin = ClusterAdmin(self.flow.target, self.target.admin(), self.flow.admin_timeout_ms)
         topic = self.flow.heartbeats_topic()
         if topic not in admin.topic_partitions():
-            try:
-                admin.create_topic(
-                    topic, 1, self.flow.heartbeats_topic_replication_factor, INTERNAL_TOPIC_CONFIGS
-                )
-            except MirrorClientError as exc:
-                self.report(f"heartbeats {self.flow.name}: {exc}; using the broker's defaults")
-                admin.create_topic(topic, 1, -1, {})
+            create_internal_topic(
+                admin,
+                topic,
+                self.flow.heartbeats_topic_replication_factor,
+                notices=self.notices,
+                report=lambda message: self.report(f"heartbeats {self.flow.name}: {message}"),
+            )
         self._producer = Producer(self.target.producer())
 
     def beat(self, force: bool = False) -> bool:

@@ -10,6 +10,8 @@ Rules:
   mirrored), then each flow in the file's order copies what its source holds,
   flushes offset syncs, emits checkpoints and syncs group offsets.
 - Everything started is closed, also on errors.
+- A cluster that does not compact MM2's internal topics is said once per run
+  (mirror/internal_topics.py), however many flows use it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from linkd.core.mirror.config import MirrorMakerConfig, parse_mm2_properties
 from linkd.core.mirror.metrics import CheckpointMetricKey, SourceMetricKey
 from mirror.engine import Clock, FlowEngine, HeartbeatTask, Reporter, wall_clock_ms
+from mirror.internal_topics import CompactionNotices
 
 __all__ = ["MirrorRunner", "RunResult", "load_config"]
 
@@ -58,12 +61,20 @@ class MirrorRunner:
         self.config = config
         self.clock = clock
         self.report = report
+        notices = CompactionNotices(report)
         self.engines = [
-            FlowEngine(config, f, clock=clock, report=report, poll_timeout_s=poll_timeout_s)
+            FlowEngine(
+                config,
+                f,
+                clock=clock,
+                report=report,
+                poll_timeout_s=poll_timeout_s,
+                notices=notices,
+            )
             for f in config.enabled_flows()
         ]
         self.heartbeats = [
-            HeartbeatTask(config, f, clock=clock, report=report)
+            HeartbeatTask(config, f, clock=clock, report=report, notices=notices)
             for f in config.flows
             if f.emit_heartbeats_enabled
         ]

@@ -1,14 +1,57 @@
 #!/usr/bin/env bash
 # The main job: set up, run the demo on the embedded defaults (three linked
 # clusters, a sync link, disaster recovery), then a small simulator sweep on a
-# local Spark session, ending with its aggregate table.
+# local Spark session, ending with its aggregate table, an HTML report kept in
+# ./sweep-out/, and what the sweep showed in plain words.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python scripts/demo.py "$@"
-out="$(mktemp -d "${TMPDIR:-/tmp}/ccr-sweep-XXXXXX")"
-trap 'rm -rf "$out"' EXIT
+out="$PWD/sweep-out"
 echo
 echo "=== the same questions in the simulator: a small sweep on Spark (local[2])"
-echo "\$ ccr-sim sweep sim/sweeps/small.toml --master 'local[2]' --out $out"
-.venv/bin/ccr-sim sweep sim/sweeps/small.toml --master 'local[2]' --out "$out"
+echo "\$ ccr-sim sweep sim/sweeps/small.toml --master 'local[2]' --out $out --report"
+.venv/bin/ccr-sim sweep sim/sweeps/small.toml --master 'local[2]' --out "$out" --report
+echo
+echo "=== what the sweep showed (numbers read from $out/aggregate)"
+.venv/bin/python - "$out" <<'PY'
+import sys
+
+import pandas as pd
+
+agg = pd.read_parquet(f"{sys.argv[1]}/aggregate")
+
+
+def value(row: pd.Series, column: str) -> str:
+    v = row.get(column)
+    return "-" if v is None or pd.isna(v) else f"{v:g}"
+
+
+runs, bad = int(agg["runs"].sum()), int(agg["runs_with_violations"].sum())
+print(f"{runs} runs, {bad} with a broken invariant" + (
+    " (each listed above with its replay command)." if bad else
+    ": every run passed every checker (no acknowledged write lost beyond what a failover "
+    "reported, no record read twice within one consumer session)."))
+for _, row in agg.iterrows():
+    group = f"{row['mode']}/{row['topology']} ({row['scenarios']})"
+    print(f"- {group}: at failover the promoted cluster lacked up to "
+          f"{value(row, 'rpo_records_max')} acknowledged records, spanning up to "
+          f"{value(row, 'rpo_ms_max')} ms of acknowledgements (rpo_records, rpo_ms); its "
+          f"consumer read up to {value(row, 'consumer_duplicates_across_failover_max')} "
+          f"records a second time after moving (consumer_duplicates_across_failover) and "
+          f"skipped {value(row, 'consumer_skips_across_failover_max')}.")
+print(
+    "Why re-reads here and \"duplicates: 0\" in the demo above: the simulator's consumer\n"
+    "polls and commits every 500 ms right up to the disaster, so when it moves it restarts\n"
+    "from its group's committed offsets as replicated to the new cluster, which lag what it\n"
+    "had already read: it is delivered those records again (at-least-once redelivery). No\n"
+    "record is stored twice; the log is the same. The demo's consumer read once on A and\n"
+    "committed, and the demo waited until B held the same committed offsets before the\n"
+    "disaster, so on B it resumed exactly where it had stopped: nothing was read twice.\n"
+    "availability_target_producer is a producer writing to a follower topic before the\n"
+    "failover: the contract refuses such writes, so 0 is the expected value; \"-\" means no\n"
+    "run of that group had such a client (the legend under the table says why for each)."
+)
+PY
+echo
+echo "report: $out/report.html (one file; open it in a browser, no network needed)"

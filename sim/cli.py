@@ -5,7 +5,9 @@
   ccr-sim compare SCENARIO --seed N [--json] [--param k=v]
                    (the same run once per link type, link and mirror, side by side)
   ccr-sim list-scenarios
+  ccr-sim glossary [--markdown] [METRIC ...]       (what each run metric means)
   ccr-sim sweep ...                                (when sim.sweep is installed)
+  ccr-sim report SWEEP_OUT_DIR -o report.html      (one HTML file from a sweep's output)
 
 Exit codes: 0 no violation, 1 a violation (each printed with the seed and the
 command that replays it), 2 a usage or scenario error.
@@ -20,6 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from sim import glossary
 from sim import scenario as scenarios
 from sim.mirror_driver import LINK_TYPES
 from sim.runner import simulate
@@ -172,6 +175,19 @@ def cmd_list(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_glossary(args: argparse.Namespace) -> int:
+    entries = list(glossary.ENTRIES)
+    if args.metric:
+        missing = glossary.unknown(args.metric)
+        if missing:
+            raise scenarios.ScenarioError(
+                f"no glossary entry for {', '.join(missing)} (see `ccr-sim glossary`)"
+            )
+        entries = list(dict.fromkeys(glossary.describe(m) for m in args.metric))
+    print(glossary.markdown_table(entries) if args.markdown else glossary.plain_text(entries))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ccr-sim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -197,12 +213,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     p = sub.add_parser("list-scenarios", help="name the shipped scenarios")
     p.set_defaults(func=cmd_list)
+    p = sub.add_parser("glossary", help="what each run metric means (unit, computation, '-')")
+    p.add_argument("metric", nargs="*", help="only these metrics (names or patterns)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.set_defaults(func=cmd_glossary)
     try:
         from sim import sweep  # built separately; optional until it lands
     except ImportError:
         pass
     else:
         sweep.add_parser(sub)
+    from sim import report
+
+    report.add_parser(sub)
     return parser
 
 

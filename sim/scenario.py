@@ -43,7 +43,9 @@ Tables and keys (units last; every time is virtual milliseconds):
 
 Run parameters (`PARAMS`, and `edge_<SOURCE>_<TARGET>_<key>` for one edge's
 network key) override scenario values by flat name, so a sweep can vary one
-knob without writing files.
+knob without writing files. `link_type` and the `link_*` network parameters
+set every edge's value, overriding what an edge sets for itself; an
+`edge_<SOURCE>_<TARGET>_<key>` parameter then sets that one edge's.
 """
 
 from __future__ import annotations
@@ -638,6 +640,10 @@ PARAMS: dict[str, tuple[str, str]] = {
     # The time of every `relink` action (when a follower is re-pointed).
     "relink_at_ms": ("actions", "relink"),
 }
+# The parameters that set a path's network for every link, edges' own values included.
+EDGE_NETWORK_PARAMS = frozenset(
+    {"link_latency_ms", "link_jitter_ms", "link_loss", "link_bandwidth_bytes_per_ms"}
+)
 
 # Per-edge network parameters: edge_<SOURCE>_<TARGET>_<key> sets `key` of the
 # [[edges]] entry from SOURCE to TARGET (which must exist), e.g.
@@ -721,8 +727,7 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
     for name in sorted(params):
         value = params[name]
         if name not in PARAMS:
-            s = _apply_edge_param(s, name, value)
-            continue
+            continue  # one edge's: after the link_* parameters (below)
         table, key = PARAMS[name]
         if table in ("edges", "consumers", "actions"):
             s = _apply_to_items(s, name, table, key, value)
@@ -765,5 +770,19 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
         s = dataclasses.replace(s, **{table: new})
     if "link_type" in params:
         s = dataclasses.replace(s, edges=tuple(dataclasses.replace(e, type="") for e in s.edges))
+    # A `link_*` network parameter is every link's value: an edge's own value
+    # gives way to it (otherwise a sweep over link_latency_ms would vary nothing
+    # on a scenario whose edges set their latency, and say nothing of it).
+    per_edge: dict[str, Any] = {
+        PARAMS[name][1]: None for name in params if name in EDGE_NETWORK_PARAMS
+    }
+    if per_edge:
+        s = dataclasses.replace(
+            s, edges=tuple(dataclasses.replace(e, **per_edge) for e in s.edges)
+        )
+    # One edge's own value, named by its ends, over any link_* parameter.
+    for name in sorted(params):
+        if name not in PARAMS:
+            s = _apply_edge_param(s, name, params[name])
     _check_link_types(s)
     return s

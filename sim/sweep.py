@@ -36,9 +36,15 @@ Rules:
   is equal for a serial and a Spark sweep of one file.
 - Outputs under `--out DIR` (written by the driver, so DIR is a local path even
   when the runs execute on a remote cluster):
-    DIR/runs/part-00000.parquet       one row per run (columns below)
+    DIR/runs/scenario=S/param_X=V/.../part-0.parquet
+                                      one row per run (columns below), Hive-
+                                      partitioned by scenario and grid parameter
+                                      (sim/sweep_store.py; read it back whole or
+                                      in parts with `sweep_store.read_runs`)
     DIR/aggregate/part-00000.parquet  one row per (mode, topology)
-    DIR/sweep.json                    the sweep's manifest and digest
+    DIR/sweep.json                    the sweep's manifest and digest, and the commit it ran
+                                      on (`git rev-parse HEAD`, "-dirty" if tracked files
+                                      differ, "unknown" without git)
   `runs/` and `aggregate/` are replaced as a whole; a directory there holding
   anything but files this module writes is refused, never deleted.
 - With the default runner, scenario and parameter names are checked against
@@ -76,7 +82,7 @@ import json
 import math
 import os
 import re
-import shutil
+import subprocess
 import sys
 import time
 import tomllib
@@ -84,6 +90,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from sim import glossary, sweep_store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -560,9 +568,11 @@ def failures(runs: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def format_aggregate(agg: pd.DataFrame, max_width: int = 120) -> str:
+def format_aggregate(agg: pd.DataFrame, max_width: int = 120, legend: bool = True) -> str:
     """The aggregate's headline columns as plain text: one row per (mode, topology)
-    when that fits in `max_width`, else one row per figure and one column per group."""
+    when that fits in `max_width`, else one row per figure and one column per group;
+    then (with `legend`) what each metric column shows and what its "-" means, from
+    `sim.glossary`."""
     if agg.empty:
         return "(no runs)"
     lead = ["runs", "runs_with_violations", "runs_with_errors"]
@@ -578,12 +588,17 @@ def format_aggregate(agg: pd.DataFrame, max_width: int = 120) -> str:
     header = list(table.columns)
     rows = [[_cell(v) for v in row] for row in table.itertuples(index=False)]
     text = _grid([header, *rows])
-    if max(len(line) for line in text.splitlines()) <= max_width:
+    if max(len(line) for line in text.splitlines()) > max_width:
+        groups = [f"{r[0] or '-'}/{r[1] or '-'}" for r in rows]
+        transposed = [["mode/topology", *groups]]
+        transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 2]
+        text = _grid(transposed)
+    if not legend:
         return text
-    groups = [f"{r[0] or '-'}/{r[1] or '-'}" for r in rows]
-    transposed = [["mode/topology", *groups]]
-    transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 2]
-    return _grid(transposed)
+    dashed = [c for i, c in enumerate(header) if any(r[i] == "-" for r in rows)]
+    lines = glossary.column_legend(figures, missing=dashed)
+    lines.append("(every metric: `ccr-sim glossary`)")
+    return text + "\n\n" + "\n".join(lines)
 
 
 def _cell(value: Any) -> str:
@@ -608,38 +623,35 @@ def _grid(rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------- output
 
 
-_OWNED_FILE = re.compile(r"^(part-\d{5}\.parquet|_SUCCESS)$")
+def git_commit(root: Path | None = None) -> str:
+    """The commit of the project checkout (`git rev-parse HEAD`), with "-dirty" when
+    tracked files differ from it; "unknown" without git or outside a checkout."""
+    where = root if root is not None else Path(__file__).resolve().parent.parent
 
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=30
+        )
+        if done.returncode != 0:
+            raise OSError(done.stderr.strip())
+        return done.stdout.strip()
 
-def _replace_dir(target: Path, write: Callable[[Path], None]) -> None:
-    """Write into a fresh sibling directory, then swap it in for `target`."""
-    if target.exists():
-        if not target.is_dir():
-            raise SweepError(f"{target} exists and is not a directory")
-        foreign = sorted(p.name for p in target.iterdir() if not _OWNED_FILE.match(p.name))
-        if foreign:
-            raise SweepError(
-                f"{target} holds files this sweep did not write ({', '.join(foreign[:3])}); "
-                "choose another --out"
-            )
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
 
 
 def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
     out = result.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    _replace_dir(
-        out / "runs",
-        lambda d: result.runs.to_parquet(d / "part-00000.parquet", index=False),
+    partitions = sweep_store.partition_columns(result.runs)
+    sweep_store.replace_dir(
+        out / "runs", lambda d: sweep_store.write_runs(d, result.runs, partitions)
     )
-    _replace_dir(
+    sweep_store.replace_dir(
         out / "aggregate",
         lambda d: result.aggregate.to_parquet(d / "part-00000.parquet", index=False),
     )
@@ -656,6 +668,8 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
         "partitions": result.partitions,
         "wall_s": round(result.wall_s, 3),
         "sweep_digest": result.sweep_digest,
+        "runs_partitioning": sweep_store.manifest_entry(result.runs, partitions),
+        "git_commit": git_commit(),
     }
     tmp = out / f".sweep.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -807,10 +821,19 @@ def handle(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             driver_host=args.driver_host,
         )
-    except SweepError as e:
+    except (SweepError, sweep_store.StoreError) as e:
         print(f"ccr-sim sweep: error: {e}", file=sys.stderr)
         return 2
     report(result, sys.stdout)
+    if args.report:
+        from sim.report import ReportError, write_report
+
+        try:
+            path = write_report(result.out_dir, result.out_dir / "report.html")
+        except ReportError as e:
+            print(f"ccr-sim sweep: error: --report: {e}", file=sys.stderr)
+            return 2
+        print(f"report {path}")
     return result.exit_code
 
 
@@ -848,5 +871,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "local or loopback master, else Spark's choice)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="also write DIR/report.html (as `ccr-sim report DIR -o DIR/report.html`)",
+    )
     p.set_defaults(func=handle)
 

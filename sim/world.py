@@ -133,6 +133,9 @@ class Simulation:
         self.scripts: list[ScriptProducer] = []
         self._removals_ms = 0
         self._state_sampled_ms = 0
+        # Called with the time at every link-state sample (each tick and the
+        # end); they only read the world (sim/timeline.py records a timeline).
+        self.samplers: list[Callable[[int], None]] = []
 
     # -- hooks the workloads and drivers call ---------------------------------------------
 
@@ -762,6 +765,8 @@ class Simulation:
             if not driver.stopped:
                 state = driver.dialer.links.state_name(name)
                 self.metrics.add(f"link_state_ms_{state}", elapsed)
+        for sampler in self.samplers:
+            sampler(now)
 
     def unsettled_links(self) -> list[str]:
         """Links between live clusters, on either side, that are not FOLLOWING

@@ -65,6 +65,9 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
     assert summary["converged"] is True, summary["events"]
     assert summary["checked"]["offset_samples"] > 0, summary["checked"]
     assert rc == 0
+    # --json keeps stdout for the summary; the progress still reaches stderr as it happens.
+    for step in ("starting 2 daemons", "nemesis phase", "converged", "judging"):
+        assert step in stderr, stderr[-3000:]
 
 
 def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from admin import AdminClient, Producer
-from tests.harness import Daemon, free_port, run_cli
+from tests.harness import CLI_TIMEOUT_S, Daemon, _env, free_port, run_cli
 
 RECORD_KEYS = {"topic", "partition", "offset", "key", "value", "timestamp", "headers"}
 
@@ -365,6 +367,35 @@ def test_health_describe_cluster_and_env_bootstrap(daemon: Daemon) -> None:
     info = json.loads(_ok(run_cli("describe-cluster", "--json", bootstrap=daemon.bootstrap)))
     assert info["cluster_id"] == "test" and info["topic_count"] == 0
     assert "cluster_id: test" in _ok(run_cli("describe-cluster", bootstrap=daemon.bootstrap))
+
+
+def test_health_wait__asked_before_the_daemon_starts__answers_once_it_serves(
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "admin.cli", "--bootstrap", f"127.0.0.1:{port}"]
+    waiting = subprocess.Popen(
+        [*cmd, "health", "--wait", "60", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        daemon_factory("late", port=port)
+        out, err = waiting.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["cluster_id"] == "late"
+
+
+def test_health_wait__nothing_listening__fails_after_the_wait_naming_the_address() -> None:
+    port = free_port()
+    line = _one_line_error(run_cli("health", "--wait", "0.3", bootstrap=f"127.0.0.1:{port}"))
+    assert line.startswith("error: UNAVAILABLE") and f"127.0.0.1:{port}" in line
 
 
 def test_empty_stdin_produces_nothing(daemon: Daemon) -> None:

@@ -504,3 +504,20 @@ def test_an_attached_empty_namespace__the_link_is_following(linked: tuple[Any, A
     run_cli("create-topic", "orders-late", "--partitions", "1", bootstrap=a.bootstrap)
     produce(a.bootstrap, "orders-late", 5)
     wait_for("orders-late on B", lambda: high_watermarks(b.bootstrap, "orders-late") == [5])
+
+
+def test_describe_link_wait_for__returns_in_the_state__times_out_naming_the_state_it_is_in(
+    linked: tuple[Any, Any],
+) -> None:
+    a, b = linked
+    link_orders(a, b)
+    following = run_cli("describe-link", "ab", "--wait-for", "FOLLOWING", "--json",
+                        bootstrap=b.bootstrap)  # fmt: skip
+    assert following.returncode == 0, following.stderr
+    assert json.loads(following.stdout)["state"] == "FOLLOWING"
+    never = run_cli("describe-link", "ab", "--wait-for", "IN_SYNC", "--wait", "0.5",
+                    bootstrap=b.bootstrap)  # fmt: skip
+    assert never.returncode == 1
+    assert never.stderr.strip() == (
+        "error: TIMED_OUT: link ab is FOLLOWING after 0.5 s, not IN_SYNC"
+    ), never.stderr

@@ -425,8 +425,8 @@ def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
     this test's daemons: it mirrors orders topics both ways and reports the
     misspelt key with its line."""
     shipped = (ROOT / "examples" / "mm2.properties").read_text()
-    text = shipped.replace("127.0.0.1:9092", clusters["A"].bootstrap).replace(
-        "127.0.0.1:9093", clusters["B"].bootstrap
+    text = shipped.replace("127.0.0.1:19892", clusters["A"].bootstrap).replace(
+        "127.0.0.1:19893", clusters["B"].bootstrap
     )
     assert text != shipped
     config = tmp_path / "mm2.properties"
@@ -439,6 +439,34 @@ def test_the_readme_example_file__runs_as_shipped_with_its_typo_reported(
     assert f"line {typo_line}: A->B.topcis" in result.stdout + result.stderr
     assert "A.orders-readme" in clusters["B"].topics()
     assert len(clusters["B"].read_all("A.orders-readme", 2)) == 20
+
+
+def test_clusters_without_compaction__said_once_per_cluster_calmly_and_topics_still_made(
+    clusters: dict[str, Cluster], tmp_path: Path
+) -> None:
+    """linkd does not compact: MM2's internal topics are made with its defaults
+    and this is said once per cluster, never as a failure. C is the source of
+    two flows here, so two of its offset-syncs topics are made in one run."""
+    c = clusters["C"]
+    c.create_topic("cn-t", 1)
+    c.produce("cn-t", 5)
+    config = write_config(tmp_path / "mm2.properties", clusters, "\n".join([
+        "topics = cn-.*",
+        "C->A.enabled = true",
+        "C->B.enabled = true",
+    ]) + "\n")
+    result = run_cli("mirror", "--config", str(config), "--once", timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    assert "create topic" not in out and "INVALID_CONFIG" not in out, out
+    notices = [line for line in out.splitlines() if "does not support compacted topics" in line]
+    assert sum(line.startswith("cluster C ") for line in notices) == 1, out
+    assert len(notices) == len(set(notices)), out
+    assert {"mm2-offset-syncs.A.internal", "mm2-offset-syncs.B.internal"} <= c.topics()
+    described = run_cli("describe-topic", "mm2-offset-syncs.A.internal", "--json",
+                        bootstrap=c.daemon.bootstrap if c.daemon else "")
+    assert json.loads(described.stdout)["configs"]["cleanup.policy"] == "delete"
+    assert len(clusters["A"].read_all("C.cn-t")) == 5
 
 
 # -- ACL sync ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ command's configuration handling (no cluster needed)."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,10 @@ from linkd.core.mirror.wire import (
     encode_offset_sync,
     encode_source_offset,
 )
+from mirror.admin_ops import ClusterAdmin, CompactionRefused, MirrorClientError
 from mirror.cli import main as mirror_main
 from mirror.clients import ClientConfigs
+from mirror.internal_topics import CompactionNotices, create_internal_topic
 from tests.harness import run_cli
 
 names = st.text(min_size=0, max_size=40)
@@ -207,3 +210,56 @@ def test_client_configs_turn_a_jaas_config_into_librdkafka_keys() -> None:
     conf = ClientConfigs(cfg.cluster("A")).producer()
     assert "sasl.jaas.config" not in conf
     assert (conf["sasl.username"], conf["sasl.password"]) == ("mirror", "pa ss=word")
+
+
+class _RefusingAdmin(ClusterAdmin):
+    """A cluster that refuses MM2's replication factor 3 and compaction, as a
+    single linkd does; records every create_topic call."""
+
+    def __init__(self) -> None:
+        super().__init__("B", {"bootstrap.servers": "127.0.0.1:1"}, 1000)
+        self.calls: list[tuple[str, int, dict[str, str]]] = []
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> bool:
+        self.calls.append((name, replication_factor, dict(configs)))
+        if replication_factor not in (-1, 1):
+            raise MirrorClientError(f"cluster B: create topic {name} failed: INVALID_REPLICATION")
+        if configs.get("cleanup.policy") == "compact":
+            raise CompactionRefused(f"cluster B: create topic {name}: compaction refused")
+        return True
+
+
+def test_internal_topics__no_compaction_and_factor_3__made_with_defaults_said_once() -> None:
+    admin = _RefusingAdmin()
+    said: list[str] = []
+    notices = CompactionNotices(said.append)
+    for name in ("B.checkpoints.internal", "heartbeats"):
+        assert create_internal_topic(admin, name, 3, notices=notices, report=said.append)
+    assert admin.calls[:3] == [
+        ("B.checkpoints.internal", 3, {"cleanup.policy": "compact"}),
+        ("B.checkpoints.internal", -1, {"cleanup.policy": "compact"}),
+        ("B.checkpoints.internal", -1, {}),
+    ]
+    compaction = [s for s in said if "does not support compacted topics" in s]
+    assert len(compaction) == 1 and compaction[0].startswith("cluster B ")
+    assert all("compaction refused" not in s for s in said)
+
+
+class _BrokenAdmin(_RefusingAdmin):
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> bool:
+        self.calls.append((name, replication_factor, dict(configs)))
+        raise MirrorClientError(f"cluster B: create topic {name} failed: POLICY_VIOLATION")
+
+
+def test_internal_topics__any_other_refusal__raised_after_the_default_factor_was_tried() -> None:
+    admin = _BrokenAdmin()
+    said: list[str] = []
+    with pytest.raises(MirrorClientError, match="POLICY_VIOLATION"):
+        create_internal_topic(admin, "t", 2, notices=CompactionNotices(said.append),
+                              report=said.append)
+    assert [factor for _, factor, _ in admin.calls] == [2, -1]
+    assert len(said) == 1 and "default replication factor" in said[0]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from linkd.core import link_auth as auth
 from sim.runner import run_summary, simulate
 from sim.scenario import ScenarioError, parse
 from sim.sweep import run_sweep
+from sim.sweep_store import read_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ def test_the_secure_sweep_runs_clean_with_every_forged_call_refused(tmp_path: Pa
     out = tmp_path / "secure"
     result = run_sweep(ROOT / "sim" / "sweeps" / "secure.toml", None, out, serial=True,
                        progress=False)
-    runs = pd.read_parquet(next(out.glob("runs*")))
+    runs = read_runs(out)
     assert len(runs) == 8
     assert runs["error"].isna().all(), runs["error"].dropna().tolist()[:3]
     assert (runs["violation_count"] == 0).all(), runs["violations_json"].tolist()

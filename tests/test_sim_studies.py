@@ -58,6 +58,12 @@ def test_edge_parameter_sets_one_edge_and_refuses_a_missing_one() -> None:
     s = scenarios.apply_params(base, {"edge_A_B_latency_ms": 300})
     latency = {(e.source, e.target): e.latency_ms for e in s.edges}
     assert latency == {("A", "B"): 300, ("A", "C"): 2}
+    # A link_* parameter sets every edge; one edge's parameter wins for that edge.
+    both = scenarios.apply_params(base, {"link_latency_ms": 40, "edge_A_B_latency_ms": 300})
+    assert {(e.source, e.target): e.latency_ms for e in both.edges} == {
+        ("A", "B"): 300, ("A", "C"): None
+    }
+    assert both.network.latency_ms == 40
     with pytest.raises(scenarios.ScenarioError, match="no \\[\\[edges\\]\\] entry B->C"):
         scenarios.apply_params(base, {"edge_B_C_latency_ms": 5})
     with pytest.raises(scenarios.ScenarioError, match="must be within"):

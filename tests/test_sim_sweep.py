@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from sim import sweep
+from sim import sweep, sweep_store
 from sim.sweep import SweepError, expand, load_sweep, parse_sweep, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,6 +162,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def read_parquet(out: Path, table: str) -> pd.DataFrame:
+    if table == "runs":
+        return sweep_store.read_runs(out)
     return pd.read_parquet(out / table)
 
 
@@ -224,9 +226,16 @@ def test_format_aggregate_narrow_and_transposed() -> None:
         parse_sweep({"scenarios": ["alpha", "beta"], "seeds": [1, 2]}),
     )
     agg = sweep.aggregate(runs)
-    wide = sweep.format_aggregate(agg, max_width=1000).splitlines()
+    wide = sweep.format_aggregate(agg, max_width=1000, legend=False).splitlines()
     assert wide[0].split()[:5] == ["mode", "topology", "runs", "violations", "errors"]
     assert len(wide) == 3
+    # With the legend (the default), each metric column shown is explained
+    # from the glossary after the table.
+    legend = sweep.format_aggregate(agg, max_width=1000).splitlines()[4:]
+    assert legend[0].startswith("columns")
+    assert any(
+        line.split()[:3] == ["availability_produce_mean", "mean", "of"] for line in legend
+    )
     tall = sweep.format_aggregate(agg, max_width=60).splitlines()
     assert tall[0].split() == ["mode/topology", "ASYNC/three-zone", "ASYNC/two-cluster"]
     assert tall[1].split() == ["runs", "2", "2"]
@@ -254,12 +263,40 @@ def test_default_runner_checks_names(tmp_path: Path) -> None:
 
 def test_refuses_to_replace_foreign_directory(tmp_path: Path) -> None:
     sweep_file = write(tmp_path, 'scenarios = ["alpha"]\nseeds = [1]\n')
-    (tmp_path / "out" / "runs").mkdir(parents=True)
-    (tmp_path / "out" / "runs" / "notes.txt").write_text("mine")
-    with pytest.raises(SweepError, match="did not write"):
+    mine = tmp_path / "out" / "runs" / "scenario=alpha" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    with pytest.raises(sweep_store.StoreError, match=r"did not write \(scenario=alpha/notes"):
         run_sweep(sweep_file, None, tmp_path / "out", serial=True, run_fn=fake_run,
                   progress=False)
-    assert (tmp_path / "out" / "runs" / "notes.txt").exists()
+    assert mine.exists()
+
+
+def test_runs_are_partitioned_by_scenario_and_parameters(tmp_path: Path) -> None:
+    """One directory per scenario and grid cell; read back whole or in parts, with
+    the types the sweep wrote; a plain Parquet reader can read it too."""
+    sweep_file = write(
+        tmp_path,
+        'scenarios = ["alpha", "lossy"]\nseeds = { start = 1, count = 3 }\n'
+        '[params]\nmode = ["ASYNC", "SYNC"]\nlink_latency_ms = [5, 50]\n',
+    )
+    out = tmp_path / "out"
+    result = run_sweep(sweep_file, None, out, serial=True, run_fn=fake_run, progress=False)
+    cells = sorted(
+        str(p.parent.relative_to(out / "runs")) for p in (out / "runs").rglob("*.parquet")
+    )
+    assert len(cells) == 8
+    assert cells[0] == "scenario=alpha/param_link_latency_ms=5/param_mode=ASYNC"
+    pd.testing.assert_frame_equal(sweep_store.read_runs(out), result.runs)
+    part = sweep_store.read_runs(out, scenario="lossy", params={"link_latency_ms": 50})
+    assert len(part) == 6
+    assert set(part["param_mode"]) == {"ASYNC", "SYNC"}
+    assert part["param_link_latency_ms"].dtype == "Int64"
+    assert list(part["run_index"]) == sorted(part["run_index"])
+    plain = pd.read_parquet(out / "runs" / "scenario=lossy")
+    assert len(plain) == 12 and "rpo_records" in plain.columns
+    with pytest.raises(sweep_store.StoreError, match="'param_nope' is not a partition"):
+        sweep_store.read_runs(out, params={"nope": 1})
 
 
 def parser() -> argparse.ArgumentParser:

@@ -47,7 +47,7 @@ from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
-from linkd.core.effects import Effect, Journal, Wake
+from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode, MappingKey, orphans
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
@@ -709,6 +709,7 @@ def apply_fetched(
                 f"link {link_name!r}: {topic}-{partition} is not followed: {error.message}",
             )
     now = yield Execute(tuple(applied.effects), "replica")
+    count_replicated(state, link_name, applied)
     wake = finish_fetch_round(
         state, link_name, applied.progress, answer.sync_state, now, sent_ms, applied.refused
     )
@@ -732,6 +733,23 @@ def apply_fetched(
             )
         if settled.effects:
             yield Execute(tuple(settled.effects), "replica")
+        runtime = state.links.runtime.get(link_name)
+        if runtime is not None:
+            runtime.counters.cuts += len(settled.cuts)
+
+
+def count_replicated(state: ClusterState, link_name: str, applied: AppliedFetch) -> None:
+    """Once an answer's appends and truncations are durable: adds them to the
+    link's counters (`LinkCounters`). A link deleted meanwhile counts nothing."""
+    runtime = state.links.runtime.get(link_name)
+    if runtime is None:
+        return
+    counters = runtime.counters
+    for effect in applied.effects:
+        if isinstance(effect, AppendBatch):
+            counters.records += effect.header.record_count
+            counters.bytes += len(effect.batch)
+    counters.truncations += len(applied.truncations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -466,6 +466,19 @@ def orphans(refusal: ClusterError) -> bool:
 
 
 @dataclass(slots=True)
+class LinkCounters:
+    """What this side's follower has done on a link since its runtime began
+    (daemon start or link creation), counted once the work is durable: the
+    daemon's metrics read them (docs/metrics.md). Never decreasing while the
+    runtime lives."""
+
+    records: int = 0  # records appended by replication (every batch's record count)
+    bytes: int = 0  # bytes of those batches
+    truncations: int = 0  # follower partitions cut where their log parted from the source's
+    cuts: int = 0  # unacknowledged tails cut because their source partition is gone
+
+
+@dataclass(slots=True)
 class LinkRuntime:
     """What is known of a link right now (not durable: rebuilt after restart)."""
 
@@ -498,6 +511,7 @@ class LinkRuntime:
     # Follower partitions whose last batch the source did not hold: the next
     # fetch sends every mark of them (`link_rounds.check_marks`).
     marks_wanted: set[tuple[str, int]] = field(default_factory=set)
+    counters: LinkCounters = field(default_factory=LinkCounters)
 
 
 @dataclass(frozen=True, slots=True)

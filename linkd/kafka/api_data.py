@@ -40,6 +40,7 @@ from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context, error_fields
 from linkd.kafka.errors import kafka_code
 from linkd.kafka.fetch_sessions import FetchPlan
+from linkd.metrics import Listener
 
 READ_COMMITTED = 1
 DEFAULT_PARTITION_MAX_BYTES = 1 << 20
@@ -59,10 +60,13 @@ _SPECS = {-1: "latest", -2: "earliest", -3: "max_timestamp", -4: "earliest"}
 async def _produce_one(
     ctx: Context, topic: str, partition: int, records: bytes | None, acks: int, txn_id: str
 ) -> dict[str, Any]:
+    batch = records if records is not None else b""
     try:
-        base, _dup, log_start, append_time = await ctx.node.produce(
-            topic, partition, records if records is not None else b"", acks, txn_id
+        base, duplicate, log_start, append_time = await ctx.node.produce(
+            topic, partition, batch, acks, txn_id
         )
+        if not duplicate:
+            ctx.node.metrics.produced(Listener.KAFKA, batch)
     except ClusterError as exc:
         return {
             "index": partition,
@@ -95,6 +99,11 @@ async def _refused(partition: int, exc: ClusterError) -> dict[str, Any]:
 
 
 async def produce(ctx: Context, req: Any) -> dict[str, Any] | None:
+    with ctx.node.metrics.produce_request(Listener.KAFKA):
+        return await _produce(ctx, req)
+
+
+async def _produce(ctx: Context, req: Any) -> dict[str, Any] | None:
     acks = int(req.acks)
     txn_id = req.transactional_id or ""
     # A transactional producer needs WRITE on its transactional id (else every
@@ -206,6 +215,11 @@ async def offset_for_leader_epoch(ctx: Context, req: Any) -> dict[str, Any]:
 
 
 async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
+    with ctx.node.metrics.fetch_request(Listener.KAFKA):
+        return await _fetch(ctx, req)
+
+
+async def _fetch(ctx: Context, req: Any) -> dict[str, Any]:
     node = ctx.node
     by_id = ctx.api_version >= 13
     # Fetch v7+ may carry a session (KIP-227): what to read, and what to answer.
@@ -257,6 +271,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
             max_bytes=_response_max_bytes(int(field(req, "max_bytes", 0))),
             read_committed=read_committed,
         )
+    returned: list[bytes] = []  # the records answered, for the metrics
     responses = []
     for key, _name, entries in layout:
         partitions: list[dict[str, Any]] = []
@@ -292,6 +307,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
                     }
                 )
                 continue
+            returned.append(f.records)
             partitions.append(
                 {
                     "partition_index": partition,
@@ -328,6 +344,7 @@ async def fetch(ctx: Context, req: Any) -> dict[str, Any]:
         else:
             entry["topic"] = key
         responses.append(entry)
+    node.metrics.fetched(Listener.KAFKA, returned)
     return {
         "throttle_time": 0,
         "error_code": 0,

@@ -1,0 +1,101 @@
+"""What the daemon's link metrics say, read from the state describe-link reads.
+
+Rules (docs/metrics.md):
+- A link's state is `LinkTable`'s, the one describe-link shows.
+- A follower partition's lag (records and ms) is what describe-link and
+  failover report of it (`link_admin.follower_partitions`: every partition of
+  every topic this side follows on the link, those no fetch round has reached
+  yet included), and only while it is known: a lag that is not known now (the
+  link is disconnected, no fetch round finished lately, no round reached the
+  partition yet, the source refused it, its log parted from the source's) has
+  no sample, never a stale or made-up one.
+- The state is describe-link's (`link_admin.link_summary`).
+- A link's largest lag (Cluster Linking's MaxLag) is the largest of its
+  follower partitions' lags, in records and in ms, each on its own. It is
+  known only on a side that follows topics on the link, and only when every
+  follower partition's lag is known (a side that follows an empty namespace
+  lags by 0).
+- The counters are the link's `LinkCounters`, copied.
+
+Pure code: no I/O, clocks, threads or randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from linkd.core import link_admin
+from linkd.core.cluster import ClusterState
+from linkd.core.links import LinkCounters, LinkState, MappingType, Role
+
+__all__ = ["STATES", "LinkSample", "PartitionLagSample", "link_samples"]
+
+# Every state a link can be in: one gauge series each (1 for the current one).
+STATES: tuple[str, ...] = tuple(s.value for s in LinkState)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLagSample:
+    topic: str
+    partition: int
+    lag_records: int
+    lag_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSample:
+    """One link as its metrics show it at one instant."""
+
+    name: str
+    state: str
+    # Follower partitions whose lag is known now, sorted.
+    partitions: tuple[PartitionLagSample, ...]
+    # (records, ms): the largest lag of a follower partition; None when this
+    # side follows no topics on the link, or some follower lag is not known.
+    max_lag: tuple[int, int] | None
+    counters: LinkCounters
+
+
+def _follows_topics(state: ClusterState, name: str) -> bool:
+    config = state.links.get(name)
+    return any(
+        m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
+        for m in config.attached_mappings()
+    )
+
+
+def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
+    summary = link_admin.link_summary(state, name, now_ms)
+    rows = link_admin.follower_partitions(state, name, now_ms)
+    known = [
+        PartitionLagSample(r.topic, r.partition, r.lag_records, r.lag_ms)
+        for r in rows
+        if r.lag_known and r.lag_records >= 0 and r.lag_ms >= 0
+    ]
+    max_lag: tuple[int, int] | None = None
+    if (
+        _follows_topics(state, name)
+        and link_admin.lag_known(state, name, now_ms)
+        and len(known) == len(rows)
+    ):
+        max_lag = (
+            max((p.lag_records for p in known), default=0),
+            max((p.lag_ms for p in known), default=0),
+        )
+    runtime = state.links.runtime[name]
+    return LinkSample(
+        name,
+        summary.state,
+        tuple(sorted(known, key=lambda p: (p.topic, p.partition))),
+        max_lag,
+        replace(runtime.counters),
+    )
+
+
+def link_samples(state: ClusterState, now_ms: int) -> list[LinkSample]:
+    """Every link with a runtime (every stored link), by name."""
+    return [
+        link_sample(state, name, now_ms)
+        for name in state.links.names()
+        if name in state.links.runtime
+    ]
