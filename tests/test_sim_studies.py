@@ -251,3 +251,25 @@ def test_link_flap_smallest_cell_catches_up_and_disk_fractional_ms_reaches_the_d
 
     assert flap(True)["bulk_produce_latency_p99_ms"] <= 20
     assert flap(False)["bulk_produce_latency_p99_ms"] >= 400
+
+
+def test_study_figures_draw_from_a_sweep(tmp_path: Path) -> None:
+    """scripts/study_figures.py reads a sweep's output as the report does and
+    writes the page's PNG (a two-run serial sweep of the SYNC vs ASYNC grid)."""
+    import importlib.util
+
+    spec = sweep.SweepSpec(
+        "sync-vs-async", "a two-run slice of the study", ("sync-failover",),
+        (("link_latency_ms", (5,)), ("mode", ("ASYNC", "SYNC"))), (1,),
+    )
+    out = tmp_path / "sweep"
+    result = sweep.run_sweep(spec, None, out, serial=True, progress=False)
+    assert result.exit_code == 0
+    path = Path(__file__).resolve().parent.parent / "scripts" / "study_figures.py"
+    module_spec = importlib.util.spec_from_file_location("study_figures", path)
+    assert module_spec is not None and module_spec.loader is not None
+    figures = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(figures)
+    assert figures.main(["sync-vs-async", str(out), "-o", str(tmp_path)]) == 0
+    png = (tmp_path / "sync-vs-async.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
