@@ -87,8 +87,9 @@ ENTRIES: tuple[Entry, ...] = (
         "rpo_records", Unit.RECORDS, Group.RPO,
         "acknowledged records the promoted cluster lacked at failover (data lost by it)",
         "at each failover, acknowledged sends on the old source whose record the promoted "
-        "side does not hold (a link: at or above its high watermark; a mirror: value not in "
-        "the remote topic); summed over the run's failovers",
+        "side does not hold (a link: at or above its log end, since what it copied above its "
+        "own high watermark survives the failover; a mirror: value not in the remote topic); "
+        "summed over the run's failovers",
         NO_FAILOVER, zero_bound=True,
     ),
     Entry(
@@ -122,6 +123,22 @@ ENTRIES: tuple[Entry, ...] = (
         "per consumer that changed session: values in the final log of its last cluster at "
         "offsets up to the highest it read there, that it never saw in any session",
         ALWAYS, zero_bound=True,
+    ),
+    Entry(
+        "consumer_reads_truncated", Unit.RECORDS, Group.CONSUMERS,
+        "records consumers read that the cluster they read them on later cut: reads no "
+        "surviving cluster can repeat",
+        "per ok poll: values not in the final log of the cluster and topic it read them on "
+        "(cut by a recovery, a divergence or an unclean election)",
+        ALWAYS, zero_bound=True,
+    ),
+    Entry(
+        "consumer_longest_gap_ms", Unit.MS, Group.CONSUMERS,
+        "the longest time a consumer went without new records (how long a failover or a "
+        "re-pointing left readers without data)",
+        "per consumer: the largest time between the completions of two successive polls "
+        "that returned records; the largest over consumers",
+        "never missing: 0 without two polls that returned records",
     ),
     # ---- availability
     Entry(
@@ -158,6 +175,22 @@ ENTRIES: tuple[Entry, ...] = (
         "slowest acknowledged send",
         "largest invoke-to-ack of acknowledged record-level sends",
         "never missing: 0 when no record was acknowledged",
+    ),
+    Entry(
+        "produce_latency_p50_replicated_ms", Unit.MS, Group.LATENCY,
+        "median latency of sends acknowledged while a link carried their namespace to a "
+        "follower (what replication, SYNC or ASYNC, costs a producer)",
+        "nearest-rank percentile over acknowledged record-level sends whose acknowledgement "
+        "found a link carrying the topic to a follower; writes to a promoted cluster with no "
+        "follower are left out",
+        "never missing: 0 when no such send was acknowledged",
+    ),
+    Entry(
+        "produce_latency_p99_replicated_ms", Unit.MS, Group.LATENCY,
+        "99th-percentile latency of sends acknowledged while a link carried their namespace "
+        "to a follower",
+        "nearest-rank percentile over the same sends as produce_latency_p50_replicated_ms",
+        "never missing: 0 when no such send was acknowledged",
     ),
     Entry(
         "produce_latency_p99_catchup_ms", Unit.MS, Group.LATENCY,
@@ -312,8 +345,28 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         "recoveries", Unit.COUNT, Group.OPERATORS,
         "confirmed unclean link recoveries that completed",
-        "one per `recover` that applied its plan",
+        "one per `recover` or `relink` that applied its plan",
         "no recovery completed",
+    ),
+    Entry(
+        "recovery_offsets_moved", Unit.COUNT, Group.OPERATORS,
+        "committed offsets a relink's confirmed recovery moved (back to the cut, or to the "
+        "new leader's)",
+        "the recovery plan's group rows, summed over relinks",
+        "no relink completed",
+    ),
+    Entry(
+        "recovery_groups_moved", Unit.COUNT, Group.OPERATORS,
+        "consumer groups whose committed offsets a relink's recovery moved",
+        "distinct groups among the plan's group rows, summed over relinks",
+        "no relink completed",
+    ),
+    Entry(
+        "recovery_offsets_moved_records", Unit.RECORDS, Group.OPERATORS,
+        "how far back a relink's recovery moved committed offsets, in records",
+        "the sum over the plan's group rows of the old offset minus the new one (rows "
+        "that remove an offset count 0)",
+        "no relink completed",
     ),
     Entry(
         "reversals", Unit.COUNT, Group.OPERATORS,

@@ -4,6 +4,10 @@
   ack (client latency + I/O queueing + write).
 - produce_latency_p99_catchup_ms / _steady_ms: the same, for sends invoked
   while links were catching up after a heal, and for all others.
+- produce_latency_{p50,p99}_replicated_ms: the same, for sends acknowledged
+  while a link carried their namespace to a follower (what replication, SYNC
+  or ASYNC, costs a producer; writes after a failover to a cluster with no
+  follower are left out).
 - availability_<class>: ok / all operations per spec section 6 client class.
 - rpo_records, rpo_ms: at each failover, acknowledged records on the source
   that the promoted follower lacks, and the span of acknowledgement time they
@@ -15,6 +19,10 @@
   consumer saw again after moving clusters; stored values below its final
   position that it never saw.
 - link_state_ms_<STATE>: time each link spent in each state (sampled per tick).
+- consumer_reads_truncated: records consumers read that the cluster they read
+  them on no longer holds at the end (cut after they were read).
+- consumer_longest_gap_ms: the longest time a consumer went without new
+  records (between two polls that returned some), over all consumers.
 - catchup_ms: the longest time from a heal to every link FOLLOWING without lag.
 - records_truncated_by_recovery / records_truncated_unclean: records cut from
   followers after divergence, and by emulated unclean leader elections.
@@ -82,6 +90,7 @@ class Metrics:
         self, history: History, final: dict[tuple[str, str, int], dict[int, str]]
     ) -> None:
         latencies: list[int] = []
+        replicated: list[int] = []
         catchup: list[int] = []
         steady: list[int] = []
         bulk: list[int] = []
@@ -100,6 +109,8 @@ class Metrics:
                 bulk.append(op.latency_ms)
                 continue
             latencies.append(op.latency_ms)
+            if v.followers:
+                replicated.append(op.latency_ms)
             if any(a <= op.invoke_ms <= b for a, b in windows):
                 catchup.append(op.latency_ms)
             else:
@@ -107,6 +118,8 @@ class Metrics:
         self.set("produce_latency_p50_ms", percentile(latencies, 50))
         self.set("produce_latency_p99_ms", percentile(latencies, 99))
         self.set("produce_latency_max_ms", max(latencies, default=0))
+        self.set("produce_latency_p50_replicated_ms", percentile(replicated, 50))
+        self.set("produce_latency_p99_replicated_ms", percentile(replicated, 99))
         self.set("produce_latency_p99_catchup_ms", percentile(catchup, 99))
         self.set("produce_latency_p99_steady_ms", percentile(steady, 99))
         if bulk:
@@ -149,3 +162,42 @@ class Metrics:
                 skips += sum(1 for o, val in log.items() if o <= high and val not in mine)
         self.set("consumer_duplicates_across_failover", duplicates)
         self.set("consumer_skips_across_failover", skips)
+        self.set("consumer_reads_truncated", reads_truncated(history, final))
+        self.set("consumer_longest_gap_ms", longest_gap(history))
+
+
+def longest_gap(history: History) -> int:
+    """The longest time a consumer went without new records: between the
+    completions of two successive polls that returned records, the largest
+    over all consumers (0 without two such polls)."""
+    last: dict[str, int] = {}
+    gap = 0
+    for op in sorted(history.polls(), key=lambda o: (o.complete_ms, o.invoke_ms)):
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll) or not v.records:
+            continue
+        if op.process in last:
+            gap = max(gap, op.complete_ms - last[op.process])
+        last[op.process] = op.complete_ms
+    return gap
+
+
+def reads_truncated(
+    history: History, final: dict[tuple[str, str, int], dict[int, str]]
+) -> int:
+    """Records a consumer read that the cluster it read them on no longer
+    holds at the end (cut by a recovery, a divergence or an unclean election):
+    reads no cluster that survives can repeat."""
+    held: dict[tuple[str, str, int], set[str]] = {}
+    count = 0
+    for op in history.polls():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll):
+            continue
+        for partition, _offset, value in v.records:
+            key = (op.cluster, v.topic, partition)
+            if key not in held:
+                held[key] = set(final.get(key, {}).values())
+            if value not in held[key]:
+                count += 1
+    return count

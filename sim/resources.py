@@ -6,7 +6,11 @@ Rules:
   the follower) and replica fetch reads (reads on the source) all queue on it,
   so catch-up traffic competes with producers, as on a real broker.
 - A request of n bytes that arrives at t starts at max(t, device free) and
-  finishes n / bytes_per_ms later; the device is then busy until that time.
+  finishes n / bytes_per_ms later, rounded up to a whole millisecond; the
+  device is then busy until that time. So every I/O costs at least 1 ms: with
+  `fractional` the device instead keeps its busy time exactly and only the
+  completion is rounded up, so many small I/Os (thousands of partitions'
+  batches) cost their bytes, not a millisecond each.
 - Bytes are counted per traffic class, so a run can show who used the device.
 - The replication rate limit of a source (`RateLimit`) is a token bucket in
   bytes: a replica fetch may read at most the tokens available, and waits
@@ -23,13 +27,23 @@ class IoDevice:
     bytes_per_ms: int
     free_at_ms: int = 0
     bytes_by_class: dict[str, int] = field(default_factory=dict)
+    fractional: bool = False  # keep fractions of a millisecond of busy time
+    # With `fractional`: when the device is free, in bytes of device time
+    # (milliseconds x bytes_per_ms), so the sum stays exact in integers.
+    free_at_bytes: int = 0
 
     def reserve(self, size_bytes: int, now_ms: int, traffic_class: str) -> int:
         """Queues an I/O of `size_bytes`; returns when it completes."""
-        start = max(now_ms, self.free_at_ms)
-        done = start + -(-max(0, size_bytes) // self.bytes_per_ms)
-        self.free_at_ms = done
+        size = max(0, size_bytes)
         self.bytes_by_class[traffic_class] = self.bytes_by_class.get(traffic_class, 0) + size_bytes
+        if self.fractional:
+            start = max(now_ms * self.bytes_per_ms, self.free_at_bytes)
+            self.free_at_bytes = start + size
+            self.free_at_ms = -(-self.free_at_bytes // self.bytes_per_ms)
+            return self.free_at_ms
+        start_ms = max(now_ms, self.free_at_ms)
+        done = start_ms + -(-size // self.bytes_per_ms)
+        self.free_at_ms = done
         return done
 
 

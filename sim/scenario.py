@@ -17,7 +17,7 @@ Tables and keys (units last; every time is virtual milliseconds):
               every edge's type unless the edge sets its own)
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
               reset_on_heal
-  [cluster]   disk_bytes_per_ms, replication_limit_bytes_per_s,
+  [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
               session_timeout_ms, lag_max_ms, lag_max_records,
               replica_lag_time_max_ms
   [namespace] topics, partitions, groups (replicate group offsets too),
@@ -44,19 +44,23 @@ Tables and keys (units last; every time is virtual milliseconds):
               worker_crash|worker_restart|worker_pause|worker_isolate), and the
               keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
-              set_mode|attach|detach|recover|reverse|set_reserved|manual_reverse),
+              set_mode|attach|detach|recover|reverse|set_reserved|manual_reverse|
+              relink),
               and its keys
   [operators] interval_ms, fault_interval_ms, fault_duration_ms, start_ms,
               stop_ms: operator moves and faults drawn from the seed
 
-Run parameters (`PARAMS`) override scenario values by flat name, so a sweep
-can vary one knob without writing files. `link_type` and the `link_*` network
-parameters set every edge's value, overriding what an edge sets for itself.
+Run parameters (`PARAMS`, and `edge_<SOURCE>_<TARGET>_<key>` for one edge's
+network key) override scenario values by flat name, so a sweep can vary one
+knob without writing files. `link_type` and the `link_*` network parameters
+set every edge's value, overriding what an edge sets for itself; an
+`edge_<SOURCE>_<TARGET>_<key>` parameter then sets that one edge's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +139,10 @@ class ClusterSpec:
     # The link credentials every cluster requires and every link is created
     # with ("": none required); only with link_sessions.
     link_credentials: str = ""
+    # The I/O device keeps fractions of a millisecond (sim.resources): an I/O
+    # costs its bytes over the bandwidth, not at least 1 ms. Off by default
+    # (older scenarios keep their timing).
+    disk_fractional_ms: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +303,11 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # KIP-986's reversal by hand, on the leader: reserve, wait for the remote,
     # detach, attach the other way, clear the new leader's reservation.
     "manual_reverse": ("cluster", "link", "prefixes"),
+    # Re-point a follower to another source (KIP-986 after a failover): on
+    # `cluster`, detach `prefixes` from the old `link`, create a link with no
+    # mapping to `source`, then recover it with confirm (topics, and groups
+    # when the namespace replicates them).
+    "relink": ("cluster", "link", "source", "prefixes"),
 }
 
 
@@ -611,7 +624,7 @@ def _check_names(s: Scenario) -> None:
             raise ScenarioError(
                 f"[[actions]] #{i + 1}: leader = {a.leader!r} is not one of local, remote"
             )
-        if a.kind in ("attach", "detach") and not a.prefixes:
+        if a.kind in ("attach", "detach", "relink") and not a.prefixes:
             raise ScenarioError(f"[[actions]] #{i + 1}: {a.kind} needs prefixes")
     for i, f in enumerate(s.faults):
         if f.kind == "loss" and f.loss > 1:
@@ -672,6 +685,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "link_loss": ("network", "loss"),
     "link_bandwidth_bytes_per_ms": ("network", "bandwidth_bytes_per_ms"),
     "disk_bytes_per_ms": ("cluster", "disk_bytes_per_ms"),
+    "disk_fractional_ms": ("cluster", "disk_fractional_ms"),
     "replication_limit_bytes_per_s": ("cluster", "replication_limit_bytes_per_s"),
     "session_timeout_ms": ("cluster", "session_timeout_ms"),
     "lag_max_ms": ("cluster", "lag_max_ms"),
@@ -690,27 +704,108 @@ PARAMS: dict[str, tuple[str, str]] = {
     "connect_protocol": ("connect", "protocol"),
     "tasks_max": ("connect", "tasks_max"),
     "scheduled_rebalance_max_delay_ms": ("connect", "scheduled_rebalance_max_delay_ms"),
+    # MM2 settings of every [[edges]] entry (used where the edge runs as a mirror).
+    "offset_lag_max": ("edges", "offset_lag_max"),
+    "emit_checkpoints_interval_ms": ("edges", "emit_checkpoints_interval_ms"),
+    "sync_group_offsets_interval_ms": ("edges", "sync_group_offsets_interval_ms"),
+    # Every consumer workload.
+    "consumer_poll_interval_ms": ("consumers", "poll_interval_ms"),
+    "consumer_lag_records": ("consumers", "lag_records"),
+    # The time of every `relink` action (when a follower is re-pointed).
+    "relink_at_ms": ("actions", "relink"),
 }
 # The parameters that set a path's network for every link, edges' own values included.
 EDGE_NETWORK_PARAMS = frozenset(
     {"link_latency_ms", "link_jitter_ms", "link_loss", "link_bandwidth_bytes_per_ms"}
 )
 
+# Per-edge network parameters: edge_<SOURCE>_<TARGET>_<key> sets `key` of the
+# [[edges]] entry from SOURCE to TARGET (which must exist), e.g.
+# edge_A_B_latency_ms = 150. Cluster names here are letters and digits.
+EDGE_PARAM = re.compile(
+    r"^edge_([A-Za-z0-9]+)_([A-Za-z0-9]+)_(latency_ms|jitter_ms|loss|bandwidth_bytes_per_ms)$"
+)
+
+
+def known_param(name: str) -> bool:
+    """A name `apply_params` accepts: one of PARAMS, or a per-edge parameter."""
+    return name in PARAMS or EDGE_PARAM.match(name) is not None
+
+
+def _apply_edge_param(s: Scenario, name: str, value: Any) -> Scenario:
+    """edge_<SOURCE>_<TARGET>_<key>: that edge's network key."""
+    match = EDGE_PARAM.match(name)
+    assert match is not None
+    source, target, key = match.groups()
+    if not any((e.source, e.target) == (source, target) for e in s.edges):
+        listed = ", ".join(f"{e.source}->{e.target}" for e in s.edges) or "none"
+        raise ScenarioError(
+            f"parameter {name}: the scenario has no [[edges]] entry {source}->{target} "
+            f"(its edges: {listed})"
+        )
+    annotation = "float" if key == "loss" else "int"
+    converted = _convert(f"parameter {name}", key, value, None, annotation)
+    if key == "loss" and converted > 1:
+        raise ScenarioError(f"parameter {name} = {value!r} must be within [0, 1]")
+    return dataclasses.replace(
+        s,
+        edges=tuple(
+            dataclasses.replace(e, **{key: converted})
+            if (e.source, e.target) == (source, target)
+            else e
+            for e in s.edges
+        ),
+    )
+
+
+def _apply_to_items(s: Scenario, name: str, table: str, key: str, value: Any) -> Scenario:
+    """A parameter that sets one key of every [[edges]] entry, every consumer,
+    or the time of every action of one kind; refused when there is none."""
+    if table == "edges":
+        items: tuple[Any, ...] = s.edges
+        field_name, what = key, "[[edges]] entries"
+    elif table == "consumers":
+        items, field_name, what = s.consumers, key, "consumer workloads"
+    else:
+        items = tuple(a for a in s.actions if a.kind == key)
+        field_name, what = "at_ms", f"{key!r} actions"
+    if not items:
+        raise ScenarioError(f"parameter {name}: the scenario has no {what} to apply it to")
+    annotation = str(next(f.type for f in dataclasses.fields(items[0]) if f.name == field_name))
+    converted = _convert(f"parameter {name}", field_name, value, None, annotation)
+
+    def changed(item: Any) -> Any:
+        return dataclasses.replace(item, **{field_name: converted})
+
+    if table == "edges":
+        return dataclasses.replace(s, edges=tuple(changed(e) for e in s.edges))
+    if table == "consumers":
+        return dataclasses.replace(s, consumers=tuple(changed(c) for c in s.consumers))
+    return dataclasses.replace(
+        s, actions=tuple(changed(a) if a.kind == key else a for a in s.actions)
+    )
+
 
 def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
     """Overrides scenario values by flat name (see PARAMS); unknown names raise."""
     if not params:
         return s
-    unknown = sorted(k for k in params if k not in PARAMS)
+    unknown = sorted(k for k in params if not known_param(k))
     if unknown:
         raise ScenarioError(
             f"unknown parameter(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(sorted(PARAMS))}"
+            f"known: {', '.join(sorted(PARAMS))}, and edge_<SOURCE>_<TARGET>_<key> "
+            "(key: latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms)"
         )
     data: dict[str, Any] = {}
     for name in sorted(params):
-        table, key = PARAMS[name]
         value = params[name]
+        if name not in PARAMS:
+            continue  # one edge's: after the link_* parameters (below)
+        table, key = PARAMS[name]
+        if table in ("edges", "consumers", "actions"):
+            s = _apply_to_items(s, name, table, key, value)
+            continue
         if name == "clusters":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 26:
                 raise ScenarioError(f"parameter clusters = {value!r} must be an integer in 1..26")
@@ -769,5 +864,9 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
         s = dataclasses.replace(
             s, edges=tuple(dataclasses.replace(e, **per_edge) for e in s.edges)
         )
+    # One edge's own value, named by its ends, over any link_* parameter.
+    for name in sorted(params):
+        if name not in PARAMS:
+            s = _apply_edge_param(s, name, params[name])
     _check_link_types(s)
     return s

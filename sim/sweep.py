@@ -678,7 +678,7 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
 
 def _check_against_runner(spec: SweepSpec) -> None:
     """With the default runner, refuse scenario and parameter names it does not know
-    (`sim.scenario.shipped()` and `sim.scenario.PARAMS`), before starting any run."""
+    (`sim.scenario.shipped()` and `sim.scenario.known_param`), before starting any run."""
     scenario_mod = importlib.import_module("sim.scenario")
     shipped = sorted(scenario_mod.shipped())
     unknown = [s for s in spec.scenarios if s not in shipped]
@@ -689,9 +689,10 @@ def _check_against_runner(spec: SweepSpec) -> None:
         )
     known_params = sorted(scenario_mod.PARAMS)
     for name, _ in spec.params:
-        if name not in known_params:
+        if not scenario_mod.known_param(name):
             raise SweepError(
-                f"'params.{name}': not a scenario parameter (known: {', '.join(known_params)})"
+                f"'params.{name}': not a scenario parameter (known: {', '.join(known_params)}, "
+                "and edge_<SOURCE>_<TARGET>_<key>)"
             )
 
 

@@ -23,8 +23,10 @@ Rules:
   offsets are stamped by the core), so thousands of partitions stay cheap.
 - Consumers poll every partition of their topic from their positions,
   decode the records, then commit the new positions for their group (a
-  standalone commit: generation -1). A failover starts a new session that
-  resumes from the group's committed offsets on the new cluster.
+  standalone commit: generation -1). A consumer with `lag_records` reads no
+  further than that many records below each partition's readable end. A
+  failover starts a new session that resumes from the group's committed
+  offsets on the new cluster.
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ class ConsumerSpec:
     stop_ms: int = -1
     failover_to: str = ""
     read_committed: bool = False
+    # Stay this many records behind each partition's readable end (a
+    # consumer that lags): read at most up to that end minus lag_records.
+    lag_records: int = 0
 
 
 @dataclass(slots=True)
@@ -547,12 +552,15 @@ class Consumer:
         for p in sorted(positions):
             plan = state.plan_fetch(self.spec.topic, p, positions[p], self.spec.read_committed)
             aborted = {(a.producer_id, a.first_offset, a.last_offset) for a in plan.aborted}
+            upper = plan.upper_offset
+            if self.spec.lag_records:
+                upper = max(plan.offset, upper - self.spec.lag_records)
             batches, size = node.store(self.spec.topic, p).read(
-                plan.offset, plan.upper_offset, CONSUMER_MAX_BYTES
+                plan.offset, upper, CONSUMER_MAX_BYTES
             )
             logical += size
             for b in batches:
-                if b.next_offset > plan.upper_offset:
+                if b.next_offset > upper:
                     break
                 header, records = rb.decode_records(b.data)
                 positions[p] = b.next_offset

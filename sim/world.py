@@ -43,7 +43,7 @@ from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
-from linkd.core.recovery import GroupCut
+from linkd.core.recovery import GroupCut, RecoveryPlan
 from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
@@ -100,6 +100,7 @@ class Simulation:
             )
             node.on_truncate = self._make_truncate_hook(cid)
             node.on_delete_below = self._make_delete_hook(cid)
+            node.disk.fractional = c.disk_fractional_ms
             self.clusters[cid] = node
         self.link_ids = seeds.IdFactory(seed, "links")
         self.link_security = SimLinkSecurity(
@@ -414,6 +415,8 @@ class Simulation:
                     self.metrics.add("recoveries", 1)
 
             ops.recover(a.cluster, a.link, requested, True, recovered)
+        elif a.kind == "relink":
+            self.relink(a.cluster, a.link, a.source, a.prefixes)
         elif a.kind == "reverse":
             ops.reverse(a.cluster, a.link, a.timeout_ms)
         elif a.kind == "set_reserved":
@@ -422,6 +425,60 @@ class Simulation:
         elif a.kind == "manual_reverse":
             for local, remote in a.prefixes:
                 ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
+
+    def relink(
+        self, cluster: str, old: str, source: str, prefixes: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Re-point a follower to another source after a failover (KIP-986; the
+        operator's sequence of ccr-chaos's relink step): on `cluster`, detach
+        each local prefix (topics, and groups when the namespace replicates
+        them) from the old link, create a link named `<source>-<cluster>` with
+        no mapping, then `recover` it with confirm, which cuts what `source`
+        never had, moves committed offsets past the cut back, and attaches the
+        mappings with `source` leading. Each step is the daemon's procedure; a
+        refusal stops the sequence (counted in actions_failed)."""
+        ops = self.ops
+        kinds = ("topic", "group") if self.scenario.namespace.groups else ("topic",)
+        new = f"{source}-{cluster}"
+        steps: list[Callable[[Callable[[Any, ClusterError | None], None]], None]] = []
+        for local, _remote in prefixes:
+            for kind in kinds:
+                steps.append(functools.partial(ops.detach, cluster, old, local, kind))
+        steps.append(lambda done: ops.create_link(cluster, new, source, done=done))
+        requested: list[tuple[str, str, str | None]] = [
+            (kind, local, remote or None) for local, remote in prefixes for kind in kinds
+        ]
+        steps.append(lambda done: ops.recover(cluster, new, requested, True, done))
+
+        def run(index: int) -> None:
+            def after(result: Any, error: ClusterError | None) -> None:
+                if error is not None:
+                    self.queue.note(f"relink {cluster} to {source} stopped at step {index + 1}")
+                elif index + 1 < len(steps):
+                    run(index + 1)
+                else:
+                    self._relinked(cluster, source, result)
+
+            steps[index](after)
+
+        run(0)
+
+    def _relinked(self, cluster: str, source: str, plan: Any) -> None:
+        """What the confirmed recovery of a relink reported: the records cut
+        (also counted by the truncation hook) and the committed offsets moved."""
+        assert isinstance(plan, RecoveryPlan)
+        self.metrics.add("recoveries", 1)
+        moved = [g for g in plan.groups if g.new_offset >= 0]
+        self.metrics.add("recovery_offsets_moved", len(plan.groups))
+        self.metrics.add("recovery_groups_moved", len({g.group for g in plan.groups}))
+        self.metrics.add(
+            "recovery_offsets_moved_records",
+            sum(max(0, g.committed_offset - g.new_offset) for g in moved),
+        )
+        self.queue.note(
+            f"relink {cluster} to {source}: cut {plan.local_records_lost} records in "
+            f"{plan.diverged_partitions} partitions, moved {len(plan.groups)} committed offsets"
+        )
 
     def edge_mode(self, source: str, target: str) -> str:
         for edge in self.scenario.edges:
@@ -663,7 +720,8 @@ class Simulation:
         self.ops.failover(cluster, name, force, failed_over)
 
     def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
-        """Acknowledged writes on the source that the promoted follower lacks."""
+        """Acknowledged writes on the source that the promoted follower's log
+        lacks at the failover."""
         acked: list[tuple[tuple[str, int], int, int, bool]] = []
         for op in self.history.sends():
             v = op.value
@@ -675,8 +733,11 @@ class Simulation:
             ):
                 continue
             logs = node.state.topics[v.topic].partitions
-            # A partition the follower has not created yet holds nothing.
-            held = v.partition < len(logs) and v.offset < logs[v.partition].high_watermark
+            # A partition the follower has not created yet holds nothing. What
+            # its log holds above its high watermark (copied, the source's
+            # newer high watermark not yet learned) stays: failover lifts the
+            # source's cap and the high watermark moves to the log's end.
+            held = v.partition < len(logs) and v.offset < logs[v.partition].log_end_offset
             acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
         lost, rpo_ms = recovery_point(acked)
         self.metrics.add("rpo_records", lost)

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHRUNK: dict[str, dict[str, Any]] = {
     "catch-up-storm": {"partitions": 10, "duration_ms": 1_200_000, "liveness_ms": 600_000},
     "mm2-connect-rebalance": {"scheduled_rebalance_max_delay_ms": 20_000},
+    "link-flap": {"partitions": 100},
 }
 # Extra runs for metric families a shipped scenario emits only under a parameter.
 EXTRA: tuple[tuple[str, dict[str, Any]], ...] = (

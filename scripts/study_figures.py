@@ -1,0 +1,195 @@
+"""The key figures of the shipped studies (docs/studies/), drawn from their sweeps.
+
+    python scripts/study_figures.py STUDY SWEEP_OUT_DIR [-o docs/studies]
+
+STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
+dr-third-cluster, mirror-vs-link, sync-vs-async) and SWEEP_OUT_DIR the
+directory `ccr-sim sweep sim/studies/STUDY.toml --out` wrote. Writes
+`STUDY.png` (the metric against the grid parameters the page discusses, mean
+over seeds) into the output directory; for dr-third-cluster also
+`dr-third-cluster-timeline.png`, the timeline of its first cell's first seed
+drawn by `ccr-sim report`'s own figure function. The runs are read with
+`sim.sweep_store.read_runs`, as the report reads them; every figure names the
+sweep's commit and digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim import report, sweep_store  # noqa: E402
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish(fig: Any, manifest: report.Manifest, out: Path) -> None:
+    fig.text(
+        0.01, 0.005,
+        f"sweep {manifest.sweep_file} | commit {manifest.git_commit[:12]} | "
+        f"digest {manifest.sweep_digest[:16]}; mean over seeds",
+        fontsize=7, color="#444444", ha="left", va="bottom",
+    )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out, dpi=100)
+    _plt().close(fig)
+    print(f"wrote {out}")
+
+
+def sync_vs_async(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for mode, colour in (("ASYNC", "#d62728"), ("SYNC", "#1f77b4")):
+        rows = runs[runs["param_mode"] == mode].groupby("param_link_latency_ms").mean(
+            numeric_only=True
+        )
+        rtt = [2 * int(v) for v in rows.index]
+        left.plot(rtt, rows["rpo_records"], "o-", color=colour, label=f"{mode} records")
+        right.plot(rtt, rows["produce_latency_p50_replicated_ms"], "o-", color=colour,
+                   label=f"{mode} p50")
+        right.plot(rtt, rows["produce_latency_p99_replicated_ms"], "s--", color=colour,
+                   label=f"{mode} p99")
+    left.set_title("RPO at failover (acknowledged records lost)", fontsize=10)
+    left.set_xlabel("round trip A-B (ms)")
+    left.set_ylabel("records")
+    right.set_title("produce latency while replicated", fontsize=10)
+    right.set_xlabel("round trip A-B (ms)")
+    right.set_ylabel("ms")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    _finish(fig, manifest, out)
+
+
+def dr_third_cluster(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    keeps_up = runs[runs["param_consumer_lag_records"] == 0]
+    for ac, marker in ((2, "o"), (50, "s")):
+        rows = keeps_up[keeps_up["param_edge_A_C_latency_ms"] == ac].groupby(
+            "param_edge_A_B_latency_ms"
+        ).mean(numeric_only=True)
+        left.plot(rows.index, rows["rpo_records"], marker + ":", color="#7f7f7f",
+                  label=f"B lost at failover (A->C {ac} ms)")
+        left.plot(rows.index, rows["records_truncated_by_recovery"].fillna(0), marker + "-",
+                  color="#d62728", label=f"C cut at relink (A->C {ac} ms)")
+    left.set_title("records B lost, and records C cut", fontsize=10)
+    left.set_xlabel("latency A->B (ms)")
+    left.set_ylabel("records")
+    for lag, colour in ((0, "#1f77b4"), (100, "#ff7f0e")):
+        rows = runs[runs["param_consumer_lag_records"] == lag].groupby(
+            "param_relink_at_ms"
+        ).mean(numeric_only=True)
+        after_loss_s = [(t - 10_000) / 1000 for t in rows.index]
+        right.plot(after_loss_s, rows["consumer_longest_gap_ms"] / 1000,
+                   "o-", color=colour, label=f"C's consumer {lag} records behind")
+    right.set_title("C's consumer: longest time without new records", fontsize=10)
+    right.set_xlabel("relink, seconds after A was lost")
+    right.set_ylabel("s")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    _finish(fig, manifest, out)
+    first = runs.iloc[0]
+    params = {c.removeprefix("param_"): first[c] for c in runs.columns if c.startswith("param_")}
+    params = {k: int(v) for k, v in params.items()}
+    from sim import timeline
+
+    t = timeline.record(str(first["scenario"]), int(first["seed"]), params)
+    command = report.cells(runs.iloc[:1])[0].replay(int(first["seed"]))
+    png = report.timeline_figure(t, manifest, command)
+    path = out.with_name(out.stem + "-timeline.png")
+    path.write_bytes(base64.b64decode(png))
+    print(f"wrote {path} (digest {'matches' if t.digest == first['trace_digest'] else 'DIFFERS'})")
+
+
+def mirror_vs_link(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    lags = sorted(int(v) for v in runs["param_consumer_lag_records"].unique())
+    fig, axes = plt.subplots(1, len(lags), figsize=(5.5 * len(lags), 4), squeeze=False)
+    colours = {10: "#1f77b4", 100: "#ff7f0e", 1000: "#2ca02c"}
+    for ax, lag in zip(axes.flat, lags, strict=True):
+        mine = runs[runs["param_consumer_lag_records"] == lag]
+        for lag_max, colour in colours.items():
+            rows = mine[(mine["param_link_type"] == "mirror")
+                        & (mine["param_offset_lag_max"] == lag_max)].groupby(
+                "param_emit_checkpoints_interval_ms").mean(numeric_only=True)
+            ax.plot([i / 1000 for i in rows.index], rows["consumer_duplicates_across_failover"],
+                    "o-", color=colour, label=f"MM2, offset.lag.max {lag_max}")
+        link = mine[mine["param_link_type"] == "link"].groupby(
+            "param_emit_checkpoints_interval_ms").mean(numeric_only=True)
+        ax.plot([i / 1000 for i in link.index], link["consumer_duplicates_across_failover"],
+                "k^-", label="offset-preserving link")
+        ax.set_title(f"records re-read after failover (consumer {lag} records behind)",
+                     fontsize=10)
+        ax.set_xlabel("MM2 checkpoint interval (s)")
+        ax.set_ylabel("records")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    _finish(fig, manifest, out)
+
+
+def catch_up_storm(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    scenarios = sorted(str(s) for s in runs["scenario"].unique())
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4), squeeze=False)
+    for ax, name in zip(axes.flat, scenarios, strict=True):
+        rows = runs[runs["scenario"] == name].sort_values("param_replication_limit_bytes_per_s")
+        labels = [f"{int(v) // 1_000_000} MB/s" if int(v) else "unlimited"
+                  for v in rows["param_replication_limit_bytes_per_s"]]
+        x = range(len(labels))
+        ax.bar([i - 0.2 for i in x], rows["catchup_ms"] / 1000, width=0.4, color="#1f77b4",
+               label="catch-up time (s)")
+        twin = ax.twinx()
+        twin.plot(list(x), rows["produce_latency_p99_catchup_ms"], "o-", color="#d62728",
+                  label="probe producer p99 during catch-up (ms)")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels)
+        ax.set_xlabel("replication rate limit")
+        ax.set_ylabel("catch-up (s)", color="#1f77b4")
+        twin.set_ylabel("p99 (ms)", color="#d62728")
+        twin.set_ylim(bottom=0)
+        ax.set_title(name, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    _finish(fig, manifest, out)
+
+
+STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
+    "sync-vs-async": sync_vs_async,
+    "dr-third-cluster": dr_third_cluster,
+    "mirror-vs-link": mirror_vs_link,
+    "catch-up-storm": catch_up_storm,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study", choices=sorted(STUDIES))
+    parser.add_argument("sweep_out", type=Path, help="the sweep's --out directory")
+    parser.add_argument("-o", "--out-dir", type=Path, default=ROOT / "docs" / "studies")
+    args = parser.parse_args(argv)
+    manifest = report.load_manifest(args.sweep_out)
+    runs = sweep_store.read_runs(args.sweep_out)
+    if len(runs) == 0:
+        print(f"{args.sweep_out}: no runs", file=sys.stderr)
+        return 1
+    STUDIES[args.study](runs, manifest, args.out_dir / f"{args.study}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
