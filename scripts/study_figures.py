@@ -3,7 +3,7 @@
     python scripts/study_figures.py STUDY SWEEP_OUT_DIR [-o docs/studies]
 
 STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
-dr-third-cluster, mirror-vs-link, sync-vs-async) and SWEEP_OUT_DIR the
+connect-rebalance, dr-third-cluster, mirror-vs-link, sync-vs-async) and SWEEP_OUT_DIR the
 directory `ccr-sim sweep sim/studies/STUDY.toml --out` wrote. Writes
 `STUDY.png` (the metric against the grid parameters the page discusses, mean
 over seeds) into the output directory; for dr-third-cluster also
@@ -168,11 +168,47 @@ def catch_up_storm(runs: Any, manifest: report.Manifest, out: Path) -> None:
     _finish(fig, manifest, out)
 
 
+def connect_rebalance(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    """Task pauses (p50, longest) and the longest catch-up after a heal, per
+    deployment: MM2 on Connect under each protocol and delay, and the link."""
+    plt = _plt()
+    labels, p50, longest, catchup = [], [], [], []
+    mirror = runs[runs["param_link_type"] == "mirror"]
+    for (protocol, delay), rows in mirror.groupby(
+        ["param_connect_protocol", "param_scheduled_rebalance_max_delay_ms"], sort=True
+    ):
+        labels.append(f"MM2 {protocol}\ndelay {int(delay) // 1000} s")
+        p50.append(rows["connect_task_pause_ms_p50"].astype(float).mean() / 1000)
+        longest.append(rows["connect_task_pause_ms_max"].astype(float).mean() / 1000)
+        catchup.append(rows["catchup_ms"].astype(float).mean() / 1000)
+    link = runs[runs["param_link_type"] == "link"]
+    labels.append("offset-preserving\nlink")
+    p50.append(float("nan"))
+    longest.append(float("nan"))
+    catchup.append(link["catchup_ms"].astype(float).mean() / 1000)
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    xs = list(range(len(labels)))
+    width = 0.27
+    ax.bar([x - width for x in xs], p50, width, label="task pause, p50", color="#1f77b4")
+    ax.bar(xs, longest, width, label="longest task pause", color="#d62728")
+    ax.bar([x + width for x in xs], catchup, width, label="longest catch-up after a heal",
+           color="#2ca02c")
+    ax.set_yscale("log")
+    ax.set_xticks(xs, labels, fontsize=9)
+    ax.set_ylabel("seconds (virtual, log scale)")
+    ax.set_title("MirrorMaker 2 on Kafka Connect: how long worker faults stop replication "
+                 "(a link has no tasks: no pause bars)", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    _finish(fig, manifest, out)
+
+
 STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "sync-vs-async": sync_vs_async,
     "dr-third-cluster": dr_third_cluster,
     "mirror-vs-link": mirror_vs_link,
     "catch-up-storm": catch_up_storm,
+    "connect-rebalance": connect_rebalance,
 }
 
 
