@@ -67,7 +67,9 @@ import dataclasses
 import datetime
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1025,6 +1027,11 @@ def cmd_top(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(top.render(frame, max_partitions=args.partitions))
             return EXIT_OK
+        # Ctrl-C is how a live view ends. It sets a flag rather than raising
+        # KeyboardInterrupt: raised inside a gRPC call, the interrupt came back
+        # as a failed call, was shown in a frame, and the view went on.
+        stop = threading.Event()
+        before = signal.signal(signal.SIGINT, lambda _sig, _frame: stop.set())
         try:
             top.watch(
                 lambda: top.read_frame(admin, now_ms, args.bootstrap),
@@ -1033,9 +1040,11 @@ def cmd_top(args: argparse.Namespace) -> int:
                 interval_s=args.interval,
                 max_partitions=args.partitions,
                 clear=sys.stdout.isatty(),
+                wait=stop.wait,
+                stopped=stop.is_set,
             )
-        except KeyboardInterrupt:  # Ctrl-C is how a live view ends
-            return EXIT_OK
+        finally:
+            signal.signal(signal.SIGINT, before)
     return EXIT_OK
 
 

@@ -251,13 +251,14 @@ def watch(
     max_partitions: int,
     clear: bool,
     clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-    wait: Callable[[float], None] = time.sleep,
+    wait: Callable[[float], object] = time.sleep,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> None:
-    """The live view: a frame every `interval_s` until interrupted (Ctrl-C
-    raises KeyboardInterrupt out of here). A failed call is shown in the
-    frame, with the last links known."""
+    """The live view: a frame every `interval_s` until `stopped()` (the
+    command's Ctrl-C handler sets it, and `wait` returns early then). A failed
+    call is shown in the frame, with the last links known."""
     previous: Frame | None = None
-    while True:
+    while not stopped():
         try:
             frame = fetch()
         except CcrError as exc:
