@@ -20,8 +20,17 @@ echo "== pytest"
 # Several workers (CCR_TEST_WORKERS, default 3; 0 runs in this process): most
 # of the suite is real daemons and clients waiting on each other. --dist
 # loadscope keeps a module's tests on one worker, so module fixtures start once.
+# The run's JUnit report names the failed tests again as the log's last
+# lines (scripts/failed_tests.py), after pytest's own long summary.
 workers="${CCR_TEST_WORKERS:-3}"
+results="$(mktemp -d)/results.xml"
+parallel=(-n "$workers" --dist loadscope)
 if [ "$workers" = 0 ]; then
-  exec pytest "$@"
+  parallel=()
 fi
-exec pytest -n "$workers" --dist loadscope "$@"
+status=0
+pytest "${parallel[@]}" --junitxml="$results" "$@" || status=$?
+if [ "$status" != 0 ]; then
+  python scripts/failed_tests.py "$results" || true
+fi
+exit "$status"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import resource
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import confluent_kafka as ck
@@ -24,6 +25,23 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.harness import Daemon, free_port
 
 DEADLINE_S = 60.0
+
+
+def _short(value: bytes | None) -> str:
+    """A value as a failure message shows it: its text part, its length and
+    its CRC (the tests' values are a label followed by thousands of zero
+    bytes, which a plain diff of the lists prints in full)."""
+    if value is None:
+        return "None"
+    return f"{value.rstrip(bytes(1))[:24]!r}+{len(value)}B/crc{zlib.crc32(value):08x}"
+
+
+def _shorts(values: list[bytes]) -> list[str]:
+    return [_short(v) for v in values]
+
+
+def _log_tail(daemon: Daemon, lines: int = 40) -> str:
+    return "\n".join(daemon.stderr_text().splitlines()[-lines:])
 
 
 def _segment(data_dir: Path) -> Path:
@@ -92,11 +110,12 @@ def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> Non
         assert daemon.running and daemon.starts == 1
 
     values = [v for _o, v in sorted(delivered)]
-    assert [o for o, _v in sorted(delivered)] == list(range(30))
-    assert values == [f"before-{i}-".encode() + bytes(8000) for i in range(20)] + [
-        f"during-{i}".encode() for i in range(10)]
+    assert [o for o, _v in sorted(delivered)] == list(range(30)), _log_tail(daemon)
+    assert _shorts(values) == _shorts(
+        [f"before-{i}-".encode() + bytes(8000) for i in range(20)]
+        + [f"during-{i}".encode() for i in range(10)]), _log_tail(daemon)
     # What is stored is exactly that, also after a restart.
-    with Daemon("D", data, ["--kafka-listen", f"127.0.0.1:{port}"]):
+    with Daemon("D", data, ["--kafka-listen", f"127.0.0.1:{port}"]) as again:
         consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.assign([ck.TopicPartition("full", 0, 0)])
@@ -107,7 +126,7 @@ def test_a_disk_that_refuses_writes_then_takes_them_again(tmp_path: Path) -> Non
             if msg is not None and msg.error() is None:
                 seen.append(msg.value())
         consumer.close()
-    assert seen == values
+    assert _shorts(seen) == _shorts(values), _log_tail(again)
 
 
 def _mount_tmpfs(where: Path, size: str) -> bool:
@@ -147,7 +166,7 @@ def test_a_real_full_disk_then_space_freed(tmp_path: Path) -> None:
             assert not errors, errors
             assert daemon.running and daemon.starts == 1
         got = [v for _o, v in sorted(delivered)]
-        assert [o for o, _v in sorted(delivered)] == list(range(11))
-        assert got == [b"first", *values]
+        assert [o for o, _v in sorted(delivered)] == list(range(11)), _log_tail(daemon)
+        assert _shorts(got) == _shorts([b"first", *values]), _log_tail(daemon)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
