@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from linkd.core import cleaner
-from linkd.core.cleaner import CleanPlan
 from linkd.core.cluster import ClusterState, Topic
-from linkd.core.partition import PartitionLog
 from linkd.storage.segments import PartitionLogStore
 
 log = logging.getLogger("linkd.cleaner")
@@ -87,65 +85,56 @@ class LogCleaner:
                     yield spent
 
     async def _clean(self, topic: Topic, partition: int) -> AsyncIterator[int]:
+        """Runs the core's clean procedure on one partition, yielding the
+        bytes each step moved. The model takes a rewritten segment in the
+        same event-loop step as the store swaps it in."""
         store = self.node.stores.get((topic.topic_id, partition))
         if store is None or self.node.state.topics.get(topic.name) is not topic:
             return
         part = topic.partitions[partition]
-        now = self.node.clock()
-        plan = cleaner.plan_clean(part, topic.config, store.active_base_offset, now)
+        plan = cleaner.plan_clean(part, topic.config, store.active_base_offset, self.node.clock())
         if plan is None:
             return
         generation = store.generation
-        segments = store.cleanable_segments(plan.end)
-        offset_map: dict[bytes, int] = {}
-        for base, next_base in segments:
-            if next_base <= plan.first_dirty:
-                continue
-            data = await asyncio.to_thread(_map_segment, store, base, plan, offset_map)
-            if store.generation != generation:
-                return
-            yield data
-        removed = tombstones = 0
-        for base, next_base in segments:
-            cleaned, moved = await asyncio.to_thread(
-                _clean_segment, store, base, offset_map, plan, part
-            )
-            if self.node.state.topics.get(topic.name) is not topic or part is not (
-                topic.partitions[partition]
-            ):
-                return
-            if not store.swap_cleaned(base, list(cleaned.headers), generation):
-                log.info("clean abandoned: the log changed", extra={"partition": part.name})
-                return
-            cleaner.apply_cleaned(part, base, next_base, cleaned.headers)
-            removed += cleaned.removed_records
-            tombstones += cleaned.kept_tombstones
-            yield moved
-        cleaner.finish_clean(part, plan, removed, tombstones)
+        steps = cleaner.clean_procedure(part, plan, store.cleanable_segments(plan.end))
+        step = cleaner.next_step(steps, None)
+        while not isinstance(step, cleaner.CleanDone):
+            answer: cleaner.CleanedBatches | None = None
+            if isinstance(step, cleaner.MapSegment):
+                spent = await asyncio.to_thread(_map_segment, store, step)
+                if store.generation != generation:
+                    return
+            else:
+                cleaned, spent = await asyncio.to_thread(_rewrite_segment, store, step)
+                if self.node.state.topics.get(topic.name) is not topic or part is not (
+                    topic.partitions[partition]
+                ):
+                    return
+                if not store.swap_cleaned(step.base, list(cleaned.headers), generation):
+                    log.info("clean abandoned: the log changed", extra={"partition": part.name})
+                    return
+                answer = cleaned
+            step = cleaner.next_step(steps, answer)
+            yield spent
         log.info(
             "cleaned",
-            extra={"partition": part.name, "up_to": plan.end, "removed_records": removed},
+            extra={"partition": part.name, "up_to": step.end,
+                   "removed_records": step.removed_records},
         )
 
 
-def _map_segment(
-    store: PartitionLogStore, base: int, plan: CleanPlan, offset_map: dict[bytes, int]
-) -> int:
-    data = store.read_segment(base)
-    cleaner.add_to_offset_map(data, plan, offset_map)
+def _map_segment(store: PartitionLogStore, step: cleaner.MapSegment) -> int:
+    data = store.read_segment(step.base)
+    step.add(data)
     return len(data)
 
 
-def _clean_segment(
-    store: PartitionLogStore,
-    base: int,
-    offset_map: dict[bytes, int],
-    plan: CleanPlan,
-    part: PartitionLog,
+def _rewrite_segment(
+    store: PartitionLogStore, step: cleaner.RewriteSegment
 ) -> tuple[cleaner.CleanedBatches, int]:
-    data = store.read_segment(base)
-    cleaned = cleaner.clean_batches(data, offset_map, plan, part.cleaner)
-    store.write_cleaned(base, cleaned.data)
+    data = store.read_segment(step.base)
+    cleaned = step.clean(data)
+    store.write_cleaned(step.base, cleaned.data)
     return cleaned, len(data) + len(cleaned.data)
 
 

@@ -40,7 +40,9 @@ def active_base(store: PartitionStore, segment_bytes: int) -> int:
 def clean_partition(
     topic: core.Topic, partition: int, store: PartitionStore, disk: IoDevice, now_ms: int
 ) -> int:
-    """Cleans one partition if the core asks for it; returns the records removed."""
+    """Cleans one partition if the core asks for it (the core's clean
+    procedure, every batch below the active segment as one segment); returns
+    the records removed."""
     log = topic.partitions[partition]
     boundary = active_base(store, topic.config.segment_bytes)
     plan = cleaner.plan_clean(log, topic.config, boundary, now_ms)
@@ -49,13 +51,29 @@ def clean_partition(
     first = store.index_at(log.log_start_offset)
     last = store.index_at(boundary)
     old = store.batches[first:last]
-    if not old:
-        cleaner.finish_clean(log, plan, 0, 0)
-        return 0
     data = b"".join(b.data for b in old)
-    offset_map: dict[bytes, int] = {}
-    cleaner.add_to_offset_map(data, plan, offset_map)
-    cleaned = cleaner.clean_batches(data, offset_map, plan, log.cleaner)
+    segments = [(old[0].base_offset, boundary)] if old else []
+    steps = cleaner.clean_procedure(log, plan, segments)
+    fresh: list[StoredBatch] = []
+    step = cleaner.next_step(steps, None)
+    while not isinstance(step, cleaner.CleanDone):
+        answer: cleaner.CleanedBatches | None = None
+        if isinstance(step, cleaner.MapSegment):
+            step.add(data)
+        else:
+            answer = step.clean(data)
+            fresh = _stored(answer, old)
+            store.replace(first, last, fresh)
+        step = cleaner.next_step(steps, answer)
+    if old:
+        read = sum(b.logical_bytes for b in old)
+        disk.reserve(read + sum(b.logical_bytes for b in fresh), now_ms, "cleaner")
+    return step.removed_records
+
+
+def _stored(cleaned: cleaner.CleanedBatches, old: list[StoredBatch]) -> list[StoredBatch]:
+    """The store's batches for a rewritten run: a batch's logical size
+    shrinks with the records it keeps."""
     sizes = {b.base_offset: b for b in old}
     fresh: list[StoredBatch] = []
     position = 0
@@ -65,9 +83,4 @@ def clean_partition(
         position += header.size_bytes
         logical = max(len(batch), was.logical_bytes * len(batch) // max(1, len(was.data)))
         fresh.append(StoredBatch(header.base_offset, header.next_offset, batch, logical))
-    store.replace(first, last, fresh)
-    cleaner.apply_cleaned(log, old[0].base_offset, boundary, cleaned.headers)
-    cleaner.finish_clean(log, plan, cleaned.removed_records, cleaned.kept_tombstones)
-    read = sum(b.logical_bytes for b in old)
-    disk.reserve(read + sum(b.logical_bytes for b in fresh), now_ms, "cleaner")
-    return cleaned.removed_records
+    return fresh

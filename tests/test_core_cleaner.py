@@ -27,15 +27,42 @@ def _append(
 
 
 def _clean(log: PartitionLog, data: bytes, config: TopicConfig, active: int, now: int) -> bytes:
-    """One whole clean, as the shell runs it over one segment's bytes."""
+    """One whole clean through the core's procedure, every batch as one segment."""
     plan = cleaner.plan_clean(log, config, active, now)
     assert plan is not None
-    offset_map: dict[bytes, int] = {}
-    cleaner.add_to_offset_map(data, plan, offset_map)
-    out = cleaner.clean_batches(data, offset_map, plan, log.cleaner)
-    cleaner.apply_cleaned(log, log.log_start_offset, log.log_end_offset, out.headers)
-    cleaner.finish_clean(log, plan, out.removed_records, out.kept_tombstones)
-    return out.data
+    steps = cleaner.clean_procedure(log, plan, [(log.log_start_offset, log.log_end_offset)])
+    out = data
+    step = cleaner.next_step(steps, None)
+    while not isinstance(step, cleaner.CleanDone):
+        answer = None
+        if isinstance(step, cleaner.MapSegment):
+            step.add(data)
+        else:
+            answer = step.clean(data)
+            out = answer.data
+        step = cleaner.next_step(steps, answer)
+    return out
+
+
+def test_the_clean_procedure_maps_dirty_segments_then_rewrites_each_and_can_be_abandoned() -> None:
+    log, data = _log_with([(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"a", b"3"), (b"c", b"1")])
+    first = _clean(log, bytes(data), COMPACT, active=4, now=2_000)  # cleaned up to 4
+    after_first = [b.base_offset for b in log.batches]
+    _append(log, data := bytearray(first), [(b"b", b"2")], ts=1_000)  # offset 5
+    _append(log, data, [(b"z", b"1")], ts=1_000)  # offset 6: the active segment
+    segments = [(1, 4), (4, 6)]  # two segment files below the active one
+    plan = cleaner.plan_clean(log, COMPACT, 6, 3_000)
+    assert plan is not None and (plan.first_dirty, plan.end) == (4, 6)
+    steps = cleaner.clean_procedure(log, plan, segments)
+    step = cleaner.next_step(steps, None)
+    # Only the segment holding dirty batches feeds the map; then each is rewritten.
+    assert isinstance(step, cleaner.MapSegment) and step.base == 4
+    step = cleaner.next_step(steps, None)
+    assert isinstance(step, cleaner.RewriteSegment) and (step.base, step.next_base) == (1, 4)
+    # A shell that cannot swap stops here: the model is as it was.
+    steps.close()
+    assert [b.base_offset for b in log.batches] == [*after_first, 5, 6]
+    assert log.cleaner.cleaned_up_to == 4 and log.cleaner.cleans == 1
 
 
 def _read(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:

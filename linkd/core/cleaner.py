@@ -34,7 +34,7 @@ comes out (`linkd/node.py` in the daemon). The rules are Kafka's LogCleaner's:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 
 from linkd.core import records as rb
@@ -319,6 +319,85 @@ def finish_clean(log: PartitionLog, plan: CleanPlan, removed: int, kept_tombston
     state.last_clean_ms = plan.now_ms
     state.cleans += 1
     state.removed_records += removed
+
+
+@dataclass(frozen=True, slots=True)
+class MapSegment:
+    """A step of a clean: the shell reads the segment based at `base` and
+    runs `add` on its bytes (off its event loop if it has one); it sends
+    nothing back."""
+
+    base: int
+    add: Callable[[bytes], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteSegment:
+    """A step of a clean: the shell reads the segment of the batches based in
+    [base, next_base), runs `clean` on its bytes, and stores what comes out in
+    its place; it sends back the `CleanedBatches` once stored, and the model
+    takes them. A shell that cannot store them (the log changed meanwhile)
+    stops the procedure instead: the clean is abandoned, the model untouched,
+    and the next plan starts anew."""
+
+    base: int
+    next_base: int
+    clean: Callable[[bytes], CleanedBatches]
+
+
+CleanStep = MapSegment | RewriteSegment
+
+
+@dataclass(frozen=True, slots=True)
+class CleanDone:
+    """What a finished clean did."""
+
+    end: int
+    removed_records: int
+    kept_tombstones: int
+
+
+def clean_procedure(
+    log: PartitionLog, plan: CleanPlan, segments: Sequence[tuple[int, int]]
+) -> Generator[CleanStep, CleanedBatches | None, CleanDone]:
+    """One clean, as the steps the shell performs: the offset map from every
+    segment with dirty batches, then each segment rewritten and swapped in,
+    then the cleaner's state moved on. `segments` are the (base, next base)
+    of the segments below `plan.end`, oldest first; the daemon's are its
+    segment files, the simulator's one run of every batch below the end."""
+    offset_map: dict[bytes, int] = {}
+
+    def add(data: bytes) -> None:
+        add_to_offset_map(data, plan, offset_map)
+
+    def clean(data: bytes) -> CleanedBatches:
+        return clean_batches(data, offset_map, plan, log.cleaner)
+
+    for base, next_base in segments:
+        if next_base > plan.first_dirty:
+            yield MapSegment(base, add)
+    removed = tombstones = 0
+    for base, next_base in segments:
+        cleaned = yield RewriteSegment(base, next_base, clean)
+        assert cleaned is not None, "a rewrite step is answered with what was stored"
+        apply_cleaned(log, base, next_base, cleaned.headers)
+        removed += cleaned.removed_records
+        tombstones += cleaned.kept_tombstones
+    finish_clean(log, plan, removed, tombstones)
+    return CleanDone(plan.end, removed, tombstones)
+
+
+def next_step(
+    steps: Generator[CleanStep, CleanedBatches | None, CleanDone],
+    answer: CleanedBatches | None,
+) -> CleanStep | CleanDone:
+    """Answers the procedure's last step (None for the first call and for a
+    map step) and returns its next step, or what the finished clean did."""
+    try:
+        return steps.send(answer)
+    except StopIteration as stop:
+        done: CleanDone = stop.value
+        return done
 
 
 @dataclass(frozen=True, slots=True)
