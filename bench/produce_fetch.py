@@ -152,7 +152,12 @@ def bench_linkd(bootstrap: str, topic: str, payloads: list[bytes]) -> tuple[floa
     )
     t0 = time.perf_counter()
     for i, value in enumerate(payloads):
-        producer.produce(topic, value=value, partition=i % PARTITIONS)
+        while True:  # the same loop as for confluent-kafka below
+            try:
+                producer.produce(topic, value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
         if i % 10_000 == 0:
             producer.poll(0)
     left = producer.flush(120)
