@@ -423,7 +423,15 @@ class Producer:
             batch = part.open
             if batch is None or batch.size + size > self._batch_size:
                 batch = self._open_batch_locked(part, ts)
-            batch.append(record, size)
+            # Batch.append, inlined: this runs once per record.
+            records = batch.records
+            batch.encoded.append(
+                record_bytes(len(records), ts - batch.base_timestamp, key_b, value_b, header_list)
+            )
+            records.append(record)
+            batch.size += size
+            if ts > batch.max_timestamp:
+                batch.max_timestamp = ts
             self._undelivered += 1
             self._buffered_bytes += size
 
