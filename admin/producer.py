@@ -95,6 +95,9 @@ _MURMUR_M = 0x5BD1E995
 
 # Approximate per-record bytes beyond key/value/headers in a batch v2.
 _RECORD_OVERHEAD = 21
+# The headers of every record produced without any (never changed: a list per
+# record would cost time and memory).
+_NO_HEADERS: HeaderList = []
 _PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "random")
 
 
@@ -165,6 +168,7 @@ class _Batch:
     deadline: float
     records: list[_Record] = field(default_factory=list)
     encoded: list[bytes] = field(default_factory=list)
+    callbacks: bool = False  # whether any record has a delivery callback
     size: int = 0  # estimated bytes, as batch.size counts them
     max_timestamp: int = -1
     pid: int = -1
@@ -185,6 +189,8 @@ class _Batch:
             record_bytes(len(self.records), ts - self.base_timestamp, key, value, headers)
         )
         self.records.append(record)
+        if record[4] is not None:
+            self.callbacks = True
         self.size += size
         if ts > self.max_timestamp:
             self.max_timestamp = ts
@@ -236,8 +242,11 @@ class _BatchReport:
     records: list[_Record]
     base_offset: int
     append_time: int
+    callbacks: bool
 
     def serve(self) -> None:
+        if not self.callbacks:
+            return
         for i, (key, value, headers, timestamp, callback) in enumerate(self.records):
             if callback is None:
                 continue
@@ -390,7 +399,7 @@ class Producer:
             header_list = to_headers(headers)
             size += sum(len(n) + (len(v) if v else 0) + 4 for n, v in header_list)
         else:
-            header_list = []
+            header_list = _NO_HEADERS
         ts = int(timestamp) if timestamp else int(time.time() * 1000)
         if size > self._max_message_bytes:
             raise CcrError(
@@ -398,7 +407,8 @@ class Producer:
                 f"record of about {size} bytes exceeds message.max.bytes {self._max_message_bytes}",
                 resource=f"topic {topic}",
             )
-        record = (key_b, value_b, header_list, ts, on_delivery or callback or self._default_cb)
+        cb = on_delivery or callback or self._default_cb
+        record = (key_b, value_b, header_list, ts, cb)
         if partition is None or partition < 0:
             self._check_can_send()
             partition = self._choose_partition(topic, key_b)
@@ -429,6 +439,8 @@ class Producer:
                 record_bytes(len(records), ts - batch.base_timestamp, key_b, value_b, header_list)
             )
             records.append(record)
+            if cb is not None:
+                batch.callbacks = True
             batch.size += size
             if ts > batch.max_timestamp:
                 batch.max_timestamp = ts
@@ -1122,6 +1134,7 @@ class Producer:
                     batch.records,
                     result.base_offset,
                     result.log_append_time_ms,
+                    batch.callbacks,
                 )
             )
             self._undelivered -= n
