@@ -43,6 +43,8 @@ Config (confluent-kafka names):
     queue.buffering.max.messages  default 100000 (produce raises BufferError beyond)
     queue.buffering.max.kbytes    default 1048576 (1 GiB): the records not yet
                                delivered, by size; produce raises BufferError beyond
+                               (the client holds about twice that much: each record
+                               and its encoded form, until the record is delivered)
     message.max.bytes          default 1000000: a larger record is refused at once
     on_delivery                default delivery callback
     security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location,
