@@ -97,9 +97,12 @@ _MURMUR_M = 0x5BD1E995
 
 # Approximate per-record bytes beyond key/value/headers in a batch v2.
 _RECORD_OVERHEAD = 21
-# The headers of every record produced without any (never changed: a list per
-# record would cost time and memory).
-_NO_HEADERS: HeaderList = []
+# The headers of every record produced without any. An empty tuple, not a
+# list per record: it costs no allocation, and a record tuple holding only
+# bytes, ints, None and () is untracked by the garbage collector, whose passes
+# over hundreds of thousands of buffered records cost about a tenth of
+# produce()'s time.
+_NO_HEADERS: tuple[()] = ()
 _PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "random")
 
 
@@ -139,7 +142,7 @@ def murmur2_partition(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
-def record_size(key: bytes | None, value: bytes | None, headers: HeaderList) -> int:
+def record_size(key: bytes | None, value: bytes | None, headers: HeaderList | tuple[()]) -> int:
     """A record's size as batch.size and message.max.bytes count it (about its
     encoded size in a batch)."""
     size = _RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
@@ -153,7 +156,7 @@ MAX_CALLS_IN_FLIGHT = 512
 
 # One record as produced: (key, value, headers, timestamp, on_delivery). A plain
 # tuple, since produce() makes one per record and a tuple costs least.
-_Record = tuple[bytes | None, bytes | None, HeaderList, int, DeliveryCallback | None]
+_Record = tuple[bytes | None, bytes | None, HeaderList | tuple[()], int, DeliveryCallback | None]
 
 
 @dataclass(eq=False, slots=True)
@@ -259,7 +262,15 @@ class _BatchReport:
             )
             callback(
                 None,
-                Message(self.topic, self.partition, self.base_offset + i, key, value, headers, ts),
+                Message(
+                    self.topic,
+                    self.partition,
+                    self.base_offset + i,
+                    key,
+                    value,
+                    headers or None,
+                    ts,
+                ),
             )
 
 
@@ -397,6 +408,7 @@ class Producer:
         key_b = key if key is None or key.__class__ is bytes else to_bytes(key, "key")
         value_b = value if value.__class__ is bytes else to_bytes(value, "value")
         size = _RECORD_OVERHEAD + (len(key_b) if key_b else 0) + (len(value_b) if value_b else 0)
+        header_list: HeaderList | tuple[()]
         if headers:
             header_list = to_headers(headers)
             size += sum(len(n) + (len(v) if v else 0) + 4 for n, v in header_list)
@@ -870,7 +882,7 @@ class Producer:
                 OFFSET_INVALID,
                 key,
                 value,
-                headers,
+                headers or None,
                 (TIMESTAMP_CREATE_TIME, timestamp),
                 err,
             )
