@@ -349,7 +349,7 @@ def record_bytes(
         not headers
         and value is not None
         and 0 <= timestamp_delta < _SMALL
-        and offset_delta < _SMALL
+        and 0 <= offset_delta < _SMALL
         and len(value) < _SMALL
     ):
         td = _VARINTS[timestamp_delta + 1]
