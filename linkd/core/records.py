@@ -282,6 +282,7 @@ def _varint_bytes(value: int) -> bytes:
 # Encoded zigzag varints for -1 .. 16382, the lengths and deltas of nearly
 # every record: encoding a record is then mostly list appends.
 _VARINTS = tuple(_varint_bytes(v) for v in range(-1, 1 << 14))
+_SMALL = (1 << 14) - 1  # values below this are in _VARINTS
 
 
 def _v(value: int) -> bytes:
@@ -331,6 +332,42 @@ def encode_record(
     parts: list[bytes] = []
     _encode_record_parts(parts, offset_delta, timestamp_delta, key, value, headers)
     out += b"".join(parts)
+
+
+def record_bytes(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] = (),
+) -> bytes:
+    """One length-prefixed record, as `encode_record` appends it. A producer
+    encodes each record when it joins a batch, so a batch is built by joining
+    these: the common record (no headers, lengths and deltas below 16383)
+    takes one join of table lookups."""
+    if (
+        not headers
+        and value is not None
+        and 0 <= timestamp_delta < _SMALL
+        and 0 <= offset_delta < _SMALL
+        and len(value) < _SMALL
+    ):
+        td = _VARINTS[timestamp_delta + 1]
+        od = _VARINTS[offset_delta + 1]
+        vl = _VARINTS[len(value) + 1]
+        if key is None:
+            # attributes, deltas, key -1 (0x01), value, no headers (0x00)
+            size = len(td) + len(od) + len(vl) + len(value) + 3
+            if size < _SMALL:
+                return b"".join((_VARINTS[size + 1], b"\x00", td, od, b"\x01", vl, value, b"\x00"))
+        elif len(key) < _SMALL:
+            kl = _VARINTS[len(key) + 1]
+            size = len(td) + len(od) + len(kl) + len(key) + len(vl) + len(value) + 2
+            if size < _SMALL:
+                return b"".join((_VARINTS[size + 1], b"\x00", td, od, kl, key, vl, value, b"\x00"))
+    parts: list[bytes] = []
+    _encode_record_parts(parts, offset_delta, timestamp_delta, key, value, headers)
+    return b"".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
