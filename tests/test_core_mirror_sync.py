@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -263,3 +264,21 @@ def test_metrics_of_a_partition_without_acknowledgements_are_nan() -> None:
     key = SourceMetricKey("B", "A.orders", 0)
     m.record_polled(key, now_ms=5, record_timestamp_ms=5, value_bytes=0)
     assert math.isnan(m.snapshot(5)[key]["replication-latency-ms-avg"])
+
+
+def test_metrics_of_a_batch_equal_the_records_one_by_one() -> None:
+    rng = random.Random(18)
+    one, many = MirrorMetrics(), MirrorMetrics()
+    key = SourceMetricKey("B", "A.orders", 1)
+    now = 1_000
+    for _ in range(50):
+        now += rng.randrange(0, 40)
+        stamps = [now - rng.randrange(-5, 500) for _ in range(rng.randrange(0, 30))]
+        sizes = [rng.randrange(0, 2_000) for _ in stamps]
+        for ts, size in zip(stamps, sizes, strict=True):
+            one.record_polled(key, now, ts, size)
+        many.records_polled(key, now, stamps, sum(sizes))
+        for ts in stamps:
+            one.record_acknowledged(key, now + 7, ts)
+        many.records_acknowledged(key, now + 7, stamps)
+        assert str(many.snapshot(now + 9)) == str(one.snapshot(now + 9))
