@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from linkd.core.mirror.exactly_once import (
     apply_transaction_outcome,
     restart_from_committed,
     transaction_for_batch,
+    transaction_offsets,
     transactional_id,
 )
 from linkd.core.mirror.filters import ConfigPropertyFilter, TopicFilter
@@ -175,6 +177,17 @@ def test_a_transaction_carries_records_and_the_last_upstream_offsets() -> None:
         ("A", "orders", 1, 3),
     ]
     assert rec(5).target_partition == TopicPartition("A.orders", 0)
+
+
+def test_transaction_offsets_take_the_last_offset_of_each_partition_and_refuse_disorder() -> None:
+    other = TopicPartition("orders", 1)
+    offsets = transaction_offsets("A", {other: [3], TP: [5, 6], TopicPartition("x", 0): []})
+    txn = transaction_for_batch("t", "A", [rec(5), rec(3, other), rec(6)])
+    assert offsets == txn.source_offsets
+    with pytest.raises(ValueError, match="must increase within a batch: 5 after 6"):
+        transaction_offsets("A", {TP: [6, 5]})
+    with pytest.raises(ValueError, match="must increase within a batch: 5 after 6"):
+        transaction_for_batch("t", "A", [rec(6), rec(5)])
 
 
 def test_an_aborted_transaction_leaves_no_trace_and_restart_resumes_after_the_commit() -> None:
