@@ -29,6 +29,9 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   in Connect's format. Offset syncs are produced after the commit. An aborted
   transaction rewinds the batch. A restart reads that topic read_committed and
   resumes through `restart_from_committed`.
+- Start-up waits for nothing but answers: each consumer fetches the metadata of
+  the topics it is about to be assigned first (else it waits for its next
+  metadata refresh before it resolves OFFSET_BEGINNING).
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -114,6 +117,9 @@ FLUSH_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 30.0
 # A drain reads at most this many records per call before giving up.
 MAX_DRAIN_RECORDS = 10_000_000
+# A drain's consume call returns after this long when fewer than its batch arrived:
+# an end-of-partition event does not end the call, so this is its delay.
+DRAIN_POLL_S = 0.01
 # Bounded pumping of offset-sync completions per step.
 MAX_SYNC_PUMP_ROUNDS = 1_000
 # How long a produce waits for room when the producer's queue is full.
@@ -229,6 +235,20 @@ class FlowStats(CheckpointCounts):
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+def know_topics(consumer: Consumer, topics: Iterable[str]) -> None:
+    """Fetch the metadata of `topics` into the consumer before it is assigned them.
+
+    A consumer assigned a partition of a topic it has no metadata for waits for its
+    next metadata refresh before it resolves a logical offset (OFFSET_BEGINNING)
+    and fetches: about 0.5-1 s of start-up, where asking first takes one round trip.
+    """
+    names = sorted(set(topics))
+    if len(names) == 1:
+        consumer.list_topics(names[0], timeout=FLUSH_TIMEOUT_S)
+    elif names:
+        consumer.list_topics(timeout=FLUSH_TIMEOUT_S)
+
+
 def drain(
     consumer: Consumer,
     partitions: Iterable[TopicPartition],
@@ -247,7 +267,7 @@ def drain(
     deadline = time.monotonic() + timeout_s
     seen = 0
     while wanted - at_end and time.monotonic() < deadline and seen < MAX_DRAIN_RECORDS:
-        for msg in consumer.consume(500, 0.1):
+        for msg in consumer.consume(500, DRAIN_POLL_S):
             tp = _tp(msg)
             err = msg.error()
             if err is not None:
@@ -358,6 +378,7 @@ class FlowEngine:
         self._checkpoint_producer = Producer(self.target.producer())
         self._load_checkpoints()
         self._sync_consumer = Consumer(syncs_clients.consumer(self.group_id + "-syncs"))
+        know_topics(self._sync_consumer, [self.syncs_topic])
         self._sync_consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
         # The initial load: the store translates only once the topic was read to the end
         # it had when the task started (OffsetSyncStore.readToEnd).
@@ -408,6 +429,7 @@ class FlowEngine:
                 self.report(f"{self.name}: skipping a record of {topic}: {exc}")
 
         try:
+            know_topics(consumer, [topic])
             consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
             if not drain(consumer, [TopicPartition(topic, 0)], handle):
                 raise MirrorClientError(f"{self.name}: could not read {topic} to its end")
@@ -433,6 +455,7 @@ class FlowEngine:
 
         parts = self._admin(False).topic_partitions().get(self.offsets_topic, 1)
         try:
+            know_topics(consumer, [self.offsets_topic])
             consumer.assign(
                 [KafkaTopicPartition(self.offsets_topic, p, OFFSET_BEGINNING) for p in range(parts)]
             )
@@ -514,6 +537,7 @@ class FlowEngine:
                 positions[TopicPartition(ktp.topic, ktp.partition)] = (
                     off if off >= 0 else OFFSET_BEGINNING
                 )
+        know_topics(consumer, {tp.topic for tp in tps})
         consumer.incremental_assign(
             [KafkaTopicPartition(tp.topic, tp.partition, positions[tp]) for tp in sorted(tps)]
         )
