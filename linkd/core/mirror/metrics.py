@@ -77,8 +77,10 @@ class Stat:
         for value in values:
             count += 1
             total = total + value
-            lo = min(lo, value)
-            hi = max(hi, value)
+            if value < lo:  # as min(lo, value): the first of equals is kept
+                lo = value
+            if value > hi:  # as max(hi, value)
+                hi = value
             last = value
         return Stat(count, total, lo, hi, last)
 
