@@ -570,17 +570,26 @@ class FlowEngine:
         consumer = self._require(self._consumer)
         producer = self._require(self._producer)
         if self.exactly_once:
-            msgs = consumer.consume(self.source.max_poll_records, self.poll_timeout_s)
-            return self._copy_transactional(producer, msgs)
+            return self._copy_transactional(producer, self._poll(consumer))
         producer.poll(0)
         copied = self._handle_reports()
-        if set(self.assigned) <= self.at_end and self._in_flight():
+        # at_end only holds assigned partitions: equal sizes mean every one is at its end.
+        if len(self.at_end) >= len(self.assigned) and self._in_flight():
             # Nothing left to read for now: wait for acknowledgements, not for records.
             producer.flush(self.poll_timeout_s)
             return copied + self._handle_reports()
-        msgs = consumer.consume(self.source.max_poll_records, self.poll_timeout_s)
-        self._produce(producer, msgs)
+        self._produce(producer, self._poll(consumer))
         return copied
+
+    def _poll(self, consumer: Consumer) -> list[Message]:
+        """One poll batch, as Kafka's consumer.poll: it waits (up to the poll timeout)
+        for the first record only, then takes what is already fetched, up to
+        max.poll.records. (consume(n, timeout) would wait for all n.)"""
+        first = consumer.poll(self.poll_timeout_s)
+        if first is None:
+            return []
+        more = self.source.max_poll_records - 1
+        return [first, *consumer.consume(more, 0)] if more else [first]
 
     def _produce(self, producer: Producer, msgs: list[Message]) -> int:
         """Produce the records of `msgs` to their remote topics (same partition, key,
