@@ -357,32 +357,42 @@ class FlowEngine:
         self._source_admin = ClusterAdmin(flow.source, self.source.admin(), timeout)
         self._target_admin = ClusterAdmin(flow.target, self.target.admin(), timeout)
         syncs_clients = self.source if self.syncs_on_source else self.target
-        self._ensure_internal_topic(
-            self.syncs_on_source, self.syncs_topic, flow.offset_syncs_topic_replication_factor
-        )
-        self._ensure_internal_topic(
-            False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor
-        )
-        if self.exactly_once:
-            self._ensure_internal_topic(
-                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor
-            )
-            self.committed_source_offsets = self._load_committed_source_offsets()
-            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
-            self._producer = Producer(self.target.producer(txn_id))
-            self._producer.init_transactions(FLUSH_TIMEOUT_S)
-        else:
-            self._producer = Producer(self.target.producer())
+        # The clients are made first: they connect while the internal topics are set up.
         self._consumer = Consumer(self.source.consumer(self.group_id))
         self._sync_producer = Producer(syncs_clients.producer())
         self._checkpoint_producer = Producer(self.target.producer())
-        self._load_checkpoints()
         self._sync_consumer = Consumer(syncs_clients.consumer(self.group_id + "-syncs"))
+        if not self.exactly_once:
+            self._producer = Producer(self.target.producer())
+        # One listing per cluster; a topic created here is empty, so it is not read.
+        listings: dict[bool, set[str]] = {}
+        new_syncs = self._ensure_internal_topic(
+            self.syncs_on_source,
+            self.syncs_topic,
+            flow.offset_syncs_topic_replication_factor,
+            listings,
+        )
+        new_checkpoints = self._ensure_internal_topic(
+            False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor, listings
+        )
+        if self.exactly_once:
+            if not self._ensure_internal_topic(
+                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
+            ):
+                self.committed_source_offsets = self._load_committed_source_offsets()
+            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
+            self._producer = Producer(self.target.producer(txn_id))
+            self._producer.init_transactions(FLUSH_TIMEOUT_S)
+        if not new_checkpoints:
+            self._load_checkpoints()
         know_topics(self._sync_consumer, [self.syncs_topic])
         self._sync_consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
         # The initial load: the store translates only once the topic was read to the end
-        # it had when the task started (OffsetSyncStore.readToEnd).
-        self.read_offset_syncs(to_end=True)
+        # it had when the task started (OffsetSyncStore.readToEnd); a new topic is at it.
+        if new_syncs:
+            self.store.mark_read_to_end()
+        else:
+            self.read_offset_syncs(to_end=True)
         self._started = True
         self.refresh_topics()
 
@@ -403,18 +413,31 @@ class FlowEngine:
         self._consumer = self._sync_consumer = None
         self._producer = self._sync_producer = self._checkpoint_producer = None
 
-    def _ensure_internal_topic(self, on_source: bool, name: str, replication_factor: int) -> None:
+    def _ensure_internal_topic(
+        self,
+        on_source: bool,
+        name: str,
+        replication_factor: int,
+        listings: dict[bool, set[str]],
+    ) -> bool:
+        """Create `name` unless the cluster's listing (fetched once into `listings`)
+        holds it; True when this call created it (so it holds no record yet)."""
         admin = self._admin(on_source)
-        if name in admin.topic_partitions():
-            return
-        if create_internal_topic(
+        if on_source not in listings:
+            listings[on_source] = set(admin.topic_partitions())
+        if name in listings[on_source]:
+            return False
+        created = create_internal_topic(
             admin,
             name,
             replication_factor,
             notices=self.notices,
             report=lambda message: self.report(f"{self.name}: {message}"),
-        ):
+        )
+        listings[on_source].add(name)
+        if created:
             self.stats.topics_created += 1
+        return created
 
     def _load_checkpoints(self) -> None:
         """CheckpointStore: the newest checkpoints from the target's checkpoints topic."""
