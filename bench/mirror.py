@@ -982,13 +982,13 @@ def ratios(rows: list[Row], against: str = LINK) -> list[dict[str, Any]]:
     return out
 
 
-def print_ratios(got: list[dict[str, Any]], title: str) -> None:
+def print_ratios(got: list[dict[str, Any]], title: str, unit: str) -> None:
     if not got:
         return
     print(f"\n{title} (records/s; after the first record in brackets):")
     for x in got:
         print(
-            f"  {x['size']:>5}B {x['system']} ({x['mode']}) = {fmt(x['ratio'])}x "
+            f"  {x['size']:>5}B {x['system']} ({x['mode']}) = {fmt(x['ratio'])}x {unit} "
             f"({fmt(x['steady_ratio'])}x)"
         )
 
@@ -1016,16 +1016,15 @@ def report(rows: list[Row], lats: list[Latency], opts: argparse.Namespace) -> di
         f"median of {opts.repeat} run(s)."
     )
     got = ratios(rows)
-    print_ratios(got, "ratios against the link")
+    print_ratios(got, "ratios against the link", "link")
     against_loop = [x for x in ratios(rows, LOOP) if x["system"].startswith("MM2 linkd")]
-    print_ratios(against_loop, f"MM2 on linkd against the {LOOP} row")
+    print_ratios(against_loop, f"MM2 on linkd against the {LOOP} row", "loop")
+    against_base: list[dict[str, Any]] = []
     if opts.baseline_rev:
         short = next((r.system.split("@")[1] for r in rows if "@" in r.system), "")
         against_base = [x for x in ratios(rows, f"{MM2_LINKD} @{short}")
                         if x["system"] == MM2_LINKD]
-        print_ratios(against_base, f"MM2 on linkd against the engine of {short}")
-        got = got + against_base
-    got = got + against_loop
+        print_ratios(against_base, f"MM2 on linkd against the engine of {short}", short)
     summaries = [lat.summary() for lat in lats]
     if opts.latency_records > 0:
         print(
@@ -1059,6 +1058,8 @@ def report(rows: list[Row], lats: list[Latency], opts: argparse.Namespace) -> di
             for r in rows
         ],
         "ratios": got,
+        "ratios_against_loop": against_loop,
+        "ratios_against_baseline": against_base,
         "latency": summaries,
     }
 
