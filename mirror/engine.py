@@ -6,20 +6,32 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   the target, and every partition of a mirrored topic is assigned to the source
   consumer at its resume position.
 - Copy: records are produced to the remote topic, same partition, with key,
-  value, headers and timestamp; offsets are not preserved. Each acknowledged
-  record goes to `OffsetSyncWriter`, whose syncs are produced to the offset-syncs
+  value, headers and timestamp; offsets are not preserved. Batches are
+  pipelined: a poll batch is produced without waiting for the previous one's
+  acknowledgements. One delivery callback per partition (made once) matches
+  each report to the partition's oldest record in flight (the producer reports
+  a partition's records in produce order). Reports are handled a run per
+  partition: acknowledged records go to `OffsetSyncWriter`
+  (`on_records_acknowledged`), whose syncs are produced to the offset-syncs
   topic (partition 0); its `tick` runs the `offset.flush.interval.ms` flush.
-- At-least-once (default): after a batch is acknowledged the mirror's source
-  group (`connect-mirror-<source>-<target>`, excluded from checkpoints by MM2's
-  default group filter) commits the next offsets on the SOURCE cluster. A failed
-  delivery rewinds the partition to the first failed record (duplicates
-  possible, loss not).
+- At-least-once (default): the mirror's source group
+  (`connect-mirror-<source>-<target>`, excluded from checkpoints by MM2's
+  default group filter) commits on the SOURCE cluster, as Connect's offset
+  commit does: every `offset.flush.interval.ms`, asynchronously, one past the
+  newest ACKNOWLEDGED record of each partition (never ahead of what the target
+  holds); synchronously when a once-run ends and when the flow stops. A failed
+  delivery rewinds the partition to the failed record; reports of the records
+  produced after it are ignored, and those records are copied again
+  (duplicates possible, loss not).
 - Exactly-once (`<target>.exactly.once.source.support=enabled`): each poll batch
   is one transaction on the target holding the records and the batch's source
-  offsets (`transaction_for_batch`), written to `mm2-offsets.<source>.internal`
+  offsets (`transaction_offsets`), written to `mm2-offsets.<source>.internal`
   in Connect's format. Offset syncs are produced after the commit. An aborted
   transaction rewinds the batch. A restart reads that topic read_committed and
   resumes through `restart_from_committed`.
+- Start-up waits for nothing but answers: each consumer fetches the metadata of
+  the topics it is about to be assigned first (else it waits for its next
+  metadata refresh before it resolves OFFSET_BEGINNING).
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -40,6 +52,7 @@ from watermark queries (some brokers answer those wrongly).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,10 +77,9 @@ from linkd.core.mirror.checkpoint import (
 from linkd.core.mirror.config import MirrorFlow, MirrorMakerConfig
 from linkd.core.mirror.exactly_once import (
     CommittedMirrorState,
-    MirroredRecord,
     offsets_topic,
     restart_from_committed,
-    transaction_for_batch,
+    transaction_offsets,
     transactional_id,
 )
 from linkd.core.mirror.heartbeat import HeartbeatSchedule
@@ -105,8 +117,13 @@ FLUSH_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 30.0
 # A drain reads at most this many records per call before giving up.
 MAX_DRAIN_RECORDS = 10_000_000
+# A drain's consume call returns after this long when fewer than its batch arrived:
+# an end-of-partition event does not end the call, so this is its delay.
+DRAIN_POLL_S = 0.01
 # Bounded pumping of offset-sync completions per step.
 MAX_SYNC_PUMP_ROUNDS = 1_000
+# How long a produce waits for room when the producer's queue is full.
+QUEUE_FULL_WAIT_S = 0.05
 
 
 def wall_clock_ms() -> int:
@@ -117,14 +134,87 @@ def _tp(msg: Message) -> TopicPartition:
     return TopicPartition(str(msg.topic()), int(msg.partition() or 0))
 
 
-def _headers(msg: Message) -> tuple[tuple[str, bytes], ...]:
-    # A null header value is copied as empty: the core's records carry bytes.
-    raw: Any = msg.headers() or ()
-    out: list[tuple[str, bytes]] = []
+def _headers(raw: list[tuple[str, Any]]) -> list[tuple[str, str | bytes | None]] | None:
+    """A consumed record's headers as they are produced: a null value is copied as
+    empty (the mirror's records carry bytes); no headers as None."""
+    out: list[tuple[str, str | bytes | None]] = []
     for name, value in raw:
         data = value.encode("utf-8") if isinstance(value, str) else (value or b"")
         out.append((str(name), bytes(data)))
-    return tuple(out)
+    return out or None
+
+
+class _Route:
+    """One assigned source partition: where its records go, which of them are in
+    flight (upstream offsets in produce order) and the delivery reports not yet
+    handled. The producer reports a partition's records in produce order, so
+    each report belongs to the oldest record in flight."""
+
+    __slots__ = (
+        "acked_next",
+        "committed_next",
+        "downs",
+        "error",
+        "failed_at",
+        "inflight",
+        "key",
+        "on_delivery",
+        "partition",
+        "polled_bytes",
+        "polled_stamps",
+        "remote",
+        "stale",
+        "stamps",
+        "touched",
+        "tp",
+        "ups",
+    )
+
+    def __init__(
+        self, tp: TopicPartition, remote: str, target_alias: str, touched: list[_Route]
+    ) -> None:
+        self.tp = tp
+        self.partition = tp.partition
+        self.remote = remote
+        self.key = SourceMetricKey(target_alias, remote, tp.partition)
+        self.touched = touched  # the engine's list of routes with reports to handle
+        self.inflight: deque[int] = deque()
+        self.stale = 0  # reports still due for records produced before a rewind
+        self.ups: list[int] = []  # acknowledged: upstream offsets,
+        self.downs: list[int] = []  # their downstream offsets
+        self.stamps: list[int] = []  # and their timestamps
+        self.failed_at = -1  # upstream offset of the first failed record, -1: none
+        self.error = ""
+        self.polled_stamps: list[int] = []  # timestamps of the records polled in this batch
+        self.polled_bytes = 0
+        self.acked_next = -1  # one past the newest acknowledged upstream offset
+        self.committed_next = -1  # what was last committed on the source
+        # One bound method for every record of the partition, made once.
+        self.on_delivery = self.delivered
+
+    def delivered(self, err: KafkaError | None, msg: Message) -> None:
+        """The producer's delivery report of this partition's oldest record in flight."""
+        if not self.inflight:
+            return  # a report of a record that was forgotten (an aborted transaction)
+        upstream = self.inflight.popleft()
+        if self.stale:
+            self.stale -= 1
+            return
+        if not self.ups and self.failed_at < 0:
+            self.touched.append(self)
+        if err is not None:
+            self.failed_at, self.error = upstream, str(err)
+            self.stale = len(self.inflight)  # produced before the rewind to come
+            return
+        self.ups.append(upstream)
+        self.downs.append(int(msg.offset() or 0))
+        self.stamps.append(msg.timestamp()[1])
+
+    def reset(self) -> None:
+        self.inflight.clear()
+        self.stale = 0
+        self.ups, self.downs, self.stamps = [], [], []
+        self.failed_at = -1
 
 
 @dataclass
@@ -145,6 +235,20 @@ class FlowStats(CheckpointCounts):
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+def know_topics(consumer: Consumer, topics: Iterable[str]) -> None:
+    """Fetch the metadata of `topics` into the consumer before it is assigned them.
+
+    A consumer assigned a partition of a topic it has no metadata for waits for its
+    next metadata refresh before it resolves a logical offset (OFFSET_BEGINNING)
+    and fetches: about 0.5-1 s of start-up, where asking first takes one round trip.
+    """
+    names = sorted(set(topics))
+    if len(names) == 1:
+        consumer.list_topics(names[0], timeout=FLUSH_TIMEOUT_S)
+    elif names:
+        consumer.list_topics(timeout=FLUSH_TIMEOUT_S)
+
+
 def drain(
     consumer: Consumer,
     partitions: Iterable[TopicPartition],
@@ -163,7 +267,7 @@ def drain(
     deadline = time.monotonic() + timeout_s
     seen = 0
     while wanted - at_end and time.monotonic() < deadline and seen < MAX_DRAIN_RECORDS:
-        for msg in consumer.consume(500, 0.1):
+        for msg in consumer.consume(500, DRAIN_POLL_S):
             tp = _tp(msg)
             err = msg.error()
             if err is not None:
@@ -214,6 +318,10 @@ class FlowEngine:
         self.assigned: dict[TopicPartition, str] = {}
         self.at_end: set[TopicPartition] = set()
         self.committed_source_offsets: dict[TopicPartition, int] = {}
+        # (source topic, partition) -> its route, for every assigned partition
+        self._routes: dict[tuple[str, int], _Route] = {}
+        self._touched: list[_Route] = []  # routes with delivery reports to handle
+        self._next_commit_ms = now + flow.offset_flush_interval_ms
         self._sync_completions = 0
         self._next_sync_offset = 0  # one past the newest offset sync this engine wrote
         self._acls_supported = True
@@ -249,35 +357,53 @@ class FlowEngine:
         self._source_admin = ClusterAdmin(flow.source, self.source.admin(), timeout)
         self._target_admin = ClusterAdmin(flow.target, self.target.admin(), timeout)
         syncs_clients = self.source if self.syncs_on_source else self.target
-        self._ensure_internal_topic(
-            self.syncs_on_source, self.syncs_topic, flow.offset_syncs_topic_replication_factor
-        )
-        self._ensure_internal_topic(
-            False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor
-        )
-        if self.exactly_once:
-            self._ensure_internal_topic(
-                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor
-            )
-            self.committed_source_offsets = self._load_committed_source_offsets()
-            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
-            self._producer = Producer(self.target.producer(txn_id))
-            self._producer.init_transactions(FLUSH_TIMEOUT_S)
-        else:
-            self._producer = Producer(self.target.producer())
+        # The clients are made first: they connect while the internal topics are set up.
         self._consumer = Consumer(self.source.consumer(self.group_id))
         self._sync_producer = Producer(syncs_clients.producer())
         self._checkpoint_producer = Producer(self.target.producer())
-        self._load_checkpoints()
         self._sync_consumer = Consumer(syncs_clients.consumer(self.group_id + "-syncs"))
+        if not self.exactly_once:
+            self._producer = Producer(self.target.producer())
+        # One listing per cluster; a topic created here is empty, so it is not read.
+        listings: dict[bool, set[str]] = {}
+        new_syncs = self._ensure_internal_topic(
+            self.syncs_on_source,
+            self.syncs_topic,
+            flow.offset_syncs_topic_replication_factor,
+            listings,
+        )
+        new_checkpoints = self._ensure_internal_topic(
+            False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor, listings
+        )
+        if self.exactly_once:
+            if not self._ensure_internal_topic(
+                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
+            ):
+                self.committed_source_offsets = self._load_committed_source_offsets()
+            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
+            self._producer = Producer(self.target.producer(txn_id))
+            self._producer.init_transactions(FLUSH_TIMEOUT_S)
+        if not new_checkpoints:
+            self._load_checkpoints()
+        know_topics(self._sync_consumer, [self.syncs_topic])
         self._sync_consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
         # The initial load: the store translates only once the topic was read to the end
-        # it had when the task started (OffsetSyncStore.readToEnd).
-        self.read_offset_syncs(to_end=True)
+        # it had when the task started (OffsetSyncStore.readToEnd); a new topic is at it.
+        if new_syncs:
+            self.store.mark_read_to_end()
+        else:
+            self.read_offset_syncs(to_end=True)
         self._started = True
         self.refresh_topics()
 
     def close(self) -> None:
+        if self._producer is not None and self._consumer is not None and not self.exactly_once:
+            # What was acknowledged by now is committed before the flow stops.
+            self._producer.flush(FLUSH_TIMEOUT_S)
+            self._guarded("delivery reports", self._handle_reports)
+            self._guarded(
+                "source offset commit", lambda: self.commit_source_offsets(synchronous=True)
+            )
         for producer in (self._producer, self._sync_producer, self._checkpoint_producer):
             if producer is not None:
                 producer.flush(FLUSH_TIMEOUT_S)
@@ -287,18 +413,31 @@ class FlowEngine:
         self._consumer = self._sync_consumer = None
         self._producer = self._sync_producer = self._checkpoint_producer = None
 
-    def _ensure_internal_topic(self, on_source: bool, name: str, replication_factor: int) -> None:
+    def _ensure_internal_topic(
+        self,
+        on_source: bool,
+        name: str,
+        replication_factor: int,
+        listings: dict[bool, set[str]],
+    ) -> bool:
+        """Create `name` unless the cluster's listing (fetched once into `listings`)
+        holds it; True when this call created it (so it holds no record yet)."""
         admin = self._admin(on_source)
-        if name in admin.topic_partitions():
-            return
-        if create_internal_topic(
+        if on_source not in listings:
+            listings[on_source] = set(admin.topic_partitions())
+        if name in listings[on_source]:
+            return False
+        created = create_internal_topic(
             admin,
             name,
             replication_factor,
             notices=self.notices,
             report=lambda message: self.report(f"{self.name}: {message}"),
-        ):
+        )
+        listings[on_source].add(name)
+        if created:
             self.stats.topics_created += 1
+        return created
 
     def _load_checkpoints(self) -> None:
         """CheckpointStore: the newest checkpoints from the target's checkpoints topic."""
@@ -313,6 +452,7 @@ class FlowEngine:
                 self.report(f"{self.name}: skipping a record of {topic}: {exc}")
 
         try:
+            know_topics(consumer, [topic])
             consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
             if not drain(consumer, [TopicPartition(topic, 0)], handle):
                 raise MirrorClientError(f"{self.name}: could not read {topic} to its end")
@@ -338,6 +478,7 @@ class FlowEngine:
 
         parts = self._admin(False).topic_partitions().get(self.offsets_topic, 1)
         try:
+            know_topics(consumer, [self.offsets_topic])
             consumer.assign(
                 [KafkaTopicPartition(self.offsets_topic, p, OFFSET_BEGINNING) for p in range(parts)]
             )
@@ -394,6 +535,7 @@ class FlowEngine:
                 tp = TopicPartition(topic, p)
                 if tp not in self.assigned:
                     self.assigned[tp] = remote
+                    self._routes[(topic, p)] = _Route(tp, remote, flow.target, self._touched)
                     new_tps.append(tp)
         if new_tps:
             self._assign(new_tps)
@@ -418,6 +560,7 @@ class FlowEngine:
                 positions[TopicPartition(ktp.topic, ktp.partition)] = (
                     off if off >= 0 else OFFSET_BEGINNING
                 )
+        know_topics(consumer, {tp.topic for tp in tps})
         consumer.incremental_assign(
             [KafkaTopicPartition(tp.topic, tp.partition, positions[tp]) for tp in sorted(tps)]
         )
@@ -433,85 +576,139 @@ class FlowEngine:
     # -- copy --------------------------------------------------------------------------------
 
     def caught_up(self) -> bool:
-        return set(self.assigned) <= self.at_end
+        """Every assigned partition read to its end and every copied record reported."""
+        return (
+            set(self.assigned) <= self.at_end
+            and not self._touched
+            and not any(route.inflight for route in self._routes.values())
+        )
+
+    def _in_flight(self) -> int:
+        return sum(len(route.inflight) for route in self._routes.values())
 
     def copy_batch(self) -> int:
-        """Poll one batch from the source and mirror it; the number of records copied."""
+        """Handle the delivery reports that arrived, poll one batch from the source and
+        produce it (at-least-once: without waiting for its acknowledgements; exactly-once:
+        as one transaction); the number of records acknowledged meanwhile."""
         consumer = self._require(self._consumer)
-        msgs = consumer.consume(self.source.max_poll_records, self.poll_timeout_s)
-        batch: list[Message] = []
+        producer = self._require(self._producer)
+        if self.exactly_once:
+            return self._copy_transactional(producer, self._poll(consumer))
+        producer.poll(0)
+        copied = self._handle_reports()
+        # at_end only holds assigned partitions: equal sizes mean every one is at its end.
+        if len(self.at_end) >= len(self.assigned) and self._in_flight():
+            # Nothing left to read for now: wait for acknowledgements, not for records.
+            producer.flush(self.poll_timeout_s)
+            return copied + self._handle_reports()
+        self._produce(producer, self._poll(consumer))
+        return copied
+
+    def _poll(self, consumer: Consumer) -> list[Message]:
+        """One poll batch, as Kafka's consumer.poll: it waits (up to the poll timeout)
+        for the first record only, then takes what is already fetched, up to
+        max.poll.records. (consume(n, timeout) would wait for all n.)"""
+        first = consumer.poll(self.poll_timeout_s)
+        if first is None:
+            return []
+        more = self.source.max_poll_records - 1
+        return [first, *consumer.consume(more, 0)] if more else [first]
+
+    def _produce(self, producer: Producer, msgs: list[Message]) -> int:
+        """Produce the records of `msgs` to their remote topics (same partition, key,
+        value, headers, timestamp); end-of-partition events update `at_end`. Each
+        partition's upstream offsets are queued on its route, in produce order."""
+        routes = self._routes
+        produce = producer.produce
+        at_end = self.at_end
+        now = self.clock()
+        polled: list[_Route] = []
+        last_key: Any = None  # (topic, partition) of the previous record
+        route: _Route | None = None
+        produced = 0
         for msg in msgs:
             err = msg.error()
-            tp = _tp(msg)
             if err is not None:
+                tp = _tp(msg)
                 if err.code() == KafkaError._PARTITION_EOF:
-                    self.at_end.add(tp)
+                    at_end.add(tp)
                 else:
                     self.report(f"{self.name}: source consumer: {err}")
+                last_key = None  # a record after this event clears `at_end` again
                 continue
-            self.at_end.discard(tp)
-            batch.append(msg)
-        if not batch:
-            return 0
-        now = self.clock()
-        records: list[MirroredRecord] = []
-        for msg in batch:
-            tp = _tp(msg)
+            key: Any = (msg.topic(), msg.partition())
+            if key != last_key or route is None:
+                route = routes[key]
+                last_key = key
+                at_end.discard(route.tp)
+                if not route.polled_stamps:
+                    polled.append(route)
             ts_type, ts = msg.timestamp()
-            ts_ms = int(ts) if ts_type != TIMESTAMP_NOT_AVAILABLE else now
+            if ts_type == TIMESTAMP_NOT_AVAILABLE:
+                ts = now
             value = msg.value()
-            headers = _headers(msg)
-            records.append(
-                MirroredRecord(
-                    tp, int(msg.offset() or 0), self.assigned[tp], msg.key(), value, ts_ms, headers
-                )
-            )
-            self.metrics.record_polled(
-                SourceMetricKey(self.flow.target, self.assigned[tp], tp.partition),
-                now,
-                ts_ms,
-                len(value or b""),
-            )
-        if self.exactly_once:
-            return self._copy_transactional(records)
-        return self._copy_at_least_once(records)
+            raw: Any = msg.headers()
+            headers = None if raw is None else _headers(raw)
+            while True:
+                try:
+                    produce(
+                        route.remote,
+                        value=value,
+                        key=msg.key(),
+                        partition=route.partition,
+                        timestamp=ts,
+                        headers=headers,
+                        on_delivery=route.on_delivery,
+                    )
+                    break
+                except BufferError:
+                    # The producer's queue is full: serve reports until there is room.
+                    producer.poll(QUEUE_FULL_WAIT_S)
+            offset: Any = msg.offset()
+            route.inflight.append(offset)
+            route.polled_stamps.append(ts)
+            if value:
+                route.polled_bytes += len(value)
+            produced += 1
+        for r in polled:
+            self.metrics.records_polled(r.key, now, r.polled_stamps, r.polled_bytes)
+            r.polled_stamps = []
+            r.polled_bytes = 0
+        return produced
 
-    def _produce_records(
-        self, producer: Producer, records: list[MirroredRecord]
-    ) -> dict[int, tuple[int, str | None]]:
-        """Produce; returns index -> (downstream offset, error) once delivered."""
-        acks: dict[int, tuple[int, str | None]] = {}
-        for i, r in enumerate(records):
-
-            def on_delivery(err: KafkaError | None, msg: Message, i: int = i) -> None:
-                offset = msg.offset()
-                acks[i] = (-1 if offset is None else int(offset), None if err is None else str(err))
-
-            producer.produce(
-                r.target_topic,
-                value=r.value,
-                key=r.key,
-                partition=r.source_partition.partition,
-                timestamp=r.timestamp_ms,
-                headers=list(r.headers) or None,
-                on_delivery=on_delivery,
-            )
-            producer.poll(0)
-        return acks
-
-    def _acknowledged(self, r: MirroredRecord, downstream: int) -> None:
+    def _handle_reports(self) -> int:
+        """The delivery reports that arrived since the last call, one run per partition:
+        acknowledged records go to the metrics and the offset-sync writer and become
+        committable; a failed record rewinds its partition to it (the records after it
+        that were already produced are copied again: at-least-once)."""
+        touched = self._touched
+        if not touched:
+            return 0
+        routes = list(touched)
+        touched.clear()
         now = self.clock()
-        self.stats.records_copied += 1
-        self.metrics.record_acknowledged(
-            SourceMetricKey(self.flow.target, r.target_topic, r.source_partition.partition),
-            now,
-            r.timestamp_ms,
-        )
-        if self.flow.emit_offset_syncs_enabled:
-            syncs = self.writer.on_record_acknowledged(
-                r.source_partition, r.upstream_offset, downstream
-            )
-            self._send_syncs(syncs)
+        copied = 0
+        rewind: dict[TopicPartition, int] = {}
+        for route in routes:
+            ups = route.ups
+            if ups:
+                downs, stamps = route.downs, route.stamps
+                route.ups, route.downs, route.stamps = [], [], []
+                self.metrics.records_acknowledged(route.key, now, stamps)
+                if self.flow.emit_offset_syncs_enabled:
+                    self._send_syncs(self.writer.on_records_acknowledged(route.tp, ups, downs))
+                route.acked_next = ups[-1] + 1
+                copied += len(ups)
+            if route.failed_at >= 0:
+                self.stats.delivery_failures += 1
+                self.report(f"{self.name}: delivery to {route.remote} failed: {route.error}")
+                rewind[route.tp] = route.failed_at
+                route.failed_at = -1
+        self.stats.records_copied += copied
+        if rewind:
+            self._rewind(rewind)
+        self._pump_syncs()
+        return copied
 
     def _rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
         consumer = self._require(self._consumer)
@@ -519,60 +716,49 @@ class FlowEngine:
             consumer.seek(KafkaTopicPartition(tp.topic, tp.partition, off))
             self.at_end.discard(tp)
 
-    def _copy_at_least_once(self, records: list[MirroredRecord]) -> int:
-        producer = self._require(self._producer)
-        acks = self._produce_records(producer, records)
-        producer.flush(FLUSH_TIMEOUT_S)
-        failed: dict[TopicPartition, int] = {}
-        commit: dict[TopicPartition, int] = {}
-        copied = 0
-        for i, r in enumerate(records):
-            tp = r.source_partition
-            if tp in failed:
-                continue
-            downstream, err = acks.get(i, (-1, "not acknowledged in time"))
-            if err is not None:
-                failed[tp] = r.upstream_offset
-                self.stats.delivery_failures += 1
-                self.report(f"{self.name}: delivery to {r.target_topic} failed: {err}")
-                continue
-            self._acknowledged(r, downstream)
-            commit[tp] = r.upstream_offset + 1
-            copied += 1
-        if failed:
-            self._rewind(failed)
-        if commit:
-            consumer = self._require(self._consumer)
-            consumer.commit(
-                offsets=[
-                    KafkaTopicPartition(tp.topic, tp.partition, off)
-                    for tp, off in sorted(commit.items())
-                ],
-                asynchronous=False,
-            )
-        self._pump_syncs()
-        return copied
-
-    def _copy_transactional(self, records: list[MirroredRecord]) -> int:
-        producer = self._require(self._producer)
-        txn = transaction_for_batch(
-            transactional_id(f"{self.flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0),
-            self.flow.source,
-            records,
+    def commit_source_offsets(self, *, synchronous: bool = False) -> int:
+        """At-least-once: commit, on the source, one past the newest acknowledged record
+        of every partition whose acknowledged position moved (never further: what is
+        produced but not acknowledged stays uncommitted). Asynchronous, as Connect's
+        periodic offset commit; synchronous when the flow stops or a run ends."""
+        if self.exactly_once:
+            return 0
+        moved = [r for r in self._routes.values() if r.acked_next > r.committed_next]
+        if not moved:
+            return 0
+        consumer = self._require(self._consumer)
+        consumer.commit(
+            offsets=[
+                KafkaTopicPartition(r.tp.topic, r.tp.partition, r.acked_next)
+                for r in sorted(moved, key=lambda r: r.tp)
+            ],
+            asynchronous=not synchronous,
         )
+        for r in moved:
+            r.committed_next = r.acked_next
+        return len(moved)
+
+    def _copy_transactional(self, producer: Producer, msgs: list[Message]) -> int:
+        if all(msg.error() is not None for msg in msgs):
+            self._produce(producer, msgs)  # end-of-partition events only: no transaction
+            return 0
         first: dict[TopicPartition, int] = {}
-        for r in records:
-            first.setdefault(r.source_partition, r.upstream_offset)
         try:
             producer.begin_transaction()
-            acks = self._produce_records(producer, list(txn.records))
-            for so in txn.source_offsets:
+            self._produce(producer, msgs)
+            batch = {
+                route.tp: route.inflight for route in self._routes.values() if route.inflight
+            }
+            first = {tp: offsets[0] for tp, offsets in batch.items()}
+            source_offsets = transaction_offsets(self.flow.source, batch)
+            for so in source_offsets:
                 key, value = encode_source_offset(so)
                 producer.produce(self.offsets_topic, value=value, key=key, partition=0)
-            producer.flush(FLUSH_TIMEOUT_S)
-            if len(acks) != len(records) or any(err for _, err in acks.values()):
-                raise MirrorClientError("a record of the transaction was not delivered")
             producer.commit_transaction(FLUSH_TIMEOUT_S)
+            if self._in_flight():  # reports not served by the commit's flush yet
+                producer.flush(FLUSH_TIMEOUT_S)
+            if self._in_flight() or any(route.failed_at >= 0 for route in self._touched):
+                raise MirrorClientError("a record of the transaction was not delivered")
         except (KafkaException, MirrorClientError) as exc:
             self.stats.transactions_aborted += 1
             self.report(f"{self.name}: transaction aborted, batch rewound: {exc}")
@@ -581,18 +767,23 @@ class FlowEngine:
                 raise
             try:
                 producer.abort_transaction(FLUSH_TIMEOUT_S)
+                producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports
             except KafkaException as abort_exc:
                 self.report(f"{self.name}: abort failed: {abort_exc}")
+            self._forget_reports()
             self._rewind(first)
             return 0
         self.stats.transactions_committed += 1
-        for so in txn.source_offsets:
+        for so in source_offsets:
             self.committed_source_offsets[so.source_partition] = so.offset
         # Offset syncs only name committed records: they go out after the commit.
-        for i, r in enumerate(txn.records):
-            self._acknowledged(r, acks[i][0])
-        self._pump_syncs()
-        return len(records)
+        return self._handle_reports()
+
+    def _forget_reports(self) -> None:
+        """After an abort: nothing of the batch is in flight or acknowledged."""
+        self._touched.clear()
+        for route in self._routes.values():
+            route.reset()
 
     # -- offset syncs ------------------------------------------------------------------------
 
@@ -600,17 +791,18 @@ class FlowEngine:
         producer = self._require(self._sync_producer)
         for sync in syncs:
             key, value = encode_offset_sync(sync)
-
-            def done(err: KafkaError | None, msg: Message) -> None:
-                self._sync_completions += 1
-                if err is not None:
-                    self.report(f"{self.name}: offset sync not written: {err}")
-                else:
-                    offset = int(msg.offset() or 0)
-                    self._next_sync_offset = max(self._next_sync_offset, offset + 1)
-
-            producer.produce(self.syncs_topic, value=value, key=key, partition=0, on_delivery=done)
+            producer.produce(
+                self.syncs_topic, value=value, key=key, partition=0, on_delivery=self._sync_done
+            )
             self.stats.offset_syncs_sent += 1
+
+    def _sync_done(self, err: KafkaError | None, msg: Message) -> None:
+        self._sync_completions += 1
+        if err is not None:
+            self.report(f"{self.name}: offset sync not written: {err}")
+        else:
+            offset = int(msg.offset() or 0)
+            self._next_sync_offset = max(self._next_sync_offset, offset + 1)
 
     def _pump_syncs(self) -> None:
         producer = self._require(self._sync_producer)
@@ -788,8 +980,14 @@ class FlowEngine:
             self._next_acl_sync_ms = now + flow.sync_topic_acls_interval_ms
             self._guarded("ACL sync", self.sync_topic_acls)
         copied = self.copy_batch()
+        now = self.clock()
+        if now >= self._next_commit_ms:
+            # Connect's offset commit timer (offset.flush.interval.ms): what was
+            # acknowledged by now, asynchronously.
+            self._next_commit_ms = now + flow.offset_flush_interval_ms
+            self._guarded("source offset commit", self.commit_source_offsets)
         if flow.emit_offset_syncs_enabled:
-            self._send_syncs(self.writer.tick(self.clock()))
+            self._send_syncs(self.writer.tick(now))
             self._pump_syncs()
         self.read_offset_syncs(to_end=not self.store.read_to_end)
         now = self.clock()
@@ -814,7 +1012,12 @@ class FlowEngine:
         deadline = time.monotonic() + timeout_s
         while not self.caught_up() and time.monotonic() < deadline:
             self.copy_batch()
+        self._require(self._producer).flush(FLUSH_TIMEOUT_S)
+        self._handle_reports()
         done = self.caught_up()
+        self._guarded(
+            "source offset commit", lambda: self.commit_source_offsets(synchronous=True)
+        )
         if flow.emit_offset_syncs_enabled:
             self.flush_offset_syncs()
         self.read_offset_syncs(to_end=True)

@@ -44,6 +44,7 @@ def test_bench_mirror__every_row_runs_and_every_target_gets_every_record(
     rows = {(r["system"], r["mode"]): r for r in figures["rows"]}
     assert set(rows) == {
         ("link linkd->linkd", "offsets kept"),
+        ("loop linkd->linkd", "at-least-once"),
         ("MM2 linkd->linkd", "at-least-once"),
         ("MM2 linkd->linkd", "exactly-once"),
         ("MM2 tansu->tansu", "at-least-once"),
@@ -55,7 +56,7 @@ def test_bench_mirror__every_row_runs_and_every_target_gets_every_record(
     # The tansu at-least-once row may only be skipped when tansu is not installed.
     tansu = rows[("MM2 tansu->tansu", "at-least-once")]
     assert not tansu["skipped"] or "not installed" in tansu["skipped"]
-    assert len(ran) >= 3
+    assert len(ran) >= 4
     for r in ran:
         assert r["records"] == RECORDS
         assert r["received"] == RECORDS and r["complete"], r

@@ -139,6 +139,61 @@ def test_writer_keeps_every_partition_within_offset_lag_max_and_flushes_the_newe
     assert sent[-1] == OffsetSync(TP, upstream, len(gaps) - 1)
 
 
+TP2 = TopicPartition("clicks", 1)
+
+
+@DET
+@given(
+    runs=st.lists(
+        st.tuples(
+            st.sampled_from([TP, TP2]),
+            st.lists(st.tuples(st.integers(-1, 3), st.integers(-2, 3)), min_size=0, max_size=60),
+            st.integers(0, 4),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    lag_max=st.integers(0, 12),
+)
+def test_a_run_of_acknowledgements_decides_as_the_records_one_by_one(
+    runs: list[tuple[TopicPartition, list[tuple[int, int]], int, bool]], lag_max: int
+) -> None:
+    one = OffsetSyncWriter(offset_lag_max=lag_max, max_outstanding=3)
+    many = OffsetSyncWriter(offset_lag_max=lag_max, max_outstanding=3)
+    sent_one: list[OffsetSync] = []
+    sent_many: list[OffsetSync] = []
+    position = {TP: (-1, -1), TP2: (-1, -1)}
+    for tp, steps, completions, commit in runs:
+        ups: list[int] = []
+        downs: list[int] = []
+        up, down = position[tp]
+        for up_step, down_step in steps:  # gaps, repeats, rewinds and truncations
+            up, down = max(up + up_step, 0), max(down + down_step, 0)
+            ups.append(up)
+            downs.append(down)
+        position[tp] = (up, down)
+        for u, d in zip(ups, downs, strict=True):
+            sent_one += one.on_record_acknowledged(tp, u, d)
+        sent_many += many.on_records_acknowledged(tp, ups, downs)
+        for _ in range(min(completions, one.outstanding)):
+            sent_one += one.on_sync_completed()
+            sent_many += many.on_sync_completed()
+        if commit:
+            sent_one += one.on_commit()
+            sent_many += many.on_commit()
+        assert sent_many == sent_one
+        assert many.partition_states == one.partition_states
+        assert list(many.delayed.items()) == list(one.delayed.items())
+        assert list(many.pending.items()) == list(one.pending.items())
+        assert many.outstanding == one.outstanding
+
+
+def test_a_run_needs_a_downstream_offset_per_record() -> None:
+    with pytest.raises(ValueError, match="one downstream offset per upstream offset"):
+        OffsetSyncWriter().on_records_acknowledged(TP, [1, 2], [1])
+
+
 # -- the store --------------------------------------------------------------------------------
 
 

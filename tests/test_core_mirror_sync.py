@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +17,7 @@ from linkd.core.mirror.exactly_once import (
     apply_transaction_outcome,
     restart_from_committed,
     transaction_for_batch,
+    transaction_offsets,
     transactional_id,
 )
 from linkd.core.mirror.filters import ConfigPropertyFilter, TopicFilter
@@ -176,6 +179,17 @@ def test_a_transaction_carries_records_and_the_last_upstream_offsets() -> None:
     assert rec(5).target_partition == TopicPartition("A.orders", 0)
 
 
+def test_transaction_offsets_take_the_last_offset_of_each_partition_and_refuse_disorder() -> None:
+    other = TopicPartition("orders", 1)
+    offsets = transaction_offsets("A", {other: [3], TP: [5, 6], TopicPartition("x", 0): []})
+    txn = transaction_for_batch("t", "A", [rec(5), rec(3, other), rec(6)])
+    assert offsets == txn.source_offsets
+    with pytest.raises(ValueError, match="must increase within a batch: 5 after 6"):
+        transaction_offsets("A", {TP: [6, 5]})
+    with pytest.raises(ValueError, match="must increase within a batch: 5 after 6"):
+        transaction_for_batch("t", "A", [rec(6), rec(5)])
+
+
 def test_an_aborted_transaction_leaves_no_trace_and_restart_resumes_after_the_commit() -> None:
     state = CommittedMirrorState()
     state = apply_transaction_outcome(
@@ -263,3 +277,21 @@ def test_metrics_of_a_partition_without_acknowledgements_are_nan() -> None:
     key = SourceMetricKey("B", "A.orders", 0)
     m.record_polled(key, now_ms=5, record_timestamp_ms=5, value_bytes=0)
     assert math.isnan(m.snapshot(5)[key]["replication-latency-ms-avg"])
+
+
+def test_metrics_of_a_batch_equal_the_records_one_by_one() -> None:
+    rng = random.Random(18)
+    one, many = MirrorMetrics(), MirrorMetrics()
+    key = SourceMetricKey("B", "A.orders", 1)
+    now = 1_000
+    for _ in range(50):
+        now += rng.randrange(0, 40)
+        stamps = [now - rng.randrange(-5, 500) for _ in range(rng.randrange(0, 30))]
+        sizes = [rng.randrange(0, 2_000) for _ in stamps]
+        for ts, size in zip(stamps, sizes, strict=True):
+            one.record_polled(key, now, ts, size)
+        many.records_polled(key, now, stamps, sum(sizes))
+        for ts in stamps:
+            one.record_acknowledged(key, now + 7, ts)
+        many.records_acknowledged(key, now + 7, stamps)
+        assert str(many.snapshot(now + 9)) == str(one.snapshot(now + 9))

@@ -45,6 +45,7 @@ __all__ = [
     "offsets_topic",
     "restart_from_committed",
     "transaction_for_batch",
+    "transaction_offsets",
     "transactional_id",
 ]
 
@@ -122,19 +123,34 @@ def transaction_for_batch(
     """Records plus, per source partition, the last upstream offset of the batch."""
     if len(batch) > MAX_RECORDS_PER_TRANSACTION:
         raise ValueError(f"a transaction holds at most {MAX_RECORDS_PER_TRANSACTION} records")
-    last: dict[TopicPartition, int] = {}
+    by_partition: dict[TopicPartition, list[int]] = {}
     for r in batch:
-        previous = last.get(r.source_partition)
-        if previous is not None and r.upstream_offset <= previous:
-            raise ValueError(
-                f"upstream offsets of {r.source_partition} must increase within a batch: "
-                f"{r.upstream_offset} after {previous}"
-            )
-        last[r.source_partition] = r.upstream_offset
-    offsets = tuple(
+        by_partition.setdefault(r.source_partition, []).append(r.upstream_offset)
+    return MirrorTransaction(txn_id, tuple(batch), transaction_offsets(source_alias, by_partition))
+
+
+def transaction_offsets(
+    source_alias: str, upstream_offsets: Mapping[TopicPartition, Sequence[int]]
+) -> tuple[SourceOffset, ...]:
+    """The source offsets a transaction commits: per source partition, the last of
+    the upstream offsets it copies (which must increase), in partition order."""
+    if sum(len(offsets) for offsets in upstream_offsets.values()) > MAX_RECORDS_PER_TRANSACTION:
+        raise ValueError(f"a transaction holds at most {MAX_RECORDS_PER_TRANSACTION} records")
+    last: dict[TopicPartition, int] = {}
+    for tp, offsets in upstream_offsets.items():
+        previous = -1
+        for i, offset in enumerate(offsets):
+            if i and offset <= previous:
+                raise ValueError(
+                    f"upstream offsets of {tp} must increase within a batch: "
+                    f"{offset} after {previous}"
+                )
+            previous = offset
+        if offsets:
+            last[tp] = previous
+    return tuple(
         SourceOffset(source_alias, tp.topic, tp.partition, off) for tp, off in sorted(last.items())
     )
-    return MirrorTransaction(txn_id, tuple(batch), offsets)
 
 
 @dataclass(frozen=True, slots=True)

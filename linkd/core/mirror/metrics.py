@@ -25,6 +25,7 @@ value per key, with MM2's names.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["CheckpointMetricKey", "MirrorMetrics", "SourceMetricKey", "Stat"]
@@ -69,6 +70,19 @@ class Stat:
             max(self.maximum, value),
             value,
         )
+
+    def record_many(self, values: Iterable[float]) -> Stat:
+        """The same Stat as `record` called for each value in turn."""
+        count, total, lo, hi, last = self.count, self.total, self.minimum, self.maximum, self.last
+        for value in values:
+            count += 1
+            total = total + value
+            if value < lo:  # as min(lo, value): the first of equals is kept
+                lo = value
+            if value > hi:  # as max(hi, value)
+                hi = value
+            last = value
+        return Stat(count, total, lo, hi, last)
 
     def report(self, name: str) -> dict[str, float]:
         if self.count == 0:
@@ -126,6 +140,35 @@ class MirrorMetrics:
         entry = self._source_entry(key)
         entry.record_count += 1
         entry.replication_latency = entry.replication_latency.record(now_ms - record_timestamp_ms)
+
+    def records_polled(
+        self,
+        key: SourceMetricKey,
+        now_ms: int,
+        record_timestamps_ms: Sequence[int],
+        value_bytes: int,
+    ) -> None:
+        """`record_polled` for several records of one key at once (`value_bytes` is
+        their sum): the same metrics as one call per record, in order."""
+        if not record_timestamps_ms:
+            return
+        entry = self._source_entry(key)
+        entry.record_age = entry.record_age.record_many(now_ms - ts for ts in record_timestamps_ms)
+        entry.byte_count += value_bytes
+        if entry.first_bytes_ms is None:
+            entry.first_bytes_ms = now_ms
+
+    def records_acknowledged(
+        self, key: SourceMetricKey, now_ms: int, record_timestamps_ms: Sequence[int]
+    ) -> None:
+        """`record_acknowledged` for several records of one key at once, in order."""
+        if not record_timestamps_ms:
+            return
+        entry = self._source_entry(key)
+        entry.record_count += len(record_timestamps_ms)
+        entry.replication_latency = entry.replication_latency.record_many(
+            now_ms - ts for ts in record_timestamps_ms
+        )
 
     def checkpoint_acknowledged(
         self, key: CheckpointMetricKey, now_ms: int, checkpoint_timestamp_ms: int

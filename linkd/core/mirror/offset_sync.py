@@ -30,6 +30,7 @@ produce to the offset-syncs topic now (partition 0, in order). Time arrives as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from linkd.core.mirror.model import OffsetSync, TopicPartition
@@ -142,6 +143,56 @@ class OffsetSyncWriter:
         """The target acknowledged a replicated record: the syncs to send now."""
         self._maybe_queue(source_partition, upstream_offset, downstream_offset)
         return self._fire_pending()
+
+    def on_records_acknowledged(
+        self,
+        source_partition: TopicPartition,
+        upstream_offsets: Sequence[int],
+        downstream_offsets: Sequence[int],
+    ) -> list[OffsetSync]:
+        """A run of acknowledged records of one partition, in acknowledgement order:
+        the same syncs, and the same state after, as `on_record_acknowledged` called
+        for each record in turn (with no completion in between), without building a
+        state per record."""
+        if len(upstream_offsets) != len(downstream_offsets):
+            raise ValueError("one downstream offset per upstream offset is needed")
+        if not upstream_offsets:
+            return []
+        tp = source_partition
+        state = self.partition_states.get(tp)
+        if state is None:
+            if len(self.partition_states) >= MAX_PARTITIONS:
+                raise ValueError(f"offset sync writer tracks more than {MAX_PARTITIONS} partitions")
+            state = PartitionSyncState()
+        prev_up = state.previous_upstream_offset
+        prev_down = state.previous_downstream_offset
+        last_sync = state.last_sync_downstream_offset
+        lag_max = self.offset_lag_max
+        sent: list[OffsetSync] = []
+        # The newest pair that did not have to be synced, not yet put into `delayed`:
+        # dict order only changes when a partition is (re)inserted, so putting it
+        # there before the next removal, or at the end, keeps the same order.
+        delayed: tuple[int, int] | None = None
+        for up, down in zip(upstream_offsets, downstream_offsets, strict=True):
+            if (
+                last_sync == -1
+                or down - (last_sync + 1) >= lag_max
+                or up - prev_up != 1
+                or down < prev_down
+            ):
+                last_sync = down
+                if delayed is not None:
+                    delayed = None  # it would be inserted and then removed right away
+                self.delayed.pop(tp, None)
+                self.pending[tp] = OffsetSync(tp, up, down)
+                sent += self._fire_pending()
+            else:
+                delayed = (up, down)
+            prev_up, prev_down = up, down
+        if delayed is not None:
+            self.delayed[tp] = OffsetSync(tp, delayed[0], delayed[1])
+        self.partition_states[tp] = PartitionSyncState(prev_up, prev_down, last_sync, False)
+        return sent
 
     def on_commit(self) -> list[OffsetSync]:
         """Connect's periodic offset commit: promote delayed syncs and send what fits."""
