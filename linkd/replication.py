@@ -29,10 +29,10 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
@@ -68,6 +68,13 @@ FETCH_MAX_BYTES = 8 * 1024 * 1024
 PARTITION_MAX_BYTES = 1024 * 1024
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 2.0
+REPLICATION_SERVICE = "ccr.v1.Replication"
+
+
+def _response_type(method: str) -> Any:
+    """The message class a Replication method answers with."""
+    service = replication_pb2.DESCRIPTOR.services_by_name["Replication"]
+    return getattr(replication_pb2, service.methods_by_name[method].output_type.name)
 
 
 class LinkManager:
@@ -226,6 +233,8 @@ class LinkRunner:
         self._session_for: tuple[str, ...] = ()
         self._opening = asyncio.Lock()
         self._last_refusal = ""  # the last session refusal logged (once each)
+        # Calls on the current channel that send requests already encoded.
+        self._raw_methods: dict[str, Any] = {}
 
     @property
     def node(self) -> ClusterNode:
@@ -261,6 +270,7 @@ class LinkRunner:
         if self._channel is None or address != self._address:
             old = self._channel
             self._address = address
+            self._raw_methods = {}
             try:
                 self._channel = dial(address, self.manager.security.tls)
             except ValueError as exc:
@@ -282,14 +292,29 @@ class LinkRunner:
         config = self.node.state.links.get(self.name)
         stub = self._stub(config)
         session = await self._ensure_session(config, stub)
+        # Encoded once: the bytes signed are the bytes sent.
+        body = request.SerializeToString(deterministic=True)
         try:
-            return await getattr(stub, method)(
-                request, metadata=session.metadata(method, request), timeout=timeout
+            return await self._raw_method(method)(
+                body, metadata=session.metadata_of_body(method, body), timeout=timeout
             )
         except grpc.RpcError as exc:
             if sessions.is_auth_failure(exc) and self._session is session:
                 self._session = None
             raise
+
+    def _raw_method(self, method: str) -> Any:
+        """The channel's call of `method` taking its request already encoded."""
+        assert self._channel is not None
+        call = self._raw_methods.get(method)
+        if call is None:
+            call = self._channel.unary_unary(
+                f"/{REPLICATION_SERVICE}/{method}",
+                request_serializer=None,
+                response_deserializer=_response_type(method).FromString,
+            )
+            self._raw_methods[method] = call
+        return call
 
     async def _ensure_session(
         self, config: LinkConfig, stub: replication_pb2_grpc.ReplicationAsyncStub
@@ -492,15 +517,15 @@ class LinkRunner:
         if steps.push_discovery:
             namespaces, offsets = rounds.push_discovery(self.node.state, config)
             self._last_push_discovery = self.node.clock()
-        data: replication_pb2.ReplicaFetchResponse | None = None
+        data: rounds.FetchAnswer | None = None
+        sent_ms: int | None = None
         if self._next_fetch is not None and self._next_fetch.partitions:
-            data = await serve_fetch(self.node, self._next_fetch, from_remote=False)
+            data = await serve_fetch_answer(self.node, self._next_fetch, from_remote=False)
+            sent_ms = self._next_fetch.sent_ms or None
         elif self._next_fetch is not None and not namespaces and not offsets:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
-        message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
-        if data is not None and self._next_fetch is not None:
-            message.data.CopyFrom(data)
-            message.request_sent_ms = self._next_fetch.sent_ms
+        # The records go into the message once (built in place, encoded once).
+        message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets, data, sent_ms))
         # Until the follower answers, it has no request outstanding: a push
         # it refused is not repeated from a request its log may have left.
         self._next_fetch = None
@@ -563,6 +588,13 @@ async def apply_group_offsets(
 async def serve_fetch(
     node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
 ) -> replication_pb2.ReplicaFetchResponse:
+    """Source side: `serve_fetch_answer`, encoded."""
+    return codec.fetch_answer_pb(await serve_fetch_answer(node, request, from_remote=from_remote))
+
+
+async def serve_fetch_answer(
+    node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
+) -> rounds.FetchAnswer:
     """Source side: answers a follower's fetch (`rounds.serve_replica_fetch`),
     waiting up to its max_wait_ms for data (long poll). A fetch that arrived
     from the remote is contact, every time it is served; one this side serves
@@ -598,7 +630,7 @@ async def serve_fetch(
             if answer.hw_moved:
                 node.notify()
             if answer.ready or loop.time() >= deadline or node.stopping:
-                return codec.fetch_answer_pb(answer)
+                return answer
             await node.long_polls.wait(event, deadline - loop.time())
         finally:
             node.long_polls.unpark(event)
@@ -622,14 +654,23 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 self.security.refused(exc, str(context.peer()))
             await abort_with_error(context, exc)
 
-    def _verify(self, context: Any, method: str, request: Message, link_id: str) -> auth.Session:
+    def _verify(
+        self,
+        context: Any,
+        method: str,
+        request: Message,
+        link_id: str,
+        digest: bytes | None = None,
+    ) -> auth.Session:
+        """Checks the call's session; `digest`: of the request as received,
+        when the shell has it (else of the request encoded again)."""
         session_id, seq, mac = sessions.session_fields(context)
         return self.security.sessions.verify(
             session_id,
             link_id,
             method,
             seq,
-            sessions.request_digest(request),
+            digest if digest is not None else sessions.request_digest(request),
             mac,
             self.node.clock(),
         )
@@ -740,8 +781,35 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     async def ReplicaPush(
         self, request: replication_pb2.ReplicaPushRequest, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
+        return await self._replica_push(request, sessions.request_digest(request), context)
+
+    async def replica_push_encoded(
+        self, body: bytes, context: Any
+    ) -> replication_pb2.ReplicaPushResponse:
+        """ReplicaPush as received (`add_replication_service`): the session's
+        MAC is checked over the bytes that arrived, as the caller signed them,
+        instead of over the request encoded again; a request encoded some
+        other way than deterministically is checked as ReplicaPush is."""
+        try:
+            request = replication_pb2.ReplicaPushRequest.FromString(body)
+        except DecodeError as exc:
+            await abort_with_error(
+                context,
+                ClusterError(
+                    ErrorCode.INVALID_REQUEST, "ReplicaPush", f"ReplicaPush does not decode: {exc}"
+                ),
+            )
+        digest = auth.request_digest(body)
+        session_id, seq, mac = sessions.session_fields(context)
+        if not self.security.sessions.proves(session_id, "ReplicaPush", seq, digest, mac):
+            digest = sessions.request_digest(request)
+        return await self._replica_push(request, digest, context)
+
+    async def _replica_push(
+        self, request: replication_pb2.ReplicaPushRequest, digest: bytes, context: Any
+    ) -> replication_pb2.ReplicaPushResponse:
         async def run() -> replication_pb2.ReplicaPushResponse:
-            self._verify(context, "ReplicaPush", request, request.link_id)
+            self._verify(context, "ReplicaPush", request, request.link_id, digest)
             self.node.check_ready()
             node = self.node
             nxt: rounds.FetchRequest = await self.manager.host.drive(
@@ -816,3 +884,34 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
 
         result: replication_pb2.PromoteNamespacesResponse = await self._guard(context, run())
         return result
+
+
+def add_replication_service(server: aio.Server, service: ReplicationService) -> None:
+    """Adds the Replication service to `server`, its ReplicaPush taking the
+    request as received (`ReplicationService.replica_push_encoded`: the MAC is
+    checked over those bytes; a push carries megabytes of records)."""
+
+    class _Collected:
+        handlers: dict[str, Any] = {}
+
+        def add_generic_rpc_handlers(self, _handlers: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, _service: str, handlers: dict[str, Any]
+        ) -> None:
+            self.handlers = dict(handlers)
+
+    collected = _Collected()
+    replication_pb2_grpc.add_ReplicationServicer_to_server(service, cast(Any, collected))
+    handlers = collected.handlers
+    handlers["ReplicaPush"] = grpc.unary_unary_rpc_method_handler(
+        service.replica_push_encoded,
+        request_deserializer=None,
+        response_serializer=replication_pb2.ReplicaPushResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REPLICATION_SERVICE, handlers),)
+    )
+    # Not in the typing stubs; the generated code calls it too.
+    cast(Any, server).add_registered_method_handlers(REPLICATION_SERVICE, handlers)
