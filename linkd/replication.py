@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -69,6 +70,9 @@ PARTITION_MAX_BYTES = 1024 * 1024
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 2.0
 REPLICATION_SERVICE = "ccr.v1.Replication"
+# Pushes in flight per link while a pushing leader has more to send at once
+# (ASYNC links; `rounds.continue_fetch`).
+PUSH_WINDOW = 3
 
 
 def _response_type(method: str) -> Any:
@@ -517,21 +521,84 @@ class LinkRunner:
         if steps.push_discovery:
             namespaces, offsets = rounds.push_discovery(self.node.state, config)
             self._last_push_discovery = self.node.clock()
-        data: rounds.FetchAnswer | None = None
-        sent_ms: int | None = None
-        if self._next_fetch is not None and self._next_fetch.partitions:
-            data = await serve_fetch_answer(self.node, self._next_fetch, from_remote=False)
-            sent_ms = self._next_fetch.sent_ms or None
-        elif self._next_fetch is not None and not namespaces and not offsets:
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
+        request = self._next_fetch
+        if request is None or not request.partitions:
+            if request is not None and not namespaces and not offsets:
+                await self._idle(rounds.IDLE_POLL_MS / 1000)
+            message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
+            self._next_fetch = None
+            self._next_fetch = await self._push_once(message)
+            return
+        parts = codec.partition_fetches_of(request)
+        data = await serve_parts(
+            self.node,
+            request.link_id,
+            parts,
+            request.max_wait_ms,
+            request.max_bytes,
+            from_remote=False,
+        )
         # The records go into the message once (built in place, encoded once).
-        message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets, data, sent_ms))
+        message = codec.push_pb(
+            rounds.Push(config.link_id, namespaces, offsets, data, request.sent_ms or None)
+        )
         # Until the follower answers, it has no request outstanding: a push
         # it refused is not repeated from a request its log may have left.
         self._next_fetch = None
+        cursor = rounds.continue_fetch(config, parts, data)
+        if cursor is None:
+            self._next_fetch = await self._push_once(message)
+            return
+        self._next_fetch = await self._push_pipelined(message, cursor, request.max_bytes)
+
+    async def _push_once(
+        self, message: replication_pb2.ReplicaPushRequest
+    ) -> replication_pb2.ReplicaFetchRequest:
+        """One push; the follower's next request."""
         reply = await self._call("ReplicaPush", message, CALL_TIMEOUT_S)
         self.node.state.links.on_contact(self.name, self.node.clock())
-        self._next_fetch = reply.next
+        next_fetch: replication_pb2.ReplicaFetchRequest = reply.next
+        return next_fetch
+
+    async def _push_pipelined(
+        self,
+        first: replication_pb2.ReplicaPushRequest,
+        cursor: tuple[rounds.PartitionFetch, ...] | None,
+        max_bytes: int,
+    ) -> replication_pb2.ReplicaFetchRequest:
+        """Pushes `first`, and while the follower appends it reads and sends
+        what follows (`rounds.continue_fetch`), up to PUSH_WINDOW pushes in
+        flight, until there is nothing more to send at once; returns the
+        follower's request after the last (its own position, which the next
+        push answers)."""
+        pending: deque[asyncio.Task[replication_pb2.ReplicaFetchRequest]] = deque()
+        pending.append(asyncio.create_task(self._push_once(first)))
+        next_fetch: replication_pb2.ReplicaFetchRequest | None = None
+        try:
+            while pending:
+                while cursor is not None and len(pending) < PUSH_WINDOW:
+                    config = self.node.state.links.get(self.name)
+                    more = await serve_parts(
+                        self.node,
+                        config.link_id,
+                        cursor,
+                        0,
+                        max_bytes,
+                        from_remote=False,
+                        acknowledges=False,
+                    )
+                    if more.total_bytes <= 0:
+                        cursor = None
+                        break
+                    message = codec.push_pb(rounds.Push(config.link_id, data=more))
+                    pending.append(asyncio.create_task(self._push_once(message)))
+                    cursor = rounds.continue_fetch(config, cursor, more)
+                next_fetch = await pending.popleft()
+        finally:
+            for task in pending:
+                task.cancel()
+        assert next_fetch is not None
+        return next_fetch
 
 
 # -- both ends of the data path, shared by pull and push -----------------------------
@@ -595,16 +662,37 @@ async def serve_fetch(
 async def serve_fetch_answer(
     node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
 ) -> rounds.FetchAnswer:
-    """Source side: answers a follower's fetch (`rounds.serve_replica_fetch`),
-    waiting up to its max_wait_ms for data (long poll). A fetch that arrived
-    from the remote is contact, every time it is served; one this side serves
-    itself to push the answer is not."""
+    """Source side: answers a follower's fetch request (`serve_parts`)."""
+    return await serve_parts(
+        node,
+        request.link_id,
+        codec.partition_fetches_of(request),
+        request.max_wait_ms,
+        request.max_bytes,
+        from_remote=from_remote,
+    )
+
+
+async def serve_parts(
+    node: ClusterNode,
+    link_id: str,
+    parts: tuple[rounds.PartitionFetch, ...] | list[rounds.PartitionFetch],
+    max_wait_ms: int,
+    max_bytes: int,
+    *,
+    from_remote: bool,
+    acknowledges: bool = True,
+) -> rounds.FetchAnswer:
+    """Source side: answers a fetch (`rounds.serve_replica_fetch`), waiting
+    up to `max_wait_ms` for data (long poll). A fetch that arrived from the
+    remote is contact, every time it is served; one this side serves itself
+    to push the answer is not. `acknowledges=False`: a request this side made
+    up (`rounds.continue_fetch`), not the follower's position."""
     state = node.state
-    state.links.by_id(request.link_id)
+    state.links.by_id(link_id)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(0, min(request.max_wait_ms, 30_000)) / 1000
-    budget_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES
-    parts = codec.partition_fetches_of(request)
+    deadline = loop.time() + max(0, min(max_wait_ms, 30_000)) / 1000
+    budget_bytes = max_bytes if max_bytes > 0 else FETCH_MAX_BYTES
 
     def read(
         topic_id: str, partition: int, start: int, end: int, max_bytes: int
@@ -619,13 +707,14 @@ async def serve_fetch_answer(
         try:
             answer = rounds.serve_replica_fetch(
                 state,
-                request.link_id,
+                link_id,
                 parts,
                 node.clock(),
                 read,
                 budget_bytes,
                 PARTITION_MAX_BYTES,
                 from_remote=from_remote,
+                acknowledges=acknowledges,
             )
             if answer.hw_moved:
                 node.notify()
@@ -645,6 +734,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.node = node
         self.manager = manager
         self.security = manager.security
+        self._push_locks: dict[str, asyncio.Lock] = {}
 
     async def _guard(self, context: Any, coro: Awaitable[Any]) -> Any:
         try:
@@ -812,11 +902,15 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             self._verify(context, "ReplicaPush", request, request.link_id, digest)
             self.node.check_ready()
             node = self.node
-            nxt: rounds.FetchRequest = await self.manager.host.drive(
-                rounds.accept_push(
-                    node.state, codec.push_of(request), node.clock(), node.topic_id_factory
+            # A leader may have several pushes in flight: they are applied
+            # one at a time, in the order they arrived.
+            lock = self._push_locks.setdefault(request.link_id, asyncio.Lock())
+            async with lock:
+                nxt: rounds.FetchRequest = await self.manager.host.drive(
+                    rounds.accept_push(
+                        node.state, codec.push_of(request), node.clock(), node.topic_id_factory
+                    )
                 )
-            )
             names = [c.name for c in node.state.links.configs.values()
                      if c.link_id == request.link_id]
             if request.HasField("data") and request.request_sent_ms and names:
