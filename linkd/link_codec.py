@@ -300,6 +300,8 @@ def fetch_answer_pb(
         entry.records = p.records
         entry.marks_wanted = p.marks_wanted
         entry.log_start_cause = p.log_start_cause
+        if p.continues_from is not None:
+            entry.continues_from = p.continues_from
     return out
 
 
@@ -325,6 +327,7 @@ def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPar
         error=error_of(p.error) if p.HasField("error") else None,
         marks_wanted=p.marks_wanted,
         log_start_cause=p.log_start_cause,
+        continues_from=p.continues_from if p.HasField("continues_from") else None,
     )
 
 

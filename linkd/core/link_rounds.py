@@ -468,6 +468,11 @@ class FetchedPartition:
     # Why the log start is where it is ("retention", "deleted records"; ""
     # when not known): a follower behind it records the gap with the cause.
     log_start_cause: str = ""
+    # Read ahead of the follower's request (a pipelined push, `continue_fetch`):
+    # the follower position these records continue (None: they answer the
+    # follower's own request). A follower whose log does not end exactly
+    # there drops them: applied out of turn they would leave a hole.
+    continues_from: int | None = None
 
 
 @dataclass(slots=True)
@@ -569,6 +574,8 @@ def serve_replica_fetch(
                     log.high_watermark,
                     now_ms,
                 )
+            if not acknowledges:
+                entry.continues_from = part.fetch_offset
             if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
                 part_max = part.max_bytes or partition_max_bytes
                 budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
@@ -608,9 +615,10 @@ def continue_fetch(
     below the log start (a gap or a reset is the follower's to settle), or
     when the answer carried no bytes at all. Such a request is served with
     `acknowledges=False`: it is not the follower's position. The follower
-    applies the pushes in the order sent; one that no longer continues its
-    log (an earlier push was refused) is dropped there (`append_replica`),
-    and its next request of its own says where it is."""
+    applies the pushes in the order sent; a partition's answer that does not
+    continue its log exactly (an earlier push was refused or dropped) is
+    dropped there (`FetchedPartition.continues_from`), and its next request
+    of its own says where it is."""
     if config.mode == LinkMode.SYNC or answer.total_bytes <= 0:
         return None
     got = {(p.source_topic, p.partition): p for p in answer.partitions}
@@ -725,6 +733,11 @@ def apply_replica_fetch(
             wanted.add((local, fetched.partition))
             continue
         wanted.discard((local, fetched.partition))
+        if (
+            fetched.continues_from is not None
+            and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset
+        ):
+            continue  # read ahead for a log this one is not (an earlier push was dropped)
         if fetched.error is not None:
             refused.append((local, fetched.partition, fetched.error))
             continue
