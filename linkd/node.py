@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 from linkd.authz import Gate
 from linkd.core import cleaner, restart
@@ -293,31 +293,17 @@ class ClusterNode:
     async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
         touched: dict[tuple[str, int], int] = {}
         effects = list(effects)
-        run_end = 0  # appends before this index were written with an earlier one
         for i, effect in enumerate(effects):
             if isinstance(effect, AppendBatch):
-                if i < run_end:
-                    continue
                 key = (effect.topic_id, effect.partition)
-                # One write for the run of appends to this partition that
-                # starts here (a fetched round's batches, a produce's).
-                run_end = i + 1
-                while run_end < len(effects) and _appends_to(effects[run_end], key):
-                    run_end += 1
-                run = cast(list[AppendBatch], effects[i:run_end])
                 try:
-                    # The core placed the batches (a copy of a cleaned log may jump offsets).
-                    if len(run) == 1:
-                        self.stores[key].append(effect.batch, effect.header, gaps=True)
-                    else:
-                        self.stores[key].append_many(
-                            b"".join(e.batch for e in run), [e.header for e in run], gaps=True
-                        )
+                    # The core placed the batch (a copy of a cleaned log may jump offsets).
+                    self.stores[key].append(effect.batch, effect.header, gaps=True)
                 except OSError as exc:
                     if touched:
                         await self._make_durable(touched)
                     self._appends_not_stored(effects[i:], exc)
-                touched[key] = run[-1].header.next_offset
+                touched[key] = effect.header.next_offset
             elif isinstance(effect, Journal):
                 if touched:
                     await self._make_durable(touched)
@@ -905,10 +891,6 @@ class ClusterNode:
         effects = self.state.set_user_password(name, password, salts, iterations)
         await self.execute(effects)
         return bool(effects)
-
-
-def _appends_to(effect: Effect, key: tuple[str, int]) -> bool:
-    return isinstance(effect, AppendBatch) and (effect.topic_id, effect.partition) == key
 
 
 def _log_task_failure(task: asyncio.Task[None]) -> None:
