@@ -287,6 +287,8 @@ def fetch_answer_pb(
         entry = out.partitions.add(
             topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
         )
+        if p.continues_from is not None:
+            entry.continues_from = p.continues_from
         if p.error is not None:
             entry.error.CopyFrom(error_pb(p.error))
             continue
@@ -300,8 +302,6 @@ def fetch_answer_pb(
         entry.records = p.records
         entry.marks_wanted = p.marks_wanted
         entry.log_start_cause = p.log_start_cause
-        if p.continues_from is not None:
-            entry.continues_from = p.continues_from
     return out
 
 

@@ -491,3 +491,23 @@ def test_pipelined_push__not_on_a_sync_link__nor_after_a_divergence_or_an_empty_
     fetch_round(a, b, disk_a, disk_b, NOW + 15)
     a.links.set_mode("ab", "SYNC", NOW + 20)
     assert rounds.continue_fetch(a.links.get("ab"), request.partitions, answer) is None
+
+
+def test_pipelined_push__a_read_ahead_refusal_or_divergence__is_dropped_unless_at_the_log_end() -> (
+    None
+):
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    # Read ahead for a follower at 5: past the source's log end, so diverged.
+    ahead = [rounds.PartitionFetch("orders-1", 0, 5, -1)]
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", ahead, NOW, disk_a.read, BUDGET, 1, acknowledges=False
+    )
+    assert answer.partitions[0].diverging_end_offset >= 0
+    assert answer.partitions[0].continues_from == 5
+
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
+
+    assert applied.effects == [] and applied.truncations == [] and applied.progress == []

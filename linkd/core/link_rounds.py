@@ -525,6 +525,10 @@ def serve_replica_fetch(
             links.on_contact(config.name, now_ms)
         for part in parts:
             entry = FetchedPartition(part.source_topic, part.partition)
+            if not acknowledges:
+                # Whatever it says (records, a divergence, a refusal), it
+                # answers a position the follower may not be at.
+                entry.continues_from = part.fetch_offset
             answer.partitions.append(entry)
             try:
                 plan = rep.plan_replica_fetch(
@@ -574,8 +578,6 @@ def serve_replica_fetch(
                     log.high_watermark,
                     now_ms,
                 )
-            if not acknowledges:
-                entry.continues_from = part.fetch_offset
             if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
                 part_max = part.max_bytes or partition_max_bytes
                 budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
@@ -728,16 +730,16 @@ def apply_replica_fetch(
             continue
         if config is None or config.mapping_for(local, "follower") is None:
             continue  # no longer followed (the roles changed since the request left)
-        wanted = state.links.runtime[link_name].marks_wanted
-        if fetched.marks_wanted:
-            wanted.add((local, fetched.partition))
-            continue
-        wanted.discard((local, fetched.partition))
         if (
             fetched.continues_from is not None
             and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset
         ):
             continue  # read ahead for a log this one is not (an earlier push was dropped)
+        wanted = state.links.runtime[link_name].marks_wanted
+        if fetched.marks_wanted:
+            wanted.add((local, fetched.partition))
+            continue
+        wanted.discard((local, fetched.partition))
         if fetched.error is not None:
             refused.append((local, fetched.partition, fetched.error))
             continue

@@ -719,8 +719,9 @@ class ReplicaFetchedPartition(_message.Message):
     """
     continues_from: _builtins.int
     """Set on what a pushing leader read ahead of the follower's request (a
-    pipelined push): the follower position the records continue. A follower
-    whose log does not end exactly there drops the partition's answer.
+    pipelined push): the follower position the answer was read for. A
+    follower whose log does not end exactly there drops the partition's
+    answer, whatever it says (records, a divergence, a refusal).
     """
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
