@@ -33,6 +33,12 @@ tansu answers a fetch only once fetch.wait.max.ms has passed, even when data is
 waiting, so the baseline's consumers use 10 ms (--mirror-fetch-wait-ms); the
 latency table also shows the default 500 ms.
 
+Ceiling (grpc-raw): the same bytes (the workload's record batches, in total)
+streamed by a minimal gRPC server in another process to this one over
+127.0.0.1, as pre-built chunks the size of one of the link's pushes (one
+partition's byte limit times the partitions); nothing is decoded, checked or
+written. The clock runs from the call until the last chunk arrives.
+
 Prints one row per (system, mode, record size, fsync mode), the latency
 percentiles and the ratios linkd/mirror; throughput rows are the median of
 --repeat runs (fresh daemons or brokers each run); nothing is asserted.
@@ -107,6 +113,78 @@ class Latency:
     p50_ms: float
     p99_ms: float
     max_ms: float
+
+
+# -- the ceiling: raw gRPC between two processes -------------------------------------------
+
+RAW_SERVICE = "bench.Raw"
+# What one push of the link carries at most: each partition's byte limit.
+RAW_CHUNK_BYTES = 1024 * 1024 * PARTITIONS
+RAW_OPTIONS = [
+    ("grpc.max_receive_message_length", 128 * 1024 * 1024),
+    ("grpc.max_send_message_length", 128 * 1024 * 1024),
+]
+
+
+def raw_server_main(chunk_bytes: int) -> int:
+    """The ceiling's server (a subprocess): streams a pre-built chunk until
+    the bytes asked for are sent. Prints its port, then serves until killed."""
+    import grpc
+
+    chunk = os.urandom(chunk_bytes)
+
+    def stream(request: bytes, _context: object) -> Any:
+        (total,) = struct.unpack(">Q", request)
+        sent = 0
+        while sent < total:
+            n = min(chunk_bytes, total - sent)
+            yield chunk if n == chunk_bytes else chunk[:n]
+            sent += n
+
+    import concurrent.futures
+
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(2), options=RAW_OPTIONS)
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                RAW_SERVICE, {"Stream": grpc.unary_stream_rpc_method_handler(stream)}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+    return 0
+
+
+def raw_grpc(payloads: list[bytes]) -> Row:
+    """The bytes linkd copies (its batches), over a bare gRPC stream."""
+    import grpc
+
+    total = sum(len(b) for queue in build_batches(payloads) for b in queue)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--raw-server", str(RAW_CHUNK_BYTES)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=RAW_OPTIONS) as channel:
+            call = channel.unary_stream(f"/{RAW_SERVICE}/Stream")
+            t0 = time.perf_counter()
+            first = got = 0.0
+            received = 0
+            for chunk in call(struct.pack(">Q", total), timeout=WAIT_S):
+                received += len(chunk)
+                if not first:
+                    first = time.perf_counter()
+            got = time.perf_counter()
+        assert received == total, (received, total)
+    finally:
+        proc.kill()
+        proc.wait(15)
+    return Row("grpc", "raw", len(payloads[0]), "-", len(payloads), got - t0, first_s=first - t0)
 
 
 # -- linkd ------------------------------------------------------------------------------
@@ -758,6 +836,7 @@ def main() -> int:
         default=MIRROR_FETCH_WAIT_MS,
         help="fetch.wait.max.ms of the baseline's consumers",
     )
+    parser.add_argument("--raw-server", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--mirror",
         nargs=5,
@@ -765,6 +844,8 @@ def main() -> int:
         help=argparse.SUPPRESS,
     )
     args = parser.parse_args()
+    if args.raw_server:
+        return raw_server_main(args.raw_server)
     if args.mirror:
         source, target, topic, n, wait_ms = args.mirror
         return mirror_main(source, target, topic, int(n), int(wait_ms))
@@ -787,6 +868,7 @@ def main() -> int:
                     for tag, fn in (("c", linkd_catch_up), ("s", linkd_stream))
                 ]
                 got += [mirror_catch_up(payloads, wait_ms), mirror_stream(payloads, wait_ms)]
+                got.append(raw_grpc(payloads))
                 for row in got:
                     runs.setdefault((row.system, row.mode, row.size, row.fsync), []).append(row)
         rows = [median_of(r) for r in runs.values()]
@@ -815,7 +897,9 @@ def main() -> int:
         f"{args.repeat}); first s: until the first one is; source s: stream only,\n"
         "until the source acknowledged every record. linkd: records produced as pre-built\n"
         "256 KiB batches over raw gRPC; mirror: tansu (memory) -> confluent-kafka loop\n"
-        f"(fetch.wait.max.ms={wait_ms}, acks=all, linger.ms=5) -> tansu."
+        f"(fetch.wait.max.ms={wait_ms}, acks=all, linger.ms=5) -> tansu; grpc raw: the same\n"
+        f"bytes as {RAW_CHUNK_BYTES // 1024} KiB chunks streamed by a bare gRPC server in "
+        "another process (the ceiling)."
     )
     discover = [r.discover_s for r in rows if r.discover_s == r.discover_s]
     if discover:
@@ -850,6 +934,15 @@ def main() -> int:
                         f"  {size:>5}B {mode:9} fsync={r.fsync:6} "
                         f"{r.rates()[0] / base.rates()[0]:.2f}x"
                     )
+    print("share of the ceiling linkd/grpc raw (records/s; bytes are the same):")
+    for size, _ in workloads:
+        raw = next(r for r in rows if r.system == "grpc" and r.size == size)
+        for r in rows:
+            if r.system == "linkd" and r.size == size:
+                print(
+                    f"  {size:>5}B {r.mode:9} fsync={r.fsync:6} "
+                    f"{r.rates()[0] / raw.rates()[0]:.0%}"
+                )
     base_lat = next(x for x in latencies if x.setting == f"fetch.wait.max.ms={wait_ms}")
     print(f"latency mirror ({base_lat.setting}) / linkd, higher is better for linkd:")
     for lat in latencies:

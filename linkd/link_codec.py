@@ -275,12 +275,20 @@ def partition_fetches_of(
     ]
 
 
-def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchResponse:
-    out = replication_pb2.ReplicaFetchResponse(sync_state=answer.sync_state)
+def fetch_answer_pb(
+    answer: rounds.FetchAnswer, out: replication_pb2.ReplicaFetchResponse | None = None
+) -> replication_pb2.ReplicaFetchResponse:
+    """The answer as a message; built into `out` when given (a push's `data`:
+    the records are copied into the message once, never message to message)."""
+    if out is None:
+        out = replication_pb2.ReplicaFetchResponse()
+    out.sync_state = answer.sync_state
     for p in answer.partitions:
         entry = out.partitions.add(
             topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
         )
+        if p.continues_from is not None:
+            entry.continues_from = p.continues_from
         if p.error is not None:
             entry.error.CopyFrom(error_pb(p.error))
             continue
@@ -299,25 +307,27 @@ def fetch_answer_pb(answer: rounds.FetchAnswer) -> replication_pb2.ReplicaFetchR
 
 def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.FetchAnswer:
     return rounds.FetchAnswer(
-        [
-            rounds.FetchedPartition(
-                p.topic,
-                p.partition,
-                high_watermark=p.high_watermark,
-                log_start_offset=p.log_start_offset,
-                log_end_offset=p.log_end_offset,
-                leader_epoch=p.leader_epoch,
-                diverging_end_offset=p.diverging_end_offset,
-                diverging_epoch=p.diverging_epoch,
-                records=p.records,
-                size_bytes=len(p.records),
-                error=error_of(p.error) if p.HasField("error") else None,
-                marks_wanted=p.marks_wanted,
-                log_start_cause=p.log_start_cause,
-            )
-            for p in reply.partitions
-        ],
-        sync_state=reply.sync_state,
+        [_fetched_of(p) for p in reply.partitions], sync_state=reply.sync_state
+    )
+
+
+def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPartition:
+    records = p.records  # each read of a bytes field is a fresh copy: read once
+    return rounds.FetchedPartition(
+        p.topic,
+        p.partition,
+        high_watermark=p.high_watermark,
+        log_start_offset=p.log_start_offset,
+        log_end_offset=p.log_end_offset,
+        leader_epoch=p.leader_epoch,
+        diverging_end_offset=p.diverging_end_offset,
+        diverging_epoch=p.diverging_epoch,
+        records=records,
+        size_bytes=len(records),
+        error=error_of(p.error) if p.HasField("error") else None,
+        marks_wanted=p.marks_wanted,
+        log_start_cause=p.log_start_cause,
+        continues_from=p.continues_from if p.HasField("continues_from") else None,
     )
 
 
@@ -329,7 +339,7 @@ def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
     out.namespaces.extend(namespace_pb(ns) for ns in push.namespaces)
     out.group_offsets.extend(group_offsets_pb(list(push.group_offsets)))
     if push.data is not None:
-        out.data.CopyFrom(fetch_answer_pb(push.data))
+        fetch_answer_pb(push.data, out.data)
     out.request_sent_ms = push.request_sent_ms or 0
     return out
 

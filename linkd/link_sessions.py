@@ -96,7 +96,12 @@ class ClientSession:
     identity: LinkIdentity
 
     def metadata(self, method: str, request: Message) -> tuple[tuple[str, str], ...]:
-        seq, mac = self.signer.sign(method, request_digest(request))
+        return self.metadata_of_body(method, request.SerializeToString(deterministic=True))
+
+    def metadata_of_body(self, method: str, body: bytes) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call whose request is `body`, its deterministic
+        encoding (sent as it is: a request is encoded once)."""
+        seq, mac = self.signer.sign(method, auth.request_digest(body))
         return ((SESSION_KEY, self.signer.session_id), (SEQ_KEY, str(seq)), (MAC_KEY, mac.hex()))
 
 

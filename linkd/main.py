@@ -39,7 +39,6 @@ from wsgiref.simple_server import WSGIServer
 
 from grpc import aio
 
-from ccr.v1 import replication_pb2_grpc
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.groups import GroupConfig
 from linkd.core.link_metrics import link_samples
@@ -82,7 +81,7 @@ from linkd.metrics import (
 )
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
-from linkd.replication import LinkManager, ReplicationService
+from linkd.replication import LinkManager, ReplicationService, add_replication_service
 from linkd.secret_box import SecretBox
 from linkd.storage.datadir import DataDirError
 
@@ -626,7 +625,7 @@ async def serve(settings: dict[str, Any]) -> int:
     links = LinkManager(node, security)
     mirror_links = MirrorLinkManager(node)
     add_services(server, node, links, mirror_links)
-    replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(node, links), server)
+    add_replication_service(server, ReplicationService(node, links))
     try:
         port = _add_grpc_port(server, settings)
     except RuntimeError as exc:

@@ -28,11 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
@@ -68,6 +69,16 @@ FETCH_MAX_BYTES = 8 * 1024 * 1024
 PARTITION_MAX_BYTES = 1024 * 1024
 BACKOFF_MIN_S = 0.1
 BACKOFF_MAX_S = 2.0
+REPLICATION_SERVICE = "ccr.v1.Replication"
+# Pushes in flight per link while a pushing leader has more to send at once
+# (ASYNC links; `rounds.continue_fetch`).
+PUSH_WINDOW = 3
+
+
+def _response_type(method: str) -> Any:
+    """The message class a Replication method answers with."""
+    service = replication_pb2.DESCRIPTOR.services_by_name["Replication"]
+    return getattr(replication_pb2, service.methods_by_name[method].output_type.name)
 
 
 class LinkManager:
@@ -226,6 +237,8 @@ class LinkRunner:
         self._session_for: tuple[str, ...] = ()
         self._opening = asyncio.Lock()
         self._last_refusal = ""  # the last session refusal logged (once each)
+        # Calls on the current channel that send requests already encoded.
+        self._raw_methods: dict[str, Any] = {}
 
     @property
     def node(self) -> ClusterNode:
@@ -261,6 +274,7 @@ class LinkRunner:
         if self._channel is None or address != self._address:
             old = self._channel
             self._address = address
+            self._raw_methods = {}
             try:
                 self._channel = dial(address, self.manager.security.tls)
             except ValueError as exc:
@@ -282,14 +296,29 @@ class LinkRunner:
         config = self.node.state.links.get(self.name)
         stub = self._stub(config)
         session = await self._ensure_session(config, stub)
+        # Encoded once: the bytes signed are the bytes sent.
+        body = request.SerializeToString(deterministic=True)
         try:
-            return await getattr(stub, method)(
-                request, metadata=session.metadata(method, request), timeout=timeout
+            return await self._raw_method(method)(
+                body, metadata=session.metadata_of_body(method, body), timeout=timeout
             )
         except grpc.RpcError as exc:
             if sessions.is_auth_failure(exc) and self._session is session:
                 self._session = None
             raise
+
+    def _raw_method(self, method: str) -> Any:
+        """The channel's call of `method` taking its request already encoded."""
+        assert self._channel is not None
+        call = self._raw_methods.get(method)
+        if call is None:
+            call = self._channel.unary_unary(
+                f"/{REPLICATION_SERVICE}/{method}",
+                request_serializer=None,
+                response_deserializer=_response_type(method).FromString,
+            )
+            self._raw_methods[method] = call
+        return call
 
     async def _ensure_session(
         self, config: LinkConfig, stub: replication_pb2_grpc.ReplicationAsyncStub
@@ -492,21 +521,84 @@ class LinkRunner:
         if steps.push_discovery:
             namespaces, offsets = rounds.push_discovery(self.node.state, config)
             self._last_push_discovery = self.node.clock()
-        data: replication_pb2.ReplicaFetchResponse | None = None
-        if self._next_fetch is not None and self._next_fetch.partitions:
-            data = await serve_fetch(self.node, self._next_fetch, from_remote=False)
-        elif self._next_fetch is not None and not namespaces and not offsets:
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
-        message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
-        if data is not None and self._next_fetch is not None:
-            message.data.CopyFrom(data)
-            message.request_sent_ms = self._next_fetch.sent_ms
+        request = self._next_fetch
+        if request is None or not request.partitions:
+            if request is not None and not namespaces and not offsets:
+                await self._idle(rounds.IDLE_POLL_MS / 1000)
+            message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
+            self._next_fetch = None
+            self._next_fetch = await self._push_once(message)
+            return
+        parts = codec.partition_fetches_of(request)
+        data = await serve_parts(
+            self.node,
+            request.link_id,
+            parts,
+            request.max_wait_ms,
+            request.max_bytes,
+            from_remote=False,
+        )
+        # The records go into the message once (built in place, encoded once).
+        message = codec.push_pb(
+            rounds.Push(config.link_id, namespaces, offsets, data, request.sent_ms or None)
+        )
         # Until the follower answers, it has no request outstanding: a push
         # it refused is not repeated from a request its log may have left.
         self._next_fetch = None
+        cursor = rounds.continue_fetch(config, parts, data)
+        if cursor is None:
+            self._next_fetch = await self._push_once(message)
+            return
+        self._next_fetch = await self._push_pipelined(message, cursor, request.max_bytes)
+
+    async def _push_once(
+        self, message: replication_pb2.ReplicaPushRequest
+    ) -> replication_pb2.ReplicaFetchRequest:
+        """One push; the follower's next request."""
         reply = await self._call("ReplicaPush", message, CALL_TIMEOUT_S)
         self.node.state.links.on_contact(self.name, self.node.clock())
-        self._next_fetch = reply.next
+        next_fetch: replication_pb2.ReplicaFetchRequest = reply.next
+        return next_fetch
+
+    async def _push_pipelined(
+        self,
+        first: replication_pb2.ReplicaPushRequest,
+        cursor: tuple[rounds.PartitionFetch, ...] | None,
+        max_bytes: int,
+    ) -> replication_pb2.ReplicaFetchRequest:
+        """Pushes `first`, and while the follower appends it reads and sends
+        what follows (`rounds.continue_fetch`), up to PUSH_WINDOW pushes in
+        flight, until there is nothing more to send at once; returns the
+        follower's request after the last (its own position, which the next
+        push answers)."""
+        pending: deque[asyncio.Task[replication_pb2.ReplicaFetchRequest]] = deque()
+        pending.append(asyncio.create_task(self._push_once(first)))
+        next_fetch: replication_pb2.ReplicaFetchRequest | None = None
+        try:
+            while pending:
+                while cursor is not None and len(pending) < PUSH_WINDOW:
+                    config = self.node.state.links.get(self.name)
+                    more = await serve_parts(
+                        self.node,
+                        config.link_id,
+                        cursor,
+                        0,
+                        max_bytes,
+                        from_remote=False,
+                        acknowledges=False,
+                    )
+                    if more.total_bytes <= 0:
+                        cursor = None
+                        break
+                    message = codec.push_pb(rounds.Push(config.link_id, data=more))
+                    pending.append(asyncio.create_task(self._push_once(message)))
+                    cursor = rounds.continue_fetch(config, cursor, more)
+                next_fetch = await pending.popleft()
+        finally:
+            for task in pending:
+                task.cancel()
+        assert next_fetch is not None
+        return next_fetch
 
 
 # -- both ends of the data path, shared by pull and push -----------------------------
@@ -563,16 +655,44 @@ async def apply_group_offsets(
 async def serve_fetch(
     node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
 ) -> replication_pb2.ReplicaFetchResponse:
-    """Source side: answers a follower's fetch (`rounds.serve_replica_fetch`),
-    waiting up to its max_wait_ms for data (long poll). A fetch that arrived
-    from the remote is contact, every time it is served; one this side serves
-    itself to push the answer is not."""
+    """Source side: `serve_fetch_answer`, encoded."""
+    return codec.fetch_answer_pb(await serve_fetch_answer(node, request, from_remote=from_remote))
+
+
+async def serve_fetch_answer(
+    node: ClusterNode, request: replication_pb2.ReplicaFetchRequest, *, from_remote: bool
+) -> rounds.FetchAnswer:
+    """Source side: answers a follower's fetch request (`serve_parts`)."""
+    return await serve_parts(
+        node,
+        request.link_id,
+        codec.partition_fetches_of(request),
+        request.max_wait_ms,
+        request.max_bytes,
+        from_remote=from_remote,
+    )
+
+
+async def serve_parts(
+    node: ClusterNode,
+    link_id: str,
+    parts: tuple[rounds.PartitionFetch, ...] | list[rounds.PartitionFetch],
+    max_wait_ms: int,
+    max_bytes: int,
+    *,
+    from_remote: bool,
+    acknowledges: bool = True,
+) -> rounds.FetchAnswer:
+    """Source side: answers a fetch (`rounds.serve_replica_fetch`), waiting
+    up to `max_wait_ms` for data (long poll). A fetch that arrived from the
+    remote is contact, every time it is served; one this side serves itself
+    to push the answer is not. `acknowledges=False`: a request this side made
+    up (`rounds.continue_fetch`), not the follower's position."""
     state = node.state
-    state.links.by_id(request.link_id)
+    state.links.by_id(link_id)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(0, min(request.max_wait_ms, 30_000)) / 1000
-    budget_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES
-    parts = codec.partition_fetches_of(request)
+    deadline = loop.time() + max(0, min(max_wait_ms, 30_000)) / 1000
+    budget_bytes = max_bytes if max_bytes > 0 else FETCH_MAX_BYTES
 
     def read(
         topic_id: str, partition: int, start: int, end: int, max_bytes: int
@@ -587,18 +707,19 @@ async def serve_fetch(
         try:
             answer = rounds.serve_replica_fetch(
                 state,
-                request.link_id,
+                link_id,
                 parts,
                 node.clock(),
                 read,
                 budget_bytes,
                 PARTITION_MAX_BYTES,
                 from_remote=from_remote,
+                acknowledges=acknowledges,
             )
             if answer.hw_moved:
                 node.notify()
             if answer.ready or loop.time() >= deadline or node.stopping:
-                return codec.fetch_answer_pb(answer)
+                return answer
             await node.long_polls.wait(event, deadline - loop.time())
         finally:
             node.long_polls.unpark(event)
@@ -613,6 +734,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.node = node
         self.manager = manager
         self.security = manager.security
+        self._push_locks: dict[str, asyncio.Lock] = {}
 
     async def _guard(self, context: Any, coro: Awaitable[Any]) -> Any:
         try:
@@ -622,14 +744,23 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 self.security.refused(exc, str(context.peer()))
             await abort_with_error(context, exc)
 
-    def _verify(self, context: Any, method: str, request: Message, link_id: str) -> auth.Session:
+    def _verify(
+        self,
+        context: Any,
+        method: str,
+        request: Message,
+        link_id: str,
+        digest: bytes | None = None,
+    ) -> auth.Session:
+        """Checks the call's session; `digest`: of the request as received,
+        when the shell has it (else of the request encoded again)."""
         session_id, seq, mac = sessions.session_fields(context)
         return self.security.sessions.verify(
             session_id,
             link_id,
             method,
             seq,
-            sessions.request_digest(request),
+            digest if digest is not None else sessions.request_digest(request),
             mac,
             self.node.clock(),
         )
@@ -740,15 +871,46 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     async def ReplicaPush(
         self, request: replication_pb2.ReplicaPushRequest, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
+        return await self._replica_push(request, sessions.request_digest(request), context)
+
+    async def replica_push_encoded(
+        self, body: bytes, context: Any
+    ) -> replication_pb2.ReplicaPushResponse:
+        """ReplicaPush as received (`add_replication_service`): the session's
+        MAC is checked over the bytes that arrived, as the caller signed them,
+        instead of over the request encoded again; a request encoded some
+        other way than deterministically is checked as ReplicaPush is."""
+        try:
+            request = replication_pb2.ReplicaPushRequest.FromString(body)
+        except DecodeError as exc:
+            await abort_with_error(
+                context,
+                ClusterError(
+                    ErrorCode.INVALID_REQUEST, "ReplicaPush", f"ReplicaPush does not decode: {exc}"
+                ),
+            )
+        digest = auth.request_digest(body)
+        session_id, seq, mac = sessions.session_fields(context)
+        if not self.security.sessions.proves(session_id, "ReplicaPush", seq, digest, mac):
+            digest = sessions.request_digest(request)
+        return await self._replica_push(request, digest, context)
+
+    async def _replica_push(
+        self, request: replication_pb2.ReplicaPushRequest, digest: bytes, context: Any
+    ) -> replication_pb2.ReplicaPushResponse:
         async def run() -> replication_pb2.ReplicaPushResponse:
-            self._verify(context, "ReplicaPush", request, request.link_id)
+            self._verify(context, "ReplicaPush", request, request.link_id, digest)
             self.node.check_ready()
             node = self.node
-            nxt: rounds.FetchRequest = await self.manager.host.drive(
-                rounds.accept_push(
-                    node.state, codec.push_of(request), node.clock(), node.topic_id_factory
+            # A leader may have several pushes in flight: they are applied
+            # one at a time, in the order they arrived.
+            lock = self._push_locks.setdefault(request.link_id, asyncio.Lock())
+            async with lock:
+                nxt: rounds.FetchRequest = await self.manager.host.drive(
+                    rounds.accept_push(
+                        node.state, codec.push_of(request), node.clock(), node.topic_id_factory
+                    )
                 )
-            )
             names = [c.name for c in node.state.links.configs.values()
                      if c.link_id == request.link_id]
             if request.HasField("data") and request.request_sent_ms and names:
@@ -816,3 +978,34 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
 
         result: replication_pb2.PromoteNamespacesResponse = await self._guard(context, run())
         return result
+
+
+def add_replication_service(server: aio.Server, service: ReplicationService) -> None:
+    """Adds the Replication service to `server`, its ReplicaPush taking the
+    request as received (`ReplicationService.replica_push_encoded`: the MAC is
+    checked over those bytes; a push carries megabytes of records)."""
+
+    class _Collected:
+        handlers: dict[str, Any] = {}
+
+        def add_generic_rpc_handlers(self, _handlers: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(
+            self, _service: str, handlers: dict[str, Any]
+        ) -> None:
+            self.handlers = dict(handlers)
+
+    collected = _Collected()
+    replication_pb2_grpc.add_ReplicationServicer_to_server(service, cast(Any, collected))
+    handlers = collected.handlers
+    handlers["ReplicaPush"] = grpc.unary_unary_rpc_method_handler(
+        service.replica_push_encoded,
+        request_deserializer=None,
+        response_serializer=replication_pb2.ReplicaPushResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REPLICATION_SERVICE, handlers),)
+    )
+    # Not in the typing stubs; the generated code calls it too.
+    cast(Any, server).add_registered_method_handlers(REPLICATION_SERVICE, handlers)

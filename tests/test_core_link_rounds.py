@@ -425,3 +425,89 @@ def test_a_fetched_batch_whose_records_lie_is_not_stored_and_the_link_says_why()
     row = admin.link_summary(b, "ab", NOW + 10).partitions[0]
     assert not row.lag_known
     assert row.problem.startswith("INVALID_RECORD: replica fetch for orders-1-0")
+
+
+def test_pipelined_push__continue_fetch_goes_on_where_the_answer_ends__acknowledging_nothing() -> (
+    None
+):
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    for _ in range(4):
+        produce(a, disk_a, 10, value=b"x" * 100)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    ab = a.links.get("ab")
+    # A budget of one batch a round: the answer holds the first batch only.
+    first = rounds.serve_replica_fetch(a, "id-1", request.partitions, NOW, disk_a.read, 1, 1)
+    cursor = rounds.continue_fetch(ab, request.partitions, first)
+    assert cursor is not None and cursor[0].fetch_offset == 10
+    assert cursor[0].marks[0].base_offset == 0 and cursor[0].marks[0].last_offset == 9
+    fetched_before = dict(a.links.runtime["ab"].partitions)
+
+    second = rounds.serve_replica_fetch(
+        a, "id-1", cursor, NOW, disk_a.read, 1, 1, acknowledges=False
+    )
+
+    assert second.partitions[0].diverging_end_offset < 0 and not second.partitions[0].marks_wanted
+    assert rb.parse_header(second.partitions[0].records).base_offset == 10
+    # The made-up request is not the follower's position: nothing recorded.
+    assert dict(a.links.runtime["ab"].partitions) == fetched_before
+    # Applied in order, both answers continue the follower's log.
+    for answer in (first, second):
+        applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
+        disk_b.carry_out(b, applied.effects)
+    assert b.partition("orders-1", 0).log_end_offset == 20
+    # Applied out of order, an answer that does not continue the log is dropped.
+    third = rounds.serve_replica_fetch(
+        a, "id-1", rounds.continue_fetch(ab, cursor, second) or (), NOW, disk_a.read, 1, 1,
+        acknowledges=False,
+    )
+    fourth_from = rounds.continue_fetch(ab, rounds.continue_fetch(ab, cursor, second) or (), third)
+    assert fourth_from is not None
+    fourth = rounds.serve_replica_fetch(
+        a, "id-1", fourth_from, NOW, disk_a.read, 1, 1, acknowledges=False
+    )
+    applied = rounds.apply_replica_fetch(b, "ab", fourth, request.local_of, NOW)
+    assert not any(isinstance(e, AppendBatch) for e in applied.effects)
+    assert b.partition("orders-1", 0).log_end_offset == 20
+
+
+def test_pipelined_push__not_on_a_sync_link__nor_after_a_divergence_or_an_empty_answer() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    answer = rounds.serve_replica_fetch(a, "id-1", request.partitions, NOW, disk_a.read, BUDGET, 1)
+    ab = a.links.get("ab")
+    assert rounds.continue_fetch(ab, request.partitions, answer) is not None
+
+    empty = rounds.FetchAnswer([rounds.FetchedPartition("orders-1", 0)])
+    assert rounds.continue_fetch(ab, request.partitions, empty) is None
+    diverged = rounds.FetchAnswer(
+        [rounds.FetchedPartition("orders-1", 0, diverging_end_offset=0, records=b"x")],
+        total_bytes=1,
+    )
+    assert rounds.continue_fetch(ab, request.partitions, diverged) is None
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    assert rounds.continue_fetch(a.links.get("ab"), request.partitions, answer) is None
+
+
+def test_pipelined_push__a_read_ahead_refusal_or_divergence__is_dropped_unless_at_the_log_end() -> (
+    None
+):
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    # Read ahead for a follower at 5: past the source's log end, so diverged.
+    ahead = [rounds.PartitionFetch("orders-1", 0, 5, -1)]
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", ahead, NOW, disk_a.read, BUDGET, 1, acknowledges=False
+    )
+    assert answer.partitions[0].diverging_end_offset >= 0
+    assert answer.partitions[0].continues_from == 5
+
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
+
+    assert applied.effects == [] and applied.truncations == [] and applied.progress == []

@@ -348,6 +348,14 @@ class LinkSessions:
         for old in same[: max(0, len(same) - MAX_SESSIONS_PER_LINK)]:
             del self._sessions[old.session_id]
 
+    def proves(self, session_id: str, method: str, seq: int, digest: bytes, mac: bytes) -> bool:
+        """Whether `mac` proves a call over a request of `digest` in an open
+        session (changes nothing: `verify` decides and records)."""
+        session = self._sessions.get(session_id)
+        return session is not None and hmac.compare_digest(
+            call_mac(session.key, method, seq, digest), mac
+        )
+
     def verify(
         self,
         session_id: str,

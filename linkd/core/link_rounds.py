@@ -45,6 +45,7 @@ from linkd.core import histories, undo
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
+from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import AppendBatch, Effect, Journal, Wake
@@ -467,6 +468,11 @@ class FetchedPartition:
     # Why the log start is where it is ("retention", "deleted records"; ""
     # when not known): a follower behind it records the gap with the cause.
     log_start_cause: str = ""
+    # Read ahead of the follower's request (a pipelined push, `continue_fetch`):
+    # the follower position these records continue (None: they answer the
+    # follower's own request). A follower whose log does not end exactly
+    # there drops them: applied out of turn they would leave a hole.
+    continues_from: int | None = None
 
 
 @dataclass(slots=True)
@@ -496,6 +502,7 @@ def serve_replica_fetch(
     partition_max_bytes: int,
     *,
     from_remote: bool = True,
+    acknowledges: bool = True,
 ) -> FetchAnswer:
     """Source side: answers a follower's fetch. Each partition is planned
     (`plan_replica_fetch`: divergence, how far it may copy); each fetch is
@@ -507,7 +514,9 @@ def serve_replica_fetch(
 
     A fetch that arrived from the remote is contact; one a pushing leader
     serves itself with the follower's last request (`from_remote=False`) is
-    not, else a dead follower would keep the link connected."""
+    not, else a dead follower would keep the link connected. A request the
+    leader made up itself (`continue_fetch`, `acknowledges=False`) is not the
+    follower's position: it is not recorded as a fetch."""
     config = state.links.by_id(link_id)
     links = state.links
     answer = FetchAnswer([])
@@ -516,6 +525,10 @@ def serve_replica_fetch(
             links.on_contact(config.name, now_ms)
         for part in parts:
             entry = FetchedPartition(part.source_topic, part.partition)
+            if not acknowledges:
+                # Whatever it says (records, a divergence, a refusal), it
+                # answers a position the follower may not be at.
+                entry.continues_from = part.fetch_offset
             answer.partitions.append(entry)
             try:
                 plan = rep.plan_replica_fetch(
@@ -555,15 +568,16 @@ def serve_replica_fetch(
                 entry.diverging_end_offset = plan.end_offset
                 entry.diverging_epoch = plan.epoch
                 continue
-            links.on_leader_fetch(
-                config.name,
-                part.source_topic,
-                part.partition,
-                part.fetch_offset,
-                log.log_end_offset,
-                log.high_watermark,
-                now_ms,
-            )
+            if acknowledges:
+                links.on_leader_fetch(
+                    config.name,
+                    part.source_topic,
+                    part.partition,
+                    part.fetch_offset,
+                    log.log_end_offset,
+                    log.high_watermark,
+                    now_ms,
+                )
             if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
                 part_max = part.max_bytes or partition_max_bytes
                 budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
@@ -583,6 +597,70 @@ def serve_replica_fetch(
                 ).high_watermark
     answer.sync_state = links.local_sync_state(config.name)
     return answer
+
+
+def continue_fetch(
+    config: LinkConfig,
+    parts: Sequence[PartitionFetch],
+    answer: FetchAnswer,
+) -> tuple[PartitionFetch, ...] | None:
+    """Leader side of a pipelined push: the request the follower will make
+    once it has appended `answer` (the answer to `parts`), so that the next
+    push can be read and sent before the follower's reply arrives. Each
+    partition goes on from the end of the last batch sent, marked by that
+    batch; a partition sent nothing stays where it was.
+
+    None (wait for the follower's own request) unless the answer is a plain
+    continuation of the follower's log: not on a SYNC link (the follower's
+    own fetches are its acknowledgements and the judge of its sync state),
+    nor when any partition diverged, was refused, needs every mark, lies
+    below the log start (a gap or a reset is the follower's to settle), or
+    when the answer carried no bytes at all. Such a request is served with
+    `acknowledges=False`: it is not the follower's position. The follower
+    applies the pushes in the order sent; a partition's answer that does not
+    continue its log exactly (an earlier push was refused or dropped) is
+    dropped there (`FetchedPartition.continues_from`), and its next request
+    of its own says where it is."""
+    if config.mode == LinkMode.SYNC or answer.total_bytes <= 0:
+        return None
+    got = {(p.source_topic, p.partition): p for p in answer.partitions}
+    out: list[PartitionFetch] = []
+    for part in parts:
+        fetched = got.get((part.source_topic, part.partition))
+        if (
+            fetched is None
+            or fetched.error is not None
+            or fetched.diverging_end_offset >= 0
+            or fetched.marks_wanted
+            or part.fetch_offset < fetched.log_start_offset
+        ):
+            return None
+        last = _last_header(fetched.records)
+        if last is None:
+            out.append(part)
+            continue
+        out.append(
+            PartitionFetch(
+                part.source_topic,
+                part.partition,
+                last.next_offset,
+                last.partition_leader_epoch,
+                part.max_bytes,
+                (histories.BatchMark(last.base_offset, last.last_offset, last.crc),),
+            )
+        )
+    return tuple(out)
+
+
+def _last_header(data: bytes) -> rb.BatchHeader | None:
+    """The header of the last whole batch in `data` (None: none)."""
+    position, last = 0, None
+    while position + rb.HEADER_SIZE <= len(data):
+        header = rb.parse_header(data, position)
+        if position + header.size_bytes > len(data):
+            break
+        last, position = header, position + header.size_bytes
+    return last
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,6 +730,11 @@ def apply_replica_fetch(
             continue
         if config is None or config.mapping_for(local, "follower") is None:
             continue  # no longer followed (the roles changed since the request left)
+        if (
+            fetched.continues_from is not None
+            and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset
+        ):
+            continue  # read ahead for a log this one is not (an earlier push was dropped)
         wanted = state.links.runtime[link_name].marks_wanted
         if fetched.marks_wanted:
             wanted.add((local, fetched.partition))

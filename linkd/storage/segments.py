@@ -504,7 +504,9 @@ class PartitionLogStore:
         if start_offset >= end_offset:
             return b""
         i = max(0, bisect.bisect_right([s.base_offset for s in self._segments], start_offset) - 1)
-        out = bytearray()
+        # The pieces read, each as os.pread returned it (or a slice): a read
+        # within one segment, the usual case, is handed on without a copy.
+        out: list[bytes] = []
         seg = self._segments[i]
         with self._segment_fd(seg) as fd:
             found = self._find_batch(fd, seg, start_offset)
@@ -514,19 +516,21 @@ class PartitionLogStore:
                 position, more = self._collect(fd, seg, position, end_offset, max_bytes, out)
             i += 1
             if not more or i == len(self._segments):
-                return bytes(out)
+                return out[0] if len(out) == 1 else b"".join(out)
             seg, position = self._segments[i], 0
 
     def _collect(
-        self, fd: int, seg: _Segment, position: int, end_offset: int, max_bytes: int, out: bytearray
+        self, fd: int, seg: _Segment, position: int, end_offset: int, max_bytes: int,
+        out: list[bytes],
     ) -> tuple[int, bool]:
-        """Appends qualifying batches of `seg` from `position` to `out`.
+        """Appends the qualifying batches of `seg` from `position` to `out`.
 
         Returns the position reached and whether the next segment may still qualify.
         """
+        taken = sum(len(b) for b in out)
         # No batch at or after the ceiling entry of end_offset qualifies: read no further.
         limit = seg.ceiling_position(end_offset) if end_offset < seg.next_offset else seg.size
-        data = os.pread(fd, max(0, min(limit - position, max_bytes - len(out))), position)
+        data = os.pread(fd, max(0, min(limit - position, max_bytes - taken)), position)
         offset = 0
         reached_end = False
         while offset + HEADER_SIZE <= len(data):
@@ -537,18 +541,20 @@ class PartitionLogStore:
             if offset + h.size_bytes > len(data):
                 break
             offset += h.size_bytes
-        out += data[:offset]
+        if offset:
+            out.append(data if offset == len(data) else data[:offset])
+            taken += offset
         position += offset
         if reached_end or (limit < seg.size and position >= limit):
             return position, False  # the end offset reached
         if position == seg.size:
-            return position, len(out) < max_bytes
-        if out:
+            return position, taken < max_bytes
+        if taken:
             return position, False  # the budget is spent
         # Nothing fits the budget: Kafka still returns the first batch, whole.
         h = parse_header(os.pread(fd, HEADER_SIZE, position))
         if h.base_offset < end_offset:
-            out += os.pread(fd, h.size_bytes, position)
+            out.append(os.pread(fd, h.size_bytes, position))
         return position + h.size_bytes, False
 
     def _find_batch(self, fd: int, seg: _Segment, offset: int) -> tuple[int, BatchHeader] | None:

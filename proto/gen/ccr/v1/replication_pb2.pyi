@@ -696,6 +696,7 @@ class ReplicaFetchedPartition(_message.Message):
     DIVERGING_EPOCH_FIELD_NUMBER: _builtins.int
     MARKS_WANTED_FIELD_NUMBER: _builtins.int
     LOG_START_CAUSE_FIELD_NUMBER: _builtins.int
+    CONTINUES_FROM_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     high_watermark: _builtins.int
@@ -716,6 +717,12 @@ class ReplicaFetchedPartition(_message.Message):
     """Why the log start is where it is, when the source knows: "retention" or
     "deleted records" (a follower behind it records a gap and says why).
     """
+    continues_from: _builtins.int
+    """Set on what a pushing leader read ahead of the follower's request (a
+    pipelined push): the follower position the answer was read for. A
+    follower whose log does not end exactly there drops the partition's
+    answer, whatever it says (records, a divergence, a refusal).
+    """
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
     def __init__(
@@ -733,12 +740,15 @@ class ReplicaFetchedPartition(_message.Message):
         diverging_epoch: _builtins.int = ...,
         marks_wanted: _builtins.bool = ...,
         log_start_cause: _builtins.str = ...,
+        continues_from: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "continues_from", b"continues_from", "error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "continues_from", b"continues_from", "diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__continues_from: _TypeAlias = _typing.Literal["continues_from"]  # noqa: Y015
+    _WhichOneofArgType__continues_from: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__continues_from) -> _WhichOneofReturnType__continues_from | None: ...
 
 Global___ReplicaFetchedPartition: _TypeAlias = ReplicaFetchedPartition  # noqa: Y015
 
