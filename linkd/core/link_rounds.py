@@ -377,13 +377,18 @@ def follower_fetch_request(
         if mapping is None:
             continue
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
-        for p in range(len(state.topics[topic].partitions)):
-            if runtime is not None and (topic, p) in runtime.gap_stopped:
+        gap_stopped = runtime.gap_stopped if runtime is not None else ()
+        marks_wanted = runtime.marks_wanted if runtime is not None else ()
+        for p, log in enumerate(state.topics[topic].partitions):
+            if gap_stopped and (topic, p) in gap_stopped:
                 continue  # stopped at a gap until the operator resumes it
-            offset, epoch = rep.follower_position(state, topic, p)
-            wanted = runtime is not None and (topic, p) in runtime.marks_wanted
-            marks = histories.log_marks(state, topic, p, wanted)
-            related = wanted and _names_source(state, config, topic, p)
+            offset, epoch = rep.follower_position_of(log)
+            wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            if wanted:
+                marks = histories.log_marks(state, topic, p, True)
+                related = _names_source(state, config, topic, p)
+            else:
+                marks, related = histories.last_mark(log), False
             parts.append(
                 PartitionFetch(
                     source, p, offset, epoch, partition_max_bytes, marks, wanted, related
