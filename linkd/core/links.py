@@ -1064,11 +1064,12 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return False
-        lagging = [p for p in runtime.partitions.values() if self._lagging(p, now_ms)]
-        refused = [e for e in runtime.refused.values() if holds_back(e)]
-        return bool(refused or lagging) and all(
-            p.role == "leader" and p.refused is not None for p in lagging
-        )
+        lagging = False
+        for p in self._lagging_ones(runtime.partitions.values(), now_ms):
+            if p.role != "leader" or p.refused is None:
+                return False  # lagging with no reason given
+            lagging = True
+        return lagging or any(holds_back(e) for e in runtime.refused.values())
 
     def register_led_partitions(
         self, name: str, partitions: set[tuple[str, int]], now_ms: int
@@ -1218,17 +1219,20 @@ class LinkTable:
             runtime.history.append((new.value, now_ms))
             del runtime.history[:-STATE_HISTORY_MAX]
 
-    def _lagging(self, p: PartitionProgress, now_ms: int) -> bool:
-        """Whether `p` keeps the link from FOLLOWING: a follower partition
-        past `lag_max_records` or `lag_max_ms` behind, or a led one whose
-        follower is behind (`_leader_lagging`)."""
-        return self._any_lagging((p,), now_ms)
-
     def _any_lagging(self, partitions: Iterable[PartitionProgress], now_ms: int) -> bool:
-        """Whether any of `partitions` is lagging (`_lagging`), stopping at the
-        first. The link's state is judged on every contact over every
-        partition of the link, so this is `lag_records`, `lag_ms`,
-        `leader_lag` and `_leader_lagging` inlined, with the same results."""
+        """Whether any of `partitions` keeps the link from FOLLOWING
+        (`_lagging_ones`), stopping at the first."""
+        return next(self._lagging_ones(partitions, now_ms), None) is not None
+
+    def _lagging_ones(
+        self, partitions: Iterable[PartitionProgress], now_ms: int
+    ) -> Iterator[PartitionProgress]:
+        """Those of `partitions` that keep the link from FOLLOWING: a follower
+        partition more than `lag_max_records` or `lag_max_ms` behind, or a led
+        one whose follower is behind (`_leader_lagging`). A link's state is
+        judged on every contact over every partition of the link, so this is
+        `lag_records`, `lag_ms`, `leader_lag` and `_leader_lagging` inlined,
+        with the same results."""
         limits = self.limits
         max_records = limits.lag_max_records
         max_ms = limits.lag_max_ms
@@ -1238,13 +1242,11 @@ class LinkTable:
                 records = p.source_high_watermark - p.log_end_offset
                 if records <= 0:  # lag_records() == 0, so lag_ms() == 0
                     if 0 > max_records or 0 > max_ms:
-                        return True
+                        yield p
                     continue
-                if records > max_records:
-                    return True
                 since = now_ms - p.caught_up_at_ms
-                if (since if since > 0 else 0) > max_ms:
-                    return True
+                if records > max_records or (since if since > 0 else 0) > max_ms:
+                    yield p
                 continue
             # Led: leader_lag(p) first, the rest only when it is large.
             position = led_position(p.topic, p.partition) if led_position else None
@@ -1257,8 +1259,7 @@ class LinkTable:
                 if lag < 0:
                     lag = 0
             if lag > max_records and self._leader_behind(p, now_ms):
-                return True
-        return False
+                yield p
 
     def leader_lag(self, p: PartitionProgress) -> int:
         """Records below the HW of a partition this side leads that its
