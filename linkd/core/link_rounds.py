@@ -49,7 +49,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, orphans
+from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, Role, orphans
 from linkd.core.provenance import Gap
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
@@ -97,10 +97,18 @@ def next_steps(
     def due(last: int | None, interval: int) -> bool:
         return last is None or now_ms - last >= interval
 
-    kinds = ("topic", "group", "principal")
-    follows = any(rep.follower_mappings(config, k) for k in kinds)
-    leads = any(rep.leader_mappings(config, k) for k in kinds)
-    pull = bool(rep.follower_mappings(config, "topic"))
+    # One pass over the attached mappings (this runs before every step of
+    # every lane): whether this side follows or leads a topic, group or
+    # principal mapping, and whether it follows a topic one (it pulls).
+    follows = leads = pull = False
+    for m in config.attached_mappings():
+        if m.resource_type not in ("topic", "group", "principal"):
+            continue
+        if m.local_role == Role.FOLLOWER:
+            follows = True
+            pull = pull or m.resource_type == "topic"
+        else:
+            leads = True
     if undo.undone(1) and pull:
         leads = False  # the old runner: pull or push, never both
     return NextSteps(
