@@ -362,7 +362,12 @@ def main() -> int:
             figures["storm"] = {"timeout_s": args.storm_timeout_s}
         else:
             m = s["summary"]["metrics"]
-            figures["storm"] = {"wall_s": s["wall_s"], "cpu_s": s["cpu_s"], "metrics": m}
+            figures["storm"] = {
+                "wall_s": s["wall_s"],
+                "cpu_s": s["cpu_s"],
+                "metrics": m,
+                "trace_digest": s["summary"]["trace_digest"],
+            }
             verdict = "met" if s["wall_s"] < STORM_TARGET_S else "NOT met"
             print(f"\n== storm: {args.storm_scenario}, seed 1")
             print(
@@ -376,6 +381,7 @@ def main() -> int:
                 f"{m.get('produce_latency_p99_steady_ms', 'n/a'):>14} "
                 f"{len(s['summary']['violations']):>10}"
             )
+            print(f"trace digest {s['summary']['trace_digest']}")
             print(f"target < {STORM_TARGET_S:.0f} s: {verdict}")
 
     if args.json:
