@@ -18,22 +18,21 @@ the trace and calls the closure, which may schedule more events.
 from __future__ import annotations
 
 import hashlib
-import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import Any
 
 
 class EventBudgetExceeded(RuntimeError):
     """The run processed more events than its bound allows."""
 
 
-@dataclass(order=True, slots=True)
-class _Entry:
-    time_ms: int
-    seq: int
-    label: str = field(compare=False)
-    action: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
+# A scheduled event on the heap: [time_ms, seq, label, action]. A list, not a
+# dataclass: the heap compares entries by (time_ms, seq) in C, and seq is
+# unique, so the label and action are never compared. A cancelled entry has
+# its action replaced by None and is skipped when popped.
+_TIME, _SEQ, _LABEL, _ACTION = 0, 1, 2, 3
+_Entry = list[Any]
 
 
 class Timer:
@@ -45,7 +44,7 @@ class Timer:
         self._entry = entry
 
     def cancel(self) -> None:
-        self._entry.cancelled = True
+        self._entry[_ACTION] = None
 
 
 class EventQueue:
@@ -61,9 +60,10 @@ class EventQueue:
 
     def at(self, time_ms: int, label: str, action: Callable[[], None]) -> Timer:
         """Schedules `action` at `time_ms` (never in the past)."""
-        entry = _Entry(max(time_ms, self.now_ms), self._seq, label, action)
+        now = self.now_ms
+        entry = [time_ms if time_ms > now else now, self._seq, label, action]
         self._seq += 1
-        heapq.heappush(self._heap, entry)
+        heappush(self._heap, entry)
         return Timer(entry)
 
     def after(self, delay_ms: int, label: str, action: Callable[[], None]) -> Timer:
@@ -72,25 +72,31 @@ class EventQueue:
     def note(self, line: str) -> None:
         """Adds a line to the trace without an event (what an event decided)."""
         text = f"{self.now_ms} {line}"
-        self._digest.update(text.encode())
-        self._digest.update(b"\n")
+        self._digest.update(f"{text}\n".encode())
         if self.keep_trace:
             self.trace.append(text)
 
     def run_until(self, end_ms: int, stop: Callable[[], bool] | None = None) -> None:
         """Processes events up to `end_ms` (inclusive), or until `stop()` holds."""
-        while self._heap and self._heap[0].time_ms <= end_ms:
-            entry = heapq.heappop(self._heap)
-            if entry.cancelled:
-                continue
+        heap = self._heap
+        update = self._digest.update
+        trace = self.trace
+        while heap and heap[0][_TIME] <= end_ms:
+            time_ms, _seq, label, action = heappop(heap)
+            if action is None:
+                continue  # cancelled
             self.processed += 1
             if self.processed > self.max_events:
                 raise EventBudgetExceeded(
                     f"more than {self.max_events} events by t={self.now_ms} ms"
                 )
-            self.now_ms = entry.time_ms
-            self.note(entry.label)
-            entry.action()
+            self.now_ms = time_ms
+            # As note(label), inline: one trace line per event.
+            text = f"{time_ms} {label}"
+            update(f"{text}\n".encode())
+            if self.keep_trace:
+                trace.append(text)
+            action()
             if stop is not None and stop():
                 return
         self.now_ms = max(self.now_ms, end_ms)

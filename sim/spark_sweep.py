@@ -4,10 +4,11 @@ Rules:
 - This is the only module of the project that imports pyspark (lazily, inside
   functions, so importing it costs nothing until a session is made).
 - Many runs per task: a Python task costs tens of milliseconds of overhead, so
-  the runs are cut into a few contiguous partitions per core
-  (`PARTITIONS_PER_CORE` x the default parallelism, at most one per run), not
-  one task per run. A few partitions per core still balance runs of uneven
-  length.
+  the runs are cut into contiguous partitions (`PARTITIONS_PER_CORE` x the
+  default parallelism, at most one per run), not one task per run. Eight per
+  core balance runs of uneven length: with three, the last partition of a
+  sweep whose runs grow along the grid kept one core busy alone at the end
+  while the other waited.
 - Tasks are idempotent: a task computes its slice of runs with the pure,
   deterministic run function and returns rows; it writes no files and has no
   side effect, so Spark may retry or speculate it freely. The driver collects
@@ -48,7 +49,7 @@ from sim.sweep import RAW_FIELDS, Progress, Run, RunFn, raw_frame
 if TYPE_CHECKING:
     import pandas as pd
 
-PARTITIONS_PER_CORE = 3
+PARTITIONS_PER_CORE = 8
 POLL_S = 0.25
 APP_NAME = "ccr-sim-sweep"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -862,7 +862,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--partitions",
         type=int,
         default=None,
-        help="Spark partitions (default: 3x the default parallelism, at most one per run)",
+        help="Spark partitions (default: 8x the default parallelism, at most one per run)",
     )
     p.add_argument(
         "--driver-host",

@@ -360,7 +360,7 @@ def test_spark_sweep_matches_serial(spark: Any, tmp_path: Path) -> None:
                        progress_stream=err)
     assert time.monotonic() - t0 < 60
     assert result.executor == "local[2]"
-    assert result.partitions == 6  # 3 per core
+    assert result.partitions == 16  # 8 per core
     assert "48/48" in err.getvalue()
     runs = read_parquet(out, "runs")
     assert len(runs) == 48

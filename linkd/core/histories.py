@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from linkd.core.cluster import ClusterState
+from linkd.core.partition import PartitionLog
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 
 # How deep the root-origin resolution follows the two histories into each
@@ -248,11 +249,10 @@ def log_marks(
     it, with everything before it, from one origin."""
     t = state.topics[topic]
     log = t.partitions[partition]
+    if not every:
+        return last_mark(log)
     if not log.batches:
         return ()
-    if not every:
-        last = log.batches[-1]
-        return (BatchMark(last.base_offset, last.last_offset, last.crc),)
     wanted = {log.log_end_offset - 1}
     # Every recent batch (where the logs of an unclean election or a failover
     # usually part, so the cut is exact), then doubling distances further back.
@@ -275,6 +275,16 @@ def log_marks(
         if len(marks) >= MARKS_MAX:
             break
     return tuple(marks[b] for b in sorted(marks, reverse=True))
+
+
+def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:
+    """`log_marks(..., every=False)` of a partition's log in hand: its last
+    batch's mark, or none when it holds no batch."""
+    batches = log.batches
+    if not batches:
+        return ()
+    last = batches[-1]
+    return (BatchMark(last.base_offset, last.last_offset, last.crc),)
 
 
 def common_by_marks(

@@ -50,7 +50,7 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, orphans
+from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, Role, orphans
 from linkd.core.provenance import Gap
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
@@ -98,10 +98,18 @@ def next_steps(
     def due(last: int | None, interval: int) -> bool:
         return last is None or now_ms - last >= interval
 
-    kinds = ("topic", "group", "principal")
-    follows = any(rep.follower_mappings(config, k) for k in kinds)
-    leads = any(rep.leader_mappings(config, k) for k in kinds)
-    pull = bool(rep.follower_mappings(config, "topic"))
+    # One pass over the attached mappings (this runs before every step of
+    # every lane): whether this side follows or leads a topic, group or
+    # principal mapping, and whether it follows a topic one (it pulls).
+    follows = leads = pull = False
+    for m in config.attached_mappings():
+        if m.resource_type not in ("topic", "group", "principal"):
+            continue
+        if m.local_role == Role.FOLLOWER:
+            follows = True
+            pull = pull or m.resource_type == "topic"
+        else:
+            leads = True
     if undo.undone(1) and pull:
         leads = False  # the old runner: pull or push, never both
     return NextSteps(
@@ -378,13 +386,18 @@ def follower_fetch_request(
         if mapping is None:
             continue
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
-        for p in range(len(state.topics[topic].partitions)):
-            if runtime is not None and (topic, p) in runtime.gap_stopped:
+        gap_stopped = runtime.gap_stopped if runtime is not None else ()
+        marks_wanted = runtime.marks_wanted if runtime is not None else ()
+        for p, log in enumerate(state.topics[topic].partitions):
+            if gap_stopped and (topic, p) in gap_stopped:
                 continue  # stopped at a gap until the operator resumes it
-            offset, epoch = rep.follower_position(state, topic, p)
-            wanted = runtime is not None and (topic, p) in runtime.marks_wanted
-            marks = histories.log_marks(state, topic, p, wanted)
-            related = wanted and _names_source(state, config, topic, p)
+            offset, epoch = rep.follower_position_of(log)
+            wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            if wanted:
+                marks = histories.log_marks(state, topic, p, True)
+                related = _names_source(state, config, topic, p)
+            else:
+                marks, related = histories.last_mark(log), False
             parts.append(
                 PartitionFetch(
                     source, p, offset, epoch, partition_max_bytes, marks, wanted, related

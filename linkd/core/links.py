@@ -38,7 +38,7 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -1064,20 +1064,12 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return False
-        lagging = [
-            p
-            for p in runtime.partitions.values()
-            if (
-                p.lag_records() > self.limits.lag_max_records
-                or p.lag_ms(now_ms) > self.limits.lag_max_ms
-                if p.role == "follower"
-                else self._leader_lagging(p, now_ms)
-            )
-        ]
-        refused = [e for e in runtime.refused.values() if holds_back(e)]
-        return bool(refused or lagging) and all(
-            p.role == "leader" and p.refused is not None for p in lagging
-        )
+        lagging = False
+        for p in self._lagging_ones(runtime.partitions.values(), now_ms):
+            if p.role != "leader" or p.refused is None:
+                return False  # lagging with no reason given
+            lagging = True
+        return lagging or any(holds_back(e) for e in runtime.refused.values())
 
     def register_led_partitions(
         self, name: str, partitions: set[tuple[str, int]], now_ms: int
@@ -1206,15 +1198,13 @@ class LinkTable:
         else:
             runtime.local_sync = None
             runtime.remote_sync = None
-            lag_ms_max = self.limits.lag_max_ms
             # A partition whose log parted from the source's is not caught
             # up, whatever its offsets say, until the cut is found and made.
             diverged = bool(runtime.marks_wanted)
-            lagging = diverged or any(holds_back(e) for e in runtime.refused.values()) or any(
-                (p.lag_records() > self.limits.lag_max_records or p.lag_ms(now_ms) > lag_ms_max)
-                if p.role == "follower"
-                else self._leader_lagging(p, now_ms)
-                for p in runtime.partitions.values()
+            lagging = (
+                diverged
+                or any(holds_back(e) for e in runtime.refused.values())
+                or self._any_lagging(runtime.partitions.values(), now_ms)
             )
             follows = config is not None and any(
                 m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
@@ -1228,6 +1218,48 @@ class LinkTable:
             runtime.entered_at_ms = now_ms
             runtime.history.append((new.value, now_ms))
             del runtime.history[:-STATE_HISTORY_MAX]
+
+    def _any_lagging(self, partitions: Iterable[PartitionProgress], now_ms: int) -> bool:
+        """Whether any of `partitions` keeps the link from FOLLOWING
+        (`_lagging_ones`), stopping at the first."""
+        return next(self._lagging_ones(partitions, now_ms), None) is not None
+
+    def _lagging_ones(
+        self, partitions: Iterable[PartitionProgress], now_ms: int
+    ) -> Iterator[PartitionProgress]:
+        """Those of `partitions` that keep the link from FOLLOWING: a follower
+        partition more than `lag_max_records` or `lag_max_ms` behind, or a led
+        one whose follower is behind (`_leader_lagging`). A link's state is
+        judged on every contact over every partition of the link, so this is
+        `lag_records`, `lag_ms`, `leader_lag` and `_leader_lagging` inlined,
+        with the same results."""
+        limits = self.limits
+        max_records = limits.lag_max_records
+        max_ms = limits.lag_max_ms
+        led_position = self.led_position
+        for p in partitions:
+            if p.role == "follower":
+                records = p.source_high_watermark - p.log_end_offset
+                if records <= 0:  # lag_records() == 0, so lag_ms() == 0
+                    if 0 > max_records or 0 > max_ms:
+                        yield p
+                    continue
+                since = now_ms - p.caught_up_at_ms
+                if records > max_records or (since if since > 0 else 0) > max_ms:
+                    yield p
+                continue
+            # Led: leader_lag(p) first, the rest only when it is large.
+            position = led_position(p.topic, p.partition) if led_position else None
+            if position is None:
+                lag = 0
+            else:
+                log_start, high_watermark = position
+                end = p.log_end_offset
+                lag = high_watermark - (end if end > log_start else log_start)
+                if lag < 0:
+                    lag = 0
+            if lag > max_records and self._leader_behind(p, now_ms):
+                yield p
 
     def leader_lag(self, p: PartitionProgress) -> int:
         """Records below the HW of a partition this side leads that its
@@ -1246,6 +1278,11 @@ class LinkTable:
         A partition never fetched is behind once it has been silent that long."""
         if self.leader_lag(p) <= self.limits.lag_max_records:
             return False
+        return self._leader_behind(p, now_ms)
+
+    def _leader_behind(self, p: PartitionProgress, now_ms: int) -> bool:
+        """`_leader_lagging` once the follower has more than `lag_max_records`
+        to copy: silent, or not caught up at its last fetch, or not for long."""
         silent = now_ms - p.last_fetch_ms > self.limits.fetch_silence_ms
         if p.fetches == 0:
             return silent  # registered, never fetched

@@ -141,9 +141,18 @@ def follower_position(state: ClusterState, topic: str, partition: int) -> tuple[
     SYNC link it acknowledges, and an append still being written (a round
     started again meanwhile: a reconnection) must not be acknowledged; the
     batches it gets again are skipped (`append_replica`)."""
-    log = state.partition(topic, partition)
-    offset = min(log.log_end_offset, max(log.durable_offset, log.log_start_offset))
-    below = log.batch_containing(offset - 1) if offset > log.log_start_offset else None
+    return follower_position_of(state.partition(topic, partition))
+
+
+def follower_position_of(log: PartitionLog) -> tuple[int, int]:
+    """`follower_position` of a partition's log in hand."""
+    start = log.log_start_offset
+    durable = log.durable_offset
+    end = log.log_end_offset
+    offset = durable if durable > start else start
+    if end < offset:
+        offset = end
+    below = log.batch_containing(offset - 1) if offset > start else None
     last_epoch = below.partition_leader_epoch if below is not None else -1
     return offset, last_epoch
 
