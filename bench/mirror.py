@@ -699,6 +699,9 @@ def loop_child(source: str, target: str, duration_s: float) -> int:
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from replication import copy_polled  # the same loop, step for step
+
     consumer = Consumer(
         {
             "bootstrap.servers": source,
@@ -728,29 +731,7 @@ def loop_child(source: str, target: str, duration_s: float) -> int:
     consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     deadline = time.monotonic() + duration_s
     while not stop.is_set() and time.monotonic() < deadline:
-        first_msg = consumer.poll(0.1)
-        if first_msg is None:
-            producer.poll(0)
-            continue
-        for msg in [first_msg, *consumer.consume(9_999, 0)]:
-            if msg.error():
-                continue
-            ts_type, ts = msg.timestamp()
-            while True:
-                try:
-                    producer.produce(
-                        remote,
-                        value=msg.value(),
-                        key=msg.key(),
-                        partition=msg.partition(),
-                        timestamp=ts if ts_type else 0,
-                        headers=msg.headers(),
-                        on_delivery=report,
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-        producer.poll(0)
+        copy_polled(consumer, producer, remote, report)
     producer.flush(60)
     consumer.close()
     print(json.dumps({"event": "done", "stats": {"A->B": {"delivery_failures": failed}}}),

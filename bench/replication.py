@@ -616,6 +616,39 @@ class Mirror:
         self.proc.wait(15)
 
 
+def copy_polled(consumer: Any, producer: Any, topic: str, report: Callable[..., None]) -> int:
+    """One step of the MirrorMaker-style loop: the records the consumer has
+    (poll() returns at the first; consume(..., 0) takes what is buffered)
+    produced to `topic` on the same partition, with key, headers and
+    timestamp; returns how many."""
+    copied = 0
+    first_msg = consumer.poll(0.1)
+    if first_msg is None:
+        producer.poll(0)
+        return 0
+    for msg in [first_msg, *consumer.consume(9_999, 0)]:
+        if msg.error():
+            continue
+        ts_type, ts = msg.timestamp()
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=msg.value(),
+                    key=msg.key(),
+                    partition=msg.partition(),
+                    timestamp=ts if ts_type else 0,
+                    headers=msg.headers(),
+                    on_delivery=report,
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        copied += 1
+    producer.poll(0)
+    return copied
+
+
 def mirror_main(source: str, target: str, topic: str, n: int, fetch_wait_ms: int) -> int:
     """The MirrorMaker-style loop: consumer on the source, producer on the
     target (acks=all, linger.ms=5), record by record, with a delivery report
@@ -655,31 +688,7 @@ def mirror_main(source: str, target: str, topic: str, n: int, fetch_wait_ms: int
     copied = 0
     deadline = time.monotonic() + WAIT_S
     while copied < n and time.monotonic() < deadline:
-        # poll() returns at the first record; consume(..., 0) takes what is buffered.
-        first_msg = consumer.poll(0.1)
-        if first_msg is None:
-            producer.poll(0)
-            continue
-        for msg in [first_msg, *consumer.consume(9_999, 0)]:
-            if msg.error():
-                continue
-            ts_type, ts = msg.timestamp()
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=msg.value(),
-                        key=msg.key(),
-                        partition=msg.partition(),
-                        timestamp=ts if ts_type else 0,
-                        headers=msg.headers(),
-                        on_delivery=report,
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            copied += 1
-        producer.poll(0)
+        copied += copy_polled(consumer, producer, topic, report)
     producer.flush(60)
     since_first = time.perf_counter() - first if first is not None else 0.0
     print(f"done {delivered} {errors} {since_first:.6f}", flush=True)
