@@ -185,9 +185,13 @@ class DaemonMetrics:
         self.fetch_records.labels(listener.value).inc(records)
         self.fetch_bytes.labels(listener.value).inc(size)
 
-    def fetch_round(self, link: str, seconds: float) -> None:
+    def fetch_round(self, link: str, seconds: float | None) -> None:
+        """A round finished; `seconds` since the follower's request left, when
+        there was one (a leader's read-ahead push answers no request of the
+        follower's: it counts as a round, with no latency)."""
         self.link_fetch_rounds.labels(link).inc()
-        self.link_fetch_round_seconds.labels(link).observe(max(0.0, seconds))
+        if seconds is not None:
+            self.link_fetch_round_seconds.labels(link).observe(max(0.0, seconds))
 
     def sync_acked(self, links: Iterable[str], seconds: float) -> None:
         for link in links:

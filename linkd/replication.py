@@ -735,6 +735,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.manager = manager
         self.security = manager.security
         self._push_locks: dict[str, asyncio.Lock] = {}
+        # When this side last answered a push, per link id: a read-ahead push
+        # continues from that answer, so its round is measured from there.
+        self._push_answered_ms: dict[str, int] = {}
 
     async def _guard(self, context: Any, coro: Awaitable[Any]) -> Any:
         try:
@@ -911,12 +914,17 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                         node.state, codec.push_of(request), node.clock(), node.topic_id_factory
                     )
                 )
+                previous = self._push_answered_ms.get(request.link_id)
+                self._push_answered_ms[request.link_id] = node.clock()
             names = [c.name for c in node.state.links.configs.values()
                      if c.link_id == request.link_id]
-            if request.HasField("data") and request.request_sent_ms and names:
+            if request.HasField("data") and names:
                 # A round of this side's: its request left at request_sent_ms.
+                # A read-ahead push (several in flight) answers no request of
+                # its own: it continues from this side's previous answer.
+                sent_ms = request.request_sent_ms or previous
                 node.metrics.fetch_round(
-                    names[0], (node.clock() - request.request_sent_ms) / 1000
+                    names[0], (node.clock() - sent_ms) / 1000 if sent_ms else None
                 )
             return replication_pb2.ReplicaPushResponse(
                 next=codec.fetch_request_pb(nxt, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES)
