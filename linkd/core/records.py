@@ -328,10 +328,8 @@ def encode_record(
     value: bytes | None,
     headers: Sequence[Header] = (),
 ) -> None:
-    """Appends one length-prefixed record to `out`."""
-    parts: list[bytes] = []
-    _encode_record_parts(parts, offset_delta, timestamp_delta, key, value, headers)
-    out += b"".join(parts)
+    """Appends one length-prefixed record to `out` (`record_bytes`)."""
+    out += record_bytes(offset_delta, timestamp_delta, key, value, headers)
 
 
 def record_bytes(
@@ -341,7 +339,7 @@ def record_bytes(
     value: bytes | None,
     headers: Sequence[Header] = (),
 ) -> bytes:
-    """One length-prefixed record, as `encode_record` appends it. A producer
+    """One length-prefixed record (`encode_record` appends it). A producer
     encodes each record when it joins a batch, so a batch is built by joining
     these: the common record (no headers, lengths and deltas below 16383)
     takes one join of table lookups."""

@@ -25,6 +25,8 @@ import os
 import shutil
 from pathlib import Path
 
+from linkd.storage.files import fsync_dir, write_file
+
 FORMAT_VERSION = "1"
 PROPERTIES_NAME = "cluster.properties"
 LOCK_NAME = "lock"
@@ -35,12 +37,6 @@ class DataDirError(Exception):
     """The data directory cannot be used; the message names the path and why."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_properties(path: Path) -> dict[str, str]:
@@ -122,15 +118,10 @@ class DataDir:
         text = f"cluster.id={cluster_id}\nformat.version={FORMAT_VERSION}\n"
         tmp = path / (PROPERTIES_NAME + ".tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, text.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_file(tmp, text.encode(), fsync=True)
             os.replace(tmp, path / PROPERTIES_NAME)
-            _fsync_dir(path)
-            _fsync_dir(path.parent)  # the data dir itself may be new
+            fsync_dir(path)
+            fsync_dir(path.parent)  # the data dir itself may be new
         except OSError as exc:
             raise DataDirError(f"data dir {path} is not writable: {exc}") from exc
 
@@ -167,7 +158,7 @@ class DataDir:
         for child in doomed:
             child.rename(topics / (_DELETED_PREFIX + child.name))
         if doomed:
-            _fsync_dir(topics)  # from here the topic is gone, even if a crash stops the rmtree
+            fsync_dir(topics)  # from here the topic is gone, even if a crash stops the rmtree
         for child in doomed:
             shutil.rmtree(topics / (_DELETED_PREFIX + child.name))
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import crc32c as _crc32c
 
+from linkd.storage.files import fsync_dir, write_all, write_file
+
 JOURNAL_NAME = "metadata.journal"
 SNAPSHOT_NAME = "metadata.snapshot"
 _TMP_SUFFIX = ".tmp"
@@ -82,18 +84,8 @@ def _parse_frame(data: bytes, position: int) -> tuple[dict[str, Any], int]:
     return obj, start + length
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class MetadataJournal:
@@ -151,7 +143,7 @@ class MetadataJournal:
             os.close(fd)
             raise
         if fsync:
-            _fsync_dir(directory)  # the journal file may be new
+            fsync_dir(directory)  # the journal file may be new
         journal = cls(directory, fd, position, seq, len(records), fsync)
         report = JournalRecoveryReport(
             snapshot_loaded=state is not None,
@@ -197,7 +189,7 @@ class MetadataJournal:
             _frame({"seq": self._seq + i, "record": r}) for i, r in enumerate(records, 1)
         )
         try:
-            _write_all(self._fd, frames)
+            write_all(self._fd, frames)
         except OSError:
             os.ftruncate(self._fd, self._size)  # no half frame left behind (disk full)
             raise
@@ -212,16 +204,10 @@ class MetadataJournal:
         empties the journal. Crash-safe at every step (see the module docstring)."""
         frame = _frame({"last_seq": self._seq, "state": state})
         tmp = self._dir / (SNAPSHOT_NAME + _TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, frame)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file(tmp, frame, fsync=self._fsync)
         os.replace(tmp, self._dir / SNAPSHOT_NAME)
         if self._fsync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         # Only now may the journal go: the snapshot that replaces it is durable.
         os.ftruncate(self._fd, 0)
         if self._fsync:

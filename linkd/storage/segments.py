@@ -56,6 +56,7 @@ from linkd.core.records import (
     check_batch,
     parse_header,
 )
+from linkd.storage.files import fsync_dir, write_all, write_file
 from linkd.storage.handles import HandleCache
 
 LOG_SUFFIX = ".log"
@@ -122,19 +123,8 @@ class _Segment:
         del self.index_positions[i:]
 
 
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_append(path: Path, *, truncate: bool = False) -> int:
@@ -197,7 +187,7 @@ class PartitionLogStore:
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             if fsync:
-                _fsync_dir(directory.parent)  # the new directory's entry must survive a crash
+                fsync_dir(directory.parent)  # the new directory's entry must survive a crash
         segments, headers, report = _recover(
             directory, index_interval_bytes, fsync, (directory / GAPS_MARKER).exists()
         )
@@ -212,7 +202,7 @@ class PartitionLogStore:
         )
         store._active()  # creates the first segment's files of a new log
         if fsync:
-            _fsync_dir(directory)  # a first segment created or segments deleted by recovery
+            fsync_dir(directory)  # a first segment created or segments deleted by recovery
         return store, report
 
     def recovered_headers(self) -> list[BatchHeader]:
@@ -295,7 +285,7 @@ class PartitionLogStore:
         finally:
             os.close(fd)
         if self._fsync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         self._gaps_allowed = True
 
     # -- the log cleaner's rewrites -------------------------------------------------
@@ -323,13 +313,7 @@ class PartitionLogStore:
     def write_cleaned(self, base_offset: int, data: bytes) -> Path:
         """Writes the cleaned copy of a segment beside it and fsyncs it (any thread)."""
         path = self._dir / f"{base_offset:020d}{CLEANED_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, data)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file(path, data, fsync=self._fsync)
         return path
 
     def swap_cleaned(
@@ -356,7 +340,7 @@ class PartitionLogStore:
         self.allow_gaps()
         os.rename(path, self._dir / (seg.name + LOG_SUFFIX))
         if self._fsync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         fresh = _Segment(base_offset)
         position = 0
         for h in headers:
@@ -395,7 +379,7 @@ class PartitionLogStore:
         fd, index_fd = self._active()
         with self._lock:
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
             except OSError:
                 # A short write (disk full) must not leave half a batch behind.
                 os.ftruncate(fd, seg.size)
@@ -408,7 +392,7 @@ class PartitionLogStore:
             seg.index_offsets += new_offsets
             seg.index_positions += new_positions
             try:
-                _write_all(index_fd, entries)
+                write_all(index_fd, entries)
             except OSError:
                 # The batch is stored; the index file is only a cache of the
                 # in-memory index, rewritten at recovery when it differs.
@@ -484,7 +468,7 @@ class PartitionLogStore:
             if active >= 0:
                 os.fsync(active)
             if dir_dirty:
-                _fsync_dir(self._dir)
+                fsync_dir(self._dir)
         finally:
             for fd in pending:
                 os.close(fd)
@@ -620,7 +604,7 @@ class PartitionLogStore:
         os.ftruncate(index_fd, len(seg.index_positions) * _INDEX_ENTRY.size)
         if self._fsync:
             os.fsync(fd)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         self._replace_active(fd, index_fd)
 
     def delete_segments_below(self, log_start_offset: int) -> int:
@@ -654,7 +638,7 @@ class PartitionLogStore:
         self._segments = [_Segment(offset)]
         fd, index_fd = self._open_active(create=True)
         if self._fsync:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         self._replace_active(fd, index_fd)
 
     def _replace_active(self, fd: int, index_fd: int) -> None:
