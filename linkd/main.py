@@ -39,6 +39,7 @@ from wsgiref.simple_server import WSGIServer
 
 from grpc import aio
 
+from linkd.core import link_rounds as rounds
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.groups import GroupConfig
 from linkd.core.link_metrics import link_samples
@@ -81,7 +82,12 @@ from linkd.metrics import (
 )
 from linkd.mirror_links import MirrorLinkManager
 from linkd.node import ClusterNode
-from linkd.replication import LinkManager, ReplicationService, add_replication_service
+from linkd.replication import (
+    FETCH_MAX_WAIT_MS,
+    LinkManager,
+    ReplicationService,
+    add_replication_service,
+)
 from linkd.secret_box import SecretBox
 from linkd.storage.datadir import DataDirError
 
@@ -589,6 +595,7 @@ async def serve(settings: dict[str, Any]) -> int:
         lag_max_records=int(settings["link_lag_max_records"]),
         lag_max_ms=int(settings["link_lag_max_ms"]),
         replica_lag_time_max_ms=int(settings["link_replica_lag_time_max_ms"]),
+        fetch_silence_ms=rounds.fetch_silence_ms(FETCH_MAX_WAIT_MS),
     )
     try:
         node.open()

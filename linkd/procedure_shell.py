@@ -20,6 +20,7 @@ import grpc
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
+from linkd.core import link_rounds as rounds
 from linkd.core.errors import ClusterError
 from linkd.core.requests import (
     Call,
@@ -50,7 +51,7 @@ from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.procedures")
 
-CALL_TIMEOUT_S = 10.0
+CALL_TIMEOUT_S = rounds.CALL_TIMEOUT_MS / 1000
 
 
 class Runners(Protocol):

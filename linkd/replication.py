@@ -487,7 +487,7 @@ class LinkRunner:
             await self._idle(rounds.IDLE_POLL_MS / 1000)
             return
         fetched = await self._call(
-            "ReplicaFetch", request, CALL_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000
+            "ReplicaFetch", request, rounds.fetch_deadline_ms(FETCH_MAX_WAIT_MS) / 1000
         )
         await self.manager.host.drive(
             rounds.apply_fetched(
@@ -691,7 +691,7 @@ async def serve_parts(
     state = node.state
     state.links.by_id(link_id)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max(0, min(max_wait_ms, 30_000)) / 1000
+    deadline = loop.time() + rounds.served_wait_ms(max_wait_ms) / 1000
     budget_bytes = max_bytes if max_bytes > 0 else FETCH_MAX_BYTES
 
     def read(

@@ -17,9 +17,10 @@ Rules (the daemon's, with the core's constants):
   discovery interval, while this side leads). One link may carry mappings in
   both directions: it pulls and pushes at once. Pull and push wait for the
   first handshake.
-- A call whose answer does not arrive within CALL_TIMEOUT_MS failed: the core
-  hears `on_contact_lost`, and the lane retries after a back-off doubling
-  from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
+- A call whose answer does not arrive within the core's CALL_TIMEOUT_MS (a
+  replica fetch: `rounds.fetch_deadline_ms`, its long poll included) failed:
+  the core hears `on_contact_lost`, and the lane retries after a back-off
+  doubling from BACKOFF_MIN_MS to BACKOFF_MAX_MS.
 - A fetch is answered at once when the answer is ready (bytes or a
   divergence: `FetchAnswer.ready`), otherwise parked until a high watermark of
   a partition it reads moves or the fetch's max wait passes (long poll); a
@@ -54,7 +55,6 @@ from sim.events import EventQueue, Timer
 from sim.network import Network
 from sim.operator_shell import SimHost
 
-CALL_TIMEOUT_MS = 10_000
 CONNECTION_REFUSED_MS = 5
 BACKOFF_MIN_MS = 100
 BACKOFF_MAX_MS = 2_000
@@ -238,6 +238,7 @@ class LinkDriver:
         size: int,
         serve: Serve,
         signed: bool = True,
+        timeout_ms: int = rounds.CALL_TIMEOUT_MS,
     ) -> None:
         """`serve(reply)` runs on the remote; it calls reply(apply, size) once
         (maybe later: long poll) with the dialer-side continuation. In secure
@@ -257,7 +258,7 @@ class LinkDriver:
             wire_call = session.sign(config.link_id, kind)
         d, r = self.dialer.cluster_id, remote.cluster_id
         lane.timeout = self.queue.after(
-            CALL_TIMEOUT_MS,
+            timeout_ms,
             f"link {self.name} {kind} timeout",
             lambda: self._failed(lane_name, call_id),
         )
@@ -544,7 +545,8 @@ class LinkDriver:
 
             self._long_poll(remote, request, True, answered, refused=refused)
 
-        self._call("pull", remote, "fetch", size, serve)
+        deadline_ms = rounds.fetch_deadline_ms(self.sizes.max_wait_ms)
+        self._call("pull", remote, "fetch", size, serve, timeout_ms=deadline_ms)
 
     def _apply_pulled(
         self, answer: rounds.FetchAnswer, request: rounds.FetchRequest, sizes: Sizes
@@ -618,7 +620,7 @@ class LinkDriver:
         A source that goes down drops the fetch: `down` (if given) is told; a
         fetch the source refuses when it tries again (the link was deleted
         meanwhile) is answered with the refusal (`refused`, else `down`)."""
-        deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
+        deadline_ms = self.queue.now_ms + rounds.served_wait_ms(self.sizes.max_wait_ms)
         watched = [(p.source_topic, p.partition) for p in request.partitions]
 
         def attempt() -> None:

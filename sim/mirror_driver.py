@@ -66,6 +66,7 @@ from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_rounds import CALL_TIMEOUT_MS, fetch_deadline_ms, served_wait_ms
 from linkd.core.mirror.checkpoint import CheckpointCounts, remote_consumer_offsets
 from linkd.core.mirror.config import MirrorFlow, parse_mm2_properties
 from linkd.core.mirror.model import OffsetSync, TopicPartition
@@ -84,7 +85,6 @@ from sim.history import History, Send
 from sim.link_driver import (
     BACKOFF_MAX_MS,
     BACKOFF_MIN_MS,
-    CALL_TIMEOUT_MS,
     CONTROL_MESSAGE_BYTES,
     PER_PARTITION_BYTES,
     FetchSizes,
@@ -336,10 +336,11 @@ class MirrorDriver:
         size_bytes: int,
         serve: Callable[[Reply], None],
         failed: Callable[[], None],
+        timeout_ms: int = CALL_TIMEOUT_MS,
     ) -> None:
         """`serve(reply)` runs on `remote` when the request arrives and calls
         reply(apply, answer_bytes) once (maybe later); `apply` runs back at the
-        mirror. No answer within CALL_TIMEOUT_MS, or a refusal: `failed()`."""
+        mirror. No answer within `timeout_ms`, or a refusal: `failed()`."""
         generation = self._generation
         site, there = self.target.cluster_id, remote.cluster_id
         label = f"mirror {self.name} {kind}"
@@ -351,7 +352,7 @@ class MirrorDriver:
             done[0] = True
             failed()
 
-        timer = self.queue.after(CALL_TIMEOUT_MS, f"{label} timeout", fail)
+        timer = self.queue.after(timeout_ms, f"{label} timeout", fail)
         arrive = self._deliver(site, there, size_bytes)
         if arrive is None:
             return
@@ -495,7 +496,7 @@ class MirrorDriver:
         generation = self._generation
 
         def serve(reply: Reply) -> None:
-            deadline_ms = self.queue.now_ms + self.sizes.max_wait_ms
+            deadline_ms = self.queue.now_ms + served_wait_ms(self.sizes.max_wait_ms)
             self._commit_on_source(commit)
             attempt(reply, deadline_ms)
 
@@ -532,7 +533,8 @@ class MirrorDriver:
 
         self.stats.polls += 1
         size = CONTROL_MESSAGE_BYTES + PER_PARTITION_BYTES * (len(request) + len(commit))
-        self.call(self.source, "poll", size, serve, self._failed)
+        timeout_ms = fetch_deadline_ms(self.sizes.max_wait_ms)
+        self.call(self.source, "poll", size, serve, self._failed, timeout_ms)
 
     def _commit_on_source(self, commit: dict[TopicPartition, int]) -> None:
         """Connect's source offset commit, in the mirror's group on the source."""

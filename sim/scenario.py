@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from linkd.core.errors import ClusterError
+from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -404,6 +405,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     if not isinstance(description, str):
         raise ScenarioError(f"scenario: description = {description!r} is not a string")
     run = _build(RunSpec, "[run]", data.get("run", {}))
+    _check_run(run, "[run]")
     topo_raw = dict(data.get("topology", {}))
     clusters = topo_raw.get("clusters", 2)
     if isinstance(clusters, int) and not isinstance(clusters, bool):
@@ -491,6 +493,14 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     _check_link_types(scenario)
     _check_link_sessions(scenario)
     return scenario
+
+
+def _check_run(run: RunSpec, where: str) -> None:
+    if run.fetch_max_wait_ms > LONGEST_FETCH_WAIT_MS:
+        raise ScenarioError(
+            f"{where}: fetch_max_wait_ms = {run.fetch_max_wait_ms} must be at most "
+            f"{LONGEST_FETCH_WAIT_MS}: a source holds a replica fetch no longer than that"
+        )
 
 
 def _check_connect(c: ConnectSettings, where: str) -> None:
@@ -678,6 +688,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "duration_ms": ("run", "duration_ms"),
     "liveness_ms": ("run", "liveness_ms"),
     "tick_interval_ms": ("run", "tick_interval_ms"),
+    "fetch_max_wait_ms": ("run", "fetch_max_wait_ms"),
     "record_bytes": ("run", "record_bytes"),
     "undo_fix": ("run", "undo_fix"),
     "link_latency_ms": ("network", "latency_ms"),
@@ -849,6 +860,8 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")
+        if table == "run":
+            _check_run(new, f"parameters ({table})")
         if table == "namespace":
             _check_namespace(new)
         s = dataclasses.replace(s, **{table: new})

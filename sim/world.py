@@ -86,7 +86,8 @@ class Simulation:
         self.cluster_ids = sorted(str(x) for x in self.graph.nodes)
         c = scenario.cluster
         limits = LinkLimits(
-            c.session_timeout_ms, c.lag_max_records, c.lag_max_ms, c.replica_lag_time_max_ms
+            c.session_timeout_ms, c.lag_max_records, c.lag_max_ms, c.replica_lag_time_max_ms,
+            rounds.fetch_silence_ms(scenario.run.fetch_max_wait_ms),
         )
         self.clusters: dict[str, SimCluster] = {}
         for cid in self.cluster_ids:

@@ -6,7 +6,14 @@ was: the same events in the same order, the same random draws, the same
 summary. These constants were computed on the engine as it stood before that
 work; a change of behaviour (intended or not) fails here, naming the run.
 A change that is meant to alter runs updates the constants in the same commit
-and says why.
+and says why. Every pinned run must also be clean (no invariant violated).
+
+Changed on purpose since: catch-up-storm, link-flap, partition-heal and
+secure-links, when a replica fetch's call deadline became its long poll plus
+the call timeout (`link_rounds.fetch_deadline_ms`, the daemon's rule; the
+storm's 60 s long polls had timed out every fetch at 10 s, so its link never
+followed) and the follower's fetch silence bound its long poll plus 1.5 s
+(`link_rounds.fetch_silence_ms`).
 
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
@@ -54,12 +61,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "4851ac7b8f9afc5b6585def56fa5b3b200918b3007cc0c89dcce22a2f53832fc",
     ),
     ("catch-up-storm", 1): (
-        "42bf12c476d2e7fb0dd507aa531838f42786c3e30e93b1602457d4444b1e0425",
-        "fa344a9216740b5e8631b3546689e8b72a127423c4e912db15bcf9f3c83e149e",
+        "23850986f0064bf9dffb12788a3cdc2a1b22ce1bd5a4501febea5522415e0911",
+        "93675c33063fe13b75d393ff5f5e599174c4abd5a577f3fe20f6e7995808c9a7",
     ),
     ("catch-up-storm", 2): (
-        "6fb8d5866fa9455c7f778bde39b477d5f329d07cfa46d0819962dbd95f52207f",
-        "c058ed6f56421aeee92f6389c6396d433259cde7961356a808b897dee9baa0d2",
+        "196837450974671a656b7b300479d151e517e27e8ea45b88b846ddd18a4c1064",
+        "f3566d4452e2565dd417cb41c0e5b2bc0bdb2becbedfed010ada40b68ca61114",
     ),
     ("compacted-follower", 1): (
         "aa869a8b6dd93efe250dc4ea9f87519b21d52b3eaa0bfaadfc6d788aa35f5853",
@@ -94,12 +101,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "dcd0d6d9fd0a130660f2358c6cdbf6d0cbafd5d49acec279efdeedfe26c6971d",
     ),
     ("link-flap", 1): (
-        "b3db47b5f9844e62221c2a21d0aa3836cee0606a91a48419a83e7c9c663b3f50",
-        "0ce274da17d5f103d8630d0a8e1d04762a2c24ff71ab97a8fd1763bae748c44c",
+        "bbb3c267556539445a97c4d656d80846732f58e378c66c48b84175ea572b867f",
+        "2764af99d244d7ba4fc63ae6638b27f6aef55c0f21e605582ad3a3ee730fd3cb",
     ),
     ("link-flap", 2): (
-        "db5cc4601ba7caaecd048df9a2a472e1bcf1375a32c4110982ac1f2743dc8f4e",
-        "907ab462f2fa6dccfc0ec436020523ba9fbb9b93ee0386392fdcb095d6c7aad3",
+        "2707fb0de6afd66466a1b17e53c4c48fc39520fbb4e608dc3056ecd9dee28d40",
+        "7c1c4bd340a3ec3eca5892b94b5af1b19c2dba7de1cd8493ba1482be091ec273",
     ),
     ("mirror-vs-link-failover", 1): (
         "a5bd970ae3dd633ce4ff6bd6748e934a485ee033a2b3ff323344b828da5e0515",
@@ -126,12 +133,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "a3bab311514924073ee3a3a9bd078f40bfe44b99b9cd65333fa7baad0454fe1f",
     ),
     ("partition-heal", 1): (
-        "d98d21c824af9cb58cb3f382d79d78518e105509c0aeb18a515736435ce87c7e",
-        "ac6953036225a37515c0015d71113d841d35f5047ecd4db2cc896c45a314971a",
+        "3831ac78c892c6176e7e59e80f35095fc04c236cb4773ab62585fd0d39e36dc9",
+        "0e7cd681c6b76a2a32b319cae5087740be470cb3dbaefd7483b8bcffae112c60",
     ),
     ("partition-heal", 2): (
-        "a7b92cbc065b253833b0fa1f27cd6520e406127c45ce79507d5afa52fb726731",
-        "b21be24c841bac51afd307fb4f6e2c87d63aec4f85b4f94ed890da4ef2c4000a",
+        "e258ade91be60e5b92e0a1ef94a959e6f7b0dbe88a2d2d95f2536257f0113f1e",
+        "3623a876457b5e1beec7944dfe3c78d6eb6d972471c5e17642b9e01d7ad65983",
     ),
     ("retention-outage", 1): (
         "f4623a9c3f5d13e3e3a6ba304eb751d7d6345416b6a074a096b9a34d19079610",
@@ -142,12 +149,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "d98505281a8597b148bfdbbe696b7c8394ca011eb7e6344e094e707f5a4bb670",
     ),
     ("secure-links", 1): (
-        "6efa6845c2bc0c85346e13bde5adbc760d5d8bac1f73f8fe70fe2ef21180507f",
-        "21ce49685a4fd5213aab9cf42e7c3478d5750c2edeef2f594aaef0abe70f3e26",
+        "5c1431d9afa8c5ab51aec3c8648c5b4f02aa94093a4b556aa8d5095c6b0ee01a",
+        "8669f77cb47052c2a5de00289ddf57cbe9c48f9a6cb2673e152d5c58bf47fde4",
     ),
     ("secure-links", 2): (
-        "1cffd77fc3dfaf904fb7aae7664699f702f2e7a9462da323cba2d986f9bb54c9",
-        "0cdb39f9089617bf7c2fc6a8af4a68daf66a1510f17101ea6667da43b769dfea",
+        "3f4f49515013fedaef92516775d99b641547b4770eb8d2162edeb988f86d42d2",
+        "e20346b0457ba781ba26287481f0fdbf9e6f458f84aa76cd269cb1a57eca3e36",
     ),
     ("sync-failover", 1): (
         "3fb3b5076d77e25b0765221bc4b431d96ebd044a101e1aa4c38863061d62f580",
@@ -184,6 +191,10 @@ def test_every_shipped_scenario_is_pinned() -> None:
 @pytest.mark.parametrize(("scenario", "seed"), sorted(PINNED))
 def test_run_matches_its_pinned_digest(scenario: str, seed: int) -> None:
     summary = run_summary(scenario, seed, dict(SIZED.get(scenario, SMALL)))
+    # A pinned run is a clean one: pinning a run that breaks an invariant
+    # would hold the bug in place (the storm's long polls once outlived their
+    # fetch calls, so its link never followed, and the pin kept that).
+    assert summary["violations"] == [], f"{scenario} seed {seed}: {summary['violations']}"
     digest, summary_sha = PINNED[(scenario, seed)]
     assert summary["trace_digest"] == digest, f"{scenario} seed {seed}: the trace changed"
     text = json.dumps(summary, sort_keys=True).encode()

@@ -50,7 +50,15 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import GapPolicy, LinkConfig, LinkMode, MappingKey, Role, orphans
+from linkd.core.links import (
+    DEFAULT_FETCH_SILENCE_MS,
+    GapPolicy,
+    LinkConfig,
+    LinkMode,
+    MappingKey,
+    Role,
+    orphans,
+)
 from linkd.core.provenance import Gap
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
@@ -67,6 +75,37 @@ HANDSHAKE_INTERVAL_MS = 2_000
 DISCOVERY_INTERVAL_MS = 500
 # A data loop with nothing to fetch or push looks again after this long.
 IDLE_POLL_MS = 200
+# A link call fails when its answer has not arrived this long after the call
+# (beyond the long poll it asked for, for a replica fetch).
+CALL_TIMEOUT_MS = 10_000
+# The longest a source holds a replica fetch for data, whatever it asks.
+LONGEST_FETCH_WAIT_MS = 30_000
+
+
+def served_wait_ms(max_wait_ms: int) -> int:
+    """How long a source holds a replica fetch that finds no data (long
+    poll): what the follower asked, within 0..LONGEST_FETCH_WAIT_MS."""
+    return max(0, min(max_wait_ms, LONGEST_FETCH_WAIT_MS))
+
+
+def fetch_deadline_ms(max_wait_ms: int) -> int:
+    """A replica fetch's call deadline: the wait it asks the source to hold
+    it for, plus the call timeout. A long poll must never outlive its call:
+    a follower whose fetches time out while the source still holds them hears
+    only lost contact, and never follows (as Kafka requires
+    replica.socket.timeout.ms >= replica.fetch.wait.max.ms)."""
+    return served_wait_ms(max_wait_ms) + CALL_TIMEOUT_MS
+
+
+def fetch_silence_ms(max_wait_ms: int) -> int:
+    """How long a follower may go without finishing a fetch round and still
+    know its lag (`LinkLimits.fetch_silence_ms`), for fetches that ask the
+    source to hold them `max_wait_ms`: the long poll plus 1.5 s, and never
+    less than the default (2 s, for the daemon's 500 ms long polls). A fetch
+    the source holds is answered as soon as data arrives, so a silence no
+    longer than the long poll is no news; a shorter bound would call every
+    idle follower of a long-polling link CATCHING_UP."""
+    return max(DEFAULT_FETCH_SILENCE_MS, served_wait_ms(max_wait_ms) + 1_500)
 
 
 # -- what a link does next ---------------------------------------------------------------
