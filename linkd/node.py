@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 from linkd.authz import Gate
 from linkd.core import cleaner, restart
+from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
@@ -222,13 +223,32 @@ class ClusterNode:
             if child.is_dir() and topic_id not in live:
                 shutil.rmtree(child, ignore_errors=True)
 
+    def _segment_bytes(self, configured: int) -> int:
+        """A topic's segment.bytes as its stores roll by it (at most the
+        daemon's --segment-bytes, when given)."""
+        if self.segment_bytes_default is not None:
+            return min(configured, self.segment_bytes_default)
+        return configured
+
+    def _reconfigure_stores(self, records: Iterable[object]) -> None:
+        """A topic's configs changed (altered, or adopted from a link's
+        source): its open stores roll by the new segment.bytes from their next
+        append on, not only after a restart."""
+        for record in records:
+            if not isinstance(record, jr.TopicConfig) or record.name not in self.state.topics:
+                continue
+            topic = self.state.topics[record.name]
+            segment_bytes = self._segment_bytes(topic.config.segment_bytes)
+            for p in range(len(topic.partitions)):
+                store = self.stores.get((topic.topic_id, p))
+                if store is not None and store.segment_bytes != segment_bytes:
+                    store.segment_bytes = segment_bytes
+
     def _open_store(self, topic_id: str, partition: int, segment_bytes: int) -> PartitionLogStore:
         assert self.datadir is not None
-        if self.segment_bytes_default is not None:
-            segment_bytes = min(segment_bytes, self.segment_bytes_default)
         store, report = PartitionLogStore.open(
             self.datadir.partition_dir(topic_id, partition),
-            segment_bytes=segment_bytes,
+            segment_bytes=self._segment_bytes(segment_bytes),
             fsync=self.fsync,
             handles=self.handles,
         )
@@ -309,6 +329,7 @@ class ClusterNode:
                     await self._make_durable(touched)
                     touched = {}
                 self._journal([encode_record(r) for r in effect.records])
+                self._reconfigure_stores(effect.records)
             elif isinstance(effect, CreateLogs):
                 self._create_logs(effect)
             elif isinstance(effect, DeleteTopicData):

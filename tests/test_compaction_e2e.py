@@ -19,7 +19,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 
 # confluent-kafka's admin package lists these in no __all__.
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tests.harness import Daemon, free_port, run_cli
 
@@ -216,3 +222,29 @@ def test_aborted_records_go_and_committed_ones_are_compacted(kafka: tuple[Daemon
     assert values == {key: f"{key.decode()}-{last_committed}".encode() for key in (b"k0", b"k1")}
     offsets = [offset for offset, _key, _value in got]
     assert offsets == sorted(offsets) and len(got) < 16
+
+
+def test_segment_bytes_altered_on_a_live_topic_rolls_its_log_at_once(
+    kafka: tuple[Daemon, str],
+) -> None:
+    """A topic created with large segments, then altered to small ones through
+    confluent-kafka's AdminClient: the next appends roll by the new size, so
+    the cleaner gets segments to clean without a restart (the store used to
+    keep the segment size it was opened with until the daemon restarted)."""
+    daemon, bootstrap = kafka
+    _create(bootstrap, "compacted-altered", **{"segment.bytes": "1048576"})
+    history = _history()
+    _produce_one_batch_each(bootstrap, "compacted-altered", history[:5])
+    assert _describe(daemon, "compacted-altered")["cleaner"]["cleans"] == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("segment.bytes", "400", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", "compacted-altered", incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(20)
+    _produce_one_batch_each(bootstrap, "compacted-altered", history[5:])
+    state = _wait_cleaner(
+        daemon, "compacted-altered", lambda c: c["cleans"] >= 1 and c["removed_records"] > 0,
+        "a clean after segment.bytes was altered",
+    )
+    end = state["cleaner"]["cleaned_up_to"]
+    assert _consume_all(bootstrap, "compacted-altered") == _expected(history, end, tombstones=True)

@@ -355,6 +355,18 @@ class PartitionLogStore:
         (self._dir / (seg.name + INDEX_SUFFIX)).write_bytes(fresh.index_bytes())
         return True
 
+    @property
+    def segment_bytes(self) -> int:
+        return self._segment_bytes
+
+    @segment_bytes.setter
+    def segment_bytes(self, value: int) -> None:
+        """A new `segment.bytes` (the topic's config was altered): the next
+        append rolls by it, as Kafka's log does after a config change."""
+        if not 0 < value <= _INT32_MAX:
+            raise ValueError(f"segment_bytes must be in 1..{_INT32_MAX}, got {value}")
+        self._segment_bytes = value
+
     def _must_roll(self, seg: _Segment, header: BatchHeader, pending: int = 0) -> bool:
         if seg.size + pending + header.size_bytes > self._segment_bytes:
             return True
