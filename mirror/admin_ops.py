@@ -66,7 +66,8 @@ class MirrorClientError(RuntimeError):
 
 class CompactionRefused(MirrorClientError):
     """A topic asked for with `cleanup.policy=compact` was refused for that policy:
-    the cluster does not compact (linkd implements only `delete`)."""
+    the cluster does not compact (linkd does; a Kafka-compatible broker such as
+    tansu may not)."""
 
 
 def _code(exc: BaseException) -> int | None:

@@ -362,6 +362,25 @@ class Operators:
             lambda now: procedures.failover(state, link, force, now)
         ], done)
 
+    def alter_link(
+        self, cluster: str, link: str, changes: dict[str, str], done: Done | None = None
+    ) -> None:
+        """ccr-admin alter-link (`procedures.alter_link`): here, gap.policy."""
+        state = self.world.clusters[cluster].state
+        label = " ".join(f"{k}={v}" for k, v in sorted(changes.items()))
+        self.run(cluster, f"alter_link {link} {label}", [
+            lambda now: procedures.alter_link(state, link, dict(changes), now)
+        ], done)
+
+    def resume_partition(
+        self, cluster: str, link: str, topic: str, partition: int, done: Done | None = None
+    ) -> None:
+        """ccr-admin resume-partition (`procedures.resume_partition`)."""
+        state = self.world.clusters[cluster].state
+        self.run(cluster, f"resume_partition {link} {topic}-{partition}", [
+            lambda _now: procedures.resume_partition(state, link, topic, partition)
+        ], done)
+
     def set_reserved(
         self, cluster: str, kind: str, prefix: str, reserved: bool, done: Done | None = None
     ) -> None:

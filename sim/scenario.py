@@ -68,6 +68,7 @@ from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
+from linkd.core.links import GapPolicy
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -77,6 +78,9 @@ from sim.workloads import ConsumerSpec, ProducerSpec, ScriptSend, ScriptSpec
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 MODES = ("ASYNC", "SYNC")
+
+
+GAP_POLICIES = tuple(p.value for p in GapPolicy)
 
 
 class ScenarioError(ValueError):
@@ -221,6 +225,8 @@ class ActionSpec:
     leader: str = ""  # attach: "local" or "remote" (which side leads the namespace)
     timeout_ms: int = 0  # reverse: how long to wait for the remote (0: 30 s)
     reserved: bool = False  # set_reserved: set (true) or clear (false)
+    gap_policy: str = ""  # alter_link: the link's gap.policy (continue | stop)
+    partition: int = 0  # resume_partition: the partition of `topic`
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +315,10 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # mapping to `source`, then recover it with confirm (topics, and groups
     # when the namespace replicates them).
     "relink": ("cluster", "link", "source", "prefixes"),
+    # ccr-admin alter-link --gap-policy, and resume-partition (a follower
+    # partition stopped at a gap goes on from the source's log start).
+    "alter_link": ("cluster", "link", "gap_policy"),
+    "resume_partition": ("cluster", "link", "topic", "partition"),
 }
 
 
@@ -636,6 +646,13 @@ def _check_names(s: Scenario) -> None:
             )
         if a.kind in ("attach", "detach", "relink") and not a.prefixes:
             raise ScenarioError(f"[[actions]] #{i + 1}: {a.kind} needs prefixes")
+        if a.kind == "alter_link" and a.gap_policy not in GAP_POLICIES:
+            raise ScenarioError(
+                f"[[actions]] #{i + 1}: gap_policy = {a.gap_policy!r} is not one of "
+                f"{', '.join(GAP_POLICIES)}"
+            )
+        if a.kind == "resume_partition" and not a.topic:
+            raise ScenarioError(f"[[actions]] #{i + 1}: resume_partition needs topic")
     for i, f in enumerate(s.faults):
         if f.kind == "loss" and f.loss > 1:
             raise ScenarioError(f"[[faults]] #{i + 1}: loss = {f.loss} must be within [0, 1]")

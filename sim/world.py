@@ -426,6 +426,10 @@ class Simulation:
         elif a.kind == "manual_reverse":
             for local, remote in a.prefixes:
                 ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
+        elif a.kind == "alter_link":
+            ops.alter_link(a.cluster, a.link, {"gap_policy": a.gap_policy})
+        elif a.kind == "resume_partition":
+            ops.resume_partition(a.cluster, a.link, a.topic, a.partition)
 
     def relink(
         self, cluster: str, old: str, source: str, prefixes: tuple[tuple[str, str], ...]

@@ -1,16 +1,23 @@
 """Gaps in the simulator: the scenario `retention-outage` (a follower down
 longer than its source keeps records, retention on the virtual clock), the
-checkers' view of a gap (recorded: reported loss; silent: invariant 10), and
-the sweep that shows how long an outage each retention setting survives."""
+checkers' view of a gap (recorded: reported loss; silent: invariant 10), the
+sweep that shows how long an outage each retention setting survives, and
+`retention-outage-stop` (gap.policy stop, then resume-partition, through the
+daemon's own alter-link and resume-partition procedures)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from linkd.core import replication as rep
+from linkd.core.provenance import Gap
 from sim import checkers
+from sim import scenario as scenarios
 from sim.history import History, Op, Send
-from sim.runner import run_summary
+from sim.runner import run_summary, simulate
 from sim.sweep import load_sweep
+from sim.world import Simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,3 +56,63 @@ def test_the_sweep_crosses_retention_with_outage_length() -> None:
     spec = load_sweep(ROOT / "sim" / "sweeps" / "retention-outage.toml")
     assert spec.scenarios == ("retention-outage",)
     assert dict(spec.params).keys() == {"outage_ms", "retention_ms"}
+
+
+def _stopped_and_recorded(
+    sim: Simulation,
+) -> tuple[dict[tuple[str, int], tuple[int, int]], list[Gap]]:
+    """On B: the partitions stopped at a gap (their ranges), and the gaps
+    recorded in provenance for the link."""
+    state = sim.clusters["B"].state
+    runtime = state.links.runtime["A-B"]
+    stopped = {k: (g.from_offset, g.to_offset) for k, g in sorted(runtime.gap_stopped.items())}
+    link_id = state.links.get("A-B").link_id
+    return stopped, rep.gaps_of(state, link_id)
+
+
+def test_gap_policy_stop__stopped_until_resumed__then_recorded_exactly() -> None:
+    """retention-outage-stop: with gap.policy stop (set by alter_link), B's
+    partitions stop at their gaps when B is back (12 s), nothing is recorded
+    or copied past them until the operator resumes each (15 s); the resume
+    records exactly the range it stopped at."""
+    spec = scenarios.load("retention-outage-stop")
+    sim = Simulation(spec, 1, keep_trace=False)
+    sim.setup()
+    sim.queue.run_until(14_999)
+    stopped, recorded = _stopped_and_recorded(sim)
+    assert set(stopped) == {("A-t0", 0), ("A-t0", 1)}
+    found_at = {g.at_ms for g in sim.clusters["B"].state.links.runtime["A-B"].gap_stopped.values()}
+    assert len(found_at) == 1 and 12_000 < min(found_at) < 13_000  # when B, back, fetched
+    assert recorded == []  # nothing recorded, nothing skipped while stopped
+    b = sim.clusters["B"].state
+    for (topic, p), (start, _end) in stopped.items():
+        assert b.partition(topic, p).log_end_offset == start
+    sim.queue.run_until(15_001)
+    _again, recorded = _stopped_and_recorded(sim)
+    assert {(g.topic, g.partition): (g.from_offset, g.to_offset) for g in recorded} == stopped
+    # Recorded with the time it was found and its cause, as under continue.
+    assert all(g.at_ms in found_at and "retention" in g.reason for g in recorded)
+
+
+def test_gap_policy_stop__the_story_runs_clean_and_reports_every_gap() -> None:
+    summary, trace = simulate("retention-outage-stop", 1, keep_trace=True)
+    assert summary["violations"] == []
+    # Every gap the follower announced, stopped or skipped, is counted once.
+    ranges = set()
+    for line in trace:
+        if "has a gap: offsets [" in line:
+            span = line.split("offsets [", 1)[1].split(")", 1)[0]
+            start, end = (int(x) for x in span.split(", "))
+            ranges.add((line.split("link 'A-B': ", 1)[1].split(" ", 1)[0], start, end))
+    assert summary["metrics"]["gap_records"] == sum(end - start for _t, start, end in ranges)
+    assert summary["metrics"]["actions_ok"] == 6
+
+
+def test_gap_policy_stop__never_resumed__the_link_does_not_converge() -> None:
+    spec = scenarios.load("retention-outage-stop")
+    spec = dataclasses.replace(
+        spec, actions=tuple(a for a in spec.actions if a.kind != "resume_partition")
+    )
+    sim = Simulation(spec, 1, keep_trace=False)
+    sim.run()
+    assert [v.invariant for v in sim.violations] == ["liveness"]

@@ -40,6 +40,8 @@ SIZED: dict[str, dict[str, Any]] = {
         "duration_ms": 150_000,
         "disk_fractional_ms": True,
     },
+    # Its own length: the stop, both resumes and the switch back all fall after 8 s.
+    "retention-outage-stop": {"duration_ms": 20_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -147,6 +149,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("retention-outage", 2): (
         "c7ebfa4191a4ae86faee545a57ffdef12b8564b30f8640fa4f4fa8301e53dc47",
         "d98505281a8597b148bfdbbe696b7c8394ca011eb7e6344e094e707f5a4bb670",
+    ),
+    ("retention-outage-stop", 1): (
+        "87004960e2c2dcf33a01380603dc2af1c56c75f3023211efecda5521923ea1a1",
+        "a8ac95efbfa62f5403d688623197a2490ca30c5e9a0a14735e48e72b26559255",
+    ),
+    ("retention-outage-stop", 2): (
+        "c969100204d371af4974428d390493c6f0ea978afbc593c172814ec6b1fd1b8b",
+        "bde6e91115061f53f90ee4f62b867f8b5e428d11a2ea03f2e3bb176d0eda32e3",
     ),
     ("secure-links", 1): (
         "5c1431d9afa8c5ab51aec3c8648c5b4f02aa94093a4b556aa8d5095c6b0ee01a",
