@@ -496,10 +496,13 @@ def check_sync_acks_kept(
     final: FinalLogs,
     truncations: Truncations,
     compacted: CompactedKeys | None = None,
+    deleted: Deleted | None = None,
 ) -> list[Violation]:
     """Invariant 4 at the end (after any failover): a record acknowledged in
     IN_SYNC is still at its offset on every follower that witnessed it,
-    unless a reported truncation (an unclean election) removed it."""
+    unless a reported truncation (an unclean election) removed it, the
+    follower's own retention deleted it, or its cleaner removed it for a
+    newer record of its key."""
     details: list[str] = []
     for o in history.sends():
         v = o.value
@@ -514,6 +517,8 @@ def check_sync_acks_kept(
                 continue
             if superseded(compacted, key, v.key, v.offset):
                 continue
+            if was_deleted(deleted, key, v.offset):
+                continue  # the follower's retention deleted it: configured, not lost
             details.append(
                 f"{o.process}: {v.value!r} acknowledged by {o.cluster} in IN_SYNC at "
                 f"{v.topic}-{v.partition} offset {v.offset} is not on {follower} "

@@ -183,7 +183,7 @@ def final_checks(sim: Simulation) -> None:
     sim.violations += checkers.check_consumers(sim.history, final, sim.truncations)
     sim.violations += checkers.check_sync_acks(sim.history)
     sim.violations += checkers.check_sync_acks_kept(
-        sim.history, final, sim.truncations, compacted
+        sim.history, final, sim.truncations, compacted, sim.deleted
     )
     sim.violations += checkers.check_transactions_atomic(sim.history)
     sim.metrics.from_history(sim.history, final)

@@ -129,6 +129,20 @@ def test_sync_ack_lost__after_failover_the_follower_lacks_an_in_sync_acknowledge
     assert checkers.check_sync_acks_kept(h, final, {("B", "t", 0): [1]}) == []  # reported cut
 
 
+def test_sync_ack_kept__the_followers_own_retention_deleted_it__not_lost() -> None:
+    """A follower whose retention deleted an acknowledged record did what it
+    was configured to do (the compacted sweep's compact,delete SYNC runs were
+    reported as sync_ack_lost before); its retention elsewhere excuses nothing."""
+    h = History([sync_send("x", 0, witness_end=1), sync_send("y", 1, witness_end=2)])
+    final: dict[tuple[str, str, int], dict[int, str]] = {("B", "t", 0): {}}
+    assert len(checkers.check_sync_acks_kept(h, final, {})) == 2  # x and y
+    kept = checkers.check_sync_acks_kept(h, final, {}, None, {("B", "t", 0): [(0, 2)]})
+    assert kept == []
+    elsewhere = {("A", "t", 0): [(0, 2)], ("B", "t", 0): [(0, 1)]}
+    found = checkers.check_sync_acks_kept(h, final, {}, None, elsewhere)
+    assert len(found) == 1 and "'y'" in found[0].detail
+
+
 def target_poll(records: list[tuple[int, int, str]], session: int = 0) -> Op:
     return Op("c", "target_consumer", "B", "ok", 0, 1, Poll("t", tuple(records), session, True))
 
