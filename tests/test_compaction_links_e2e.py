@@ -1,7 +1,9 @@
 """A link follows a compacted topic its source has already cleaned: the
 follower copies the batches as they are, jumping over the offsets the
 source's cleaner removed, so every record sits at the source's offset.
-Real daemons, driven through ccr-admin; waits poll, never sleep blindly."""
+Real daemons, driven through ccr-admin; both sides are read with the client
+library and with an unmodified Kafka client (confluent-kafka) over each
+daemon's Kafka listener; waits poll, never sleep blindly."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaError
+
 from admin import AdminClient, Consumer, Producer, TopicPartition
-from tests.harness import run_cli
+from tests.harness import free_port, run_cli
 
 WAIT_S = 60.0
 FLAGS = ["--link-session-timeout-ms", "3000", "--log-cleaner-backoff-ms", "50"]
@@ -50,9 +55,37 @@ def _read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | N
     return out
 
 
+def _read_with_kafka(listener: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """From the earliest offset to the end, as confluent-kafka sees it."""
+    consumer = KafkaConsumer({
+        "bootstrap.servers": listener, "group.id": f"kafka-{time.monotonic_ns()}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    })
+    consumer.subscribe([topic])
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                return out
+            offset = msg.offset()
+            assert offset is not None
+            out.append((offset, msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    raise AssertionError(f"no end of {topic} within {WAIT_S} s; read {out}")
+
+
 def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: Any) -> None:
-    a = daemon_factory("A", extra_args=FLAGS)
-    b = daemon_factory("B", extra_args=FLAGS)
+    listeners = {name: f"127.0.0.1:{free_port()}" for name in ("A", "B")}
+    a = daemon_factory("A", extra_args=[*FLAGS, "--kafka-listen", listeners["A"]])
+    b = daemon_factory("B", extra_args=[*FLAGS, "--kafka-listen", listeners["B"]])
     for d in (a, b):
         _cli(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
     _cli(
@@ -89,6 +122,9 @@ def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: 
 
     _wait("B to follow A's log end", caught_up)
     assert _read(b.bootstrap, "orders-latest") == source
+    # A Kafka client reads the same records at the same offsets on both sides.
+    assert _read_with_kafka(listeners["A"], "orders-latest") == source
+    assert _read_with_kafka(listeners["B"], "orders-latest") == source
     described = _cli(b.bootstrap, "describe-topic", "orders-latest")
     assert described["configs"]["cleanup.policy"] == "compact"
     assert "cleaner" in described["partitions"][0]  # B cleans its copy on its own schedule
