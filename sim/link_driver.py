@@ -632,7 +632,11 @@ class LinkDriver:
                 return
             now = self.queue.now_ms
             limiter = source.replication_limit
-            budget_bytes = min(self.sizes.fetch_max_bytes, limiter.available(now))
+            # Kafka's replication quota: within the quota a fetch reads up to
+            # its max bytes (the bytes are taken, into debt if need be); over
+            # it, the throttled partitions are left out until the debt is paid.
+            within_quota = limiter.available(now) > 0
+            budget_bytes = self.sizes.fetch_max_bytes if within_quota else 0
             logical: dict[tuple[str, int, int], int] = {}
 
             def read(

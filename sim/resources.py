@@ -13,8 +13,14 @@ Rules:
   batches) cost their bytes, not a millisecond each.
 - Bytes are counted per traffic class, so a run can show who used the device.
 - The replication rate limit of a source (`RateLimit`) is a token bucket in
-  bytes: a replica fetch may read at most the tokens available, and waits
-  when none are (the throttle Kafka applies to replication quotas).
+  bytes, with one second of burst, that may go into debt. As Kafka's leader
+  replication quota (KIP-73) does, a replica fetch served while the source is
+  within its quota (tokens left) reads up to the fetch's max bytes and the
+  bytes are taken; a fetch served over the quota (in debt) reads nothing and
+  waits until the debt is paid. So a throttled link copies in rounds of the
+  fetch's max bytes, spaced to keep the average rate; a fetch waits only for
+  the debt, never for the tokens of a whole fetch (waiting for a single token
+  and reading what had gathered made thousands of tiny rounds).
 """
 
 from __future__ import annotations
