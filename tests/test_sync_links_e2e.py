@@ -114,9 +114,15 @@ def test_sync_link__follower_stalled__out_of_sync__plain_producers_go_on__commit
     txn.produce("orders-x", value="in-sync-txn", partition=0)
     txn.commit_transaction(30)
 
+    # The follower's last caught-up fetch must be fresh when it stops: A
+    # times the lag from it, so an older one (a loaded machine between the
+    # commit and the pause) would release the stalled acks early. A SYNC
+    # acknowledgement needs exactly such a fetch.
+    plain = Producer({"bootstrap.servers": a.bootstrap, "acks": "all"})
+    plain.produce("orders-x", value="fresh-contact", partition=1)
+    assert plain.flush(30) == 0
     b.pause()
     try:
-        plain = Producer({"bootstrap.servers": a.bootstrap, "acks": "all"})
         started = time.monotonic()
         for i in range(10):
             plain.produce("orders-x", value=f"stalled-{i}", partition=1)
