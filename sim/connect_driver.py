@@ -27,6 +27,11 @@ Rules:
   commit (a zombie's commit is fenced) and rejoins empty.
 - A task's pause is the time from the moment it stopped copying (crash,
   pause, cut-off, revocation) to the moment a worker runs it again.
+- A replication pause is the flow's: from the moment a first task stopped
+  copying to the moment every task runs again, one per such interval, with
+  the rebalances it took (`replication_pauses`). Eager rebalancing stops
+  every task, so each of its rebalances is one; a cooperative rebalance that
+  holds a lost worker's tasks lasts until the delay ends.
 - MirrorCheckpointConnector and MirrorHeartbeatConnector are not deployed on
   the group: the checkpoint task does not run in this mode.
 """
@@ -121,6 +126,9 @@ class ConnectMirror:
         self.retired = MirrorStats()
         self.rebalances = 0
         self.pauses_ms: list[int] = []
+        # The flow's replication pauses: (duration, rebalance rounds in it).
+        self.replication_pauses: list[tuple[int, int]] = []
+        self._pause_began: tuple[int, int] | None = None  # (since, rounds then)
         self.recopied = 0
         self._down_since: dict[Unit, int] = {}  # tasks not running, since when
         self._acked: dict[TopicPartition, int] = {}  # highest position acknowledged
@@ -275,6 +283,7 @@ class ConnectMirror:
         since = self._down_since.pop(unit, None)
         if since is not None and self.rebalances > 1:
             self.pauses_ms.append(self.queue.now_ms - since)
+        self._pause_may_end()
         driver.start()
 
     def _stop_task(self, w: Worker, unit: Unit, graceful: bool) -> None:
@@ -286,7 +295,23 @@ class ConnectMirror:
         for tp, position in sorted(driver.positions.items()):
             self._acked[tp] = max(self._acked.get(tp, 0), position)
         _add_stats(self.retired, driver.stats)
+        self._task_down(unit)
+
+    def _task_down(self, unit: Unit) -> None:
         self._down_since.setdefault(unit, self.queue.now_ms)
+        if self._pause_began is None:
+            self._pause_began = (self.queue.now_ms, self.rebalances)
+
+    def _pause_may_end(self) -> None:
+        """Every task runs again: the replication pause ends (one that ends
+        at the group's first assignment is start-up, not a pause)."""
+        if self._down_since or self._pause_began is None:
+            return
+        since, rounds_before = self._pause_began
+        self._pause_began = None
+        if self.rebalances > 1:
+            rounds = self.rebalances - rounds_before
+            self.replication_pauses.append((self.queue.now_ms - since, rounds))
 
     def _count_recopies(self, started: dict[TopicPartition, int]) -> None:
         for tp, position in sorted(started.items()):
@@ -347,7 +372,7 @@ class ConnectMirror:
         w.frozen = True
         for unit in sorted(w.tasks):
             w.tasks[unit].frozen = True
-            self._down_since.setdefault(unit, self.queue.now_ms)
+            self._task_down(unit)
         self._expire_later(w)
 
     def _thaw(self, w: Worker) -> None:
@@ -360,6 +385,7 @@ class ConnectMirror:
                 since = self._down_since.pop(unit, self.queue.now_ms)
                 self.pauses_ms.append(self.queue.now_ms - since)
                 w.tasks[unit].thaw()
+            self._pause_may_end()
             return
         self.queue.note(f"connect {self.name} {w.name} back, out of the group: rejoins empty")
         for unit in sorted(w.tasks):
@@ -381,7 +407,7 @@ class ConnectMirror:
                 # Its tasks are lost to the group (the frozen drivers stay with it,
                 # holding what they acknowledged and did not commit).
                 for unit in sorted(w.tasks):
-                    self._down_since.setdefault(unit, self.queue.now_ms)
+                    self._task_down(unit)
                     for tp, position in sorted(w.tasks[unit].positions.items()):
                         self._acked[tp] = max(self._acked.get(tp, 0), position)
                 self._request_round(f"{w.name} left")

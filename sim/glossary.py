@@ -316,6 +316,34 @@ ENTRIES: tuple[Entry, ...] = (
         "not a Connect run ([connect] workers = 0, or no mirror edge)",
     ),
     Entry(
+        "connect_replication_pauses", Unit.COUNT, Group.MIRROR,
+        "replication pauses of a flow: intervals in which at least one of its "
+        "MirrorSourceTasks was not copying, each from the first task's stop to the "
+        "moment every task runs again (an eager rebalance stops every task: one each)",
+        "one per such interval that ended after the group's first assignment; one still "
+        "going at the end of the run is not counted",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_replication_pause_ms_max", Unit.MS, Group.MIRROR,
+        "the longest replication pause of a flow (some task not copying)",
+        "maximum over the run's replication pauses",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_replication_pause_ms_p50", Unit.MS, Group.MIRROR,
+        "the median replication pause of a flow (some task not copying)",
+        "nearest-rank median over the run's replication pauses",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
+        "connect_rebalances_in_pauses", Unit.COUNT, Group.MIRROR,
+        "rebalance rounds that happened during replication pauses: divided by "
+        "connect_replication_pauses, the rounds one pause took",
+        "rounds of the Connect groups counted while a replication pause was going on",
+        "not a Connect run ([connect] workers = 0, or no mirror edge)",
+    ),
+    Entry(
         "connect_recopied_records", Unit.RECORDS, Group.MIRROR,
         "source offsets a task copied again after it moved: the target had acknowledged "
         "them, the source commit had not happened when the task stopped",

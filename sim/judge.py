@@ -236,4 +236,9 @@ def connect_metrics(sim: Simulation) -> None:
     sim.metrics.set("connect_task_pauses", len(pauses))
     sim.metrics.set("connect_task_pause_ms_max", max(pauses, default=0))
     sim.metrics.set("connect_task_pause_ms_p50", percentile(pauses, 50))
+    flow = [p for g in groups for p in g.replication_pauses]
+    sim.metrics.set("connect_replication_pauses", len(flow))
+    sim.metrics.set("connect_replication_pause_ms_max", max((d for d, _r in flow), default=0))
+    sim.metrics.set("connect_replication_pause_ms_p50", percentile([d for d, _r in flow], 50))
+    sim.metrics.set("connect_rebalances_in_pauses", sum(r for _d, r in flow))
     sim.metrics.set("connect_recopied_records", sum(g.recopied for g in groups))

@@ -33,6 +33,11 @@ def test_both_protocols_run_clean_and_measure_their_rebalances(
         assert m["connect_rebalances"] >= 3, protocol
         assert m["connect_task_pauses"] >= 1, protocol
         assert m["connect_task_pause_ms_max"] >= m["connect_task_pause_ms_p50"] > 0, protocol
+        # The flow's replication pauses: each as long as its longest task pause
+        # at least, and no longer than the tasks' pauses end to end.
+        assert m["connect_replication_pauses"] >= 1, protocol
+        assert m["connect_replication_pause_ms_max"] >= m["connect_task_pause_ms_max"], protocol
+        assert m["connect_rebalances_in_pauses"] <= m["connect_rebalances"], protocol
         # A crash loses acknowledged, uncommitted positions: copied twice.
         assert m["mirror_duplicates_stored"] >= 1, protocol
 
@@ -46,6 +51,13 @@ def test_eager_stops_every_task_cooperative_waits_for_the_lost_worker(
     # Cooperative holds a departed worker's tasks for the scheduled delay.
     assert coop["connect_task_pause_ms_max"] >= SHORT["scheduled_rebalance_max_delay_ms"]
     assert eager["connect_task_pause_ms_max"] < SHORT["scheduled_rebalance_max_delay_ms"]
+    # Per rebalance: eager pauses all replication at every one; cooperative
+    # runs its rebalances inside fewer, longer pauses.
+    assert eager["connect_replication_pauses"] > coop["connect_replication_pauses"]
+    assert (
+        coop["connect_rebalances_in_pauses"] / coop["connect_replication_pauses"]
+        > eager["connect_rebalances_in_pauses"] / eager["connect_replication_pauses"]
+    )
 
 
 def test_connect_settings_are_checked_by_name() -> None:

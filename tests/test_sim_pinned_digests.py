@@ -13,7 +13,9 @@ secure-links, when a replica fetch's call deadline became its long poll plus
 the call timeout (`link_rounds.fetch_deadline_ms`, the daemon's rule; the
 storm's 60 s long polls had timed out every fetch at 10 s, so its link never
 followed) and the follower's fetch silence bound its long poll plus 1.5 s
-(`link_rounds.fetch_silence_ms`).
+(`link_rounds.fetch_silence_ms`). The summaries (not the traces) of
+mm2-connect-rebalance changed when it gained the flow's replication pauses
+(`connect_replication_pause_ms_*`).
 
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
@@ -120,11 +122,11 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("mm2-connect-rebalance", 1): (
         "7fc53c14c94831e28a703aeabe6c661bace875595e9b56f49640c6ba7d56376f",
-        "b8bf68482b4f9556658841c95642c9c401498d8aa483cff14cfb1962c6492b24",
+        "a1dc82e43c52939ce4adf1e2f1cd1df5c1ab7c6bea9151658e71e431dc27839a",
     ),
     ("mm2-connect-rebalance", 2): (
         "17a261bf51e41fe9447f4842f98d68ae914445a4d377bdbecc6a8315d55ccdd8",
-        "fa8a1363cdf4b722ee7d71371b925f019dc9006314e55c4fa7d1bc9a45448b91",
+        "586201085d6969871aa9d67770d767682616baef70aabee55db8baa5ac647dd2",
     ),
     ("operator-mix", 1): (
         "6468225e2b55a9f13ee06e3a3585ccddaf1aaf5a3351ebab7e30da030e7584ce",
