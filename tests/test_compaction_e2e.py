@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 
 # confluent-kafka's admin package lists these in no __all__.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -28,6 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from tests.harness import Daemon, free_port, run_cli
+from tests.kafka_reads import consume_to_end
 
 KEYS = [b"k0", b"k1", b"k2", b"k3"]
 
@@ -96,29 +97,7 @@ def _wait_cleaner(daemon: Daemon, topic: str, done: Any, what: str) -> dict[str,
 
 
 def _consume_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"g-{topic}-{time.monotonic_ns()}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
-    consumer.subscribe([topic])
-    got: list[tuple[int, bytes | None, bytes | None]] = []
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                return got
-            offset = msg.offset()
-            assert offset is not None
-            got.append((offset, msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    raise AssertionError(f"no end of partition within 30 s; read {got}")
+    return consume_to_end(bootstrap, topic)
 
 
 def _expected(

@@ -12,11 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError
-
 from admin import AdminClient, Consumer, Producer, TopicPartition
 from tests.harness import free_port, run_cli
+from tests.kafka_reads import consume_to_end
 
 WAIT_S = 60.0
 FLAGS = ["--link-session-timeout-ms", "3000", "--log-cleaner-backoff-ms", "50"]
@@ -53,33 +51,6 @@ def _read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | N
                 out.append((msg.offset(), msg.key(), msg.value()))
     consumer.close()
     return out
-
-
-def _read_with_kafka(listener: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """From the earliest offset to the end, as confluent-kafka sees it."""
-    consumer = KafkaConsumer({
-        "bootstrap.servers": listener, "group.id": f"kafka-{time.monotonic_ns()}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    })
-    consumer.subscribe([topic])
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                return out
-            offset = msg.offset()
-            assert offset is not None
-            out.append((offset, msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    raise AssertionError(f"no end of {topic} within {WAIT_S} s; read {out}")
 
 
 def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: Any) -> None:
@@ -123,8 +94,8 @@ def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: 
     _wait("B to follow A's log end", caught_up)
     assert _read(b.bootstrap, "orders-latest") == source
     # A Kafka client reads the same records at the same offsets on both sides.
-    assert _read_with_kafka(listeners["A"], "orders-latest") == source
-    assert _read_with_kafka(listeners["B"], "orders-latest") == source
+    assert consume_to_end(listeners["A"], "orders-latest", WAIT_S) == source
+    assert consume_to_end(listeners["B"], "orders-latest", WAIT_S) == source
     described = _cli(b.bootstrap, "describe-topic", "orders-latest")
     assert described["configs"]["cleanup.policy"] == "compact"
     assert "cleaner" in described["partitions"][0]  # B cleans its copy on its own schedule
