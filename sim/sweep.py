@@ -43,8 +43,9 @@ Rules:
                                       in parts with `sweep_store.read_runs`)
     DIR/aggregate/part-00000.parquet  one row per (mode, topology)
     DIR/sweep.json                    the sweep's manifest and digest, and the commit it ran
-                                      on (`git rev-parse HEAD`, "-dirty" if tracked files
-                                      differ, "unknown" without git)
+                                      on (`git rev-parse HEAD` before the first run, "-dirty"
+                                      if tracked files differed, "unknown" without git; and
+                                      `git_commit_at_end` when the checkout moved meanwhile)
   `runs/` and `aggregate/` are replaced as a whole; a directory there holding
   anything but files this module writes is refused, never deleted.
 - With the default runner, scenario and parameter names are checked against
@@ -166,6 +167,9 @@ class SweepResult:
     aggregate: pd.DataFrame
     sweep_digest: str
     failures: list[dict[str, Any]]
+    # The checkout the runs started from (`git_commit()` before the first run):
+    # the code that ran, even if the checkout moves on while the sweep runs.
+    git_commit: str = "unknown"
 
     @property
     def exit_code(self) -> int:
@@ -669,8 +673,13 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
         "wall_s": round(result.wall_s, 3),
         "sweep_digest": result.sweep_digest,
         "runs_partitioning": sweep_store.manifest_entry(result.runs, partitions),
-        "git_commit": git_commit(),
+        "git_commit": result.git_commit,
     }
+    now = git_commit()
+    if now != result.git_commit:
+        # The checkout changed while the runs went on: say so, never pass the
+        # later commit off as the code that ran.
+        manifest["git_commit_at_end"] = now
     tmp = out / f".sweep.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     tmp.replace(out / "sweep.json")
@@ -729,6 +738,7 @@ def run_sweep(
     if partitions is not None and partitions < 1:
         raise SweepError(f"--partitions must be >= 1, not {partitions}")
     runs = expand(spec)
+    started_at_commit = git_commit()
     bar = Progress(len(runs), f"sweep {spec.name}", progress_stream) if progress else None
 
     if serial:
@@ -775,6 +785,7 @@ def run_sweep(
         aggregate=aggregate(table),
         sweep_digest=sweep_digest(table),
         failures=failures(table),
+        git_commit=started_at_commit,
     )
     if out_dir is not None:
         write_outputs(result, file_name)

@@ -419,3 +419,23 @@ def test_real_small_sweep_on_spark(spark: Any, tmp_path: Path) -> None:
 
     again = run_summary("dr-multi-zone", 2, {"mode": "ASYNC", "link_latency_ms": 2})
     assert again["trace_digest"] == runs["trace_digest"].iloc[3]
+
+
+def test_the_manifest_names_the_commit_the_runs_started_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout that moves on while a long sweep runs: the manifest keeps the
+    commit the runs started from and names the later one apart, instead of
+    passing the later commit off as the code that ran."""
+    sweep_file = write(tmp_path, 'scenarios = ["alpha"]\nseeds = { start = 1, count = 2 }\n')
+    commits = iter(["aaaa", "bbbb"])
+    monkeypatch.setattr(sweep, "git_commit", lambda root=None: next(commits))
+    out = tmp_path / "out"
+    result = run_sweep(sweep_file, None, out, serial=True, run_fn=fake_run, progress=False)
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert result.git_commit == manifest["git_commit"] == "aaaa"
+    assert manifest["git_commit_at_end"] == "bbbb"
+    monkeypatch.setattr(sweep, "git_commit", lambda root=None: "cccc")
+    run_sweep(sweep_file, None, out, serial=True, run_fn=fake_run, progress=False)
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["git_commit"] == "cccc" and "git_commit_at_end" not in manifest
