@@ -148,7 +148,10 @@ def catch_up_storm(runs: Any, manifest: report.Manifest, out: Path) -> None:
     scenarios = sorted(str(s) for s in runs["scenario"].unique())
     fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4), squeeze=False)
     for ax, name in zip(axes.flat, scenarios, strict=True):
-        rows = runs[runs["scenario"] == name].sort_values("param_replication_limit_bytes_per_s")
+        rows = runs[runs["scenario"] == name]
+        # The limits in rising order, "unlimited" (0) last.
+        limit = rows["param_replication_limit_bytes_per_s"].astype(int)
+        rows = rows.assign(_order=limit.where(limit > 0, 1 << 62)).sort_values("_order")
         labels = [f"{int(v) // 1_000_000} MB/s" if int(v) else "unlimited"
                   for v in rows["param_replication_limit_bytes_per_s"]]
         x = range(len(labels))
@@ -156,14 +159,18 @@ def catch_up_storm(runs: Any, manifest: report.Manifest, out: Path) -> None:
                label="catch-up time (s)")
         twin = ax.twinx()
         twin.plot(list(x), rows["produce_latency_p99_catchup_ms"], "o-", color="#d62728",
-                  label="probe producer p99 during catch-up (ms)")
+                  label="probe p99 during catch-up (ms)")
+        twin.plot(list(x), rows["produce_latency_p99_steady_ms"], "s--", color="#7f7f7f",
+                  label="probe p99 otherwise (ms)")
+        twin.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
+                    frameon=False)
         ax.set_xticks(list(x))
         ax.set_xticklabels(labels)
         ax.set_xlabel("replication rate limit")
         ax.set_ylabel("catch-up (s)", color="#1f77b4")
         twin.set_ylabel("p99 (ms)", color="#d62728")
         twin.set_ylim(bottom=0)
-        ax.set_title(name, fontsize=10)
+        ax.set_title(name, fontsize=10, pad=22)
         ax.grid(axis="y", alpha=0.3)
     _finish(fig, manifest, out)
 
