@@ -44,9 +44,14 @@ def wire_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daem
 def kafka_port(wire_daemon: tuple[Daemon, int]) -> Iterator[int]:
     _daemon, port = wire_daemon
     client = RawClient(port)
+    # The records carry a fixed CreateTime (`_batch`, November 2023): with the
+    # default 7-day retention the daemon's retention may delete them as soon as
+    # they are written (as Kafka's would), and a fetch of offset 0 would then
+    # answer OFFSET_OUT_OF_RANGE, now and then. These topics keep everything.
+    keep = [{"name": "retention.ms", "value": "-1"}]
     created = client.call(19, 7, {"topics": [
         {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
-         "configs": []} for name in ("wire", "wire-wait", "wire-acks0", "wire-offsets")]})
+         "configs": keep} for name in ("wire", "wire-wait", "wire-acks0", "wire-offsets")]})
     assert [t.error_code for t in created.topics] == [K.none] * 4
     client.close()
     yield port
