@@ -13,6 +13,7 @@ Waits are bounded polls of the scrape.
 from __future__ import annotations
 
 import re
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -65,14 +66,16 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return None
 
 
-def poll(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
+def poll(
+    what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, interval_s: float = 0.05
+) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
         if last:
             return last
-        time.sleep(0.05)  # the poll interval of a bounded wait
+        time.sleep(interval_s)  # the poll interval of a bounded wait
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
@@ -100,8 +103,15 @@ def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
     assert "ccr_link_state" not in before
 
     cli_ok(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    cli_ok(a.bootstrap, "attach-namespace", "--link", "ab", "--type", "topic",
-           "--local-prefix", "orders-", "--remote-prefix", "orders-", "--leader", "local")
+    # The attach runs beside the scrapes, so they watch from the moment the
+    # link starts to copy: a CLI's start and exit under load can outlast the
+    # whole catch-up, which left a scrape of only its last round.
+    attached: list[Any] = []
+    attach = threading.Thread(target=lambda: attached.append(run_cli(
+        "attach-namespace", "--link", "ab", "--type", "topic",
+        "--local-prefix", "orders-", "--remote-prefix", "orders-", "--leader", "local",
+        bootstrap=a.bootstrap)))
+    attach.start()
 
     lags: list[float] = []
     max_lags: list[float] = []
@@ -121,7 +131,9 @@ def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
         following = value(samples, "ccr_link_state", link="ab", state="FOLLOWING")
         return samples if lag == 0 and following == 1 else None
 
-    final = poll("B's lag to reach 0 while FOLLOWING", caught_up)
+    final = poll("B's lag to reach 0 while FOLLOWING", caught_up, interval_s=0.01)
+    attach.join(WAIT_S)
+    assert attached and attached[0].returncode == 0, f"attach-namespace: {attached}"
 
     assert lags[0] > 0, f"the first known lag should be the backlog's, not {lags[0]}"
     assert lags == sorted(lags, reverse=True), f"the lag never rises without new records: {lags}"
