@@ -1,9 +1,13 @@
 """The link table's inlined lag judgement (`LinkTable._lagging_ones`, which
 the state and `explained` use) against the per-partition rules it inlines:
 `PartitionProgress.lag_records` / `lag_ms` for a follower partition,
-`LinkTable._leader_lagging` for a led one. Same partitions, any values."""
+`LinkTable._leader_lagging` for a led one. Same partitions, any values, the
+led logs read a partition at a time (`led_position`) or a topic at a time
+(`led_logs`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,10 +30,18 @@ progress = st.builds(
     fetches=st.integers(min_value=0, max_value=2),
     caught_up_at_fetch=st.booleans(),
 )
+# A topic's partitions 0..n-1 as (log start, high watermark); a topic not
+# in the dictionary, or a partition past its list, is gone.
 positions = st.dictionaries(
-    st.tuples(st.sampled_from(["t0", "t1"]), st.integers(min_value=0, max_value=3)),
-    st.tuples(offsets, offsets),
+    st.sampled_from(["t0", "t1"]),
+    st.lists(st.tuples(offsets, offsets), max_size=4),
 )
+
+
+@dataclass(frozen=True)
+class Bounds:
+    log_start_offset: int
+    high_watermark: int
 
 
 def reference(table: LinkTable, p: PartitionProgress, now_ms: int) -> bool:
@@ -45,7 +57,7 @@ def reference(table: LinkTable, p: PartitionProgress, now_ms: int) -> bool:
 @given(
     st.lists(progress, max_size=6),
     positions,
-    st.booleans(),
+    st.sampled_from(["none", "position", "logs"]),
     st.integers(min_value=-1, max_value=10),
     st.integers(min_value=-1, max_value=60),
     st.integers(min_value=0, max_value=60),
@@ -53,8 +65,8 @@ def reference(table: LinkTable, p: PartitionProgress, now_ms: int) -> bool:
 )
 def test_inlined_lag_judgement_matches_the_per_partition_rules(
     parts: list[PartitionProgress],
-    led: dict[tuple[str, int], tuple[int, int]],
-    has_led_position: bool,
+    led: dict[str, list[tuple[int, int]]],
+    led_by: str,
     lag_max_records: int,
     lag_max_ms: int,
     fetch_silence_ms: int,
@@ -68,8 +80,32 @@ def test_inlined_lag_judgement_matches_the_per_partition_rules(
             fetch_silence_ms=fetch_silence_ms,
         ),
     )
-    if has_led_position:
-        table.led_position = lambda topic, partition: led.get((topic, partition))
+    def position(topic: str, partition: int) -> tuple[int, int] | None:
+        logs = led.get(topic)
+        return logs[partition] if logs is not None and partition < len(logs) else None
+
+    if led_by != "none":
+        # The reference reads `led_position`; the judgement, `led_logs` when set.
+        table.led_position = position
+    if led_by == "logs":
+        table.led_logs = lambda topic: (
+            [Bounds(*b) for b in led[topic]] if topic in led else None
+        )
     expected = [p for p in parts if reference(table, p, now_ms)]
     assert list(table._lagging_ones(parts, now_ms)) == expected
     assert table._any_lagging(parts, now_ms) == bool(expected)
+
+
+def test_led_logs_read_a_topic_at_a_time() -> None:
+    """A led partition 8 records behind, silent since it was registered,
+    keeps the link from FOLLOWING; one of a topic that is gone does not."""
+    table = LinkTable("A", LinkLimits(lag_max_records=0, fetch_silence_ms=5))
+    logs = {"t0": [Bounds(0, 0), Bounds(2, 10)]}
+    table.led_logs = lambda topic: logs.get(topic)
+    behind = PartitionProgress("t0", 1, "leader", log_end_offset=0, last_fetch_ms=0)
+    gone = PartitionProgress("t1", 0, "leader", log_end_offset=0, last_fetch_ms=0)
+    level = PartitionProgress("t0", 0, "leader", log_end_offset=0, last_fetch_ms=0)
+    assert list(table._lagging_ones([level, gone, behind], 100)) == [behind]
+    assert table.leader_lag(behind) == 0  # `leader_lag` reads `led_position`, unset here
+    table.led_position = lambda topic, partition: {("t0", 1): (2, 10)}.get((topic, partition))
+    assert table.leader_lag(behind) == 8

@@ -148,6 +148,7 @@ class ClusterState:
         self.users = UserStore()
         self._links = LinkTable(cluster_id)
         self._links.led_position = self.led_position
+        self._links.led_logs = self.led_logs
         self._links.led_partitions = self.led_under
         self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
@@ -173,6 +174,7 @@ class ClusterState:
     def links(self, table: LinkTable) -> None:
         """A shell may bring its own table (limits): it judges this cluster's logs."""
         table.led_position = self.led_position
+        table.led_logs = self.led_logs
         table.led_partitions = self.led_under
         self._links = table
 
@@ -185,6 +187,9 @@ class ClusterState:
         return topic
 
     def partition(self, topic_name: str, partition: int) -> PartitionLog:
+        found = self.topics.get(topic_name)
+        if found is not None and 0 <= partition < len(found.partitions):
+            return found.partitions[partition]  # every round asks this of every partition
         topic = self.topic(topic_name)
         if partition < 0 or partition >= len(topic.partitions):
             raise ClusterError(
@@ -592,6 +597,11 @@ class ClusterState:
             return None
         log = topic.partitions[partition]
         return log.log_start_offset, log.high_watermark
+
+    def led_logs(self, topic_name: str) -> list[PartitionLog] | None:
+        """A topic's partition logs (`led_position` of each), None when gone."""
+        topic = self.topics.get(topic_name)
+        return None if topic is None else topic.partitions
 
     def check_sync_commit(self, transactional_id: str) -> None:
         """Spec section 6: a transaction touching a topic or group namespace that

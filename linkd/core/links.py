@@ -38,10 +38,10 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from linkd.core import journal as jr
 from linkd.core import undo
@@ -291,12 +291,18 @@ class LinkConfig:
     def mapping_for(self, topic: str, role: str, resource_type: str = "topic") -> Mapping | None:
         """The attached mapping (longest prefix) under which this cluster has
         `role` ("leader" | "follower") for the named topic or group."""
+        if role == Role.LEADER:
+            leader = Leader.LOCAL  # `local_role`, without a property call per mapping
+        elif role == Role.FOLLOWER:
+            leader = Leader.REMOTE
+        else:
+            return None
         best: Mapping | None = None
         for m in self.mappings.values():
             if (
                 m.attached
+                and m.leader is leader
                 and m.resource_type == resource_type
-                and m.local_role == role
                 and in_prefix(topic, m.local_prefix)
                 and (best is None or len(m.local_prefix) > len(best.local_prefix))
             ):
@@ -544,6 +550,10 @@ class LinkRuntime:
     # Not durable: after a restart the next round finds the gap again.
     gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
     counters: LinkCounters = field(default_factory=LinkCounters)
+    # The partition last found keeping the link from FOLLOWING, judged first
+    # next time (`LinkTable._runtime_lagging`): a link's state is judged on
+    # every contact, and while it catches up this one usually still lags.
+    lag_hint: tuple[str, int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -590,6 +600,22 @@ class LinkLimits:
 # (log start offset, high watermark) of a partition this cluster holds, or
 # None when it is gone: how the table judges a follower it leads.
 LedPosition = Callable[[str, int], tuple[int, int] | None]
+
+
+class LogBounds(Protocol):
+    """What the table reads of a led partition's log."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+
+# The logs of a topic this cluster holds, by partition (None when the topic is
+# gone): `LedPosition` of a whole topic at once, for the judgement that runs
+# over every partition of a link on each contact.
+LedLogs = Callable[[str], Sequence[LogBounds] | None]
 # The partitions this cluster leads under a link's configuration.
 LedPartitions = Callable[["LinkConfig"], set[tuple[str, int]]]
 
@@ -607,6 +633,7 @@ class LinkTable:
         self._deferred: dict[str, int] | None = None
         # Set by the cluster: where a partition this cluster leads stands now.
         self.led_position: LedPosition | None = None
+        self.led_logs: LedLogs | None = None  # the same positions, a topic at a time
         self.led_partitions: LedPartitions | None = None
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
@@ -1204,7 +1231,7 @@ class LinkTable:
             lagging = (
                 diverged
                 or any(holds_back(e) for e in runtime.refused.values())
-                or self._any_lagging(runtime.partitions.values(), now_ms)
+                or self._runtime_lagging(runtime, now_ms)
             )
             follows = config is not None and any(
                 m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
@@ -1224,6 +1251,16 @@ class LinkTable:
         (`_lagging_ones`), stopping at the first."""
         return next(self._lagging_ones(partitions, now_ms), None) is not None
 
+    def _runtime_lagging(self, runtime: LinkRuntime, now_ms: int) -> bool:
+        """`_any_lagging` over the link's partitions, the one found last time
+        judged first (the answer is the same; only the search is shorter)."""
+        hint = runtime.partitions.get(runtime.lag_hint) if runtime.lag_hint else None
+        if hint is not None and self._any_lagging((hint,), now_ms):
+            return True
+        found = next(self._lagging_ones(runtime.partitions.values(), now_ms), None)
+        runtime.lag_hint = None if found is None else (found.topic, found.partition, found.role)
+        return found is not None
+
     def _lagging_ones(
         self, partitions: Iterable[PartitionProgress], now_ms: int
     ) -> Iterator[PartitionProgress]:
@@ -1237,6 +1274,9 @@ class LinkTable:
         max_records = limits.lag_max_records
         max_ms = limits.lag_max_ms
         led_position = self.led_position
+        led_logs = self.led_logs
+        logs_topic: str | None = None
+        logs: Sequence[LogBounds] | None = None
         for p in partitions:
             if p.role == "follower":
                 records = p.source_high_watermark - p.log_end_offset
@@ -1249,7 +1289,16 @@ class LinkTable:
                     yield p
                 continue
             # Led: leader_lag(p) first, the rest only when it is large.
-            position = led_position(p.topic, p.partition) if led_position else None
+            if led_logs is not None:
+                if p.topic != logs_topic:
+                    logs_topic, logs = p.topic, led_logs(p.topic)
+                if logs is None or p.partition >= len(logs):
+                    position = None
+                else:
+                    log = logs[p.partition]
+                    position = log.log_start_offset, log.high_watermark
+            else:
+                position = led_position(p.topic, p.partition) if led_position else None
             if position is None:
                 lag = 0
             else:
