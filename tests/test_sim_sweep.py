@@ -111,6 +111,7 @@ def test_bare_scalar_param_and_no_params() -> None:
 
 def test_shipped_sweeps_parse() -> None:
     assert load_sweep(SWEEPS / "bench-200.toml").run_count == 200
+    assert load_sweep(SWEEPS / "bench-40.toml").run_count == 40
     small = load_sweep(SWEEPS / "small.toml")
     assert 1 <= small.run_count <= 40
 
