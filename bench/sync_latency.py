@@ -1,7 +1,7 @@
 """Produce latency and throughput over ASYNC and SYNC links, side by side.
 
     python bench/sync_latency.py [--records N] [--burst N] [--delays-ms 0,1,5,20]
-                                 [--fsync never|always]
+                                 [--fsync never|always] [--proxy-in-process]
 
 Three setups per added delay D:
 - ASYNC, one follower: A leads `bench-` to B;
@@ -12,6 +12,11 @@ Every follower dials its source through a fault proxy (chaos/proxy.py) that
 holds each chunk from the source to the follower D ms, so one replication
 round trip (fetch request out, records back) grows by D. The ASYNC rows go
 through the same proxies, so the only difference between rows is the mode.
+Each proxy runs in a process of its own (`python -m chaos.proxy`), as a
+network sits outside the hosts; `--proxy-in-process` runs it on a thread of
+this process instead, beside the producing client library, where the two
+share one interpreter lock: only the SYNC rows pay for that, because only
+their acknowledgements cross the proxy.
 
 Latency: N single 100 B records produced one at a time with acks=all through
 the client library, each waiting for its acknowledgement before the next is
@@ -30,6 +35,8 @@ Nothing is asserted; the table and the ratios are printed.
 from __future__ import annotations
 
 import argparse
+import json
+import select
 import statistics
 import subprocess
 import sys
@@ -48,6 +55,7 @@ from produce_fetch import READY_TIMEOUT_S, free_port, stop  # noqa: E402
 from admin import AdminClient, Producer  # noqa: E402
 from ccr.v1 import admin_pb2, admin_pb2_grpc  # noqa: E402
 from chaos.proxy import FaultProxy  # noqa: E402
+from chaos.proxy_control import ProxyControl  # noqa: E402
 
 PREFIX = "bench-"
 TOPIC = "bench-latency"
@@ -109,6 +117,43 @@ def start(cluster_id: str, tmp: Path, fsync: str) -> tuple[subprocess.Popen[byte
     raise RuntimeError(f"linkd {cluster_id} not ready in {READY_TIMEOUT_S}s")
 
 
+class ProxyProcess:
+    """A fault proxy in a child process (`python -m chaos.proxy`), driven over
+    its control port: what `FaultProxy.start_in_thread` gives, out of process."""
+
+    def __init__(self, host: str, port: int, seed: int) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "chaos.proxy", "--listen", "127.0.0.1:0",
+                "--target", f"{host}:{port}", "--control", "127.0.0.1:0", "--seed", str(seed),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        # The first line says where it listens; a proxy that dies says nothing.
+        readable, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT_S)
+        line = self.proc.stdout.readline() if readable else b""
+        if not line:
+            stop(self.proc)
+            raise RuntimeError(
+                f"chaos.proxy not ready in {READY_TIMEOUT_S} s (exit {self.proc.returncode})"
+            )
+        ready = json.loads(line)
+        self.address: str = ready["listen"]
+        control_host, control_port = ready["control"].rsplit(":", 1)
+        self.control = ProxyControl(control_host, int(control_port))
+
+    def delay(self, direction: str, ms: float) -> None:
+        self.control.delay(direction, ms)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+Proxy = FaultProxy | ProxyProcess
+
+
 def wait_until(what: str, check: object, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -127,12 +172,12 @@ def link_state(bootstrap: str, name: str) -> str:
 
 
 def setup(
-    tmp: Path, fsync: str, followers: int, mode: str, delay_ms: int
-) -> tuple[list[subprocess.Popen[bytes]], list[FaultProxy], str]:
+    tmp: Path, fsync: str, followers: int, mode: str, delay_ms: int, in_process: bool
+) -> tuple[list[subprocess.Popen[bytes]], list[Proxy], str]:
     procs: list[subprocess.Popen[bytes]] = []
-    proxies: list[FaultProxy] = []
+    proxies: list[Proxy] = []
     try:
-        return build(tmp, fsync, followers, mode, delay_ms, procs, proxies)
+        return build(tmp, fsync, followers, mode, delay_ms, in_process, procs, proxies)
     except BaseException:
         # Nothing started for a row that could not be set up outlives it.
         for proxy in proxies:
@@ -148,9 +193,10 @@ def build(
     followers: int,
     mode: str,
     delay_ms: int,
+    in_process: bool,
     procs: list[subprocess.Popen[bytes]],
-    proxies: list[FaultProxy],
-) -> tuple[list[subprocess.Popen[bytes]], list[FaultProxy], str]:
+    proxies: list[Proxy],
+) -> tuple[list[subprocess.Popen[bytes]], list[Proxy], str]:
     a_proc, a = start("A", tmp, fsync)
     procs.append(a_proc)
     admin_a = AdminClient({"bootstrap.servers": a})
@@ -161,7 +207,11 @@ def build(
         cid = "BC"[i]
         proc, bootstrap = start(cid, tmp, fsync)
         procs.append(proc)
-        proxy = FaultProxy(host, int(port), seed=i).start_in_thread()
+        proxy: Proxy = (
+            FaultProxy(host, int(port), seed=i).start_in_thread()
+            if in_process
+            else ProxyProcess(host, int(port), seed=i)
+        )
         proxy.delay("b->a", delay_ms)  # source -> follower
         proxies.append(proxy)
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -178,7 +228,7 @@ def build(
     return procs, proxies, a
 
 
-def rtt_ms(proxy: FaultProxy) -> float:
+def rtt_ms(proxy: Proxy) -> float:
     samples = []
     with grpc.insecure_channel(proxy.address) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)
@@ -217,7 +267,9 @@ def quantile(samples: list[float], q: float) -> float:
 
 def run(setup_name: str, followers: int, mode: str, delay_ms: int, args: argparse.Namespace) -> Row:
     with tempfile.TemporaryDirectory(prefix="sync-latency-") as tmp:
-        procs, proxies, a = setup(Path(tmp), args.fsync, followers, mode, delay_ms)
+        procs, proxies, a = setup(
+            Path(tmp), args.fsync, followers, mode, delay_ms, args.proxy_in_process
+        )
         try:
             rtt = rtt_ms(proxies[0])
             latencies, rate = measure(a, args.records, args.burst)
@@ -243,6 +295,11 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=5000, help="records in the throughput burst")
     parser.add_argument("--delays-ms", default="0,1,5,20")
     parser.add_argument("--fsync", choices=("never", "always"), default="never")
+    parser.add_argument(
+        "--proxy-in-process",
+        action="store_true",
+        help="run each fault proxy on a thread of this process (beside the client)",
+    )
     args = parser.parse_args()
     delays = [int(x) for x in args.delays_ms.split(",") if x.strip()]
     setups = [("ASYNC x1", 1, "ASYNC"), ("SYNC x1", 1, "SYNC"), ("SYNC x2", 2, "SYNC")]
@@ -257,9 +314,10 @@ def main() -> int:
                 flush=True,
             )
     print()
+    where = "a thread of the bench" if args.proxy_in_process else "processes of their own"
     print(
         f"fsync={args.fsync}, {args.records} sequential acks=all records per row, "
-        f"burst {args.burst}"
+        f"burst {args.burst}, proxies in {where}"
     )
     header = (
         "| delay ms | setup | p50 ms | p99 ms | p999 ms | rec/s | p99 - ASYNC p99 | "
