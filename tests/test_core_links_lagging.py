@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linkd.core.links import LinkLimits, LinkTable, PartitionProgress
+from linkd.core.links import LinkLimits, LinkRuntime, LinkTable, PartitionProgress
 
 offsets = st.integers(min_value=0, max_value=50)
 times = st.integers(min_value=0, max_value=200)
@@ -109,3 +109,23 @@ def test_led_logs_read_a_topic_at_a_time() -> None:
     assert table.leader_lag(behind) == 0  # `leader_lag` reads `led_position`, unset here
     table.led_position = lambda topic, partition: {("t0", 1): (2, 10)}.get((topic, partition))
     assert table.leader_lag(behind) == 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(progress, max_size=5), min_size=1, max_size=4),
+    st.integers(min_value=0, max_value=5),
+    times,
+)
+def test_the_runtime_judgement_with_its_hint_is_the_plain_one(
+    rounds: list[list[PartitionProgress]], lag_max_records: int, now_ms: int
+) -> None:
+    """`_runtime_lagging` judges the partition found last time first: over
+    rounds whose partitions come and go and change, its answer is always
+    `_any_lagging`'s over the same partitions."""
+    table = LinkTable("A", LinkLimits(lag_max_records=lag_max_records, fetch_silence_ms=10))
+    runtime = LinkRuntime()
+    for parts in rounds:
+        runtime.partitions = {(p.topic, p.partition, p.role): p for p in parts}
+        expected = table._any_lagging(runtime.partitions.values(), now_ms)
+        assert table._runtime_lagging(runtime, now_ms) == expected
