@@ -1,9 +1,8 @@
 """The link table's inlined lag judgement (`LinkTable._lagging_ones`, which
 the state and `explained` use) against the per-partition rules it inlines:
 `PartitionProgress.lag_records` / `lag_ms` for a follower partition,
-`LinkTable._leader_lagging` for a led one. Same partitions, any values, the
-led logs read a partition at a time (`led_position`) or a topic at a time
-(`led_logs`)."""
+`LinkTable._leader_lagging` for a led one. Same partitions, any values; the
+inlined judgement reads the led logs a topic at a time."""
 
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def reference(table: LinkTable, p: PartitionProgress, now_ms: int) -> bool:
 @given(
     st.lists(progress, max_size=6),
     positions,
-    st.sampled_from(["none", "position", "logs"]),
+    st.booleans(),
     st.integers(min_value=-1, max_value=10),
     st.integers(min_value=-1, max_value=60),
     st.integers(min_value=0, max_value=60),
@@ -66,7 +65,7 @@ def reference(table: LinkTable, p: PartitionProgress, now_ms: int) -> bool:
 def test_inlined_lag_judgement_matches_the_per_partition_rules(
     parts: list[PartitionProgress],
     led: dict[str, list[tuple[int, int]]],
-    led_by: str,
+    has_led_logs: bool,
     lag_max_records: int,
     lag_max_ms: int,
     fetch_silence_ms: int,
@@ -80,14 +79,7 @@ def test_inlined_lag_judgement_matches_the_per_partition_rules(
             fetch_silence_ms=fetch_silence_ms,
         ),
     )
-    def position(topic: str, partition: int) -> tuple[int, int] | None:
-        logs = led.get(topic)
-        return logs[partition] if logs is not None and partition < len(logs) else None
-
-    if led_by != "none":
-        # The reference reads `led_position`; the judgement, `led_logs` when set.
-        table.led_position = position
-    if led_by == "logs":
+    if has_led_logs:
         table.led_logs = lambda topic: (
             [Bounds(*b) for b in led[topic]] if topic in led else None
         )
@@ -106,9 +98,8 @@ def test_led_logs_read_a_topic_at_a_time() -> None:
     gone = PartitionProgress("t1", 0, "leader", log_end_offset=0, last_fetch_ms=0)
     level = PartitionProgress("t0", 0, "leader", log_end_offset=0, last_fetch_ms=0)
     assert list(table._lagging_ones([level, gone, behind], 100)) == [behind]
-    assert table.leader_lag(behind) == 0  # `leader_lag` reads `led_position`, unset here
-    table.led_position = lambda topic, partition: {("t0", 1): (2, 10)}.get((topic, partition))
     assert table.leader_lag(behind) == 8
+    assert table.leader_lag(gone) == 0
 
 
 @settings(max_examples=200, deadline=None)

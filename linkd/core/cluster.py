@@ -147,7 +147,6 @@ class ClusterState:
         self.acls = AclStore()
         self.users = UserStore()
         self._links = LinkTable(cluster_id)
-        self._links.led_position = self.led_position
         self._links.led_logs = self.led_logs
         self._links.led_partitions = self.led_under
         self.mirror_links = MirrorLinkTable()
@@ -173,7 +172,6 @@ class ClusterState:
     @links.setter
     def links(self, table: LinkTable) -> None:
         """A shell may bring its own table (limits): it judges this cluster's logs."""
-        table.led_position = self.led_position
         table.led_logs = self.led_logs
         table.led_partitions = self.led_under
         self._links = table
@@ -592,14 +590,14 @@ class ClusterState:
 
     def led_position(self, topic_name: str, partition: int) -> tuple[int, int] | None:
         """(log start offset, high watermark) of a partition, None when gone."""
-        topic = self.topics.get(topic_name)
-        if topic is None or partition >= len(topic.partitions):
+        logs = self.led_logs(topic_name)
+        if logs is None or partition >= len(logs):
             return None
-        log = topic.partitions[partition]
-        return log.log_start_offset, log.high_watermark
+        return logs[partition].log_start_offset, logs[partition].high_watermark
 
     def led_logs(self, topic_name: str) -> list[PartitionLog] | None:
-        """A topic's partition logs (`led_position` of each), None when gone."""
+        """A topic's partition logs, None when the topic is gone (the link
+        table judges the followers of what this cluster leads by them)."""
         topic = self.topics.get(topic_name)
         return None if topic is None else topic.partitions
 

@@ -597,11 +597,6 @@ class LinkLimits:
     fetch_silence_ms: int = DEFAULT_FETCH_SILENCE_MS
 
 
-# (log start offset, high watermark) of a partition this cluster holds, or
-# None when it is gone: how the table judges a follower it leads.
-LedPosition = Callable[[str, int], tuple[int, int] | None]
-
-
 class LogBounds(Protocol):
     """What the table reads of a led partition's log."""
 
@@ -613,8 +608,9 @@ class LogBounds(Protocol):
 
 
 # The logs of a topic this cluster holds, by partition (None when the topic is
-# gone): `LedPosition` of a whole topic at once, for the judgement that runs
-# over every partition of a link on each contact.
+# gone; a partition past the list is gone too): how the table judges a
+# follower it leads, read a topic at a time because that judgement runs over
+# every partition of a link on each contact.
 LedLogs = Callable[[str], Sequence[LogBounds] | None]
 # The partitions this cluster leads under a link's configuration.
 LedPartitions = Callable[["LinkConfig"], set[tuple[str, int]]]
@@ -631,9 +627,8 @@ class LinkTable:
         self.runtime: dict[str, LinkRuntime] = {}
         # Inside `deferred()`: links whose state must be recomputed at the end.
         self._deferred: dict[str, int] | None = None
-        # Set by the cluster: where a partition this cluster leads stands now.
-        self.led_position: LedPosition | None = None
-        self.led_logs: LedLogs | None = None  # the same positions, a topic at a time
+        # Set by the cluster: where the partitions this cluster leads stand now.
+        self.led_logs: LedLogs | None = None
         self.led_partitions: LedPartitions | None = None
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
@@ -1273,7 +1268,6 @@ class LinkTable:
         limits = self.limits
         max_records = limits.lag_max_records
         max_ms = limits.lag_max_ms
-        led_position = self.led_position
         led_logs = self.led_logs
         logs_topic: str | None = None
         logs: Sequence[LogBounds] | None = None
@@ -1289,22 +1283,14 @@ class LinkTable:
                     yield p
                 continue
             # Led: leader_lag(p) first, the rest only when it is large.
-            if led_logs is not None:
-                if p.topic != logs_topic:
-                    logs_topic, logs = p.topic, led_logs(p.topic)
-                if logs is None or p.partition >= len(logs):
-                    position = None
-                else:
-                    log = logs[p.partition]
-                    position = log.log_start_offset, log.high_watermark
-            else:
-                position = led_position(p.topic, p.partition) if led_position else None
-            if position is None:
+            if led_logs is not None and p.topic != logs_topic:
+                logs_topic, logs = p.topic, led_logs(p.topic)
+            if logs is None or p.partition >= len(logs):
                 lag = 0
             else:
-                log_start, high_watermark = position
-                end = p.log_end_offset
-                lag = high_watermark - (end if end > log_start else log_start)
+                log = logs[p.partition]
+                log_start, end = log.log_start_offset, p.log_end_offset
+                lag = log.high_watermark - (end if end > log_start else log_start)
                 if lag < 0:
                     lag = 0
             if lag > max_records and self._leader_behind(p, now_ms):
@@ -1313,11 +1299,11 @@ class LinkTable:
     def leader_lag(self, p: PartitionProgress) -> int:
         """Records below the HW of a partition this side leads that its
         follower has not fetched past (0 when the partition is gone)."""
-        position = self.led_position(p.topic, p.partition) if self.led_position else None
-        if position is None:
+        logs = self.led_logs(p.topic) if self.led_logs else None
+        if logs is None or p.partition >= len(logs):
             return 0
-        log_start, high_watermark = position
-        return max(0, high_watermark - max(p.log_end_offset, log_start))
+        log = logs[p.partition]
+        return max(0, log.high_watermark - max(p.log_end_offset, log.log_start_offset))
 
     def _leader_lagging(self, p: PartitionProgress, now_ms: int) -> bool:
         """The leading side's judgement of one follower (ASYNC), as Kafka judges
