@@ -39,11 +39,22 @@ STOP_TIMEOUT_S = 15.0
 CLI_TIMEOUT_S = 60.0
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now, and never one this process was
+    given before: the kernel may hand a port just closed out again, so two
+    calls in a row (a daemon's Kafka and gRPC listeners) could return the same
+    port, and the second listener then failed to bind (seen once in a full run)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
+    raise RuntimeError("no port on 127.0.0.1 that this process was not given already")
 
 
 def _env() -> dict[str, str]:
