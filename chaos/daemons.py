@@ -72,6 +72,8 @@ class Daemon:
             "--kafka-listen", security.current().listener(self.kafka_bootstrap),
             "--data-dir", str(self.data_dir),
             "--log-level", "warning",
+            # As the simulator's twin of the run (no delay), not Kafka's 3 s default.
+            "--initial-rebalance-delay-ms", "0",
             *self.extra_args,
         ]  # fmt: skip
 

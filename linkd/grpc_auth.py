@@ -14,7 +14,10 @@ of `--listen`: `PLAINTEXT://HOST:PORT` (also a bare `HOST:PORT`),
   user store (`node.state.users`, `verify_password`). A call without it, with a
   malformed one, or with a wrong password is refused with UNAUTHENTICATED before
   any servicer runs. The `ccr.v1.Replication` service is authenticated by the
-  link credentials (`--link-credentials`), not here.
+  link credentials (`--link-credentials`), not here. The standard health and
+  reflection services (linkd/grpc_standard.py) answer without credentials:
+  a probe holds none, and they tell only whether the daemon serves and the
+  schema published in proto/.
 
 `principal_of(context)` names the caller as Kafka does: `User:<name>` on SASL
 listeners, `User:<subject DN>` for an mTLS client certificate on SSL
@@ -46,6 +49,8 @@ ANONYMOUS = "User:ANONYMOUS"
 AUTHORIZATION_KEY = "authorization"
 """The metadata key of a call's credentials: `Basic base64(USER:PASSWORD)`."""
 GUARDED_SERVICES = ("/ccr.v1.Cluster/", "/ccr.v1.Admin/")
+"""The services whose calls need credentials on SASL listeners; any other
+(Replication, grpc.health.v1.Health, server reflection) passes through."""
 
 # A verified (user, password) pair is trusted again for this long without
 # hashing the password anew; a password change or a deleted user takes effect

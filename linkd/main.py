@@ -39,9 +39,10 @@ from wsgiref.simple_server import WSGIServer
 
 from grpc import aio
 
+from ccr.v1 import admin_pb2, cluster_pb2, replication_pb2
 from linkd.core import link_rounds as rounds
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
-from linkd.core.groups import GroupConfig
+from linkd.core.groups import KAFKA_INITIAL_REBALANCE_DELAY_MS, GroupConfig
 from linkd.core.link_metrics import link_samples
 from linkd.core.links import (
     DEFAULT_LAG_MAX_MS,
@@ -58,6 +59,7 @@ from linkd.grpc_auth import (
     server_credentials,
 )
 from linkd.grpc_service import VERSION, add_services
+from linkd.grpc_standard import HEALTH_SERVICE, Health, add_reflection
 from linkd.kafka import limits
 from linkd.kafka.sasl import DEFAULT_MECHANISMS
 from linkd.kafka.security import (
@@ -90,6 +92,13 @@ from linkd.replication import (
 )
 from linkd.secret_box import SecretBox
 from linkd.storage.datadir import DataDirError
+
+# The daemon's own gRPC services, as health and reflection name them.
+SERVICES = (
+    cluster_pb2.DESCRIPTOR.services_by_name["Cluster"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+    replication_pb2.DESCRIPTOR.services_by_name["Replication"].full_name,
+)
 
 EXIT_USAGE = 2
 EXIT_STARTUP = 3
@@ -260,7 +269,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--initial-rebalance-delay-ms",
         type=int,
-        help="how long a new group waits for more members (default 0)",
+        help="how long a new group waits for more members (Kafka's "
+        f"group.initial.rebalance.delay.ms; default {KAFKA_INITIAL_REBALANCE_DELAY_MS})",
+    )
+    p.add_argument(
+        "--grpc-reflection",
+        choices=["on", "off"],
+        help="serve gRPC server reflection (v1 and v1alpha: the service list and the "
+        "schema of proto/, without credentials; default on; docs/grpc.md)",
     )
     p.add_argument(
         "--metrics-listen",
@@ -311,6 +327,7 @@ FILE_SETTINGS = (
     "fsync",
     "log_level",
     "initial_rebalance_delay_ms",
+    "grpc_reflection",
     "kafka_listen",
     "link_session_timeout_ms",
     "link_credentials_file",
@@ -350,7 +367,8 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "listen": "127.0.0.1:9701",
         "fsync": "always",
         "log_level": "info",
-        "initial_rebalance_delay_ms": 0,
+        "initial_rebalance_delay_ms": KAFKA_INITIAL_REBALANCE_DELAY_MS,
+        "grpc_reflection": "on",
         "link_session_timeout_ms": DEFAULT_SESSION_TIMEOUT_MS,
         "link_credentials_file": "",
         "password_encoder_secret_file": "",
@@ -403,6 +421,11 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
                 f"linkd: --{required.replace('_', '-')} is required "
                 "(on the command line or in --config)\n",
             )
+    if settings["grpc_reflection"] not in ("on", "off"):
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: grpc_reflection must be 'on' or 'off', not {settings['grpc_reflection']!r}\n",
+        )
     if settings["fsync"] not in ("always", "never"):
         parser.exit(
             EXIT_USAGE, f"linkd: fsync must be 'always' or 'never', not {settings['fsync']!r}\n"
@@ -633,6 +656,11 @@ async def serve(settings: dict[str, Any]) -> int:
     mirror_links = MirrorLinkManager(node)
     add_services(server, node, links, mirror_links)
     add_replication_service(server, ReplicationService(node, links))
+    # The standard services: health from NOT_SERVING, and reflection unless turned off.
+    health = Health(SERVICES)
+    await health.starting(server)
+    if settings["grpc_reflection"] == "on":
+        add_reflection(server, (*SERVICES, HEALTH_SERVICE))
     try:
         port = _add_grpc_port(server, settings)
     except RuntimeError as exc:
@@ -681,6 +709,7 @@ async def serve(settings: dict[str, Any]) -> int:
     links.start()
     # After the Kafka listener: a mirror link's engine writes into this cluster through it.
     mirror_links.start()
+    await health.serving()
     log.info(
         "serving",
         extra={
@@ -702,6 +731,8 @@ async def serve(settings: dict[str, Any]) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    # First, so that probes and balancers stop sending calls while the rest stops.
+    await health.stopping()
     # Before the Kafka listener: the engines flush their producers into it.
     await mirror_links.stop()
     for kafka in kafkas:

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 CLI_TIMEOUT_S = 60.0
+REBALANCE_DELAY_OPTION = "--initial-rebalance-delay-ms"
 
 
 _PORTS_GIVEN: set[int] = set()
@@ -131,6 +132,9 @@ class Daemon:
         return self.proc.pid if self.proc is not None else None
 
     def command(self) -> list[str]:
+        # Groups rebalance at once unless a test asks for Kafka's delay (the
+        # daemon's default, 3 s): the suite's consumers would each wait it.
+        delay = [] if REBALANCE_DELAY_OPTION in self.extra_args else [REBALANCE_DELAY_OPTION, "0"]
         return [
             sys.executable,
             "-m",
@@ -141,6 +145,7 @@ class Daemon:
             self.listen,
             "--data-dir",
             str(self.data_dir),
+            *delay,
             *self.extra_args,
         ]
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 
 from admin import AdminClient, Consumer, Producer
 from admin.errors import CcrError
@@ -253,6 +255,42 @@ def test_sasl_plaintext_listener(
             pytest.raises(CcrError) as err:
         admin.list_topics()
     assert err.value.code == "UNAUTHENTICATED" and not err.value.retriable
+    # The standard services answer without credentials: a probe holds none.
+    with grpc.insecure_channel(d.bootstrap) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        for service in ("", "ccr.v1.Cluster", "ccr.v1.Admin", "ccr.v1.Replication"):
+            answer = check(health_pb2.HealthCheckRequest(service=service), timeout=WAIT_S)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING, service
+        with pytest.raises(grpc.RpcError) as unknown:
+            check(health_pb2.HealthCheckRequest(service="ccr.v1.Nothing"), timeout=WAIT_S)
+        assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+        for version in ("v1", "v1alpha"):
+            assert _reflected_services(channel, version) == [
+                "ccr.v1.Admin", "ccr.v1.Cluster", "ccr.v1.Replication",
+                "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection"]
+        # Stopping: NOT_SERVING first, while the daemon still answers.
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service="ccr.v1.Cluster"), timeout=WAIT_S)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        assert d.proc is not None
+        d.proc.terminate()
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert d.terminate() == 0
+
+
+def _reflected_services(channel: grpc.Channel, version: str) -> list[str]:
+    """The services server reflection lists, asked under its v1 or v1alpha name
+    (the two protocols have the same messages; grpcio-reflection ships v1alpha's)."""
+    method = f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo"
+    call = channel.stream_stream(
+        method,
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    [answer] = list(call(iter([request]), timeout=WAIT_S))
+    return sorted(s.name for s in answer.list_services_response.service)
 
 
 def test_producer_and_consumer_over_sasl_ssl(

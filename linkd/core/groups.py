@@ -131,6 +131,13 @@ _STABLE = GroupState.STABLE
 # -- public values -----------------------------------------------------------------
 
 
+# Kafka's default group.initial.rebalance.delay.ms: the daemon's default, so
+# that members joining one after the other share one rebalance as on Kafka.
+# GroupConfig's own default stays 0: the simulator's scenarios pin runs made
+# with it, and tests that start daemons ask for 0 to stay fast.
+KAFKA_INITIAL_REBALANCE_DELAY_MS = 3000
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     initial_rebalance_delay_ms: int = 0
