@@ -30,7 +30,10 @@ OUT_PACKAGE = "ccr"
 
 
 def generate(out_root: Path) -> list[Path]:
-    sources = sorted(p for p in PROTO_DIR.rglob("*.proto") if GEN_DIR not in p.parents)
+    # Only the project's own contracts: proto/google/ holds the standard
+    # messages other languages need beside them (google.rpc.Status), which
+    # Python imports from googleapis-common-protos.
+    sources = sorted((PROTO_DIR / OUT_PACKAGE).rglob("*.proto"))
     if not sources:
         raise SystemExit(f"no .proto files under {PROTO_DIR}")
     include = Path(protoc.__file__).parent / "_proto"

@@ -162,7 +162,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateNamespace(self, request, context):
-        """--- Namespaces (spec section 2) ----------------------------------------------
+        """--- Namespaces (README.md, "Replication links") ------------------------------
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -193,7 +193,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateLink(self, request, context):
-        """--- Replication links (spec sections 3-7) -------------------------------------
+        """--- Replication links (README.md, "Replication links"; docs/operations.md) ----
         Creates the link here and, by dialing the remote, its mirror there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -258,7 +258,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetLinkMode(self, request, context):
-        """Switches a link between ASYNC and SYNC (spec section 4). SYNC is refused
+        """Switches a link between ASYNC and SYNC (README.md, "SYNC links"). SYNC is refused
         with LINK_NOT_FOLLOWING unless the link is FOLLOWING; ASYNC is always
         allowed and takes effect at once.
         """
@@ -277,7 +277,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetProvenance(self, request, context):
-        """--- Provenance and recovery (spec section 8) ----------------------------------------
+        """--- Provenance and recovery (docs/operations.md) ------------------------------------
         Every partition of a topic: its provenance history (where each range of
         offsets came from), log start and end offsets, high watermark and leader
         epoch history.

@@ -8,7 +8,11 @@ Records travel as Kafka record batches (magic 2) in `bytes` fields, exactly
 as Kafka stores them on disk: the cluster checks each batch's CRC32C and
 reads its header (offsets, producer id/epoch/sequence, flags, timestamps);
 the records inside are opaque to it. Offsets in a produced batch are
-relative: the cluster assigns the base offset.
+relative: the cluster assigns the base offset. docs/grpc.md shows the
+layout of a batch, with one in hex.
+
+Clients call this service (and Admin); on SASL listeners every call
+carries `authorization: Basic base64(USER:PASSWORD)` (docs/grpc.md).
 """
 
 from ccr.v1 import errors_pb2 as _errors_pb2
@@ -99,7 +103,9 @@ class CreateTopicRequest(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The topic's name: 1 to 249 characters of [a-zA-Z0-9._-], not "." or ".."."""
     partitions: _builtins.int
+    """How many partitions, 1 up to the cluster's limit."""
     @_builtins.property
     def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Topic configs, Kafka names: retention.ms, retention.bytes,
@@ -127,6 +133,7 @@ class DeleteTopicRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The topic to delete, with its records and committed offsets."""
     def __init__(
         self,
         *,
@@ -161,6 +168,7 @@ class DescribeTopicRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The topic to describe."""
     def __init__(
         self,
         *,
@@ -242,6 +250,7 @@ class AlterTopicConfigsRequest(_message.Message):
     SET_FIELD_NUMBER: _builtins.int
     DELETE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The topic whose configs change."""
     @_builtins.property
     def set(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Keys to set."""
@@ -272,6 +281,7 @@ class CreatePartitionsRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     TOTAL_COUNT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The topic that grows."""
     total_count: _builtins.int
     """The new total partition count (greater than the current one)."""
     def __init__(
@@ -450,9 +460,13 @@ class ProduceRequest(_message.Message):
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic written to."""
     partition: _builtins.int
+    """The partition written to, 0-based."""
     batch: _builtins.bytes
-    """One Kafka record batch, magic 2."""
+    """One Kafka record batch, magic 2, its offsets relative (the cluster sets
+    the base offset); layout and an example in docs/grpc.md.
+    """
     acks: _builtins.int
     """0: answer once the batch is accepted in memory (may be lost on a crash);
     1 and -1 (all): answer once the batch is durable.
@@ -520,9 +534,15 @@ class FetchPartition(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic read."""
     partition: _builtins.int
+    """The partition read, 0-based."""
     offset: _builtins.int
+    """The first offset wanted; the first batch returned may start before it."""
     max_bytes: _builtins.int
+    """At most this many bytes of this partition (at least one whole batch is
+    returned, however large).
+    """
     def __init__(
         self,
         *,
@@ -550,16 +570,23 @@ class FetchRequest(_message.Message):
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
     max_wait_ms: _builtins.int
+    """How long the call may wait for min_bytes to be there (0: answer at once)."""
     min_bytes: _builtins.int
+    """Answer as soon as this many bytes are there (0 or 1: any data)."""
     max_bytes: _builtins.int
+    """At most this many bytes in all (at least one batch is returned)."""
     isolation_level: Global___IsolationLevel.ValueType
+    """What a reader sees of transactions (the zero value is Kafka's default)."""
     group_id: _builtins.str
     """The consumer group the reader belongs to, if any. While a SYNC link is
     SYNCING, only the link's replicated groups may read its follower topics
-    (spec section 6); a fetch without a group is treated as outside them.
+    (README.md, "SYNC links"); a fetch without a group is treated as outside
+    them.
     """
     @_builtins.property
-    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartition]: ...
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartition]:
+        """The partitions to read, each from its own offset."""
+
     def __init__(
         self,
         *,
@@ -681,10 +708,15 @@ class ListOffsetsRequest(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic asked about."""
     partition: _builtins.int
+    """The partition asked about, 0-based."""
     spec: Global___OffsetSpec.ValueType
+    """Which offset (the zero value is the earliest)."""
     timestamp: _builtins.int
+    """With TIMESTAMP: ms since the epoch."""
     isolation_level: Global___IsolationLevel.ValueType
+    """READ_COMMITTED: LATEST is the last stable offset, not the high watermark."""
     def __init__(
         self,
         *,
@@ -740,8 +772,11 @@ class GroupProtocol(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """assignor name: "range", "roundrobin", ..."""
+    """The assignor's name: "range", "roundrobin", ..."""
     metadata: _builtins.bytes
+    """The member's subscription in the protocol's own encoding (opaque to the
+    cluster; Kafka's ConsumerProtocol for "consumer" groups).
+    """
     def __init__(
         self,
         *,
@@ -769,16 +804,23 @@ class JoinGroupRequest(_message.Message):
     PROTOCOLS_FIELD_NUMBER: _builtins.int
     GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group joined."""
     member_id: _builtins.str
     """Empty on the first join; the cluster assigns one."""
     client_id: _builtins.str
+    """The client's name, shown in describe-group."""
     session_timeout_ms: _builtins.int
+    """A member silent this long leaves the group (within the cluster's bounds)."""
     rebalance_timeout_ms: _builtins.int
+    """How long a rebalance waits for every member to rejoin."""
     protocol_type: _builtins.str
-    """"consumer" """
+    """"consumer" for consumer groups; every member's must match."""
     group_instance_id: _builtins.str
+    """A static member's stable id (Kafka's group.instance.id); empty: dynamic."""
     @_builtins.property
-    def protocols(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupProtocol]: ...
+    def protocols(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupProtocol]:
+        """The assignors the member supports, preferred first."""
+
     def __init__(
         self,
         *,
@@ -865,7 +907,9 @@ class SyncGroupAssignment(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
+    """The member the assignment is for."""
     assignment: _builtins.bytes
+    """Its assignment in the protocol's own encoding (opaque to the cluster)."""
     def __init__(
         self,
         *,
@@ -889,8 +933,11 @@ class SyncGroupRequest(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     ASSIGNMENTS_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group."""
     generation_id: _builtins.int
+    """The generation JoinGroup answered."""
     member_id: _builtins.str
+    """The member id JoinGroup answered."""
     @_builtins.property
     def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___SyncGroupAssignment]:
         """Sent by the leader only."""
@@ -941,8 +988,11 @@ class HeartbeatRequest(_message.Message):
     GENERATION_ID_FIELD_NUMBER: _builtins.int
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group."""
     generation_id: _builtins.int
+    """The member's current generation."""
     member_id: _builtins.str
+    """The member."""
     def __init__(
         self,
         *,
@@ -980,7 +1030,9 @@ class LeaveGroupRequest(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group left."""
     member_id: _builtins.str
+    """The member that leaves."""
     def __init__(
         self,
         *,
@@ -1017,7 +1069,9 @@ class TopicPartition(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic."""
     partition: _builtins.int
+    """The partition, 0-based."""
     def __init__(
         self,
         *,
@@ -1042,10 +1096,15 @@ class OffsetAndMetadata(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
+    """The topic."""
     partition: _builtins.int
+    """The partition, 0-based."""
     offset: _builtins.int
+    """The next offset the group will read (Kafka's committed offset)."""
     metadata: _builtins.str
+    """Free text kept with the offset (bounded by the cluster)."""
     leader_epoch: _builtins.int
+    """The leader epoch of the last record read, -1 if not known."""
     def __init__(
         self,
         *,
@@ -1072,14 +1131,18 @@ class CommitOffsetsRequest(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group whose offsets are committed."""
     generation_id: _builtins.int
     """-1 with an empty member id commits as a standalone consumer (no group
     membership), as Kafka's simple consumers do; allowed only while the group
     has no members.
     """
     member_id: _builtins.str
+    """The committing member (empty for a standalone consumer)."""
     @_builtins.property
-    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetAndMetadata]: ...
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetAndMetadata]:
+        """The offsets to commit."""
+
     def __init__(
         self,
         *,
@@ -1118,6 +1181,7 @@ class FetchCommittedOffsetsRequest(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group asked about."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
         """Empty: every partition with a committed offset."""
@@ -1224,6 +1288,7 @@ class DescribeGroupRequest(_message.Message):
 
     GROUP_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    """The group to describe."""
     def __init__(
         self,
         *,
@@ -1324,9 +1389,13 @@ class InitProducerIdRequest(_message.Message):
     transactional_id: _builtins.str
     """Empty for an idempotent (non-transactional) producer."""
     transaction_timeout_ms: _builtins.int
+    """Transactional producers: an open transaction older than this is aborted
+    by the cluster (Kafka's transaction.timeout.ms).
+    """
     producer_id: _builtins.int
     """An existing id and epoch to bump, or -1 / -1."""
     producer_epoch: _builtins.int
+    """The epoch of producer_id, or -1."""
     def __init__(
         self,
         *,
@@ -1374,10 +1443,15 @@ class AddPartitionsToTxnRequest(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
+    """The producer's transactional id."""
     producer_id: _builtins.int
+    """The producer id InitProducerId answered."""
     producer_epoch: _builtins.int
+    """The producer epoch InitProducerId answered."""
     @_builtins.property
-    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]: ...
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartition]:
+        """The partitions the transaction writes to next."""
+
     def __init__(
         self,
         *,
@@ -1418,9 +1492,13 @@ class AddOffsetsToTxnRequest(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
+    """The producer's transactional id."""
     producer_id: _builtins.int
+    """The producer id InitProducerId answered."""
     producer_epoch: _builtins.int
+    """The producer epoch InitProducerId answered."""
     group_id: _builtins.str
+    """The group whose offsets the transaction will commit."""
     def __init__(
         self,
         *,
@@ -1464,13 +1542,21 @@ class TxnOffsetCommitRequest(_message.Message):
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
+    """The producer's transactional id."""
     group_id: _builtins.str
+    """The group (added with AddOffsetsToTxn first)."""
     producer_id: _builtins.int
+    """The producer id InitProducerId answered."""
     producer_epoch: _builtins.int
+    """The producer epoch InitProducerId answered."""
     generation_id: _builtins.int
+    """The consumer's group generation, -1 if it is not a member."""
     member_id: _builtins.str
+    """The consumer's member id, empty if it is not a member."""
     @_builtins.property
-    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetAndMetadata]: ...
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetAndMetadata]:
+        """The offsets that become visible when the transaction commits."""
+
     def __init__(
         self,
         *,
@@ -1514,9 +1600,13 @@ class EndTxnRequest(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     COMMIT_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
+    """The producer's transactional id."""
     producer_id: _builtins.int
+    """The producer id InitProducerId answered."""
     producer_epoch: _builtins.int
+    """The producer epoch InitProducerId answered."""
     commit: _builtins.bool
+    """True: commit the open transaction; false: abort it."""
     def __init__(
         self,
         *,
@@ -1570,6 +1660,11 @@ Global___HealthRequest: _TypeAlias = HealthRequest  # noqa: Y015
 
 @_typing.final
 class HealthResponse(_message.Message):
+    """The cluster's own health call needs credentials on SASL listeners; probes
+    use the standard grpc.health.v1.Health service, which needs none
+    (docs/grpc.md).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
@@ -1578,7 +1673,7 @@ class HealthResponse(_message.Message):
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     status: _builtins.str
-    """"SERVING" once recovery finished."""
+    """"SERVING" once recovery finished, else "NOT_SERVING"."""
     version: _builtins.str
     uptime_ms: _builtins.int
     def __init__(

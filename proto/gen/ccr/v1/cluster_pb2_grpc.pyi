@@ -8,7 +8,11 @@ Records travel as Kafka record batches (magic 2) in `bytes` fields, exactly
 as Kafka stores them on disk: the cluster checks each batch's CRC32C and
 reads its header (offsets, producer id/epoch/sequence, flags, timestamps);
 the records inside are opaque to it. Offsets in a produced batch are
-relative: the cluster assigns the base offset.
+relative: the cluster assigns the base offset. docs/grpc.md shows the
+layout of a batch, with one in hex.
+
+Clients call this service (and Admin); on SASL listeners every call
+carries `authorization: Basic base64(USER:PASSWORD)` (docs/grpc.md).
 """
 
 from ccr.v1 import cluster_pb2 as _cluster_pb2

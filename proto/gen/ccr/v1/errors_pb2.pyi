@@ -3,11 +3,15 @@
 isort:skip_file
 Error codes of every refusal the cluster makes.
 
-A refused call fails with a gRPC status whose details carry one ErrorDetail
-(packed in google.rpc.Status, the standard "grpc-status-details-bin"
-trailer). Per-partition results inside a successful Fetch carry the same
-ErrorDetail message inline. The numbers are stable: linkd/core/errors.py
-mirrors this enum and a test checks that the two agree.
+A refused call fails with a gRPC status whose details carry one ErrorDetail:
+the trailer "grpc-status-details-bin" holds a google.rpc.Status (the
+standard message, shipped as proto/google/rpc/status.proto) whose `details`
+hold one google.protobuf.Any of type
+"type.googleapis.com/ccr.v1.ErrorDetail". The gRPC status code a refusal
+travels with is in docs/grpc.md's table (generated from the daemon's
+mapping and checked against it). Per-partition results inside a successful
+Fetch carry the same ErrorDetail message inline. The numbers are stable:
+linkd/core/errors.py mirrors this enum and a test checks that the two agree.
 """
 
 from google.protobuf import descriptor as _descriptor
@@ -135,7 +139,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 53
     """A request waited longer than its timeout."""
     INVALID_NAMESPACE: _ErrorCode.ValueType  # 60
-    """--- Namespaces (spec section 2) ----------------------------------------------
+    """--- Namespaces (README.md, "Replication links") ------------------------------
     A namespace's type is unspecified or its prefix has illegal characters.
     """
     NAMESPACE_EXISTS: _ErrorCode.ValueType  # 61
@@ -155,10 +159,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     MAPPINGS_OVERLAP: _ErrorCode.ValueType  # 66
     """Two mappings of one link would overlap (their local or their remote
     prefixes), or two source names would map to one follower name; the
-    message names both namespaces (spec section 3).
+    message names both namespaces (docs/operations.md, "The mapping rules").
     """
     UNKNOWN_LINK: _ErrorCode.ValueType  # 70
-    """--- Replication links (spec sections 3-7) -------------------------------------
+    """--- Replication links (README.md, "Replication links"; docs/operations.md) ----
     No link of that name exists on this cluster.
     """
     LINK_EXISTS: _ErrorCode.ValueType  # 71
@@ -168,11 +172,13 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_LINK_CONFIG: _ErrorCode.ValueType  # 73
     """A link setting is invalid (bad address, unknown mode, a link to itself...)."""
     FOLLOWER_TOPIC_NOT_WRITABLE: _ErrorCode.ValueType  # 74
-    """A producer outside the link wrote to a follower topic (spec 6, last row);
+    """A producer outside the link wrote to a follower topic (only the link writes
+    them: docs/architecture.md, "The replication path");
     the message names the link, the namespace and the link state.
     """
     REPLICATED_GROUP_READ_ONLY: _ErrorCode.ValueType  # 75
-    """A consumer group whose offsets a link replicates tried to commit (spec 6);
+    """A consumer group whose offsets a link replicates tried to commit (the link
+    writes its offsets: docs/architecture.md, "Push, consumer offsets, ACLs");
     the message names the link, the namespace and the link state.
     """
     LAG_NOT_ZERO: _ErrorCode.ValueType  # 76
@@ -191,11 +197,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     LINK_NOT_IN_SYNC: _ErrorCode.ValueType  # 80
     """Retriable: a transaction touching a namespace led on a SYNC link cannot
-    commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
+    commit while that link is SYNCING or OUT_OF_SYNC (README.md, "SYNC links").
     """
     FOLLOWER_SYNCING: _ErrorCode.ValueType  # 81
     """Retriable: reads of follower topics are refused while their SYNC link is
-    SYNCING (spec section 6); they resume once it is IN_SYNC.
+    SYNCING (README.md, "SYNC links"); they resume once it is IN_SYNC.
     """
     LINK_DELETED: _ErrorCode.ValueType  # 82
     """The remote deleted this link (it keeps a tombstone): the side that is
@@ -207,7 +213,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     still on its way). The source's topic is not gone; the follower waits.
     """
     NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
-    """--- Provenance and recovery (spec section 8) ------------------------------------
+    """--- Provenance and recovery (docs/operations.md) --------------------------------
     Unclean link recovery refused: a partition holding records shares no
     history with the remote's (neither provenance nor leader epochs relate
     them), so the last common offset cannot be known; the message names it.
@@ -332,7 +338,7 @@ STORAGE_ERROR: ErrorCode.ValueType  # 52
 REQUEST_TIMED_OUT: ErrorCode.ValueType  # 53
 """A request waited longer than its timeout."""
 INVALID_NAMESPACE: ErrorCode.ValueType  # 60
-"""--- Namespaces (spec section 2) ----------------------------------------------
+"""--- Namespaces (README.md, "Replication links") ------------------------------
 A namespace's type is unspecified or its prefix has illegal characters.
 """
 NAMESPACE_EXISTS: ErrorCode.ValueType  # 61
@@ -352,10 +358,10 @@ follows at most one link at a time).
 MAPPINGS_OVERLAP: ErrorCode.ValueType  # 66
 """Two mappings of one link would overlap (their local or their remote
 prefixes), or two source names would map to one follower name; the
-message names both namespaces (spec section 3).
+message names both namespaces (docs/operations.md, "The mapping rules").
 """
 UNKNOWN_LINK: ErrorCode.ValueType  # 70
-"""--- Replication links (spec sections 3-7) -------------------------------------
+"""--- Replication links (README.md, "Replication links"; docs/operations.md) ----
 No link of that name exists on this cluster.
 """
 LINK_EXISTS: ErrorCode.ValueType  # 71
@@ -365,11 +371,13 @@ LINK_UNREACHABLE: ErrorCode.ValueType  # 72
 INVALID_LINK_CONFIG: ErrorCode.ValueType  # 73
 """A link setting is invalid (bad address, unknown mode, a link to itself...)."""
 FOLLOWER_TOPIC_NOT_WRITABLE: ErrorCode.ValueType  # 74
-"""A producer outside the link wrote to a follower topic (spec 6, last row);
+"""A producer outside the link wrote to a follower topic (only the link writes
+them: docs/architecture.md, "The replication path");
 the message names the link, the namespace and the link state.
 """
 REPLICATED_GROUP_READ_ONLY: ErrorCode.ValueType  # 75
-"""A consumer group whose offsets a link replicates tried to commit (spec 6);
+"""A consumer group whose offsets a link replicates tried to commit (the link
+writes its offsets: docs/architecture.md, "Push, consumer offsets, ACLs");
 the message names the link, the namespace and the link state.
 """
 LAG_NOT_ZERO: ErrorCode.ValueType  # 76
@@ -388,11 +396,11 @@ message names the link and its state.
 """
 LINK_NOT_IN_SYNC: ErrorCode.ValueType  # 80
 """Retriable: a transaction touching a namespace led on a SYNC link cannot
-commit while that link is SYNCING or OUT_OF_SYNC (spec section 6).
+commit while that link is SYNCING or OUT_OF_SYNC (README.md, "SYNC links").
 """
 FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
 """Retriable: reads of follower topics are refused while their SYNC link is
-SYNCING (spec section 6); they resume once it is IN_SYNC.
+SYNCING (README.md, "SYNC links"); they resume once it is IN_SYNC.
 """
 LINK_DELETED: ErrorCode.ValueType  # 82
 """The remote deleted this link (it keeps a tombstone): the side that is
@@ -404,7 +412,7 @@ link: the two sides' mappings disagree for now (a role change or an attach
 still on its way). The source's topic is not gone; the follower waits.
 """
 NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
-"""--- Provenance and recovery (spec section 8) ------------------------------------
+"""--- Provenance and recovery (docs/operations.md) --------------------------------
 Unclean link recovery refused: a partition holding records shares no
 history with the remote's (neither provenance nor leader epochs relate
 them), so the last common offset cannot be known; the message names it.
@@ -425,7 +433,9 @@ Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final
 class ErrorDetail(_message.Message):
-    """The machine-readable part of a refusal."""
+    """The machine-readable part of a refusal. Its name is part of the type URL
+    it travels under ("type.googleapis.com/ccr.v1.ErrorDetail"): it stays.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -434,6 +444,7 @@ class ErrorDetail(_message.Message):
     RETRIABLE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     code: Global___ErrorCode.ValueType
+    """What was refused, as a stable number (the enum above)."""
     resource: _builtins.str
     """The resource the refusal is about: "topic orders", "orders-0",
     "group g1", "transactional id t1", ...

@@ -3,11 +3,15 @@
 isort:skip_file
 Error codes of every refusal the cluster makes.
 
-A refused call fails with a gRPC status whose details carry one ErrorDetail
-(packed in google.rpc.Status, the standard "grpc-status-details-bin"
-trailer). Per-partition results inside a successful Fetch carry the same
-ErrorDetail message inline. The numbers are stable: linkd/core/errors.py
-mirrors this enum and a test checks that the two agree.
+A refused call fails with a gRPC status whose details carry one ErrorDetail:
+the trailer "grpc-status-details-bin" holds a google.rpc.Status (the
+standard message, shipped as proto/google/rpc/status.proto) whose `details`
+hold one google.protobuf.Any of type
+"type.googleapis.com/ccr.v1.ErrorDetail". The gRPC status code a refusal
+travels with is in docs/grpc.md's table (generated from the daemon's
+mapping and checked against it). Per-partition results inside a successful
+Fetch carry the same ErrorDetail message inline. The numbers are stable:
+linkd/core/errors.py mirrors this enum and a test checks that the two agree.
 """
 
 from collections import abc as _abc

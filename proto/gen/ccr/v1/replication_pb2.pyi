@@ -3,7 +3,8 @@
 isort:skip_file
 Cluster-to-cluster calls of replication links. Only linkd daemons call
 these: a cluster dials its link partner to agree on the link configuration
-and to fetch record batches for its follower partitions.
+and to fetch record batches for its follower partitions. Clients have no
+use for them (docs/grpc.md); every call needs a link session.
 """
 
 from ccr.v1 import errors_pb2 as _errors_pb2
@@ -92,8 +93,8 @@ class VersionedMapping(_message.Message):
     """"local" | "remote" """
     attached: _builtins.bool
     note: _builtins.str
-    """Why a side detached it by itself: it could not honour the mapping (spec
-    section 3); "" otherwise.
+    """Why a side detached it by itself: it could not honour the mapping
+    (docs/operations.md, "The mapping rules"); "" otherwise.
     """
     @_builtins.property
     def version(self) -> Global___Version: ...
@@ -459,8 +460,9 @@ Global___SourceTopic: _TypeAlias = SourceTopic  # noqa: Y015
 
 @_typing.final
 class ReadAcl(_message.Message):
-    """A principal allowed to READ topics of a namespace (spec section 7: READ
-    follows the link to the follower; WRITE never does).
+    """A principal allowed to READ topics of a namespace (READ follows the link
+    to the follower; WRITE never does: docs/architecture.md, "Push, consumer
+    offsets, ACLs").
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -760,7 +762,8 @@ class ReplicaFetchResponse(_message.Message):
     SYNC_STATE_FIELD_NUMBER: _builtins.int
     sync_state: _builtins.str
     """The source's view of the link's sync state for the partitions it leads:
-    empty in ASYNC mode, else SYNCING, IN_SYNC or OUT_OF_SYNC (spec section 4).
+    empty in ASYNC mode, else SYNCING, IN_SYNC or OUT_OF_SYNC (README.md,
+    "SYNC links").
     The follower adopts it, so both sides report the same state.
     """
     @_builtins.property
@@ -956,7 +959,7 @@ Global___ReplicaPushResponse: _TypeAlias = ReplicaPushResponse  # noqa: Y015
 
 @_typing.final
 class DescribePartitionsRequest(_message.Message):
-    """--- Recovery and reversal (spec section 8) -------------------------------------------"""
+    """--- Recovery and reversal (docs/operations.md) ----------------------------------------"""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -171,7 +171,7 @@ class ReplicationServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribePartitions(self, request, context):
-        """Unclean link recovery and reversal (spec section 8): the receiver's
+        """Unclean link recovery and reversal (docs/operations.md): the receiver's
         partitions of every topic in a namespace (any role), with their log
         offsets, leader epoch histories and provenance histories, and the
         committed offsets of the groups in a group namespace.

@@ -3,7 +3,8 @@
 isort:skip_file
 Cluster-to-cluster calls of replication links. Only linkd daemons call
 these: a cluster dials its link partner to agree on the link configuration
-and to fetch record batches for its follower partitions.
+and to fetch record batches for its follower partitions. Clients have no
+use for them (docs/grpc.md); every call needs a link session.
 """
 
 from ccr.v1 import replication_pb2 as _replication_pb2
@@ -77,7 +78,7 @@ class ReplicationStub:
     request (its positions), which the leader serves in the next push.
     """
     DescribePartitions: _grpc.UnaryUnaryMultiCallable[_replication_pb2.DescribePartitionsRequest, _replication_pb2.DescribePartitionsResponse]
-    """Unclean link recovery and reversal (spec section 8): the receiver's
+    """Unclean link recovery and reversal (docs/operations.md): the receiver's
     partitions of every topic in a namespace (any role), with their log
     offsets, leader epoch histories and provenance histories, and the
     committed offsets of the groups in a group namespace.
@@ -134,7 +135,7 @@ class ReplicationAsyncStub(ReplicationStub):
     request (its positions), which the leader serves in the next push.
     """
     DescribePartitions: _aio.UnaryUnaryMultiCallable[_replication_pb2.DescribePartitionsRequest, _replication_pb2.DescribePartitionsResponse]  # type: ignore[assignment]
-    """Unclean link recovery and reversal (spec section 8): the receiver's
+    """Unclean link recovery and reversal (docs/operations.md): the receiver's
     partitions of every topic in a namespace (any role), with their log
     offsets, leader epoch histories and provenance histories, and the
     committed offsets of the groups in a group namespace.
@@ -242,7 +243,7 @@ class ReplicationServicer(metaclass=_abc_1.ABCMeta):
         request: _replication_pb2.DescribePartitionsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_replication_pb2.DescribePartitionsResponse, _abc.Awaitable[_replication_pb2.DescribePartitionsResponse]]:
-        """Unclean link recovery and reversal (spec section 8): the receiver's
+        """Unclean link recovery and reversal (docs/operations.md): the receiver's
         partitions of every topic in a namespace (any role), with their log
         offsets, leader epoch histories and provenance histories, and the
         committed offsets of the groups in a group namespace.
