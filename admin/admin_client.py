@@ -6,6 +6,7 @@ returns its result (or raises `CcrError`) instead of returning futures.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,7 +219,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
 
 def _mapping_dict(m: Any) -> dict[str, Any]:
     out = {
-        "type": admin_pb2.ResourceType.Name(m.type).lower(),
+        "type": enum_word(admin_pb2.ResourceType, m.type),
         "local_prefix": m.local_prefix,
         "remote_prefix": m.remote_prefix,
         "leader": m.leader,
@@ -244,9 +245,9 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         local_cluster_id=d.local_cluster_id,
         remote_cluster_id=d.remote_cluster_id,
         remote_bootstrap=d.remote_bootstrap,
-        mode=admin_pb2.LinkMode.Name(d.mode),
+        mode=enum_word(admin_pb2.LinkMode, d.mode).upper(),
         connection_direction="local"
-        if d.connection_direction == admin_pb2.LOCAL_DIALS
+        if d.connection_direction == admin_pb2.CONNECTION_DIRECTION_LOCAL_DIALS
         else "remote",
         state=d.state,
         state_entered_at_ms=d.state_entered_at_ms,
@@ -395,10 +396,17 @@ class NamespaceDescription:
 NAMESPACE_TYPES = ("topic", "group", "principal")
 
 _RESOURCE_TYPES = {
-    "topic": admin_pb2.TOPIC,
-    "group": admin_pb2.GROUP,
-    "principal": admin_pb2.PRINCIPAL,
+    "topic": admin_pb2.RESOURCE_TYPE_TOPIC,
+    "group": admin_pb2.RESOURCE_TYPE_GROUP,
+    "principal": admin_pb2.RESOURCE_TYPE_PRINCIPAL,
 }
+
+
+def enum_word(enum: Any, number: int) -> str:
+    """A proto enum value's name without its enum's prefix, lower case:
+    ResourceType 1 -> "topic", LinkMode 2 -> "sync", 0 -> "unspecified"."""
+    prefix = re.sub(r"(?<!^)(?=[A-Z])", "_", enum.DESCRIPTOR.name).upper() + "_"
+    return str(enum.Name(number)).removeprefix(prefix).lower()
 
 
 def resource_type_of(kind: str) -> admin_pb2.ResourceType.ValueType:
@@ -412,34 +420,34 @@ def resource_type_of(kind: str) -> admin_pb2.ResourceType.ValueType:
 
 
 def namespace_info(ns: admin_pb2.Namespace) -> NamespaceInfo:
-    kind = admin_pb2.ResourceType.Name(ns.type).lower() if ns.type else "unspecified"
+    kind = enum_word(admin_pb2.ResourceType, ns.type)
     return NamespaceInfo(kind, ns.prefix, ns.reserved, list(ns.attachments))
 
 
 _SPECS = {
-    "earliest": cluster_pb2.EARLIEST,
-    "beginning": cluster_pb2.EARLIEST,
-    "latest": cluster_pb2.LATEST,
-    "end": cluster_pb2.LATEST,
-    "max_timestamp": cluster_pb2.MAX_TIMESTAMP,
+    "earliest": cluster_pb2.OFFSET_SPEC_EARLIEST,
+    "beginning": cluster_pb2.OFFSET_SPEC_EARLIEST,
+    "latest": cluster_pb2.OFFSET_SPEC_LATEST,
+    "end": cluster_pb2.OFFSET_SPEC_LATEST,
+    "max_timestamp": cluster_pb2.OFFSET_SPEC_MAX_TIMESTAMP,
 }
 
 
 def isolation_of(level: str | int | None) -> cluster_pb2.IsolationLevel.ValueType:
     """read_uncommitted (default) or read_committed, by name or proto number."""
     if level is None:
-        return cluster_pb2.READ_UNCOMMITTED
+        return cluster_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
     if isinstance(level, int):
-        if level == cluster_pb2.READ_COMMITTED:
-            return cluster_pb2.READ_COMMITTED
-        if level == cluster_pb2.READ_UNCOMMITTED:
-            return cluster_pb2.READ_UNCOMMITTED
+        if level == cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED:
+            return cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED
+        if level == cluster_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED:
+            return cluster_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
         raise ValueError(f"unknown isolation level {level}")
     text = level.strip().lower().replace("-", "_")
     if text == "read_committed":
-        return cluster_pb2.READ_COMMITTED
+        return cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED
     if text == "read_uncommitted":
-        return cluster_pb2.READ_UNCOMMITTED
+        return cluster_pb2.ISOLATION_LEVEL_READ_UNCOMMITTED
     raise ValueError(f"isolation level must be read_committed or read_uncommitted, got {level!r}")
 
 
@@ -735,7 +743,7 @@ class AdminClient:
         if isinstance(spec, bool):
             raise TypeError("spec must be a name or a timestamp")
         if isinstance(spec, int):
-            proto_spec = cluster_pb2.TIMESTAMP
+            proto_spec = cluster_pb2.OFFSET_SPEC_TIMESTAMP
             timestamp = spec
         else:
             try:
@@ -870,9 +878,9 @@ class AdminClient:
             name=name,
             remote_bootstrap=remote,
             remote_credentials=credentials,
-            connection_direction=admin_pb2.LOCAL_DIALS
+            connection_direction=admin_pb2.CONNECTION_DIRECTION_LOCAL_DIALS
             if connection == "local"
-            else admin_pb2.REMOTE_DIALS,
+            else admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS,
             local_bootstrap=local_bootstrap,
         )
         return link_info(self._conn.call(self._conn.admin.CreateLink, req, self._t(timeout)))
@@ -1004,7 +1012,8 @@ class AdminClient:
         name = mode.upper()
         if name not in ("ASYNC", "SYNC"):
             raise ValueError(f"mode must be 'async' or 'sync', not {mode!r}")
-        req = admin_pb2.SetLinkModeRequest(link=link, mode=admin_pb2.LinkMode.Value(name))
+        proto_mode = admin_pb2.LinkMode.Value(f"LINK_MODE_{name}")
+        req = admin_pb2.SetLinkModeRequest(link=link, mode=proto_mode)
         return link_info(self._conn.call(self._conn.admin.SetLinkMode, req, self._t(timeout)))
 
     # --- Provenance and recovery (spec section 8) --------------------------------------

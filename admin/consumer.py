@@ -254,7 +254,7 @@ class Consumer:
         self._auto_commit = config_bool(conf, "enable.auto.commit", True)
         self._auto_commit_s = config_int(conf, "auto.commit.interval.ms", 5000, 1) / 1000.0
         self._isolation = isolation_of(config_str(conf, "isolation.level", "read_uncommitted"))
-        self._read_committed = self._isolation == cluster_pb2.READ_COMMITTED
+        self._read_committed = self._isolation == cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED
         self._session_ms = config_int(conf, "session.timeout.ms", 10000, 1)
         self._heartbeat_s = config_int(conf, "heartbeat.interval.ms", 3000, 1) / 1000.0
         self._max_poll_ms = config_int(conf, "max.poll.interval.ms", 300000, 1)
@@ -553,10 +553,10 @@ class Consumer:
         """(low, high) offsets of a partition; high is the LSO with read_committed."""
         self._check_open()
         low = self._list_offset(
-            partition.topic, partition.partition, cluster_pb2.EARLIEST, 0, timeout
+            partition.topic, partition.partition, cluster_pb2.OFFSET_SPEC_EARLIEST, 0, timeout
         )
         high = self._list_offset(
-            partition.topic, partition.partition, cluster_pb2.LATEST, 0, timeout
+            partition.topic, partition.partition, cluster_pb2.OFFSET_SPEC_LATEST, 0, timeout
         )
         return low, high
 
@@ -569,7 +569,7 @@ class Consumer:
         out = []
         for tp in partitions:
             off = self._list_offset(
-                tp.topic, tp.partition, cluster_pb2.TIMESTAMP, tp.offset, timeout
+                tp.topic, tp.partition, cluster_pb2.OFFSET_SPEC_TIMESTAMP, tp.offset, timeout
             )
             out.append(TopicPartition(tp.topic, tp.partition, off if off >= 0 else OFFSET_END))
         return out
@@ -904,11 +904,12 @@ class Consumer:
                 continue
             lookups.append((key, spec))
         futures = []
+        earliest, latest = cluster_pb2.OFFSET_SPEC_EARLIEST, cluster_pb2.OFFSET_SPEC_LATEST
         for key, spec in lookups:
             req = cluster_pb2.ListOffsetsRequest(
                 topic=key[0],
                 partition=key[1],
-                spec=cluster_pb2.EARLIEST if spec == OFFSET_BEGINNING else cluster_pb2.LATEST,
+                spec=earliest if spec == OFFSET_BEGINNING else latest,
                 isolation_level=self._isolation,
             )
             try:

@@ -101,12 +101,24 @@ class CcrError(Exception):
         )
 
 
+CODE_PREFIX = "ERROR_CODE_"
+"""The proto's enum values carry it (buf's rule); the names a client sees do not."""
+KNOWN_CODES = frozenset(
+    name.removeprefix(CODE_PREFIX)
+    for name in errors_pb2.ErrorCode.keys()
+    if name != "ERROR_CODE_UNSPECIFIED"
+)
+"""Every ErrorCode name a refusal can carry, as CcrError.code holds it."""
+
+
 def code_name(code: int) -> str:
-    """The ErrorCode name of a number (unknown numbers keep their value)."""
+    """The ErrorCode name of a number, without the proto's ERROR_CODE_ prefix
+    ("UNKNOWN_TOPIC", as Kafka names it); unknown numbers keep their value."""
     try:
-        return str(errors_pb2.ErrorCode.Name(code))  # type: ignore[arg-type]
+        name = str(errors_pb2.ErrorCode.Name(code))  # type: ignore[arg-type]
     except ValueError:
-        return f"ERROR_CODE_{code}"
+        return f"{CODE_PREFIX}{code}"
+    return name.removeprefix(CODE_PREFIX) if name != "ERROR_CODE_UNSPECIFIED" else name
 
 
 def from_detail(detail: errors_pb2.ErrorDetail) -> CcrError:

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from admin import AdminClient
-from admin.errors import CcrError
-from ccr.v1 import errors_pb2
+from admin.errors import KNOWN_CODES, CcrError
 from chaos.judges import (
     ClusterSnap,
     MoveRecord,
@@ -62,7 +61,7 @@ _INDEFINITE_CODES = frozenset({"REQUEST_TIMED_OUT", "NOT_READY", "STORAGE_ERROR"
 _TRANSPORT_CODES = frozenset(
     {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "ABORTED"}
 )
-_KNOWN_CODES = frozenset(errors_pb2.ErrorCode.keys())
+_KNOWN_CODES = KNOWN_CODES
 
 
 def classify(exc: BaseException) -> tuple[str, str, str]:

@@ -55,10 +55,10 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 _SPEC = {
-    cluster_pb2.EARLIEST: "earliest",
-    cluster_pb2.LATEST: "latest",
-    cluster_pb2.TIMESTAMP: "timestamp",
-    cluster_pb2.MAX_TIMESTAMP: "max_timestamp",
+    cluster_pb2.OFFSET_SPEC_EARLIEST: "earliest",
+    cluster_pb2.OFFSET_SPEC_LATEST: "latest",
+    cluster_pb2.OFFSET_SPEC_TIMESTAMP: "timestamp",
+    cluster_pb2.OFFSET_SPEC_MAX_TIMESTAMP: "max_timestamp",
 }
 
 
@@ -297,7 +297,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
                 max_wait_ms=request.max_wait_ms,
                 min_bytes=request.min_bytes,
                 max_bytes=request.max_bytes,
-                read_committed=request.isolation_level == cluster_pb2.READ_COMMITTED,
+                read_committed=(
+                    request.isolation_level == cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED
+                ),
                 group_id=request.group_id,
             )
             if parts
@@ -342,7 +344,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             request.partition,
             spec,
             request.timestamp,
-            request.isolation_level == cluster_pb2.READ_COMMITTED,
+            request.isolation_level == cluster_pb2.ISOLATION_LEVEL_READ_COMMITTED,
         )
         return cluster_pb2.ListOffsetsResponse(
             offset=lookup.offset, timestamp=lookup.timestamp, leader_epoch=lookup.leader_epoch
@@ -472,12 +474,12 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     @refusals
     async def DescribeGroup(
         self, request: cluster_pb2.DescribeGroupRequest, context: Any
-    ) -> cluster_pb2.GroupDescription:
+    ) -> cluster_pb2.DescribeGroupResponse:
         self._check(context, R.GROUP, request.group_id, Op.DESCRIBE)
         self.node.check_ready()
         d = self.node.state.groups.describe_group(request.group_id)
         committed = self.node.state.groups.committed(request.group_id, None)
-        return cluster_pb2.GroupDescription(
+        return cluster_pb2.DescribeGroupResponse(
             group_id=d.group_id,
             state=d.state,
             protocol_type=d.protocol_type,
@@ -652,10 +654,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @needs_cluster(Op.DESCRIBE)
     async def DescribeNamespace(
         self, request: admin_pb2.DescribeNamespaceRequest, context: Any
-    ) -> admin_pb2.NamespaceDescription:
+    ) -> admin_pb2.DescribeNamespaceResponse:
         self.node.check_ready()
         ns = self.node.state.namespaces.get(request.type, request.prefix)
-        return admin_pb2.NamespaceDescription(
+        return admin_pb2.DescribeNamespaceResponse(
             namespace=_namespace_pb(ns),
             resources=self.node.state.namespace_resources(ns.type, ns.prefix),
         )
@@ -686,11 +688,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
         summary = link_admin.link_summary(self.node.state, name, self.node.clock())
         config = summary.config
-        mode = admin_pb2.SYNC if config.mode == LinkMode.SYNC else admin_pb2.ASYNC
+        sync = config.mode == LinkMode.SYNC
+        mode = admin_pb2.LINK_MODE_SYNC if sync else admin_pb2.LINK_MODE_ASYNC
         direction = (
-            admin_pb2.LOCAL_DIALS
+            admin_pb2.CONNECTION_DIRECTION_LOCAL_DIALS
             if config.connection_direction == "local_dials"
-            else admin_pb2.REMOTE_DIALS
+            else admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS
         )
         return admin_pb2.LinkDescription(
             name=config.name,
@@ -731,7 +734,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.LinkDescription:
         direction = (
             "remote_dials"
-            if request.connection_direction == admin_pb2.REMOTE_DIALS
+            if request.connection_direction == admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS
             else "local_dials"
         )
         config = await self.ops.create_link(
@@ -841,13 +844,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def SetLinkMode(
         self, request: admin_pb2.SetLinkModeRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        if request.mode not in (admin_pb2.ASYNC, admin_pb2.SYNC):
+        if request.mode not in (admin_pb2.LINK_MODE_ASYNC, admin_pb2.LINK_MODE_SYNC):
             raise ClusterError(
                 ErrorCode.INVALID_LINK_CONFIG,
                 f"link {request.link!r}",
                 f"link {request.link!r}: set-mode needs ASYNC or SYNC, got mode {request.mode}",
             )
-        await self.ops.set_mode(request.link, admin_pb2.LinkMode.Name(request.mode))
+        mode = "SYNC" if request.mode == admin_pb2.LINK_MODE_SYNC else "ASYNC"
+        await self.ops.set_mode(request.link, mode)
         return self._link_pb(request.link)
 
     @refusals

@@ -341,7 +341,7 @@ def test_grpc_client_calls_check_the_kafka_operations(cluster: Cluster) -> None:
         ], max_wait_ms=0), timeout=DEADLINE_S)
         by_topic = {p.topic: p for p in fetched.partitions}
         assert by_topic["pre-x"].records and not by_topic["pre-x"].HasField("error")
-        assert by_topic["granted"].error.code == errors_pb2.TOPIC_AUTHORIZATION_FAILED
+        assert by_topic["granted"].error.code == errors_pb2.ERROR_CODE_TOPIC_AUTHORIZATION_FAILED
         with pytest.raises(grpc.RpcError) as info:
             stub.Produce(cluster_pb2.ProduceRequest(topic="pre-x", partition=0, batch=b"x",
                                                     acks=1), timeout=DEADLINE_S)

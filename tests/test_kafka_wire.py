@@ -269,7 +269,7 @@ def test_writes_into_a_reserved_namespace_are_authorization_failures(
     channel = grpc.insecure_channel(daemon.bootstrap)
     with channel:
         stub = admin_pb2_grpc.AdminStub(channel)
-        for rtype in (admin_pb2.TOPIC, admin_pb2.GROUP):
+        for rtype in (admin_pb2.RESOURCE_TYPE_TOPIC, admin_pb2.RESOURCE_TYPE_GROUP):
             stub.CreateNamespace(admin_pb2.CreateNamespaceRequest(
                 type=rtype, prefix="rsv-", reserved=True), timeout=10)
 

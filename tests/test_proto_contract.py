@@ -90,3 +90,36 @@ def test_the_shipped_status_is_google_rpc_status(
     assert files["google/rpc/status.proto"].package == "google.rpc"
     assert [(f.name, f.number, f.type, f.label, f.type_name) for f in shipped.field] == [
         (f.name, f.number, f.type, f.label, f.type_name) for f in standard.field]
+
+
+# The RPCs that answer with the resource they act on (buf.yaml's exception to
+# RPC_RESPONSE_STANDARD_NAME and RPC_REQUEST_RESPONSE_UNIQUE, with the reason).
+RESOURCE_ANSWERS = {
+    "Cluster.CreateTopic": "TopicDescription",
+    "Cluster.DescribeTopic": "TopicDescription",
+    "Cluster.AlterTopicConfigs": "TopicDescription",
+    "Cluster.CreatePartitions": "TopicDescription",
+    "Admin.CreateNamespace": "Namespace",
+    "Admin.CreateLink": "LinkDescription",
+    "Admin.AlterLink": "LinkDescription",
+    "Admin.ResumePartition": "LinkDescription",
+    "Admin.DescribeLink": "LinkDescription",
+    "Admin.AttachNamespace": "LinkDescription",
+    "Admin.DetachNamespace": "LinkDescription",
+    "Admin.SetLinkMode": "LinkDescription",
+    "Admin.CreateMirrorLink": "MirrorLinkDescription",
+}
+
+
+def test_only_the_documented_rpcs_answer_with_a_resource(files: Files) -> None:
+    odd = {}
+    for f in files.values():
+        for service in f.service:
+            for method in service.method:
+                request = method.input_type.rsplit(".", 1)[1]
+                answer = method.output_type.rsplit(".", 1)[1]
+                assert request == f"{method.name}Request", f"{service.name}.{method.name}"
+                if answer != f"{method.name}Response":
+                    odd[f"{service.name}.{method.name}"] = answer
+    assert odd == RESOURCE_ANSWERS
+

@@ -25,7 +25,8 @@ from kio.schema.errors import ErrorCode as K
 from test_kafka_wire import RawClient, _fetch_body, _topic_id
 from test_links_e2e import attach, cli_json, link_orders, produce, wait_for
 
-from ccr.v1 import cluster_pb2, cluster_pb2_grpc, errors_pb2
+from admin.errors import code_name
+from ccr.v1 import cluster_pb2, cluster_pb2_grpc
 from chaos.proxy import FaultProxy
 
 LONG_SESSION = ["--link-session-timeout-ms", "60000", "--link-replica-lag-time-max-ms", "2000"]
@@ -50,7 +51,7 @@ def grpc_fetch_error(bootstrap: str, topic: str, group_id: str = "") -> str:
         return "ok"
     assert part.error.retriable
     assert "'ab'" in part.error.message and "SYNCING" in part.error.message
-    return str(errors_pb2.ErrorCode.Name(part.error.code))
+    return code_name(part.error.code)
 
 
 def kafka_fetch_error(port: int, topic: str) -> int:

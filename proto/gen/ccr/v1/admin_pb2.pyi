@@ -30,16 +30,16 @@ class _ResourceType:
 class _ResourceTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ResourceType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     RESOURCE_TYPE_UNSPECIFIED: _ResourceType.ValueType  # 0
-    TOPIC: _ResourceType.ValueType  # 1
-    GROUP: _ResourceType.ValueType  # 2
-    PRINCIPAL: _ResourceType.ValueType  # 3
+    RESOURCE_TYPE_TOPIC: _ResourceType.ValueType  # 1
+    RESOURCE_TYPE_GROUP: _ResourceType.ValueType  # 2
+    RESOURCE_TYPE_PRINCIPAL: _ResourceType.ValueType  # 3
 
 class ResourceType(_ResourceType, metaclass=_ResourceTypeEnumTypeWrapper): ...
 
 RESOURCE_TYPE_UNSPECIFIED: ResourceType.ValueType  # 0
-TOPIC: ResourceType.ValueType  # 1
-GROUP: ResourceType.ValueType  # 2
-PRINCIPAL: ResourceType.ValueType  # 3
+RESOURCE_TYPE_TOPIC: ResourceType.ValueType  # 1
+RESOURCE_TYPE_GROUP: ResourceType.ValueType  # 2
+RESOURCE_TYPE_PRINCIPAL: ResourceType.ValueType  # 3
 Global___ResourceType: _TypeAlias = ResourceType  # noqa: Y015
 
 class _LinkMode:
@@ -49,15 +49,15 @@ class _LinkMode:
 class _LinkModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkMode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     LINK_MODE_UNSPECIFIED: _LinkMode.ValueType  # 0
-    ASYNC: _LinkMode.ValueType  # 1
-    SYNC: _LinkMode.ValueType  # 2
+    LINK_MODE_ASYNC: _LinkMode.ValueType  # 1
+    LINK_MODE_SYNC: _LinkMode.ValueType  # 2
 
 class LinkMode(_LinkMode, metaclass=_LinkModeEnumTypeWrapper):
     """--- Links ---------------------------------------------------------------------"""
 
 LINK_MODE_UNSPECIFIED: LinkMode.ValueType  # 0
-ASYNC: LinkMode.ValueType  # 1
-SYNC: LinkMode.ValueType  # 2
+LINK_MODE_ASYNC: LinkMode.ValueType  # 1
+LINK_MODE_SYNC: LinkMode.ValueType  # 2
 Global___LinkMode: _TypeAlias = LinkMode  # noqa: Y015
 
 class _ConnectionDirection:
@@ -67,18 +67,18 @@ class _ConnectionDirection:
 class _ConnectionDirectionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConnectionDirection.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     CONNECTION_DIRECTION_UNSPECIFIED: _ConnectionDirection.ValueType  # 0
-    LOCAL_DIALS: _ConnectionDirection.ValueType  # 1
+    CONNECTION_DIRECTION_LOCAL_DIALS: _ConnectionDirection.ValueType  # 1
     """This cluster dials the remote."""
-    REMOTE_DIALS: _ConnectionDirection.ValueType  # 2
+    CONNECTION_DIRECTION_REMOTE_DIALS: _ConnectionDirection.ValueType  # 2
     """The remote dials this cluster."""
 
 class ConnectionDirection(_ConnectionDirection, metaclass=_ConnectionDirectionEnumTypeWrapper):
     """Which side opens the connection (the other may sit behind NAT)."""
 
 CONNECTION_DIRECTION_UNSPECIFIED: ConnectionDirection.ValueType  # 0
-LOCAL_DIALS: ConnectionDirection.ValueType  # 1
+CONNECTION_DIRECTION_LOCAL_DIALS: ConnectionDirection.ValueType  # 1
 """This cluster dials the remote."""
-REMOTE_DIALS: ConnectionDirection.ValueType  # 2
+CONNECTION_DIRECTION_REMOTE_DIALS: ConnectionDirection.ValueType  # 2
 """The remote dials this cluster."""
 Global___ConnectionDirection: _TypeAlias = ConnectionDirection  # noqa: Y015
 
@@ -269,7 +269,7 @@ class DescribeNamespaceRequest(_message.Message):
 Global___DescribeNamespaceRequest: _TypeAlias = DescribeNamespaceRequest  # noqa: Y015
 
 @_typing.final
-class NamespaceDescription(_message.Message):
+class DescribeNamespaceResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -292,7 +292,7 @@ class NamespaceDescription(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___NamespaceDescription: _TypeAlias = NamespaceDescription  # noqa: Y015
+Global___DescribeNamespaceResponse: _TypeAlias = DescribeNamespaceResponse  # noqa: Y015
 
 @_typing.final
 class SetReservedRequest(_message.Message):

@@ -52,7 +52,7 @@ class AdminStub:
         self.DescribeNamespace = channel.unary_unary(
                 '/ccr.v1.Admin/DescribeNamespace',
                 request_serializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
-                response_deserializer=ccr_dot_v1_dot_admin__pb2.NamespaceDescription.FromString,
+                response_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
                 _registered_method=True)
         self.SetReserved = channel.unary_unary(
                 '/ccr.v1.Admin/SetReserved',
@@ -357,7 +357,7 @@ def add_AdminServicer_to_server(servicer, server):
             'DescribeNamespace': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeNamespace,
                     request_deserializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.FromString,
-                    response_serializer=ccr_dot_v1_dot_admin__pb2.NamespaceDescription.SerializeToString,
+                    response_serializer=ccr_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.SerializeToString,
             ),
             'SetReserved': grpc.unary_unary_rpc_method_handler(
                     servicer.SetReserved,
@@ -562,7 +562,7 @@ class Admin:
             target,
             '/ccr.v1.Admin/DescribeNamespace',
             ccr_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
-            ccr_dot_v1_dot_admin__pb2.NamespaceDescription.FromString,
+            ccr_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

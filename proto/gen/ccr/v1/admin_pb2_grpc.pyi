@@ -40,7 +40,7 @@ class AdminStub:
     CreateNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateNamespaceRequest, _admin_pb2.Namespace]
     """--- Namespaces (README.md, "Replication links") ------------------------------"""
     ListNamespaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]
-    DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]
+    DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]
     SetReserved: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.SetReservedResponse]
     DeleteNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]
     CreateLink: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]
@@ -123,7 +123,7 @@ class AdminAsyncStub(AdminStub):
     CreateNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateNamespaceRequest, _admin_pb2.Namespace]  # type: ignore[assignment]
     """--- Namespaces (README.md, "Replication links") ------------------------------"""
     ListNamespaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNamespacesRequest, _admin_pb2.ListNamespacesResponse]  # type: ignore[assignment]
-    DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.NamespaceDescription]  # type: ignore[assignment]
+    DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]  # type: ignore[assignment]
     SetReserved: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetReservedRequest, _admin_pb2.SetReservedResponse]  # type: ignore[assignment]
     DeleteNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteNamespaceRequest, _admin_pb2.DeleteNamespaceResponse]  # type: ignore[assignment]
     CreateLink: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateLinkRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
@@ -227,7 +227,7 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _admin_pb2.DescribeNamespaceRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_admin_pb2.NamespaceDescription, _abc.Awaitable[_admin_pb2.NamespaceDescription]]: ...
+    ) -> _typing.Union[_admin_pb2.DescribeNamespaceResponse, _abc.Awaitable[_admin_pb2.DescribeNamespaceResponse]]: ...
 
     @_abc_1.abstractmethod
     def SetReserved(

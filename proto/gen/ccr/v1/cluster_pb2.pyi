@@ -38,13 +38,28 @@ class _IsolationLevel:
 
 class _IsolationLevelEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IsolationLevel.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    READ_UNCOMMITTED: _IsolationLevel.ValueType  # 0
-    READ_COMMITTED: _IsolationLevel.ValueType  # 1
+    ISOLATION_LEVEL_READ_UNCOMMITTED: _IsolationLevel.ValueType  # 0
+    """Kafka's default isolation.level: every record up to the high watermark,
+    aborted transactions included. The zero value on purpose (buf.yaml): a
+    reader that says nothing reads as a Kafka consumer that says nothing.
+    """
+    ISOLATION_LEVEL_READ_COMMITTED: _IsolationLevel.ValueType  # 1
+    """Records of committed transactions and non-transactional records, up to
+    the last stable offset.
+    """
 
-class IsolationLevel(_IsolationLevel, metaclass=_IsolationLevelEnumTypeWrapper): ...
+class IsolationLevel(_IsolationLevel, metaclass=_IsolationLevelEnumTypeWrapper):
+    """What a reader sees of transactions."""
 
-READ_UNCOMMITTED: IsolationLevel.ValueType  # 0
-READ_COMMITTED: IsolationLevel.ValueType  # 1
+ISOLATION_LEVEL_READ_UNCOMMITTED: IsolationLevel.ValueType  # 0
+"""Kafka's default isolation.level: every record up to the high watermark,
+aborted transactions included. The zero value on purpose (buf.yaml): a
+reader that says nothing reads as a Kafka consumer that says nothing.
+"""
+ISOLATION_LEVEL_READ_COMMITTED: IsolationLevel.ValueType  # 1
+"""Records of committed transactions and non-transactional records, up to
+the last stable offset.
+"""
 Global___IsolationLevel: _TypeAlias = IsolationLevel  # noqa: Y015
 
 class _OffsetSpec:
@@ -53,20 +68,29 @@ class _OffsetSpec:
 
 class _OffsetSpecEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OffsetSpec.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
-    EARLIEST: _OffsetSpec.ValueType  # 0
-    LATEST: _OffsetSpec.ValueType  # 1
-    TIMESTAMP: _OffsetSpec.ValueType  # 2
+    OFFSET_SPEC_EARLIEST: _OffsetSpec.ValueType  # 0
+    """The log start offset. The zero value on purpose (buf.yaml): a question
+    that names no offset gets the first one, which changes nothing.
+    """
+    OFFSET_SPEC_LATEST: _OffsetSpec.ValueType  # 1
+    """The high watermark (READ_COMMITTED: the last stable offset)."""
+    OFFSET_SPEC_TIMESTAMP: _OffsetSpec.ValueType  # 2
     """The first offset whose timestamp is at or after `timestamp`."""
-    MAX_TIMESTAMP: _OffsetSpec.ValueType  # 3
+    OFFSET_SPEC_MAX_TIMESTAMP: _OffsetSpec.ValueType  # 3
     """The offset of the record with the largest timestamp."""
 
-class OffsetSpec(_OffsetSpec, metaclass=_OffsetSpecEnumTypeWrapper): ...
+class OffsetSpec(_OffsetSpec, metaclass=_OffsetSpecEnumTypeWrapper):
+    """Which offset ListOffsets answers."""
 
-EARLIEST: OffsetSpec.ValueType  # 0
-LATEST: OffsetSpec.ValueType  # 1
-TIMESTAMP: OffsetSpec.ValueType  # 2
+OFFSET_SPEC_EARLIEST: OffsetSpec.ValueType  # 0
+"""The log start offset. The zero value on purpose (buf.yaml): a question
+that names no offset gets the first one, which changes nothing.
+"""
+OFFSET_SPEC_LATEST: OffsetSpec.ValueType  # 1
+"""The high watermark (READ_COMMITTED: the last stable offset)."""
+OFFSET_SPEC_TIMESTAMP: OffsetSpec.ValueType  # 2
 """The first offset whose timestamp is at or after `timestamp`."""
-MAX_TIMESTAMP: OffsetSpec.ValueType  # 3
+OFFSET_SPEC_MAX_TIMESTAMP: OffsetSpec.ValueType  # 3
 """The offset of the record with the largest timestamp."""
 Global___OffsetSpec: _TypeAlias = OffsetSpec  # noqa: Y015
 
@@ -1331,7 +1355,7 @@ class GroupMemberDescription(_message.Message):
 Global___GroupMemberDescription: _TypeAlias = GroupMemberDescription  # noqa: Y015
 
 @_typing.final
-class GroupDescription(_message.Message):
+class DescribeGroupResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GROUP_ID_FIELD_NUMBER: _builtins.int
@@ -1371,7 +1395,7 @@ class GroupDescription(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___GroupDescription: _TypeAlias = GroupDescription  # noqa: Y015
+Global___DescribeGroupResponse: _TypeAlias = DescribeGroupResponse  # noqa: Y015
 
 @_typing.final
 class InitProducerIdRequest(_message.Message):

@@ -117,7 +117,7 @@ class ClusterStub:
         self.DescribeGroup = channel.unary_unary(
                 '/ccr.v1.Cluster/DescribeGroup',
                 request_serializer=ccr_dot_v1_dot_cluster__pb2.DescribeGroupRequest.SerializeToString,
-                response_deserializer=ccr_dot_v1_dot_cluster__pb2.GroupDescription.FromString,
+                response_deserializer=ccr_dot_v1_dot_cluster__pb2.DescribeGroupResponse.FromString,
                 _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/ccr.v1.Cluster/InitProducerId',
@@ -389,7 +389,7 @@ def add_ClusterServicer_to_server(servicer, server):
             'DescribeGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeGroup,
                     request_deserializer=ccr_dot_v1_dot_cluster__pb2.DescribeGroupRequest.FromString,
-                    response_serializer=ccr_dot_v1_dot_cluster__pb2.GroupDescription.SerializeToString,
+                    response_serializer=ccr_dot_v1_dot_cluster__pb2.DescribeGroupResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -880,7 +880,7 @@ class Cluster:
             target,
             '/ccr.v1.Cluster/DescribeGroup',
             ccr_dot_v1_dot_cluster__pb2.DescribeGroupRequest.SerializeToString,
-            ccr_dot_v1_dot_cluster__pb2.GroupDescription.FromString,
+            ccr_dot_v1_dot_cluster__pb2.DescribeGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

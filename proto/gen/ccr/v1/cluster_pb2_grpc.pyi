@@ -71,7 +71,7 @@ class ClusterStub:
     CommitOffsets: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CommitOffsetsRequest, _cluster_pb2.CommitOffsetsResponse]
     FetchCommittedOffsets: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.FetchCommittedOffsetsRequest, _cluster_pb2.FetchCommittedOffsetsResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.ListGroupsRequest, _cluster_pb2.ListGroupsResponse]
-    DescribeGroup: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DescribeGroupRequest, _cluster_pb2.GroupDescription]
+    DescribeGroup: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.DescribeGroupRequest, _cluster_pb2.DescribeGroupResponse]
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.InitProducerIdRequest, _cluster_pb2.InitProducerIdResponse]
     """--- Idempotent and transactional producers -----------------------------------"""
     AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.AddPartitionsToTxnRequest, _cluster_pb2.AddPartitionsToTxnResponse]
@@ -112,7 +112,7 @@ class ClusterAsyncStub(ClusterStub):
     CommitOffsets: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CommitOffsetsRequest, _cluster_pb2.CommitOffsetsResponse]  # type: ignore[assignment]
     FetchCommittedOffsets: _aio.UnaryUnaryMultiCallable[_cluster_pb2.FetchCommittedOffsetsRequest, _cluster_pb2.FetchCommittedOffsetsResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_cluster_pb2.ListGroupsRequest, _cluster_pb2.ListGroupsResponse]  # type: ignore[assignment]
-    DescribeGroup: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DescribeGroupRequest, _cluster_pb2.GroupDescription]  # type: ignore[assignment]
+    DescribeGroup: _aio.UnaryUnaryMultiCallable[_cluster_pb2.DescribeGroupRequest, _cluster_pb2.DescribeGroupResponse]  # type: ignore[assignment]
     InitProducerId: _aio.UnaryUnaryMultiCallable[_cluster_pb2.InitProducerIdRequest, _cluster_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """--- Idempotent and transactional producers -----------------------------------"""
     AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[_cluster_pb2.AddPartitionsToTxnRequest, _cluster_pb2.AddPartitionsToTxnResponse]  # type: ignore[assignment]
@@ -252,7 +252,7 @@ class ClusterServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _cluster_pb2.DescribeGroupRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_cluster_pb2.GroupDescription, _abc.Awaitable[_cluster_pb2.GroupDescription]]: ...
+    ) -> _typing.Union[_cluster_pb2.DescribeGroupResponse, _abc.Awaitable[_cluster_pb2.DescribeGroupResponse]]: ...
 
     @_abc_1.abstractmethod
     def InitProducerId(

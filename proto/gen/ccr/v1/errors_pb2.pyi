@@ -12,6 +12,8 @@ travels with is in docs/grpc.md's table (generated from the daemon's
 mapping and checked against it). Per-partition results inside a successful
 Fetch carry the same ErrorDetail message inline. The numbers are stable:
 linkd/core/errors.py mirrors this enum and a test checks that the two agree.
+Texts (the status message "UNKNOWN_TOPIC: ...", the Python client's error
+codes, docs) name a code without its ERROR_CODE_ prefix, as Kafka's names.
 """
 
 from google.protobuf import descriptor as _descriptor
@@ -35,399 +37,399 @@ class _ErrorCode:
 class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ERROR_CODE_UNSPECIFIED: _ErrorCode.ValueType  # 0
-    INVALID_REQUEST: _ErrorCode.ValueType  # 1
+    ERROR_CODE_INVALID_REQUEST: _ErrorCode.ValueType  # 1
     """--- Requests and names ----------------------------------------------------
     The request is malformed (a missing field, a negative count, ...).
     """
-    INVALID_TOPIC_NAME: _ErrorCode.ValueType  # 2
+    ERROR_CODE_INVALID_TOPIC_NAME: _ErrorCode.ValueType  # 2
     """A topic name is empty, too long, "." or "..", or has a character outside
     [a-zA-Z0-9._-].
     """
-    UNKNOWN_TOPIC: _ErrorCode.ValueType  # 3
+    ERROR_CODE_UNKNOWN_TOPIC: _ErrorCode.ValueType  # 3
     """The named topic does not exist."""
-    UNKNOWN_PARTITION: _ErrorCode.ValueType  # 4
+    ERROR_CODE_UNKNOWN_PARTITION: _ErrorCode.ValueType  # 4
     """The topic exists but has no such partition."""
-    TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 5
+    ERROR_CODE_TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 5
     """A topic of that name already exists."""
-    INVALID_PARTITIONS: _ErrorCode.ValueType  # 6
+    ERROR_CODE_INVALID_PARTITIONS: _ErrorCode.ValueType  # 6
     """A partition count below 1 or above the cluster's limit."""
-    INVALID_CONFIG: _ErrorCode.ValueType  # 7
+    ERROR_CODE_INVALID_CONFIG: _ErrorCode.ValueType  # 7
     """An unknown topic config key, or a value that does not parse."""
-    OFFSET_OUT_OF_RANGE: _ErrorCode.ValueType  # 10
+    ERROR_CODE_OFFSET_OUT_OF_RANGE: _ErrorCode.ValueType  # 10
     """--- Data path -------------------------------------------------------------
     A fetch or list-offsets offset is negative, below the log start offset or
     above the log end offset.
     """
-    RECORD_TOO_LARGE: _ErrorCode.ValueType  # 11
+    ERROR_CODE_RECORD_TOO_LARGE: _ErrorCode.ValueType  # 11
     """A batch is larger than the topic's max.message.bytes, or its records
     take more than that once decompressed.
     """
-    CORRUPT_MESSAGE: _ErrorCode.ValueType  # 12
+    ERROR_CODE_CORRUPT_MESSAGE: _ErrorCode.ValueType  # 12
     """A batch fails its CRC32C check or does not parse as a record batch v2
     (its records included: lengths, varints, compression).
     """
-    INVALID_TIMESTAMP: _ErrorCode.ValueType  # 13
+    ERROR_CODE_INVALID_TIMESTAMP: _ErrorCode.ValueType  # 13
     """A batch timestamp is invalid for the topic's timestamp rules."""
-    INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 14
+    ERROR_CODE_INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 14
     """acks must be 0, 1 or -1."""
-    INVALID_RECORD: _ErrorCode.ValueType  # 15
+    ERROR_CODE_INVALID_RECORD: _ErrorCode.ValueType  # 15
     """A batch parses, but its records break a rule checked before storing it:
     the record count against the offset deltas, offset deltas in order, no
     bytes after the last record.
     """
-    INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 20
+    ERROR_CODE_INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 20
     """--- Idempotent and transactional producers --------------------------------
     The producer epoch is older than the one the cluster knows (a newer
     producer with the same transactional id fenced this one).
     """
-    OUT_OF_ORDER_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 21
+    ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER: _ErrorCode.ValueType  # 21
     """The batch's first sequence does not follow the last one written by that
     producer on that partition.
     """
-    UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 22
+    ERROR_CODE_UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 22
     """The cluster holds no state for this producer id on this partition and the
     batch does not start a sequence.
     """
-    INVALID_TXN_STATE: _ErrorCode.ValueType  # 23
+    ERROR_CODE_INVALID_TXN_STATE: _ErrorCode.ValueType  # 23
     """The transactional call does not fit the transaction's state (for example a
     transactional write to a partition never added to the transaction).
     """
-    INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 24
+    ERROR_CODE_INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 24
     """The producer id does not match the one mapped to the transactional id."""
-    CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 25
+    ERROR_CODE_CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 25
     """A previous transaction of this transactional id is still completing; retry."""
-    INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 26
+    ERROR_CODE_INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 26
     """transaction.timeout.ms is out of the allowed range."""
-    TRANSACTION_TIMED_OUT: _ErrorCode.ValueType  # 27
+    ERROR_CODE_TRANSACTION_TIMED_OUT: _ErrorCode.ValueType  # 27
     """The transaction was aborted by the cluster after its timeout."""
-    PRODUCER_FENCED: _ErrorCode.ValueType  # 28
+    ERROR_CODE_PRODUCER_FENCED: _ErrorCode.ValueType  # 28
     """InitProducerId named a producer id and epoch that are no longer the
     transactional id's current ones: another producer took it (KIP-360).
     """
-    INVALID_GROUP_ID: _ErrorCode.ValueType  # 30
+    ERROR_CODE_INVALID_GROUP_ID: _ErrorCode.ValueType  # 30
     """--- Consumer groups -------------------------------------------------------
     The group id is empty or invalid.
     """
-    UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 31
+    ERROR_CODE_UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 31
     """The member id is not a member of the group's current generation."""
-    ILLEGAL_GENERATION: _ErrorCode.ValueType  # 32
+    ERROR_CODE_ILLEGAL_GENERATION: _ErrorCode.ValueType  # 32
     """The generation does not match the group's current generation."""
-    REBALANCE_IN_PROGRESS: _ErrorCode.ValueType  # 33
+    ERROR_CODE_REBALANCE_IN_PROGRESS: _ErrorCode.ValueType  # 33
     """The group is rebalancing: rejoin."""
-    INCONSISTENT_GROUP_PROTOCOL: _ErrorCode.ValueType  # 34
+    ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL: _ErrorCode.ValueType  # 34
     """The member's protocol type or protocols do not match the group's."""
-    INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 35
+    ERROR_CODE_INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 35
     """session.timeout.ms is outside the cluster's bounds."""
-    GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 36
+    ERROR_CODE_GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 36
     """The group does not exist."""
-    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 37
+    ERROR_CODE_NON_EMPTY_GROUP: _ErrorCode.ValueType  # 37
     """The group still has members (for deletes)."""
-    OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 38
+    ERROR_CODE_OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 38
     """An offset commit's metadata is longer than the cluster allows."""
-    FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 39
+    ERROR_CODE_FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 39
     """A static member (group.instance.id) was replaced by a newer member with
     the same instance id: the old member id no longer speaks for it (KIP-345).
     """
-    UNSUPPORTED: _ErrorCode.ValueType  # 50
+    ERROR_CODE_UNSUPPORTED: _ErrorCode.ValueType  # 50
     """--- Cluster -----------------------------------------------------------------
     The call is not implemented by this cluster version.
     """
-    NOT_READY: _ErrorCode.ValueType  # 51
+    ERROR_CODE_NOT_READY: _ErrorCode.ValueType  # 51
     """The cluster is shutting down or not yet recovered; retry."""
-    STORAGE_ERROR: _ErrorCode.ValueType  # 52
+    ERROR_CODE_STORAGE_ERROR: _ErrorCode.ValueType  # 52
     """The cluster failed to persist the change; nothing was acknowledged."""
-    REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 53
+    ERROR_CODE_REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 53
     """A request waited longer than its timeout."""
-    INVALID_NAMESPACE: _ErrorCode.ValueType  # 60
+    ERROR_CODE_INVALID_NAMESPACE: _ErrorCode.ValueType  # 60
     """--- Namespaces (README.md, "Replication links") ------------------------------
     A namespace's type is unspecified or its prefix has illegal characters.
     """
-    NAMESPACE_EXISTS: _ErrorCode.ValueType  # 61
+    ERROR_CODE_NAMESPACE_EXISTS: _ErrorCode.ValueType  # 61
     """A namespace of that type and prefix already exists."""
-    UNKNOWN_NAMESPACE: _ErrorCode.ValueType  # 62
+    ERROR_CODE_UNKNOWN_NAMESPACE: _ErrorCode.ValueType  # 62
     """No namespace of that type and prefix exists."""
-    NAMESPACE_ATTACHED: _ErrorCode.ValueType  # 63
+    ERROR_CODE_NAMESPACE_ATTACHED: _ErrorCode.ValueType  # 63
     """The namespace is attached to a link (detach it first)."""
-    RESERVED_NAMESPACE: _ErrorCode.ValueType  # 64
+    ERROR_CODE_RESERVED_NAMESPACE: _ErrorCode.ValueType  # 64
     """A client tried to create, write, delete or commit into a reserved
     namespace; the message names the namespace (and the link, if any).
     """
-    ALREADY_FOLLOWING: _ErrorCode.ValueType  # 65
+    ERROR_CODE_ALREADY_FOLLOWING: _ErrorCode.ValueType  # 65
     """The namespace, or one overlapping it, already follows a link (a namespace
     follows at most one link at a time).
     """
-    MAPPINGS_OVERLAP: _ErrorCode.ValueType  # 66
+    ERROR_CODE_MAPPINGS_OVERLAP: _ErrorCode.ValueType  # 66
     """Two mappings of one link would overlap (their local or their remote
     prefixes), or two source names would map to one follower name; the
     message names both namespaces (docs/operations.md, "The mapping rules").
     """
-    UNKNOWN_LINK: _ErrorCode.ValueType  # 70
+    ERROR_CODE_UNKNOWN_LINK: _ErrorCode.ValueType  # 70
     """--- Replication links (README.md, "Replication links"; docs/operations.md) ----
     No link of that name exists on this cluster.
     """
-    LINK_EXISTS: _ErrorCode.ValueType  # 71
+    ERROR_CODE_LINK_EXISTS: _ErrorCode.ValueType  # 71
     """A link of that name already exists on this cluster (or on the remote)."""
-    LINK_UNREACHABLE: _ErrorCode.ValueType  # 72
+    ERROR_CODE_LINK_UNREACHABLE: _ErrorCode.ValueType  # 72
     """The remote cluster could not be reached or refused the link; retry."""
-    INVALID_LINK_CONFIG: _ErrorCode.ValueType  # 73
+    ERROR_CODE_INVALID_LINK_CONFIG: _ErrorCode.ValueType  # 73
     """A link setting is invalid (bad address, unknown mode, a link to itself...)."""
-    FOLLOWER_TOPIC_NOT_WRITABLE: _ErrorCode.ValueType  # 74
+    ERROR_CODE_FOLLOWER_TOPIC_NOT_WRITABLE: _ErrorCode.ValueType  # 74
     """A producer outside the link wrote to a follower topic (only the link writes
     them: docs/architecture.md, "The replication path");
     the message names the link, the namespace and the link state.
     """
-    REPLICATED_GROUP_READ_ONLY: _ErrorCode.ValueType  # 75
+    ERROR_CODE_REPLICATED_GROUP_READ_ONLY: _ErrorCode.ValueType  # 75
     """A consumer group whose offsets a link replicates tried to commit (the link
     writes its offsets: docs/architecture.md, "Push, consumer offsets, ACLs");
     the message names the link, the namespace and the link state.
     """
-    LAG_NOT_ZERO: _ErrorCode.ValueType  # 76
+    ERROR_CODE_LAG_NOT_ZERO: _ErrorCode.ValueType  # 76
     """Failover refused: follower partitions still lag their source (use force)."""
-    DIVERGED_LOG: _ErrorCode.ValueType  # 77
+    ERROR_CODE_DIVERGED_LOG: _ErrorCode.ValueType  # 77
     """A replica fetch's position does not match the source log: the follower must
     truncate (the detail's resource names the partition).
     """
-    LINK_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 78
+    ERROR_CODE_LINK_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 78
     """The link's credentials do not match what the remote cluster requires
     (linkd --link-credentials).
     """
-    LINK_NOT_FOLLOWING: _ErrorCode.ValueType  # 79
+    ERROR_CODE_LINK_NOT_FOLLOWING: _ErrorCode.ValueType  # 79
     """set-mode sync (or reverse) needs the link FOLLOWING (or IN_SYNC); the
     message names the link and its state.
     """
-    LINK_NOT_IN_SYNC: _ErrorCode.ValueType  # 80
+    ERROR_CODE_LINK_NOT_IN_SYNC: _ErrorCode.ValueType  # 80
     """Retriable: a transaction touching a namespace led on a SYNC link cannot
     commit while that link is SYNCING or OUT_OF_SYNC (README.md, "SYNC links").
     """
-    FOLLOWER_SYNCING: _ErrorCode.ValueType  # 81
+    ERROR_CODE_FOLLOWER_SYNCING: _ErrorCode.ValueType  # 81
     """Retriable: reads of follower topics are refused while their SYNC link is
     SYNCING (README.md, "SYNC links"); they resume once it is IN_SYNC.
     """
-    LINK_DELETED: _ErrorCode.ValueType  # 82
+    ERROR_CODE_LINK_DELETED: _ErrorCode.ValueType  # 82
     """The remote deleted this link (it keeps a tombstone): the side that is
     told deletes its half too.
     """
-    NOT_LED_ON_LINK: _ErrorCode.ValueType  # 83
+    ERROR_CODE_NOT_LED_ON_LINK: _ErrorCode.ValueType  # 83
     """A replica fetch asked for a topic that this cluster does not lead on the
     link: the two sides' mappings disagree for now (a role change or an attach
     still on its way). The source's topic is not gone; the follower waits.
     """
-    NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
+    ERROR_CODE_NO_SHARED_HISTORY: _ErrorCode.ValueType  # 90
     """--- Provenance and recovery (docs/operations.md) --------------------------------
     Unclean link recovery refused: a partition holding records shares no
     history with the remote's (neither provenance nor leader epochs relate
     them), so the last common offset cannot be known; the message names it.
     """
-    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 100
+    ERROR_CODE_TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 100
     """--- Authorization (linkd --authorizer acl; docs/security.md) ---------------------
     The principal may not do the operation on the topic (no ALLOW binding
     applies, or a DENY binding does); the message names the principal, the
     operation and the topic. Nothing was changed.
     """
-    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 101
+    ERROR_CODE_GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 101
     """As above, on a consumer group."""
-    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 102
+    ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 102
     """As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 103
+    ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 103
     """As above, on a transactional id."""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
 ERROR_CODE_UNSPECIFIED: ErrorCode.ValueType  # 0
-INVALID_REQUEST: ErrorCode.ValueType  # 1
+ERROR_CODE_INVALID_REQUEST: ErrorCode.ValueType  # 1
 """--- Requests and names ----------------------------------------------------
 The request is malformed (a missing field, a negative count, ...).
 """
-INVALID_TOPIC_NAME: ErrorCode.ValueType  # 2
+ERROR_CODE_INVALID_TOPIC_NAME: ErrorCode.ValueType  # 2
 """A topic name is empty, too long, "." or "..", or has a character outside
 [a-zA-Z0-9._-].
 """
-UNKNOWN_TOPIC: ErrorCode.ValueType  # 3
+ERROR_CODE_UNKNOWN_TOPIC: ErrorCode.ValueType  # 3
 """The named topic does not exist."""
-UNKNOWN_PARTITION: ErrorCode.ValueType  # 4
+ERROR_CODE_UNKNOWN_PARTITION: ErrorCode.ValueType  # 4
 """The topic exists but has no such partition."""
-TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 5
+ERROR_CODE_TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 5
 """A topic of that name already exists."""
-INVALID_PARTITIONS: ErrorCode.ValueType  # 6
+ERROR_CODE_INVALID_PARTITIONS: ErrorCode.ValueType  # 6
 """A partition count below 1 or above the cluster's limit."""
-INVALID_CONFIG: ErrorCode.ValueType  # 7
+ERROR_CODE_INVALID_CONFIG: ErrorCode.ValueType  # 7
 """An unknown topic config key, or a value that does not parse."""
-OFFSET_OUT_OF_RANGE: ErrorCode.ValueType  # 10
+ERROR_CODE_OFFSET_OUT_OF_RANGE: ErrorCode.ValueType  # 10
 """--- Data path -------------------------------------------------------------
 A fetch or list-offsets offset is negative, below the log start offset or
 above the log end offset.
 """
-RECORD_TOO_LARGE: ErrorCode.ValueType  # 11
+ERROR_CODE_RECORD_TOO_LARGE: ErrorCode.ValueType  # 11
 """A batch is larger than the topic's max.message.bytes, or its records
 take more than that once decompressed.
 """
-CORRUPT_MESSAGE: ErrorCode.ValueType  # 12
+ERROR_CODE_CORRUPT_MESSAGE: ErrorCode.ValueType  # 12
 """A batch fails its CRC32C check or does not parse as a record batch v2
 (its records included: lengths, varints, compression).
 """
-INVALID_TIMESTAMP: ErrorCode.ValueType  # 13
+ERROR_CODE_INVALID_TIMESTAMP: ErrorCode.ValueType  # 13
 """A batch timestamp is invalid for the topic's timestamp rules."""
-INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 14
+ERROR_CODE_INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 14
 """acks must be 0, 1 or -1."""
-INVALID_RECORD: ErrorCode.ValueType  # 15
+ERROR_CODE_INVALID_RECORD: ErrorCode.ValueType  # 15
 """A batch parses, but its records break a rule checked before storing it:
 the record count against the offset deltas, offset deltas in order, no
 bytes after the last record.
 """
-INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 20
+ERROR_CODE_INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 20
 """--- Idempotent and transactional producers --------------------------------
 The producer epoch is older than the one the cluster knows (a newer
 producer with the same transactional id fenced this one).
 """
-OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.ValueType  # 21
+ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.ValueType  # 21
 """The batch's first sequence does not follow the last one written by that
 producer on that partition.
 """
-UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 22
+ERROR_CODE_UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 22
 """The cluster holds no state for this producer id on this partition and the
 batch does not start a sequence.
 """
-INVALID_TXN_STATE: ErrorCode.ValueType  # 23
+ERROR_CODE_INVALID_TXN_STATE: ErrorCode.ValueType  # 23
 """The transactional call does not fit the transaction's state (for example a
 transactional write to a partition never added to the transaction).
 """
-INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 24
+ERROR_CODE_INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 24
 """The producer id does not match the one mapped to the transactional id."""
-CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 25
+ERROR_CODE_CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 25
 """A previous transaction of this transactional id is still completing; retry."""
-INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 26
+ERROR_CODE_INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 26
 """transaction.timeout.ms is out of the allowed range."""
-TRANSACTION_TIMED_OUT: ErrorCode.ValueType  # 27
+ERROR_CODE_TRANSACTION_TIMED_OUT: ErrorCode.ValueType  # 27
 """The transaction was aborted by the cluster after its timeout."""
-PRODUCER_FENCED: ErrorCode.ValueType  # 28
+ERROR_CODE_PRODUCER_FENCED: ErrorCode.ValueType  # 28
 """InitProducerId named a producer id and epoch that are no longer the
 transactional id's current ones: another producer took it (KIP-360).
 """
-INVALID_GROUP_ID: ErrorCode.ValueType  # 30
+ERROR_CODE_INVALID_GROUP_ID: ErrorCode.ValueType  # 30
 """--- Consumer groups -------------------------------------------------------
 The group id is empty or invalid.
 """
-UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 31
+ERROR_CODE_UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 31
 """The member id is not a member of the group's current generation."""
-ILLEGAL_GENERATION: ErrorCode.ValueType  # 32
+ERROR_CODE_ILLEGAL_GENERATION: ErrorCode.ValueType  # 32
 """The generation does not match the group's current generation."""
-REBALANCE_IN_PROGRESS: ErrorCode.ValueType  # 33
+ERROR_CODE_REBALANCE_IN_PROGRESS: ErrorCode.ValueType  # 33
 """The group is rebalancing: rejoin."""
-INCONSISTENT_GROUP_PROTOCOL: ErrorCode.ValueType  # 34
+ERROR_CODE_INCONSISTENT_GROUP_PROTOCOL: ErrorCode.ValueType  # 34
 """The member's protocol type or protocols do not match the group's."""
-INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 35
+ERROR_CODE_INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 35
 """session.timeout.ms is outside the cluster's bounds."""
-GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 36
+ERROR_CODE_GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 36
 """The group does not exist."""
-NON_EMPTY_GROUP: ErrorCode.ValueType  # 37
+ERROR_CODE_NON_EMPTY_GROUP: ErrorCode.ValueType  # 37
 """The group still has members (for deletes)."""
-OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 38
+ERROR_CODE_OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 38
 """An offset commit's metadata is longer than the cluster allows."""
-FENCED_INSTANCE_ID: ErrorCode.ValueType  # 39
+ERROR_CODE_FENCED_INSTANCE_ID: ErrorCode.ValueType  # 39
 """A static member (group.instance.id) was replaced by a newer member with
 the same instance id: the old member id no longer speaks for it (KIP-345).
 """
-UNSUPPORTED: ErrorCode.ValueType  # 50
+ERROR_CODE_UNSUPPORTED: ErrorCode.ValueType  # 50
 """--- Cluster -----------------------------------------------------------------
 The call is not implemented by this cluster version.
 """
-NOT_READY: ErrorCode.ValueType  # 51
+ERROR_CODE_NOT_READY: ErrorCode.ValueType  # 51
 """The cluster is shutting down or not yet recovered; retry."""
-STORAGE_ERROR: ErrorCode.ValueType  # 52
+ERROR_CODE_STORAGE_ERROR: ErrorCode.ValueType  # 52
 """The cluster failed to persist the change; nothing was acknowledged."""
-REQUEST_TIMED_OUT: ErrorCode.ValueType  # 53
+ERROR_CODE_REQUEST_TIMED_OUT: ErrorCode.ValueType  # 53
 """A request waited longer than its timeout."""
-INVALID_NAMESPACE: ErrorCode.ValueType  # 60
+ERROR_CODE_INVALID_NAMESPACE: ErrorCode.ValueType  # 60
 """--- Namespaces (README.md, "Replication links") ------------------------------
 A namespace's type is unspecified or its prefix has illegal characters.
 """
-NAMESPACE_EXISTS: ErrorCode.ValueType  # 61
+ERROR_CODE_NAMESPACE_EXISTS: ErrorCode.ValueType  # 61
 """A namespace of that type and prefix already exists."""
-UNKNOWN_NAMESPACE: ErrorCode.ValueType  # 62
+ERROR_CODE_UNKNOWN_NAMESPACE: ErrorCode.ValueType  # 62
 """No namespace of that type and prefix exists."""
-NAMESPACE_ATTACHED: ErrorCode.ValueType  # 63
+ERROR_CODE_NAMESPACE_ATTACHED: ErrorCode.ValueType  # 63
 """The namespace is attached to a link (detach it first)."""
-RESERVED_NAMESPACE: ErrorCode.ValueType  # 64
+ERROR_CODE_RESERVED_NAMESPACE: ErrorCode.ValueType  # 64
 """A client tried to create, write, delete or commit into a reserved
 namespace; the message names the namespace (and the link, if any).
 """
-ALREADY_FOLLOWING: ErrorCode.ValueType  # 65
+ERROR_CODE_ALREADY_FOLLOWING: ErrorCode.ValueType  # 65
 """The namespace, or one overlapping it, already follows a link (a namespace
 follows at most one link at a time).
 """
-MAPPINGS_OVERLAP: ErrorCode.ValueType  # 66
+ERROR_CODE_MAPPINGS_OVERLAP: ErrorCode.ValueType  # 66
 """Two mappings of one link would overlap (their local or their remote
 prefixes), or two source names would map to one follower name; the
 message names both namespaces (docs/operations.md, "The mapping rules").
 """
-UNKNOWN_LINK: ErrorCode.ValueType  # 70
+ERROR_CODE_UNKNOWN_LINK: ErrorCode.ValueType  # 70
 """--- Replication links (README.md, "Replication links"; docs/operations.md) ----
 No link of that name exists on this cluster.
 """
-LINK_EXISTS: ErrorCode.ValueType  # 71
+ERROR_CODE_LINK_EXISTS: ErrorCode.ValueType  # 71
 """A link of that name already exists on this cluster (or on the remote)."""
-LINK_UNREACHABLE: ErrorCode.ValueType  # 72
+ERROR_CODE_LINK_UNREACHABLE: ErrorCode.ValueType  # 72
 """The remote cluster could not be reached or refused the link; retry."""
-INVALID_LINK_CONFIG: ErrorCode.ValueType  # 73
+ERROR_CODE_INVALID_LINK_CONFIG: ErrorCode.ValueType  # 73
 """A link setting is invalid (bad address, unknown mode, a link to itself...)."""
-FOLLOWER_TOPIC_NOT_WRITABLE: ErrorCode.ValueType  # 74
+ERROR_CODE_FOLLOWER_TOPIC_NOT_WRITABLE: ErrorCode.ValueType  # 74
 """A producer outside the link wrote to a follower topic (only the link writes
 them: docs/architecture.md, "The replication path");
 the message names the link, the namespace and the link state.
 """
-REPLICATED_GROUP_READ_ONLY: ErrorCode.ValueType  # 75
+ERROR_CODE_REPLICATED_GROUP_READ_ONLY: ErrorCode.ValueType  # 75
 """A consumer group whose offsets a link replicates tried to commit (the link
 writes its offsets: docs/architecture.md, "Push, consumer offsets, ACLs");
 the message names the link, the namespace and the link state.
 """
-LAG_NOT_ZERO: ErrorCode.ValueType  # 76
+ERROR_CODE_LAG_NOT_ZERO: ErrorCode.ValueType  # 76
 """Failover refused: follower partitions still lag their source (use force)."""
-DIVERGED_LOG: ErrorCode.ValueType  # 77
+ERROR_CODE_DIVERGED_LOG: ErrorCode.ValueType  # 77
 """A replica fetch's position does not match the source log: the follower must
 truncate (the detail's resource names the partition).
 """
-LINK_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 78
+ERROR_CODE_LINK_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 78
 """The link's credentials do not match what the remote cluster requires
 (linkd --link-credentials).
 """
-LINK_NOT_FOLLOWING: ErrorCode.ValueType  # 79
+ERROR_CODE_LINK_NOT_FOLLOWING: ErrorCode.ValueType  # 79
 """set-mode sync (or reverse) needs the link FOLLOWING (or IN_SYNC); the
 message names the link and its state.
 """
-LINK_NOT_IN_SYNC: ErrorCode.ValueType  # 80
+ERROR_CODE_LINK_NOT_IN_SYNC: ErrorCode.ValueType  # 80
 """Retriable: a transaction touching a namespace led on a SYNC link cannot
 commit while that link is SYNCING or OUT_OF_SYNC (README.md, "SYNC links").
 """
-FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
+ERROR_CODE_FOLLOWER_SYNCING: ErrorCode.ValueType  # 81
 """Retriable: reads of follower topics are refused while their SYNC link is
 SYNCING (README.md, "SYNC links"); they resume once it is IN_SYNC.
 """
-LINK_DELETED: ErrorCode.ValueType  # 82
+ERROR_CODE_LINK_DELETED: ErrorCode.ValueType  # 82
 """The remote deleted this link (it keeps a tombstone): the side that is
 told deletes its half too.
 """
-NOT_LED_ON_LINK: ErrorCode.ValueType  # 83
+ERROR_CODE_NOT_LED_ON_LINK: ErrorCode.ValueType  # 83
 """A replica fetch asked for a topic that this cluster does not lead on the
 link: the two sides' mappings disagree for now (a role change or an attach
 still on its way). The source's topic is not gone; the follower waits.
 """
-NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
+ERROR_CODE_NO_SHARED_HISTORY: ErrorCode.ValueType  # 90
 """--- Provenance and recovery (docs/operations.md) --------------------------------
 Unclean link recovery refused: a partition holding records shares no
 history with the remote's (neither provenance nor leader epochs relate
 them), so the last common offset cannot be known; the message names it.
 """
-TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 100
+ERROR_CODE_TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 100
 """--- Authorization (linkd --authorizer acl; docs/security.md) ---------------------
 The principal may not do the operation on the topic (no ALLOW binding
 applies, or a DENY binding does); the message names the principal, the
 operation and the topic. Nothing was changed.
 """
-GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 101
+ERROR_CODE_GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 101
 """As above, on a consumer group."""
-CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 102
+ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 102
 """As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 103
+ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 103
 """As above, on a transactional id."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

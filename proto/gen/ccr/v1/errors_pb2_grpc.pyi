@@ -12,6 +12,8 @@ travels with is in docs/grpc.md's table (generated from the daemon's
 mapping and checked against it). Per-partition results inside a successful
 Fetch carry the same ErrorDetail message inline. The numbers are stable:
 linkd/core/errors.py mirrors this enum and a test checks that the two agree.
+Texts (the status message "UNKNOWN_TOPIC: ...", the Python client's error
+codes, docs) name a code without its ERROR_CODE_ prefix, as Kafka's names.
 """
 
 from collections import abc as _abc
