@@ -203,7 +203,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
     return {
         "topic": p.topic,
         "partition": p.partition,
-        "role": p.role,
+        "role": enum_word(admin_pb2.PartitionRole, p.partition_role),
         "lag_records": p.lag_records,
         "lag_ms": p.lag_ms,
         "log_end_offset": p.log_end_offset,
@@ -222,7 +222,7 @@ def _mapping_dict(m: Any) -> dict[str, Any]:
         "type": enum_word(admin_pb2.ResourceType, m.type),
         "local_prefix": m.local_prefix,
         "remote_prefix": m.remote_prefix,
-        "leader": m.leader,
+        "leader": enum_word(admin_pb2.LeaderSide, m.leader_side),
     }
     if m.note:
         out["note"] = m.note
@@ -249,12 +249,18 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         connection_direction="local"
         if d.connection_direction == admin_pb2.CONNECTION_DIRECTION_LOCAL_DIALS
         else "remote",
-        state=d.state,
+        state=enum_word(admin_pb2.LinkState, d.link_state).upper(),
         state_entered_at_ms=d.state_entered_at_ms,
         link_epoch=d.link_epoch,
         mappings=[_mapping_dict(m) for m in d.mappings],
         partitions=[_lag_dict(p) for p in d.partitions],
-        history=[{"state": h.state, "entered_at_ms": h.entered_at_ms} for h in d.history],
+        history=[
+            {
+                "state": enum_word(admin_pb2.LinkState, h.link_state).upper(),
+                "entered_at_ms": h.entered_at_ms,
+            }
+            for h in d.history
+        ],
         refused_mappings=[_mapping_dict(m) for m in d.refused_mappings],
         gaps=[
             {
@@ -400,6 +406,18 @@ _RESOURCE_TYPES = {
     "group": admin_pb2.RESOURCE_TYPE_GROUP,
     "principal": admin_pb2.RESOURCE_TYPE_PRINCIPAL,
 }
+
+
+# Kafka's names of group states (the names AdminClient and kafka-consumer-groups show).
+GROUP_STATES = {
+    cluster_pb2.GROUP_STATE_UNSPECIFIED: "",
+    cluster_pb2.GROUP_STATE_EMPTY: "Empty",
+    cluster_pb2.GROUP_STATE_PREPARING_REBALANCE: "PreparingRebalance",
+    cluster_pb2.GROUP_STATE_COMPLETING_REBALANCE: "CompletingRebalance",
+    cluster_pb2.GROUP_STATE_STABLE: "Stable",
+    cluster_pb2.GROUP_STATE_DEAD: "Dead",
+}
+_LEADER_SIDES = {"local": admin_pb2.LEADER_SIDE_LOCAL, "remote": admin_pb2.LEADER_SIDE_REMOTE}
 
 
 def enum_word(enum: Any, number: int) -> str:
@@ -770,7 +788,10 @@ class AdminClient:
             self._conn.cluster.ListGroups, cluster_pb2.ListGroupsRequest(), self._t(timeout)
         )
         return sorted(
-            (GroupListing(g.group_id, g.state, g.protocol_type) for g in resp.groups),
+            (
+                GroupListing(g.group_id, GROUP_STATES[g.group_state], g.protocol_type)
+                for g in resp.groups
+            ),
             key=lambda g: g.group_id,
         )
 
@@ -793,7 +814,7 @@ class AdminClient:
         ]
         return GroupInfo(
             group_id=g.group_id,
-            state=g.state,
+            state=GROUP_STATES[g.group_state],
             protocol_type=g.protocol_type,
             protocol_name=g.protocol_name,
             generation_id=g.generation_id,
@@ -973,13 +994,17 @@ class AdminClient:
         timeout: float | None = None,
     ) -> LinkInfo:
         """Maps this cluster's namespace `local_prefix` to the remote's
-        `remote_prefix` on the link; `leader` is "local" or "remote"."""
+        `remote_prefix` on the link; `leader` is "local" or "remote" (any case):
+        which side's namespace leads."""
+        side = _LEADER_SIDES.get(leader.strip().lower())
+        if side is None:
+            raise ValueError(f"leader must be 'local' or 'remote', not {leader!r}")
         req = admin_pb2.AttachNamespaceRequest(
             link=link,
             type=resource_type_of(type),
             local_prefix=local_prefix,
             remote_prefix=remote_prefix,
-            leader=leader,
+            leader_side=side,
         )
         return link_info(self._conn.call(self._conn.admin.AttachNamespace, req, self._t(timeout)))
 

@@ -34,10 +34,10 @@ from linkd.core.acls import CLUSTER_RESOURCE_NAME
 from linkd.core.acls import AclOperation as Op
 from linkd.core.acls import ResourceType as R
 from linkd.core.cleaner import CleanerView
-from linkd.core.cluster import DanglingTxn
+from linkd.core.cluster import ACKS_ALL, DanglingTxn
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.groups import JoinRequest
-from linkd.core.links import LinkMode, Mapping
+from linkd.core.groups import GroupState, JoinRequest
+from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
@@ -258,8 +258,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
             request.topic,
             request.partition,
             request.batch,
-            request.acks,
+            request.acks if request.HasField("acks") else ACKS_ALL,
             request.transactional_id,
+            request.timeout_ms,
         )
         if not duplicate:
             self.node.metrics.produced(Listener.GRPC, request.batch)
@@ -465,7 +466,9 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         every = self._allowed(context, R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.DESCRIBE)
         return cluster_pb2.ListGroupsResponse(
             groups=[
-                cluster_pb2.GroupListing(group_id=g, state=s, protocol_type=t)
+                cluster_pb2.GroupListing(
+                    group_id=g, state=s, protocol_type=t, group_state=_group_state_pb(s)
+                )
                 for g, s, t in self.node.state.groups.list_groups()
                 if every or self._allowed(context, R.GROUP, g, Op.DESCRIBE)
             ]
@@ -482,6 +485,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         return cluster_pb2.DescribeGroupResponse(
             group_id=d.group_id,
             state=d.state,
+            group_state=_group_state_pb(d.state),
             protocol_type=d.protocol_type,
             protocol_name=d.protocol_name,
             generation_id=d.generation_id,
@@ -704,12 +708,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             mode=mode,
             connection_direction=direction,
             state=summary.state,
+            link_state=_link_state_pb(summary.state),
             state_entered_at_ms=summary.entered_at_ms,
             link_epoch=config.link_epoch,
             mappings=[_mapping_pb(m) for m in config.attached_mappings()],
             partitions=[_lag_pb(p) for p in summary.partitions],
             history=[
-                admin_pb2.LinkStateChange(state=st, entered_at_ms=at) for st, at in summary.history
+                admin_pb2.LinkStateChange(
+                    state=st, entered_at_ms=at, link_state=_link_state_pb(st)
+                )
+                for st, at in summary.history
             ],
             refused_mappings=[_mapping_pb(m) for m in summary.refused],
             gaps=[
@@ -732,11 +740,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def CreateLink(
         self, request: admin_pb2.CreateLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        direction = (
-            "remote_dials"
-            if request.connection_direction == admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS
-            else "local_dials"
-        )
+        direction = _DIRECTIONS.get(request.connection_direction)
+        if direction is None:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {request.name!r}",
+                f"link {request.name!r}: connection_direction is required: "
+                "CONNECTION_DIRECTION_LOCAL_DIALS (this cluster dials the remote) or "
+                f"CONNECTION_DIRECTION_REMOTE_DIALS, not {request.connection_direction}",
+            )
         config = await self.ops.create_link(
             request.name,
             request.remote_bootstrap,
@@ -806,7 +818,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             ResourceType.parse(request.type).label,
             request.local_prefix,
             request.remote_prefix,
-            request.leader,
+            _leader_of(request),
         )
         return self._link_pb(request.link)
 
@@ -924,6 +936,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     local_prefix=m.local_prefix,
                     remote_prefix=m.remote_prefix,
                     leader="remote",
+                    leader_side=admin_pb2.LEADER_SIDE_REMOTE,
                 )
                 for m in plan.mappings
             ],
@@ -1027,11 +1040,57 @@ def _mapping_pb(m: Mapping) -> admin_pb2.NamespaceMapping:
         remote_prefix=m.remote_prefix,
         leader=m.leader,
         note=m.note,
+        leader_side=_LEADER_SIDES[m.leader],
     )
 
 
 def _lag_pb(p: link_admin.PartitionLag) -> admin_pb2.PartitionLag:
-    return admin_pb2.PartitionLag(**dataclasses.asdict(p))
+    return admin_pb2.PartitionLag(**dataclasses.asdict(p), partition_role=_ROLES[p.role])
+
+
+# The enums of the protos beside the strings they replace (which stay on the
+# wire, deprecated, for clients built before them).
+_DIRECTIONS = {
+    admin_pb2.CONNECTION_DIRECTION_LOCAL_DIALS: "local_dials",
+    admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS: "remote_dials",
+}
+_LEADER_SIDES = {"local": admin_pb2.LEADER_SIDE_LOCAL, "remote": admin_pb2.LEADER_SIDE_REMOTE}
+_ROLES = {"leader": admin_pb2.PARTITION_ROLE_LEADER, "follower": admin_pb2.PARTITION_ROLE_FOLLOWER}
+
+
+def _link_state_pb(state: str) -> admin_pb2.LinkState.ValueType:
+    """The enum of a link state ("FOLLOWING" -> LINK_STATE_FOLLOWING)."""
+    return admin_pb2.LinkState.Value(f"LINK_STATE_{LinkState(state).name}")
+
+
+def _group_state_pb(state: str) -> cluster_pb2.GroupState.ValueType:
+    """The enum of a group state ("Stable" -> GROUP_STATE_STABLE)."""
+    return cluster_pb2.GroupState.Value(f"GROUP_STATE_{GroupState(state).name}")
+
+
+def _leader_of(request: admin_pb2.AttachNamespaceRequest) -> str:
+    """Which side leads, "local" or "remote": leader_side, else the deprecated string;
+    INVALID_LINK_CONFIG when neither says, or when the two disagree."""
+    sides = {v: k for k, v in _LEADER_SIDES.items()}
+    where = f"link {request.link!r}"
+    if request.leader_side == admin_pb2.LEADER_SIDE_UNSPECIFIED:
+        if not request.leader:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                where,
+                f"{where}: attach-namespace needs leader_side: LEADER_SIDE_LOCAL (this "
+                "cluster's namespace leads) or LEADER_SIDE_REMOTE",
+            )
+        return request.leader  # checked by the core: "local" or "remote"
+    side = sides.get(request.leader_side)
+    if side is None or (request.leader and request.leader != side):
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            where,
+            f"{where}: leader_side {request.leader_side} and leader {request.leader!r} "
+            "do not name one side",
+        )
+    return side
 
 
 def _dangling_pb(d: DanglingTxn) -> admin_pb2.DanglingTransaction:

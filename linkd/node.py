@@ -53,6 +53,7 @@ from linkd.core.cluster import (
     TruncateLog,
     WaitMark,
     pick_offset_in_batch,
+    produce_wait_ms,
 )
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
@@ -451,16 +452,17 @@ class ClusterNode:
         targets: dict[tuple[str, int], int],
         what: str,
         marks: dict[tuple[str, int], WaitMark] | None = None,
+        wait_ms: int = HW_WAIT_MAX_MS,
     ) -> None:
         """Waits until every partition's HW reaches its target offset: a SYNC
         link in IN_SYNC holds it until its followers have the records, or until
         it drops OUT_OF_SYNC (link.replica.lag.time.max.ms). Bounded by
-        HW_WAIT_MAX_MS: then REQUEST_TIMED_OUT (indefinite: the records are
-        written here and may yet replicate)."""
+        `wait_ms` (at most HW_WAIT_MAX_MS): then REQUEST_TIMED_OUT (indefinite:
+        the records are written here and may yet replicate)."""
         if self.plant_bug == "ack-before-replicate":
             return  # the planted bug: acknowledge without waiting for followers
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + HW_WAIT_MAX_MS / 1000
+        deadline = loop.time() + wait_ms / 1000
         if marks is None:
             marks = self.state.wait_marks(targets)
         while True:
@@ -477,7 +479,7 @@ class ClusterNode:
                         f"{t}-{p}",
                         f"{what}: partition {t}-{p} is written up to {target} here, but its "
                         f"high watermark stayed at {self.state.partition(t, p).high_watermark} "
-                        f"for {HW_WAIT_MAX_MS} ms (a SYNC link's followers have not "
+                        f"for {wait_ms} ms (a SYNC link's followers have not "
                         "acknowledged it)",
                     )
                 await self.long_polls.wait(event, remaining)
@@ -565,9 +567,16 @@ class ClusterNode:
     # -- produce ------------------------------------------------------------------
 
     async def produce(
-        self, topic: str, partition: int, batch: bytes, acks: int, transactional_id: str = ""
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        acks: int,
+        transactional_id: str = "",
+        timeout_ms: int = 0,
     ) -> tuple[int, bool, int, int]:
-        """Returns (base offset, duplicate, log start offset, log append time)."""
+        """Returns (base offset, duplicate, log start offset, log append time).
+        `timeout_ms` bounds an acks=all wait for followers (`produce_wait_ms`)."""
         self.check_ready()
         if acks not in (0, 1, -1):
             raise ClusterError(
@@ -585,7 +594,9 @@ class ClusterNode:
                 if verdict is LinkState.IN_SYNC
             ]
             durable = time.perf_counter()
-            await self.wait_high_watermarks(targets, f"produce to {topic}", marks)
+            await self.wait_high_watermarks(
+                targets, f"produce to {topic}", marks, produce_wait_ms(timeout_ms)
+            )
             self.metrics.sync_acked(in_sync, time.perf_counter() - durable)
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.

@@ -123,3 +123,14 @@ def test_only_the_documented_rpcs_answer_with_a_resource(files: Files) -> None:
                     odd[f"{service.name}.{method.name}"] = answer
     assert odd == RESOURCE_ANSWERS
 
+
+def test_every_core_state_has_its_enum_value_on_the_wire() -> None:
+    """The enums beside the deprecated strings name every state the core has."""
+    from ccr.v1 import admin_pb2, cluster_pb2
+    from linkd.core.groups import GroupState
+    from linkd.core.links import LinkState
+
+    assert sorted(f"LINK_STATE_{s.name}" for s in LinkState) == sorted(
+        n for n in admin_pb2.LinkState.keys() if n != "LINK_STATE_UNSPECIFIED")
+    assert sorted(f"GROUP_STATE_{s.name}" for s in GroupState) == sorted(
+        n for n in cluster_pb2.GroupState.keys() if n != "GROUP_STATE_UNSPECIFIED")

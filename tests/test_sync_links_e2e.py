@@ -16,11 +16,14 @@ import threading
 import time
 from typing import Any
 
+import grpc
 import pytest
 from harness import run_cli
 from test_links_e2e import cli_json, link_orders, read_all, wait_for
 
 from admin import AdminClient, CcrError, Consumer, Producer, TopicPartition
+from ccr.v1 import cluster_pb2, cluster_pb2_grpc
+from linkd.core import records as rb
 
 LAG_TIME_MS = 2000
 SYNC_FLAGS = [
@@ -124,6 +127,20 @@ def test_sync_link__follower_stalled__out_of_sync__plain_producers_go_on__commit
     b.pause()
     try:
         started = time.monotonic()
+        # Over gRPC, a produce that leaves acks out waits as acks=all, bounded
+        # by its timeout_ms; an explicit acks=0 answers at once.
+        with grpc.insecure_channel(a.bootstrap) as channel:
+            stub = cluster_pb2_grpc.ClusterStub(channel)
+            batch = rb.build_batch([rb.RecordSpec(None, b"no-acks-said", int(time.time() * 1000))])
+            with pytest.raises(grpc.RpcError) as timed_out:
+                stub.Produce(cluster_pb2.ProduceRequest(
+                    topic="orders-x", partition=1, batch=batch, timeout_ms=300), timeout=30)
+            assert timed_out.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "REQUEST_TIMED_OUT" in (timed_out.value.details() or "")
+            assert "for 300 ms" in (timed_out.value.details() or "")
+            assert time.monotonic() - started < LAG_TIME_MS / 1000
+            stub.Produce(cluster_pb2.ProduceRequest(
+                topic="orders-x", partition=1, batch=batch, acks=0), timeout=30)
         for i in range(10):
             plain.produce("orders-x", value=f"stalled-{i}", partition=1)
         # The first acks wait for the follower until the lag time passes; then

@@ -74,6 +74,15 @@ from linkd.core.users import Deletion, ScramMechanism, Upsertion, UserError, Use
 # high watermark (a SYNC link's followers); the link drops OUT_OF_SYNC well
 # before by default. Both shells wait on it.
 HW_WAIT_MAX_MS = 60_000
+# What a produce that names no acks waits for: all (Kafka's producer default).
+ACKS_ALL = -1
+
+
+def produce_wait_ms(timeout_ms: int) -> int:
+    """How long an acks=all produce waits for its high watermark: the
+    producer's timeout (Kafka's produce timeout_ms) within the cluster's
+    bound; 0 or less names none, and the bound applies."""
+    return min(timeout_ms, HW_WAIT_MAX_MS) if timeout_ms > 0 else HW_WAIT_MAX_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -1311,6 +1320,7 @@ def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tup
 
 
 __all__ = [
+    "ACKS_ALL",
     "HW_WAIT_MAX_MS",
     "AbortedTxn",
     "AppendBatch",

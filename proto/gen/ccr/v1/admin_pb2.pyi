@@ -21,6 +21,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _ResourceType:
@@ -81,6 +86,97 @@ CONNECTION_DIRECTION_LOCAL_DIALS: ConnectionDirection.ValueType  # 1
 CONNECTION_DIRECTION_REMOTE_DIALS: ConnectionDirection.ValueType  # 2
 """The remote dials this cluster."""
 Global___ConnectionDirection: _TypeAlias = ConnectionDirection  # noqa: Y015
+
+class _LeaderSide:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LeaderSideEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LeaderSide.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LEADER_SIDE_UNSPECIFIED: _LeaderSide.ValueType  # 0
+    LEADER_SIDE_LOCAL: _LeaderSide.ValueType  # 1
+    """This cluster's namespace leads; the remote's follows."""
+    LEADER_SIDE_REMOTE: _LeaderSide.ValueType  # 2
+    """The remote's namespace leads; this cluster's follows."""
+
+class LeaderSide(_LeaderSide, metaclass=_LeaderSideEnumTypeWrapper):
+    """Which side of a link leads a namespace mapping, from this cluster's point
+    of view.
+    """
+
+LEADER_SIDE_UNSPECIFIED: LeaderSide.ValueType  # 0
+LEADER_SIDE_LOCAL: LeaderSide.ValueType  # 1
+"""This cluster's namespace leads; the remote's follows."""
+LEADER_SIDE_REMOTE: LeaderSide.ValueType  # 2
+"""The remote's namespace leads; this cluster's follows."""
+Global___LeaderSide: _TypeAlias = LeaderSide  # noqa: Y015
+
+class _PartitionRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PartitionRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PartitionRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PARTITION_ROLE_UNSPECIFIED: _PartitionRole.ValueType  # 0
+    PARTITION_ROLE_LEADER: _PartitionRole.ValueType  # 1
+    """It leads the partition: the link copies it to the remote."""
+    PARTITION_ROLE_FOLLOWER: _PartitionRole.ValueType  # 2
+    """It follows the partition: the link copies it from the remote."""
+
+class PartitionRole(_PartitionRole, metaclass=_PartitionRoleEnumTypeWrapper):
+    """This cluster's role for a partition of a link."""
+
+PARTITION_ROLE_UNSPECIFIED: PartitionRole.ValueType  # 0
+PARTITION_ROLE_LEADER: PartitionRole.ValueType  # 1
+"""It leads the partition: the link copies it to the remote."""
+PARTITION_ROLE_FOLLOWER: PartitionRole.ValueType  # 2
+"""It follows the partition: the link copies it from the remote."""
+Global___PartitionRole: _TypeAlias = PartitionRole  # noqa: Y015
+
+class _LinkState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_STATE_UNSPECIFIED: _LinkState.ValueType  # 0
+    LINK_STATE_DISCONNECTED: _LinkState.ValueType  # 1
+    """No contact with the remote for link.session.timeout.ms."""
+    LINK_STATE_CATCHING_UP: _LinkState.ValueType  # 2
+    """Some follower partition lags beyond the link's bounds, or its lag is
+    not known.
+    """
+    LINK_STATE_FOLLOWING: _LinkState.ValueType  # 3
+    """Every follower partition is within the link's lag bounds."""
+    LINK_STATE_SYNCING: _LinkState.ValueType  # 4
+    """SYNC: followers are catching up; acks=all does not wait for them yet."""
+    LINK_STATE_IN_SYNC: _LinkState.ValueType  # 5
+    """SYNC: followers hold every acknowledged record."""
+    LINK_STATE_OUT_OF_SYNC: _LinkState.ValueType  # 6
+    """SYNC: a follower stalled past link.replica.lag.time.max.ms."""
+
+class LinkState(_LinkState, metaclass=_LinkStateEnumTypeWrapper):
+    """A link's state. ASYNC links are DISCONNECTED, CATCHING_UP or FOLLOWING;
+    SYNC links SYNCING, IN_SYNC or OUT_OF_SYNC (README.md, "Watching a link"
+    and "SYNC links").
+    """
+
+LINK_STATE_UNSPECIFIED: LinkState.ValueType  # 0
+LINK_STATE_DISCONNECTED: LinkState.ValueType  # 1
+"""No contact with the remote for link.session.timeout.ms."""
+LINK_STATE_CATCHING_UP: LinkState.ValueType  # 2
+"""Some follower partition lags beyond the link's bounds, or its lag is
+not known.
+"""
+LINK_STATE_FOLLOWING: LinkState.ValueType  # 3
+"""Every follower partition is within the link's lag bounds."""
+LINK_STATE_SYNCING: LinkState.ValueType  # 4
+"""SYNC: followers are catching up; acks=all does not wait for them yet."""
+LINK_STATE_IN_SYNC: LinkState.ValueType  # 5
+"""SYNC: followers hold every acknowledged record."""
+LINK_STATE_OUT_OF_SYNC: LinkState.ValueType  # 6
+"""SYNC: a follower stalled past link.replica.lag.time.max.ms."""
+Global___LinkState: _TypeAlias = LinkState  # noqa: Y015
 
 @_typing.final
 class DescribeClusterRequest(_message.Message):
@@ -571,7 +667,9 @@ class CreateLinkRequest(_message.Message):
     any: stored sealed, proved in every session, never sent back.
     """
     connection_direction: Global___ConnectionDirection.ValueType
-    """Which side opens the connection."""
+    """Which side opens the connection (required: CONNECTION_DIRECTION_UNSPECIFIED
+    is refused with INVALID_LINK_CONFIG).
+    """
     local_bootstrap: _builtins.str
     """This cluster's own address, for a remote that must dial back."""
     def __init__(
@@ -690,6 +788,7 @@ class AttachNamespaceRequest(_message.Message):
     LOCAL_PREFIX_FIELD_NUMBER: _builtins.int
     REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
+    LEADER_SIDE_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     """The link the namespace joins."""
     type: Global___ResourceType.ValueType
@@ -698,8 +797,24 @@ class AttachNamespaceRequest(_message.Message):
     """This cluster's prefix of the namespace."""
     remote_prefix: _builtins.str
     """The remote cluster's prefix of the same namespace."""
-    leader: _builtins.str
-    """"local" or "remote": which side's namespace leads."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def leader(self) -> _builtins.str:
+        """Deprecated: set leader_side. "local" or "remote" (exactly), read only
+        when leader_side is unset.
+        """
+
+    @leader.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def leader(self, value: _builtins.str) -> None:
+        """Deprecated: set leader_side. "local" or "remote" (exactly), read only
+        when leader_side is unset.
+        """
+
+    leader_side: Global___LeaderSide.ValueType
+    """Which side's namespace leads (required: unspecified, with no `leader`
+    either, is refused with INVALID_LINK_CONFIG).
+    """
     def __init__(
         self,
         *,
@@ -708,10 +823,11 @@ class AttachNamespaceRequest(_message.Message):
         local_prefix: _builtins.str = ...,
         remote_prefix: _builtins.str = ...,
         leader: _builtins.str = ...,
+        leader_side: Global___LeaderSide.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "link", b"link", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "leader_side", b"leader_side", "link", b"link", "local_prefix", b"local_prefix", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -754,13 +870,23 @@ class NamespaceMapping(_message.Message):
     REMOTE_PREFIX_FIELD_NUMBER: _builtins.int
     LEADER_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
+    LEADER_SIDE_FIELD_NUMBER: _builtins.int
     type: Global___ResourceType.ValueType
     local_prefix: _builtins.str
     remote_prefix: _builtins.str
-    leader: _builtins.str
-    """"local" or "remote"."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def leader(self) -> _builtins.str:
+        """Deprecated: leader_side says the same as an enum. "local" or "remote"."""
+
+    @leader.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def leader(self, value: _builtins.str) -> None:
+        """Deprecated: leader_side says the same as an enum. "local" or "remote"."""
+
     note: _builtins.str
     """refused_mappings only: why a side detached it by itself."""
+    leader_side: Global___LeaderSide.ValueType
     def __init__(
         self,
         *,
@@ -769,10 +895,11 @@ class NamespaceMapping(_message.Message):
         remote_prefix: _builtins.str = ...,
         leader: _builtins.str = ...,
         note: _builtins.str = ...,
+        leader_side: Global___LeaderSide.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "local_prefix", b"local_prefix", "note", b"note", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "leader_side", b"leader_side", "local_prefix", b"local_prefix", "note", b"note", "remote_prefix", b"remote_prefix", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -795,10 +922,23 @@ class PartitionLag(_message.Message):
     LAG_KNOWN_FIELD_NUMBER: _builtins.int
     SOURCE_HW_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
+    PARTITION_ROLE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    role: _builtins.str
-    """"leader" or "follower" (this cluster's role for the partition)."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def role(self) -> _builtins.str:
+        """Deprecated: partition_role says the same as an enum. "leader" or
+        "follower" (this cluster's role for the partition).
+        """
+
+    @role.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def role(self, value: _builtins.str) -> None:
+        """Deprecated: partition_role says the same as an enum. "leader" or
+        "follower" (this cluster's role for the partition).
+        """
+
     lag_records: _builtins.int
     lag_ms: _builtins.int
     log_end_offset: _builtins.int
@@ -823,6 +963,7 @@ class PartitionLag(_message.Message):
     """Why the partition is not being copied, when it is not (the source
     refused it: its lag is unknown); empty otherwise.
     """
+    partition_role: Global___PartitionRole.ValueType
     def __init__(
         self,
         *,
@@ -839,10 +980,11 @@ class PartitionLag(_message.Message):
         lag_known: _builtins.bool = ...,
         source_hw_known_at_ms: _builtins.int = ...,
         problem: _builtins.str = ...,
+        partition_role: Global___PartitionRole.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -854,17 +996,29 @@ class LinkStateChange(_message.Message):
 
     STATE_FIELD_NUMBER: _builtins.int
     ENTERED_AT_MS_FIELD_NUMBER: _builtins.int
-    state: _builtins.str
+    LINK_STATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated: link_state says the same as an enum."""
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated: link_state says the same as an enum."""
+
     entered_at_ms: _builtins.int
+    link_state: Global___LinkState.ValueType
     def __init__(
         self,
         *,
         state: _builtins.str = ...,
         entered_at_ms: _builtins.int = ...,
+        link_state: Global___LinkState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entered_at_ms", b"entered_at_ms", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entered_at_ms", b"entered_at_ms", "link_state", b"link_state", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -890,6 +1044,7 @@ class LinkDescription(_message.Message):
     REFUSED_MAPPINGS_FIELD_NUMBER: _builtins.int
     GAPS_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
+    LINK_STATE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -897,13 +1052,24 @@ class LinkDescription(_message.Message):
     remote_bootstrap: _builtins.str
     mode: Global___LinkMode.ValueType
     connection_direction: Global___ConnectionDirection.ValueType
-    state: _builtins.str
-    """DISCONNECTED, CATCHING_UP or FOLLOWING (ASYNC); SYNCING, IN_SYNC or
-    OUT_OF_SYNC (SYNC).
-    """
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated: link_state says the same as an enum. DISCONNECTED,
+        CATCHING_UP or FOLLOWING (ASYNC); SYNCING, IN_SYNC or OUT_OF_SYNC (SYNC).
+        """
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated: link_state says the same as an enum. DISCONNECTED,
+        CATCHING_UP or FOLLOWING (ASYNC); SYNCING, IN_SYNC or OUT_OF_SYNC (SYNC).
+        """
+
     state_entered_at_ms: _builtins.int
     link_epoch: _builtins.int
     gap_policy: _builtins.str
+    link_state: Global___LinkState.ValueType
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
     @_builtins.property
@@ -939,10 +1105,11 @@ class LinkDescription(_message.Message):
         refused_mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
         gaps: _abc.Iterable[Global___LinkGap] | None = ...,
         gap_policy: _builtins.str = ...,
+        link_state: Global___LinkState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,6 +30,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _IsolationLevel:
@@ -93,6 +98,40 @@ OFFSET_SPEC_TIMESTAMP: OffsetSpec.ValueType  # 2
 OFFSET_SPEC_MAX_TIMESTAMP: OffsetSpec.ValueType  # 3
 """The offset of the record with the largest timestamp."""
 Global___OffsetSpec: _TypeAlias = OffsetSpec  # noqa: Y015
+
+class _GroupState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GroupStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GroupState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GROUP_STATE_UNSPECIFIED: _GroupState.ValueType  # 0
+    GROUP_STATE_EMPTY: _GroupState.ValueType  # 1
+    """No members (offsets may be committed)."""
+    GROUP_STATE_PREPARING_REBALANCE: _GroupState.ValueType  # 2
+    """Members are rejoining."""
+    GROUP_STATE_COMPLETING_REBALANCE: _GroupState.ValueType  # 3
+    """Every member rejoined; waiting for the leader's assignment."""
+    GROUP_STATE_STABLE: _GroupState.ValueType  # 4
+    """Members hold their assignments."""
+    GROUP_STATE_DEAD: _GroupState.ValueType  # 5
+    """The group is gone."""
+
+class GroupState(_GroupState, metaclass=_GroupStateEnumTypeWrapper):
+    """A consumer group's state (Kafka's ConsumerGroupState)."""
+
+GROUP_STATE_UNSPECIFIED: GroupState.ValueType  # 0
+GROUP_STATE_EMPTY: GroupState.ValueType  # 1
+"""No members (offsets may be committed)."""
+GROUP_STATE_PREPARING_REBALANCE: GroupState.ValueType  # 2
+"""Members are rejoining."""
+GROUP_STATE_COMPLETING_REBALANCE: GroupState.ValueType  # 3
+"""Every member rejoined; waiting for the leader's assignment."""
+GROUP_STATE_STABLE: GroupState.ValueType  # 4
+"""Members hold their assignments."""
+GROUP_STATE_DEAD: GroupState.ValueType  # 5
+"""The group is gone."""
+Global___GroupState: _TypeAlias = GroupState  # noqa: Y015
 
 @_typing.final
 class CreateTopicRequest(_message.Message):
@@ -492,28 +531,37 @@ class ProduceRequest(_message.Message):
     the base offset); layout and an example in docs/grpc.md.
     """
     acks: _builtins.int
-    """0: answer once the batch is accepted in memory (may be lost on a crash);
-    1 and -1 (all): answer once the batch is durable.
+    """Which acknowledgement the call waits for. -1 (all): the batch is durable
+    here and, while a SYNC link leading the topic is IN_SYNC, held by its
+    followers; 1: durable here; 0: accepted in memory (lost if the daemon
+    crashes before its next fsync). Unset: -1, the safe choice (Kafka's
+    producer default). Always sent when set, even 0 (explicit presence).
     """
     transactional_id: _builtins.str
     """Set by transactional producers (must match the batch's producer id)."""
     timeout_ms: _builtins.int
-    """How long the call may wait for acknowledgement."""
+    """With acks -1: how long the call may wait for a SYNC link's followers,
+    in ms, as Kafka's produce timeout; then REQUEST_TIMED_OUT (the batch is
+    written here and may still replicate). 0 or unset: the cluster's own
+    bound, 60000; a larger value is cut to it.
+    """
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
         batch: _builtins.bytes = ...,
-        acks: _builtins.int = ...,
+        acks: _builtins.int | None = ...,
         transactional_id: _builtins.str = ...,
         timeout_ms: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_acks", b"_acks", "acks", b"acks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "batch", b"batch", "partition", b"partition", "timeout_ms", b"timeout_ms", "topic", b"topic", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_acks", b"_acks", "acks", b"acks", "batch", b"batch", "partition", b"partition", "timeout_ms", b"timeout_ms", "topic", b"topic", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__acks: _TypeAlias = _typing.Literal["acks"]  # noqa: Y015
+    _WhichOneofArgType__acks: _TypeAlias = _typing.Literal["_acks", b"_acks"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__acks) -> _WhichOneofReturnType__acks | None: ...
 
 Global___ProduceRequest: _TypeAlias = ProduceRequest  # noqa: Y015
 
@@ -1268,19 +1316,35 @@ class GroupListing(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    GROUP_STATE_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
-    state: _builtins.str
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated: group_state says the same as an enum. Kafka's names:
+        Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+        """
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated: group_state says the same as an enum. Kafka's names:
+        Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+        """
+
     protocol_type: _builtins.str
+    group_state: Global___GroupState.ValueType
     def __init__(
         self,
         *,
         group_id: _builtins.str = ...,
         state: _builtins.str = ...,
         protocol_type: _builtins.str = ...,
+        group_state: Global___GroupState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "group_state", b"group_state", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1366,13 +1430,27 @@ class DescribeGroupResponse(_message.Message):
     LEADER_ID_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
+    GROUP_STATE_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
-    state: _builtins.str
-    """Empty, PreparingRebalance, CompletingRebalance, Stable or Dead."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self) -> _builtins.str:
+        """Deprecated: group_state says the same as an enum. Kafka's names:
+        Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+        """
+
+    @state.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def state(self, value: _builtins.str) -> None:
+        """Deprecated: group_state says the same as an enum. Kafka's names:
+        Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+        """
+
     protocol_type: _builtins.str
     protocol_name: _builtins.str
     generation_id: _builtins.int
     leader_id: _builtins.str
+    group_state: Global___GroupState.ValueType
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupMemberDescription]: ...
     @_builtins.property
@@ -1388,10 +1466,11 @@ class DescribeGroupResponse(_message.Message):
         leader_id: _builtins.str = ...,
         members: _abc.Iterable[Global___GroupMemberDescription] | None = ...,
         offsets: _abc.Iterable[Global___OffsetAndMetadata] | None = ...,
+        group_state: Global___GroupState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "leader_id", b"leader_id", "members", b"members", "offsets", b"offsets", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "group_state", b"group_state", "leader_id", b"leader_id", "members", b"members", "offsets", b"offsets", "protocol_name", b"protocol_name", "protocol_type", b"protocol_type", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
