@@ -12,6 +12,33 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
     || { apt-get update >/dev/null && apt-get install -y chromium >/dev/null; } \
     || echo "== chromium could not be installed: the browser test will be skipped, saying so"
 fi
+# The gRPC API from other languages (docs/grpc.md): Node.js with the packages
+# examples/grpc-node/package.json pins (@grpc/grpc-js, @grpc/proto-loader and
+# buf, the protos' linter) for tests/test_grpc_node_client.py and
+# tests/test_proto_tools.py; protoc and the Go and Java generators (Debian's)
+# for tests/test_proto_tools.py. A tool that cannot be installed skips its
+# tests, saying so.
+if command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  wanted=()
+  command -v npm >/dev/null 2>&1 || wanted+=(nodejs npm)
+  for tool in protoc:protobuf-compiler protoc-gen-go:protoc-gen-go \
+              protoc-gen-go-grpc:protoc-gen-go-grpc grpc_java_plugin:protobuf-compiler-grpc-java-plugin; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || wanted+=("${tool#*:}")
+  done
+  [ -f /usr/share/java/protobuf.jar ] || wanted+=(libprotobuf-java)
+  if [ "${#wanted[@]}" -gt 0 ]; then
+    echo "== installing ${wanted[*]} (the gRPC API's tests in other languages)"
+    apt-get install -y --no-install-recommends "${wanted[@]}" >/dev/null 2>&1 \
+      || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${wanted[@]}" >/dev/null; } \
+      || echo "== ${wanted[*]} could not be installed: their tests will be skipped, saying so"
+  fi
+fi
+if command -v npm >/dev/null 2>&1; then
+  echo "== npm packages of examples/grpc-node"
+  npm install --prefix examples/grpc-node --no-package-lock --no-audit --no-fund --loglevel=error \
+    >/dev/null || echo "== npm install failed: the Node.js and buf tests will be skipped, saying so"
+fi
 echo "== ruff"
 ruff check .
 echo "== mypy"

@@ -4,6 +4,7 @@ alone, and the checker itself fails where it should (small READMEs of its own)."
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +48,19 @@ def test_every_readme_section_runs_alone_in_a_seeded_order() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     verdicts = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) >= 10 and all(v.startswith("PASS") for v in verdicts), done.stdout
+
+
+@needs_venv
+def test_every_section_of_the_grpc_page_runs_alone() -> None:
+    """docs/grpc.md's examples: health and reflection, the record batch in hex,
+    and a Node.js client (npm installs its two gRPC packages if needed)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed (scripts/test.sh installs Debian's)")
+    done = check("--readme", str(ROOT / "docs" / "grpc.md"), "--seed", "1",
+                 timeout_s=SMALL_TIMEOUT_S * 3)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
+    assert len(verdicts) == 3 and all(v.startswith("PASS") for v in verdicts), done.stdout
 
 
 @needs_venv
