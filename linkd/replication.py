@@ -40,9 +40,9 @@ from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
 from linkd.core import link_auth as auth
+from linkd.core import link_driver, procedures
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
-from linkd.core import procedures
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
@@ -154,7 +154,7 @@ class LinkManager:
         """Deleted links whose remote has not confirmed: told again every
         handshake interval (bounded: one call per pending link per round)."""
         while not self._stopping:
-            await asyncio.sleep(rounds.HANDSHAKE_INTERVAL_MS / 1000)
+            await asyncio.sleep(link_driver.HANDSHAKE_INTERVAL_MS / 1000)
             if not self.state.links.pending_removals():
                 continue
             try:
@@ -338,8 +338,8 @@ class LinkRunner:
                 self._session_for = wanted
             return self._session
 
-    def _steps(self, config: LinkConfig) -> rounds.NextSteps:
-        return rounds.next_steps(
+    def _steps(self, config: LinkConfig) -> link_driver.NextSteps:
+        return link_driver.next_steps(
             config,
             self.node.clock(),
             self._last_handshake,
@@ -401,7 +401,7 @@ class LinkRunner:
         if self._steps(config).discover:
             await self.discover(config)
         if not steps.handshake:
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
+            await self._idle(link_driver.IDLE_POLL_MS / 1000)
 
     async def _handshake_once(self, config: LinkConfig) -> None:
         try:
@@ -476,7 +476,7 @@ class LinkRunner:
         await self._handshaken.wait()
         config = self.node.state.links.get(self.name)
         if not self._steps(config).pull:
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
+            await self._idle(link_driver.IDLE_POLL_MS / 1000)
             return
         request, sent = follower_request(self.node, config)
         if not request.partitions:
@@ -484,7 +484,7 @@ class LinkRunner:
                 # Discovered, and the followed namespaces hold no topics yet:
                 # nothing lags (an empty namespace is FOLLOWING, not CATCHING_UP).
                 self.node.state.links.on_fetch_round(self.name, self.node.clock())
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
+            await self._idle(link_driver.IDLE_POLL_MS / 1000)
             return
         fetched = await self._call(
             "ReplicaFetch", request, rounds.fetch_deadline_ms(FETCH_MAX_WAIT_MS) / 1000
@@ -514,7 +514,7 @@ class LinkRunner:
         steps = self._steps(config)
         if not steps.push:
             self._next_fetch = None
-            await self._idle(rounds.IDLE_POLL_MS / 1000)
+            await self._idle(link_driver.IDLE_POLL_MS / 1000)
             return
         namespaces: tuple[rounds.SourceNamespace, ...] = ()
         offsets: tuple[msync.GroupOffset, ...] = ()
@@ -524,7 +524,7 @@ class LinkRunner:
         request = self._next_fetch
         if request is None or not request.partitions:
             if request is not None and not namespaces and not offsets:
-                await self._idle(rounds.IDLE_POLL_MS / 1000)
+                await self._idle(link_driver.IDLE_POLL_MS / 1000)
             message = codec.push_pb(rounds.Push(config.link_id, namespaces, offsets))
             self._next_fetch = None
             self._next_fetch = await self._push_once(message)

@@ -36,11 +36,13 @@ from collections.abc import Callable, Iterable
 from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import restart as recovery
+from linkd.core import timers
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import JournalRecord
 from linkd.core.journal import encode as encode_record
 from linkd.core.link_auth import LinkSessions
 from linkd.core.links import LinkLimits, LinkTable
+from linkd.core.requests import Execute, WakeWaiters
 from sim.events import EventQueue
 from sim.log_cleaner import CLEANER_BACKOFF_MS, clean_partition
 from sim.resources import IoDevice, RateLimit
@@ -224,15 +226,31 @@ class SimCluster:
             self.notify_data()
 
     def tick(self, now_ms: int, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
-        """One pass of the daemon's `_tick_loop`: the core's timers, the SYNC
-        links' led partitions, the link states, then the high watermarks."""
-        self.execute(self.state.tick(now_ms), "retention", logical_bytes)
+        """The cluster's timers, once (`timers.tick`), and a pass of the log
+        cleaner when one is due."""
+        ticking = timers.tick(self.state, now_ms)
+        incarnation = self.incarnation
+
+        def step(answer: object) -> None:
+            while incarnation == self.incarnation:
+                try:
+                    request = ticking.send(answer)
+                except StopIteration as stop:
+                    for reply in stop.value:  # no member waits here: said, not lost
+                        self.queue.note(f"{self.cluster_id} group reply {reply.request_id}")
+                    return
+                answer = None
+                if isinstance(request, Execute):
+                    done = lambda: step(self.queue.now_ms)  # noqa: E731
+                    self.execute(request.effects, "retention", logical_bytes, done)
+                    return
+                if isinstance(request, WakeWaiters):
+                    self.notify_data(request.partitions)
+
+        step(None)
         if now_ms >= self.next_clean_ms:
             self.next_clean_ms = now_ms + CLEANER_BACKOFF_MS
             self.clean(now_ms)
-        self.state.refresh_led_partitions(now_ms)
-        self.links.tick(now_ms)
-        self.refresh_high_watermarks()
 
     def clean(self, now_ms: int) -> int:
         """One pass of the daemon's log cleaner over every compacted partition

@@ -208,6 +208,7 @@ class Nemesis:
         self.network.down.discard(cid)
         node = self.clusters[cid]
         node.up = True
+        self.ops.cluster_resumed(cid)
         node.notify_data()
         self.healed()
         self.queue.note(f"resume {cid}")
@@ -220,6 +221,7 @@ class Nemesis:
             return
         self.network.down.discard(cid)
         self.clusters[cid].restart(self.logical_bytes)
+        self.ops.cluster_restarted(cid)
         self.healed()
 
     def healed(self) -> None:

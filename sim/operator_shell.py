@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from linkd.core import cluster as core
 from linkd.core import procedures
 from linkd.core.errors import ClusterError
+from linkd.core.link_calls import LaneRequest
 from linkd.core.requests import (
     Call,
     Execute,
@@ -39,7 +40,6 @@ from linkd.core.requests import (
     RemoteAnswer,
     RemoteRequest,
     Reply,
-    Request,
     Sleep,
     Tell,
     WakeWaiters,
@@ -65,6 +65,20 @@ Done = Callable[[Any, ClusterError | None], None]
 Sized = Callable[[core.AppendBatch], int]
 
 
+class _Leave:
+    """A pump's answer: the host answers this request itself."""
+
+
+class _Later:
+    """A pump's answer: the pump resumes the procedure itself, later."""
+
+
+LEAVE, LATER = _Leave(), _Later()
+# A link's lanes answer some requests themselves (sim/link_driver.py):
+# (request, how to resume the procedure) -> the answer, LEAVE or LATER.
+Pump = Callable[[LaneRequest, Callable[[object], None]], object]
+
+
 def address_of(cluster_id: str) -> str:
     """The address a simulated cluster is reached at (as a bootstrap)."""
     return f"{cluster_id}:9092"
@@ -80,19 +94,20 @@ class SimHost:
 
     def drive(
         self,
-        procedure: Generator[Request, Any, Any],
+        procedure: Generator[LaneRequest, Any, Any],
         then: Done,
         sized: dict[str, Sized] | None = None,
+        pump: Pump | None = None,
     ) -> None:
         """Runs the procedure on virtual time; `sized` maps an Execute's
         traffic class to the logical size of its appends (default: the
-        world's)."""
+        world's); `pump` answers the requests of a link's lanes first."""
         sizes = sized or {}
         incarnation = self.cluster.incarnation
 
         def step(answer: Any) -> None:
             if incarnation != self.cluster.incarnation:
-                procedure.close()  # its process died: the daemon's task dies with it
+                procedure.close()  # its process died, and its work with it
                 return
             while True:
                 try:
@@ -103,6 +118,12 @@ class SimHost:
                 except ClusterError as exc:
                     then(None, exc)
                     return
+                if pump is not None:
+                    answer = pump(request, step)
+                    if answer is LATER:
+                        return
+                    if answer is not LEAVE:
+                        continue
                 if isinstance(request, Execute):
                     traffic = request.traffic
                     size = sizes.get(traffic, self.links.logical_bytes)
@@ -123,7 +144,7 @@ class SimHost:
 
         step(None)
 
-    def _answer(self, request: Request) -> Any:
+    def _answer(self, request: LaneRequest) -> Any:
         if isinstance(request, Call):
             return self.call(request.address, request.request, request.what)
         if isinstance(request, Tell):
@@ -140,7 +161,8 @@ class SimHost:
         if isinstance(request, WakeWaiters):
             self.cluster.notify_data(request.partitions)
             return None
-        assert isinstance(request, Note)
+        if not isinstance(request, Note):
+            raise TypeError(f"{self.cluster.cluster_id}: no answer for {request!r} here")
         self.queue.note(f"{self.cluster.cluster_id} {request.level}: {request.message}")
         return None
 
@@ -180,4 +202,5 @@ class SimHost:
 
 def _traffic_class(traffic: str) -> str:
     """The I/O device's traffic class for an Execute's traffic."""
-    return {"replica": "replica_write", "offsets": "offsets"}.get(traffic, "metadata")
+    classes = {"replica": "replica_write", "offsets": "offsets", "retention": "retention"}
+    return classes.get(traffic, "metadata")

@@ -23,13 +23,15 @@ from typing import Any, Protocol
 from linkd.core import cluster as core
 from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_driver import DriverSettings
 from linkd.core.links import LinkMode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from linkd.core.requests import Execute, Request, Sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
-from sim.link_driver import FetchSizes, LinkDriver, Observer
+from sim.link_driver import LinkDriver
+from sim.link_service import Observer
 from sim.metrics import Metrics
 from sim.network import Network
 from sim.operator_shell import SimHost, address_of
@@ -63,7 +65,7 @@ class World(Protocol):
     queue: EventQueue
     clusters: dict[str, SimCluster]
     network: Network
-    sizes: FetchSizes
+    sizes: DriverSettings
     metrics: Metrics
     link_security: SimLinkSecurity
 
@@ -80,6 +82,7 @@ class Operators:
         self.observer = observer
         self.link_ids = link_ids
         self.drivers: dict[tuple[str, str], LinkDriver] = {}
+        self.retired_fetch_rounds = 0
         self._hosts: dict[str, SimHost] = {}
         # Whether verbs started now count in actions_ok / actions_failed (the
         # world's own setup steps do not).
@@ -125,18 +128,41 @@ class Operators:
         driver.wake()
 
     def link_deleted(self, cluster: SimCluster, name: str) -> None:
-        driver = self.drivers.pop((cluster.cluster_id, name), None)
+        self._retire(cluster.cluster_id, name)
+
+    def _retire(self, cid: str, name: str) -> None:
+        driver = self.drivers.pop((cid, name), None)
         if driver is not None:
             driver.stop()
+            self.retired_fetch_rounds += driver.fetch_rounds
+
+    def fetch_rounds(self) -> int:
+        """Fetch rounds every driver finished, those gone included."""
+        live = sum(d.fetch_rounds for _k, d in sorted(self.drivers.items()))
+        return self.retired_fetch_rounds + live
 
     def connections_reset(self, cid: str) -> None:
-        """A cluster's process died: every link connection to or from it is
-        reset (its calls in flight end, the lanes start again)."""
+        """A cluster's process died: its links' drivers die with it, and
+        every call to it fails at once (its connections are reset)."""
         for (dialer, name), driver in sorted(self.drivers.items()):
             config = driver.dialer.links.configs.get(name)
             remote = config.remote_cluster_id if config is not None else ""
-            if not driver.stopped and cid in (dialer, remote):
+            if dialer == cid:
+                self._retire(dialer, name)
+            elif not driver.stopped and remote == cid:
                 driver.reset()
+
+    def cluster_restarted(self, cid: str) -> None:
+        """A process started on the cluster's stored state: a new driver for
+        every link it dials."""
+        cluster = self.world.clusters[cid]
+        for name in cluster.links.names():
+            self.link_changed(cluster, name)
+
+    def cluster_resumed(self, cid: str) -> None:
+        """A paused cluster runs again: what its procedures waited for goes on."""
+        for _key, driver in sorted(self.drivers.items()):
+            driver.resumed(cid)
 
     def forge_calls(self, cid: str) -> None:
         """The forge fault: an attacker replays, to `cid`, the last call each

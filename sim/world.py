@@ -41,6 +41,7 @@ from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
+from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
@@ -51,7 +52,6 @@ from sim.cluster_node import SimCluster
 from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
 from sim.history import History, Send
-from sim.link_driver import FetchSizes
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
@@ -109,7 +109,9 @@ class Simulation:
         )
         for node in self.clusters.values():
             node.link_credentials = (c.link_credentials,)
-        self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
+        self.sizes = DriverSettings(
+            run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes
+        )
         self.ops = Operators(self, self, self.link_ids)
         self.nemesis = Nemesis(
             self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
@@ -760,7 +762,7 @@ class Simulation:
         if probe_ms and now - self._status_probed_ms >= probe_ms:
             self._status_probed_ms = now
             self._probe_status(now)
-        if now - self._removals_ms >= rounds.HANDSHAKE_INTERVAL_MS:
+        if now - self._removals_ms >= HANDSHAKE_INTERVAL_MS:
             self._removals_ms = now
             self.ops.tell_removals()
         self._sample_link_states(now)
