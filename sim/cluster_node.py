@@ -1,31 +1,31 @@
 """One simulated cluster: the core's ClusterState plus an effects executor.
 
-This carries out effects as the daemon's `ClusterNode.execute` and `_make_durable` do
-(linkd/node.py) with virtual time: appends go to in-memory stores and queue
-on the cluster's I/O device; when the device has written them, the core is
-told (`mark_durable`), the high watermark moves, parked replica fetches wake
-and the caller's continuation runs (a produce acknowledgement, the next fetch).
+This carries out the core's effects (`linkd.core.effects`) on virtual time:
+appends go to in-memory stores and queue on the cluster's I/O device; when
+the device has written them, the core is told (`made_durable`), the high
+watermark moves, parked fetches wake and the caller's continuation runs (a
+produce acknowledgement, the next fetch).
 
 Rules:
 - Every decision is the core's: this module only carries out effects.
 - A crashed cluster (`up` False) keeps its durable state (an acknowledged
   record survives `kill -9`, spec section 1) but answers nothing until it
   restarts; a restart begins every link DISCONNECTED (`LinkTable.start`).
-- Journal records are kept in memory as the daemon stores them (JSON text),
-  with a snapshot that replaces them every `SNAPSHOT_EVERY_RECORDS`; a
-  restart rebuilds the cluster's state from them and from its stored batches
-  with the daemon's own procedure (`linkd.core.restart.recover_into`), so a
-  record that replays wrongly shows here as on a daemon. The simulator does
-  not model a crash between an append and its fsync (every append it
-  accepted becomes durable once the device has written it).
+- Journal records are kept in memory in their stored form
+  (`journal.encode`, JSON text), with a snapshot that replaces them when
+  `restart.JournalBook` says one is due; a restart rebuilds the cluster's
+  state from them and from its stored batches with the core's restart
+  (`linkd.core.restart.recover_into`), so a record that replays wrongly
+  shows here. The simulator does not model a crash between an append and
+  its fsync (every append it accepted becomes durable once the device has
+  written it).
 - A crash ends the process's `incarnation`: work it had under way (a
-  durability completion, a procedure, a link call) is dropped, as the
-  daemon's tasks die with it.
+  durability completion, a procedure, a link call) is dropped with it.
 - Who is woken once appends are durable is the core's answer
-  (`ClusterState.made_durable`), the one the daemon's `_make_durable` uses.
+  (`ClusterState.made_durable`).
 - An acks=all acknowledgement waits, on virtual time, until the high
-  watermarks cover the write (`wait_high_watermarks`, the daemon's
-  `ClusterNode.wait_high_watermarks`), at most HW_WAIT_MAX_MS.
+  watermarks cover the write (`ClusterState.unmet_high_watermarks`), at most
+  HW_WAIT_MAX_MS (`cluster.HW_WAIT_MAX_MS`).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from sim.store import PartitionStore, StoredBatch
 PartitionKey = tuple[str, int]  # (topic name, partition)
 
 HW_WAIT_MAX_MS = core.HW_WAIT_MAX_MS
-# Smaller than the daemon's 20,000 (linkd.node) so that restarts in short
-# runs replay both forms: a snapshot and the records after it.
+# Small, so that restarts in short runs replay both forms: a snapshot and
+# the records after it.
 SNAPSHOT_EVERY_RECORDS = 200
 
 
@@ -253,7 +253,7 @@ class SimCluster:
             self.clean(now_ms)
 
     def clean(self, now_ms: int) -> int:
-        """One pass of the daemon's log cleaner over every compacted partition
+        """One pass of the log cleaner over every compacted partition
         (`sim/log_cleaner.py`); returns the records removed."""
         removed = 0
         for topic in list(self.state.topics.values()):
@@ -330,19 +330,19 @@ class SimCluster:
         self.link_sessions = LinkSessions(self.cluster_id)
 
     def nonce(self) -> bytes:
-        """A fresh nonce (the daemon draws them at random; here they need
-        only be unique)."""
+        """A fresh nonce: unique, and reproducible (no attacker here
+        guesses one)."""
         self._nonces += 1
         return hashlib.sha256(
             f"{self.cluster_id}/{self.incarnation}/{self._nonces}".encode()
         ).digest()
 
     def restart(self, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
-        """As the daemon starts on its data directory (`ClusterNode.open`,
-        then `start`): the state is rebuilt from the stored journal and
-        batches, data of topics it no longer has is removed, every link
-        starts DISCONNECTED (`LinkTable.reset_runtime`), and transactions
-        prepared before the crash are completed."""
+        """A process starts on what the cluster stored: the state is
+        rebuilt from the stored journal and batches (`restart.recover_into`),
+        data of topics it no longer has is removed, every link starts
+        DISCONNECTED (`LinkTable.reset_runtime`), and transactions prepared
+        before the crash are completed."""
         state = core.ClusterState(self.cluster_id)
         state.links = LinkTable(self.cluster_id, self.limits)
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None

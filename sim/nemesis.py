@@ -3,7 +3,7 @@ scheduled by a scenario's `[[faults]]` or drawn at random (`[operators]`).
 
 It changes only the simulated world's network and processes: a crash ends a
 cluster's process (`SimCluster.crash`) and a restart rebuilds it from its
-stored journal (`SimCluster.restart`, the daemon's `recover_into`); the
+stored journal (`SimCluster.restart`: the core's `restart.recover_into`); the
 clusters' decisions stay the core's.
 """
 

@@ -1,7 +1,7 @@
 """The simulator's shell for the core's procedures (linkd/core/procedures.py).
 
-The daemon drives the same generators with gRPC and asyncio
-(linkd/procedure_shell.py); here every request is answered on virtual time:
+A procedure is a generator of requests (linkd/core/requests.py); here every
+request is answered on virtual time:
 
 - `Execute`: the cluster carries the effects out (`SimCluster.execute`, on
   its I/O device); the procedure resumes once the appends are durable.
@@ -13,7 +13,8 @@ The daemon drives the same generators with gRPC and asyncio
 - `Sleep`: resumes after that many virtual milliseconds; `Now`: the clock.
 - `LinkChanged` / `LinkDeleted`: the world starts, wakes or stops the link's
   driver (`Links`); `WakeWaiters`: the cluster's long polls; `Note`: a trace
-  line.
+  line. A link's lanes (`sim.link_driver`) answer their own requests first
+  (`Pump`) and leave these to the host.
 
 A procedure ends by calling `then(result, None)`, or `then(None, refusal)`
 when it raised ClusterError.
@@ -175,9 +176,9 @@ class SimHost:
         if not self.links.can_talk(self.cluster.cluster_id, remote.cluster_id):
             return Reply(None, unreachable(what, address, "no route"), now)
         if isinstance(request, Handshake) and request.create:
-            # The creating session hands the remote the new link's key (the
-            # daemon masks it in OpenSession); operator calls carry no session
-            # here: the simulator checks sessions on the link rounds.
+            # The creating session hands the remote the new link's key
+            # (masked, `link_auth`); operator calls carry no session here: the
+            # simulator checks sessions on the link's own calls.
             request = dataclasses.replace(request, link_key=request.config.value("link_key"))
         try:
             return Reply(self.links.host(remote).serve(request), None, now)

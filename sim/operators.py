@@ -1,13 +1,14 @@
-"""The operator in a simulation: the daemon's own procedures, on virtual time.
+"""The operator in a simulation: the core's procedures, on virtual time.
 
 Every verb (create and delete a link, attach, detach, set-mode, failover,
 set-reserved, recover, reverse) is a procedure of `linkd.core.procedures`,
-the same generator the daemon runs for `ccr-admin`, driven here by
-`sim.operator_shell.SimHost`; the KIP's manual reversal is the operator's
-sequence of those verbs. This module also keeps the links' drivers: a
-cluster that dials a link (connection direction "local_dials" on its side)
-runs one `LinkDriver`, started, woken and stopped as the procedures say
-(`LinkChanged`, `LinkDeleted`), as the daemon's `LinkManager` does.
+driven here by `sim.operator_shell.SimHost`; the KIP's manual reversal is
+the operator's sequence of those verbs. This module also keeps the links'
+drivers: a cluster that dials a link (connection direction "local_dials" on
+its side) runs one `LinkDriver` (the pump of `linkd.core.link_driver`),
+started, woken and stopped as the procedures say (`LinkChanged`,
+`LinkDeleted`); a crash ends the drivers of the cluster that died, and its
+restart starts new ones.
 
 Every verb ends in `done(ok, error)`: a refusal (ClusterError) is an
 expected outcome, counted and noted, never a violation.
@@ -52,7 +53,7 @@ class SimLinkSecurity:
 
     sessions: bool = False
     credentials: str = ""
-    keys: Callable[[], str] | None = None  # seeded: the daemon draws keys at random
+    keys: Callable[[], str] | None = None  # seeded: reproducible keys
 
     def new_key(self) -> str:
         """A new link's key, stored as hex (none when sessions are off)."""
@@ -109,7 +110,8 @@ class Operators:
         return host
 
     def link_changed(self, cluster: SimCluster, name: str) -> None:
-        """LinkManager.link_changed: a driver for a link this cluster dials."""
+        """A link changed: start its driver if this cluster dials it and has
+        none, and wake it."""
         config = cluster.links.configs.get(name)
         if config is None:
             return
@@ -199,8 +201,8 @@ class Operators:
         self.counting = counting
 
     def tell_removals(self) -> None:
-        """LinkManager._tell_removals: every cluster with deleted links whose
-        remote has not confirmed tells it again."""
+        """Every cluster with deleted links whose remote has not confirmed
+        tells it again (`procedures.tell_removals`, each handshake interval)."""
         counting, self.counting = self.counting, False
         for cid in sorted(self.world.clusters):
             node = self.world.clusters[cid]
@@ -296,7 +298,7 @@ class Operators:
         def step(now: int) -> Generator[Request, Any, Any]:
             rtype = ResourceType.parse(kind)
             if node.state.namespaces.find(rtype, local) is None:
-                # The operator's create-namespace first (the daemon's attach needs it).
+                # The operator's create-namespace first (attaching needs it).
                 yield Execute(tuple(node.state.create_namespace(rtype, local)))
             config = yield from procedures.attach(
                 node.state, link, kind, local, remote, leader, now
