@@ -167,6 +167,9 @@ class NextSteps:
     control_due_ms: int
 
 
+_REPLICATED = frozenset({MappingType.TOPIC, MappingType.GROUP, MappingType.PRINCIPAL})
+
+
 def next_steps(
     config: LinkConfig,
     now_ms: int,
@@ -184,11 +187,11 @@ def next_steps(
     # principal mapping, and whether it follows a topic one (it pulls).
     follows = leads = pull = False
     for m in config.attached_mappings():
-        if m.resource_type not in ("topic", "group", "principal"):
+        if m.resource_type not in _REPLICATED:
             continue
         if m.local_role == Role.FOLLOWER:
             follows = True
-            pull = pull or m.resource_type == "topic"
+            pull = pull or m.resource_type == MappingType.TOPIC
         else:
             leads = True
     if undo.undone(1) and pull:
