@@ -2,9 +2,9 @@
 
 Each function turns a core value (linkd/core: link configurations, fetch
 answers, namespaces, partition histories, pushes) into its protobuf message,
-or back. Nothing here decides anything; `linkd/replication.py` (the data
-path) and `linkd/operations.py` (operator procedures) send and receive
-through it.
+or back. Nothing here decides anything; `linkd/replication.py` and
+`linkd/link_runner.py` (the data path) and `linkd/operations.py` (operator
+procedures) send and receive through it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 from google.rpc import status_pb2
 from grpc import aio
 
@@ -20,9 +21,19 @@ from linkd.core import histories
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_calls import (
+    FetchGroupOffsets,
+    GroupOffsets,
+    LinkAnswer,
+    LinkCall,
+    ListSourceTopics,
+    ReplicaFetch,
+    ReplicaPush,
+    call_name,
+)
 from linkd.core.links import Field, Leader, LinkConfig, Mapping, MappingKey, MappingType, Version
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
-from linkd.core.requests import PartitionsDescription
+from linkd.core.requests import Handshake, PartitionsDescription
 
 # -- configuration views -------------------------------------------------------------------------
 
@@ -435,3 +446,50 @@ def description_of(reply: replication_pb2.DescribePartitionsResponse) -> Partiti
         {(p.topic, p.partition): side_of(reply.cluster_id, p) for p in reply.partitions},
         {(o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets},
     )
+
+
+# -- the link driver's calls (linkd/core/link_calls.py) -----------------------------------------
+
+
+def call_pb(call: LinkCall) -> tuple[str, Message]:
+    """A driver's call as (Replication method, request message); OpenSession
+    is two calls of its own (`linkd.link_sessions.open_session`)."""
+    if isinstance(call, Handshake):
+        return "Handshake", handshake_pb(call.config, call.create, call.proposed)
+    if isinstance(call, ListSourceTopics):
+        listing = replication_pb2.ListSourceTopicsRequest(link_id=call.link_id, prefix=call.prefix)
+        if call.kind == MappingType.PRINCIPAL:
+            listing.resource_type = "principal"
+        return "ListSourceTopics", listing
+    if isinstance(call, FetchGroupOffsets):
+        return "FetchGroupOffsets", replication_pb2.FetchGroupOffsetsRequest(
+            link_id=call.link_id, prefix=call.prefix
+        )
+    if isinstance(call, ReplicaFetch):
+        return "ReplicaFetch", fetch_request_pb(call.request, call.max_wait_ms, call.max_bytes)
+    if isinstance(call, ReplicaPush):
+        # The records go into the message once (built in place, encoded once).
+        return "ReplicaPush", push_pb(call.push)
+    raise TypeError(f"{call!r} has no single message")
+
+
+def call_answer_of(call: LinkCall, reply: Message) -> LinkAnswer:
+    """The answer a call names, from the method's reply."""
+    if isinstance(call, Handshake) and isinstance(reply, replication_pb2.HandshakeResponse):
+        return config_of(reply.config)
+    if isinstance(call, ListSourceTopics) and isinstance(
+        reply, replication_pb2.ListSourceTopicsResponse
+    ):
+        if call.kind == MappingType.PRINCIPAL:
+            return namespace_of(call.prefix, (), (), "principal", reply.principal_acls)
+        return namespace_of(call.prefix, reply.topics, reply.read_acls)
+    if isinstance(call, FetchGroupOffsets) and isinstance(
+        reply, replication_pb2.FetchGroupOffsetsResponse
+    ):
+        return GroupOffsets(tuple(group_offsets_of(reply.offsets)))
+    if isinstance(call, ReplicaFetch) and isinstance(reply, replication_pb2.ReplicaFetchResponse):
+        return fetch_answer_of(reply)
+    if isinstance(call, ReplicaPush) and isinstance(reply, replication_pb2.ReplicaPushResponse):
+        # Its map back to the follower's names stays on the follower.
+        return fetch_request_of(reply.next, {})
+    raise TypeError(f"{type(reply).__name__} does not answer {call_name(call)}")

@@ -28,13 +28,13 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from linkd.authz import Gate
-from linkd.core import cleaner, restart
+from linkd.core import cleaner, restart, timers
 from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
@@ -61,6 +61,7 @@ from linkd.core.journal import encode as encode_record
 from linkd.core.links import LinkState
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.partition import AbortedTxn
+from linkd.core.requests import Execute, Request, WakeWaiters
 from linkd.core.users import SCRAM_MECHANISMS, Deletion, ScramMechanism, Upsertion, UserError
 from linkd.log_cleaner import CleanerSettings, LogCleaner
 from linkd.long_polls import LongPolls
@@ -299,15 +300,26 @@ class ClusterNode:
     async def _tick_loop(self) -> None:
         while not self._stopping:
             try:
-                now = self.clock()
-                await self.execute(self.state.tick(now))
-                self._deliver(self.state.groups.tick(now))
-                self.state.refresh_led_partitions(now)
-                self.state.links.tick(now)
-                self.refresh_high_watermarks()
+                await self._tick(timers.tick(self.state, self.clock()))
             except Exception:  # a timer failure must not stop future timers
                 log.exception("tick failed")
             await asyncio.sleep(TICK_INTERVAL_S)
+
+    async def _tick(self, ticking: Generator[Request, object, list[GroupReply]]) -> None:
+        """The cluster's timers, once (`timers.tick`); the group replies go
+        to the members waiting."""
+        answer: object = None
+        while True:
+            try:
+                request = ticking.send(answer)
+            except StopIteration as stop:
+                self._deliver(stop.value)
+                return
+            answer = None
+            if isinstance(request, Execute):
+                await self.execute(request.effects)
+            elif isinstance(request, WakeWaiters):
+                self.notify(request.partitions)
 
     # -- effects ----------------------------------------------------------------
 

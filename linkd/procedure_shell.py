@@ -4,16 +4,18 @@ A procedure is a generator of requests (linkd/core/requests.py); `drive`
 answers each one against this node: effects are carried out on its files
 and journal, calls go to the other cluster over gRPC (through
 `linkd.link_codec`), sleeps are asyncio sleeps, link runners start, wake and
-stop through the `Runners` the link manager provides, and notes go to the
-log at their level. The simulator drives the same procedures on virtual time
-(sim/operator_shell.py).
+stop through the `Runners` the link manager provides, a held fetch parks on
+the node's long polls (`WaitForData`), and notes go to the log at their
+level. A link's lanes (linkd/link_runner.py) answer their own calls and
+waits and leave the rest to this host. The simulator drives the same
+procedures on virtual time (sim/operator_shell.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol
 
 import grpc
@@ -21,7 +23,8 @@ import grpc
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
 from linkd.core import link_rounds as rounds
-from linkd.core.errors import ClusterError
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_calls import LaneRequest, WaitForData
 from linkd.core.requests import (
     Call,
     ClusterIdentity,
@@ -39,7 +42,6 @@ from linkd.core.requests import (
     RemoteRequest,
     RemoveLink,
     Reply,
-    Request,
     Sleep,
     Tell,
     WakeWaiters,
@@ -63,6 +65,8 @@ class Runners(Protocol):
 
 # The link session a request to the remote opens (None: it needs none).
 Identities = Callable[[RemoteRequest], LinkIdentity | None]
+# Answers a procedure's requests (a link's lanes answer some themselves).
+Answerer = Callable[[LaneRequest], Awaitable[Any]]
 
 
 async def call_remote(
@@ -159,18 +163,21 @@ class DaemonHost:
         self.tls = tls
         self._background: set[asyncio.Task[None]] = set()
 
-    async def drive(self, procedure: Generator[Request, Any, Any]) -> Any:
+    async def drive(
+        self, procedure: Generator[LaneRequest, Any, Any], answer: Answerer | None = None
+    ) -> Any:
         """Runs the procedure to its end; returns its result, or raises its
-        refusal."""
-        answer: Any = None
+        refusal. `answer`: who answers its requests (a link's lanes have
+        their own, `linkd.link_runner`), else this host."""
+        reply: Any = None
         while True:
             try:
-                request = procedure.send(answer)
+                request = procedure.send(reply)
             except StopIteration as stop:
                 return stop.value
-            answer = await self.answer(request)
+            reply = await (answer or self.answer)(request)
 
-    async def answer(self, request: Request) -> Any:
+    async def answer(self, request: LaneRequest) -> Any:
         node = self.node
         if isinstance(request, Execute):
             await node.execute(list(request.effects))
@@ -205,9 +212,27 @@ class DaemonHost:
         if isinstance(request, WakeWaiters):
             node.notify(request.partitions)
             return None
-        assert isinstance(request, Note)
-        (log.warning if request.level == "warning" else log.info)(request.message)
+        if isinstance(request, WaitForData):
+            return await self._wait_for_data(request)
+        if not isinstance(request, Note):
+            raise TypeError(f"no answer for {request!r} here")
+        levels = {"warning": logging.WARNING, "info": logging.INFO}
+        log.log(levels.get(request.level, logging.DEBUG), request.message)
         return None
+
+    async def _wait_for_data(self, request: WaitForData) -> int:
+        """A long poll parks on the node's high watermarks (its own
+        partitions only) until one moves or its time comes; a node shutting
+        down answers none."""
+        node = self.node
+        if node.stopping:
+            raise ClusterError(ErrorCode.NOT_READY, "cluster", "cluster is shutting down")
+        event = node.long_polls.park(request.partitions)
+        try:
+            await node.long_polls.wait(event, (request.until_ms - node.clock()) / 1000)
+        finally:
+            node.long_polls.unpark(event)
+        return node.clock()
 
     def _identity(self, request: Call | Tell) -> LinkIdentity | None:
         if self.identities is None or not request.address:

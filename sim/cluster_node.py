@@ -1,31 +1,31 @@
 """One simulated cluster: the core's ClusterState plus an effects executor.
 
-This carries out effects as the daemon's `ClusterNode.execute` and `_make_durable` do
-(linkd/node.py) with virtual time: appends go to in-memory stores and queue
-on the cluster's I/O device; when the device has written them, the core is
-told (`mark_durable`), the high watermark moves, parked replica fetches wake
-and the caller's continuation runs (a produce acknowledgement, the next fetch).
+This carries out the core's effects (`linkd.core.effects`) on virtual time:
+appends go to in-memory stores and queue on the cluster's I/O device; when
+the device has written them, the core is told (`made_durable`), the high
+watermark moves, parked fetches wake and the caller's continuation runs (a
+produce acknowledgement, the next fetch).
 
 Rules:
 - Every decision is the core's: this module only carries out effects.
 - A crashed cluster (`up` False) keeps its durable state (an acknowledged
   record survives `kill -9`, spec section 1) but answers nothing until it
   restarts; a restart begins every link DISCONNECTED (`LinkTable.start`).
-- Journal records are kept in memory as the daemon stores them (JSON text),
-  with a snapshot that replaces them every `SNAPSHOT_EVERY_RECORDS`; a
-  restart rebuilds the cluster's state from them and from its stored batches
-  with the daemon's own procedure (`linkd.core.restart.recover_into`), so a
-  record that replays wrongly shows here as on a daemon. The simulator does
-  not model a crash between an append and its fsync (every append it
-  accepted becomes durable once the device has written it).
+- Journal records are kept in memory in their stored form
+  (`journal.encode`, JSON text), with a snapshot that replaces them when
+  `restart.JournalBook` says one is due; a restart rebuilds the cluster's
+  state from them and from its stored batches with the core's restart
+  (`linkd.core.restart.recover_into`), so a record that replays wrongly
+  shows here. The simulator does not model a crash between an append and
+  its fsync (every append it accepted becomes durable once the device has
+  written it).
 - A crash ends the process's `incarnation`: work it had under way (a
-  durability completion, a procedure, a link call) is dropped, as the
-  daemon's tasks die with it.
+  durability completion, a procedure, a link call) is dropped with it.
 - Who is woken once appends are durable is the core's answer
-  (`ClusterState.made_durable`), the one the daemon's `_make_durable` uses.
+  (`ClusterState.made_durable`).
 - An acks=all acknowledgement waits, on virtual time, until the high
-  watermarks cover the write (`wait_high_watermarks`, the daemon's
-  `ClusterNode.wait_high_watermarks`), at most HW_WAIT_MAX_MS.
+  watermarks cover the write (`ClusterState.unmet_high_watermarks`), at most
+  HW_WAIT_MAX_MS (`cluster.HW_WAIT_MAX_MS`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ from collections.abc import Callable, Iterable
 from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import restart as recovery
+from linkd.core import timers
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import JournalRecord
 from linkd.core.journal import encode as encode_record
 from linkd.core.link_auth import LinkSessions
 from linkd.core.links import LinkLimits, LinkTable
+from linkd.core.requests import Execute, WakeWaiters
 from sim.events import EventQueue
 from sim.log_cleaner import CLEANER_BACKOFF_MS, clean_partition
 from sim.resources import IoDevice, RateLimit
@@ -50,8 +52,8 @@ from sim.store import PartitionStore, StoredBatch
 PartitionKey = tuple[str, int]  # (topic name, partition)
 
 HW_WAIT_MAX_MS = core.HW_WAIT_MAX_MS
-# Smaller than the daemon's 20,000 (linkd.node) so that restarts in short
-# runs replay both forms: a snapshot and the records after it.
+# Small, so that restarts in short runs replay both forms: a snapshot and
+# the records after it.
 SNAPSHOT_EVERY_RECORDS = 200
 
 
@@ -224,18 +226,34 @@ class SimCluster:
             self.notify_data()
 
     def tick(self, now_ms: int, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
-        """One pass of the daemon's `_tick_loop`: the core's timers, the SYNC
-        links' led partitions, the link states, then the high watermarks."""
-        self.execute(self.state.tick(now_ms), "retention", logical_bytes)
+        """The cluster's timers, once (`timers.tick`), and a pass of the log
+        cleaner when one is due."""
+        ticking = timers.tick(self.state, now_ms)
+        incarnation = self.incarnation
+
+        def step(answer: object) -> None:
+            while incarnation == self.incarnation:
+                try:
+                    request = ticking.send(answer)
+                except StopIteration as stop:
+                    for reply in stop.value:  # no member waits here: said, not lost
+                        self.queue.note(f"{self.cluster_id} group reply {reply.request_id}")
+                    return
+                answer = None
+                if isinstance(request, Execute):
+                    done = lambda: step(self.queue.now_ms)  # noqa: E731
+                    self.execute(request.effects, "retention", logical_bytes, done)
+                    return
+                if isinstance(request, WakeWaiters):
+                    self.notify_data(request.partitions)
+
+        step(None)
         if now_ms >= self.next_clean_ms:
             self.next_clean_ms = now_ms + CLEANER_BACKOFF_MS
             self.clean(now_ms)
-        self.state.refresh_led_partitions(now_ms)
-        self.links.tick(now_ms)
-        self.refresh_high_watermarks()
 
     def clean(self, now_ms: int) -> int:
-        """One pass of the daemon's log cleaner over every compacted partition
+        """One pass of the log cleaner over every compacted partition
         (`sim/log_cleaner.py`); returns the records removed."""
         removed = 0
         for topic in list(self.state.topics.values()):
@@ -312,19 +330,19 @@ class SimCluster:
         self.link_sessions = LinkSessions(self.cluster_id)
 
     def nonce(self) -> bytes:
-        """A fresh nonce (the daemon draws them at random; here they need
-        only be unique)."""
+        """A fresh nonce: unique, and reproducible (no attacker here
+        guesses one)."""
         self._nonces += 1
         return hashlib.sha256(
             f"{self.cluster_id}/{self.incarnation}/{self._nonces}".encode()
         ).digest()
 
     def restart(self, logical_bytes: Callable[[core.AppendBatch], int]) -> None:
-        """As the daemon starts on its data directory (`ClusterNode.open`,
-        then `start`): the state is rebuilt from the stored journal and
-        batches, data of topics it no longer has is removed, every link
-        starts DISCONNECTED (`LinkTable.reset_runtime`), and transactions
-        prepared before the crash are completed."""
+        """A process starts on what the cluster stored: the state is
+        rebuilt from the stored journal and batches (`restart.recover_into`),
+        data of topics it no longer has is removed, every link starts
+        DISCONNECTED (`LinkTable.reset_runtime`), and transactions prepared
+        before the crash are completed."""
         state = core.ClusterState(self.cluster_id)
         state.links = LinkTable(self.cluster_id, self.limits)
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None

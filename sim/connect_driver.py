@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from linkd.core.link_driver import DriverSettings
 from linkd.core.mirror.config import MirrorFlow
 from linkd.core.mirror.connect import (
     Assignor,
@@ -55,7 +56,6 @@ from sim.checkers import MirrorCopy
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue, Timer
 from sim.history import History
-from sim.link_driver import FetchSizes
 from sim.metrics import percentile
 from sim.mirror_driver import MirrorDriver, MirrorStats, Observer
 from sim.network import Network
@@ -99,7 +99,7 @@ class ConnectMirror:
         flow: MirrorFlow,
         queue: EventQueue,
         network: Network,
-        sizes: FetchSizes,
+        sizes: DriverSettings,
         observer: Observer,
         settings: ConnectSettings,
     ) -> None:

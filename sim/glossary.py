@@ -216,7 +216,7 @@ ENTRIES: tuple[Entry, ...] = (
         "time links spent in a state (DISCONNECTED, CATCHING_UP, FOLLOWING, SYNCING, "
         "IN_SYNC, OUT_OF_SYNC), summed over links",
         "sampled at every tick: the time since the last sample is added to each running "
-        "link's current state",
+        "link's current state (a link runs while the cluster that dials it is up)",
         "no link was ever sampled in that state",
     ),
     Entry(
@@ -234,8 +234,9 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "fetch_rounds", Unit.COUNT, Group.LINKS,
-        "replica fetch rounds made by all links",
-        "summed over the link drivers",
+        "replica fetch rounds made by all links: pulled answers applied, and pushes with "
+        "records accepted (each push of a pipeline is a round)",
+        "summed over the link drivers, those a crash or a deletion ended included",
         ALWAYS,
     ),
     Entry(

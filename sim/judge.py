@@ -214,7 +214,7 @@ def final_checks(sim: Simulation) -> None:
     for cid in sim.cluster_ids:
         for cls, n in sorted(sim.clusters[cid].disk.bytes_by_class.items()):
             sim.metrics.add(f"io_bytes_{cls}", n)
-    sim.metrics.set("fetch_rounds", sum(d.fetch_rounds for _, d in sorted(sim.ops.drivers.items())))
+    sim.metrics.set("fetch_rounds", sim.ops.fetch_rounds())
     if sim.mirrors:
         for key in sorted(sim.mirrors):
             for name, value in sim.mirrors[key].stats.as_dict().items():

@@ -1,14 +1,15 @@
-"""The simulator's log cleaner: the daemon's cleaner (`linkd/core/cleaner.py`
-decides) run on the virtual clock over the in-memory stores.
+"""The simulator's log cleaner: the core's clean procedure
+(`linkd/core/cleaner.py` decides) run on the virtual clock over the
+in-memory stores.
 
 Rules:
 - A cluster cleans at most once per `CLEANER_BACKOFF_MS` of virtual time
-  (the daemon's default `--log-cleaner-backoff-ms`), from its tick.
+  (15 s, Kafka's default log.cleaner.backoff.ms), from its tick.
 - The stores have no segment files: the *active segment* is taken to be the
   newest batches whose logical bytes fit in the topic's `segment.bytes`
-  (at least the last batch), and it is never cleaned, as on the daemon.
+  (at least the last batch), and it is never cleaned (`cleaner.plan_clean`).
 - A clean rewrites every batch below that point in one step (the model and
-  the store together, as the daemon's swap does) and charges the bytes it
+  the store together, as one swap) and charges the bytes it
   reads and writes to the cluster's disk (traffic class "cleaner").
 - A rewritten batch's logical size shrinks with the records it keeps.
 """

@@ -26,7 +26,7 @@ from linkd.core.mirror.checkpoint import (
 from linkd.core.mirror.model import Checkpoint, OffsetAndMetadata, OffsetSync, TopicPartition
 from linkd.core.mirror.sync_store import OffsetSyncStore
 from linkd.core.mirror.wire import encode_checkpoint
-from sim.link_driver import CONTROL_MESSAGE_BYTES, PER_PARTITION_BYTES
+from sim.link_service import CONTROL_MESSAGE_BYTES, PER_PARTITION_BYTES
 
 if TYPE_CHECKING:
     from sim.mirror_driver import MirrorDriver, Reply

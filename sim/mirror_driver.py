@@ -66,6 +66,7 @@ from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_driver import BACKOFF_MAX_MS, BACKOFF_MIN_MS, DriverSettings
 from linkd.core.link_rounds import CALL_TIMEOUT_MS, fetch_deadline_ms, served_wait_ms
 from linkd.core.mirror.checkpoint import CheckpointCounts, remote_consumer_offsets
 from linkd.core.mirror.config import MirrorFlow, parse_mm2_properties
@@ -82,13 +83,7 @@ from sim.checkers import MirrorCopy
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.history import History, Send
-from sim.link_driver import (
-    BACKOFF_MAX_MS,
-    BACKOFF_MIN_MS,
-    CONTROL_MESSAGE_BYTES,
-    PER_PARTITION_BYTES,
-    FetchSizes,
-)
+from sim.link_service import CONTROL_MESSAGE_BYTES, PER_PARTITION_BYTES
 from sim.metrics import recovery_point
 from sim.mirror_checkpoints import INTERNAL_RECORD_BYTES, CheckpointTask
 from sim.network import Network
@@ -196,7 +191,7 @@ class MirrorDriver:
         flow: MirrorFlow,
         queue: EventQueue,
         network: Network,
-        sizes: FetchSizes,
+        sizes: DriverSettings,
         observer: Observer,
         partitions: frozenset[TopicPartition] | None = None,
         checkpoints: bool = True,

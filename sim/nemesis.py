@@ -3,7 +3,7 @@ scheduled by a scenario's `[[faults]]` or drawn at random (`[operators]`).
 
 It changes only the simulated world's network and processes: a crash ends a
 cluster's process (`SimCluster.crash`) and a restart rebuilds it from its
-stored journal (`SimCluster.restart`, the daemon's `recover_into`); the
+stored journal (`SimCluster.restart`: the core's `restart.recover_into`); the
 clusters' decisions stay the core's.
 """
 
@@ -208,6 +208,7 @@ class Nemesis:
         self.network.down.discard(cid)
         node = self.clusters[cid]
         node.up = True
+        self.ops.cluster_resumed(cid)
         node.notify_data()
         self.healed()
         self.queue.note(f"resume {cid}")
@@ -220,6 +221,7 @@ class Nemesis:
             return
         self.network.down.discard(cid)
         self.clusters[cid].restart(self.logical_bytes)
+        self.ops.cluster_restarted(cid)
         self.healed()
 
     def healed(self) -> None:

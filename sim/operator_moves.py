@@ -4,8 +4,8 @@ The simulator's `operator-mix` scenario and `ccr-chaos`'s operator nemesis
 draw operator moves from this one vocabulary, interleaved with faults and
 workloads, so that both search the moves an operator makes rather than a
 few placed by hand. A move is plain data; each shell carries it out its own
-way (the simulator through the daemon's own procedures in the core, chaos
-through `ccr-admin` against real daemons). A refusal is an expected outcome,
+way (the simulator through the core's procedures, chaos through
+`ccr-admin` against real daemons). A refusal is an expected outcome,
 recorded, never a violation: what must hold are the invariants.
 
 Rules of the draw:

@@ -1,7 +1,7 @@
 """The simulator's shell for the core's procedures (linkd/core/procedures.py).
 
-The daemon drives the same generators with gRPC and asyncio
-(linkd/procedure_shell.py); here every request is answered on virtual time:
+A procedure is a generator of requests (linkd/core/requests.py); here every
+request is answered on virtual time:
 
 - `Execute`: the cluster carries the effects out (`SimCluster.execute`, on
   its I/O device); the procedure resumes once the appends are durable.
@@ -13,7 +13,8 @@ The daemon drives the same generators with gRPC and asyncio
 - `Sleep`: resumes after that many virtual milliseconds; `Now`: the clock.
 - `LinkChanged` / `LinkDeleted`: the world starts, wakes or stops the link's
   driver (`Links`); `WakeWaiters`: the cluster's long polls; `Note`: a trace
-  line.
+  line. A link's lanes (`sim.link_driver`) answer their own requests first
+  (`Pump`) and leave these to the host.
 
 A procedure ends by calling `then(result, None)`, or `then(None, refusal)`
 when it raised ClusterError.
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 from linkd.core import cluster as core
 from linkd.core import procedures
 from linkd.core.errors import ClusterError
+from linkd.core.link_calls import LaneRequest
 from linkd.core.requests import (
     Call,
     Execute,
@@ -39,7 +41,6 @@ from linkd.core.requests import (
     RemoteAnswer,
     RemoteRequest,
     Reply,
-    Request,
     Sleep,
     Tell,
     WakeWaiters,
@@ -65,6 +66,20 @@ Done = Callable[[Any, ClusterError | None], None]
 Sized = Callable[[core.AppendBatch], int]
 
 
+class _Leave:
+    """A pump's answer: the host answers this request itself."""
+
+
+class _Later:
+    """A pump's answer: the pump resumes the procedure itself, later."""
+
+
+LEAVE, LATER = _Leave(), _Later()
+# A link's lanes answer some requests themselves (sim/link_driver.py):
+# (request, how to resume the procedure) -> the answer, LEAVE or LATER.
+Pump = Callable[[LaneRequest, Callable[[object], None]], object]
+
+
 def address_of(cluster_id: str) -> str:
     """The address a simulated cluster is reached at (as a bootstrap)."""
     return f"{cluster_id}:9092"
@@ -80,19 +95,20 @@ class SimHost:
 
     def drive(
         self,
-        procedure: Generator[Request, Any, Any],
+        procedure: Generator[LaneRequest, Any, Any],
         then: Done,
         sized: dict[str, Sized] | None = None,
+        pump: Pump | None = None,
     ) -> None:
         """Runs the procedure on virtual time; `sized` maps an Execute's
         traffic class to the logical size of its appends (default: the
-        world's)."""
+        world's); `pump` answers the requests of a link's lanes first."""
         sizes = sized or {}
         incarnation = self.cluster.incarnation
 
         def step(answer: Any) -> None:
             if incarnation != self.cluster.incarnation:
-                procedure.close()  # its process died: the daemon's task dies with it
+                procedure.close()  # its process died, and its work with it
                 return
             while True:
                 try:
@@ -103,6 +119,12 @@ class SimHost:
                 except ClusterError as exc:
                     then(None, exc)
                     return
+                if pump is not None:
+                    answer = pump(request, step)
+                    if answer is LATER:
+                        return
+                    if answer is not LEAVE:
+                        continue
                 if isinstance(request, Execute):
                     traffic = request.traffic
                     size = sizes.get(traffic, self.links.logical_bytes)
@@ -123,7 +145,7 @@ class SimHost:
 
         step(None)
 
-    def _answer(self, request: Request) -> Any:
+    def _answer(self, request: LaneRequest) -> Any:
         if isinstance(request, Call):
             return self.call(request.address, request.request, request.what)
         if isinstance(request, Tell):
@@ -140,7 +162,8 @@ class SimHost:
         if isinstance(request, WakeWaiters):
             self.cluster.notify_data(request.partitions)
             return None
-        assert isinstance(request, Note)
+        if not isinstance(request, Note):
+            raise TypeError(f"{self.cluster.cluster_id}: no answer for {request!r} here")
         self.queue.note(f"{self.cluster.cluster_id} {request.level}: {request.message}")
         return None
 
@@ -153,9 +176,9 @@ class SimHost:
         if not self.links.can_talk(self.cluster.cluster_id, remote.cluster_id):
             return Reply(None, unreachable(what, address, "no route"), now)
         if isinstance(request, Handshake) and request.create:
-            # The creating session hands the remote the new link's key (the
-            # daemon masks it in OpenSession); operator calls carry no session
-            # here: the simulator checks sessions on the link rounds.
+            # The creating session hands the remote the new link's key
+            # (masked, `link_auth`); operator calls carry no session here: the
+            # simulator checks sessions on the link's own calls.
             request = dataclasses.replace(request, link_key=request.config.value("link_key"))
         try:
             return Reply(self.links.host(remote).serve(request), None, now)
@@ -180,4 +203,5 @@ class SimHost:
 
 def _traffic_class(traffic: str) -> str:
     """The I/O device's traffic class for an Execute's traffic."""
-    return {"replica": "replica_write", "offsets": "offsets"}.get(traffic, "metadata")
+    classes = {"replica": "replica_write", "offsets": "offsets", "retention": "retention"}
+    return classes.get(traffic, "metadata")

@@ -1,13 +1,14 @@
-"""The operator in a simulation: the daemon's own procedures, on virtual time.
+"""The operator in a simulation: the core's procedures, on virtual time.
 
 Every verb (create and delete a link, attach, detach, set-mode, failover,
 set-reserved, recover, reverse) is a procedure of `linkd.core.procedures`,
-the same generator the daemon runs for `ccr-admin`, driven here by
-`sim.operator_shell.SimHost`; the KIP's manual reversal is the operator's
-sequence of those verbs. This module also keeps the links' drivers: a
-cluster that dials a link (connection direction "local_dials" on its side)
-runs one `LinkDriver`, started, woken and stopped as the procedures say
-(`LinkChanged`, `LinkDeleted`), as the daemon's `LinkManager` does.
+driven here by `sim.operator_shell.SimHost`; the KIP's manual reversal is
+the operator's sequence of those verbs. This module also keeps the links'
+drivers: a cluster that dials a link (connection direction "local_dials" on
+its side) runs one `LinkDriver` (the pump of `linkd.core.link_driver`),
+started, woken and stopped as the procedures say (`LinkChanged`,
+`LinkDeleted`); a crash ends the drivers of the cluster that died, and its
+restart starts new ones.
 
 Every verb ends in `done(ok, error)`: a refusal (ClusterError) is an
 expected outcome, counted and noted, never a violation.
@@ -23,13 +24,15 @@ from typing import Any, Protocol
 from linkd.core import cluster as core
 from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_driver import DriverSettings
 from linkd.core.links import LinkMode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from linkd.core.requests import Execute, Request, Sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
-from sim.link_driver import FetchSizes, LinkDriver, Observer
+from sim.link_driver import LinkDriver
+from sim.link_service import Observer
 from sim.metrics import Metrics
 from sim.network import Network
 from sim.operator_shell import SimHost, address_of
@@ -50,7 +53,7 @@ class SimLinkSecurity:
 
     sessions: bool = False
     credentials: str = ""
-    keys: Callable[[], str] | None = None  # seeded: the daemon draws keys at random
+    keys: Callable[[], str] | None = None  # seeded: reproducible keys
 
     def new_key(self) -> str:
         """A new link's key, stored as hex (none when sessions are off)."""
@@ -63,7 +66,7 @@ class World(Protocol):
     queue: EventQueue
     clusters: dict[str, SimCluster]
     network: Network
-    sizes: FetchSizes
+    sizes: DriverSettings
     metrics: Metrics
     link_security: SimLinkSecurity
 
@@ -80,6 +83,7 @@ class Operators:
         self.observer = observer
         self.link_ids = link_ids
         self.drivers: dict[tuple[str, str], LinkDriver] = {}
+        self.retired_fetch_rounds = 0
         self._hosts: dict[str, SimHost] = {}
         # Whether verbs started now count in actions_ok / actions_failed (the
         # world's own setup steps do not).
@@ -106,7 +110,8 @@ class Operators:
         return host
 
     def link_changed(self, cluster: SimCluster, name: str) -> None:
-        """LinkManager.link_changed: a driver for a link this cluster dials."""
+        """A link changed: start its driver if this cluster dials it and has
+        none, and wake it."""
         config = cluster.links.configs.get(name)
         if config is None:
             return
@@ -125,18 +130,41 @@ class Operators:
         driver.wake()
 
     def link_deleted(self, cluster: SimCluster, name: str) -> None:
-        driver = self.drivers.pop((cluster.cluster_id, name), None)
+        self._retire(cluster.cluster_id, name)
+
+    def _retire(self, cid: str, name: str) -> None:
+        driver = self.drivers.pop((cid, name), None)
         if driver is not None:
             driver.stop()
+            self.retired_fetch_rounds += driver.fetch_rounds
+
+    def fetch_rounds(self) -> int:
+        """Fetch rounds every driver finished, those gone included."""
+        live = sum(d.fetch_rounds for _k, d in sorted(self.drivers.items()))
+        return self.retired_fetch_rounds + live
 
     def connections_reset(self, cid: str) -> None:
-        """A cluster's process died: every link connection to or from it is
-        reset (its calls in flight end, the lanes start again)."""
+        """A cluster's process died: its links' drivers die with it, and
+        every call to it fails at once (its connections are reset)."""
         for (dialer, name), driver in sorted(self.drivers.items()):
             config = driver.dialer.links.configs.get(name)
             remote = config.remote_cluster_id if config is not None else ""
-            if not driver.stopped and cid in (dialer, remote):
+            if dialer == cid:
+                self._retire(dialer, name)
+            elif not driver.stopped and remote == cid:
                 driver.reset()
+
+    def cluster_restarted(self, cid: str) -> None:
+        """A process started on the cluster's stored state: a new driver for
+        every link it dials."""
+        cluster = self.world.clusters[cid]
+        for name in cluster.links.names():
+            self.link_changed(cluster, name)
+
+    def cluster_resumed(self, cid: str) -> None:
+        """A paused cluster runs again: what its procedures waited for goes on."""
+        for _key, driver in sorted(self.drivers.items()):
+            driver.resumed(cid)
 
     def forge_calls(self, cid: str) -> None:
         """The forge fault: an attacker replays, to `cid`, the last call each
@@ -173,8 +201,8 @@ class Operators:
         self.counting = counting
 
     def tell_removals(self) -> None:
-        """LinkManager._tell_removals: every cluster with deleted links whose
-        remote has not confirmed tells it again."""
+        """Every cluster with deleted links whose remote has not confirmed
+        tells it again (`procedures.tell_removals`, each handshake interval)."""
         counting, self.counting = self.counting, False
         for cid in sorted(self.world.clusters):
             node = self.world.clusters[cid]
@@ -270,7 +298,7 @@ class Operators:
         def step(now: int) -> Generator[Request, Any, Any]:
             rtype = ResourceType.parse(kind)
             if node.state.namespaces.find(rtype, local) is None:
-                # The operator's create-namespace first (the daemon's attach needs it).
+                # The operator's create-namespace first (attaching needs it).
                 yield Execute(tuple(node.state.create_namespace(rtype, local)))
             config = yield from procedures.attach(
                 node.state, link, kind, local, remote, leader, now

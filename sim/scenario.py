@@ -138,8 +138,8 @@ class ClusterSpec:
     lag_max_ms: int = 30_000
     lag_max_records: int = 0
     replica_lag_time_max_ms: int = 30_000  # SYNC: IN_SYNC -> OUT_OF_SYNC after this
-    # Link sessions (linkd/core/link_auth.py) on every link round, as the
-    # daemon runs them: off by default (older scenarios keep their timing).
+    # Link sessions (linkd/core/link_auth.py) on every link call: off by
+    # default (older scenarios keep their timing).
     link_sessions: bool = False
     # The link credentials every cluster requires and every link is created
     # with ("": none required); only with link_sessions.
@@ -294,7 +294,7 @@ RENAMED_KINDS = {
 }
 
 ACTION_KINDS: dict[str, tuple[str, ...]] = {
-    # Operator actions (LinkManager's, and linkd/operations.py's recover and reverse).
+    # Operator actions (the procedures of linkd/core/procedures.py).
     "set_mode": ("cluster", "link", "mode"),
     "failover": ("cluster", "link", "force", "bump_leader_epoch"),
     "delete_link": ("cluster", "link"),

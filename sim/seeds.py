@@ -7,9 +7,9 @@ Rules:
 - A subsystem's stream depends only on the run seed and the subsystem's name
   (sha256 of both), so adding draws in one subsystem (say, more network jitter)
   never shifts the draws of another (say, which key a producer picks).
-- Identifiers that need entropy in the daemon (link ids, topic ids) are drawn
-  from the `ids` stream and formatted as UUIDs, so they look the same as the
-  daemon's and stay reproducible.
+- Identifiers that need entropy (link ids, topic ids) are drawn from the
+  `ids` stream and formatted as UUIDs: they look like random ones and stay
+  reproducible.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def stream(seed: int, *names: str) -> random.Random:
 
 
 class IdFactory:
-    """Reproducible UUID strings (the daemon uses uuid4; the simulator may not)."""
+    """Reproducible UUID strings (never uuid4: a run must replay)."""
 
     def __init__(self, seed: int, name: str) -> None:
         self._rng = stream(seed, "ids", name)

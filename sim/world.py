@@ -5,8 +5,8 @@ Theory of operation (TigerBeetle's VOPR, Kafka's RaftEventSimulationTest):
    `ClusterState` inside a `SimCluster`), the origins' topics, and one link per
    edge through the same operator action a scenario can call later.
 2. Safety phase (0 .. duration_ms): workloads run; faults and operator actions
-   fire at their times; every tick runs the core's timers (`SimCluster.tick`,
-   the daemon's tick loop); invariant 6 is checked after every follower apply
+   fire at their times; every tick runs the core's timers (`SimCluster.tick`:
+   `timers.tick`); invariant 6 is checked after every follower apply
    and invariants 1-2 before every failover; every acknowledgement records
    its SYNC witnesses (invariant 4).
 3. Liveness phase (up to liveness_ms more): clients stop, every grudge and
@@ -16,13 +16,12 @@ Theory of operation (TigerBeetle's VOPR, Kafka's RaftEventSimulationTest):
 4. Final checks: invariants 1, 2, 3, 4, 5, 7 and the anomalies over the
    history and the final logs; then metrics.
 
-Operator actions mirror `LinkManager` (linkd/replication.py): create_link
-(create + attach), delete_link, failover, set_mode, attach, detach; and
-`linkd/operations.py`: recover (always confirmed) and reverse, step by step
-through the same `linkd.core.recovery` functions. They are instantaneous
-(admin calls are not on the data path; reverse's wait for the remote runs on
-virtual time) and need the remote reachable where the daemon needs it
-(creating a link, describing the remote's partitions, promoting its
+Operator actions are the core's procedures (`linkd.core.procedures`):
+create_link (create + attach), delete_link, failover, set_mode, attach,
+detach, recover (always confirmed) and reverse, step by step. They are
+instantaneous (admin calls are not on the data path; reverse's wait for the
+remote runs on virtual time) and need the remote reachable where a procedure
+calls it (creating a link, describing the remote's partitions, promoting its
 namespaces); otherwise the remote learns through handshakes. An edge (or
 topology) with mode SYNC is created ASYNC and switched by set_mode on its
 follower as soon as the link is FOLLOWING (the core refuses SYNC before), as
@@ -41,6 +40,7 @@ from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
+from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
@@ -51,7 +51,6 @@ from sim.cluster_node import SimCluster
 from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
 from sim.history import History, Send
-from sim.link_driver import FetchSizes
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
@@ -109,7 +108,9 @@ class Simulation:
         )
         for node in self.clusters.values():
             node.link_credentials = (c.link_credentials,)
-        self.sizes = FetchSizes(run.fetch_max_bytes, run.partition_max_bytes, run.fetch_max_wait_ms)
+        self.sizes = DriverSettings(
+            run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes
+        )
         self.ops = Operators(self, self, self.link_ids)
         self.nemesis = Nemesis(
             self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
@@ -342,7 +343,7 @@ class Simulation:
         self.queue.after(gap, "operator move", self._draw_move)
 
     def do_move(self, m: moves.Move) -> None:
-        """An operator's move, carried out with the daemon's own procedures."""
+        """An operator's move, carried out with the core's procedures."""
         o, k = self.ops, moves.MoveKind
         if m.kind is k.CREATE_LINK:
             o.create_link(m.cluster, m.link, m.peer, remote_dials=m.remote_dials)
@@ -440,7 +441,7 @@ class Simulation:
         them) from the old link, create a link named `<source>-<cluster>` with
         no mapping, then `recover` it with confirm, which cuts what `source`
         never had, moves committed offsets past the cut back, and attaches the
-        mappings with `source` leading. Each step is the daemon's procedure; a
+        mappings with `source` leading. Each step is a core procedure; a
         refusal stops the sequence (counted in actions_failed)."""
         ops = self.ops
         kinds = ("topic", "group") if self.scenario.namespace.groups else ("topic",)
@@ -760,7 +761,7 @@ class Simulation:
         if probe_ms and now - self._status_probed_ms >= probe_ms:
             self._status_probed_ms = now
             self._probe_status(now)
-        if now - self._removals_ms >= rounds.HANDSHAKE_INTERVAL_MS:
+        if now - self._removals_ms >= HANDSHAKE_INTERVAL_MS:
             self._removals_ms = now
             self.ops.tell_removals()
         self._sample_link_states(now)

@@ -8,6 +8,7 @@ import tomllib
 
 import pytest
 
+from linkd.core.link_driver import BACKOFF_MIN_MS
 from sim import scenario as sc
 from sim.world import Simulation
 
@@ -311,5 +312,7 @@ duration_ms = 2000
     slow, noted_without = first_answer_after_heal(False)
     fast, noted_with = first_answer_after_heal(True)
     assert (noted_without, noted_with) == (False, True)
-    # Without the reset the follower waits for its fetch's 10 s deadline.
-    assert fast < 4100 and slow > 10_000
+    # Without the reset the follower waits for its fetch's 10 s deadline; with
+    # it, the fetch fails at once and the lane backs off its first 100 ms
+    # (`link_driver.BACKOFF_MIN_MS`) before it fetches again.
+    assert fast < 4000 + BACKOFF_MIN_MS + 50 and slow > 10_000

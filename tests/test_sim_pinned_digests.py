@@ -17,6 +17,35 @@ followed) and the follower's fetch silence bound its long poll plus 1.5 s
 mm2-connect-rebalance changed when it gained the flow's replication pauses
 (`connect_replication_pause_ms_*`).
 
+Changed on purpose since: every scenario with a link (all but
+mm2-connect-rebalance), when the simulator's link driver became the core's
+(`linkd/core/link_driver.py`, which the daemon pumps too). What moved:
+- pushes are pipelined, up to three in flight (operator-mix seed 1 pushes
+  after its reversal: fetch rounds 42 -> 60, catch-up 2294 -> 1894 ms);
+- an idle lane wakes at once when the link changes, after the first
+  handshake, a session or the first discovery, and when new follower topics
+  appear (add-empty-namespace: CATCHING_UP 300 -> 100 ms); discovery runs
+  every 500 ms exactly (it waited for the next 200 ms poll), one call per
+  namespace and one for the group offsets;
+- back-off doubles under refusals too, and is back at 100 ms only after a
+  step succeeded; a connection reset fails the calls in flight at once and
+  the lanes back off (they had restarted at once);
+- a crashed dialer's driver dies with it and its restart starts a new one
+  (the old one looked again every 2 s while its cluster was down): B's
+  catch-up after its restart in retention-outage 2100 -> 200 ms; a link's
+  state is sampled only while the cluster that dials it runs
+  (retention-outage FOLLOWING 8300 -> 4300 ms, retention-outage-stop 15900
+  -> 8100 ms, operator-mix seed 1 12800 -> 10200 ms);
+- the tick is `timers.tick` (group timers included; retention durable
+  before the links tick).
+Other catch-up times moved by at most 1.1 s (partition-heal seed 1 6700 ->
+7800 ms: the fetch its split swallows leaves at another moment, so its
+deadline passes later; dr-multi-zone converges 400 ms after its heal, where
+it did not before), steady produce p99 latencies by at most 2 ms, fetch
+rounds by under 5% elsewhere. secure-links is pinned at 20 s since then
+(with 8 s, seed 1 ends while a fetch answer the lossy network dropped
+waits for its deadline; at 20 s: catch-up 10300 -> 8600 ms).
+
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
 """
@@ -44,81 +73,84 @@ SIZED: dict[str, dict[str, Any]] = {
     },
     # Its own length: the stop, both resumes and the switch back all fall after 8 s.
     "retention-outage-stop": {"duration_ms": 20_000},
+    # Its faults run to 17 s: cut at 8 s, a fetch answer the lossy network
+    # dropped still waits for its deadline when B's crash at 14 s ends the run.
+    "secure-links": {"duration_ms": 20_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
 PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("add-empty-namespace", 1): (
-        "85e6fd6ee5448be30b05821e0c10f354e01cf16d1ba6f71ca83fe5077900de1d",
-        "9fcb31cedfc108c35add3b46354bfe1d85cfdb8702521a22ea24fc90f0843e38",
+        "74e45ff627c3d384f0bf360931e9e9631c7d1c7d3e753bcc60043292a8c78eef",
+        "f1d7ca9a1979525dc38df862749a3d5d4939deaee44892f6d812903289f8a4a9",
     ),
     ("add-empty-namespace", 2): (
-        "792c684041cdde61329ef136247837b23c835aa1b0bfd6b2d118add569f6c5a7",
-        "e3d4f2cec6f76032ac9b36bb8412abed4f22feff70c18cc148ed89619df52301",
+        "36a728d6fb3c5ef9f4e1bf8860e28dd02d18bfd0108a443802dc17cbd979a952",
+        "53fc28a90e88bc7ab0a9a2d83eda7da3b910227897c084eccefadde52b75ea53",
     ),
     ("add-existing-topic", 1): (
-        "66547dedbdb830f8504d5884522a7ff18246fe01c8bafb6227dcb052e6f2d92d",
-        "c2cbaedd611aa209ccb0b464d754c751df19360b265260d829c6e344dacdd95f",
+        "88d9e5e77401ff479802c85a29a46ee4668b8a1e0f2d4e81149b3ff160911d0c",
+        "a76f0e242663f5d22cf135803ea7ff771d9f871b886c0770eec2d9ee8c736e7f",
     ),
     ("add-existing-topic", 2): (
-        "3bcdcb35ab058ece4e0ed12e63c2aa530d89596d59f56e2d8873233f6d8aabc1",
-        "4851ac7b8f9afc5b6585def56fa5b3b200918b3007cc0c89dcce22a2f53832fc",
+        "712be63e372c176ccfb456ec4f1a351387bd38d235bdc21ad8a5726d44585ccc",
+        "9482a9cd3692e432a1c1e50b025596e3c97f153d1c4f238a9219d8eeca874144",
     ),
     ("catch-up-storm", 1): (
-        "23850986f0064bf9dffb12788a3cdc2a1b22ce1bd5a4501febea5522415e0911",
-        "93675c33063fe13b75d393ff5f5e599174c4abd5a577f3fe20f6e7995808c9a7",
+        "ea898b8b9f2cb66fdd385d422dcb109543adcda452cbfb16a38273dbc6c87a87",
+        "9061d731fc67740a134806b1d8b0cd0f9cdf0c5e1ea74b69b5b4025743a25dde",
     ),
     ("catch-up-storm", 2): (
-        "196837450974671a656b7b300479d151e517e27e8ea45b88b846ddd18a4c1064",
-        "f3566d4452e2565dd417cb41c0e5b2bc0bdb2becbedfed010ada40b68ca61114",
+        "2d317e4a88121a6f1e331086317f8553cabfaa7a373d50349ce05dfd5724825d",
+        "9a8a48695ea300c59d4be881b81f01cd833aa45451b7374cd76a23bbe3437a6d",
     ),
     ("compacted-follower", 1): (
-        "aa869a8b6dd93efe250dc4ea9f87519b21d52b3eaa0bfaadfc6d788aa35f5853",
-        "89d101ae3fac74f388587fa962200e8db3bb13229a3df2acfefc246698a79321",
+        "25a612668fa52a79a1f454d53a580ea0a3df221950611c35bfa520fb72a6cdfb",
+        "f35a7341c2f5f9a33d973ab9ad44a21c35f5ccfca06a1f8448d16e352fa03710",
     ),
     ("compacted-follower", 2): (
-        "f1722521cc06e622fcd27d17217b98b2edf00ccedeafde81af46a685e21307f3",
-        "ede40100ed058ecf284b67a1e1a34823b952ac88b3495c8725c2a40c968b08be",
+        "f48a49d5685c19e402049a32b04edd8b6a2c9150fbd30bdbd293822a4f7538cd",
+        "eac8149bb8dcd95a7d06225428c5db421a9d288f210d9a13cd1a5d65e56802ef",
     ),
     ("dr-multi-zone", 1): (
-        "e246b490879319800decd1524c36d3bf2ec42fa2167661bdcaa1552d28e3e35a",
-        "6478b6abd974dea2f3908fdf1d460193695057d4df2b7c80d27518a90f0a7539",
+        "d49283ba16e33d428940379c5583bda9abedbb69d889baa1096e618136f25da1",
+        "00257420a1377b95be550602bafbe76cf2cf307251a4d0e4b4816c2588c88060",
     ),
     ("dr-multi-zone", 2): (
-        "d43f547b85c12c0f49447c1a089cc6c2bf96d9c96061c66a9f281e3980a80f4f",
-        "eb4e078a700f104d046ced30067b6c977b1eacc5c0037b04d552cbef775a844d",
+        "58df9bf54b52117838d6763fab6f6c3b5359e8bae953776e41b97e8106878968",
+        "c1a11a995a1a13133e2cc8898abb92175bcd7fefea52aa05fb25065b639dc498",
     ),
     ("dr-third-cluster", 1): (
-        "cf85dc3f199cc463974f9b4a3721ad29746e3a9b7a99e3b3effa290c4240d011",
-        "56e9a8f8804e429c7838804f0ef112abe48105ec847867586223486605c526f6",
+        "7aaf7867123894f5618807cb9878d0fdc4be68d629ec4923de3082ae9a99c632",
+        "cb55575e39145be5468425e86ace22f76f2a4188545d4650b32672bc26bda4ea",
     ),
     ("dr-third-cluster", 2): (
-        "a36e566eb8817e6f89ca33dfce386c08ab731ce660f111e11670b4e544b64c63",
-        "7ef1b4a85b91cc1786f63655e9f814a1e14642a4760fc92eb4f46babcdc4a2ce",
+        "29f8ad60058c6b61a2c34c72ab03c01baec52c03e1eb69727f280407d9144161",
+        "21b0eb1df05a37b96a0da86cb8c57d61c322d89d1492de4f319e2fb032c8bad7",
     ),
     ("failover-writable", 1): (
-        "a8f41b76070ded9f88f83315206767fb1f95c73cbe082daab4e3d6cbb400eb57",
-        "e6335035d83df932b839600f796364bcc427fbc3e509c853c91d8264c555fdd5",
+        "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",
+        "4b1754f97cd5783af67f0c207629d3145734b40b6d621949a9c697f0bee125a0",
     ),
     ("failover-writable", 2): (
-        "0002f71183715ffe7d48265582f3df3e3b5d590bea92f0fcc668f8b18ccdec30",
-        "dcd0d6d9fd0a130660f2358c6cdbf6d0cbafd5d49acec279efdeedfe26c6971d",
+        "d5383aa33756173decc354e5bbf1f8bd799a5bb58fb1c9fbce1f2928debda08e",
+        "bffb58d536c6ef08860023c4aa99f76bf99328cc6feb5b45bbc46a5e2a53604b",
     ),
     ("link-flap", 1): (
-        "bbb3c267556539445a97c4d656d80846732f58e378c66c48b84175ea572b867f",
-        "2764af99d244d7ba4fc63ae6638b27f6aef55c0f21e605582ad3a3ee730fd3cb",
+        "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",
+        "10aa7e77ce2bc20304f740039f98a8f645acbf84f09bdf8caf35e1a1c656faf7",
     ),
     ("link-flap", 2): (
-        "2707fb0de6afd66466a1b17e53c4c48fc39520fbb4e608dc3056ecd9dee28d40",
-        "7c1c4bd340a3ec3eca5892b94b5af1b19c2dba7de1cd8493ba1482be091ec273",
+        "b2af36a9cac1b56e92b98580dd206ae0e0e57355a719004d6c760e6c4d6a990a",
+        "65e6a7cc483f8d61383a6010022afaf364bd879adca975967df88034152c97ba",
     ),
     ("mirror-vs-link-failover", 1): (
-        "a5bd970ae3dd633ce4ff6bd6748e934a485ee033a2b3ff323344b828da5e0515",
-        "5d268e376ac50fbd1a57a24dd73d1c82a37e2962b5e1489271ee3c8ebc54d732",
+        "afaa0d28269375ad2510094568f5948792cd91ad26d1cacbb2f244b3c6c3c3ed",
+        "b9ebb208d0a27e37f70916b8d95a608df0b85c792464958aaa8f964c6ae84b44",
     ),
     ("mirror-vs-link-failover", 2): (
-        "cf9bfbed24e0a86873bc172308759084cba0294dedeb590d00492a26c4128f77",
-        "c38ce4f97fe86ecf352535f414b31d1b87a35f2dffe0290f30c5d8eeae19d264",
+        "8dc133d27cc9b1a4b860d50b7f752dc24b6769cd09712f822aa583e40d4ba9fb",
+        "20afe64dfa7c4f490b0584fe0fd795f5b16db11d2515776d41e780cd9397ac51",
     ),
     ("mm2-connect-rebalance", 1): (
         "7fc53c14c94831e28a703aeabe6c661bace875595e9b56f49640c6ba7d56376f",
@@ -129,68 +161,68 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "586201085d6969871aa9d67770d767682616baef70aabee55db8baa5ac647dd2",
     ),
     ("operator-mix", 1): (
-        "6468225e2b55a9f13ee06e3a3585ccddaf1aaf5a3351ebab7e30da030e7584ce",
-        "4dfdcf3cabf810a5cb9a44e1ee7a4f3d57435a0482fb56680cd54e0a22888ae7",
+        "3a4cfb42bc3535921971bac74f88770aa869bb78b15d144878b5f947ddd43bce",
+        "e81ed20cdd2479cce9a20dfc94c0581d48b88e6ebbabcde2f6a090adf1dd2e73",
     ),
     ("operator-mix", 2): (
-        "5320515654dcbf0d121d3ccbb1b95b4839db817ebc01a0b0602ccfcf79706021",
-        "a3bab311514924073ee3a3a9bd078f40bfe44b99b9cd65333fa7baad0454fe1f",
+        "93f084d97bb3e2e8f5c1b8c49ee8a30fc6584a9ea599eea169be90a09d794e09",
+        "6b652d38b005105dbf48eb45a5edc42857beb332135c8bf7d208632885b700de",
     ),
     ("partition-heal", 1): (
-        "3831ac78c892c6176e7e59e80f35095fc04c236cb4773ab62585fd0d39e36dc9",
-        "0e7cd681c6b76a2a32b319cae5087740be470cb3dbaefd7483b8bcffae112c60",
+        "7ee6478a019a65fb3a0861e533ac5f734b1cdde59b381ae4312f7d2a74b25cbd",
+        "6b5a9872b5d1a3a42bfe3c7f57bfb56f7f9a8a68076fb7c5f8ce9c226ecd76f8",
     ),
     ("partition-heal", 2): (
-        "e258ade91be60e5b92e0a1ef94a959e6f7b0dbe88a2d2d95f2536257f0113f1e",
-        "3623a876457b5e1beec7944dfe3c78d6eb6d972471c5e17642b9e01d7ad65983",
+        "5c1dbac740a35a265337f9ff82882ee3d6d4fa3a12c036c877a1888bb2cc261b",
+        "c80ec44fb0c2c9a7aa81c66fe00f96559fed8069f35932392a32fc678341fbdf",
     ),
     ("retention-outage", 1): (
-        "f4623a9c3f5d13e3e3a6ba304eb751d7d6345416b6a074a096b9a34d19079610",
-        "a830e4d9f34056d25f01aecf096558b03a104fe9f01dd503d5d1e76cc518e90e",
+        "ba1ce4438c032d4390561254aa66ebe2820ae714e965ea85e3a7818aba9964f0",
+        "67b5c11ee70a39f4189524b22d5982b0204258e080e6d8a7f149c1d8e806afd2",
     ),
     ("retention-outage", 2): (
-        "c7ebfa4191a4ae86faee545a57ffdef12b8564b30f8640fa4f4fa8301e53dc47",
-        "d98505281a8597b148bfdbbe696b7c8394ca011eb7e6344e094e707f5a4bb670",
+        "7bb9b89c202db7c44b1065f787cc85ec0c1851165799778a6a794c5bffc10445",
+        "d8d8d5edafd34cef26063eafaa9bdbc8ed8f94fa0f8a5499466e3e744a127516",
     ),
     ("retention-outage-stop", 1): (
-        "87004960e2c2dcf33a01380603dc2af1c56c75f3023211efecda5521923ea1a1",
-        "a8ac95efbfa62f5403d688623197a2490ca30c5e9a0a14735e48e72b26559255",
+        "598540ba67ddae7c6c5a0f423563f279cedd46094fd62c7e7dd464a22b0705e0",
+        "983d21bdeae88985f79dfd3f508e78a2f3dd3046a3247b15e7f5434e59c5849e",
     ),
     ("retention-outage-stop", 2): (
-        "c969100204d371af4974428d390493c6f0ea978afbc593c172814ec6b1fd1b8b",
-        "bde6e91115061f53f90ee4f62b867f8b5e428d11a2ea03f2e3bb176d0eda32e3",
+        "c25c8b718c99be54a0b970a75e41f0323b8fd7c252d00cd63ebdfbef6f056348",
+        "3c2c6f75ce97c9c2b46c774bdcab718c0f6bc69f333be48e1b569e391285e459",
     ),
     ("secure-links", 1): (
-        "5c1431d9afa8c5ab51aec3c8648c5b4f02aa94093a4b556aa8d5095c6b0ee01a",
-        "8669f77cb47052c2a5de00289ddf57cbe9c48f9a6cb2673e152d5c58bf47fde4",
+        "fea6bc5ec5cabb3d6c231f721fafd6abec3501fafc66bc7551f66da1f46530b3",
+        "8e6e373448fc08af12dda89e22bcdde509947128fbffd1bd2933a1e298c4895c",
     ),
     ("secure-links", 2): (
-        "3f4f49515013fedaef92516775d99b641547b4770eb8d2162edeb988f86d42d2",
-        "e20346b0457ba781ba26287481f0fdbf9e6f458f84aa76cd269cb1a57eca3e36",
+        "5ebc92a9776ae018feae81fd56254c73506fdf9ee66f9fa60c761e46b848799c",
+        "5e0881ba92e6c99c81b01b4d42c03714b096a9bf15813f13f237e3db57919118",
     ),
     ("sync-failover", 1): (
-        "3fb3b5076d77e25b0765221bc4b431d96ebd044a101e1aa4c38863061d62f580",
-        "e241702571739a60f4444a6b5df926821d20fd023d5b6d105eaac505a28c1b8b",
+        "cd72d9a0439dd57fb84dfe8b4b5ce65642a4fc00ed7896eb4663bd6de75f2894",
+        "69f544e2ab6dc40fb444450baaa9c6caa7acfa5183349ecc1fcb5b23353ae922",
     ),
     ("sync-failover", 2): (
-        "4a8f59105b6aacee5510dc7fa15a56173edaa2ed2e11dbc574c241e4c45840d6",
-        "eca86152f96e4ba8b79bcf93bd1fe17e7ff3b15a98721c2f9679d587817fe763",
+        "52ae59b21d6b945018ce040e9a2bf26b2300fbf8d7a268806d8cabe5d80ece88",
+        "d5a554e57d726d9518627f2c884f7ef986a0c462dbd0c88417554bbd1111c60e",
     ),
     ("sync-follower-stall", 1): (
-        "78ecd62a6da8b07ddc47ba4c246f7cbf625330d1450121e5d7de6c11e2358a32",
-        "8065ea82f995e6af44bb18f0a309b2c7184ddc1d4fc72142d38af6fb0d2b51bd",
+        "88e7a227e17b3651409c4e4b65d008892c3d58559b11c3f50618cdcfa55ec520",
+        "318ae34fbfd7588d401995bdec348fcb62d896118af310c6454fdab5302a1715",
     ),
     ("sync-follower-stall", 2): (
-        "6b78e06a9970b35b372055fca5f7b55726d63c90d36f411bc4fd45a58a1417e7",
-        "098e0dd404a5da9056a59983c64bdda9a610829031f6770472ec2dbe766e27fe",
+        "5388a252ac8a34a665e53c28a95ef9023d7a9a183c9b63b8319e247a63524328",
+        "1290d4075f9510b24756daa6c8960c1b0ef676cfda3da77380d06d798ae12f0f",
     ),
     ("unclean-election", 1): (
-        "afb611937c69780ccfc0a5ed1d878ecc5e1fff8504b793a1c01b054e44ae77b8",
-        "8fc8da25e6214febf0a6dee2df937472fc4c1da6dc8cc756f7e96e7615c06eff",
+        "ee6969a4fda553cc4fbe29d976be0b4edb19a102b292c240dc7e49f4666bad1b",
+        "d37a1a8715a778dfe1d17febc4f0711953115526cee50d225f59ae94cd920304",
     ),
     ("unclean-election", 2): (
-        "20a1f158c10cb615cf2e5fc533a1f9facddcbd8d625f22ebf51e46f29bf5aa97",
-        "ef74d3851fffb6dfcb0799dea1a70d5714bd8cc9161f5ac0f7ebf26ff2ed659d",
+        "a4699c70d70065066a80d30f741a962342817a39ca43e38d58670106a233de10",
+        "71b037ae6f97e056324ad2fe69effc8b0a4f2d6ab39eb877384dc86ffa4b736c",
     ),
 }
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from linkd.core import link_rounds as rounds
+from linkd.core.link_driver import BACKOFF_MAX_MS
 from sim import scenario as scenarios
 from sim import sweep
 from sim.history import Poll, Send
-from sim.link_driver import BACKOFF_MAX_MS
 from sim.resources import IoDevice
 from sim.runner import run_summary
 from sim.sweep import load_sweep

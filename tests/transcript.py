@@ -35,6 +35,25 @@ Commands (cluster names A and B; one partition, 0, unless `p=` says):
   restart A|B                           rebuild from the shell's storage
   epochs A|B TOPIC [p=P]                the leader-epoch history (epoch@start offset)
   show A|B                              every partition; link state and lags on B
+  set-mode A|B sync|async               an operator's set-mode there (the other side
+                                        learns it from the link)
+  delete-link A|B                       an operator deletes the link there
+  attach A group PREFIX                 A leads a namespace of groups on the link
+  commit A GROUP TOPIC OFFSET [p=P]     a consumer's commit; `groups A|B` lists them
+  join A GROUP [session=MS]             a member joins (JoinGroup); `tick A` runs the
+                                        cluster's timers once (`timers.tick`)
+
+The link's driver (linkd/core/link_driver.py), pumped by script
+(tests/transcript_lanes.py says what it prints):
+  start A|B [max_wait_ms=] [fetch_max_bytes=] [partition_max_bytes=]
+                                        that cluster's driver of link ab runs
+  deliver LANE                          the lane's oldest call reaches the remote,
+                                        which serves it (and may hold a fetch)
+  refuse LANE CODE                      the remote refuses it (an ErrorCode name)
+  timeout LANE                          time passes to its deadline
+  advance MS                            time passes: waits end, long polls expire
+  wake                                  the link changed (LinkChanged)
+Time moves only with `advance` and `timeout`; LANE is control, pull or push.
 """
 
 from __future__ import annotations
@@ -48,19 +67,24 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from linkd.core import link_admin as admin
+from linkd.core import link_driver as driver
 from linkd.core import link_rounds as rounds
-from linkd.core import procedures
+from linkd.core import procedures, timers
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, Effect
 from linkd.core.effects import journal
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.groups import GroupReply, JoinRequest, JoinResult
 from linkd.core.journal import JournalRecord
 from linkd.core.links import Leader, LinkConfig, LinkLimits, LinkTable, Mapping, MappingType
+from linkd.core.namespaces import ResourceType
 from linkd.core.requests import Execute, Handshake, Note, Now, Request
 from linkd.node import ClusterNode
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.seeds import IdFactory
+from tests.transcript_lanes import Lane, LanePump
 
 NOW = 1_000
 LIMITS = LinkLimits(session_timeout_ms=5_000, replica_lag_time_max_ms=2_000)
@@ -86,7 +110,7 @@ def _sized(effect: AppendBatch) -> int:
 
 
 class SimShell:
-    def __init__(self, cluster_id: str) -> None:
+    def __init__(self, cluster_id: str, clock: Callable[[], int] = lambda: NOW) -> None:
         self.queue = EventQueue(1_000_000)
         self.node = SimCluster(cluster_id, self.queue, 10_000, 0, LIMITS, IdFactory(1, cluster_id))
 
@@ -112,16 +136,15 @@ class SimShell:
 
 
 class DaemonShell:
-    def __init__(self, cluster_id: str) -> None:
+    def __init__(self, cluster_id: str, clock: Callable[[], int] = lambda: NOW) -> None:
         self.cluster_id = cluster_id
+        self.clock = clock
         self._tmp = tempfile.TemporaryDirectory(prefix=f"transcript-{cluster_id}-")
         self.loop = asyncio.new_event_loop()
         self.node = self._open()
 
     def _open(self) -> ClusterNode:
-        node = ClusterNode(
-            Path(self._tmp.name), self.cluster_id, fsync=False, clock=lambda: NOW
-        )
+        node = ClusterNode(Path(self._tmp.name), self.cluster_id, fsync=False, clock=self.clock)
         node.state.links = LinkTable(self.cluster_id, LIMITS)
         node.open()
         return node
@@ -139,8 +162,8 @@ class DaemonShell:
     def restart(self) -> None:
         self._stop()
         self.node = self._open()
-        self.execute(self.node.state.recovery_completions(NOW))
-        self.node.state.links.reset_runtime(NOW)
+        self.execute(self.node.state.recovery_completions(self.clock()))
+        self.node.state.links.reset_runtime(self.clock())
 
     def _stop(self) -> None:
         self.loop.run_until_complete(self.node.stop())
@@ -189,10 +212,15 @@ def render(steps: Sequence[Step], outputs: Sequence[list[str]]) -> str:
 class Transcript:
     """Two clusters on one shell kind; `run(command)` gives the output lines."""
 
-    def __init__(self, make: Callable[[str], Shell]) -> None:
-        self.a, self.b = make("A"), make("B")
+    def __init__(self, make: Callable[[str, Callable[[], int]], Shell]) -> None:
         self.now = NOW
+        self.a, self.b = make("A", self.clock), make("B", self.clock)
+        self.pump: LanePump | None = None
+        self.requests = 0  # JoinGroup request ids
         self._setup()
+
+    def clock(self) -> int:
+        return self.now
 
     def close(self) -> None:
         self.a.close()
@@ -217,11 +245,12 @@ class Transcript:
         words = shlex.split(command)
         verb, args = words[0], [w for w in words[1:] if "=" not in w]
         opts = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-        self.now += 10
         handler = getattr(self, "do_" + verb.replace("-", "_"), None)
         if handler is None:
             raise ValueError(f"unknown command {verb!r}")
         out: list[str] = handler(args, opts)
+        if self.pump is not None:
+            out += self.pump.run()  # what the lanes do now (data may have arrived)
         return out
 
     # -- commands ---------------------------------------------------------------------------
@@ -272,12 +301,12 @@ class Transcript:
         a, b = self.a.state, self.b.state
         request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, self.now)
         answer = rounds.serve_replica_fetch(
-            a, request.link_id, request.partitions, self.now, self._reader(self.a),
+            a, request.link_id, request.partitions, self.now, self.reader(self.a),
             int(opts.get("budget", str(1 << 20))), 1 << 20,
         )
         # The follower's side, as both shells run it: truncations and appends,
         # the end of the round, the settling of orphaned partitions.
-        notes = self._drive(
+        notes = self.drive(
             self.b, rounds.apply_fetched(b, "ab", answer, request.local_of, self.now)
         )
         out: list[str] = []
@@ -330,10 +359,121 @@ class Transcript:
         history = " ".join(f"{epoch}@{start}" for epoch, start in log.epoch_history)
         return [f"{args[0]} {args[1]}-{p}: epochs {history}"]
 
+    # -- the link's driver (tests/transcript_lanes.py) ----------------------------------------
+
+    def do_start(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`start X [max_wait_ms=N] [fetch_max_bytes=N] [partition_max_bytes=N]`."""
+        d = driver.DriverSettings()
+        settings = driver.DriverSettings(
+            int(opts.get("max_wait_ms", d.max_wait_ms)),
+            int(opts.get("fetch_max_bytes", d.fetch_max_bytes)),
+            int(opts.get("partition_max_bytes", d.partition_max_bytes)),
+        )
+        self.pump = LanePump(self, args[0], settings)
+        return []
+
+    def _lanes(self) -> LanePump:
+        if self.pump is None:
+            raise ValueError("no driver runs: `start A|B` first")
+        return self.pump
+
+    def do_deliver(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        self._lanes().deliver(Lane(args[0]))
+        return []
+
+    def do_refuse(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        self._lanes().refuse(Lane(args[0]), ErrorCode[args[1]])
+        return []
+
+    def do_timeout(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        pump = self._lanes()
+        return [*pump.advance(pump.deadline_of(Lane(args[0]))), f"now {self.now}"]
+
+    def do_advance(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        to = self.now + int(args[0])
+        if self.pump is None:
+            self.now = to
+            return [f"now {self.now}"]
+        return [*self.pump.advance(to), f"now {self.now}"]
+
+    def do_wake(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        self._lanes().wake()
+        return []
+
+    def do_set_mode(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`set-mode A|B sync|async`: an operator's set-mode there, not told
+        to the other side (it learns it from the link)."""
+        shell = self.shell(args[0])
+        records, _moved = rounds.set_link_mode(shell.state, "ab", args[1].upper(), self.now)
+        shell.execute(journal(records))
+        return [f"{args[0]} link ab: mode {shell.state.links.get('ab').mode}"]
+
+    def do_delete_link(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        shell = self.shell(args[0])
+        shell.execute(admin.delete_link(shell.state, "ab", False, self.now))
+        return [f"{args[0]} deleted link ab"]
+
+    def do_attach(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`attach A group PREFIX`: A leads a namespace of groups on the link
+        (B hears of it with the next handshake)."""
+        shell, kind, prefix = self.shell(args[0]), MappingType(args[1]), args[2]
+        state = shell.state
+        shell.execute(_journal_of(state.namespaces.create(ResourceType[kind.name], prefix, False)))
+        mapping = Mapping(kind, prefix, prefix, Leader.LOCAL, True, (0, 0, ""))
+        shell.execute(admin.put_mapping(state, "ab", admin.versioned(state, mapping, self.now),
+                                        self.now))
+        return [f"{args[0]} leads {kind} {prefix} on link ab"]
+
+    def do_commit(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`commit A GROUP TOPIC OFFSET [p=P]`: a consumer's commit."""
+        shell, group, topic, offset = self.shell(args[0]), args[1], args[2], int(args[3])
+        p = int(opts.get("p", "0"))
+        shell.execute(shell.state.commit_group_offsets(
+            group, -1, "", {(topic, p): (offset, "", -1)}, self.now
+        ))
+        return self._groups(args[0])
+
+    def do_groups(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        return self._groups(args[0])
+
+    def do_join(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`join A GROUP [session=MS]`: a new member joins (JoinGroup)."""
+        shell, group = self.shell(args[0]), args[1]
+        session_ms = int(opts.get("session", "6000"))
+        self.requests += 1
+        request = JoinRequest(group, "", "c", session_ms, 0, "consumer", (("range", b""),))
+        replies = shell.state.groups.join(self.requests, request, self.now)
+        return [_reply_text(r) for r in replies] + self._group_states(args[0])
+
+    def do_tick(self, args: list[str], opts: dict[str, str]) -> list[str]:
+        """`tick A`: every timer of the cluster, once (`timers.tick`)."""
+        shell = self.shell(args[0])
+        box: list[list[GroupReply]] = []
+
+        def ticking() -> Generator[Request, Any, None]:
+            box.append((yield from timers.tick(shell.state, self.now)))
+
+        notes = self.drive(shell, ticking())
+        return notes + [_reply_text(r) for r in box[0]] + self._group_states(args[0])
+
+    def _groups(self, cluster: str) -> list[str]:
+        state = self.shell(cluster).state
+        out = []
+        for group, _state, _type in sorted(state.groups.list_groups()):
+            for (topic, p), c in sorted(state.groups.committed(group, None).items()):
+                out.append(f"{cluster} {group}: {topic}-{p} at {c.offset}")
+        return out or [f"{cluster}: no committed offsets"]
+
+    def _group_states(self, cluster: str) -> list[str]:
+        state = self.shell(cluster).state
+        return [f"{cluster} {g}: {s}" for g, s, _t in sorted(state.groups.list_groups())]
+
     def do_show(self, args: list[str], opts: dict[str, str]) -> list[str]:
         out = self._partitions(args[0])
         if args[0] == "B":
             out.append(self._link_line())
+            if "ab" not in self.b.state.links.configs:
+                return out
             for row in admin.link_summary(self.b.state, "ab", self.now).partitions:
                 lag = row.lag_records if row.lag_known else "unknown"
                 out.append(f"  row {row.topic}-{row.partition} {row.role}: lag {lag}")
@@ -356,9 +496,11 @@ class Transcript:
         return out or [f"{cluster}: no topics"]
 
     def _link_line(self) -> str:
+        if "ab" not in self.b.state.links.configs:
+            return "link ab on B: deleted"
         return f"link ab on B: {self.b.state.links.state_name('ab')}"
 
-    def _drive(self, shell: Shell, procedure: Generator[Request, Any, None]) -> list[str]:
+    def drive(self, shell: Shell, procedure: Generator[Request, Any, None]) -> list[str]:
         """Runs a core procedure on a shell; returns the notes it logged."""
         notes: list[str] = []
         answer: Any = None
@@ -376,7 +518,7 @@ class Transcript:
             elif isinstance(request, Note):
                 notes.append(f"{request.level}: {request.message}")
 
-    def _reader(self, shell: Shell) -> rounds.ReplicaReader:
+    def reader(self, shell: Shell) -> rounds.ReplicaReader:
         def read(topic_id: str, p: int, start: int, end: int, budget: int) -> tuple[bytes, int]:
             data = shell.read(topic_id, p, start, end, budget)
             return data, len(data)
@@ -392,3 +534,15 @@ def _wire(config: LinkConfig) -> LinkConfig:
 
 def _journal_of(records: Sequence[JournalRecord]) -> list[Effect]:
     return journal(records)
+
+
+def _reply_text(reply: GroupReply) -> str:
+    result = reply.result
+    if isinstance(result, ClusterError):
+        return f"request {reply.request_id} refused: {result.code.name}"
+    if isinstance(result, JoinResult):
+        return (
+            f"request {reply.request_id}: joined {result.member_id}, "
+            f"generation {result.generation_id}"
+        )
+    return f"request {reply.request_id}: synced"

@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linkd.core import histories, undo
+from linkd.core import histories
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
@@ -56,7 +56,6 @@ from linkd.core.links import (
     LinkConfig,
     LinkMode,
     MappingKey,
-    Role,
     orphans,
 )
 from linkd.core.provenance import Gap
@@ -68,13 +67,6 @@ from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 # does: its records stand for larger ones).
 ReplicaReader = Callable[[str, int, int, int, int], tuple[bytes, int]]
 
-# How often the dialing side exchanges configurations, and how often a
-# follower lists its source's topics and group offsets (or a pushing leader
-# sends them). The same in both shells.
-HANDSHAKE_INTERVAL_MS = 2_000
-DISCOVERY_INTERVAL_MS = 500
-# A data loop with nothing to fetch or push looks again after this long.
-IDLE_POLL_MS = 200
 # A link call fails when its answer has not arrived this long after the call
 # (beyond the long poll it asked for, for a replica fetch).
 CALL_TIMEOUT_MS = 10_000
@@ -106,58 +98,6 @@ def fetch_silence_ms(max_wait_ms: int) -> int:
     longer than the long poll is no news; a shorter bound would call every
     idle follower of a long-polling link CATCHING_UP."""
     return max(DEFAULT_FETCH_SILENCE_MS, served_wait_ms(max_wait_ms) + 1_500)
-
-
-# -- what a link does next ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NextSteps:
-    """What the dialing side of a link should do now. Handshake and discovery
-    run beside the data path; pulling (this side follows topics) and pushing
-    (this side leads topics or groups) run beside each other: one link may
-    carry mappings in both directions, and each direction replicates."""
-
-    handshake: bool
-    discover: bool  # list the source's topics and group offsets (this side follows)
-    pull: bool
-    push: bool
-    push_discovery: bool  # the next push carries the namespaces and group offsets
-
-
-def next_steps(
-    config: LinkConfig,
-    now_ms: int,
-    last_handshake_ms: int | None,
-    last_discovery_ms: int | None,
-    last_push_discovery_ms: int | None,
-) -> NextSteps:
-    """The one rule for a dialing side's next steps (None: never done)."""
-
-    def due(last: int | None, interval: int) -> bool:
-        return last is None or now_ms - last >= interval
-
-    # One pass over the attached mappings (this runs before every step of
-    # every lane): whether this side follows or leads a topic, group or
-    # principal mapping, and whether it follows a topic one (it pulls).
-    follows = leads = pull = False
-    for m in config.attached_mappings():
-        if m.resource_type not in ("topic", "group", "principal"):
-            continue
-        if m.local_role == Role.FOLLOWER:
-            follows = True
-            pull = pull or m.resource_type == "topic"
-        else:
-            leads = True
-    if undo.undone(1) and pull:
-        leads = False  # the old runner: pull or push, never both
-    return NextSteps(
-        handshake=due(last_handshake_ms, HANDSHAKE_INTERVAL_MS),
-        discover=follows and due(last_discovery_ms, DISCOVERY_INTERVAL_MS),
-        pull=pull,
-        push=leads,
-        push_discovery=leads and due(last_push_discovery_ms, DISCOVERY_INTERVAL_MS),
-    )
 
 
 # -- handshake ------------------------------------------------------------------------

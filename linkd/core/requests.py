@@ -10,6 +10,8 @@ virtual time:
 - `Execute(effects, traffic)`: carry out the effects in order (journal,
   appends; `traffic` names the I/O for shells that account for it); answer:
   now (ms), once appends are durable.
+  (A link's driver yields these requests too, and those of
+  `linkd.core.link_calls`: calls on the data path and the waits between.)
 - `Call(address, request)`: deliver a `RemoteRequest` to the cluster at
   `address`; answer: a `Reply` (the remote's answer, its refusal, or
   LINK_UNREACHABLE when it cannot be reached).
@@ -104,7 +106,7 @@ RemoteAnswer = ClusterIdentity | LinkConfig | PartitionsDescription | Promoted |
 @dataclass(frozen=True, slots=True)
 class Execute:
     effects: tuple[Effect, ...]
-    traffic: str = "metadata"  # "metadata" | "replica" | "offsets"
+    traffic: str = "metadata"  # "metadata" | "replica" | "offsets" | "retention"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,7 @@ class WakeWaiters:
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    level: str  # "info" | "warning"
+    level: str  # "debug" | "info" | "warning"
     message: str
 
 
