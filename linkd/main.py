@@ -57,6 +57,7 @@ from linkd.grpc_auth import (
     SaslInterceptor,
     parse_listener,
     server_credentials,
+    tls_files_problem,
 )
 from linkd.grpc_service import VERSION, add_services
 from linkd.grpc_standard import HEALTH_SERVICE, Health, add_reflection
@@ -494,6 +495,10 @@ def _check_tls_settings(parser: argparse.ArgumentParser, settings: dict[str, Any
                 parser.exit(
                     EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: not a PEM file\n"
                 )
+    if settings.get("tls_cert") and settings.get("tls_key"):
+        problem = tls_files_problem(settings["tls_cert"], settings["tls_key"])
+        if problem is not None:
+            parser.exit(EXIT_USAGE, f"linkd: {problem}\n")
     listener: Listener = settings["grpc_listener"]
     if listener.tls and not (settings.get("tls_cert") and settings.get("tls_key")):
         parser.exit(

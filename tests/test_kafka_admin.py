@@ -118,6 +118,11 @@ def test_create_describe_and_delete_topics(cluster: Cluster) -> None:
         [NewTopic("adm-cfg", 1, 1, config={"no.such.key": "1"})])["adm-cfg"])
     assert bad_config.code() == KafkaError.INVALID_CONFIG
     assert "no.such.key" in bad_config.str()
+    # Kafka's internal topics are not ordinary topics: refused, as Kafka does.
+    internal = error_of(admin.create_topics([NewTopic("__consumer_offsets", 1, 1)])[
+        "__consumer_offsets"])
+    assert internal.code() == KafkaError.INVALID_REQUEST
+    assert "Creation of internal topic __consumer_offsets is prohibited" in internal.str()
 
     # validate_only changes nothing
     admin.create_topics([NewTopic("adm-dry", 2, 1)], validate_only=True)["adm-dry"].result(20)

@@ -56,10 +56,10 @@ from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.topic_config import (
     TopicConfig,
+    check_creatable_topic_name,
     effective_configs,
     validate_configs,
     validate_partition_count,
-    validate_topic_name,
 )
 from linkd.core.transactions import (
     MAX_EPOCH,
@@ -214,7 +214,7 @@ class ClusterState:
     ) -> dict[str, str]:
         """Every check of `create_topic`, changing nothing (Kafka's validate_only);
         returns the checked overrides."""
-        validate_topic_name(name)
+        check_creatable_topic_name(name)
         self.check_client_write(ResourceType.TOPIC, name, "create")
         validate_partition_count(name, partitions)
         overrides = validate_configs(name, configs)

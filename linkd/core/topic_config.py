@@ -198,6 +198,28 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+# Kafka's internal topics: its group coordinator's offsets, its transaction
+# coordinator's log, the metadata log. Here groups and transactions live in
+# the metadata journal; a client topic by one of these names would be taken
+# by Kafka tools for the real thing, so creating one is refused as Kafka
+# refuses creating an internal topic.
+KAFKA_INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__cluster_metadata", "__share_group_state"}
+)
+
+
+def check_creatable_topic_name(name: str) -> None:
+    """A name a client may create a topic by: legal, and not one of Kafka's
+    internal topics (INVALID_REQUEST, Kafka's answer)."""
+    validate_topic_name(name)
+    if name in KAFKA_INTERNAL_TOPICS:
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"topic {name!r}",
+            f"Creation of internal topic {name} is prohibited.",
+        )
+
+
 def valid_topic_name(name: str) -> bool:
     try:
         validate_topic_name(name)

@@ -10,8 +10,8 @@ Two kinds of rules:
   key): checked by the listener before the handler runs. A refused request is
   answered with CLUSTER_AUTHORIZATION_FAILED in every error code of the
   response (`codec.error_body`), or, for the APIs that answer per item
-  (CreateAcls, DeleteAcls, ElectLeaders, AlterUserScramCredentials), in every
-  item, as Kafka does.
+  (CreateAcls, DeleteAcls, ElectLeaders, Describe- and
+  AlterUserScramCredentials), in every item, as Kafka does.
 - Per-resource rules (topics, groups, transactional ids): in the handlers,
   with the answer shape of each API; docs/security.md lists them all.
 """
@@ -135,9 +135,34 @@ def _alter_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
     return {"throttle_time": 0, "results": [{"user": u, **_item(exc)} for u in users]}
 
 
+def _describe_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
+    """One refused result per named user; a request naming none (every
+    user) gets the top-level error alone. Kafka also sets the top-level
+    error beside the named users' results, but librdkafka (confluent-kafka
+    2.16.1) frees that answer twice and aborts, as it crashes on an empty
+    result list: each named user's own error is what every client reads."""
+    users = [u.name for u in body.users or ()]
+    if not users:
+        return {"throttle_time": 0, **_item(exc), "results": []}
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "results": [{"user": u, **_item(exc), "credential_infos": []} for u in users],
+    }
+
+
 # API key -> the refused answer, for the APIs that answer per item.
 PER_ITEM_REFUSAL: Mapping[int, Callable[[Any, ClusterError], dict[str, Any]]] = (
-    MappingProxyType({30: _create_acls, 31: _delete_acls, 43: _elect_leaders, 51: _alter_scram})
+    MappingProxyType(
+        {
+            30: _create_acls,
+            31: _delete_acls,
+            43: _elect_leaders,
+            50: _describe_scram,
+            51: _alter_scram,
+        }
+    )
 )
 
 
@@ -191,7 +216,8 @@ RULES: Mapping[int, str] = MappingProxyType(
         45: "ALTER on the cluster",
         46: "DESCRIBE on the cluster",
         47: "DELETE on the group, READ on each topic (per partition)",
-        50: "DESCRIBE on the cluster",
+        50: "DESCRIBE on the cluster (refused: CLUSTER_AUTHORIZATION_FAILED in each named "
+        "user's result, or at the top when none is named)",
         51: "ALTER on the cluster",
         55: "DESCRIBE on the cluster",
         60: "nothing (authorized operations, when asked, are the caller's)",
