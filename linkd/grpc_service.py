@@ -759,6 +759,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(config.name)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def AlterLink(
         self, request: admin_pb2.AlterLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:

@@ -330,6 +330,10 @@ def test_grpc_admin_verbs_need_cluster_alter(cluster: Cluster) -> None:
     done = run_cli("create-namespace", "--type", "topic", "--prefix", "orders-",
                    bootstrap=cluster.daemon.bootstrap)
     assert done.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
+    # A link's gap.policy is ALTER on the cluster too (it once had no check).
+    done = run_cli("alter-link", "any-link", "--gap-policy", "stop",
+                   bootstrap=cluster.daemon.bootstrap)
+    assert done.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
 
 
 def test_default_mode_enforces_nothing(tmp_path: Path) -> None:
