@@ -746,6 +746,10 @@ def test_record_timestamps_outside_the_topic_s_bounds_are_refused(kafka: str) ->
         ahead = produce(now, now + 2 * 3_600_000)  # a producer's clock two hours ahead
         assert ahead.error_code == K.invalid_timestamp
         assert "message.timestamp.after.max.ms" in ahead.error_message
+        # KIP-467: the record at fault is named, by its index in the batch
+        assert [e.batch_index for e in ahead.record_errors] == [1]
+        assert f"Timestamp {now + 2 * 3_600_000} of record 1 is out of range" in \
+            ahead.record_errors[0].batch_index_error_message
         assert produce(now - 2 * 86_400_000).error_code == K.invalid_timestamp
         end = client.call(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": "clocked", "partitions": [
@@ -753,12 +757,45 @@ def test_record_timestamps_outside_the_topic_s_bounds_are_refused(kafka: str) ->
         assert end.topics[0].partitions[0].offset == 2  # only the first batch was stored
     finally:
         client.close()
-    errors: list[Any] = []
-    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 0})
-    producer.produce("clocked", b"late", partition=0, timestamp=now + 7_200_000,
-                     on_delivery=lambda err, _m: errors.append(err))
-    producer.flush(30)
-    assert [e.code() for e in errors] == [ck.KafkaError.INVALID_TIMESTAMP]
+    # kafka-python: one batch of three, the middle one two hours ahead. The
+    # bad record gets INVALID_TIMESTAMP, the others "refused only for sharing
+    # the batch" (KIP-467's record errors).
+    from kafka import KafkaProducer
+    from kafka import errors as kerrors
+
+    kp = KafkaProducer(bootstrap_servers=kafka, linger_ms=500, retries=0)
+    futures = {v: kp.send("clocked", v, partition=0, timestamp_ms=stamp)
+               for v, stamp in ((b"a", now), (b"late", now + 7_200_000), (b"c", now))}
+    kp.flush(30)
+    kp.close()
+    with pytest.raises(kerrors.InvalidTimestampError, match="of record 1 is out of range"):
+        futures[b"late"].get(10)
+    for v in (b"a", b"c"):
+        with pytest.raises(kerrors.KafkaError, match="part of a batch"):
+            futures[v].get(10)
+
+
+def test_confluent_kafka_tells_the_refused_records_from_their_batch_mates(kafka: str) -> None:
+    """KIP-467 through librdkafka: two records without a key in one batch to
+    a compacted topic get INVALID_RECORD, their batch mates
+    _INVALID_DIFFERENT_RECORD (librdkafka reads the record errors of a
+    refusal naming more than one record; one alone it reports as the
+    partition's error for the whole batch)."""
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import NewTopic as CkNewTopic
+
+    admin = CkAdmin({"bootstrap.servers": kafka})
+    admin.create_topics([CkNewTopic(
+        "keyed", 1, 1, config={"cleanup.policy": "compact"})])["keyed"].result(20)
+    errors: dict[bytes, Any] = {}
+    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 500})
+    for key, value in ((b"k", b"a"), (None, b"b"), (b"k", b"c"), (None, b"d")):
+        producer.produce("keyed", value, key=key, partition=0,
+                         on_delivery=lambda err, m: errors.__setitem__(m.value(), err))
+    assert producer.flush(30) == 0
+    assert {v: e.code() for v, e in errors.items()} == {
+        b"a": ck.KafkaError._INVALID_DIFFERENT_RECORD, b"b": ck.KafkaError.INVALID_RECORD,
+        b"c": ck.KafkaError._INVALID_DIFFERENT_RECORD, b"d": ck.KafkaError.INVALID_RECORD}
 
 
 def test_a_static_kafka_python_consumer_restarted_in_its_session_keeps_its_partitions(

@@ -39,7 +39,7 @@ from linkd.core.effects import (
     Wake,
 )
 from linkd.core.effects import journal as _journal
-from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.errors import ClusterError, ErrorCode, RecordError
 from linkd.core.groups import GroupConfig, GroupCoordinator
 from linkd.core.links import (
     LinkConfig,
@@ -352,16 +352,15 @@ class ClusterState:
             )
         plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
         try:
-            checked = rb.check_records(
+            rb.check_records(
                 batch,
                 max_decompressed=topic.config.max_message_bytes,
                 produced=True,
                 require_keys=topic.config.compact,
+                timestamp_range=timestamp_range(topic.config, now_ms),
             )
         except rb.CorruptBatchError as exc:
             raise refused_batch(exc, log.name, f"partition {log.name}") from exc
-        if not topic.config.log_append_time:
-            _check_timestamps(checked, topic.config, now_ms, log.name)
         if plan.duplicate:
             return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
         codec = topic.config.compression
@@ -1275,35 +1274,32 @@ class ClusterState:
 
 
 
-def _check_timestamps(
-    checked: rb.CheckedBatch, config: TopicConfig, now_ms: int, where: str
-) -> None:
-    """CreateTime records must lie within message.timestamp.before.max.ms
-    before and message.timestamp.after.max.ms after the broker's time (KIP-937)."""
-    too_old = now_ms - checked.min_timestamp > config.timestamp_before_max_ms
-    too_new = checked.max_timestamp - now_ms > config.timestamp_after_max_ms
-    if too_old or too_new:
-        ts = checked.min_timestamp if too_old else checked.max_timestamp
-        raise ClusterError(
-            ErrorCode.INVALID_TIMESTAMP,
-            where,
-            f"partition {where}: record timestamp {ts} is outside "
-            f"[{now_ms} - message.timestamp.before.max.ms={config.timestamp_before_max_ms}, "
-            f"{now_ms} + message.timestamp.after.max.ms={config.timestamp_after_max_ms}]",
-        )
+def timestamp_range(config: TopicConfig, now_ms: int) -> tuple[int, int] | None:
+    """The timestamps a produced record may carry: CreateTime records within
+    message.timestamp.before.max.ms before and message.timestamp.after.max.ms
+    after the broker's time (KIP-937); None for LogAppendTime, which stamps
+    them."""
+    if config.log_append_time:
+        return None
+    return now_ms - config.timestamp_before_max_ms, now_ms + config.timestamp_after_max_ms
 
 
 def refused_batch(exc: rb.CorruptBatchError, resource: str, where: str) -> ClusterError:
     """The refusal of a batch whose records failed `rb.check_records`:
-    RECORD_TOO_LARGE for records too large decompressed, INVALID_RECORD for
-    records that break a rule, CORRUPT_MESSAGE for bytes that do not parse."""
+    RECORD_TOO_LARGE for records too large decompressed, INVALID_TIMESTAMP
+    for records whose timestamps are out of range, INVALID_RECORD for records
+    that break another rule, CORRUPT_MESSAGE for bytes that do not parse. The
+    records at fault travel as its record errors (KIP-467)."""
+    record_errors: tuple[RecordError, ...] = ()
     if isinstance(exc, rb.DecompressedTooLargeError):
         code = ErrorCode.RECORD_TOO_LARGE
+    elif isinstance(exc, rb.InvalidTimestampError):
+        code, record_errors = ErrorCode.INVALID_TIMESTAMP, exc.record_errors
     elif isinstance(exc, rb.InvalidRecordError):
-        code = ErrorCode.INVALID_RECORD
+        code, record_errors = ErrorCode.INVALID_RECORD, exc.record_errors
     else:
         code = ErrorCode.CORRUPT_MESSAGE
-    return ClusterError(code, resource, f"{where}: {exc}")
+    return ClusterError(code, resource, f"{where}: {exc}", record_errors=record_errors)
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:
     """Finishes a ListOffsets by timestamp (first record at or after `timestamp`)
