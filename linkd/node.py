@@ -73,6 +73,10 @@ from linkd.storage.segments import PartitionLogStore
 log = logging.getLogger("linkd.node")
 
 TICK_INTERVAL_S = 0.05
+# The timer task wakes at the core's next deadline (a group's join, sync or
+# session deadline, a transaction's timeout, the next retention check), and
+# at least this often, so a clock step cannot leave a deadline unserved.
+TIMER_WAIT_MAX_S = 1.0
 SNAPSHOT_EVERY_RECORDS = 20_000
 # A group call waits at most this long beyond its own rebalance timeout.
 GROUP_CALL_MARGIN_MS = 5_000
@@ -172,6 +176,9 @@ class ClusterNode:
         self._group_waiters: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
         self._next_request_id = 1
         self._ticker: asyncio.Task[None] | None = None
+        self._timer_task: asyncio.Task[None] | None = None
+        # Set when a call may have moved the core's next deadline earlier.
+        self._timers_changed = asyncio.Event()
         # The log cleaner of compacted topics (linkd/log_cleaner.py).
         self.cleaner = LogCleaner(self, cleaner_settings or CleanerSettings())
         self._cleaner_task: asyncio.Task[None] | None = None
@@ -266,6 +273,7 @@ class ClusterNode:
         """Completes transactions prepared before a crash, starts the timers."""
         await self.execute(self.state.recovery_completions(self.clock()))
         self._ticker = asyncio.create_task(self._tick_loop(), name="linkd-tick")
+        self._timer_task = asyncio.create_task(self._timer_loop(), name="linkd-timers")
         self._cleaner_task = asyncio.create_task(self.cleaner.run(), name="linkd-log-cleaner")
         self.ready = True
 
@@ -276,12 +284,11 @@ class ClusterNode:
             self._cleaner_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleaner_task
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
+        for task in (self._ticker, self._timer_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for fut in self._group_waiters.values():
             if not fut.done():
                 fut.set_exception(
@@ -297,17 +304,49 @@ class ClusterNode:
             self.datadir.close()
 
     async def _tick_loop(self) -> None:
+        """The links' cadence: led partitions, link states, high watermarks."""
         while not self._stopping:
             try:
                 now = self.clock()
-                await self.execute(self.state.tick(now))
-                self._deliver(self.state.groups.tick(now))
                 self.state.refresh_led_partitions(now)
                 self.state.links.tick(now)
                 self.refresh_high_watermarks()
             except Exception:  # a timer failure must not stop future timers
                 log.exception("tick failed")
             await asyncio.sleep(TICK_INTERVAL_S)
+
+    async def _timer_loop(self) -> None:
+        """The core's timers, each at its deadline (`ClusterState.next_deadline_ms`):
+        group join, sync and session deadlines, transaction timeouts and the
+        retention check fire when due, not on a cadence. A call that may move
+        a deadline earlier wakes this loop (`_timers_moved`)."""
+        while not self._stopping:
+            self._timers_changed.clear()
+            try:
+                await self._fire_timers()
+                deadline = self.state.next_deadline_ms()
+            except Exception:  # a timer failure must not stop future timers
+                log.exception("timers failed")
+                deadline = None
+            wait_s = TIMER_WAIT_MAX_S
+            if deadline is not None:
+                wait_s = min(max(0.0, (deadline - self.clock()) / 1000), TIMER_WAIT_MAX_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timers_changed.wait(), wait_s)
+
+    async def _fire_timers(self) -> None:
+        now = self.clock()
+        await self.execute(self.state.tick(now))
+        self._deliver(self.state.groups.tick(now))
+
+    def _timers_moved(self) -> None:
+        self._timers_changed.set()
+
+    def fire_due_group_timers(self) -> None:
+        """Group deadlines already past fire before a group request is
+        served, so an answer never shows what a timer due before it would
+        have changed (a session that expired a moment ago)."""
+        self._deliver(self.state.groups.tick(self.clock()))
 
     # -- effects ----------------------------------------------------------------
 
@@ -724,6 +763,7 @@ class ClusterNode:
                 transactional_id, producer_id, epoch, partitions, self.clock()
             )
         )
+        self._timers_moved()  # a transaction may have begun: its timeout is armed
 
     async def add_offsets_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
@@ -734,6 +774,7 @@ class ClusterNode:
                 transactional_id, producer_id, epoch, group_id, self.clock()
             )
         )
+        self._timers_moved()
 
     async def txn_offset_commit(
         self,
@@ -800,8 +841,10 @@ class ClusterNode:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         self.check_ready()
+        self.fire_due_group_timers()
         rid = self._request_id()
         replies = self.state.groups.join(rid, request, self.clock())
+        self._timers_moved()
         result = await self._wait_group(
             rid, replies, max(request.rebalance_timeout_ms, request.session_timeout_ms)
         )
@@ -816,21 +859,26 @@ class ClusterNode:
         assignments: dict[str, bytes] | None,
     ) -> SyncResult:
         self.check_ready()
+        self.fire_due_group_timers()
         rid = self._request_id()
         replies = self.state.groups.sync(
             rid, group_id, generation_id, member_id, assignments, self.clock()
         )
+        self._timers_moved()
         result = await self._wait_group(rid, replies, 300_000)
         assert isinstance(result, SyncResult)
         return result
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         self.state.groups.heartbeat(group_id, generation_id, member_id, self.clock())
 
     def leave_group(self, group_id: str, member_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         self._deliver(self.state.groups.leave(group_id, member_id, self.clock()))
+        self._timers_moved()
 
     async def commit_offsets(
         self,
@@ -840,6 +888,7 @@ class ClusterNode:
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(
             self.state.commit_group_offsets(
                 group_id, generation_id, member_id, offsets, self.clock()
@@ -848,10 +897,12 @@ class ClusterNode:
 
     async def delete_group(self, group_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(self.state.delete_group(group_id))
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(self.state.delete_group_offsets(group_id, partitions))
 
     # -- validation only (Kafka's validate_only requests) ---------------------------------

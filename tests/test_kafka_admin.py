@@ -234,6 +234,28 @@ def test_list_describe_and_delete_consumer_groups_and_offsets(cluster: Cluster) 
     assert gone.code() == KafkaError.GROUP_ID_NOT_FOUND
 
 
+def test_a_group_whose_static_member_closed_is_deletable_one_session_timeout_later(
+    cluster: Cluster,
+) -> None:
+    """A static member (group.instance.id) closes without leaving (KIP-345):
+    it stays until its session times out. One session timeout after the
+    close (so after the member's deadline), the group is deletable: the
+    session timer fires at its deadline, not at a later tick."""
+    cluster.create("adm-static", 1)
+    session_ms = 1500
+    consumer = cluster.consumer("adm-static-g", **{"group.instance.id": "static-1",
+                                                   "session.timeout.ms": session_ms,
+                                                   "heartbeat.interval.ms": 200})
+    consumer.subscribe(["adm-static"])
+    wait_until(lambda: len(consumer.assignment()) == 1, 30, consumer)
+    consumer.close()
+    closed = time.monotonic()
+    busy = error_of(cluster.admin.delete_consumer_groups(["adm-static-g"])["adm-static-g"])
+    assert busy.code() == KafkaError.NON_EMPTY_GROUP  # the static member stays
+    time.sleep(max(0.0, closed + session_ms / 1000 - time.monotonic()))
+    cluster.admin.delete_consumer_groups(["adm-static-g"])["adm-static-g"].result(20)
+
+
 # -- delete records --------------------------------------------------------------------------
 
 

@@ -1006,6 +1006,14 @@ class ClusterState:
     def next_txn_deadline_ms(self) -> int | None:
         return self.txn.next_deadline_ms()
 
+    def next_deadline_ms(self) -> int | None:
+        """When a timer of this cluster is next due (None: none is armed): a
+        group's join, sync or session deadline, a transaction's timeout. A
+        shell calls `tick` and `groups.tick` at that time (not on a cadence),
+        so a deadline a client computes to the millisecond is met."""
+        found = [self.groups.next_deadline_ms(), self.txn.next_deadline_ms()]
+        return min((d for d in found if d is not None), default=None)
+
     # -- durability -------------------------------------------------------------
 
     def apply_record(self, record: jr.JournalRecord) -> None:
