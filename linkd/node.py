@@ -35,7 +35,6 @@ from typing import Any, NoReturn
 
 from linkd.authz import Gate
 from linkd.core import cleaner, restart
-from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
@@ -147,7 +146,6 @@ class ClusterNode:
         clock: Callable[[], int] = wall_clock_ms,
         topic_id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         group_config: GroupConfig | None = None,
-        segment_bytes_default: int | None = None,
         plant_bug: str = "",
         cleaner_settings: CleanerSettings | None = None,
     ) -> None:
@@ -160,7 +158,6 @@ class ClusterNode:
         self.clock = clock
         self.topic_id_factory = topic_id_factory
         self.group_config = group_config or GroupConfig()
-        self.segment_bytes_default = segment_bytes_default
         self.state = ClusterState(cluster_id, self.group_config)
         self.datadir: DataDir | None = None
         self.journal: MetadataJournal | None = None
@@ -203,12 +200,15 @@ class ClusterNode:
         self._journal_book = restart.JournalBook(
             self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
         )
-        live = restart.recover_into(self.state, snapshot, records, self._recovered_batches)
+        live = restart.recover_into(
+            self.state, snapshot, records, self._recovered_batches, self.clock()
+        )
         self._remove_orphan_logs(live)
         log.info("recovered", extra={"topics": len(self.state.topics)})
 
-    def _recovered_batches(self, topic: Topic, partition: int) -> restart.Batches:
-        """Opens a partition's store; the batches it holds (`recover_into`)."""
+    def _recovered_batches(self, topic: Topic, partition: int) -> restart.StoredLog:
+        """Opens a partition's store; the batches it holds and where its
+        segments start (`recover_into`)."""
         store = self._open_store(topic.topic_id, partition, topic.config.segment_bytes)
         batches: restart.Batches = []
         for header in store.recovered_headers():
@@ -218,7 +218,7 @@ class ClusterNode:
                 marker = rb.control_marker_type(data)
             batches.append((header, marker))
         self.flushers[(topic.topic_id, partition)].durable_offset = store.log_end_offset
-        return batches
+        return restart.StoredLog(batches, store.segment_bases)
 
     def _remove_orphan_logs(self, live: set[str]) -> None:
         """Partition directories of topics deleted just before a crash."""
@@ -231,32 +231,13 @@ class ClusterNode:
             if child.is_dir() and topic_id not in live:
                 shutil.rmtree(child, ignore_errors=True)
 
-    def _segment_bytes(self, configured: int) -> int:
-        """A topic's segment.bytes as its stores roll by it (at most the
-        daemon's --segment-bytes, when given)."""
-        if self.segment_bytes_default is not None:
-            return min(configured, self.segment_bytes_default)
-        return configured
-
-    def _reconfigure_stores(self, records: Iterable[object]) -> None:
-        """A topic's configs changed (altered, or adopted from a link's
-        source): its open stores roll by the new segment.bytes from their next
-        append on, not only after a restart."""
-        for record in records:
-            if not isinstance(record, jr.TopicConfig) or record.name not in self.state.topics:
-                continue
-            topic = self.state.topics[record.name]
-            segment_bytes = self._segment_bytes(topic.config.segment_bytes)
-            for p in range(len(topic.partitions)):
-                store = self.stores.get((topic.topic_id, p))
-                if store is not None and store.segment_bytes != segment_bytes:
-                    store.segment_bytes = segment_bytes
-
     def _open_store(self, topic_id: str, partition: int, segment_bytes: int) -> PartitionLogStore:
         assert self.datadir is not None
         store, report = PartitionLogStore.open(
             self.datadir.partition_dir(topic_id, partition),
-            segment_bytes=self._segment_bytes(segment_bytes),
+            # Segments roll where the core says (AppendBatch.roll); the store's
+            # own size rule is for callers that give no decision.
+            segment_bytes=max(1, segment_bytes),
             fsync=self.fsync,
             handles=self.handles,
         )
@@ -357,8 +338,11 @@ class ClusterNode:
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
                 try:
-                    # The core placed the batch (a copy of a cleaned log may jump offsets).
-                    self.stores[key].append(effect.batch, effect.header, gaps=True)
+                    # The core placed the batch (a copy of a cleaned log may jump
+                    # offsets) and decided whether it starts a segment.
+                    self.stores[key].append(
+                        effect.batch, effect.header, gaps=True, roll=effect.roll
+                    )
                 except OSError as exc:
                     if touched:
                         await self._make_durable(touched)
@@ -369,7 +353,6 @@ class ClusterNode:
                     await self._make_durable(touched)
                     touched = {}
                 self._journal([encode_record(r) for r in effect.records])
-                self._reconfigure_stores(effect.records)
             elif isinstance(effect, CreateLogs):
                 self._create_logs(effect)
             elif isinstance(effect, DeleteTopicData):
@@ -381,6 +364,8 @@ class ClusterNode:
             elif isinstance(effect, DeleteBelow):
                 store = self.stores.get((effect.topic_id, effect.partition))
                 if store is not None:
+                    if effect.roll:
+                        store.roll_empty()
                     store.delete_segments_below(effect.offset)
             elif isinstance(effect, ResetLog | TruncateLog):
                 key = (effect.topic_id, effect.partition)

@@ -18,7 +18,7 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -52,7 +52,7 @@ from linkd.core.links import (
 )
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
-from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
+from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog, SegmentRule
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.topic_config import (
     TopicConfig,
@@ -76,6 +76,8 @@ from linkd.core.users import Deletion, ScramMechanism, Upsertion, UserError, Use
 HW_WAIT_MAX_MS = 60_000
 # What a produce that names no acks waits for: all (Kafka's producer default).
 ACKS_ALL = -1
+# Kafka's log.retention.check.interval.ms default: five minutes.
+RETENTION_CHECK_INTERVAL_MS = 300_000
 
 
 def produce_wait_ms(timeout_ms: int) -> int:
@@ -171,6 +173,10 @@ class ClusterState:
         # past its position records the gap with the cause (not durable: after
         # a restart the cause of an older move is not known).
         self.log_start_causes: dict[tuple[str, int], str] = {}
+        # Kafka's log.retention.check.interval.ms: retention runs this often
+        # (a static setting of the shell: the daemon's option, a scenario's).
+        self.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS
+        self.next_retention_check_ms: int | None = None
 
     # -- lookup ---------------------------------------------------------------
 
@@ -206,6 +212,38 @@ class ClusterState:
                 f"partition {partition} does not exist",
             )
         return topic.partitions[partition]
+
+    @staticmethod
+    def segment_rule(topic: Topic) -> SegmentRule:
+        """What rolls the topic's segments (its segment.bytes, segment.ms,
+        segment.jitter.ms, and max.compaction.lag.ms when compacted)."""
+        config = topic.config
+        return SegmentRule(
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+            jitter_ms=config.segment_jitter_ms,
+            max_compaction_lag_ms=config.max_compaction_lag_ms if config.compact else None,
+        )
+
+    def append(
+        self,
+        topic: Topic,
+        partition: int,
+        batch: bytes,
+        header: rb.BatchHeader,
+        now_ms: int,
+        *,
+        control_type: int | None = None,
+        allow_gap: bool = False,
+    ) -> AppendBatch:
+        """Applies a batch to the partition's model, in a new segment when the
+        topic's segment rule says so, and returns the effect that writes it
+        (every batch any call writes goes through here)."""
+        log = topic.partitions[partition]
+        roll = log.append(
+            header, control_type, now_ms, self.segment_rule(topic), allow_gap=allow_gap
+        )
+        return AppendBatch(topic.topic_id, partition, batch, header, roll=roll)
 
     # -- topics ---------------------------------------------------------------
 
@@ -380,9 +418,8 @@ class ClusterState:
             append_time = now_ms
         stamped = rb.with_offset_and_epoch(batch, plan.base_offset, log.leader_epoch)
         stamped_header = rb.parse_header(stamped)
-        log.apply_batch(stamped_header)
         effects: tuple[Effect, ...] = (
-            AppendBatch(topic.topic_id, partition, stamped, stamped_header),
+            self.append(topic, partition, stamped, stamped_header, now_ms),
         )
         return ProduceResult(plan.base_offset, False, log.log_start_offset, append_time, effects)
 
@@ -731,12 +768,14 @@ class ClusterState:
             self.log_start_causes[(topic_name, partition)] = "deleted records"
         return log.log_start_offset, self._log_start_effects(topic_name, log)
 
-    def _log_start_effects(self, topic_name: str, log: PartitionLog) -> list[Effect]:
+    def _log_start_effects(
+        self, topic_name: str, log: PartitionLog, *, roll: bool = False
+    ) -> list[Effect]:
         topic = self.topics[topic_name]
         record = jr.LogStart(topic_name, log.partition, log.log_start_offset)
         return [
             Journal((record,)),
-            DeleteBelow(topic.topic_id, log.partition, log.log_start_offset),
+            DeleteBelow(topic.topic_id, log.partition, log.log_start_offset, roll=roll),
         ]
 
     # -- idempotent and transactional producers ---------------------------------
@@ -829,8 +868,7 @@ class ClusterState:
                 partition_leader_epoch=log.leader_epoch,
             )
             header = rb.parse_header(batch)
-            log.apply_batch(header, marker)
-            effects.append(AppendBatch(topic.topic_id, p, batch, header))
+            effects.append(self.append(topic, p, batch, header, now_ms, control_type=marker))
             markers[(topic_name, p)] = header.base_offset
         if completion.commit and len(markers) > 1:
             self.marker_groups.append(markers)
@@ -985,22 +1023,41 @@ class ClusterState:
     # -- time -----------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[Effect]:
-        """Transaction timeouts and retention. (Group timers: groups.tick.)"""
+        """Transaction timeouts, and retention when its check is due.
+        (Group timers: groups.tick.)"""
         completions, records = self.txn.expired(now_ms)
         effects = _journal(records)
         for completion in completions:
             effects += self._complete(completion, now_ms)
+        if self.next_retention_check_ms is None:
+            self.next_retention_check_ms = now_ms + self.retention_check_interval_ms
+        if now_ms >= self.next_retention_check_ms:
+            self.next_retention_check_ms = now_ms + self.retention_check_interval_ms
+            effects += self.enforce_retention(now_ms)
+        return effects
+
+    def enforce_retention(self, now_ms: int) -> list[Effect]:
+        """One retention check (Kafka's LogManager.cleanupLogs): every topic
+        whose cleanup.policy holds delete loses the whole segments retention
+        asks for (`PartitionLog.retention_cut`); the active segment goes too
+        once every record in it is due, after an empty one is started."""
+        effects: list[Effect] = []
         for topic in list(self.topics.values()):
             if not topic.config.delete:
                 continue  # cleanup.policy=compact: the log cleaner alone removes records
+            rule = self.segment_rule(topic)
             for log in topic.partitions:
-                target = log.retention_target(
+                cut = log.retention_cut(
                     now_ms, topic.config.retention_ms, topic.config.retention_bytes
                 )
-                if target is not None:
-                    log.advance_log_start(target)
-                    self.log_start_causes[(topic.name, log.partition)] = "retention"
-                    effects += self._log_start_effects(topic.name, log)
+                if cut is None:
+                    continue
+                target, every_segment = cut
+                if every_segment:
+                    log.roll_empty(now_ms, rule)
+                log.advance_log_start(target)
+                self.log_start_causes[(topic.name, log.partition)] = "retention"
+                effects += self._log_start_effects(topic.name, log, roll=every_segment)
         return effects
 
     def next_txn_deadline_ms(self) -> int | None:
@@ -1008,10 +1065,15 @@ class ClusterState:
 
     def next_deadline_ms(self) -> int | None:
         """When a timer of this cluster is next due (None: none is armed): a
-        group's join, sync or session deadline, a transaction's timeout. A
-        shell calls `tick` and `groups.tick` at that time (not on a cadence),
-        so a deadline a client computes to the millisecond is met."""
-        found = [self.groups.next_deadline_ms(), self.txn.next_deadline_ms()]
+        group's join, sync or session deadline, a transaction's timeout, the
+        next retention check. A shell calls `tick` and `groups.tick` at that
+        time (not on a cadence), so a deadline a client computes to the
+        millisecond is met."""
+        found = [
+            self.groups.next_deadline_ms(),
+            self.txn.next_deadline_ms(),
+            self.next_retention_check_ms,
+        ]
         return min((d for d in found if d is not None), default=None)
 
     # -- durability -------------------------------------------------------------
@@ -1134,16 +1196,24 @@ class ClusterState:
         return self.groups.config
 
     def recover_partition(
-        self, topic_name: str, partition: int, batches: list[tuple[rb.BatchHeader, int | None]]
+        self,
+        topic_name: str,
+        partition: int,
+        batches: list[tuple[rb.BatchHeader, int | None]],
+        segment_bases: Sequence[int] = (),
+        now_ms: int = 0,
     ) -> None:
         """Rebuilds a partition from the batches found on disk (with the marker
-        type of control batches). Everything on disk is durable: HW = LEO."""
+        type of control batches) and the segments they lie in (`segment_bases`:
+        where the shell's segments start; none: one segment). Everything on
+        disk is durable: HW = LEO."""
         topic = self.topics[topic_name]
         log_start = topic.partitions[partition].log_start_offset
         first = batches[0][0].base_offset if batches else log_start
         fresh = PartitionLog(topic_name, partition, log_start_offset=first)
         for header, marker in batches:
             fresh.apply_batch(header, marker, allow_gap=True)
+        fresh.resegment(segment_bases or (first,), now_ms, self.segment_rule(topic))
         fresh.high_watermark = fresh.log_end_offset
         fresh.durable_offset = fresh.log_end_offset
         fresh.completing = []
@@ -1276,8 +1346,10 @@ class ClusterState:
                 partition_leader_epoch=log.leader_epoch,
             )
             header = rb.parse_header(batch)
-            log.apply_batch(header, rb.CONTROL_ABORT)
-            effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
+            abort = rb.CONTROL_ABORT
+            effects.append(
+                self.append(topic, d.partition, batch, header, now_ms, control_type=abort)
+            )
         return dangling, effects
 
 

@@ -36,7 +36,7 @@ from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
-from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
+from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
@@ -280,9 +280,11 @@ def append_replica(
     data: bytes,
     source_log_start: int,
     config: LinkConfig | None = None,
+    now_ms: int = 0,
 ) -> list[Effect]:
     """Follower side: appends fetched batches at the log end, byte for byte
-    (and, given the link's config, notes the provenance of what it appends)."""
+    (and, given the link's config, notes the provenance of what it appends),
+    in segments this side's topic configs roll (`ClusterState.append`)."""
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -340,8 +342,11 @@ def append_replica(
     for position, header in fresh:
         batch = bytes(data[position : position + header.size_bytes])
         marker = rb.control_marker_type(batch) if header.is_control else None
-        log.apply_batch(header, marker, allow_gap=True)
-        effects.append(AppendBatch(topic.topic_id, partition, batch, header))
+        effects.append(
+            state.append(
+                topic, partition, batch, header, now_ms, control_type=marker, allow_gap=True
+            )
+        )
     return effects
 
 

@@ -54,7 +54,7 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.errors import ErrorCode as K
 
 from linkd.core.errors import ClusterError
-from linkd.core.topic_config import CONFIG_KEYS
+from linkd.core.topic_config import effective_configs
 from linkd.kafka import (
     api_admin,
     api_broker,
@@ -266,7 +266,7 @@ class KafkaListener:
         config names (the topic defaults as Kafka's log.* names)."""
         int_, long_, bool_, str_ = 3, 5, 1, 2  # Kafka's ConfigType numbers
         limits, groups = self.limits, self.node.group_config
-        topic = {k.name: k.default for k in CONFIG_KEYS.values()}
+        topic = effective_configs({})
         return (
             ("broker.id", str(self.node_id), int_),
             ("auto.create.topics.enable", str(self.auto_create_topics).lower(), bool_),
