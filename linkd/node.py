@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -38,6 +39,7 @@ from linkd.core import cleaner, restart
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
+    BROKER_ID,
     HW_WAIT_MAX_MS,
     AppendBatch,
     ClusterState,
@@ -176,8 +178,10 @@ class ClusterNode:
         self._timer_task: asyncio.Task[None] | None = None
         # Set when a call may have moved the core's next deadline earlier.
         self._timers_changed = asyncio.Event()
-        # The log cleaner of compacted topics (linkd/log_cleaner.py).
+        # The log cleaner of compacted topics (linkd/log_cleaner.py); its
+        # backoff is the daemon's option unless log.cleaner.backoff.ms is set.
         self.cleaner = LogCleaner(self, cleaner_settings or CleanerSettings())
+        self._cleaner_backoff_ms = self.cleaner.settings.backoff_ms
         self._cleaner_task: asyncio.Task[None] | None = None
         self._stopping = False
         # Who may do what (--authorizer): off unless the daemon turns it on.
@@ -200,9 +204,13 @@ class ClusterNode:
         self._journal_book = restart.JournalBook(
             self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
         )
+        self.state.broker_configs.static["log.cleaner.backoff.ms"] = str(
+            self._cleaner_backoff_ms
+        )
         live = restart.recover_into(
             self.state, snapshot, records, self._recovered_batches, self.clock()
         )
+        self.apply_broker_configs()
         self._remove_orphan_logs(live)
         log.info("recovered", extra={"topics": len(self.state.topics)})
 
@@ -564,6 +572,31 @@ class ClusterNode:
         _topic, effects = self.state.alter_configs(name, set_, delete)
         await self.execute(effects)
 
+    async def alter_broker_configs(
+        self, level: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        """Dynamic broker configs, journalled; they take effect at once (the
+        topics' defaults, the log cleaner's backoff)."""
+        self.check_ready()
+        await self.execute(self.state.alter_broker_configs(level, set_, delete, replace=replace))
+        self.apply_broker_configs()
+
+    def apply_broker_configs(self) -> None:
+        """The shell's part of the broker configs: the log cleaner's backoff
+        (log.cleaner.backoff.ms when set, else the daemon's option)."""
+        backoff = self.state.broker_configs.cleaner_backoff_ms(str(BROKER_ID))
+        wanted = backoff if backoff is not None else self._cleaner_backoff_ms
+        if self.cleaner.settings.backoff_ms != wanted:
+            self.cleaner.settings = dataclasses.replace(
+                self.cleaner.settings, backoff_ms=max(1, wanted)
+            )
+
+    async def alter_group_configs(
+        self, group: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        await self.execute(self.state.alter_group_configs(group, set_, delete, replace=replace))
+
     async def create_partitions(self, name: str, total: int) -> None:
         self.check_ready()
         _topic, effects = self.state.create_partitions(name, total)
@@ -896,9 +929,23 @@ class ClusterNode:
         self.check_ready()
         self.state.check_create_topic(name, partitions, configs)
 
-    def check_alter_topic_configs(self, name: str, set_: dict[str, str]) -> None:
+    def check_alter_topic_configs(
+        self, name: str, set_: dict[str, str], delete: list[str] | None = None
+    ) -> None:
         self.check_ready()
-        self.state.check_alter_configs(name, set_)
+        self.state.check_alter_configs(name, set_, delete or ())
+
+    def check_broker_configs(
+        self, level: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        self.state.check_broker_configs(level, set_, delete, replace=replace)
+
+    def check_group_configs(
+        self, group: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        self.state.check_group_configs(group, set_, delete, replace=replace)
 
     def check_create_partitions(self, name: str, total: int) -> None:
         self.check_ready()

@@ -73,6 +73,7 @@ CASES: list[tuple[int, int, dict[str, Any], K]] = [
     (32, 4, {"resources": [{"resource_type": 4, "resource_name": "0"}]}, C),
     (32, 4, {"resources": [{"resource_type": 32, "resource_name": "g"}]}, G),
     (33, 2, {"resources": [{"resource_type": 2, "resource_name": "t", "configs": []}]}, T),
+    (34, 2, {"dirs": [{"path": "/x", "topics": [{"name": "t", "partitions": [0]}]}]}, C),
     (35, 4, {"topics": None}, C),
     (37, 3, {"topics": [{"name": "t", "count": 2}]}, T),
     (42, 2, {"groups_names": ["g"]}, G),

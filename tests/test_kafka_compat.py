@@ -568,20 +568,118 @@ def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> N
     assert configs["socket.request.max.bytes"].value == "104857600"
     assert configs["connections.max.idle.ms"].value == "600000"
     assert configs["auto.create.topics.enable"].value == "false"
-    assert configs["log.retention.ms"].value == "604800000"
-    assert all(c.is_read_only for c in configs.values())
+    assert configs["advertised.listeners"].value == f"PLAINTEXT://{kafka}"
+    # Static settings are read-only; the topics' server defaults are dynamic.
+    assert configs["socket.request.max.bytes"].is_read_only
+    assert configs["log.retention.hours"].value == "168"
+    assert not configs["log.retention.hours"].is_read_only
+    assert configs["log.retention.ms"].value is None  # unset: Kafka's default is none
     group = ConfigResource(ResourceType.GROUP, "any-group")
-    assert admin.describe_configs([group])[group].result(30) == {}
+    group_configs = admin.describe_configs([group])[group].result(30)
+    assert group_configs["consumer.session.timeout.ms"].value == "45000"
 
     other = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         answer = other.describe_configs([KConfigResource(ConfigResourceType.BROKER, "0")],
                                         config_filter="all")
+        # kafka-python alters broker and group configs too.
+        altered = other.alter_configs([
+            KConfigResource(ConfigResourceType.GROUP, "kp-group",
+                            configs={"consumer.session.timeout.ms": "55000"}),
+            KConfigResource(ConfigResourceType.BROKER, "0",
+                            configs={"log.cleaner.min.cleanable.ratio": "0.6"}),
+        ], raise_on_unknown=False)
+        kp_group = other.describe_configs(
+            [KConfigResource(ConfigResourceType.GROUP, "kp-group")], config_filter="all")
+        other.alter_configs([KConfigResource(
+            ConfigResourceType.BROKER, "0",
+            configs={"log.cleaner.min.cleanable.ratio": ("DELETE", None)})],
+            raise_on_unknown=False)
     finally:
         other.close()
     entries = answer["broker"]["0"]
     assert entries["num.partitions"]["value"] == "1"
     assert entries["message.max.bytes"]["value"] == "1048588"
+    errors = [e for names in altered.values() for e in names.values()]
+    assert all(getattr(e, "errno", 0) == 0 for e in errors), altered
+    assert kp_group["group"]["kp-group"]["consumer.session.timeout.ms"]["value"] == "55000"
+
+
+def test_every_kafka_topic_config_creates_and_alters_a_topic(kafka: str) -> None:
+    """All of Kafka 4's topic configs, with values its own validators accept:
+    a topic created with every one through kafka-python, each altered through
+    confluent-kafka, and described back."""
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from linkd.core.topic_config import CONFIG_KEYS
+
+    samples = {
+        "cleanup.policy": "compact,delete", "compression.gzip.level": "6",
+        "compression.lz4.level": "9", "compression.type": "producer",
+        "compression.zstd.level": "3", "delete.retention.ms": "86400000",
+        "file.delete.delay.ms": "60000", "flush.messages": "10000", "flush.ms": "1000",
+        "follower.replication.throttled.replicas": "0:0", "index.interval.bytes": "4096",
+        "internal.segment.bytes": "1048576", "leader.replication.throttled.replicas": "*",
+        "local.retention.bytes": "-2", "local.retention.ms": "-2",
+        "max.compaction.lag.ms": "86400000", "max.message.bytes": "1048588",
+        "message.timestamp.after.max.ms": "3600000",
+        "message.timestamp.before.max.ms": "3600000", "message.timestamp.type": "CreateTime",
+        "min.cleanable.dirty.ratio": "0.5", "min.compaction.lag.ms": "0",
+        "min.insync.replicas": "1", "preallocate": "false", "remote.log.copy.disable": "false",
+        "remote.log.delete.on.disable": "false", "remote.storage.enable": "false",
+        "retention.bytes": "-1", "retention.ms": "604800000", "segment.bytes": "1073741824",
+        "segment.index.bytes": "10485760", "segment.jitter.ms": "0",
+        "segment.ms": "604800000", "unclean.leader.election.enable": "false",
+    }
+    assert set(samples) == set(CONFIG_KEYS)
+    kp = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        kp.create_topics([NewTopic("every-config", 1, 1, topic_configs=samples)])
+    finally:
+        kp.close()
+    admin = CkAdmin({"bootstrap.servers": kafka})
+    resource = ConfigResource(ResourceType.TOPIC, "every-config")
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert {name: described[name].value for name in samples} == samples
+    changed = {"segment.ms": "3600000", "segment.jitter.ms": "1000", "flush.ms": "2000",
+               "max.compaction.lag.ms": "3600000", "preallocate": "true"}
+    alter = ConfigResource(ResourceType.TOPIC, "every-config", incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in changed.items()])
+    admin.incremental_alter_configs([alter])[alter].result(30)
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert {name: described[name].value for name in changed} == changed
+    # Those without an effect on one broker say so, where DescribeConfigs documents them.
+    client = _raw(kafka)
+    try:
+        documented = client.call(32, 4, {"resources": [{
+            "resource_type": 2, "resource_name": "every-config",
+            "configuration_keys": ["flush.ms", "segment.ms"]}], "include_documentation": True})
+    finally:
+        client.close()
+    docs = {c.name: c.documentation for c in documented.results[0].configs}
+    assert "no effect here" in docs["flush.ms"] and "no effect here" not in docs["segment.ms"]
+
+
+def test_alter_replica_log_dirs_answers_as_a_one_broker_kafka(kafka: str) -> None:
+    from kafka import TopicPartitionReplica
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import LogDirNotFoundError, NoError
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        [described] = admin.describe_log_dirs()
+        home = described["log_dirs"][0]["log_dir"] if "log_dirs" in described else (
+            described["results"][0]["log_dir"])
+        here = TopicPartitionReplica("compat", 0, 0)
+        moved = admin.alter_replica_log_dirs({here: home})
+        elsewhere = admin.alter_replica_log_dirs({here: "/nowhere/else"})
+    finally:
+        admin.close()
+    assert moved[here] is NoError  # it is there already
+    assert elsewhere[here] is LogDirNotFoundError
 
 
 # -- the admin APIs a single-broker Kafka answers ------------------------------------------

@@ -25,6 +25,12 @@ from typing import Any, assert_never
 from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
+from linkd.core.broker_config import (
+    CLUSTER_DEFAULT,
+    BrokerConfigs,
+    validate_broker_configs,
+    validate_group_configs,
+)
 
 # Effects are re-exported (see __all__): shells and tests name them here too.
 from linkd.core.effects import (
@@ -78,6 +84,9 @@ HW_WAIT_MAX_MS = 60_000
 ACKS_ALL = -1
 # Kafka's log.retention.check.interval.ms default: five minutes.
 RETENTION_CHECK_INTERVAL_MS = 300_000
+# The id of a cluster's one broker (its Kafka listener's node id): the name
+# of its BROKER config resource.
+BROKER_ID = 0
 
 
 def produce_wait_ms(timeout_ms: int) -> int:
@@ -111,13 +120,15 @@ class Topic:
     epoch_bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     # Provenance history per follower partition (spec section 8).
     provenance: dict[int, list[ProvenanceItem]] = field(default_factory=dict)
+    # The cluster's topic defaults (broker configs) its configs fall back on.
+    defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
         return self.name.startswith("_")
 
     def configs(self) -> dict[str, str]:
-        return effective_configs(self.overrides)
+        return effective_configs(self.overrides, self.defaults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +188,9 @@ class ClusterState:
         # (a static setting of the shell: the daemon's option, a scenario's).
         self.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS
         self.next_retention_check_ms: int | None = None
+        # Dynamic broker configs (both levels) and the groups' configs (KIP-848).
+        self.broker_configs = BrokerConfigs()
+        self.group_configs: dict[str, dict[str, str]] = {}
 
     # -- lookup ---------------------------------------------------------------
 
@@ -255,7 +269,7 @@ class ClusterState:
         check_creatable_topic_name(name)
         self.check_client_write(ResourceType.TOPIC, name, "create")
         validate_partition_count(name, partitions)
-        overrides = validate_configs(name, configs)
+        overrides = validate_configs(name, configs, self.topic_defaults())
         if name in self.topics:
             raise ClusterError(
                 ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r}", f"topic {name!r} already exists"
@@ -274,10 +288,15 @@ class ClusterState:
         ]
         return topic, effects
 
+    def topic_defaults(self) -> dict[str, str]:
+        """Every topic's defaults as the broker configs set them."""
+        return self.broker_configs.topic_defaults(str(BROKER_ID))
+
     def _apply_topic_create(self, record: jr.TopicCreate) -> Topic:
         name = record.name
-        topic = Topic(name, record.topic_id, dict(record.configs))
-        topic.config = TopicConfig.from_overrides(topic.overrides)
+        defaults = self.topic_defaults()
+        topic = Topic(name, record.topic_id, dict(record.configs), defaults=defaults)
+        topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
         topic.partitions = [PartitionLog(name, p) for p in range(record.partitions)]
         self.topics[name] = topic
         return topic
@@ -312,19 +331,24 @@ class ClusterState:
         forgotten = self.groups.forget_topic(name)
         return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
 
-    def check_alter_configs(self, name: str, set_: Mapping[str, str]) -> dict[str, str]:
-        """Every check of `alter_configs`, changing nothing; returns the checked set."""
-        self.topic(name)
+    def check_alter_configs(
+        self, name: str, set_: Mapping[str, str], delete: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Every check of `alter_configs`, changing nothing; returns the
+        topic's overrides as they would be (each checked, and their
+        combination with the cluster's defaults)."""
+        topic = self.topic(name)
         self.check_client_write(ResourceType.TOPIC, name, "alter the configs of")
-        return validate_configs(name, set_)
+        gone = set(delete)
+        overrides = {k: v for k, v in topic.overrides.items() if k not in gone}
+        overrides.update(validate_configs(name, set_, self.topic_defaults()))
+        return validate_configs(name, overrides, self.topic_defaults())
 
     def alter_configs(
         self, name: str, set_: Mapping[str, str], delete: list[str]
     ) -> tuple[Topic, list[Effect]]:
         topic = self.topic(name)
-        checked = self.check_alter_configs(name, set_)
-        overrides = {k: v for k, v in topic.overrides.items() if k not in delete}
-        overrides.update(checked)
+        overrides = self.check_alter_configs(name, set_, delete)
         record = jr.TopicConfig(name, overrides)
         self._apply_topic_config(record)
         return topic, [Journal((record,))]
@@ -332,7 +356,82 @@ class ClusterState:
     def _apply_topic_config(self, record: jr.TopicConfig) -> None:
         topic = self.topics[record.name]
         topic.overrides = dict(record.configs)
-        topic.config = TopicConfig.from_overrides(topic.overrides)
+        topic.config = TopicConfig.from_overrides(topic.overrides, topic.defaults)
+
+    # -- broker and group configs ------------------------------------------------
+
+    def alter_broker_configs(
+        self, level: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> list[Effect]:
+        """A BROKER resource's dynamic configs ("": the cluster default; the
+        broker's id: its own): set these, delete those (`replace`: the level
+        becomes exactly `set_`, Kafka's AlterConfigs). Every topic that does
+        not set a topic config takes the new default at once (a refusal, if a
+        topic's settings no longer combine with it, changes nothing)."""
+        configs = self.check_broker_configs(level, set_, delete, replace=replace)
+        record = jr.BrokerConfig(level, configs)
+        self._apply_broker_config(record)
+        return [Journal((record,))]
+
+    def check_broker_configs(
+        self, level: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Every check of `alter_broker_configs`; returns the level's configs
+        as they would be."""
+        if level not in (CLUSTER_DEFAULT, str(BROKER_ID)):
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {level!r}",
+                f"broker {level!r} does not exist; the cluster's only broker is {BROKER_ID} "
+                "(or '' for the cluster-wide default)",
+            )
+        gone = set(delete)
+        configs = {} if replace else self.broker_configs.level(level)
+        configs = {k: v for k, v in configs.items() if k not in gone}
+        configs.update(validate_broker_configs(level, set_))
+        trial = BrokerConfigs()
+        trial.static = dict(self.broker_configs.static)
+        trial.levels = {**self.broker_configs.levels, level: configs}
+        defaults = trial.topic_defaults(str(BROKER_ID))
+        for topic in self.topics.values():
+            validate_configs(topic.name, topic.overrides, defaults)
+        return configs
+
+    def _apply_broker_config(self, record: jr.BrokerConfig) -> None:
+        self.broker_configs.set_level(record.broker, record.configs)
+        defaults = self.topic_defaults()
+        for topic in self.topics.values():
+            topic.defaults = defaults
+            topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
+
+    def alter_group_configs(
+        self, group: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> list[Effect]:
+        """A GROUP resource's configs (KIP-848's: stored and described)."""
+        configs = self.check_group_configs(group, set_, delete, replace=replace)
+        record = jr.GroupConfig(group, configs)
+        self._apply_group_config(record)
+        return [Journal((record,))]
+
+    def check_group_configs(
+        self, group: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> dict[str, str]:
+        if not group:
+            raise ClusterError(
+                ErrorCode.INVALID_GROUP_ID, "group ''", "a group config needs a group id"
+            )
+        self.check_group_writable(group, "alter the configs of")
+        gone = set(delete)
+        configs = {} if replace else dict(self.group_configs.get(group, {}))
+        configs = {k: v for k, v in configs.items() if k not in gone}
+        configs.update(set_)
+        return validate_group_configs(group, configs)
+
+    def _apply_group_config(self, record: jr.GroupConfig) -> None:
+        if record.configs:
+            self.group_configs[record.group] = dict(record.configs)
+        else:
+            self.group_configs.pop(record.group, None)
 
     def check_create_partitions(self, name: str, total: int) -> int:
         """Every check of `create_partitions`, changing nothing; returns the
@@ -1120,6 +1219,10 @@ class ClusterState:
                 self.acls.apply_record(record)
             case jr.ScramUpsert() | jr.ScramDelete():
                 self.users.apply_record(record)
+            case jr.BrokerConfig():
+                self._apply_broker_config(record)
+            case jr.GroupConfig():
+                self._apply_group_config(record)
             case jr.LinkConfigRecord() | jr.LinkDelete() | jr.LinkRemovalTold():
                 self.links.apply_record(record)
             case jr.MirrorLinkCreate() | jr.MirrorLinkDelete():
@@ -1165,9 +1268,18 @@ class ClusterState:
             "links": self.links.snapshot(),
             "mirror_links": self.mirror_links.snapshot(),
             "namespaces": self.namespaces.snapshot(),
+            "broker_configs": {
+                level: dict(c) for level, c in sorted(self.broker_configs.levels.items())
+            },
+            "group_configs": {g: dict(c) for g, c in sorted(self.group_configs.items())},
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
+        # Broker configs first: the topics take their defaults from them.
+        for level, configs in snapshot.get("broker_configs", {}).items():
+            self.broker_configs.set_level(level, {str(k): str(v) for k, v in configs.items()})
+        for group, configs in snapshot.get("group_configs", {}).items():
+            self.group_configs[group] = {str(k): str(v) for k, v in configs.items()}
         for t in snapshot["topics"]:
             topic = self._apply_topic_create(
                 jr.TopicCreate(t["name"], t["topic_id"], int(t["partitions"]), dict(t["configs"]))

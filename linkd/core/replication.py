@@ -174,7 +174,9 @@ def create_replica_topic(
     validate_topic_name(name)
     validate_partition_count(name, partitions)
     overrides = validate_configs(
-        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+        name,
+        {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS},
+        state.topic_defaults(),
     )
     record = jr.TopicCreate(name, topic_id, partitions, overrides)
     state.apply_record(record)
@@ -209,7 +211,9 @@ def follow_topic_shape(
             Journal((grown,)),
         ]
     wanted = validate_configs(
-        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+        name,
+        {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS},
+        state.topic_defaults(),
     )
     local = {k: v for k, v in topic.overrides.items() if k in CLUSTER_LOCAL_KEYS}
     if {**wanted, **local} != topic.overrides:
