@@ -522,7 +522,9 @@ def effective_configs(
 
 
 def _int(eff: Mapping[str, str], key: str) -> int:
-    value = CONFIG_KEYS[key].parse(eff[key])
+    """A stored value, read by its type only: a value stored under an older
+    rule (a segment.bytes below today's floor) still reads as what it was."""
+    value = parse_value(CONFIG_KEYS[key].type, eff[key])
     assert isinstance(value, int), (key, value)
     return value
 
@@ -554,7 +556,7 @@ class TopicConfig:
         cls, overrides: Mapping[str, str], defaults: Mapping[str, str] | None = None
     ) -> TopicConfig:
         eff = effective_configs(overrides, defaults)
-        policy = CONFIG_KEYS["cleanup.policy"].parse(eff["cleanup.policy"])
+        policy = parse_value(ConfigType.LIST, eff["cleanup.policy"])
         assert isinstance(policy, list)
         segment_bytes = _int(eff, "segment.bytes")
         if "internal.segment.bytes" in eff:  # Kafka's own override, below the floor
