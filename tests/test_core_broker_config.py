@@ -105,3 +105,21 @@ def test_group_configs_lie_within_the_broker_s_bounds() -> None:
                 {"share.auto.offset.reset": "middle"},
                 {"group.id": "x"}):
         assert _code(lambda bad=bad: validate_group_configs("g", bad)) == ErrorCode.INVALID_CONFIG
+
+
+def test_a_follower_copies_the_source_s_topic_configs_but_not_its_cluster_local_ones() -> None:
+    """Every topic config crosses a link except the ones of one cluster's
+    storage and replicas, which the follower keeps as its own."""
+    from linkd.core import replication as rep
+
+    follower = ClusterState("B")
+    source = {"retention.ms": "60000", "segment.ms": "1000", "cleanup.policy": "compact",
+              "segment.bytes": "2097152", "segment.index.bytes": "4096", "flush.ms": "5",
+              "min.insync.replicas": "2", "unclean.leader.election.enable": "true"}
+    rep.create_replica_topic(follower, "orders-1", 1, source, "fol-id")
+    assert follower.topic("orders-1").overrides == {
+        "retention.ms": "60000", "segment.ms": "1000", "cleanup.policy": "compact"}
+    follower.alter_configs("orders-1", {"flush.ms": "9"}, [])  # its own, kept
+    rep.follow_topic_shape(follower, "orders-1", 1, {**source, "retention.ms": "1000"})
+    assert follower.topic("orders-1").overrides == {
+        "retention.ms": "1000", "segment.ms": "1000", "cleanup.policy": "compact", "flush.ms": "9"}
