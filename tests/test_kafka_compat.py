@@ -591,6 +591,17 @@ def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> N
         ], raise_on_unknown=False)
         kp_group = other.describe_configs(
             [KConfigResource(ConfigResourceType.GROUP, "kp-group")], config_filter="all")
+        # APPEND and SUBTRACT on a list config, as kafka-python sends them.
+        from kafka.admin import NewTopic as KNewTopic
+
+        other.create_topics([KNewTopic("kp-lists", 1, 1)])
+        lists = KConfigResource(ConfigResourceType.TOPIC, "kp-lists")
+        other.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-lists", configs={
+            "cleanup.policy": ("APPEND", "compact")})])
+        appended = other.describe_configs([lists])["topic"]["kp-lists"]["cleanup.policy"]
+        other.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-lists", configs={
+            "cleanup.policy": ("SUBTRACT", "delete")})])
+        subtracted = other.describe_configs([lists])["topic"]["kp-lists"]["cleanup.policy"]
         other.alter_configs([KConfigResource(
             ConfigResourceType.BROKER, "0",
             configs={"log.cleaner.min.cleanable.ratio": ("DELETE", None)})],
@@ -603,6 +614,7 @@ def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> N
     errors = [e for names in altered.values() for e in names.values()]
     assert all(getattr(e, "errno", 0) == 0 for e in errors), altered
     assert kp_group["group"]["kp-group"]["consumer.session.timeout.ms"]["value"] == "55000"
+    assert (appended["value"], subtracted["value"]) == ("delete,compact", "compact")
 
 
 def test_every_kafka_topic_config_creates_and_alters_a_topic(kafka: str) -> None:
