@@ -319,7 +319,9 @@ class ClusterNode:
                 deadline = None
             wait_s = TIMER_WAIT_MAX_S
             if deadline is not None:
-                wait_s = min(max(0.0, (deadline - self.clock()) / 1000), TIMER_WAIT_MAX_S)
+                # At least a millisecond: a deadline the core left in the past
+                # (it fires what is due) must not spin this loop.
+                wait_s = min(max(0.001, (deadline - self.clock()) / 1000), TIMER_WAIT_MAX_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timers_changed.wait(), wait_s)
 
