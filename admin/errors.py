@@ -52,6 +52,9 @@ class CcrError(Exception):
         resource: what the refusal is about ("topic orders", "orders-0", ...).
         retriable: True when the same call may succeed if retried unchanged.
         message: the human-readable explanation.
+        record_errors: for a refused batch, the records at fault as (index in
+            the batch, reason) (KIP-467); the batch's other records were
+            refused only for sharing it.
         txn_requires_abort: set by a transactional producer when the current
             transaction cannot commit any more and must be aborted.
         fatal: set by a producer that cannot continue (fenced by a newer one).
@@ -66,8 +69,10 @@ class CcrError(Exception):
         retriable: bool = False,
         txn_requires_abort: bool = False,
         fatal: bool = False,
+        record_errors: tuple[tuple[int, str], ...] = (),
     ) -> None:
         super().__init__(f"{code}: {message}")
+        self.record_errors = record_errors
         self.code = code
         self.resource = resource
         self.retriable = retriable
@@ -98,6 +103,7 @@ class CcrError(Exception):
             retriable=self.retriable and not fatal and not txn_requires_abort,
             txn_requires_abort=txn_requires_abort,
             fatal=fatal,
+            record_errors=self.record_errors,
         )
 
 
@@ -128,6 +134,7 @@ def from_detail(detail: errors_pb2.ErrorDetail) -> CcrError:
         detail.message or code_name(int(detail.code)),
         resource=detail.resource,
         retriable=bool(detail.retriable),
+        record_errors=tuple((int(e.batch_index), e.message) for e in detail.record_errors),
     )
 
 

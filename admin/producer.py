@@ -875,7 +875,8 @@ class Producer:
     def _fail_records_locked(
         self, topic: str, partition: int, records: Iterable[_Record], err: CcrError
     ) -> None:
-        for key, value, headers, timestamp, callback in records:
+        at_fault = dict(err.record_errors)
+        for index, (key, value, headers, timestamp, callback) in enumerate(records):
             msg = Message(
                 topic,
                 partition,
@@ -884,9 +885,9 @@ class Producer:
                 value,
                 headers or None,
                 (TIMESTAMP_CREATE_TIME, timestamp),
-                err,
+                record_error(err, index, at_fault),
             )
-            self._reports.append(_Report(callback, err, msg))
+            self._reports.append(_Report(callback, msg.error(), msg))
             self._undelivered -= 1
         self._cond.notify_all()
 
@@ -1268,6 +1269,24 @@ class Producer:
             self._txn_partitions.update(tps)
             self._txn_started = True
             self._cond.notify_all()
+
+
+def record_error(err: CcrError, index: int, at_fault: dict[int, str]) -> CcrError:
+    """What one record of a refused batch is told (KIP-467, as librdkafka
+    tells it): a record the cluster named gets the refusal with its own
+    reason; when the cluster named some records, the others get
+    INVALID_DIFFERENT_RECORD (refused only for sharing their batch)."""
+    if not at_fault:
+        return err
+    if index in at_fault:
+        return CcrError(err.code, at_fault[index], resource=err.resource,
+                        record_errors=err.record_errors)
+    return CcrError(
+        "INVALID_DIFFERENT_RECORD",
+        f"refused only because it shared its batch with invalid records ({err.message})",
+        resource=err.resource,
+        record_errors=err.record_errors,
+    )
 
 
 def describe_delivery(err: CcrError | None, msg: Message) -> dict[str, Any]:

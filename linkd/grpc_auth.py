@@ -117,6 +117,41 @@ def server_credentials(
     )
 
 
+def tls_files_problem(cert: Path, key: Path) -> str | None:
+    """What is wrong with a listener's certificate and key, naming the option
+    and the file (None: they are a PEM certificate chain and the unencrypted
+    private key of its first certificate). A key given as the certificate,
+    or the other way round, is said to be one."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert_text, key_text = cert.read_bytes(), key.read_bytes()
+    try:
+        chain = x509.load_pem_x509_certificates(cert_text)
+    except ValueError:
+        looks = " (it holds a private key: give that file to --tls-key)" if (
+            b"PRIVATE KEY-----" in cert_text
+        ) else ""
+        return f"--tls-cert {cert}: holds no PEM certificate{looks}"
+    try:
+        private = serialization.load_pem_private_key(key_text, password=None)
+    except (ValueError, TypeError) as exc:
+        if b"BEGIN CERTIFICATE" in key_text and b"PRIVATE KEY-----" not in key_text:
+            return (
+                f"--tls-key {key}: holds a certificate, not a private key "
+                "(give that file to --tls-cert)"
+            )
+        return f"--tls-key {key}: holds no unencrypted PEM private key ({exc})"
+    public = chain[0].public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    if private.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) != public:
+        return f"--tls-key {key} is not the private key of the certificate in --tls-cert {cert}"
+    return None
+
+
 # ---------------------------------------------------------------------------
 # Principals
 # ---------------------------------------------------------------------------

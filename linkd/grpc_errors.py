@@ -78,6 +78,10 @@ def to_status(exc: ClusterError, status: grpc.StatusCode | None = None) -> grpc.
         resource=exc.resource,
         retriable=exc.retriable,
         message=exc.message,
+        record_errors=[
+            errors_pb2.RecordError(batch_index=e.batch_index, message=e.message)
+            for e in exc.record_errors
+        ],
     )
     packed = any_pb2.Any()
     packed.Pack(detail)

@@ -463,6 +463,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
         self, request: cluster_pb2.ListGroupsRequest, context: Any
     ) -> cluster_pb2.ListGroupsResponse:
         self.node.check_ready()
+        self.node.fire_due_group_timers()
         every = self._allowed(context, R.CLUSTER, CLUSTER_RESOURCE_NAME, Op.DESCRIBE)
         return cluster_pb2.ListGroupsResponse(
             groups=[
@@ -480,6 +481,7 @@ class ClusterService(cluster_pb2_grpc.ClusterServicer):
     ) -> cluster_pb2.DescribeGroupResponse:
         self._check(context, R.GROUP, request.group_id, Op.DESCRIBE)
         self.node.check_ready()
+        self.node.fire_due_group_timers()
         d = self.node.state.groups.describe_group(request.group_id)
         committed = self.node.state.groups.committed(request.group_id, None)
         return cluster_pb2.DescribeGroupResponse(
@@ -759,6 +761,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return self._link_pb(config.name)
 
     @refusals
+    @needs_cluster(Op.ALTER)
     async def AlterLink(
         self, request: admin_pb2.AlterLinkRequest, context: Any
     ) -> admin_pb2.LinkDescription:

@@ -42,6 +42,7 @@ from grpc import aio
 from ccr.v1 import admin_pb2, cluster_pb2, replication_pb2
 from linkd.core import link_rounds as rounds
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
+from linkd.core.cluster import RETENTION_CHECK_INTERVAL_MS
 from linkd.core.groups import KAFKA_INITIAL_REBALANCE_DELAY_MS, GroupConfig
 from linkd.core.link_metrics import link_samples
 from linkd.core.links import (
@@ -57,6 +58,7 @@ from linkd.grpc_auth import (
     SaslInterceptor,
     parse_listener,
     server_credentials,
+    tls_files_problem,
 )
 from linkd.grpc_service import VERSION, add_services
 from linkd.grpc_standard import HEALTH_SERVICE, Health, add_reflection
@@ -273,6 +275,13 @@ def _parser() -> argparse.ArgumentParser:
         f"group.initial.rebalance.delay.ms; default {KAFKA_INITIAL_REBALANCE_DELAY_MS})",
     )
     p.add_argument(
+        "--log-retention-check-interval-ms",
+        type=int,
+        help="how often retention deletes the whole segments it is owed (Kafka's "
+        f"log.retention.check.interval.ms; default {RETENTION_CHECK_INTERVAL_MS}; the first "
+        "check one interval after the start)",
+    )
+    p.add_argument(
         "--grpc-reflection",
         choices=["on", "off"],
         help="serve gRPC server reflection (v1 and v1alpha: the service list and the "
@@ -327,6 +336,7 @@ FILE_SETTINGS = (
     "fsync",
     "log_level",
     "initial_rebalance_delay_ms",
+    "log_retention_check_interval_ms",
     "grpc_reflection",
     "kafka_listen",
     "link_session_timeout_ms",
@@ -368,6 +378,7 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
         "fsync": "always",
         "log_level": "info",
         "initial_rebalance_delay_ms": KAFKA_INITIAL_REBALANCE_DELAY_MS,
+        "log_retention_check_interval_ms": RETENTION_CHECK_INTERVAL_MS,
         "grpc_reflection": "on",
         "link_session_timeout_ms": DEFAULT_SESSION_TIMEOUT_MS,
         "link_credentials_file": "",
@@ -462,6 +473,13 @@ def load_settings(argv: list[str] | None) -> dict[str, Any]:
             f"linkd: num_partitions must be in 1..{MAX_PARTITIONS}, not {num_partitions!r}\n",
         )
     _authorization_settings(parser, settings)
+    interval = settings["log_retention_check_interval_ms"]
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+        parser.exit(
+            EXIT_USAGE,
+            f"linkd: log_retention_check_interval_ms must be an integer of at least 1, "
+            f"not {interval!r}\n",
+        )
     try:
         settings["cleaner_settings"] = CleanerSettings(
             backoff_ms=_int_setting(settings["log_cleaner_backoff_ms"], "log_cleaner_backoff_ms"),
@@ -494,6 +512,10 @@ def _check_tls_settings(parser: argparse.ArgumentParser, settings: dict[str, Any
                 parser.exit(
                     EXIT_USAGE, f"linkd: --{key.replace('_', '-')} {path}: not a PEM file\n"
                 )
+    if settings.get("tls_cert") and settings.get("tls_key"):
+        problem = tls_files_problem(settings["tls_cert"], settings["tls_key"])
+        if problem is not None:
+            parser.exit(EXIT_USAGE, f"linkd: {problem}\n")
     listener: Listener = settings["grpc_listener"]
     if listener.tls and not (settings.get("tls_cert") and settings.get("tls_key")):
         parser.exit(
@@ -611,6 +633,7 @@ async def serve(settings: dict[str, Any]) -> int:
         plant_bug=str(settings.get("plant_bug") or ""),
         cleaner_settings=settings["cleaner_settings"],
     )
+    node.state.retention_check_interval_ms = int(settings["log_retention_check_interval_ms"])
     node.authz.mode = settings["authorizer"]
     node.authz.super_users = settings["super_users"]
     node.state.links.limits = LinkLimits(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -35,10 +36,10 @@ from typing import Any, NoReturn
 
 from linkd.authz import Gate
 from linkd.core import cleaner, restart, timers
-from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter
 from linkd.core.cluster import (
+    BROKER_ID,
     HW_WAIT_MAX_MS,
     AppendBatch,
     ClusterState,
@@ -73,6 +74,9 @@ from linkd.storage.segments import PartitionLogStore
 
 log = logging.getLogger("linkd.node")
 
+# The tick loop wakes at the core's next deadline (a group's join, sync or
+# session deadline, a transaction's timeout, the next retention check), and
+# at least this often, for the links' cadence.
 TICK_INTERVAL_S = 0.05
 SNAPSHOT_EVERY_RECORDS = 20_000
 # A group call waits at most this long beyond its own rebalance timeout.
@@ -144,7 +148,6 @@ class ClusterNode:
         clock: Callable[[], int] = wall_clock_ms,
         topic_id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         group_config: GroupConfig | None = None,
-        segment_bytes_default: int | None = None,
         plant_bug: str = "",
         cleaner_settings: CleanerSettings | None = None,
     ) -> None:
@@ -157,7 +160,6 @@ class ClusterNode:
         self.clock = clock
         self.topic_id_factory = topic_id_factory
         self.group_config = group_config or GroupConfig()
-        self.segment_bytes_default = segment_bytes_default
         self.state = ClusterState(cluster_id, self.group_config)
         self.datadir: DataDir | None = None
         self.journal: MetadataJournal | None = None
@@ -173,8 +175,12 @@ class ClusterNode:
         self._group_waiters: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
         self._next_request_id = 1
         self._ticker: asyncio.Task[None] | None = None
-        # The log cleaner of compacted topics (linkd/log_cleaner.py).
+        # Set when a call may have moved the core's next deadline earlier.
+        self._timers_changed = asyncio.Event()
+        # The log cleaner of compacted topics (linkd/log_cleaner.py); its
+        # backoff is the daemon's option unless log.cleaner.backoff.ms is set.
         self.cleaner = LogCleaner(self, cleaner_settings or CleanerSettings())
+        self._cleaner_backoff_ms = self.cleaner.settings.backoff_ms
         self._cleaner_task: asyncio.Task[None] | None = None
         self._stopping = False
         # Who may do what (--authorizer): off unless the daemon turns it on.
@@ -197,12 +203,19 @@ class ClusterNode:
         self._journal_book = restart.JournalBook(
             self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
         )
-        live = restart.recover_into(self.state, snapshot, records, self._recovered_batches)
+        self.state.broker_configs.static["log.cleaner.backoff.ms"] = str(
+            self._cleaner_backoff_ms
+        )
+        live = restart.recover_into(
+            self.state, snapshot, records, self._recovered_batches, self.clock()
+        )
+        self.apply_broker_configs()
         self._remove_orphan_logs(live)
         log.info("recovered", extra={"topics": len(self.state.topics)})
 
-    def _recovered_batches(self, topic: Topic, partition: int) -> restart.Batches:
-        """Opens a partition's store; the batches it holds (`recover_into`)."""
+    def _recovered_batches(self, topic: Topic, partition: int) -> restart.StoredLog:
+        """Opens a partition's store; the batches it holds and where its
+        segments start (`recover_into`)."""
         store = self._open_store(topic.topic_id, partition, topic.config.segment_bytes)
         batches: restart.Batches = []
         for header in store.recovered_headers():
@@ -212,7 +225,7 @@ class ClusterNode:
                 marker = rb.control_marker_type(data)
             batches.append((header, marker))
         self.flushers[(topic.topic_id, partition)].durable_offset = store.log_end_offset
-        return batches
+        return restart.StoredLog(batches, store.segment_bases)
 
     def _remove_orphan_logs(self, live: set[str]) -> None:
         """Partition directories of topics deleted just before a crash."""
@@ -225,32 +238,13 @@ class ClusterNode:
             if child.is_dir() and topic_id not in live:
                 shutil.rmtree(child, ignore_errors=True)
 
-    def _segment_bytes(self, configured: int) -> int:
-        """A topic's segment.bytes as its stores roll by it (at most the
-        daemon's --segment-bytes, when given)."""
-        if self.segment_bytes_default is not None:
-            return min(configured, self.segment_bytes_default)
-        return configured
-
-    def _reconfigure_stores(self, records: Iterable[object]) -> None:
-        """A topic's configs changed (altered, or adopted from a link's
-        source): its open stores roll by the new segment.bytes from their next
-        append on, not only after a restart."""
-        for record in records:
-            if not isinstance(record, jr.TopicConfig) or record.name not in self.state.topics:
-                continue
-            topic = self.state.topics[record.name]
-            segment_bytes = self._segment_bytes(topic.config.segment_bytes)
-            for p in range(len(topic.partitions)):
-                store = self.stores.get((topic.topic_id, p))
-                if store is not None and store.segment_bytes != segment_bytes:
-                    store.segment_bytes = segment_bytes
-
     def _open_store(self, topic_id: str, partition: int, segment_bytes: int) -> PartitionLogStore:
         assert self.datadir is not None
         store, report = PartitionLogStore.open(
             self.datadir.partition_dir(topic_id, partition),
-            segment_bytes=self._segment_bytes(segment_bytes),
+            # Segments roll where the core says (AppendBatch.roll); the store's
+            # own size rule is for callers that give no decision.
+            segment_bytes=max(1, segment_bytes),
             fsync=self.fsync,
             handles=self.handles,
         )
@@ -277,12 +271,11 @@ class ClusterNode:
             self._cleaner_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleaner_task
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
+        for task in (self._ticker,):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for fut in self._group_waiters.values():
             if not fut.done():
                 fut.set_exception(
@@ -298,12 +291,29 @@ class ClusterNode:
             self.datadir.close()
 
     async def _tick_loop(self) -> None:
+        """Every timer of the cluster, through the core's one tick
+        (`timers.tick`): at the deadline the core names
+        (`ClusterState.next_deadline_ms`: group join, sync and session
+        deadlines, transaction timeouts, the retention check), so a deadline
+        a client computes to the millisecond is met, and at least every
+        TICK_INTERVAL_S for the links' cadence (led partitions, link states,
+        high watermarks). A call that may move a deadline earlier wakes this
+        loop (`_timers_moved`)."""
         while not self._stopping:
+            self._timers_changed.clear()
+            deadline: int | None = None
             try:
                 await self._tick(timers.tick(self.state, self.clock()))
+                deadline = self.state.next_deadline_ms()
             except Exception:  # a timer failure must not stop future timers
                 log.exception("tick failed")
-            await asyncio.sleep(TICK_INTERVAL_S)
+            wait_s = TICK_INTERVAL_S
+            if deadline is not None:
+                # At least a millisecond: a deadline the core left in the past
+                # (it fires what is due) must not spin this loop.
+                wait_s = min(max(0.001, (deadline - self.clock()) / 1000), TICK_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timers_changed.wait(), wait_s)
 
     async def _tick(self, ticking: Generator[Request, object, list[GroupReply]]) -> None:
         """The cluster's timers, once (`timers.tick`); the group replies go
@@ -321,6 +331,15 @@ class ClusterNode:
             elif isinstance(request, WakeWaiters):
                 self.notify(request.partitions)
 
+    def _timers_moved(self) -> None:
+        self._timers_changed.set()
+
+    def fire_due_group_timers(self) -> None:
+        """Group deadlines already past fire before a group request is
+        served, so an answer never shows what a timer due before it would
+        have changed (a session that expired a moment ago)."""
+        self._deliver(self.state.groups.tick(self.clock()))
+
     # -- effects ----------------------------------------------------------------
 
     async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
@@ -330,8 +349,11 @@ class ClusterNode:
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
                 try:
-                    # The core placed the batch (a copy of a cleaned log may jump offsets).
-                    self.stores[key].append(effect.batch, effect.header, gaps=True)
+                    # The core placed the batch (a copy of a cleaned log may jump
+                    # offsets) and decided whether it starts a segment.
+                    self.stores[key].append(
+                        effect.batch, effect.header, gaps=True, roll=effect.roll
+                    )
                 except OSError as exc:
                     if touched:
                         await self._make_durable(touched)
@@ -342,7 +364,6 @@ class ClusterNode:
                     await self._make_durable(touched)
                     touched = {}
                 self._journal([encode_record(r) for r in effect.records])
-                self._reconfigure_stores(effect.records)
             elif isinstance(effect, CreateLogs):
                 self._create_logs(effect)
             elif isinstance(effect, DeleteTopicData):
@@ -354,6 +375,8 @@ class ClusterNode:
             elif isinstance(effect, DeleteBelow):
                 store = self.stores.get((effect.topic_id, effect.partition))
                 if store is not None:
+                    if effect.roll:
+                        store.roll_empty()
                     store.delete_segments_below(effect.offset)
             elif isinstance(effect, ResetLog | TruncateLog):
                 key = (effect.topic_id, effect.partition)
@@ -552,6 +575,31 @@ class ClusterNode:
         _topic, effects = self.state.alter_configs(name, set_, delete)
         await self.execute(effects)
 
+    async def alter_broker_configs(
+        self, level: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        """Dynamic broker configs, journalled; they take effect at once (the
+        topics' defaults, the log cleaner's backoff)."""
+        self.check_ready()
+        await self.execute(self.state.alter_broker_configs(level, set_, delete, replace=replace))
+        self.apply_broker_configs()
+
+    def apply_broker_configs(self) -> None:
+        """The shell's part of the broker configs: the log cleaner's backoff
+        (log.cleaner.backoff.ms when set, else the daemon's option)."""
+        backoff = self.state.broker_configs.cleaner_backoff_ms(str(BROKER_ID))
+        wanted = backoff if backoff is not None else self._cleaner_backoff_ms
+        if self.cleaner.settings.backoff_ms != wanted:
+            self.cleaner.settings = dataclasses.replace(
+                self.cleaner.settings, backoff_ms=max(1, wanted)
+            )
+
+    async def alter_group_configs(
+        self, group: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        await self.execute(self.state.alter_group_configs(group, set_, delete, replace=replace))
+
     async def create_partitions(self, name: str, total: int) -> None:
         self.check_ready()
         _topic, effects = self.state.create_partitions(name, total)
@@ -736,6 +784,7 @@ class ClusterNode:
                 transactional_id, producer_id, epoch, partitions, self.clock()
             )
         )
+        self._timers_moved()  # a transaction may have begun: its timeout is armed
 
     async def add_offsets_to_txn(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
@@ -746,6 +795,7 @@ class ClusterNode:
                 transactional_id, producer_id, epoch, group_id, self.clock()
             )
         )
+        self._timers_moved()
 
     async def txn_offset_commit(
         self,
@@ -812,8 +862,10 @@ class ClusterNode:
 
     async def join_group(self, request: JoinRequest) -> JoinResult:
         self.check_ready()
+        self.fire_due_group_timers()
         rid = self._request_id()
         replies = self.state.groups.join(rid, request, self.clock())
+        self._timers_moved()
         result = await self._wait_group(
             rid, replies, max(request.rebalance_timeout_ms, request.session_timeout_ms)
         )
@@ -828,21 +880,26 @@ class ClusterNode:
         assignments: dict[str, bytes] | None,
     ) -> SyncResult:
         self.check_ready()
+        self.fire_due_group_timers()
         rid = self._request_id()
         replies = self.state.groups.sync(
             rid, group_id, generation_id, member_id, assignments, self.clock()
         )
+        self._timers_moved()
         result = await self._wait_group(rid, replies, 300_000)
         assert isinstance(result, SyncResult)
         return result
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         self.state.groups.heartbeat(group_id, generation_id, member_id, self.clock())
 
     def leave_group(self, group_id: str, member_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         self._deliver(self.state.groups.leave(group_id, member_id, self.clock()))
+        self._timers_moved()
 
     async def commit_offsets(
         self,
@@ -852,6 +909,7 @@ class ClusterNode:
         offsets: dict[tuple[str, int], tuple[int, str, int]],
     ) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(
             self.state.commit_group_offsets(
                 group_id, generation_id, member_id, offsets, self.clock()
@@ -860,10 +918,12 @@ class ClusterNode:
 
     async def delete_group(self, group_id: str) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(self.state.delete_group(group_id))
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
         self.check_ready()
+        self.fire_due_group_timers()
         await self.execute(self.state.delete_group_offsets(group_id, partitions))
 
     # -- validation only (Kafka's validate_only requests) ---------------------------------
@@ -872,9 +932,23 @@ class ClusterNode:
         self.check_ready()
         self.state.check_create_topic(name, partitions, configs)
 
-    def check_alter_topic_configs(self, name: str, set_: dict[str, str]) -> None:
+    def check_alter_topic_configs(
+        self, name: str, set_: dict[str, str], delete: list[str] | None = None
+    ) -> None:
         self.check_ready()
-        self.state.check_alter_configs(name, set_)
+        self.state.check_alter_configs(name, set_, delete or ())
+
+    def check_broker_configs(
+        self, level: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        self.state.check_broker_configs(level, set_, delete, replace=replace)
+
+    def check_group_configs(
+        self, group: str, set_: dict[str, str], delete: list[str], *, replace: bool = False
+    ) -> None:
+        self.check_ready()
+        self.state.check_group_configs(group, set_, delete, replace=replace)
 
     def check_create_partitions(self, name: str, total: int) -> None:
         self.check_ready()

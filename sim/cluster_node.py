@@ -66,11 +66,14 @@ class SimCluster:
         replication_limit_bytes_per_s: int,
         limits: LinkLimits,
         ids: IdFactory,
+        retention_check_interval_ms: int = core.RETENTION_CHECK_INTERVAL_MS,
     ) -> None:
         self.cluster_id = cluster_id
         self.queue = queue
         self.limits = limits
+        self.retention_check_interval_ms = retention_check_interval_ms
         self.state = core.ClusterState(cluster_id)
+        self.state.retention_check_interval_ms = retention_check_interval_ms
         self.links = LinkTable(cluster_id, limits)
         self.state.links = self.links
         # The metadata journal as stored: the last snapshot and the records since.
@@ -155,7 +158,8 @@ class SimCluster:
                 store.append(
                     StoredBatch(
                         effect.header.base_offset, effect.header.next_offset, effect.batch, size
-                    )
+                    ),
+                    roll=effect.roll,
                 )
                 done_ms = max(done_ms, self.disk.reserve(size, self.queue.now_ms, traffic_class))
                 touched[key] = (effect.header.next_offset, store.generation)
@@ -171,6 +175,8 @@ class SimCluster:
                 found = self.stores.get((effect.topic_id, effect.partition))
                 if found is not None:
                     start = found.log_start_offset
+                    if effect.roll:
+                        found.roll_empty()
                     found.delete_below(effect.offset)
                     name = names.get(effect.topic_id)
                     moved = found.log_start_offset > start
@@ -344,13 +350,16 @@ class SimCluster:
         DISCONNECTED (`LinkTable.reset_runtime`), and transactions prepared
         before the crash are completed."""
         state = core.ClusterState(self.cluster_id)
+        state.retention_check_interval_ms = self.retention_check_interval_ms
         state.links = LinkTable(self.cluster_id, self.limits)
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
         records = [recovery.read_stored(text) for text in self.journal_texts]
         self.journal_book = recovery.JournalBook(
             self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
         )
-        live = recovery.recover_into(state, snapshot, records, self._stored_batches)
+        live = recovery.recover_into(
+            state, snapshot, records, self._stored_batches, self.queue.now_ms
+        )
         for key in [k for k in sorted(self.stores) if k[0] not in live]:
             del self.stores[key]
         self.state, self.links = state, state.links
@@ -371,11 +380,11 @@ class SimCluster:
             self.journal_texts = []
             self.journal_book.snapshot_written(recovery.read_stored(self.snapshot_text))
 
-    def _stored_batches(self, topic: core.Topic, partition: int) -> recovery.Batches:
+    def _stored_batches(self, topic: core.Topic, partition: int) -> recovery.StoredLog:
         store = self.stores.setdefault((topic.topic_id, partition), PartitionStore())
         batches: recovery.Batches = []
         for stored in store.batches:
             header = rb.parse_header(stored.data)
             marker = rb.control_marker_type(stored.data) if header.is_control else None
             batches.append((header, marker))
-        return batches
+        return recovery.StoredLog(batches, tuple(store.segment_bases))

@@ -5,9 +5,9 @@ in-memory stores.
 Rules:
 - A cluster cleans at most once per `CLEANER_BACKOFF_MS` of virtual time
   (15 s, Kafka's default log.cleaner.backoff.ms), from its tick.
-- The stores have no segment files: the *active segment* is taken to be the
-  newest batches whose logical bytes fit in the topic's `segment.bytes`
-  (at least the last batch), and it is never cleaned (`cleaner.plan_clean`).
+- The active segment is where the store's last segment starts (the core
+  rolls segments for both shells: segment.bytes, segment.ms,
+  max.compaction.lag.ms), and it is never cleaned (`cleaner.plan_clean`).
 - A clean rewrites every batch below that point in one step (the model and
   the store together, as one swap) and charges the bytes it
   reads and writes to the cluster's disk (traffic class "cleaner").
@@ -24,20 +24,6 @@ from sim.store import PartitionStore, StoredBatch
 CLEANER_BACKOFF_MS = 15_000
 
 
-def active_base(store: PartitionStore, segment_bytes: int) -> int:
-    """Where the stand-in for the active segment starts (see the module docstring)."""
-    if not store.batches:
-        return store.log_end_offset
-    total = 0
-    base = store.batches[-1].base_offset
-    for batch in reversed(store.batches):
-        total += batch.logical_bytes
-        if total > segment_bytes and batch is not store.batches[-1]:
-            break
-        base = batch.base_offset
-    return base
-
-
 def clean_partition(
     topic: core.Topic, partition: int, store: PartitionStore, disk: IoDevice, now_ms: int
 ) -> int:
@@ -45,7 +31,7 @@ def clean_partition(
     procedure, every batch below the active segment as one segment); returns
     the records removed."""
     log = topic.partitions[partition]
-    boundary = active_base(store, topic.config.segment_bytes)
+    boundary = store.segment_bases[-1]
     plan = cleaner.plan_clean(log, topic.config, boundary, now_ms)
     if plan is None:
         return 0

@@ -19,11 +19,12 @@ Tables and keys (units last; every time is virtual milliseconds):
               reset_on_heal
   [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
               session_timeout_ms, lag_max_ms, lag_max_records,
-              replica_lag_time_max_ms
+              replica_lag_time_max_ms, retention_check_interval_ms
   [namespace] topics, partitions, groups (replicate group offsets too),
               retention_ms (the topics' retention.ms on the virtual clock; 0:
               Kafka's default of 7 days),
-              cleanup_policy (delete|compact|compact,delete), segment_bytes
+              cleanup_policy (delete|compact|compact,delete), segment_bytes,
+              segment_ms (the topics' segments: retention deletes whole ones)
   [[edges]]   source, target, and any [network] key or mode (ASYNC|SYNC):
               per-edge overrides; type (link: offset-preserving, the default |
               mirror: MirrorMaker 2, sim.mirror_driver) and, for a mirror,
@@ -138,6 +139,9 @@ class ClusterSpec:
     lag_max_ms: int = 30_000
     lag_max_records: int = 0
     replica_lag_time_max_ms: int = 30_000  # SYNC: IN_SYNC -> OUT_OF_SYNC after this
+    # Kafka's log.retention.check.interval.ms (5 minutes): how often retention
+    # deletes the whole segments it is owed.
+    retention_check_interval_ms: int = 300_000
     # Link sessions (linkd/core/link_auth.py) on every link call: off by
     # default (older scenarios keep their timing).
     link_sessions: bool = False
@@ -157,16 +161,21 @@ class NamespaceSpec:
     groups: bool = True
     retention_ms: int = 0  # 0: the default (7 days); else retention.ms of every topic
     # The namespace's topics' cleanup.policy (compact: the log cleaner runs,
-    # sim/log_cleaner.py) and segment.bytes in logical bytes (0: the default).
+    # sim/log_cleaner.py), their segments' size in bytes (Kafka's
+    # internal.segment.bytes, below segment.bytes' 1 MiB floor) and segment.ms
+    # (0: the defaults). Retention and cleaning work on whole segments.
     cleanup_policy: str = "delete"
     segment_bytes: int = 0
+    segment_ms: int = 0
 
     def topic_configs(self) -> dict[str, str]:
         configs = {"cleanup.policy": self.cleanup_policy}
         if self.retention_ms:
             configs["retention.ms"] = str(self.retention_ms)
         if self.segment_bytes:
-            configs["segment.bytes"] = str(self.segment_bytes)
+            configs["internal.segment.bytes"] = str(self.segment_bytes)
+        if self.segment_ms:
+            configs["segment.ms"] = str(self.segment_ms)
         return configs
 
 
@@ -720,6 +729,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "topics": ("namespace", "topics"),
     "partitions": ("namespace", "partitions"),
     "retention_ms": ("namespace", "retention_ms"),
+    "segment_ms": ("namespace", "segment_ms"),
+    "retention_check_interval_ms": ("cluster", "retention_check_interval_ms"),
     # Every fault's duration (an outage's length, for a sweep).
     "outage_ms": ("faults", "duration_ms"),
     "cleanup_policy": ("namespace", "cleanup_policy"),

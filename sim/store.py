@@ -14,6 +14,11 @@ Rules:
   left gaps in; the core decides where batches go), never before it; the
   log cleaner replaces a run of batches with their cleaned copies
   (`replace`, `sim/log_cleaner.py`).
+- Segments: where each starts (`segment_bases`), as the daemon's segment
+  files keep them: a new one where the core rolls (`AppendBatch.roll`) or
+  retention starts an empty one, the ones wholly below a new log start
+  deleted, a truncation back into an earlier one making it active again. A
+  restart hands them back to the core with the batches.
 """
 
 from __future__ import annotations
@@ -36,19 +41,30 @@ class PartitionStore:
     batches: list[StoredBatch] = field(default_factory=list)
     bases: list[int] = field(default_factory=list)
     generation: int = 0
+    segment_bases: list[int] = field(default_factory=lambda: [0])
 
     @property
     def log_end_offset(self) -> int:
         return self.batches[-1].next_offset if self.batches else self.log_start_offset
 
-    def append(self, batch: StoredBatch) -> None:
+    def _active_holds_batches(self) -> bool:
+        return bool(self.batches) and self.batches[-1].base_offset >= self.segment_bases[-1]
+
+    def append(self, batch: StoredBatch, roll: bool = False) -> None:
         if batch.base_offset < self.log_end_offset:
             raise ValueError(
                 f"store: batch at {batch.base_offset} does not continue the log at "
                 f"{self.log_end_offset}"
             )
+        if roll and self._active_holds_batches():
+            self.segment_bases.append(batch.base_offset)
         self.batches.append(batch)
         self.bases.append(batch.base_offset)
+
+    def roll_empty(self) -> None:
+        """An empty active segment at the log end (retention deletes the rest)."""
+        if self._active_holds_batches():
+            self.segment_bases.append(self.log_end_offset)
 
     def replace(self, first: int, last: int, batches: list[StoredBatch]) -> None:
         """The batches at indexes [first, last) become `batches` (the same
@@ -83,12 +99,17 @@ class PartitionStore:
         keep = self.index_at(offset)
         del self.batches[keep:]
         del self.bases[keep:]
+        # As the daemon's files: segments from the cut on go; one always stays.
+        self.segment_bases = [b for b in self.segment_bases if b < offset] or (
+            self.segment_bases[:1]
+        )
         self.generation += 1
 
     def reset(self, offset: int) -> None:
         self.batches.clear()
         self.bases.clear()
         self.log_start_offset = offset
+        self.segment_bases = [offset]
         self.generation += 1
 
     def delete_below(self, offset: int) -> None:
@@ -98,3 +119,5 @@ class PartitionStore:
         del self.batches[:drop]
         del self.bases[:drop]
         self.log_start_offset = max(self.log_start_offset, offset)
+        while len(self.segment_bases) > 1 and self.segment_bases[1] <= offset:
+            del self.segment_bases[0]

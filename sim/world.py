@@ -97,6 +97,7 @@ class Simulation:
                 c.replication_limit_bytes_per_s,
                 limits,
                 seeds.IdFactory(seed, cid),
+                c.retention_check_interval_ms,
             )
             node.on_truncate = self._make_truncate_hook(cid)
             node.on_delete_below = self._make_delete_hook(cid)

@@ -38,6 +38,7 @@ READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 CLI_TIMEOUT_S = 60.0
 REBALANCE_DELAY_OPTION = "--initial-rebalance-delay-ms"
+RETENTION_CHECK_OPTION = "--log-retention-check-interval-ms"
 
 
 _PORTS_GIVEN: set[int] = set()
@@ -135,6 +136,10 @@ class Daemon:
         # Groups rebalance at once unless a test asks for Kafka's delay (the
         # daemon's default, 3 s): the suite's consumers would each wait it.
         delay = [] if REBALANCE_DELAY_OPTION in self.extra_args else [REBALANCE_DELAY_OPTION, "0"]
+        # Retention checks every half second (Kafka's default is five minutes),
+        # so a story that waits for retention waits a moment.
+        if RETENTION_CHECK_OPTION not in self.extra_args:
+            delay += [RETENTION_CHECK_OPTION, "500"]
         return [
             sys.executable,
             "-m",

@@ -306,6 +306,17 @@ def test_admin_calls_are_refused_with_kafkas_codes(cluster: Cluster) -> None:
         KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_scram_users_are_described_only_with_cluster_describe(cluster: Cluster) -> None:
+    """One refused entry per named user, as Kafka answers: an empty list
+    crashed confluent-kafka 2.16.1 (SIGSEGV)."""
+    described = cluster.admin.describe_user_scram_credentials(["alice", "bob"])
+    assert sorted(described) == ["alice", "bob"]
+    for future in described.values():
+        assert _error_of(future).code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    everyone = cluster.admin.describe_user_scram_credentials()
+    assert _error_of(everyone).code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
 def test_grpc_admin_verbs_need_cluster_alter(cluster: Cluster) -> None:
     with CcrAdmin(cluster.daemon.bootstrap) as admin:
         with pytest.raises(CcrError) as info:
@@ -317,6 +328,10 @@ def test_grpc_admin_verbs_need_cluster_alter(cluster: Cluster) -> None:
         assert admin.list_links() == []
         assert [t.name for t in admin.list_topics()] == ["denied", "granted", "pre-x"]
     done = run_cli("create-namespace", "--type", "topic", "--prefix", "orders-",
+                   bootstrap=cluster.daemon.bootstrap)
+    assert done.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
+    # A link's gap.policy is ALTER on the cluster too (it once had no check).
+    done = run_cli("alter-link", "any-link", "--gap-policy", "stop",
                    bootstrap=cluster.daemon.bootstrap)
     assert done.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in done.stderr, done.stderr
 

@@ -254,6 +254,23 @@ def test_produce_errors(daemon: Daemon) -> None:
     producer.close()
     codes = sorted(e.code if e else "OK" for e, _ in reports)
     assert codes == ["OK", "RECORD_TOO_LARGE", "UNKNOWN_PARTITION"]
+    # KIP-467: one batch to a compacted topic, its second record without a
+    # key: that record is named, the others were refused for sharing the batch.
+    with _admin(daemon) as admin:
+        admin.create_topic("keyed-grpc", 1, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": daemon.bootstrap, "linger.ms": 300})
+    told: dict[bytes, CcrError | None] = {}
+    for key, value in ((b"k", b"a"), (None, b"b"), (b"k", b"c")):
+        producer.produce("keyed-grpc", value, key=key, partition=0,
+                         on_delivery=lambda e, m: told.__setitem__(m.value(), e))
+    assert producer.flush(20) == 0
+    producer.close()
+    assert {v: e.code if e else "OK" for v, e in told.items()} == {
+        b"a": "INVALID_DIFFERENT_RECORD", b"b": "INVALID_RECORD",
+        b"c": "INVALID_DIFFERENT_RECORD"}
+    refused = told[b"b"]
+    assert refused is not None and "without key" in refused.message
+    assert [i for i, _ in refused.record_errors] == [1]
 
 
 def test_consumer_watermarks_positions_and_seek(daemon: Daemon) -> None:

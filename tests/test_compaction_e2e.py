@@ -50,7 +50,7 @@ def _create(bootstrap: str, name: str, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     base = {
         "cleanup.policy": "compact",
-        "segment.bytes": "400",
+        "internal.segment.bytes": "400",  # Kafka's key for segments below 1 MiB
         "min.cleanable.dirty.ratio": "0.01",
     }
     topic = NewTopic(name, num_partitions=1, replication_factor=1, config={**base, **configs})
@@ -216,7 +216,9 @@ def test_segment_bytes_altered_on_a_live_topic_rolls_its_log_at_once(
     _produce_one_batch_each(bootstrap, "compacted-altered", history[:5])
     assert _describe(daemon, "compacted-altered")["cleaner"]["cleans"] == 0
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    entry = ConfigEntry("segment.bytes", "400", incremental_operation=AlterConfigOpType.SET)
+    # Below segment.bytes' 1 MiB floor: Kafka's internal key sets the size.
+    entry = ConfigEntry("internal.segment.bytes", "400",
+                        incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource("topic", "compacted-altered", incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(20)

@@ -62,7 +62,7 @@ def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: 
     _cli(
         a.bootstrap, "create-topic", "orders-latest",
         "--config", "cleanup.policy=compact",
-        "--config", "segment.bytes=400",
+        "--config", "internal.segment.bytes=400",
         "--config", "min.cleanable.dirty.ratio=0.01",
     )
     producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 0})

@@ -6,7 +6,7 @@ import pytest
 
 from linkd.core import cleaner
 from linkd.core import records as rb
-from linkd.core.cluster import ClusterState
+from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.partition import PartitionLog
 from linkd.core.topic_config import TopicConfig, validate_configs
@@ -240,11 +240,11 @@ def test_a_log_with_gaps_is_read_back_after_a_restart() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "why"),
     [
-        ("cleanup.policy", "compaction", "must be one of delete, compact"),
-        ("min.cleanable.dirty.ratio", "1.5", "must be a number in 0..1"),
-        ("min.cleanable.dirty.ratio", "half", "could not convert"),
-        ("delete.retention.ms", "-1", "must be in 0.."),
-        ("min.compaction.lag.ms", "-5", "must be in 0.."),
+        ("cleanup.policy", "compaction", r"each must be one of \['compact', 'delete'\]"),
+        ("min.cleanable.dirty.ratio", "1.5", "Value must be between 0 and 1"),
+        ("min.cleanable.dirty.ratio", "half", "Not a number of type DOUBLE"),
+        ("delete.retention.ms", "-1", "Value must be at least 0"),
+        ("min.compaction.lag.ms", "-5", "Value must be at least 0"),
     ],
 )
 def test_cleaner_configs_are_validated(key: str, value: str, why: str) -> None:
@@ -270,3 +270,26 @@ def test_a_compacted_topic_refuses_a_record_without_a_key() -> None:
         state.produce("c", 0, keyless, "", now_ms=0)
     assert e.value.code == ErrorCode.INVALID_RECORD
     state.produce("c", 0, rb.build_batch([rb.RecordSpec(b"k", None, 0)]), "", now_ms=0)
+
+
+def test_max_compaction_lag__cleans_a_partition_below_its_dirty_ratio_once_overdue() -> None:
+    """Kafka's max.compaction.lag.ms: a record may stay uncompacted at most
+    that long: its segment rolls by then, and the partition is cleaned
+    whatever its dirty ratio."""
+    state = ClusterState("c1")
+    configs = {"cleanup.policy": "compact", "max.compaction.lag.ms": "1000",
+               "min.cleanable.dirty.ratio": "1.0"}
+    state.create_topic("c", 1, configs, topic_id="c-id")
+    for i, ts in enumerate((0, 10, 2_000)):  # the last rolls a segment (lag 1000)
+        effects = state.produce("c", 0, rb.build_batch([rb.RecordSpec(b"k", b"v%d" % i, ts)]),
+                                "", now_ms=ts).effects
+    assert [e.roll for e in effects if isinstance(e, AppendBatch)] == [True]
+    log = state.partition("c", 0)
+    log.mark_durable(log.log_end_offset)
+    config = state.topic("c").config
+    active = log.segments[-1].base_offset
+    assert active == 2
+    log.cleaner.cleaned_up_to = 1  # as if a clean had passed offset 0: dirty ratio 0.5
+    assert cleaner.plan_clean(log, config, active, now_ms=1_010) is None  # ratio 1.0 unmet
+    plan = cleaner.plan_clean(log, config, active, now_ms=1_011)  # the record at 1 is overdue
+    assert plan is not None and (plan.first_dirty, plan.end) == (1, 2)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from linkd.core import records as rb
-from linkd.core.cluster import AppendBatch, ClusterState, CreateLogs, Journal, pick_offset_in_batch
+from linkd.core.cluster import (
+    AppendBatch,
+    ClusterState,
+    CreateLogs,
+    DeleteBelow,
+    Journal,
+    pick_offset_in_batch,
+)
 from linkd.core.errors import ClusterError, ErrorCode
 
 NOW = 1_700_000_000_000
@@ -184,18 +191,96 @@ def test_transaction_timeout__aborts_and_bumps_the_epoch(state: ClusterState) ->
     assert state.txn.txns["tx"].producer_epoch == epoch + 1
 
 
-def test_retention__moves_log_start_but_never_past_hw_or_the_last_batch(
+def test_retention__deletes_whole_segments_on_its_check_interval(
     state: ClusterState,
 ) -> None:
-    state.alter_configs("orders", {"retention.ms": "1000"}, [])
-    for i in range(3):
-        state.produce("orders", 0, batch(1, ts=NOW + i), "", NOW)
-    assert state.tick(NOW + 10_000) == []  # nothing durable yet: nothing deletable
-    durable(state, "orders", 0)
-    state.tick(NOW + 10_000)
+    """Kafka's rule: retention runs every log.retention.check.interval.ms and
+    deletes whole segments, oldest first, each wholly below the high
+    watermark and with its newest record older than retention.ms."""
+    state.retention_check_interval_ms = 5_000
+    # Each batch in its own segment: 50 ms of record time rolls one.
+    state.alter_configs("orders", {"retention.ms": "1000", "segment.ms": "50"}, [])
+    for ts in (NOW, NOW + 100, NOW + 9_000):
+        state.produce("orders", 0, batch(1, ts=ts), "", NOW)
     log = state.partition("orders", 0)
+    assert [seg.base_offset for seg in log.segments] == [0, 1, 2]
+    assert state.tick(NOW) == []  # arms the first check, one interval on
+    assert state.next_deadline_ms() == NOW + 5_000
+    assert state.tick(NOW + 5_000) == []  # nothing durable yet: nothing deletable
+    durable(state, "orders", 0)
+    assert state.tick(NOW + 9_999) == []  # the next check is not due
+    effects = state.tick(NOW + 10_000)
+    assert [e.offset for e in effects if isinstance(e, DeleteBelow)] == [2]
     assert log.log_start_offset == 2 and log.log_end_offset == 3
+    assert [seg.base_offset for seg in log.segments] == [2]
     assert code_of(lambda: state.plan_fetch("orders", 0, 1, False)) == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_retention__keeps_an_old_record_until_its_whole_segment_expires(
+    state: ClusterState,
+) -> None:
+    state.retention_check_interval_ms = 1_000
+    state.alter_configs("orders", {"retention.ms": "1000"}, [])
+    state.produce("orders", 0, batch(1, ts=NOW - 60_000), "", NOW)  # long expired
+    state.produce("orders", 0, batch(1, ts=NOW), "", NOW)  # same segment, fresh
+    durable(state, "orders", 0)
+    state.tick(NOW)
+    assert state.tick(NOW + 1_000) == []  # the segment's newest record is 1000 ms old
+    log = state.partition("orders", 0)
+    assert log.log_start_offset == 0
+    effects = state.tick(NOW + 2_000)  # now all of it is due: the active segment goes too
+    assert [(e.offset, e.roll) for e in effects if isinstance(e, DeleteBelow)] == [(2, True)]
+    assert log.log_start_offset == 2 == log.log_end_offset
+    assert [seg.base_offset for seg in log.segments] == [2]
+
+
+def test_retention_bytes__deletes_the_oldest_segments_while_the_rest_is_large_enough(
+    state: ClusterState,
+) -> None:
+    state.retention_check_interval_ms = 1_000
+    state.alter_configs("orders", {"retention.bytes": "1", "internal.segment.bytes": "1"}, [])
+    for _ in range(3):
+        state.produce("orders", 0, batch(1), "", NOW)  # one batch a segment
+    durable(state, "orders", 0)
+    size = state.partition("orders", 0).segments[0].size_bytes
+    two_segments = {"retention.bytes": str(2 * size), "internal.segment.bytes": "1"}
+    state.alter_configs("orders", two_segments, [])
+    state.tick(NOW)
+    state.tick(NOW + 1_000)
+    assert state.partition("orders", 0).log_start_offset == 1  # two segments' worth stay
+
+
+def test_segments__roll_by_size_by_record_time_with_jitter_and_by_compaction_lag(
+    state: ClusterState,
+) -> None:
+    one = len(batch(1))
+    state.alter_configs("orders", {"internal.segment.bytes": str(2 * one)}, [])
+    rolls = [
+        next(e.roll for e in state.produce("orders", 0, batch(1), "", NOW).effects
+             if isinstance(e, AppendBatch))
+        for _ in range(5)
+    ]
+    assert rolls == [False, False, True, False, True]  # two batches a segment
+    state.alter_configs("orders", {"segment.ms": "1000", "segment.jitter.ms": "1000"}, [])
+    log = state.partition("orders", 1)
+
+    def roll_at(ts: int) -> bool:
+        effects = state.produce("orders", 1, batch(1, ts=ts), "", NOW).effects
+        return next(e.roll for e in effects if isinstance(e, AppendBatch))
+
+    assert not roll_at(NOW)  # the first batch of an empty segment never rolls
+    jitter = log.segments[-1].jitter_ms
+    assert 0 <= jitter < 1000
+    assert not roll_at(NOW + 1000 - jitter)  # not past segment.ms less the jitter
+    assert roll_at(NOW + 1001 - jitter)
+    compacted = ClusterState("A")
+    compacted.create_topic(
+        "c", 1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "100"}, "id-c")
+    keyed = rb.build_batch([rb.RecordSpec(b"k", b"v", NOW)])
+    later = rb.build_batch([rb.RecordSpec(b"k", b"v", NOW + 101)])
+    compacted.produce("c", 0, keyed, "", NOW)
+    appended = compacted.produce("c", 0, later, "", NOW).effects
+    assert [e.roll for e in appended if isinstance(e, AppendBatch)] == [True]
 
 
 def test_list_offsets__earliest_latest_and_by_timestamp(state: ClusterState) -> None:
@@ -233,7 +318,7 @@ def test_journal_replay__rebuilds_topics_configs_producers_and_transactions() ->
     replayed = ClusterState("A")
     for record in journal:
         replayed.apply_record(record)  # type: ignore[arg-type]
-    replayed.recover_partition("t", 0, [(h, None) for h in logs[("id-t", 0)]])
+    replayed.recover_partition("t", 0, [(h, None) for h in logs[("id-t", 0)]], (0,), NOW)
     log = replayed.partition("t", 0)
     assert replayed.topic("t").configs()["retention.ms"] == "5000"
     assert log.log_end_offset == 2 and log.ongoing_txns == {pid: 0}

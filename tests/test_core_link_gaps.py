@@ -21,14 +21,24 @@ from linkd.core.provenance import Gap, ProvenanceItem, ProvenanceKind
 
 def cut_link_and_delete(a: ClusterState, disk_a: Disk, cause: str) -> None:
     """While B is away: 3 batches of 5 more on A, then A's log start moves
-    past 20 (of 25) by `cause`: retention drops whole batches (start 20);
-    deleting records below 23 cuts inside the batch [20, 25)."""
+    past 20 (of 25) by `cause`: retention drops whole segments (one batch a
+    segment from 10 on: start 20); deleting records below 23 cuts inside the
+    batch [20, 25)."""
+    if cause == "retention":
+        one_batch_a_segment = {"internal.segment.bytes": "1"}
+        disk_a.carry_out(a, a.alter_configs("orders-1", one_batch_a_segment, [])[1])
     for _ in range(3):
         produce(a, disk_a, 5)
     if cause == "retention":
-        # Every batch but the last is too old.
-        disk_a.carry_out(a, a.alter_configs("orders-1", {"retention.ms": "1"}, [])[1])
-        disk_a.carry_out(a, a.tick(NOW + 10_000))
+        # retention.bytes of one segment: every segment but the newest goes,
+        # at the next retention check.
+        log = a.partition("orders-1", 0)
+        keep_one = {"internal.segment.bytes": "1",
+                    "retention.bytes": str(log.segments[-1].size_bytes)}
+        disk_a.carry_out(a, a.alter_configs("orders-1", keep_one, [])[1])
+        a.retention_check_interval_ms = 1_000
+        disk_a.carry_out(a, a.tick(NOW))
+        disk_a.carry_out(a, a.tick(NOW + 1_000))
     else:
         _low, effects = a.delete_records("orders-1", 0, 23)
         disk_a.carry_out(a, effects)

@@ -108,3 +108,28 @@ def test_record_bytes_matches_encode_record(
     out = bytearray()
     rb.encode_record(out, offset_delta, timestamp_delta, key, value, headers)
     assert rb.record_bytes(offset_delta, timestamp_delta, key, value, headers) == bytes(out)
+
+
+def test_a_refused_batch_names_every_record_at_fault_once() -> None:
+    """KIP-467: a rule one record breaks is checked on every record; each is
+    named once by its index (the key before the timestamp, as Kafka)."""
+    batch = rb.build_batch([
+        rb.RecordSpec(b"k", b"ok", 1_000),
+        rb.RecordSpec(None, b"no key", 1_000),
+        rb.RecordSpec(b"k", b"late", 9_000),
+        rb.RecordSpec(None, b"no key and late", 9_000),
+        rb.RecordSpec(b"k", b"ok", -1),  # no timestamp: not checked
+    ])
+    with pytest.raises(rb.InvalidTimestampError) as info:
+        rb.check_records(batch, max_decompressed=1 << 20, produced=True, require_keys=True,
+                         timestamp_range=(0, 5_000))
+    errors = info.value.record_errors
+    assert [e.batch_index for e in errors] == [1, 2, 3]
+    assert "without key" in errors[0].message and "without key" in errors[2].message
+    assert errors[1].message.startswith("Timestamp 9000 of record 2 is out of range")
+    assert "within [0, 5000]" in errors[1].message
+    with pytest.raises(rb.InvalidRecordError) as keys_only:
+        rb.check_records(batch, max_decompressed=1 << 20, produced=True, require_keys=True)
+    assert not isinstance(keys_only.value, rb.InvalidTimestampError)
+    assert [e.batch_index for e in keys_only.value.record_errors] == [1, 3]
+    rb.check_records(batch, max_decompressed=1 << 20, produced=True)  # no rule: accepted

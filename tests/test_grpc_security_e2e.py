@@ -363,3 +363,17 @@ def test_tls_listener_needs_certificate_and_key(
     done = linkd_run("--listen", "SSL://127.0.0.1:1", "--tls-cert", str(certs.server_cert),
                      "--tls-key", str(certs.server_cert.parent / "missing.key"))
     assert done.returncode == 2 and "--tls-key" in done.stderr
+    # The key given as the certificate (and the other way round, and a key
+    # of another certificate): the option and the file are named.
+    key, cert = certs.server_key, certs.server_cert
+    done = linkd_run("--listen", "SSL://127.0.0.1:1", "--tls-cert", str(key), "--tls-key", str(key))
+    assert done.returncode == 2, done.stderr
+    assert f"--tls-cert {key}: holds no PEM certificate" in done.stderr
+    assert "give that file to --tls-key" in done.stderr
+    done = linkd_run("--listen", "SSL://127.0.0.1:1", "--tls-cert", str(cert),
+                     "--tls-key", str(cert))
+    assert done.returncode == 2 and f"--tls-key {cert}: holds a certificate" in done.stderr
+    done = linkd_run("--listen", "127.0.0.1:1", "--kafka-listen", "SSL://127.0.0.1:2",
+                     "--tls-cert", str(cert), "--tls-key", str(certs.client_key))
+    assert done.returncode == 2, done.stderr
+    assert f"--tls-key {certs.client_key} is not the private key" in done.stderr

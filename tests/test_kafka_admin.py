@@ -118,6 +118,11 @@ def test_create_describe_and_delete_topics(cluster: Cluster) -> None:
         [NewTopic("adm-cfg", 1, 1, config={"no.such.key": "1"})])["adm-cfg"])
     assert bad_config.code() == KafkaError.INVALID_CONFIG
     assert "no.such.key" in bad_config.str()
+    # Kafka's internal topics are not ordinary topics: refused, as Kafka does.
+    internal = error_of(admin.create_topics([NewTopic("__consumer_offsets", 1, 1)])[
+        "__consumer_offsets"])
+    assert internal.code() == KafkaError.INVALID_REQUEST
+    assert "Creation of internal topic __consumer_offsets is prohibited" in internal.str()
 
     # validate_only changes nothing
     admin.create_topics([NewTopic("adm-dry", 2, 1)], validate_only=True)["adm-dry"].result(20)
@@ -192,6 +197,126 @@ def test_describe_and_alter_topic_configs(cluster: Cluster) -> None:
     assert broker_configs["broker.id"].value == "0" and broker_configs["broker.id"].is_read_only
 
 
+def _set(resource: str, name: str, **ops: Any) -> ConfigResource:
+    kind = {"topic": ResourceType.TOPIC, "broker": ResourceType.BROKER,
+            "group": ResourceType.GROUP}[resource]
+    return ConfigResource(kind, name, incremental_configs=[
+        ConfigEntry(key.replace("_", "."), value, incremental_operation=op)
+        for key, (op, value) in ops.items()
+    ])
+
+
+def _alter(cluster: Cluster, resource: ConfigResource) -> None:
+    cluster.admin.incremental_alter_configs([resource])[resource].result(20)
+
+
+def _alter_error(cluster: Cluster, resource: ConfigResource) -> KafkaError:
+    return error_of(cluster.admin.incremental_alter_configs([resource])[resource])
+
+
+SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
+
+
+def _cluster_default(cluster: Cluster, **configs: tuple[int, str | None]) -> None:
+    """The cluster-wide broker default (the BROKER resource "", as Kafka's
+    kafka-configs --entity-default names it), on the wire: confluent-kafka
+    and kafka-python will not name an empty broker."""
+    from tests.kafka_raw import RawClient
+
+    raw = RawClient(int(cluster.bootstrap.rsplit(":", 1)[1]))
+    try:
+        answer = raw.call(44, 1, {"resources": [{
+            "resource_type": 4, "resource_name": "",
+            "configs": [{"name": key.replace("_", "."), "config_operation": op, "value": value}
+                        for key, (op, value) in configs.items()]}]})
+    finally:
+        raw.close()
+    assert [int(r.error_code) for r in answer.responses] == [0], answer
+
+
+def test_broker_configs_at_both_levels_are_every_topic_s_defaults_at_once(
+    cluster: Cluster,
+) -> None:
+    admin = cluster.admin
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    described = admin.describe_configs([broker])[broker].result(20)
+    listeners = described["advertised.listeners"]
+    assert listeners.is_read_only and listeners.value == f"PLAINTEXT://{cluster.bootstrap}"
+    assert not described["log.retention.ms"].is_read_only
+    hours = described["log.retention.hours"]
+    assert hours.value == "168" and hours.source == ConfigSource.DEFAULT_CONFIG.value
+    assert len(described) > 40
+    cluster.create("adm-dflt", 1, **{"segment.ms": "3600000"})
+    topic = ConfigResource(ResourceType.TOPIC, "adm-dflt")
+    try:
+        # The cluster-wide default ("" names it), then this broker's own.
+        _cluster_default(cluster, log_retention_ms=(0, "3600000"))
+        retention = admin.describe_configs([topic])[topic].result(20)["retention.ms"]
+        assert retention.value == "3600000"
+        assert retention.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+        _alter(cluster, _set("broker", "0", log_retention_ms=(SET, "1800000")))
+        retention = admin.describe_configs([topic])[topic].result(20)["retention.ms"]
+        assert retention.value == "1800000"
+        assert retention.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        # Its synonyms: the broker configs that set it, and Kafka's default.
+        assert {"log.retention.ms", "log.retention.hours"} <= set(retention.synonyms)
+        own = admin.describe_configs([broker])[broker].result(20)["log.retention.ms"]
+        assert own.value == "1800000" and own.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        # A topic's own setting still wins.
+        _alter(cluster, _set("topic", "adm-dflt", retention_ms=(SET, "60000")))
+        retention = admin.describe_configs([topic])[topic].result(20)["retention.ms"]
+        assert retention.value == "60000"
+        assert retention.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        # Static settings are refused by name, values checked as Kafka checks them.
+        refused = _alter_error(cluster, _set("broker", "0", advertised_listeners=(SET, "x")))
+        assert refused.code() == KafkaError.INVALID_CONFIG
+        assert "advertised.listeners" in refused.str()
+        bad = _alter_error(cluster, _set("broker", "0", log_segment_bytes=(SET, "1000")))
+        assert bad.code() == KafkaError.INVALID_CONFIG and "at least 1048576" in bad.str()
+    finally:
+        _cluster_default(cluster, log_retention_ms=(1, None))
+        _alter(cluster, _set("broker", "0", log_retention_ms=(DELETE, None)))
+    back = admin.describe_configs([broker])[broker].result(20)["log.retention.ms"]
+    assert back.value is None and back.source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_append_and_subtract_change_list_configs_as_kafka_does(cluster: Cluster) -> None:
+    cluster.create("adm-lists", 1)
+    topic = ConfigResource(ResourceType.TOPIC, "adm-lists")
+
+    def policy() -> str:
+        return str(cluster.admin.describe_configs([topic])[topic].result(20)[
+            "cleanup.policy"].value)
+
+    _alter(cluster, _set("topic", "adm-lists", cleanup_policy=(APPEND, "compact")))
+    assert policy() == "delete,compact"  # the default, then what was appended
+    _alter(cluster, _set("topic", "adm-lists", cleanup_policy=(SUBTRACT, "delete")))
+    assert policy() == "compact"
+    _alter(cluster, _set("topic", "adm-lists", cleanup_policy=(APPEND, "delete,compact")))
+    assert policy() == "compact,delete"
+    not_a_list = _alter_error(cluster, _set("topic", "adm-lists", retention_ms=(APPEND, "1")))
+    assert not_a_list.code() == KafkaError.INVALID_REQUEST
+    assert "append is not allowed for config key: retention.ms" in not_a_list.str()
+    wrong = _alter_error(cluster, _set("topic", "adm-lists", cleanup_policy=(APPEND, "never")))
+    assert wrong.code() == KafkaError.INVALID_CONFIG
+
+
+def test_group_configs_are_checked_stored_and_described(cluster: Cluster) -> None:
+    group = ConfigResource(ResourceType.GROUP, "adm-kip848")
+    _alter(cluster, _set("group", "adm-kip848", consumer_session_timeout_ms=(SET, "50000")))
+    described = cluster.admin.describe_configs([group])[group].result(20)
+    session = described["consumer.session.timeout.ms"]
+    assert session.value == "50000" and session.source == ConfigSource.GROUP_CONFIG.value
+    beat = described["consumer.heartbeat.interval.ms"]
+    assert beat.value == "5000" and beat.source == ConfigSource.DEFAULT_CONFIG.value
+    low = _alter_error(cluster, _set("group", "adm-kip848",
+                                     consumer_session_timeout_ms=(SET, "10")))
+    assert low.code() == KafkaError.INVALID_CONFIG and "between 45000 and 60000" in low.str()
+    unknown = _alter_error(cluster, _set("group", "adm-kip848", session_timeout_ms=(SET, "1")))
+    assert unknown.code() == KafkaError.INVALID_CONFIG
+
+
 # -- groups ----------------------------------------------------------------------------------
 
 
@@ -227,6 +352,28 @@ def test_list_describe_and_delete_consumer_groups_and_offsets(cluster: Cluster) 
                               .result(20).valid}
     gone = error_of(cluster.admin.delete_consumer_groups(["adm-idle"])["adm-idle"])
     assert gone.code() == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_a_group_whose_static_member_closed_is_deletable_one_session_timeout_later(
+    cluster: Cluster,
+) -> None:
+    """A static member (group.instance.id) closes without leaving (KIP-345):
+    it stays until its session times out. One session timeout after the
+    close (so after the member's deadline), the group is deletable: the
+    session timer fires at its deadline, not at a later tick."""
+    cluster.create("adm-static", 1)
+    session_ms = 1500
+    consumer = cluster.consumer("adm-static-g", **{"group.instance.id": "static-1",
+                                                   "session.timeout.ms": session_ms,
+                                                   "heartbeat.interval.ms": 200})
+    consumer.subscribe(["adm-static"])
+    wait_until(lambda: len(consumer.assignment()) == 1, 30, consumer)
+    consumer.close()
+    closed = time.monotonic()
+    busy = error_of(cluster.admin.delete_consumer_groups(["adm-static-g"])["adm-static-g"])
+    assert busy.code() == KafkaError.NON_EMPTY_GROUP  # the static member stays
+    time.sleep(max(0.0, closed + session_ms / 1000 - time.monotonic()))
+    cluster.admin.delete_consumer_groups(["adm-static-g"])["adm-static-g"].result(20)
 
 
 # -- delete records --------------------------------------------------------------------------
@@ -271,7 +418,7 @@ def acl_filter(rtype: ResourceType, name: str | None, pattern: ResourcePatternTy
                             AclOperation.ANY, AclPermissionType.ANY)
 
 
-def test_create_describe_delete_acls_survive_kill_9(cluster: Cluster) -> None:
+def test_acls_and_dynamic_configs_survive_kill_9(cluster: Cluster) -> None:
     admin = cluster.admin
     bindings = [
         _binding("orders", "User:alice", AclOperation.READ),
@@ -296,9 +443,20 @@ def test_create_describe_delete_acls_survive_kill_9(cluster: Cluster) -> None:
     assert err.code() == KafkaError.INVALID_REQUEST
     assert "Type:name" in err.str()
 
+    # Broker and group configs, altered the same way, are journalled as well.
+    _alter(cluster, _set("broker", "0", log_cleaner_backoff_ms=(SET, "5000")))
+    _alter(cluster, _set("group", "adm-durable", consumer_heartbeat_interval_ms=(SET, "6000")))
+
     # Durable: journalled like any metadata, replayed after kill -9.
     cluster.daemon.restart(kill=True)
     assert len(admin.describe_acls(any_topic).result(30)) == 5
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    backoff = admin.describe_configs([broker])[broker].result(30)["log.cleaner.backoff.ms"]
+    assert backoff.value == "5000" and backoff.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    group = ConfigResource(ResourceType.GROUP, "adm-durable")
+    assert admin.describe_configs([group])[group].result(20)[
+        "consumer.heartbeat.interval.ms"].value == "6000"
+    _alter(cluster, _set("broker", "0", log_cleaner_backoff_ms=(DELETE, None)))
 
     alice = acl_filter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:alice")
     removed = admin.delete_acls([alice])[alice].result(20)

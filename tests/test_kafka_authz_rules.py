@@ -99,7 +99,9 @@ PER_ITEM_BODIES: dict[int, tuple[int, dict[str, Any]]] = {
     30: (3, {"creations": [{"resource_type": 2, "resource_name": "t", "principal": "User:a",
                             "host": "*", "operation": 3, "permission_type": 3}]}),
     31: (3, {"filters": [{"resource_type_filter": 1, "operation": 1, "permission_type": 1}]}),
+    34: (2, {"dirs": [{"path": "/d", "topics": [{"name": "t", "partitions": [0, 1]}]}]}),
     43: (0, {"topic_partitions": [{"topic": "t", "partitions": [0, 1]}]}),
+    50: (0, {"users": [{"name": "alice"}, {"name": "bob"}]}),
     51: (0, {"deletions": [{"name": "alice", "mechanism": 1}],
              "upsertions": [{"name": "bob", "mechanism": 1, "iterations": 4096}]}),
 }
@@ -114,7 +116,9 @@ def test_per_item_refusals_fit_the_response_and_name_every_item(key: int) -> Non
     items = [getattr(answer, f) for f in ("results", "filter_results") if hasattr(answer, f)]
     if key == 43:
         items = [answer.replica_election_results[0].partition_result]
-    assert len(items[0]) == (2 if key in (43, 51) else 1)
+    if key == 34:
+        items = [answer.results[0].partitions]
+    assert len(items[0]) == (2 if key in (34, 43, 50, 51) else 1)
     assert all(int(i.error_code) == 31 for i in items[0])
 
 

@@ -1,7 +1,9 @@
-"""Every API the Kafka listener serves, asked on the wire by a client with no
-ACLs under `--authorizer acl`: each is refused with the code Kafka answers
-(or, for the APIs that filter, answers without what may not be seen), and
-nothing changes."""
+"""Every API of both listeners, asked on the wire by a client with no ACLs
+under `--authorizer acl`: every Kafka API the listener lists in ApiVersions,
+and every method of every gRPC service (read from the service descriptors,
+so a method added later is called too). Each is refused with the code Kafka
+answers (or, for the calls that filter, answers without what may not be
+seen), and nothing changes; a call answered otherwise fails the suite."""
 
 from __future__ import annotations
 
@@ -10,9 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
+from google.protobuf.message import Message
+from grpc_status import rpc_status
 from kio.schema.errors import ErrorCode as K
 
+from ccr.v1 import admin_pb2, cluster_pb2, errors_pb2, replication_pb2
 from linkd.kafka.server import SUPPORTED
 from tests.harness import Daemon, free_port
 from tests.kafka_raw import RawClient
@@ -65,6 +73,7 @@ CASES: list[tuple[int, int, dict[str, Any], K]] = [
     (32, 4, {"resources": [{"resource_type": 4, "resource_name": "0"}]}, C),
     (32, 4, {"resources": [{"resource_type": 32, "resource_name": "g"}]}, G),
     (33, 2, {"resources": [{"resource_type": 2, "resource_name": "t", "configs": []}]}, T),
+    (34, 2, {"dirs": [{"path": "/x", "topics": [{"name": "t", "partitions": [0]}]}]}, C),
     (35, 4, {"topics": None}, C),
     (37, 3, {"topics": [{"name": "t", "count": 2}]}, T),
     (42, 2, {"groups_names": ["g"]}, G),
@@ -104,7 +113,7 @@ def _codes(value: Any) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     port = free_port()
     data = Path(tmp_path_factory.mktemp("authz-wire")) / "data"
     seed = ["--kafka-listen", f"127.0.0.1:{port}", "--authorizer", "acl"]
@@ -118,14 +127,30 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         daemon.extra_args = seed
         daemon.start()
         daemon.wait_ready()
-        yield port
+        daemon.kafka_port = port  # type: ignore[attr-defined]
+        yield daemon
 
 
-def test_every_served_api_is_covered() -> None:
-    assert set(SUPPORTED) <= {key for key, *_ in CASES} | UNREFUSED
+@pytest.fixture(scope="module")
+def port(daemon: Daemon) -> int:
+    return int(daemon.kafka_port)  # type: ignore[attr-defined]
+
+
+def test_every_listed_api_is_covered(port: int) -> None:
+    """What the listener says it serves (ApiVersions), not what the code
+    table says: an API answered without a case here fails."""
+    raw = RawClient(port)
+    try:
+        listed = raw.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    finally:
+        raw.close()
+    served = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in listed.api_keys}
+    assert set(served) == set(SUPPORTED)
+    assert set(served) <= {key for key, *_ in CASES} | UNREFUSED, \
+        sorted(set(served) - {key for key, *_ in CASES} - UNREFUSED)
     for key, version, _, _ in CASES:
-        if key in SUPPORTED:
-            assert SUPPORTED[key].min_version <= version <= SUPPORTED[key].max_version
+        if key in served:
+            assert served[key][0] <= version <= served[key][1]
 
 
 @pytest.mark.parametrize(("key", "version", "body", "expected"), CASES,
@@ -158,3 +183,91 @@ def test_filtering_apis_answer_without_what_may_not_be_seen(port: int) -> None:
     assert everything.topics == () and everything.cluster_authorized_operations == 0
     assert cluster.error_code == 0 and cluster.cluster_authorized_operations == 0
     assert partitions.topics == ()
+
+
+# -- gRPC: every method of every service ---------------------------------------------------
+
+SERVICES = [
+    cluster_pb2.DESCRIPTOR.services_by_name["Cluster"],
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"],
+    replication_pb2.DESCRIPTOR.services_by_name["Replication"],
+]
+E = errors_pb2
+# The methods answered without an ACL refusal, and what their answer to a
+# principal with no ACLs must show instead (anything else fails).
+UNGATED: dict[str, Any] = {
+    "Cluster/Health": lambda r: r.status == "SERVING",  # a probe: nothing to guard
+    "Cluster/ListTopics": lambda r: not r.topics,  # only what DESCRIBE allows
+    "Cluster/ListGroups": lambda r: not r.groups,
+    "Cluster/Fetch": lambda r: [p.error.code for p in r.partitions]
+    == [E.ERROR_CODE_TOPIC_AUTHORIZATION_FAILED],  # refused per partition
+    "Admin/DescribeCluster": lambda r: bool(r.cluster_id),  # who it is, as Kafka's
+    "Admin/ListNamespaces": lambda r: not r.namespaces,
+    "Admin/ListLinks": lambda r: not r.links,
+    "Admin/ListMirrorLinks": lambda r: not r.links,
+    # A link session starts with it: a nonce, nothing stored.
+    "Replication/Challenge": lambda r: len(r.nonce) > 0,
+}
+# ACL refusals (Cluster, Admin); a link call without a session (Replication).
+REFUSED = {
+    "Cluster": {E.ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, E.ERROR_CODE_GROUP_AUTHORIZATION_FAILED,
+                E.ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED,
+                E.ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED},
+    "Admin": {E.ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED, E.ERROR_CODE_TOPIC_AUTHORIZATION_FAILED},
+    "Replication": {E.ERROR_CODE_LINK_AUTHENTICATION_FAILED},
+}
+METHODS = [(service, method) for service in SERVICES for method in service.methods]
+
+
+def _filled(descriptor: Descriptor, depth: int = 0) -> Message:
+    """A request with every string field "x" and one element in each repeated
+    message (so a per-item check has an item to refuse)."""
+    message = message_factory.GetMessageClass(descriptor)()
+    for f in descriptor.fields:
+        repeated = f.is_repeated
+        if f.type == FieldDescriptor.TYPE_STRING:
+            if repeated:
+                getattr(message, f.name).append("x")
+            elif f.containing_oneof is None:
+                setattr(message, f.name, "x")
+        elif f.type == FieldDescriptor.TYPE_MESSAGE and depth < 2 and repeated:
+            if f.message_type.GetOptions().map_entry:
+                continue
+            getattr(message, f.name).add().CopyFrom(_filled(f.message_type, depth + 1))
+    return message
+
+
+def _call(daemon: Daemon, service: Any, method: MethodDescriptor) -> Any:
+    response_cls = message_factory.GetMessageClass(method.output_type)
+    with grpc.insecure_channel(daemon.bootstrap) as channel:
+        stub = channel.unary_unary(
+            f"/{service.full_name}/{method.name}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_cls.FromString,
+        )
+        return stub(_filled(method.input_type), timeout=30)
+
+
+def test_the_tables_name_only_methods_that_exist() -> None:
+    names = {f"{s.name}/{m.name}" for s, m in METHODS}
+    assert set(UNGATED) <= names
+
+
+@pytest.mark.parametrize(("service", "method"), METHODS,
+                         ids=[f"{s.name}/{m.name}" for s, m in METHODS])
+def test_every_grpc_method_is_refused_without_acls(
+    daemon: Daemon, service: Any, method: MethodDescriptor
+) -> None:
+    name = f"{service.name}/{method.name}"
+    if name in UNGATED:
+        assert UNGATED[name](_call(daemon, service, method)), name
+        return
+    with pytest.raises(grpc.RpcError) as info:
+        answered = _call(daemon, service, method)
+        raise AssertionError(f"{name} answered a principal with no ACLs: {answered}")
+    status = rpc_status.from_call(info.value)  # type: ignore[arg-type]
+    assert status is not None, f"{name}: {info.value.code()} {info.value.details()}"
+    detail = E.ErrorDetail()
+    assert status.details and status.details[0].Unpack(detail), name
+    assert detail.code in REFUSED[service.name], (name, E.ErrorCode.Name(detail.code),
+                                                  detail.message)

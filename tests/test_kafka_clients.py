@@ -428,6 +428,29 @@ def test_a_new_transactional_producer_fences_the_old_one(kafka: KafkaCluster) ->
 # -- offsets by time ----------------------------------------------------------------------
 
 
+def test_an_old_record_is_kept_until_its_whole_segment_expires(kafka: KafkaCluster) -> None:
+    """Retention as Kafka's: by whole segments, at each retention check
+    (every 500 ms on the test daemons). A record ten minutes old, written
+    beside a fresh one in the same segment, stays readable until the fresh
+    one is past retention.ms too; then the segment goes, the active one
+    included, and the log starts at its end."""
+    kafka.create_topic("by-segment", **{"retention.ms": "3000"})
+    now_ms = int(time.time() * 1000)
+    produce_all(kafka.producer(), "by-segment", [
+        {"value": b"old", "timestamp": now_ms - 600_000},
+        {"value": b"fresh", "timestamp": now_ms},
+    ])
+    consumer = kafka.consumer("by-segment-reader")
+    consumer.assign([TopicPartition("by-segment", 0, 0)])
+    try:
+        time.sleep(1.5)  # three retention checks: the old record's segment is not due
+        assert [m.value() for m in drain(consumer, 2)] == [b"old", b"fresh"]
+        wait_until(lambda: consumer.get_watermark_offsets(
+            TopicPartition("by-segment", 0), timeout=5)[0] == 2, 30)
+    finally:
+        consumer.close()
+
+
 def test_offsets_for_times_and_list_offsets(kafka: KafkaCluster) -> None:
     kafka.create_topic("times")
     records = [{"value": f"t{i}".encode(), "timestamp": BASE_TS + 10 * i} for i in range(20)]

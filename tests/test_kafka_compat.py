@@ -568,20 +568,130 @@ def test_describe_configs_answers_for_the_broker_and_for_groups(kafka: str) -> N
     assert configs["socket.request.max.bytes"].value == "104857600"
     assert configs["connections.max.idle.ms"].value == "600000"
     assert configs["auto.create.topics.enable"].value == "false"
-    assert configs["log.retention.ms"].value == "604800000"
-    assert all(c.is_read_only for c in configs.values())
+    assert configs["advertised.listeners"].value == f"PLAINTEXT://{kafka}"
+    # Static settings are read-only; the topics' server defaults are dynamic.
+    assert configs["socket.request.max.bytes"].is_read_only
+    assert configs["log.retention.hours"].value == "168"
+    assert not configs["log.retention.hours"].is_read_only
+    assert configs["log.retention.ms"].value is None  # unset: Kafka's default is none
     group = ConfigResource(ResourceType.GROUP, "any-group")
-    assert admin.describe_configs([group])[group].result(30) == {}
+    group_configs = admin.describe_configs([group])[group].result(30)
+    assert group_configs["consumer.session.timeout.ms"].value == "45000"
 
     other = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         answer = other.describe_configs([KConfigResource(ConfigResourceType.BROKER, "0")],
                                         config_filter="all")
+        # kafka-python alters broker and group configs too.
+        altered = other.alter_configs([
+            KConfigResource(ConfigResourceType.GROUP, "kp-group",
+                            configs={"consumer.session.timeout.ms": "55000"}),
+            KConfigResource(ConfigResourceType.BROKER, "0",
+                            configs={"log.cleaner.min.cleanable.ratio": "0.6"}),
+        ], raise_on_unknown=False)
+        kp_group = other.describe_configs(
+            [KConfigResource(ConfigResourceType.GROUP, "kp-group")], config_filter="all")
+        # APPEND and SUBTRACT on a list config, as kafka-python sends them.
+        from kafka.admin import NewTopic as KNewTopic
+
+        other.create_topics([KNewTopic("kp-lists", 1, 1)])
+        lists = KConfigResource(ConfigResourceType.TOPIC, "kp-lists")
+        other.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-lists", configs={
+            "cleanup.policy": ("APPEND", "compact")})])
+        appended = other.describe_configs([lists])["topic"]["kp-lists"]["cleanup.policy"]
+        other.alter_configs([KConfigResource(ConfigResourceType.TOPIC, "kp-lists", configs={
+            "cleanup.policy": ("SUBTRACT", "delete")})])
+        subtracted = other.describe_configs([lists])["topic"]["kp-lists"]["cleanup.policy"]
+        other.alter_configs([KConfigResource(
+            ConfigResourceType.BROKER, "0",
+            configs={"log.cleaner.min.cleanable.ratio": ("DELETE", None)})],
+            raise_on_unknown=False)
     finally:
         other.close()
     entries = answer["broker"]["0"]
     assert entries["num.partitions"]["value"] == "1"
     assert entries["message.max.bytes"]["value"] == "1048588"
+    errors = [e for names in altered.values() for e in names.values()]
+    assert all(getattr(e, "errno", 0) == 0 for e in errors), altered
+    assert kp_group["group"]["kp-group"]["consumer.session.timeout.ms"]["value"] == "55000"
+    assert (appended["value"], subtracted["value"]) == ("delete,compact", "compact")
+
+
+def test_every_kafka_topic_config_creates_and_alters_a_topic(kafka: str) -> None:
+    """All of Kafka 4's topic configs, with values its own validators accept:
+    a topic created with every one through kafka-python, each altered through
+    confluent-kafka, and described back."""
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from linkd.core.topic_config import CONFIG_KEYS
+
+    samples = {
+        "cleanup.policy": "compact,delete", "compression.gzip.level": "6",
+        "compression.lz4.level": "9", "compression.type": "producer",
+        "compression.zstd.level": "3", "delete.retention.ms": "86400000",
+        "file.delete.delay.ms": "60000", "flush.messages": "10000", "flush.ms": "1000",
+        "follower.replication.throttled.replicas": "0:0", "index.interval.bytes": "4096",
+        "internal.segment.bytes": "1048576", "leader.replication.throttled.replicas": "*",
+        "local.retention.bytes": "-2", "local.retention.ms": "-2",
+        "max.compaction.lag.ms": "86400000", "max.message.bytes": "1048588",
+        "message.timestamp.after.max.ms": "3600000",
+        "message.timestamp.before.max.ms": "3600000", "message.timestamp.type": "CreateTime",
+        "min.cleanable.dirty.ratio": "0.5", "min.compaction.lag.ms": "0",
+        "min.insync.replicas": "1", "preallocate": "false", "remote.log.copy.disable": "false",
+        "remote.log.delete.on.disable": "false", "remote.storage.enable": "false",
+        "retention.bytes": "-1", "retention.ms": "604800000", "segment.bytes": "1073741824",
+        "segment.index.bytes": "10485760", "segment.jitter.ms": "0",
+        "segment.ms": "604800000", "unclean.leader.election.enable": "false",
+    }
+    assert set(samples) == set(CONFIG_KEYS)
+    kp = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        kp.create_topics([NewTopic("every-config", 1, 1, topic_configs=samples)])
+    finally:
+        kp.close()
+    admin = CkAdmin({"bootstrap.servers": kafka})
+    resource = ConfigResource(ResourceType.TOPIC, "every-config")
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert {name: described[name].value for name in samples} == samples
+    changed = {"segment.ms": "3600000", "segment.jitter.ms": "1000", "flush.ms": "2000",
+               "max.compaction.lag.ms": "3600000", "preallocate": "true"}
+    alter = ConfigResource(ResourceType.TOPIC, "every-config", incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in changed.items()])
+    admin.incremental_alter_configs([alter])[alter].result(30)
+    described = admin.describe_configs([resource])[resource].result(30)
+    assert {name: described[name].value for name in changed} == changed
+    # Those without an effect on one broker say so, where DescribeConfigs documents them.
+    client = _raw(kafka)
+    try:
+        documented = client.call(32, 4, {"resources": [{
+            "resource_type": 2, "resource_name": "every-config",
+            "configuration_keys": ["flush.ms", "segment.ms"]}], "include_documentation": True})
+    finally:
+        client.close()
+    docs = {c.name: c.documentation for c in documented.results[0].configs}
+    assert "no effect here" in docs["flush.ms"] and "no effect here" not in docs["segment.ms"]
+
+
+def test_alter_replica_log_dirs_answers_as_a_one_broker_kafka(kafka: str) -> None:
+    from kafka import TopicPartitionReplica
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import LogDirNotFoundError, NoError
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        [described] = admin.describe_log_dirs()
+        home = described["log_dirs"][0]["log_dir"] if "log_dirs" in described else (
+            described["results"][0]["log_dir"])
+        here = TopicPartitionReplica("compat", 0, 0)
+        moved = admin.alter_replica_log_dirs({here: home})
+        elsewhere = admin.alter_replica_log_dirs({here: "/nowhere/else"})
+    finally:
+        admin.close()
+    assert moved[here] is NoError  # it is there already
+    assert elsewhere[here] is LogDirNotFoundError
 
 
 # -- the admin APIs a single-broker Kafka answers ------------------------------------------
@@ -746,6 +856,10 @@ def test_record_timestamps_outside_the_topic_s_bounds_are_refused(kafka: str) ->
         ahead = produce(now, now + 2 * 3_600_000)  # a producer's clock two hours ahead
         assert ahead.error_code == K.invalid_timestamp
         assert "message.timestamp.after.max.ms" in ahead.error_message
+        # KIP-467: the record at fault is named, by its index in the batch
+        assert [e.batch_index for e in ahead.record_errors] == [1]
+        assert f"Timestamp {now + 2 * 3_600_000} of record 1 is out of range" in \
+            ahead.record_errors[0].batch_index_error_message
         assert produce(now - 2 * 86_400_000).error_code == K.invalid_timestamp
         end = client.call(2, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": "clocked", "partitions": [
@@ -753,12 +867,45 @@ def test_record_timestamps_outside_the_topic_s_bounds_are_refused(kafka: str) ->
         assert end.topics[0].partitions[0].offset == 2  # only the first batch was stored
     finally:
         client.close()
-    errors: list[Any] = []
-    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 0})
-    producer.produce("clocked", b"late", partition=0, timestamp=now + 7_200_000,
-                     on_delivery=lambda err, _m: errors.append(err))
-    producer.flush(30)
-    assert [e.code() for e in errors] == [ck.KafkaError.INVALID_TIMESTAMP]
+    # kafka-python: one batch of three, the middle one two hours ahead. The
+    # bad record gets INVALID_TIMESTAMP, the others "refused only for sharing
+    # the batch" (KIP-467's record errors).
+    from kafka import KafkaProducer
+    from kafka import errors as kerrors
+
+    kp = KafkaProducer(bootstrap_servers=kafka, linger_ms=500, retries=0)
+    futures = {v: kp.send("clocked", v, partition=0, timestamp_ms=stamp)
+               for v, stamp in ((b"a", now), (b"late", now + 7_200_000), (b"c", now))}
+    kp.flush(30)
+    kp.close()
+    with pytest.raises(kerrors.InvalidTimestampError, match="of record 1 is out of range"):
+        futures[b"late"].get(10)
+    for v in (b"a", b"c"):
+        with pytest.raises(kerrors.KafkaError, match="part of a batch"):
+            futures[v].get(10)
+
+
+def test_confluent_kafka_tells_the_refused_records_from_their_batch_mates(kafka: str) -> None:
+    """KIP-467 through librdkafka: two records without a key in one batch to
+    a compacted topic get INVALID_RECORD, their batch mates
+    _INVALID_DIFFERENT_RECORD (librdkafka reads the record errors of a
+    refusal naming more than one record; one alone it reports as the
+    partition's error for the whole batch)."""
+    from confluent_kafka.admin import AdminClient as CkAdmin
+    from confluent_kafka.admin import NewTopic as CkNewTopic
+
+    admin = CkAdmin({"bootstrap.servers": kafka})
+    admin.create_topics([CkNewTopic(
+        "keyed", 1, 1, config={"cleanup.policy": "compact"})])["keyed"].result(20)
+    errors: dict[bytes, Any] = {}
+    producer = ck.Producer({"bootstrap.servers": kafka, "linger.ms": 500})
+    for key, value in ((b"k", b"a"), (None, b"b"), (b"k", b"c"), (None, b"d")):
+        producer.produce("keyed", value, key=key, partition=0,
+                         on_delivery=lambda err, m: errors.__setitem__(m.value(), err))
+    assert producer.flush(30) == 0
+    assert {v: e.code() for v, e in errors.items()} == {
+        b"a": ck.KafkaError._INVALID_DIFFERENT_RECORD, b"b": ck.KafkaError.INVALID_RECORD,
+        b"c": ck.KafkaError._INVALID_DIFFERENT_RECORD, b"d": ck.KafkaError.INVALID_RECORD}
 
 
 def test_a_static_kafka_python_consumer_restarted_in_its_session_keeps_its_partitions(

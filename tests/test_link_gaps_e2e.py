@@ -2,7 +2,9 @@
 
 A leads orders- to B over link ab. B copies some records, then B's daemon
 stops (the link is cut); A takes more records and its retention deletes
-all but the last batch; B starts again behind A's log start. Under
+all but its newest segment (whole segments, as Kafka's retention: one batch
+a segment here, `internal.segment.bytes`, and `retention.bytes` 1 keeps the
+newest); B starts again behind A's log start. Under
 gap.policy continue (the default) B records the gap in its provenance,
 describe-link lists it with its exact range and time, the metrics count it,
 the log warns of it, and B's log starts again at A's log start. Under
@@ -76,14 +78,16 @@ def outage(a: Daemon, b: Daemon, tag: str) -> tuple[int, int]:
     poll("B caught up", lambda: partition0(b)["high_watermark"] == source_hw)
     before = partition0(b)["log_end_offset"]
     b.terminate()
+    cli(a.bootstrap, "alter-topic-config", TOPIC, "--set", "internal.segment.bytes=1")
     for i in range(4):
         produce(a, 3, f"{tag}{i}")
-    cli(a.bootstrap, "alter-topic-config", TOPIC, "--set", "retention.ms=1")
+    cli(a.bootstrap, "alter-topic-config", TOPIC, "--set", "retention.bytes=1")
     start = poll(
         "A's retention past B's position",
         lambda: (s := partition0(a)["log_start_offset"]) > before and s,
     )
-    cli(a.bootstrap, "alter-topic-config", TOPIC, "--set", "retention.ms=604800000")
+    assert start < partition0(a)["log_end_offset"]  # the newest segment stays
+    cli(a.bootstrap, "alter-topic-config", TOPIC, "--delete", "retention.bytes")
     b.start()
     b.wait_ready()
     return before, start

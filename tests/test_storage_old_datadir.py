@@ -161,6 +161,10 @@ def test_every_record_kind__stored_form_round_trips_and_matches_what_older_versi
         {"type": "scram_upsert", "user": "alice", "mechanism": 1, "salt": "c2FsdA==",  # new kind
          "iterations": 4096, "stored_key": "c3Q=", "server_key": "c2s="},
         {"type": "scram_delete", "user": "alice", "mechanism": 2},  # new kind
+        {"type": "broker_config", "broker": "",  # new kind
+         "configs": {"log.retention.ms": "60000"}},
+        {"type": "group_config", "group": "g",  # new kind
+         "configs": {"consumer.session.timeout.ms": "50000"}},
     ]
     assert {r["type"] for r in written_before} == set(KINDS)
     # Grown since: a tombstone keeps the link's sealed secrets (link sessions),

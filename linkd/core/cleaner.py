@@ -10,7 +10,9 @@ comes out (`linkd/node.py` in the daemon). The rules are Kafka's LogCleaner's:
 - The *dirty* section runs from where the last clean ended (`cleaned_up_to`,
   Kafka's cleaner checkpoint) to the cleanable end. A clean starts when the
   dirty bytes are at least `min.cleanable.dirty.ratio` of the cleanable
-  bytes, or when tombstones kept past their horizon may be removed.
+  bytes, when the oldest dirty record is older than `max.compaction.lag.ms`
+  (its segment is cleanable by then: a compacted topic's segments roll by
+  that lag too), or when tombstones kept past their horizon may be removed.
 - The *offset map* holds, for each key in the dirty section, its latest offset
   there. A clean rewrites every batch below the cleanable end: a record is
   removed when a later record of its key is in the map (superseded), when it
@@ -97,6 +99,21 @@ def _bytes_between(log: PartitionLog, start: int, end: int) -> int:
     return total
 
 
+def compaction_overdue(log: PartitionLog, config: TopicConfig, end: int, now_ms: int) -> bool:
+    """max.compaction.lag.ms (Kafka's needCompactionNow): the oldest record
+    not cleaned yet, below `end`, has waited longer than the lag allows, so
+    the partition is cleaned whatever its dirty ratio. (Its segment is
+    cleanable by then: segments of a compacted topic roll by that lag too.)"""
+    start = first_dirty(log)
+    if config.max_compaction_lag_ms <= 0 or end <= start:
+        return False
+    i = log.batch_index_at(start)
+    if i >= len(log.batches) or log.batches[i].base_offset >= end:
+        return False
+    stamp = log.batches[i].max_timestamp
+    return stamp >= 0 and now_ms - stamp > config.max_compaction_lag_ms
+
+
 def first_dirty(log: PartitionLog) -> int:
     return max(log.cleaner.cleaned_up_to, log.log_start_offset)
 
@@ -124,7 +141,10 @@ def plan_clean(
     start = first_dirty(log)
     due_tombstones = any(h <= now_ms for _below, h in log.cleaner.horizons)
     ratio = dirty_ratio(log, end)
-    if not due_tombstones and (end <= start or ratio < config.min_cleanable_dirty_ratio):
+    overdue = compaction_overdue(log, config, end, now_ms)
+    if not due_tombstones and (
+        end <= start or (ratio < config.min_cleanable_dirty_ratio and not overdue)
+    ):
         return None
     if end > start:
         end = _map_end(log, start, end, map_bytes)

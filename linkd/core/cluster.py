@@ -18,13 +18,19 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclStore
+from linkd.core.broker_config import (
+    CLUSTER_DEFAULT,
+    BrokerConfigs,
+    validate_broker_configs,
+    validate_group_configs,
+)
 
 # Effects are re-exported (see __all__): shells and tests name them here too.
 from linkd.core.effects import (
@@ -39,7 +45,7 @@ from linkd.core.effects import (
     Wake,
 )
 from linkd.core.effects import journal as _journal
-from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.errors import ClusterError, ErrorCode, RecordError
 from linkd.core.groups import GroupConfig, GroupCoordinator
 from linkd.core.links import (
     LinkConfig,
@@ -52,14 +58,14 @@ from linkd.core.links import (
 )
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
-from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog
+from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog, SegmentRule
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.topic_config import (
     TopicConfig,
+    check_creatable_topic_name,
     effective_configs,
     validate_configs,
     validate_partition_count,
-    validate_topic_name,
 )
 from linkd.core.transactions import (
     MAX_EPOCH,
@@ -76,6 +82,11 @@ from linkd.core.users import Deletion, ScramMechanism, Upsertion, UserError, Use
 HW_WAIT_MAX_MS = 60_000
 # What a produce that names no acks waits for: all (Kafka's producer default).
 ACKS_ALL = -1
+# Kafka's log.retention.check.interval.ms default: five minutes.
+RETENTION_CHECK_INTERVAL_MS = 300_000
+# The id of a cluster's one broker (its Kafka listener's node id): the name
+# of its BROKER config resource.
+BROKER_ID = 0
 
 
 def produce_wait_ms(timeout_ms: int) -> int:
@@ -109,13 +120,15 @@ class Topic:
     epoch_bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     # Provenance history per follower partition (spec section 8).
     provenance: dict[int, list[ProvenanceItem]] = field(default_factory=dict)
+    # The cluster's topic defaults (broker configs) its configs fall back on.
+    defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
         return self.name.startswith("_")
 
     def configs(self) -> dict[str, str]:
-        return effective_configs(self.overrides)
+        return effective_configs(self.overrides, self.defaults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,13 @@ class ClusterState:
         # past its position records the gap with the cause (not durable: after
         # a restart the cause of an older move is not known).
         self.log_start_causes: dict[tuple[str, int], str] = {}
+        # Kafka's log.retention.check.interval.ms: retention runs this often
+        # (a static setting of the shell: the daemon's option, a scenario's).
+        self.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS
+        self.next_retention_check_ms: int | None = None
+        # Dynamic broker configs (both levels) and the groups' configs (KIP-848).
+        self.broker_configs = BrokerConfigs()
+        self.group_configs: dict[str, dict[str, str]] = {}
 
     # -- lookup ---------------------------------------------------------------
 
@@ -207,6 +227,38 @@ class ClusterState:
             )
         return topic.partitions[partition]
 
+    @staticmethod
+    def segment_rule(topic: Topic) -> SegmentRule:
+        """What rolls the topic's segments (its segment.bytes, segment.ms,
+        segment.jitter.ms, and max.compaction.lag.ms when compacted)."""
+        config = topic.config
+        return SegmentRule(
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+            jitter_ms=config.segment_jitter_ms,
+            max_compaction_lag_ms=config.max_compaction_lag_ms if config.compact else None,
+        )
+
+    def append(
+        self,
+        topic: Topic,
+        partition: int,
+        batch: bytes,
+        header: rb.BatchHeader,
+        now_ms: int,
+        *,
+        control_type: int | None = None,
+        allow_gap: bool = False,
+    ) -> AppendBatch:
+        """Applies a batch to the partition's model, in a new segment when the
+        topic's segment rule says so, and returns the effect that writes it
+        (every batch any call writes goes through here)."""
+        log = topic.partitions[partition]
+        roll = log.append(
+            header, control_type, now_ms, self.segment_rule(topic), allow_gap=allow_gap
+        )
+        return AppendBatch(topic.topic_id, partition, batch, header, roll=roll)
+
     # -- topics ---------------------------------------------------------------
 
     def check_create_topic(
@@ -214,10 +266,10 @@ class ClusterState:
     ) -> dict[str, str]:
         """Every check of `create_topic`, changing nothing (Kafka's validate_only);
         returns the checked overrides."""
-        validate_topic_name(name)
+        check_creatable_topic_name(name)
         self.check_client_write(ResourceType.TOPIC, name, "create")
         validate_partition_count(name, partitions)
-        overrides = validate_configs(name, configs)
+        overrides = validate_configs(name, configs, self.topic_defaults())
         if name in self.topics:
             raise ClusterError(
                 ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r}", f"topic {name!r} already exists"
@@ -236,10 +288,15 @@ class ClusterState:
         ]
         return topic, effects
 
+    def topic_defaults(self) -> dict[str, str]:
+        """Every topic's defaults as the broker configs set them."""
+        return self.broker_configs.topic_defaults(str(BROKER_ID))
+
     def _apply_topic_create(self, record: jr.TopicCreate) -> Topic:
         name = record.name
-        topic = Topic(name, record.topic_id, dict(record.configs))
-        topic.config = TopicConfig.from_overrides(topic.overrides)
+        defaults = self.topic_defaults()
+        topic = Topic(name, record.topic_id, dict(record.configs), defaults=defaults)
+        topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
         topic.partitions = [PartitionLog(name, p) for p in range(record.partitions)]
         self.topics[name] = topic
         return topic
@@ -274,19 +331,24 @@ class ClusterState:
         forgotten = self.groups.forget_topic(name)
         return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
 
-    def check_alter_configs(self, name: str, set_: Mapping[str, str]) -> dict[str, str]:
-        """Every check of `alter_configs`, changing nothing; returns the checked set."""
-        self.topic(name)
+    def check_alter_configs(
+        self, name: str, set_: Mapping[str, str], delete: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Every check of `alter_configs`, changing nothing; returns the
+        topic's overrides as they would be (each checked, and their
+        combination with the cluster's defaults)."""
+        topic = self.topic(name)
         self.check_client_write(ResourceType.TOPIC, name, "alter the configs of")
-        return validate_configs(name, set_)
+        gone = set(delete)
+        overrides = {k: v for k, v in topic.overrides.items() if k not in gone}
+        overrides.update(validate_configs(name, set_, self.topic_defaults()))
+        return validate_configs(name, overrides, self.topic_defaults())
 
     def alter_configs(
         self, name: str, set_: Mapping[str, str], delete: list[str]
     ) -> tuple[Topic, list[Effect]]:
         topic = self.topic(name)
-        checked = self.check_alter_configs(name, set_)
-        overrides = {k: v for k, v in topic.overrides.items() if k not in delete}
-        overrides.update(checked)
+        overrides = self.check_alter_configs(name, set_, delete)
         record = jr.TopicConfig(name, overrides)
         self._apply_topic_config(record)
         return topic, [Journal((record,))]
@@ -294,7 +356,82 @@ class ClusterState:
     def _apply_topic_config(self, record: jr.TopicConfig) -> None:
         topic = self.topics[record.name]
         topic.overrides = dict(record.configs)
-        topic.config = TopicConfig.from_overrides(topic.overrides)
+        topic.config = TopicConfig.from_overrides(topic.overrides, topic.defaults)
+
+    # -- broker and group configs ------------------------------------------------
+
+    def alter_broker_configs(
+        self, level: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> list[Effect]:
+        """A BROKER resource's dynamic configs ("": the cluster default; the
+        broker's id: its own): set these, delete those (`replace`: the level
+        becomes exactly `set_`, Kafka's AlterConfigs). Every topic that does
+        not set a topic config takes the new default at once (a refusal, if a
+        topic's settings no longer combine with it, changes nothing)."""
+        configs = self.check_broker_configs(level, set_, delete, replace=replace)
+        record = jr.BrokerConfig(level, configs)
+        self._apply_broker_config(record)
+        return [Journal((record,))]
+
+    def check_broker_configs(
+        self, level: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> dict[str, str]:
+        """Every check of `alter_broker_configs`; returns the level's configs
+        as they would be."""
+        if level not in (CLUSTER_DEFAULT, str(BROKER_ID)):
+            raise ClusterError(
+                ErrorCode.INVALID_REQUEST,
+                f"broker {level!r}",
+                f"broker {level!r} does not exist; the cluster's only broker is {BROKER_ID} "
+                "(or '' for the cluster-wide default)",
+            )
+        gone = set(delete)
+        configs = {} if replace else self.broker_configs.level(level)
+        configs = {k: v for k, v in configs.items() if k not in gone}
+        configs.update(validate_broker_configs(level, set_))
+        trial = BrokerConfigs()
+        trial.static = dict(self.broker_configs.static)
+        trial.levels = {**self.broker_configs.levels, level: configs}
+        defaults = trial.topic_defaults(str(BROKER_ID))
+        for topic in self.topics.values():
+            validate_configs(topic.name, topic.overrides, defaults)
+        return configs
+
+    def _apply_broker_config(self, record: jr.BrokerConfig) -> None:
+        self.broker_configs.set_level(record.broker, record.configs)
+        defaults = self.topic_defaults()
+        for topic in self.topics.values():
+            topic.defaults = defaults
+            topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
+
+    def alter_group_configs(
+        self, group: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> list[Effect]:
+        """A GROUP resource's configs (KIP-848's: stored and described)."""
+        configs = self.check_group_configs(group, set_, delete, replace=replace)
+        record = jr.GroupConfig(group, configs)
+        self._apply_group_config(record)
+        return [Journal((record,))]
+
+    def check_group_configs(
+        self, group: str, set_: Mapping[str, str], delete: Iterable[str], *, replace: bool = False
+    ) -> dict[str, str]:
+        if not group:
+            raise ClusterError(
+                ErrorCode.INVALID_GROUP_ID, "group ''", "a group config needs a group id"
+            )
+        self.check_group_writable(group, "alter the configs of")
+        gone = set(delete)
+        configs = {} if replace else dict(self.group_configs.get(group, {}))
+        configs = {k: v for k, v in configs.items() if k not in gone}
+        configs.update(set_)
+        return validate_group_configs(group, configs)
+
+    def _apply_group_config(self, record: jr.GroupConfig) -> None:
+        if record.configs:
+            self.group_configs[record.group] = dict(record.configs)
+        else:
+            self.group_configs.pop(record.group, None)
 
     def check_create_partitions(self, name: str, total: int) -> int:
         """Every check of `create_partitions`, changing nothing; returns the
@@ -352,16 +489,15 @@ class ClusterState:
             )
         plan = log.check_append(header, max_message_bytes=topic.config.max_message_bytes)
         try:
-            checked = rb.check_records(
+            rb.check_records(
                 batch,
                 max_decompressed=topic.config.max_message_bytes,
                 produced=True,
                 require_keys=topic.config.compact,
+                timestamp_range=timestamp_range(topic.config, now_ms),
             )
         except rb.CorruptBatchError as exc:
             raise refused_batch(exc, log.name, f"partition {log.name}") from exc
-        if not topic.config.log_append_time:
-            _check_timestamps(checked, topic.config, now_ms, log.name)
         if plan.duplicate:
             return ProduceResult(plan.base_offset, True, log.log_start_offset, -1, ())
         codec = topic.config.compression
@@ -381,9 +517,8 @@ class ClusterState:
             append_time = now_ms
         stamped = rb.with_offset_and_epoch(batch, plan.base_offset, log.leader_epoch)
         stamped_header = rb.parse_header(stamped)
-        log.apply_batch(stamped_header)
         effects: tuple[Effect, ...] = (
-            AppendBatch(topic.topic_id, partition, stamped, stamped_header),
+            self.append(topic, partition, stamped, stamped_header, now_ms),
         )
         return ProduceResult(plan.base_offset, False, log.log_start_offset, append_time, effects)
 
@@ -732,12 +867,14 @@ class ClusterState:
             self.log_start_causes[(topic_name, partition)] = "deleted records"
         return log.log_start_offset, self._log_start_effects(topic_name, log)
 
-    def _log_start_effects(self, topic_name: str, log: PartitionLog) -> list[Effect]:
+    def _log_start_effects(
+        self, topic_name: str, log: PartitionLog, *, roll: bool = False
+    ) -> list[Effect]:
         topic = self.topics[topic_name]
         record = jr.LogStart(topic_name, log.partition, log.log_start_offset)
         return [
             Journal((record,)),
-            DeleteBelow(topic.topic_id, log.partition, log.log_start_offset),
+            DeleteBelow(topic.topic_id, log.partition, log.log_start_offset, roll=roll),
         ]
 
     # -- idempotent and transactional producers ---------------------------------
@@ -830,8 +967,7 @@ class ClusterState:
                 partition_leader_epoch=log.leader_epoch,
             )
             header = rb.parse_header(batch)
-            log.apply_batch(header, marker)
-            effects.append(AppendBatch(topic.topic_id, p, batch, header))
+            effects.append(self.append(topic, p, batch, header, now_ms, control_type=marker))
             markers[(topic_name, p)] = header.base_offset
         if completion.commit and len(markers) > 1:
             self.marker_groups.append(markers)
@@ -986,26 +1122,58 @@ class ClusterState:
     # -- time -----------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[Effect]:
-        """Transaction timeouts and retention. (Group timers: groups.tick.)"""
+        """Transaction timeouts, and retention when its check is due.
+        (Group timers: groups.tick.)"""
         completions, records = self.txn.expired(now_ms)
         effects = _journal(records)
         for completion in completions:
             effects += self._complete(completion, now_ms)
+        if self.next_retention_check_ms is None:
+            self.next_retention_check_ms = now_ms + self.retention_check_interval_ms
+        if now_ms >= self.next_retention_check_ms:
+            self.next_retention_check_ms = now_ms + self.retention_check_interval_ms
+            effects += self.enforce_retention(now_ms)
+        return effects
+
+    def enforce_retention(self, now_ms: int) -> list[Effect]:
+        """One retention check (Kafka's LogManager.cleanupLogs): every topic
+        whose cleanup.policy holds delete loses the whole segments retention
+        asks for (`PartitionLog.retention_cut`); the active segment goes too
+        once every record in it is due, after an empty one is started."""
+        effects: list[Effect] = []
         for topic in list(self.topics.values()):
             if not topic.config.delete:
                 continue  # cleanup.policy=compact: the log cleaner alone removes records
+            rule = self.segment_rule(topic)
             for log in topic.partitions:
-                target = log.retention_target(
+                cut = log.retention_cut(
                     now_ms, topic.config.retention_ms, topic.config.retention_bytes
                 )
-                if target is not None:
-                    log.advance_log_start(target)
-                    self.log_start_causes[(topic.name, log.partition)] = "retention"
-                    effects += self._log_start_effects(topic.name, log)
+                if cut is None:
+                    continue
+                target, every_segment = cut
+                if every_segment:
+                    log.roll_empty(now_ms, rule)
+                log.advance_log_start(target)
+                self.log_start_causes[(topic.name, log.partition)] = "retention"
+                effects += self._log_start_effects(topic.name, log, roll=every_segment)
         return effects
 
     def next_txn_deadline_ms(self) -> int | None:
         return self.txn.next_deadline_ms()
+
+    def next_deadline_ms(self) -> int | None:
+        """When a timer of this cluster is next due (None: none is armed): a
+        group's join, sync or session deadline, a transaction's timeout, the
+        next retention check. A shell calls `tick` and `groups.tick` at that
+        time (not on a cadence), so a deadline a client computes to the
+        millisecond is met."""
+        found = [
+            self.groups.next_deadline_ms(),
+            self.txn.next_deadline_ms(),
+            self.next_retention_check_ms,
+        ]
+        return min((d for d in found if d is not None), default=None)
 
     # -- durability -------------------------------------------------------------
 
@@ -1051,6 +1219,10 @@ class ClusterState:
                 self.acls.apply_record(record)
             case jr.ScramUpsert() | jr.ScramDelete():
                 self.users.apply_record(record)
+            case jr.BrokerConfig():
+                self._apply_broker_config(record)
+            case jr.GroupConfig():
+                self._apply_group_config(record)
             case jr.LinkConfigRecord() | jr.LinkDelete() | jr.LinkRemovalTold():
                 self.links.apply_record(record)
             case jr.MirrorLinkCreate() | jr.MirrorLinkDelete():
@@ -1096,9 +1268,18 @@ class ClusterState:
             "links": self.links.snapshot(),
             "mirror_links": self.mirror_links.snapshot(),
             "namespaces": self.namespaces.snapshot(),
+            "broker_configs": {
+                level: dict(c) for level, c in sorted(self.broker_configs.levels.items())
+            },
+            "group_configs": {g: dict(c) for g, c in sorted(self.group_configs.items())},
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
+        # Broker configs first: the topics take their defaults from them.
+        for level, configs in snapshot.get("broker_configs", {}).items():
+            self.broker_configs.set_level(level, {str(k): str(v) for k, v in configs.items()})
+        for group, configs in snapshot.get("group_configs", {}).items():
+            self.group_configs[group] = {str(k): str(v) for k, v in configs.items()}
         for t in snapshot["topics"]:
             topic = self._apply_topic_create(
                 jr.TopicCreate(t["name"], t["topic_id"], int(t["partitions"]), dict(t["configs"]))
@@ -1127,16 +1308,24 @@ class ClusterState:
         return self.groups.config
 
     def recover_partition(
-        self, topic_name: str, partition: int, batches: list[tuple[rb.BatchHeader, int | None]]
+        self,
+        topic_name: str,
+        partition: int,
+        batches: list[tuple[rb.BatchHeader, int | None]],
+        segment_bases: Sequence[int] = (),
+        now_ms: int = 0,
     ) -> None:
         """Rebuilds a partition from the batches found on disk (with the marker
-        type of control batches). Everything on disk is durable: HW = LEO."""
+        type of control batches) and the segments they lie in (`segment_bases`:
+        where the shell's segments start; none: one segment). Everything on
+        disk is durable: HW = LEO."""
         topic = self.topics[topic_name]
         log_start = topic.partitions[partition].log_start_offset
         first = batches[0][0].base_offset if batches else log_start
         fresh = PartitionLog(topic_name, partition, log_start_offset=first)
         for header, marker in batches:
             fresh.apply_batch(header, marker, allow_gap=True)
+        fresh.resegment(segment_bases or (first,), now_ms, self.segment_rule(topic))
         fresh.high_watermark = fresh.log_end_offset
         fresh.durable_offset = fresh.log_end_offset
         fresh.completing = []
@@ -1269,41 +1458,40 @@ class ClusterState:
                 partition_leader_epoch=log.leader_epoch,
             )
             header = rb.parse_header(batch)
-            log.apply_batch(header, rb.CONTROL_ABORT)
-            effects.append(AppendBatch(topic.topic_id, d.partition, batch, header))
+            abort = rb.CONTROL_ABORT
+            effects.append(
+                self.append(topic, d.partition, batch, header, now_ms, control_type=abort)
+            )
         return dangling, effects
 
 
 
-def _check_timestamps(
-    checked: rb.CheckedBatch, config: TopicConfig, now_ms: int, where: str
-) -> None:
-    """CreateTime records must lie within message.timestamp.before.max.ms
-    before and message.timestamp.after.max.ms after the broker's time (KIP-937)."""
-    too_old = now_ms - checked.min_timestamp > config.timestamp_before_max_ms
-    too_new = checked.max_timestamp - now_ms > config.timestamp_after_max_ms
-    if too_old or too_new:
-        ts = checked.min_timestamp if too_old else checked.max_timestamp
-        raise ClusterError(
-            ErrorCode.INVALID_TIMESTAMP,
-            where,
-            f"partition {where}: record timestamp {ts} is outside "
-            f"[{now_ms} - message.timestamp.before.max.ms={config.timestamp_before_max_ms}, "
-            f"{now_ms} + message.timestamp.after.max.ms={config.timestamp_after_max_ms}]",
-        )
+def timestamp_range(config: TopicConfig, now_ms: int) -> tuple[int, int] | None:
+    """The timestamps a produced record may carry: CreateTime records within
+    message.timestamp.before.max.ms before and message.timestamp.after.max.ms
+    after the broker's time (KIP-937); None for LogAppendTime, which stamps
+    them."""
+    if config.log_append_time:
+        return None
+    return now_ms - config.timestamp_before_max_ms, now_ms + config.timestamp_after_max_ms
 
 
 def refused_batch(exc: rb.CorruptBatchError, resource: str, where: str) -> ClusterError:
     """The refusal of a batch whose records failed `rb.check_records`:
-    RECORD_TOO_LARGE for records too large decompressed, INVALID_RECORD for
-    records that break a rule, CORRUPT_MESSAGE for bytes that do not parse."""
+    RECORD_TOO_LARGE for records too large decompressed, INVALID_TIMESTAMP
+    for records whose timestamps are out of range, INVALID_RECORD for records
+    that break another rule, CORRUPT_MESSAGE for bytes that do not parse. The
+    records at fault travel as its record errors (KIP-467)."""
+    record_errors: tuple[RecordError, ...] = ()
     if isinstance(exc, rb.DecompressedTooLargeError):
         code = ErrorCode.RECORD_TOO_LARGE
+    elif isinstance(exc, rb.InvalidTimestampError):
+        code, record_errors = ErrorCode.INVALID_TIMESTAMP, exc.record_errors
     elif isinstance(exc, rb.InvalidRecordError):
-        code = ErrorCode.INVALID_RECORD
+        code, record_errors = ErrorCode.INVALID_RECORD, exc.record_errors
     else:
         code = ErrorCode.CORRUPT_MESSAGE
-    return ClusterError(code, resource, f"{where}: {exc}")
+    return ClusterError(code, resource, f"{where}: {exc}", record_errors=record_errors)
 
 def pick_offset_in_batch(records: list[rb.Record], timestamp: int | None) -> tuple[int, int]:
     """Finishes a ListOffsets by timestamp (first record at or after `timestamp`)

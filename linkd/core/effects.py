@@ -26,6 +26,9 @@ class AppendBatch:
     partition: int
     batch: bytes
     header: rb.BatchHeader
+    # The batch starts a new segment (the core's roll decision: segment.bytes,
+    # segment.ms, the index's offset span); the shell's files follow it.
+    roll: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +52,14 @@ class DeleteTopicData:
 
 @dataclass(frozen=True, slots=True)
 class DeleteBelow:
+    """Remove the segments wholly below `offset` (the new log start); with
+    `roll`, start an empty segment at the log end first (retention is
+    deleting every segment the partition had)."""
+
     topic_id: str
     partition: int
     offset: int
+    roll: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ core that must not import generated code.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class ErrorCode(enum.IntEnum):
@@ -103,16 +104,35 @@ def _clip(text: str, limit: int) -> str:
     return f"{text[: limit - 30]}...({len(text) - limit + 30} chars cut)"
 
 
-class ClusterError(Exception):
-    """A refusal: nothing was changed. `resource` names what it is about."""
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """One refused record of a produced batch (Kafka's KIP-467): its index in
+    the batch and why, so a client can tell it from the records refused only
+    because they shared its batch."""
 
-    def __init__(self, code: ErrorCode, resource: str, message: str) -> None:
+    batch_index: int
+    message: str
+
+
+class ClusterError(Exception):
+    """A refusal: nothing was changed. `resource` names what it is about;
+    `record_errors`, for a refused batch, the records that broke a rule."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        resource: str,
+        message: str,
+        *,
+        record_errors: tuple[RecordError, ...] = (),
+    ) -> None:
         resource = _clip(resource, MAX_RESOURCE_CHARS)
         message = _clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.code = code
         self.resource = resource
         self.message = message
+        self.record_errors = record_errors
 
     @property
     def retriable(self) -> bool:

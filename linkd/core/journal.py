@@ -49,6 +49,25 @@ class TopicConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Every dynamic config of one broker level ("": the cluster-wide
+    default; a broker id: that broker), as altered last."""
+
+    TYPE: ClassVar[str] = "broker_config"
+    broker: str
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Every config of one group (KIP-848), as altered last (empty: none)."""
+
+    TYPE: ClassVar[str] = "group_config"
+    group: str
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicPartitions:
     TYPE: ClassVar[str] = "topic_partitions"
     name: str
@@ -321,6 +340,8 @@ JournalRecord = (
     | MirrorLinkDelete
     | ScramUpsert
     | ScramDelete
+    | BrokerConfig
+    | GroupConfig
 )
 
 KINDS: dict[str, type[JournalRecord]] = {
@@ -355,6 +376,8 @@ KINDS: dict[str, type[JournalRecord]] = {
         MirrorLinkDelete,
         ScramUpsert,
         ScramDelete,
+        BrokerConfig,
+        GroupConfig,
     )
 }
 
@@ -417,7 +440,9 @@ __all__ = [
     "KINDS",
     "AclCreate",
     "AclDelete",
+    "BrokerConfig",
     "EpochsCut",
+    "GroupConfig",
     "GroupDelete",
     "JournalRecord",
     "JournalRecordError",

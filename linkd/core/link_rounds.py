@@ -769,6 +769,7 @@ def apply_replica_fetch(
                     fetched.records,
                     fetched.log_start_offset,
                     config,
+                    now_ms,
                 )
             except ClusterError as exc:
                 if exc.code in _REFUSED_BATCH:

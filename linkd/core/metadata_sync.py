@@ -15,7 +15,7 @@ from linkd.core import records as rb
 from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
-from linkd.core.effects import AppendBatch, Effect, Journal
+from linkd.core.effects import Effect, Journal
 from linkd.core.links import LinkConfig, Mapping
 from linkd.core.replication import (
     create_replica_topic,
@@ -113,8 +113,7 @@ def apply_replicated_offsets(
             specs, base_offset=log_.log_end_offset, partition_leader_epoch=log_.leader_epoch
         )
         header = rb.parse_header(batch)
-        log_.apply_batch(header)
-        effects.append(AppendBatch(state.topic(internal).topic_id, 0, batch, header))
+        effects.append(state.append(state.topic(internal), 0, batch, header, now_ms))
         effects.append(Journal(tuple(records)))
     return effects, held
 

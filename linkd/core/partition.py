@@ -19,6 +19,15 @@ Rules:
   so a fetch can tell `read_committed` readers which data batches to skip.
 - Everything a batch changes is applied by `apply_batch`, the one rule shared by
   client appends, recovery from disk and (later) replication.
+- Segments: the log is a run of segments, and where one starts is decided
+  here (`rolls_before`, Kafka's LogSegment.shouldRoll): a batch starts a new
+  segment when it would take the active one past segment.bytes, when its
+  timestamp lies segment.ms (less the segment's jitter; at most
+  max.compaction.lag.ms on a compacted topic) past the segment's first
+  batch's, or when its offsets no longer fit the segment's 32-bit index. The
+  shell's files follow (`AppendBatch.roll`); after a restart the segments
+  are the files'. Retention deletes whole segments (`retention_cut`,
+  Kafka's deleteOldSegments).
 
 Theory of operation: the shell hands a parsed batch header to `check_append`,
 which decides (duplicate, or the offsets the batch will take, or a refusal)
@@ -30,7 +39,9 @@ found on disk. Pure code: no I/O, clocks or randomness.
 from __future__ import annotations
 
 import bisect
+import zlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -125,6 +136,63 @@ class CleanerState:
     removed_records: int = 0
 
 
+# A segment's index holds offsets relative to its base as 32-bit numbers.
+SEGMENT_OFFSET_SPAN_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRule:
+    """What rolls a partition's segments, from its topic's configs."""
+
+    segment_bytes: int
+    segment_ms: int
+    jitter_ms: int = 0  # segment.jitter.ms: the most taken off segment_ms
+    max_compaction_lag_ms: int | None = None  # compacted topics only
+
+    @property
+    def roll_ms(self) -> int:
+        """Kafka's maxSegmentMs: a compacted topic's segments roll by
+        max.compaction.lag.ms too, so the cleaner can reach every record."""
+        if self.max_compaction_lag_ms is not None and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+
+@dataclass(slots=True)
+class Segment:
+    """One segment of the log: where it starts and what segment.ms and
+    retention read of it (Kafka's LogSegment). Sizes and timestamps are its
+    batches' still held (a clean makes it smaller)."""
+
+    base_offset: int
+    created_ms: int  # the shell's time when it was started (or found at a restart)
+    jitter_ms: int = 0  # drawn once, when it starts (`segment_jitter`)
+    size_bytes: int = 0
+    # The largest timestamp of its first batch: segment.ms counts from it
+    # (Kafka's rollingBasedTimestamp); -1 while it has no batch with one.
+    rolling_timestamp: int = -1
+    largest_timestamp: int = -1  # over its batches; -1: none has a timestamp
+    last_append_ms: int = -1  # the shell's time of its last append (a file's mtime)
+
+    def expiry_timestamp(self) -> int:
+        """What retention.ms compares with the clock: its largest timestamp,
+        or, without one, when it was last written (Kafka's largestTimestamp)."""
+        if self.largest_timestamp >= 0:
+            return self.largest_timestamp
+        return self.last_append_ms if self.last_append_ms >= 0 else self.created_ms
+
+
+def segment_jitter(rule: SegmentRule, name: str, base_offset: int) -> int:
+    """The jitter taken off segment.ms for the segment of partition `name`
+    starting at `base_offset`: below min(segment.jitter.ms, segment.ms), as
+    Kafka draws it, but from the segment's identity rather than a random
+    number, so both shells (and a restart) agree on it."""
+    bound = min(rule.jitter_ms, rule.roll_ms)
+    if bound <= 0:
+        return 0
+    return zlib.crc32(f"{name}@{base_offset}".encode()) % bound
+
+
 @dataclass(frozen=True, slots=True)
 class AppendPlan:
     """The decision for a produced batch: where it goes, or that it is a repeat."""
@@ -176,6 +244,8 @@ class PartitionLog:
         self.completing: list[tuple[int, int]] = []
         self.aborted: list[AbortedTxn] = []
         self.cleaner = CleanerState(cleaned_up_to=log_start_offset)
+        # The segments, oldest first; the last is the active one. Never empty.
+        self.segments: list[Segment] = [Segment(log_start_offset, created_ms=-1)]
 
     @property
     def name(self) -> str:
@@ -310,12 +380,19 @@ class PartitionLog:
         )
 
     def apply_batch(
-        self, header: BatchHeader, control_type: int | None = None, *, allow_gap: bool = False
+        self,
+        header: BatchHeader,
+        control_type: int | None = None,
+        *,
+        allow_gap: bool = False,
+        now_ms: int = -1,
     ) -> None:
-        """Applies a batch stored at header.base_offset (== LEO). `control_type` is
-        the marker (commit/abort) for control batches. With `allow_gap` (a log
-        read back from disk, or copied from a source, after a compaction) the
-        batch may start past the LEO: the offsets between were cleaned away."""
+        """Applies a batch stored at header.base_offset (== LEO), in the active
+        segment. `control_type` is the marker (commit/abort) for control
+        batches. With `allow_gap` (a log read back from disk, or copied from a
+        source, after a compaction) the batch may start past the LEO: the
+        offsets between were cleaned away. `now_ms`: the shell's time of the
+        append (-1: unknown, a batch read back at a restart)."""
         if header.base_offset != self.log_end_offset and not (
             allow_gap and header.base_offset > self.log_end_offset
         ):
@@ -323,8 +400,143 @@ class PartitionLog:
                 f"partition {self.name}: batch at {header.base_offset} does not start at the "
                 f"log end offset {self.log_end_offset}"
             )
-        self._apply_entry(BatchEntry.from_header(header, control_type))
+        entry = BatchEntry.from_header(header, control_type)
+        self._apply_entry(entry)
+        self._count_in_segment(self.segments[-1], entry, now_ms)
         self.check()
+
+    # -- segments --------------------------------------------------------------
+
+    @staticmethod
+    def _count_in_segment(segment: Segment, entry: BatchEntry, now_ms: int) -> None:
+        if segment.size_bytes == 0 and segment.rolling_timestamp < 0:
+            segment.rolling_timestamp = entry.max_timestamp if entry.max_timestamp >= 0 else -1
+            if segment.created_ms < 0:
+                segment.created_ms = now_ms
+        segment.size_bytes += entry.size_bytes
+        segment.largest_timestamp = max(segment.largest_timestamp, entry.max_timestamp)
+        if now_ms >= 0:
+            segment.last_append_ms = now_ms
+
+    def rolls_before(self, header: BatchHeader, now_ms: int, rule: SegmentRule) -> bool:
+        """Whether `header`'s batch starts a new segment (Kafka's
+        LogSegment.shouldRoll): the active segment holds a batch already, and
+        the batch would take it past `rule.segment_bytes`, or its timestamp
+        lies `rule.roll_ms` less the segment's jitter past the segment's
+        first batch's (the clock's time when neither has one), or its last
+        offset would not fit the segment's 32-bit index."""
+        active = self.segments[-1]
+        if active.size_bytes == 0:
+            return False
+        if active.size_bytes > rule.segment_bytes - header.size_bytes:
+            return True
+        if header.last_offset - active.base_offset > SEGMENT_OFFSET_SPAN_MAX:
+            return True
+        if active.rolling_timestamp >= 0:
+            waited = header.max_timestamp - active.rolling_timestamp
+        else:
+            waited = now_ms - active.created_ms
+        return waited > rule.roll_ms - active.jitter_ms
+
+    def append(
+        self,
+        header: BatchHeader,
+        control_type: int | None,
+        now_ms: int,
+        rule: SegmentRule,
+        *,
+        allow_gap: bool = False,
+    ) -> bool:
+        """A batch a shell writes now: rolls a new segment first when the rule
+        says so (`rolls_before`), then applies it. Returns whether it rolled
+        (the shell starts a new segment file there: `AppendBatch.roll`)."""
+        roll = self.rolls_before(header, now_ms, rule)
+        if roll:
+            self.segments.append(
+                Segment(
+                    header.base_offset,
+                    created_ms=now_ms,
+                    jitter_ms=segment_jitter(rule, self.name, header.base_offset),
+                )
+            )
+        self.apply_batch(header, control_type, allow_gap=allow_gap, now_ms=now_ms)
+        return roll
+
+    def roll_empty(self, now_ms: int, rule: SegmentRule) -> None:
+        """Starts an empty active segment at the log end (retention is about to
+        delete every segment; Kafka keeps one)."""
+        if self.segments[-1].size_bytes == 0:
+            return
+        self.segments.append(
+            Segment(
+                self.log_end_offset,
+                created_ms=now_ms,
+                jitter_ms=segment_jitter(rule, self.name, self.log_end_offset),
+            )
+        )
+
+    def resegment(
+        self, bases: Sequence[int], now_ms: int, rule: SegmentRule | None = None
+    ) -> None:
+        """The segments start at `bases` (the shell's files, at a restart), or
+        keep their starts (empty `bases`); sizes and timestamps are counted
+        again from the batches held (after a clean, a truncation, a deletion
+        or a restart). A segment found anew is taken as created and last
+        written at `now_ms`, as Kafka takes a segment it loads."""
+        known = {seg.base_offset: seg for seg in self.segments}
+        starts = sorted(bases) if bases else [seg.base_offset for seg in self.segments]
+        fresh: list[Segment] = []
+        for base in starts:
+            old = known.get(base)
+            if old is not None and not bases:
+                fresh.append(
+                    Segment(base, old.created_ms, old.jitter_ms, last_append_ms=old.last_append_ms)
+                )
+            else:
+                jitter = segment_jitter(rule, self.name, base) if rule is not None else 0
+                fresh.append(Segment(base, now_ms, jitter, last_append_ms=now_ms))
+        self.segments = fresh
+        for entry in self.batches:
+            k = max(0, bisect.bisect_right(starts, entry.base_offset) - 1)
+            self._count_in_segment(fresh[k], entry, -1)
+
+    def segment_bounds(self) -> list[tuple[int, int]]:
+        """(base offset, next segment's base or the log end) of each segment."""
+        bases = [seg.base_offset for seg in self.segments]
+        return list(zip(bases, [*bases[1:], self.log_end_offset], strict=True))
+
+    def retention_cut(
+        self, now_ms: int, retention_ms: int, retention_bytes: int
+    ) -> tuple[int, bool] | None:
+        """Where retention moves the log start, by whole segments (Kafka's
+        deleteRetentionMsBreachedSegments and deleteRetentionSizeBreachedSegments):
+        oldest first, while a segment is wholly below the high watermark and
+        its newest record is older than `retention_ms` (-1: never), or the
+        partition stays at least `retention_bytes` large without it (negative:
+        no limit). Returns (the new log start, whether every segment goes, so
+        an empty one must be started first), or None."""
+        size = sum(seg.size_bytes for seg in self.segments)
+        over = size - retention_bytes if retention_bytes >= 0 and size >= retention_bytes else -1
+        if retention_ms < 0 and over < 0:
+            return None
+        bounds = self.segment_bounds()
+        cut = 0
+        for seg, (_base, upper) in zip(self.segments, bounds, strict=True):
+            last_and_empty = seg is self.segments[-1] and seg.size_bytes == 0
+            if last_and_empty or upper > self.high_watermark:
+                break
+            expired = retention_ms >= 0 and now_ms - seg.expiry_timestamp() > retention_ms
+            too_big = over >= 0 and over - seg.size_bytes >= 0
+            if not (expired or too_big):
+                break
+            if too_big:
+                over -= seg.size_bytes
+            cut += 1
+        if cut == 0:
+            return None
+        if cut == len(self.segments):
+            return self.log_end_offset, True
+        return self.segments[cut].base_offset, False
 
     def _apply_entry(self, entry: BatchEntry) -> None:
         self.batches.append(entry)
@@ -371,6 +583,7 @@ class PartitionLog:
         )
         self.batches[lo:hi] = entries
         self._base_offsets[lo:hi] = [e.base_offset for e in entries]
+        self.resegment((), -1)
 
     def has_open_txn(self, producer_id: int) -> bool:
         return producer_id in self.ongoing_txns
@@ -507,32 +720,6 @@ class PartitionLog:
 
     # -- retention and deletion ------------------------------------------------
 
-    def retention_target(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int | None:
-        """The new log start offset retention asks for, or None. Never passes the
-        HW, and never removes the last batch of a non-empty log."""
-        if retention_ms < 0 and retention_bytes < 0:
-            return None
-        # Runs on every tick for every partition: no copies, no full scans. The
-        # loop stops at the first batch retention keeps.
-        start_index = self.batch_index_at(self.log_start_offset)
-        last_index = len(self.batches) - 1
-        if last_index - start_index < 1:
-            return None
-        size = self.size_bytes
-        new_start = self.log_start_offset
-        cutoff = now_ms - retention_ms
-        for i in range(start_index, last_index):
-            entry = self.batches[i]
-            if entry.next_offset > self.high_watermark:
-                break
-            too_old = retention_ms >= 0 and entry.max_timestamp < cutoff
-            too_big = retention_bytes >= 0 and size > retention_bytes
-            if not (too_old or too_big):
-                break
-            size -= entry.size_bytes
-            new_start = entry.next_offset
-        return new_start if new_start > self.log_start_offset else None
-
     def advance_log_start(self, offset: int) -> None:
         """Moves the log start offset forward (retention or DeleteRecords)."""
         if offset > self.high_watermark:
@@ -555,6 +742,10 @@ class PartitionLog:
             del self.batches[:keep_from]
             del self._base_offsets[:keep_from]
         self.aborted = [a for a in self.aborted if a.last_offset >= offset]
+        # Segments wholly below the start go (the shell's DeleteBelow); one stays.
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            del self.segments[0]
+        self.resegment((), -1)
         self.check()
 
     def truncate_to(self, offset: int) -> None:
@@ -604,4 +795,9 @@ class PartitionLog:
         self.durable_offset = min(self.durable_offset, offset)
         self.cleaner.cleaned_up_to = min(self.cleaner.cleaned_up_to, offset)
         self.cleaner.horizons = [(min(b, offset), h) for b, h in self.cleaner.horizons]
+        # Segments from the cut on go; the one holding it (or, at a segment's
+        # start, the one before it) is active again, as the shell's files.
+        kept_segments = [seg for seg in self.segments if seg.base_offset < offset]
+        self.segments = kept_segments or self.segments[:1]
+        self.resegment((), -1)
         self.check()

@@ -29,6 +29,8 @@ from typing import NamedTuple, Protocol
 
 import crc32c as _crc32c
 
+from linkd.core.errors import RecordError
+
 HEADER_SIZE = 61
 # Bytes before batch_length's payload: base_offset (8) + batch_length (4).
 LOG_OVERHEAD = 12
@@ -68,8 +70,39 @@ class CorruptBatchError(ValueError):
 class InvalidRecordError(CorruptBatchError):
     """The batch parses, but its records break a rule Kafka's broker checks
     on produce: the record count against the offset deltas, offset deltas
-    0, 1, 2, ... in order, no bytes after the last record (Kafka's
-    INVALID_RECORD)."""
+    0, 1, 2, ... in order, no bytes after the last record, a key on a
+    compacted topic (Kafka's INVALID_RECORD). `record_errors` names the
+    records at fault when the rule is one record's (Kafka's record errors,
+    KIP-467); empty when the batch as a whole is wrong."""
+
+    def __init__(self, message: str, record_errors: tuple[RecordError, ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """Records whose timestamps lie outside the range the topic accepts
+    (Kafka's INVALID_TIMESTAMP; the records are named in `record_errors`)."""
+
+
+# Kafka names at most this many record errors in a refusal's message (all
+# of them travel in the answer's record errors).
+RECORD_ERRORS_IN_MESSAGE = 3
+
+
+def _record_errors_refusal(
+    errors: list[RecordError], timestamps: bool
+) -> InvalidRecordError:
+    shown = "; ".join(
+        f"record {e.batch_index}: {e.message}" for e in errors[:RECORD_ERRORS_IN_MESSAGE]
+    )
+    more = f" (and {len(errors) - RECORD_ERRORS_IN_MESSAGE} more)" if (
+        len(errors) > RECORD_ERRORS_IN_MESSAGE
+    ) else ""
+    what = "invalid timestamps" if timestamps else "invalid records"
+    message = f"{len(errors)} record(s) of the batch refused for {what}: {shown}{more}"
+    cls = InvalidTimestampError if timestamps else InvalidRecordError
+    return cls(message, tuple(errors))
 
 
 class DecompressedTooLargeError(CorruptBatchError):
@@ -721,6 +754,7 @@ def check_records(
     max_decompressed: int,
     produced: bool,
     require_keys: bool = False,
+    timestamp_range: tuple[int, int] | None = None,
 ) -> CheckedBatch:
     """Reads every record of the (CRC-checked) batch at `position` as Kafka's
     broker does before it stores one, without keeping them: lengths and
@@ -730,8 +764,13 @@ def check_records(
     offset deltas 0, 1, 2, ... (a batch copied from another log may have gaps,
     as compaction leaves them: its deltas must only rise within the batch's
     range). With `require_keys` (a compacted topic) a record without a key
-    is refused, as Kafka's broker refuses it. Raises CorruptBatchError, InvalidRecordError or
-    DecompressedTooLargeError naming what is wrong."""
+    is refused, as Kafka's broker refuses it; with `timestamp_range` (first,
+    last), a record whose timestamp lies outside it (a record without one,
+    -1, is not checked, as Kafka). Raises CorruptBatchError,
+    InvalidRecordError or DecompressedTooLargeError naming what is wrong; a
+    rule one record breaks is checked on every record and the refusal names
+    each record at fault (`record_errors`), InvalidTimestampError when any
+    is a timestamp's."""
     header = check_batch(batch, position)
     last = header.last_offset_delta
     count = header.record_count
@@ -740,25 +779,42 @@ def check_records(
     if count > last + 1:
         raise InvalidRecordError(f"batch claims {count} records in an offset range of {last + 1}")
     data = _records_bytes(batch, position, header, max_decompressed)
+    errors: list[tuple[RecordError, bool]] = []
+    bounds = None
+    if timestamp_range is not None and not header.log_append_time:
+        bounds = (header.base_timestamp, *timestamp_range)
     try:
-        pos, low, high = _walk_records(data, count, last, produced, require_keys)
+        pos, low, high = _walk_records(data, count, last, produced, require_keys, bounds, errors)
     except IndexError as exc:
         raise CorruptBatchError("a record runs past the end of the batch") from exc
     if pos != len(data):
         raise InvalidRecordError(f"{len(data) - pos} bytes follow the batch's last record")
+    if errors:
+        raise _record_errors_refusal(
+            [e for e, _ in errors], any(stamp for _, stamp in errors)
+        )
     if header.log_append_time or count == 0:
         return CheckedBatch(header, header.max_timestamp, header.max_timestamp)
     return CheckedBatch(header, header.base_timestamp + low, header.base_timestamp + high)
 
 
 def _walk_records(
-    data: bytes, count: int, last: int, produced: bool, require_keys: bool = False
+    data: bytes,
+    count: int,
+    last: int,
+    produced: bool,
+    require_keys: bool,
+    bounds: tuple[int, int, int] | None,
+    errors: list[tuple[RecordError, bool]],
 ) -> tuple[int, int, int]:
     """`check_records`' walk over the records' bytes: every field of every
     record read, nothing kept. Returns (the position after the last record,
-    the smallest and largest timestamp delta). Varints of one or two bytes
-    (almost all lengths, deltas and counts) are decoded inline: this loop
-    runs once per record of every batch stored."""
+    the smallest and largest timestamp delta); the records that break a
+    rule of their own (an offset delta, a missing key, a timestamp outside
+    `bounds`: base timestamp, first, last) are added to `errors` (with
+    whether it is the timestamp) and the walk goes on. Varints of one or two
+    bytes (almost all lengths, deltas and counts) are decoded inline: this
+    loop runs once per record of every batch stored."""
     size = len(data)
     read_varint = _read_varint
     skip = _skip_nullable
@@ -800,15 +856,27 @@ def _walk_records(
         else:
             delta, p = read_varint(data, p)
         if delta != i and (produced or delta <= previous or delta > last):
-            raise InvalidRecordError(
-                f"record {i} has offset delta {delta}"
-                + (f", not {i}" if produced else f" after {previous} (batch range 0..{last})")
+            errors.append(
+                (
+                    RecordError(
+                        i,
+                        f"record {i} has offset delta {delta}"
+                        + (
+                            f", not {i}"
+                            if produced
+                            else f" after {previous} (batch range 0..{last})"
+                        ),
+                    ),
+                    False,
+                )
             )
         previous = delta
         b = data[p]  # the key: null (zigzag -1) or a length of one or two bytes
         if b == 1:
-            if require_keys:
-                raise InvalidRecordError("Compacted topic cannot accept message without key")
+            if require_keys and not (errors and errors[-1][0].batch_index == i):
+                errors.append(
+                    (RecordError(i, "Compacted topic cannot accept message without key"), False)
+                )
             p += 1
         elif b < 0x80 and not b & 1:
             p += 1 + (b >> 1)
@@ -835,6 +903,18 @@ def _walk_records(
         if p != record_end:
             raise CorruptBatchError(f"record {i}'s length does not match its fields")
         pos = p
+        if bounds is not None and not (errors and errors[-1][0].batch_index == i):
+            # One error a record, the first it breaks (Kafka's order: its
+            # key, then its timestamp); -1 is a record without a timestamp.
+            stamp = bounds[0] + ts
+            if stamp != -1 and not bounds[1] <= stamp <= bounds[2]:
+                message = (
+                    f"Timestamp {stamp} of record {i} is out of range. The timestamp should "
+                    f"be within [{bounds[1]}, {bounds[2]}] (the topic's "
+                    "message.timestamp.before.max.ms and message.timestamp.after.max.ms "
+                    "around the broker's time)"
+                )
+                errors.append((RecordError(i, message), True))
     return pos, low, high
 
 

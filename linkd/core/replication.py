@@ -36,7 +36,7 @@ from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
-from linkd.core.effects import AppendBatch, CreateLogs, Effect, Journal, ResetLog, TruncateLog
+from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
@@ -174,7 +174,9 @@ def create_replica_topic(
     validate_topic_name(name)
     validate_partition_count(name, partitions)
     overrides = validate_configs(
-        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+        name,
+        {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS},
+        state.topic_defaults(),
     )
     record = jr.TopicCreate(name, topic_id, partitions, overrides)
     state.apply_record(record)
@@ -209,7 +211,9 @@ def follow_topic_shape(
             Journal((grown,)),
         ]
     wanted = validate_configs(
-        name, {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS}
+        name,
+        {k: v for k, v in configs.items() if k not in CLUSTER_LOCAL_KEYS},
+        state.topic_defaults(),
     )
     local = {k: v for k, v in topic.overrides.items() if k in CLUSTER_LOCAL_KEYS}
     if {**wanted, **local} != topic.overrides:
@@ -280,9 +284,11 @@ def append_replica(
     data: bytes,
     source_log_start: int,
     config: LinkConfig | None = None,
+    now_ms: int = 0,
 ) -> list[Effect]:
     """Follower side: appends fetched batches at the log end, byte for byte
-    (and, given the link's config, notes the provenance of what it appends)."""
+    (and, given the link's config, notes the provenance of what it appends),
+    in segments this side's topic configs roll (`ClusterState.append`)."""
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -340,8 +346,11 @@ def append_replica(
     for position, header in fresh:
         batch = bytes(data[position : position + header.size_bytes])
         marker = rb.control_marker_type(batch) if header.is_control else None
-        log.apply_batch(header, marker, allow_gap=True)
-        effects.append(AppendBatch(topic.topic_id, partition, batch, header))
+        effects.append(
+            state.append(
+                topic, partition, batch, header, now_ms, control_type=marker, allow_gap=True
+            )
+        )
     return effects
 
 

@@ -30,18 +30,30 @@ from linkd.core.cluster import ClusterState, Topic
 Batches = list[tuple[rb.BatchHeader, int | None]]
 
 
+@dataclass(frozen=True, slots=True)
+class StoredLog:
+    """What a shell finds of one partition: its batches and where its
+    segments start (oldest first), which the core's segments then follow."""
+
+    batches: Batches
+    segment_bases: tuple[int, ...] = ()
+
+
 def recover_into(
     state: ClusterState,
     snapshot: dict[str, Any] | None,
     records: Iterable[dict[str, Any]],
-    batches_of: Callable[[Topic, int], Batches],
+    batches_of: Callable[[Topic, int], StoredLog],
+    now_ms: int = 0,
 ) -> set[str]:
     """Rebuilds `state` (fresh: no topics yet) from a snapshot, the journal
     records written after it in their stored form (`journal.decode` reads
     each; one it cannot read raises JournalRecordError naming it, so a
     cluster never starts half-understood), and each partition's batches
     (`batches_of` is asked once per partition of every topic that survives
-    the replay). Returns
+    the replay, for its batches and segments; `now_ms`: the shell's time,
+    when segments found are taken as written, as Kafka takes a segment it
+    loads). Returns
     the ids of the topics that survive: data of any other topic is an orphan
     of a deletion the crash interrupted, to be removed."""
     assert not state.topics, "recover_into needs a fresh state"
@@ -53,7 +65,10 @@ def recover_into(
     for topic in list(state.topics.values()):
         live.add(topic.topic_id)
         for p in range(len(topic.partitions)):
-            state.recover_partition(topic.name, p, batches_of(topic, p))
+            stored = batches_of(topic, p)
+            state.recover_partition(
+                topic.name, p, stored.batches, stored.segment_bases, now_ms
+            )
     return live
 
 
@@ -118,4 +133,12 @@ def read_stored(text: str) -> dict[str, Any]:
     return obj
 
 
-__all__ = ["Batches", "JournalBook", "compacted", "read_stored", "recover_into", "stored_form"]
+__all__ = [
+    "Batches",
+    "JournalBook",
+    "StoredLog",
+    "compacted",
+    "read_stored",
+    "recover_into",
+    "stored_form",
+]

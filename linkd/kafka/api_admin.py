@@ -9,15 +9,18 @@ Rules:
   core and changes nothing.
 - DeleteTopics accepts names or (v6+) topic ids.
 - CreatePartitions ignores replica assignments that name the one broker.
-- DescribeConfigs serves TOPIC resources (every config key the cluster
-  implements: an override has source DYNAMIC_TOPIC_CONFIG, otherwise
-  DEFAULT_CONFIG, with the default as a synonym) and BROKER resources (no
-  broker configs are settable: an empty list). Other resource types answer
-  INVALID_REQUEST.
-- IncrementalAlterConfigs SET and DELETE map onto the core's alter call;
-  APPEND and SUBTRACT answer INVALID_REQUEST (no accepted config holds a list
-  of more than one value). AlterConfigs replaces a topic's overrides with the
-  given set, as Kafka's legacy call does.
+- DescribeConfigs serves TOPIC resources (every topic config Kafka 4.x
+  has: its value, its source and its synonyms, as linkd/core/broker_config.py
+  describes them: the topic's own setting, a broker level's server default,
+  Kafka's default), BROKER resources ("0": the daemon's settings read-only
+  and the dynamic configs with their levels; "": what the cluster-wide
+  default level sets) and GROUP resources (KIP-848's group configs).
+- AlterConfigs and IncrementalAlterConfigs alter all three: a topic's
+  configs, a broker level's dynamic configs (journalled, taking effect at
+  once), a group's configs. SET, DELETE, APPEND and SUBTRACT (list configs
+  only, as Kafka computes them: `broker_config.list_change`); AlterConfigs
+  replaces the resource's whole set, as Kafka's legacy call does; a key named
+  twice is INVALID_REQUEST. validate_only runs every check and changes nothing.
 - ACLs: the core stores and describes them (linkd/core/acls.py); every
   binding and filter is answered on its own.
 - Authorization (`--authorizer acl`, linkd/kafka/authz.py), Kafka's:
@@ -33,7 +36,6 @@ Rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode as K
@@ -41,8 +43,21 @@ from kio.schema.errors import ErrorCode as K
 from linkd.core.acls import CLUSTER_RESOURCE_NAME, AclBinding, AclFilter
 from linkd.core.acls import AclOperation as Op
 from linkd.core.acls import ResourceType as R
+from linkd.core.broker_config import (
+    BROKER_KEYS,
+    CLUSTER_DEFAULT,
+    GROUP_KEYS,
+    Alteration,
+    AlterOp,
+    ConfigSource,
+    Described,
+    describe_group_configs,
+    describe_topic_configs,
+    resolve_alterations,
+)
+from linkd.core.cluster import BROKER_ID
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.topic_config import CONFIG_KEYS
+from linkd.core.topic_config import CONFIG_KEYS, ConfigType
 from linkd.kafka import authz
 from linkd.kafka.codec import field
 from linkd.kafka.context import Context, error_fields
@@ -50,36 +65,6 @@ from linkd.kafka.context import Context, error_fields
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32
-
-# Kafka's ConfigSource and ConfigType numbers.
-SOURCE_DYNAMIC_TOPIC_CONFIG = 1
-SOURCE_STATIC_BROKER_CONFIG = 4
-SOURCE_DEFAULT_CONFIG = 5
-TYPE_STRING = 2
-TYPE_INT = 3
-TYPE_LONG = 5
-TYPE_DOUBLE = 6
-TYPE_LIST = 7
-CONFIG_TYPES: Mapping[str, int] = {
-    "retention.ms": TYPE_LONG,
-    "retention.bytes": TYPE_LONG,
-    "max.message.bytes": TYPE_INT,
-    "segment.bytes": TYPE_INT,
-    "cleanup.policy": TYPE_LIST,
-    "delete.retention.ms": TYPE_LONG,
-    "min.cleanable.dirty.ratio": TYPE_DOUBLE,
-    "min.compaction.lag.ms": TYPE_LONG,
-    "message.timestamp.type": TYPE_STRING,
-    "message.timestamp.before.max.ms": TYPE_LONG,
-    "message.timestamp.after.max.ms": TYPE_LONG,
-    "compression.type": TYPE_STRING,
-    "min.insync.replicas": TYPE_INT,
-}
-
-OP_SET = 0
-OP_DELETE = 1
-OP_APPEND = 2
-OP_SUBTRACT = 3
 
 
 def _invalid(resource: str, message: str) -> ClusterError:
@@ -90,18 +75,19 @@ def _invalid(resource: str, message: str) -> ClusterError:
 
 
 def _topic_configs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    topic = ctx.node.state.topics[name]
+    state = ctx.node.state
+    described = describe_topic_configs(
+        state.topics[name].overrides, state.broker_configs, str(BROKER_ID)
+    )
     return [
         {
-            "name": key,
-            "value": value,
-            "read_only": False,
+            "name": d.name,
+            "value": d.value,
+            "read_only": d.read_only,
             "is_sensitive": False,
-            "config_source": (
-                SOURCE_DYNAMIC_TOPIC_CONFIG if key in topic.overrides else SOURCE_DEFAULT_CONFIG
-            ),
+            "config_source": int(d.source),
         }
-        for key, value in topic.configs().items()
+        for d in described
     ]
 
 
@@ -256,66 +242,72 @@ async def create_partitions(ctx: Context, req: Any) -> dict[str, Any]:
 # -- configs ------------------------------------------------------------------------------
 
 
-def _describe_topic_configs(
-    ctx: Context, name: str, keys: Any, synonyms: bool, docs: bool
+def _entries(
+    described: list[Described], keys: Any, synonyms: bool, docs: bool
 ) -> list[dict[str, Any]]:
-    topic = ctx.node.state.topic(name)
-    wanted = set(keys) if keys else None
-    out = []
-    for key, value in topic.configs().items():
-        if wanted is not None and key not in wanted:
-            continue
-        spec = CONFIG_KEYS[key]
-        overridden = key in topic.overrides
-        entry_synonyms = []
-        if synonyms:
-            if overridden:
-                entry_synonyms.append(
-                    {"name": key, "value": value, "source": SOURCE_DYNAMIC_TOPIC_CONFIG}
-                )
-            entry_synonyms.append(
-                {"name": key, "value": spec.default, "source": SOURCE_DEFAULT_CONFIG}
-            )
-        out.append(
-            {
-                "name": key,
-                "value": value,
-                "read_only": False,
-                "is_default": not overridden,
-                "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG
-                if overridden
-                else SOURCE_DEFAULT_CONFIG,
-                "is_sensitive": False,
-                "synonyms": entry_synonyms,
-                "config_type": CONFIG_TYPES.get(key, TYPE_STRING),
-                "documentation": spec.doc if docs else None,
-            }
-        )
-    return out
-
-
-def _broker_configs(ctx: Context, keys: Any, docs: bool) -> list[dict[str, Any]]:
     wanted = set(keys) if keys else None
     return [
         {
-            "name": name,
-            "value": value,
-            "read_only": True,
-            "is_default": False,
-            "config_source": SOURCE_STATIC_BROKER_CONFIG,
+            "name": d.name,
+            "value": d.value,
+            "read_only": d.read_only,
+            "is_default": d.is_default,
+            "config_source": int(d.source),
             "is_sensitive": False,
-            "synonyms": [],
-            "config_type": config_type,
-            "documentation": "set when the daemon starts (linkd options)" if docs else None,
+            "synonyms": [
+                {"name": name, "value": value, "source": int(source)}
+                for name, value, source in d.synonyms
+            ]
+            if synonyms
+            else [],
+            "config_type": int(d.type),
+            "documentation": d.doc if docs else None,
         }
-        for name, value, config_type in ctx.broker.configs
-        if wanted is None or name in wanted
+        for d in described
+        if wanted is None or d.name in wanted
     ]
+
+
+def _static_broker_configs(ctx: Context) -> list[Described]:
+    """The daemon's settings, read-only (those the core holds as dynamic
+    configs are described with their levels instead)."""
+    return [
+        Described(name, value, ConfigSource.STATIC_BROKER_CONFIG, True, ConfigType(config_type),
+                  "set when the daemon starts (linkd options); read-only",
+                  ((name, value, ConfigSource.STATIC_BROKER_CONFIG),))
+        for name, value, config_type in ctx.broker.configs
+        if name not in BROKER_KEYS
+    ]
+
+
+def _described_broker(ctx: Context, name: str) -> list[Described]:
+    brokers = ctx.node.state.broker_configs
+    if name == CLUSTER_DEFAULT:
+        # The cluster-wide default resource shows what is set at that level.
+        level = brokers.level(CLUSTER_DEFAULT)
+        return [
+            Described(key, value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False,
+                      BROKER_KEYS[key].type, BROKER_KEYS[key].doc,
+                      ((key, value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),))
+            for key, value in sorted(level.items())
+        ]
+    dynamic = [brokers.describe(key, name) for key in sorted(BROKER_KEYS)]
+    return sorted([*_static_broker_configs(ctx), *dynamic], key=lambda d: d.name)
+
+
+def _check_broker(ctx: Context, name: str) -> None:
+    if name not in (CLUSTER_DEFAULT, str(ctx.broker.node_id)):
+        raise _invalid(
+            f"broker {name!r}",
+            f"broker {name!r} does not exist; the cluster's only broker is "
+            f"{ctx.broker.node_id} (or '' for the cluster-wide default)",
+        )
 
 
 async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
     synonyms = bool(field(req, "include_synonyms", False))
     docs = bool(field(req, "include_documentation", False))
+    state = ctx.node.state
     results = []
     for r in req.resources:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
@@ -323,28 +315,22 @@ async def describe_configs(ctx: Context, req: Any) -> dict[str, Any]:
             _check_config_resource(ctx, r, Op.DESCRIBE_CONFIGS)
             ctx.node.check_ready()
             if r.resource_type == RESOURCE_TOPIC:
-                configs = _describe_topic_configs(
-                    ctx, r.resource_name, r.configuration_keys, synonyms, docs
+                topic = state.topic(r.resource_name)
+                described = describe_topic_configs(
+                    topic.overrides, state.broker_configs, str(BROKER_ID)
                 )
             elif r.resource_type == RESOURCE_BROKER:
-                if r.resource_name not in ("", str(ctx.broker.node_id)):
-                    raise _invalid(
-                        f"broker {r.resource_name!r}",
-                        f"broker {r.resource_name!r} does not exist; the cluster's "
-                        f"only broker is {ctx.broker.node_id}",
-                    )
-                configs = _broker_configs(ctx, r.configuration_keys, docs)
+                _check_broker(ctx, r.resource_name)
+                described = _described_broker(ctx, r.resource_name)
             elif r.resource_type == RESOURCE_GROUP:
-                # Kafka's group configs (KIP-848: consumer.*, share.*) are for
-                # the new group protocols; a classic group here has none of its
-                # own (the broker's group.* configs apply to every group).
-                configs = []
+                described = describe_group_configs(state.group_configs.get(r.resource_name, {}))
             else:
                 raise _invalid(
                     f"config resource type {r.resource_type}",
                     f"config resource type {r.resource_type} is not served (topics, "
                     "brokers and groups are)",
                 )
+            configs = _entries(described, r.configuration_keys, synonyms, docs)
         except ClusterError as exc:
             results.append({**base, **error_fields(exc), "configs": []})
             continue
@@ -370,33 +356,65 @@ def _check_config_resource(ctx: Context, resource: Any, op: int) -> None:
     authz.check(ctx, acl_type, name, op)
 
 
-def _alter_plan(resource: Any, incremental: bool) -> tuple[dict[str, str], list[str]]:
-    name = resource.resource_name
-    if resource.resource_type != RESOURCE_TOPIC:
-        raise _invalid(
-            f"config resource {name!r}",
-            f"config resource type {resource.resource_type} cannot be altered "
-            "(only topics have settable configs)",
-        )
-    set_: dict[str, str] = {}
-    delete: list[str] = []
-    seen: set[str] = set()
-    for c in resource.configs:
-        if c.name in seen:
-            raise _invalid(f"topic {name!r}", f"config {c.name!r} appears twice")
-        seen.add(c.name)
-        op = int(c.config_operation) if incremental else OP_SET
-        if op == OP_SET and c.value is not None:
-            set_[c.name] = c.value
-        elif op in (OP_SET, OP_DELETE):
-            delete.append(c.name)
+def _alterations(resource: Any, incremental: bool) -> list[Alteration]:
+    return [
+        Alteration(AlterOp(int(c.config_operation)) if incremental else AlterOp.SET,
+                   c.name, c.value)
+        for c in resource.configs
+    ]
+
+
+def _topic_key(name: str) -> tuple[ConfigType, str | None] | None:
+    key = CONFIG_KEYS.get(name)
+    return None if key is None else (key.type, key.default)
+
+
+def _broker_key(name: str) -> tuple[ConfigType, str | None] | None:
+    key = BROKER_KEYS.get(name)
+    return None if key is None else (key.type, key.default)
+
+
+def _group_key(name: str) -> tuple[ConfigType, str | None] | None:
+    key = GROUP_KEYS.get(name)
+    return None if key is None else (key.type, key.default)
+
+
+async def _alter_one(ctx: Context, r: Any, incremental: bool, validate_only: bool) -> None:
+    node, state = ctx.node, ctx.node.state
+    name, kind = r.resource_name, int(r.resource_type)
+    replace = not incremental  # Kafka's AlterConfigs replaces the whole set
+    alterations = _alterations(r, incremental)
+    if kind == RESOURCE_TOPIC:
+        current = state.topic(name).overrides
+        set_, delete = resolve_alterations(f"topic {name!r}", current, alterations, _topic_key)
+        if replace:
+            delete = [k for k in current if k not in set_]
+        if validate_only:
+            node.check_alter_topic_configs(name, set_, delete)
         else:
-            raise _invalid(
-                f"topic {name!r} config {c.name!r}",
-                f"topic {name!r}: APPEND/SUBTRACT of {c.name!r} is not supported; "
-                "no accepted config holds a list of more than one value",
-            )
-    return set_, delete
+            await node.alter_topic_configs(name, set_, delete)
+        return
+    if kind == RESOURCE_BROKER:
+        _check_broker(ctx, name)
+        level = state.broker_configs.level(name)
+        set_, delete = resolve_alterations(f"broker {name!r}", level, alterations, _broker_key)
+        if validate_only:
+            node.check_broker_configs(name, set_, delete, replace=replace)
+        else:
+            await node.alter_broker_configs(name, set_, delete, replace=replace)
+        return
+    if kind == RESOURCE_GROUP:
+        current = state.group_configs.get(name, {})
+        set_, delete = resolve_alterations(f"group {name!r}", current, alterations, _group_key)
+        if validate_only:
+            node.check_group_configs(name, set_, delete, replace=replace)
+        else:
+            await node.alter_group_configs(name, set_, delete, replace=replace)
+        return
+    raise _invalid(
+        f"config resource {name!r}",
+        f"config resource type {kind} cannot be altered (topics, brokers and groups can)",
+    )
 
 
 async def _alter(ctx: Context, req: Any, incremental: bool) -> dict[str, Any]:
@@ -406,14 +424,7 @@ async def _alter(ctx: Context, req: Any, incremental: bool) -> dict[str, Any]:
         base = {"resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
             _check_config_resource(ctx, r, Op.ALTER_CONFIGS)
-            set_, delete = _alter_plan(r, incremental)
-            if not incremental:
-                topic = ctx.node.state.topic(r.resource_name)
-                delete = [k for k in topic.overrides if k not in set_]
-            if validate_only:
-                ctx.node.check_alter_topic_configs(r.resource_name, set_)
-            else:
-                await ctx.node.alter_topic_configs(r.resource_name, set_, delete)
+            await _alter_one(ctx, r, incremental, validate_only)
         except ClusterError as exc:
             responses.append({**base, **error_fields(exc)})
             continue

@@ -20,13 +20,17 @@ would say, from the cluster's real state:
   broker alone, accepted with nothing to do; any other is
   INVALID_REPLICA_ASSIGNMENT; a cancellation finds NO_REASSIGNMENT_IN_PROGRESS.
 - ListPartitionReassignments: none is ever in progress.
+- AlterReplicaLogDirs: the broker has one log directory, the data directory
+  (as DescribeLogDirs names it): moving a partition there is done already
+  (NONE); any other directory is LOG_DIR_NOT_FOUND; an unknown topic or
+  partition UNKNOWN_TOPIC_OR_PARTITION, as a one-broker Kafka answers.
 
 Authorization (`--authorizer acl`): DescribeTopicPartitions needs DESCRIBE on
 each topic (a named one answers TOPIC_AUTHORIZATION_FAILED, a listing leaves
 it out); the others need DESCRIBE (DescribeLogDirs, DescribeQuorum,
 ListPartitionReassignments) or ALTER (ElectLeaders,
-AlterPartitionReassignments) on the cluster, checked by the listener
-(linkd/kafka/authz.py).
+AlterPartitionReassignments, AlterReplicaLogDirs) on the cluster, checked by
+the listener (linkd/kafka/authz.py).
 """
 
 from __future__ import annotations
@@ -228,3 +232,28 @@ async def alter_partition_reassignments(ctx: Context, req: Any) -> dict[str, Any
 async def list_partition_reassignments(ctx: Context, req: Any) -> dict[str, Any]:
     del req  # none is ever in progress, whatever is asked
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}
+
+
+async def alter_replica_log_dirs(ctx: Context, req: Any) -> dict[str, Any]:
+    home = ctx.node.data_dir_path.resolve()
+    results: dict[str, list[dict[str, Any]]] = {}
+    for d in req.dirs:
+        known = _same_dir(d.path, home)
+        for t in d.topics:
+            rows = results.setdefault(t.name, [])
+            for p in t.partitions:
+                code = _partition_error(ctx, t.name, int(p))
+                if not code and not known:
+                    code = int(K.log_dir_not_found)
+                rows.append({"partition_index": int(p), "error_code": code})
+    return {
+        "throttle_time": 0,
+        "results": [{"topic_name": name, "partitions": rows} for name, rows in results.items()],
+    }
+
+
+def _same_dir(path: str, home: Any) -> bool:
+    try:
+        return bool(os.path.realpath(path) == str(home))
+    except (OSError, ValueError):
+        return False

@@ -73,7 +73,10 @@ async def _produce_one(
             "base_offset": -1,
             "log_start_offset": -1,
             "log_append_time": -1,
-            "record_errors": [],
+            "record_errors": [
+                {"batch_index": e.batch_index, "batch_index_error_message": e.message}
+                for e in exc.record_errors
+            ],
             **error_fields(exc),
         }
     return {

@@ -301,6 +301,7 @@ async def list_groups(ctx: Context, req: Any) -> dict[str, Any]:
         ctx.node.check_ready()
     except ClusterError as exc:
         return {"throttle_time": 0, "error_code": _code(exc), "groups": []}
+    ctx.node.fire_due_group_timers()
     states = {s.lower() for s in field(req, "states_filter", ()) or ()}
     types = {t.lower() for t in field(req, "types_filter", ()) or ()}
     every = authz.cluster_allowed(ctx, Op.DESCRIBE, quiet=True)
@@ -325,6 +326,8 @@ async def list_groups(ctx: Context, req: Any) -> dict[str, Any]:
 
 async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
     include_ops = bool(field(req, "include_authorized_operations", False))
+    if ctx.node.ready:
+        ctx.node.fire_due_group_timers()
     out = []
     for gid in req.groups:
         try:

@@ -10,8 +10,8 @@ Two kinds of rules:
   key): checked by the listener before the handler runs. A refused request is
   answered with CLUSTER_AUTHORIZATION_FAILED in every error code of the
   response (`codec.error_body`), or, for the APIs that answer per item
-  (CreateAcls, DeleteAcls, ElectLeaders, AlterUserScramCredentials), in every
-  item, as Kafka does.
+  (CreateAcls, DeleteAcls, AlterReplicaLogDirs, ElectLeaders, Describe- and
+  AlterUserScramCredentials), in every item, as Kafka does.
 - Per-resource rules (topics, groups, transactional ids): in the handlers,
   with the answer shape of each API; docs/security.md lists them all.
 """
@@ -36,6 +36,7 @@ CLUSTER_OPERATION: Mapping[int, Op] = MappingProxyType(
         29: Op.DESCRIBE,  # DescribeAcls
         30: Op.ALTER,  # CreateAcls
         31: Op.ALTER,  # DeleteAcls
+        34: Op.ALTER,  # AlterReplicaLogDirs
         35: Op.DESCRIBE,  # DescribeLogDirs
         43: Op.ALTER,  # ElectLeaders
         45: Op.ALTER,  # AlterPartitionReassignments
@@ -130,14 +131,53 @@ def _elect_leaders(body: Any, exc: ClusterError) -> dict[str, Any]:
     }
 
 
+def _alter_log_dirs(body: Any, exc: ClusterError) -> dict[str, Any]:
+    results: dict[str, list[dict[str, Any]]] = {}
+    for d in body.dirs:
+        for t in d.topics:
+            results.setdefault(t.name, []).extend(
+                {"partition_index": int(p), "error_code": kafka_code(exc)} for p in t.partitions
+            )
+    return {
+        "throttle_time": 0,
+        "results": [{"topic_name": n, "partitions": rows} for n, rows in results.items()],
+    }
+
+
 def _alter_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
     users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
     return {"throttle_time": 0, "results": [{"user": u, **_item(exc)} for u in users]}
 
 
+def _describe_scram(body: Any, exc: ClusterError) -> dict[str, Any]:
+    """One refused result per named user; a request naming none (every
+    user) gets the top-level error alone. Kafka also sets the top-level
+    error beside the named users' results, but librdkafka (confluent-kafka
+    2.16.1) frees that answer twice and aborts, as it crashes on an empty
+    result list: each named user's own error is what every client reads."""
+    users = [u.name for u in body.users or ()]
+    if not users:
+        return {"throttle_time": 0, **_item(exc), "results": []}
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "results": [{"user": u, **_item(exc), "credential_infos": []} for u in users],
+    }
+
+
 # API key -> the refused answer, for the APIs that answer per item.
 PER_ITEM_REFUSAL: Mapping[int, Callable[[Any, ClusterError], dict[str, Any]]] = (
-    MappingProxyType({30: _create_acls, 31: _delete_acls, 43: _elect_leaders, 51: _alter_scram})
+    MappingProxyType(
+        {
+            30: _create_acls,
+            31: _delete_acls,
+            34: _alter_log_dirs,
+            43: _elect_leaders,
+            50: _describe_scram,
+            51: _alter_scram,
+        }
+    )
 )
 
 
@@ -182,6 +222,7 @@ RULES: Mapping[int, str] = MappingProxyType(
         32: "DESCRIBE_CONFIGS on each topic, on the cluster (broker resources) or on the "
         "group",
         33: "ALTER_CONFIGS on each topic, on the cluster (broker resources) or on the group",
+        34: "ALTER on the cluster (refused: CLUSTER_AUTHORIZATION_FAILED in each partition)",
         35: "DESCRIBE on the cluster",
         36: "nothing (authentication)",
         37: "ALTER on each topic",
@@ -191,7 +232,8 @@ RULES: Mapping[int, str] = MappingProxyType(
         45: "ALTER on the cluster",
         46: "DESCRIBE on the cluster",
         47: "DELETE on the group, READ on each topic (per partition)",
-        50: "DESCRIBE on the cluster",
+        50: "DESCRIBE on the cluster (refused: CLUSTER_AUTHORIZATION_FAILED in each named "
+        "user's result, or at the top when none is named)",
         51: "ALTER on the cluster",
         55: "DESCRIBE on the cluster",
         60: "nothing (authorized operations, when asked, are the caller's)",

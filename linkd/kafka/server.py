@@ -54,7 +54,6 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.errors import ErrorCode as K
 
 from linkd.core.errors import ClusterError
-from linkd.core.topic_config import CONFIG_KEYS
 from linkd.kafka import (
     api_admin,
     api_broker,
@@ -142,6 +141,7 @@ SUPPORTED: Mapping[int, Api] = MappingProxyType(
         31: Api("DeleteAcls", 1, 3, api_admin.delete_acls),
         32: Api("DescribeConfigs", 1, 4, api_admin.describe_configs),
         33: Api("AlterConfigs", 0, 2, api_admin.alter_configs),
+        34: Api("AlterReplicaLogDirs", 1, 2, api_broker.alter_replica_log_dirs),
         35: Api("DescribeLogDirs", 1, 4, api_broker.describe_log_dirs),
         36: Api("SaslAuthenticate", 0, 2, api_security.sasl_authenticate),
         37: Api("CreatePartitions", 0, 3, api_admin.create_partitions),
@@ -237,7 +237,7 @@ class KafkaListener:
         host = self.advertised_host or self.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        self.broker = Broker(self.node_id, host, self.port, self._broker_configs())
+        self.broker = Broker(self.node_id, host, self.port, self._broker_configs(host))
         # The schemas of every served version are imported and prepared before
         # the first client is accepted (about a second, once), not by the first
         # request of each kind (a fresh client's requests would pay for it).
@@ -261,14 +261,22 @@ class KafkaListener:
             },
         )
 
-    def _broker_configs(self) -> tuple[tuple[str, str, int], ...]:
-        """The settings this cluster really runs with, by Kafka's broker
-        config names (the topic defaults as Kafka's log.* names)."""
-        int_, long_, bool_, str_ = 3, 5, 1, 2  # Kafka's ConfigType numbers
+    def _broker_configs(self, advertised_host: str) -> tuple[tuple[str, str, int], ...]:
+        """The settings this broker runs with, by Kafka's broker config names:
+        read-only, as Kafka's static configs (the dynamic ones, the topics'
+        server defaults among them, are the core's: linkd/core/broker_config.py)."""
+        int_, long_, bool_, str_, list_ = 3, 5, 1, 2, 7  # Kafka's ConfigType numbers
         limits, groups = self.limits, self.node.group_config
-        topic = {k.name: k.default for k in CONFIG_KEYS.values()}
+        protocol = self.security.protocol.value
+        listener = f"{protocol}://{self.host}:{self.port}"
+        advertised = f"{protocol}://{advertised_host}:{self.port}"
         return (
             ("broker.id", str(self.node_id), int_),
+            ("node.id", str(self.node_id), int_),
+            ("process.roles", "broker,controller", list_),
+            ("listeners", listener, list_),
+            ("advertised.listeners", advertised, list_),
+            ("log.dirs", str(self.node.data_dir_path.resolve()), list_),
             ("auto.create.topics.enable", str(self.auto_create_topics).lower(), bool_),
             ("num.partitions", str(self.num_partitions), int_),
             ("socket.request.max.bytes", str(limits.socket_request_max_bytes), int_),
@@ -279,14 +287,13 @@ class KafkaListener:
             ("group.max.session.timeout.ms", str(groups.max_session_timeout_ms), int_),
             ("group.max.size", str(groups.max_group_size), int_),
             ("offset.metadata.max.bytes", str(groups.max_metadata_bytes), int_),
-            ("log.retention.ms", topic["retention.ms"], long_),
-            ("log.retention.bytes", topic["retention.bytes"], long_),
-            ("log.segment.bytes", topic["segment.bytes"], int_),
-            ("log.cleanup.policy", topic["cleanup.policy"], 7),
-            ("log.message.timestamp.type", topic["message.timestamp.type"], str_),
-            ("message.max.bytes", topic["max.message.bytes"], int_),
-            ("compression.type", topic["compression.type"], str_),
-            ("min.insync.replicas", topic["min.insync.replicas"], int_),
+            (
+                "log.retention.check.interval.ms",
+                str(self.node.state.retention_check_interval_ms),
+                long_,
+            ),
+            ("sasl.enabled.mechanisms", ",".join(self.security.mechanisms), list_),
+            ("super.users", ";".join(sorted(self.node.authz.super_users)), str_),
         )
 
     async def _close_idle_connections(self) -> None:

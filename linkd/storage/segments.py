@@ -20,9 +20,13 @@ Rules this module keeps:
   atomic rename); recovery deletes a `.cleaned` file a crash left behind. A
   swap is refused when the log changed shape meanwhile (truncated, reset,
   segments deleted: `generation`).
-- Only the last (active) segment is written. A segment is rolled when the next
-  batch would make it exceed `segment_bytes` (a larger batch still goes in,
-  alone) or when an offset would not fit the index's 32-bit relative offset.
+- Only the last (active) segment is written. Where a segment starts is the
+  cluster model's decision (`linkd/core/partition.py`: segment.bytes,
+  segment.ms, the index's offset span), handed to `append` as `roll`; a
+  caller that gives none (tests, tools) gets the size rule alone: a segment
+  rolls when the next batch would take it past `segment_bytes` (a larger
+  batch still goes in, alone) or an offset would not fit the index's 32-bit
+  relative offset.
 - `append` never fsyncs; `flush` does, and it is the only method that may be
   called from another thread. Everything else belongs to one thread (the
   event loop). The caller acknowledges only what it has flushed, so a crash
@@ -230,16 +234,37 @@ class PartitionLogStore:
 
     # -- writing -----------------------------------------------------------------
 
-    def append(self, batch: bytes, header: BatchHeader, *, gaps: bool = False) -> None:
-        """Appends one batch at the log end offset (past it, with `gaps`). Does not fsync."""
-        self.append_many(batch, [header], gaps=gaps)
+    def append(
+        self, batch: bytes, header: BatchHeader, *, gaps: bool = False, roll: bool | None = None
+    ) -> None:
+        """Appends one batch at the log end offset (past it, with `gaps`), in a
+        new segment when `roll` (None: by the size rule). Does not fsync."""
+        self.append_many(batch, [header], gaps=gaps, roll=roll)
+
+    def roll_empty(self) -> None:
+        """Starts an empty active segment at the log end (retention is about to
+        delete every older one)."""
+        self._check_open()
+        if self._segments[-1].size:
+            self._roll_at(self.log_end_offset)
+
+    @property
+    def segment_bases(self) -> tuple[int, ...]:
+        """Where each segment starts, oldest first."""
+        return tuple(seg.base_offset for seg in self._segments)
 
     def append_many(
-        self, batches: bytes, headers: list[BatchHeader], *, gaps: bool = False
+        self,
+        batches: bytes,
+        headers: list[BatchHeader],
+        *,
+        gaps: bool = False,
+        roll: bool | None = None,
     ) -> None:
         """Appends concatenated batches (dense offsets; with `gaps`, a batch may
         start past the previous one's end: the log is then marked as one with
-        gaps), one write per segment touched."""
+        gaps), one write per segment touched. `roll` given: the caller's
+        decision (a new segment at the first batch, or none), else the size rule."""
         self._check_open()
         expected = self.log_end_offset
         gap = False
@@ -257,6 +282,13 @@ class PartitionLogStore:
         if total != len(batches):
             raise ValueError(f"headers describe {total} bytes but {len(batches)} were given")
         view = memoryview(batches)
+        if roll is not None:
+            # The caller decided where segments start: a new one at the first
+            # batch when `roll`, and every batch in the active one.
+            if roll and self._segments[-1].size:
+                self._roll_at(headers[0].base_offset)
+            self._write_run(view, headers)
+            return
         start = 0
         while start < len(headers):
             active = self._segments[-1]
@@ -411,8 +443,13 @@ class PartitionLogStore:
                 pass
 
     def _roll(self) -> None:
+        self._roll_at(self.log_end_offset)
+
+    def _roll_at(self, base_offset: int) -> None:
+        """A new active segment starting at `base_offset` (the log end, or the
+        first offset of a batch that lies past it in a log with gaps)."""
         self._active()  # the outgoing segment's fd: flush() fsyncs it through it
-        seg = _Segment(self.log_end_offset)
+        seg = _Segment(base_offset)
         self._segments.append(seg)
         fd, index_fd = self._open_active(create=True)
         with self._lock:

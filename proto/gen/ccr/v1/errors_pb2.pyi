@@ -16,8 +16,10 @@ Texts (the status message "UNKNOWN_TOPIC: ...", the Python client's error
 codes, docs) name a code without its ERROR_CODE_ prefix, as Kafka's names.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -445,6 +447,7 @@ class ErrorDetail(_message.Message):
     RESOURCE_FIELD_NUMBER: _builtins.int
     RETRIABLE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORD_ERRORS_FIELD_NUMBER: _builtins.int
     code: Global___ErrorCode.ValueType
     """What was refused, as a stable number (the enum above)."""
     resource: _builtins.str
@@ -455,6 +458,13 @@ class ErrorDetail(_message.Message):
     """True when the same call may succeed if retried unchanged."""
     message: _builtins.str
     """The human-readable explanation (the same text as the status message)."""
+    @_builtins.property
+    def record_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordError]:
+        """A Produce refused because of some of its batch's records: each record at
+        fault, by its index in the batch (Kafka's record errors, KIP-467); the
+        other records were refused only for sharing the batch. Empty otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -462,11 +472,38 @@ class ErrorDetail(_message.Message):
         resource: _builtins.str = ...,
         retriable: _builtins.bool = ...,
         message: _builtins.str = ...,
+        record_errors: _abc.Iterable[Global___RecordError] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "resource", b"resource", "retriable", b"retriable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "record_errors", b"record_errors", "resource", b"resource", "retriable", b"retriable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ErrorDetail: _TypeAlias = ErrorDetail  # noqa: Y015
+
+@_typing.final
+class RecordError(_message.Message):
+    """One refused record of a produced batch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_INDEX_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    batch_index: _builtins.int
+    """The record's position in its batch, from 0."""
+    message: _builtins.str
+    """Why it was refused."""
+    def __init__(
+        self,
+        *,
+        batch_index: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_index", b"batch_index", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordError: _TypeAlias = RecordError  # noqa: Y015
