@@ -598,7 +598,10 @@ def _authorization_settings(parser: argparse.ArgumentParser, settings: dict[str,
 
 
 def _serve_metrics(
-    node: ClusterNode, mirror_links: MirrorLinkManager, address: tuple[str, int]
+    node: ClusterNode,
+    mirror_links: MirrorLinkManager,
+    security: LinkSecurity,
+    address: tuple[str, int],
 ) -> WSGIServer:
     """--metrics-listen: the event metrics and, read at each scrape on the
     event loop, the links' and mirror links' (linkd/metrics.py)."""
@@ -611,9 +614,10 @@ def _serve_metrics(
             for name, worker in sorted(mirror_links.workers.items())
             for row in mirror_rows(name, worker.metric_rows())
         ]
-        return Snapshot(tuple(links), tuple(mirrors))
+        refused = sorted((str(k), n) for k, n in security.sessions.refusals.items())
+        return Snapshot(tuple(links), tuple(mirrors), tuple(refused))
 
-    node.metrics.registry.register(StateCollector(lambda: on_loop(loop, snapshot)))
+    node.metrics.registry.register(StateCollector(lambda: on_loop(loop, snapshot), VERSION))
     return serve_metrics(node.metrics.registry, *address)
 
 
@@ -698,7 +702,9 @@ async def serve(settings: dict[str, Any]) -> int:
     metrics_server = None
     if settings.get("metrics_address"):
         try:
-            metrics_server = _serve_metrics(node, mirror_links, settings["metrics_address"])
+            metrics_server = _serve_metrics(
+                node, mirror_links, security, settings["metrics_address"]
+            )
         except OSError as exc:
             print(
                 f"linkd: cannot serve metrics on {settings['metrics_listen']}: "
