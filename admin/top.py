@@ -182,7 +182,7 @@ def _link_problem(info: LinkInfo, rows: Sequence[PartitionView], follows: bool,
                   at_ms: int) -> str:
     """The link's reason: its last error while disconnected, else its
     partitions' (the first one, and how many share a problem)."""
-    last_error = " ".join(str(getattr(info, "last_error", "")).split())
+    last_error = " ".join(info.last_error.split())
     if info.state == "DISCONNECTED":
         since = _seconds(at_ms - info.state_entered_at_ms)
         why = f": {last_error}" if last_error else ""

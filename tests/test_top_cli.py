@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from harness import ROOT, _env, free_port, run_cli
@@ -98,6 +99,12 @@ def test_problem_says_why() -> None:
     assert down.problem == "disconnected for 4.0 s: lag unknown"
     assert down.partitions[0].problem == "link disconnected: lag unknown"
     assert _view(_info("FOLLOWING", FOLLOWS, [_row(0, 3)])).problem == ""
+    erred = replace(_info("DISCONNECTED", FOLLOWS, []), last_error_code="LINK_UNREACHABLE",
+                    last_error="link 'ab': Handshake: UNAVAILABLE:\n refused",
+                    last_error_at_ms=3_000)
+    assert _view(erred).problem == (
+        "disconnected for 4.0 s: link 'ab': Handshake: UNAVAILABLE: refused: lag unknown"
+    )
 
     text = render(frame_of([_info("DISCONNECTED", FOLLOWS, [])], 5_000, "b:1"))
     header, row = (line for line in text.splitlines() if line.startswith(("LINK ", "ab ")))
