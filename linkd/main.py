@@ -32,6 +32,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -778,11 +779,26 @@ async def serve(settings: dict[str, Any]) -> int:
     return 0
 
 
+def log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """A thread's uncaught exception as one log record (one JSON line), not
+    Python's raw traceback on stderr."""
+    error = args.exc_value if args.exc_value is not None else args.exc_type()
+    log.error(
+        "thread failed",
+        exc_info=(args.exc_type, error, args.exc_traceback),
+        extra={"thread_name": args.thread.name if args.thread is not None else ""},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = load_settings(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=str(settings["log_level"]).upper(), handlers=[handler])
+    # Every line on stderr is one JSON object: Python's warnings and threads'
+    # uncaught exceptions go through the logger too.
+    logging.captureWarnings(True)
+    threading.excepthook = log_thread_exception
     return asyncio.run(serve(settings))
 
 

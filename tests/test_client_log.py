@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from harness import free_port, run_cli
 
 from admin import AdminClient, Producer
 from linkd.client_log import ClientLog
-from linkd.main import JsonFormatter
+from linkd.main import JsonFormatter, log_thread_exception
 
 WAIT_S = 60.0
 
@@ -83,6 +84,26 @@ def test_client_log_passes_a_few_and_counts_the_rest() -> None:
     assert len(_lines(out)) == 8
     log.log(logging.INFO, "plain %d", 7)  # any other format is formatted as logging does
     assert _lines(out)[-1]["msg"] == "librdkafka: plain 7"
+
+
+def test_a_threads_uncaught_exception_is_one_json_line() -> None:
+    logger, out = _logger()
+    linkd_log = logging.getLogger("linkd")
+    saved = linkd_log.handlers, linkd_log.propagate
+    linkd_log.handlers, linkd_log.propagate = logger.handlers, False
+    try:
+        thread = threading.Thread(target=lambda: 1 / 0, name="worker-1")
+        before, threading.excepthook = threading.excepthook, log_thread_exception
+        try:
+            thread.start()
+            thread.join(WAIT_S)
+        finally:
+            threading.excepthook = before
+    finally:
+        linkd_log.handlers, linkd_log.propagate = saved
+    (line,) = _lines(out)
+    assert line["msg"] == "thread failed" and line["thread_name"] == "worker-1"
+    assert "ZeroDivisionError" in line["exc"]
 
 
 def _mm2(a_kafka: str, b_kafka: str) -> str:
