@@ -325,7 +325,7 @@ def test_cli_exit_codes(
     args = parser().parse_args(["sweep", str(clean), "--serial", "--out", str(tmp_path / "o1")])
     assert args.func(args) == 0
     text = capsys.readouterr().out
-    assert "3 runs on serial" in text and "three-zone" in text
+    assert "3 runs on serial" in text and "#1: alpha" in text  # the cell, by name
 
     bad = write(tmp_path, 'scenarios = ["lossy"]\nseeds = [1, 4]\n', "b.toml")
     args = parser().parse_args(
