@@ -177,6 +177,11 @@ class LinkInfo:
     # to_offset, at_ms, reason, stopped (waiting for resume-partition).
     gaps: list[dict[str, Any]] = field(default_factory=list)
     gap_policy: str = "continue"
+    # The last call of the link that failed on this side (the side that
+    # dials): error code name, message, when ("" and 0: none).
+    last_error_code: str = ""
+    last_error: str = ""
+    last_error_at_ms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -196,6 +201,9 @@ class LinkInfo:
             "refused_mappings": list(self.refused_mappings),
             "gap_policy": self.gap_policy,
             "gaps": list(self.gaps),
+            "last_error_code": self.last_error_code,
+            "last_error": self.last_error,
+            "last_error_at_ms": self.last_error_at_ms,
         }
 
 
@@ -276,6 +284,9 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
             for g in d.gaps
         ],
         gap_policy=d.gap_policy or "continue",
+        last_error_code=d.last_error_code,
+        last_error=d.last_error,
+        last_error_at_ms=d.last_error_at_ms,
     )
 
 

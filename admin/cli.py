@@ -842,6 +842,10 @@ def _print_link(link: LinkInfo) -> None:
         f"  {link.local_cluster_id} <-> {link.remote_cluster_id} at {link.remote_bootstrap}"
         f"  mode {link.mode}  state {link.state}  dials: {link.connection_direction}"
     )
+    if link.last_error:
+        since = "" if link.state == "DISCONNECTED" else " (connected again since)"
+        print(f"  last error{since}: {link.last_error_code}: {link.last_error} "
+              f"({_age(link.last_error_at_ms)})")
     for m in link.mappings:
         print(
             f"  {m['type']} {m['local_prefix']!r} -> {m['remote_prefix']!r}  leader: {m['leader']}"

@@ -722,6 +722,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 for st, at in summary.history
             ],
             refused_mappings=[_mapping_pb(m) for m in summary.refused],
+            last_error_code=summary.last_error.code if summary.last_error else "",
+            last_error=summary.last_error.message if summary.last_error else "",
+            last_error_at_ms=summary.last_error.at_ms if summary.last_error else 0,
             gaps=[
                 admin_pb2.LinkGap(
                     topic=row.gap.topic,

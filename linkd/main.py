@@ -32,6 +32,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -598,7 +599,10 @@ def _authorization_settings(parser: argparse.ArgumentParser, settings: dict[str,
 
 
 def _serve_metrics(
-    node: ClusterNode, mirror_links: MirrorLinkManager, address: tuple[str, int]
+    node: ClusterNode,
+    mirror_links: MirrorLinkManager,
+    security: LinkSecurity,
+    address: tuple[str, int],
 ) -> WSGIServer:
     """--metrics-listen: the event metrics and, read at each scrape on the
     event loop, the links' and mirror links' (linkd/metrics.py)."""
@@ -611,9 +615,10 @@ def _serve_metrics(
             for name, worker in sorted(mirror_links.workers.items())
             for row in mirror_rows(name, worker.metric_rows())
         ]
-        return Snapshot(tuple(links), tuple(mirrors))
+        refused = sorted((str(k), n) for k, n in security.sessions.refusals.items())
+        return Snapshot(tuple(links), tuple(mirrors), tuple(refused))
 
-    node.metrics.registry.register(StateCollector(lambda: on_loop(loop, snapshot)))
+    node.metrics.registry.register(StateCollector(lambda: on_loop(loop, snapshot), VERSION))
     return serve_metrics(node.metrics.registry, *address)
 
 
@@ -698,7 +703,9 @@ async def serve(settings: dict[str, Any]) -> int:
     metrics_server = None
     if settings.get("metrics_address"):
         try:
-            metrics_server = _serve_metrics(node, mirror_links, settings["metrics_address"])
+            metrics_server = _serve_metrics(
+                node, mirror_links, security, settings["metrics_address"]
+            )
         except OSError as exc:
             print(
                 f"linkd: cannot serve metrics on {settings['metrics_listen']}: "
@@ -772,11 +779,26 @@ async def serve(settings: dict[str, Any]) -> int:
     return 0
 
 
+def log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """A thread's uncaught exception as one log record (one JSON line), not
+    Python's raw traceback on stderr."""
+    error = args.exc_value if args.exc_value is not None else args.exc_type()
+    log.error(
+        "thread failed",
+        exc_info=(args.exc_type, error, args.exc_traceback),
+        extra={"thread_name": args.thread.name if args.thread is not None else ""},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = load_settings(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=str(settings["log_level"]).upper(), handlers=[handler])
+    # Every line on stderr is one JSON object: Python's warnings and threads'
+    # uncaught exceptions go through the logger too.
+    logging.captureWarnings(True)
+    threading.excepthook = log_thread_exception
     return asyncio.run(serve(settings))
 
 

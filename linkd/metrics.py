@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import math
+import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -216,6 +217,7 @@ class DaemonMetrics:
 # as `linkd.core.mirror.metrics` reports them.
 MIRROR_SOURCE_METRICS: tuple[str, ...] = (
     "record-count",
+    "record-rate",
     "byte-count",
     "byte-rate",
     *(f"{base}{suffix}" for base in ("record-age-ms", "replication-latency-ms")
@@ -249,6 +251,8 @@ class MirrorRow:
 class Snapshot:
     links: tuple[LinkSample, ...]
     mirrors: tuple[MirrorRow, ...]
+    # Link calls this daemon refused, by reason (`link_auth.Refusal`), sorted.
+    refused_sessions: tuple[tuple[str, int], ...] = ()
 
 
 def mirror_rows(mirror_link: str, rows: Iterable[dict[str, Any]]) -> list[MirrorRow]:
@@ -276,8 +280,9 @@ def mirror_rows(mirror_link: str, rows: Iterable[dict[str, Any]]) -> list[Mirror
 class StateCollector(Collector):
     """Link and mirror-link families, read from one snapshot per scrape."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], version: str = "") -> None:
         self._snapshot = snapshot
+        self._version = version
 
     def describe(self) -> Iterable[Metric]:
         # Registration must not take a snapshot (the loop may not run yet).
@@ -287,7 +292,23 @@ class StateCollector(Collector):
         return list(self._families(self._snapshot()))
 
     def _families(self, snap: Snapshot) -> Iterator[Metric]:
+        build = GaugeMetricFamily(
+            "ccr_build_info",
+            "1, labelled with the daemon's version and the Python it runs on",
+            labels=["version", "python"],
+        )
+        build.add_metric([self._version, platform.python_version()], 1.0)
+        yield build
         yield from _link_families(snap.links)
+        refused = CounterMetricFamily(
+            "ccr_link_sessions_refused",
+            "Link calls this daemon refused for their session (no session, bad proof, "
+            "expired session, bad MAC, ...), by reason",
+            labels=["reason"],
+        )
+        for reason, count in snap.refused_sessions:
+            refused.add_metric([reason], float(count))
+        yield refused
         yield from _mirror_families(snap.mirrors)
 
 
@@ -351,7 +372,38 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         "Offsets those gaps span: records the follower partition never copied",
         labels=["link", "topic", "partition"],
     )
+    partition_states = GaugeMetricFamily(
+        "ccr_link_mirror_partitions",
+        "Follower partitions of the link by state: copying, lag_unknown, refused, diverged, "
+        "stopped (at a gap)",
+        labels=["link", "state"],
+    )
+    leader_lag_records = GaugeMetricFamily(
+        "ccr_link_leader_partition_lag_records",
+        "On the side that leads: records below a led partition's high watermark its "
+        "follower has not fetched past (the lag as the source sees it)",
+        labels=["link", "topic", "partition"],
+    )
+    leader_lag_ms = GaugeMetricFamily(
+        "ccr_link_leader_partition_lag_ms",
+        "On the side that leads: milliseconds since the follower last held the partition's "
+        "high watermark; 0 when it does",
+        labels=["link", "topic", "partition"],
+    )
+    errors = CounterMetricFamily(
+        "ccr_link_errors",
+        "Calls of the link that failed on the side that dials it, by error code",
+        labels=["link", "code"],
+    )
     for link in links:
+        for state_name, count in link.partition_states:
+            partition_states.add_metric([link.name, state_name], float(count))
+        for p in link.leader_partitions:
+            labels = [link.name, p.topic, str(p.partition)]
+            leader_lag_records.add_metric(labels, float(p.lag_records))
+            leader_lag_ms.add_metric(labels, float(p.lag_ms))
+        for code, count in link.errors:
+            errors.add_metric([link.name, code], float(count))
         for g in link.gaps:
             labels = [link.name, g.topic, str(g.partition)]
             gaps.add_metric(labels, float(g.gaps))
@@ -370,7 +422,8 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         truncations.add_metric([link.name], float(link.counters.truncations))
         cuts.add_metric([link.name], float(link.counters.cuts))
     yield from (state, lag_records, lag_ms, max_records, max_ms, replicated_records,
-                replicated_bytes, truncations, cuts, gaps, gap_records)
+                replicated_bytes, truncations, cuts, gaps, gap_records, partition_states,
+                leader_lag_records, leader_lag_ms, errors)
 
 
 def _mirror_families(rows: Iterable[MirrorRow]) -> Iterator[Metric]:

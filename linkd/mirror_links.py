@@ -16,6 +16,10 @@ this module carries them out:
   the engine's own: its source group on the source cluster (at-least-once) or
   its offsets topic on the target (exactly-once), so a restarted daemon
   resumes where the engine committed.
+- The engine's Kafka clients log through the daemon's logger, rate-limited
+  (`linkd.client_log.ClientLog`, one per link): librdkafka's messages become
+  JSON lines like the daemon's own, and a source that stops yields a few
+  lines and a count of the rest, not hundreds.
 - Threads are daemon threads: a worker stuck in a blocking client call past
   the bound never holds the daemon's exit up; its stop event is set, so it
   copies nothing after its current step.
@@ -29,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+from linkd.client_log import ClientLog
 from linkd.core.cluster import ClusterState, Journal
 from linkd.core.mirror_links import HostedMirror, MirrorLink
 from linkd.node import ClusterNode
@@ -58,6 +63,10 @@ class MirrorWorker:
         self._lock = threading.Lock()
         # The engines' MM2 metric rows (`MirrorRunner.metrics`), as last published.
         self._metric_rows: list[dict[str, Any]] = []
+        # The engine's clients' librdkafka messages, rate-limited.
+        self.client_log = ClientLog(
+            logging.getLogger("linkd.mirror_links.librdkafka"), {"mirror_link": link.name}
+        )
         self.thread = threading.Thread(
             target=self._run, name=f"mirror-link-{link.name}", daemon=True
         )
@@ -92,7 +101,9 @@ class MirrorWorker:
         while not self.stop_event.is_set():
             runner: MirrorRunner | None = None
             try:
-                runner = MirrorRunner(self.hosted.config, report=self._report)
+                runner = MirrorRunner(
+                    self.hosted.config, report=self._report, client_logger=self.client_log
+                )
                 with self._lock:
                     self._runner = runner
                 runner.start()
@@ -127,6 +138,7 @@ class MirrorWorker:
                             "closing a mirror link engine failed",
                             extra={"mirror_link": self.name, "error": str(exc)},
                         )
+                self.client_log.flush()
             if self.stop_event.wait(backoff):
                 break
             self.restarts += 1
@@ -136,6 +148,7 @@ class MirrorWorker:
     def _publish_metrics(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
             self._metric_rows = rows
+        self.client_log.tick()  # what the clients' log suppressed is said within a window
 
     def metric_rows(self) -> list[dict[str, Any]]:
         """The MM2 metric rows last published (any thread). A restarted

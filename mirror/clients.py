@@ -16,6 +16,8 @@ Rules:
 - The engine's own settings (acks, idempotence, isolation level, transactional
   id, offset handling) are applied last: they are what the engine's guarantees
   rest on. Its tuning defaults (linger.ms=5) come first, so users can change them.
+- `logger` (a daemon hosting the link gives one): every client's librdkafka
+  messages go to it (confluent-kafka's `logger` option) instead of stderr.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def _without_jaas(conf: dict[str, str], alias: str) -> dict[str, str]:
 
 
 class ClientConfigs:
-    def __init__(self, cluster: ClusterConfig) -> None:
+    def __init__(self, cluster: ClusterConfig, *, logger: Any = None) -> None:
         self.alias = cluster.alias
+        self.logger = logger
         props = dict(cluster.client_properties)
         base: dict[str, str] = {"bootstrap.servers": ",".join(cluster.bootstrap_servers)}
         if cluster.security_protocol and cluster.security_protocol.upper() != "PLAINTEXT":
@@ -91,6 +94,8 @@ class ClientConfigs:
         conf.update(self._base)
         conf.update(self._per_kind[kind])
         conf.update(own)
+        if self.logger is not None:
+            conf["logger"] = self.logger
         return conf
 
     def admin(self) -> dict[str, Any]:

@@ -294,6 +294,7 @@ class FlowEngine:
         report: Reporter = print,
         poll_timeout_s: float = 0.05,
         notices: CompactionNotices | None = None,
+        client_logger: Any = None,
     ) -> None:
         self.flow = flow
         self.clock = clock
@@ -301,8 +302,8 @@ class FlowEngine:
         # Shared by the flows of one run: a cluster that does not compact is said once.
         self.notices = notices if notices is not None else CompactionNotices(report)
         self.poll_timeout_s = poll_timeout_s
-        self.source = ClientConfigs(config.cluster(flow.source))
-        self.target = ClientConfigs(config.cluster(flow.target))
+        self.source = ClientConfigs(config.cluster(flow.source), logger=client_logger)
+        self.target = ClientConfigs(config.cluster(flow.target), logger=client_logger)
         self.exactly_once = flow.exactly_once
         self.metrics = MirrorMetrics()
         self.stats = FlowStats()
@@ -1039,12 +1040,13 @@ class HeartbeatTask:
         clock: Clock = wall_clock_ms,
         report: Reporter = print,
         notices: CompactionNotices | None = None,
+        client_logger: Any = None,
     ) -> None:
         self.flow = flow
         self.clock = clock
         self.report = report
         self.notices = notices if notices is not None else CompactionNotices(report)
-        self.target = ClientConfigs(config.cluster(flow.target))
+        self.target = ClientConfigs(config.cluster(flow.target), logger=client_logger)
         self.schedule = HeartbeatSchedule(
             flow.source, flow.target, flow.emit_heartbeats_interval_ms, clock()
         )

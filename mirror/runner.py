@@ -57,7 +57,10 @@ class MirrorRunner:
         clock: Clock = wall_clock_ms,
         report: Reporter = print,
         poll_timeout_s: float = 0.05,
+        client_logger: Any = None,
     ) -> None:
+        """`client_logger`: where the clients' librdkafka messages go
+        (confluent-kafka's `logger` option; None: librdkafka's stderr)."""
         self.config = config
         self.clock = clock
         self.report = report
@@ -70,11 +73,13 @@ class MirrorRunner:
                 report=report,
                 poll_timeout_s=poll_timeout_s,
                 notices=notices,
+                client_logger=client_logger,
             )
             for f in config.enabled_flows()
         ]
         self.heartbeats = [
-            HeartbeatTask(config, f, clock=clock, report=report, notices=notices)
+            HeartbeatTask(config, f, clock=clock, report=report, notices=notices,
+                          client_logger=client_logger)
             for f in config.flows
             if f.emit_heartbeats_enabled
         ]

@@ -102,8 +102,12 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "failover_abandoned_partitions", Unit.PARTITIONS, Group.RPO,
-        "partitions a failover left behind (reported lagging or of unknown lag)",
-        "summed over the failovers' answers",
+        "partitions the failover's answer reported at risk (a known lag above 0, or a lag "
+        "not known); not the loss itself: it is 0 while records were lost when the source "
+        "acknowledged them after the promoted side's last fetch round (see rpo_records)",
+        "summed over the failovers' answers; the answer judges each partition by the "
+        "source's high watermark as of the last fetch round, so records acknowledged after "
+        "it are never counted here",
         "no failover answered with abandoned partitions",
     ),
     # ---- consumers

@@ -289,13 +289,17 @@ def distribution_figure(
 
     panels: list[tuple[str, list[str]]] = []
     for group, title in DRAWN:
-        by_unit: dict[str, list[str]] = {}
-        for m in stats:
-            e = glossary.describe(_metric(m))
-            if e.group is group and not m.startswith("ops_"):
-                by_unit.setdefault(e.unit.value, []).append(m)
-        for unit, metrics in by_unit.items():
-            panels.append((f"{title} ({unit})" if len(by_unit) > 1 else title, metrics))
+        drawn = [m for m in stats if glossary.describe(_metric(m)).group is group
+                 and not m.startswith("ops_")]
+        units = {glossary.describe(_metric(m)).unit for m in drawn}
+        if group is Group.RPO:  # the loss first, then what the failover reported
+            order = list(RPO_TITLES)
+            drawn.sort(key=lambda m: order.index(u) if (
+                u := glossary.describe(_metric(m)).unit) in order else len(order))
+        by_title: dict[str, list[str]] = {}
+        for m in drawn:
+            by_title.setdefault(panel_title(group, title, m, len(units) > 1), []).append(m)
+        panels.extend(by_title.items())
     if not panels:
         return None
     columns = min(3, len(panels))
@@ -328,11 +332,99 @@ def distribution_figure(
     return _figure_png(fig)
 
 
+# Panels named for what they count: a unit alone ("RPO at failover
+# (partitions)") read as a loss counted in partitions.
+RPO_TITLES = {
+    glossary.Unit.RECORDS: "RPO: acknowledged records lost",
+    glossary.Unit.MS: "RPO: time the lost records span",
+    glossary.Unit.PARTITIONS: "partitions the failover reported at risk",
+}
+
+
+def panel_title(group: Group, title: str, metric: str, several_units: bool) -> str:
+    """The panel a drawn metric goes to. RPO metrics each get a panel named
+    for what they count; produce latency's maximum gets its own panel, apart
+    from the percentiles (one slow request would flatten them on a shared
+    scale); other groups share a panel per unit."""
+    unit = glossary.describe(_metric(metric)).unit
+    if group is Group.RPO and unit in RPO_TITLES:
+        return RPO_TITLES[unit]
+    if group is Group.LATENCY:
+        slowest = "_max" in metric
+        return f"{title}: {'the slowest request' if slowest else 'percentiles'} ({unit.value})"
+    return f"{title} ({unit.value})" if several_units else title
+
+
 def _short(metric: str) -> str:
     for prefix in ("availability_", "produce_latency_", "consumer_"):
         if metric.startswith(prefix) and metric != prefix:
             return metric.removeprefix(prefix)
     return metric
+
+
+# The figures the report opens with, one panel each, when the runs report them.
+COMPARED = (
+    "rpo_records", "rpo_ms", "consumer_duplicates_across_failover",
+    "consumer_skips_across_failover", "produce_latency_p99_ms", "failover_abandoned_partitions",
+)
+
+
+def cell_labels(all_cells: Sequence[Cell]) -> list[str]:
+    """Each cell's short name: its scenario and the parameters that differ
+    between cells (those the sweep varies), `name=value`."""
+    keys = sorted({k for c in all_cells for k in c.params})
+    varying = [k for k in keys if len({repr(c.params.get(k)) for c in all_cells}) > 1]
+    return [" ".join([c.scenario, *(f"{k}={c.params[k]}" for k in varying if k in c.params)])
+            for c in all_cells]
+
+
+def comparison_figure(
+    all_cells: Sequence[Cell], metrics: Sequence[str], manifest: Manifest
+) -> str | None:
+    """The cells side by side: per headline metric (`COMPARED`, those the runs
+    report) one panel, a row per cell, each seed's value as a dot and the mean
+    with its 95% interval. None if the runs report none of them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [m for m in COMPARED if m in metrics]
+    if not shown:
+        return None
+    labels = cell_labels(all_cells)
+    columns = min(3, len(shown))
+    rows = math.ceil(len(shown) / columns)
+    height = 0.9 + rows * (0.8 + 0.42 * len(all_cells))
+    fig, axes = plt.subplots(rows, columns, figsize=(13.0, height), squeeze=False)
+    for ax in axes.flat[len(shown):]:
+        ax.set_visible(False)
+    for i, (ax, m) in enumerate(zip(axes.flat, shown, strict=False)):
+        for y, cell in enumerate(all_cells):
+            s = metric_stats(cell.runs, m)
+            if s is None:
+                ax.text(0.0, y, " not reported", fontsize=7, va="center", color="#777777")
+                continue
+            xs = [v for _, v in s.values]
+            ax.scatter(xs, [y + ((j % 5) - 2) * 0.06 for j in range(len(xs))], s=14,
+                       color="#1f77b4", alpha=0.7, zorder=3)
+            if s.ci is not None:
+                ax.errorbar([s.mean], [y - 0.3], xerr=[[s.mean - s.ci[0]], [s.ci[1] - s.mean]],
+                            fmt="D", color="#d62728", markersize=4, capsize=3, zorder=4)
+        ax.set_yticks(range(len(all_cells)))
+        ax.set_yticklabels(labels if i % columns == 0 else [""] * len(labels), fontsize=8)
+        ax.set_ylim(len(all_cells) - 0.5, -0.8)
+        entry = glossary.describe(_metric(m))
+        ax.set_title(f"{m} ({entry.unit.value})", fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.1)
+    fig.suptitle("The cells compared: one dot per seed; red: mean and 95% bootstrap CI",
+                 fontsize=10)
+    seeds = sorted({s for c in all_cells for s in c.seeds})
+    _provenance(fig, manifest, seeds_text(seeds), all_cells[0].replay(all_cells[0].seeds[0]))
+    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    return _figure_png(fig)
 
 
 def timeline_figure(t: Timeline, manifest: Manifest, command: str) -> str:
@@ -593,6 +685,17 @@ def build(out_dir: str | os.PathLike[str], timelines: Sequence[str] = ()) -> str
         "chance of the event in a seed is below 1 - 0.05^(1/n), about 3/n (the rule of "
         "three) for 30 seeds or more. Times are virtual milliseconds.</p>"
     )
+    overview = ""
+    png = comparison_figure(all_cells, metrics, manifest)
+    if png is not None:
+        caption = (
+            "Every cell of the sweep side by side, on one scale per metric: each dot is one "
+            "seed's value, red the mean with its 95% percentile-bootstrap interval. Cells are "
+            "named by their scenario and the parameters the sweep varies. "
+            f"Sweep {_e(manifest.sweep_file)}, commit {_e(manifest.git_commit)}."
+        )
+        overview = ("<h2 id=overview>The cells compared</h2>"
+                    + _figure_html(png, "the cells compared", caption) + _rpo_note())
     toc = "<h2>Cells</h2><table><tr><th>cell</th><th>seeds</th><th>violations</th></tr>"
     for c in all_cells:
         bad = int((c.runs["violation_count"] > 0).sum())
@@ -610,7 +713,21 @@ def build(out_dir: str | os.PathLike[str], timelines: Sequence[str] = ()) -> str
     body += f"<h2 id=timelines>Timelines</h2><p>Runs shown: {why}.</p>"
     body += "".join(_timeline_html(t, manifest) for t in chosen)
     body += "<h2 id=glossary>Glossary of the metrics above</h2>" + _glossary_html(metrics)
-    return head + toc + body + "</body></html>\n"
+    return head + overview + toc + body + "</body></html>\n"
+
+
+def _rpo_note() -> str:
+    return (
+        "<p class=muted>Reading the RPO: <code>rpo_records</code> counts acknowledged "
+        "records the promoted cluster did not hold, as the simulator (which sees both "
+        "sides) finds them. <code>failover_abandoned_partitions</code> counts what the "
+        "failover's answer could report: partitions whose lag it knew to be above 0, or "
+        "did not know. It can be 0 while records were lost: the promoted side judges by "
+        "the source's high watermark as of its last fetch round, and the records the source "
+        "acknowledged after that round, before it was lost, are records it never heard of. "
+        "A failover with 0 partitions at risk promises only that nothing it knew of was "
+        "left behind.</p>"
+    )
 
 
 def _glossary_html(metrics: list[str]) -> str:

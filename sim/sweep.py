@@ -41,7 +41,9 @@ Rules:
                                       partitioned by scenario and grid parameter
                                       (sim/sweep_store.py; read it back whole or
                                       in parts with `sweep_store.read_runs`)
-    DIR/aggregate/part-00000.parquet  one row per (mode, topology)
+    DIR/aggregate/part-00000.parquet  one row per cell: a scenario with one set
+                                      of grid parameters (its runs differ only
+                                      by seed)
     DIR/sweep.json                    the sweep's manifest and digest, and the commit it ran
                                       on (`git rev-parse HEAD` before the first run, "-dirty"
                                       if tracked files differed, "unknown" without git; and
@@ -60,9 +62,11 @@ violation_count, violations_json, error, wall_ms (the only column that is not
 deterministic), then one column per metric the runs reported (named as the
 metric; `metric_<name>` if that would clash with a column above).
 
-Aggregate columns: mode, topology, scenarios, runs, runs_with_violations,
-runs_with_errors, then for every metric `<metric>_mean`, `_p50`, `_p99`, `_min`
-and `_max` over the runs of that group.
+Aggregate columns: cell (its label: the scenario and every grid parameter,
+`dr-multi-zone link_latency_ms=150 mode=ASYNC`), scenario, params_json,
+mode, topology, runs, runs_with_violations, runs_with_errors, then for every
+metric `<metric>_mean`, `_p50`, `_p99`, `_min` and `_max` over the runs of
+that cell. Cells are in the order of their first run.
 
 Theory of operation: `load_sweep` parses and validates the file into a
 `SweepSpec`; `expand` turns it into a list of `Run`s; `run_sweep` executes them
@@ -125,7 +129,10 @@ RAW_FIELDS: tuple[tuple[str, str], ...] = (
     ("wall_ms", "double"),
 )
 RAW_COLUMNS = tuple(name for name, _ in RAW_FIELDS)
-AGG_LEAD = ("mode", "topology", "scenarios", "runs", "runs_with_violations", "runs_with_errors")
+AGG_LEAD = (
+    "cell", "scenario", "params_json", "mode", "topology", "runs", "runs_with_violations",
+    "runs_with_errors",
+)
 AGG_STATS = ("mean", "p50", "p99", "min", "max")
 
 
@@ -504,17 +511,28 @@ def metric_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in runs.columns if c not in fixed and not c.startswith("param_")]
 
 
+def cell_label(scenario: str, params: Mapping[str, Any]) -> str:
+    """A cell's name: its scenario and every grid parameter, `name=value`, sorted."""
+    return " ".join([scenario, *(f"{k}={v}" for k, v in sorted(params.items()))])
+
+
 def aggregate(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (mode, topology), sorted; see the module doc for the columns."""
+    """One row per cell (scenario, grid parameters), in the order of its first
+    run; see the module doc for the columns."""
     import pandas as pd
 
     metrics = metric_columns(runs)
     rows: list[dict[str, Any]] = []
-    for (mode, topology), group in runs.groupby(["mode", "topology"], sort=True, dropna=False):
+    groups = runs.groupby(["scenario", "params_json"], sort=False, dropna=False)
+    for (scenario, params_json), group in sorted(
+        groups, key=lambda item: int(item[1]["run_index"].min())
+    ):
         row: dict[str, Any] = {
-            "mode": mode,
-            "topology": topology,
-            "scenarios": ",".join(sorted(set(group["scenario"]))),
+            "cell": cell_label(str(scenario), json.loads(str(params_json))),
+            "scenario": str(scenario),
+            "params_json": str(params_json),
+            "mode": str(group["mode"].iloc[0]),
+            "topology": str(group["topology"].iloc[0]),
             "runs": len(group),
             "runs_with_violations": int((group["violation_count"] > 0).sum()),
             "runs_with_errors": int(group["error"].notna().sum()),
@@ -573,8 +591,9 @@ def failures(runs: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def format_aggregate(agg: pd.DataFrame, max_width: int = 120, legend: bool = True) -> str:
-    """The aggregate's headline columns as plain text: one row per (mode, topology)
-    when that fits in `max_width`, else one row per figure and one column per group;
+    """The aggregate's headline columns as plain text: one row per cell (named by
+    its scenario and grid parameters) when that fits in `max_width`, else one row
+    per figure and one numbered column per cell, the cells named below;
     then (with `legend`) what each metric column shows and what its "-" means, from
     `sim.glossary`."""
     if agg.empty:
@@ -586,17 +605,19 @@ def format_aggregate(agg: pd.DataFrame, max_width: int = 120, legend: bool = Tru
     wanted += ["produce_latency_p99_ms_p50", "produce_latency_p99_ms_max"]
     wanted += [f"{m}_mean" for m in metrics if m.startswith("availability")]
     figures = lead + [c for c in wanted if c in agg.columns]
-    table = agg[["mode", "topology", *figures]].rename(
+    table = agg[["cell", *figures]].rename(
         columns={"runs_with_violations": "violations", "runs_with_errors": "errors"}
     )
     header = list(table.columns)
     rows = [[_cell(v) for v in row] for row in table.itertuples(index=False)]
     text = _grid([header, *rows])
     if max(len(line) for line in text.splitlines()) > max_width:
-        groups = [f"{r[0] or '-'}/{r[1] or '-'}" for r in rows]
-        transposed = [["mode/topology", *groups]]
-        transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 2]
-        text = _grid(transposed)
+        # Cells as numbered columns, named below the table (their names are long).
+        transposed = [["cell", *(f"#{n}" for n in range(1, len(rows) + 1))]]
+        transposed += [[name, *(r[i] for r in rows)] for i, name in enumerate(header) if i >= 1]
+        text = _grid(transposed) + "\n" + "\n".join(
+            f"#{n}: {r[0]}" for n, r in enumerate(rows, start=1)
+        )
     if not legend:
         return text
     dashed = [c for i, c in enumerate(header) if any(r[i] == "-" for r in rows)]

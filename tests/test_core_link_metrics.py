@@ -13,6 +13,7 @@ from test_core_link_rounds import NOW, Disk, discover, produce, two_clusters
 
 from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
+from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_metrics import STATES, link_samples
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 
@@ -139,3 +140,44 @@ def test_a_followed_partition_no_round_reached_yet__makes_max_lag_unknown__not_0
         ("orders-1", 0), ("orders-2", 0)
     ]
     assert sample.max_lag == (0, 0) and sample.counters.records == 12
+
+
+def test_partitions_by_state__the_leaders_view__and_failed_calls() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    round_(a, b, disk_a, disk_b, NOW + 10)
+    (sample,) = link_samples(b, NOW + 10)
+    assert dict(sample.partition_states) == {
+        "copying": 1, "lag_unknown": 0, "refused": 0, "diverged": 0, "stopped": 0,
+    }
+    assert sample.leader_partitions == () and sample.errors == ()
+    # The leading side knows its follower's position from its fetches: the
+    # first asked from 0 (3 behind), the next from 3 (caught up).
+    (leading,) = link_samples(a, NOW + 10)
+    assert leading.partition_states == ()  # A follows nothing on ab
+    assert [(p.topic, p.lag_records) for p in leading.leader_partitions] == [("orders-1", 3)]
+    round_(a, b, disk_a, disk_b, NOW + 15)
+    (leading,) = link_samples(a, NOW + 15)
+    assert [(p.topic, p.lag_records) for p in leading.leader_partitions] == [("orders-1", 0)]
+    produce(a, disk_a, 4)
+    (leading,) = link_samples(a, NOW + 20)
+    assert [(p.topic, p.lag_records) for p in leading.leader_partitions] == [("orders-1", 4)]
+
+    # A partition no round reached yet is counted as lag_unknown.
+    _topic, effects = a.create_topic("orders-2", 1, {}, "src-2")
+    disk_a.carry_out(a, effects)
+    discover(a, b, disk_b)
+    (sample,) = link_samples(b, NOW + 20)
+    assert dict(sample.partition_states)["lag_unknown"] == 1
+
+    # Failed calls are counted by code, the last one kept for describe-link.
+    unreachable = ClusterError(ErrorCode.LINK_UNREACHABLE, "link 'ab'", "cannot reach A")
+    b.links.on_contact_lost("ab", NOW + 30, unreachable)
+    b.links.on_contact_lost("ab", NOW + 40, unreachable)
+    (sample,) = link_samples(b, NOW + 40)
+    assert sample.errors == (("LINK_UNREACHABLE", 2),)
+    last = b.links.runtime["ab"].last_error
+    assert last is not None and (last.code, last.message, last.at_ms) == (
+        "LINK_UNREACHABLE", "cannot reach A", NOW + 40
+    )

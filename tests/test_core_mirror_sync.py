@@ -253,6 +253,7 @@ def test_metrics_use_mm2_names_and_values() -> None:
     s = snap[key]
     assert s["record-count"] == 2 and s["byte-count"] == 400
     assert s["byte-rate"] == 200.0  # 400 bytes over 2 s
+    assert s["record-rate"] == 2 / 1.95  # 2 records acknowledged since 1.05 s
     assert (
         s["record-age-ms"],
         s["record-age-ms-min"],

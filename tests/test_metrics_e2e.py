@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
@@ -30,6 +31,8 @@ from harness import Daemon, free_port, run_cli
 from prometheus_client.parser import text_string_to_metric_families
 
 from admin import AdminClient, Producer
+from ccr.v1 import replication_pb2, replication_pb2_grpc
+from linkd.grpc_service import VERSION
 from linkd.main import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +152,18 @@ def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
         "SYNCING": 0, "IN_SYNC": 0, "OUT_OF_SYNC": 0,
     }
     assert value(final, "ccr_link_replicated_records_total", link="ab") == BACKLOG_RECORDS
+    # B's one follower partition is copying; A leads it and sees no lag.
+    partition_states = {labels["state"]: v for labels, v in final["ccr_link_mirror_partitions"]
+                        if labels["link"] == "ab"}
+    assert partition_states == {
+        "copying": 1, "lag_unknown": 0, "refused": 0, "diverged": 0, "stopped": 0,
+    }
+    leading = poll("A to see its follower caught up", lambda: (
+        (s := scrape(metrics_a)) and value(
+            s, "ccr_link_leader_partition_lag_records", **where) == 0 and s))
+    assert value(leading, "ccr_link_leader_partition_lag_ms", **where) == 0
+    assert "ccr_link_mirror_partitions" not in leading  # A follows nothing on ab
+    assert value(final, "ccr_link_leader_partition_lag_records", **where) is None
     replicated_bytes = value(final, "ccr_link_replicated_bytes_total", link="ab")
     assert replicated_bytes is not None and replicated_bytes > BACKLOG_RECORDS * VALUE_BYTES
     assert value(final, "ccr_link_truncations_total", link="ab") == 0
@@ -181,6 +196,39 @@ def test_scrapes_follow_a_link_catching_up(daemon_factory: Any) -> None:
     poll("B's counter to take the 3 records", lambda: value(
         scrape(metrics_b), "ccr_link_replicated_records_total", link="ab"
     ) == BACKLOG_RECORDS + 3)
+
+
+def test_build_info_link_errors_and_refused_sessions(daemon_factory: Any) -> None:
+    metrics_a, metrics_b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    a = daemon_factory("A", extra_args=[*LINK_FLAGS, "--metrics-listen", metrics_a])
+    b = daemon_factory("B", extra_args=[*LINK_FLAGS, "--metrics-listen", metrics_b])
+    samples = scrape(metrics_a)
+    ((labels, one),) = samples["ccr_build_info"]
+    assert one == 1 and labels["version"] == VERSION and labels["python"]
+
+    # A call of the link service without a session: B refuses it, and counts it.
+    channel = grpc.insecure_channel(b.bootstrap)
+    try:
+        with pytest.raises(grpc.RpcError):
+            replication_pb2_grpc.ReplicationStub(channel).Handshake(
+                replication_pb2.HandshakeRequest(), timeout=WAIT_S
+            )
+    finally:
+        channel.close()
+    assert value(scrape(metrics_b), "ccr_link_sessions_refused_total", reason="no session") == 1
+
+    # A dials the link; once B is gone its calls fail and are counted by code.
+    cli_ok(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    poll("ab connected on A", lambda: value(
+        scrape(metrics_a), "ccr_link_state", link="ab", state="DISCONNECTED") == 0)
+    assert "ccr_link_errors_total" not in scrape(metrics_a)
+    b.terminate()
+    failed = poll("A's failed calls of ab counted", lambda: (
+        (s := scrape(metrics_a)) and s.get("ccr_link_errors_total") and s))
+    codes = {labels["code"]: v for labels, v in failed["ccr_link_errors_total"]
+             if labels["link"] == "ab"}
+    assert codes and all(v >= 1 for v in codes.values()), codes
+    assert "LINK_UNREACHABLE" in codes, codes
 
 
 def test_cluster_request_metrics_count_produce_and_fetch(daemon_factory: Any) -> None:
@@ -326,7 +374,7 @@ def test_a_mirror_link_exposes_mirrormaker2_metrics(daemon_factory: Any) -> None
 
     samples = poll("the MM2 metrics of 40 records and a checkpoint", mirrored)
     for name in ("replication_latency_ms", "replication_latency_ms_max", "record_age_ms",
-                 "record_age_ms_avg", "byte_rate"):
+                 "record_age_ms_avg", "byte_rate", "record_rate"):
         got = value(samples, prefix + "source_connector_" + name, **source)
         assert got is not None and got >= 0, name
     assert value(samples, prefix + "source_connector_byte_count", **source) == sum(

@@ -45,7 +45,14 @@ def test_sweep_report_writes_one_self_contained_file(
     # Nothing to fetch: no external URL, script or style sheet.
     assert "http://" not in page and "https://" not in page and "<script" not in page
     assert "<link" not in page
-    assert page.count("data:image/png;base64,") >= 8  # 4 cells: distributions + timelines
+    # The comparison of the 4 cells, then per cell distributions and a timeline.
+    assert page.count("data:image/png;base64,") >= 9
+    overview = page.index("<h2 id=overview>The cells compared</h2>")
+    assert overview < page.index("<h2>Cells</h2>")
+    assert page.index('alt="the cells compared"') < page.index('alt="distributions of')
+    # The failover's count of partitions at risk is not the loss, and says why.
+    assert "It can be 0 while records were lost" in page
+    assert "RPO at failover (partitions)" not in page
     # Provenance and the statistics the report promises.
     assert manifest["git_commit"] in page
     assert (
@@ -93,7 +100,8 @@ def test_report_in_headless_chromium(sweep_out: Path, tmp_path: Path) -> None:
         finally:
             browser.close()
     assert errors == []
-    assert len(boxes) >= 8
+    assert len(boxes) >= 9
+    assert boxes[0]["box"]["y"] < boxes[1]["box"]["y"]  # the comparison comes first
     image = Image.open(shot).convert("RGB")
     for b in boxes:
         assert b["ok"] and b["w"] > 300 and b["h"] > 200, b
@@ -119,6 +127,25 @@ def test_load_runs_reads_the_partitioned_table_in_run_order(sweep_out: Path) -> 
         "dr-multi-zone (link_latency_ms=150, mode=ASYNC)",
     ]
     assert len(cells) == 4
+
+
+def test_cells_are_named_by_what_differs_and_panels_by_what_they_count(
+    sweep_out: Path,
+) -> None:
+    cells = report.cells(report.load_runs(sweep_out))
+    assert report.cell_labels(cells) == [
+        "dr-multi-zone link_latency_ms=2", "dr-multi-zone link_latency_ms=150",
+        "failover-writable link_latency_ms=2", "failover-writable link_latency_ms=150",
+    ]
+    rpo = report.Group.RPO
+    assert report.panel_title(rpo, "RPO at failover", "failover_abandoned_partitions", True) == (
+        "partitions the failover reported at risk"
+    )
+    assert report.panel_title(rpo, "RPO at failover", "rpo_records", True).startswith("RPO: ")
+    latency = report.Group.LATENCY
+    slowest = report.panel_title(latency, "produce latency", "produce_latency_max_ms", False)
+    p99 = report.panel_title(latency, "produce latency", "produce_latency_p99_ms", False)
+    assert slowest != p99 and "slowest" in slowest and "percentiles" in p99
 
 
 def test_bad_input_is_refused_by_name(sweep_out: Path, tmp_path: Path) -> None:

@@ -202,10 +202,18 @@ def test_serial_sweep_writes_tables(tmp_path: Path) -> None:
         (8, "ccr-sim run lossy --seed 8 --param link_latency_ms=5 --param mode=ASYNC"),
     ]
     agg = read_parquet(out, "aggregate")
-    assert list(agg[["mode", "topology"]].itertuples(index=False, name=None)) == [
-        ("", ""), ("ASYNC", "three-zone"), ("ASYNC", "two-cluster"),
-        ("SYNC", "three-zone"), ("SYNC", "two-cluster"),
+    # One row per cell: a scenario with one set of grid parameters, named by
+    # both, in the order of its first run.
+    assert list(agg["cell"]) == [
+        f"{scenario} link_latency_ms=5 mode={mode}"
+        for scenario in ("alpha", "lossy", "boom") for mode in ("ASYNC", "SYNC")
     ]
+    assert list(agg[["mode", "topology"]].itertuples(index=False, name=None)) == [
+        ("ASYNC", "three-zone"), ("SYNC", "three-zone"), ("ASYNC", "two-cluster"),
+        ("SYNC", "two-cluster"), ("", ""), ("", ""),
+    ]
+    assert list(agg["runs"]) == [8] * 6
+    assert list(agg["runs_with_violations"]) == [0, 0, 2, 2, 0, 0]
     assert agg["runs"].sum() == 48
     assert agg["runs_with_violations"].sum() == 4
     assert agg["runs_with_errors"].sum() == 16
@@ -228,7 +236,8 @@ def test_format_aggregate_narrow_and_transposed() -> None:
     )
     agg = sweep.aggregate(runs)
     wide = sweep.format_aggregate(agg, max_width=1000, legend=False).splitlines()
-    assert wide[0].split()[:5] == ["mode", "topology", "runs", "violations", "errors"]
+    assert wide[0].split()[:4] == ["cell", "runs", "violations", "errors"]
+    assert [line.split()[0] for line in wide[1:]] == ["alpha", "beta"]
     assert len(wide) == 3
     # With the legend (the default), each metric column shown is explained
     # from the glossary after the table.
@@ -238,7 +247,8 @@ def test_format_aggregate_narrow_and_transposed() -> None:
         line.split()[:3] == ["availability_produce_mean", "mean", "of"] for line in legend
     )
     tall = sweep.format_aggregate(agg, max_width=60).splitlines()
-    assert tall[0].split() == ["mode/topology", "ASYNC/three-zone", "ASYNC/two-cluster"]
+    assert tall[0].split() == ["cell", "#1", "#2"]
+    assert "#1: alpha" in tall and "#2: beta" in tall
     assert tall[1].split() == ["runs", "2", "2"]
     assert any(line.startswith("availability_produce_mean") for line in tall)
 
@@ -315,7 +325,7 @@ def test_cli_exit_codes(
     args = parser().parse_args(["sweep", str(clean), "--serial", "--out", str(tmp_path / "o1")])
     assert args.func(args) == 0
     text = capsys.readouterr().out
-    assert "3 runs on serial" in text and "three-zone" in text
+    assert "3 runs on serial" in text and "#1: alpha" in text  # the cell, by name
 
     bad = write(tmp_path, 'scenarios = ["lossy"]\nseeds = [1, 4]\n', "b.toml")
     args = parser().parse_args(
@@ -368,7 +378,7 @@ def test_spark_sweep_matches_serial(spark: Any, tmp_path: Path) -> None:
     assert list(runs["run_index"]) == list(range(48))
     assert {"run_id", "seed", "trace_digest", "rpo_ms", "param_mode"} <= set(runs.columns)
     agg = read_parquet(out, "aggregate")
-    assert len(agg) == 4 and agg["runs"].sum() == 48
+    assert len(agg) == 12 and agg["runs"].sum() == 48  # 2 scenarios x 6 grid points
     assert agg["runs_with_violations"].sum() == 6  # lossy, seeds 4 (x6 grid points)
     assert result.exit_code == 1
 
@@ -413,6 +423,10 @@ def test_real_small_sweep_on_spark(spark: Any, tmp_path: Path) -> None:
     assert set(zip(agg["mode"], agg["topology"], strict=True)) == {
         ("ASYNC", "chain"), ("ASYNC", "hub")
     }
+    assert list(agg["cell"]) == [
+        "failover-writable link_latency_ms=2 mode=ASYNC",
+        "dr-multi-zone link_latency_ms=2 mode=ASYNC",
+    ]
     assert agg["runs"].sum() == 4
     assert result.exit_code == (1 if result.failures else 0)
     # Deterministic: one run again in this process gives the same digest.

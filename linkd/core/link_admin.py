@@ -49,6 +49,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import (
     Leader,
     LinkConfig,
+    LinkError,
     LinkState,
     Mapping,
     MappingKey,
@@ -606,6 +607,7 @@ class LinkSummary:
     partitions: tuple[PartitionLag, ...]
     refused: tuple[Mapping, ...]  # detached with a note
     gaps: tuple[GapRow, ...] = ()
+    last_error: LinkError | None = None  # the last failed call here (the side that dials)
 
 
 def link_gaps(state: ClusterState, name: str) -> list[GapRow]:
@@ -686,6 +688,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
         tuple(rows),
         refused,
         tuple(link_gaps(state, name)),
+        runtime.last_error,
     )
 
 

@@ -267,7 +267,7 @@ class LinkDriver:
 
     def _failed(self, lane: Lane, error: ClusterError) -> Lanes:
         now = yield from _now()
-        self.state.links.on_contact_lost(self.name, now)
+        self.state.links.on_contact_lost(self.name, now, error)
         if error.code is not ErrorCode.LINK_AUTHENTICATION_FAILED:
             yield Note("debug", f"link {self.name!r} {lane}: {error.message}")
             return

@@ -16,6 +16,16 @@ Rules (docs/metrics.md):
   follower partition's lag is known (a side that follows an empty namespace
   lags by 0).
 - The counters are the link's `LinkCounters`, copied.
+- Follower partitions by state (Cluster Linking's mirror partition count
+  by state), each partition in one: `stopped` at a gap (gap.policy stop),
+  `refused` by the source, `diverged` (its log parted from the source's, the
+  cut not found yet), `copying` (its lag known now), else `lag_unknown`.
+  Every state has a sample (0 included) on a side that follows topics.
+- The lag as the source sees it: on the side that leads, per partition it
+  leads, the records below its high watermark its follower has not fetched
+  past, and for how long (describe-link's leader rows).
+- Errors: the link's failed calls on the side that dials, by error code
+  (`LinkRuntime.errors`).
 - Gaps (records a follower partition never copied: its source's log start
   had passed them) are counted per partition from its provenance, as
   describe-link lists them: durable, so the counts survive a restart. A
@@ -32,10 +42,19 @@ from linkd.core import link_admin
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkCounters, LinkState, MappingType, Role
 
-__all__ = ["STATES", "GapSample", "LinkSample", "PartitionLagSample", "link_samples"]
+__all__ = [
+    "PARTITION_STATES",
+    "STATES",
+    "GapSample",
+    "LinkSample",
+    "PartitionLagSample",
+    "link_samples",
+]
 
 # Every state a link can be in: one gauge series each (1 for the current one).
 STATES: tuple[str, ...] = tuple(s.value for s in LinkState)
+# Every state a follower partition is counted in.
+PARTITION_STATES: tuple[str, ...] = ("copying", "lag_unknown", "refused", "diverged", "stopped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +88,12 @@ class LinkSample:
     max_lag: tuple[int, int] | None
     counters: LinkCounters
     gaps: tuple[GapSample, ...] = ()
+    # Follower partitions per PARTITION_STATES entry (empty: follows no topics).
+    partition_states: tuple[tuple[str, int], ...] = ()
+    # Partitions this side leads: their follower's lag as seen here.
+    leader_partitions: tuple[PartitionLagSample, ...] = ()
+    # Failed calls by error code name, sorted.
+    errors: tuple[tuple[str, int], ...] = ()
 
 
 def gap_samples(state: ClusterState, name: str) -> tuple[GapSample, ...]:
@@ -109,6 +134,24 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
             max((p.lag_ms for p in known), default=0),
         )
     runtime = state.links.runtime[name]
+    counts = dict.fromkeys(PARTITION_STATES, 0)
+    for r in rows:
+        key = (r.topic, r.partition)
+        if key in runtime.gap_stopped:
+            counts["stopped"] += 1
+        elif key in runtime.refused:
+            counts["refused"] += 1
+        elif key in runtime.marks_wanted:
+            counts["diverged"] += 1
+        elif r.lag_known:
+            counts["copying"] += 1
+        else:
+            counts["lag_unknown"] += 1
+    leader = [
+        PartitionLagSample(r.topic, r.partition, r.lag_records, r.lag_ms)
+        for r in summary.partitions
+        if r.role == "leader"
+    ]
     return LinkSample(
         name,
         summary.state,
@@ -116,6 +159,9 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         max_lag,
         replace(runtime.counters),
         gap_samples(state, name),
+        tuple(counts.items()) if _follows_topics(state, name) else (),
+        tuple(sorted(leader, key=lambda p: (p.topic, p.partition))),
+        tuple(sorted(runtime.errors.items())),
     )
 
 

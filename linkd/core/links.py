@@ -512,6 +512,16 @@ class LinkCounters:
     cuts: int = 0  # unacknowledged tails cut because their source partition is gone
 
 
+@dataclass(frozen=True, slots=True)
+class LinkError:
+    """A call of the link that failed on the side that dials it: its error
+    code's name, its message, and when (describe-link's last error)."""
+
+    code: str
+    message: str
+    at_ms: int
+
+
 @dataclass(slots=True)
 class LinkRuntime:
     """What is known of a link right now (not durable: rebuilt after restart)."""
@@ -550,6 +560,10 @@ class LinkRuntime:
     # Not durable: after a restart the next round finds the gap again.
     gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
     counters: LinkCounters = field(default_factory=LinkCounters)
+    # Calls of the link that failed here (the side that dials), by error code
+    # name, and the last one; kept once the link is connected again.
+    errors: dict[str, int] = field(default_factory=dict)
+    last_error: LinkError | None = None
     # The partition last found keeping the link from FOLLOWING, judged first
     # next time (`LinkTable._runtime_lagging`): a link's state is judged on
     # every contact, and while it catches up this one usually still lags.
@@ -983,8 +997,16 @@ class LinkTable:
                 runtime.entered_at_ms = now_ms
                 runtime.history = [(LinkState.DISCONNECTED.value, now_ms)]
 
-    def on_contact_lost(self, name: str, now_ms: int) -> None:
-        """A dial or call failed; the session timeout decides when it counts."""
+    def on_contact_lost(
+        self, name: str, now_ms: int, error: ClusterError | None = None
+    ) -> None:
+        """A dial or call failed (`error`: why, counted and kept as the link's
+        last error); the session timeout decides when it counts."""
+        runtime = self.runtime.get(name)
+        if runtime is not None and error is not None:
+            code = error.code.name
+            runtime.errors[code] = runtime.errors.get(code, 0) + 1
+            runtime.last_error = LinkError(code, error.message, now_ms)
         self._recompute(name, now_ms)
 
     def on_progress(

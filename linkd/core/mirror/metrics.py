@@ -4,7 +4,7 @@ Rules (Kafka's MirrorSourceMetrics, MirrorCheckpointMetrics, MirrorSourceTask.po
 commitRecord, MirrorCheckpointTask.commitRecord):
 - Source metrics (group `MirrorSourceConnector`, tags target, topic, partition; the
   topic is the REMOTE topic):
-  - record-count: records acknowledged by the target;
+  - record-count: records acknowledged by the target; record-rate: those per second;
   - record-age-ms (-min, -max, -avg): now - record timestamp, when polled from the source;
   - replication-latency-ms (-min, -max, -avg): now - record timestamp, when
     acknowledged by the target;
@@ -16,7 +16,8 @@ commitRecord, MirrorCheckpointTask.commitRecord):
 
 Deviation (documented in docs/mirror-mode.md): Kafka's min/max/avg/rate are windowed
 (sampled) stats; here they cover the whole life of the accumulator, and byte-rate
-is bytes per second between the first recording and `now_ms`.
+is bytes per second between the first recording and `now_ms` (record-rate likewise,
+from the first acknowledgement).
 
 Theory of operation: the shell calls `record_polled`, `record_acknowledged` and
 `checkpoint_acknowledged` with `now_ms`; `snapshot(now_ms)` returns metric name ->
@@ -106,6 +107,7 @@ class _SourcePartitionMetrics:
     record_count: int = 0
     byte_count: int = 0
     first_bytes_ms: int | None = None
+    first_ack_ms: int | None = None
     record_age: Stat = field(default_factory=Stat)
     replication_latency: Stat = field(default_factory=Stat)
 
@@ -139,6 +141,8 @@ class MirrorMetrics:
         """MirrorSourceTask.commitRecord: record-count and replication-latency-ms."""
         entry = self._source_entry(key)
         entry.record_count += 1
+        if entry.first_ack_ms is None:
+            entry.first_ack_ms = now_ms
         entry.replication_latency = entry.replication_latency.record(now_ms - record_timestamp_ms)
 
     def records_polled(
@@ -166,6 +170,8 @@ class MirrorMetrics:
             return
         entry = self._source_entry(key)
         entry.record_count += len(record_timestamps_ms)
+        if entry.first_ack_ms is None:
+            entry.first_ack_ms = now_ms
         entry.replication_latency = entry.replication_latency.record_many(
             now_ms - ts for ts in record_timestamps_ms
         )
@@ -194,6 +200,11 @@ class MirrorMetrics:
             else:
                 elapsed_s = max(now_ms - e.first_bytes_ms, 1) / 1000.0
                 values["byte-rate"] = e.byte_count / elapsed_s
+            if e.first_ack_ms is None:
+                values["record-rate"] = 0.0
+            else:
+                elapsed_s = max(now_ms - e.first_ack_ms, 1) / 1000.0
+                values["record-rate"] = e.record_count / elapsed_s
             values.update(e.record_age.report("record-age-ms"))
             values.update(e.replication_latency.report("replication-latency-ms"))
             out[key] = values

@@ -1045,6 +1045,9 @@ class LinkDescription(_message.Message):
     GAPS_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     LINK_STATE_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1070,6 +1073,15 @@ class LinkDescription(_message.Message):
     link_epoch: _builtins.int
     gap_policy: _builtins.str
     link_state: Global___LinkState.ValueType
+    last_error_code: _builtins.str
+    """The last call of the link that failed on this side (the side that dials
+    it): its error code's name (e.g. LINK_UNREACHABLE), its message and when
+    (ms since the epoch). Empty and 0 if none failed since the daemon started.
+    Kept once the link is connected again: compare last_error_at_ms with
+    state_entered_at_ms. Why a DISCONNECTED link is disconnected.
+    """
+    last_error: _builtins.str
+    last_error_at_ms: _builtins.int
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
     @_builtins.property
@@ -1106,10 +1118,13 @@ class LinkDescription(_message.Message):
         gaps: _abc.Iterable[Global___LinkGap] | None = ...,
         gap_policy: _builtins.str = ...,
         link_state: Global___LinkState.ValueType = ...,
+        last_error_code: _builtins.str = ...,
+        last_error: _builtins.str = ...,
+        last_error_at_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
