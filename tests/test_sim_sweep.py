@@ -14,7 +14,6 @@ import io
 import json
 import random
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -366,10 +365,8 @@ def test_spark_sweep_matches_serial(spark: Any, tmp_path: Path) -> None:
     sweep_file = write(tmp_path, GRID.replace('"beta"', '"lossy"'))
     out = tmp_path / "spark"
     err = io.StringIO()
-    t0 = time.monotonic()
     result = run_sweep(sweep_file, None, out, spark=spark, run_fn=fake_run,
                        progress_stream=err)
-    assert time.monotonic() - t0 < 60
     assert result.executor == "local[2]"
     assert result.partitions == 16  # 8 per core
     assert "48/48" in err.getvalue()
