@@ -344,6 +344,35 @@ def mirror_link_info(d: admin_pb2.MirrorLinkDescription) -> MirrorLinkInfo:
 
 
 @dataclass(frozen=True)
+class GroupResumeInfo:
+    """One partition of a replicated group after a failover: where its
+    consumers resume on this cluster (`resume_offset`, -1: no commit here,
+    auto.offset.reset decides), the last commit of it this cluster heard of
+    from the source (`last_commit_heard`, -1: none since it started) and
+    when, and how many records the group processed on the source that it
+    does not resume past here (`behind`)."""
+
+    group: str
+    topic: str
+    partition: int
+    resume_offset: int
+    last_commit_heard: int
+    heard_at_ms: int
+    behind: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "partition": self.partition,
+            "resume_offset": self.resume_offset,
+            "last_commit_heard": self.last_commit_heard,
+            "heard_at_ms": self.heard_at_ms,
+            "behind": self.behind,
+        }
+
+
+@dataclass(frozen=True)
 class FailoverResult:
     """What a failover made writable and what it may have lost: `partitions`
     (every partition made writable, with the last known source high
@@ -358,6 +387,8 @@ class FailoverResult:
     # The source's topics and partitions as known from this time on (ms; 0:
     # never): partitions created later are in no row.
     topics_known_at_ms: int = 0
+    # Every partition of a replicated group made writable.
+    groups: list[GroupResumeInfo] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -367,6 +398,7 @@ class FailoverResult:
             "partitions": list(self.partitions),
             "aborted_transactions": list(self.aborted_transactions),
             "topics_known_at_ms": self.topics_known_at_ms,
+            "groups": [g.to_dict() for g in self.groups],
         }
 
 
@@ -1029,6 +1061,13 @@ class AdminClient:
             partitions=[_lag_dict(p) for p in resp.partitions],
             aborted_transactions=[_dangling_dict(d) for d in resp.aborted_transactions],
             topics_known_at_ms=resp.topics_known_at_ms,
+            groups=[
+                GroupResumeInfo(
+                    g.group, g.topic, g.partition, g.resume_offset, g.last_commit_heard,
+                    g.heard_at_ms, g.behind,
+                )
+                for g in resp.groups
+            ],
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:

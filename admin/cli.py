@@ -80,6 +80,7 @@ from admin.admin_client import (
     NAMESPACE_TYPES,
     AdminClient,
     GroupInfo,
+    GroupResumeInfo,
     HealthInfo,
     LinkInfo,
     MirrorLinkInfo,
@@ -1106,7 +1107,27 @@ def cmd_failover(args: argparse.Namespace) -> int:
             f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
             f"(producer {d['producer_id']}, from offset {d['first_offset']})"
         )
+    for g in result.groups:
+        print(_group_resume_text(g))
     return EXIT_OK
+
+
+def _group_resume_text(g: GroupResumeInfo) -> str:
+    """A replicated group's partition after a failover, for an operator."""
+    where = f"{g.topic}-{g.partition}"
+    resume = "no committed offset (auto.offset.reset decides)"
+    if g.resume_offset >= 0:
+        resume = f"resumes at {g.resume_offset}"
+    if g.last_commit_heard < 0:
+        heard = "no commit heard from the source since this cluster started"
+    else:
+        heard = f"last commit heard {g.last_commit_heard} ({_age(g.heard_at_ms)})"
+    gap = (
+        f"; {g.behind} records it processed there are not resumed past here"
+        if g.behind > 0
+        else ""
+    )
+    return f"group {g.group} {where}: {resume}; {heard}{gap}"
 
 
 def _age(at_ms: int) -> str:

@@ -852,6 +852,18 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             partitions=[_lag_pb(p) for p in result.partitions],
             aborted_transactions=[_dangling_pb(d) for d in result.dangling],
             topics_known_at_ms=result.topics_known_at_ms,
+            groups=[
+                admin_pb2.GroupResume(
+                    group=g.group,
+                    topic=g.topic,
+                    partition=g.partition,
+                    resume_offset=g.resume_offset,
+                    last_commit_heard=g.heard_offset,
+                    heard_at_ms=g.heard_at_ms,
+                    behind=g.behind,
+                )
+                for g in result.groups
+            ],
         )
 
     @refusals

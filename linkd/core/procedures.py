@@ -33,6 +33,7 @@ Pure code: no I/O, clocks or randomness; time arrives in the answers.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 from linkd.core import histories, recovery
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
@@ -451,6 +453,22 @@ def failover(
     if state.refresh_high_watermarks():
         yield WakeWaiters()
     config = state.links.get(name)
+    # The replicated groups resume at the last commit heard of, or at the
+    # end of this cluster's data if nearer; the answer says which, per group.
+    group_prefixes = [p for kind, p in result.namespaces if kind == MappingType.GROUP]
+    offsets_topic = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ccr-offsets/{state.cluster_id}/{name}"))
+    effects, result.groups = msync.settle_failover_groups(
+        state, name, group_prefixes, now_ms, offsets_topic
+    )
+    if effects:
+        yield Execute(tuple(effects), "offsets")
+    behind = [g for g in result.groups if g.behind > 0]
+    if behind:
+        yield Note(
+            "warning",
+            f"link {name!r}: {len(behind)} replicated group partitions resume behind the last "
+            f"commit heard of, by {sum(g.behind for g in behind)} records in all",
+        )
     yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
     lost = sum(r.lag_records for r in result.abandoned)
     unknown = sum(1 for r in result.abandoned if not r.lag_known)

@@ -1149,6 +1149,7 @@ class FailoverResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     TOPICS_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     topics_known_at_ms: _builtins.int
     """The source's topics and partitions as known from this time on (ms since
     the epoch; 0: never listed since this cluster started). A partition the
@@ -1178,6 +1179,13 @@ class FailoverResponse(_message.Message):
         will finish: aborted here so that read_committed readers move on.
         """
 
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupResume]:
+        """Every partition of a replicated group made writable: where the group
+        resumes on this cluster and the last commit of it this cluster heard of
+        from the source.
+        """
+
     def __init__(
         self,
         *,
@@ -1187,14 +1195,65 @@ class FailoverResponse(_message.Message):
         partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
         aborted_transactions: _abc.Iterable[Global___DanglingTransaction] | None = ...,
         topics_known_at_ms: _builtins.int = ...,
+        groups: _abc.Iterable[Global___GroupResume] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailoverResponse: _TypeAlias = FailoverResponse  # noqa: Y015
+
+@_typing.final
+class GroupResume(_message.Message):
+    """One partition of a replicated group after a failover."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    RESUME_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_COMMIT_HEARD_FIELD_NUMBER: _builtins.int
+    HEARD_AT_MS_FIELD_NUMBER: _builtins.int
+    BEHIND_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    topic: _builtins.str
+    partition: _builtins.int
+    resume_offset: _builtins.int
+    """The group's committed offset on this cluster after the failover: where
+    its consumers resume (-1: none; they start where auto.offset.reset says).
+    """
+    last_commit_heard: _builtins.int
+    """The last commit of this group and partition heard from the source (-1:
+    none heard since this cluster started), and when (ms since the epoch; 0:
+    never). Commits made on the source after that are not known here.
+    """
+    heard_at_ms: _builtins.int
+    behind: _builtins.int
+    """last_commit_heard - resume_offset (0 when nothing was heard): records
+    the group processed on the source that it does not resume past here.
+    They lie beyond this cluster's data (the failover abandons them).
+    """
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        resume_offset: _builtins.int = ...,
+        last_commit_heard: _builtins.int = ...,
+        heard_at_ms: _builtins.int = ...,
+        behind: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["behind", b"behind", "group", b"group", "heard_at_ms", b"heard_at_ms", "last_commit_heard", b"last_commit_heard", "partition", b"partition", "resume_offset", b"resume_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupResume: _TypeAlias = GroupResume  # noqa: Y015
 
 @_typing.final
 class SetLinkModeRequest(_message.Message):
