@@ -83,6 +83,8 @@ SIZED: dict[str, dict[str, Any]] = {
     # Its faults run to 17 s: cut at 8 s, a fetch answer the lossy network
     # dropped still waits for its deadline when B's crash at 14 s ends the run.
     "secure-links": {"duration_ms": 20_000},
+    # A is lost at 8 s and B fails over at 8.5 s.
+    "groups-catch-up": {"duration_ms": 10_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -142,6 +144,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("failover-writable", 2): (
         "d5383aa33756173decc354e5bbf1f8bd799a5bb58fb1c9fbce1f2928debda08e",
         "bffb58d536c6ef08860023c4aa99f76bf99328cc6feb5b45bbc46a5e2a53604b",
+    ),
+    ("groups-catch-up", 1): (
+        "unpinned-groups-catch-up-1-trace",
+        "unpinned-groups-catch-up-1-summary",
+    ),
+    ("groups-catch-up", 2): (
+        "unpinned-groups-catch-up-2-trace",
+        "unpinned-groups-catch-up-2-summary",
     ),
     ("link-flap", 1): (
         "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",

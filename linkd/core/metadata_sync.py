@@ -45,7 +45,7 @@ def offsets_topic_name(source_cluster_id: str) -> str:
     return f"__consumer_offsets_{source_cluster_id}"
 
 
-def _map_through(name: str, mappings: list[Mapping]) -> str | None:
+def map_through(name: str, mappings: list[Mapping]) -> str | None:
     best = max(
         (m for m in mappings if in_prefix(name, m.remote_prefix)),
         key=lambda m: len(m.remote_prefix),
@@ -60,9 +60,12 @@ def apply_replicated_offsets(
     offsets: list[GroupOffset],
     now_ms: int,
     new_topic_id: str,
+    retried: list[GroupOffset] | None = None,
 ) -> tuple[list[Effect], list[GroupOffset]]:
     """Follower side: the source's committed offsets of the groups this side
-    follows, under local group and topic names. Returns (the effects that
+    follows, under local group and topic names (`retried`: offsets held back
+    before, tried again unless `offsets` has a newer one of the same group
+    partition; they are not news). Returns (the effects that
     append them to __consumer_offsets_<source> and then journal them, none
     when nothing changed; the offsets held back). A replicated offset never
     points past the follower's data and never moves a group's offset
@@ -80,15 +83,17 @@ def apply_replicated_offsets(
     runtime = state.links.runtime.get(link_name)
     held: list[GroupOffset] = []
     wanted: list[tuple[str, str, int, int, str, int]] = []
-    for group, topic, partition, offset, metadata, epoch in offsets:
-        local_group = _map_through(group, groups)
-        local_topic = _map_through(topic, topics)
+    fresh = {(o.group, o.topic, o.partition) for o in offsets}
+    again = [o for o in retried or [] if (o.group, o.topic, o.partition) not in fresh]
+    for i, (group, topic, partition, offset, metadata, epoch) in enumerate([*offsets, *again]):
+        local_group = map_through(group, groups)
+        local_topic = map_through(topic, topics)
         if local_group is None or local_topic is None or local_topic not in state.topics:
             continue
         log = state.topics[local_topic].partitions
         if partition >= len(log) or offset < 0:
             continue
-        if runtime is not None and not undo.undone(21):
+        if runtime is not None and i < len(offsets) and not undo.undone(21):
             runtime.heard_offsets[(local_group, local_topic, partition)] = (offset, now_ms)
         hw = log[partition].high_watermark
         if offset > hw:
