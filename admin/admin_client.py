@@ -154,6 +154,30 @@ class NamespaceInfo:
 
 
 @dataclass(frozen=True)
+class PendingChange:
+    """An operator's change that holds on the cluster called but that the
+    remote cluster has not confirmed (it was unreachable, or did not answer
+    by the call's deadline): the link carries it there later, unless the
+    link is deleted first. A call that returns one answered "pending", not
+    "done"; the CLI exits with EXIT_PENDING (3)."""
+
+    remote_cluster_id: str
+    remains: str  # what the remote does not have yet
+    reason: str  # why it is not confirmed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "remote_cluster_id": self.remote_cluster_id,
+            "remains": self.remains,
+            "reason": self.reason,
+        }
+
+
+def pending_change(p: Any) -> PendingChange:
+    return PendingChange(p.remote_cluster_id, p.remains, p.reason)
+
+
+@dataclass(frozen=True)
 class LinkInfo:
     """A replication link as one cluster sees it (describe-link)."""
 
@@ -177,9 +201,13 @@ class LinkInfo:
     # to_offset, at_ms, reason, stopped (waiting for resume-partition).
     gaps: list[dict[str, Any]] = field(default_factory=list)
     gap_policy: str = "continue"
+    # Only in the answer of attach, detach or set-mode: what the remote has
+    # not confirmed (None: both sides have the change).
+    pending: PendingChange | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "pending": self.pending.to_dict() if self.pending is not None else None,
             "name": self.name,
             "link_id": self.link_id,
             "local_cluster_id": self.local_cluster_id,
@@ -276,6 +304,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
             for g in d.gaps
         ],
         gap_policy=d.gap_policy or "continue",
+        pending=pending_change(d.pending) if d.HasField("pending") else None,
     )
 
 
@@ -983,9 +1012,12 @@ class AdminClient:
         req = admin_pb2.DescribeLinkRequest(name=name)
         return link_info(self._conn.call(self._conn.admin.DescribeLink, req, self._t(timeout)))
 
-    def delete_link(self, name: str, timeout: float | None = None) -> None:
+    def delete_link(self, name: str, timeout: float | None = None) -> PendingChange | None:
+        """Deletes the link here; returns what the remote has not confirmed
+        (None: it deleted its half too)."""
         req = admin_pb2.DeleteLinkRequest(name=name)
-        self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+        resp = self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+        return pending_change(resp.pending) if resp.HasField("pending") else None
 
     # --- Mirror links (MirrorMaker 2 flows hosted by the daemon) ------------------------
 

@@ -768,12 +768,21 @@ Global___DeleteLinkRequest: _TypeAlias = DeleteLinkRequest  # noqa: Y015
 class DeleteLinkResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PENDING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pending(self) -> Global___PendingChange:
+        """Set when the link is deleted here but the remote cluster has not
+        confirmed that it deleted its half; unset when both sides have.
+        """
+
     def __init__(
         self,
+        *,
+        pending: Global___PendingChange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1045,6 +1054,7 @@ class LinkDescription(_message.Message):
     GAPS_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     LINK_STATE_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1086,6 +1096,13 @@ class LinkDescription(_message.Message):
     def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkGap]:
         """Gaps of this side's follower partitions on the link, oldest first."""
 
+    @_builtins.property
+    def pending(self) -> Global___PendingChange:
+        """Only in the answer of a call that changed the link (attach, detach,
+        set-mode): set when the change holds here but the remote cluster has not
+        confirmed it; unset when both sides have it. Never set by DescribeLink.
+        """
+
     def __init__(
         self,
         *,
@@ -1106,14 +1123,49 @@ class LinkDescription(_message.Message):
         gaps: _abc.Iterable[Global___LinkGap] | None = ...,
         gap_policy: _builtins.str = ...,
         link_state: Global___LinkState.ValueType = ...,
+        pending: Global___PendingChange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinkDescription: _TypeAlias = LinkDescription  # noqa: Y015
+
+@_typing.final
+class PendingChange(_message.Message):
+    """What an operator's change still waits for: it holds on this cluster, and
+    the remote cluster has not confirmed it (unreachable, or no answer by the
+    call's deadline). The link carries it there later, unless the link is
+    deleted first. The call answered "pending", not "done".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOTE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    REMAINS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    remote_cluster_id: _builtins.str
+    """The cluster that has not confirmed the change."""
+    remains: _builtins.str
+    """What that cluster does not have yet, in words."""
+    reason: _builtins.str
+    """Why it is not confirmed (the call's error)."""
+    def __init__(
+        self,
+        *,
+        remote_cluster_id: _builtins.str = ...,
+        remains: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "remains", b"remains", "remote_cluster_id", b"remote_cluster_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingChange: _TypeAlias = PendingChange  # noqa: Y015
 
 @_typing.final
 class FailoverRequest(_message.Message):
