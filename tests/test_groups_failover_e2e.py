@@ -10,6 +10,7 @@ on B restarted at 0, re-reading what it had processed."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -149,3 +150,50 @@ def test_failover_text_shows_each_replicated_group(daemon_factory: Any) -> None:
     done = run_cli("failover", "--link", "ab", "--force", bootstrap=b.bootstrap)
     assert done.returncode == 0, done.stderr
     assert f"group app-1 {TOPIC}-0: resumes at 7; last commit heard 7" in done.stdout, done.stdout
+
+
+def test_an_attach_the_remote_does_not_confirm_answers_pending__exit_3__then_converges(
+    daemon_factory: Any,
+) -> None:
+    """N6: B stopped (SIGSTOP), so the handshake that proposes the attach
+    gets no answer by its deadline: the answer is pending, exit code 3, and
+    says what remains; once B runs again the mapping reaches it."""
+    a, b = pair(daemon_factory, "orders-")
+    namespaces("group", "app-", on=(a, b))
+    link_ab(a, b, "orders-")
+    b.pause()
+    try:
+        done = run_cli(
+            "attach-namespace", "--link", "ab", "--type", "group", "--local-prefix", "app-",
+            "--remote-prefix", "app-", "--leader", "local", "--json", bootstrap=a.bootstrap,
+        )  # fmt: skip
+    finally:
+        b.resume()
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    answer = json.loads(done.stdout)
+    assert answer["pending"]["remote_cluster_id"] == "B", answer
+    assert "group namespace 'app-' attached" in answer["pending"]["remains"], answer
+    assert "pending:" in done.stderr and "not confirmed by B" in done.stderr, done.stderr
+
+    def b_has_it() -> bool:
+        return any(
+            m["type"] == "group" and m["local_prefix"] == "app-"
+            for m in describe(b)["mappings"]
+        )
+
+    wait_for("the attach to reach B", b_has_it, BOUND_S * 2)
+    # Once both sides have it, the same call answers done.
+    again = run_cli(
+        "attach-namespace", "--link", "ab", "--type", "group", "--local-prefix", "app-",
+        "--remote-prefix", "app-", "--leader", "local", bootstrap=a.bootstrap,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+
+
+def test_delete_link_with_the_remote_down_answers_pending(daemon_factory: Any) -> None:
+    a, b = pair(daemon_factory, "orders-")
+    link_ab(a, b, "orders-")
+    b.terminate()
+    done = run_cli("delete-link", "ab", bootstrap=a.bootstrap)
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert "pending on the remote" in done.stdout and "still holds its half" in done.stderr
