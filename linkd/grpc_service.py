@@ -696,8 +696,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         """The link after an operator's change, with what the remote has not
         confirmed (`pending`)."""
         described = self._link_pb(name)
-        if result.pending is not None:
-            described.pending.CopyFrom(_pending_pb(result.pending))
+        pending = _pending_pb(result.pending)
+        if pending is not None:
+            described.pending.CopyFrom(pending)
         return described
 
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:

@@ -67,7 +67,9 @@ def first_offset_read(d: Any, group: str) -> int:
         while time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None and msg.partition() == 0:
-                return int(msg.offset())
+                offset = msg.offset()
+                assert offset is not None
+                return offset
         raise AssertionError(f"no record of {TOPIC}-0 read on {d.cluster_id} by {group}")
     finally:
         consumer.close()
