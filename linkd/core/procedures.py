@@ -640,9 +640,11 @@ def recover(
                 now = yield Now()
                 yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
             now = yield Now()
-            yield from attach(
+            attached = yield from attach(
                 state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
             )
+            if attached.pending is not None:
+                notes.append(f"pending: {attached.pending.remains} ({attached.pending.reason})")
         except ClusterError as exc:
             # The cut happened: the answer must say so, and what is left.
             notes.append(
