@@ -26,6 +26,7 @@ from admin.admin_client import (
     ClusterInfo,
     GroupInfo,
     GroupListing,
+    GroupResumeInfo,
     HealthInfo,
     MemberInfo,
     NamespaceDescription,
@@ -33,6 +34,7 @@ from admin.admin_client import (
     OffsetInfo,
     PartitionInfo,
     PartitionLag,
+    PendingChange,
     TopicInfo,
 )
 from admin.client import (
@@ -65,6 +67,7 @@ __all__ = [
     "GroupInfo",
     "GroupListing",
     "GroupMetadata",
+    "GroupResumeInfo",
     "HealthInfo",
     "MemberInfo",
     "Message",
@@ -73,6 +76,7 @@ __all__ = [
     "OffsetInfo",
     "PartitionInfo",
     "PartitionLag",
+    "PendingChange",
     "Producer",
     "TopicInfo",
     "TopicPartition",

@@ -154,6 +154,30 @@ class NamespaceInfo:
 
 
 @dataclass(frozen=True)
+class PendingChange:
+    """An operator's change that holds on the cluster called but that the
+    remote cluster has not confirmed (it was unreachable, or did not answer
+    by the call's deadline): the link carries it there later, unless the
+    link is deleted first. A call that returns one answered "pending", not
+    "done"; the CLI exits with EXIT_PENDING (3)."""
+
+    remote_cluster_id: str
+    remains: str  # what the remote does not have yet
+    reason: str  # why it is not confirmed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "remote_cluster_id": self.remote_cluster_id,
+            "remains": self.remains,
+            "reason": self.reason,
+        }
+
+
+def pending_change(p: Any) -> PendingChange:
+    return PendingChange(p.remote_cluster_id, p.remains, p.reason)
+
+
+@dataclass(frozen=True)
 class LinkInfo:
     """A replication link as one cluster sees it (describe-link)."""
 
@@ -182,9 +206,13 @@ class LinkInfo:
     last_error_code: str = ""
     last_error: str = ""
     last_error_at_ms: int = 0
+    # Only in the answer of attach, detach or set-mode: what the remote has
+    # not confirmed (None: both sides have the change).
+    pending: PendingChange | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "pending": self.pending.to_dict() if self.pending is not None else None,
             "name": self.name,
             "link_id": self.link_id,
             "local_cluster_id": self.local_cluster_id,
@@ -287,6 +315,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         last_error_code=d.last_error_code,
         last_error=d.last_error,
         last_error_at_ms=d.last_error_at_ms,
+        pending=pending_change(d.pending) if d.HasField("pending") else None,
     )
 
 
@@ -355,6 +384,35 @@ def mirror_link_info(d: admin_pb2.MirrorLinkDescription) -> MirrorLinkInfo:
 
 
 @dataclass(frozen=True)
+class GroupResumeInfo:
+    """One partition of a replicated group after a failover: where its
+    consumers resume on this cluster (`resume_offset`, -1: no commit here,
+    auto.offset.reset decides), the last commit of it this cluster heard of
+    from the source (`last_commit_heard`, -1: none since it started) and
+    when, and how many records the group processed on the source that it
+    does not resume past here (`behind`)."""
+
+    group: str
+    topic: str
+    partition: int
+    resume_offset: int
+    last_commit_heard: int
+    heard_at_ms: int
+    behind: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "partition": self.partition,
+            "resume_offset": self.resume_offset,
+            "last_commit_heard": self.last_commit_heard,
+            "heard_at_ms": self.heard_at_ms,
+            "behind": self.behind,
+        }
+
+
+@dataclass(frozen=True)
 class FailoverResult:
     """What a failover made writable and what it may have lost: `partitions`
     (every partition made writable, with the last known source high
@@ -369,6 +427,8 @@ class FailoverResult:
     # The source's topics and partitions as known from this time on (ms; 0:
     # never): partitions created later are in no row.
     topics_known_at_ms: int = 0
+    # Every partition of a replicated group made writable.
+    groups: list[GroupResumeInfo] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -378,6 +438,7 @@ class FailoverResult:
             "partitions": list(self.partitions),
             "aborted_transactions": list(self.aborted_transactions),
             "topics_known_at_ms": self.topics_known_at_ms,
+            "groups": [g.to_dict() for g in self.groups],
         }
 
 
@@ -962,9 +1023,12 @@ class AdminClient:
         req = admin_pb2.DescribeLinkRequest(name=name)
         return link_info(self._conn.call(self._conn.admin.DescribeLink, req, self._t(timeout)))
 
-    def delete_link(self, name: str, timeout: float | None = None) -> None:
+    def delete_link(self, name: str, timeout: float | None = None) -> PendingChange | None:
+        """Deletes the link here; returns what the remote has not confirmed
+        (None: it deleted its half too)."""
         req = admin_pb2.DeleteLinkRequest(name=name)
-        self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+        resp = self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
+        return pending_change(resp.pending) if resp.HasField("pending") else None
 
     # --- Mirror links (MirrorMaker 2 flows hosted by the daemon) ------------------------
 
@@ -1040,6 +1104,13 @@ class AdminClient:
             partitions=[_lag_dict(p) for p in resp.partitions],
             aborted_transactions=[_dangling_dict(d) for d in resp.aborted_transactions],
             topics_known_at_ms=resp.topics_known_at_ms,
+            groups=[
+                GroupResumeInfo(
+                    g.group, g.topic, g.partition, g.resume_offset, g.last_commit_heard,
+                    g.heard_at_ms, g.behind,
+                )
+                for g in resp.groups
+            ],
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:

@@ -51,7 +51,10 @@ sasl.jaas.config); any other key is an error.
 every call (and the wait for produce acknowledgements); default 30 seconds.
 
 Exit codes: 0 success, 1 the operation failed (one line "error: CODE: message"
-on stderr), 2 bad arguments (argparse's message), 130 interrupted.
+on stderr), 2 bad arguments (argparse's message), 3 pending (attach-namespace,
+detach-namespace, set-mode or delete-link changed this cluster, but the remote
+cluster has not confirmed the change; one line "pending: ..." on stderr says
+what remains), 130 interrupted.
 
 consume --json prints one object per record with exactly the keys topic,
 partition, offset, key, value, timestamp, headers. key and value are strings
@@ -80,10 +83,12 @@ from admin.admin_client import (
     NAMESPACE_TYPES,
     AdminClient,
     GroupInfo,
+    GroupResumeInfo,
     HealthInfo,
     LinkInfo,
     MirrorLinkInfo,
     NamespaceInfo,
+    PendingChange,
     TopicInfo,
 )
 from admin.client import (
@@ -101,6 +106,9 @@ from admin.security import read_command_config
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# The change holds on the cluster called, but the remote cluster has not
+# confirmed it (attach-namespace, detach-namespace, set-mode, delete-link).
+EXIT_PENDING = 3
 EXIT_INTERRUPTED = 130
 
 
@@ -1052,14 +1060,29 @@ def cmd_top(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pending_exit(pending: PendingChange | None, done: str) -> int:
+    """Prints what an admin call's change still waits for (to stderr, beside
+    the answer); EXIT_PENDING if anything, else EXIT_OK."""
+    if pending is None:
+        return EXIT_OK
+    print(
+        f"pending: {done} here, not confirmed by {pending.remote_cluster_id} "
+        f"({pending.reason}); remains: {pending.remains}",
+        file=sys.stderr,
+    )
+    return EXIT_PENDING
+
+
 def cmd_delete_link(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        admin.delete_link(args.name)
+        pending = admin.delete_link(args.name)
     if args.json:
-        _emit({"deleted": args.name})
-    else:
+        _emit({"deleted": args.name, "pending": pending.to_dict() if pending else None})
+    elif pending is None:
         print(f"deleted link {args.name}")
-    return EXIT_OK
+    else:
+        print(f"deleted link {args.name} here (pending on the remote)")
+    return _pending_exit(pending, f"link {args.name} deleted")
 
 
 def cmd_attach_namespace(args: argparse.Namespace) -> int:
@@ -1067,24 +1090,36 @@ def cmd_attach_namespace(args: argparse.Namespace) -> int:
         link = admin.attach_namespace(
             args.link, args.type, args.local_prefix, args.remote_prefix, args.leader
         )
+    what = f"{args.type} namespace {args.local_prefix!r} attached to link {args.link}"
     if args.json:
         _emit(link.to_dict())
-    else:
+    elif link.pending is None:
         print(
             f"attached {args.type} namespace {args.local_prefix!r} to link {args.link} "
             f"(remote {args.remote_prefix!r}, leader {args.leader})"
         )
-    return EXIT_OK
+    else:
+        print(
+            f"pending: {args.type} namespace {args.local_prefix!r} attached to link "
+            f"{args.link} here (remote {args.remote_prefix!r}, leader {args.leader}); "
+            f"{link.pending.remote_cluster_id} has not confirmed it"
+        )
+    return _pending_exit(link.pending, what)
 
 
 def cmd_detach_namespace(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
         link = admin.detach_namespace(args.link, args.type, args.local_prefix)
+    what = f"{args.type} namespace {args.local_prefix!r} detached from link {args.link}"
     if args.json:
         _emit(link.to_dict())
-    else:
+    elif link.pending is None:
         print(f"detached {args.type} namespace {args.local_prefix!r} from link {args.link}")
-    return EXIT_OK
+    else:
+        print(
+            f"pending: {what} here; {link.pending.remote_cluster_id} has not confirmed it"
+        )
+    return _pending_exit(link.pending, what)
 
 
 def cmd_failover(args: argparse.Namespace) -> int:
@@ -1110,7 +1145,27 @@ def cmd_failover(args: argparse.Namespace) -> int:
             f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
             f"(producer {d['producer_id']}, from offset {d['first_offset']})"
         )
+    for g in result.groups:
+        print(_group_resume_text(g))
     return EXIT_OK
+
+
+def _group_resume_text(g: GroupResumeInfo) -> str:
+    """A replicated group's partition after a failover, for an operator."""
+    where = f"{g.topic}-{g.partition}"
+    resume = "no committed offset (auto.offset.reset decides)"
+    if g.resume_offset >= 0:
+        resume = f"resumes at {g.resume_offset}"
+    if g.last_commit_heard < 0:
+        heard = "no commit heard from the source since this cluster started"
+    else:
+        heard = f"last commit heard {g.last_commit_heard} ({_age(g.heard_at_ms)})"
+    gap = (
+        f"; {g.behind} records it processed there are not resumed past here"
+        if g.behind > 0
+        else ""
+    )
+    return f"group {g.group} {where}: {resume}; {heard}{gap}"
 
 
 def _age(at_ms: int) -> str:
@@ -1126,8 +1181,11 @@ def cmd_set_mode(args: argparse.Namespace) -> int:
     if args.json:
         _emit(link.to_dict())
     else:
-        print(f"link {link.name} is {link.mode} (state {link.state})")
-    return EXIT_OK
+        print(
+            f"link {link.name} is {link.mode} (state {link.state})"
+            + ("" if link.pending is None else "; pending on the remote")
+        )
+    return _pending_exit(link.pending, f"link {link.name} set to {link.mode}")
 
 
 def cmd_fault(args: argparse.Namespace) -> int:

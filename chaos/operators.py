@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from admin import AdminClient
+from admin import AdminClient, PendingChange
 from admin.errors import KNOWN_CODES, CcrError
 from chaos.judges import (
     ClusterSnap,
@@ -261,20 +261,31 @@ def _create_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> N
         rec.report["peer_credentials"] = "set"
 
 
+def _pending(rec: MoveRecord, pending: PendingChange | None) -> None:
+    """An answer that the remote had not confirmed the change: recorded
+    with the move (the call answered pending, not done)."""
+    if pending is not None:
+        rec.report = {**rec.report, "pending": pending.to_dict()}
+
+
 def _delete_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     with op.admin(m.cluster) as a:
-        a.delete_link(m.link)
+        _pending(rec, a.delete_link(m.link))
 
 
 def _attach(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     op._ensure_namespace(m.cluster, m.resource_type, m.local_prefix, rec)
     with op.admin(m.cluster) as a:
-        a.attach_namespace(m.link, m.resource_type, m.local_prefix, m.remote_prefix, m.leader)
+        link = a.attach_namespace(
+            m.link, m.resource_type, m.local_prefix, m.remote_prefix, m.leader
+        )
+    _pending(rec, link.pending)
 
 
 def _detach(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     with op.admin(m.cluster) as a:
-        a.detach_namespace(m.link, m.resource_type, m.local_prefix)
+        link = a.detach_namespace(m.link, m.resource_type, m.local_prefix)
+    _pending(rec, link.pending)
 
 
 def _set_reserved(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:

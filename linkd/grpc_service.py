@@ -39,6 +39,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupState, JoinRequest
 from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
+from linkd.core.procedures import AdminResult, Pending
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.metrics import Listener
@@ -691,6 +692,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # -- links -----------------------------------------------------------------
 
+    def _changed_link_pb(self, name: str, result: AdminResult) -> admin_pb2.LinkDescription:
+        """The link after an operator's change, with what the remote has not
+        confirmed (`pending`)."""
+        described = self._link_pb(name)
+        pending = _pending_pb(result.pending)
+        if pending is not None:
+            described.pending.CopyFrom(pending)
+        return described
+
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
         summary = link_admin.link_summary(self.node.state, name, self.node.clock())
         config = summary.config
@@ -811,32 +821,32 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DeleteLink(
         self, request: admin_pb2.DeleteLinkRequest, context: Any
     ) -> admin_pb2.DeleteLinkResponse:
-        await self.ops.delete_link(request.name)
-        return admin_pb2.DeleteLinkResponse()
+        result = await self.ops.delete_link(request.name)
+        return admin_pb2.DeleteLinkResponse(pending=_pending_pb(result.pending))
 
     @refusals
     @needs_cluster(Op.ALTER)
     async def AttachNamespace(
         self, request: admin_pb2.AttachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        await self.ops.attach(
+        result = await self.ops.attach(
             request.link,
             ResourceType.parse(request.type).label,
             request.local_prefix,
             request.remote_prefix,
             _leader_of(request),
         )
-        return self._link_pb(request.link)
+        return self._changed_link_pb(request.link, result)
 
     @refusals
     @needs_cluster(Op.ALTER)
     async def DetachNamespace(
         self, request: admin_pb2.DetachNamespaceRequest, context: Any
     ) -> admin_pb2.LinkDescription:
-        await self.ops.detach(
+        result = await self.ops.detach(
             request.link, ResourceType.parse(request.type).label, request.local_prefix
         )
-        return self._link_pb(request.link)
+        return self._changed_link_pb(request.link, result)
 
     @refusals
     @needs_cluster(Op.ALTER)
@@ -855,6 +865,18 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             partitions=[_lag_pb(p) for p in result.partitions],
             aborted_transactions=[_dangling_pb(d) for d in result.dangling],
             topics_known_at_ms=result.topics_known_at_ms,
+            groups=[
+                admin_pb2.GroupResume(
+                    group=g.group,
+                    topic=g.topic,
+                    partition=g.partition,
+                    resume_offset=g.resume_offset,
+                    last_commit_heard=g.heard_offset,
+                    heard_at_ms=g.heard_at_ms,
+                    behind=g.behind,
+                )
+                for g in result.groups
+            ],
         )
 
     @refusals
@@ -869,8 +891,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 f"link {request.link!r}: set-mode needs ASYNC or SYNC, got mode {request.mode}",
             )
         mode = "SYNC" if request.mode == admin_pb2.LINK_MODE_SYNC else "ASYNC"
-        await self.ops.set_mode(request.link, mode)
-        return self._link_pb(request.link)
+        result = await self.ops.set_mode(request.link, mode)
+        return self._changed_link_pb(request.link, result)
 
     @refusals
     @needs_cluster(Op.ALTER)
@@ -1047,6 +1069,14 @@ def _mapping_pb(m: Mapping) -> admin_pb2.NamespaceMapping:
         leader=m.leader,
         note=m.note,
         leader_side=_LEADER_SIDES[m.leader],
+    )
+
+
+def _pending_pb(p: Pending | None) -> admin_pb2.PendingChange | None:
+    if p is None:
+        return None
+    return admin_pb2.PendingChange(
+        remote_cluster_id=p.remote_cluster_id, remains=p.remains, reason=p.reason
     )
 
 

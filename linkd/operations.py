@@ -25,6 +25,7 @@ from linkd.replication import LinkManager
 # Re-exported: the reversal's report types and bounds are the core's.
 ReverseReport = procedures.ReverseReport
 Step = procedures.Step
+AdminResult = procedures.AdminResult
 REVERSE_TIMEOUT_MS_DEFAULT = procedures.REVERSE_TIMEOUT_MS_DEFAULT
 
 
@@ -96,33 +97,36 @@ class Operations:
 
     async def attach(
         self, name: str, resource_type: str, local_prefix: str, remote_prefix: str, leader: str
-    ) -> LinkConfig:
+    ) -> AdminResult:
         self.node.check_ready()
-        config: LinkConfig = await self.links.host.drive(
+        result: AdminResult = await self.links.host.drive(
             procedures.attach(
                 self.node.state, name, resource_type, local_prefix, remote_prefix, leader,
                 self._now,
             )
         )
-        return config
+        return result
 
-    async def detach(self, name: str, resource_type: str, local_prefix: str) -> LinkConfig:
+    async def detach(self, name: str, resource_type: str, local_prefix: str) -> AdminResult:
         self.node.check_ready()
-        config: LinkConfig = await self.links.host.drive(
+        result: AdminResult = await self.links.host.drive(
             procedures.detach(self.node.state, name, resource_type, local_prefix, self._now)
         )
-        return config
+        return result
 
-    async def delete_link(self, name: str) -> None:
+    async def delete_link(self, name: str) -> AdminResult:
         self.node.check_ready()
-        await self.links.host.drive(procedures.delete_link(self.node.state, name, self._now))
+        result: AdminResult = await self.links.host.drive(
+            procedures.delete_link(self.node.state, name, self._now)
+        )
+        return result
 
-    async def set_mode(self, name: str, mode: str) -> LinkConfig:
+    async def set_mode(self, name: str, mode: str) -> AdminResult:
         self.node.check_ready()
-        config: LinkConfig = await self.links.host.drive(
+        result: AdminResult = await self.links.host.drive(
             procedures.set_mode(self.node.state, name, mode, self._now)
         )
-        return config
+        return result
 
     async def failover(self, name: str, force: bool) -> Failover:
         self.node.check_ready()

@@ -110,6 +110,13 @@ ENTRIES: tuple[Entry, ...] = (
         "it are never counted here",
         "no failover answered with abandoned partitions",
     ),
+    Entry(
+        "failover_groups_behind", Unit.RECORDS, Group.RPO,
+        "records replicated groups had processed on the old source that they do not "
+        "resume past on the promoted cluster (beyond its data), as the failover reported",
+        "summed over the failovers' answers (`groups`: last commit heard minus resume offset)",
+        "no failover answered with a group behind its last commit heard of",
+    ),
     # ---- consumers
     Entry(
         "consumer_duplicates_across_failover", Unit.RECORDS, Group.CONSUMERS,

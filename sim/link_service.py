@@ -28,7 +28,7 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,6 +36,7 @@ from linkd.core import cluster as core
 from linkd.core import link_auth as auth
 from linkd.core import link_driver as driver
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core.errors import ClusterError
 from linkd.core.link_calls import (
     Answered,
@@ -68,6 +69,9 @@ Reply = Callable[[Answered, int, Sizes], None]
 class Observer(Protocol):
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
     def follower_applied(self, cluster: SimCluster, link_name: str) -> None: ...
+    def offsets_heard(
+        self, cluster: SimCluster, link_name: str, offsets: Sequence[msync.GroupOffset]
+    ) -> None: ...
 
 
 class Peers(Protocol):
@@ -311,6 +315,8 @@ class LinkService:
                 self.refused(reply, error)
             elif isinstance(nxt, rounds.FetchRequest):
                 self.fetch_rounds += push.data is not None
+                if push.group_offsets:
+                    self.observer.offsets_heard(remote, config.name, push.group_offsets)
                 self.observer.follower_applied(remote, config.name)
                 # Its map back to the follower's names stays on the follower.
                 answer = rounds.FetchRequest(nxt.link_id, nxt.partitions, {}, nxt.sent_ms)

@@ -22,6 +22,7 @@ from linkd.core.link_auth import Opening
 from linkd.core.link_calls import (
     Answered,
     FetchGroupOffsets,
+    GroupOffsets,
     LinkCall,
     ListSourceTopics,
     OpenSession,
@@ -129,6 +130,9 @@ class LinkWire:
         call.answered = answered
         if call.timer is not None:
             call.timer.cancel()
+        if isinstance(answered.answer, GroupOffsets) and answered.answer.offsets:
+            # The follower heard its source's group commits (the lane applies them).
+            self.service.observer.offsets_heard(self.dialer, self.name, answered.answer.offsets)
         if call.resume is not None:
             self.calls.pop(call.number, None)
             call.resume(answered)

@@ -300,15 +300,20 @@ class Operators:
             if node.state.namespaces.find(rtype, local) is None:
                 # The operator's create-namespace first (attaching needs it).
                 yield Execute(tuple(node.state.create_namespace(rtype, local)))
-            config = yield from procedures.attach(
+            result = yield from procedures.attach(
                 node.state, link, kind, local, remote, leader, now
             )
-            self._changed(node, link, kind, local)
-            return config
+            self._changed(node, link, kind, local, result)
+            return result
 
         return step
 
-    def _changed(self, node: SimCluster, link: str, kind: str, local: str) -> None:
+    def _changed(
+        self, node: SimCluster, link: str, kind: str, local: str, result: procedures.AdminResult
+    ) -> None:
+        """An attach or detach answered: done (both sides have the change:
+        judged now, and again once the link converges) or pending (the
+        remote had not confirmed it: no promise made)."""
         config = node.links.configs.get(link)
         mapping = None
         if config is not None:
@@ -316,19 +321,34 @@ class Operators:
             entries = [m for m in config.mappings.values()
                        if (m.resource_type, m.local_prefix) == (kind, local)]
             mapping = max(entries, key=lambda m: m.version, default=None)
-        if config is not None and mapping is not None:
-            self.admin_changes.append(
-                AdminChange(
-                    node.cluster_id, config.link_id, mapping.key, mapping.version,
-                    mapping.attached,
-                )
+        if config is None or mapping is None or not result.done:
+            return
+        self.admin_changes.append(
+            AdminChange(
+                node.cluster_id, config.link_id, mapping.key, mapping.version, mapping.attached,
+            )
+        )
+        remote = self.world.clusters.get(config.remote_cluster_id)
+        theirs_config = remote.state.links.configs.get(link) if remote is not None else None
+        if theirs_config is None or theirs_config.link_id != config.link_id:
+            theirs = None
+        else:
+            theirs = theirs_config.mappings.get(mapping.mirrored_key)
+        if theirs is None or theirs.version < mapping.version:
+            what = "attached" if mapping.attached else "detached"
+            self.world.contract_broken(
+                "12 admin effects",
+                f"{node.cluster_id}: {kind} namespace {local!r} on link {link!r} answered "
+                f"{what} (done) at t={self.world.queue.now_ms} ms, but "
+                f"{config.remote_cluster_id} does not hold the change: "
+                + (str(theirs.to_record()) if theirs is not None else "no such mapping there"),
             )
 
     def _detach_step(self, node: SimCluster, link: str, kind: str, local: str) -> Step:
         def step(now: int) -> Generator[Request, Any, Any]:
-            config = yield from procedures.detach(node.state, link, kind, local, now)
-            self._changed(node, link, kind, local)
-            return config
+            result = yield from procedures.detach(node.state, link, kind, local, now)
+            self._changed(node, link, kind, local, result)
+            return result
 
         return step
 

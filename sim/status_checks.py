@@ -223,6 +223,68 @@ def check_unforced_failover(
     ]
 
 
+# -- a failover's groups ------------------------------------------------------------------
+
+# What a follower heard of its source's group commits on one link since its
+# process started: (local group, local topic, partition) -> the last offset.
+HeardOffsets = Mapping[tuple[str, str, int], int]
+
+
+def check_failover_groups(
+    cluster: str,
+    link: str,
+    result: link_admin.Failover,
+    heard: HeardOffsets,
+    state: ClusterState,
+    now_ms: int,
+) -> list[Violation]:
+    """"10 groups": after a failover, a replicated group resumes at the last
+    commit the follower heard of, or at the end of the follower's data if
+    that is nearer; one that resumes elsewhere (it would re-read records it
+    had processed that this cluster holds, or skip some) must be reported by
+    the answer's `groups` row: where it resumes and the commit heard of.
+    `heard` is what the run saw reach the follower, not what the follower
+    says it heard."""
+    rows = {(g.group, g.topic, g.partition): g for g in result.groups}
+    # Each partition made writable ends at its log end then.
+    ends = {(r.topic, r.partition): r.log_end_offset for r in result.partitions}
+    prefixes = [p for kind, p in result.namespaces if kind == "group"]
+    details: list[str] = []
+    for (group, topic, partition), offset in sorted(heard.items()):
+        end = ends.get((topic, partition))
+        if not any(rep.in_prefix(group, p) for p in prefixes) or end is None:
+            continue
+        if topic not in state.topics or partition >= len(state.topics[topic].partitions):
+            continue
+        log = state.topics[topic].partitions[partition]
+        c = state.groups.committed(group, [(topic, partition)]).get((topic, partition))
+        # A consumer of the group without a commit starts at the log start.
+        resume = c.offset if c is not None else log.log_start_offset
+        want = min(offset, end)
+        if resume == want:
+            continue
+        row = rows.get((group, topic, partition))
+        said = -1 if c is None else c.offset
+        if row is not None and row.resume_offset == said and row.heard_offset == offset:
+            continue  # reported
+        how = (
+            f"re-reads {want - resume} records it had processed"
+            if resume < want
+            else f"skips {resume - want} records"
+        )
+        details.append(
+            f"{cluster}: after the failover of link {link!r} at t={now_ms} ms, group {group!r} "
+            f"resumes at {resume} of {topic}-{partition} ({how}: it last committed {offset} as "
+            f"this cluster heard, and the data here ends at {end}); the answer "
+            + (
+                "says nothing of it"
+                if row is None
+                else f"says it resumes at {row.resume_offset}, heard {row.heard_offset}"
+            )
+        )
+    return _capped("10 groups", details)
+
+
 # -- invariant 10 -----------------------------------------------------------------------
 
 
@@ -541,8 +603,10 @@ def check_admin_effects(
 __all__ = [
     "AdminChange",
     "FailoverReport",
+    "HeardOffsets",
     "StatusWatch",
     "check_admin_effects",
+    "check_failover_groups",
     "check_hanging_transactions",
     "check_silent_loss",
 ]

@@ -38,6 +38,7 @@ from typing import Any
 from linkd.core import cluster as core
 from linkd.core import link_admin, undo
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
@@ -125,6 +126,9 @@ class Simulation:
         # With [connect] workers: a ConnectMirror (a Connect group running the flow).
         self.mirrors: dict[str, MirrorDriver | ConnectMirror] = {}
         self.offset_watch = checkers.OffsetWatch()
+        # (cluster, incarnation, link id) -> what the follower heard of its
+        # source's group commits (`offsets_heard`).
+        self.heard_offsets: dict[tuple[str, int, str], dict[tuple[str, str, int], int]] = {}
         self.status_watch = status_checks.StatusWatch(c.session_timeout_ms)
         self._status_probed_ms = 0
         self.violations: list[Violation] = []
@@ -154,6 +158,27 @@ class Simulation:
 
     def follower_applied(self, cluster: SimCluster, link_name: str) -> None:
         self.offset_watch.observe(cluster.cluster_id, cluster.state, link_name, self.queue.now_ms)
+
+    def offsets_heard(
+        self, cluster: SimCluster, link_name: str, offsets: Sequence[msync.GroupOffset]
+    ) -> None:
+        """A follower heard its source's group commits over a link (a push
+        applied, a discovery's answer arrived): the last of each, under the
+        follower's names, by process incarnation and link id. A failover's
+        groups answer is judged against it (`status_checks.check_failover_groups`)."""
+        config = cluster.state.links.configs.get(link_name)
+        if config is None:
+            return
+        groups = rep.follower_mappings(config, "group")
+        topics = rep.follower_mappings(config, "topic")
+        key = (cluster.cluster_id, cluster.incarnation, config.link_id)
+        heard = self.heard_offsets.setdefault(key, {})
+        for o in offsets:
+            group, topic = msync.map_through(o.group, groups), msync.map_through(o.topic, topics)
+            if group is None or topic is None or topic not in cluster.state.topics:
+                continue
+            if o.partition < len(cluster.state.topics[topic].partitions) and o.offset >= 0:
+                heard[(group, topic, o.partition)] = o.offset
 
     def client_class(self, cluster: SimCluster, kind: str, topic: str, group: str) -> str:
         """The spec section 6 row a client belongs to."""
@@ -705,7 +730,12 @@ class Simulation:
                 self.violations += status_checks.check_unforced_failover(
                     cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
                 )
+            heard = self.heard_offsets.get((cluster, node.incarnation, config.link_id), {})
+            self.violations += status_checks.check_failover_groups(
+                cluster, name, result, heard, node.state, self.queue.now_ms
+            )
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
+            self.metrics.add("failover_groups_behind", sum(g.behind for g in result.groups))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):

@@ -24,9 +24,14 @@ WAIT_S = 60.0
 LINK_FLAGS = ["--link-session-timeout-ms", "3000"]
 
 
-def cli_json(bootstrap: str, *args: str, input: str | None = None) -> Any:
+def cli_json(
+    bootstrap: str, *args: str, input: str | None = None, pending: bool = False
+) -> Any:
+    """A ccr-admin call's JSON answer; `pending`: the call must answer
+    pending (exit 3: the remote has not confirmed the change), else done."""
     result = run_cli(*args, "--json", bootstrap=bootstrap, input=input)
-    assert result.returncode == 0, f"{args}: {result.stderr}"
+    expected = 3 if pending else 0
+    assert result.returncode == expected, f"{args}: exit {result.returncode}: {result.stderr}"
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     return json.loads(lines[0]) if len(lines) == 1 else [json.loads(x) for x in lines]
 
@@ -88,8 +93,11 @@ def produce(bootstrap: str, topic: str, n: int, prefix: str = "v") -> None:
     producer.close()
 
 
-def attach(d: Any, kind: str, local: str, remote: str, leader: str) -> None:
-    """attach-namespace on link ab, run on daemon d."""
+def attach(
+    d: Any, kind: str, local: str, remote: str, leader: str, pending: bool = False
+) -> None:
+    """attach-namespace on link ab, run on daemon d (`pending`: the remote
+    is down, so the answer must be pending)."""
     cli_json(
         d.bootstrap,
         "attach-namespace",
@@ -103,6 +111,7 @@ def attach(d: Any, kind: str, local: str, remote: str, leader: str) -> None:
         remote,
         "--leader",
         leader,
+        pending=pending,
     )
 
 
@@ -395,12 +404,12 @@ def test_config_changes_on_both_sides_during_a_cut__converge_after_healing(
     link_orders(a, b)
     # Cut: B is down while A attaches a group namespace.
     b.terminate()
-    attach(a, "group", "app-", "app-", "local")
+    attach(a, "group", "app-", "app-", "local", pending=True)
     # Cut the other way: A is down while B attaches a topic namespace it follows.
     a.terminate()
     b.start()
     b.wait_ready()
-    attach(b, "topic", "logs-", "logs-", "remote")
+    attach(b, "topic", "logs-", "logs-", "remote", pending=True)
     assert ("group", "app-", "app-", "remote") not in mappings_of(b.bootstrap)
     # Heal.
     a.start()

@@ -83,6 +83,8 @@ SIZED: dict[str, dict[str, Any]] = {
     # Its faults run to 17 s: cut at 8 s, a fetch answer the lossy network
     # dropped still waits for its deadline when B's crash at 14 s ends the run.
     "secure-links": {"duration_ms": 20_000},
+    # A is lost at 8 s and B fails over at 8.5 s.
+    "groups-catch-up": {"duration_ms": 10_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -120,12 +122,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "eac8149bb8dcd95a7d06225428c5db421a9d288f210d9a13cd1a5d65e56802ef",
     ),
     ("dr-multi-zone", 1): (
-        "d49283ba16e33d428940379c5583bda9abedbb69d889baa1096e618136f25da1",
-        "00257420a1377b95be550602bafbe76cf2cf307251a4d0e4b4816c2588c88060",
+        "6ed16596ba7ca7e481f079fce0bbb1eaea33901c1cdeb9b712488cb4cc13a416",
+        "c35d9e676256ed8e403e72e4282da5304334fa861269e2ba95a6dff20b983003",
     ),
     ("dr-multi-zone", 2): (
-        "58df9bf54b52117838d6763fab6f6c3b5359e8bae953776e41b97e8106878968",
-        "c1a11a995a1a13133e2cc8898abb92175bcd7fefea52aa05fb25065b639dc498",
+        "15f5e35ec568674d0cd1e2f2a743cbc3a1321e16e32dbb95b25003e56dae4a16",
+        "b9086d32cf14e6a86e43fca062bbe3c5cc68946b67223abe164fee69e2db09d9",
     ),
     ("dr-third-cluster", 1): (
         "7aaf7867123894f5618807cb9878d0fdc4be68d629ec4923de3082ae9a99c632",
@@ -143,6 +145,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "d5383aa33756173decc354e5bbf1f8bd799a5bb58fb1c9fbce1f2928debda08e",
         "bffb58d536c6ef08860023c4aa99f76bf99328cc6feb5b45bbc46a5e2a53604b",
     ),
+    ("groups-catch-up", 1): (
+        "9396451df289476132b2d61143abb844155b486fb6a920668059a56714b762ec",
+        "e24204cb330ea4c4e3d52380e7473ac884d603e442203ffccb0f8e5a04ef6679",
+    ),
+    ("groups-catch-up", 2): (
+        "ff7be34b036202c3047bca0c2da4d68ec7d5bbacbf73ad59268a463432cdd3c0",
+        "e39ba3b769d05e43dd1502ffa4500ed129b08e51c24c3b4f2af91b754a61f87f",
+    ),
     ("link-flap", 1): (
         "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",
         "10aa7e77ce2bc20304f740039f98a8f645acbf84f09bdf8caf35e1a1c656faf7",
@@ -153,11 +163,11 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("mirror-vs-link-failover", 1): (
         "afaa0d28269375ad2510094568f5948792cd91ad26d1cacbb2f244b3c6c3c3ed",
-        "b9ebb208d0a27e37f70916b8d95a608df0b85c792464958aaa8f964c6ae84b44",
+        "4e9f2e1e0a8933897fcba2b42a0951d18ae60c422470a28ee2121be7cc6eefdd",
     ),
     ("mirror-vs-link-failover", 2): (
         "8dc133d27cc9b1a4b860d50b7f752dc24b6769cd09712f822aa583e40d4ba9fb",
-        "20afe64dfa7c4f490b0584fe0fd795f5b16db11d2515776d41e780cd9397ac51",
+        "f39e39395248a4846dfd1f280c383ad0fe7816a590f47043a007351808ecf6e5",
     ),
     ("mm2-connect-rebalance", 1): (
         "7fc53c14c94831e28a703aeabe6c661bace875595e9b56f49640c6ba7d56376f",
@@ -168,8 +178,8 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "586201085d6969871aa9d67770d767682616baef70aabee55db8baa5ac647dd2",
     ),
     ("operator-mix", 1): (
-        "3a4cfb42bc3535921971bac74f88770aa869bb78b15d144878b5f947ddd43bce",
-        "e81ed20cdd2479cce9a20dfc94c0581d48b88e6ebbabcde2f6a090adf1dd2e73",
+        "7e1866c0f32da75a6f5ff96160b2236f0de40ec93909a0b9b47385ab5e140976",
+        "b2ea0910a5b28b18563da49b076355997be1c732fb3423d274656d6e73ccfedc",
     ),
     ("operator-mix", 2): (
         "93f084d97bb3e2e8f5c1b8c49ee8a30fc6584a9ea599eea169be90a09d794e09",

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from linkd.core import journal as jr
+from linkd.core import metadata_sync as msync
 from linkd.core import undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
@@ -799,6 +800,9 @@ class Failover:
     # never listed since this cluster started): partitions created later are
     # in no row, and may hold records this cluster never saw.
     topics_known_at_ms: int = 0
+    # Every partition of a replicated group made writable: where it resumes
+    # here and the last commit heard of (`metadata_sync.settle_failover_groups`).
+    groups: list[msync.GroupResume] = field(default_factory=list)
 
 
 def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:

@@ -348,11 +348,14 @@ class LinkDriver:
         created = yield from apply_topics(
             self.state, config, namespaces, self.new_topic_id, listed_at
         )
-        offsets: list[msync.GroupOffset] = []
+        # Each namespace's offsets are applied as they arrive: what was heard
+        # is kept even when the next call fails.
         for mapping in rep.follower_mappings(config, MappingType.GROUP):
             call_offsets = FetchGroupOffsets(config.link_id, mapping.remote_prefix)
-            offsets += (yield from self._ask(lane, call_offsets, GroupOffsets)).offsets
-        self.held_offsets = yield from self._apply_offsets(offsets + self.held_offsets)
+            offsets = list((yield from self._ask(lane, call_offsets, GroupOffsets)).offsets)
+            self.held_offsets = yield from self._apply_offsets(offsets, self.held_offsets)
+        if self.held_offsets and not rep.follower_mappings(config, MappingType.GROUP):
+            self.held_offsets = []  # no group namespace follows any more
         first = self.last_discovery_ms is None
         self.last_discovery_ms = yield from _now()
         if created or first:
@@ -361,14 +364,15 @@ class LinkDriver:
             yield WakeLanes()
 
     def _apply_offsets(
-        self, offsets: list[msync.GroupOffset]
+        self, offsets: list[msync.GroupOffset], retried: list[msync.GroupOffset]
     ) -> Generator[LaneRequest, object, list[msync.GroupOffset]]:
-        """Stores replicated committed offsets; returns those held back."""
-        if not offsets:
+        """Stores replicated committed offsets (those just heard, and those
+        held back before); returns those held back now."""
+        if not offsets and not retried:
             return []
         now = yield from _now()
         effects, held = msync.apply_replicated_offsets(
-            self.state, self.name, offsets, now, self.new_topic_id()
+            self.state, self.name, offsets, now, self.new_topic_id(), retried
         )
         if effects:
             yield Execute(tuple(effects), "offsets")

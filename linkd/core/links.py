@@ -568,6 +568,12 @@ class LinkRuntime:
     # next time (`LinkTable._runtime_lagging`): a link's state is judged on
     # every contact, and while it catches up this one usually still lags.
     lag_hint: tuple[str, int, str] | None = None
+    # Follower side: the last committed offset of each replicated group's
+    # partition heard from the source, under local names, and when it was
+    # heard: (group, topic, partition) -> (offset, heard at ms). The group
+    # here may stand behind it (the data has not reached it yet); a failover
+    # reports both. Not durable: after a restart, what is heard again.
+    heard_offsets: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
+from linkd.core import undo
 from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
@@ -44,7 +45,7 @@ def offsets_topic_name(source_cluster_id: str) -> str:
     return f"__consumer_offsets_{source_cluster_id}"
 
 
-def _map_through(name: str, mappings: list[Mapping]) -> str | None:
+def map_through(name: str, mappings: list[Mapping]) -> str | None:
     best = max(
         (m for m in mappings if in_prefix(name, m.remote_prefix)),
         key=lambda m: len(m.remote_prefix),
@@ -59,33 +60,66 @@ def apply_replicated_offsets(
     offsets: list[GroupOffset],
     now_ms: int,
     new_topic_id: str,
+    retried: list[GroupOffset] | None = None,
 ) -> tuple[list[Effect], list[GroupOffset]]:
     """Follower side: the source's committed offsets of the groups this side
-    follows, under local group and topic names. Returns (the effects that
+    follows, under local group and topic names (`retried`: offsets held back
+    before, tried again unless `offsets` has a newer one of the same group
+    partition; they are not news). Returns (the effects that
     append them to __consumer_offsets_<source> and then journal them, none
-    when nothing changed; the offsets held back). An offset is applied only
-    once the follower partition's high watermark has reached it (a
-    replicated offset never points past the follower's data), and never
-    moves a group's offset backwards (spec §10, invariant 6); held-back
-    offsets are retried by the caller."""
+    when nothing changed; the offsets held back). A replicated offset never
+    points past the follower's data and never moves a group's offset
+    backwards (spec §10, invariant 6): an offset beyond the follower
+    partition's high watermark moves the group here to that high watermark
+    (the group processed every record this cluster holds: during a long
+    catch-up the group keeps up with what arrives), and is held back whole,
+    retried by the caller. Every offset heard is remembered in the link's
+    runtime (`LinkRuntime.heard_offsets`): a failover reports how far the
+    group here stands behind it."""
 
     config = state.links.get(link_name)
     groups = follower_mappings(config, "group")
     topics = follower_mappings(config, "topic")
-    records: list[jr.JournalRecord] = []
+    runtime = state.links.runtime.get(link_name)
     held: list[GroupOffset] = []
-    specs: list[rb.RecordSpec] = []
-    for group, topic, partition, offset, metadata, epoch in offsets:
-        local_group = _map_through(group, groups)
-        local_topic = _map_through(topic, topics)
+    wanted: list[tuple[str, str, int, int, str, int]] = []
+    fresh = {(o.group, o.topic, o.partition) for o in offsets}
+    again = [o for o in retried or [] if (o.group, o.topic, o.partition) not in fresh]
+    for i, (group, topic, partition, offset, metadata, epoch) in enumerate([*offsets, *again]):
+        local_group = map_through(group, groups)
+        local_topic = map_through(topic, topics)
         if local_group is None or local_topic is None or local_topic not in state.topics:
             continue
         log = state.topics[local_topic].partitions
         if partition >= len(log) or offset < 0:
             continue
-        if offset > log[partition].high_watermark:
+        if runtime is not None and i < len(offsets) and not undo.undone(21):
+            runtime.heard_offsets[(local_group, local_topic, partition)] = (offset, now_ms)
+        hw = log[partition].high_watermark
+        if offset > hw:
             held.append(GroupOffset(group, topic, partition, offset, metadata, epoch))
-            continue
+            if undo.undone(21):
+                continue  # the old rule: nothing until the data reaches it
+            # The group stands at the follower's data; the commit's leader
+            # epoch belongs to a record this cluster does not hold yet.
+            offset, epoch = hw, -1
+        wanted.append((local_group, local_topic, partition, offset, metadata, epoch))
+    return commit_replicated(state, config, wanted, now_ms, new_topic_id), held
+
+
+def commit_replicated(
+    state: ClusterState,
+    config: LinkConfig,
+    wanted: list[tuple[str, str, int, int, str, int]],
+    now_ms: int,
+    new_topic_id: str,
+) -> list[Effect]:
+    """Stores replicated commits (local group, topic, partition, offset,
+    metadata, leader epoch) that move a group forward, appended to
+    __consumer_offsets_<source> and journaled; none for one that would not."""
+    records: list[jr.JournalRecord] = []
+    specs: list[rb.RecordSpec] = []
+    for local_group, local_topic, partition, offset, metadata, epoch in wanted:
         current = state.groups.committed(local_group, [(local_topic, partition)]).get(
             (local_topic, partition)
         )
@@ -115,7 +149,81 @@ def apply_replicated_offsets(
         header = rb.parse_header(batch)
         effects.append(state.append(state.topic(internal), 0, batch, header, now_ms))
         effects.append(Journal(tuple(records)))
-    return effects, held
+    return effects
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResume:
+    """One partition of a replicated group after a failover: where the group
+    resumes on this cluster, and the last commit this cluster heard of from
+    the source (the group processed up to there on the old leader)."""
+
+    group: str
+    topic: str
+    partition: int
+    # The group's committed offset here after the failover (-1: none; a
+    # consumer starts where its auto.offset.reset says).
+    resume_offset: int
+    # The last commit heard of (-1: none heard since this cluster started),
+    # and when (0: never).
+    heard_offset: int
+    heard_at_ms: int
+
+    @property
+    def behind(self) -> int:
+        """Records the group processed on the old leader that it does not
+        resume past here (they lie beyond this cluster's data, or the
+        commit was never heard): 0 when it resumes where it last committed."""
+        if self.heard_offset < 0:
+            return 0
+        return self.heard_offset - max(self.resume_offset, 0)
+
+
+def settle_failover_groups(
+    state: ClusterState,
+    link_name: str,
+    group_prefixes: list[str],
+    now_ms: int,
+    new_topic_id: str,
+) -> tuple[list[Effect], list[GroupResume]]:
+    """After a failover made the follower namespaces writable (their high
+    watermarks lifted to their log ends): each group of `group_prefixes`
+    moves to the last commit heard of, or to the end of this cluster's data
+    if that is nearer (a commit never points past the data); returns the
+    effects and a row per group partition, every commit heard of or held."""
+    config = state.links.get(link_name)
+    runtime = state.links.runtime.get(link_name)
+    heard = dict(runtime.heard_offsets) if runtime is not None else {}
+
+    def ours(group: str) -> bool:
+        return any(in_prefix(group, p) for p in group_prefixes)
+
+    wanted: list[tuple[str, str, int, int, str, int]] = []
+    for (group, topic, partition), (offset, _at) in sorted(heard.items()):
+        if not ours(group) or topic not in state.topics:
+            continue
+        log = state.topics[topic].partitions
+        if partition >= len(log):
+            continue
+        hw = log[partition].high_watermark
+        if undo.undone(21):
+            continue
+        wanted.append((group, topic, partition, min(offset, hw), "", -1))
+    effects = commit_replicated(state, config, wanted, now_ms, new_topic_id)
+    keys = {k for k in heard if ours(k[0])} if not undo.undone(21) else set()
+    for group_id, _state, _type in state.groups.list_groups():
+        if ours(group_id):
+            keys |= {(group_id, t, p) for t, p in state.groups.committed(group_id, None)}
+    if undo.undone(21):
+        keys = set()  # the old answer says nothing of groups
+    rows: list[GroupResume] = []
+    for group, topic, partition in sorted(keys):
+        c = state.groups.committed(group, [(topic, partition)]).get((topic, partition))
+        offset, at = heard.get((group, topic, partition), (-1, 0))
+        rows.append(
+            GroupResume(group, topic, partition, -1 if c is None else c.offset, offset, at)
+        )
+    return effects, rows
 
 
 # -- ACL sync (spec section 7) ---------------------------------------------------------

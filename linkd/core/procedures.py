@@ -33,13 +33,15 @@ Pure code: no I/O, clocks or randomness; time arrives in the answers.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core import histories, recovery
+from linkd.core import histories, recovery, undo
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
+from linkd.core import metadata_sync as msync
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
@@ -156,16 +158,54 @@ def execute(effects: list[Effect]) -> Generator[Request, Any, int]:
     return now
 
 
+# -- answers that wait for the remote ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What an operator's change still waits for: it holds on this cluster,
+    and the remote cluster has not confirmed it (unreachable, or no answer
+    by the call's deadline). The link's handshakes (or, for a deletion,
+    `tell_removals`) carry it there later, unless the link is deleted first.
+    An answer with one is "pending", never "done"."""
+
+    remote_cluster_id: str
+    remains: str  # what the remote does not have yet, in words
+    reason: str  # why it is not confirmed (the call's error)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminResult:
+    """An operator's link change: the link here after it (None: deleted), and
+    what the remote has not confirmed (None: both sides have the change)."""
+
+    config: LinkConfig | None
+    pending: Pending | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.pending is None
+
+
+def _pending(remote_cluster_id: str, remains: str, reason: str) -> Pending | None:
+    """The pending part of an answer (undone, fix 22: none; the old answer
+    said done although the remote was not reached)."""
+    if undo.undone(22):
+        return None
+    return Pending(remote_cluster_id, remains, reason)
+
+
 # -- mappings: propose, ask the remote, commit -------------------------------------------------
 
 
 def change_mapping(
     state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, Any, AdminResult]:
     """An operator's attach or detach (already checked here): versioned now,
     proposed to the remote in a handshake (it may refuse: then nothing
     changes here either), then stored here with the remote's answer merged.
-    An unreachable remote learns it later through the handshakes."""
+    An unreachable remote learns it later through the handshakes: the
+    answer is then pending, naming what the remote lacks."""
     config = state.links.get(link_name)
     stamped = admin.versioned(state, mapping, now_ms)
     candidate = LinkConfig.from_record(config.to_record())
@@ -181,15 +221,24 @@ def change_mapping(
     now = reply.now_ms
     effects = admin.put_mapping(state, link_name, stamped, now)
     notes: list[str] = []
+    pending: Pending | None = None
     if isinstance(reply.answer, LinkConfig):
         accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, now)
         effects += accepted.effects
         notes += accepted.notes
     else:
+        reason = reply.error.message if reply.error else "no answer"
+        what = "attached" if stamped.attached else "detached"
+        pending = _pending(
+            config.remote_cluster_id,
+            f"{stamped.resource_type} namespace {stamped.local_prefix!r} {what} "
+            f"(remote {stamped.remote_prefix!r}): {config.remote_cluster_id!r} has not "
+            "confirmed it; the link's next handshakes carry it there",
+            reason,
+        )
         yield Note(
             "warning",
-            f"link {link_name!r}: the remote is unreachable; the change converges later "
-            f"({reply.error.message if reply.error else ''})",
+            f"link {link_name!r}: the remote did not confirm the change; pending ({reason})",
         )
     yield Execute(tuple(effects))
     for note in notes:
@@ -197,7 +246,7 @@ def change_mapping(
     if state.refresh_high_watermarks():
         yield WakeWaiters()
     yield LinkChanged(link_name)
-    return state.links.get(link_name)
+    return AdminResult(state.links.get(link_name), pending)
 
 
 def attach(
@@ -208,28 +257,35 @@ def attach(
     remote_prefix: str,
     leader: str,
     now_ms: int,
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, Any, AdminResult]:
     mapping = admin.check_attach(
         state, link_name, resource_type, local_prefix, remote_prefix, leader
     )
     if mapping.attached and mapping.version != (0, 0, ""):
-        return state.links.get(link_name)  # already attached just so
-    config = yield from change_mapping(state, link_name, mapping, now_ms)
+        # Already attached just so (an earlier answer may have been pending:
+        # the handshakes carry it; this call does not ask again).
+        return AdminResult(state.links.get(link_name))
+    result = yield from change_mapping(state, link_name, mapping, now_ms)
     yield Note(
         "info",
         f"link {link_name!r}: {resource_type} namespace {local_prefix!r} attached "
-        f"(remote {remote_prefix!r}, leader {leader})",
+        f"(remote {remote_prefix!r}, leader {leader})"
+        + ("" if result.done else "; pending on the remote"),
     )
-    return config
+    return result
 
 
 def detach(
     state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, Any, AdminResult]:
     mapping = admin.check_detach(state, link_name, resource_type, local_prefix)
-    config = yield from change_mapping(state, link_name, mapping, now_ms)
-    yield Note("info", f"link {link_name!r}: {resource_type} namespace {local_prefix!r} detached")
-    return config
+    result = yield from change_mapping(state, link_name, mapping, now_ms)
+    yield Note(
+        "info",
+        f"link {link_name!r}: {resource_type} namespace {local_prefix!r} detached"
+        + ("" if result.done else "; pending on the remote"),
+    )
+    return result
 
 
 # -- links -------------------------------------------------------------------------------------
@@ -360,23 +416,35 @@ def resume_partition(
     return state.links.get(name)
 
 
-def delete_link(state: ClusterState, name: str, now_ms: int) -> Generator[Request, Any, None]:
+def delete_link(
+    state: ClusterState, name: str, now_ms: int
+) -> Generator[Request, Any, AdminResult]:
     """Stops the runner, tells the remote, forgets the link (every namespace
     detached, followers stay reserved). A remote that cannot be told now is
     told later (`tell_removals`), or learns it at its next handshake
-    (LINK_DELETED): the deletion converges like any change."""
+    (LINK_DELETED): the deletion converges like any change, and the answer
+    is pending until then."""
     config = state.links.get(name)
     yield LinkDeleted(name)
     reply: Reply = yield Call(
         config.value("remote_bootstrap"), RemoveLink(config.link_id), f"link {name!r}: remove"
     )
     told = _removed_there(reply)
-    if not told and reply.error is not None:
+    pending: Pending | None = None
+    if not told:
+        reason = reply.error.message if reply.error is not None else "no answer"
+        pending = _pending(
+            config.remote_cluster_id,
+            f"link {name!r} deleted here; {config.remote_cluster_id!r} still holds its half "
+            "until it is told (this cluster retries every handshake interval) or it calls",
+            reason,
+        )
         yield Note("warning", f"link {name!r}: the remote was not told of the deletion yet "
-                   f"(it will be): {reply.error.message}")
+                   f"(it will be): {reason}")
     now: int = yield Now()
     yield Execute(tuple(admin.delete_link(state, name, told, now)))
-    yield Note("info", f"link {name!r} deleted")
+    yield Note("info", f"link {name!r} deleted" + ("" if told else "; pending on the remote"))
+    return AdminResult(None, pending)
 
 
 def _removed_there(reply: Reply) -> bool:
@@ -415,12 +483,13 @@ def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Req
 
 def set_mode(
     state: ClusterState, name: str, mode: str, now_ms: int
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, Any, AdminResult]:
     """ASYNC or SYNC (spec section 4): decided here, then told to the remote
-    (best effort: the mode is a versioned field and converges)."""
+    (the mode is a versioned field and converges: pending until the remote
+    answered)."""
     records, hw_moved = rounds.set_link_mode(state, name, mode, now_ms)
     if not records:
-        return state.links.get(name)
+        return AdminResult(state.links.get(name))
     yield Execute(tuple(journal(records)))
     if hw_moved:
         yield WakeWaiters()
@@ -428,15 +497,22 @@ def set_mode(
     reply: Reply = yield Call(
         config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake"
     )
+    pending: Pending | None = None
     if isinstance(reply.answer, LinkConfig):
         accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
         yield Execute(tuple(accepted.effects))
-    elif reply.error is not None:
-        yield Note("warning", f"link {name!r}: mode change not yet known to the remote: "
-                   f"{reply.error.message}")
+    else:
+        reason = reply.error.message if reply.error is not None else "no answer"
+        pending = _pending(
+            config.remote_cluster_id,
+            f"mode {config.mode}: {config.remote_cluster_id!r} has not confirmed it; the "
+            "link's next handshakes carry it there",
+            reason,
+        )
+        yield Note("warning", f"link {name!r}: mode change not yet known to the remote: {reason}")
     yield LinkChanged(name)
     yield Note("info", f"link {name!r} mode set to {state.links.get(name).mode}")
-    return state.links.get(name)
+    return AdminResult(state.links.get(name), pending)
 
 
 def failover(
@@ -451,6 +527,22 @@ def failover(
     if state.refresh_high_watermarks():
         yield WakeWaiters()
     config = state.links.get(name)
+    # The replicated groups resume at the last commit heard of, or at the
+    # end of this cluster's data if nearer; the answer says which, per group.
+    group_prefixes = [p for kind, p in result.namespaces if kind == MappingType.GROUP]
+    offsets_topic = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ccr-offsets/{state.cluster_id}/{name}"))
+    effects, result.groups = msync.settle_failover_groups(
+        state, name, group_prefixes, now_ms, offsets_topic
+    )
+    if effects:
+        yield Execute(tuple(effects), "offsets")
+    behind = [g for g in result.groups if g.behind > 0]
+    if behind:
+        yield Note(
+            "warning",
+            f"link {name!r}: {len(behind)} replicated group partitions resume behind the last "
+            f"commit heard of, by {sum(g.behind for g in behind)} records in all",
+        )
     yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
     lost = sum(r.lag_records for r in result.abandoned)
     unknown = sum(1 for r in result.abandoned if not r.lag_known)
@@ -548,9 +640,11 @@ def recover(
                 now = yield Now()
                 yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
             now = yield Now()
-            yield from attach(
+            attached = yield from attach(
                 state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
             )
+            if attached.pending is not None:
+                notes.append(f"pending: {attached.pending.remains} ({attached.pending.reason})")
         except ClusterError as exc:
             # The cut happened: the answer must say so, and what is left.
             notes.append(
@@ -727,6 +821,8 @@ def reverse(
 
 __all__ = [
     "REVERSE_STEPS",
+    "AdminResult",
+    "Pending",
     "Procedure",
     "ReverseReport",
     "Served",

@@ -768,12 +768,21 @@ Global___DeleteLinkRequest: _TypeAlias = DeleteLinkRequest  # noqa: Y015
 class DeleteLinkResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PENDING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pending(self) -> Global___PendingChange:
+        """Set when the link is deleted here but the remote cluster has not
+        confirmed that it deleted its half; unset when both sides have.
+        """
+
     def __init__(
         self,
+        *,
+        pending: Global___PendingChange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1048,6 +1057,7 @@ class LinkDescription(_message.Message):
     LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1098,6 +1108,13 @@ class LinkDescription(_message.Message):
     def gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkGap]:
         """Gaps of this side's follower partitions on the link, oldest first."""
 
+    @_builtins.property
+    def pending(self) -> Global___PendingChange:
+        """Only in the answer of a call that changed the link (attach, detach,
+        set-mode): set when the change holds here but the remote cluster has not
+        confirmed it; unset when both sides have it. Never set by DescribeLink.
+        """
+
     def __init__(
         self,
         *,
@@ -1121,14 +1138,49 @@ class LinkDescription(_message.Message):
         last_error_code: _builtins.str = ...,
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
+        pending: Global___PendingChange | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinkDescription: _TypeAlias = LinkDescription  # noqa: Y015
+
+@_typing.final
+class PendingChange(_message.Message):
+    """What an operator's change still waits for: it holds on this cluster, and
+    the remote cluster has not confirmed it (unreachable, or no answer by the
+    call's deadline). The link carries it there later, unless the link is
+    deleted first. The call answered "pending", not "done".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOTE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    REMAINS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    remote_cluster_id: _builtins.str
+    """The cluster that has not confirmed the change."""
+    remains: _builtins.str
+    """What that cluster does not have yet, in words."""
+    reason: _builtins.str
+    """Why it is not confirmed (the call's error)."""
+    def __init__(
+        self,
+        *,
+        remote_cluster_id: _builtins.str = ...,
+        remains: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "remains", b"remains", "remote_cluster_id", b"remote_cluster_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingChange: _TypeAlias = PendingChange  # noqa: Y015
 
 @_typing.final
 class FailoverRequest(_message.Message):
@@ -1164,6 +1216,7 @@ class FailoverResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     TOPICS_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     topics_known_at_ms: _builtins.int
     """The source's topics and partitions as known from this time on (ms since
     the epoch; 0: never listed since this cluster started). A partition the
@@ -1193,6 +1246,13 @@ class FailoverResponse(_message.Message):
         will finish: aborted here so that read_committed readers move on.
         """
 
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupResume]:
+        """Every partition of a replicated group made writable: where the group
+        resumes on this cluster and the last commit of it this cluster heard of
+        from the source.
+        """
+
     def __init__(
         self,
         *,
@@ -1202,14 +1262,65 @@ class FailoverResponse(_message.Message):
         partitions: _abc.Iterable[Global___PartitionLag] | None = ...,
         aborted_transactions: _abc.Iterable[Global___DanglingTransaction] | None = ...,
         topics_known_at_ms: _builtins.int = ...,
+        groups: _abc.Iterable[Global___GroupResume] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailoverResponse: _TypeAlias = FailoverResponse  # noqa: Y015
+
+@_typing.final
+class GroupResume(_message.Message):
+    """One partition of a replicated group after a failover."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    RESUME_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_COMMIT_HEARD_FIELD_NUMBER: _builtins.int
+    HEARD_AT_MS_FIELD_NUMBER: _builtins.int
+    BEHIND_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    topic: _builtins.str
+    partition: _builtins.int
+    resume_offset: _builtins.int
+    """The group's committed offset on this cluster after the failover: where
+    its consumers resume (-1: none; they start where auto.offset.reset says).
+    """
+    last_commit_heard: _builtins.int
+    """The last commit of this group and partition heard from the source (-1:
+    none heard since this cluster started), and when (ms since the epoch; 0:
+    never). Commits made on the source after that are not known here.
+    """
+    heard_at_ms: _builtins.int
+    behind: _builtins.int
+    """last_commit_heard - resume_offset (0 when nothing was heard): records
+    the group processed on the source that it does not resume past here.
+    They lie beyond this cluster's data (the failover abandons them).
+    """
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        resume_offset: _builtins.int = ...,
+        last_commit_heard: _builtins.int = ...,
+        heard_at_ms: _builtins.int = ...,
+        behind: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["behind", b"behind", "group", b"group", "heard_at_ms", b"heard_at_ms", "last_commit_heard", b"last_commit_heard", "partition", b"partition", "resume_offset", b"resume_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupResume: _TypeAlias = GroupResume  # noqa: Y015
 
 @_typing.final
 class SetLinkModeRequest(_message.Message):
