@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_calls import LaneRequest, WaitForData
 from linkd.core.requests import (
     Call,
+    Checkpoint,
     ClusterIdentity,
     DescribeCluster,
     DescribePartitions,
@@ -54,6 +56,14 @@ from linkd.node import ClusterNode
 log = logging.getLogger("linkd.procedures")
 
 CALL_TIMEOUT_S = rounds.CALL_TIMEOUT_MS / 1000
+
+# TEST ONLY: a daemon started with this variable set to a procedure's
+# checkpoint (e.g. "reverse:detach-mappings#1", linkd/core/requests.py
+# `Checkpoint`) exits at once, as kill -9 would, when it reaches that point,
+# its outcome journalled. The crash tests of durable plans use it to stop a
+# daemon between any two steps; nothing else may set it.
+TEST_EXIT_AT_ENV = "LINKD_TEST_EXIT_AT"
+TEST_EXIT_CODE = 137
 
 
 class Runners(Protocol):
@@ -214,6 +224,12 @@ class DaemonHost:
             return None
         if isinstance(request, WaitForData):
             return await self._wait_for_data(request)
+        if isinstance(request, Checkpoint):
+            if os.environ.get(TEST_EXIT_AT_ENV) == request.point:
+                log.critical("test hook %s: exiting at %s", TEST_EXIT_AT_ENV, request.point)
+                logging.shutdown()
+                os._exit(TEST_EXIT_CODE)
+            return None
         if not isinstance(request, Note):
             raise TypeError(f"no answer for {request!r} here")
         levels = {"warning": logging.WARNING, "info": logging.INFO}

@@ -706,6 +706,8 @@ def promote_namespaces(
                 ns.name,
                 f"cannot make {ns.name} writable: it still follows link {ns.follower_link!r}",
             )
+        if not ns.reserved:
+            continue  # promoted already (a reversal's plan run again): no new epoch
         checked.append((kind, prefix))
     effects: list[Effect] = []
     dangling: list[DanglingTxn] = []

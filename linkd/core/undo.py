@@ -19,11 +19,20 @@ and of the gaps issue:
 
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
+
+and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
+
+24. a re-run `reverse` continues its journalled plan (undone: it plans anew
+    from what is left, as before plans were durable)
+25. a reversal that fails before any mapping changed is rolled back (undone:
+    this side stays reserved and nothing is writable anywhere)
+26. a reversal's detach and attach steps need the remote to hear them
+    (undone: a step answers ok while the remote is unreachable)
 """
 
 from __future__ import annotations
 
-FIXES = range(1, 9)
+FIXES = (*range(1, 9), 24, 25, 26)
 _undone: frozenset[int] = frozenset()
 
 
@@ -33,7 +42,7 @@ def set_undone(fixes: frozenset[int]) -> None:
     unknown = sorted(set(fixes) - set(FIXES))
     if unknown:
         raise ValueError(
-            f"undo_fix: no fix {unknown[0]} (known: {FIXES.start}-{FIXES.stop - 1})"
+            f"undo_fix: no fix {unknown[0]} (known: {', '.join(map(str, FIXES))})"
         )
     _undone = frozenset(fixes)
 
