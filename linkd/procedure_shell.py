@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol
 
@@ -23,6 +22,7 @@ import grpc
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
+from linkd import test_hooks
 from linkd.core import link_rounds as rounds
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_calls import LaneRequest, WaitForData
@@ -57,13 +57,6 @@ log = logging.getLogger("linkd.procedures")
 
 CALL_TIMEOUT_S = rounds.CALL_TIMEOUT_MS / 1000
 
-# TEST ONLY: a daemon started with this variable set to a procedure's
-# checkpoint (e.g. "reverse:detach-mappings#1", linkd/core/requests.py
-# `Checkpoint`) exits at once, as kill -9 would, when it reaches that point,
-# its outcome journalled. The crash tests of durable plans use it to stop a
-# daemon between any two steps; nothing else may set it.
-TEST_EXIT_AT_ENV = "LINKD_TEST_EXIT_AT"
-TEST_EXIT_CODE = 137
 
 
 class Runners(Protocol):
@@ -225,10 +218,7 @@ class DaemonHost:
         if isinstance(request, WaitForData):
             return await self._wait_for_data(request)
         if isinstance(request, Checkpoint):
-            if os.environ.get(TEST_EXIT_AT_ENV) == request.point:
-                log.critical("test hook %s: exiting at %s", TEST_EXIT_AT_ENV, request.point)
-                logging.shutdown()
-                os._exit(TEST_EXIT_CODE)
+            test_hooks.reached(request.point)  # nothing unless a crash test set one
             return None
         if not isinstance(request, Note):
             raise TypeError(f"no answer for {request!r} here")
