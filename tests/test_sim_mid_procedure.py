@@ -88,3 +88,10 @@ def test_reverse__without_the_plan_resume__a_crash_mid_detach_leaves_no_writer()
     # Cut short after the detach, a re-run that plans anew finds nothing to
     # reverse (this side leads no namespace): nobody can write.
     assert "reverse:detach-mappings" in found, found
+
+
+def test_reverse__without_the_roll_back__a_remote_lost_during_the_wait_leaves_no_writer() -> None:
+    point, target = "reverse:reserve-leader-namespaces", "B"
+    assert one_writer(run(point, target)) == []
+    # Undone: A stays reserved after the wait failed, and B still follows.
+    assert one_writer(run(point, target, undo=25))

@@ -26,13 +26,11 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     from what is left, as before plans were durable)
 25. a reversal that fails before any mapping changed is rolled back (undone:
     this side stays reserved and nothing is writable anywhere)
-26. a reversal's detach and attach steps need the remote to hear them
-    (undone: a step answers ok while the remote is unreachable)
 """
 
 from __future__ import annotations
 
-FIXES = (*range(1, 9), 24, 25, 26)
+FIXES = (*range(1, 9), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 
