@@ -368,7 +368,7 @@ def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
         MoveKind.REVERSE,
         cluster,
         link=link.name,
-        crash_point=rng.choice(reverse_points(max(1, len(link.mappings)))),
+        crash_point=_crash_point(rng, max(1, len(link.mappings))),
         crash_peer=rng.random() < 0.5,
     )
 
@@ -376,6 +376,15 @@ def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
 # How often a drawn reversal is cut short by a crash of either side at one of
 # its checkpoints (linkd/core/requests.py Checkpoint).
 MID_PROCEDURE_CRASH = 0.5
+
+
+def _crash_point(rng: random.Random, namespaces: int) -> str:
+    """Any checkpoint, or (half the time) one where mappings have begun to
+    change and nothing is writable until the plan is finished."""
+    points = reverse_points(namespaces)
+    if rng.random() < 0.5:
+        return rng.choice(points)
+    return rng.choice([p for p in points if "mappings" in p])
 
 
 def reverse_points(namespaces: int) -> list[str]:

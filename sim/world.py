@@ -113,8 +113,9 @@ class Simulation:
             run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes
         )
         self.ops = Operators(self, self, self.link_ids)
-        # Crashes armed at a procedure's checkpoint: (point, target, duration).
-        self.crash_points: list[tuple[str, str, int]] = []
+        # Crashes armed at a procedure's checkpoint: (point, target, duration,
+        # the cluster and link of the procedure they were armed for, "": any).
+        self.crash_points: list[tuple[str, str, int, str, str]] = []
         # Namespaces reversals set out to move ("one writer at rest").
         self.moved: dict[tuple[str, tuple[tuple[str, str], ...]], checkers.MovedNamespace] = {}
         # Plans the liveness phase re-ran (at most once each), and in flight.
@@ -227,11 +228,18 @@ class Simulation:
 
                 self.ops.reverse(cid, link, 0, rerun)
 
-    def arm_crash(self, point: str, target: str, duration_ms: int) -> None:
-        """The next procedure that reaches checkpoint `point` (a
-        `requests.Checkpoint`, e.g. "reverse:detach-mappings#1") crashes
-        `target` there ("": the cluster running it) for `duration_ms`."""
-        self.crash_points.append((point, target, duration_ms))
+    def arm_crash(
+        self, point: str, target: str, duration_ms: int, runner: str = "", link: str = ""
+    ) -> None:
+        """The next procedure (on `runner`'s `link`; "": any) that reaches
+        checkpoint `point` (a `requests.Checkpoint`, e.g.
+        "reverse:detach-mappings#1") crashes `target` there ("": the cluster
+        running it) for `duration_ms`."""
+        self.crash_points.append((point, target, duration_ms, runner, link))
+
+    def disarm_crash(self, runner: str, link: str) -> None:
+        """The procedure a crash was armed for ended without reaching it."""
+        self.crash_points = [c for c in self.crash_points if (c[3], c[4]) != (runner, link)]
 
     def checkpoint_reached(self, cluster: str, link: str, point: str) -> None:
         """A procedure on `cluster` reached `point`, its outcome journalled:
@@ -240,8 +248,8 @@ class Simulation:
         (sim.operators)."""
         if point == f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}":
             self._watch_moved(cluster, link)
-        for i, (armed, target, duration_ms) in enumerate(self.crash_points):
-            if armed != point:
+        for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
+            if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
             del self.crash_points[i]
             who = target or cluster
@@ -430,12 +438,18 @@ class Simulation:
         o, k = self.ops, moves.MoveKind
         if m.kind in (k.ATTACH, k.DETACH, k.SET_RESERVED):
             self.touched(m.cluster, prefix=m.local_prefix)
-        elif m.kind in (k.MANUAL_REVERSE, k.FAILOVER, k.RECOVER, k.DELETE_LINK):
+        elif m.kind is k.MANUAL_REVERSE:
+            self.touched(m.cluster, prefix=m.local_prefix)
+            config = self.clusters[m.cluster].state.links.configs.get(m.link)
+            if config is not None:
+                self.touched(config.remote_cluster_id, prefix=m.remote_prefix)
+        elif m.kind in (k.FAILOVER, k.RECOVER, k.DELETE_LINK):
             self.touched(m.cluster, link=m.link)
         if m.kind is k.REVERSE and m.crash_point:
             peer = self.clusters[m.cluster].state.links.configs.get(m.link)
             target = peer.remote_cluster_id if peer is not None and m.crash_peer else ""
-            self.arm_crash(m.crash_point, target, 1_000 + self.move_rng.randrange(4_000))
+            down_ms = 1_000 + self.move_rng.randrange(4_000)
+            self.arm_crash(m.crash_point, target, down_ms, m.cluster, m.link)
         if m.kind is k.CREATE_LINK:
             o.create_link(m.cluster, m.link, m.peer, remote_dials=m.remote_dials)
         elif m.kind is k.DELETE_LINK:
@@ -452,7 +466,7 @@ class Simulation:
                 o.manual_reverse(m.cluster, m.link, m.resource_type, m.local_prefix,
                                  m.remote_prefix, m.wait)
         elif m.kind is k.REVERSE:
-            o.reverse(m.cluster, m.link, 0)
+            o.reverse(m.cluster, m.link, 0, lambda _r, _e: self.disarm_crash(m.cluster, m.link))
         elif m.kind is k.SET_MODE:
             o.set_mode(m.cluster, m.link, m.mode)
         elif m.kind is k.FAILOVER:
