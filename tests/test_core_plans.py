@@ -81,3 +81,16 @@ def test_describe_link_text_shows_a_plan_in_progress(capsys: pytest.CaptureFixtu
     shown = "procedure in progress: reverse of topic 'orders-' to B, next step detach-mappings"
     assert shown in out
     assert "detach-mappings: FAILED: LINK_UNREACHABLE: x" in out
+
+
+def test_deleting_the_link_ends_its_plan() -> None:
+    from linkd.core import link_admin
+
+    state = ClusterState("A")
+    config = state.links.new_config("ab", "id-ab", "B", "b:1", "", "local_dials", "", 1000)
+    state.links.store(config, 1000)
+    state.plans.put(_plan())
+    effects = link_admin.delete_link(state, "ab", False, 2000)
+    assert state.plans.get("ab") is None
+    records = [r for e in effects for r in getattr(e, "records", ())]
+    assert any(r.TYPE == "procedure_plan" for r in records)
