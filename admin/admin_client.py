@@ -209,6 +209,10 @@ class LinkInfo:
     # Only in the answer of attach, detach or set-mode: what the remote has
     # not confirmed (None: both sides have the change).
     pending: PendingChange | None = None
+    # A procedure (reverse) in progress on the link, journalled on this
+    # cluster (None: none): procedure, remote_cluster_id, namespaces, steps,
+    # next_step, started_at_ms, restarts. Running it again here continues it.
+    procedure: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -232,6 +236,7 @@ class LinkInfo:
             "last_error_code": self.last_error_code,
             "last_error": self.last_error,
             "last_error_at_ms": self.last_error_at_ms,
+            "procedure": self.procedure,
         }
 
 
@@ -316,7 +321,31 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         last_error=d.last_error,
         last_error_at_ms=d.last_error_at_ms,
         pending=pending_change(d.pending) if d.HasField("pending") else None,
+        procedure=_plan_dict(d.procedure) if d.HasField("procedure") else None,
     )
+
+
+def _step_dict(s: Any) -> dict[str, Any]:
+    return {"name": s.name, "ok": s.ok, "result": s.result, "duration_ms": s.duration_ms}
+
+
+def _plan_dict(p: Any) -> dict[str, Any]:
+    return {
+        "procedure": p.procedure,
+        "remote_cluster_id": p.remote_cluster_id,
+        "namespaces": [
+            {
+                "type": enum_word(admin_pb2.ResourceType, n.type),
+                "local_prefix": n.local_prefix,
+                "remote_prefix": n.remote_prefix,
+            }
+            for n in p.namespaces
+        ],
+        "steps": [_step_dict(s) for s in p.steps],
+        "next_step": p.next_step,
+        "started_at_ms": p.started_at_ms,
+        "restarts": p.restarts,
+    }
 
 
 @dataclass(frozen=True)
@@ -607,6 +636,13 @@ class ReverseResult:
     error_code: str
     error_message: str
     mappings: list[dict[str, Any]]
+    # The step a re-run took the journalled plan up at ("": planned now).
+    resumed_from: str = ""
+    # Stopped after a mapping changed: the plan stays journalled on the
+    # cluster that ran it; running reverse there again finishes it.
+    pending: bool = False
+    # Stopped before any mapping changed: this side leads and takes writes again.
+    rolled_back: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -619,6 +655,9 @@ class ReverseResult:
                 else None
             ),
             "mappings": list(self.mappings),
+            "resumed_from": self.resumed_from,
+            "pending": self.pending,
+            "rolled_back": self.rolled_back,
         }
 
 
@@ -1172,6 +1211,9 @@ class AdminClient:
             error_code=resp.error_code,
             error_message=resp.error_message,
             mappings=[_mapping_dict(m) for m in resp.mappings],
+            resumed_from=resp.resumed_from,
+            pending=resp.pending,
+            rolled_back=resp.rolled_back,
         )
 
     # --- Faults (emulated) -------------------------------------------------------------

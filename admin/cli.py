@@ -881,6 +881,16 @@ def _print_link(link: LinkInfo) -> None:
             if p.get("problem"):
                 print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
     print(f"  gap.policy {link.gap_policy}")
+    plan = link.procedure
+    if plan is not None:
+        moved = ", ".join(f"{n['type']} {n['local_prefix']!r}" for n in plan["namespaces"])
+        print(
+            f"  procedure in progress: {plan['procedure']} of {moved} to "
+            f"{plan['remote_cluster_id']}, next step {plan['next_step']} "
+            f"(run {plan['procedure']} again on this cluster to finish it)"
+        )
+        for st in plan["steps"]:
+            print(f"    {st['name']}: {'ok' if st['ok'] else 'FAILED'}: {st['result']}")
     for g in link.gaps:
         state = "stopped there (resume-partition goes on)" if g["stopped"] else "recorded"
         print(
@@ -1335,6 +1345,12 @@ def cmd_reverse(args: argparse.Namespace) -> int:
             for s in result.steps
         ]
         print(_table(rows, ("STEP", "RESULT", "MS", "DETAIL")))
+        if result.resumed_from:
+            print(f"took up the journalled plan at {result.resumed_from}")
+        if result.pending:
+            print("the plan stays journalled: run reverse again on this cluster to finish it")
+        if result.rolled_back:
+            print("rolled back: this side leads and takes writes again")
     if not result.ok:
         raise CliError(f"{result.error_code}: {result.error_message}")
     return EXIT_OK

@@ -39,7 +39,8 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupState, JoinRequest
 from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
-from linkd.core.procedures import AdminResult, Pending
+from linkd.core.plans import Plan
+from linkd.core.procedures import REVERSE_STEPS, AdminResult, Pending
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.metrics import Listener
@@ -748,6 +749,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 for row in summary.gaps
             ],
             gap_policy=config.gap_policy.value,
+            procedure=_plan_pb(self.node.state.plans.get(name)),
         )
 
     @refusals
@@ -988,6 +990,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             error_code=report.error.code.name if report.error is not None else "",
             error_message=report.error.message if report.error is not None else "",
             mappings=self._link_pb(request.link).mappings,
+            resumed_from=report.resumed_from,
+            pending=report.pending,
+            rolled_back=report.rolled_back,
         )
 
     # -- mirror links ------------------------------------------------------------------
@@ -1077,6 +1082,35 @@ def _pending_pb(p: Pending | None) -> admin_pb2.PendingChange | None:
         return None
     return admin_pb2.PendingChange(
         remote_cluster_id=p.remote_cluster_id, remains=p.remains, reason=p.reason
+    )
+
+
+def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:
+    """A durable procedure's plan (linkd/core/plans.py), None when none."""
+    if plan is None:
+        return None
+    return admin_pb2.ProcedurePlan(
+        procedure=plan.procedure,
+        remote_cluster_id=plan.remote_cluster_id,
+        namespaces=[
+            admin_pb2.NamespaceMapping(
+                type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(n.resource_type))),
+                local_prefix=n.local_prefix,
+                remote_prefix=n.remote_prefix,
+                leader="local",
+                leader_side=admin_pb2.LEADER_SIDE_LOCAL,
+            )
+            for n in plan.namespaces
+        ],
+        steps=[
+            admin_pb2.ReverseStep(
+                name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms
+            )
+            for s in plan.steps
+        ],
+        next_step=plan.next_step(REVERSE_STEPS) or "",
+        started_at_ms=plan.started_ms,
+        restarts=plan.restarts,
     )
 
 

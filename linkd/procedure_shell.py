@@ -22,11 +22,13 @@ import grpc
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
+from linkd import test_hooks
 from linkd.core import link_rounds as rounds
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_calls import LaneRequest, WaitForData
 from linkd.core.requests import (
     Call,
+    Checkpoint,
     ClusterIdentity,
     DescribeCluster,
     DescribePartitions,
@@ -54,6 +56,7 @@ from linkd.node import ClusterNode
 log = logging.getLogger("linkd.procedures")
 
 CALL_TIMEOUT_S = rounds.CALL_TIMEOUT_MS / 1000
+
 
 
 class Runners(Protocol):
@@ -214,6 +217,9 @@ class DaemonHost:
             return None
         if isinstance(request, WaitForData):
             return await self._wait_for_data(request)
+        if isinstance(request, Checkpoint):
+            test_hooks.reached(request.point)  # nothing unless a crash test set one
+            return None
         if not isinstance(request, Note):
             raise TypeError(f"no answer for {request!r} here")
         levels = {"warning": logging.WARNING, "info": logging.INFO}

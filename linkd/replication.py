@@ -35,6 +35,7 @@ from grpc import aio
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
+from linkd import test_hooks
 from linkd.core import link_auth as auth
 from linkd.core import link_driver, procedures
 from linkd.core import link_rounds as rounds
@@ -448,6 +449,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 )
             )
             assert isinstance(served.answer, Promoted)
+            test_hooks.reached("serve:promote")  # nothing unless a crash test set one
             return replication_pb2.PromoteNamespacesResponse(
                 partitions=served.answer.partitions,
                 aborted_dangling=served.answer.aborted_dangling,

@@ -36,6 +36,10 @@ where a newer record of its key is stored was cleaned away (the log
 cleaner's right), and none of the checks above counts it (`CompactedKeys`,
 `superseded`); anything else missing still is a violation. (The workloads
 write no tombstones, so none may be missing.)
+- "one writer at rest": each namespace a reversal set out to move (its
+  journalled plan) is writable on exactly one of its two clusters once the
+  run is at rest, after the liveness phase ran `reverse` once more on every
+  cluster that still holds a plan (`check_one_writer`).
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -45,12 +49,13 @@ and records are compared by value:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
+from linkd.core.namespaces import ResourceType
 from linkd.core.provenance import ProvenanceKind
 from sim.history import History, Poll, Send
 from sim.store import PartitionStore, StoredBatch
@@ -786,3 +791,52 @@ def check_offset_samples(samples: list[OffsetSample], moves: list[OffsetMove]) -
                 )
             previous = s
     return _capped("6 replicated offsets", above + back)
+
+
+# -- one writer at rest (procedures that survive a crash) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MovedNamespace:
+    """A namespace a reversal set out to move from `cluster` (which ran it)
+    to `peer` on `link`, as its journalled plan named it."""
+
+    link: str
+    cluster: str
+    peer: str
+    kind: str  # "topic" | "group"
+    prefix: str  # on `cluster`
+    peer_prefix: str  # on `peer`
+
+
+def writable(state: ClusterState, kind: str, prefix: str) -> bool:
+    """Whether clients may write the namespace there: it exists, is not
+    reserved and follows no link."""
+    ns = state.namespaces.find(ResourceType.parse(kind), prefix)
+    return ns is not None and not ns.reserved and ns.follower_link is None
+
+
+def check_one_writer(
+    moved: Iterable[MovedNamespace], states: dict[str, ClusterState], up: dict[str, bool]
+) -> list[Violation]:
+    """At rest (after the liveness phase finished every journalled plan with
+    one re-run), each namespace a reversal moved is writable on exactly one
+    of its two clusters: neither means no client can write it (a reversal
+    cut short and never finished), both means two histories."""
+    details = []
+    for m in moved:
+        if not (up.get(m.cluster) and up.get(m.peer)):
+            continue
+        here = writable(states[m.cluster], m.kind, m.prefix)
+        there = writable(states[m.peer], m.kind, m.peer_prefix)
+        if here != there:
+            continue
+        plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
+        details.append(
+            f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
+            f"(link {m.link}) is writable on {'both clusters' if here else 'neither cluster'} "
+            "at rest after a reversal"
+            + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
+        )
+    return _capped("one writer at rest", details)
+

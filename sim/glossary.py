@@ -421,6 +421,18 @@ ENTRIES: tuple[Entry, ...] = (
         "no reversal failed",
     ),
     Entry(
+        "mid_procedure_crashes", Unit.COUNT, Group.OPERATORS,
+        "crashes that landed at a checkpoint of a procedure (between two of its steps)",
+        "one per armed crash (`crash_at`, or a drawn reversal's) that fired",
+        "no crash was armed, or no procedure reached its point",
+    ),
+    Entry(
+        "plans_finished_at_rest", Unit.COUNT, Group.OPERATORS,
+        "journalled plans the liveness phase finished by running reverse once more",
+        "one per (cluster, link) holding a plan when the run came to rest",
+        "no reversal was cut short and left unfinished",
+    ),
+    Entry(
         "faults_drawn", Unit.COUNT, Group.OPERATORS,
         "faults drawn from the seed (split, isolate, pause, crash, one_way)",
         "one per drawn fault",

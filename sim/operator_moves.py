@@ -31,6 +31,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from linkd.core.procedures import REVERSE_STEPS
+
 
 class MoveKind(enum.Enum):
     CREATE_LINK = "create_link"
@@ -122,6 +124,10 @@ class Move:
     wait: bool = True  # manual_reverse: wait for the remote to catch up first
     topic: str = ""
     partitions: int = 0
+    # reverse: a crash armed at this checkpoint of the procedure ("": none),
+    # of the remote (crash_peer) or of the cluster running it.
+    crash_point: str = ""
+    crash_peer: bool = False
 
     def describe(self) -> str:
         """One line for traces and reports."""
@@ -134,6 +140,10 @@ class Move:
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
         if self.kind is MoveKind.ATTACH:
             parts.append(f"-> {self.remote_prefix!r} leader {self.leader}")
+        if self.kind is MoveKind.REVERSE and self.crash_point:
+            parts.append(
+                f"crashing {'the remote' if self.crash_peer else 'it'} at {self.crash_point}"
+            )
         if self.kind is MoveKind.MANUAL_REVERSE:
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
             if not self.wait:
@@ -352,7 +362,39 @@ def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
         return None
     leads_a = any(m.leader == "local" for m in link.mappings)
     cluster = link.a if leads_a and rng.random() < 0.8 else _side(rng, link, up)
-    return Move(MoveKind.REVERSE, cluster, link=link.name)
+    if rng.random() >= MID_PROCEDURE_CRASH:
+        return Move(MoveKind.REVERSE, cluster, link=link.name)
+    return Move(
+        MoveKind.REVERSE,
+        cluster,
+        link=link.name,
+        crash_point=_crash_point(rng, max(1, len(link.mappings))),
+        crash_peer=rng.random() < 0.5,
+    )
+
+
+# How often a drawn reversal is cut short by a crash of either side at one of
+# its checkpoints (linkd/core/requests.py Checkpoint).
+MID_PROCEDURE_CRASH = 0.5
+
+
+def _crash_point(rng: random.Random, namespaces: int) -> str:
+    """Any checkpoint, or (half the time) one where mappings have begun to
+    change and nothing is writable until the plan is finished."""
+    points = reverse_points(namespaces)
+    if rng.random() < 0.5:
+        return rng.choice(points)
+    return rng.choice([p for p in points if "mappings" in p])
+
+
+def reverse_points(namespaces: int) -> list[str]:
+    """Every checkpoint of a reversal moving `namespaces` namespaces."""
+    out = []
+    for step in REVERSE_STEPS:
+        if step in ("detach-mappings", "attach-swapped-mappings"):
+            out += [f"reverse:{step}#{i}" for i in range(1, namespaces + 1)]
+        out.append(f"reverse:{step}")
+    return out
 
 
 def _set_mode(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:

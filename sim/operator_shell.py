@@ -11,6 +11,9 @@ request is answered on virtual time:
   the answer is LINK_UNREACHABLE, as a failed gRPC call.
 - `Tell`: the same, its answer dropped.
 - `Sleep`: resumes after that many virtual milliseconds; `Now`: the clock.
+- `Checkpoint`: a durable procedure's step ended (journalled); the world
+  may crash the cluster there (a scenario's `crash_at`, the operator
+  search's mid-procedure crashes), which ends the procedure with its process.
 - `LinkChanged` / `LinkDeleted`: the world starts, wakes or stops the link's
   driver (`Links`); `WakeWaiters`: the cluster's long polls; `Note`: a trace
   line. A link's lanes (`sim.link_driver`) answer their own requests first
@@ -32,6 +35,7 @@ from linkd.core.errors import ClusterError
 from linkd.core.link_calls import LaneRequest
 from linkd.core.requests import (
     Call,
+    Checkpoint,
     Execute,
     Handshake,
     LinkChanged,
@@ -60,6 +64,7 @@ class Links(Protocol):
     def link_deleted(self, cluster: SimCluster, name: str) -> None: ...
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
     def host(self, cluster: SimCluster) -> SimHost: ...
+    def checkpoint(self, cluster: SimCluster, request: Checkpoint) -> None: ...
 
 
 Done = Callable[[Any, ClusterError | None], None]
@@ -142,6 +147,9 @@ class SimHost:
                     )
                     return
                 answer = self._answer(request)
+                if incarnation != self.cluster.incarnation:
+                    procedure.close()  # a checkpoint's hook crashed the cluster
+                    return
 
         step(None)
 
@@ -161,6 +169,9 @@ class SimHost:
             return None
         if isinstance(request, WakeWaiters):
             self.cluster.notify_data(request.partitions)
+            return None
+        if isinstance(request, Checkpoint):
+            self.links.checkpoint(self.cluster, request)
             return None
         if not isinstance(request, Note):
             raise TypeError(f"{self.cluster.cluster_id}: no answer for {request!r} here")

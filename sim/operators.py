@@ -28,7 +28,7 @@ from linkd.core.link_driver import DriverSettings
 from linkd.core.links import LinkMode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
-from linkd.core.requests import Execute, Request, Sleep
+from linkd.core.requests import Checkpoint, Execute, Request, Sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.link_driver import LinkDriver
@@ -75,6 +75,7 @@ class World(Protocol):
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None: ...
     def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None: ...
     def contract_broken(self, invariant: str, detail: str) -> None: ...
+    def checkpoint_reached(self, cluster: str, link: str, point: str) -> None: ...
 
 
 class Operators:
@@ -108,6 +109,11 @@ class Operators:
             host = SimHost(cluster, self.world.queue, self)
             self._hosts[cluster.cluster_id] = host
         return host
+
+    def checkpoint(self, cluster: SimCluster, request: Checkpoint) -> None:
+        """A durable procedure's step ended: the world may crash a cluster
+        here (`World.checkpoint_reached`)."""
+        self.world.checkpoint_reached(cluster.cluster_id, request.link, request.point)
 
     def link_changed(self, cluster: SimCluster, name: str) -> None:
         """A link changed: start its driver if this cluster dials it and has

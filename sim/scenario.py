@@ -46,7 +46,7 @@ Tables and keys (units last; every time is virtual milliseconds):
               keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
               set_mode|attach|detach|recover|reverse|set_reserved|manual_reverse|
-              relink),
+              relink|alter_link|resume_partition|crash_at),
               and its keys
   [operators] interval_ms, fault_interval_ms, fault_duration_ms, start_ms,
               stop_ms: operator moves and faults drawn from the seed
@@ -236,6 +236,10 @@ class ActionSpec:
     reserved: bool = False  # set_reserved: set (true) or clear (false)
     gap_policy: str = ""  # alter_link: the link's gap.policy (continue | stop)
     partition: int = 0  # resume_partition: the partition of `topic`
+    # crash_at: the checkpoint of a procedure (e.g. "reverse:detach-mappings#1")
+    # at which `cluster` ("": the cluster running it) crashes for `down_ms`.
+    point: str = ""
+    down_ms: int = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +332,10 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # partition stopped at a gap goes on from the source's log start).
     "alter_link": ("cluster", "link", "gap_policy"),
     "resume_partition": ("cluster", "link", "topic", "partition"),
+    # Arms a crash mid-procedure: the next procedure that reaches checkpoint
+    # `point` (linkd/core/requests.py Checkpoint) crashes `cluster` there ("":
+    # the cluster running it), which restarts `down_ms` later.
+    "crash_at": ("cluster", "point", "down_ms"),
 }
 
 

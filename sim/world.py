@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin, undo
+from linkd.core import link_admin, plans, procedures, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -114,6 +114,14 @@ class Simulation:
             run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes
         )
         self.ops = Operators(self, self, self.link_ids)
+        # Crashes armed at a procedure's checkpoint: (point, target, duration,
+        # the cluster and link of the procedure they were armed for, "": any).
+        self.crash_points: list[tuple[str, str, int, str, str]] = []
+        # Namespaces reversals set out to move ("one writer at rest").
+        self.moved: dict[tuple[str, tuple[tuple[str, str], ...]], checkers.MovedNamespace] = {}
+        # Plans the liveness phase re-ran (at most once each), and in flight.
+        self._plans_rerun: set[tuple[str, str]] = set()
+        self._plans_running = 0
         self.nemesis = Nemesis(
             self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
             scenario.network.reset_on_heal,
@@ -194,6 +202,88 @@ class Simulation:
         else:
             base = "target_consumer"
         return base + ("_commit" if kind == "consumer_commit" else "")
+
+    def _watch_moved(self, cluster: str, link: str) -> None:
+        plan = self.clusters[cluster].state.plans.get(link)
+        if plan is None:
+            return
+        for n in plan.namespaces:
+            moved = checkers.MovedNamespace(
+                link, cluster, plan.remote_cluster_id, n.resource_type, n.local_prefix,
+                n.remote_prefix,
+            )
+            pair = tuple(sorted(((cluster, n.local_prefix), (moved.peer, n.remote_prefix))))
+            self.moved[(n.resource_type, pair)] = moved
+
+    def touched(self, cluster: str, link: str = "", prefix: str = "") -> None:
+        """An operator verb other than reverse may change who writes: the
+        namespaces it may touch are no longer judged by "one writer at rest"
+        (an operator may leave a namespace reserved on purpose). `link`: those
+        of that link on `cluster`; `prefix`: that namespace on `cluster`;
+        neither: every namespace of `cluster`."""
+        for key, m in list(self.moved.items()):
+            sides = ((m.cluster, m.prefix), (m.peer, m.peer_prefix))
+            if prefix:
+                hit = (cluster, prefix) in sides
+            elif link:
+                hit = m.link == link and cluster in (m.cluster, m.peer)
+            else:
+                hit = cluster in (m.cluster, m.peer)
+            if hit:
+                del self.moved[key]
+
+    def _finish_plans(self) -> None:
+        """Liveness: a reversal a crash cut short is finished by its
+        documented finishing command, reverse run once more on the cluster
+        that holds its plan."""
+        for cid in self.cluster_ids:
+            node = self.clusters[cid]
+            if not node.up:
+                continue
+            for link in sorted(node.state.plans.plans):
+                if (cid, link) in self._plans_rerun:
+                    continue
+                self._plans_rerun.add((cid, link))
+                self._plans_running += 1
+                self.queue.note(f"liveness: {cid} finishes the plan of link {link}")
+                self.metrics.add("plans_finished_at_rest", 1)
+
+                def rerun(_report: Any, _error: ClusterError | None) -> None:
+                    self._plans_running -= 1
+
+                self.ops.reverse(cid, link, 0, rerun)
+
+    def arm_crash(
+        self, point: str, target: str, duration_ms: int, runner: str = "", link: str = ""
+    ) -> None:
+        """The next procedure (on `runner`'s `link`; "": any) that reaches
+        checkpoint `point` (a `requests.Checkpoint`, e.g.
+        "reverse:detach-mappings#1") crashes `target` there ("": the cluster
+        running it) for `duration_ms`."""
+        self.crash_points.append((point, target, duration_ms, runner, link))
+
+    def disarm_crash(self, runner: str, link: str) -> None:
+        """The procedure a crash was armed for ended without reaching it."""
+        self.crash_points = [c for c in self.crash_points if (c[3], c[4]) != (runner, link)]
+
+    def checkpoint_reached(self, cluster: str, link: str, point: str) -> None:
+        """A procedure on `cluster` reached `point`, its outcome journalled:
+        a reversal's plan names the namespaces it moves (watched by the check
+        "one writer at rest"), and an armed crash lands here, mid-procedure
+        (sim.operators)."""
+        if point == f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}":
+            self._watch_moved(cluster, link)
+        for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
+            if armed != point or (runner and (runner, on_link) != (cluster, link)):
+                continue
+            del self.crash_points[i]
+            who = target or cluster
+            if not self.clusters[who].up:
+                return
+            self.queue.note(f"crash {who} at {cluster}'s checkpoint {point}")
+            self.metrics.add("mid_procedure_crashes", 1)
+            self.nemesis.crash_for(who, duration_ms)
+            return
 
     def contract_broken(self, invariant: str, detail: str) -> None:
         """An operator call answered against the contract (sim.operators)."""
@@ -371,6 +461,20 @@ class Simulation:
     def do_move(self, m: moves.Move) -> None:
         """An operator's move, carried out with the core's procedures."""
         o, k = self.ops, moves.MoveKind
+        if m.kind in (k.ATTACH, k.DETACH, k.SET_RESERVED):
+            self.touched(m.cluster, prefix=m.local_prefix)
+        elif m.kind is k.MANUAL_REVERSE:
+            self.touched(m.cluster, prefix=m.local_prefix)
+            config = self.clusters[m.cluster].state.links.configs.get(m.link)
+            if config is not None:
+                self.touched(config.remote_cluster_id, prefix=m.remote_prefix)
+        elif m.kind in (k.FAILOVER, k.RECOVER, k.DELETE_LINK):
+            self.touched(m.cluster, link=m.link)
+        if m.kind is k.REVERSE and m.crash_point:
+            peer = self.clusters[m.cluster].state.links.configs.get(m.link)
+            target = peer.remote_cluster_id if peer is not None and m.crash_peer else ""
+            down_ms = 1_000 + self.move_rng.randrange(4_000)
+            self.arm_crash(m.crash_point, target, down_ms, m.cluster, m.link)
         if m.kind is k.CREATE_LINK:
             o.create_link(m.cluster, m.link, m.peer, remote_dials=m.remote_dials)
         elif m.kind is k.DELETE_LINK:
@@ -387,7 +491,7 @@ class Simulation:
                 o.manual_reverse(m.cluster, m.link, m.resource_type, m.local_prefix,
                                  m.remote_prefix, m.wait)
         elif m.kind is k.REVERSE:
-            o.reverse(m.cluster, m.link, 0)
+            o.reverse(m.cluster, m.link, 0, lambda _r, _e: self.disarm_crash(m.cluster, m.link))
         elif m.kind is k.SET_MODE:
             o.set_mode(m.cluster, m.link, m.mode)
         elif m.kind is k.FAILOVER:
@@ -412,7 +516,16 @@ class Simulation:
         """A scenario's operator action: the verb of `sim.operators`, whose
         outcome (done or refused) is counted and noted when it ends."""
         ops = self.ops
-        if a.kind == "failover":
+        if a.kind in ("failover", "delete_link", "recover", "manual_reverse"):
+            self.touched(a.cluster, link=a.link)
+        elif a.kind in ("attach", "detach", "set_reserved"):
+            for local, _remote in a.prefixes:
+                self.touched(a.cluster, prefix=local)
+        elif a.kind == "relink":
+            self.touched(a.cluster)
+        if a.kind == "crash_at":
+            self.arm_crash(a.point, a.cluster, a.down_ms)
+        elif a.kind == "failover":
             self.failover(a.cluster, a.link, a.force, a.bump_leader_epoch)
         elif a.kind == "delete_link":
             self.delete_link(a.cluster, a.link)
@@ -935,6 +1048,7 @@ class Simulation:
         self.queue.run_until(s.run.duration_ms)
         # Liveness phase: heal everything and demand convergence within a bound.
         self.queue.note("liveness phase: heal all")
+        self.crash_points.clear()
         self.nemesis.heal_all()
         for key in sorted(self.mirrors):
             group = self.mirrors[key]
@@ -944,7 +1058,8 @@ class Simulation:
         converged_at: list[int] = []
 
         def probe() -> None:
-            if self.converged():
+            self._finish_plans()
+            if not self._plans_running and self.converged():
                 converged_at.append(self.queue.now_ms)
             else:
                 self.queue.after(PROBE_INTERVAL_MS, "liveness probe", probe)

@@ -108,6 +108,8 @@ class Daemon:
         self.stderr_path = self.log_dir / f"linkd-{cluster_id}.stderr.log"
         self._files: list[IO[bytes]] = []
         self.starts = 0
+        # Extra environment of the daemon's next starts (a test-only hook).
+        self.env: dict[str, str] = {}
 
     def _apply_rlimits(self) -> None:
         for which, limits in self.rlimits.items():
@@ -168,7 +170,7 @@ class Daemon:
             stderr=err,
             stdin=subprocess.DEVNULL,
             cwd=str(ROOT),
-            env=_env(),
+            env={**_env(), **self.env},
             preexec_fn=self._apply_rlimits if self.rlimits else None,
         )
         self.starts += 1

@@ -138,7 +138,8 @@ def test_reverse__refused_unless_following__and_stops_reporting_the_step_that_fa
     assert refused.returncode == 1 and "LINK_NOT_FOLLOWING" in refused.stderr
 
     # Following again, but the remote goes away right after: the wait fails,
-    # the steps so far are reported, and A stays reserved.
+    # the steps so far are reported, and the reversal is rolled back (no
+    # mapping changed yet): A leads and takes writes again.
     b.start()
     b.wait_ready()
     wait_for(
@@ -160,5 +161,9 @@ def test_reverse__refused_unless_following__and_stops_reporting_the_step_that_fa
     assert names == STEPS[: len(names)] and names[-1] == "wait-for-remote"
     assert report["steps"][-1]["ok"] is False
     assert report["error"]["code"] in ("LINK_UNREACHABLE", "REQUEST_TIMED_OUT")
+    assert report["rolled_back"] is True and report["pending"] is False
+    assert "rolled back" in report["steps"][-1]["result"]
     ns = cli_json(a.bootstrap, "describe-namespace", "--type", "topic", "--prefix", "orders-")
-    assert ns["reserved"] is True
+    assert ns["reserved"] is False
+    assert cli_json(a.bootstrap, "describe-link", "ab")["procedure"] is None
+    produce(a.bootstrap, "orders-s", 1)

@@ -165,6 +165,14 @@ def test_every_record_kind__stored_form_round_trips_and_matches_what_older_versi
          "configs": {"log.retention.ms": "60000"}},
         {"type": "group_config", "group": "g",  # new kind
          "configs": {"consumer.session.timeout.ms": "50000"}},
+        {"type": "procedure_plan", "link": "ab",  # new kind: a reversal's durable plan
+         "plan": {"procedure": "reverse", "link": "ab", "link_id": "i",
+                  "remote_cluster_id": "B", "namespaces": [["topic", "p-", "p-", False]],
+                  "timeout_ms": 30000, "started_ms": 5,
+                  "steps": [{"name": "verify-link-state", "ok": True,
+                             "result": "link is FOLLOWING", "duration_ms": 0}],
+                  "restarts": 0}},
+        {"type": "procedure_plan", "link": "ab"},  # the plan ended
     ]
     assert {r["type"] for r in written_before} == set(KINDS)
     # Grown since: a tombstone keeps the link's sealed secrets (link sessions),

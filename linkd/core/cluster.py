@@ -59,6 +59,7 @@ from linkd.core.links import (
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog, SegmentRule
+from linkd.core.plans import PlanTable
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.topic_config import (
     TopicConfig,
@@ -173,6 +174,8 @@ class ClusterState:
         self._links.led_partitions = self.led_under
         self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
+        # Multi-step procedures in progress (linkd/core/plans.py).
+        self.plans = PlanTable()
         # Committed transactions whose markers span partitions and are not all
         # below their HWs yet: {(topic, partition): marker offset}. A marker
         # passes its HW only when every marker of its transaction can (spec
@@ -1227,6 +1230,8 @@ class ClusterState:
                 self.links.apply_record(record)
             case jr.MirrorLinkCreate() | jr.MirrorLinkDelete():
                 self.mirror_links.apply_record(record)
+            case jr.ProcedurePlan():
+                self.plans.apply_record(record)
             case jr.NsCreate() | jr.NsReserved() | jr.NsDelete() | jr.NsAttach() | jr.NsDetach():
                 self.namespaces.apply_record(record)
             case (
@@ -1268,6 +1273,7 @@ class ClusterState:
             "links": self.links.snapshot(),
             "mirror_links": self.mirror_links.snapshot(),
             "namespaces": self.namespaces.snapshot(),
+            "plans": self.plans.snapshot(),
             "broker_configs": {
                 level: dict(c) for level, c in sorted(self.broker_configs.levels.items())
             },
@@ -1302,6 +1308,8 @@ class ClusterState:
             self.mirror_links.restore(snapshot["mirror_links"])
         if "namespaces" in snapshot:  # snapshots written before namespaces have none
             self.namespaces.restore(snapshot["namespaces"])
+        if "plans" in snapshot:  # snapshots written before durable plans have none
+            self.plans.restore(snapshot["plans"])
 
     @property
     def groups_config(self) -> GroupConfig:

@@ -273,6 +273,17 @@ class LinkRemovalTold:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcedurePlan:
+    """A multi-step procedure's durable plan on one link (`Plan.to_json()`
+    in `plan`, linkd/core/plans.py), rewritten after each step; None: it
+    ended."""
+
+    TYPE: ClassVar[str] = "procedure_plan"
+    link: str
+    plan: dict[str, Json] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MirrorLinkCreate:
     TYPE: ClassVar[str] = "mirror_link_create"
     name: str
@@ -336,6 +347,7 @@ JournalRecord = (
     | LinkConfigRecord
     | LinkDelete
     | LinkRemovalTold
+    | ProcedurePlan
     | MirrorLinkCreate
     | MirrorLinkDelete
     | ScramUpsert
@@ -372,6 +384,7 @@ KINDS: dict[str, type[JournalRecord]] = {
         LinkConfigRecord,
         LinkDelete,
         LinkRemovalTold,
+        ProcedurePlan,
         MirrorLinkCreate,
         MirrorLinkDelete,
         ScramUpsert,
@@ -461,6 +474,7 @@ __all__ = [
     "OffsetCommit",
     "OffsetDelete",
     "PidBlock",
+    "ProcedurePlan",
     "Provenance",
     "ScramDelete",
     "ScramUpsert",

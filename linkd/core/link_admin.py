@@ -488,6 +488,9 @@ def delete_link(
                 stopped.append(ns.prefix)
             records += state.namespaces.detach(ns.type, ns.prefix, link_name)
     records += state.links.delete(link_name, told)
+    # A reversal of the link cut short can no longer be finished: its plan
+    # ends; what it reserved stays reserved (set-reserved clears it).
+    records += state.plans.end(link_name)
     return journal(records) + abort_unfollowed(state, stopped, now_ms)
 
 

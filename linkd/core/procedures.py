@@ -38,17 +38,26 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core import histories, recovery, undo
+from linkd.core import histories, plans, recovery, undo
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import Field, LinkConfig, Mapping, MappingType, in_prefix, parse_gap_policy
+from linkd.core.links import (
+    Field,
+    LinkConfig,
+    Mapping,
+    MappingType,
+    Role,
+    in_prefix,
+    parse_gap_policy,
+)
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
     Call,
+    Checkpoint,
     ClusterIdentity,
     DescribeCluster,
     DescribePartitions,
@@ -199,13 +208,19 @@ def _pending(remote_cluster_id: str, remains: str, reason: str) -> Pending | Non
 
 
 def change_mapping(
-    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
+    state: ClusterState,
+    link_name: str,
+    mapping: Mapping,
+    now_ms: int,
+    require_remote: bool = False,
 ) -> Generator[Request, Any, AdminResult]:
     """An operator's attach or detach (already checked here): versioned now,
     proposed to the remote in a handshake (it may refuse: then nothing
     changes here either), then stored here with the remote's answer merged.
     An unreachable remote learns it later through the handshakes: the
-    answer is then pending, naming what the remote lacks."""
+    answer is then pending, naming what the remote lacks; unless
+    `require_remote` (a step of a durable plan: its outcome must hold on both
+    sides): then LINK_UNREACHABLE is raised and nothing changes here."""
     config = state.links.get(link_name)
     stamped = admin.versioned(state, mapping, now_ms)
     candidate = LinkConfig.from_record(config.to_record())
@@ -218,6 +233,8 @@ def change_mapping(
     )
     if reply.error is not None and reply.error.code != ErrorCode.LINK_UNREACHABLE:
         raise reply.error  # the remote refused: nothing changed on either side
+    if reply.error is not None and require_remote:
+        raise reply.error  # nothing changed here; the step is run again later
     now = reply.now_ms
     effects = admin.put_mapping(state, link_name, stamped, now)
     notes: list[str] = []
@@ -257,6 +274,7 @@ def attach(
     remote_prefix: str,
     leader: str,
     now_ms: int,
+    require_remote: bool = False,
 ) -> Generator[Request, Any, AdminResult]:
     mapping = admin.check_attach(
         state, link_name, resource_type, local_prefix, remote_prefix, leader
@@ -265,7 +283,7 @@ def attach(
         # Already attached just so (an earlier answer may have been pending:
         # the handshakes carry it; this call does not ask again).
         return AdminResult(state.links.get(link_name))
-    result = yield from change_mapping(state, link_name, mapping, now_ms)
+    result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
     yield Note(
         "info",
         f"link {link_name!r}: {resource_type} namespace {local_prefix!r} attached "
@@ -276,10 +294,15 @@ def attach(
 
 
 def detach(
-    state: ClusterState, link_name: str, resource_type: str, local_prefix: str, now_ms: int
+    state: ClusterState,
+    link_name: str,
+    resource_type: str,
+    local_prefix: str,
+    now_ms: int,
+    require_remote: bool = False,
 ) -> Generator[Request, Any, AdminResult]:
     mapping = admin.check_detach(state, link_name, resource_type, local_prefix)
-    result = yield from change_mapping(state, link_name, mapping, now_ms)
+    result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
     yield Note(
         "info",
         f"link {link_name!r}: {resource_type} namespace {local_prefix!r} detached"
@@ -673,6 +696,10 @@ REVERSE_STEPS = (
     "attach-swapped-mappings",
     "promote-remote-namespaces",
 )
+# A step before this one that fails changed no mapping: the plan is rolled
+# back (this side writable again). From it on, a stopped plan is finished by
+# running reverse again on this cluster.
+REVERSE_NO_RETURN = "detach-mappings"
 
 
 @dataclass(frozen=True, slots=True)
@@ -688,10 +715,55 @@ class ReverseReport:
     link: str
     steps: list[Step] = field(default_factory=list)
     error: ClusterError | None = None
+    # The step a re-run took a journalled plan up at ("": a new plan). The
+    # steps done before it are reported first, as journalled.
+    resumed_from: str = ""
+    # The plan stopped past the point of no return and stays journalled:
+    # running reverse again on this cluster finishes it.
+    pending: bool = False
+    # A step before any mapping changed failed: the reservations the plan
+    # made were cleared, this side leads and takes writes again.
+    rolled_back: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def _checkpoint(link_name: str, point: str) -> Checkpoint:
+    return Checkpoint(plans.REVERSE, link_name, f"{plans.REVERSE}:{point}")
+
+
+def _new_reverse_plan(
+    state: ClusterState, link_name: str, timeout_ms: int, now_ms: int
+) -> tuple[plans.Plan, Step]:
+    """A new plan for `reverse` (nothing changed yet), or the refusal."""
+    config = state.links.get(link_name)
+    if timeout_ms <= 0:
+        timeout_ms = REVERSE_TIMEOUT_MS_DEFAULT
+    timeout_ms = min(timeout_ms, REVERSE_TIMEOUT_MS_MAX)
+    link_state, leaders = recovery.reverse_mappings(state, link_name)
+    recovery.check_can_follow(state, link_name, leaders, "reverse")
+    namespaces = []
+    for m in leaders:
+        ns = state.namespaces.find(ResourceType.parse(m.resource_type), m.local_prefix)
+        namespaces.append(
+            plans.PlanNamespace(
+                m.resource_type, m.local_prefix, m.remote_prefix, ns is not None and ns.reserved
+            )
+        )
+    verify = Step(REVERSE_STEPS[0], True, f"link is {link_state}", 0)
+    plan = plans.Plan(
+        plans.REVERSE,
+        link_name,
+        config.link_id,
+        config.remote_cluster_id,
+        tuple(namespaces),
+        timeout_ms,
+        now_ms,
+        (plans.PlanStep(verify.name, verify.ok, verify.result, verify.duration_ms),),
+    )
+    return plan, verify
 
 
 def reverse(
@@ -701,15 +773,50 @@ def reverse(
     of a namespace with full-consistency"): verify the link state, reserve
     (which aborts open transactions), wait (bounded) until the remote holds
     every record and committed offset, detach, attach swapped, promote the
-    remote's namespaces. Stops at the first step that fails; this side stays
-    reserved, so nothing is written on both sides."""
+    remote's namespaces.
+
+    A durable plan (linkd/core/plans.py): journalled before the first change,
+    each step's outcome journalled before the next step begins. Run again on
+    a cluster that holds a plan for the link (after a crash of either side,
+    or a step that failed), it continues that plan from its first step not
+    done; every step is safe to run again. A step before the detach that
+    fails rolls the plan back (this side's reservations cleared: it leads
+    and takes writes again); from the detach on, a stopped plan stays
+    journalled until a re-run finishes it."""
     config = state.links.get(link_name)
-    if timeout_ms <= 0:
-        timeout_ms = REVERSE_TIMEOUT_MS_DEFAULT
-    timeout_ms = min(timeout_ms, REVERSE_TIMEOUT_MS_MAX)
-    link_state, leaders = recovery.reverse_mappings(state, link_name)
-    recovery.check_can_follow(state, link_name, leaders, "reverse")
-    report = ReverseReport(link_name, [Step(REVERSE_STEPS[0], True, f"link is {link_state}", 0)])
+    report = ReverseReport(link_name)
+    plan = None if undo.undone(24) else state.plans.get(link_name)
+    if plan is not None and plan.link_id != config.link_id:
+        yield Execute(tuple(journal(state.plans.end(link_name))))
+        yield Note("warning", f"link {link_name!r}: dropped the plan of a reversal of an "
+                   "earlier link of this name")
+        plan = None
+    if plan is None:
+        plan, verify = _new_reverse_plan(state, link_name, timeout_ms, now_ms)
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        report.steps.append(verify)
+        yield _checkpoint(link_name, verify.name)
+    else:
+        if timeout_ms > 0:
+            plan = replace(plan, timeout_ms=min(timeout_ms, REVERSE_TIMEOUT_MS_MAX))
+        plan = replace(plan, restarts=plan.restarts + 1)
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        report.resumed_from = plan.next_step(REVERSE_STEPS) or ""
+        report.steps += [
+            Step(s.name, True, f"(before the re-run) {s.result}", s.duration_ms)
+            for s in plan.steps if s.ok
+        ]
+        yield Note(
+            "warning",
+            f"link {link_name!r}: reverse takes up its journalled plan (begun at "
+            f"{plan.started_ms} ms) at step {report.resumed_from}",
+        )
+    remote_id = plan.remote_cluster_id
+    timeout = plan.timeout_ms
+    leaders = [
+        recovery.RecoveryMapping(n.resource_type, n.local_prefix, n.remote_prefix)
+        for n in plan.namespaces
+    ]
     address = config.value("remote_bootstrap")
     aborted: list[str] = []
 
@@ -736,7 +843,7 @@ def reverse(
         return f"aborted {len(ids)} open transactions" + (f": {', '.join(ids)}" if ids else "")
 
     def wait_remote() -> Generator[Request, Any, str]:
-        deadline = (yield Now()) + timeout_ms
+        deadline = (yield Now()) + timeout
         while True:
             copies: list[recovery.RemoteCopy] = []
             for m in leaders:
@@ -765,27 +872,59 @@ def reverse(
                 raise ClusterError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"link {link_name!r}",
-                    f"link {link_name!r}: the remote did not catch up within {timeout_ms} ms "
-                    f"({len(missing)} behind, e.g. {'; '.join(missing[:3])}); this side stays "
-                    "reserved: retry reverse, or clear the reservation to write here again",
+                    f"link {link_name!r}: the remote did not catch up within {timeout} ms "
+                    f"({len(missing)} behind, e.g. {'; '.join(missing[:3])})",
                 )
             yield Sleep(REVERSE_POLL_MS)
 
     def detach_all() -> Generator[Request, Any, str]:
-        for m in leaders:
-            now: int = yield Now()
-            yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
-        return f"detached {len(leaders)} mappings"
+        changed = 0
+        for i, m in enumerate(leaders, 1):
+            current = state.links.get(link_name).attached_at(m.resource_type, m.local_prefix)
+            if current is not None and current.local_role is Role.LEADER:
+                now: int = yield Now()
+                yield from detach(
+                    state, link_name, m.resource_type, m.local_prefix, now, require_remote=True
+                )
+                changed += 1
+            yield _checkpoint(link_name, f"{REVERSE_STEPS[4]}#{i}")
+        return (
+            f"detached {changed} mappings here and on {remote_id!r}"
+            + (f" ({len(leaders) - changed} were detached before)" if changed < len(leaders)
+               else "")
+        )
 
     def attach_swapped() -> Generator[Request, Any, str]:
-        for m in leaders:
-            now: int = yield Now()
-            yield from attach(
-                state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
-            )
-        return f"attached {len(leaders)} mappings with {config.remote_cluster_id!r} leading"
+        changed = 0
+        for i, m in enumerate(leaders, 1):
+            current = state.links.get(link_name).attached_at(m.resource_type, m.local_prefix)
+            if current is None or current.local_role is not Role.FOLLOWER:
+                now: int = yield Now()
+                yield from attach(
+                    state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote",
+                    now, require_remote=True,
+                )
+                changed += 1
+            yield _checkpoint(link_name, f"{REVERSE_STEPS[5]}#{i}")
+        return (
+            f"attached {changed} mappings with {remote_id!r} leading, here and on {remote_id!r}"
+            + (f" ({len(leaders) - changed} were attached before)" if changed < len(leaders)
+               else "")
+        )
 
     def promote_remote() -> Generator[Request, Any, str]:
+        # The remote must hold the swapped mappings before it clears its
+        # reservations (it refuses a namespace that still follows): a
+        # handshake brings it this side's configuration first.
+        current = state.links.get(link_name)
+        shake: Reply = yield Call(
+            address, Handshake(current), f"link {link_name!r}: handshake"
+        )
+        answer = shake.value()
+        assert isinstance(answer, LinkConfig)
+        accepted = rounds.accept_handshake_answer(state, link_name, answer, shake.now_ms)
+        if accepted.effects:
+            yield Execute(tuple(accepted.effects))
         request = Promote(
             config.link_id, tuple((m.resource_type, m.remote_prefix) for m in leaders)
         )
@@ -793,30 +932,74 @@ def reverse(
         promoted = reply.value()
         assert isinstance(promoted, Promoted)
         return (
-            f"{config.remote_cluster_id!r} cleared its reservations; {promoted.partitions} "
-            "partitions started a new leader epoch"
+            f"{remote_id!r} cleared its reservations; {promoted.partitions} "
+            f"partitions started a new leader epoch; {state.cluster_id!r} follows"
         )
 
-    for name, body in zip(
-        REVERSE_STEPS[1:],
-        (reserve, abort, wait_remote, detach_all, attach_swapped, promote_remote),
-        strict=True,
-    ):
+    bodies = (reserve, abort, wait_remote, detach_all, attach_swapped, promote_remote)
+    for name, body in zip(REVERSE_STEPS[1:], bodies, strict=True):
+        if plan.done(name):
+            continue
         started: int = yield Now()
         try:
             result = yield from body()
         except ClusterError as exc:
             ended: int = yield Now()
-            failure = f"{exc.code.name}: {exc.message}"
-            report.steps.append(Step(name, False, failure, ended - started))
             report.error = exc
-            yield Note("warning", f"link {link_name!r}: reverse stopped at {name}: {exc.message}")
+            failure = f"{exc.code.name}: {exc.message}"
+            if REVERSE_STEPS.index(name) < REVERSE_STEPS.index(REVERSE_NO_RETURN):
+                cleared = yield from _roll_back_reverse(state, plan)
+                failure += f"; rolled back: {cleared}"
+                report.rolled_back = True
+                yield Note("warning", f"link {link_name!r}: reverse stopped at {name} and was "
+                           f"rolled back ({cleared}): {exc.message}")
+            else:
+                plan = plan.with_step(plans.PlanStep(name, False, failure, ended - started))
+                yield Execute(tuple(journal(state.plans.put(plan))))
+                failure += (
+                    f"; the plan stays journalled: run reverse again on {state.cluster_id!r} "
+                    "to finish it"
+                )
+                report.pending = True
+                yield Note("warning", f"link {link_name!r}: reverse stopped at {name}, its "
+                           f"plan is kept (run reverse again to finish it): {exc.message}")
+            report.steps.append(Step(name, False, failure, ended - started))
             break
         ended = yield Now()
         report.steps.append(Step(name, True, result, ended - started))
+        plan = plan.with_step(plans.PlanStep(name, True, result, ended - started))
+        last = name == REVERSE_STEPS[-1]
+        yield Execute(tuple(journal(
+            state.plans.end(link_name) if last else state.plans.put(plan)
+        )))
+        yield _checkpoint(link_name, name)
     if report.ok:
-        yield Note("info", f"link {link_name!r} reversed: {config.remote_cluster_id!r} leads")
+        yield Note("info", f"link {link_name!r} reversed: {remote_id!r} leads")
     return report
+
+
+def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Request, Any, str]:
+    """A reversal stopped before any mapping changed: the reservations it
+    made are cleared (this side leads and takes writes again) and the plan
+    ends. Returns what was done, for the report."""
+    now: int = yield Now()
+    effects: list[Effect] = []
+    cleared = []
+    for n in plan.namespaces:
+        if n.reserved_before:
+            continue
+        kind = ResourceType.parse(n.resource_type)
+        if undo.undone(25):
+            continue  # the old rule: this side stays reserved
+        effects += admin.set_reserved(state, kind, n.local_prefix, False, now).effects
+        cleared.append(f"{n.resource_type} {n.local_prefix!r}")
+    effects += journal(state.plans.end(plan.link))
+    yield Execute(tuple(effects))
+    if state.refresh_high_watermarks():
+        yield WakeWaiters()
+    if not cleared:
+        return "nothing was reserved by it"
+    return "writable here again: " + ", ".join(cleared)
 
 
 __all__ = [

@@ -619,7 +619,10 @@ def reverse_mappings(state: ClusterState, link_name: str) -> tuple[str, list[Rec
             ErrorCode.INVALID_REQUEST,
             f"link {link_name!r}",
             f"cannot reverse link {link_name!r}: cluster {state.cluster_id!r} leads no "
-            "topic or group namespace on it (run reverse on the leader)",
+            "topic or group namespace on it (run reverse on the leader; a reversal that "
+            f"{config.remote_cluster_id!r} started and a crash cut short is finished by "
+            f"running reverse again on {config.remote_cluster_id!r}, where describe-link "
+            "shows its plan)",
         )
     return link_state, leaders
 
@@ -706,6 +709,8 @@ def promote_namespaces(
                 ns.name,
                 f"cannot make {ns.name} writable: it still follows link {ns.follower_link!r}",
             )
+        if not ns.reserved:
+            continue  # promoted already (a reversal's plan run again): no new epoch
         checked.append((kind, prefix))
     effects: list[Effect] = []
     dangling: list[DanglingTxn] = []

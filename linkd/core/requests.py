@@ -155,7 +155,23 @@ class Note:
     message: str
 
 
-Request = Execute | Call | Tell | Sleep | Now | LinkChanged | LinkDeleted | WakeWaiters | Note
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A step of a durable procedure (linkd/core/plans.py) ended and its
+    outcome is journalled: `point` names it ("reverse:detach-mappings", or
+    "reverse:detach-mappings#1" after the first namespace of a step).
+    Answer: None. Only test hooks act on it: they crash the cluster here, so
+    that a test reaches every point between two steps."""
+
+    procedure: str
+    link: str
+    point: str
+
+
+Request = (
+    Execute | Call | Tell | Sleep | Now | LinkChanged | LinkDeleted | WakeWaiters | Note
+    | Checkpoint
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,12 +30,19 @@ and of the groups-and-pending-answers issue:
 22. an admin call answers done only once the remote has the change, else
     pending with what remains (undone: "attached" although the remote was
     not reached)
+
+and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
+
+24. a re-run `reverse` continues its journalled plan (undone: it plans anew
+    from what is left, as before plans were durable)
+25. a reversal that fails before any mapping changed is rolled back (undone:
+    this side stays reserved and nothing is writable anywhere)
 """
 
 from __future__ import annotations
 
-# 1-8, then 21-22 (the numbers between belong to other changes).
-FIXES = (*range(1, 9), *range(21, 23))
+# 1-8, then 21-22 and 24-25 (the numbers between belong to other changes).
+FIXES = (*range(1, 9), *range(21, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 

@@ -1058,6 +1058,7 @@ class LinkDescription(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    PROCEDURE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1115,6 +1116,13 @@ class LinkDescription(_message.Message):
         confirmed it; unset when both sides have it. Never set by DescribeLink.
         """
 
+    @_builtins.property
+    def procedure(self) -> Global___ProcedurePlan:
+        """A multi-step procedure (reverse) in progress on this link, journalled on
+        this cluster: unset when none. Running the procedure again on this
+        cluster continues it (docs/operations.md).
+        """
+
     def __init__(
         self,
         *,
@@ -1139,10 +1147,11 @@ class LinkDescription(_message.Message):
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
         pending: Global___PendingChange | None = ...,
+        procedure: Global___ProcedurePlan | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1181,6 +1190,57 @@ class PendingChange(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PendingChange: _TypeAlias = PendingChange  # noqa: Y015
+
+@_typing.final
+class ProcedurePlan(_message.Message):
+    """A durable procedure's plan (linkd/core/plans.py): what it moves and each
+    step's outcome so far, as journalled.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROCEDURE_FIELD_NUMBER: _builtins.int
+    REMOTE_CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    NEXT_STEP_FIELD_NUMBER: _builtins.int
+    STARTED_AT_MS_FIELD_NUMBER: _builtins.int
+    RESTARTS_FIELD_NUMBER: _builtins.int
+    procedure: _builtins.str
+    """"reverse"."""
+    remote_cluster_id: _builtins.str
+    """The cluster the namespaces move to."""
+    next_step: _builtins.str
+    """The next step a re-run starts at."""
+    started_at_ms: _builtins.int
+    restarts: _builtins.int
+    """How many times a re-run took it up again."""
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]:
+        """The namespaces it moves (this side's prefixes, the remote's)."""
+
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReverseStep]:
+        """Its steps' outcomes so far, oldest first (a failed one is retried)."""
+
+    def __init__(
+        self,
+        *,
+        procedure: _builtins.str = ...,
+        remote_cluster_id: _builtins.str = ...,
+        namespaces: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+        steps: _abc.Iterable[Global___ReverseStep] | None = ...,
+        next_step: _builtins.str = ...,
+        started_at_ms: _builtins.int = ...,
+        restarts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "next_step", b"next_step", "procedure", b"procedure", "remote_cluster_id", b"remote_cluster_id", "restarts", b"restarts", "started_at_ms", b"started_at_ms", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProcedurePlan: _TypeAlias = ProcedurePlan  # noqa: Y015
 
 @_typing.final
 class FailoverRequest(_message.Message):
@@ -1881,6 +1941,9 @@ class ReverseLinkResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     MAPPINGS_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ROLLED_BACK_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     ok: _builtins.bool
     error_code: _builtins.str
@@ -1888,6 +1951,18 @@ class ReverseLinkResponse(_message.Message):
     message.
     """
     error_message: _builtins.str
+    resumed_from: _builtins.str
+    """The step a re-run took this cluster's journalled plan up at ("": the
+    reversal was planned now). The steps done before are reported first.
+    """
+    pending: _builtins.bool
+    """The reversal stopped after a mapping changed; its plan stays journalled
+    on this cluster and running reverse again here finishes it.
+    """
+    rolled_back: _builtins.bool
+    """A step before any mapping changed failed: the reservations the reversal
+    made were cleared, this side leads and takes writes again.
+    """
     @_builtins.property
     def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReverseStep]: ...
     @_builtins.property
@@ -1903,10 +1978,13 @@ class ReverseLinkResponse(_message.Message):
         error_code: _builtins.str = ...,
         error_message: _builtins.str = ...,
         mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
+        resumed_from: _builtins.str = ...,
+        pending: _builtins.bool = ...,
+        rolled_back: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "link", b"link", "mappings", b"mappings", "ok", b"ok", "steps", b"steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "link", b"link", "mappings", b"mappings", "ok", b"ok", "pending", b"pending", "resumed_from", b"resumed_from", "rolled_back", b"rolled_back", "steps", b"steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,156 @@
+"""Durable plans of multi-step procedures (today: `reverse`).
+
+A reversal changes both clusters in several steps (reserve, wait, detach,
+attach swapped, promote the remote). A crash of either side between two of
+them used to leave a state no command finished: a namespace reserved on
+both sides and attached nowhere, or attached with the remote leading but
+still reserved there, so that no cluster accepted a write. So the cluster
+that starts a reversal journals its plan before the first change (which
+namespaces, which link, which remote) and each step's outcome before the
+next step begins. After a restart the plan is replayed with the rest of the
+journal; running `reverse` again on that cluster continues the same plan
+from its first step not done, instead of planning anew from what is left
+(which would find fewer namespaces, or none). A plan ends (its record is
+cleared) when the last step is done, or when a step before any mapping
+changed fails and the reservations the plan made are rolled back.
+
+`describe-link` and `ccr-admin procedures` show a plan in progress. Pure
+data: the journal record is `journal.ProcedurePlan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from linkd.core import journal as jr
+
+REVERSE = "reverse"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step's outcome, as journalled before the next step began."""
+
+    name: str
+    ok: bool
+    result: str
+    duration_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "result": self.result,
+                "duration_ms": self.duration_ms}
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> PlanStep:
+        return PlanStep(str(obj["name"]), bool(obj["ok"]), str(obj["result"]),
+                        int(obj["duration_ms"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanNamespace:
+    """A namespace the plan moves: its type ("topic" | "group") and its
+    prefixes here and on the remote."""
+
+    resource_type: str
+    local_prefix: str
+    remote_prefix: str
+    # Reserved here before the plan began (a roll-back leaves it so).
+    reserved_before: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A procedure in progress on one link of this cluster."""
+
+    procedure: str  # "reverse"
+    link: str
+    link_id: str
+    remote_cluster_id: str
+    namespaces: tuple[PlanNamespace, ...]
+    timeout_ms: int
+    started_ms: int
+    steps: tuple[PlanStep, ...] = ()  # outcomes so far, oldest first
+    restarts: int = 0  # how many times a re-run took it up again
+
+    def done(self, step: str) -> bool:
+        return any(s.name == step and s.ok for s in self.steps)
+
+    def next_step(self, order: tuple[str, ...]) -> str | None:
+        return next((s for s in order if not self.done(s)), None)
+
+    def with_step(self, step: PlanStep) -> Plan:
+        # A retried step replaces its failed outcome.
+        kept = tuple(s for s in self.steps if s.name != step.name)
+        return replace(self, steps=(*kept, step))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "procedure": self.procedure,
+            "link": self.link,
+            "link_id": self.link_id,
+            "remote_cluster_id": self.remote_cluster_id,
+            "namespaces": [
+                [n.resource_type, n.local_prefix, n.remote_prefix, n.reserved_before]
+                for n in self.namespaces
+            ],
+            "timeout_ms": self.timeout_ms,
+            "started_ms": self.started_ms,
+            "steps": [s.to_json() for s in self.steps],
+            "restarts": self.restarts,
+        }
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> Plan:
+        return Plan(
+            str(obj["procedure"]),
+            str(obj["link"]),
+            str(obj["link_id"]),
+            str(obj["remote_cluster_id"]),
+            tuple(
+                PlanNamespace(str(t), str(lp), str(rp), bool(before))
+                for t, lp, rp, before in obj["namespaces"]
+            ),
+            int(obj["timeout_ms"]),
+            int(obj["started_ms"]),
+            tuple(PlanStep.from_json(s) for s in obj.get("steps", [])),
+            int(obj.get("restarts", 0)),
+        )
+
+
+@dataclass
+class PlanTable:
+    """The plans in progress on this cluster, one per link at most."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+
+    def get(self, link: str) -> Plan | None:
+        return self.plans.get(link)
+
+    def put(self, plan: Plan) -> list[jr.JournalRecord]:
+        """Stores (in memory) and returns the record to journal."""
+        record = jr.ProcedurePlan(plan.link, plan.to_json())
+        self.apply_record(record)
+        return [record]
+
+    def end(self, link: str) -> list[jr.JournalRecord]:
+        if link not in self.plans:
+            return []
+        record = jr.ProcedurePlan(link, None)
+        self.apply_record(record)
+        return [record]
+
+    def apply_record(self, record: jr.ProcedurePlan) -> None:
+        if record.plan is None:
+            self.plans.pop(record.link, None)
+        else:
+            self.plans[record.link] = Plan.from_json(record.plan)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {name: plan.to_json() for name, plan in sorted(self.plans.items())}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        self.plans = {str(k): Plan.from_json(v) for k, v in snapshot.items()}
+
+
+__all__ = ["REVERSE", "Plan", "PlanNamespace", "PlanStep", "PlanTable"]

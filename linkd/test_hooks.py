@@ -1,0 +1,46 @@
+"""TEST ONLY: crash hooks the tests of durable procedures use to stop a
+daemon, or the other cluster, between two steps (linkd/core/plans.py).
+
+Nothing but those tests may set these environment variables:
+
+- `LINKD_TEST_EXIT_AT=<point>`: this daemon exits at once (exit code 137, as
+  after kill -9, with nothing flushed beyond what is already durable) when
+  it reaches `<point>`: a procedure's checkpoint (`requests.Checkpoint`, e.g.
+  "reverse:detach-mappings#1"), or "serve:promote" once it has made the
+  namespaces a remote's reversal promotes writable, before it answers.
+- `LINKD_TEST_KILL_AT=<point>=<pid>`: at `<point>` this daemon sends SIGKILL
+  to process `<pid>` (the other cluster's daemon) and goes on, so that the
+  procedure's next call meets a remote that died between two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+log = logging.getLogger("linkd.test_hooks")
+
+EXIT_AT_ENV = "LINKD_TEST_EXIT_AT"
+KILL_AT_ENV = "LINKD_TEST_KILL_AT"
+EXIT_CODE = 137
+
+
+def reached(point: str) -> None:
+    """`point` was reached (its outcome durable): fire the hooks set for it."""
+    kill = os.environ.get(KILL_AT_ENV, "")
+    if kill:
+        where, _, pid = kill.rpartition("=")
+        if where == point and pid.isdigit():
+            log.critical("test hook %s: killing process %s at %s", KILL_AT_ENV, pid, point)
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if os.environ.get(EXIT_AT_ENV) == point:
+        log.critical("test hook %s: exiting at %s", EXIT_AT_ENV, point)
+        logging.shutdown()
+        os._exit(EXIT_CODE)
+
+
+__all__ = ["EXIT_AT_ENV", "EXIT_CODE", "KILL_AT_ENV", "reached"]
