@@ -19,11 +19,23 @@ and of the gaps issue:
 
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
+
+and of the pipeline issue (a follower's hidden records, compaction taken
+for divergence):
+
+18. a follower's HW cap follows its source's HW as soon as an answer's
+    records are appended (undone: only when the round that brought them
+    finishes, so records of a round cut short stay unreadable)
+19. a follower partition's reported position (describe-link, failover,
+    top, metrics) is its readable high watermark (undone: its log end)
+20. logs are compared by their batches' offsets and leader epochs (undone:
+    by CRC too, so a batch the source's cleaner rewrote reads as a
+    divergence)
 """
 
 from __future__ import annotations
 
-FIXES = range(1, 9)
+FIXES = range(1, 21)
 _undone: frozenset[int] = frozenset()
 
 
