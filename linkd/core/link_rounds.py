@@ -638,7 +638,7 @@ def continue_fetch(
                 last.next_offset,
                 last.partition_leader_epoch,
                 part.max_bytes,
-                (histories.BatchMark(last.base_offset, last.last_offset, last.crc),),
+                (histories.BatchMark.of(last),),
             )
         )
     return tuple(out)
