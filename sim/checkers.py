@@ -247,6 +247,52 @@ def check_follower_log(
 # -- invariant 3 -----------------------------------------------------------------------
 
 
+def check_false_divergence(
+    cluster: str,
+    topic: str,
+    partition: int,
+    cut: list[StoredBatch],
+    history: History,
+    truncations: Truncations,
+    now_ms: int,
+) -> list[Violation]:
+    """A follower partition cut records another cluster acknowledged at the
+    very offsets it held them at, and no cluster has cut that partition at
+    or below them: the source's history never parted there, so the cut
+    took the same history for a divergence (a clean's rewrite, say).
+    Records its own clients wrote are not judged here."""
+    acked: dict[str, tuple[str, int]] = {}
+    removed = _records_by_offset(cut)
+    if not removed:
+        return []
+    wanted = {v.decode() for _k, v in removed.values() if v is not None}
+    for o in history.sends():
+        v = o.value
+        if o.type == "ok" and isinstance(v, Send) and v.value in wanted:
+            acked[v.value] = (o.cluster, v.offset)
+    details = []
+    for offset, (_key, value) in sorted(removed.items()):
+        if value is None or value.decode() not in acked:
+            continue
+        origin, at = acked[value.decode()]
+        if origin == cluster or at != offset:
+            continue
+        parted = any(
+            cut_at <= offset
+            for (c, t, p), cuts in truncations.items()
+            if c != cluster and t == topic and p == partition
+            for cut_at in cuts
+        )
+        if parted:
+            continue
+        details.append(
+            f"{cluster}: {topic}-{partition} was cut at t={now_ms} ms as diverged, removing "
+            f"{value.decode()!r} at offset {offset}, which {origin} acknowledged at that "
+            "offset; no cluster's history of the partition parted at or below it"
+        )
+    return _capped("false_divergence", details)
+
+
 def check_reserved_writes(history: History) -> list[Violation]:
     details = [
         f"{o.process} wrote {o.value.topic}-{o.value.partition} on {o.cluster} at "

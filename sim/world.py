@@ -57,6 +57,7 @@ from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
 from sim.operators import Operators, SimLinkSecurity
 from sim.scenario import ActionSpec, FaultSpec, Scenario
+from sim.store import StoredBatch
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
@@ -194,15 +195,20 @@ class Simulation:
         return hook
 
     def _make_truncate_hook(self, cid: str) -> Any:
-        def hook(topic: str, partition: int, removed: int) -> None:
+        def hook(topic: str, partition: int, removed: int, cut: list[StoredBatch]) -> None:
             node = self.clusters[cid]
             store = node.store(topic, partition)
-            self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
-            self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             follower = any(
                 n.follower_link or n.reserved
                 for n in node.state.namespaces.matching(ResourceType.TOPIC, topic)
             )
+            if follower:
+                self.violations += checkers.check_false_divergence(
+                    cid, topic, partition, cut, self.history, self.truncations,
+                    self.queue.now_ms,
+                )  # fmt: skip
+            self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
+            self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             name = "records_truncated_by_recovery" if follower else "records_truncated_unclean"
             self.metrics.add(name, removed)
             self.queue.note(f"truncate {cid}:{topic}-{partition} removed {removed}")
