@@ -115,3 +115,10 @@ def test_marks_carry_what_a_clean_keeps() -> None:
     mark = histories.BatchMark.of(header)
     assert (mark.base_offset, mark.last_offset, mark.crc) == (4, 4, header.crc)
     assert mark.max_timestamp == 7 and mark.leader_epoch == header.partition_leader_epoch
+
+
+def test_marks_all_of_batches_the_cleaner_removed__agree() -> None:
+    state, log, data = _source()
+    marks = _marks(log)
+    _cleaned(state, log, data)
+    assert histories.common_by_marks(state, "c", 0, (marks[3],)) == 3  # batch 2: removed whole

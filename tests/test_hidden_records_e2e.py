@@ -49,8 +49,9 @@ def _readable(kafka: str, topic: str, ends: dict[int, int]) -> dict[int, int]:
                 break
             batch = consumer.consume(1000, 0.2)
             for msg in batch:
-                if msg.error() is None:
-                    got[msg.partition()] += 1
+                part = msg.partition()
+                if msg.error() is None and part is not None:
+                    got[part] += 1
             if batch:
                 quiet_since = time.monotonic()
     finally:

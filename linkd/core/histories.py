@@ -361,7 +361,9 @@ def common_by_marks(
     state: ClusterState, topic: str, partition: int, marks: tuple[BatchMark, ...]
 ) -> int | None:
     """Source side: the end of the newest of the follower's marked batches
-    this log holds too (the logs agree below it); None when it holds none."""
+    this log holds too (the logs agree below it), counting the batches above
+    it that a compacted log's cleaner removed whole (`cleaned_away`); None
+    when it holds none and a mark differs."""
     log = state.partition(topic, partition)
     cleaned = state.topic(topic).config.compact and not undo.undone(20)
     holes_end: int | None = None
@@ -375,7 +377,10 @@ def common_by_marks(
                 holes_end = mark.last_offset + 1
             continue
         holes_end = None  # a batch that differs: the logs part below it
-    return None
+    # Only batches the cleaner removed, down to the oldest mark: in the
+    # leader epochs the source's history has there (Kafka's own rule, which
+    # compares nothing else), no sign of a parting.
+    return holes_end
 
 
 def cleaned_away(log: PartitionLog, mark: BatchMark) -> bool:
