@@ -665,8 +665,8 @@ class Simulation:
         with_groups: bool,
         then: Callable[[], None] | None = None,
     ) -> None:
-        """create-link on the target (the follower dials), then attach each
-        prefix pair (topics, and groups when replicated) with the source leading."""
+        """create-link on the target (the follower dials; the source dials and
+        pushes under [topology] push), then attach each prefix pair (topics, and groups when replicated) with the source leading."""
         kinds = ("topic", "group") if with_groups else ("topic",)
 
         def created(_result: Any, error: ClusterError | None) -> None:
@@ -675,7 +675,8 @@ class Simulation:
                 if then is not None:
                     then()
 
-        self.ops.create_link(target, name, source, prefixes, kinds, "remote", False, created)
+        push = self.scenario.topology.push
+        self.ops.create_link(target, name, source, prefixes, kinds, "remote", push, created)
 
     def delete_link(self, cluster: str, name: str) -> None:
         """delete-link (a mirror edge: its flow stops)."""
