@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from linkd.core import link_admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.links import LinkState, MappingKey, Version, holds_back
+from linkd.core.links import LinkMode, LinkState, MappingKey, Version, holds_back
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import (
@@ -207,15 +207,33 @@ class StatusWatch:
         """"position_misreported": a follower row's position is what a
         consumer of that cluster can read of the partition (its HW), and a
         lag of 0 is claimed only when that covers the source HW the row
-        gives; records held but not readable are not caught up."""
+        gives; records held but not readable are not caught up.
+        "unreadable_records": an ASYNC follower partition lets its consumers
+        read every durable record below the source HW it was told (a
+        transaction's markers held together across partitions aside)."""
         summary = link_admin.link_summary(state, name, now_ms)
-        details = []
+        asynchronous = state.links.get(name).mode == LinkMode.ASYNC
+        held_together = {k for group in state.marker_groups for k in group}
+        details, hidden = [], []
         for row in summary.partitions:
             if row.role != "follower" or row.topic not in state.topics:
                 continue
             if row.partition >= len(state.topics[row.topic].partitions):
                 continue
-            readable = state.partition(row.topic, row.partition).high_watermark
+            log = state.partition(row.topic, row.partition)
+            readable = log.high_watermark
+            owed = min(log.durable_offset, row.source_high_watermark)
+            if (
+                asynchronous
+                and readable < owed
+                and (row.topic, row.partition) not in held_together
+            ):
+                hidden.append(
+                    f"{cid}: link {name!r} {row.topic}-{row.partition} (t={now_ms} ms) holds "
+                    f"{log.durable_offset} durable records and was told its source's high "
+                    f"watermark is {row.source_high_watermark}, but a consumer there reads "
+                    f"up to {readable} only"
+                )
             where = f"{cid}: link {name!r} row {row.topic}-{row.partition} (t={now_ms} ms)"
             if row.high_watermark != readable:
                 details.append(
@@ -229,6 +247,7 @@ class StatusWatch:
                     f"{row.log_end_offset})"
                 )
         self.violations += _capped("position_misreported", details)
+        self.violations += _capped("unreadable_records", hidden)
 
 
 def check_unforced_failover(

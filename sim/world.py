@@ -666,7 +666,8 @@ class Simulation:
         then: Callable[[], None] | None = None,
     ) -> None:
         """create-link on the target (the follower dials; the source dials and
-        pushes under [topology] push), then attach each prefix pair (topics, and groups when replicated) with the source leading."""
+        pushes under [topology] push), then attach each prefix pair (topics,
+        and groups when replicated) with the source leading."""
         kinds = ("topic", "group") if with_groups else ("topic",)
 
         def created(_result: Any, error: ClusterError | None) -> None:
