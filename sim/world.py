@@ -43,6 +43,7 @@ from linkd.core.errors import ClusterError
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
+from linkd.core.provenance import ProvenanceKind
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
@@ -202,7 +203,13 @@ class Simulation:
                 n.follower_link or n.reserved
                 for n in node.state.namespaces.matching(ResourceType.TOPIC, topic)
             )
-            if follower:
+            t = node.state.topics.get(topic)
+            entries = t.provenance.get(partition, []) if t is not None else []
+            if entries and (entries[-1].kind, entries[-1].reason, entries[-1].offset) == (
+                ProvenanceKind.TRUNCATED, "diverged", store.log_end_offset
+            ):
+                # A cut the data path made for a divergence (not an
+                # operator's recover, nor a source gone for good).
                 self.violations += checkers.check_false_divergence(
                     cid, topic, partition, cut, self.history, self.truncations,
                     self.queue.now_ms,
