@@ -210,7 +210,8 @@ class StatusWatch:
         gives; records held but not readable are not caught up.
         "unreadable_records": an ASYNC follower partition lets its consumers
         read every durable record below the source HW it was told (a
-        transaction's markers held together across partitions aside)."""
+        transaction's markers held together across partitions aside, and
+        records it leads on to a SYNC follower of its own, held for it)."""
         summary = link_admin.link_summary(state, name, now_ms)
         asynchronous = state.links.get(name).mode == LinkMode.ASYNC
         held_together = {k for group in state.marker_groups for k in group}
@@ -223,6 +224,9 @@ class StatusWatch:
             log = state.partition(row.topic, row.partition)
             readable = log.high_watermark
             owed = min(log.durable_offset, row.source_high_watermark)
+            floor = state.links.sync_floor(row.topic, row.partition)
+            if floor is not None:
+                owed = min(owed, floor)  # it leads them on to a SYNC follower: held for it
             if (
                 asynchronous
                 and readable < owed
