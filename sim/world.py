@@ -210,10 +210,7 @@ class Simulation:
             ):
                 # A cut the data path made for a divergence (not an
                 # operator's recover, nor a source gone for good).
-                self.violations += checkers.check_false_divergence(
-                    cid, topic, partition, cut, self.history, self.truncations,
-                    self.queue.now_ms,
-                )  # fmt: skip
+                self._judge_divergence(cid, topic, partition, cut)
             self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
             self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             name = "records_truncated_by_recovery" if follower else "records_truncated_unclean"
@@ -221,6 +218,27 @@ class Simulation:
             self.queue.note(f"truncate {cid}:{topic}-{partition} removed {removed}")
 
         return hook
+
+    def _judge_divergence(
+        self, cid: str, topic: str, partition: int, cut: list[StoredBatch]
+    ) -> None:
+        """`false_divergence` for a follower partition its data path cut."""
+        state = self.clusters[cid].state
+        link_id = state.topics[topic].provenance[partition][-1].link_id
+        configs = [c for c in state.links.configs.values() if c.link_id == link_id]
+        mapping = configs[0].mapping_for(topic, "follower") if configs else None
+        if mapping is None or configs[0].remote_cluster_id not in self.clusters:
+            return
+        source = configs[0].remote_cluster_id
+        source_topic = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+        node = self.clusters[source]
+        t = node.state.topics.get(source_topic)
+        if t is None or partition >= len(t.partitions):
+            return
+        self.violations += checkers.check_false_divergence(
+            cid, topic, partition, cut, source, node.store(source_topic, partition),
+            t.config.compact, self.history, self.truncations, self.queue.now_ms,
+        )  # fmt: skip
 
     # -- setup -------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from linkd.core import records as rb
 from sim import checkers
 from sim.history import History, Op, Send
 from sim.runner import run_summary
-from sim.store import StoredBatch
+from sim.store import PartitionStore, StoredBatch
 
 
 def _acked(value: str, offset: int, cluster: str) -> Op:
@@ -20,20 +20,51 @@ def _cut(base: int, *values: str) -> list[StoredBatch]:
     return [StoredBatch(base, base + len(values), data, len(data))]
 
 
-def test_false_divergence__a_cut_of_what_the_source_acknowledged_there() -> None:
+def _source(*batches: list[StoredBatch]) -> PartitionStore:
+    store = PartitionStore()
+    for b in batches:
+        store.append(b[0])
+    return store
+
+
+def test_false_divergence__a_cut_of_what_the_source_holds_there() -> None:
     history = History([_acked("x", 4, "A"), _acked("y", 5, "A")])
-    found = checkers.check_false_divergence("B", "t", 0, _cut(4, "x", "y"), history, {}, 100)
+    source = _source(_cut(0, "a", "b", "c", "d"), _cut(4, "x", "y"))
+    found = checkers.check_false_divergence(
+        "B", "t", 0, _cut(4, "x", "y"), "A", source, False, history, {}, 100
+    )
     assert [v.invariant for v in found] == ["false_divergence", "false_divergence"]
-    assert "'x' at offset 4, which A acknowledged" in found[0].detail
+    assert "'x' at offset 4, which its source holds" in found[0].detail
 
 
-def test_false_divergence__quiet_where_a_history_parted_or_the_records_are_its_own() -> None:
-    history = History([_acked("x", 4, "A"), _acked("y", 5, "B"), _acked("z", 9, "A")])
-    # A cut its own partition at 4 (an unclean election): B's cut follows it.
-    parted = {("A", "t", 0): [4]}
-    assert checkers.check_false_divergence("B", "t", 0, _cut(4, "x"), history, parted, 1) == []
-    # B's own write, and a record A acknowledged at another offset.
-    assert checkers.check_false_divergence("B", "t", 0, _cut(5, "y", "z"), history, {}, 1) == []
+def test_false_divergence__a_cut_of_what_a_compacted_source_cleaned_away() -> None:
+    history = History([_acked("x", 4, "A"), _acked("y", 5, "A")])
+    # The source's cleaner removed the batch at 4-5; it holds 6 on.
+    source = _source(_cut(0, "a", "b", "c", "d"), _cut(6, "z"))
+    cleaned = checkers.check_false_divergence(
+        "B", "t", 0, _cut(4, "x", "y"), "A", source, True, history, {}, 100
+    )
+    assert [v.invariant for v in cleaned] == ["false_divergence", "false_divergence"]
+    # Not compacted, or cut there by the source itself: a true parting.
+    assert checkers.check_false_divergence(
+        "B", "t", 0, _cut(4, "x", "y"), "A", source, False, history, {}, 100
+    ) == []
+    assert checkers.check_false_divergence(
+        "B", "t", 0, _cut(4, "x", "y"), "A", source, True, history, {("A", "t", 0): [4]}, 100
+    ) == []
+
+
+def test_false_divergence__quiet_where_the_source_holds_other_records_or_never_had_them() -> None:
+    history = History([_acked("x", 4, "A"), _acked("y", 5, "A")])
+    rewritten = _source(_cut(0, "a", "b", "c", "d"), _cut(4, "other"))
+    assert checkers.check_false_divergence(
+        "B", "t", 0, _cut(4, "x"), "A", rewritten, True, history, {}, 1
+    ) == []
+    # A promoted cluster that never had them (the DR story): C cuts them.
+    shorter = _source(_cut(0, "a", "b", "c", "d"))
+    assert checkers.check_false_divergence(
+        "C", "t", 0, _cut(4, "x", "y"), "B", shorter, False, history, {}, 1
+    ) == []
 
 
 def _kinds(scenario: str, params: dict[str, object]) -> set[str]:
