@@ -124,10 +124,22 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "2d317e4a88121a6f1e331086317f8553cabfaa7a373d50349ce05dfd5724825d",
         "9a8a48695ea300c59d4be881b81f01cd833aa45451b7374cd76a23bbe3437a6d",
     ),
-    ("compacted-freeze", 1): ("38b0c3656f30e8fcdd875189d027296e3a88c247189c52a1172efca6ca671277", "2adba5d1b8abc7d3ae3dc60d846cdad27682c49a70e92639901f7b841a512415"),
-    ("compacted-freeze", 2): ("140567dd71f8aa088480974a915fdbffc8d8eb573a8f991eb0d3feeabd237fde", "3f0626655f0b0ea572e9d5505f60466d987373a07fedccbe3222d5bc1309f6dc"),
-    ("push-source-lost", 1): ("fd5f290d0ada3d51fe725a3c3e43dcb88254362ca3f8b88c29e7f06bc1aa285b", "19985774326bb261d35daebc7adadf9191efc041b122b1ca963fec8acaf65f5d"),
-    ("push-source-lost", 2): ("bb8057df0c2ef44ee07a21ed638c5b14b161054b2d78d35132d57763a41a79a1", "fa2d56d5f00780215e376371d53b908d81d0cbce010143971d60a31c7fcf7d9a"),
+    ("compacted-freeze", 1): (
+        "38b0c3656f30e8fcdd875189d027296e3a88c247189c52a1172efca6ca671277",
+        "2adba5d1b8abc7d3ae3dc60d846cdad27682c49a70e92639901f7b841a512415",
+    ),
+    ("compacted-freeze", 2): (
+        "140567dd71f8aa088480974a915fdbffc8d8eb573a8f991eb0d3feeabd237fde",
+        "3f0626655f0b0ea572e9d5505f60466d987373a07fedccbe3222d5bc1309f6dc",
+    ),
+    ("push-source-lost", 1): (
+        "fd5f290d0ada3d51fe725a3c3e43dcb88254362ca3f8b88c29e7f06bc1aa285b",
+        "19985774326bb261d35daebc7adadf9191efc041b122b1ca963fec8acaf65f5d",
+    ),
+    ("push-source-lost", 2): (
+        "bb8057df0c2ef44ee07a21ed638c5b14b161054b2d78d35132d57763a41a79a1",
+        "fa2d56d5f00780215e376371d53b908d81d0cbce010143971d60a31c7fcf7d9a",
+    ),
     ("compacted-follower", 1): (
         "25a612668fa52a79a1f454d53a580ea0a3df221950611c35bfa520fb72a6cdfb",
         "f35a7341c2f5f9a33d973ab9ad44a21c35f5ccfca06a1f8448d16e352fa03710",
