@@ -255,6 +255,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "lag_known": p.lag_known,
         "source_hw_known_at_ms": p.source_hw_known_at_ms,
         "problem": p.problem,
+        "high_watermark": p.high_watermark,
     }
 
 

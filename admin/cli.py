@@ -871,11 +871,22 @@ def _print_link(link: LinkInfo) -> None:
                 p["role"],
                 str(p["lag_records"]) if p["lag_known"] else "unknown",
                 str(p["lag_ms"]) if p["lag_known"] else "unknown",
+                str(p["high_watermark"]) if p["role"] == "follower" else "-",
+                str(p["log_end_offset"]),
                 _age(p["source_hw_known_at_ms"]) if p["role"] == "follower" else "now",
             )
             for p in link.partitions
         ]
-        header = ("TOPIC", "PARTITION", "ROLE", "LAG_RECORDS", "LAG_MS", "SOURCE_HW_AS_OF")
+        header = (
+            "TOPIC",
+            "PARTITION",
+            "ROLE",
+            "LAG_RECORDS",
+            "LAG_MS",
+            "READABLE",
+            "LEO",
+            "SOURCE_HW_AS_OF",
+        )
         print(_table(rows, header))
         for p in link.partitions:
             if p.get("problem"):
@@ -1146,8 +1157,9 @@ def cmd_failover(args: argparse.Namespace) -> int:
         for p in result.abandoned:
             known = "" if p["lag_known"] else ", and whatever it acknowledged since"
             print(
-                f"  {p['topic']}-{p['partition']}: {p['lag_records']} records (log end "
-                f"{p['log_end_offset']}, source high watermark {p['source_high_watermark']} "
+                f"  {p['topic']}-{p['partition']}: {p['lag_records']} records (readable "
+                f"to {p['high_watermark']}, log end {p['log_end_offset']}, source high "
+                f"watermark {p['source_high_watermark']} "
                 f"as of {_age(p['source_hw_known_at_ms'])}{known})"
             )
     for d in result.aborted_transactions:

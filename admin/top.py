@@ -62,6 +62,9 @@ class PartitionView:
     log_end_offset: int
     source_high_watermark: int  # -1: never learned
     problem: str
+    # What a consumer here can read (the lag counts from it); records held
+    # above it are not caught up.
+    high_watermark: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class PartitionView:
             "log_end_offset": self.log_end_offset,
             "source_high_watermark": self.source_high_watermark,
             "problem": self.problem,
+            "high_watermark": self.high_watermark,
         }
 
 
@@ -91,7 +95,7 @@ class LinkView:
 
     @property
     def follower_offsets(self) -> int:
-        return sum(p.log_end_offset for p in self.partitions)
+        return sum(p.high_watermark for p in self.partitions)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +217,7 @@ def link_view(info: LinkInfo, topics: Mapping[str, int] | None = None, *,
             int(p["log_end_offset"]),
             int(p["source_high_watermark"]),
             partition_problem(p, info.state, at_ms),
+            int(p.get("high_watermark", p["log_end_offset"])),
         )
         for p in info.partitions
         if p["role"] == "follower"
@@ -349,7 +354,7 @@ def render(
         for p in link.partitions[:max_partitions]:
             parts.append((
                 link.name, p.topic, str(p.partition), _lag(p.lag_records, True),
-                _lag(p.lag_ms, True), str(p.log_end_offset),
+                _lag(p.lag_ms, True), str(p.high_watermark),
                 str(p.source_high_watermark) if p.source_high_watermark >= 0 else "?",
                 p.problem,
             ))
@@ -359,7 +364,7 @@ def render(
     if parts:
         lines.append("")
         lines += _table(parts, ("LINK", "TOPIC", "PARTITION", "LAG_RECORDS", "LAG_MS",
-                                "OFFSET", "SOURCE_HW", "PROBLEM"))
+                                "READABLE", "SOURCE_HW", "PROBLEM"))
     if frame.mirror_links:
         mirrors = [
             (m.name, m.alias, ", ".join(m.flows) or "-",

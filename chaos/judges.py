@@ -11,11 +11,12 @@ is shared with the simulator; they live here until they are moved there.)
 Anomalies:
 - `status_lied` (9): a follower partition row of a link reported FOLLOWING
   or IN_SYNC with `lag_records == 0` (and `lag_known`, when the field exists)
-  whose own `log_end_offset` is below the source's high watermark observed
+  whose readable position (`high_watermark`; `log_end_offset` from daemons
+  that do not report it) is below the source's high watermark observed
   one status round earlier (or, when the row says when it learned the source
   HW, `source_hw_known_at_ms`, below the HW observed in the last round that
   ended before then); or a row that contradicts itself (lag 0 while its
-  `log_end_offset` is below its own `source_high_watermark`).
+  position is below its own `source_high_watermark`).
 - `silent_loss` (10): a record acknowledged in a namespace that led to a
   follower (attached in the status rounds before and after the send) is not
   in that follower's final log, and no report names it (see
@@ -79,6 +80,14 @@ class Row:
     # Absent on older daemons: then a row is a claim when its lag is not negative.
     lag_known: bool = True
     source_hw_known_at_ms: int = 0  # wall clock; 0: never (or not reported)
+    # What a consumer there can read (-1: not reported, older daemons).
+    high_watermark: int = -1
+
+    @property
+    def position(self) -> int:
+        """What the row says a consumer there can read: its readable high
+        watermark, else (older daemons) its log end."""
+        return self.high_watermark if self.high_watermark >= 0 else self.log_end_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,10 +239,11 @@ def check_status_rounds(rounds: Sequence[Round]) -> tuple[list[Violation], int]:
                         continue
                     key = (cluster, row.topic, row.partition, link.name)
                     where = f"{link.state}, lag 0, t={rnd.start_ms} ms"
-                    if row.log_end_offset < row.source_high_watermark:
+                    if row.position < row.source_high_watermark:
                         lies.append((key, i, (
-                            f"{where}: reports log end {row.log_end_offset} below its own "
-                            f"source high watermark {row.source_high_watermark}"
+                            f"{where}: reports position {row.position} (log end "
+                            f"{row.log_end_offset}) below its own source high watermark "
+                            f"{row.source_high_watermark}"
                         )))  # fmt: skip
                         continue
                     source_topic = link.follower_source(row.topic)
@@ -258,9 +268,9 @@ def check_status_rounds(rounds: Sequence[Round]) -> tuple[list[Violation], int]:
                         ):
                             continue  # deleted and re-created in between
                     judged += 1
-                    if row.log_end_offset < seen.high_watermark:
+                    if row.position < seen.high_watermark:
                         lies.append((key, i, (
-                            f"{where}: holds up to {row.log_end_offset}, but "
+                            f"{where}: lets consumers read up to {row.position}, but "
                             f"{link.remote}:{source_topic}-{row.partition} had high watermark "
                             f"{seen.high_watermark} at t={earlier.start_ms}-{earlier.end_ms} ms"
                         )))  # fmt: skip
@@ -941,6 +951,7 @@ def row_of(d: Mapping[str, Any]) -> Row:
         source_high_watermark=int(d.get("source_high_watermark", -1)),
         lag_known=bool(known) if known is not None else lag >= 0,
         source_hw_known_at_ms=int(d.get("source_hw_known_at_ms", 0) or 0),
+        high_watermark=int(d.get("high_watermark", -1)),
     )
 
 

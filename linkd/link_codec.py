@@ -264,8 +264,20 @@ def fetch_request_pb(
         entry.related = p.related
         entry.all_marks = p.all_marks
         for m in p.marks:
-            entry.marks.add(base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc)
+            entry.marks.add(
+                base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc,
+                leader_epoch=m.leader_epoch, producer_id=m.producer_id,
+                producer_epoch=m.producer_epoch, base_sequence=m.base_sequence,
+                max_timestamp=m.max_timestamp,
+            )  # fmt: skip
     return out
+
+
+def _mark_of(m: replication_pb2.BatchMark) -> histories.BatchMark:
+    return histories.BatchMark(
+        m.base_offset, m.last_offset, m.crc, m.leader_epoch, m.producer_id,
+        m.producer_epoch, m.base_sequence, m.max_timestamp,
+    )  # fmt: skip
 
 
 def partition_fetches_of(
@@ -278,7 +290,7 @@ def partition_fetches_of(
             p.fetch_offset,
             p.last_fetched_epoch,
             p.max_bytes,
-            tuple(histories.BatchMark(m.base_offset, m.last_offset, m.crc) for m in p.marks),
+            tuple(_mark_of(m) for m in p.marks),
             p.all_marks,
             p.related,
         )

@@ -29,7 +29,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -343,8 +343,40 @@ class ClusterNode:
     # -- effects ----------------------------------------------------------------
 
     async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
-        touched: dict[tuple[str, int], int] = {}
+        """Carries out effects the core already applied to the model, in
+        order, whole: a caller cancelled meanwhile (a link call whose remote
+        went away) stops waiting, but the effects still run to their end and
+        their durability still reaches the model (`made_durable`), else the
+        model would hold appends its files never got, or records durable on
+        disk that no reader may see until a restart."""
         effects = list(effects)
+        cancelled = False
+
+        async def make_durable(touched: dict[tuple[str, int], int]) -> None:
+            nonlocal cancelled
+            flush = asyncio.ensure_future(self._make_durable(touched))
+            while True:
+                try:
+                    await asyncio.shield(flush)
+                    return
+                except asyncio.CancelledError:
+                    if flush.cancelled():
+                        raise
+                    cancelled = True  # re-raised once every effect is carried out
+
+        try:
+            await self._execute(effects, wait_durable, make_durable)
+        finally:
+            if cancelled:
+                raise asyncio.CancelledError
+
+    async def _execute(
+        self,
+        effects: list[Effect],
+        wait_durable: bool,
+        make_durable: Callable[[dict[tuple[str, int], int]], Awaitable[None]],
+    ) -> None:
+        touched: dict[tuple[str, int], int] = {}
         for i, effect in enumerate(effects):
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
@@ -356,12 +388,12 @@ class ClusterNode:
                     )
                 except OSError as exc:
                     if touched:
-                        await self._make_durable(touched)
+                        await make_durable(touched)
                     self._appends_not_stored(effects[i:], exc)
                 touched[key] = effect.header.next_offset
             elif isinstance(effect, Journal):
                 if touched:
-                    await self._make_durable(touched)
+                    await make_durable(touched)
                     touched = {}
                 self._journal([encode_record(r) for r in effect.records])
             elif isinstance(effect, CreateLogs):
@@ -381,7 +413,7 @@ class ClusterNode:
             elif isinstance(effect, ResetLog | TruncateLog):
                 key = (effect.topic_id, effect.partition)
                 if touched.pop(key, None) is not None:
-                    await self._make_durable({key: self.stores[key].log_end_offset})
+                    await make_durable({key: self.stores[key].log_end_offset})
                 store = self.stores[key]
                 if isinstance(effect, ResetLog):
                     store.reset(effect.offset)
@@ -393,7 +425,7 @@ class ClusterNode:
                     flusher.durable_offset = store.log_end_offset
         if touched:
             if wait_durable:
-                await self._make_durable(touched)
+                await make_durable(touched)
             else:
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)

@@ -378,14 +378,29 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             # A leader may have several pushes in flight: they are applied
             # one at a time, in the order they arrived.
             lock = self._push_locks.setdefault(request.link_id, asyncio.Lock())
-            async with lock:
-                nxt: rounds.FetchRequest = await self.manager.host.drive(
-                    rounds.accept_push(
-                        node.state, codec.push_of(request), node.clock(), node.topic_id_factory
-                    )
-                )
-                previous = self._push_answered_ms.get(request.link_id)
-                self._push_answered_ms[request.link_id] = node.clock()
+
+            async def apply() -> tuple[rounds.FetchRequest, int | None]:
+                async with lock:
+                    nxt: rounds.FetchRequest = await self.manager.host.drive(
+                        rounds.accept_push(
+                            node.state, codec.push_of(request), node.clock(),
+                            node.topic_id_factory,
+                        )
+                    )  # fmt: skip
+                    previous = self._push_answered_ms.get(request.link_id)
+                    self._push_answered_ms[request.link_id] = node.clock()
+                    return nxt, previous
+
+            # A push that arrived is applied whole, its round finished, even
+            # if its caller goes away meanwhile (a source killed mid-push):
+            # else its appends would stay unreadable, or the link's view of
+            # the partition out of date, until some later round.
+            applying = asyncio.ensure_future(apply())
+            try:
+                nxt, previous = await asyncio.shield(applying)
+            except asyncio.CancelledError:
+                applying.add_done_callback(_retrieved)
+                raise
             names = [c.name for c in node.state.links.configs.values()
                      if c.link_id == request.link_id]
             if request.HasField("data") and names:
@@ -488,3 +503,10 @@ def add_replication_service(server: aio.Server, service: ReplicationService) -> 
     )
     # Not in the typing stubs; the generated code calls it too.
     cast(Any, server).add_registered_method_handlers(REPLICATION_SERVICE, handlers)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A push applied for a caller that went away: its failure is logged
+    (nobody else will hear of it)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a push whose caller went away failed", exc_info=task.exception())

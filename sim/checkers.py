@@ -252,6 +252,64 @@ def check_follower_log(
 # -- invariant 3 -----------------------------------------------------------------------
 
 
+def check_false_divergence(
+    cluster: str,
+    topic: str,
+    partition: int,
+    cut: list[StoredBatch],
+    source: str,
+    source_store: PartitionStore,
+    source_compacted: bool,
+    history: History,
+    truncations: Truncations,
+    now_ms: int,
+) -> list[Violation]:
+    """A follower partition was cut as diverged from its source (`source`,
+    whose copy of the partition is `source_store`), removing records its
+    source holds at the very same offsets, or that the source itself
+    acknowledged there, never cut, and only its cleaner removed since (a
+    compacted topic): the source's history never parted there, so the cut
+    took the same history for a divergence (a clean's rewrite, say).
+    Records the source does not hold there (it never had them, or it cut
+    them) are a true parting and not judged here."""
+    removed = _records_by_offset(cut)
+    if not removed:
+        return []
+    held = _records_by_offset(source_store.batches)
+    wanted = {v.decode() for _k, v in removed.values() if v is not None}
+    acked: dict[str, tuple[str, str, int]] = {}
+    for o in history.sends():
+        v = o.value
+        if o.type == "ok" and isinstance(v, Send) and v.value in wanted:
+            acked[v.value] = (o.cluster, v.topic, v.offset)
+    details = []
+    for offset, (key, value) in sorted(removed.items()):
+        if value is None:
+            continue
+        there = held.get(offset)
+        if there is not None:
+            if there != (key, value):
+                continue  # the source holds another record there: they parted
+            why = "which its source holds at that offset"
+        else:
+            origin = acked.get(value.decode())
+            if (
+                not source_compacted
+                or origin is None
+                or origin[0] != source
+                or origin[2] != offset
+                or not source_store.log_start_offset <= offset < source_store.log_end_offset
+                or any(c <= offset for c in truncations.get((source, origin[1], partition), []))
+            ):
+                continue
+            why = "which its source acknowledged at that offset, never cut, and cleaned since"
+        details.append(
+            f"{cluster}: {topic}-{partition} was cut at t={now_ms} ms as diverged from "
+            f"{source}, removing {value.decode()!r} at offset {offset}, {why}"
+        )
+    return _capped("false_divergence", details)
+
+
 def check_reserved_writes(history: History) -> list[Violation]:
     details = [
         f"{o.process} wrote {o.value.topic}-{o.value.partition} on {o.cluster} at "

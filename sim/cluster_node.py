@@ -102,7 +102,8 @@ class SimCluster:
         # The log cleaner's next pass (virtual ms; sim/log_cleaner.py).
         self.next_clean_ms = 0
         # Called with (topic, partition, records removed) on each truncation.
-        self.on_truncate: Callable[[str, int, int], None] | None = None
+        # (topic, partition, records removed, the batches cut off)
+        self.on_truncate: Callable[[str, int, int, list[StoredBatch]], None] | None = None
         # (topic, partition, from, to): records this cluster deleted itself
         # (retention, DeleteRecords), which no checker counts as lost.
         self.on_delete_below: Callable[[str, int, int, int], None] | None = None
@@ -196,12 +197,14 @@ class SimCluster:
                         # A follower starting again past a gap: what it held
                         # goes with its old log start, as retention would take it.
                         self.on_delete_below(name, effect.partition, start, before)
+                    cut: list[StoredBatch] = []
                 else:
+                    cut = target.batches[target.index_at(effect.offset) :]
                     target.truncate_to(effect.offset)
                 touched.pop(key, None)
                 removed = max(0, before - target.log_end_offset)
                 if removed and name is not None and self.on_truncate is not None:
-                    self.on_truncate(name, effect.partition, removed)
+                    self.on_truncate(name, effect.partition, removed, cut)
         if not touched:
             if then is not None:
                 then()

@@ -12,6 +12,7 @@ Tables and keys (units last; every time is virtual milliseconds):
               request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
               partition_max_bytes, fetch_max_wait_ms, status_probe_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
+              push (true: the source dials each link and pushes),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
               is FOLLOWING, as an operator must), file, link_type (link|mirror:
               every edge's type unless the edge sets its own)
@@ -115,6 +116,9 @@ class TopologySpec:
     mode: str = "ASYNC"
     file: str = ""
     link_type: str = "link"  # every edge's type unless the edge says otherwise
+    # Links of the topology are created on the follower with the source
+    # dialing it (connection direction remote_dials): the source pushes.
+    push: bool = False
 
 
 _MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from linkd.core import link_admin
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.links import LinkState, MappingKey, Version, holds_back
+from linkd.core.links import LinkMode, LinkState, MappingKey, Version, holds_back
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import (
@@ -146,6 +146,7 @@ class StatusWatch:
         states: Mapping[str, ClusterState],
         now_ms: int,
     ) -> None:
+        self._probe_positions(cid, state, name, now_ms)
         link_state = state.links.state_name(name)
         if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
             return
@@ -166,21 +167,23 @@ class StatusWatch:
             if not row.lag_known or row.lag_records != 0:
                 continue
             mapping = config.mapping_for(row.topic, "follower")
-            if mapping is None:
+            if mapping is None or row.topic not in state.topics:
                 continue
+            # What it holds for a consumer: its readable HW, not its log end.
+            readable = state.partition(row.topic, row.partition).high_watermark
             source_topic = rep.map_name(row.topic, mapping.local_prefix, mapping.remote_prefix)
             part = f"{row.topic}-{row.partition}"
             where = f"{cid}: link {name!r} says {link_state} with lag 0 for {part}"
             stale_ms = now_ms - self.session_timeout_ms - STALE_ROUND_SLACK_MS
             source_key = (source, source_topic, row.partition)
-            if row.source_hw_known_at_ms < stale_ms and row.log_end_offset < self.hw_at(
+            if row.source_hw_known_at_ms < stale_ms and readable < self.hw_at(
                 source_key, stale_ms
             ):
                 self.violations.append(
                     Violation(
                         "9 status",
                         f"{where} (t={now_ms} ms), but its last fetch round is from "
-                        f"t={row.source_hw_known_at_ms} ms and it holds {row.log_end_offset} "
+                        f"t={row.source_hw_known_at_ms} ms and it holds {readable} "
                         f"records while {source}:{source_topic}-{row.partition} has had "
                         f"{self.hw_at(source_key, stale_ms)} since t={stale_ms} ms: the data "
                         "path stopped",
@@ -190,15 +193,65 @@ class StatusWatch:
             if rounds.previous_ms < 0:
                 continue
             owed = self.hw_at(source_key, rounds.previous_ms)
-            if row.log_end_offset < owed:
+            if readable < owed:
                 self.violations.append(
                     Violation(
                         "9 status",
-                        f"{where} (t={now_ms} ms), but it holds {row.log_end_offset} records "
+                        f"{where} (t={now_ms} ms), but it holds {readable} records "
                         f"while {source}:{source_topic}-{row.partition} had a high watermark of "
                         f"{owed} one round earlier (t={rounds.previous_ms} ms)",
                     )
                 )
+
+    def _probe_positions(self, cid: str, state: ClusterState, name: str, now_ms: int) -> None:
+        """"position_misreported": a follower row's position is what a
+        consumer of that cluster can read of the partition (its HW), and a
+        lag of 0 is claimed only when that covers the source HW the row
+        gives; records held but not readable are not caught up.
+        "unreadable_records": an ASYNC follower partition lets its consumers
+        read every durable record below the source HW it was told (a
+        transaction's markers held together across partitions aside, and
+        records it leads on to a SYNC follower of its own, held for it)."""
+        summary = link_admin.link_summary(state, name, now_ms)
+        asynchronous = state.links.get(name).mode == LinkMode.ASYNC
+        held_together = {k for group in state.marker_groups for k in group}
+        details, hidden = [], []
+        for row in summary.partitions:
+            if row.role != "follower" or row.topic not in state.topics:
+                continue
+            if row.partition >= len(state.topics[row.topic].partitions):
+                continue
+            log = state.partition(row.topic, row.partition)
+            readable = log.high_watermark
+            owed = min(log.durable_offset, row.source_high_watermark)
+            floor = state.links.sync_floor(row.topic, row.partition)
+            if floor is not None:
+                owed = min(owed, floor)  # it leads them on to a SYNC follower: held for it
+            if (
+                asynchronous
+                and readable < owed
+                and (row.topic, row.partition) not in held_together
+            ):
+                hidden.append(
+                    f"{cid}: link {name!r} {row.topic}-{row.partition} (t={now_ms} ms) holds "
+                    f"{log.durable_offset} durable records and was told its source's high "
+                    f"watermark is {row.source_high_watermark}, but a consumer there reads "
+                    f"up to {readable} only"
+                )
+            where = f"{cid}: link {name!r} row {row.topic}-{row.partition} (t={now_ms} ms)"
+            if row.high_watermark != readable:
+                details.append(
+                    f"{where} reports position {row.high_watermark} (log end "
+                    f"{row.log_end_offset}), but a consumer there reads up to {readable}"
+                )
+            elif row.lag_known and row.lag_records == 0 and readable < row.source_high_watermark:
+                details.append(
+                    f"{where} reports lag 0 against source HW {row.source_high_watermark}, "
+                    f"but a consumer there reads up to {readable} (log end "
+                    f"{row.log_end_offset})"
+                )
+        self.violations += _capped("position_misreported", details)
+        self.violations += _capped("unreadable_records", hidden)
 
 
 def check_unforced_failover(

@@ -44,6 +44,7 @@ from linkd.core.errors import ClusterError
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
+from linkd.core.provenance import ProvenanceKind
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
@@ -58,6 +59,7 @@ from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
 from sim.operators import Operators, SimLinkSecurity
 from sim.scenario import ActionSpec, FaultSpec, Scenario
+from sim.store import StoredBatch
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
@@ -309,20 +311,49 @@ class Simulation:
         return hook
 
     def _make_truncate_hook(self, cid: str) -> Any:
-        def hook(topic: str, partition: int, removed: int) -> None:
+        def hook(topic: str, partition: int, removed: int, cut: list[StoredBatch]) -> None:
             node = self.clusters[cid]
             store = node.store(topic, partition)
-            self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
-            self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             follower = any(
                 n.follower_link or n.reserved
                 for n in node.state.namespaces.matching(ResourceType.TOPIC, topic)
             )
+            t = node.state.topics.get(topic)
+            entries = t.provenance.get(partition, []) if t is not None else []
+            if entries and (entries[-1].kind, entries[-1].reason, entries[-1].offset) == (
+                ProvenanceKind.TRUNCATED, "diverged", store.log_end_offset
+            ):
+                # A cut the data path made for a divergence (not an
+                # operator's recover, nor a source gone for good).
+                self._judge_divergence(cid, topic, partition, cut)
+            self.truncations.setdefault((cid, topic, partition), []).append(store.log_end_offset)
+            self.status_watch.cut((cid, topic, partition), self.queue.now_ms, store.log_end_offset)
             name = "records_truncated_by_recovery" if follower else "records_truncated_unclean"
             self.metrics.add(name, removed)
             self.queue.note(f"truncate {cid}:{topic}-{partition} removed {removed}")
 
         return hook
+
+    def _judge_divergence(
+        self, cid: str, topic: str, partition: int, cut: list[StoredBatch]
+    ) -> None:
+        """`false_divergence` for a follower partition its data path cut."""
+        state = self.clusters[cid].state
+        link_id = state.topics[topic].provenance[partition][-1].link_id
+        configs = [c for c in state.links.configs.values() if c.link_id == link_id]
+        mapping = configs[0].mapping_for(topic, "follower") if configs else None
+        if mapping is None or configs[0].remote_cluster_id not in self.clusters:
+            return
+        source = configs[0].remote_cluster_id
+        source_topic = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
+        node = self.clusters[source]
+        t = node.state.topics.get(source_topic)
+        if t is None or partition >= len(t.partitions):
+            return
+        self.violations += checkers.check_false_divergence(
+            cid, topic, partition, cut, source, node.store(source_topic, partition),
+            t.config.compact, self.history, self.truncations, self.queue.now_ms,
+        )  # fmt: skip
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -797,8 +828,9 @@ class Simulation:
         with_groups: bool,
         then: Callable[[], None] | None = None,
     ) -> None:
-        """create-link on the target (the follower dials), then attach each
-        prefix pair (topics, and groups when replicated) with the source leading."""
+        """create-link on the target (the follower dials; the source dials and
+        pushes under [topology] push), then attach each prefix pair (topics,
+        and groups when replicated) with the source leading."""
         kinds = ("topic", "group") if with_groups else ("topic",)
 
         def created(_result: Any, error: ClusterError | None) -> None:
@@ -807,7 +839,8 @@ class Simulation:
                 if then is not None:
                     then()
 
-        self.ops.create_link(target, name, source, prefixes, kinds, "remote", False, created)
+        push = self.scenario.topology.push
+        self.ops.create_link(target, name, source, prefixes, kinds, "remote", push, created)
 
     def delete_link(self, cluster: str, name: str) -> None:
         """delete-link (a mirror edge: its flow stops)."""

@@ -99,3 +99,73 @@ def test_a_follower_copies_a_cleaned_log_at_the_sources_offsets(daemon_factory: 
     described = _cli(b.bootstrap, "describe-topic", "orders-latest")
     assert described["configs"]["cleanup.policy"] == "compact"
     assert "cleaner" in described["partitions"][0]  # B cleans its copy on its own schedule
+
+
+def test_a_clean_on_the_source_while_the_follower_is_frozen_is_no_divergence(
+    daemon_factory: Any,
+) -> None:
+    """Issue 35, N4: A rewrites every key of a compacted topic and cleans
+    while B is frozen, so the batches B holds are rewritten (another CRC) or
+    gone from A. Once B runs again it goes on from its log end: nothing of
+    its copy is cut (no truncation in its provenance), and both sides read
+    the same records at the same offsets."""
+    listeners = {name: f"127.0.0.1:{free_port()}" for name in ("A", "B")}
+    a = daemon_factory("A", extra_args=[*FLAGS, "--kafka-listen", listeners["A"]])
+    b = daemon_factory("B", extra_args=[*FLAGS, "--kafka-listen", listeners["B"]])
+    for d in (a, b):
+        _cli(d.bootstrap, "create-namespace", "--type", "topic", "--prefix", "orders-")
+    _cli(
+        a.bootstrap, "create-topic", "orders-keys",
+        "--config", "cleanup.policy=compact",
+        "--config", "internal.segment.bytes=400",
+        "--config", "min.cleanable.dirty.ratio=0.01",
+    )  # fmt: skip
+    _cli(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    _cli(
+        a.bootstrap, "attach-namespace", "--link", "ab", "--type", "topic",
+        "--local-prefix", "orders-", "--remote-prefix", "orders-", "--leader", "local",
+    )  # fmt: skip
+
+    def produce(first: int, count: int) -> None:
+        producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 0})
+        for i in range(first, first + count):
+            # Two records a batch: a clean keeps one of them (a rewrite).
+            producer.produce("orders-keys", key=f"k{i % 6}", value=f"v{i}", partition=0)
+            producer.produce("orders-keys", key=f"solo{i}", value=f"s{i}", partition=0)
+            assert producer.flush(WAIT_S) == 0
+        producer.close()
+
+    def hw(bootstrap: str) -> int:
+        if "orders-keys" not in {t["name"] for t in _cli(bootstrap, "list-topics")}:
+            return -1
+        part = _cli(bootstrap, "describe-topic", "orders-keys")["partitions"][0]
+        return int(part["high_watermark"])
+
+    produce(0, 12)
+    _wait("B to copy A", lambda: hw(b.bootstrap) == hw(a.bootstrap) == 24)
+    removed_before = _cli(a.bootstrap, "describe-topic", "orders-keys")["partitions"][0][
+        "cleaner"
+    ]["removed_records"]
+
+    b.pause()
+    produce(12, 12)  # every k-key again: the batches B holds lose a record or go
+    try:
+        _wait(
+            "a clean on A of what B holds",
+            lambda: _cli(a.bootstrap, "describe-topic", "orders-keys")["partitions"][0][
+                "cleaner"
+            ]["removed_records"]
+            > removed_before,
+        )
+    finally:
+        b.resume()
+
+    _wait("B to follow A's log end", lambda: hw(b.bootstrap) == 48)
+    history = _cli(b.bootstrap, "provenance", "orders-keys")["partitions"][0]["provenance"]
+    assert [e for e in history if e["kind"] == "truncated"] == [], history
+    source = _read(a.bootstrap, "orders-keys")
+    copy = {o: (k, v) for o, k, v in _read(b.bootstrap, "orders-keys")}
+    # Every record A still holds is on B at its offset (B cleans on its own
+    # schedule: it may hold fewer, never other ones).
+    assert all(copy.get(o) == (k, v) for o, k, v in source if o in copy)
+    assert consume_to_end(listeners["B"], "orders-keys", WAIT_S)[-1][0] == 47

@@ -13,6 +13,7 @@ from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
+from linkd.core import undo
 from linkd.core.cluster import AppendBatch, ClusterState, Effect, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import decode
@@ -29,7 +30,8 @@ class Disk:
     def __init__(self) -> None:
         self.batches: dict[tuple[str, int], list[tuple[int, int, bytes]]] = {}
 
-    def carry_out(self, state: ClusterState, effects: list[Effect]) -> None:
+    def carry_out(self, state: ClusterState, effects: list[Effect]) -> bool:
+        """Stores the effects and makes them durable; whether a HW moved."""
         touched: dict[tuple[str, int], int] = {}
         for e in effects:
             if isinstance(e, AppendBatch):
@@ -42,8 +44,10 @@ class Disk:
                 key = (e.topic_id, e.partition)
                 self.batches[key] = [b for b in self.batches.get(key, []) if b[1] <= e.offset]
         names = {t.topic_id: n for n, t in state.topics.items()}
+        moved = False
         for (topic_id, p), offset in sorted(touched.items()):
-            state.mark_durable(names[topic_id], p, offset)
+            moved |= state.mark_durable(names[topic_id], p, offset)
+        return moved
 
     def read(
         self, topic_id: str, partition: int, start: int, end: int, max_bytes: int
@@ -104,11 +108,11 @@ def fetch_round(
         a, request.link_id, request.partitions, now, disk_a.read, budget, 1 << 20
     )
     applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, now)
-    disk_b.carry_out(b, applied.effects)
-    moved = rounds.finish_fetch_round(
+    durable_moved = disk_b.carry_out(b, applied.effects)
+    finished = rounds.finish_fetch_round(
         b, "ab", applied.progress, answer.sync_state, now, refused=applied.refused
     )
-    return answer, applied, moved
+    return answer, applied, durable_moved or finished is not None
 
 
 def test_discovery__creates_the_follower_topic_with_the_source_shape__once() -> None:
@@ -274,7 +278,7 @@ def test_sync_link__a_follower_that_stops_fetching__is_out_of_sync_after_the_lag
     assert a.link_state("ab") == "IN_SYNC" and b.link_state("ab") == "IN_SYNC"
 
 
-def test_a_round_finished_after_the_link_was_deleted__changes_nothing() -> None:
+def test_a_round_finished_after_the_link_was_deleted__changes_nothing_on_the_link() -> None:
     a, b, disk_a, disk_b = two_clusters()
     discover(a, b, disk_b)
     produce(a, disk_a, 2)
@@ -287,7 +291,76 @@ def test_a_round_finished_after_the_link_was_deleted__changes_nothing() -> None:
     admin.delete_link(b, "ab")
 
     assert not rounds.finish_fetch_round(b, "ab", applied.progress, "", NOW + 1)
-    assert b.partition("orders-1", 0).high_watermark == 0
+    # What it appended is durable and below the source's HW: readable.
+    assert b.partition("orders-1", 0).high_watermark == 2
+
+
+def _round_cut_short(a: ClusterState, b: ClusterState, disk_a: Disk, disk_b: Disk) -> int:
+    """A round whose appends are durable but which never finishes (its
+    caller went away, its source died): returns the source's HW."""
+    end = produce(a, disk_a, 5)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"))
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW + 10, disk_a.read, BUDGET, 1 << 20
+    )
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW + 10)
+    disk_b.carry_out(b, applied.effects)
+    return end
+
+
+def test_a_round_cut_short__what_it_appended_is_readable_once_durable() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    fetch_round(a, b, disk_a, disk_b, NOW + 5)
+
+    end = _round_cut_short(a, b, disk_a, disk_b)
+
+    log = b.partition("orders-1", 0)
+    assert end == 5 and log.log_end_offset == end
+    assert log.high_watermark == end  # no finish_fetch_round, nothing hidden
+    row = admin.follower_partitions(b, "ab", NOW + 11)[0]
+    assert row.high_watermark == end and row.log_end_offset == end
+
+
+def test_a_round_cut_short__undo_18__hides_what_it_appended() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    fetch_round(a, b, disk_a, disk_b, NOW + 5)
+    undo.set_undone(frozenset({18}))
+    try:
+        end = _round_cut_short(a, b, disk_a, disk_b)
+    finally:
+        undo.set_undone(frozenset())
+
+    log = b.partition("orders-1", 0)
+    assert log.log_end_offset == end and log.high_watermark == 0
+
+
+def test_reports_give_the_readable_position__not_the_log_end() -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    fetch_round(a, b, disk_a, disk_b, NOW + 5)
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)  # the leader sees the follower caught up
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    end = produce(a, disk_a, 2)
+    fetch_round(a, b, disk_a, disk_b, NOW + 40)  # a SYNC follower copies to the LEO,
+    # readable only as far as its source's HW (held until it acknowledges)
+
+    row = admin.follower_partitions(b, "ab", NOW + 41)[0]
+    assert (row.log_end_offset, row.high_watermark, row.source_high_watermark) == (end, 0, 0)
+    summary = admin.link_summary(b, "ab", NOW + 41)
+    [lag] = [r for r in summary.partitions if r.role == "follower"]
+    assert (lag.log_end_offset, lag.high_watermark) == (end, 0)
+
+    undo.set_undone(frozenset({19}))
+    try:
+        row = admin.follower_partitions(b, "ab", NOW + 41)[0]
+    finally:
+        undo.set_undone(frozenset())
+    assert row.high_watermark == end  # undone: the log end, which nobody can read
 
 
 def test_source_group_offsets__every_group_of_the_namespace__in_order() -> None:

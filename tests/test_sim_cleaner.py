@@ -110,6 +110,10 @@ def test_the_compacted_scenario_runs_clean_and_its_cleaners_work() -> None:
     summary = run_summary("compacted-follower", 1)
     assert summary["violations"] == []
     assert summary["metrics"]["io_bytes_cleaner"] > 0
+    # A's cleans are not taken for a divergence: B never cuts its copy, and
+    # its consumer never reads a record that is cut later.
+    assert summary["metrics"].get("records_truncated_by_recovery", 0) == 0
+    assert summary["metrics"]["consumer_reads_truncated"] == 0
 
 
 def test_a_namespace_cleanup_policy_is_checked_as_a_topic_config() -> None:

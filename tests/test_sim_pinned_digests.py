@@ -53,6 +53,15 @@ rounds by under 5% elsewhere. secure-links is pinned at 20 s since then
 (with 8 s, seed 1 ends while a fetch answer the lossy network dropped
 waits for its deadline; at 20 s: catch-up 10300 -> 8600 ms).
 
+Changed on purpose since (traces only, no summary moved): operator-mix
+seed 2, partition-heal seeds 1 and 2 and secure-links seeds 1 and 2, when a
+follower's high watermark began to follow what it appends (an answer's
+source high watermark caps it as soon as its records are appended, so it
+moves in the event that makes them durable rather than at the round's end):
+a long poll parked on the follower's partitions is woken once where it was
+woken twice (partition-heal seed 1: one "fetch wake" fewer on link C-A).
+Pinned since: push-source-lost and compacted-freeze (30 s and 25 s).
+
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
 """
@@ -85,6 +94,10 @@ SIZED: dict[str, dict[str, Any]] = {
     "secure-links": {"duration_ms": 20_000},
     # A is lost at 8 s and B fails over at 8.5 s.
     "groups-catch-up": {"duration_ms": 10_000},
+    # Their stories come after 8 s: A dies at 12.5 s and B fails over at 20 s;
+    # B is frozen from 8 s to 18 s and goes on after A's cleans.
+    "push-source-lost": {"duration_ms": 30_000},
+    "compacted-freeze": {"duration_ms": 25_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -112,6 +125,22 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("catch-up-storm", 2): (
         "2d317e4a88121a6f1e331086317f8553cabfaa7a373d50349ce05dfd5724825d",
         "9a8a48695ea300c59d4be881b81f01cd833aa45451b7374cd76a23bbe3437a6d",
+    ),
+    ("compacted-freeze", 1): (
+        "38b0c3656f30e8fcdd875189d027296e3a88c247189c52a1172efca6ca671277",
+        "2adba5d1b8abc7d3ae3dc60d846cdad27682c49a70e92639901f7b841a512415",
+    ),
+    ("compacted-freeze", 2): (
+        "140567dd71f8aa088480974a915fdbffc8d8eb573a8f991eb0d3feeabd237fde",
+        "3f0626655f0b0ea572e9d5505f60466d987373a07fedccbe3222d5bc1309f6dc",
+    ),
+    ("push-source-lost", 1): (
+        "fd5f290d0ada3d51fe725a3c3e43dcb88254362ca3f8b88c29e7f06bc1aa285b",
+        "19985774326bb261d35daebc7adadf9191efc041b122b1ca963fec8acaf65f5d",
+    ),
+    ("push-source-lost", 2): (
+        "bb8057df0c2ef44ee07a21ed638c5b14b161054b2d78d35132d57763a41a79a1",
+        "fa2d56d5f00780215e376371d53b908d81d0cbce010143971d60a31c7fcf7d9a",
     ),
     ("compacted-follower", 1): (
         "25a612668fa52a79a1f454d53a580ea0a3df221950611c35bfa520fb72a6cdfb",
@@ -182,16 +211,16 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "b2ea0910a5b28b18563da49b076355997be1c732fb3423d274656d6e73ccfedc",
     ),
     ("operator-mix", 2): (
-        "93f084d97bb3e2e8f5c1b8c49ee8a30fc6584a9ea599eea169be90a09d794e09",
-        "6b652d38b005105dbf48eb45a5edc42857beb332135c8bf7d208632885b700de",
+        "2f66cd09f486aaafd6dfc782ff38dc1e6b5498d6a8e84e049b5435ad17f9f98b",
+        "78dde7ee8019113dd55e6d5723b8478f183f8a078da9cd075a93af343229efec",
     ),
     ("partition-heal", 1): (
-        "7ee6478a019a65fb3a0861e533ac5f734b1cdde59b381ae4312f7d2a74b25cbd",
-        "6b5a9872b5d1a3a42bfe3c7f57bfb56f7f9a8a68076fb7c5f8ce9c226ecd76f8",
+        "4a8f5321f62cc39de933cc7e5c938fc69bc1cc645b10a68194477ac37767d639",
+        "2a9365f22d564df7d795179f7157aa21bf1798e8246904a163ba8820c35678a5",
     ),
     ("partition-heal", 2): (
-        "5c1dbac740a35a265337f9ff82882ee3d6d4fa3a12c036c877a1888bb2cc261b",
-        "c80ec44fb0c2c9a7aa81c66fe00f96559fed8069f35932392a32fc678341fbdf",
+        "0fc402d997f7e7c902a058372a69d66712afc342fe1911f957d71adc97b9ffee",
+        "47091f5f9e45d425d2b9002ddbe49cf30832534158e9a70188e7082b68af931f",
     ),
     ("retention-outage", 1): (
         "214cb7f72af03220e190775561ebb2a6de8fa24304402f0930aaddf32b142b3e",
@@ -210,12 +239,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "ea9581646f24c57f5a1c56e8a2f72e0afe2f42eea524e577fffbe8ee5e3484c6",
     ),
     ("secure-links", 1): (
-        "fea6bc5ec5cabb3d6c231f721fafd6abec3501fafc66bc7551f66da1f46530b3",
-        "8e6e373448fc08af12dda89e22bcdde509947128fbffd1bd2933a1e298c4895c",
+        "6fe8fc89b03cb0e7296d5c887db262fc570435763f2c4c37a56c1fbc6bca2b24",
+        "47aafecfecb80b0f5fea8a198dc5aca9321cbcfa197dd6465ef89623056111da",
     ),
     ("secure-links", 2): (
-        "5ebc92a9776ae018feae81fd56254c73506fdf9ee66f9fa60c761e46b848799c",
-        "5e0881ba92e6c99c81b01b4d42c03714b096a9bf15813f13f237e3db57919118",
+        "a1a07cc395e20df600501955bcf4b70ff0ddebaa29f4752b9f2c48491558cb58",
+        "041ec1bfa21d390d0a6a24e07756dae626a3c2e89244d9abc7a63f37595e9279",
     ),
     ("sync-failover", 1): (
         "cd72d9a0439dd57fb84dfe8b4b5ce65642a4fc00ed7896eb4663bd6de75f2894",

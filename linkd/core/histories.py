@@ -37,7 +37,9 @@ Pure code: functions of plain data and of ClusterState.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
+from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.partition import PartitionLog
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
@@ -221,14 +223,82 @@ def local_side(
 # -- batch marks: where a follower's log parts from its source's -------------------------
 
 
+class _Batch(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def crc(self) -> int: ...
+    @property
+    def partition_leader_epoch(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMark:
-    """One batch of a log, told apart by its CRC (a copy keeps it; records
-    written elsewhere do not share it)."""
+    """One batch of a log: its offsets and what names the write that made
+    it (the leader epoch it was written in, its producer fields, its max
+    timestamp), which a copy keeps and the log cleaner keeps too; and its
+    CRC, which a copy keeps but a clean changes (it drops records)."""
 
     base_offset: int
     last_offset: int
     crc: int
+    leader_epoch: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    max_timestamp: int = -1
+
+    @classmethod
+    def of(cls, batch: _Batch) -> BatchMark:
+        return cls(
+            batch.base_offset,
+            batch.last_offset,
+            batch.crc,
+            batch.partition_leader_epoch,
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.max_timestamp,
+        )
+
+    def same_write(self, batch: _Batch, cleaned: bool) -> bool:
+        """Whether `batch` is this mark's batch: the same offsets, and the
+        same bytes, or, where a log cleaner may have rewritten either copy
+        (`cleaned`: a compacted topic), the same write (leader epoch,
+        producer fields, max timestamp: what a clean keeps). A batch the
+        cleaner rewrote is not a history that parted."""
+        if batch.base_offset != self.base_offset or batch.last_offset != self.last_offset:
+            return False
+        if batch.crc == self.crc:
+            return True
+        return (
+            cleaned
+            and not undo.undone(20)
+            and (
+                batch.partition_leader_epoch,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.max_timestamp,
+            )
+            == (
+                self.leader_epoch,
+                self.producer_id,
+                self.producer_epoch,
+                self.base_sequence,
+                self.max_timestamp,
+            )
+        )
 
 
 # Marks a follower sends at most: its recent batches, the batches ending
@@ -271,7 +341,7 @@ def log_marks(
     for offset in sorted(wanted, reverse=True):
         found = log.batch_containing(offset)
         if found is not None and found.base_offset not in marks:
-            marks[found.base_offset] = BatchMark(found.base_offset, found.last_offset, found.crc)
+            marks[found.base_offset] = BatchMark.of(found)
         if len(marks) >= MARKS_MAX:
             break
     return tuple(marks[b] for b in sorted(marks, reverse=True))
@@ -284,17 +354,45 @@ def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:
     if not batches:
         return ()
     last = batches[-1]
-    return (BatchMark(last.base_offset, last.last_offset, last.crc),)
+    return (BatchMark.of(last),)
 
 
 def common_by_marks(
     state: ClusterState, topic: str, partition: int, marks: tuple[BatchMark, ...]
 ) -> int | None:
     """Source side: the end of the newest of the follower's marked batches
-    this log holds too (the logs agree below it); None when it holds none."""
+    this log holds too (the logs agree below it), counting the batches above
+    it that a compacted log's cleaner removed whole (`cleaned_away`); None
+    when it holds none and a mark differs."""
     log = state.partition(topic, partition)
+    cleaned = state.topic(topic).config.compact and not undo.undone(20)
+    holes_end: int | None = None
     for mark in marks:
         batch = log.batch_at(mark.base_offset)
-        if batch is not None and batch.last_offset == mark.last_offset and batch.crc == mark.crc:
-            return mark.last_offset + 1
-    return None
+        if batch is not None and mark.same_write(batch, cleaned):
+            return holes_end if holes_end is not None else mark.last_offset + 1
+        if cleaned and cleaned_away(log, mark):
+            # The cleaner removed the whole batch here: no sign of a parting.
+            if holes_end is None:
+                holes_end = mark.last_offset + 1
+            continue
+        holes_end = None  # a batch that differs: the logs part below it
+    # Only batches the cleaner removed, down to the oldest mark: in the
+    # leader epochs the source's history has there (Kafka's own rule, which
+    # compares nothing else), no sign of a parting.
+    return holes_end
+
+
+def cleaned_away(log: PartitionLog, mark: BatchMark) -> bool:
+    """Whether a compacted log holds no batch of `mark`'s offsets where it
+    holds every offset around them, in the leader epoch the mark was
+    written in: its cleaner removed that batch (every record of it had a
+    newer one of its key), which a history that parted does not explain
+    (a log only grows at its end: a source that cut and wrote again holds
+    new batches there)."""
+    if mark.base_offset < log.log_start_offset or mark.last_offset >= log.log_end_offset:
+        return False
+    i = log.batch_index_at(mark.base_offset)
+    if i < len(log.batches) and log.batches[i].base_offset <= mark.last_offset:
+        return False  # a batch overlaps the mark's offsets
+    return bool(log.epoch_history) and log.epoch_at(mark.base_offset) == mark.leader_epoch

@@ -59,6 +59,7 @@ from linkd.core.links import (
     in_prefix,
 )
 from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.partition import PartitionLog
 from linkd.core.provenance import Gap
 from linkd.core.replication import (
     detach_provenance,
@@ -591,6 +592,9 @@ class PartitionLag:
     lag_known: bool
     source_hw_known_at_ms: int
     problem: str = ""  # why it is not copied (the source refused it)
+    # Follower rows: what a consumer here can read (the partition's high
+    # watermark); the lag counts from it. -1 on leader rows.
+    high_watermark: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -664,6 +668,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
             )
             continue
         lag = p.lag_records()
+        log = state.partition(topic, partition) if topic in state.topics else None
         rows.append(
             PartitionLag(
                 topic,
@@ -671,13 +676,14 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 role,
                 lag if known else -1,
                 (0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms)) if known else -1,
-                p.log_end_offset,
+                log.log_end_offset if log is not None else p.log_end_offset,
                 p.source_high_watermark,
                 prov["provenance_entries"],
                 prov["provenance_start_offset"],
                 prov["provenance_source"],
                 known,
                 p.known_at_ms,
+                high_watermark=readable_position(log) if log is not None else p.log_end_offset,
             )
         )
     rows += refused_rows(state, name)
@@ -730,6 +736,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 False,
                 0,
                 problem,
+                readable_position(t.partitions[partition]),
             )
         )
     return rows
@@ -757,7 +764,7 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
             progress = runtime.partitions.get((topic, p, "follower"))
             prov = provenance_summary(state, topic, p)
             source_hw = progress.source_high_watermark if progress is not None else -1
-            lag = max(0, source_hw - log.log_end_offset)
+            lag = max(0, source_hw - readable_position(log))
             since = progress.caught_up_at_ms if progress is not None else now_ms
             rows.append(
                 PartitionLag(
@@ -774,9 +781,19 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
                     known and progress is not None,
                     progress.known_at_ms if progress is not None else 0,
                     _problem(runtime.refused.get((topic, p))),
+                    readable_position(log),
                 )
             )
     return rows
+
+
+def readable_position(log: PartitionLog) -> int:
+    """A follower partition's position as every report gives it: what a
+    consumer here can read (its high watermark), not what its log holds.
+    Records held above it are not caught up: nobody can read them yet."""
+    if undo.undone(19):
+        return log.log_end_offset
+    return log.high_watermark
 
 
 def _problem(refusal: ClusterError | None) -> str:

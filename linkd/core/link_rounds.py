@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linkd.core import histories
+from linkd.core import histories, undo
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
@@ -638,7 +638,7 @@ def continue_fetch(
                 last.next_offset,
                 last.partition_leader_epoch,
                 part.max_bytes,
-                (histories.BatchMark(last.base_offset, last.last_offset, last.crc),),
+                (histories.BatchMark.of(last),),
             )
         )
     return tuple(out)
@@ -784,6 +784,12 @@ def apply_replica_fetch(
                 # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
+    if not undo.undone(18):
+        # The HW follows what is appended once it is durable, even if this
+        # round never finishes (`rep.cap_at_source_high_watermarks`).
+        rep.cap_at_source_high_watermarks(
+            state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in progress]
+        )
     return AppliedFetch(effects, progress, truncations, refused, gaps, stopped)
 
 
@@ -1016,13 +1022,14 @@ def finish_fetch_round(
     known_at = sent_ms if sent_ms is not None else now_ms
     with links.deferred():
         for p in reached:
-            leo = state.partition(p.topic, p.partition).log_end_offset
+            # Its position is what a consumer here can read, not its log end.
+            position = admin.readable_position(state.partition(p.topic, p.partition))
             links.on_progress(
                 link_name,
                 p.topic,
                 p.partition,
                 "follower",
-                leo,
+                position,
                 p.source_high_watermark,
                 now_ms,
                 known_at,

@@ -442,7 +442,9 @@ class PartitionProgress:
     topic: str  # local topic name
     partition: int
     role: str  # "leader" | "follower"
-    log_end_offset: int = 0  # follower position (follower: own LEO; leader: last fetch offset)
+    # The follower's position: a follower's readable HW (what a consumer of
+    # it can read), a leader's follower's last fetch offset.
+    log_end_offset: int = 0
     source_high_watermark: int = 0
     caught_up_at_ms: int = 0  # last time the follower was at the source HW
     # Follower role: when `source_high_watermark` was learned (the end of the

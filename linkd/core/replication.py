@@ -456,16 +456,34 @@ def follow_source_high_watermarks(
     not at all, only once every partition holds its source's HW, so a
     transaction whose markers span partitions becomes visible at once (spec
     invariant 5). Returns whether any HW moved."""
-    config = state.links.configs.get(link_name)
-    logs = [(state.partition(t, p), t, p, hw) for t, p, hw in caps]
-    if config is not None and config.mode == LinkMode.SYNC:
-        if any(log.log_end_offset < hw for log, _t, _p, hw in logs):
-            return False
+    if not cap_at_source_high_watermarks(state, link_name, caps):
+        return False
     moved = False
-    for log, t, p, hw in logs:
-        log.hw_cap = hw
-        moved |= log.advance_high_watermark(state.links.sync_floor(t, p))
+    for t, p, _hw in caps:
+        moved |= state.partition(t, p).advance_high_watermark(state.links.sync_floor(t, p))
     return moved
+
+
+def cap_at_source_high_watermarks(
+    state: ClusterState, link_name: str, caps: list[tuple[str, int, int]]
+) -> bool:
+    """Follower side, as soon as an answer's records are appended (before
+    they are durable, and whether or not the round that brought them ever
+    finishes): each follower partition's HW cap becomes the source's HW the
+    answer told, so the HW follows what is durably appended
+    (`PartitionLog.advance_high_watermark`: the durable log end, within the
+    cap). A round cut short (its caller gone, the link deleted, the source
+    dead) hides nothing it appended. On a SYNC link the caps of one answer
+    apply together or not at all (`follow_source_high_watermarks`).
+    Returns whether the caps were applied."""
+    config = state.links.configs.get(link_name)
+    logs = [(state.partition(t, p), hw) for t, p, hw in caps]
+    if config is not None and config.mode == LinkMode.SYNC:
+        if any(log.log_end_offset < hw for log, hw in logs):
+            return False
+    for log, hw in logs:
+        log.hw_cap = hw
+    return True
 
 
 def truncate_replica(

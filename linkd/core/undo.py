@@ -20,6 +20,18 @@ and of the gaps issue:
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
 
+and of the pipeline issue (a follower's hidden records, compaction taken
+for divergence):
+
+18. a follower's HW cap follows its source's HW as soon as an answer's
+    records are appended (undone: only when the round that brought them
+    finishes, so records of a round cut short stay unreadable)
+19. a follower partition's reported position (describe-link, failover,
+    top, metrics) is its readable high watermark (undone: its log end)
+20. logs are compared by their batches' offsets and leader epochs (undone:
+    by CRC too, so a batch the source's cleaner rewrote reads as a
+    divergence)
+
 and of the groups-and-pending-answers issue:
 
 21. a replicated group follows its follower's data during a catch-up (a
@@ -41,8 +53,8 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 
 from __future__ import annotations
 
-# 1-8, then 21-22 and 24-25 (the numbers between belong to other changes).
-FIXES = (*range(1, 9), *range(21, 23), 24, 25)
+# 1-8, then 18-22 and 24-25 (the numbers between belong to other changes).
+FIXES = (*range(1, 9), *range(18, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 

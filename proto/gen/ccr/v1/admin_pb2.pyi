@@ -932,6 +932,7 @@ class PartitionLag(_message.Message):
     SOURCE_HW_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
     PARTITION_ROLE_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     @_builtins.property
@@ -973,6 +974,12 @@ class PartitionLag(_message.Message):
     refused it: its lag is unknown); empty otherwise.
     """
     partition_role: Global___PartitionRole.ValueType
+    high_watermark: _builtins.int
+    """Follower rows: what a consumer on this cluster can read of the
+    partition (its high watermark). lag_records counts from here, not from
+    log_end_offset: records held but not yet readable are not caught up.
+    -1 on leader rows.
+    """
     def __init__(
         self,
         *,
@@ -990,10 +997,11 @@ class PartitionLag(_message.Message):
         source_hw_known_at_ms: _builtins.int = ...,
         problem: _builtins.str = ...,
         partition_role: Global___PartitionRole.ValueType = ...,
+        high_watermark: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -628,19 +628,38 @@ class BatchMark(_message.Message):
     BASE_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_OFFSET_FIELD_NUMBER: _builtins.int
     CRC_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    BASE_SEQUENCE_FIELD_NUMBER: _builtins.int
+    MAX_TIMESTAMP_FIELD_NUMBER: _builtins.int
     base_offset: _builtins.int
     last_offset: _builtins.int
     crc: _builtins.int
+    leader_epoch: _builtins.int
+    """What names the write that made the batch, which copies and the log
+    cleaner keep (a clean changes the CRC): on a compacted topic a batch
+    with these, its offsets and another CRC is the same batch, cleaned.
+    """
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    base_sequence: _builtins.int
+    max_timestamp: _builtins.int
     def __init__(
         self,
         *,
         base_offset: _builtins.int = ...,
         last_offset: _builtins.int = ...,
         crc: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        base_sequence: _builtins.int = ...,
+        max_timestamp: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "crc", b"crc", "last_offset", b"last_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "base_sequence", b"base_sequence", "crc", b"crc", "last_offset", b"last_offset", "leader_epoch", b"leader_epoch", "max_timestamp", b"max_timestamp", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
