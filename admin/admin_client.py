@@ -214,6 +214,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "lag_known": p.lag_known,
         "source_hw_known_at_ms": p.source_hw_known_at_ms,
         "problem": p.problem,
+        "unknown_since_ms": p.unknown_since_ms,
     }
 
 

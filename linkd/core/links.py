@@ -525,6 +525,10 @@ class LinkRuntime:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
     round_done_ms: int | None = None  # when the last fetch round finished
+    # When a call of the link last failed (refused, reset, past its deadline):
+    # what the last round learned may be old news from then on, until a
+    # round finishes after it (`LinkTable.lag_known`).
+    contact_lost_ms: int | None = None
     # SYNC mode: this side's verdict on the partitions it leads (None: it
     # leads none, or the link is ASYNC), when that verdict was reached, and the
     # remote's verdict on the partitions it leads (from its fetch responses).
@@ -975,6 +979,25 @@ class LinkTable:
             return False
         return now_ms - runtime.round_done_ms <= self.limits.fetch_silence_ms
 
+    def lag_known(self, name: str, now_ms: int) -> bool:
+        """Follower side: whether the lag the last fetch round measured is the
+        lag now. Known only while all of these hold: the link is connected
+        (contact within the session timeout), a fetch round finished within
+        `fetch_silence_ms` (`rounds_fresh`), and no call of the link failed
+        since that round finished. A source that is alive answers the
+        follower's long poll as soon as it acknowledges more, so while its
+        calls succeed the last answer is the news; once a call fails (the
+        source died, its connection was reset, a call passed its deadline)
+        anything it acknowledged after its last answer may be missing here,
+        and the lag is unknown since that answer (`unknown_since`)."""
+        if not (self.connected(name, now_ms) and self.rounds_fresh(name, now_ms)):
+            return False
+        runtime = self.runtime[name]
+        if undo.undone(9):
+            return True  # the old rule: a failed call changes nothing until the silence bound
+        lost = runtime.contact_lost_ms
+        return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
+
     def start(self, now_ms: int) -> None:
         """The shell starts: links restored from the journal begin DISCONNECTED now
         (the journal holds configurations, not runtime history)."""
@@ -984,7 +1007,12 @@ class LinkTable:
                 runtime.history = [(LinkState.DISCONNECTED.value, now_ms)]
 
     def on_contact_lost(self, name: str, now_ms: int) -> None:
-        """A dial or call failed; the session timeout decides when it counts."""
+        """A dial or call failed: the lag learned before it is no longer known
+        (`lag_known`); the session timeout decides when the link counts as
+        DISCONNECTED."""
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.contact_lost_ms = now_ms
         self._recompute(name, now_ms)
 
     def on_progress(

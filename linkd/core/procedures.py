@@ -432,8 +432,10 @@ def set_mode(
         accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
         yield Execute(tuple(accepted.effects))
     elif reply.error is not None:
-        yield Note("warning", f"link {name!r}: mode change not yet known to the remote: "
-                   f"{reply.error.message}")
+        yield Note(
+            "warning",
+            f"link {name!r}: mode change not yet known to the remote: {reply.error.message}",
+        )
     yield LinkChanged(name)
     yield Note("info", f"link {name!r} mode set to {state.links.get(name).mode}")
     return state.links.get(name)
@@ -452,14 +454,28 @@ def failover(
         yield WakeWaiters()
     config = state.links.get(name)
     yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
-    lost = sum(r.lag_records for r in result.abandoned)
-    unknown = sum(1 for r in result.abandoned if not r.lag_known)
+    lost = sum(r.lag_records for r in result.abandoned if r.lag_known)
+    unknown = [r for r in result.abandoned if not r.lag_known]
+    aborted = ", ".join(
+        f"{d.topic}-{d.partition} producer {d.producer_id} from offset {d.first_offset}"
+        for d in result.dangling
+    )
     yield Note(
         "warning" if result.abandoned else "info",
         f"link {name!r}: failover made {len(result.namespaces)} namespaces writable; "
-        f"abandoned {lost} records known to lag on {len(result.abandoned)} partitions"
-        + (f" ({unknown} with a lag not known)" if unknown else "")
-        + (f"; aborted {len(result.dangling)} dangling transactions" if result.dangling else ""),
+        f"abandoned {lost} records known to lag on "
+        f"{len(result.abandoned) - len(unknown)} partitions"
+        + (
+            f"; the lag of {len(unknown)} partitions not known: "
+            f"{admin.describe_unknown(unknown, now_ms)}"
+            if unknown
+            else ""
+        )
+        + (
+            f"; aborted {len(result.dangling)} dangling transactions: {aborted}"
+            if result.dangling
+            else ""
+        ),
     )
     yield LinkChanged(name)
     return result

@@ -19,11 +19,20 @@ and of the gaps issue:
 
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
+
+and of the silent-loss issue (failover's truth):
+
+9. a follower's lag is not known once a call of its link failed since the
+   last fetch round (undone: the last round's lag stands until the silence
+   bound, so a failover right after the source died takes it as the lag now)
+10. a failover's answer lists every replicated transaction whose abort marker
+   it wrote, whichever step wrote it (undone: only those its reservation
+   step aborted, not those the detach aborted first)
 """
 
 from __future__ import annotations
 
-FIXES = range(1, 9)
+FIXES = range(1, 11)
 _undone: frozenset[int] = frozenset()
 
 
