@@ -121,6 +121,10 @@ class Simulation:
         self.fault_rng = seeds.stream(seed, "drawn faults")
         # Failovers that answered: (cluster, link id, time, what they reported).
         self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
+        # Per failover (same order): whether its source was up and reachable
+        # from the follower then (a record in flight from a live source is
+        # the race a known lag allows; from a dead or cut-off one it is not).
+        self.failover_source_live: list[bool] = []
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
         # With [connect] workers: a ConnectMirror (a Connect group running the flow).
         self.mirrors: dict[str, MirrorDriver | ConnectMirror] = {}
@@ -365,6 +369,14 @@ class Simulation:
             o.reverse(m.cluster, m.link, 0)
         elif m.kind is k.SET_MODE:
             o.set_mode(m.cluster, m.link, m.mode)
+        elif m.kind is k.FAILOVER and m.kill_source:
+            self.metrics.add("moves_failover_after_kill", 1)
+            self.nemesis.crash_for(m.peer, 1_000 + self.move_rng.randrange(4_000))
+            self.queue.after(
+                m.delay_ms,
+                "failover after the kill",
+                lambda: self.failover(m.cluster, m.link, m.force, False),
+            )
         elif m.kind is k.FAILOVER:
             self.failover(m.cluster, m.link, m.force, False)
         elif m.kind is k.RECOVER:
@@ -695,11 +707,15 @@ class Simulation:
             return
         promoted = [m.local_prefix for m in rep.follower_mappings(config, "topic")]
         self._check_followers(cluster, final=False)
-        self._measure_rpo(node, config.remote_cluster_id, promoted)
+        # Measured as the failover starts, counted only if it is accepted
+        # (a refused one loses nothing).
+        rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if error is not None:
                 return
+            self.metrics.add("rpo_records", rpo[0])
+            self.metrics.maximum("rpo_ms", rpo[1])
             assert isinstance(result, link_admin.Failover)
             if not force:
                 self.violations += status_checks.check_unforced_failover(
@@ -707,6 +723,12 @@ class Simulation:
                 )
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
+            source = config.remote_cluster_id
+            self.failover_source_live.append(
+                source in self.clusters
+                and self.clusters[source].up
+                and self.reachable(source, cluster)
+            )
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):
                     if not any(rep.in_prefix(topic, p) for p in promoted):
@@ -726,9 +748,11 @@ class Simulation:
 
         self.ops.failover(cluster, name, force, failed_over)
 
-    def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
+    def _measure_rpo(
+        self, node: SimCluster, source: str, prefixes: list[str]
+    ) -> tuple[int, int]:
         """Acknowledged writes on the source that the promoted follower's log
-        lacks at the failover."""
+        lacks at the failover: (records, ms of acknowledgements they span)."""
         acked: list[tuple[tuple[str, int], int, int, bool]] = []
         for op in self.history.sends():
             v = op.value
@@ -746,9 +770,7 @@ class Simulation:
             # source's cap and the high watermark moves to the log's end.
             held = v.partition < len(logs) and v.offset < logs[v.partition].log_end_offset
             acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
-        lost, rpo_ms = recovery_point(acked)
-        self.metrics.add("rpo_records", lost)
-        self.metrics.maximum("rpo_ms", rpo_ms)
+        return recovery_point(acked)
 
     # -- timers and probes ------------------------------------------------------------------------
 
@@ -784,8 +806,15 @@ class Simulation:
         states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
         self.status_watch.probe(states, up, now)
 
+    def failover_reports(self) -> list[status_checks.FailoverReport]:
+        """What each failover answered, for invariant 10."""
+        return [
+            self.failover_report(f, live)
+            for f, live in zip(self.failovers, self.failover_source_live, strict=True)
+        ]
+
     def failover_report(
-        self, failover: tuple[str, str, int, link_admin.Failover]
+        self, failover: tuple[str, str, int, link_admin.Failover], source_live: bool = True
     ) -> status_checks.FailoverReport:
         cluster, link_id, at_ms, result = failover
         return status_checks.FailoverReport(
@@ -793,16 +822,18 @@ class Simulation:
             link_id,
             at_ms,
             {
-                (r.topic, r.partition): (
+                (r.topic, r.partition): status_checks.FailoverRow(
                     r.log_end_offset,
                     r.source_high_watermark,
                     r.source_hw_known_at_ms,
                     r.lag_known,
+                    r.unknown_since_ms,
                 )
                 for r in result.partitions
             },
             result.topics_known_at_ms,
             tuple(prefix for kind, prefix in result.namespaces if kind == "topic"),
+            source_live,
         )
 
     def _sample_link_states(self, now: int) -> None:

@@ -993,8 +993,18 @@ class LinkTable:
         if not (self.connected(name, now_ms) and self.rounds_fresh(name, now_ms)):
             return False
         runtime = self.runtime[name]
-        if undo.undone(9):
-            return True  # the old rule: a failed call changes nothing until the silence bound
+        config = self.configs.get(name)
+        if undo.undone(9) or (
+            config is not None
+            and config.mode == LinkMode.SYNC
+            and runtime.state is LinkState.IN_SYNC
+        ):
+            # Undone: a failed call changes nothing until the silence bound.
+            # IN_SYNC: the source acknowledges a record only once this side's
+            # next fetch shows it holds it, and drops this side from sync only
+            # after replica.lag.time.max.ms without a fetch (longer than the
+            # silence bound): nothing it acknowledged can be missing here.
+            return True
         lost = runtime.contact_lost_ms
         return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
 
