@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from linkd.core import link_admin
+from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkState, MappingKey, Version, holds_back
@@ -224,6 +225,49 @@ def check_unforced_failover(
 
 
 # -- invariant 10 -----------------------------------------------------------------------
+
+
+def log_ends(state: ClusterState, prefixes: list[str]) -> dict[tuple[str, int], int]:
+    """The log end of every partition of these topic namespaces, now."""
+    return {
+        (name, p): log.log_end_offset
+        for name in sorted(state.topics)
+        if any(rep.in_prefix(name, prefix) for prefix in prefixes)
+        for p, log in enumerate(state.topics[name].partitions)
+    }
+
+
+def check_failover_aborts(
+    cluster: str,
+    link: str,
+    result: link_admin.Failover,
+    state: ClusterState,
+    ends_before: Mapping[tuple[str, int], int],
+    now_ms: int,
+) -> list[Violation]:
+    """Invariant 10 for the transactions a failover aborted: every abort
+    marker the failover wrote (a control batch above the partition's log end
+    as it began, in a namespace it made writable; nothing else writes there
+    in between) must be listed in its answer, by partition and producer:
+    an aborted transaction's records vanish from read_committed readers."""
+    listed = {(d.topic, d.partition, d.producer_id) for d in result.dangling}
+    details = []
+    for (topic, p), before in sorted(ends_before.items()):
+        t = state.topics.get(topic)
+        if t is None or p >= len(t.partitions):
+            continue
+        for entry in t.partitions[p].batches:
+            if entry.base_offset < before or not entry.is_control:
+                continue
+            if entry.control_type != rb.CONTROL_ABORT:
+                continue
+            if (topic, p, entry.producer_id) not in listed:
+                details.append(
+                    f"{cluster}: failover of link {link!r} at t={now_ms} ms wrote an abort "
+                    f"marker at {topic}-{p}@{entry.base_offset} (producer {entry.producer_id}) "
+                    "that its answer does not list"
+                )
+    return _capped("10 unreported abort", details)
 
 
 @dataclass(frozen=True, slots=True)

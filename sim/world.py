@@ -710,10 +710,14 @@ class Simulation:
         # Measured as the failover starts, counted only if it is accepted
         # (a refused one loses nothing).
         rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
+        ends_before = status_checks.log_ends(node.state, promoted)
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if error is not None:
                 return
+            self.violations += status_checks.check_failover_aborts(
+                cluster, name, result, node.state, ends_before, self.queue.now_ms
+            )
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
             assert isinstance(result, link_admin.Failover)

@@ -136,12 +136,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "21b0eb1df05a37b96a0da86cb8c57d61c322d89d1492de4f319e2fb032c8bad7",
     ),
     ("failover-after-kill", 1): (
-        "d329874d2fe92e8cc44a4c6661ad56a595e0f6e2e435a1e89591b6924cfb0383",
-        "4a861d39d69dddc2e88691931f9ff78443e49d7d4e726bbee0279ae05368d128",
+        "26a8a22f6b862ccd343065a8c8e412551ceb2c10547b9b6e5cf8a3544e4b5c71",
+        "bf18cdaf7f1185a8935c0f6892ea904946a42b936d0fc7abd584e011578a80b8",
     ),
     ("failover-after-kill", 2): (
-        "9c03796e1b056f5ec23ba0b81249ad54ef643a6df30f8c07a53b6c2a4c0bbefa",
-        "786252f2480209bba7d94e7ee79bd2d348c5853728dfe27e238d02b402690da4",
+        "ec3aa7f0713e4f838674fca8a5e3e1f6d6741566bed8efbdc0e7dddbeefb3a4d",
+        "30fb49320aeb40d1523f4ee2c8defd232d49ff65ec45eb28082bde9fb9e6a83f",
     ),
     ("failover-writable", 1): (
         "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",
