@@ -50,7 +50,7 @@ from sim.checkers import Violation
 from sim.cluster_node import SimCluster
 from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
-from sim.history import History, Send
+from sim.history import History, Op, Send
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
@@ -60,6 +60,8 @@ from sim.scenario import ActionSpec, FaultSpec, Scenario
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
+# A kill "under load" waits at most this long for the source to acknowledge a write.
+KILL_WAIT_MS = 1_000
 
 
 class Simulation:
@@ -87,6 +89,7 @@ class Simulation:
         limits = LinkLimits(
             c.session_timeout_ms, c.lag_max_records, c.lag_max_ms, c.replica_lag_time_max_ms,
             rounds.fetch_silence_ms(scenario.run.fetch_max_wait_ms),
+            rounds.fetch_answer_due_ms(scenario.run.fetch_max_wait_ms),
         )
         self.clusters: dict[str, SimCluster] = {}
         for cid in self.cluster_ids:
@@ -371,12 +374,7 @@ class Simulation:
             o.set_mode(m.cluster, m.link, m.mode)
         elif m.kind is k.FAILOVER and m.kill_source:
             self.metrics.add("moves_failover_after_kill", 1)
-            self.nemesis.crash_for(m.peer, 1_000 + self.move_rng.randrange(4_000))
-            self.queue.after(
-                m.delay_ms,
-                "failover after the kill",
-                lambda: self.failover(m.cluster, m.link, m.force, False),
-            )
+            self._kill_then_failover(m, 1_000 + self.move_rng.randrange(4_000))
         elif m.kind is k.FAILOVER:
             self.failover(m.cluster, m.link, m.force, False)
         elif m.kind is k.RECOVER:
@@ -392,6 +390,29 @@ class Simulation:
             o.add_partitions(m.cluster, m.topic, m.partitions)
         elif m.kind is k.RESTART:
             self.nemesis.crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
+
+    def _kill_then_failover(self, m: moves.Move, down_ms: int) -> None:
+        """kill -9 of the source under load: right after it acknowledges its
+        next write (or after KILL_WAIT_MS, if none comes), then the failover
+        `m.delay_ms` later."""
+        done: list[bool] = []
+
+        def kill() -> None:
+            if done:
+                return
+            done.append(True)
+            self.nemesis.crash_for(m.peer, down_ms)
+            self.queue.after(
+                m.delay_ms,
+                "failover after the kill",
+                lambda: self.failover(m.cluster, m.link, m.force, False),
+            )
+
+        def acked_there(op: Op) -> bool:
+            return op.type == "ok" and op.cluster == m.peer and isinstance(op.value, Send)
+
+        self.history.watch(acked_there, lambda: self.queue.after(0, "kill after an ack", kill))
+        self.queue.after(KILL_WAIT_MS, "kill (no write acknowledged)", kill)
 
     # -- operator actions (the core's procedures: sim.operators) ------------------------------
 

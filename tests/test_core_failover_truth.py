@@ -154,3 +154,19 @@ def test_a_failover_lists_the_replicated_transaction_whose_abort_marker_it_wrote
     assert log_b.log_end_offset == 6  # B's abort marker
     listed = [(d.topic, d.partition, d.producer_id, d.first_offset) for d in result.dangling]
     assert listed == ([] if undone else [("orders-1", 0, 4242, 2)])
+
+
+def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown() -> None:
+    """A silent cut (no reset, no failed call yet): the fetch sent after the
+    last round is overdue once out longer than the long poll plus the way
+    there and back."""
+    from linkd.core import link_rounds as rounds
+
+    _a, b, _disk_a, _disk_b = _following()
+    rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 10)
+    due = b.links.limits.fetch_answer_due_ms
+
+    assert b.links.lag_known("ab", NOW + 10 + due)
+    assert not b.links.lag_known("ab", NOW + 10 + due + 1)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 10 + due + 1)
+    assert (row.lag_records, row.unknown_since_ms) == (-1, NOW + 10)

@@ -61,6 +61,9 @@ DEFAULT_LAG_MAX_RECORDS = 0
 DEFAULT_LAG_MAX_MS = 30_000
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_FETCH_SILENCE_MS = 2_000
+# How long a healthy source takes at most to answer a fetch: its 500 ms long
+# poll plus 500 ms for the way there and back (`link_rounds.fetch_answer_due_ms`).
+DEFAULT_FETCH_ANSWER_DUE_MS = 1_000
 STATE_HISTORY_MAX = 32
 MAX_TOMBSTONES = 1_000
 LinkRecord = jr.LinkConfigRecord | jr.LinkDelete | jr.LinkRemovalTold
@@ -599,6 +602,10 @@ class LinkLimits:
     # Following side: a follower that has not finished a fetch round for this
     # long does not know its lag (CATCHING_UP, not FOLLOWING on old news).
     fetch_silence_ms: int = DEFAULT_FETCH_SILENCE_MS
+    # Following side: a fetch out longer than this with no answer is one a
+    # healthy source would have answered (its long poll plus the way there
+    # and back): the source died or is cut off, and the lag is not known.
+    fetch_answer_due_ms: int = DEFAULT_FETCH_ANSWER_DUE_MS
 
 
 class LogBounds(Protocol):
@@ -983,8 +990,9 @@ class LinkTable:
         """Follower side: whether the lag the last fetch round measured is the
         lag now. Known only while all of these hold: the link is connected
         (contact within the session timeout), a fetch round finished within
-        `fetch_silence_ms` (`rounds_fresh`), and no call of the link failed
-        since that round finished. A source that is alive answers the
+        `fetch_silence_ms` (`rounds_fresh`), the fetch sent since (if any) is
+        not overdue (out no longer than `fetch_answer_due_ms`), and no call
+        of the link failed since that round finished. A source that is alive answers the
         follower's long poll as soon as it acknowledges more, so while its
         calls succeed the last answer is the news; once a call fails (the
         source died, its connection was reset, a call passed its deadline)
@@ -1005,6 +1013,14 @@ class LinkTable:
             # after replica.lag.time.max.ms without a fetch (longer than the
             # silence bound): nothing it acknowledged can be missing here.
             return True
+        sent = runtime.fetch_sent_ms
+        if (
+            sent is not None
+            and runtime.round_done_ms is not None
+            and sent >= runtime.round_done_ms
+            and now_ms - sent > self.limits.fetch_answer_due_ms
+        ):
+            return False  # a fetch a healthy source would have answered by now
         lost = runtime.contact_lost_ms
         return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
 
