@@ -170,3 +170,19 @@ def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown()
     assert not b.links.lag_known("ab", NOW + 10 + due + 1)
     (row,) = admin.follower_partitions(b, "ab", NOW + 10 + due + 1)
     assert (row.lag_records, row.unknown_since_ms) == (-1, NOW + 10)
+
+
+def test_a_sync_link_in_sync__keeps_its_lag_known_after_a_failed_call() -> None:
+    """IN_SYNC, the source acknowledges nothing this side has not fetched:
+    its death loses nothing acknowledged, and the failover needs no force."""
+    a, b, disk_a, disk_b = _following()
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    assert b.link_state("ab") == "IN_SYNC"
+    b.links.on_contact_lost("ab", NOW + 40)
+
+    assert b.links.lag_known("ab", NOW + 41)
+    assert admin.failover(b, "ab", False, NOW + 41).abandoned == []
