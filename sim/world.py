@@ -736,12 +736,12 @@ class Simulation:
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if error is not None:
                 return
+            assert isinstance(result, link_admin.Failover)
             self.violations += status_checks.check_failover_aborts(
                 cluster, name, result, node.state, ends_before, self.queue.now_ms
             )
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
-            assert isinstance(result, link_admin.Failover)
             if not force:
                 self.violations += status_checks.check_unforced_failover(
                     cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
