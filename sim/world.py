@@ -411,7 +411,10 @@ class Simulation:
         def acked_there(op: Op) -> bool:
             return op.type == "ok" and op.cluster == m.peer and isinstance(op.value, Send)
 
-        self.history.watch(acked_there, lambda: self.queue.after(0, "kill after an ack", kill))
+        def soon() -> None:
+            self.queue.after(0, "kill after an ack", kill)
+
+        self.history.watch(acked_there, soon)
         self.queue.after(KILL_WAIT_MS, "kill (no write acknowledged)", kill)
 
     # -- operator actions (the core's procedures: sim.operators) ------------------------------
