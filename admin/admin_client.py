@@ -256,6 +256,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "source_hw_known_at_ms": p.source_hw_known_at_ms,
         "problem": p.problem,
         "high_watermark": p.high_watermark,
+        "unknown_since_ms": p.unknown_since_ms,
     }
 
 

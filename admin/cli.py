@@ -1151,25 +1151,68 @@ def cmd_failover(args: argparse.Namespace) -> int:
         return EXIT_OK
     for ns in result.namespaces:
         print(f"{_namespace_title(ns)} is now writable (detached from {args.link})")
-    if result.abandoned:
-        total = sum(p["lag_records"] for p in result.abandoned)
-        print(f"abandoned at least {total} records on {len(result.abandoned)} partitions:")
-        for p in result.abandoned:
-            known = "" if p["lag_known"] else ", and whatever it acknowledged since"
-            print(
-                f"  {p['topic']}-{p['partition']}: {p['lag_records']} records (readable "
-                f"to {p['high_watermark']}, log end {p['log_end_offset']}, source high "
-                f"watermark {p['source_high_watermark']} "
-                f"as of {_age(p['source_hw_known_at_ms'])}{known})"
-            )
-    for d in result.aborted_transactions:
-        print(
-            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
-            f"(producer {d['producer_id']}, from offset {d['first_offset']})"
-        )
+    for line in failover_lines(result.abandoned, result.aborted_transactions):
+        print(line)
     for g in result.groups:
         print(_group_resume_text(g))
     return EXIT_OK
+
+
+def failover_lines(abandoned: list[dict[str, Any]], aborted: list[dict[str, Any]]) -> list[str]:
+    """What a failover abandoned and aborted, as an operator reads it: a
+    known lag is a count of records; an unknown one says since when (what
+    the source acknowledged after that time may be missing), or that it was
+    never learned."""
+    if not abandoned:
+        out = ["abandoned nothing: the lag of every follower partition was known and zero"]
+    else:
+        known = [p for p in abandoned if p["lag_known"]]
+        unknown = [p for p in abandoned if not p["lag_known"]]
+        total = sum(p["lag_records"] for p in known)
+        parts = []
+        if known:
+            parts.append(f"{total} records on {len(known)} partitions")
+        if unknown:
+            parts.append(f"{len(unknown)} partitions whose lag is not known")
+        out = [f"abandoned {' and '.join(parts)}:"]
+        for p in abandoned:
+            out.append("  " + _abandoned_line(p))
+        if unknown:
+            out.append(
+                "  (a lag not known: records the source acknowledged after the time shown may "
+                "be missing here; compare with the source's log if it comes back)"
+            )
+    for d in aborted:
+        out.append(
+            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
+            f"(producer {d['producer_id']}, from offset {d['first_offset']})"
+        )
+    return out
+
+
+def _abandoned_line(p: dict[str, Any]) -> str:
+    name = f"{p['topic']}-{p['partition']}"
+    readable = p.get("high_watermark", p["log_end_offset"])
+    if p["lag_known"]:
+        return (
+            f"{name}: {p['lag_records']} records (readable to {readable}, log end "
+            f"{p['log_end_offset']}, source high "
+            f"watermark {p['source_high_watermark']} learned {_age(p['source_hw_known_at_ms'])})"
+        )
+    since = int(p.get("unknown_since_ms", p["source_hw_known_at_ms"]))
+    if since < 0 or p["source_high_watermark"] < 0:
+        return (
+            f"{name}: lag never learned (no fetch answer reached it; readable to "
+            f"{readable}, log end "
+            f"{p['log_end_offset']}): anything the source held past that may be missing"
+        )
+    behind = max(0, p["source_high_watermark"] - readable)
+    return (
+        f"{name}: lag unknown since {_age(since)} (at {_ms_text(since)}): then the source's high "
+        f"watermark was {p['source_high_watermark']} and this cluster could read to "
+        f"{readable} (log end {p['log_end_offset']}; {behind} records behind), plus whatever "
+        "the source acknowledged after that"
+    )
 
 
 def _group_resume_text(g: GroupResumeInfo) -> str:
@@ -1598,7 +1641,6 @@ def _client_commands(add: _Add) -> None:
         metavar="KEY=VALUE",
         help="header added to every record (repeatable)",
     )
-
     p = add("consume", cmd_consume, "print records; stops after --max-messages or when idle")
     p.add_argument("name", type=_non_empty)
     p.add_argument(
@@ -1643,6 +1685,7 @@ def _client_commands(add: _Add) -> None:
 
 def _namespace_commands(add: _Add) -> None:
     """The namespaces (spec section 2)."""
+
     def namespace_args(p: Any, type_required: bool = True) -> None:
         p.add_argument(
             "--type",
@@ -1872,6 +1915,7 @@ def _operation_commands(add: _Add) -> None:
     p = add(
         "reverse",
         cmd_reverse,
+
         "reverse a link's direction with full consistency (run on the current leader)",
     )
     p.add_argument("--link", required=True, type=_non_empty)
@@ -1917,7 +1961,6 @@ def _mirror_commands(add: _Add) -> None:
 
     p = add("delete-mirror-link", cmd_delete_mirror_link, "stop and delete a mirror link")
     p.add_argument("name", type=_non_empty)
-
 
 
 def _fail(message: str) -> int:

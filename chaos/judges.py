@@ -396,6 +396,19 @@ def failover_rows(report: Mapping[str, Any]) -> FailoverRows:
     return out
 
 
+def _lag_flags(report: Mapping[str, Any]) -> dict[tuple[str, int], tuple[bool | None, int]]:
+    """(topic, partition) -> (lag_known, unknown_since_ms) of a failover's
+    rows, where the daemon reports them (lag_known None: not reported)."""
+    out: dict[tuple[str, int], tuple[bool | None, int]] = {}
+    for key in ("abandoned", "partitions"):
+        for row in report.get(key) or ():
+            t, p = str(row.get("topic", "")), int(row.get("partition", -1))
+            known = row.get("lag_known")
+            since = int(row.get("unknown_since_ms", 0) or 0)
+            out[(t, p)] = (None if known is None else bool(known), since)
+    return out
+
+
 def check_silent_loss(
     history: Iterable[Op],
     rounds: Sequence[Round],
@@ -618,6 +631,15 @@ def _loss_excuse(
     hw, known = row
     if v.offset < hw:
         return "below the reported source high watermark"
+    lag_known, since = _lag_flags(ending.report).get((ob.follower_topic, v.partition), (None, 0))
+    if lag_known is False and since < 0:
+        return "its lag was never learned, the failover said"
+    if lag_known is False and since > 0:
+        known = since
+    if lag_known is True and ending.move.kill_source:
+        # "Known" right after the source was killed is old news: nothing
+        # acknowledged after the last round is named.
+        known = 0
     if known > 0 and t0_wall_ms + o.complete_ms >= known:
         return "acknowledged after the source HW was learned"
     return ""

@@ -408,6 +408,22 @@ def _set_mode(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None
 
 
 def _failover(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    if m.kill_source:
+        # kill -9 of the source under load, the failover a fraction of a
+        # second later, then the source starts again on its data.
+        op.run.kill_daemon(m.peer)
+        rec.steps.append(f"kill -9 {m.peer}")
+        try:
+            time.sleep(m.delay_ms / 1000)
+            _fail_over(op, m, rec)
+        finally:
+            op.run.start_daemon(m.peer)
+            rec.steps.append(f"started {m.peer} again")
+        return
+    _fail_over(op, m, rec)
+
+
+def _fail_over(op: OperatorNemesis, m: Move, rec: MoveRecord) -> None:
     with op.admin(m.cluster, 15.0) as a:
         result = a.failover(m.link, force=m.force)
     full = result.to_dict()

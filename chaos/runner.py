@@ -614,6 +614,21 @@ class Run:
             d.start()
             d.wait_ready()
 
+    def kill_daemon(self, cluster: str) -> None:
+        """kill -9 of a cluster's daemon (`start_daemon` starts it again)."""
+        with self.lifecycle:
+            d = self.daemons[cluster]
+            if d.lost:
+                raise ChaosError(f"{cluster} is lost")
+            d.kill9()
+
+    def start_daemon(self, cluster: str) -> None:
+        """Starts a killed daemon on its data dir, and waits until it serves."""
+        with self.lifecycle:
+            d = self.daemons[cluster]
+            d.start()
+            d.wait_ready()
+
     def _failover(self, cluster: str, link_name: str) -> None:
         self.unreserved_at[cluster] = self.recorder.now_ms()
         link = self.links[link_name]

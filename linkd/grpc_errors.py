@@ -51,6 +51,7 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.FOLLOWER_TOPIC_NOT_WRITABLE: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.REPLICATED_GROUP_READ_ONLY: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LAG_NOT_ZERO: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.LAG_NOT_KNOWN: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.DIVERGED_LOG: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.NOT_LED_ON_LINK: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LINK_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,

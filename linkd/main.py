@@ -647,6 +647,7 @@ async def serve(settings: dict[str, Any]) -> int:
         lag_max_ms=int(settings["link_lag_max_ms"]),
         replica_lag_time_max_ms=int(settings["link_replica_lag_time_max_ms"]),
         fetch_silence_ms=rounds.fetch_silence_ms(FETCH_MAX_WAIT_MS),
+        fetch_answer_due_ms=rounds.fetch_answer_due_ms(FETCH_MAX_WAIT_MS),
     )
     try:
         node.open()

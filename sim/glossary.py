@@ -89,7 +89,9 @@ ENTRIES: tuple[Entry, ...] = (
         "at each failover, acknowledged sends on the old source whose record the promoted "
         "side does not hold (a link: at or above its log end, since what it copied above its "
         "own high watermark survives the failover; a mirror: value not in the remote topic); "
-        "summed over the run's failovers",
+        "summed over the run's accepted failovers (a refused one loses nothing). A measure: "
+        "whether each such record was named by the failover's answer is judged by invariant "
+        "10 (`10 silent loss`)",
         NO_FAILOVER, zero_bound=True,
     ),
     Entry(

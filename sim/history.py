@@ -11,6 +11,7 @@ Rules (Jepsen's):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -80,9 +81,22 @@ class Op:
 @dataclass(slots=True)
 class History:
     ops: list[Op] = field(default_factory=list)
+    # One-shot watchers: (which op, what to do once one is added).
+    watchers: list[tuple[Callable[[Op], bool], Callable[[], None]]] = field(
+        default_factory=list
+    )
 
     def add(self, op: Op) -> None:
         self.ops.append(op)
+        if self.watchers:
+            fired = [w for w in self.watchers if w[0](op)]
+            for w in fired:
+                self.watchers.remove(w)
+                w[1]()
+
+    def watch(self, which: Callable[[Op], bool], then: Callable[[], None]) -> None:
+        """Calls `then` once, when an op that `which` accepts is added."""
+        self.watchers.append((which, then))
 
     def sends(self) -> list[Op]:
         return [o for o in self.ops if isinstance(o.value, Send)]

@@ -160,7 +160,7 @@ def final_checks(sim: Simulation) -> None:
         states,
         up,
         sim.lost_for_good,
-        [sim.failover_report(f) for f in sim.failovers],
+        sim.failover_reports(),
         sim.truncations,
         sim.deleted,
         compacted,

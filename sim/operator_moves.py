@@ -14,6 +14,10 @@ Rules of the draw:
   each cluster. Most moves name things that exist; some deliberately do not
   fit (a nested, overlapping or colliding prefix, a failover without force, a
   set-mode while behind), because operators make those too.
+- A failover is drawn, KILL_SOURCE_SHARE of the time, right after its
+  source is killed (`kill_source`: kill -9 under the running load, the
+  failover `delay_ms` later, within half a second): what the follower last
+  heard is old news by then, and its answer must say so.
 - Prefixes come from the caller's families (`View.families`, e.g. "A-"):
   the family itself, a nested prefix inside it ("A-t"), a single topic
   ("A-t0"), and remote names that are the same, renamed ("r-A-") or that
@@ -72,6 +76,10 @@ WEIGHTS: dict[MoveKind, int] = {
 }
 
 MAX_LINKS_PER_PAIR = 2
+# The share of failovers drawn right after their source is killed, and how
+# soon after the kill they run at most (ms).
+KILL_SOURCE_SHARE = 0.4
+KILL_FAILOVER_DELAY_MS_MAX = 500
 MAX_PARTITIONS = 4
 
 
@@ -118,6 +126,11 @@ class Move:
     remote_prefix: str = ""
     leader: str = ""  # attach: "local" | "remote"
     force: bool = False  # failover
+    # failover: kill -9 the source (`peer`) first, under whatever load runs,
+    # and fail over this many ms later (a fraction of a second: before any
+    # session timeout or silence bound could tell the follower).
+    kill_source: bool = False
+    delay_ms: int = 0
     mode: str = ""  # set_mode: "ASYNC" | "SYNC"
     reserved: bool = False  # set_reserved
     confirm: bool = False  # recover
@@ -134,7 +147,7 @@ class Move:
         parts = [self.kind.value, f"on {self.cluster}"]
         if self.link:
             parts.append(f"link {self.link}")
-        if self.peer:
+        if self.peer and self.kind is not MoveKind.FAILOVER:
             parts.append(f"to {self.peer}" + (" (remote dials)" if self.remote_dials else ""))
         if self.kind in (MoveKind.ATTACH, MoveKind.DETACH, MoveKind.SET_RESERVED):
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
@@ -150,6 +163,8 @@ class Move:
                 parts.append("without waiting")
         if self.kind is MoveKind.SET_RESERVED:
             parts.append("on" if self.reserved else "off")
+        if self.kind is MoveKind.FAILOVER and self.kill_source:
+            parts.append(f"{self.delay_ms} ms after kill -9 of {self.peer}")
         if self.kind is MoveKind.FAILOVER and self.force:
             parts.append("--force")
         if self.kind is MoveKind.SET_MODE:
@@ -413,7 +428,15 @@ def _failover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     follows_b = any(m.leader == "local" for m in link.mappings)
     candidates = [c for c, f in ((link.a, follows_a), (link.b, follows_b)) if f and c in up]
     cluster = rng.choice(candidates) if candidates else _side(rng, link, up)
-    return Move(MoveKind.FAILOVER, cluster, link=link.name, force=rng.random() < 0.5)
+    force = rng.random() < 0.5
+    source = link.b if cluster == link.a else link.a
+    if candidates and source in up and rng.random() < KILL_SOURCE_SHARE:
+        # The source dies under load and the operator fails over at once.
+        return Move(
+            MoveKind.FAILOVER, cluster, link=link.name, peer=source, force=force,
+            kill_source=True, delay_ms=rng.randrange(1, KILL_FAILOVER_DELAY_MS_MAX),
+        )  # fmt: skip
+    return Move(MoveKind.FAILOVER, cluster, link=link.name, force=force)
 
 
 def _recover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from linkd.core import link_admin
+from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LinkMode, LinkState, MappingKey, Version, holds_back
@@ -341,6 +342,87 @@ def check_failover_groups(
 # -- invariant 10 -----------------------------------------------------------------------
 
 
+def log_ends(state: ClusterState, prefixes: list[str]) -> dict[tuple[str, int], int]:
+    """The log end of every partition of these topic namespaces, now."""
+    return {
+        (name, p): log.log_end_offset
+        for name in sorted(state.topics)
+        if any(rep.in_prefix(name, prefix) for prefix in prefixes)
+        for p, log in enumerate(state.topics[name].partitions)
+    }
+
+
+def check_failover_aborts(
+    cluster: str,
+    link: str,
+    result: link_admin.Failover,
+    state: ClusterState,
+    ends_before: Mapping[tuple[str, int], int],
+    now_ms: int,
+) -> list[Violation]:
+    """Invariant 10 for the transactions a failover aborted: every abort
+    marker the failover wrote (a control batch above the partition's log end
+    as it began, in a namespace it made writable; nothing else writes there
+    in between) must be listed in its answer, by partition and producer:
+    an aborted transaction's records vanish from read_committed readers."""
+    listed = {(d.topic, d.partition, d.producer_id) for d in result.dangling}
+    details = []
+    for (topic, p), before in sorted(ends_before.items()):
+        t = state.topics.get(topic)
+        if t is None or p >= len(t.partitions):
+            continue
+        for entry in t.partitions[p].batches:
+            if entry.base_offset < before or not entry.is_control:
+                continue
+            if entry.control_type != rb.CONTROL_ABORT:
+                continue
+            if (topic, p, entry.producer_id) not in listed:
+                details.append(
+                    f"{cluster}: failover of link {link!r} at t={now_ms} ms wrote an abort "
+                    f"marker at {topic}-{p}@{entry.base_offset} (producer {entry.producer_id}) "
+                    "that its answer does not list"
+                )
+    return _capped("10 unreported abort", details)
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverRow:
+    """One partition a failover made writable, as its answer reported it."""
+
+    log_end_offset: int
+    source_high_watermark: int  # the last learned (-1: never)
+    known_at_ms: int  # when it was learned
+    lag_known: bool
+    unknown_since_ms: int = 0  # lag not known: since when (-1: never learned)
+
+    def names(self, offset: int, acked_ms: int, source_live: bool) -> str | None:
+        """Whether this row names a record of the source at `offset`,
+        acknowledged at `acked_ms`, that the follower lacks, and how: by its
+        range (at or above the log end, below the source HW reported), or by
+        an "unknown since" window that covers its acknowledgement. A row
+        whose lag was known names records acknowledged after the round it
+        came from only while its source was live and reachable at the
+        failover: such a record was in flight to a follower that would have
+        had it the next moment (the race the rule for a known lag accepts).
+        From a source already dead or cut off, "lag 0, known" is old news:
+        the record is lost unnamed (docs/operations.md, "Failover")."""
+        if offset < self.log_end_offset:
+            if not self.lag_known:
+                # Its own record at that offset differs: the logs had parted,
+                # and a lag not known covers whatever the source held.
+                return "abandoned by a failover that said its lag was not known"
+            return None  # held at the failover: lost later, not by it
+        if offset < self.source_high_watermark:
+            return "abandoned by a failover that named its range"
+        if not self.lag_known:
+            if self.unknown_since_ms < 0 or acked_ms >= self.unknown_since_ms:
+                return "abandoned by a failover that said its lag was unknown since before it"
+            return None
+        if acked_ms >= self.known_at_ms and source_live:
+            return "in flight from a live source when the failover took the lag as known"
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class FailoverReport:
     """What a failover answered, per partition made writable."""
@@ -348,11 +430,12 @@ class FailoverReport:
     cluster: str
     link_id: str
     at_ms: int
-    # (topic, partition) -> (log end, source HW reported, known at ms, lag known)
-    partitions: dict[tuple[str, int], tuple[int, int, int, bool]]
+    partitions: dict[tuple[str, int], FailoverRow]
     topics_known_at_ms: int = 0  # partitions created after this are in no row
     # Follower (local) prefixes of the topic namespaces it made writable.
     prefixes: tuple[str, ...] = ()
+    # Its source was up and reachable from the follower at the failover.
+    source_live: bool = True
 
 
 def check_silent_loss(
@@ -472,13 +555,9 @@ def _excused(
                 if acked_ms >= report.topics_known_at_ms:
                     return "in a partition created after what the failover said it knew"
                 continue
-            leo, source_hw, known_at, lag_known = row
-            if not lag_known:
-                # Whatever the source acknowledged that this cluster does not
-                # hold, its own records at those offsets included.
-                return "abandoned by a failover that said its lag was not known"
-            if v.offset >= leo and (v.offset < source_hw or acked_ms >= known_at):
-                return "abandoned by a failover that said so"
+            named = row.names(v.offset, acked_ms, report.source_live)
+            if named is not None:
+                return named
     state = states[follower]
     t = state.topics.get(topic)
     if t is None:

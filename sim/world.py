@@ -52,7 +52,7 @@ from sim.checkers import Violation
 from sim.cluster_node import SimCluster
 from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
-from sim.history import History, Send
+from sim.history import History, Op, Send
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
@@ -63,6 +63,8 @@ from sim.store import StoredBatch
 from sim.workloads import Consumer, Producer, ScriptProducer
 
 PROBE_INTERVAL_MS = 500
+# A kill "under load" waits at most this long for the source to acknowledge a write.
+KILL_WAIT_MS = 1_000
 
 
 class Simulation:
@@ -90,6 +92,7 @@ class Simulation:
         limits = LinkLimits(
             c.session_timeout_ms, c.lag_max_records, c.lag_max_ms, c.replica_lag_time_max_ms,
             rounds.fetch_silence_ms(scenario.run.fetch_max_wait_ms),
+            rounds.fetch_answer_due_ms(scenario.run.fetch_max_wait_ms),
         )
         self.clusters: dict[str, SimCluster] = {}
         for cid in self.cluster_ids:
@@ -132,6 +135,10 @@ class Simulation:
         self.fault_rng = seeds.stream(seed, "drawn faults")
         # Failovers that answered: (cluster, link id, time, what they reported).
         self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
+        # Per failover (same order): whether its source was up and reachable
+        # from the follower then (a record in flight from a live source is
+        # the race a known lag allows; from a dead or cut-off one it is not).
+        self.failover_source_live: list[bool] = []
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
         # With [connect] workers: a ConnectMirror (a Connect group running the flow).
         self.mirrors: dict[str, MirrorDriver | ConnectMirror] = {}
@@ -525,6 +532,9 @@ class Simulation:
             o.reverse(m.cluster, m.link, 0, lambda _r, _e: self.disarm_crash(m.cluster, m.link))
         elif m.kind is k.SET_MODE:
             o.set_mode(m.cluster, m.link, m.mode)
+        elif m.kind is k.FAILOVER and m.kill_source:
+            self.metrics.add("moves_failover_after_kill", 1)
+            self._kill_then_failover(m, 1_000 + self.move_rng.randrange(4_000))
         elif m.kind is k.FAILOVER:
             self.failover(m.cluster, m.link, m.force, False)
         elif m.kind is k.RECOVER:
@@ -540,6 +550,32 @@ class Simulation:
             o.add_partitions(m.cluster, m.topic, m.partitions)
         elif m.kind is k.RESTART:
             self.nemesis.crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
+
+    def _kill_then_failover(self, m: moves.Move, down_ms: int) -> None:
+        """kill -9 of the source under load: right after it acknowledges its
+        next write (or after KILL_WAIT_MS, if none comes), then the failover
+        `m.delay_ms` later."""
+        done: list[bool] = []
+
+        def kill() -> None:
+            if done:
+                return
+            done.append(True)
+            self.nemesis.crash_for(m.peer, down_ms)
+            self.queue.after(
+                m.delay_ms,
+                "failover after the kill",
+                lambda: self.failover(m.cluster, m.link, m.force, False),
+            )
+
+        def acked_there(op: Op) -> bool:
+            return op.type == "ok" and op.cluster == m.peer and isinstance(op.value, Send)
+
+        def soon() -> None:
+            self.queue.after(0, "kill after an ack", kill)
+
+        self.history.watch(acked_there, soon)
+        self.queue.after(KILL_WAIT_MS, "kill (no write acknowledged)", kill)
 
     # -- operator actions (the core's procedures: sim.operators) ------------------------------
 
@@ -866,12 +902,20 @@ class Simulation:
             return
         promoted = [m.local_prefix for m in rep.follower_mappings(config, "topic")]
         self._check_followers(cluster, final=False)
-        self._measure_rpo(node, config.remote_cluster_id, promoted)
+        # Measured as the failover starts, counted only if it is accepted
+        # (a refused one loses nothing).
+        rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
+        ends_before = status_checks.log_ends(node.state, promoted)
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if error is not None:
                 return
             assert isinstance(result, link_admin.Failover)
+            self.violations += status_checks.check_failover_aborts(
+                cluster, name, result, node.state, ends_before, self.queue.now_ms
+            )
+            self.metrics.add("rpo_records", rpo[0])
+            self.metrics.maximum("rpo_ms", rpo[1])
             if not force:
                 self.violations += status_checks.check_unforced_failover(
                     cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
@@ -883,6 +927,12 @@ class Simulation:
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
             self.metrics.add("failover_groups_behind", sum(g.behind for g in result.groups))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
+            source = config.remote_cluster_id
+            self.failover_source_live.append(
+                source in self.clusters
+                and self.clusters[source].up
+                and self.reachable(source, cluster)
+            )
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):
                     if not any(rep.in_prefix(topic, p) for p in promoted):
@@ -902,9 +952,11 @@ class Simulation:
 
         self.ops.failover(cluster, name, force, failed_over)
 
-    def _measure_rpo(self, node: SimCluster, source: str, prefixes: list[str]) -> None:
+    def _measure_rpo(
+        self, node: SimCluster, source: str, prefixes: list[str]
+    ) -> tuple[int, int]:
         """Acknowledged writes on the source that the promoted follower's log
-        lacks at the failover."""
+        lacks at the failover: (records, ms of acknowledgements they span)."""
         acked: list[tuple[tuple[str, int], int, int, bool]] = []
         for op in self.history.sends():
             v = op.value
@@ -922,9 +974,7 @@ class Simulation:
             # source's cap and the high watermark moves to the log's end.
             held = v.partition < len(logs) and v.offset < logs[v.partition].log_end_offset
             acked.append(((v.topic, v.partition), op.complete_ms, v.records, held))
-        lost, rpo_ms = recovery_point(acked)
-        self.metrics.add("rpo_records", lost)
-        self.metrics.maximum("rpo_ms", rpo_ms)
+        return recovery_point(acked)
 
     # -- timers and probes ------------------------------------------------------------------------
 
@@ -960,8 +1010,15 @@ class Simulation:
         states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
         self.status_watch.probe(states, up, now)
 
+    def failover_reports(self) -> list[status_checks.FailoverReport]:
+        """What each failover answered, for invariant 10."""
+        return [
+            self.failover_report(f, live)
+            for f, live in zip(self.failovers, self.failover_source_live, strict=True)
+        ]
+
     def failover_report(
-        self, failover: tuple[str, str, int, link_admin.Failover]
+        self, failover: tuple[str, str, int, link_admin.Failover], source_live: bool = True
     ) -> status_checks.FailoverReport:
         cluster, link_id, at_ms, result = failover
         return status_checks.FailoverReport(
@@ -969,16 +1026,18 @@ class Simulation:
             link_id,
             at_ms,
             {
-                (r.topic, r.partition): (
+                (r.topic, r.partition): status_checks.FailoverRow(
                     r.log_end_offset,
                     r.source_high_watermark,
                     r.source_hw_known_at_ms,
                     r.lag_known,
+                    r.unknown_since_ms,
                 )
                 for r in result.partitions
             },
             result.topics_known_at_ms,
             tuple(prefix for kind, prefix in result.namespaces if kind == "topic"),
+            source_live,
         )
 
     def _sample_link_states(self, now: int) -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import tomllib
 
+import pytest
+
 from linkd.core.links import LinkState
 from sim import scenario as sc
+from sim.runner import run_summary
 from sim.world import Simulation
 
 HUB = """
@@ -269,3 +272,22 @@ sends = [
     assert leo(sim, "B", "A-t0", 0) == leo(sim, "C", "A-t0", 0)
     notes = "\n".join(sim.queue.trace)
     assert "aborted 2 transactions replicated into partitions whose source is gone" in notes
+
+
+# Fixes 9 and 10 (failover's truth), each undone, fail the scenario that
+# holds them: a failover 150 ms after its source was killed under load.
+FAILOVER_AFTER_KILL_FINDS = {
+    0: set(),
+    9: {"10 silent loss"},  # "lag 0, known" from a dead source: records lost unnamed
+    10: {"10 unreported abort"},  # an abort marker the answer does not list
+}
+
+
+@pytest.mark.parametrize("undone", sorted(FAILOVER_AFTER_KILL_FINDS))
+def test_9_10_failover_after_kill__each_fix_undone_is_a_violation(undone: int) -> None:
+    params: dict[str, int] = {"duration_ms": 8_000}
+    if undone:
+        params["undo_fix"] = undone
+    summary = run_summary("failover-after-kill", 1, params)
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == FAILOVER_AFTER_KILL_FINDS[undone], summary["violations"][:3]

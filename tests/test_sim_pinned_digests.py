@@ -166,6 +166,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "29f8ad60058c6b61a2c34c72ab03c01baec52c03e1eb69727f280407d9144161",
         "21b0eb1df05a37b96a0da86cb8c57d61c322d89d1492de4f319e2fb032c8bad7",
     ),
+    ("failover-after-kill", 1): (
+        "26a8a22f6b862ccd343065a8c8e412551ceb2c10547b9b6e5cf8a3544e4b5c71",
+        "bf18cdaf7f1185a8935c0f6892ea904946a42b936d0fc7abd584e011578a80b8",
+    ),
+    ("failover-after-kill", 2): (
+        "ec3aa7f0713e4f838674fca8a5e3e1f6d6741566bed8efbdc0e7dddbeefb3a4d",
+        "30fb49320aeb40d1523f4ee2c8defd232d49ff65ec45eb28082bde9fb9e6a83f",
+    ),
     ("failover-writable", 1): (
         "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",
         "4b1754f97cd5783af67f0c207629d3145734b40b6d621949a9c697f0bee125a0",

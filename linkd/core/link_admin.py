@@ -595,6 +595,10 @@ class PartitionLag:
     # Follower rows: what a consumer here can read (the partition's high
     # watermark); the lag counts from it. -1 on leader rows.
     high_watermark: int = -1
+    # Follower rows whose lag is not known: since when (the time the source's
+    # high watermark was last learned: what the source acknowledged after it
+    # may be missing here); -1: never learned. 0 when the lag is known.
+    unknown_since_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,12 +633,16 @@ def link_gaps(state: ClusterState, name: str) -> list[GapRow]:
 
 
 def lag_known(state: ClusterState, link_name: str, now_ms: int) -> bool:
-    """A follower's lag is known only while the link is connected and has
-    finished a fetch round since it (re)connected, lately
-    (`LinkTable.rounds_fresh`)."""
-    return state.links.connected(link_name, now_ms) and state.links.rounds_fresh(
-        link_name, now_ms
-    )
+    """A follower's lag is known only while the link is connected, has
+    finished a fetch round lately, and no call of it failed since
+    (`LinkTable.lag_known`, docs/operations.md "Failover")."""
+    return state.links.lag_known(link_name, now_ms)
+
+
+def unknown_since(known_at_ms: int, learned: bool) -> int:
+    """A follower row's `unknown_since_ms` when its lag is not known: when
+    its source's high watermark was last learned, -1 if never."""
+    return known_at_ms if learned else -1
 
 
 def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
@@ -684,6 +692,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 known,
                 p.known_at_ms,
                 high_watermark=readable_position(log) if log is not None else p.log_end_offset,
+                unknown_since_ms=0 if known else unknown_since(p.known_at_ms, True),
             )
         )
     rows += refused_rows(state, name)
@@ -737,6 +746,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 0,
                 problem,
                 readable_position(t.partitions[partition]),
+                -1,
             )
         )
     return rows
@@ -745,8 +755,12 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
 def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:
     """Every partition of every topic this cluster follows on the link, with
     what is known of its lag: the last source HW learned and when, and
-    whether that is the lag now (`lag_known`). `lag_records` is the known
-    part (records below the last known source HW not held here)."""
+    whether that is the lag now (`lag_known`). A row whose lag is known
+    carries it (records below the source HW not held here); one whose lag
+    is not known carries -1 in `lag_records` and `lag_ms`, and since when it
+    is unknown (`unknown_since_ms`, -1: never learned). `source_high_watermark`
+    and `log_end_offset` still say what was last learned: the source held at
+    least their difference more than this cluster."""
     config = state.links.get(link_name)
     runtime = state.links.runtime[link_name]
     known = lag_known(state, link_name, now_ms)
@@ -766,22 +780,25 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
             source_hw = progress.source_high_watermark if progress is not None else -1
             lag = max(0, source_hw - readable_position(log))
             since = progress.caught_up_at_ms if progress is not None else now_ms
+            known_at = progress.known_at_ms if progress is not None else 0
+            row_known = known and progress is not None
             rows.append(
                 PartitionLag(
                     topic,
                     p,
                     "follower",
-                    lag,
-                    0 if lag == 0 else max(0, now_ms - since),
+                    lag if row_known else -1,
+                    (0 if lag == 0 else max(0, now_ms - since)) if row_known else -1,
                     log.log_end_offset,
                     source_hw,
                     prov["provenance_entries"],
                     prov["provenance_start_offset"],
                     prov["provenance_source"],
-                    known and progress is not None,
-                    progress.known_at_ms if progress is not None else 0,
+                    row_known,
+                    known_at,
                     _problem(runtime.refused.get((topic, p))),
                     readable_position(log),
+                    0 if row_known else unknown_since(known_at, progress is not None),
                 )
             )
     return rows
@@ -794,6 +811,13 @@ def readable_position(log: PartitionLog) -> int:
     if undo.undone(19):
         return log.log_end_offset
     return log.high_watermark
+def known_part(row: PartitionLag) -> int:
+    """Records a follower row is known to lack at least: its lag when known,
+    else what the last learned source HW held above this log (0 if never
+    learned)."""
+    if row.lag_known:
+        return max(0, row.lag_records)
+    return max(0, row.source_high_watermark - row.log_end_offset)
 
 
 def _problem(refusal: ClusterError | None) -> str:
@@ -803,7 +827,7 @@ def _problem(refusal: ClusterError | None) -> str:
 def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[PartitionLag]:
     """The follower partitions with a known lag (records below the last
     known source HW not held here)."""
-    return [r for r in follower_partitions(state, link_name, now_ms) if r.lag_records > 0]
+    return [r for r in follower_partitions(state, link_name, now_ms) if known_part(r) > 0]
 
 
 # -- failover ------------------------------------------------------------------------------------
@@ -829,14 +853,19 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
     """Makes this cluster's follower namespaces of the link writable: detach
     them, clear their reservation (a new leader epoch on every partition, the
     dangling transactions aborted). Refused unless the link is FOLLOWING or
-    IN_SYNC with no lag, or `force` (module rules)."""
+    IN_SYNC and every follower partition's lag is known and zero, or `force`
+    (module rules). The answer lists every partition made writable, those
+    that may lose records (a lag above zero, or not known: -1 and since
+    when), and every replicated transaction whose abort marker it wrote."""
     config = state.links.get(link_name)
     link_state = state.links.state_name(link_name)
     rows = follower_partitions(state, link_name, now_ms)
     if undo.undone(4):
         # The old rule: the last known lag taken as the lag now, any state.
-        rows = [replace(r, lag_known=True) for r in rows]
-    abandoned = [r for r in rows if r.lag_records > 0 or not r.lag_known]
+        rows = [
+            replace(r, lag_known=True, lag_records=known_part(r), unknown_since_ms=0) for r in rows
+        ]
+    abandoned = [r for r in rows if not r.lag_known or r.lag_records > 0]
     if not force:
         if not undo.undone(4) and link_state not in (
             LinkState.FOLLOWING.value,
@@ -852,21 +881,37 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
                 "until it is FOLLOWING, or fail over with force to abandon whatever the "
                 "source acknowledged that this cluster does not hold",
             )
+        unknown = [r for r in abandoned if not r.lag_known]
+        if unknown:
+            raise ClusterError(
+                ErrorCode.LAG_NOT_KNOWN,
+                f"link {link_name!r}",
+                f"link {link_name!r} ({link_state}): the lag of {len(unknown)} follower "
+                f"partitions is not known: {describe_unknown(unknown, now_ms)}; what the "
+                "source acknowledged since then may be missing here. Wait until a fetch "
+                "round answers (the link FOLLOWING again), or fail over with force to "
+                "abandon it",
+            )
         if abandoned:
-            total = sum(r.lag_records for r in abandoned if r.lag_known)
-            unknown = sum(1 for r in abandoned if not r.lag_known)
-            what = f"lag by {total} records" if total else "lag"
-            if unknown:
-                what += f", {unknown} of them by an amount not known (never fetched yet)"
+            total = sum(r.lag_records for r in abandoned)
             raise ClusterError(
                 ErrorCode.LAG_NOT_ZERO,
                 f"link {link_name!r}",
                 f"link {link_name!r} ({link_state}): {len(abandoned)} follower partitions "
-                f"still {what}; wait, or fail over with force to abandon them",
+                f"still lag by {total} records; wait, or fail over with force to abandon them",
             )
     effects: list[Effect] = []
     listed = state.links.runtime[link_name].topics_known_at_ms
     out = Failover(effects, rows, abandoned, [], [], listed or 0)
+    prefixes = [
+        m.local_prefix
+        for m in config.attached_mappings()
+        if m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
+    ]
+    # Detaching a namespace aborts its dangling transactions already
+    # (`abort_unfollowed`); whichever step writes a marker, the answer lists
+    # every transaction open before the failover and not open after it.
+    open_before = state.dangling_transactions(prefixes)
     for mapping in list(config.attached_mappings()):
         if mapping.local_role != Role.FOLLOWER:
             continue
@@ -878,7 +923,31 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
         effects += reservation.effects
         out.dangling += reservation.dangling
         out.namespaces.append((mapping.resource_type, mapping.local_prefix))
+    if not undo.undone(10):
+        out.dangling = [d for d in open_before if not _still_open(state, d)]
     return out
+
+
+def _still_open(state: ClusterState, d: DanglingTxn) -> bool:
+    topic = state.topics.get(d.topic)
+    if topic is None or d.partition >= len(topic.partitions):
+        return False
+    return topic.partitions[d.partition].ongoing_txns.get(d.producer_id) == d.first_offset
+
+
+def describe_unknown(rows: list[PartitionLag], now_ms: int, limit: int = 5) -> str:
+    """Partitions whose lag is not known, and since when, for an error or a
+    note: "orders-0 since 1200 ms ago (at 1700000001200), orders-1 never"."""
+
+    def one(r: PartitionLag) -> str:
+        if r.unknown_since_ms < 0:
+            return f"{r.topic}-{r.partition} never learned"
+        age = max(0, now_ms - r.unknown_since_ms)
+        return f"{r.topic}-{r.partition} unknown since {age} ms ago (at {r.unknown_since_ms})"
+
+    shown = ", ".join(one(r) for r in rows[:limit])
+    more = len(rows) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 __all__ = [
@@ -892,9 +961,11 @@ __all__ = [
     "check_attach",
     "check_detach",
     "delete_link",
+    "describe_unknown",
     "failover",
     "follower_lag",
     "follower_partitions",
+    "known_part",
     "link_summary",
     "make_writable",
     "mapping_conflict",

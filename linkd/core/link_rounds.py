@@ -100,6 +100,15 @@ def fetch_silence_ms(max_wait_ms: int) -> int:
     return max(DEFAULT_FETCH_SILENCE_MS, served_wait_ms(max_wait_ms) + 1_500)
 
 
+def fetch_answer_due_ms(max_wait_ms: int) -> int:
+    """How long a healthy source takes at most to answer a fetch that asks
+    it to hold `max_wait_ms` (`LinkLimits.fetch_answer_due_ms`): the long
+    poll plus 500 ms for the way there and back. A fetch out longer than
+    that, unanswered, means the source died or is cut off: the lag the last
+    round measured is no longer known."""
+    return served_wait_ms(max_wait_ms) + 500
+
+
 # -- handshake ------------------------------------------------------------------------
 
 

@@ -61,6 +61,9 @@ DEFAULT_LAG_MAX_RECORDS = 0
 DEFAULT_LAG_MAX_MS = 30_000
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_FETCH_SILENCE_MS = 2_000
+# How long a healthy source takes at most to answer a fetch: its 500 ms long
+# poll plus 500 ms for the way there and back (`link_rounds.fetch_answer_due_ms`).
+DEFAULT_FETCH_ANSWER_DUE_MS = 1_000
 STATE_HISTORY_MAX = 32
 MAX_TOMBSTONES = 1_000
 LinkRecord = jr.LinkConfigRecord | jr.LinkDelete | jr.LinkRemovalTold
@@ -537,6 +540,10 @@ class LinkRuntime:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
     round_done_ms: int | None = None  # when the last fetch round finished
+    # When a call of the link last failed (refused, reset, past its deadline):
+    # what the last round learned may be old news from then on, until a
+    # round finishes after it (`LinkTable.lag_known`).
+    contact_lost_ms: int | None = None
     # SYNC mode: this side's verdict on the partitions it leads (None: it
     # leads none, or the link is ASYNC), when that verdict was reached, and the
     # remote's verdict on the partitions it leads (from its fetch responses).
@@ -617,6 +624,10 @@ class LinkLimits:
     # Following side: a follower that has not finished a fetch round for this
     # long does not know its lag (CATCHING_UP, not FOLLOWING on old news).
     fetch_silence_ms: int = DEFAULT_FETCH_SILENCE_MS
+    # Following side: a fetch out longer than this with no answer is one a
+    # healthy source would have answered (its long poll plus the way there
+    # and back): the source died or is cut off, and the lag is not known.
+    fetch_answer_due_ms: int = DEFAULT_FETCH_ANSWER_DUE_MS
 
 
 class LogBounds(Protocol):
@@ -997,6 +1008,44 @@ class LinkTable:
             return False
         return now_ms - runtime.round_done_ms <= self.limits.fetch_silence_ms
 
+    def lag_known(self, name: str, now_ms: int) -> bool:
+        """Follower side: whether the lag the last fetch round measured is the
+        lag now. Known only while all of these hold: the link is connected
+        (contact within the session timeout), a fetch round finished within
+        `fetch_silence_ms` (`rounds_fresh`), the fetch sent since (if any) is
+        not overdue (out no longer than `fetch_answer_due_ms`), and no call
+        of the link failed since that round finished. A source that is alive answers the
+        follower's long poll as soon as it acknowledges more, so while its
+        calls succeed the last answer is the news; once a call fails (the
+        source died, its connection was reset, a call passed its deadline)
+        anything it acknowledged after its last answer may be missing here,
+        and the lag is unknown since that answer (`unknown_since`)."""
+        if not (self.connected(name, now_ms) and self.rounds_fresh(name, now_ms)):
+            return False
+        runtime = self.runtime[name]
+        config = self.configs.get(name)
+        if undo.undone(9) or (
+            config is not None
+            and config.mode == LinkMode.SYNC
+            and runtime.state is LinkState.IN_SYNC
+        ):
+            # Undone: a failed call changes nothing until the silence bound.
+            # IN_SYNC: the source acknowledges a record only once this side's
+            # next fetch shows it holds it, and drops this side from sync only
+            # after replica.lag.time.max.ms without a fetch (longer than the
+            # silence bound): nothing it acknowledged can be missing here.
+            return True
+        sent = runtime.fetch_sent_ms
+        if (
+            sent is not None
+            and runtime.round_done_ms is not None
+            and sent >= runtime.round_done_ms
+            and now_ms - sent > self.limits.fetch_answer_due_ms
+        ):
+            return False  # a fetch a healthy source would have answered by now
+        lost = runtime.contact_lost_ms
+        return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
+
     def start(self, now_ms: int) -> None:
         """The shell starts: links restored from the journal begin DISCONNECTED now
         (the journal holds configurations, not runtime history)."""
@@ -1009,8 +1058,12 @@ class LinkTable:
         self, name: str, now_ms: int, error: ClusterError | None = None
     ) -> None:
         """A dial or call failed (`error`: why, counted and kept as the link's
-        last error); the session timeout decides when it counts."""
+        last error): the lag learned before it is no longer known
+        (`lag_known`); the session timeout decides when the link counts as
+        DISCONNECTED."""
         runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.contact_lost_ms = now_ms
         if runtime is not None and error is not None:
             code = error.code.name
             runtime.errors[code] = runtime.errors.get(code, 0) + 1

@@ -567,14 +567,28 @@ def failover(
             f"commit heard of, by {sum(g.behind for g in behind)} records in all",
         )
     yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
-    lost = sum(r.lag_records for r in result.abandoned)
-    unknown = sum(1 for r in result.abandoned if not r.lag_known)
+    lost = sum(r.lag_records for r in result.abandoned if r.lag_known)
+    unknown = [r for r in result.abandoned if not r.lag_known]
+    aborted = ", ".join(
+        f"{d.topic}-{d.partition} producer {d.producer_id} from offset {d.first_offset}"
+        for d in result.dangling
+    )
     yield Note(
         "warning" if result.abandoned else "info",
         f"link {name!r}: failover made {len(result.namespaces)} namespaces writable; "
-        f"abandoned {lost} records known to lag on {len(result.abandoned)} partitions"
-        + (f" ({unknown} with a lag not known)" if unknown else "")
-        + (f"; aborted {len(result.dangling)} dangling transactions" if result.dangling else ""),
+        f"abandoned {lost} records known to lag on "
+        f"{len(result.abandoned) - len(unknown)} partitions"
+        + (
+            f"; the lag of {len(unknown)} partitions not known: "
+            f"{admin.describe_unknown(unknown, now_ms)}"
+            if unknown
+            else ""
+        )
+        + (
+            f"; aborted {len(result.dangling)} dangling transactions: {aborted}"
+            if result.dangling
+            else ""
+        ),
     )
     yield LinkChanged(name)
     return result

@@ -20,6 +20,15 @@ and of the gaps issue:
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
 
+and of the silent-loss issue (failover's truth):
+
+9. a follower's lag is not known once a call of its link failed since the
+   last fetch round (undone: the last round's lag stands until the silence
+   bound, so a failover right after the source died takes it as the lag now)
+10. a failover's answer lists every replicated transaction whose abort marker
+   it wrote, whichever step wrote it (undone: only those its reservation
+   step aborted, not those the detach aborted first)
+
 and of the pipeline issue (a follower's hidden records, compaction taken
 for divergence):
 
@@ -53,8 +62,8 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 
 from __future__ import annotations
 
-# 1-8, then 18-22 and 24-25 (the numbers between belong to other changes).
-FIXES = (*range(1, 9), *range(18, 23), 24, 25)
+# The numbers missing belong to other changes.
+FIXES = (*range(1, 11), *range(18, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 

@@ -86,6 +86,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.FOLLOWER_TOPIC_NOT_WRITABLE: K.topic_authorization_failed,
         ErrorCode.REPLICATED_GROUP_READ_ONLY: K.group_authorization_failed,
         ErrorCode.LAG_NOT_ZERO: K.policy_violation,
+        ErrorCode.LAG_NOT_KNOWN: K.policy_violation,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
         ErrorCode.NOT_LED_ON_LINK: K.unknown_topic_or_partition,
         ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,

@@ -933,6 +933,7 @@ class PartitionLag(_message.Message):
     PROBLEM_FIELD_NUMBER: _builtins.int
     PARTITION_ROLE_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    UNKNOWN_SINCE_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     @_builtins.property
@@ -962,8 +963,9 @@ class PartitionLag(_message.Message):
     provenance_source: _builtins.str
     lag_known: _builtins.bool
     """Whether lag_records is the lag now. A follower row of a link that lost
-    contact is not: its lag is unknown (lag_records and lag_ms are -1 in
-    describe-link; a failover report gives the known part).
+    contact is not: its lag is unknown, and lag_records and lag_ms are -1
+    (describe-link and failover alike; source_high_watermark minus
+    log_end_offset is what it was known to lack at least).
     """
     source_hw_known_at_ms: _builtins.int
     """Follower rows: when the source high watermark was learned (ms since the
@@ -979,6 +981,12 @@ class PartitionLag(_message.Message):
     partition (its high watermark). lag_records counts from here, not from
     log_end_offset: records held but not yet readable are not caught up.
     -1 on leader rows.
+    """
+    unknown_since_ms: _builtins.int
+    """Follower rows whose lag is not known: since when (ms since the epoch: the
+    time the source high watermark was last learned; what the source
+    acknowledged after it may be missing here); -1: never learned. 0 when
+    lag_known.
     """
     def __init__(
         self,
@@ -998,10 +1006,11 @@ class PartitionLag(_message.Message):
         problem: _builtins.str = ...,
         partition_role: Global___PartitionRole.ValueType = ...,
         high_watermark: _builtins.int = ...,
+        unknown_since_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic", "unknown_since_ms", b"unknown_since_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -251,7 +251,8 @@ class AdminServicer:
     def Failover(self, request, context):
         """Makes this cluster's follower namespaces of the link writable: detaches
         them and clears their reservation. Refused with LAG_NOT_ZERO while
-        follower partitions lag, unless forced.
+        follower partitions lag, and with LAG_NOT_KNOWN while the lag of any is
+        not known (docs/operations.md, "Failover"), unless forced.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

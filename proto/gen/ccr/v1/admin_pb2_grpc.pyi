@@ -65,7 +65,8 @@ class AdminStub:
     Failover: _grpc.UnaryUnaryMultiCallable[_admin_pb2.FailoverRequest, _admin_pb2.FailoverResponse]
     """Makes this cluster's follower namespaces of the link writable: detaches
     them and clears their reservation. Refused with LAG_NOT_ZERO while
-    follower partitions lag, unless forced.
+    follower partitions lag, and with LAG_NOT_KNOWN while the lag of any is
+    not known (docs/operations.md, "Failover"), unless forced.
     """
     SetLinkMode: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SetLinkModeRequest, _admin_pb2.LinkDescription]
     """Switches a link between ASYNC and SYNC (README.md, "SYNC links"). SYNC is refused
@@ -148,7 +149,8 @@ class AdminAsyncStub(AdminStub):
     Failover: _aio.UnaryUnaryMultiCallable[_admin_pb2.FailoverRequest, _admin_pb2.FailoverResponse]  # type: ignore[assignment]
     """Makes this cluster's follower namespaces of the link writable: detaches
     them and clears their reservation. Refused with LAG_NOT_ZERO while
-    follower partitions lag, unless forced.
+    follower partitions lag, and with LAG_NOT_KNOWN while the lag of any is
+    not known (docs/operations.md, "Failover"), unless forced.
     """
     SetLinkMode: _aio.UnaryUnaryMultiCallable[_admin_pb2.SetLinkModeRequest, _admin_pb2.LinkDescription]  # type: ignore[assignment]
     """Switches a link between ASYNC and SYNC (README.md, "SYNC links"). SYNC is refused
@@ -318,7 +320,8 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.FailoverResponse, _abc.Awaitable[_admin_pb2.FailoverResponse]]:
         """Makes this cluster's follower namespaces of the link writable: detaches
         them and clears their reservation. Refused with LAG_NOT_ZERO while
-        follower partitions lag, unless forced.
+        follower partitions lag, and with LAG_NOT_KNOWN while the lag of any is
+        not known (docs/operations.md, "Failover"), unless forced.
         """
 
     @_abc_1.abstractmethod

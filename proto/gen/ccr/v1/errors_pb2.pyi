@@ -234,6 +234,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
     ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 103
     """As above, on a transactional id."""
+    ERROR_CODE_LAG_NOT_KNOWN: _ErrorCode.ValueType  # 110
+    """Failover refused: the lag of follower partitions is not known (the source
+    stopped answering, or a call of the link failed since its last answer);
+    the message names them and since when (use force to abandon it).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -433,6 +438,11 @@ ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 102
 """As above, on the cluster resource (admin calls, ACLs, links, namespaces)."""
 ERROR_CODE_TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 103
 """As above, on a transactional id."""
+ERROR_CODE_LAG_NOT_KNOWN: ErrorCode.ValueType  # 110
+"""Failover refused: the lag of follower partitions is not known (the source
+stopped answering, or a call of the link failed since its last answer);
+the message names them and since when (use force to abandon it).
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

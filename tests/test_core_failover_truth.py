@@ -1,0 +1,188 @@
+"""What a failover says must be true at the failover, not as of the last
+round: the rule for a known lag, the refusal when it is not known, the
+forced answer's rows (-1 and since when), and the transactions it aborted.
+
+A leads the namespace orders- on link ab, B follows it (the fixtures of
+test_core_link_rounds); the test plays the transport and the disk.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from linkd.core import link_admin as admin
+from linkd.core import records as rb
+from linkd.core import undo
+from linkd.core.cluster import AppendBatch, ClusterState
+from linkd.core.errors import ClusterError, ErrorCode
+from tests.test_core_link_rounds import NOW, Disk, discover, fetch_round, produce, two_clusters
+
+
+def _following(records: int = 3) -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, records)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    assert b.links.state_name("ab") == "FOLLOWING"
+    assert b.links.lag_known("ab", NOW + 10)
+    return a, b, disk_a, disk_b
+
+
+def test_a_failed_call_after_the_last_round__makes_the_lag_unknown_since_that_round() -> None:
+    a, b, disk_a, _disk_b = _following()
+    produce(a, disk_a, 5)  # acknowledged by A after its last answer
+    b.links.on_contact_lost("ab", NOW + 20)  # the source died: its connection reset
+
+    assert not b.links.lag_known("ab", NOW + 21)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 21)
+    assert (row.lag_known, row.lag_records, row.lag_ms) == (False, -1, -1)
+    assert row.unknown_since_ms == row.source_hw_known_at_ms == NOW + 10
+    assert admin.known_part(row) == 0  # it held all it had heard of
+
+
+def test_a_failover_right_after_the_source_died__is_refused__naming_the_partition_and_since_when(
+) -> None:
+    a, b, disk_a, _disk_b = _following()
+    produce(a, disk_a, 5)
+    b.links.on_contact_lost("ab", NOW + 20)
+
+    with pytest.raises(ClusterError) as refused:
+        admin.failover(b, "ab", False, NOW + 21)
+
+    assert refused.value.code is ErrorCode.LAG_NOT_KNOWN
+    assert "orders-1-0 unknown since 11 ms ago (at 1010)" in refused.value.message
+    assert [m.local_prefix for m in b.links.get("ab").attached_mappings()] == ["orders-"]
+
+
+def test_a_forced_failover__reports_each_unknown_lag_as_minus_one_and_since_when() -> None:
+    a, b, disk_a, _disk_b = _following()
+    produce(a, disk_a, 5)
+    b.links.on_contact_lost("ab", NOW + 20)
+
+    result = admin.failover(b, "ab", True, NOW + 21)
+
+    (row,) = result.abandoned
+    assert (row.topic, row.partition, row.lag_known) == ("orders-1", 0, False)
+    assert (row.lag_records, row.lag_ms, row.unknown_since_ms) == (-1, -1, NOW + 10)
+    assert result.partitions == result.abandoned
+
+
+def test_a_round_finished_after_the_failure__makes_the_lag_known_again() -> None:
+    a, b, disk_a, disk_b = _following()
+    b.links.on_contact_lost("ab", NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+
+    assert b.links.lag_known("ab", NOW + 31)
+    result = admin.failover(b, "ab", False, NOW + 31)
+    assert result.abandoned == []
+    assert [(r.lag_known, r.lag_records, r.unknown_since_ms) for r in result.partitions] == [
+        (True, 0, 0)
+    ]
+
+
+def test_a_round_older_than_the_silence_bound__is_no_knowledge__even_with_no_failed_call() -> None:
+    _a, b, _disk_a, _disk_b = _following()
+    later = NOW + 10 + b.links.limits.fetch_silence_ms + 1
+
+    assert not b.links.lag_known("ab", later)
+    result = admin.failover(b, "ab", True, later)
+    assert [(r.lag_records, r.unknown_since_ms) for r in result.abandoned] == [(-1, NOW + 10)]
+
+
+def test_a_partition_never_fetched__is_unknown_and_never_learned() -> None:
+    a, b, disk_a, disk_b = _following()
+    _topic, effects = a.create_topic("orders-2", 1, {}, "src-2")
+    disk_a.carry_out(a, effects)
+    discover(a, b, disk_b)  # B created it; no round reached it yet
+
+    rows = {r.topic: r for r in admin.follower_partitions(b, "ab", NOW + 11)}
+    assert (rows["orders-2"].lag_known, rows["orders-2"].lag_records) == (False, -1)
+    assert rows["orders-2"].unknown_since_ms == -1
+    with pytest.raises(ClusterError) as refused:
+        admin.failover(b, "ab", False, NOW + 11)
+    assert "orders-2-0 never learned" in refused.value.message
+
+
+def test_undone__a_failed_call_changes_nothing__the_old_news_is_taken_as_the_lag_now() -> None:
+    a, b, disk_a, _disk_b = _following()
+    produce(a, disk_a, 5)
+    b.links.on_contact_lost("ab", NOW + 20)
+    undo.set_undone(frozenset({9}))
+    try:
+        result = admin.failover(b, "ab", False, NOW + 21)
+    finally:
+        undo.set_undone(frozenset())
+    assert result.abandoned == []  # the silent loss of finding 1
+
+
+def _open_transaction(a: ClusterState, disk_a: Disk, producer_id: int = 4242) -> None:
+    log_a = a.partition("orders-1", 0)
+    txn = rb.build_batch(
+        [rb.RecordSpec(None, b"in-txn", NOW)] * 3,
+        base_offset=log_a.log_end_offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+        partition_leader_epoch=log_a.leader_epoch,
+    )
+    header = rb.parse_header(txn)
+    log_a.apply_batch(header, None)
+    disk_a.carry_out(a, [AppendBatch(a.topic("orders-1").topic_id, 0, txn, header)])
+
+
+@pytest.mark.parametrize("undone", [False, True])
+def test_a_failover_lists_the_replicated_transaction_whose_abort_marker_it_wrote(
+    undone: bool,
+) -> None:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    log_b = b.partition("orders-1", 0)
+    assert log_b.log_end_offset == 5 and 4242 in log_b.ongoing_txns
+
+    undo.set_undone(frozenset({10}) if undone else frozenset())
+    try:
+        result = admin.failover(b, "ab", False, NOW + 11)
+    finally:
+        undo.set_undone(frozenset())
+    disk_b.carry_out(b, result.effects)
+
+    assert 4242 not in log_b.ongoing_txns
+    assert log_b.log_end_offset == 6  # B's abort marker
+    listed = [(d.topic, d.partition, d.producer_id, d.first_offset) for d in result.dangling]
+    assert listed == ([] if undone else [("orders-1", 0, 4242, 2)])
+
+
+def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown() -> None:
+    """A silent cut (no reset, no failed call yet): the fetch sent after the
+    last round is overdue once out longer than the long poll plus the way
+    there and back."""
+    from linkd.core import link_rounds as rounds
+
+    _a, b, _disk_a, _disk_b = _following()
+    rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 10)
+    due = b.links.limits.fetch_answer_due_ms
+
+    assert b.links.lag_known("ab", NOW + 10 + due)
+    assert not b.links.lag_known("ab", NOW + 10 + due + 1)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 10 + due + 1)
+    assert (row.lag_records, row.unknown_since_ms) == (-1, NOW + 10)
+
+
+def test_a_sync_link_in_sync__keeps_its_lag_known_after_a_failed_call() -> None:
+    """IN_SYNC, the source acknowledges nothing this side has not fetched:
+    its death loses nothing acknowledged, and the failover needs no force."""
+    a, b, disk_a, disk_b = _following()
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)
+    assert b.link_state("ab") == "IN_SYNC"
+    b.links.on_contact_lost("ab", NOW + 40)
+
+    assert b.links.lag_known("ab", NOW + 41)
+    assert admin.failover(b, "ab", False, NOW + 41).abandoned == []
