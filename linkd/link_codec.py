@@ -400,6 +400,7 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.P
             )
             for e in p.provenance
         ),
+        unreadable=tuple((r.from_offset, r.to_offset) for r in p.unreadable),
     )
 
 
@@ -427,6 +428,10 @@ def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any
                 at_ms=i.at_ms,
             )
             for i in side.provenance
+        ],
+        unreadable=[
+            replication_pb2.OffsetRange(from_offset=low, to_offset=high)
+            for low, high in side.unreadable
         ],
     )
 

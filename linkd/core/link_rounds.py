@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linkd.core import histories
+from linkd.core import histories, undo
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
@@ -370,6 +370,11 @@ def follower_fetch_request(
         for p, log in enumerate(state.topics[topic].partitions):
             if gap_stopped and (topic, p) in gap_stopped:
                 continue  # stopped at a gap until the operator resumes it
+            held = runtime.own_writes_held if runtime is not None else None
+            if held and (topic, p) in held:
+                if held[(topic, p)] == log.log_end_offset:
+                    continue  # not cut over its own writes: until a recover cuts it
+                del held[(topic, p)]
             offset, epoch = rep.follower_position_of(log)
             wanted = bool(marks_wanted) and (topic, p) in marks_wanted
             if wanted:
@@ -736,6 +741,10 @@ def apply_replica_fetch(
             refused.append((local, fetched.partition, fetched.error))
             continue
         if fetched.diverging_end_offset >= 0:
+            held = own_writes_refusal(state, link_name, local, fetched)
+            if held is not None:
+                refused.append((local, fetched.partition, held))
+                continue
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
@@ -785,6 +794,36 @@ def apply_replica_fetch(
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     return AppliedFetch(effects, progress, truncations, refused, gaps, stopped)
+
+
+def own_writes_refusal(
+    state: ClusterState, link_name: str, topic: str, fetched: FetchedPartition
+) -> ClusterError | None:
+    """Follower side, told to cut `topic` at `fetched.diverging_end_offset`:
+    the refusal when the cut would remove acknowledged records this
+    cluster's own clients wrote (`histories.own_acknowledged`; an attach
+    that could compare first refuses itself: `recovery.check_attach_cuts`).
+    Such a partition is held (`LinkRuntime.own_writes_held`): not cut, left
+    out of fetches until `recover` cuts it. None: the cut may go ahead."""
+    if undo.undone(15):
+        return None
+    partition, cut = fetched.partition, fetched.diverging_end_offset
+    side = histories.local_side(state, topic, partition)
+    own = histories.own_acknowledged(side, cut)
+    if not own:
+        return None
+    state.links.runtime[link_name].own_writes_held[(topic, partition)] = side.log_end_offset
+    ranges = ", ".join(f"[{low}, {high})" for low, high in own)
+    records = sum(high - low for low, high in own)
+    config = state.links.get(link_name)
+    return ClusterError(
+        ErrorCode.DIVERGED_LOG,
+        f"{topic}-{partition}",
+        f"its source {config.remote_cluster_id!r} says to cut it to {cut}, which would remove "
+        f"{records} acknowledged records clients of {state.cluster_id!r} wrote (offsets "
+        f"{ranges}); not cut and not followed: `ccr-admin recover --link {link_name}` on "
+        f"{state.cluster_id!r} reports the cut and, with --confirm, makes it",
+    )
 
 
 def decide_gap(state: ClusterState, link_name: str, config: LinkConfig, gap: Gap) -> GapPolicy:

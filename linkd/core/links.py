@@ -549,6 +549,11 @@ class LinkRuntime:
     # operator resumes them: left out of fetches, shown by describe-link.
     # Not durable: after a restart the next round finds the gap again.
     gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
+    # Follower partitions the source said to cut where the cut would remove
+    # acknowledged records this cluster's own clients wrote: not cut, left
+    # out of fetches while their log ends where it ended then (the value),
+    # refused until `recover` cuts them (`link_rounds.apply_replica_fetch`).
+    own_writes_held: dict[tuple[str, int], int] = field(default_factory=dict)
     counters: LinkCounters = field(default_factory=LinkCounters)
     # The partition last found keeping the link from FOLLOWING, judged first
     # next time (`LinkTable._runtime_lagging`): a link's state is judged on
@@ -684,7 +689,10 @@ class LinkTable:
         if runtime is None:
             return []
         out = [
-            f"{topic}-{partition} (following) is refused by the source: {why.message}"
+            f"{topic}-{partition} (following) "
+            + ("is not cut" if (topic, partition) in runtime.own_writes_held else
+               "is refused by the source")
+            + f": {why.message}"
             for (topic, partition), why in sorted(runtime.refused.items())
             if holds_back(why)
         ]
@@ -801,6 +809,8 @@ class LinkTable:
             ]
             for tp in unfollowed:
                 del runtime.refused[tp]
+            for tp in [k for k in runtime.own_writes_held if k not in runtime.refused]:
+                del runtime.own_writes_held[tp]
             undiverged = {
                 k for k in runtime.marks_wanted if config.mapping_for(k[0], "follower") is None
             }

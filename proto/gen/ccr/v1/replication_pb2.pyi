@@ -1075,6 +1075,7 @@ class PartitionHistory(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     EPOCH_HISTORY_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    UNREADABLE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     log_start_offset: _builtins.int
@@ -1085,6 +1086,13 @@ class PartitionHistory(_message.Message):
     def epoch_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]: ...
     @_builtins.property
     def provenance(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProvenanceRecord]: ...
+    @_builtins.property
+    def unreadable(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]:
+        """Offsets no read_committed client reads as a record: transaction markers,
+        records of aborted or still open transactions (an attach that would cut
+        the rest of what the receiver's own clients wrote is refused).
+        """
+
     def __init__(
         self,
         *,
@@ -1096,14 +1104,39 @@ class PartitionHistory(_message.Message):
         leader_epoch: _builtins.int = ...,
         epoch_history: _abc.Iterable[Global___EpochStart] | None = ...,
         provenance: _abc.Iterable[Global___ProvenanceRecord] | None = ...,
+        unreadable: _abc.Iterable[Global___OffsetRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic", "unreadable", b"unreadable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionHistory: _TypeAlias = PartitionHistory  # noqa: Y015
+
+@_typing.final
+class OffsetRange(_message.Message):
+    """The offsets [from_offset, to_offset)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    from_offset: _builtins.int
+    to_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        from_offset: _builtins.int = ...,
+        to_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "to_offset", b"to_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetRange: _TypeAlias = OffsetRange  # noqa: Y015
 
 @_typing.final
 class DescribePartitionsResponse(_message.Message):
