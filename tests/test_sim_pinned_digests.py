@@ -83,6 +83,8 @@ SIZED: dict[str, dict[str, Any]] = {
     # Its faults run to 17 s: cut at 8 s, a fetch answer the lossy network
     # dropped still waits for its deadline when B's crash at 14 s ends the run.
     "secure-links": {"duration_ms": 20_000},
+    # The refused attach at 6 s and the recover at 8 s: its own length.
+    "reattach-own-writes": {"duration_ms": 16_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -190,6 +192,10 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("retention-outage", 2): (
         "8d02a671372afca11c818d444959baab98b5768564595030b8155b0c21726127",
         "f3a82cf338028bf9356bcaf71deb3762b2bde14a9c4b4cbae353ef10bae09af2",
+    ),
+    ("reattach-own-writes", 1): (
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
     ),
     ("retention-outage-stop", 1): (
         "bfc295e800b4299d6fcdce3ad0db79215ead479696f111a44211aaab4019d803",
