@@ -263,6 +263,7 @@ def fetch_request_pb(
         )
         entry.related = p.related
         entry.all_marks = p.all_marks
+        entry.held = p.held
         for m in p.marks:
             entry.marks.add(base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc)
     return out
@@ -281,6 +282,7 @@ def partition_fetches_of(
             tuple(histories.BatchMark(m.base_offset, m.last_offset, m.crc) for m in p.marks),
             p.all_marks,
             p.related,
+            p.held,
         )
         for p in request.partitions
     ]

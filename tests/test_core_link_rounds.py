@@ -543,9 +543,17 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     assert (topic, partition, why.code) == ("orders-1", 0, ErrorCode.DIVERGED_LOG)
     assert "2 acknowledged records clients of 'B' wrote (offsets [3, 5))" in why.message
     assert b.links.runtime["ab"].own_writes_held == {("orders-1", 0): 5}
-    assert rounds.follower_fetch_request(b, b.links.get("ab")).partitions == ()
+    [held] = rounds.follower_fetch_request(b, b.links.get("ab")).partitions
+    assert held.held and held.marks == () and held.fetch_offset == 5
     [line] = b.links.lagging_partitions("ab", NOW + 30)
     assert line.startswith("orders-1-0 (following) is not cut: ") and "recover" in line
+    # The source is told: it copies nothing, and its own view says why.
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 35)
+    assert not answer.ready and answer.partitions[0].error is not None
+    assert log.log_end_offset == 5 and applied.refused[0][2] is why  # the follower's words
+    assert a.links.explained("ab", NOW + 35) and b.links.explained("ab", NOW + 35)
+    [source_line] = a.links.lagging_partitions("ab", NOW + 35)
+    assert "does not cut its copy of orders-1-0" in source_line, source_line
 
     # recover cuts it (confirmed): the log end moved, so it is fetched again.
     disk_b.carry_out(b, rep.truncate_replica(b, "orders-1", 0, 3, b.links.get("ab")))

@@ -580,6 +580,7 @@ class ReplicaFetchPartition(_message.Message):
     MARKS_FIELD_NUMBER: _builtins.int
     RELATED_FIELD_NUMBER: _builtins.int
     ALL_MARKS_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """the source topic name"""
     partition: _builtins.int
@@ -590,6 +591,11 @@ class ReplicaFetchPartition(_message.Message):
     related: _builtins.bool
     """The follower's provenance names the source cluster or this link."""
     all_marks: _builtins.bool
+    held: _builtins.bool
+    """The follower does not cut this partition where the source said: the cut
+    would remove acknowledged records its own clients wrote. The source
+    copies nothing and shows why, until a recover on the follower cuts it.
+    """
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
         """Marks of the follower's log, newest first: its last batch always (the
@@ -612,10 +618,11 @@ class ReplicaFetchPartition(_message.Message):
         marks: _abc.Iterable[Global___BatchMark] | None = ...,
         related: _builtins.bool = ...,
         all_marks: _builtins.bool = ...,
+        held: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "held", b"held", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
