@@ -177,6 +177,8 @@ class LinkInfo:
     # to_offset, at_ms, reason, stopped (waiting for resume-partition).
     gaps: list[dict[str, Any]] = field(default_factory=list)
     gap_policy: str = "continue"
+    # What is wrong with the link credentials its sessions run on ("": nothing).
+    credential_problem: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -196,6 +198,7 @@ class LinkInfo:
             "refused_mappings": list(self.refused_mappings),
             "gap_policy": self.gap_policy,
             "gaps": list(self.gaps),
+            "credential_problem": self.credential_problem,
         }
 
 
@@ -276,6 +279,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
             for g in d.gaps
         ],
         gap_policy=d.gap_policy or "continue",
+        credential_problem=d.credential_problem,
     )
 
 

@@ -869,6 +869,8 @@ def _print_link(link: LinkInfo) -> None:
             if p.get("problem"):
                 print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
     print(f"  gap.policy {link.gap_policy}")
+    if link.credential_problem:
+        print(f"  credential: {link.credential_problem}")
     for g in link.gaps:
         state = "stopped there (resume-partition goes on)" if g["stopped"] else "recorded"
         print(

@@ -722,6 +722,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 for st, at in summary.history
             ],
             refused_mappings=[_mapping_pb(m) for m in summary.refused],
+            credential_problem=summary.credential_problem,
             gaps=[
                 admin_pb2.LinkGap(
                     topic=row.gap.topic,

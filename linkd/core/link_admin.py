@@ -606,6 +606,7 @@ class LinkSummary:
     partitions: tuple[PartitionLag, ...]
     refused: tuple[Mapping, ...]  # detached with a note
     gaps: tuple[GapRow, ...] = ()
+    credential_problem: str = ""  # `LinkRuntime.credential_problem`
 
 
 def link_gaps(state: ClusterState, name: str) -> list[GapRow]:
@@ -686,6 +687,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
         tuple(rows),
         refused,
         tuple(link_gaps(state, name)),
+        runtime.credential_problem,
     )
 
 

@@ -839,8 +839,9 @@ def own_writes_refusal(
     the refusal when the cut would remove acknowledged records this
     cluster's own clients wrote (`histories.own_acknowledged`; an attach
     that could compare first refuses itself: `recovery.check_attach_cuts`).
-    Such a partition is held (`LinkRuntime.own_writes_held`): not cut, left
-    out of fetches until `recover` cuts it. None: the cut may go ahead."""
+    Such a partition is held (`LinkRuntime.own_writes_held`): not cut, and
+    fetched as held (the source copies nothing and reports why) until
+    `recover` cuts it. None: the cut may go ahead."""
     if undo.undone(15):
         return None
     partition, cut = fetched.partition, fetched.diverging_end_offset

@@ -550,10 +550,16 @@ class LinkRuntime:
     # Not durable: after a restart the next round finds the gap again.
     gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
     # Follower partitions the source said to cut where the cut would remove
-    # acknowledged records this cluster's own clients wrote: not cut, left
-    # out of fetches while their log ends where it ended then (the value),
-    # refused until `recover` cuts them (`link_rounds.apply_replica_fetch`).
+    # acknowledged records this cluster's own clients wrote: not cut, fetched
+    # as held (the source copies nothing) while their log ends where it ended
+    # then (the value), refused until `recover` cuts them
+    # (`link_rounds.own_writes_refusal`).
     own_writes_held: dict[tuple[str, int], int] = field(default_factory=dict)
+    # What is wrong with the link credentials its sessions run on ("" when
+    # nothing): as the side that requires them, sessions of the remote ended
+    # because their credential was withdrawn (`link_auth.Revoked`); as the
+    # caller, the remote refusing this side's sessions. Until a session opens.
+    credential_problem: str = ""
     counters: LinkCounters = field(default_factory=LinkCounters)
     # The partition last found keeping the link from FOLLOWING, judged first
     # next time (`LinkTable._runtime_lagging`): a link's state is judged on

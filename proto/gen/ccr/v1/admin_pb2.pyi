@@ -1045,6 +1045,7 @@ class LinkDescription(_message.Message):
     GAPS_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     LINK_STATE_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1070,6 +1071,11 @@ class LinkDescription(_message.Message):
     link_epoch: _builtins.int
     gap_policy: _builtins.str
     link_state: Global___LinkState.ValueType
+    credential_problem: _builtins.str
+    """What is wrong with the link credentials the link's sessions run on ("":
+    nothing): sessions of the remote ended because the credential they were
+    opened with was removed here, or the remote refusing this side's sessions.
+    """
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
     @_builtins.property
@@ -1106,10 +1112,11 @@ class LinkDescription(_message.Message):
         gaps: _abc.Iterable[Global___LinkGap] | None = ...,
         gap_policy: _builtins.str = ...,
         link_state: Global___LinkState.ValueType = ...,
+        credential_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
