@@ -174,8 +174,8 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "e81ed20cdd2479cce9a20dfc94c0581d48b88e6ebbabcde2f6a090adf1dd2e73",
     ),
     ("operator-mix", 2): (
-        "93f084d97bb3e2e8f5c1b8c49ee8a30fc6584a9ea599eea169be90a09d794e09",
-        "6b652d38b005105dbf48eb45a5edc42857beb332135c8bf7d208632885b700de",
+        "98401286ae0e027a6f5ee7579ff0f0a0a6cd81385169d6eb91b61ffd61cd2d23",
+        "4aa3b49a664ac971ab66718ab7092d70db79f528e8aa071e2f8f3d7cbff7fa28",
     ),
     ("partition-heal", 1): (
         "7ee6478a019a65fb3a0861e533ac5f734b1cdde59b381ae4312f7d2a74b25cbd",
@@ -194,8 +194,8 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "f3a82cf338028bf9356bcaf71deb3762b2bde14a9c4b4cbae353ef10bae09af2",
     ),
     ("reattach-own-writes", 1): (
-        "0000000000000000000000000000000000000000000000000000000000000000",
-        "0000000000000000000000000000000000000000000000000000000000000000",
+        "e1eed371c6f3ee27ce3db22142ab537005f242e8216f82bdbd5ade62136d6d9b",
+        "107290ae2541eb2fba4d9b4d3f0e5446dfe930065cc94dc340dba1c69ecec1fd",
     ),
     ("retention-outage-stop", 1): (
         "bfc295e800b4299d6fcdce3ad0db79215ead479696f111a44211aaab4019d803",
