@@ -213,6 +213,8 @@ class LinkInfo:
     # cluster (None: none): procedure, remote_cluster_id, namespaces, steps,
     # next_step, started_at_ms, restarts. Running it again here continues it.
     procedure: dict[str, Any] | None = None
+    # What is wrong with the link credentials its sessions run on ("": nothing).
+    credential_problem: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -237,6 +239,7 @@ class LinkInfo:
             "last_error": self.last_error,
             "last_error_at_ms": self.last_error_at_ms,
             "procedure": self.procedure,
+            "credential_problem": self.credential_problem,
         }
 
 
@@ -324,6 +327,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         last_error_at_ms=d.last_error_at_ms,
         pending=pending_change(d.pending) if d.HasField("pending") else None,
         procedure=_plan_dict(d.procedure) if d.HasField("procedure") else None,
+        credential_problem=d.credential_problem,
     )
 
 

@@ -902,6 +902,8 @@ def _print_link(link: LinkInfo) -> None:
         )
         for st in plan["steps"]:
             print(f"    {st['name']}: {'ok' if st['ok'] else 'FAILED'}: {st['result']}")
+    if link.credential_problem:
+        print(f"  credential: {link.credential_problem}")
     for g in link.gaps:
         state = "stopped there (resume-partition goes on)" if g["stopped"] else "recorded"
         print(

@@ -181,7 +181,8 @@ class MoveRecord:
         """ok or indefinite; a manual reversal that stopped half-way changed
         something too."""
         return self.outcome in ("ok", "info", "error") or (
-            self.move.kind is MoveKind.MANUAL_REVERSE and len(self.steps) > 1
+            self.move.kind in (MoveKind.MANUAL_REVERSE, MoveKind.RELEASE_REATTACH)
+            and len(self.steps) > 1
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -479,7 +480,7 @@ def check_silent_loss(
 
 
 _REATTACHING = (MoveKind.ATTACH, MoveKind.RECOVER, MoveKind.MANUAL_REVERSE, MoveKind.REVERSE,
-                MoveKind.CREATE_LINK)  # fmt: skip
+                MoveKind.CREATE_LINK, MoveKind.RELEASE_REATTACH)  # fmt: skip
 
 
 def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
@@ -492,6 +493,9 @@ def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
         return False
     if m.kind is MoveKind.DELETE_LINK:
         return True
+    if m.kind is MoveKind.RELEASE_REATTACH:
+        # It detaches on the follower first.
+        return m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)
     if m.kind is MoveKind.DETACH and m.resource_type == "topic":
         return (m.cluster == o.cluster and _covering(m.local_prefix, v.topic)) or (
             m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)

@@ -391,6 +391,44 @@ def _manual_reverse(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -
         rec.steps.append(f"{name}: {result}")
 
 
+def _release_reattach(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    """On a follower: detach the followed topic namespace, clear its
+    reservation, let the producers write there for `hold_ms`, attach it again
+    following (refused, naming them, when that would cut what they wrote)."""
+
+    def detach() -> str:
+        with op.admin(m.cluster) as a:
+            a.detach_namespace(m.link, "topic", m.local_prefix)
+        return "ok"
+
+    def release() -> str:
+        with op.admin(m.cluster) as a:
+            a.set_reserved("topic", m.local_prefix, False)
+        return "ok"
+
+    def hold() -> str:
+        threading.Event().wait(m.hold_ms / 1000)
+        return f"{m.hold_ms} ms"
+
+    def attach() -> str:
+        with op.admin(m.cluster) as a:
+            a.attach_namespace(m.link, "topic", m.local_prefix, m.remote_prefix, "remote")
+        return "ok"
+
+    steps: list[tuple[str, Callable[[], str]]] = [
+        (f"detach topic {m.local_prefix!r} on {m.cluster}", detach),
+        (f"clear the reservation of {m.local_prefix!r} on {m.cluster}", release),
+        ("let clients write", hold),
+        (f"attach {m.local_prefix!r} following again", attach),
+    ]
+    for name, fn in steps:
+        try:
+            result = fn()
+        except Exception as exc:
+            raise Refused(name, exc) from exc
+        rec.steps.append(f"{name}: {result}")
+
+
 def _reverse(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     with op.admin(m.cluster, REVERSE_TIMEOUT_MS / 1000 + 15) as a:
         result = a.reverse_link(m.link, timeout_ms=REVERSE_TIMEOUT_MS)
@@ -496,6 +534,7 @@ _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]
     MoveKind.DELETE_TOPIC: _delete_topic,
     MoveKind.ADD_PARTITIONS: _add_partitions,
     MoveKind.RESTART: _restart,
+    MoveKind.RELEASE_REATTACH: _release_reattach,
 }
 
 

@@ -736,6 +736,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             last_error_code=summary.last_error.code if summary.last_error else "",
             last_error=summary.last_error.message if summary.last_error else "",
             last_error_at_ms=summary.last_error.at_ms if summary.last_error else 0,
+            credential_problem=summary.credential_problem,
             gaps=[
                 admin_pb2.LinkGap(
                     topic=row.gap.topic,

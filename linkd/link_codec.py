@@ -263,6 +263,7 @@ def fetch_request_pb(
         )
         entry.related = p.related
         entry.all_marks = p.all_marks
+        entry.held = p.held
         for m in p.marks:
             entry.marks.add(
                 base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc,
@@ -293,6 +294,7 @@ def partition_fetches_of(
             tuple(_mark_of(m) for m in p.marks),
             p.all_marks,
             p.related,
+            p.held,
         )
         for p in request.partitions
     ]
@@ -412,6 +414,7 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.P
             )
             for e in p.provenance
         ),
+        unreadable=tuple((r.from_offset, r.to_offset) for r in p.unreadable),
     )
 
 
@@ -439,6 +442,10 @@ def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any
                 at_ms=i.at_ms,
             )
             for i in side.provenance
+        ],
+        unreadable=[
+            replication_pb2.OffsetRange(from_offset=low, to_offset=high)
+            for low, high in side.unreadable
         ],
     )
 

@@ -227,15 +227,40 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         """Checks the call's session; `digest`: of the request as received,
         when the shell has it (else of the request encoded again)."""
         session_id, seq, mac = sessions.session_fields(context)
-        return self.security.sessions.verify(
-            session_id,
-            link_id,
-            method,
-            seq,
-            digest if digest is not None else sessions.request_digest(request),
-            mac,
-            self.node.clock(),
-        )
+        try:
+            # A credentials file being rewritten may read empty for a moment:
+            # that refuses new sessions (OpenSession), not the open ones.
+            accepted: tuple[str, ...] | None = self.security.accepted()
+        except ClusterError:
+            accepted = None
+        try:
+            return self.security.sessions.verify(
+                session_id,
+                link_id,
+                method,
+                seq,
+                digest if digest is not None else sessions.request_digest(request),
+                mac,
+                self.node.clock(),
+                accepted,
+            )
+        except ClusterError as exc:
+            if exc.resource == auth.Refusal.REVOKED_CREDENTIAL.value:
+                self._revoked()
+            raise
+
+    def _revoked(self) -> None:
+        """Sessions ended by a withdrawn credential: each link says so in
+        describe-link (and the log, at info) until a session opens again."""
+        links = self.node.state.links
+        for link_id, revoked in sorted(self.security.sessions.revoked.items()):
+            config = next((c for c in links.configs.values() if c.link_id == link_id), None)
+            runtime = links.runtime.get(config.name) if config is not None else None
+            if runtime is not None and runtime.credential_problem != revoked.describe():
+                runtime.credential_problem = revoked.describe()
+                log.info("link sessions ended: credential revoked",
+                         extra={"link": revoked.link_name, "peer": revoked.peer,
+                                "sessions": revoked.sessions})  # fmt: skip
 
     async def Challenge(
         self, request: replication_pb2.ChallengeRequest, context: Any
@@ -269,6 +294,19 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 self.node.clock(),
                 secrets.token_hex(16),
             )
+            config = next(
+                (
+                    c
+                    for c in self.node.state.links.configs.values()
+                    if c.link_id == request.link_id
+                ),
+                None,
+            )
+            runtime = (
+                self.node.state.links.runtime.get(config.name) if config is not None else None
+            )
+            if runtime is not None and runtime.credential_problem.startswith("revoked:"):
+                runtime.credential_problem = ""  # a session opened on an accepted credential
             return replication_pb2.OpenSessionResponse(
                 session_id=opened.session.session_id, proof=opened.proof
             )

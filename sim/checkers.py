@@ -27,6 +27,9 @@ Anomalies (Jepsen's names), from the history and the final logs:
 - lost_write: an acknowledged send is not at its offset on the cluster that
   acknowledged it, and no reported truncation (nor that cluster's own
   retention) explains it.
+- unnamed_cut: an acknowledged record a cluster's own clients wrote was cut
+  by a link's data path (it followed after an attach), not by a command whose
+  answer names it (`check_unnamed_cuts`).
 - duplicate: one value stored at two offsets of a partition.
 - skip: within one consumer session, a poll jumped over a stored record
   (for a read_committed consumer, one not of an aborted transaction).
@@ -64,6 +67,20 @@ from sim.store import PartitionStore, StoredBatch
 FinalLogs = dict[tuple[str, str, int], dict[int, str]]
 # (cluster, topic, partition) -> offsets at which a reported truncation cut.
 Truncations = dict[tuple[str, str, int], list[int]]
+@dataclass(frozen=True, slots=True)
+class CutEvent:
+    """A cut of one partition's log: when, to which offset, and whether the
+    link's data path made it as it replicated (reported by a log line only,
+    in no command's answer) rather than a command (recover, a topic's
+    deletion) or a fault (an unclean election)."""
+
+    at_ms: int
+    offset: int
+    by_link: bool
+
+
+# (cluster, topic, partition) -> its cuts, in order.
+CutEvents = dict[tuple[str, str, int], list[CutEvent]]
 # (cluster, topic, partition) -> [from, to) offset ranges the cluster deleted
 # itself (retention, DeleteRecords): gone by its configuration, not lost.
 Deleted = dict[tuple[str, str, int], list[tuple[int, int]]]
@@ -467,6 +484,36 @@ def check_lost_writes(
             f"(found {log.get(v.offset)!r})"
         )
     return _capped("lost_write", details)
+
+
+def check_unnamed_cuts(history: History, final: FinalLogs, cuts: CutEvents) -> list[Violation]:
+    """unnamed_cut: an acknowledged record a cluster's own clients wrote was
+    removed by a cut of the link's data path (after an attach made that
+    cluster follow), which no command's answer named: only a confirmed
+    `recover` may cut such records, and its answer names them. The cut that
+    removed a record is the first one after its acknowledgement at or below
+    its offset. Records of transactions are left to the transaction checks
+    (an aborted or open one is no acknowledged record)."""
+    details: list[str] = []
+    for o in history.sends():
+        v = o.value
+        if o.type != "ok" or not isinstance(v, Send) or not v.value or v.txn:
+            continue
+        key = (o.cluster, v.topic, v.partition)
+        events = cuts.get(key)
+        if not events or final.get(key, {}).get(v.offset) == v.value:
+            continue
+        first = next(
+            (e for e in events if e.at_ms >= o.complete_ms and e.offset <= v.offset), None
+        )
+        if first is None or not first.by_link:
+            continue
+        details.append(
+            f"{o.process}: {v.value!r} acknowledged by {o.cluster} at {v.topic}-{v.partition} "
+            f"offset {v.offset} (t={o.complete_ms} ms) was cut by its link's data path at "
+            f"t={first.at_ms} ms (to offset {first.offset}), and no command's answer named it"
+        )
+    return _capped("unnamed_cut", details)
 
 
 def check_duplicates(final: FinalLogs) -> list[Violation]:

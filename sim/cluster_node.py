@@ -102,8 +102,9 @@ class SimCluster:
         # The log cleaner's next pass (virtual ms; sim/log_cleaner.py).
         self.next_clean_ms = 0
         # Called with (topic, partition, records removed) on each truncation.
-        # (topic, partition, records removed, the batches cut off)
-        self.on_truncate: Callable[[str, int, int, list[StoredBatch]], None] | None = None
+        # (topic, partition, records removed, the batches cut off, traffic class
+        # of the cut)
+        self.on_truncate: Callable[[str, int, int, list[StoredBatch], str], None] | None = None
         # (topic, partition, from, to): records this cluster deleted itself
         # (retention, DeleteRecords), which no checker counts as lost.
         self.on_delete_below: Callable[[str, int, int, int], None] | None = None
@@ -204,7 +205,7 @@ class SimCluster:
                 touched.pop(key, None)
                 removed = max(0, before - target.log_end_offset)
                 if removed and name is not None and self.on_truncate is not None:
-                    self.on_truncate(name, effect.partition, removed, cut)
+                    self.on_truncate(name, effect.partition, removed, cut, traffic_class)
         if not touched:
             if then is not None:
                 then()

@@ -153,6 +153,7 @@ def final_checks(sim: Simulation) -> None:
     sim.violations += checkers.check_lost_writes(
         sim.history, final, sim.truncations, deleted=sim.deleted, compacted=compacted
     )
+    sim.violations += checkers.check_unnamed_cuts(sim.history, final, sim.cut_events)
     sim.violations += sim.status_watch.violations
     sim.violations += status_checks.check_silent_loss(
         sim.history,

@@ -55,6 +55,10 @@ class MoveKind(enum.Enum):
     DELETE_TOPIC = "delete_topic"
     ADD_PARTITIONS = "add_partitions"
     RESTART = "restart"
+    # On a follower: detach a followed topic namespace, clear its
+    # reservation, let clients write there a while (`hold_ms`), then attach
+    # it again following (its own writes are then refused a silent cut).
+    RELEASE_REATTACH = "release_reattach"
 
 
 # How often each kind is drawn, relative to the others.
@@ -73,6 +77,7 @@ WEIGHTS: dict[MoveKind, int] = {
     MoveKind.DELETE_TOPIC: 1,
     MoveKind.ADD_PARTITIONS: 2,
     MoveKind.RESTART: 2,
+    MoveKind.RELEASE_REATTACH: 4,
 }
 
 MAX_LINKS_PER_PAIR = 2
@@ -141,6 +146,7 @@ class Move:
     # of the remote (crash_peer) or of the cluster running it.
     crash_point: str = ""
     crash_peer: bool = False
+    hold_ms: int = 0  # release_reattach: how long clients may write before the attach
 
     def describe(self) -> str:
         """One line for traces and reports."""
@@ -156,6 +162,10 @@ class Move:
         if self.kind is MoveKind.REVERSE and self.crash_point:
             parts.append(
                 f"crashing {'the remote' if self.crash_peer else 'it'} at {self.crash_point}"
+            )
+        if self.kind is MoveKind.RELEASE_REATTACH:
+            parts.append(
+                f"topic {self.local_prefix!r} -> {self.remote_prefix!r} after {self.hold_ms} ms"
             )
         if self.kind is MoveKind.MANUAL_REVERSE:
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
@@ -495,6 +505,35 @@ def _restart(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     return Move(MoveKind.RESTART, rng.choice(list(up)))
 
 
+def _release_reattach(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    """A followed topic namespace, on its follower's side (which must be up)."""
+    link = _pick_link(rng, view, up)
+    if link is None:
+        return None
+    topics = sorted(
+        (m for m in link.mappings if m.resource_type == "topic"), key=lambda m: m.local_prefix
+    )
+    if not topics:
+        return None
+    m = rng.choice(topics)
+    if m.leader == "remote":
+        cluster, local, remote = link.a, m.local_prefix, m.remote_prefix
+    else:
+        cluster, local, remote = link.b, m.remote_prefix, m.local_prefix
+    hold_ms = rng.randrange(800, 3_000)
+    if cluster not in up:
+        return None
+    return Move(
+        MoveKind.RELEASE_REATTACH,
+        cluster,
+        link=link.name,
+        local_prefix=local,
+        remote_prefix=remote,
+        leader="remote",
+        hold_ms=hold_ms,
+    )
+
+
 _DRAW = {
     MoveKind.CREATE_LINK: _create_link,
     MoveKind.DELETE_LINK: _delete_link,
@@ -510,6 +549,7 @@ _DRAW = {
     MoveKind.DELETE_TOPIC: _delete_topic,
     MoveKind.ADD_PARTITIONS: _add_partitions,
     MoveKind.RESTART: _restart,
+    MoveKind.RELEASE_REATTACH: _release_reattach,
 }
 
 __all__ = ["LinkView", "MappingView", "Move", "MoveKind", "View", "draw_move", "draw_moves"]

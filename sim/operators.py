@@ -548,6 +548,33 @@ class Operators:
 
         self.run(cluster, f"manual_reverse {link} {local}", steps, swapped)
 
+    def release_reattach(
+        self,
+        cluster: str,
+        link: str,
+        local: str,
+        remote: str,
+        hold_ms: int,
+        done: Done | None = None,
+    ) -> None:
+        """On a follower: detach the followed topic namespace, clear its
+        reservation, let clients write there for `hold_ms` (the roaming
+        producers find it writable), then attach it again following the
+        remote. Each step is the verb an operator types; the attach is
+        refused when following would cut what those clients wrote."""
+        node = self.world.clusters[cluster]
+        rtype = ResourceType.TOPIC
+
+        def hold(now: int) -> Generator[Request, Any, None]:
+            yield Sleep(hold_ms)
+
+        self.run(cluster, f"release_reattach {link} {local}", [
+            self._detach_step(node, link, "topic", local),
+            lambda now: procedures.set_reserved(node.state, rtype, local, False, now),
+            hold,
+            self._attach_step(node, link, "topic", local, remote, "remote"),
+        ], done)
+
     def _watch_caught_up(
         self, node: SimCluster, link: str, now: int
     ) -> Generator[Request, Any, None]:

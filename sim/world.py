@@ -151,6 +151,8 @@ class Simulation:
         self.violations: list[Violation] = []
         self.metrics = Metrics()
         self.truncations: checkers.Truncations = {}
+        # Every cut, when and by whom (the link's data path, or not).
+        self.cut_events: checkers.CutEvents = {}
         # Offset ranges each cluster deleted itself (retention): not lost.
         self.deleted: checkers.Deleted = {}
         self.producers: list[Producer] = []
@@ -308,6 +310,9 @@ class Simulation:
         reported loss (as a cut at offset 0 of every partition)."""
         for p in range(partitions):
             self.truncations.setdefault((cluster, topic, p), []).append(0)
+            self.cut_events.setdefault((cluster, topic, p), []).append(
+                checkers.CutEvent(self.queue.now_ms, 0, False)
+            )
         self.offset_watch.forget_topic(cluster, topic)
         self.queue.note(f"topic {topic} deleted on {cluster}")
 
@@ -318,9 +323,17 @@ class Simulation:
         return hook
 
     def _make_truncate_hook(self, cid: str) -> Any:
-        def hook(topic: str, partition: int, removed: int, cut: list[StoredBatch]) -> None:
+        def hook(
+            topic: str, partition: int, removed: int, cut: list[StoredBatch], traffic_class: str
+        ) -> None:
             node = self.clusters[cid]
             store = node.store(topic, partition)
+            # The link's own data path cuts as it replicates (a warning in the
+            # log, nobody's answer); every other cut is a command's or a fault's.
+            by_link = traffic_class == "replica_write"
+            self.cut_events.setdefault((cid, topic, partition), []).append(
+                checkers.CutEvent(self.queue.now_ms, store.log_end_offset, by_link)
+            )
             follower = any(
                 n.follower_link or n.reserved
                 for n in node.state.namespaces.matching(ResourceType.TOPIC, topic)
@@ -550,6 +563,9 @@ class Simulation:
             o.add_partitions(m.cluster, m.topic, m.partitions)
         elif m.kind is k.RESTART:
             self.nemesis.crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
+        elif m.kind is k.RELEASE_REATTACH:
+            if m.link in self.clusters[m.cluster].links.configs:
+                o.release_reattach(m.cluster, m.link, m.local_prefix, m.remote_prefix, m.hold_ms)
 
     def _kill_then_failover(self, m: moves.Move, down_ms: int) -> None:
         """kill -9 of the source under load: right after it acknowledges its

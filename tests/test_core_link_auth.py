@@ -189,3 +189,36 @@ def test_what_is_kept_is_bounded() -> None:
     with pytest.raises(ClusterError) as old:
         call(sessions, key, 0, session_id="s50")
     assert refusal(old) == "replayed call"
+
+
+def test_a_credential_withdrawn__ends_its_sessions_at_their_next_call__busy_or_not() -> None:
+    sessions = auth.LinkSessions("B")
+    req, root = request(sessions, 1, credential="old")
+    got = sessions.open(req, auth.KnownLink("A", KEY), ("old", "new"), NOW, "s1")
+    key = auth.opened_session_key(auth.Opening(req, root), "s1", got.proof)
+    req2, root2 = request(sessions, 2, credential="new")
+    got2 = sessions.open(req2, auth.KnownLink("A", KEY), ("old", "new"), NOW, "s2")
+    key2 = auth.opened_session_key(auth.Opening(req2, root2), "s2", got2.proof)
+    assert b"old" not in got.session.credential  # a digest, never the secret
+
+    def verify(sid: str, k: bytes, seq: int, accepted: tuple[str, ...]) -> auth.Session:
+        digest = auth.request_digest(b"x")
+        mac = auth.call_mac(k, "ReplicaPush", seq, digest)
+        return sessions.verify(sid, "L1", "ReplicaPush", seq, digest, mac, NOW + seq, accepted)
+
+    for seq in range(3):  # busy: used every call, never idle
+        assert verify("s1", key, seq, ("old", "new")) is got.session
+    with pytest.raises(ClusterError) as revoked:
+        verify("s1", key, 3, ("new",))
+    assert refusal(revoked) == "revoked credential"
+    assert "old" not in revoked.value.message
+    assert sessions.revoked["L1"].sessions == 1 and sessions.revoked["L1"].peer == "A"
+    assert sessions.revoked["L1"].describe().startswith("revoked: the sessions of cluster 'A'")
+    with pytest.raises(ClusterError) as gone:  # ended for good
+        verify("s1", key, 4, ("old", "new"))
+    assert refusal(gone) == "unknown session"
+    assert verify("s2", key2, 5, ("new",)) is got2.session  # the accepted one goes on
+    # A session opened again on an accepted credential clears the record.
+    req3, _ = request(sessions, 3, credential="new")
+    sessions.open(req3, auth.KnownLink("A", KEY), ("new",), NOW, "s3")
+    assert "L1" not in sessions.revoked

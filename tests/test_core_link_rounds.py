@@ -584,3 +584,53 @@ def test_pipelined_push__a_read_ahead_refusal_or_divergence__is_dropped_unless_a
     applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, NOW)
 
     assert applied.effects == [] and applied.truncations == [] and applied.progress == []
+
+
+def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_recover() -> None:
+    """Records B's own clients wrote after a detach (provenance: `detached`)
+    and had acknowledged are never cut by the link: the partition is refused,
+    left out of fetches, and shown, until a recover cuts it."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    produce(a, disk_a, 2)
+    b.apply_record(
+        decode({
+            "type": "provenance", "name": "orders-1", "partition": 0,
+            "entry": {"detached_at": 3, "link_id": "id-1"},
+        })
+    )
+    log = b.partition("orders-1", 0)
+    ours = rb.build_batch([rb.RecordSpec(None, b"own", NOW)] * 2, base_offset=3)
+    header = rb.parse_header(ours)
+    log.apply_batch(header, None)
+    disk_b.carry_out(b, [AppendBatch(b.topic("orders-1").topic_id, 0, ours, header)])
+    log.high_watermark = 5  # acknowledged to B's producer
+    fetch_round(a, b, disk_a, disk_b, NOW + 20)  # asked for marks
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 30)
+
+    assert answer.partitions[0].diverging_end_offset == 3
+    assert applied.truncations == [] and log.log_end_offset == 5
+    [(topic, partition, why)] = applied.refused
+    assert (topic, partition, why.code) == ("orders-1", 0, ErrorCode.DIVERGED_LOG)
+    assert "2 acknowledged records clients of 'B' wrote (offsets [3, 5))" in why.message
+    assert b.links.runtime["ab"].own_writes_held == {("orders-1", 0): 5}
+    [held] = rounds.follower_fetch_request(b, b.links.get("ab")).partitions
+    assert held.held and held.marks == () and held.fetch_offset == 5
+    [line] = b.links.lagging_partitions("ab", NOW + 30)
+    assert line.startswith("orders-1-0 (following) is not cut: ") and "recover" in line
+    # The source is told: it copies nothing, and its own view says why.
+    answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 35)
+    assert not answer.ready and answer.partitions[0].error is not None
+    assert log.log_end_offset == 5 and applied.refused[0][2] is why  # the follower's words
+    assert a.links.explained("ab", NOW + 35) and b.links.explained("ab", NOW + 35)
+    [source_line] = a.links.lagging_partitions("ab", NOW + 35)
+    assert "does not cut its copy of orders-1-0" in source_line, source_line
+
+    # recover cuts it (confirmed): the log end moved, so it is fetched again.
+    disk_b.carry_out(b, rep.truncate_replica(b, "orders-1", 0, 3, b.links.get("ab")))
+    request = rounds.follower_fetch_request(b, b.links.get("ab"))
+    assert [p.fetch_offset for p in request.partitions] == [3]
+    fetch_round(a, b, disk_a, disk_b, NOW + 40)
+    assert log.log_end_offset == 5 and b.links.runtime["ab"].refused == {}

@@ -298,3 +298,61 @@ def test_a_credentials_file_gone_refuses_new_sessions_by_name(
     required.write_text(f"{OLD}\n")  # restored: the link carries on
     produce(a.bootstrap, "orders-x", 5)
     caught_up(a, b, "orders-x")
+
+
+def test_a_credential_removed_from_the_file_ends_a_busy_links_sessions__and_says_so(
+    secured: tuple[Any, Any, Path], tmp_path: Path
+) -> None:
+    """Issue 29 finding 6b: a link kept busy never idles its sessions out; a
+    credential removed from B's file must still end them, at their next call,
+    and describe-link on both sides must say what is wrong."""
+    a, b, required = secured
+    link(a, b.bootstrap, required)
+    produce(a.bootstrap, "orders-x", 20)
+    caught_up(a, b, "orders-x")
+    wait_for("A and B following", lambda: following(a) and following(b))
+    stop = threading.Event()
+
+    def busy() -> None:  # the link never idles: a record every 50 ms
+        while not stop.is_set():
+            produce(a.bootstrap, "orders-x", 1, "busy")
+            stop.wait(0.05)
+
+    writer = threading.Thread(target=busy, daemon=True)
+    writer.start()
+    try:
+        required.write_text(f"{NEW}\n")  # A still proves OLD
+        wait_for(
+            "B says the link's sessions ran on a revoked credential",
+            lambda: cli_json(b.bootstrap, "describe-link", "ab")["credential_problem"].startswith(
+                "revoked: "
+            ),
+            timeout_s=30,
+        )
+        problem = cli_json(b.bootstrap, "describe-link", "ab")["credential_problem"]
+        assert "cluster 'A'" in problem and "alter-link ab --remote-credentials-file" in problem
+        assert OLD not in problem and NEW not in problem
+        wait_for("A is refused and says why", lambda: (
+            "refuses this side's link sessions" in cli_json(
+                a.bootstrap, "describe-link", "ab")["credential_problem"]
+        ), timeout_s=30)  # fmt: skip
+        wait_for("A no longer FOLLOWING", lambda: not following(a), timeout_s=30)
+        # Nothing more reaches B on the revoked credential.
+        frozen = high_watermarks(b.bootstrap, "orders-x")
+        time.sleep(1.5)
+        assert high_watermarks(b.bootstrap, "orders-x") == frozen
+        assert high_watermarks(a.bootstrap, "orders-x") != frozen
+        human = run_cli("describe-link", "ab", bootstrap=b.bootstrap).stdout
+        assert "credential: revoked: " in human
+
+        # A's operator switches to the accepted credential: the link carries on.
+        new_file = tmp_path / "a-new-credentials"
+        new_file.write_text(f"{NEW}\n")
+        cli_json(a.bootstrap, "alter-link", "ab", "--remote-credentials-file", str(new_file))
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    caught_up(a, b, "orders-x")
+    wait_for("both sides clear", lambda: all(
+        cli_json(d.bootstrap, "describe-link", "ab")["credential_problem"] == "" for d in (a, b)
+    ))  # fmt: skip

@@ -2,8 +2,10 @@
 (spec section 8; KIP-986 "Unclean Link Recovery" and "Disaster Recovery
 (multi-zone Asynchronous)").
 
-Stories: a failover starts a new leader epoch, so the old leader that
-follows again truncates its tail by itself; after A is lost and B promoted,
+Stories: a failover starts a new leader epoch; the old leader, whose clients
+wrote on after it, may follow again only through recover (an attach that
+would cut acknowledged records its own clients wrote is refused, naming
+them, as after a detach and local writes); after A is lost and B promoted,
 C (ahead of B) is told exactly what it must cut before following B, and
 then follows it to identical logs; recovery refuses partitions with no
 shared history and an unreachable remote.
@@ -65,7 +67,7 @@ def values(bootstrap: str, topic: str) -> list[bytes | None]:
     return [v for _p, _o, _k, v, _t in read_all(bootstrap, topic)]
 
 
-def test_failover__starts_a_new_leader_epoch__old_leader_following_again_truncates_its_tail(
+def test_failover__new_leader_epoch__old_leader_following_again_over_its_own_tail__recovers(
     daemon_factory: Any,
 ) -> None:
     a = daemon_factory("A", extra_args=LINK_FLAGS)
@@ -98,8 +100,18 @@ def test_failover__starts_a_new_leader_epoch__old_leader_following_again_truncat
     produce_batches(b.bootstrap, "orders-e", 2, "b-new")
     assert cli_json(b.bootstrap, "provenance", "orders-e")["partitions"][0]["leader_epoch"] == 1
 
-    # A follows B again: the epochs tell it where its log diverged.
-    attach(a, "ab", "topic", "orders-", "remote")
+    # A following B again would cut the 4 records A's clients wrote and were
+    # acknowledged: the attach refuses, naming them; recover shows and cuts them.
+    refused = run_cli(
+        "attach-namespace", "--link", "ab", "--type", "topic", "--local-prefix", "orders-",
+        "--remote-prefix", "orders-", "--leader", "remote", bootstrap=a.bootstrap,
+    )
+    assert refused.returncode == 1 and "error: DIVERGED_LOG: " in refused.stderr, refused.stderr
+    assert "orders-e-0 offsets [8, 12) (4 records; cut to 8" in refused.stderr, refused.stderr
+    assert high_watermarks(a.bootstrap, "orders-e") == [12]
+    report = cli_json(a.bootstrap, "recover", "--link", "ab", "--namespace", "orders-")
+    assert [(r["truncate_to"], r["local_records_lost"]) for r in report["partitions"]] == [(8, 4)]
+    cli_json(a.bootstrap, "recover", "--link", "ab", "--namespace", "orders-", "--confirm")
     wait_for(
         "A follows B's history",
         lambda: (
@@ -274,3 +286,63 @@ def test_recover__refuses_without_shared_history_and_when_the_remote_is_unreacha
     assert high_watermarks(a.bootstrap, "orders-x") == [3]
     ns = cli_json(a.bootstrap, "describe-namespace", "--type", "topic", "--prefix", "orders-")
     assert ns["reserved"] is False  # a refused recovery reserves nothing
+
+
+def test_reattach_over_the_followers_own_writes__is_refused_naming_them__recover_cuts_them(
+    daemon_factory: Any,
+) -> None:
+    """Issue 29 finding 4: detach, release B's reservation, B's clients write
+    5 acknowledged records; re-attaching from A must not cut them silently."""
+    a = daemon_factory("A", extra_args=LINK_FLAGS)
+    b = daemon_factory("B", extra_args=LINK_FLAGS)
+    namespaces(a, b)
+    # B can call A too (recover runs on B): A's address travels with the link.
+    cli_json(
+        a.bootstrap, "create-link", "ab", "--remote", b.bootstrap, "--local-bootstrap",
+        a.bootstrap,
+    )
+    attach(a, "ab", "topic", "orders-", "local")
+    run_cli("create-topic", "orders-r", "--partitions", "1", bootstrap=a.bootstrap)
+    produce_batches(a.bootstrap, "orders-r", 10, "a")
+    wait_for("B has 10", lambda: high_watermarks(b.bootstrap, "orders-r") == [10])
+    cli_json(
+        a.bootstrap, "detach-namespace", "--link", "ab", "--type", "topic",
+        "--local-prefix", "orders-",
+    )
+    cli_json(
+        b.bootstrap, "set-reserved", "--type", "topic", "--prefix", "orders-", "--reserved", "false"
+    )
+    produce_batches(b.bootstrap, "orders-r", 5, "b-own")
+    consume_n(b.bootstrap, "app-b", "orders-r", 15)
+    assert committed(b.bootstrap, "app-b") == {("orders-r", 0): 15}
+    produce_batches(a.bootstrap, "orders-r", 2, "a-late")
+
+    refused = run_cli(
+        "attach-namespace", "--link", "ab", "--type", "topic", "--local-prefix", "orders-",
+        "--remote-prefix", "orders-", "--leader", "local", bootstrap=a.bootstrap,
+    )
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    error = refused.stderr.strip()
+    assert error.startswith("error: DIVERGED_LOG: "), error
+    assert "orders-r-0 offsets [10, 15) (5 records; cut to 10" in error, error
+    assert "app-b orders-r-0 at 15 (cut to 10)" in error, error
+    assert "ccr-admin recover --link ab --namespace orders-:orders-" in error, error
+    # Nothing changed: B keeps its records and writes on.
+    assert values(b.bootstrap, "orders-r")[10:] == [f"b-own-{i}".encode() for i in range(5)]
+    produce_batches(b.bootstrap, "orders-r", 1, "b-more")
+    assert high_watermarks(b.bootstrap, "orders-r") == [16]
+
+    # The path the refusal points at: recover on B shows the cut, then confirms it.
+    args = ("recover", "--link", "ab", "--namespace", "orders-")
+    report = cli_json(b.bootstrap, *args)
+    assert report["confirmed"] is False
+    rows = [(r["topic"], r["truncate_to"], r["local_records_lost"]) for r in report["partitions"]]
+    assert rows == [("orders-r", 10, 6)]
+    assert high_watermarks(b.bootstrap, "orders-r") == [16]
+    confirmed = cli_json(b.bootstrap, *args, "--confirm")
+    assert confirmed["confirmed"] is True
+    wait_for(
+        "B follows A",
+        lambda: values(b.bootstrap, "orders-r") == values(a.bootstrap, "orders-r")
+        and high_watermarks(b.bootstrap, "orders-r") == [12],
+    )

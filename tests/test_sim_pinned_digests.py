@@ -98,6 +98,8 @@ SIZED: dict[str, dict[str, Any]] = {
     # B is frozen from 8 s to 18 s and goes on after A's cleans.
     "push-source-lost": {"duration_ms": 30_000},
     "compacted-freeze": {"duration_ms": 25_000},
+    # The refused attach at 6 s and the recover at 8 s: its own length.
+    "reattach-own-writes": {"duration_ms": 16_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -237,6 +239,10 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("retention-outage", 2): (
         "8d02a671372afca11c818d444959baab98b5768564595030b8155b0c21726127",
         "f3a82cf338028bf9356bcaf71deb3762b2bde14a9c4b4cbae353ef10bae09af2",
+    ),
+    ("reattach-own-writes", 1): (
+        "e1eed371c6f3ee27ce3db22142ab537005f242e8216f82bdbd5ade62136d6d9b",
+        "107290ae2541eb2fba4d9b4d3f0e5446dfe930065cc94dc340dba1c69ecec1fd",
     ),
     ("retention-outage-stop", 1): (
         "bfc295e800b4299d6fcdce3ad0db79215ead479696f111a44211aaab4019d803",

@@ -62,6 +62,9 @@ class PartitionSide:
     provenance: tuple[ProvenanceItem, ...] = ()
     # Base offsets of the batches (this side only); empty: every offset is one.
     batch_offsets: tuple[int, ...] = ()
+    # [from, to) ranges of offsets no read_committed client reads as a record:
+    # transaction markers, records of aborted or still open transactions.
+    unreadable: tuple[tuple[int, int], ...] = ()
 
 
 def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
@@ -179,6 +182,76 @@ def _no_common_range(local: PartitionSide, remote: PartitionSide) -> Comparison:
     return Comparison(local.log_start_offset, "log-end", False, False)
 
 
+def own_acknowledged(side: PartitionSide, start: int) -> tuple[tuple[int, int], ...]:
+    """The ranges [from, to) of `side`'s log from `start` on that its own
+    clients wrote (their origin is `side.cluster_id`: no provenance entry
+    names a source there) and that were acknowledged (below its high
+    watermark) and are read as records (`unreadable` left out: markers, and
+    transactions aborted or still open). Records a link copied here are not
+    among them."""
+    end = min(side.log_end_offset, side.high_watermark)
+    start = max(start, side.log_start_offset)
+    if end <= start:
+        return ()
+    points = origin_points(side)
+    own: list[tuple[int, int]] = []
+    for i, (at, origin) in enumerate(points):
+        upto = points[i + 1][0] if i + 1 < len(points) else end
+        low, high = max(at, start), min(upto, end)
+        if origin == side.cluster_id and low < high:
+            own.append((low, high))
+    out: list[tuple[int, int]] = []
+    for low, high in own:
+        for piece in _without(low, high, side.unreadable):
+            if out and out[-1][1] == piece[0]:
+                out[-1] = (out[-1][0], piece[1])
+            else:
+                out.append(piece)
+    return tuple(out)
+
+
+def _without(
+    low: int, high: int, holes: tuple[tuple[int, int], ...]
+) -> list[tuple[int, int]]:
+    """[low, high) less the ranges `holes` (sorted, disjoint)."""
+    out: list[tuple[int, int]] = []
+    at = low
+    for h_low, h_high in holes:
+        if h_high <= at or h_low >= high:
+            continue
+        if h_low > at:
+            out.append((at, h_low))
+        at = max(at, h_high)
+    if at < high:
+        out.append((at, high))
+    return out
+
+
+def unreadable_ranges(log: PartitionLog) -> tuple[tuple[int, int], ...]:
+    """The [from, to) ranges of `log` no read_committed client reads as a
+    record (`PartitionSide.unreadable`), merged, oldest first."""
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    for a in log.aborted:
+        aborted.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    out: list[tuple[int, int]] = []
+    for b in log.batches:
+        if b.is_control:
+            hidden = True
+        elif not b.is_transactional:
+            hidden = False
+        else:
+            opened = log.ongoing_txns.get(b.producer_id)
+            hidden = (opened is not None and b.base_offset >= opened) or any(
+                first <= b.base_offset <= last for first, last in aborted.get(b.producer_id, ())
+            )
+        if hidden:
+            if out and out[-1][1] == b.base_offset:
+                out[-1] = (out[-1][0], b.next_offset)
+            else:
+                out.append((b.base_offset, b.next_offset))
+    return tuple(out)
+
+
 def provenance_related(local: PartitionSide, remote: PartitionSide) -> bool:
     """One side's provenance names the other as a source, or both name one
     origin: the two partitions belong to one replicated topic."""
@@ -217,6 +290,7 @@ def local_side(
         tuple(log.epoch_history),
         tuple(entries),
         tuple(b.base_offset for b in log.batches) if with_batches else (),
+        unreadable_ranges(log) if with_batches else (),
     )
 
 

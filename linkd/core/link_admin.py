@@ -620,6 +620,7 @@ class LinkSummary:
     refused: tuple[Mapping, ...]  # detached with a note
     gaps: tuple[GapRow, ...] = ()
     last_error: LinkError | None = None  # the last failed call here (the side that dials)
+    credential_problem: str = ""  # `LinkRuntime.credential_problem`
 
 
 def link_gaps(state: ClusterState, name: str) -> list[GapRow]:
@@ -708,6 +709,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
         refused,
         tuple(link_gaps(state, name)),
         runtime.last_error,
+        runtime.credential_problem,
     )
 
 

@@ -28,6 +28,11 @@ The exchange (the caller calls; the callee answers):
    number was not seen (a bounded window: calls of one session may arrive out
    of order) and the mac.
 
+A credential this side stops accepting (removed from its credentials file)
+ends the sessions opened with it at their next call, however busy
+(`verify` with the credentials accepted now), and the link is recorded as
+`revoked` until a session opens again.
+
 Bounds: MAX_CHALLENGES pending challenges (oldest dropped), each valid
 CHALLENGE_TTL_MS and once; MAX_SESSIONS_PER_LINK sessions per link (oldest
 dropped); a session unused for SESSION_IDLE_MS expires; SEQ_WINDOW sequence
@@ -72,6 +77,8 @@ class Refusal(enum.StrEnum):
     WRONG_PEER = "wrong peer"
     REPLAYED = "replayed call"
     BAD_MAC = "bad mac"
+    # The session was opened with a credential this side no longer accepts.
+    REVOKED_CREDENTIAL = "revoked credential"
 
 
 def _hmac(key: bytes, *parts: bytes | str) -> bytes:
@@ -222,6 +229,32 @@ class CallSigner:
         return seq, call_mac(self.key, method, seq, digest)
 
 
+def credential_digest(credential: str) -> bytes:
+    """What a session keeps of the credential it was opened with: enough to
+    tell whether that credential is still accepted, never the secret."""
+    return hashlib.sha256(VERSION + b"|credential|" + credential.encode()).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """A link whose sessions ended because the credential they were opened
+    with was withdrawn (`LinkSessions.verify`), until a session opens again."""
+
+    link_name: str
+    peer: str  # the cluster whose sessions ended
+    at_ms: int
+    sessions: int  # how many ended
+
+    def describe(self) -> str:
+        return (
+            f"revoked: the sessions of cluster {self.peer!r} on link {self.link_name!r} were "
+            f"opened with a link credential this cluster no longer accepts (removed from its "
+            f"credentials); {self.sessions} ended at {self.at_ms} ms, at their next call, and "
+            f"its new sessions are refused until it proves an accepted one (its operator: "
+            f"alter-link {self.link_name} --remote-credentials-file)"
+        )
+
+
 def refused(reason: Refusal, message: str) -> ClusterError:
     return ClusterError(ErrorCode.LINK_AUTHENTICATION_FAILED, reason.value, message)
 
@@ -239,6 +272,8 @@ class Session:
     # The link key a creating caller sent, for the handshake that creates the
     # link here (b"" for a link this side already knew).
     new_link_key: bytes = b""
+    # `credential_digest` of the credential it was opened with.
+    credential: bytes = b""
     seen: set[int] = field(default_factory=set)
     floor: int = 0  # every sequence number below is refused
 
@@ -268,6 +303,9 @@ class LinkSessions:
         self._challenges: OrderedDict[bytes, int] = OrderedDict()  # nonce -> issued at
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.refusals: Counter[Refusal] = Counter()
+        # Link id -> its sessions ended by a withdrawn credential, until one
+        # opens again (describe-link shows it).
+        self.revoked: dict[str, Revoked] = {}
 
     def _refuse(self, reason: Refusal, message: str) -> ClusterError:
         self.refusals[reason] += 1
@@ -333,8 +371,10 @@ class LinkSessions:
                     session_key(root, request, session_id),
                     now_ms,
                     new_key,
+                    credential_digest(credential),
                 )
                 self._add(session)
+                self.revoked.pop(request.link_id, None)
                 return Opened(session, accept_proof(root, request, session_id))
         raise self._refuse(
             Refusal.BAD_PROOF,
@@ -365,8 +405,12 @@ class LinkSessions:
         digest: bytes,
         mac: bytes,
         now_ms: int,
+        accepted: tuple[str, ...] | None = None,
     ) -> Session:
-        """Checks one call's session metadata; returns its session."""
+        """Checks one call's session metadata; returns its session.
+        `accepted`: the credentials this side accepts now (None: not
+        checked); a session opened with one no longer among them ends here,
+        at its call, however busy it is (`revoked` records it)."""
         if not session_id:
             raise self._refuse(Refusal.NO_SESSION, f"{method} carries no link session")
         session = self._sessions.get(session_id)
@@ -377,6 +421,16 @@ class LinkSessions:
         if now_ms - session.last_used_ms > SESSION_IDLE_MS:
             del self._sessions[session_id]
             raise self._refuse(Refusal.EXPIRED_SESSION, f"{method}: session expired")
+        if accepted is not None and session.credential not in {
+            credential_digest(c) for c in accepted
+        }:
+            self.end_revoked(accepted, now_ms)
+            raise self._refuse(
+                Refusal.REVOKED_CREDENTIAL,
+                f"{method}: the session of link {session.link_name!r} was opened with a link "
+                "credential this cluster no longer accepts (removed from its credentials); "
+                "it is ended: open a new one with an accepted credential",
+            )
         if not hmac.compare_digest(call_mac(session.key, method, seq, digest), mac):
             raise self._refuse(Refusal.BAD_MAC, f"{method}: the call's proof does not match")
         if session.link_id != link_id:
@@ -398,6 +452,21 @@ class LinkSessions:
                 f"{method} claims to come from cluster {caller!r} in a session opened by "
                 f"{session.peer!r}",
             )
+
+    def end_revoked(self, accepted: tuple[str, ...], now_ms: int) -> list[Revoked]:
+        """Ends every session opened with a credential not in `accepted`,
+        recording each link so ended (`revoked`); returns those links."""
+        digests = {credential_digest(c) for c in accepted}
+        gone = [s for s in self._sessions.values() if s.credential not in digests]
+        ended: dict[str, Revoked] = {}
+        for s in gone:
+            del self._sessions[s.session_id]
+            before = ended.get(s.link_id)
+            ended[s.link_id] = Revoked(
+                s.link_name, s.peer, now_ms, 1 + (before.sessions if before else 0)
+            )
+        self.revoked.update(ended)
+        return list(ended.values())
 
     def drop_link(self, link_id: str) -> None:
         for sid in [s.session_id for s in self._sessions.values() if s.link_id == link_id]:

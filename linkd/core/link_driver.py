@@ -274,6 +274,11 @@ class LinkDriver:
         # A refused session leaves the link DISCONNECTED until an operator
         # acts (credentials, address): said loudly, once per refusal.
         self.session_for = None
+        runtime = self.state.links.runtime.get(self.name)
+        if runtime is not None:
+            runtime.credential_problem = (
+                f"the remote refuses this side's link sessions: {error.message}"
+            )
         if error.message != self.last_refusal:
             self.last_refusal = error.message
             yield Note("warning", f"link {self.name!r}: link session refused: {error.message}")
@@ -291,6 +296,9 @@ class LinkDriver:
             finally:
                 self.opening = None
             self.session_for = key
+            runtime = self.state.links.runtime.get(self.name)
+            if runtime is not None:
+                runtime.credential_problem = ""
             yield WakeLanes()
 
     def _ask(

@@ -333,6 +333,10 @@ class PartitionFetch:
     # The follower's provenance names the source (the two partitions belong
     # to one replicated topic), for a log none of whose marks the source holds.
     related: bool = False
+    # The follower does not cut it where the source said (its own clients'
+    # acknowledged writes would go: `own_writes_refusal`): the source copies
+    # nothing and reports why, until a recover on the follower cuts it.
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +383,13 @@ def follower_fetch_request(
         for p, log in enumerate(state.topics[topic].partitions):
             if gap_stopped and (topic, p) in gap_stopped:
                 continue  # stopped at a gap until the operator resumes it
+            held = runtime.own_writes_held if runtime is not None else None
+            holding = False
+            if held and (topic, p) in held:
+                if held[(topic, p)] == log.log_end_offset:
+                    holding = True  # not cut over its own writes: until a recover cuts it
+                else:
+                    del held[(topic, p)]
             offset, epoch = rep.follower_position_of(log)
             wanted = bool(marks_wanted) and (topic, p) in marks_wanted
             if wanted:
@@ -388,7 +399,15 @@ def follower_fetch_request(
                 marks, related = histories.last_mark(log), False
             parts.append(
                 PartitionFetch(
-                    source, p, offset, epoch, partition_max_bytes, marks, wanted, related
+                    source,
+                    p,
+                    offset,
+                    epoch,
+                    partition_max_bytes,
+                    () if holding else marks,
+                    wanted and not holding,
+                    related,
+                    holding,
                 )
             )
             local_of[(source, p)] = topic
@@ -531,6 +550,12 @@ def serve_replica_fetch(
                 # answers a position the follower may not be at.
                 entry.continues_from = part.fetch_offset
             answer.partitions.append(entry)
+            if part.held:
+                entry.error = held_refusal(state, config, part)
+                links.on_leader_refused(
+                    config.name, part.source_topic, part.partition, entry.error, now_ms
+                )
+                continue
             try:
                 plan = rep.plan_replica_fetch(
                     state,
@@ -742,9 +767,17 @@ def apply_replica_fetch(
             continue
         wanted.discard((local, fetched.partition))
         if fetched.error is not None:
-            refused.append((local, fetched.partition, fetched.error))
+            runtime = state.links.runtime[link_name]
+            key = (local, fetched.partition)
+            # A partition held uncut keeps the follower's own words for it.
+            mine = runtime.refused.get(key) if key in runtime.own_writes_held else None
+            refused.append((local, fetched.partition, mine or fetched.error))
             continue
         if fetched.diverging_end_offset >= 0:
+            held = own_writes_refusal(state, link_name, local, fetched)
+            if held is not None:
+                refused.append((local, fetched.partition, held))
+                continue
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
@@ -800,6 +833,49 @@ def apply_replica_fetch(
             state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in progress]
         )
     return AppliedFetch(effects, progress, truncations, refused, gaps, stopped)
+
+
+def held_refusal(state: ClusterState, config: LinkConfig, part: PartitionFetch) -> ClusterError:
+    """Source side: why a partition its follower holds uncut is not copied."""
+    return ClusterError(
+        ErrorCode.DIVERGED_LOG,
+        f"{part.source_topic}-{part.partition}",
+        f"{config.remote_cluster_id!r} does not cut its copy of {part.source_topic}-"
+        f"{part.partition} where it parts from this log: that would remove acknowledged "
+        f"records its own clients wrote; nothing is copied until `ccr-admin recover --link "
+        f"{config.name}` on {config.remote_cluster_id!r} cuts them (confirmed)",
+    )
+
+
+def own_writes_refusal(
+    state: ClusterState, link_name: str, topic: str, fetched: FetchedPartition
+) -> ClusterError | None:
+    """Follower side, told to cut `topic` at `fetched.diverging_end_offset`:
+    the refusal when the cut would remove acknowledged records this
+    cluster's own clients wrote (`histories.own_acknowledged`; an attach
+    that could compare first refuses itself: `recovery.check_attach_cuts`).
+    Such a partition is held (`LinkRuntime.own_writes_held`): not cut, and
+    fetched as held (the source copies nothing and reports why) until
+    `recover` cuts it. None: the cut may go ahead."""
+    if undo.undone(15):
+        return None
+    partition, cut = fetched.partition, fetched.diverging_end_offset
+    side = histories.local_side(state, topic, partition)
+    own = histories.own_acknowledged(side, cut)
+    if not own:
+        return None
+    state.links.runtime[link_name].own_writes_held[(topic, partition)] = side.log_end_offset
+    ranges = ", ".join(f"[{low}, {high})" for low, high in own)
+    records = sum(high - low for low, high in own)
+    config = state.links.get(link_name)
+    return ClusterError(
+        ErrorCode.DIVERGED_LOG,
+        f"{topic}-{partition}",
+        f"its source {config.remote_cluster_id!r} says to cut it to {cut}, which would remove "
+        f"{records} acknowledged records clients of {state.cluster_id!r} wrote (offsets "
+        f"{ranges}); not cut and not followed: `ccr-admin recover --link {link_name}` on "
+        f"{state.cluster_id!r} reports the cut and, with --confirm, makes it",
+    )
 
 
 def decide_gap(state: ClusterState, link_name: str, config: LinkConfig, gap: Gap) -> GapPolicy:

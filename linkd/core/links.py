@@ -568,6 +568,17 @@ class LinkRuntime:
     # operator resumes them: left out of fetches, shown by describe-link.
     # Not durable: after a restart the next round finds the gap again.
     gap_stopped: dict[tuple[str, int], Gap] = field(default_factory=dict)
+    # Follower partitions the source said to cut where the cut would remove
+    # acknowledged records this cluster's own clients wrote: not cut, fetched
+    # as held (the source copies nothing) while their log ends where it ended
+    # then (the value), refused until `recover` cuts them
+    # (`link_rounds.own_writes_refusal`).
+    own_writes_held: dict[tuple[str, int], int] = field(default_factory=dict)
+    # What is wrong with the link credentials its sessions run on ("" when
+    # nothing): as the side that requires them, sessions of the remote ended
+    # because their credential was withdrawn (`link_auth.Revoked`); as the
+    # caller, the remote refusing this side's sessions. Until a session opens.
+    credential_problem: str = ""
     counters: LinkCounters = field(default_factory=LinkCounters)
     # Calls of the link that failed here (the side that dials), by error code
     # name, and the last one; kept once the link is connected again.
@@ -717,7 +728,10 @@ class LinkTable:
         if runtime is None:
             return []
         out = [
-            f"{topic}-{partition} (following) is refused by the source: {why.message}"
+            f"{topic}-{partition} (following) "
+            + ("is not cut" if (topic, partition) in runtime.own_writes_held else
+               "is refused by the source")
+            + f": {why.message}"
             for (topic, partition), why in sorted(runtime.refused.items())
             if holds_back(why)
         ]
@@ -834,6 +848,8 @@ class LinkTable:
             ]
             for tp in unfollowed:
                 del runtime.refused[tp]
+            for tp in [k for k in runtime.own_writes_held if k not in runtime.refused]:
+                del runtime.own_writes_held[tp]
             undiverged = {
                 k for k in runtime.marks_wanted if config.mapping_for(k[0], "follower") is None
             }

@@ -47,6 +47,7 @@ from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import (
     Field,
+    Leader,
     LinkConfig,
     Mapping,
     MappingType,
@@ -283,6 +284,8 @@ def attach(
         # Already attached just so (an earlier answer may have been pending:
         # the handshakes carry it; this call does not ask again).
         return AdminResult(state.links.get(link_name))
+    if mapping.resource_type == MappingType.TOPIC and not undo.undone(15):
+        yield from refuse_cutting_own_writes(state, link_name, mapping)
     result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
     yield Note(
         "info",
@@ -291,6 +294,46 @@ def attach(
         + ("" if result.done else "; pending on the remote"),
     )
     return result
+
+
+def refuse_cutting_own_writes(
+    state: ClusterState, link_name: str, mapping: Mapping
+) -> Generator[Request, Any, None]:
+    """Before an attach of a topic namespace: asks the remote for its
+    partitions under the mapping (and, when it will follow, its committed
+    offsets), and refuses the attach (DIVERGED_LOG, nothing changed) when
+    following would cut acknowledged records the follower's own clients
+    wrote (`recovery.check_attach_cuts`): only `recover`, confirmed, may cut
+    those. A remote that cannot be asked is warned of; the link itself then
+    refuses to cut such records (`link_rounds.apply_replica_fetch`)."""
+    config = state.links.get(link_name)
+    remote_follows = mapping.leader == Leader.LOCAL
+    reply: Reply = yield Call(
+        config.value("remote_bootstrap"),
+        DescribePartitions(config.link_id, mapping.remote_prefix, "" if remote_follows else None),
+        f"link {link_name!r}: describing partitions",
+    )
+    description = reply.answer
+    if reply.error is not None or not isinstance(description, PartitionsDescription):
+        why = reply.error.message if reply.error is not None else "no description"
+        yield Note(
+            "warning",
+            f"link {link_name!r}: attaching topic namespace {mapping.local_prefix!r} without "
+            f"comparing its partitions with the remote's ({why}); records the follower's "
+            "clients wrote are not cut by the link (it refuses those partitions until a "
+            "recover)",
+        )
+        return
+    refusal = recovery.check_attach_cuts(
+        state,
+        config,
+        mapping,
+        description.cluster_id,
+        description.partitions,
+        description.group_offsets,
+    )
+    if refusal is not None:
+        raise refusal
 
 
 def detach(

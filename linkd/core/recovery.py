@@ -37,6 +37,7 @@ from linkd.core.histories import (
     compare,
     cut_offset,
     local_side,
+    own_acknowledged,
 )
 from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
@@ -112,6 +113,136 @@ def plan_partition(
         result.reason,
         result.related,
     )
+
+
+# -- an attach that would cut the follower's own writes ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OwnWritesCut:
+    """A follower partition that following its leader would cut below
+    records its own clients wrote and were acknowledged (after a detach, a
+    released reservation, or before it ever followed)."""
+
+    topic: str  # the follower's name
+    partition: int
+    truncate_to: int
+    log_end_offset: int
+    own: tuple[tuple[int, int], ...]  # [from, to) of its own acknowledged records cut
+
+    @property
+    def records(self) -> int:
+        return sum(high - low for low, high in self.own)
+
+    def describe(self) -> str:
+        ranges = ", ".join(f"[{low}, {high})" for low, high in self.own)
+        return (
+            f"{self.topic}-{self.partition} offsets {ranges} ({self.records} records; cut to "
+            f"{self.truncate_to} of log end {self.log_end_offset})"
+        )
+
+
+def own_writes_cut(
+    topic: str, partition: int, follower: PartitionSide, leader: PartitionSide
+) -> OwnWritesCut | None:
+    """Where following `leader` would cut `follower` (as recovery would:
+    `compare`, `cut_offset`), when the cut removes acknowledged records the
+    follower's own clients wrote; None when it removes none of them (a
+    follower simply behind, or whose cut tail was copied by a link)."""
+    result = compare(follower, leader)
+    if not result.shared:
+        return None  # unrelated logs: the link refuses them (NO_SHARED_HISTORY)
+    cut = cut_offset(follower, result.common_offset, leader.log_start_offset)
+    if cut >= follower.log_end_offset:
+        return None
+    own = own_acknowledged(follower, cut)
+    if not own:
+        return None
+    return OwnWritesCut(topic, partition, cut, follower.log_end_offset, own)
+
+
+def attach_cut_refusal(
+    link_name: str,
+    follower_id: str,
+    leader_id: str,
+    cuts: list[OwnWritesCut],
+    committed: list[tuple[str, str, int, int]],
+    namespace: str,
+) -> ClusterError:
+    """The refusal of an attach that would cut `cuts` on cluster
+    `follower_id`: every partition and range, and the committed offsets
+    (group, follower topic, partition, offset) past each cut."""
+    at = {(c.topic, c.partition): c.truncate_to for c in cuts}
+    past = [
+        f"{group} {topic}-{p} at {offset} (cut to {at[(topic, p)]})"
+        for group, topic, p, offset in sorted(committed)
+        if (topic, p) in at and offset > at[(topic, p)]
+    ]
+    total = sum(c.records for c in cuts)
+    return ClusterError(
+        ErrorCode.DIVERGED_LOG,
+        f"link {link_name!r}",
+        f"link {link_name!r}: attach refused, nothing changed: following {leader_id!r} would "
+        f"cut {total} acknowledged records that clients of {follower_id!r} wrote and "
+        f"{leader_id!r} does not hold: " + "; ".join(c.describe() for c in cuts) + "; "
+        + (
+            "committed offsets past the cut: " + "; ".join(past)
+            if past
+            else "no committed offset lies past the cut"
+        )
+        + f". To keep them, leave the namespace detached (or copy them elsewhere first); to "
+        f"discard them, run on {follower_id!r} `ccr-admin recover --link {link_name} "
+        f"--namespace {namespace}`, which reports this cut, then again with --confirm",
+    )
+
+
+def check_attach_cuts(
+    state: ClusterState,
+    config: LinkConfig,
+    mapping: Mapping,
+    remote_id: str,
+    remote: RemotePartitions,
+    remote_groups: RemoteGroupOffsets,
+) -> ClusterError | None:
+    """An operator's attach of a topic namespace, against the remote's
+    partitions under its prefix (and, when the remote will follow, the
+    committed offsets of all its groups): the refusal to give when following
+    would cut acknowledged records the follower's own clients wrote
+    (`own_writes_cut`), else None. Only partitions both sides hold count;
+    a topic a longer attached mapping of the link owns is that mapping's."""
+    longer = [
+        x.local_prefix
+        for x in config.attached_mappings()
+        if x.resource_type == MappingType.TOPIC and len(x.local_prefix) > len(mapping.local_prefix)
+    ]
+    local_follows = mapping.leader == Leader.REMOTE
+    cuts: list[OwnWritesCut] = []
+    for (remote_topic, p), theirs in sorted(remote.items()):
+        if not in_prefix(remote_topic, mapping.remote_prefix):
+            continue
+        topic = map_name(remote_topic, mapping.remote_prefix, mapping.local_prefix)
+        if any(in_prefix(topic, x) for x in longer):
+            continue
+        if topic not in state.topics or p >= len(state.topics[topic].partitions):
+            continue
+        mine = local_side(state, topic, p)
+        if local_follows:
+            cut = own_writes_cut(topic, p, mine, theirs)
+        else:
+            cut = own_writes_cut(remote_topic, p, theirs, mine)
+        if cut is not None:
+            cuts.append(cut)
+    if not cuts:
+        return None
+    if local_follows:
+        committed = committed_in(state, "")
+        follower_id, leader_id = state.cluster_id, remote_id
+        namespace = f"{mapping.local_prefix}:{mapping.remote_prefix}"
+    else:
+        committed = [(g, t, p, o) for (g, t, p), o in remote_groups.items()]
+        follower_id, leader_id = remote_id, state.cluster_id
+        namespace = f"{mapping.remote_prefix}:{mapping.local_prefix}"
+    return attach_cut_refusal(config.name, follower_id, leader_id, cuts, committed, namespace)
 
 
 # -- the cluster's view -----------------------------------------------------------------

@@ -29,6 +29,12 @@ and of the silent-loss issue (failover's truth):
    it wrote, whichever step wrote it (undone: only those its reservation
    step aborted, not those the detach aborted first)
 
+and of the every-loss-judged issue:
+
+15. an attach that would cut acknowledged records the follower's own clients
+    wrote is refused, and the link does not cut them either (undone: the
+    attach answers success and the first round cuts them)
+
 and of the pipeline issue (a follower's hidden records, compaction taken
 for divergence):
 
@@ -63,7 +69,7 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 from __future__ import annotations
 
 # The numbers missing belong to other changes.
-FIXES = (*range(1, 11), *range(18, 23), 24, 25)
+FIXES = (*range(1, 11), 15, *range(18, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 

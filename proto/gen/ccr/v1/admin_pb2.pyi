@@ -1076,6 +1076,7 @@ class LinkDescription(_message.Message):
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
     PROCEDURE_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -1110,6 +1111,11 @@ class LinkDescription(_message.Message):
     """
     last_error: _builtins.str
     last_error_at_ms: _builtins.int
+    credential_problem: _builtins.str
+    """What is wrong with the link credentials the link's sessions run on ("":
+    nothing): sessions of the remote ended because the credential they were
+    opened with was removed here, or the remote refusing this side's sessions.
+    """
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceMapping]: ...
     @_builtins.property
@@ -1165,10 +1171,11 @@ class LinkDescription(_message.Message):
         last_error_at_ms: _builtins.int = ...,
         pending: Global___PendingChange | None = ...,
         procedure: Global___ProcedurePlan | None = ...,
+        credential_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -580,6 +580,7 @@ class ReplicaFetchPartition(_message.Message):
     MARKS_FIELD_NUMBER: _builtins.int
     RELATED_FIELD_NUMBER: _builtins.int
     ALL_MARKS_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """the source topic name"""
     partition: _builtins.int
@@ -590,6 +591,11 @@ class ReplicaFetchPartition(_message.Message):
     related: _builtins.bool
     """The follower's provenance names the source cluster or this link."""
     all_marks: _builtins.bool
+    held: _builtins.bool
+    """The follower does not cut this partition where the source said: the cut
+    would remove acknowledged records its own clients wrote. The source
+    copies nothing and shows why, until a recover on the follower cuts it.
+    """
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
         """Marks of the follower's log, newest first: its last batch always (the
@@ -612,10 +618,11 @@ class ReplicaFetchPartition(_message.Message):
         marks: _abc.Iterable[Global___BatchMark] | None = ...,
         related: _builtins.bool = ...,
         all_marks: _builtins.bool = ...,
+        held: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "held", b"held", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1094,6 +1101,7 @@ class PartitionHistory(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     EPOCH_HISTORY_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    UNREADABLE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     log_start_offset: _builtins.int
@@ -1104,6 +1112,13 @@ class PartitionHistory(_message.Message):
     def epoch_history(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpochStart]: ...
     @_builtins.property
     def provenance(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProvenanceRecord]: ...
+    @_builtins.property
+    def unreadable(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]:
+        """Offsets no read_committed client reads as a record: transaction markers,
+        records of aborted or still open transactions (an attach that would cut
+        the rest of what the receiver's own clients wrote is refused).
+        """
+
     def __init__(
         self,
         *,
@@ -1115,14 +1130,39 @@ class PartitionHistory(_message.Message):
         leader_epoch: _builtins.int = ...,
         epoch_history: _abc.Iterable[Global___EpochStart] | None = ...,
         provenance: _abc.Iterable[Global___ProvenanceRecord] | None = ...,
+        unreadable: _abc.Iterable[Global___OffsetRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic", "unreadable", b"unreadable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionHistory: _TypeAlias = PartitionHistory  # noqa: Y015
+
+@_typing.final
+class OffsetRange(_message.Message):
+    """The offsets [from_offset, to_offset)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    from_offset: _builtins.int
+    to_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        from_offset: _builtins.int = ...,
+        to_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "to_offset", b"to_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetRange: _TypeAlias = OffsetRange  # noqa: Y015
 
 @_typing.final
 class DescribePartitionsResponse(_message.Message):
