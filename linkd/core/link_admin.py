@@ -42,12 +42,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from linkd.core import journal as jr
-from linkd.core import undo
+from linkd.core import lineage, undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import (
     Leader,
+    LineageHop,
     LinkConfig,
     LinkState,
     Mapping,
@@ -196,9 +197,61 @@ def check_attach(
         MappingType(kind.label), local_prefix, remote_prefix, Leader(leader), True, (0, 0, "")
     )
     conflict = mapping_conflict(state, link_name, mapping, config.attached_mappings())
+    if conflict is None:
+        conflict = ring_conflict(state, link_name, mapping, received=None)
     if conflict is not None:
         raise ClusterError(conflict.code, ns.name, f"cannot attach: {conflict.message}")
     return mapping
+
+
+def ring_conflict(
+    state: ClusterState,
+    link_name: str,
+    candidate: Mapping,
+    received: tuple[LineageHop, ...] | None,
+) -> Conflict | None:
+    """An operator's attach (here, or proposed by the remote) that would
+    close a ring of follow relations (`lineage`): this side would lead the
+    namespace to a cluster it comes from, or follow a source whose lineage
+    names this cluster (`received`: the lineage the proposing remote sent for
+    it; None: as the remote's last view said)."""
+    remote = state.links.get(link_name).remote_cluster_id
+    if candidate.local_role is Role.LEADER:
+        ring = lineage.ring_if_led(state, remote, candidate)
+    else:
+        hops = received if received is not None else lineage.received(
+            state, link_name, candidate.key
+        )
+        found = lineage.ring_if_followed(state, remote, candidate, hops)
+        ring = found[0] if found is not None else None
+    if ring is None:
+        return None
+    return Conflict(
+        ErrorCode.FOLLOW_CYCLE,
+        f"{_name(candidate)} on link {link_name!r} would close a ring of follow relations "
+        f"{lineage.render(ring)}: every copy would follow a copy of itself and nobody "
+        "could write it",
+        cross_link=True,
+    )
+
+
+def _ring_closed(state: ClusterState, link_name: str, m: Mapping) -> Conflict | None:
+    """An attached follower mapping whose source's lineage names this
+    cluster (a ring closed by attaches made apart): refused here only if its
+    attach is the ring's newest (`lineage` module rules)."""
+    if m.local_role is not Role.FOLLOWER:
+        return None
+    remote = state.links.get(link_name).remote_cluster_id
+    found = lineage.ring_if_followed(
+        state, remote, m, lineage.received(state, link_name, m.key)
+    )
+    if found is None or not found[1]:
+        return None
+    return Conflict(
+        ErrorCode.FOLLOW_CYCLE,
+        f"{_name(m)} on link {link_name!r} closed a ring of follow relations "
+        f"{lineage.render(found[0])} (the newest attach of the ring is refused)",
+    )
 
 
 def check_detach(
@@ -418,6 +471,10 @@ def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[Mappin
             if k != key and m.attached and not _newer_detach(mine, k, m)
         ]
         conflict = mapping_conflict(state, remote_view.name, proposed, others)
+        if conflict is None and state.links.configs.get(remote_view.name) is not None:
+            conflict = ring_conflict(
+                state, remote_view.name, proposed, mine.lineage.get(key, ())
+            )
         if conflict is not None:
             raise ClusterError(
                 conflict.code,
@@ -449,6 +506,8 @@ def refuse_unattachable(
     records: list[jr.JournalRecord] = []
     for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
         conflict = mapping_conflict(state, link_name, m, kept)
+        if conflict is None:
+            conflict = _ring_closed(state, link_name, m)
         before = (m.key, m.local_role) in attached_before
         if conflict is None or (before and conflict.cross_link):
             kept.append(m)

@@ -67,10 +67,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from linkd.core import lineage, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
-from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_calls import (
@@ -324,7 +324,8 @@ class LinkDriver:
         return self.last_handshake_ms, self.last_discovery_ms, self.last_push_discovery_ms
 
     def _handshake(self, lane: Lane) -> Lanes:
-        answer = yield from self._ask(lane, Handshake(self._config()), LinkConfig)
+        view = lineage.outgoing(self.state, self._config())
+        answer = yield from self._ask(lane, Handshake(view), LinkConfig)
         now = yield from _now()
         accepted = rounds.accept_handshake_answer(self.state, self.name, answer, now)
         if accepted.effects:

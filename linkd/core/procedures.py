@@ -37,7 +37,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core import histories, recovery
+from linkd.core import histories, lineage, recovery
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
@@ -106,7 +106,8 @@ def serve(
             request.link_key,
         )
         name = request.config.name
-        return Served(state.links.get(name), accepted.effects, name, "", accepted.notes)
+        view = lineage.outgoing(state, state.links.get(name))
+        return Served(view, accepted.effects, name, "", accepted.notes)
     if isinstance(request, RemoveLink):
         try:
             config = state.links.by_id(request.link_id)
@@ -173,7 +174,7 @@ def change_mapping(
     candidate.link_epoch += 1
     reply: Reply = yield Call(
         config.value("remote_bootstrap"),
-        Handshake(candidate, proposed=(stamped.key,)),
+        Handshake(lineage.outgoing(state, candidate), proposed=(stamped.key,)),
         f"link {link_name!r}: handshake",
     )
     if reply.error is not None and reply.error.code != ErrorCode.LINK_UNREACHABLE:
@@ -319,7 +320,7 @@ def alter_link(
         candidate.fields[key] = Field(value, (now_ms, 0, state.cluster_id))
     reply: Reply = yield Call(
         candidate.value("remote_bootstrap"),
-        Handshake(candidate),
+        Handshake(lineage.outgoing(state, candidate)),
         f"link {name!r}: checking the new settings",
     )
     if reply.error is not None:
@@ -426,7 +427,9 @@ def set_mode(
         yield WakeWaiters()
     config = state.links.get(name)
     reply: Reply = yield Call(
-        config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake"
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {name!r}: handshake",
     )
     if isinstance(reply.answer, LinkConfig):
         accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
@@ -451,7 +454,11 @@ def failover(
     if state.refresh_high_watermarks():
         yield WakeWaiters()
     config = state.links.get(name)
-    yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
+    yield Tell(
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {name!r}: handshake",
+    )
     lost = sum(r.lag_records for r in result.abandoned)
     unknown = sum(1 for r in result.abandoned if not r.lag_known)
     yield Note(

@@ -19,11 +19,18 @@ and of the gaps issue:
 
 8. a gap a follower skips (its source's log start passed it) is recorded in
    its provenance (undone: the follower jumps silently)
+
+and of the issue of silent losses (findings 2 and 3):
+
+12. follow relations that would close a ring of any length are refused
+    (`lineage`; undone: only rings of two links are)
+13. a follower partition whose storage refused fetched records keeps the
+    link from FOLLOWING and says so (undone: the refusal is only logged)
 """
 
 from __future__ import annotations
 
-FIXES = range(1, 9)
+FIXES = range(1, 15)
 _undone: frozenset[int] = frozenset()
 
 
