@@ -351,7 +351,14 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         "Offsets those gaps span: records the follower partition never copied",
         labels=["link", "topic", "partition"],
     )
+    storage_refused = GaugeMetricFamily(
+        "ccr_link_storage_refused_partitions",
+        "Follower partitions whose fetched records this cluster's storage refused (full "
+        "disk, file-size limit, read-only data directory), until a round stores them",
+        labels=["link"],
+    )
     for link in links:
+        storage_refused.add_metric([link.name], float(link.storage_refused))
         for g in link.gaps:
             labels = [link.name, g.topic, str(g.partition)]
             gaps.add_metric(labels, float(g.gaps))
@@ -370,7 +377,7 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         truncations.add_metric([link.name], float(link.counters.truncations))
         cuts.add_metric([link.name], float(link.counters.cuts))
     yield from (state, lag_records, lag_ms, max_records, max_ms, replicated_records,
-                replicated_bytes, truncations, cuts, gaps, gap_records)
+                replicated_bytes, truncations, cuts, gaps, gap_records, storage_refused)
 
 
 def _mirror_families(rows: Iterable[MirrorRow]) -> Iterator[Metric]:

@@ -165,6 +165,23 @@ class StatusWatch:
                 rounds.previous_ms, rounds.last_ms = rounds.last_ms, row.source_hw_known_at_ms
             if not row.lag_known or row.lag_records != 0:
                 continue
+            held = (
+                state.partition(row.topic, row.partition).log_end_offset
+                if row.topic in state.topics
+                and row.partition < len(state.topics[row.topic].partitions)
+                else 0
+            )
+            if held < row.log_end_offset:
+                self.violations.append(
+                    Violation(
+                        "9 status",
+                        f"{cid}: link {name!r} says {link_state} with lag 0 for "
+                        f"{row.topic}-{row.partition} at offset {row.log_end_offset} "
+                        f"(t={now_ms} ms), but its storage holds {held}: the state comes from "
+                        "what a round heard, not what was stored",
+                    )
+                )
+                continue
             mapping = config.mapping_for(row.topic, "follower")
             if mapping is None:
                 continue

@@ -731,6 +731,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 prov["provenance_source"],
                 known,
                 p.known_at_ms,
+                _problem(stored_refusal(state, name, topic, partition)),
             )
         )
     rows += refused_rows(state, name)
@@ -759,7 +760,11 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
     source's and is not cut yet: not copied, lag unknown."""
     rows = []
     runtime = state.links.runtime[name]
-    problems = {key: _problem(why) for key, why in runtime.refused.items()}
+    problems = {
+        key: _problem(why)
+        for key, why in runtime.refused.items()
+        if why.code is not ErrorCode.STORAGE_REFUSED or (*key, "follower") not in runtime.partitions
+    }
     for key in runtime.marks_wanted:
         problems.setdefault(key, DIVERGED_PROBLEM)
     for (topic, partition), problem in sorted(problems.items()):
@@ -831,6 +836,16 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
     return rows
 
 
+def stored_refusal(
+    state: ClusterState, link_name: str, topic: str, partition: int
+) -> ClusterError | None:
+    """The STORAGE_REFUSED refusal of a follower partition whose fetched
+    records this cluster's storage refused (shown on its row), or None."""
+    runtime = state.links.runtime.get(link_name)
+    why = runtime.refused.get((topic, partition)) if runtime is not None else None
+    return why if why is not None and why.code is ErrorCode.STORAGE_REFUSED else None
+
+
 def _problem(refusal: ClusterError | None) -> str:
     return "" if refusal is None else f"{refusal.code.name}: {refusal.message}"
 
@@ -857,6 +872,21 @@ class Failover:
     topics_known_at_ms: int = 0
 
 
+def storage_reason(state: ClusterState, link_name: str) -> str:
+    """", because ..." when this cluster's storage refused the records of some
+    of the link's follower partitions (`link_rounds.storage_refusals`), else ""."""
+    runtime = state.links.runtime.get(link_name)
+    refused = sorted(
+        f"{t}-{p}"
+        for (t, p), e in (runtime.refused.items() if runtime is not None else ())
+        if e.code is ErrorCode.STORAGE_REFUSED
+    )
+    if not refused:
+        return ""
+    shown = ", ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")
+    return f", because this cluster's disk refused writes of {shown}"
+
+
 def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:
     """Makes this cluster's follower namespaces of the link writable: detach
     them, clear their reservation (a new leader epoch on every partition, the
@@ -879,7 +909,8 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
             raise ClusterError(
                 ErrorCode.LINK_NOT_FOLLOWING,
                 f"link {link_name!r}",
-                f"link {link_name!r} is {link_state}: what its follower partitions lack is "
+                f"link {link_name!r} is {link_state}{storage_reason(state, link_name)}: what "
+                "its follower partitions lack is "
                 f"not known (their source high watermarks were last learned {age}); wait "
                 "until it is FOLLOWING, or fail over with force to abandon whatever the "
                 "source acknowledged that this cluster does not hold",

@@ -16,6 +16,9 @@ Rules (docs/metrics.md):
   follower partition's lag is known (a side that follows an empty namespace
   lags by 0).
 - The counters are the link's `LinkCounters`, copied.
+- Storage refusals: the follower partitions whose fetched records this
+  cluster's storage refused (a full disk, a file-size limit, a read-only data
+  directory) and that no round has stored since.
 - Gaps (records a follower partition never copied: its source's log start
   had passed them) are counted per partition from its provenance, as
   describe-link lists them: durable, so the counts survive a restart. A
@@ -30,6 +33,7 @@ from dataclasses import dataclass, replace
 
 from linkd.core import link_admin
 from linkd.core.cluster import ClusterState
+from linkd.core.errors import ErrorCode
 from linkd.core.links import LinkCounters, LinkState, MappingType, Role
 
 __all__ = ["STATES", "GapSample", "LinkSample", "PartitionLagSample", "link_samples"]
@@ -69,6 +73,9 @@ class LinkSample:
     max_lag: tuple[int, int] | None
     counters: LinkCounters
     gaps: tuple[GapSample, ...] = ()
+    # Follower partitions whose fetched records this cluster's storage
+    # refused, until a round stores them (describe-link: "disk refused writes").
+    storage_refused: int = 0
 
 
 def gap_samples(state: ClusterState, name: str) -> tuple[GapSample, ...]:
@@ -116,6 +123,7 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         max_lag,
         replace(runtime.counters),
         gap_samples(state, name),
+        sum(1 for e in runtime.refused.values() if e.code is ErrorCode.STORAGE_REFUSED),
     )
 
 
