@@ -83,6 +83,8 @@ SIZED: dict[str, dict[str, Any]] = {
     # Its faults run to 17 s: cut at 8 s, a fetch answer the lossy network
     # dropped still waits for its deadline when B's crash at 14 s ends the run.
     "secure-links": {"duration_ms": 20_000},
+    # Its storage refusal runs from 4 to 10 s: 16 s include the copy after it.
+    "storage-refusal": {"duration_ms": 16_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -142,6 +144,22 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("failover-writable", 2): (
         "d5383aa33756173decc354e5bbf1f8bd799a5bb58fb1c9fbce1f2928debda08e",
         "bffb58d536c6ef08860023c4aa99f76bf99328cc6feb5b45bbc46a5e2a53604b",
+    ),
+    ("follow-ring", 1): (
+        "7c64392ba4a4e3c8b731c916a6cf4a489f026de6771247c806627420cad93bdf",
+        "795b79aded81089e9d5fdef1cb763229462ea4f14e74c9945975c3ab09e8f0a4",
+    ),
+    ("follow-ring", 2): (
+        "f933da1201301b95e76b5a320188a63f87f0de1b421b852ac45d456b661c71b6",
+        "238ee8ce3d8087a059f44999e9c6df679b88f42d69ef75f1fbbf0e509218f038",
+    ),
+    ("storage-refusal", 1): (
+        "e3bcf91f2d3640bcd5187d37344764f5e2fde912e981df46db1b84c2cb1c1d91",
+        "960933590630c3840de556b79e69c7e9210c30090c245a164e8414c44e9d8096",
+    ),
+    ("storage-refusal", 2): (
+        "941fb5cb1233e236f026b168685743e8598e8a813601a8a4cb78a24d7e00222b",
+        "fa73db5bb665d9efc6ca63cce355fd0426387316a7e7e4942f0fa2d94b28d27f",
     ),
     ("link-flap", 1): (
         "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",
