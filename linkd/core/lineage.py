@@ -20,10 +20,11 @@ rings of three links):
   namespace whose source's lineage names it.
 - A ring that closes anyway (attaches made apart, while the lineage was still
   on its way) shows up as a follower whose source's lineage names the follower
-  itself. Of the ring's follow relations the newest attach is detached, with a
-  note, by the cluster that made it (`refuse_unattachable`); the others stay.
-  Every cluster in the ring reaches the same verdict from the versions the
-  lineage carries.
+  itself, or as a mapping a cluster leads to a cluster in its own lineage. Of
+  the ring's follow relations the newest attach is detached, with a note, by
+  whichever of its two ends sees the ring first (`refuse_unattachable`); the
+  others stay. Every cluster in the ring reaches the same verdict from the
+  versions the lineage carries.
 
 Pure code.
 """
@@ -95,6 +96,15 @@ def ring_if_led(state: ClusterState, remote: str, candidate: Mapping) -> list[st
     """The ring (clusters in the direction records would flow, the first
     repeated last) that leading `candidate` to cluster `remote` would close:
     `remote` is in the namespace's lineage here. None if none."""
+    found = led_ring(state, remote, candidate)
+    return found[0] if found is not None else None
+
+
+def led_ring(
+    state: ClusterState, remote: str, candidate: Mapping
+) -> tuple[list[str], bool] | None:
+    """`ring_if_led`, and whether `candidate`'s attach is the newest of the
+    ring's follow relations."""
     if undo.undone(12):
         return None  # the old rule: only rings of two links were refused
     hops = upstream(state, candidate.resource_type, candidate.local_prefix)
@@ -102,7 +112,8 @@ def ring_if_led(state: ClusterState, remote: str, candidate: Mapping) -> list[st
     if remote not in clusters:
         return None
     i = clusters.index(remote)
-    return [*reversed(clusters[: i + 1]), state.cluster_id, remote]
+    newest = all(candidate.version > v for _, v in hops[: i + 1])
+    return [*reversed(clusters[: i + 1]), state.cluster_id, remote], newest
 
 
 def ring_if_followed(

@@ -236,15 +236,17 @@ def ring_conflict(
 
 
 def _ring_closed(state: ClusterState, link_name: str, m: Mapping) -> Conflict | None:
-    """An attached follower mapping whose source's lineage names this
-    cluster (a ring closed by attaches made apart): refused here only if its
+    """An attached mapping that closes a ring (attaches made apart): as a
+    follower, its source's lineage names this cluster; as a leader, it leads
+    to a cluster in the namespace's lineage here. Refused here only if its
     attach is the ring's newest (`lineage` module rules)."""
-    if m.local_role is not Role.FOLLOWER:
-        return None
     remote = state.links.get(link_name).remote_cluster_id
-    found = lineage.ring_if_followed(
-        state, remote, m, lineage.received(state, link_name, m.key)
-    )
+    if m.local_role is Role.LEADER:
+        found = lineage.led_ring(state, remote, m)
+    else:
+        found = lineage.ring_if_followed(
+            state, remote, m, lineage.received(state, link_name, m.key)
+        )
     if found is None or not found[1]:
         return None
     return Conflict(
