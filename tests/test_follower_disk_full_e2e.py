@@ -38,7 +38,7 @@ def _segment(d: Any) -> Path:
         (d.data_dir / "topics").glob("*-0/*.log")
     )
     assert len(logs) == 1, logs
-    return logs[0]
+    return Path(logs[0])
 
 
 def _row(d: Any) -> dict[str, Any] | None:
