@@ -342,10 +342,22 @@ class ClusterNode:
 
     # -- effects ----------------------------------------------------------------
 
-    async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
+    async def execute(
+        self, effects: Iterable[Effect], wait_durable: bool = True, refusable: bool = False
+    ) -> None:
+        """Carries out effects in order. An append the disk refuses fails the
+        call with STORAGE_ERROR (`_appends_not_stored`); with `refusable` (a
+        link's round, `Execute.refusable`) the effects after it are still
+        carried out but for their appends (a truncation the model already made
+        must reach the disk too), and then the call fails."""
         touched: dict[tuple[str, int], int] = {}
         effects = list(effects)
+        refused: OSError | None = None
+        skipped: list[Effect] = []
         for i, effect in enumerate(effects):
+            if isinstance(effect, AppendBatch) and refused is not None:
+                skipped.append(effect)
+                continue
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
                 try:
@@ -357,7 +369,12 @@ class ClusterNode:
                 except OSError as exc:
                     if touched:
                         await self._make_durable(touched)
-                    self._appends_not_stored(effects[i:], exc)
+                        touched = {}
+                    if not refusable:
+                        self._appends_not_stored(effects[i:], exc)
+                    refused = exc
+                    skipped.append(effect)
+                    continue
                 touched[key] = effect.header.next_offset
             elif isinstance(effect, Journal):
                 if touched:
@@ -397,6 +414,8 @@ class ClusterNode:
             else:
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)
+        if refused is not None:
+            self._appends_not_stored(skipped, refused)
 
     def _appends_not_stored(self, rest: list[Effect], exc: OSError) -> NoReturn:
         """The disk refused an append (full, or a file too large): the model

@@ -182,7 +182,7 @@ class DaemonHost:
         node = self.node
         if isinstance(request, Execute):
             try:
-                await node.execute(list(request.effects))
+                await node.execute(list(request.effects), refusable=request.refusable)
             except ClusterError as exc:
                 if not (request.refusable and exc.code is ErrorCode.STORAGE_ERROR):
                     raise

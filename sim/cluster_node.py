@@ -155,20 +155,22 @@ class SimCluster:
         then: Callable[[], None],
     ) -> ClusterError | None:
         """`execute`, or, while the storage refuses writes and the effects
-        append: what comes before the first append is carried out, the
-        partitions the appends were for go back to what is stored (as the
-        daemon's `_appends_not_stored` does), and the refusal is returned
-        (`then` is not called)."""
-        first = next(
-            (i for i, e in enumerate(effects) if isinstance(e, core.AppendBatch)), None
-        )
-        if first is None or self.queue.now_ms >= self.storage_refused_until_ms:
+        append: every effect but the appends is carried out (as the daemon's
+        `node.execute` does for a refusable call), the partitions the appends
+        were for go back to what is stored (`_appends_not_stored`), and the
+        refusal is returned (`then` is not called)."""
+        appends = [e for e in effects if isinstance(e, core.AppendBatch)]
+        if not appends or self.queue.now_ms >= self.storage_refused_until_ms:
             self.execute(effects, traffic_class, logical_bytes, then)
             return None
-        self.execute(effects[:first], traffic_class, logical_bytes)
+        self.execute(
+            [e for e in effects if not isinstance(e, core.AppendBatch)],
+            traffic_class,
+            logical_bytes,
+        )
         names = {t.topic_id: t.name for t in self.state.topics.values()}
         cut: list[str] = []
-        for effect in effects[first:]:
+        for effect in appends:
             if not isinstance(effect, core.AppendBatch) or effect.topic_id not in names:
                 continue
             name = names[effect.topic_id]
