@@ -60,6 +60,8 @@ _STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.LINK_NOT_IN_SYNC: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.FOLLOWER_SYNCING: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.NO_SHARED_HISTORY: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.FOLLOW_CYCLE: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.STORAGE_REFUSED: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.GROUP_AUTHORIZATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,

@@ -73,6 +73,16 @@ def view_of(config: LinkConfig) -> replication_pb2.LinkConfigView:
             for _, m in sorted(config.mappings.items())
         ],
         link_epoch=config.link_epoch,
+        lineage=[
+            replication_pb2.MappingLineage(
+                key=replication_pb2.MappingKey(resource_type=t, local_prefix=lp, remote_prefix=rp),
+                hops=[
+                    replication_pb2.LineageHop(cluster_id=c, version=_version_pb(v))
+                    for c, v in hops
+                ],
+            )
+            for (t, lp, rp), hops in sorted(config.lineage.items())
+        ],
     )
 
 
@@ -101,6 +111,12 @@ def config_of(view: replication_pb2.LinkConfigView) -> LinkConfig:
         fields,
         mappings,
         view.link_epoch,
+        {
+            (x.key.resource_type, x.key.local_prefix, x.key.remote_prefix): tuple(
+                (h.cluster_id, _version(h.version)) for h in x.hops
+            )
+            for x in view.lineage
+        },
     )
 
 

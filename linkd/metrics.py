@@ -404,6 +404,14 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
             leader_lag_ms.add_metric(labels, float(p.lag_ms))
         for code, count in link.errors:
             errors.add_metric([link.name, code], float(count))
+    storage_refused = GaugeMetricFamily(
+        "ccr_link_storage_refused_partitions",
+        "Follower partitions whose fetched records this cluster's storage refused (full "
+        "disk, file-size limit, read-only data directory), until a round stores them",
+        labels=["link"],
+    )
+    for link in links:
+        storage_refused.add_metric([link.name], float(link.storage_refused))
         for g in link.gaps:
             labels = [link.name, g.topic, str(g.partition)]
             gaps.add_metric(labels, float(g.gaps))
@@ -423,7 +431,7 @@ def _link_families(links: Iterable[LinkSample]) -> Iterator[Metric]:
         cuts.add_metric([link.name], float(link.counters.cuts))
     yield from (state, lag_records, lag_ms, max_records, max_ms, replicated_records,
                 replicated_bytes, truncations, cuts, gaps, gap_records, partition_states,
-                leader_lag_records, leader_lag_ms, errors)
+                leader_lag_records, leader_lag_ms, errors, storage_refused)
 
 
 def _mirror_families(rows: Iterable[MirrorRow]) -> Iterator[Metric]:

@@ -342,13 +342,21 @@ class ClusterNode:
 
     # -- effects ----------------------------------------------------------------
 
-    async def execute(self, effects: Iterable[Effect], wait_durable: bool = True) -> None:
+    async def execute(
+        self, effects: Iterable[Effect], wait_durable: bool = True, refusable: bool = False
+    ) -> None:
         """Carries out effects the core already applied to the model, in
         order, whole: a caller cancelled meanwhile (a link call whose remote
         went away) stops waiting, but the effects still run to their end and
         their durability still reaches the model (`made_durable`), else the
         model would hold appends its files never got, or records durable on
-        disk that no reader may see until a restart."""
+        disk that no reader may see until a restart.
+
+        An append the disk refuses fails the call with STORAGE_ERROR
+        (`_appends_not_stored`); with `refusable` (a link's round,
+        `Execute.refusable`) the effects after it are still carried out but
+        for their appends (a truncation the model already made must reach the
+        disk too), and then the call fails."""
         effects = list(effects)
         cancelled = False
 
@@ -365,7 +373,7 @@ class ClusterNode:
                     cancelled = True  # re-raised once every effect is carried out
 
         try:
-            await self._execute(effects, wait_durable, make_durable)
+            await self._execute(effects, wait_durable, refusable, make_durable)
         finally:
             if cancelled:
                 raise asyncio.CancelledError
@@ -374,10 +382,16 @@ class ClusterNode:
         self,
         effects: list[Effect],
         wait_durable: bool,
+        refusable: bool,
         make_durable: Callable[[dict[tuple[str, int], int]], Awaitable[None]],
     ) -> None:
         touched: dict[tuple[str, int], int] = {}
+        refused: OSError | None = None
+        skipped: list[Effect] = []
         for i, effect in enumerate(effects):
+            if isinstance(effect, AppendBatch) and refused is not None:
+                skipped.append(effect)
+                continue
             if isinstance(effect, AppendBatch):
                 key = (effect.topic_id, effect.partition)
                 try:
@@ -389,7 +403,12 @@ class ClusterNode:
                 except OSError as exc:
                     if touched:
                         await make_durable(touched)
-                    self._appends_not_stored(effects[i:], exc)
+                        touched = {}
+                    if not refusable:
+                        self._appends_not_stored(effects[i:], exc)
+                    refused = exc
+                    skipped.append(effect)
+                    continue
                 touched[key] = effect.header.next_offset
             elif isinstance(effect, Journal):
                 if touched:
@@ -429,6 +448,8 @@ class ClusterNode:
             else:
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)
+        if refused is not None:
+            self._appends_not_stored(skipped, refused)
 
     def _appends_not_stored(self, rest: list[Effect], exc: OSError) -> NoReturn:
         """The disk refused an append (full, or a file too large): the model

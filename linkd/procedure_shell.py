@@ -37,6 +37,7 @@ from linkd.core.requests import (
     LinkChanged,
     LinkDeleted,
     Note,
+    NotStored,
     Now,
     Promote,
     Promoted,
@@ -183,7 +184,12 @@ class DaemonHost:
     async def answer(self, request: LaneRequest) -> Any:
         node = self.node
         if isinstance(request, Execute):
-            await node.execute(list(request.effects))
+            try:
+                await node.execute(list(request.effects), refusable=request.refusable)
+            except ClusterError as exc:
+                if not (request.refusable and exc.code is ErrorCode.STORAGE_ERROR):
+                    raise
+                return NotStored(node.clock(), exc)  # the model is back at what is stored
             return node.clock()
         if isinstance(request, Call):
             try:

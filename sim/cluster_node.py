@@ -96,6 +96,10 @@ class SimCluster:
         # connections stay open, where a dead one's are refused at once).
         self.crashed = False
         self.journal_records = 0
+        # Until when its storage refuses replica appends (a full disk, a
+        # file-size limit, a read-only data directory: `refuse_storage`).
+        self.storage_refused_until_ms = -1
+        self.storage_refusals = 0  # refused appends of fetched records
         # Parked long polls (fetches, acks=all produces, commits): each is
         # called once when a high watermark it watches moves (None: any).
         self._data_waiters: list[tuple[Callable[[], None], frozenset[PartitionKey] | None]] = []
@@ -139,6 +143,48 @@ class SimCluster:
             self._data_waiters = kept
         for waiter in woken:
             waiter()
+
+    def refuse_storage(self, until_ms: int) -> None:
+        """From now until `until_ms`, the storage refuses the appends of
+        fetched records (the daemon's disk refusing writes: `node.execute`)."""
+        self.storage_refused_until_ms = max(self.storage_refused_until_ms, until_ms)
+
+    def execute_refusable(
+        self,
+        effects: list[core.Effect],
+        traffic_class: str,
+        logical_bytes: Callable[[core.AppendBatch], int],
+        then: Callable[[], None],
+    ) -> ClusterError | None:
+        """`execute`, or, while the storage refuses writes and the effects
+        append: every effect but the appends is carried out (as the daemon's
+        `node.execute` does for a refusable call), the partitions the appends
+        were for go back to what is stored (`_appends_not_stored`), and the
+        refusal is returned (`then` is not called)."""
+        appends = [e for e in effects if isinstance(e, core.AppendBatch)]
+        if not appends or self.queue.now_ms >= self.storage_refused_until_ms:
+            self.execute(effects, traffic_class, logical_bytes, then)
+            return None
+        self.execute(
+            [e for e in effects if not isinstance(e, core.AppendBatch)],
+            traffic_class,
+            logical_bytes,
+        )
+        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        cut: list[str] = []
+        for effect in appends:
+            if not isinstance(effect, core.AppendBatch) or effect.topic_id not in names:
+                continue
+            name = names[effect.topic_id]
+            stored = self.stores[(effect.topic_id, effect.partition)].log_end_offset
+            if self.state.forget_unstored(name, effect.partition, stored):
+                cut.append(f"{name}-{effect.partition}")
+        self.storage_refusals += 1
+        return ClusterError(
+            ErrorCode.STORAGE_ERROR,
+            ",".join(cut) or "storage",
+            "the write was not stored (the disk refused it); it can be retried",
+        )
 
     def execute(
         self,

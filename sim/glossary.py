@@ -436,7 +436,7 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "faults_drawn", Unit.COUNT, Group.OPERATORS,
-        "faults drawn from the seed (split, isolate, pause, crash, one_way)",
+        "faults drawn from the seed (split, isolate, pause, crash, one_way, storage_refusal)",
         "one per drawn fault",
         "the scenario draws no faults",
     ),

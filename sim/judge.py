@@ -171,6 +171,7 @@ def final_checks(sim: Simulation) -> None:
     )
     sim.violations += status_checks.check_admin_effects(sim.ops.admin_changes, states, up)
     sim.violations += checkers.check_one_writer(sim.moved.values(), states, up)
+    sim.violations += status_checks.check_follow_cycles(states, up)
     # A mirror copies at least once: a value stored twice in a remote topic
     # is MM2's documented cost (counted below), not a violation.
     mirrored = mirrored_partitions(sim, final)

@@ -142,6 +142,11 @@ class Nemesis:
         elif f.kind == "forge":
             self.ops.forge_calls(f.node)
             return
+        elif f.kind == "storage_refusal":
+            until = self.queue.now_ms + f.duration_ms
+            self.clusters[f.node].refuse_storage(until)
+            self.queue.note(f"storage of {f.node} refuses writes until t={until} ms")
+            return
         elif f.kind == "unclean_election":
             node = self.clusters[f.node]
             log = node.state.partition(f.topic, f.partition)
@@ -239,7 +244,7 @@ class Nemesis:
         if self.queue.now_ms >= drawing.stop_ms():
             return
         duration = max(100, round(rng.expovariate(1 / ops.fault_duration_ms)))
-        kind = rng.choice(("split", "isolate", "pause", "crash", "one_way"))
+        kind = rng.choice(("split", "isolate", "pause", "crash", "one_way", "storage_refusal"))
         a = rng.choice(self.cluster_ids)
         others = [c for c in self.cluster_ids if c != a]
         b = rng.choice(others) if others else a
@@ -248,7 +253,7 @@ class Nemesis:
             self.crash_for(a, duration)
         elif kind in ("split", "one_way") and others:
             self.fault(FaultSpec(now, kind, side_a=(a,), side_b=(b,), duration_ms=duration))
-        elif kind in ("isolate", "pause"):
+        elif kind in ("isolate", "pause", "storage_refusal"):
             self.fault(FaultSpec(now, kind, node=a, duration_ms=duration))
         drawing.metrics.add("faults_drawn", 1)
         gap = max(1, round(rng.expovariate(1 / ops.fault_interval_ms)))

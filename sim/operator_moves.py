@@ -59,6 +59,10 @@ class MoveKind(enum.Enum):
     # reservation, let clients write there a while (`hold_ms`), then attach
     # it again following (its own writes are then refused a silent cut).
     RELEASE_REATTACH = "release_reattach"
+    # Follow relations along a chain of clusters, then the attach that would
+    # close it into a ring (any length): drawn as its own kind, carried out
+    # as an attach.
+    CLOSE_RING = "close_ring"
 
 
 # How often each kind is drawn, relative to the others.
@@ -78,6 +82,7 @@ WEIGHTS: dict[MoveKind, int] = {
     MoveKind.ADD_PARTITIONS: 2,
     MoveKind.RESTART: 2,
     MoveKind.RELEASE_REATTACH: 4,
+    MoveKind.CLOSE_RING: 5,
 }
 
 MAX_LINKS_PER_PAIR = 2
@@ -534,6 +539,119 @@ def _release_reattach(rng: random.Random, view: View, up: Sequence[str]) -> Move
     )
 
 
+# A follow relation: (leading cluster, its prefix, following cluster, its prefix).
+Edge = tuple[str, str, str, str]
+
+
+def _edges(view: View) -> list[Edge]:
+    out: list[Edge] = []
+    for link in view.links:
+        for m in link.mappings:
+            if m.resource_type != "topic":
+                continue
+            if m.leader == "local":
+                out.append((link.a, m.local_prefix, link.b, m.remote_prefix))
+            else:
+                out.append((link.b, m.remote_prefix, link.a, m.local_prefix))
+    return sorted(out)
+
+
+def _chains(edges: list[Edge]) -> list[list[Edge]]:
+    """Chains of follow relations, each cluster once (a copy's prefix
+    overlaps the prefix its cluster leads on)."""
+    chains: list[list[Edge]] = [[e] for e in edges if e[0] != e[2]]
+    out: list[list[Edge]] = []
+    while chains:
+        chain = chains.pop(0)
+        out.append(chain)
+        seen = {chain[0][0], *(e[2] for e in chain)}
+        end = chain[-1]
+        for e in edges:
+            if (
+                e[0] == end[2]
+                and e[2] not in seen
+                and (e[1].startswith(end[3]) or end[3].startswith(e[1]))
+            ):
+                chains.append([*chain, e])
+    return out
+
+
+def _attach_between(
+    rng: random.Random,
+    view: View,
+    up: Sequence[str],
+    leader: str,
+    prefix: str,
+    follower: str,
+    remote_prefix: str,
+) -> Move | None:
+    """`leader` leads its `prefix` to `follower`, named `remote_prefix`
+    there, over a link of the pair, from either side (None: no such link)."""
+    links = sorted(
+        (x for x in view.links if {x.a, x.b} == {leader, follower}), key=lambda x: x.name
+    )
+    if not links:
+        return None
+    link = rng.choice(links)
+    sides = [c for c in (leader, follower) if c in up]
+    if not sides:
+        return None
+    cluster = rng.choice(sides)
+    if cluster == leader:
+        return Move(
+            MoveKind.ATTACH,
+            cluster,
+            link=link.name,
+            local_prefix=prefix,
+            remote_prefix=remote_prefix,
+            leader="local",
+        )
+    return Move(
+        MoveKind.ATTACH,
+        cluster,
+        link=link.name,
+        local_prefix=remote_prefix,
+        remote_prefix=prefix,
+        leader="remote",
+    )
+
+
+def _link_pair(view: View, a: str, b: str) -> Move | None:
+    pair = sum(1 for link in view.links if {link.a, link.b} == {a, b})
+    if pair >= MAX_LINKS_PER_PAIR:
+        return None
+    taken = {link.name for link in view.links}
+    name = next(
+        f"{a}{b}{i}".lower() for i in range(len(taken) + 1) if f"{a}{b}{i}".lower() not in taken
+    )
+    return Move(MoveKind.CREATE_LINK, a, link=name, peer=b)
+
+
+def _close_ring(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    """The last cluster of a chain of two or more follow relations leads its
+    copy back to the chain's first cluster (a ring of three or more links);
+    without such a chain, one grows: a follower leads its copy on to a
+    cluster not yet in the chain."""
+    chains = _chains(_edges(view))
+    closable = [c for c in chains if len(c) >= 2]
+    if closable:
+        chain = rng.choice(closable)
+        first, last = chain[0], chain[-1]
+        move = _attach_between(rng, view, up, last[2], last[3], first[0], first[1])
+        if move is not None:
+            return move
+        if last[2] in up:  # no link between the two yet: one first
+            return _link_pair(view, last[2], first[0])
+    if chains:
+        chain = rng.choice(chains)
+        end = chain[-1]
+        seen = {chain[0][0], *(e[2] for e in chain)}
+        others = sorted(c for c in view.clusters if c not in seen)
+        if others:
+            return _attach_between(rng, view, up, end[2], end[3], rng.choice(others), end[3])
+    return None
+
+
 _DRAW = {
     MoveKind.CREATE_LINK: _create_link,
     MoveKind.DELETE_LINK: _delete_link,
@@ -550,6 +668,7 @@ _DRAW = {
     MoveKind.ADD_PARTITIONS: _add_partitions,
     MoveKind.RESTART: _restart,
     MoveKind.RELEASE_REATTACH: _release_reattach,
+    MoveKind.CLOSE_RING: _close_ring,
 }
 
 __all__ = ["LinkView", "MappingView", "Move", "MoveKind", "View", "draw_move", "draw_moves"]

@@ -41,6 +41,7 @@ from linkd.core.requests import (
     LinkChanged,
     LinkDeleted,
     Note,
+    NotStored,
     Now,
     RemoteAnswer,
     RemoteRequest,
@@ -130,6 +131,18 @@ class SimHost:
                         return
                     if answer is not LEAVE:
                         continue
+                if isinstance(request, Execute) and request.refusable:
+                    size = sizes.get(request.traffic, self.links.logical_bytes)
+                    refused = self.cluster.execute_refusable(
+                        list(request.effects),
+                        _traffic_class(request.traffic),
+                        size,
+                        lambda: step(self.queue.now_ms),
+                    )
+                    if refused is None:
+                        return
+                    answer = NotStored(self.queue.now_ms, refused)
+                    continue
                 if isinstance(request, Execute):
                     traffic = request.traffic
                     size = sizes.get(traffic, self.links.logical_bytes)

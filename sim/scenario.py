@@ -42,7 +42,7 @@ Tables and keys (units last; every time is virtual milliseconds):
               value, txn, abort, open}, ...], replayed as they are; an
               open transaction is never ended by its producer)
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
-              restart|pause|resume|unclean_election, and for Connect workers
+              restart|pause|resume|unclean_election|storage_refusal, and for Connect workers
               worker_crash|worker_restart|worker_pause|worker_isolate), and the
               keys of that kind
   [[actions]] at_ms, kind (failover|delete_link|create_link|create_topic|
@@ -296,6 +296,9 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # An attacker replays the last call each link made to `node`, and sends
     # one without a session: both must be refused (link_sessions runs only).
     "forge": ("node",),
+    # The node's storage refuses the appends of fetched records for
+    # duration_ms (a full disk, a file-size limit, a read-only data dir).
+    "storage_refusal": ("node", "duration_ms"),
     # A Connect worker (sim.connect_driver) of each mirror edge.
     "worker_crash": ("worker", "duration_ms", "permanent"),
     "worker_restart": ("worker",),

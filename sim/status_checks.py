@@ -167,6 +167,23 @@ class StatusWatch:
                 rounds.previous_ms, rounds.last_ms = rounds.last_ms, row.source_hw_known_at_ms
             if not row.lag_known or row.lag_records != 0:
                 continue
+            held = (
+                state.partition(row.topic, row.partition).log_end_offset
+                if row.topic in state.topics
+                and row.partition < len(state.topics[row.topic].partitions)
+                else 0
+            )
+            if held < row.log_end_offset:
+                self.violations.append(
+                    Violation(
+                        "9 status",
+                        f"{cid}: link {name!r} says {link_state} with lag 0 for "
+                        f"{row.topic}-{row.partition} at offset {row.log_end_offset} "
+                        f"(t={now_ms} ms), but its storage holds {held}: the state comes from "
+                        "what a round heard, not what was stored",
+                    )
+                )
+                continue
             mapping = config.mapping_for(row.topic, "follower")
             if mapping is None or row.topic not in state.topics:
                 continue
@@ -655,11 +672,11 @@ def _source_of(state: ClusterState, topic: str) -> tuple[str, str] | None:
 
 
 def in_follow_cycle(states: Mapping[str, ClusterState], cluster: str, topic: str) -> bool:
-    """The topic follows a copy of itself through three or more links (a ring
-    of followers: nobody can write it, and an open transaction there never
-    ends). The core refuses such rings of two links only (a known limit:
-    no cluster sees the whole ring); the hang checker leaves them to
-    `follow_cycles`."""
+    """The topic follows a copy of itself through a ring of links (nobody can
+    write it, and an open transaction there never ends). The core refuses
+    rings of any length (`linkd.core.lineage`); one that is left at the end
+    is invariant 13's violation (`check_follow_cycles`), and the hang checker
+    leaves its topics out."""
     seen = {(cluster, topic)}
     at = (cluster, topic)
     for _ in range(len(states) + 1):
@@ -672,6 +689,34 @@ def in_follow_cycle(states: Mapping[str, ClusterState], cluster: str, topic: str
         seen.add(nxt)
         at = nxt
     return False
+
+
+def check_follow_cycles(
+    states: Mapping[str, ClusterState], up: Mapping[str, bool]
+) -> list[Violation]:
+    """Invariant 13: at the end of a run (every partition healed, the
+    lineage carried around), no topic of a live cluster follows a copy of
+    itself through a ring of links of any length."""
+    details: list[str] = []
+    for cid in sorted(states):
+        if not up.get(cid):
+            continue
+        for name in sorted(states[cid].topics):
+            if in_follow_cycle(states, cid, name):
+                details.append(
+                    f"{cid}: topic {name!r} follows a copy of itself: {_ring(states, cid, name)}"
+                )
+    return _capped("13 follow cycle", details)
+
+
+def _ring(states: Mapping[str, ClusterState], cluster: str, topic: str) -> str:
+    at: tuple[str, str] | None = (cluster, topic)
+    seen: list[tuple[str, str]] = []
+    while at is not None and at not in seen and len(seen) <= len(states):
+        seen.append(at)
+        state = states.get(at[0])
+        at = _source_of(state, at[1]) if state is not None else None
+    return " <- ".join(f"{c}:{t}" for c, t in [*seen, *([at] if at is not None else [])])
 
 
 def _following_a_lost_source(state: ClusterState, topic: str, lost: set[str]) -> bool:

@@ -61,6 +61,10 @@ moves in the event that makes them durable rather than at the round's end):
 a long poll parked on the follower's partitions is woken once where it was
 woken twice (partition-heal seed 1: one "fetch wake" fewer on link C-A).
 Pinned since: push-source-lost and compacted-freeze (30 s and 25 s).
+Changed on purpose since: operator-mix (both seeds), when the operator
+search gained its `close_ring` moves and the drawn faults a follower's
+`storage_refusal`: every later draw of a run moved (seed 1: fetch rounds 64,
+one fault drawn; seed 2: fetch rounds 278), both runs clean.
 
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
@@ -100,6 +104,8 @@ SIZED: dict[str, dict[str, Any]] = {
     "compacted-freeze": {"duration_ms": 25_000},
     # The refused attach at 6 s and the recover at 8 s: its own length.
     "reattach-own-writes": {"duration_ms": 16_000},
+    # Its storage refusal runs from 4 to 10 s: 16 s include the copy after it.
+    "storage-refusal": {"duration_ms": 16_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -191,6 +197,22 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("groups-catch-up", 2): (
         "ff7be34b036202c3047bca0c2da4d68ec7d5bbacbf73ad59268a463432cdd3c0",
         "e39ba3b769d05e43dd1502ffa4500ed129b08e51c24c3b4f2af91b754a61f87f",
+    ),
+    ("follow-ring", 1): (
+        "7c64392ba4a4e3c8b731c916a6cf4a489f026de6771247c806627420cad93bdf",
+        "795b79aded81089e9d5fdef1cb763229462ea4f14e74c9945975c3ab09e8f0a4",
+    ),
+    ("follow-ring", 2): (
+        "f933da1201301b95e76b5a320188a63f87f0de1b421b852ac45d456b661c71b6",
+        "238ee8ce3d8087a059f44999e9c6df679b88f42d69ef75f1fbbf0e509218f038",
+    ),
+    ("storage-refusal", 1): (
+        "e3bcf91f2d3640bcd5187d37344764f5e2fde912e981df46db1b84c2cb1c1d91",
+        "960933590630c3840de556b79e69c7e9210c30090c245a164e8414c44e9d8096",
+    ),
+    ("storage-refusal", 2): (
+        "941fb5cb1233e236f026b168685743e8598e8a813601a8a4cb78a24d7e00222b",
+        "fa73db5bb665d9efc6ca63cce355fd0426387316a7e7e4942f0fa2d94b28d27f",
     ),
     ("link-flap", 1): (
         "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",

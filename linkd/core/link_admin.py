@@ -42,13 +42,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from linkd.core import journal as jr
+from linkd.core import lineage, undo
 from linkd.core import metadata_sync as msync
-from linkd.core import undo
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import (
     Leader,
+    LineageHop,
     LinkConfig,
     LinkError,
     LinkState,
@@ -199,9 +200,63 @@ def check_attach(
         MappingType(kind.label), local_prefix, remote_prefix, Leader(leader), True, (0, 0, "")
     )
     conflict = mapping_conflict(state, link_name, mapping, config.attached_mappings())
+    if conflict is None:
+        conflict = ring_conflict(state, link_name, mapping, received=None)
     if conflict is not None:
         raise ClusterError(conflict.code, ns.name, f"cannot attach: {conflict.message}")
     return mapping
+
+
+def ring_conflict(
+    state: ClusterState,
+    link_name: str,
+    candidate: Mapping,
+    received: tuple[LineageHop, ...] | None,
+) -> Conflict | None:
+    """An operator's attach (here, or proposed by the remote) that would
+    close a ring of follow relations (`lineage`): this side would lead the
+    namespace to a cluster it comes from, or follow a source whose lineage
+    names this cluster (`received`: the lineage the proposing remote sent for
+    it; None: as the remote's last view said)."""
+    remote = state.links.get(link_name).remote_cluster_id
+    if candidate.local_role is Role.LEADER:
+        ring = lineage.ring_if_led(state, remote, candidate)
+    else:
+        hops = received if received is not None else lineage.received(
+            state, link_name, candidate.key
+        )
+        found = lineage.ring_if_followed(state, remote, candidate, hops)
+        ring = found[0] if found is not None else None
+    if ring is None:
+        return None
+    return Conflict(
+        ErrorCode.FOLLOW_CYCLE,
+        f"{_name(candidate)} on link {link_name!r} would close a ring of follow relations "
+        f"{lineage.render(ring)}: every copy would follow a copy of itself and nobody "
+        "could write it",
+        cross_link=True,
+    )
+
+
+def _ring_closed(state: ClusterState, link_name: str, m: Mapping) -> Conflict | None:
+    """An attached mapping that closes a ring (attaches made apart): as a
+    follower, its source's lineage names this cluster; as a leader, it leads
+    to a cluster in the namespace's lineage here. Refused here only if its
+    attach is the ring's newest (`lineage` module rules)."""
+    remote = state.links.get(link_name).remote_cluster_id
+    if m.local_role is Role.LEADER:
+        found = lineage.led_ring(state, remote, m)
+    else:
+        found = lineage.ring_if_followed(
+            state, remote, m, lineage.received(state, link_name, m.key)
+        )
+    if found is None or not found[1]:
+        return None
+    return Conflict(
+        ErrorCode.FOLLOW_CYCLE,
+        f"{_name(m)} on link {link_name!r} closed a ring of follow relations "
+        f"{lineage.render(found[0])} (the newest attach of the ring is refused)",
+    )
 
 
 def check_detach(
@@ -421,6 +476,10 @@ def _check_strict(state: ClusterState, remote_view: LinkConfig, keys: set[Mappin
             if k != key and m.attached and not _newer_detach(mine, k, m)
         ]
         conflict = mapping_conflict(state, remote_view.name, proposed, others)
+        if conflict is None and state.links.configs.get(remote_view.name) is not None:
+            conflict = ring_conflict(
+                state, remote_view.name, proposed, mine.lineage.get(key, ())
+            )
         if conflict is not None:
             raise ClusterError(
                 conflict.code,
@@ -452,6 +511,8 @@ def refuse_unattachable(
     records: list[jr.JournalRecord] = []
     for m in sorted(config.attached_mappings(), key=lambda x: (x.version, x.key)):
         conflict = mapping_conflict(state, link_name, m, kept)
+        if conflict is None:
+            conflict = _ring_closed(state, link_name, m)
         before = (m.key, m.local_role) in attached_before
         if conflict is None or (before and conflict.cross_link):
             kept.append(m)
@@ -692,6 +753,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 prov["provenance_source"],
                 known,
                 p.known_at_ms,
+                problem=_problem(stored_refusal(state, name, topic, partition)),
                 high_watermark=readable_position(log) if log is not None else p.log_end_offset,
                 unknown_since_ms=0 if known else unknown_since(p.known_at_ms, True),
             )
@@ -724,7 +786,11 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
     source's and is not cut yet: not copied, lag unknown."""
     rows = []
     runtime = state.links.runtime[name]
-    problems = {key: _problem(why) for key, why in runtime.refused.items()}
+    problems = {
+        key: _problem(why)
+        for key, why in runtime.refused.items()
+        if why.code is not ErrorCode.STORAGE_REFUSED or (*key, "follower") not in runtime.partitions
+    }
     for key in runtime.marks_wanted:
         problems.setdefault(key, DIVERGED_PROBLEM)
     for (topic, partition), problem in sorted(problems.items()):
@@ -813,13 +879,26 @@ def readable_position(log: PartitionLog) -> int:
     if undo.undone(19):
         return log.log_end_offset
     return log.high_watermark
+
+
 def known_part(row: PartitionLag) -> int:
     """Records a follower row is known to lack at least: its lag when known,
-    else what the last learned source HW held above this log (0 if never
-    learned)."""
+    else what the last learned source HW held above what a consumer here can
+    read (0 if never learned)."""
     if row.lag_known:
         return max(0, row.lag_records)
-    return max(0, row.source_high_watermark - row.log_end_offset)
+    position = row.high_watermark if row.high_watermark >= 0 else row.log_end_offset
+    return max(0, row.source_high_watermark - position)
+
+
+def stored_refusal(
+    state: ClusterState, link_name: str, topic: str, partition: int
+) -> ClusterError | None:
+    """The STORAGE_REFUSED refusal of a follower partition whose fetched
+    records this cluster's storage refused (shown on its row), or None."""
+    runtime = state.links.runtime.get(link_name)
+    why = runtime.refused.get((topic, partition)) if runtime is not None else None
+    return why if why is not None and why.code is ErrorCode.STORAGE_REFUSED else None
 
 
 def _problem(refusal: ClusterError | None) -> str:
@@ -851,6 +930,21 @@ class Failover:
     groups: list[msync.GroupResume] = field(default_factory=list)
 
 
+def storage_reason(state: ClusterState, link_name: str) -> str:
+    """", because ..." when this cluster's storage refused the records of some
+    of the link's follower partitions (`link_rounds.storage_refusals`), else ""."""
+    runtime = state.links.runtime.get(link_name)
+    refused = sorted(
+        f"{t}-{p}"
+        for (t, p), e in (runtime.refused.items() if runtime is not None else ())
+        if e.code is ErrorCode.STORAGE_REFUSED
+    )
+    if not refused:
+        return ""
+    shown = ", ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")
+    return f", because this cluster's disk refused writes of {shown}"
+
+
 def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:
     """Makes this cluster's follower namespaces of the link writable: detach
     them, clear their reservation (a new leader epoch on every partition, the
@@ -878,7 +972,8 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
             raise ClusterError(
                 ErrorCode.LINK_NOT_FOLLOWING,
                 f"link {link_name!r}",
-                f"link {link_name!r} is {link_state}: what its follower partitions lack is "
+                f"link {link_name!r} is {link_state}{storage_reason(state, link_name)}: what "
+                "its follower partitions lack is "
                 f"not known (their source high watermarks were last learned {age}); wait "
                 "until it is FOLLOWING, or fail over with force to abandon whatever the "
                 "source acknowledged that this cluster does not hold",

@@ -67,10 +67,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from linkd.core import lineage, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
-from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_calls import (
@@ -233,6 +233,8 @@ class LinkDriver:
     opening: Lane | None = None  # the lane opening a session
     last_refusal: str = ""  # the last session refusal said (once each)
     stopped: bool = False
+    # The pull lane's wait after this cluster's storage refused a round.
+    storage_backoff_ms: int = BACKOFF_MIN_MS
 
     def wake(self) -> None:
         """The link changed (a mapping, the mode, the address): handshake and
@@ -332,7 +334,8 @@ class LinkDriver:
         return self.last_handshake_ms, self.last_discovery_ms, self.last_push_discovery_ms
 
     def _handshake(self, lane: Lane) -> Lanes:
-        answer = yield from self._ask(lane, Handshake(self._config()), LinkConfig)
+        view = lineage.outgoing(self.state, self._config())
+        answer = yield from self._ask(lane, Handshake(view), LinkConfig)
         now = yield from _now()
         accepted = rounds.accept_handshake_answer(self.state, self.name, answer, now)
         if accepted.effects:
@@ -407,10 +410,18 @@ class LinkDriver:
         call = ReplicaFetch(request, s.max_wait_ms, s.fetch_max_bytes)
         deadline_ms = rounds.fetch_deadline_ms(s.max_wait_ms)
         answer = yield from self._ask(lane, call, rounds.FetchAnswer, deadline_ms)
-        yield from rounds.apply_fetched(
+        stored = yield from rounds.apply_fetched(
             self.state, self.name, answer, request.local_of, request.sent_ms
         )
-        yield Applied(True, request.sent_ms)
+        yield Applied(stored, request.sent_ms)
+        if not stored:
+            # This cluster's storage refused the records: the source is not
+            # at fault and contact is not lost; the lane waits, doubling up
+            # to BACKOFF_MAX_MS while the refusals go on.
+            yield Sleep(self.storage_backoff_ms)
+            self.storage_backoff_ms = min(BACKOFF_MAX_MS, self.storage_backoff_ms * 2)
+            return
+        self.storage_backoff_ms = BACKOFF_MIN_MS
         config_now = self.state.links.configs.get(self.name)
         if config_now is not None and bool(answer.sync_state) != (config_now.mode == LinkMode.SYNC):
             # The source runs the other mode: learn the change now, not at

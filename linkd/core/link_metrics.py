@@ -26,6 +26,9 @@ Rules (docs/metrics.md):
   past, and for how long (describe-link's leader rows).
 - Errors: the link's failed calls on the side that dials, by error code
   (`LinkRuntime.errors`).
+- Storage refusals: the follower partitions whose fetched records this
+  cluster's storage refused (a full disk, a file-size limit, a read-only data
+  directory) and that no round has stored since.
 - Gaps (records a follower partition never copied: its source's log start
   had passed them) are counted per partition from its provenance, as
   describe-link lists them: durable, so the counts survive a restart. A
@@ -40,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from linkd.core import link_admin
 from linkd.core.cluster import ClusterState
+from linkd.core.errors import ErrorCode
 from linkd.core.links import LinkCounters, LinkState, MappingType, Role
 
 __all__ = [
@@ -94,6 +98,9 @@ class LinkSample:
     leader_partitions: tuple[PartitionLagSample, ...] = ()
     # Failed calls by error code name, sorted.
     errors: tuple[tuple[str, int], ...] = ()
+    # Follower partitions whose fetched records this cluster's storage
+    # refused, until a round stores them (describe-link: "disk refused writes").
+    storage_refused: int = 0
 
 
 def gap_samples(state: ClusterState, name: str) -> tuple[GapSample, ...]:
@@ -162,6 +169,7 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         tuple(counts.items()) if _follows_topics(state, name) else (),
         tuple(sorted(leader, key=lambda p: (p.topic, p.partition))),
         tuple(sorted(runtime.errors.items())),
+        sum(1 for e in runtime.refused.values() if e.code is ErrorCode.STORAGE_REFUSED),
     )
 
 

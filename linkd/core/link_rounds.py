@@ -59,7 +59,7 @@ from linkd.core.links import (
     orphans,
 )
 from linkd.core.provenance import Gap
-from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
+from linkd.core.requests import Execute, Note, NotStored, Now, Request, WakeWaiters
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
 # batches overlapping [from, to), the size they count against the byte budget).
@@ -948,12 +948,15 @@ def apply_fetched(
     answer: FetchAnswer,
     local_of: dict[tuple[str, int], str],
     sent_ms: int | None = None,
-) -> Generator[Request, Any, None]:
+) -> Generator[Request, Any, bool]:
     """Follower side, one answer (pulled, or carried by a push): truncations
     and appends (`apply_replica_fetch`), warned of; once durable, the end of
     the round (`finish_fetch_round`). A partition the source refused is
     warned of when it is first refused (or for a new reason): it keeps the
-    link from FOLLOWING until it is followed again."""
+    link from FOLLOWING until it is followed again. A partition whose
+    appends this cluster's storage refused (`storage_refusals`) is held the
+    same way, its row saying so, until a round stores its records. Returns
+    whether everything was stored (the caller backs off if not)."""
     now: int = yield Now()
     applied = apply_replica_fetch(state, link_name, answer, local_of, now)
     for cut in applied.truncations:
@@ -975,10 +978,34 @@ def apply_fetched(
                 "warning",
                 f"link {link_name!r}: {topic}-{partition} is not followed: {error.message}",
             )
-    now = yield Execute(tuple(applied.effects), "replica")
-    count_replicated(state, link_name, applied)
+    done = yield Execute(tuple(applied.effects), "replica", refusable=True)
+    refused = list(applied.refused)
+    if isinstance(done, NotStored) and undo.undone(13):
+        # The old data path: the round counts what it heard, not what was stored.
+        finish_fetch_round(
+            state, link_name, applied.progress, answer.sync_state, done.now_ms, sent_ms,
+            applied.refused,
+        )
+        for p in applied.progress:
+            if p.topic in state.topics and link_name in state.links.configs:
+                state.links.on_progress(
+                    link_name, p.topic, p.partition, "follower", p.source_high_watermark,
+                    p.source_high_watermark, done.now_ms,
+                )
+        return False
+    if isinstance(done, NotStored):
+        now = done.now_ms
+        storage = storage_refusals(state, applied, done.error)
+        for topic, partition, error in storage:
+            before = known.get((topic, partition))
+            if before is None or before.code is not ErrorCode.STORAGE_REFUSED:
+                yield Note("info", f"link {link_name!r}: {error.message}")
+        refused += storage
+    else:
+        now = done
+        count_replicated(state, link_name, applied)
     wake = finish_fetch_round(
-        state, link_name, applied.progress, answer.sync_state, now, sent_ms, applied.refused
+        state, link_name, applied.progress, answer.sync_state, now, sent_ms, refused
     )
     if wake is not None:
         yield WakeWaiters(wake.partitions)
@@ -1003,6 +1030,41 @@ def apply_fetched(
         runtime = state.links.runtime.get(link_name)
         if runtime is not None:
             runtime.counters.cuts += len(settled.cuts)
+    return not isinstance(done, NotStored)
+
+
+def storage_refusals(
+    state: ClusterState, applied: AppliedFetch, error: ClusterError
+) -> list[tuple[str, int, ClusterError]]:
+    """The follower partitions of a round whose appends this cluster's
+    storage refused (every partition the round appended to that now holds
+    less than the round brought: the shell cut each back to what is stored),
+    each with a STORAGE_REFUSED refusal naming what it holds."""
+    names = {t.topic_id: name for name, t in state.topics.items()}
+    wanted: dict[tuple[str, int], int] = {}
+    for effect in applied.effects:
+        if isinstance(effect, AppendBatch) and effect.topic_id in names:
+            key = (names[effect.topic_id], effect.partition)
+            wanted[key] = max(wanted.get(key, 0), effect.header.next_offset)
+    out: list[tuple[str, int, ClusterError]] = []
+    for (topic, partition), end in sorted(wanted.items()):
+        held = state.partition(topic, partition).log_end_offset
+        if held >= end:
+            continue  # stored before the refusal
+        out.append(
+            (
+                topic,
+                partition,
+                ClusterError(
+                    ErrorCode.STORAGE_REFUSED,
+                    f"{topic}-{partition}",
+                    f"{topic}-{partition}: disk refused writes: this cluster's storage "
+                    f"refused the fetched records from offset {held} ({error.message}); "
+                    "it holds those below, and copies on once writes succeed",
+                ),
+            )
+        )
+    return out
 
 
 def count_replicated(state: ClusterState, link_name: str, applied: AppliedFetch) -> None:

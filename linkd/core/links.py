@@ -67,6 +67,9 @@ DEFAULT_FETCH_ANSWER_DUE_MS = 1_000
 STATE_HISTORY_MAX = 32
 MAX_TOMBSTONES = 1_000
 LinkRecord = jr.LinkConfigRecord | jr.LinkDelete | jr.LinkRemovalTold
+# One hop up a namespace's lineage (`linkd.core.lineage`): the cluster a copy
+# is followed from, and the version of the attach that made it so.
+LineageHop = tuple[str, Version]
 
 
 class MappingType(enum.StrEnum):
@@ -260,6 +263,9 @@ class LinkConfig:
     fields: dict[str, Field]
     mappings: dict[MappingKey, Mapping] = field(default_factory=dict)
     link_epoch: int = 0
+    # Only in a view that crosses to the remote (`lineage.outgoing`), never
+    # stored: for each mapping the sender leads, where its copy comes from.
+    lineage: dict[MappingKey, tuple[LineageHop, ...]] = field(default_factory=dict)
 
     def value(self, name: str) -> str:
         f = self.fields.get(name)
@@ -313,7 +319,7 @@ class LinkConfig:
         return best
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "name": self.name,
             "link_id": self.link_id,
             "local": self.local_cluster_id,
@@ -323,6 +329,12 @@ class LinkConfig:
             "mappings": [m.to_record() for _, m in sorted(self.mappings.items())],
             "epoch": self.link_epoch,
         }
+        if self.lineage:  # a view in flight only; stored configurations have none
+            record["lineage"] = [
+                [list(k), [[c, list(v)] for c, v in hops]]
+                for k, hops in sorted(self.lineage.items())
+            ]
+        return record
 
     @classmethod
     def from_record(cls, r: dict[str, Any]) -> LinkConfig:
@@ -334,6 +346,11 @@ class LinkConfig:
         for m in r["mappings"]:
             mapping = Mapping.from_record(m)
             mappings[mapping.key] = mapping
+        lineage: dict[MappingKey, tuple[LineageHop, ...]] = {}
+        for k, hops in r.get("lineage", []):
+            lineage[(str(k[0]), str(k[1]), str(k[2]))] = tuple(
+                (str(c), (int(v[0]), int(v[1]), str(v[2]))) for c, v in hops
+            )
         return cls(
             r["name"],
             r["link_id"],
@@ -343,6 +360,7 @@ class LinkConfig:
             fields,
             mappings,
             int(r.get("epoch", 0)),
+            lineage,
         )
 
     def shared(self) -> LinkConfig:
@@ -362,6 +380,7 @@ class LinkConfig:
             fields,
             dict(self.mappings),
             self.link_epoch,
+            dict(self.lineage),
         )
 
     def agreed_record(self) -> dict[str, Any]:
@@ -369,6 +388,7 @@ class LinkConfig:
         LOCAL_FIELDS, and the mappings): equal on both sides, one of them
         mirrored, once they agree."""
         record = self.to_record()
+        record.pop("lineage", None)
         record["fields"] = {k: v for k, v in record["fields"].items() if k not in LOCAL_FIELDS}
         return record
 
@@ -395,6 +415,7 @@ class LinkConfig:
             fields,
             swapped,
             self.link_epoch,
+            {(t, remote, local): hops for (t, local, remote), hops in self.lineage.items()},
         )
 
 
@@ -594,6 +615,10 @@ class LinkRuntime:
     # here may stand behind it (the data has not reached it yet); a failover
     # reports both. Not durable: after a restart, what is heard again.
     heard_offsets: dict[tuple[str, str, int], tuple[int, int]] = field(default_factory=dict)
+    # The remote's lineage of each namespace it leads on the link (keys this
+    # side's), as its last configuration view said (`linkd.core.lineage`).
+    # Not durable: the next handshake brings it again.
+    upstream: dict[MappingKey, tuple[LineageHop, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -865,6 +890,7 @@ class LinkTable:
         `link_key` (sealed): the key the creating remote's session brought,
         kept when the link is new here."""
         mine = remote_view.shared().mirrored()
+        received, mine.lineage = mine.lineage, {}
         if mine.local_cluster_id != self.cluster_id:
             raise ClusterError(
                 ErrorCode.INVALID_LINK_CONFIG,
@@ -879,9 +905,14 @@ class LinkTable:
         existing = self.configs.get(mine.name)
         if existing is None:
             mine.fields["link_key"] = Field(link_key, self.hlc.now(now_ms))
-            return self.store(mine, now_ms)
-        merged, changed = merge_configs(existing, mine)
-        return self.store(merged, now_ms) if changed else []
+            records = self.store(mine, now_ms)
+        else:
+            merged, changed = merge_configs(existing, mine)
+            records = self.store(merged, now_ms) if changed else []
+        runtime = self.runtime.get(mine.name)
+        if runtime is not None:
+            runtime.upstream = received
+        return records
 
     def set_fields(self, name: str, values: dict[str, str], now_ms: int) -> list[LinkRecord]:
         """Several fields at one version (an operator's alter-link)."""

@@ -38,7 +38,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from linkd.core import histories, plans, recovery, undo
+from linkd.core import histories, lineage, plans, recovery, undo
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
@@ -118,7 +118,8 @@ def serve(
             request.link_key,
         )
         name = request.config.name
-        return Served(state.links.get(name), accepted.effects, name, "", accepted.notes)
+        view = lineage.outgoing(state, state.links.get(name))
+        return Served(view, accepted.effects, name, "", accepted.notes)
     if isinstance(request, RemoveLink):
         try:
             config = state.links.by_id(request.link_id)
@@ -229,7 +230,7 @@ def change_mapping(
     candidate.link_epoch += 1
     reply: Reply = yield Call(
         config.value("remote_bootstrap"),
-        Handshake(candidate, proposed=(stamped.key,)),
+        Handshake(lineage.outgoing(state, candidate), proposed=(stamped.key,)),
         f"link {link_name!r}: handshake",
     )
     if reply.error is not None and reply.error.code != ErrorCode.LINK_UNREACHABLE:
@@ -441,7 +442,7 @@ def alter_link(
         candidate.fields[key] = Field(value, (now_ms, 0, state.cluster_id))
     reply: Reply = yield Call(
         candidate.value("remote_bootstrap"),
-        Handshake(candidate),
+        Handshake(lineage.outgoing(state, candidate)),
         f"link {name!r}: checking the new settings",
     )
     if reply.error is not None:
@@ -561,7 +562,9 @@ def set_mode(
         yield WakeWaiters()
     config = state.links.get(name)
     reply: Reply = yield Call(
-        config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake"
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {name!r}: handshake",
     )
     pending: Pending | None = None
     if isinstance(reply.answer, LinkConfig):
@@ -609,7 +612,11 @@ def failover(
             f"link {name!r}: {len(behind)} replicated group partitions resume behind the last "
             f"commit heard of, by {sum(g.behind for g in behind)} records in all",
         )
-    yield Tell(config.value("remote_bootstrap"), Handshake(config), f"link {name!r}: handshake")
+    yield Tell(
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {name!r}: handshake",
+    )
     lost = sum(r.lag_records for r in result.abandoned if r.lag_known)
     unknown = [r for r in result.abandoned if not r.lag_known]
     aborted = ", ".join(

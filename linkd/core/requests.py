@@ -107,6 +107,21 @@ RemoteAnswer = ClusterIdentity | LinkConfig | PartitionsDescription | Promoted |
 class Execute:
     effects: tuple[Effect, ...]
     traffic: str = "metadata"  # "metadata" | "replica" | "offsets" | "retention"
+    # The asker handles its storage refusing the appends: a shell whose
+    # storage refuses one (a full disk, a file-size limit, a read-only data
+    # directory) answers `NotStored`, the model already back at what is
+    # stored, instead of raising STORAGE_ERROR.
+    refusable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NotStored:
+    """The answer to a refusable Execute whose appends the storage refused:
+    when, and the shell's STORAGE_ERROR. Appends before the refused one may
+    be stored; the partitions' logs are back at what is."""
+
+    now_ms: int
+    error: ClusterError
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,13 @@ and of the silent-loss issue (failover's truth):
    it wrote, whichever step wrote it (undone: only those its reservation
    step aborted, not those the detach aborted first)
 
+and of the issue of silent losses (findings 2 and 3):
+
+12. follow relations that would close a ring of any length are refused
+    (`lineage`; undone: only rings of two links are)
+13. a follower partition whose storage refused fetched records keeps the
+    link from FOLLOWING and says so (undone: the refusal is only logged)
+
 and of the every-loss-judged issue:
 
 15. an attach that would cut acknowledged records the follower's own clients
@@ -68,8 +75,8 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 
 from __future__ import annotations
 
-# The numbers missing belong to other changes.
-FIXES = (*range(1, 11), 15, *range(18, 23), 24, 25)
+# The numbers missing belong to no fix.
+FIXES = (*range(1, 11), 12, 13, 15, *range(18, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 

@@ -239,6 +239,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     stopped answering, or a call of the link failed since its last answer);
     the message names them and since when (use force to abandon it).
     """
+    ERROR_CODE_FOLLOW_CYCLE: _ErrorCode.ValueType  # 114
+    """--- Rings and storage of followers (docs/operations.md) -------------------------
+    An attach would close a ring of follow relations (any number of links):
+    every copy would follow a copy of itself and nobody could write the
+    namespace. The message names the ring, cluster by cluster. Nothing changed.
+    """
+    ERROR_CODE_STORAGE_REFUSED: _ErrorCode.ValueType  # 115
+    """This cluster's storage refused the records a link fetched for a follower
+    partition (a full disk, a file-size limit, a read-only data directory):
+    the partition holds less than its source acknowledged, and its lag is not
+    known to be 0. Shown on the partition's row of describe-link.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -442,6 +454,18 @@ ERROR_CODE_LAG_NOT_KNOWN: ErrorCode.ValueType  # 110
 """Failover refused: the lag of follower partitions is not known (the source
 stopped answering, or a call of the link failed since its last answer);
 the message names them and since when (use force to abandon it).
+"""
+ERROR_CODE_FOLLOW_CYCLE: ErrorCode.ValueType  # 114
+"""--- Rings and storage of followers (docs/operations.md) -------------------------
+An attach would close a ring of follow relations (any number of links):
+every copy would follow a copy of itself and nobody could write the
+namespace. The message names the ring, cluster by cluster. Nothing changed.
+"""
+ERROR_CODE_STORAGE_REFUSED: ErrorCode.ValueType  # 115
+"""This cluster's storage refused the records a link fetched for a follower
+partition (a full disk, a file-size limit, a read-only data directory):
+the partition holds less than its source acknowledged, and its lag is not
+known to be 0. Shown on the partition's row of describe-link.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

@@ -131,6 +131,7 @@ class LinkConfigView(_message.Message):
     FIELDS_FIELD_NUMBER: _builtins.int
     MAPPINGS_FIELD_NUMBER: _builtins.int
     LINK_EPOCH_FIELD_NUMBER: _builtins.int
+    LINEAGE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     link_id: _builtins.str
     local_cluster_id: _builtins.str
@@ -142,6 +143,14 @@ class LinkConfigView(_message.Message):
     def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___VersionedField]: ...
     @_builtins.property
     def mappings(self) -> _containers.RepeatedCompositeFieldContainer[Global___VersionedMapping]: ...
+    @_builtins.property
+    def lineage(self) -> _containers.RepeatedCompositeFieldContainer[Global___MappingLineage]:
+        """For each mapping the sender leads: where the sender's copy of that
+        namespace comes from, nearest first (its lineage; empty when the sender
+        is where it is written). Computed when sent, never stored: the receiver
+        uses it to refuse follow relations that would close a ring.
+        """
+
     def __init__(
         self,
         *,
@@ -153,14 +162,68 @@ class LinkConfigView(_message.Message):
         fields: _abc.Iterable[Global___VersionedField] | None = ...,
         mappings: _abc.Iterable[Global___VersionedMapping] | None = ...,
         link_epoch: _builtins.int = ...,
+        lineage: _abc.Iterable[Global___MappingLineage] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "fields", b"fields", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "name", b"name", "remote_cluster_id", b"remote_cluster_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "fields", b"fields", "lineage", b"lineage", "link_epoch", b"link_epoch", "link_id", b"link_id", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "name", b"name", "remote_cluster_id", b"remote_cluster_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LinkConfigView: _TypeAlias = LinkConfigView  # noqa: Y015
+
+@_typing.final
+class LineageHop(_message.Message):
+    """One hop up a namespace's lineage: the cluster a copy is followed from, and
+    the version of the attach that made it so.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    @_builtins.property
+    def version(self) -> Global___Version: ...
+    def __init__(
+        self,
+        *,
+        cluster_id: _builtins.str = ...,
+        version: Global___Version | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LineageHop: _TypeAlias = LineageHop  # noqa: Y015
+
+@_typing.final
+class MappingLineage(_message.Message):
+    """The lineage of one mapping (its key from the sender's point of view)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    HOPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def key(self) -> Global___MappingKey: ...
+    @_builtins.property
+    def hops(self) -> _containers.RepeatedCompositeFieldContainer[Global___LineageHop]: ...
+    def __init__(
+        self,
+        *,
+        key: Global___MappingKey | None = ...,
+        hops: _abc.Iterable[Global___LineageHop] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hops", b"hops", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MappingLineage: _TypeAlias = MappingLineage  # noqa: Y015
 
 @_typing.final
 class ChallengeRequest(_message.Message):

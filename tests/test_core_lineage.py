@@ -1,0 +1,129 @@
+"""Rings of follow relations of any length: refused at the attach when the
+lineage is known, and broken by the newest attach when they close apart
+(linkd/core/lineage.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from linkd.core import lineage, undo
+from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
+from linkd.core.cluster import ClusterState
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkConfig
+
+NOW = 1_000_000
+
+
+def clusters() -> dict[str, ClusterState]:
+    out = {c: ClusterState(c) for c in "ABC"}
+    out["A"].namespaces.create(1, "orders-", False)
+    return out
+
+
+def link(cs: dict[str, ClusterState], name: str) -> None:
+    """Link `name` ("ab": A creates it, B holds the mirror)."""
+    x, y = cs[name[0].upper()], cs[name[1].upper()]
+    config = x.links.new_config(name, f"id-{name}", y.cluster_id, "y:1", "", "local_dials", "", NOW)
+    x.links.store(config, NOW)
+    y.links.accept_mirror(x.links.get(name), NOW)
+
+
+def attach(cs: dict[str, ClusterState], at: str, name: str, leader: str, now: int) -> None:
+    """An operator's attach of `orders-` on cluster `at`, as `procedures.change_mapping`
+    runs it: checked here, proposed to the remote, stored, the answer merged."""
+    x = cs[at]
+    y = cs[x.links.get(name).remote_cluster_id]
+    mapping = admin.check_attach(x, name, "topic", "orders-", "orders-", leader)
+    stamped = admin.versioned(x, mapping, now)
+    candidate = LinkConfig.from_record(x.links.get(name).to_record())
+    candidate.mappings[stamped.key] = stamped
+    rounds.accept_handshake(y, lineage.outgoing(x, candidate), False, now, (stamped.key,))
+    admin.put_mapping(x, name, stamped, now)
+    rounds.accept_handshake_answer(x, name, lineage.outgoing(y, y.links.get(name)), now)
+
+
+def handshake(cs: dict[str, ClusterState], name: str, now: int) -> admin.Accepted:
+    """The periodic exchange of views on link `name`; returns what the
+    creating side's merge of the answer did."""
+    x, y = cs[name[0].upper()], cs[name[1].upper()]
+    rounds.accept_handshake(y, lineage.outgoing(x, x.links.get(name)), False, now)
+    return rounds.accept_handshake_answer(x, name, lineage.outgoing(y, y.links.get(name)), now)
+
+
+def chain_a_b_c(cs: dict[str, ClusterState]) -> None:
+    for name in ("ab", "bc", "ca"):
+        link(cs, name)
+    attach(cs, "A", "ab", "local", NOW)
+    attach(cs, "B", "bc", "local", NOW + 1)
+    handshake(cs, "bc", NOW + 2)
+
+
+def test_a_chain_carries_its_lineage__nearest_first() -> None:
+    cs = clusters()
+    chain_a_b_c(cs)
+
+    hops = lineage.upstream(cs["C"], "topic", "orders-")
+
+    assert [c for c, _ in hops] == ["B", "A"]
+    assert lineage.upstream(cs["A"], "topic", "orders-") == ()
+
+
+def test_leading_the_namespace_back_to_its_origin__is_refused_naming_the_ring() -> None:
+    cs = clusters()
+    chain_a_b_c(cs)
+
+    with pytest.raises(ClusterError) as refused:
+        attach(cs, "C", "ca", "local", NOW + 3)
+
+    assert refused.value.code is ErrorCode.FOLLOW_CYCLE
+    assert "'A' -> 'B' -> 'C' -> 'A'" in refused.value.message
+    assert cs["C"].links.get("ca").attached_mappings() == []
+    assert cs["A"].links.get("ca").attached_mappings() == []
+
+
+def test_following_from_the_end_of_the_chain__is_refused_by_the_remote() -> None:
+    cs = clusters()
+    chain_a_b_c(cs)
+
+    with pytest.raises(ClusterError) as refused:
+        attach(cs, "A", "ca", "remote", NOW + 3)
+
+    assert refused.value.code is ErrorCode.FOLLOW_CYCLE
+    assert "on cluster 'C'" in refused.value.message
+    assert cs["A"].links.get("ca").attached_mappings() == []
+
+
+def test_a_ring_closed_before_the_lineage_arrived__loses_its_newest_attach() -> None:
+    cs = clusters()
+    for name in ("ab", "bc", "ca"):
+        link(cs, name)
+    cs["C"].namespaces.create(1, "orders-", False)
+    attach(cs, "A", "ab", "local", NOW)
+    attach(cs, "C", "ca", "local", NOW + 1)  # A follows C: B does not know yet
+    attach(cs, "B", "bc", "local", NOW + 2)  # closes A -> B -> C -> A
+
+    handshake(cs, "ab", NOW + 3)  # B learns that A's copy comes from C
+    handshake(cs, "bc", NOW + 4)  # C learns that B's comes from A, from C
+
+    assert cs["C"].links.get("bc").attached_mappings() == []
+    stored = next(iter(cs["C"].links.get("bc").mappings.values()))
+    assert "ring of follow relations" in stored.note
+    assert "refused by cluster 'C'" in stored.note
+    assert cs["A"].links.get("ab").attached_mappings() != []
+    assert cs["A"].links.get("ca").attached_mappings() != []
+    handshake(cs, "bc", NOW + 5)
+    assert cs["B"].links.get("bc").attached_mappings() == []  # both sides show the refusal
+
+
+def test_with_the_fix_undone__a_ring_of_three_is_accepted() -> None:
+    cs = clusters()
+    chain_a_b_c(cs)
+    undo.set_undone(frozenset({12}))
+    try:
+        attach(cs, "C", "ca", "local", NOW + 3)
+    finally:
+        undo.set_undone(frozenset())
+
+    assert cs["A"].links.get("ca").attached_mappings() != []
