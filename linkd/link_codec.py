@@ -280,6 +280,8 @@ def fetch_request_pb(
         entry.related = p.related
         entry.all_marks = p.all_marks
         entry.held = p.held
+        if p.marks_from >= 0:
+            entry.marks_from, entry.marks_to = p.marks_from, p.marks_to
         for m in p.marks:
             entry.marks.add(
                 base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc,
@@ -311,6 +313,8 @@ def partition_fetches_of(
             p.all_marks,
             p.related,
             p.held,
+            p.marks_from if p.HasField("marks_from") else -1,
+            p.marks_to if p.HasField("marks_to") else -1,
         )
         for p in request.partitions
     ]
@@ -342,6 +346,8 @@ def fetch_answer_pb(
             entry.diverging_epoch = p.diverging_epoch
         entry.records = p.records
         entry.marks_wanted = p.marks_wanted
+        if p.marks_from >= 0:
+            entry.marks_from, entry.marks_to = p.marks_from, p.marks_to
         entry.log_start_cause = p.log_start_cause
     return out
 
@@ -367,6 +373,8 @@ def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPar
         size_bytes=len(records),
         error=error_of(p.error) if p.HasField("error") else None,
         marks_wanted=p.marks_wanted,
+        marks_from=p.marks_from if p.HasField("marks_from") else -1,
+        marks_to=p.marks_to if p.HasField("marks_to") else -1,
         log_start_cause=p.log_start_cause,
         continues_from=p.continues_from if p.HasField("continues_from") else None,
     )

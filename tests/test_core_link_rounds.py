@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from linkd.core import histories, undo
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
-from linkd.core import undo
 from linkd.core.cluster import AppendBatch, ClusterState, Effect, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.journal import decode
@@ -204,6 +204,84 @@ def test_records_written_on_the_follower__are_found_by_their_marks__where_epochs
 
     assert answer.partitions[0].diverging_end_offset == 3
     assert applied.truncations == [rounds.Truncation("orders-1", 0, 3)]
+
+
+def test_a_long_shared_prefix__thinned_marks__the_cut_is_exactly_where_the_logs_part() -> None:
+    """A follower that went on writing long after it copied the source sends
+    thinned marks (recent batches, then doubling distances back): the newest
+    one the source holds may lie far below where the logs part. The source
+    asks for the marks between it and the first that differs, round by
+    round, and cuts at the end of the last batch both hold, never earlier."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    for _ in range(12):
+        produce(a, disk_a, 1)  # twelve one-record batches, copied
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    assert b.partition("orders-1", 0).log_end_offset == 12
+    produce(a, disk_a, 2)  # the source moves on ...
+    log = b.partition("orders-1", 0)
+    topic_id = b.topic("orders-1").topic_id
+    for i in range(200):  # ... and the follower wrote far more of its own
+        ours = rb.build_batch(
+            [rb.RecordSpec(None, b"written-on-b-%d" % i, NOW)],
+            base_offset=log.log_end_offset,
+            partition_leader_epoch=log.leader_epoch,
+        )
+        header = rb.parse_header(ours)
+        log.apply_batch(header, None)
+        disk_b.carry_out(b, [AppendBatch(topic_id, 0, ours, header)])
+    # The marks the follower sends at first hold no batch between the
+    # shared prefix's first one and its recent ones.
+    marks, _complete = histories.log_marks(b, "orders-1", 0)
+    assert 1 < len(marks) < 100 and not {m.base_offset for m in marks} & set(range(1, 12))
+
+    truncations: list[rounds.Truncation] = []
+    rounds_run = 0
+    while not truncations:
+        rounds_run += 1
+        assert rounds_run <= 5, "the parting point is not found"
+        _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20 + rounds_run)
+        truncations = applied.truncations
+
+    assert truncations == [rounds.Truncation("orders-1", 0, 12)]
+    assert b.partition("orders-1", 0).log_end_offset == 12
+    assert b.links.runtime["ab"].marks_wanted == set()
+    assert b.links.runtime["ab"].marks_spans == {}
+    fetch_round(a, b, disk_a, disk_b, NOW + 40)
+    assert b.partition("orders-1", 0).log_end_offset == 14
+
+
+def test_a_parting_range_wider_than_the_marks__is_narrowed_round_by_round() -> None:
+    """More batches between the two marks than one request carries: the
+    follower sends them evenly spaced, and each round narrows the range."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    for _ in range(700):
+        produce(a, disk_a, 1)
+    while b.partition("orders-1", 0).log_end_offset < 700:
+        fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    produce(a, disk_a, 2)
+    log = b.partition("orders-1", 0)
+    topic_id = b.topic("orders-1").topic_id
+    for i in range(300):
+        ours = rb.build_batch(
+            [rb.RecordSpec(None, b"written-on-b-%d" % i, NOW)],
+            base_offset=log.log_end_offset,
+            partition_leader_epoch=log.leader_epoch,
+        )
+        header = rb.parse_header(ours)
+        log.apply_batch(header, None)
+        disk_b.carry_out(b, [AppendBatch(topic_id, 0, ours, header)])
+
+    truncations: list[rounds.Truncation] = []
+    rounds_run = 0
+    while not truncations:
+        rounds_run += 1
+        assert rounds_run <= 8, "the parting point is not found"
+        _answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 20 + rounds_run)
+        truncations = applied.truncations
+
+    assert truncations == [rounds.Truncation("orders-1", 0, 700)]
 
 
 def test_the_byte_budget__is_spent_partition_by_partition__the_rest_waits_a_round() -> None:

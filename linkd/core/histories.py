@@ -383,25 +383,40 @@ MARKS_RECENT = 64
 
 
 def log_marks(
-    state: ClusterState, topic: str, partition: int, every: bool = True
-) -> tuple[BatchMark, ...]:
+    state: ClusterState,
+    topic: str,
+    partition: int,
+    every: bool = True,
+    span: tuple[int, int] | None = None,
+) -> tuple[tuple[BatchMark, ...], tuple[int, int] | None]:
     """Follower side: marks of its log, newest first, for the source to find
-    where the two logs part (`common_by_marks`); only the last batch's unless
+    where the two logs part (`parting_by_marks`); only the last batch's unless
     `every`. Two logs holding one batch
     at one offset agree below it too: a log only grows at its end, and a
     batch (its producer, sequence, timestamps) exists once, so both copied
-    it, with everything before it, from one origin."""
+    it, with everything before it, from one origin.
+
+    With `span` (a range of base offsets the source asked about, where it
+    found the logs part between two marks), the marks of the batches in it
+    (with the last batch's): every one when they fit, else evenly spaced,
+    always the first and the last, so that each such round narrows the range.
+    Also returns the range of base offsets whose every batch is marked (None:
+    none claimed): the source cuts at a parting point only inside such a
+    range, else it asks for a narrower one."""
     t = state.topics[topic]
     log = t.partitions[partition]
     if not every:
-        return last_mark(log)
+        return last_mark(log), None
     if not log.batches:
-        return ()
+        return (), None
+    if span is not None:
+        return _span_marks(log, span)
     wanted = {log.log_end_offset - 1}
     # Every recent batch (where the logs of an unclean election or a failover
     # usually part, so the cut is exact), then doubling distances further back.
-    for recent in log.batches[-MARKS_RECENT:]:
-        wanted.add(recent.base_offset)
+    recent = log.batches[-MARKS_RECENT:]
+    for batch in recent:
+        wanted.add(batch.base_offset)
     distance = 1
     while log.log_end_offset - 1 - distance >= log.log_start_offset:
         wanted.add(log.log_end_offset - 1 - distance)
@@ -418,7 +433,28 @@ def log_marks(
             marks[found.base_offset] = BatchMark.of(found)
         if len(marks) >= MARKS_MAX:
             break
-    return tuple(marks[b] for b in sorted(marks, reverse=True))
+    # The recent batches come first (newest first) and number fewer than
+    # MARKS_MAX: all of them are marked.
+    complete = (recent[0].base_offset, log.log_end_offset)
+    return tuple(marks[b] for b in sorted(marks, reverse=True)), complete
+
+
+def _span_marks(
+    log: PartitionLog, span: tuple[int, int]
+) -> tuple[tuple[BatchMark, ...], tuple[int, int] | None]:
+    low, high = span
+    first = log.batch_index_at(low)
+    batches = [b for b in log.batches[first:] if b.base_offset < high]
+    marks = {log.batches[-1].base_offset: BatchMark.of(log.batches[-1])}
+    complete: tuple[int, int] | None = (low, high)
+    room = MARKS_MAX - 1
+    if len(batches) > room:
+        complete = None
+        step = (len(batches) - 1) / (room - 1)
+        batches = [batches[round(i * step)] for i in range(room)]
+    for batch in batches:
+        marks[batch.base_offset] = BatchMark.of(batch)
+    return tuple(marks[b] for b in sorted(marks, reverse=True)), complete
 
 
 def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:
@@ -431,30 +467,55 @@ def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:
     return (BatchMark.of(last),)
 
 
+@dataclass(frozen=True, slots=True)
+class Parting:
+    """Where the follower's marks say the logs part: `common`, the end of
+    the newest agreeing stretch (None: no mark agrees); `below`, the newest
+    mark of that stretch, and `above`, the differing mark just newer than it
+    (None: no mark differs above it). The logs part somewhere between the
+    two: exactly at `common` when no batch lies between them."""
+
+    common: int | None
+    below: BatchMark | None = None
+    above: BatchMark | None = None
+
+
 def common_by_marks(
     state: ClusterState, topic: str, partition: int, marks: tuple[BatchMark, ...]
 ) -> int | None:
+    """`parting_by_marks(...).common`."""
+    return parting_by_marks(state, topic, partition, marks).common
+
+
+def parting_by_marks(
+    state: ClusterState, topic: str, partition: int, marks: tuple[BatchMark, ...]
+) -> Parting:
     """Source side: the end of the newest of the follower's marked batches
     this log holds too (the logs agree below it), counting the batches above
     it that a compacted log's cleaner removed whole (`cleaned_away`); None
     when it holds none and a mark differs."""
     log = state.partition(topic, partition)
     cleaned = state.topic(topic).config.compact and not undo.undone(20)
-    holes_end: int | None = None
-    for mark in marks:
+    holes_top: int | None = None  # index of the newest mark of a cleaned run
+    for i, mark in enumerate(marks):
         batch = log.batch_at(mark.base_offset)
         if batch is not None and mark.same_write(batch, cleaned):
-            return holes_end if holes_end is not None else mark.last_offset + 1
+            top = holes_top if holes_top is not None else i
+            above = marks[top - 1] if top > 0 else None
+            return Parting(marks[top].last_offset + 1, marks[top], above)
         if cleaned and cleaned_away(log, mark):
             # The cleaner removed the whole batch here: no sign of a parting.
-            if holes_end is None:
-                holes_end = mark.last_offset + 1
+            if holes_top is None:
+                holes_top = i
             continue
-        holes_end = None  # a batch that differs: the logs part below it
+        holes_top = None  # a batch that differs: the logs part below it
     # Only batches the cleaner removed, down to the oldest mark: in the
     # leader epochs the source's history has there (Kafka's own rule, which
     # compares nothing else), no sign of a parting.
-    return holes_end
+    if holes_top is None:
+        return Parting(None)
+    above = marks[holes_top - 1] if holes_top > 0 else None
+    return Parting(marks[holes_top].last_offset + 1, marks[holes_top], above)
 
 
 def cleaned_away(log: PartitionLog, mark: BatchMark) -> bool:

@@ -337,6 +337,11 @@ class PartitionFetch:
     # acknowledged writes would go: `own_writes_refusal`): the source copies
     # nothing and reports why, until a recover on the follower cuts it.
     held: bool = False
+    # The range of base offsets [marks_from, marks_to) whose every batch of
+    # the follower's log is among `marks` (-1: none claimed): the source cuts
+    # where the logs part only between two marks with no batch between them.
+    marks_from: int = -1
+    marks_to: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +385,7 @@ def follower_fetch_request(
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
         gap_stopped = runtime.gap_stopped if runtime is not None else ()
         marks_wanted = runtime.marks_wanted if runtime is not None else ()
+        spans = runtime.marks_spans if runtime is not None else {}
         for p, log in enumerate(state.topics[topic].partitions):
             if gap_stopped and (topic, p) in gap_stopped:
                 continue  # stopped at a gap until the operator resumes it
@@ -392,11 +398,13 @@ def follower_fetch_request(
                     del held[(topic, p)]
             offset, epoch = rep.follower_position_of(log)
             wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            complete: tuple[int, int] | None = None
             if wanted:
-                marks = histories.log_marks(state, topic, p, True)
+                marks, complete = histories.log_marks(state, topic, p, True, spans.get((topic, p)))
                 related = _names_source(state, config, topic, p)
             else:
                 marks, related = histories.last_mark(log), False
+            low, high = complete if complete is not None else (-1, -1)
             parts.append(
                 PartitionFetch(
                     source,
@@ -408,6 +416,8 @@ def follower_fetch_request(
                     wanted and not holding,
                     related,
                     holding,
+                    -1 if holding else low,
+                    -1 if holding else high,
                 )
             )
             local_of[(source, p)] = topic
@@ -421,9 +431,14 @@ def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition
     )
 
 
+@dataclass(frozen=True, slots=True)
 class MarksWanted:
     """The source's answer when the follower's last batch is not in its log:
-    send every mark, to find where the logs part."""
+    send every mark, to find where the logs part; with `span`, the marks of
+    the batches whose base offsets lie in [span[0], span[1]) (the logs part
+    between two marks there, and batches between them were not marked)."""
+
+    span: tuple[int, int] | None = None
 
 
 MARKS_WANTED = MarksWanted()
@@ -445,11 +460,20 @@ def check_marks(
     oldest = part.marks[-1].base_offset
     if follower_end <= log.log_start_offset:
         return None  # wholly below this log's start: it resumes there (a gap)
-    common = histories.common_by_marks(state, part.source_topic, part.partition, part.marks)
+    parting = histories.parting_by_marks(state, part.source_topic, part.partition, part.marks)
+    common = parting.common
     if common is not None and common >= follower_end:
         return None
     if not part.all_marks:
         return MARKS_WANTED
+    below, above = parting.below, parting.above
+    if below is not None and above is not None:
+        # The logs part between these two marks: exactly at `common` when the
+        # follower marked every batch between them, else ask for those
+        # (a bisection: each round narrows the range), never cutting below
+        # the last batch both hold.
+        if not part.marks_from <= below.base_offset < above.base_offset < part.marks_to:
+            return MarksWanted((below.base_offset, above.base_offset + 1))
     if common is None:
         if not part.related:
             return ClusterError(
@@ -485,6 +509,10 @@ class FetchedPartition:
     # The follower's last batch is not in the source's log: it sends every
     # mark next time (`check_marks`).
     marks_wanted: bool = False
+    # With `marks_wanted`, the range of base offsets to mark every batch of
+    # (`MarksWanted.span`; -1: the usual marks).
+    marks_from: int = -1
+    marks_to: int = -1
     # Why the log start is where it is ("retention", "deleted records"; ""
     # when not known): a follower behind it records the gap with the cause.
     log_start_cause: str = ""
@@ -571,6 +599,8 @@ def serve_replica_fetch(
                 continue
             if isinstance(checked, MarksWanted):
                 entry.marks_wanted = True
+                if checked.span is not None:
+                    entry.marks_from, entry.marks_to = checked.span
                 continue
             if isinstance(checked, ClusterError):
                 entry.error = checked
@@ -761,11 +791,18 @@ def apply_replica_fetch(
             and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset
         ):
             continue  # read ahead for a log this one is not (an earlier push was dropped)
-        wanted = state.links.runtime[link_name].marks_wanted
+        runtime = state.links.runtime[link_name]
+        wanted, spans = runtime.marks_wanted, runtime.marks_spans
+        key = (local, fetched.partition)
         if fetched.marks_wanted:
-            wanted.add((local, fetched.partition))
+            wanted.add(key)
+            if 0 <= fetched.marks_from < fetched.marks_to:
+                spans[key] = (fetched.marks_from, fetched.marks_to)
+            else:
+                spans.pop(key, None)
             continue
-        wanted.discard((local, fetched.partition))
+        wanted.discard(key)
+        spans.pop(key, None)
         if fetched.error is not None:
             runtime = state.links.runtime[link_name]
             key = (local, fetched.partition)
@@ -1195,6 +1232,9 @@ def finish_fetch_round(
             (t, p)
             for t, p in runtime.marks_wanted
             if t in state.topics and config is not None and config.mapping_for(t, "follower")
+        }
+        runtime.marks_spans = {
+            k: span for k, span in runtime.marks_spans.items() if k in runtime.marks_wanted
         }
         links.on_fetch_round(link_name, now_ms)
         keep |= {k for k in runtime.partitions if k[2] == "leader"}

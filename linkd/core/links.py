@@ -585,6 +585,8 @@ class LinkRuntime:
     # Follower partitions whose last batch the source did not hold: the next
     # fetch sends every mark of them (`link_rounds.check_marks`).
     marks_wanted: set[tuple[str, int]] = field(default_factory=set)
+    # Of those, the ones the source asked about a range of (`MarksWanted.span`).
+    marks_spans: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     # Follower partitions stopped at a gap (gap.policy stop) until the
     # operator resumes them: left out of fetches, shown by describe-link.
     # Not durable: after a restart the next round finds the gap again.
@@ -879,6 +881,8 @@ class LinkTable:
                 k for k in runtime.marks_wanted if config.mapping_for(k[0], "follower") is None
             }
             runtime.marks_wanted -= undiverged
+            for tp in undiverged:
+                runtime.marks_spans.pop(tp, None)
             if gone or unfollowed or undiverged:
                 self._recompute(config.name, now_ms)
         return [jr.LinkConfigRecord(config.to_record())]

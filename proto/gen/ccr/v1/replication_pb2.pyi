@@ -644,6 +644,8 @@ class ReplicaFetchPartition(_message.Message):
     RELATED_FIELD_NUMBER: _builtins.int
     ALL_MARKS_FIELD_NUMBER: _builtins.int
     HELD_FIELD_NUMBER: _builtins.int
+    MARKS_FROM_FIELD_NUMBER: _builtins.int
+    MARKS_TO_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """the source topic name"""
     partition: _builtins.int
@@ -659,6 +661,13 @@ class ReplicaFetchPartition(_message.Message):
     would remove acknowledged records its own clients wrote. The source
     copies nothing and shows why, until a recover on the follower cuts it.
     """
+    marks_from: _builtins.int
+    """Every batch of the follower's log whose base offset lies in
+    [marks_from, marks_to) is among the marks (unset: none claimed). The
+    source cuts where the logs part only between two marks with no batch of
+    the follower's between them; else it asks for the marks of that range.
+    """
+    marks_to: _builtins.int
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
         """Marks of the follower's log, newest first: its last batch always (the
@@ -682,12 +691,21 @@ class ReplicaFetchPartition(_message.Message):
         related: _builtins.bool = ...,
         all_marks: _builtins.bool = ...,
         held: _builtins.bool = ...,
+        marks_from: _builtins.int | None = ...,
+        marks_to: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "marks_from", b"marks_from", "marks_to", b"marks_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "held", b"held", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "all_marks", b"all_marks", "fetch_offset", b"fetch_offset", "held", b"held", "last_fetched_epoch", b"last_fetched_epoch", "marks", b"marks", "marks_from", b"marks_from", "marks_to", b"marks_to", "max_bytes", b"max_bytes", "partition", b"partition", "related", b"related", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__marks_from: _TypeAlias = _typing.Literal["marks_from"]  # noqa: Y015
+    _WhichOneofArgType__marks_from: _TypeAlias = _typing.Literal["_marks_from", b"_marks_from"]  # noqa: Y015
+    _WhichOneofReturnType__marks_to: _TypeAlias = _typing.Literal["marks_to"]  # noqa: Y015
+    _WhichOneofArgType__marks_to: _TypeAlias = _typing.Literal["_marks_to", b"_marks_to"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__marks_from) -> _WhichOneofReturnType__marks_from | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__marks_to) -> _WhichOneofReturnType__marks_to | None: ...
 
 Global___ReplicaFetchPartition: _TypeAlias = ReplicaFetchPartition  # noqa: Y015
 
@@ -788,6 +806,8 @@ class ReplicaFetchedPartition(_message.Message):
     MARKS_WANTED_FIELD_NUMBER: _builtins.int
     LOG_START_CAUSE_FIELD_NUMBER: _builtins.int
     CONTINUES_FROM_FIELD_NUMBER: _builtins.int
+    MARKS_FROM_FIELD_NUMBER: _builtins.int
+    MARKS_TO_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     high_watermark: _builtins.int
@@ -814,6 +834,13 @@ class ReplicaFetchedPartition(_message.Message):
     follower whose log does not end exactly there drops the partition's
     answer, whatever it says (records, a divergence, a refusal).
     """
+    marks_from: _builtins.int
+    """With marks_wanted: send the mark of every batch whose base offset lies
+    in [marks_from, marks_to) (as many as fit, else evenly spaced, first and
+    last included): the logs part between two marks there. Unset: the usual
+    marks (recent batches, then doubling distances back).
+    """
+    marks_to: _builtins.int
     @_builtins.property
     def error(self) -> _errors_pb2.ErrorDetail: ...
     def __init__(
@@ -832,14 +859,25 @@ class ReplicaFetchedPartition(_message.Message):
         marks_wanted: _builtins.bool = ...,
         log_start_cause: _builtins.str = ...,
         continues_from: _builtins.int | None = ...,
+        marks_from: _builtins.int | None = ...,
+        marks_to: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "continues_from", b"continues_from", "error", b"error"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "continues_from", b"continues_from", "error", b"error", "marks_from", b"marks_from", "marks_to", b"marks_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "continues_from", b"continues_from", "diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "continues_from", b"continues_from", "diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_from", b"marks_from", "marks_to", b"marks_to", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__continues_from: _TypeAlias = _typing.Literal["continues_from"]  # noqa: Y015
     _WhichOneofArgType__continues_from: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from"]  # noqa: Y015
+    _WhichOneofReturnType__marks_from: _TypeAlias = _typing.Literal["marks_from"]  # noqa: Y015
+    _WhichOneofArgType__marks_from: _TypeAlias = _typing.Literal["_marks_from", b"_marks_from"]  # noqa: Y015
+    _WhichOneofReturnType__marks_to: _TypeAlias = _typing.Literal["marks_to"]  # noqa: Y015
+    _WhichOneofArgType__marks_to: _TypeAlias = _typing.Literal["_marks_to", b"_marks_to"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__continues_from) -> _WhichOneofReturnType__continues_from | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__marks_from) -> _WhichOneofReturnType__marks_from | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__marks_to) -> _WhichOneofReturnType__marks_to | None: ...
 
 Global___ReplicaFetchedPartition: _TypeAlias = ReplicaFetchedPartition  # noqa: Y015
 
