@@ -209,7 +209,9 @@ def test_failover__refused_while_lagging_unless_forced__then_follower_is_writabl
 ) -> None:
     a, b = linked
     cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
-    attach(b, "topic", "orders-", "orders-", "remote")
+    # B does not dial A (A created the link): B's attach is pending until A's
+    # next handshake brings it there.
+    attach(b, "topic", "orders-", "orders-", "remote", pending=True)
     run_cli("create-topic", "orders-f", "--partitions", "1", bootstrap=a.bootstrap)
     produce(a.bootstrap, "orders-f", 50)
     source = high_watermarks(a.bootstrap, "orders-f")
