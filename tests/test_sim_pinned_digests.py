@@ -137,12 +137,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "3f0626655f0b0ea572e9d5505f60466d987373a07fedccbe3222d5bc1309f6dc",
     ),
     ("push-source-lost", 1): (
-        "fd5f290d0ada3d51fe725a3c3e43dcb88254362ca3f8b88c29e7f06bc1aa285b",
-        "19985774326bb261d35daebc7adadf9191efc041b122b1ca963fec8acaf65f5d",
+        "ca46bd365248080bbc2b938c51aaaa89ef12583a0c3dd3081eef72a438175640",
+        "3cb895405ed765c25d3c0290844a03b34d5519bd4fb3ee80a5842e196b73b0ef",
     ),
     ("push-source-lost", 2): (
-        "bb8057df0c2ef44ee07a21ed638c5b14b161054b2d78d35132d57763a41a79a1",
-        "fa2d56d5f00780215e376371d53b908d81d0cbce010143971d60a31c7fcf7d9a",
+        "e7ef62a8d3cecbae0535dc9f1e5924f44470f26e2f2b9fabb6740a3556f6267e",
+        "8dba5f34e5e1a670ca01b301274146b2d9d84083d0a6f93f303dff4fd981641d",
     ),
     ("compacted-follower", 1): (
         "25a612668fa52a79a1f454d53a580ea0a3df221950611c35bfa520fb72a6cdfb",
@@ -169,12 +169,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "21b0eb1df05a37b96a0da86cb8c57d61c322d89d1492de4f319e2fb032c8bad7",
     ),
     ("failover-after-kill", 1): (
-        "26a8a22f6b862ccd343065a8c8e412551ceb2c10547b9b6e5cf8a3544e4b5c71",
-        "bf18cdaf7f1185a8935c0f6892ea904946a42b936d0fc7abd584e011578a80b8",
+        "e38c86dd1b2972d0b33c64419e66471a291a589e5af50b54999d9beef70f029a",
+        "bfa6b914929d4d623ae297b0cb056af3105794e715d4e3c408acdce14ccc69fc",
     ),
     ("failover-after-kill", 2): (
-        "ec3aa7f0713e4f838674fca8a5e3e1f6d6741566bed8efbdc0e7dddbeefb3a4d",
-        "30fb49320aeb40d1523f4ee2c8defd232d49ff65ec45eb28082bde9fb9e6a83f",
+        "dceeb616f2ddcea65b5df691816539e619a05b0a24796ce729a4d9fed5f88143",
+        "058858833db5a204ff931cea63773e246cfbf76072d6c2a2c9ab31dd54ac886c",
     ),
     ("failover-writable", 1): (
         "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",
@@ -185,12 +185,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "bffb58d536c6ef08860023c4aa99f76bf99328cc6feb5b45bbc46a5e2a53604b",
     ),
     ("groups-catch-up", 1): (
-        "9396451df289476132b2d61143abb844155b486fb6a920668059a56714b762ec",
-        "e24204cb330ea4c4e3d52380e7473ac884d603e442203ffccb0f8e5a04ef6679",
+        "aed3ff50589367167dead039ad7e68ef2bdf58347a5427b6d4c1b83a2da10131",
+        "1d06aaa224ad778c0797afc0f29e2c32ad780289d8d0dfea6291d5b390a814d8",
     ),
     ("groups-catch-up", 2): (
-        "ff7be34b036202c3047bca0c2da4d68ec7d5bbacbf73ad59268a463432cdd3c0",
-        "e39ba3b769d05e43dd1502ffa4500ed129b08e51c24c3b4f2af91b754a61f87f",
+        "fda1e1dd92fc7092cd08a6dfc19b555d2a9afbc331ea0cc23ba5c403fdca46bd",
+        "0dbd99f54d592f4c476e9d8a68f4ead60a5cec021926c74700c66308b1e744bc",
     ),
     ("link-flap", 1): (
         "2a247cad4eb7a936e06e832e7e22346d622109b4a8f6710b04f8a8d44b191c39",
@@ -221,8 +221,8 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "b2ea0910a5b28b18563da49b076355997be1c732fb3423d274656d6e73ccfedc",
     ),
     ("operator-mix", 2): (
-        "2f66cd09f486aaafd6dfc782ff38dc1e6b5498d6a8e84e049b5435ad17f9f98b",
-        "78dde7ee8019113dd55e6d5723b8478f183f8a078da9cd075a93af343229efec",
+        "c27d7486fe2d9c167cded8fa302650e72ce0820665a99fb5ff9e31a4848c106f",
+        "0cbbe9ca4b90ddbdd14f8a10ea442d3f7e6c5018d617ecf21ed3c37223831272",
     ),
     ("partition-heal", 1): (
         "4a8f5321f62cc39de933cc7e5c938fc69bc1cc645b10a68194477ac37767d639",
