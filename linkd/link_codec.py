@@ -390,6 +390,8 @@ def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
     if push.data is not None:
         fetch_answer_pb(push.data, out.data)
     out.request_sent_ms = push.request_sent_ms or 0
+    if push.source_hw_at_ms is not None:
+        out.source_hw_at_ms = push.source_hw_at_ms
     return out
 
 
@@ -403,6 +405,7 @@ def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
         tuple(group_offsets_of(request.group_offsets)),
         fetch_answer_of(request.data) if request.HasField("data") else None,
         request.request_sent_ms or None,
+        request.source_hw_at_ms if request.HasField("source_hw_at_ms") else None,
     )
 
 

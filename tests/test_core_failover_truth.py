@@ -8,13 +8,18 @@ test_core_link_rounds); the test plays the transport and the disk.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import pytest
 
 from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import undo
 from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 from tests.test_core_link_rounds import NOW, Disk, discover, fetch_round, produce, two_clusters
 
 
@@ -160,8 +165,6 @@ def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown()
     """A silent cut (no reset, no failed call yet): the fetch sent after the
     last round is overdue once out longer than the long poll plus the way
     there and back."""
-    from linkd.core import link_rounds as rounds
-
     _a, b, _disk_a, _disk_b = _following()
     rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 10)
     due = b.links.limits.fetch_answer_due_ms
@@ -186,3 +189,110 @@ def test_a_sync_link_in_sync__keeps_its_lag_known_after_a_failed_call() -> None:
 
     assert b.links.lag_known("ab", NOW + 41)
     assert admin.failover(b, "ab", False, NOW + 41).abandoned == []
+
+
+# -- as of when a source high watermark is known: when the source read it --------------------
+
+
+def _drive(
+    procedure: Generator[Request, Any, Any], state: ClusterState, disk: Disk, now: int
+) -> Any:
+    """Answers a core generator as a shell does: time, effects carried out."""
+    reply: Any = None
+    try:
+        while True:
+            request = procedure.send(reply)
+            if isinstance(request, Now):
+                reply = now
+            elif isinstance(request, Execute):
+                disk.carry_out(state, list(request.effects))
+                reply = now
+            elif isinstance(request, Note | WakeWaiters):
+                reply = None
+            else:
+                raise AssertionError(f"unexpected request {request!r}")
+    except StopIteration as done:
+        return done.value
+
+
+def _late_push(stamped: bool) -> ClusterState:
+    """A pipelined push on a slow link: B's request leaves at NOW+20; A
+    answers it with one batch (read at NOW+22) and reads ahead the next
+    (read at NOW+30, HW 8); A acknowledges 5 more records at NOW+40; the
+    first push arrives at NOW+100 (B makes its next request then), the
+    read-ahead one at NOW+200, and then A dies. `stamped`: the pushes say
+    when A read its high watermarks."""
+    a, b, disk_a, disk_b = _following()
+    produce(a, disk_a, 3)
+    produce(a, disk_a, 2)
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 20)
+    first = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW + 22, disk_a.read, 1, 1, from_remote=False
+    )
+    cursor = rounds.continue_fetch(a.links.get("ab"), request.partitions, first)
+    assert cursor is not None
+    ahead = rounds.serve_replica_fetch(
+        a, "id-1", cursor, NOW + 30, disk_a.read, 1, 1, from_remote=False, acknowledges=False
+    )
+    assert (ahead.served_at_ms, ahead.partitions[0].high_watermark) == (NOW + 30, 8)
+    produce(a, disk_a, 5)  # acknowledged by A after it read its HW, before the push arrived
+    pushes = [
+        rounds.Push("id-1", data=first, request_sent_ms=NOW + 20,
+                    source_hw_at_ms=first.served_at_ms if stamped else None),
+        rounds.Push("id-1", data=ahead, source_hw_at_ms=ahead.served_at_ms if stamped else None),
+    ]  # fmt: skip
+    for push, arrival in zip(pushes, (NOW + 100, NOW + 200), strict=True):
+        _drive(rounds.accept_push(b, push, arrival, lambda: "t"), b, disk_b, arrival)
+    assert b.links.runtime["ab"].fetch_sent_ms == NOW + 200
+    b.links.on_contact_lost("ab", NOW + 210)  # A died
+    return b
+
+
+def test_a_push_arriving_late__its_source_hw_is_known_as_of_when_the_source_read_it() -> None:
+    """Not as of its arrival (NOW+200), nor of B's last request (NOW+100):
+    A's 5 records acknowledged at NOW+40 must be after `unknown_since_ms`,
+    else they are neither in the known part nor after it: lost unnamed."""
+    b = _late_push(stamped=True)
+
+    result = admin.failover(b, "ab", True, NOW + 211)
+
+    (row,) = result.abandoned
+    assert (row.source_high_watermark, row.high_watermark) == (8, 8)
+    assert row.source_hw_known_at_ms == row.unknown_since_ms == NOW + 30
+
+
+def test_a_read_ahead_push_that_does_not_say_when__is_known_as_of_the_request_it_continues() -> (
+    None
+):
+    """A source that does not stamp its pushes: the request its pipeline
+    continues (NOW+20) bounds when it read its HWs, not B's later one."""
+    b = _late_push(stamped=False)
+
+    (row,) = admin.failover(b, "ab", True, NOW + 211).abandoned
+    assert row.unknown_since_ms == NOW + 20
+
+
+def test_a_push_stamped_by_a_source_clock_ahead__is_known_no_later_than_its_arrival() -> None:
+    a, b, disk_a, disk_b = _following()
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 20)
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW + 30, disk_a.read, 1 << 20, 1 << 20, from_remote=False
+    )
+    push = rounds.Push("id-1", data=answer, request_sent_ms=NOW + 20, source_hw_at_ms=NOW + 900)
+    _drive(rounds.accept_push(b, push, NOW + 40, lambda: "t"), b, disk_b, NOW + 40)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 41)
+    assert row.source_hw_known_at_ms == NOW + 40
+
+
+def test_a_pulled_answer_arriving_late__is_known_as_of_when_its_request_left() -> None:
+    a, b, disk_a, disk_b = _following()
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 20)
+    produce(a, disk_a, 2)
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW + 300, disk_a.read, 1 << 20, 1 << 20
+    )
+    steps = rounds.apply_fetched(b, "ab", answer, request.local_of, request.sent_ms)
+    _drive(steps, b, disk_b, NOW + 600)
+    b.links.on_contact_lost("ab", NOW + 610)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 611)
+    assert (row.source_high_watermark, row.unknown_since_ms) == (5, NOW + 20)

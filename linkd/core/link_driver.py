@@ -27,7 +27,8 @@ Theory of operation:
   (`rounds.continue_fetch`). Every push that leaves when the discovery
   interval has passed carries this side's namespaces and group offsets,
   the first of a pipeline or any later one (a pipeline can last a whole
-  catch-up).
+  catch-up). Every push says when this side read the high watermarks it
+  carries (`Push.source_hw_at_ms`): the follower knows them as of then.
 
 Rules:
 - Pull and push wait for the driver's first handshake: it may create the
@@ -451,7 +452,9 @@ class LinkDriver:
             yield from _contact(self.state, self.name)
             return
         data = yield from self._serve(config.link_id, request.partitions, True)
-        push = rounds.Push(config.link_id, namespaces, offsets, data, request.sent_ms)
+        push = rounds.Push(
+            config.link_id, namespaces, offsets, data, request.sent_ms, data.served_at_ms
+        )
         # Until the follower answers it has no request outstanding: a push it
         # refused is not repeated from a request its log may have left.
         self.next_fetch = None
@@ -500,7 +503,9 @@ class LinkDriver:
                         break
                     now = yield from _now()
                     namespaces, offsets = self._push_discovery(config, now)
-                    push = rounds.Push(config.link_id, namespaces, offsets, more)
+                    push = rounds.Push(
+                        config.link_id, namespaces, offsets, more, None, more.served_at_ms
+                    )
                     pending.append((yield from self._send(lane, ReplicaPush(push))))
                     cursor = rounds.continue_fetch(config, cursor, more)
                 ticket = pending.popleft()

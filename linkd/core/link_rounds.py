@@ -531,6 +531,11 @@ class FetchAnswer:
     total_bytes: int = 0
     # Whether a high watermark moved on the source (wake its waiters).
     hw_moved: bool = False
+    # When the source read the high watermarks this answer carries (the
+    # source's clock; None: not said). A push passes it on
+    # (`Push.source_hw_at_ms`); a pulled answer needs none (its request's
+    # `sent_ms` bounds it on the follower's clock).
+    served_at_ms: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -567,7 +572,7 @@ def serve_replica_fetch(
     follower's position: it is not recorded as a fetch."""
     config = state.links.by_id(link_id)
     links = state.links
-    answer = FetchAnswer([])
+    answer = FetchAnswer([], served_at_ms=now_ms)
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
@@ -1257,9 +1262,33 @@ class Push:
     namespaces: tuple[SourceNamespace, ...] = ()
     group_offsets: tuple[msync.GroupOffset, ...] = ()
     data: FetchAnswer | None = None
-    # When the follower made the request `data` answers (its clock): the
-    # source HWs it carries are known from then on (None: not said).
+    # When the follower made the request `data` answers (its clock; None:
+    # not said, or a read-ahead push, which answers no request of its own).
     request_sent_ms: int | None = None
+    # When the source read the high watermarks `data` carries (the source's
+    # clock: `FetchAnswer.served_at_ms`): they are known as of then, not as
+    # of the push's arrival (several pushes may be in flight on a slow link,
+    # each with the HWs of when it left). None: not said.
+    source_hw_at_ms: int | None = None
+
+
+def pushed_hw_known_at(state: ClusterState, link_name: str, push: Push, now_ms: int) -> int:
+    """Follower side: as of when the source high watermarks a push carries
+    are known. The source says when it read them (`source_hw_at_ms`, its
+    clock: skew between the clusters shifts it; never later than the push's
+    arrival here). Without it: when the follower sent the request the push
+    answers, or, for a read-ahead push, the one its pipeline continues (the
+    source read its HWs after that request arrived). Never the arrival:
+    records the source acknowledged between reading its HWs and the push
+    arriving would be neither in the lag nor after the time it reports."""
+    runtime = state.links.runtime[link_name]
+    if push.request_sent_ms is not None:
+        runtime.push_request_sent_ms = push.request_sent_ms
+    if push.source_hw_at_ms is not None:
+        return min(push.source_hw_at_ms, now_ms)
+    if runtime.push_request_sent_ms is not None:
+        return min(runtime.push_request_sent_ms, now_ms)
+    return min(runtime.fetch_sent_ms, now_ms) if runtime.fetch_sent_ms is not None else now_ms
 
 
 def push_discovery(
@@ -1290,7 +1319,8 @@ def accept_push(
             yield Execute(tuple(plan.effects))
     if push.data is not None:
         local_of = follower_fetch_request(state, config).local_of
-        yield from apply_fetched(state, name, push.data, local_of, push.request_sent_ms)
+        known_at = pushed_hw_known_at(state, name, push, (yield Now()))
+        yield from apply_fetched(state, name, push.data, local_of, known_at)
     if push.group_offsets:
         now = yield Now()
         effects, _held = msync.apply_replicated_offsets(

@@ -576,6 +576,9 @@ class LinkRuntime:
     led_partitions: set[tuple[str, int]] = field(default_factory=set)
     # When this side's last fetch request left (follower side).
     fetch_sent_ms: int | None = None
+    # The request the last push that answered one answered: when it left
+    # (follower side; read-ahead pushes continue from it).
+    push_request_sent_ms: int | None = None
     # The source's topics as listed no earlier than this (follower side).
     topics_known_at_ms: int | None = None
     # Follower partitions the source refused, and why, until a round reaches

@@ -1030,9 +1030,18 @@ class ReplicaPushRequest(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
     REQUEST_SENT_MS_FIELD_NUMBER: _builtins.int
+    SOURCE_HW_AT_MS_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     request_sent_ms: _builtins.int
-    """The sent_ms of the request `data` answers (0: not said)."""
+    """The sent_ms of the request `data` answers (0: not said, or a read-ahead
+    push, which answers no request of its own).
+    """
+    source_hw_at_ms: _builtins.int
+    """When the sender read the high watermarks `data` carries, in ms on the
+    SENDER's wall clock (unset: not said). The follower knows them as of
+    then, not as of the push's arrival; clock skew between the clusters
+    shifts it (the follower never takes it later than the push's arrival).
+    """
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceTopics]:
         """Every topic namespace the sender leads on the link, with its topics."""
@@ -1053,12 +1062,15 @@ class ReplicaPushRequest(_message.Message):
         data: Global___ReplicaFetchResponse | None = ...,
         group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
         request_sent_ms: _builtins.int = ...,
+        source_hw_at_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_source_hw_at_ms", b"_source_hw_at_ms", "data", b"data", "source_hw_at_ms", b"source_hw_at_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "group_offsets", b"group_offsets", "link_id", b"link_id", "namespaces", b"namespaces", "request_sent_ms", b"request_sent_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_source_hw_at_ms", b"_source_hw_at_ms", "data", b"data", "group_offsets", b"group_offsets", "link_id", b"link_id", "namespaces", b"namespaces", "request_sent_ms", b"request_sent_ms", "source_hw_at_ms", b"source_hw_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__source_hw_at_ms: _TypeAlias = _typing.Literal["source_hw_at_ms"]  # noqa: Y015
+    _WhichOneofArgType__source_hw_at_ms: _TypeAlias = _typing.Literal["_source_hw_at_ms", b"_source_hw_at_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__source_hw_at_ms) -> _WhichOneofReturnType__source_hw_at_ms | None: ...
 
 Global___ReplicaPushRequest: _TypeAlias = ReplicaPushRequest  # noqa: Y015
 
