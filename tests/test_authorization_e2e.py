@@ -313,8 +313,10 @@ def test_scram_users_are_described_only_with_cluster_describe(cluster: Cluster) 
     assert sorted(described) == ["alice", "bob"]
     for future in described.values():
         assert _error_of(future).code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    everyone = cluster.admin.describe_user_scram_credentials()
-    assert _error_of(everyone).code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # Describing every user refused is Kafka's answer (the top-level error,
+    # no results: tests/test_kafka_authz_rules.py), which confluent-kafka
+    # 2.16.1's librdkafka cannot read: it crashes the process (SIGSEGV) on the
+    # empty result list, so no confluent client asks it here.
 
 
 def test_grpc_admin_verbs_need_cluster_alter(cluster: Cluster) -> None:

@@ -122,6 +122,15 @@ def test_per_item_refusals_fit_the_response_and_name_every_item(key: int) -> Non
     assert all(int(i.error_code) == 31 for i in items[0])
 
 
+def test_describing_every_scram_user_refused_is_the_top_level_error_alone() -> None:
+    """Kafka's answer to DescribeUserScramCredentials naming no user, when
+    DESCRIBE on the cluster is refused: the top-level error, no results."""
+    request = codec.make(codec.request_class(50, 0), {"users": None})
+    refusal = ClusterError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "cluster", "no")
+    answer = codec.make(codec.response_class(50, 0), PER_ITEM_REFUSAL[50](request, refusal))
+    assert int(answer.error_code) == 31 and len(answer.results) == 0
+
+
 def test_operations_are_reported_only_to_who_may_describe() -> None:
     """Kafka: a principal with CREATE on the cluster but not DESCRIBE is told
     no cluster operations (0); one with DESCRIBE is told all it has."""
