@@ -40,7 +40,12 @@ def test_a_data_dir_of_the_old_format_loads_with_its_history(
 ) -> None:
     data_dir = tmp_path / "C"
     shutil.copytree(DATA / form, data_dir)
-    c = daemon_factory("C", data_dir=data_dir)
+    # Its records were written on the day the data dir was made: retention
+    # (7 days by default) would delete them by now, as Kafka would. No
+    # retention check runs while the test looks (the first comes an hour in).
+    c = daemon_factory(
+        "C", data_dir=data_dir, extra_args=["--log-retention-check-interval-ms", "3600000"]
+    )
     report = cli_json(c.bootstrap, "provenance", "orders-dr")
     entries = report["partitions"][0]["provenance"]
     got = [(e["kind"], e["offset"], e["source_cluster_id"], e["link_epoch"]) for e in entries]
