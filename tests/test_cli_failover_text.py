@@ -37,7 +37,7 @@ def test_known__unknown_since__and_never_learned__each_read_as_what_it_is() -> N
     assert lines[0] == (
         "abandoned 4 records on 1 partitions and 2 partitions whose lag is not known:"
     )
-    assert "orders-1-0: 4 records (log end 10, source high watermark 14" in text
+    assert "orders-1-0: 4 records (readable to 10, log end 10, source high watermark 14" in text
     assert "orders-1-1: lag unknown since" in text and "(at 2025-12-06T05:46:40.120Z)" in text
     assert (
         "the source's high watermark was 20 and this cluster could read to 18 "

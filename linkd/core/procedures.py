@@ -33,7 +33,7 @@ Pure code: no I/O, clocks or randomness; time arrives in the answers.
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -167,6 +167,18 @@ Procedure = Generator[Request, Any, Any]
 def execute(effects: list[Effect]) -> Generator[Request, Any, int]:
     now: int = yield Execute(tuple(effects))
     return now
+
+
+def derived_topic_id(text: str) -> str:
+    """A topic id both shells derive alike from `text`: its UUID version 5 in
+    the URL namespace (RFC 4122, as `uuid.uuid5`), computed here so the core
+    needs no module that can also draw random ids."""
+    url_namespace = bytes.fromhex("6ba7b8119dad11d180b400c04fd430c8")
+    raw = bytearray(hashlib.sha1(url_namespace + text.encode()).digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # -- answers that wait for the remote ------------------------------------------------------------
@@ -599,7 +611,7 @@ def failover(
     # The replicated groups resume at the last commit heard of, or at the
     # end of this cluster's data if nearer; the answer says which, per group.
     group_prefixes = [p for kind, p in result.namespaces if kind == MappingType.GROUP]
-    offsets_topic = str(uuid.uuid5(uuid.NAMESPACE_URL, f"ccr-offsets/{state.cluster_id}/{name}"))
+    offsets_topic = derived_topic_id(f"ccr-offsets/{state.cluster_id}/{name}")
     effects, result.groups = msync.settle_failover_groups(
         state, name, group_prefixes, now_ms, offsets_topic
     )

@@ -87,6 +87,8 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.REPLICATED_GROUP_READ_ONLY: K.group_authorization_failed,
         ErrorCode.LAG_NOT_ZERO: K.policy_violation,
         ErrorCode.LAG_NOT_KNOWN: K.policy_violation,
+        ErrorCode.FOLLOW_CYCLE: K.policy_violation,
+        ErrorCode.STORAGE_REFUSED: K.kafka_storage_error,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
         ErrorCode.NOT_LED_ON_LINK: K.unknown_topic_or_partition,
         ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,
