@@ -477,7 +477,9 @@ def run(tmp: Path) -> bool:
     b.spawn()
     b.wait_ready()
     admin(b, "failover", "--link", "ab", "--force")
-    consumed_b = consume(b, "--timeout-ms", "3000")
+    # The group's first join on B waits group.initial.rebalance.delay.ms (3 s,
+    # Kafka's default) before any record comes: wait longer than that.
+    consumed_b = consume(b, "--timeout-ms", "8000")
     admin(b, "describe-group", GROUP)
     new_on_b = produce(b, first, NEW_ON_B, "written-on-B")
 
