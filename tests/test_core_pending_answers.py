@@ -109,6 +109,30 @@ def test_an_attach_the_remote_answered_is_done_and_the_remote_holds_it() -> None
     assert theirs.attached and theirs.version >= mine.version
 
 
+def test_an_attach_asked_again_while_pending__stays_pending__until_the_remote_answers() -> None:
+    a, b = clusters()
+    drive(procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, None)
+    (mine,) = [m for m in a.links.get("ab").mappings.values() if m.attached]
+    assert mine.mirrored_key not in b.links.get("ab").mappings
+
+    again, notes = drive(
+        procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, None
+    )
+    assert not again.done
+    assert "group namespace 'app-' attached" in again.pending.remains
+    assert any("pending" in n for n in notes)
+    assert mine.mirrored_key not in b.links.get("ab").mappings
+
+    reached, _ = drive(
+        procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, b
+    )
+    assert reached.done
+    (same,) = [m for m in a.links.get("ab").mappings.values() if m.attached]
+    assert same.version == mine.version  # asked again, not changed again
+    theirs = b.links.get("ab").mappings[mine.mirrored_key]
+    assert theirs.attached and theirs.version >= mine.version
+
+
 def test_detach_and_set_mode_and_delete_link_unconfirmed_are_pending() -> None:
     a, b = clusters()
     drive(procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, b)

@@ -130,5 +130,8 @@ def test_with_the_fix_undone__the_round_reports_what_it_heard() -> None:
     summary = admin.link_summary(b, "ab", NOW + 20)
     (row,) = [r for r in summary.partitions if r.role == "follower"]
     assert b.links.state_name("ab") == "FOLLOWING"
-    assert (row.log_end_offset, row.lag_records) == (8, 0)  # heard, not stored
+    # The row's log end is the log's own (a follower's position is what it
+    # stored, since the readable-position change); the lag is what was heard.
+    assert (row.log_end_offset, row.source_high_watermark, row.lag_records) == (3, 8, 0)
+    assert row.problem == ""
     assert b.partition("orders-1", 0).log_end_offset == 3

@@ -294,9 +294,9 @@ def attach(
         state, link_name, resource_type, local_prefix, remote_prefix, leader
     )
     if mapping.attached and mapping.version != (0, 0, ""):
-        # Already attached just so (an earlier answer may have been pending:
-        # the handshakes carry it; this call does not ask again).
-        return AdminResult(state.links.get(link_name))
+        # Already attached just so; an earlier answer may have been pending,
+        # so "done" only once the remote answered a handshake carrying it.
+        return (yield from confirm_mapping(state, link_name, mapping, require_remote))
     if mapping.resource_type == MappingType.TOPIC and not undo.undone(15):
         yield from refuse_cutting_own_writes(state, link_name, mapping)
     result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
@@ -307,6 +307,51 @@ def attach(
         + ("" if result.done else "; pending on the remote"),
     )
     return result
+
+
+def confirm_mapping(
+    state: ClusterState, link_name: str, mapping: Mapping, require_remote: bool = False
+) -> Generator[Request, Any, AdminResult]:
+    """A change already made here, asked for again: this side holds it, but
+    an earlier answer may have been pending. A handshake carries the link
+    (the mapping as it is, no new version) to the remote: done if it
+    answered, else pending naming what it may lack (LINK_UNREACHABLE raised
+    if `require_remote`); a refusal is raised as `change_mapping` does."""
+    config = state.links.get(link_name)
+    reply: Reply = yield Call(
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {link_name!r}: handshake",
+    )
+    if reply.error is not None and (
+        reply.error.code != ErrorCode.LINK_UNREACHABLE or require_remote
+    ):
+        raise reply.error
+    if isinstance(reply.answer, LinkConfig):
+        accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, reply.now_ms)
+        yield Execute(tuple(accepted.effects))
+        for note in accepted.notes:
+            yield Note("info", note)
+        if state.refresh_high_watermarks():
+            yield WakeWaiters()
+        yield LinkChanged(link_name)
+        return AdminResult(state.links.get(link_name))
+    reason = reply.error.message if reply.error is not None else "no answer"
+    what = "attached" if mapping.attached else "detached"
+    yield Note(
+        "warning",
+        f"link {link_name!r}: the remote did not confirm the change; pending ({reason})",
+    )
+    return AdminResult(
+        state.links.get(link_name),
+        _pending(
+            config.remote_cluster_id,
+            f"{mapping.resource_type} namespace {mapping.local_prefix!r} {what} "
+            f"(remote {mapping.remote_prefix!r}): {config.remote_cluster_id!r} has not "
+            "confirmed it; the link's next handshakes carry it there",
+            reason,
+        ),
+    )
 
 
 def refuse_cutting_own_writes(
