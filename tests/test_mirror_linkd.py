@@ -63,11 +63,12 @@ class Cluster:
     def topics(self) -> set[str]:
         return set(self.admin.list_topics(timeout=WAIT_S).topics)
 
-    def produce(self, topic: str, count: int, partitions: int = 1, prefix: str = "") -> None:
+    def produce(self, topic: str, count: int, partitions: int = 1, prefix: str = "",
+                base_ts: int = BASE_TS) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         for i in range(count):
             producer.produce(topic, key=f"k{i}".encode(), value=f"{prefix}{i}".encode(),
-                             partition=i % partitions, timestamp=BASE_TS + i,
+                             partition=i % partitions, timestamp=base_ts + i,
                              headers=[("seq", str(i).encode())])
         assert producer.flush(WAIT_S) == 0
 

@@ -128,7 +128,12 @@ def test_tansu_and_linkd__both_directions(
     a = _cluster("A", tansu_factory().bootstrap)
     link = _cluster("L", f"127.0.0.1:{port}", d)
     a.create_topic("tt-t", 2)
-    a.produce("tt-t", 40, partitions=2)
+    # Timestamps of now: L keeps the copy (A.tt-t) under its default retention.ms
+    # (7 days, by record timestamp, as Kafka does): tansu reports tt-t's
+    # retention.ms=-1 as its default (DEFAULT_CONFIG), which the flow does not
+    # carry over (MM2 syncs only non-default configs), so records from 2023
+    # (BASE_TS) would be deleted on L by its first retention check.
+    a.produce("tt-t", 40, partitions=2, base_ts=int(time.time() * 1000))
     link.create_topic("tt-t", 2)
     link.produce("tt-t", 30, partitions=2)
     config = write_config(tmp_path / "mm2.properties", {"A": a, "L": link},

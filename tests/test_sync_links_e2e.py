@@ -78,8 +78,11 @@ def test_set_mode_sync__refused_unless_following(daemon_factory: Any) -> None:
     result = run_cli("set-mode", "--link", "ab", "sync", bootstrap=a.bootstrap)
     assert result.returncode != 0
     assert "LINK_NOT_FOLLOWING" in result.stderr and "DISCONNECTED" in result.stderr
-    # Back to ASYNC is always allowed (here: already ASYNC, nothing changes).
-    assert cli_json(a.bootstrap, "set-mode", "--link", "ab", "async")["mode"] == "ASYNC"
+    # Back to ASYNC is always allowed (here: already ASYNC; the mode is recorded
+    # anew so the newest request wins, and B, being down, cannot confirm it:
+    # pending, exit 3).
+    link = cli_json(a.bootstrap, "set-mode", "--link", "ab", "async", pending=True)
+    assert link["mode"] == "ASYNC" and link["pending"]["remote_cluster_id"] == "B"
 
 
 def test_sync_link__in_sync__every_acknowledged_record_is_already_on_the_follower(

@@ -93,7 +93,9 @@ def test_syncing__follower_reads_refused_except_replicated_groups__served_again_
 ) -> None:
     a, b, proxy, kafka_port = proxied
     proxy.cut("b->a")  # A's answers no longer reach B
-    link = cli_json(b.bootstrap, "set-mode", "--link", "ab", "sync")
+    # A cannot confirm the change while its answers are cut: pending (exit 3).
+    link = cli_json(b.bootstrap, "set-mode", "--link", "ab", "sync", pending=True)
+    assert link["pending"]["remote_cluster_id"] == "A"
     assert (link["mode"], link["state"]) == ("SYNC", "SYNCING")
 
     assert grpc_fetch_error(b.bootstrap, "orders-x") == "FOLLOWER_SYNCING"
