@@ -20,9 +20,14 @@ from grpc import aio, ssl_channel_credentials
 
 from linkd.grpc_auth import parse_listener
 
+# Each channel keeps its own connections: gRPC otherwise shares one per
+# address in the process, with its reconnect back-off, so a procedure's call
+# to a remote that has just restarted failed at once with the refusal the
+# link's own channel met while the remote was down (back-off up to minutes).
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 128 * 1024 * 1024),
     ("grpc.max_send_message_length", 128 * 1024 * 1024),
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
