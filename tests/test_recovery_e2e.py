@@ -100,6 +100,14 @@ def test_failover__new_leader_epoch__old_leader_following_again_over_its_own_tai
     produce_batches(b.bootstrap, "orders-e", 2, "b-new")
     assert cli_json(b.bootstrap, "provenance", "orders-e")["partitions"][0]["leader_epoch"] == 1
 
+    # B's failover reaches A by a handshake after its answer: A's mapping goes.
+    wait_for(
+        "A to hear of the failover",
+        lambda: not any(
+            m["local_prefix"] == "orders-"
+            for m in cli_json(a.bootstrap, "describe-link", "ab")["mappings"]
+        ),
+    )
     # A following B again would cut the 4 records A's clients wrote and were
     # acknowledged: the attach refuses, naming them; recover shows and cuts them.
     refused = run_cli(
