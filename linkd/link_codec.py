@@ -282,14 +282,17 @@ def fetch_request_pb(
         entry.held = p.held
         if p.marks_from >= 0:
             entry.marks_from, entry.marks_to = p.marks_from, p.marks_to
-        for m in p.marks:
-            entry.marks.add(
-                base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc,
-                leader_epoch=m.leader_epoch, producer_id=m.producer_id,
-                producer_epoch=m.producer_epoch, base_sequence=m.base_sequence,
-                max_timestamp=m.max_timestamp,
-            )  # fmt: skip
+        entry.marks.extend(_mark_pb(m) for m in p.marks)
     return out
+
+
+def _mark_pb(m: histories.BatchMark) -> replication_pb2.BatchMark:
+    return replication_pb2.BatchMark(
+        base_offset=m.base_offset, last_offset=m.last_offset, crc=m.crc,
+        leader_epoch=m.leader_epoch, producer_id=m.producer_id,
+        producer_epoch=m.producer_epoch, base_sequence=m.base_sequence,
+        max_timestamp=m.max_timestamp,
+    )  # fmt: skip
 
 
 def _mark_of(m: replication_pb2.BatchMark) -> histories.BatchMark:
@@ -442,6 +445,7 @@ def side_of(cluster_id: str, p: replication_pb2.PartitionHistory) -> histories.P
             for e in p.provenance
         ),
         unreadable=tuple((r.from_offset, r.to_offset) for r in p.unreadable),
+        marks=tuple(_mark_of(m) for m in p.marks),
     )
 
 
@@ -474,6 +478,7 @@ def history_pb(topic: str, partition: int, side: histories.PartitionSide) -> Any
             replication_pb2.OffsetRange(from_offset=low, to_offset=high)
             for low, high in side.unreadable
         ],
+        marks=[_mark_pb(m) for m in side.marks],
     )
 
 

@@ -124,6 +124,7 @@ async def call_remote(
                     link_id=request.link_id,
                     prefix=request.prefix,
                     groups_only=request.groups_only,
+                    with_marks=request.with_marks,
                 )
                 if request.group_prefix is not None:
                     message.group_prefix = request.group_prefix

@@ -482,6 +482,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     request.prefix,
                     request.group_prefix if request.HasField("group_prefix") else None,
                     request.groups_only,
+                    request.with_marks,
                 )
             )
             assert isinstance(served.answer, PartitionsDescription)

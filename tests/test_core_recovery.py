@@ -4,6 +4,8 @@ ClusterState."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.histories import PartitionSide, compare, cut_offset
+from linkd.core.histories import BatchMark, PartitionSide, compare, cut_offset, log_marks
 from linkd.core.journal import decode
 from linkd.core.links import Mapping
 from linkd.core.provenance import ProvenanceItem
@@ -372,3 +374,46 @@ def test_reverse_is_refused_unless_the_link_follows() -> None:
     with pytest.raises(ClusterError) as info:
         reverse_mappings(state, "cb")
     assert info.value.code is ErrorCode.LINK_NOT_FOLLOWING
+
+
+def mark(base: int, crc: int, epoch: int = 0, producer: int = 7) -> BatchMark:
+    return BatchMark(base, base, crc, epoch, producer, 0, base, 1000 + base)
+
+
+def test_batch_marks__a_copy_of_a_copy_shares_the_history_provenance_cannot_see() -> None:
+    # C copied from B, which copied from A: C's provenance names B, not A, and
+    # A cannot know what B holds. The batches say both hold A's writes.
+    c = copied("C", 12, start(0, "B"))
+    a = copied("A", 12)
+    assert (compare(c, a).common_offset, compare(c, a).reason) == (0, "log-start")
+    writes = tuple(mark(o, 100 + o) for o in reversed(range(12)))
+    c, a = replace(c, marks=writes), replace(a, marks=writes)
+    assert (compare(c, a).common_offset, compare(c, a).reason) == (12, "log-end")
+    # Where the batches part (C's own writes from 10 on), the cut is there.
+    parted = tuple(mark(o, 900 + o) if o >= 10 else mark(o, 100 + o) for o in reversed(range(12)))
+    assert (compare(replace(c, marks=parted), a).common_offset) == 10
+    assert compare(replace(c, marks=parted), a).reason == "batch-marks"
+
+
+def test_batch_marks__a_clean_keeps_the_write_not_the_crc__and_epochs_must_agree() -> None:
+    c = replace(copied("C", 4, start(0, "B")), marks=(mark(3, 1), mark(2, 2)))
+    a = replace(copied("A", 4), marks=(mark(3, 9), mark(2, 2)))
+    assert compare(c, a).common_offset == 3  # batch 3 differs in its bytes
+    assert compare(replace(c, compacted=True), a).common_offset == 4  # a clean rewrote it
+    # Another leader epoch is another write, whatever the bytes.
+    other = replace(a, marks=(mark(3, 1, epoch=1), mark(2, 2, epoch=1)))
+    assert compare(c, other).common_offset == 0
+
+
+def test_plan__a_remote_holding_the_same_batches_cuts_nothing_whatever_its_provenance() -> None:
+    state = _follower_state()  # copied from A; the remote B names X as its origin
+    marks, _ = log_marks(state, "orders-t", 0)
+    remote = {("orders-t", 0): replace(copied("B", 15, start(0, "X")), marks=marks)}
+    mappings = [RecoveryMapping("topic", "orders-", "orders-")]
+    plan = plan_recovery(state, "cb", mappings, "B", remote)
+    assert [(r.truncate_to, r.reason) for r in plan.partitions] == [(15, "log-end")]
+    # Without the marks the two look like two topics of one name.
+    remote = {("orders-t", 0): copied("B", 15, start(0, "X"))}
+    with pytest.raises(ClusterError) as info:
+        plan_recovery(state, "cb", mappings, "B", remote)
+    assert info.value.code is ErrorCode.NO_SHARED_HISTORY

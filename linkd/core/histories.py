@@ -36,7 +36,8 @@ Pure code: functions of plain data and of ClusterState.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from linkd.core import undo
@@ -65,6 +66,14 @@ class PartitionSide:
     # [from, to) ranges of offsets no read_committed client reads as a record:
     # transaction markers, records of aborted or still open transactions.
     unreadable: tuple[tuple[int, int], ...] = ()
+    # Marks of some of its batches (a remote's: `log_marks`; this side's: its
+    # batches at the offsets the remote marked, `marks_at`), newest first;
+    # empty when not asked for. Where both sides mark one batch as the same
+    # write, their histories agree up to its end (`marks_agree`).
+    marks: tuple[BatchMark, ...] = ()
+    # Its topic is compacted: a cleaned copy of a batch keeps its write's
+    # fields, not its CRC (`BatchMark.same_write`).
+    compacted: bool = False
 
 
 def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
@@ -153,6 +162,13 @@ def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
         ):
             common_epoch = start
     common = min(common_prov, common_epoch)
+    agreed = min(marks_agree(local, remote), high)
+    if agreed > common:
+        # Both hold one write at one offset: their histories agree below its
+        # end, whatever the provenance says (a copy of a copy names the
+        # cluster it copied from, which may be neither of these two).
+        reason = "log-end" if agreed == high else "batch-marks"
+        return Comparison(agreed, reason, True)
     if common == low < high:
         # Nothing but the empty prefix at the log start is common: a partition
         # the follower never copied a record of before the roles changed.
@@ -162,6 +178,21 @@ def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
     if common_epoch < high:
         return Comparison(common, "leader-epoch", True)
     return Comparison(high, "log-end", True)
+
+
+def marks_agree(local: PartitionSide, remote: PartitionSide) -> int:
+    """The end (next offset) of the newest batch both sides mark as one write
+    (`BatchMark.same_mark`); -1 when none. A log only grows at its end and a
+    write exists once, so two logs holding one batch at one offset copied
+    it, with everything before it, from one origin."""
+    mine = {m.base_offset: m for m in local.marks}
+    cleaned = local.compacted or remote.compacted
+    agreed = -1
+    for theirs in remote.marks:
+        m = mine.get(theirs.base_offset)
+        if m is not None and m.last_offset + 1 > agreed and m.same_mark(theirs, cleaned):
+            agreed = m.last_offset + 1
+    return agreed
 
 
 def _no_common_range(local: PartitionSide, remote: PartitionSide) -> Comparison:
@@ -345,6 +376,14 @@ class BatchMark:
             batch.max_timestamp,
         )
 
+    def same_mark(self, other: BatchMark, cleaned: bool) -> bool:
+        """`same_write` of two marks."""
+        return other.leader_epoch == self.leader_epoch and self.same_write(other, cleaned)
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self.leader_epoch
+
     def same_write(self, batch: _Batch, cleaned: bool) -> bool:
         """Whether `batch` is this mark's batch: the same offsets, and the
         same bytes, or, where a log cleaner may have rewritten either copy
@@ -455,6 +494,27 @@ def _span_marks(
     for batch in batches:
         marks[batch.base_offset] = BatchMark.of(batch)
     return tuple(marks[b] for b in sorted(marks, reverse=True)), complete
+
+
+def marks_at(log: PartitionLog, offsets: Iterable[int]) -> tuple[BatchMark, ...]:
+    """Marks of this log's batches that begin at `offsets` (those a remote
+    marked), newest first: what `marks_agree` compares them with."""
+    out: dict[int, BatchMark] = {}
+    for offset in offsets:
+        found = log.batch_containing(offset)
+        if found is not None and found.base_offset == offset:
+            out[offset] = BatchMark.of(found)
+    return tuple(out[o] for o in sorted(out, reverse=True))
+
+
+def with_marks_of(
+    state: ClusterState, topic: str, partition: int, side: PartitionSide, remote: PartitionSide
+) -> PartitionSide:
+    """This cluster's `side` of a partition with the marks of its batches at
+    the offsets `remote` marked, and whether its topic is compacted."""
+    log = state.partition(topic, partition)
+    marks = marks_at(log, (m.base_offset for m in remote.marks))
+    return replace(side, marks=marks, compacted=state.topic(topic).config.compact)
 
 
 def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:

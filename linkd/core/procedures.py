@@ -153,7 +153,10 @@ def describe_partitions(
         for name in sorted(state.topics):
             if in_prefix(name, request.prefix):
                 for p in range(len(state.topics[name].partitions)):
-                    partitions[(name, p)] = histories.local_side(state, name, p)
+                    side = histories.local_side(state, name, p)
+                    if request.with_marks:
+                        side = replace(side, marks=histories.log_marks(state, name, p)[0])
+                    partitions[(name, p)] = side
     offsets: recovery.RemoteGroupOffsets = {}
     if request.group_prefix is not None:
         for group, topic, p, offset in recovery.committed_in(state, request.group_prefix):
@@ -368,7 +371,12 @@ def refuse_cutting_own_writes(
     remote_follows = mapping.leader == Leader.LOCAL
     reply: Reply = yield Call(
         config.value("remote_bootstrap"),
-        DescribePartitions(config.link_id, mapping.remote_prefix, "" if remote_follows else None),
+        DescribePartitions(
+            config.link_id,
+            mapping.remote_prefix,
+            "" if remote_follows else None,
+            with_marks=True,
+        ),
         f"link {link_name!r}: describing partitions",
     )
     description = reply.answer
@@ -742,7 +750,7 @@ def recover(
     what = f"link {link_name!r}: describing partitions"
     topics = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     for m in topics:
-        request = DescribePartitions(config.link_id, m.remote_prefix)
+        request = DescribePartitions(config.link_id, m.remote_prefix, with_marks=True)
         reply: Reply = yield Call(address, request, what)
         description = reply.value()
         assert isinstance(description, PartitionsDescription)

@@ -38,6 +38,7 @@ from linkd.core.histories import (
     cut_offset,
     local_side,
     own_acknowledged,
+    with_marks_of,
 )
 from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
@@ -225,7 +226,7 @@ def check_attach_cuts(
             continue
         if topic not in state.topics or p >= len(state.topics[topic].partitions):
             continue
-        mine = local_side(state, topic, p)
+        mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
         if local_follows:
             cut = own_writes_cut(topic, p, mine, theirs)
         else:
@@ -493,7 +494,8 @@ def plan_recovery(
             theirs = remote.get((remote_topic, p))
             if theirs is None:
                 continue
-            rows.append(plan_partition(topic, remote_topic, p, local_side(state, topic, p), theirs))
+            mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
+            rows.append(plan_partition(topic, remote_topic, p, mine, theirs))
     refuse_unrelated(rows, state.cluster_id, remote_cluster_id)
     cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
     leader_offsets = _leader_offsets(state, mappings, remote_groups or {})

@@ -67,6 +67,9 @@ class DescribePartitions:
     prefix: str  # the receiver's topic namespace prefix
     group_prefix: str | None = None  # the receiver's group prefix, if offsets are wanted
     groups_only: bool = False
+    # Each partition with the marks of its batches (`histories.log_marks`),
+    # which recovery and an attach's check compare their own batches with.
+    with_marks: bool = False
 
 
 @dataclass(frozen=True, slots=True)

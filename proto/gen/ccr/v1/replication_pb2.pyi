@@ -1106,6 +1106,7 @@ class DescribePartitionsRequest(_message.Message):
     PREFIX_FIELD_NUMBER: _builtins.int
     GROUP_PREFIX_FIELD_NUMBER: _builtins.int
     GROUPS_ONLY_FIELD_NUMBER: _builtins.int
+    WITH_MARKS_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     prefix: _builtins.str
     """The receiver's topic namespace prefix."""
@@ -1113,6 +1114,10 @@ class DescribePartitionsRequest(_message.Message):
     """The receiver's group namespace prefix, if group offsets are wanted."""
     groups_only: _builtins.bool
     """Only the group offsets (no partitions)."""
+    with_marks: _builtins.bool
+    """Each partition with marks of its batches, for recovery and an attach's
+    check to compare their own batches with.
+    """
     def __init__(
         self,
         *,
@@ -1120,10 +1125,11 @@ class DescribePartitionsRequest(_message.Message):
         prefix: _builtins.str = ...,
         group_prefix: _builtins.str | None = ...,
         groups_only: _builtins.bool = ...,
+        with_marks: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix", "group_prefix", b"group_prefix"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix", "group_prefix", b"group_prefix", "groups_only", b"groups_only", "link_id", b"link_id", "prefix", b"prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix", "group_prefix", b"group_prefix", "groups_only", b"groups_only", "link_id", b"link_id", "prefix", b"prefix", "with_marks", b"with_marks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__group_prefix: _TypeAlias = _typing.Literal["group_prefix"]  # noqa: Y015
     _WhichOneofArgType__group_prefix: _TypeAlias = _typing.Literal["_group_prefix", b"_group_prefix"]  # noqa: Y015
@@ -1215,6 +1221,7 @@ class PartitionHistory(_message.Message):
     EPOCH_HISTORY_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
     UNREADABLE_FIELD_NUMBER: _builtins.int
+    MARKS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     log_start_offset: _builtins.int
@@ -1232,6 +1239,12 @@ class PartitionHistory(_message.Message):
         the rest of what the receiver's own clients wrote is refused).
         """
 
+    @_builtins.property
+    def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchMark]:
+        """Marks of some of its batches, newest first (only when asked for): where
+        both sides hold one write at one offset, they agree up to its end.
+        """
+
     def __init__(
         self,
         *,
@@ -1244,10 +1257,11 @@ class PartitionHistory(_message.Message):
         epoch_history: _abc.Iterable[Global___EpochStart] | None = ...,
         provenance: _abc.Iterable[Global___ProvenanceRecord] | None = ...,
         unreadable: _abc.Iterable[Global___OffsetRange] | None = ...,
+        marks: _abc.Iterable[Global___BatchMark] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "provenance", b"provenance", "topic", b"topic", "unreadable", b"unreadable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch_history", b"epoch_history", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "marks", b"marks", "partition", b"partition", "provenance", b"provenance", "topic", b"topic", "unreadable", b"unreadable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
