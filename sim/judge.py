@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from linkd.core import records as rb
+from linkd.core.cluster import ClusterState
 from sim import checkers, status_checks
 from sim.connect_driver import ConnectMirror
 from sim.history import Send
@@ -34,6 +35,8 @@ def check_followers(sim: Simulation, only: str | None = None, final: bool = True
                     continue
                 if p >= len(source.state.topics[source_topic].partitions):
                     continue  # the source has no such partition (its link says so)
+                if held_and_reported(node.state, topic, p):
+                    continue  # not followed until `recover`, and its link says so
                 cuts = sim.truncations.get((source_id, source_topic, p), [])
                 # Mid-run, a source that cut its log may hold other records
                 # there by now; the follower learns at its next fetch.
@@ -52,6 +55,19 @@ def check_followers(sim: Simulation, only: str | None = None, final: bool = True
                     range_end=end,
                     compacted=node.state.topics[topic].config.compact,
                 )
+
+
+def held_and_reported(state: ClusterState, topic: str, partition: int) -> bool:
+    """A follower partition its data path holds uncut because the cut its
+    source asked for would remove acknowledged records this cluster's own
+    clients wrote (`LinkRuntime.own_writes_held`), with the refusal on its
+    link's rows: it is not a copy of its source until `recover` cuts it, so
+    invariants 1 and 2 do not apply to it, and the refusal is the report."""
+    key = (topic, partition)
+    return any(
+        key in runtime.own_writes_held and key in runtime.refused
+        for runtime in state.links.runtime.values()
+    )
 
 
 def final_logs(sim: Simulation) -> checkers.FinalLogs:
