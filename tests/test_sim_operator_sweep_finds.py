@@ -50,6 +50,14 @@ FOUND = [
     # the journal, and a snapshot of the live state doubled a bump; after a
     # restart the epoch history went out of order.
     (1912, 4, "a cut voids the journalled epoch bumps after it"),
+    # A 630-run sample of 2026-12-06: recovery of a copy of a copy (C from B
+    # from A) from A took B's range for another origin and cut everything
+    # (now the batches' marks settle it); its follower's cut then looked like
+    # a false divergence.
+    (86, 4, "recovery compares batch marks where provenance cannot see"),
+    # A follower partition held uncut for its own acknowledged writes (and
+    # reported) was judged as a copy of its source.
+    (205, 4, "a held partition is not a copy until recover"),
 ]
 
 
