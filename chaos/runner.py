@@ -47,9 +47,17 @@ from chaos.operators import (
     writable,
 )
 from chaos.proxy import FaultProxy
-from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from chaos.schedule import (
+    LINK_LAG_MAX_MS,
+    REPLICA_LAG_TIME_MAX_MS,
+    SESSION_TIMEOUT_MS,
+    SOURCE,
+    TOPIC_PREFIX,
+    Schedule,
+    Step,
+)
 from chaos.security import client_config
-from chaos.twin import AppliedStep, FinalState, RealRun
+from chaos.twin import AppliedStep, FinalState, RealRun, run_twin
 from chaos.workloads import (
     GroupCommitter,
     GrpcProducer,
@@ -79,11 +87,8 @@ PARTITIONS = 2
 GROUP_PREFIX = TOPIC_PREFIX
 GROUP = f"{GROUP_PREFIX}chaos"
 OFFSET_SAMPLE_S = 0.1
-SESSION_TIMEOUT_MS = 2000
-REPLICA_LAG_TIME_MAX_MS = 1500
 SETUP_TIMEOUT_S = 40.0
 CONVERGE_S = 40.0
-LINK_LAG_MAX_MS = 3000
 GOOD_STATES = ("FOLLOWING", "IN_SYNC")
 # Runs with the operator nemesis: the transactional producer's timeout, and how
 # long past it a transaction may stay open before it is a hanging one.
@@ -1448,8 +1453,6 @@ class Run:
         return out
 
     def run_twin(self) -> dict[str, Any]:
-        from chaos.twin import run_twin
-
         if self.final_state is None:
             return {"agrees": False, "differences": [], "in_doubt": 0,
                     "error": "the real run's final state could not be read"}  # fmt: skip

@@ -49,6 +49,10 @@ PLANTED_BUGS = ("ack-before-replicate",)
 SOURCE = "A"
 TOPIC_PREFIX = "orders-"
 EXTRA_PREFIX = "pay-"
+# The link settings every run's daemons start with (and its twin simulates).
+SESSION_TIMEOUT_MS = 2000
+REPLICA_LAG_TIME_MAX_MS = 1500
+LINK_LAG_MAX_MS = 3000
 
 
 @dataclass(frozen=True, slots=True)

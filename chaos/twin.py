@@ -31,7 +31,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.schedule import SOURCE, TOPIC_PREFIX, Schedule, Step
+from chaos.schedule import (
+    LINK_LAG_MAX_MS,
+    REPLICA_LAG_TIME_MAX_MS,
+    SESSION_TIMEOUT_MS,
+    SOURCE,
+    TOPIC_PREFIX,
+    Schedule,
+    Step,
+)
 from linkd.core import replication as rep
 from sim import scenario as sc
 from sim.history import Op, Send
@@ -175,8 +183,6 @@ def _ends(schedule: Schedule, link: str) -> tuple[str, str]:
 
 def to_scenario(run: RealRun) -> sc.Scenario:
     """The simulator scenario equivalent to a chaos run (pure)."""
-    from chaos.runner import LINK_LAG_MAX_MS, REPLICA_LAG_TIME_MAX_MS, SESSION_TIMEOUT_MS
-
     s = run.schedule
 
     def v(ms: int) -> int:

@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from sim import glossary
+from sim import glossary, report, sweep
 from sim import scenario as scenarios
 from sim.mirror_driver import LINK_TYPES
 from sim.runner import simulate
@@ -217,14 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("metric", nargs="*", help="only these metrics (names or patterns)")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(func=cmd_glossary)
-    try:
-        from sim import sweep  # built separately; optional until it lands
-    except ImportError:
-        pass
-    else:
-        sweep.add_parser(sub)
-    from sim import report
-
+    sweep.add_parser(sub)
     report.add_parser(sub)
     return parser
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim import glossary, sweep_store
 from sim.glossary import Group
+from sim.sweep_runs import replay_command
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -234,8 +235,6 @@ class Cell:
         return "cell-" + str(int(self.runs["run_index"].iloc[0]))
 
     def replay(self, seed: int) -> str:
-        from sim.sweep import replay_command
-
         return replay_command(self.scenario, seed, self.params)
 
 

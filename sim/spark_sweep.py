@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from sim.sweep import RAW_FIELDS, Progress, Run, RunFn, raw_frame
+from sim.sweep_runs import RAW_FIELDS, Progress, Run, RunFn, execute_run, raw_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,8 +161,6 @@ def _task(
     """The mapInPandas function: run indices in, raw rows out (pure, so retry-safe)."""
 
     def task(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from sim.sweep import execute_run, raw_frame
-
         runs: Sequence[Run] = runs_bc.value
         for batch in batches:
             yield raw_frame([execute_run(runs[int(i)], run_fn) for i in batch["id"]])

@@ -81,7 +81,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import itertools
 import json
 import math
@@ -91,18 +90,28 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from sim import glossary, sweep_store
+from sim import scenario as scenario_mod
+from sim.sweep_runs import (
+    RAW_FIELDS,
+    Progress,
+    Run,
+    RunFn,
+    Scalar,
+    canonical_params,
+    default_run_fn,
+    execute_run,
+    raw_frame,
+    replay_command,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
-
-RunFn = Callable[[str, int, "dict[str, Any] | None"], "dict[str, Any]"]
-Scalar = str | int | float | bool
 
 TOP_LEVEL_KEYS = ("name", "description", "scenarios", "params", "seeds")
 SEED_KEYS = ("start", "count")
@@ -111,24 +120,6 @@ MAX_FAILURES_PRINTED = 20
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCENARIO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
-# The raw row of one run, as produced by `execute_run` on whichever process ran
-# it, with its Spark SQL type (sim/spark_sweep.py builds its schema from this).
-RAW_FIELDS: tuple[tuple[str, str], ...] = (
-    ("run_index", "bigint"),
-    ("run_id", "string"),
-    ("scenario", "string"),
-    ("seed", "bigint"),
-    ("params_json", "string"),
-    ("topology", "string"),
-    ("mode", "string"),
-    ("trace_digest", "string"),
-    ("violation_count", "int"),
-    ("violations_json", "string"),
-    ("metrics_json", "string"),
-    ("error", "string"),
-    ("wall_ms", "double"),
-)
-RAW_COLUMNS = tuple(name for name, _ in RAW_FIELDS)
 AGG_LEAD = (
     "cell", "scenario", "params_json", "mode", "topology", "runs", "runs_with_violations",
     "runs_with_errors",
@@ -152,15 +143,6 @@ class SweepSpec:
     def run_count(self) -> int:
         grid = math.prod(len(values) for _, values in self.params)
         return len(self.scenarios) * grid * len(self.seeds)
-
-
-@dataclass(frozen=True)
-class Run:
-    run_index: int
-    run_id: str
-    scenario: str
-    seed: int
-    params: dict[str, Scalar] = field(hash=False, compare=True)
 
 
 @dataclass
@@ -315,10 +297,6 @@ def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
         raise SweepError(f"{p}: {e}") from None
 
 
-def canonical_params(params: Mapping[str, Scalar]) -> str:
-    return json.dumps(dict(params), sort_keys=True, separators=(",", ":"))
-
-
 def run_id_for(scenario: str, params: Mapping[str, Scalar], seed: int) -> str:
     text = json.dumps([scenario, canonical_params(params), seed], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -340,116 +318,6 @@ def expand(spec: SweepSpec) -> list[Run]:
 
 
 # ---------------------------------------------------------------- running
-
-
-def default_run_fn() -> RunFn:
-    """`sim.runner.run_summary`, imported when first needed."""
-    runner = importlib.import_module("sim.runner")
-    fn: RunFn = runner.run_summary
-    return fn
-
-
-def execute_run(run: Run, run_fn: RunFn) -> dict[str, Any]:
-    """Run one simulation and return its raw row (RAW_COLUMNS); never raises."""
-    t0 = time.perf_counter()
-    row: dict[str, Any] = {
-        "run_index": run.run_index,
-        "run_id": run.run_id,
-        "scenario": run.scenario,
-        "seed": run.seed,
-        "params_json": canonical_params(run.params),
-        "topology": "",
-        "mode": "",
-        "trace_digest": "",
-        "violation_count": 0,
-        "violations_json": "[]",
-        "metrics_json": "{}",
-        "error": None,
-        "wall_ms": 0.0,
-    }
-    try:
-        summary = run_fn(run.scenario, run.seed, dict(run.params))
-        violations = [
-            {"invariant": str(v.get("invariant", "")), "detail": str(v.get("detail", ""))}
-            for v in summary.get("violations", [])
-        ]
-        metrics = {
-            str(k): v
-            for k, v in summary.get("metrics", {}).items()
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        }
-        row.update(
-            topology=str(summary.get("topology", "")),
-            mode=str(summary.get("mode", "")),
-            trace_digest=str(summary.get("trace_digest", "")),
-            violation_count=len(violations),
-            violations_json=json.dumps(violations, sort_keys=True),
-            metrics_json=json.dumps(metrics, sort_keys=True),
-        )
-    except Exception as e:  # recorded per run; see the module doc
-        row["error"] = f"{type(e).__name__}: {e}"
-    row["wall_ms"] = (time.perf_counter() - t0) * 1000.0
-    return row
-
-
-def raw_frame(rows: Sequence[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
-    """Raw rows (dicts, or a DataFrame of them) with RAW_COLUMNS in order and fixed
-    dtypes; a missing error is None, never NaN."""
-    import pandas as pd
-
-    if isinstance(rows, pd.DataFrame):
-        frame = rows.reindex(columns=list(RAW_COLUMNS))
-    else:
-        frame = pd.DataFrame(list(rows), columns=list(RAW_COLUMNS))
-    frame = frame.astype(
-        {
-            "run_index": "int64",
-            "seed": "int64",
-            "violation_count": "int32",
-            "wall_ms": "float64",
-        }
-    )
-    frame["error"] = [None if pd.isna(e) else str(e) for e in frame["error"]]
-    return frame.astype({"error": "object"})
-
-
-class Progress:
-    """A text progress bar on a stream: redrawn in place on a terminal, else
-    one line per 10% step (so CI logs stay short)."""
-
-    def __init__(self, total: int, label: str, stream: IO[str] | None = None) -> None:
-        self.total = max(total, 1)
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.t0 = time.monotonic()
-        self._last: tuple[int, int] = (-1, -1)
-
-    def update(self, done: int, detail: str = "") -> None:
-        done = min(max(done, 0), self.total)
-        step = done * 10 // self.total
-        key = (done, 0) if self.tty else (step, 0)
-        if key == self._last:
-            return
-        self._last = key
-        width = 30
-        filled = done * width // self.total
-        bar = "#" * filled + "." * (width - filled)
-        pct = 100 * done // self.total
-        line = (
-            f"{self.label} [{bar}] {pct:3d}% {done}/{self.total}"
-            f"{' ' + detail if detail else ''} {time.monotonic() - self.t0:6.1f}s"
-        )
-        if self.tty:
-            self.stream.write("\r" + line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty and self._last != (-1, -1):
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def execute_serial(
@@ -560,13 +428,6 @@ def sweep_digest(runs: pd.DataFrame) -> str:
     ):
         h.update(f"{run_id}:{digest}:{'' if error is None else error}\n".encode())
     return h.hexdigest()
-
-
-def replay_command(scenario: str, seed: int, params: Mapping[str, Scalar]) -> str:
-    """`ccr-sim run SCENARIO --seed N [--param NAME=VALUE ...]` for one run."""
-    runner = importlib.import_module("sim.runner")
-    command: str = runner.replay_command(scenario, seed, params, verb="run")
-    return command
 
 
 def failures(runs: pd.DataFrame) -> list[dict[str, Any]]:
@@ -709,7 +570,6 @@ def write_outputs(result: SweepResult, sweep_file: str | None) -> None:
 def _check_against_runner(spec: SweepSpec) -> None:
     """With the default runner, refuse scenario and parameter names it does not know
     (`sim.scenario.shipped()` and `sim.scenario.known_param`), before starting any run."""
-    scenario_mod = importlib.import_module("sim.scenario")
     shipped = sorted(scenario_mod.shipped())
     unknown = [s for s in spec.scenarios if s not in shipped]
     if unknown:

@@ -18,8 +18,15 @@ import pytest
 
 from chaos import twin
 from chaos.cli import table, twin_cell
-from chaos.runner import REPLICA_LAG_TIME_MAX_MS, SESSION_TIMEOUT_MS, Run
-from chaos.schedule import Schedule, Step, make_schedule, star
+from chaos.runner import Run
+from chaos.schedule import (
+    REPLICA_LAG_TIME_MAX_MS,
+    SESSION_TIMEOUT_MS,
+    Schedule,
+    Step,
+    make_schedule,
+    star,
+)
 from sim.history import Op, Send
 from sim.world import Simulation
 

@@ -713,11 +713,3 @@ class FaultProxy:
                 target.write(piece)
                 await target.drain()
                 self._forwarded[d] += len(piece)
-
-
-if __name__ == "__main__":
-    # The command line lives with the control protocol; import it from there so
-    # that it uses this module as `chaos.proxy`, not as a second copy `__main__`.
-    from chaos.proxy_control import main
-
-    raise SystemExit(main())
