@@ -2,7 +2,11 @@
 daemons (spec section 10, invariant 13): A leads `orders-` to B, B leads it on
 to C; C's operator then tries to lead it back to A, and A's to follow it from
 C. Both attaches are refused with FOLLOW_CYCLE naming the ring, nothing
-changes, and A's own clients still write the namespace (a Kafka producer)."""
+changes, and A's own clients still write the namespace (a Kafka producer).
+
+Then the middle of the chain dies, and C's operator points C's copy at A
+with `recover`: C's provenance names B, which A never knew, so only the
+batches show that both hold A's writes; nothing is cut, and C follows A."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any
 from confluent_kafka import Producer as KafkaProducer
 from harness import run_cli
 from test_links_e2e import cli_json, high_watermarks, wait_for
-from test_operator_stories_e2e import attach, attach_cmd, make_cluster, namespaces
+from test_operator_stories_e2e import attach, attach_cmd, detach, make_cluster, namespaces
 
 
 def _refused(d: Any, *args: str) -> str:
@@ -22,7 +26,7 @@ def _refused(d: Any, *args: str) -> str:
     return line
 
 
-def test_a_ring_of_three_links__is_refused_from_either_side__and_the_origin_stays_writable(
+def test_a_ring_of_three_links__is_refused__and_the_chain_end_recovers_from_the_origin(
     daemon_factory: Any,
 ) -> None:
     a, b, c = (make_cluster(daemon_factory, cid) for cid in "ABC")
@@ -56,3 +60,17 @@ def test_a_ring_of_three_links__is_refused_from_either_side__and_the_origin_stay
     assert producer.flush(30) == 0
     assert delivered == [None] * 5, delivered
     wait_for("C holds A's records", lambda: high_watermarks(c.bootstrap, "orders-eu") == [5])
+
+    # B, the middle of the chain, is lost. C detaches its copy from B (pending:
+    # B cannot confirm) and recovers it from A over a link of its own.
+    b.kill9()
+    detach(c, "bc", "topic", "orders-", pending=True)
+    cli_json(c.bootstrap, "create-link", "ca2", "--remote", a.bootstrap)
+    report = cli_json(c.bootstrap, "recover", "--link", "ca2", "--namespace", "orders-")
+    assert [(r["truncate_to"], r["reason"]) for r in report["partitions"]] == [(5, "log-end")]
+    done = cli_json(c.bootstrap, "recover", "--link", "ca2", "--namespace", "orders-", "--confirm")
+    assert done["totals"]["local_records_lost"] == 0, done
+    for i in range(5, 8):
+        producer.produce("orders-eu", value=f"o{i}".encode())
+    assert producer.flush(30) == 0
+    wait_for("C follows A", lambda: high_watermarks(c.bootstrap, "orders-eu") == [8])
