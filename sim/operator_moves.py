@@ -35,7 +35,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from linkd.core.procedures import REVERSE_STEPS
+from linkd.core.procedures import FAILOVER_STEPS, RECOVER_STEPS, REVERSE_STEPS
 
 
 class MoveKind(enum.Enum):
@@ -415,6 +415,22 @@ def _crash_point(rng: random.Random, namespaces: int) -> str:
     if rng.random() < 0.5:
         return rng.choice(points)
     return rng.choice([p for p in points if "mappings" in p])
+
+
+def failover_points() -> list[str]:
+    """Every checkpoint of a failover."""
+    return [f"failover:{step}" for step in FAILOVER_STEPS]
+
+
+def recover_points(namespaces: int) -> list[str]:
+    """Every checkpoint of a confirmed recovery of `namespaces` mappings (one
+    after each mapping that follows the remote)."""
+    out = []
+    for step in RECOVER_STEPS:
+        if step == "follow-remote":
+            out += [f"recover:{step}#{i}" for i in range(1, namespaces + 1)]
+        out.append(f"recover:{step}")
+    return out
 
 
 def reverse_points(namespaces: int) -> list[str]:

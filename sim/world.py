@@ -65,6 +65,13 @@ from sim.workloads import Consumer, Producer, ScriptProducer
 PROBE_INTERVAL_MS = 500
 # A kill "under load" waits at most this long for the source to acknowledge a write.
 KILL_WAIT_MS = 1_000
+# A durable procedure's first checkpoint: its plan is journalled, naming the
+# namespaces it moves (watched by "one writer at rest").
+FIRST_CHECKPOINTS = frozenset({
+    f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}",
+    f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[0]}",
+    f"{plans.RECOVER}:{procedures.RECOVER_STEPS[0]}",
+})
 
 
 class Simulation:
@@ -221,7 +228,7 @@ class Simulation:
         for n in plan.namespaces:
             moved = checkers.MovedNamespace(
                 link, cluster, plan.remote_cluster_id, n.resource_type, n.local_prefix,
-                n.remote_prefix,
+                n.remote_prefix, plan.procedure,
             )
             pair = tuple(sorted(((cluster, n.local_prefix), (moved.peer, n.remote_prefix))))
             self.moved[(n.resource_type, pair)] = moved
@@ -244,9 +251,10 @@ class Simulation:
                 del self.moved[key]
 
     def _finish_plans(self) -> None:
-        """Liveness: a reversal a crash cut short is finished by its
-        documented finishing command, reverse run once more on the cluster
-        that holds its plan."""
+        """Liveness: a procedure a crash cut short is finished by its
+        documented finishing command, run once more on the cluster that
+        holds its plan: reverse; failover (forced if the first run was);
+        recover, confirmed."""
         for cid in self.cluster_ids:
             node = self.clusters[cid]
             if not node.up:
@@ -262,7 +270,32 @@ class Simulation:
                 def rerun(_report: Any, _error: ClusterError | None) -> None:
                     self._plans_running -= 1
 
-                self.ops.reverse(cid, link, 0, rerun)
+                plan = node.state.plans.plans[link]
+                if plan.procedure == plans.FAILOVER:
+                    force = bool((plan.detail or {}).get("force", False))
+                    self.ops.failover(cid, link, force, self._failover_rerun(cid, link, rerun))
+                elif plan.procedure == plans.RECOVER:
+                    self.ops.recover(cid, link, [], True, rerun)
+                else:
+                    self.ops.reverse(cid, link, 0, rerun)
+
+    def _failover_rerun(self, cid: str, link: str, then: Any) -> Any:
+        """A failover re-run answers what the run a crash cut short did: that
+        answer is the failover's report (invariant 10)."""
+        link_id = self.clusters[cid].state.links.get(link).link_id
+
+        def done(result: Any, error: ClusterError | None) -> None:
+            if error is None and isinstance(result, link_admin.Failover) and result.namespaces:
+                self.failovers.append((cid, link_id, self.queue.now_ms, result))
+                source = self.clusters[cid].state.links.get(link).remote_cluster_id
+                self.failover_source_live.append(
+                    source in self.clusters
+                    and self.clusters[source].up
+                    and self.reachable(source, cid)
+                )
+            then(result, error)
+
+        return done
 
     def arm_crash(
         self, point: str, target: str, duration_ms: int, runner: str = "", link: str = ""
@@ -282,7 +315,7 @@ class Simulation:
         a reversal's plan names the namespaces it moves (watched by the check
         "one writer at rest"), and an armed crash lands here, mid-procedure
         (sim.operators)."""
-        if point == f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}":
+        if point in FIRST_CHECKPOINTS:
             self._watch_moved(cluster, link)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
