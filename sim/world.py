@@ -554,7 +554,7 @@ class Simulation:
                 self.touched(config.remote_cluster_id, prefix=m.remote_prefix)
         elif m.kind in (k.FAILOVER, k.RECOVER, k.DELETE_LINK):
             self.touched(m.cluster, link=m.link)
-        if m.kind is k.REVERSE and m.crash_point:
+        if m.crash_point:
             peer = self.clusters[m.cluster].state.links.configs.get(m.link)
             target = peer.remote_cluster_id if peer is not None and m.crash_peer else ""
             down_ms = 1_000 + self.move_rng.randrange(4_000)
@@ -582,12 +582,17 @@ class Simulation:
             self.metrics.add("moves_failover_after_kill", 1)
             self._kill_then_failover(m, 1_000 + self.move_rng.randrange(4_000))
         elif m.kind is k.FAILOVER:
-            self.failover(m.cluster, m.link, m.force, False)
+            self.failover(
+                m.cluster, m.link, m.force, False, lambda: self.disarm_crash(m.cluster, m.link)
+            )
         elif m.kind is k.RECOVER:
             requested: list[tuple[str, str, str | None]] = (
                 [("topic", m.local_prefix, None)] if m.local_prefix else []
             )
-            o.recover(m.cluster, m.link, requested, m.confirm)
+            o.recover(
+                m.cluster, m.link, requested, m.confirm,
+                lambda _r, _e: self.disarm_crash(m.cluster, m.link),
+            )
         elif m.kind is k.CREATE_TOPIC:
             o.create_topic(m.cluster, m.topic, m.partitions)
         elif m.kind is k.DELETE_TOPIC:
@@ -936,18 +941,30 @@ class Simulation:
             return
         self.ops.delete_link(cluster, name)
 
-    def failover(self, cluster: str, name: str, force: bool, bump_leader_epoch: bool) -> None:
+    def failover(
+        self,
+        cluster: str,
+        name: str,
+        force: bool,
+        bump_leader_epoch: bool,
+        ended: Callable[[], None] | None = None,
+    ) -> None:
         """failover, then (optionally) one more leader epoch on every promoted
         partition, as a Kafka leader change would give it; the clients whose
-        failover target is this cluster move here once it answered."""
+        failover target is this cluster move here once it answered.
+        `ended`: called once it answered or was refused."""
         mirror = self.mirrors.get(f"{cluster}/{name}")
         if mirror is not None:
             self._mirror_failover(cluster, mirror)
+            if ended is not None:
+                ended()
             return
         node = self.clusters[cluster]
         config = node.links.configs.get(name)
         if config is None:
-            self.ops.failover(cluster, name, force)  # refused: UNKNOWN_LINK
+            self.ops.failover(  # refused: UNKNOWN_LINK
+                cluster, name, force, None if ended is None else lambda _r, _e: ended()
+            )
             return
         promoted = [m.local_prefix for m in rep.follower_mappings(config, "topic")]
         self._check_followers(cluster, final=False)
@@ -957,6 +974,8 @@ class Simulation:
         ends_before = status_checks.log_ends(node.state, promoted)
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
+            if ended is not None:
+                ended()
             if error is not None:
                 return
             assert isinstance(result, link_admin.Failover)
