@@ -179,3 +179,29 @@ def test_describe_link_text_shows_a_failover_or_recovery_in_progress(
     out = capsys.readouterr().out
     assert f"procedure in progress: {shown}" in out
     assert again in out
+
+
+def test_while_one_procedure_is_journalled_another_on_that_link_is_refused() -> None:
+    from linkd.core import procedures
+    from linkd.core.errors import ClusterError, ErrorCode
+    from linkd.core.plans import FAILOVER
+
+    state = ClusterState("B")
+    config = state.links.new_config("ab", "id-ab", "A", "a:1", "", "local_dials", "", 1000)
+    state.links.store(config, 1000)
+    state.plans.put(
+        Plan(FAILOVER, "ab", "id-ab", "A", (PlanNamespace("topic", "orders-", "orders-"),),
+             0, 5, (PlanStep("verify-link-state", True, "link is FOLLOWING", 0),))
+    )
+    for procedure in (
+        procedures.reverse(state, "ab", 0, 10),
+        procedures.recover(state, "ab", [], True, 10),
+    ):
+        with pytest.raises(ClusterError) as refused:
+            next(procedure)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        assert "a failover begun at 5 ms is in progress on 'B' (next step make-writable)" in (
+            refused.value.message
+        )
+        assert "run failover again here to finish it first" in refused.value.message
+    assert state.plans.get("ab") is not None  # untouched

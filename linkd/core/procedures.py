@@ -883,7 +883,11 @@ def recover(
     answers the cut the first run made (records and offsets no one may have
     seen reported) and attaches the mappings that do not follow yet."""
     config = state.links.get(link_name)
-    plan = yield from _journalled(state, link_name, plans.RECOVER)
+    held = state.plans.get(link_name)
+    if not confirm and held is not None and held.procedure != plans.RECOVER:
+        plan = None  # a report changes nothing: another procedure's plan may wait
+    else:
+        plan = yield from _journalled(state, link_name, plans.RECOVER)
     resumed_from = ""
     if plan is not None:
         resumed_from = plan.next_step(RECOVER_STEPS) or ""
