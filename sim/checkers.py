@@ -42,9 +42,9 @@ write no tombstones, so none may be missing.)
 - "one writer at rest": each namespace a reversal set out to move (its
   journalled plan) is writable on exactly one of its two clusters once the
   run is at rest, after the liveness phase ran the procedure of every plan
-  still journalled once more (`check_one_writer`); a failover's namespaces
-  are writable somewhere, a recovery's never left reserved following
-  nothing.
+  still journalled once more (`check_one_writer`); a failover's or a
+  recovery's are never left reserved and following nothing on the side it
+  ran on.
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -934,11 +934,14 @@ def check_one_writer(
     of its two clusters: neither means no client can write it (a reversal
     cut short and never finished), both means two histories.
 
-    A failover may leave two writers (the old leader, if alive, keeps its
-    side until an operator recovers it: the documented split), never none.
-    A recovery makes `cluster` follow: a namespace it left reserved there
-    must follow a link (reserved and following nothing, no client writes it
-    and no record reaches it: a recovery cut short and never finished)."""
+    A failover or a recovery changes only the side it runs on (`cluster`):
+    there, a namespace it named is writable (a failover), follows the link
+    (a recovery), or is as it was (refused); never reserved and following no
+    link, which no client writes and no record reaches (a procedure cut
+    short between its detach or cut and its end). A failover with the old
+    leader alive leaves two writers: the documented split, until a recovery.
+    A namespace a reversal found reserved already is not judged (a reversal
+    rolled back leaves it so)."""
     details = []
     for m in moved:
         if not (up.get(m.cluster) and up.get(m.peer)):
@@ -946,12 +949,14 @@ def check_one_writer(
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
         what = ""
-        if not here and not there:
+        if m.procedure != "reverse":
+            # A failover or a recovery changes only `cluster`'s side.
+            if _orphaned(states[m.cluster], m.kind, m.prefix):
+                what = f"reserved on {m.cluster} and following no link"
+        elif not here and not there:
             what = "writable on neither cluster"
-        elif here and there and m.procedure == "reverse":
+        elif here and there:
             what = "writable on both clusters"
-        elif m.procedure == "recover" and _orphaned(states[m.cluster], m.kind, m.prefix):
-            what = f"reserved on {m.cluster} and following no link"
         if not what:
             continue
         plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]

@@ -133,6 +133,9 @@ class Simulation:
         self.moved: dict[tuple[str, tuple[tuple[str, str], ...]], checkers.MovedNamespace] = {}
         # Plans the liveness phase re-ran (at most once each), and in flight.
         self._plans_rerun: set[tuple[str, str]] = set()
+        # Whether a failover's source was live when its namespaces became
+        # writable, until its answer is judged (invariant 10).
+        self._failover_live: dict[tuple[str, str], bool] = {}
         self._plans_running = 0
         self.nemesis = Nemesis(
             self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
@@ -226,6 +229,10 @@ class Simulation:
         if plan is None:
             return
         for n in plan.namespaces:
+            if n.reserved_before:
+                # Nobody wrote it here before the plan began: a plan rolled
+                # back leaves it so, which is not the plan's doing.
+                continue
             moved = checkers.MovedNamespace(
                 link, cluster, plan.remote_cluster_id, n.resource_type, n.local_prefix,
                 n.remote_prefix, plan.procedure,
@@ -287,15 +294,27 @@ class Simulation:
         def done(result: Any, error: ClusterError | None) -> None:
             if error is None and isinstance(result, link_admin.Failover) and result.namespaces:
                 self.failovers.append((cid, link_id, self.queue.now_ms, result))
-                source = self.clusters[cid].state.links.get(link).remote_cluster_id
-                self.failover_source_live.append(
-                    source in self.clusters
-                    and self.clusters[source].up
-                    and self.reachable(source, cid)
-                )
+                self.failover_source_live.append(self._source_live_at_change(cid, link))
             then(result, error)
 
         return done
+
+    def _source_live(self, cluster: str, link: str) -> bool:
+        """The source of the cluster's link is up and reachable from it now."""
+        config = self.clusters[cluster].state.links.configs.get(link)
+        source = config.remote_cluster_id if config is not None else ""
+        return (
+            source in self.clusters
+            and self.clusters[source].up
+            and self.reachable(source, cluster)
+        )
+
+    def _source_live_at_change(self, cluster: str, link: str) -> bool:
+        """Whether the source was live when the failover made its namespaces
+        writable (its checkpoint `failover:make-writable`): a crash there may
+        kill the source before the answer."""
+        live = self._failover_live.pop((cluster, link), None)
+        return self._source_live(cluster, link) if live is None else live
 
     def arm_crash(
         self, point: str, target: str, duration_ms: int, runner: str = "", link: str = ""
@@ -317,6 +336,8 @@ class Simulation:
         (sim.operators)."""
         if point in FIRST_CHECKPOINTS:
             self._watch_moved(cluster, link)
+        if point == f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[1]}":
+            self._failover_live[(cluster, link)] = self._source_live(cluster, link)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -995,12 +1016,7 @@ class Simulation:
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
             self.metrics.add("failover_groups_behind", sum(g.behind for g in result.groups))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
-            source = config.remote_cluster_id
-            self.failover_source_live.append(
-                source in self.clusters
-                and self.clusters[source].up
-                and self.reachable(source, cluster)
-            )
+            self.failover_source_live.append(self._source_live_at_change(cluster, name))
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):
                     if not any(rep.in_prefix(topic, p) for p in promoted):
