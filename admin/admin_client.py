@@ -464,9 +464,16 @@ class FailoverResult:
     topics_known_at_ms: int = 0
     # Every partition of a replicated group made writable.
     groups: list[GroupResumeInfo] = field(default_factory=list)
+    # The failover's durable plan, step by step ({name, ok, result,
+    # duration_ms}); a re-run lists the steps done before it first.
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    # The step a re-run took the journalled plan up at ("": planned now).
+    resumed_from: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "steps": list(self.steps),
+            "resumed_from": self.resumed_from,
             "link": self.link.to_dict(),
             "abandoned": list(self.abandoned),
             "namespaces": [ns.to_dict() for ns in self.namespaces],
@@ -745,6 +752,8 @@ def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
         ],
         "groups": groups,
         "notes": list(resp.notes),
+        "steps": [_step_dict(st) for st in resp.steps],
+        "resumed_from": resp.resumed_from,
         "totals": {
             "partitions": len(resp.partitions),
             "diverged_partitions": resp.diverged_partitions,
@@ -1156,6 +1165,8 @@ class AdminClient:
                 )
                 for g in resp.groups
             ],
+            steps=[_step_dict(st) for st in resp.steps],
+            resumed_from=resp.resumed_from,
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:

@@ -895,10 +895,14 @@ def _print_link(link: LinkInfo) -> None:
     plan = link.procedure
     if plan is not None:
         moved = ", ".join(f"{n['type']} {n['local_prefix']!r}" for n in plan["namespaces"])
+        # reverse moves the namespaces to the remote; failover takes them
+        # from it; recover makes them follow it again.
+        towards = {"failover": "from", "recover": "following"}.get(plan["procedure"], "to")
+        again = plan["procedure"] + (" --confirm" if plan["procedure"] == "recover" else "")
         print(
-            f"  procedure in progress: {plan['procedure']} of {moved} to "
+            f"  procedure in progress: {plan['procedure']} of {moved} {towards} "
             f"{plan['remote_cluster_id']}, next step {plan['next_step']} "
-            f"(run {plan['procedure']} again on this cluster to finish it)"
+            f"(run {again} again on this cluster to finish it)"
         )
         for st in plan["steps"]:
             print(f"    {st['name']}: {'ok' if st['ok'] else 'FAILED'}: {st['result']}")
@@ -1157,7 +1161,16 @@ def cmd_failover(args: argparse.Namespace) -> int:
         print(line)
     for g in result.groups:
         print(_group_resume_text(g))
+    _print_steps(result.steps, result.resumed_from)
     return EXIT_OK
+
+
+def _print_steps(steps: list[dict[str, Any]], resumed_from: str) -> None:
+    """A durable procedure's steps (failover, recover), one line each."""
+    if resumed_from:
+        print(f"took up the journalled plan at {resumed_from}")
+    for st in steps:
+        print(f"step {st['name']}: {'ok' if st['ok'] else 'FAILED'}: {st['result']}")
 
 
 def failover_lines(abandoned: list[dict[str, Any]], aborted: list[dict[str, Any]]) -> list[str]:
@@ -1385,6 +1398,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         _emit(report)
     else:
         _print_recovery(report)
+        _print_steps(report["steps"], report["resumed_from"])
         for note in report["notes"]:
             print(f"not completed: {note}")
     # Cut, but not following: the operator must act.

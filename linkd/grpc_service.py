@@ -39,8 +39,8 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.groups import GroupState, JoinRequest
 from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
-from linkd.core.plans import Plan
-from linkd.core.procedures import REVERSE_STEPS, AdminResult, Pending
+from linkd.core.plans import Plan, PlanStep
+from linkd.core.procedures import PLAN_STEPS, AdminResult, Pending
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.metrics import Listener
@@ -880,6 +880,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
                 for g in result.groups
             ],
+            steps=_steps_pb(result.steps),
+            resumed_from=result.resumed_from,
         )
 
     @refusals
@@ -971,6 +973,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
                 for m in plan.mappings
             ],
+            steps=_steps_pb(plan.steps),
+            resumed_from=plan.resumed_from,
         )
 
     @refusals
@@ -1086,6 +1090,14 @@ def _pending_pb(p: Pending | None) -> admin_pb2.PendingChange | None:
     )
 
 
+def _steps_pb(steps: Iterable[PlanStep]) -> list[admin_pb2.ReverseStep]:
+    """A durable procedure's steps, each with what it did on both sides."""
+    return [
+        admin_pb2.ReverseStep(name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms)
+        for s in steps
+    ]
+
+
 def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:
     """A durable procedure's plan (linkd/core/plans.py), None when none."""
     if plan is None:
@@ -1109,7 +1121,7 @@ def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:
             )
             for s in plan.steps
         ],
-        next_step=plan.next_step(REVERSE_STEPS) or "",
+        next_step=plan.next_step(PLAN_STEPS.get(plan.procedure, ())) or "",
         started_at_ms=plan.started_ms,
         restarts=plan.restarts,
     )

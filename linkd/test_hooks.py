@@ -6,7 +6,10 @@ Nothing but those tests may set these environment variables:
 - `LINKD_TEST_EXIT_AT=<point>`: this daemon exits at once (exit code 137, as
   after kill -9, with nothing flushed beyond what is already durable) when
   it reaches `<point>`: a procedure's checkpoint (`requests.Checkpoint`, e.g.
-  "reverse:detach-mappings#1"), or "serve:promote" once it has made the
+  "reverse:detach-mappings#1"; "failover:verify-link-state",
+  "failover:make-writable", "failover:tell-remote"; "recover:plan-recovery",
+  "recover:reserve-and-cut", "recover:follow-remote#<i>" after the i-th
+  mapping, "recover:follow-remote"), or "serve:promote" once it has made the
   namespaces a remote's reversal promotes writable, before it answers.
 - `LINKD_TEST_KILL_AT=<point>=<pid>`: at `<point>` this daemon sends SIGKILL
   to process `<pid>` (the other cluster's daemon) and goes on, so that the

@@ -41,8 +41,10 @@ cleaner's right), and none of the checks above counts it (`CompactedKeys`,
 write no tombstones, so none may be missing.)
 - "one writer at rest": each namespace a reversal set out to move (its
   journalled plan) is writable on exactly one of its two clusters once the
-  run is at rest, after the liveness phase ran `reverse` once more on every
-  cluster that still holds a plan (`check_one_writer`).
+  run is at rest, after the liveness phase ran the procedure of every plan
+  still journalled once more (`check_one_writer`); a failover's or a
+  recovery's are never left reserved and following nothing on the side it
+  ran on.
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -903,8 +905,10 @@ def check_offset_samples(samples: list[OffsetSample], moves: list[OffsetMove]) -
 
 @dataclass(frozen=True, slots=True)
 class MovedNamespace:
-    """A namespace a reversal set out to move from `cluster` (which ran it)
-    to `peer` on `link`, as its journalled plan named it."""
+    """A namespace a durable procedure run on `cluster` set out to move, as
+    its journalled plan named it: a reversal from `cluster` to `peer`, a
+    failover from `peer` to `cluster`, a recovery making `cluster` follow
+    `peer` on `link`."""
 
     link: str
     cluster: str
@@ -912,6 +916,7 @@ class MovedNamespace:
     kind: str  # "topic" | "group"
     prefix: str  # on `cluster`
     peer_prefix: str  # on `peer`
+    procedure: str = "reverse"  # "reverse" | "failover" | "recover"
 
 
 def writable(state: ClusterState, kind: str, prefix: str) -> bool:
@@ -927,21 +932,44 @@ def check_one_writer(
     """At rest (after the liveness phase finished every journalled plan with
     one re-run), each namespace a reversal moved is writable on exactly one
     of its two clusters: neither means no client can write it (a reversal
-    cut short and never finished), both means two histories."""
+    cut short and never finished), both means two histories.
+
+    A failover or a recovery changes only the side it runs on (`cluster`):
+    there, a namespace it named is writable (a failover), follows the link
+    (a recovery), or is as it was (refused); never reserved and following no
+    link, which no client writes and no record reaches (a procedure cut
+    short between its detach or cut and its end). A failover with the old
+    leader alive leaves two writers: the documented split, until a recovery.
+    A namespace a reversal found reserved already is not judged (a reversal
+    rolled back leaves it so)."""
     details = []
     for m in moved:
         if not (up.get(m.cluster) and up.get(m.peer)):
             continue
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
-        if here != there:
+        what = ""
+        if m.procedure != "reverse":
+            # A failover or a recovery changes only `cluster`'s side.
+            if _orphaned(states[m.cluster], m.kind, m.prefix):
+                what = f"reserved on {m.cluster} and following no link"
+        elif not here and not there:
+            what = "writable on neither cluster"
+        elif here and there:
+            what = "writable on both clusters"
+        if not what:
             continue
         plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
         details.append(
             f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
-            f"(link {m.link}) is writable on {'both clusters' if here else 'neither cluster'} "
-            "at rest after a reversal"
+            f"(link {m.link}) is {what} at rest after a {m.procedure}"
             + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
         )
     return _capped("one writer at rest", details)
+
+
+def _orphaned(state: ClusterState, kind: str, prefix: str) -> bool:
+    """Reserved, and following no link."""
+    ns = state.namespaces.find(ResourceType.parse(kind), prefix)
+    return ns is not None and ns.reserved and ns.follower_link is None
 

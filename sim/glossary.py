@@ -425,7 +425,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         "mid_procedure_crashes", Unit.COUNT, Group.OPERATORS,
         "crashes that landed at a checkpoint of a procedure (between two of its steps)",
-        "one per armed crash (`crash_at`, or a drawn reversal's) that fired",
+        "one per armed crash (`crash_at`, or a drawn reversal's, failover's or "
+        "recovery's) that fired",
         "no crash was armed, or no procedure reached its point",
     ),
     Entry(

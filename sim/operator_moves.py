@@ -33,9 +33,9 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from linkd.core.procedures import REVERSE_STEPS
+from linkd.core.procedures import FAILOVER_STEPS, RECOVER_STEPS, REVERSE_STEPS
 
 
 class MoveKind(enum.Enum):
@@ -164,7 +164,7 @@ class Move:
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
         if self.kind is MoveKind.ATTACH:
             parts.append(f"-> {self.remote_prefix!r} leader {self.leader}")
-        if self.kind is MoveKind.REVERSE and self.crash_point:
+        if self.crash_point:
             parts.append(
                 f"crashing {'the remote' if self.crash_peer else 'it'} at {self.crash_point}"
             )
@@ -406,6 +406,9 @@ def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
 # How often a drawn reversal is cut short by a crash of either side at one of
 # its checkpoints (linkd/core/requests.py Checkpoint).
 MID_PROCEDURE_CRASH = 0.5
+# How often a drawn failover (not one right after a kill) or confirmed
+# recovery is, at one of its checkpoints.
+MID_FAILOVER_RECOVER_CRASH = 0.3
 
 
 def _crash_point(rng: random.Random, namespaces: int) -> str:
@@ -415,6 +418,22 @@ def _crash_point(rng: random.Random, namespaces: int) -> str:
     if rng.random() < 0.5:
         return rng.choice(points)
     return rng.choice([p for p in points if "mappings" in p])
+
+
+def failover_points() -> list[str]:
+    """Every checkpoint of a failover."""
+    return [f"failover:{step}" for step in FAILOVER_STEPS]
+
+
+def recover_points(namespaces: int) -> list[str]:
+    """Every checkpoint of a confirmed recovery of `namespaces` mappings (one
+    after each mapping that follows the remote)."""
+    out = []
+    for step in RECOVER_STEPS:
+        if step == "follow-remote":
+            out += [f"recover:{step}#{i}" for i in range(1, namespaces + 1)]
+        out.append(f"recover:{step}")
+    return out
 
 
 def reverse_points(namespaces: int) -> list[str]:
@@ -451,7 +470,13 @@ def _failover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
             MoveKind.FAILOVER, cluster, link=link.name, peer=source, force=force,
             kill_source=True, delay_ms=rng.randrange(1, KILL_FAILOVER_DELAY_MS_MAX),
         )  # fmt: skip
-    return Move(MoveKind.FAILOVER, cluster, link=link.name, force=force)
+    move = Move(MoveKind.FAILOVER, cluster, link=link.name, force=force)
+    if rng.random() < MID_FAILOVER_RECOVER_CRASH:
+        # Cut short: this side or the source crashes at one of its checkpoints.
+        move = replace(
+            move, crash_point=rng.choice(failover_points()), crash_peer=rng.random() < 0.5
+        )
+    return move
 
 
 def _recover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
@@ -464,13 +489,23 @@ def _recover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     if found is not None:
         cluster, m = found
         prefix = m.local_prefix if m.resource_type == "topic" else ""
-    return Move(
+    move = Move(
         MoveKind.RECOVER,
         cluster,
         link=link.name,
         local_prefix=prefix,
         confirm=rng.random() < 0.8,
     )
+    if move.confirm and rng.random() < MID_FAILOVER_RECOVER_CRASH:
+        # Cut short: this side or the remote crashes at one of its checkpoints.
+        # Half of them after the cut, before every mapping follows: the
+        # namespaces are then reserved here and follow nothing until a re-run.
+        namespaces = 1 if prefix else max(1, len(link.mappings))
+        points = recover_points(namespaces)
+        if rng.random() < 0.5:
+            points = [p for p in points if "cut" in p or "#" in p]
+        move = replace(move, crash_point=rng.choice(points), crash_peer=rng.random() < 0.5)
+    return move
 
 
 def _create_topic(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:

@@ -65,6 +65,13 @@ from sim.workloads import Consumer, Producer, ScriptProducer
 PROBE_INTERVAL_MS = 500
 # A kill "under load" waits at most this long for the source to acknowledge a write.
 KILL_WAIT_MS = 1_000
+# A durable procedure's first checkpoint: its plan is journalled, naming the
+# namespaces it moves (watched by "one writer at rest").
+FIRST_CHECKPOINTS = frozenset({
+    f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}",
+    f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[0]}",
+    f"{plans.RECOVER}:{procedures.RECOVER_STEPS[0]}",
+})
 
 
 class Simulation:
@@ -126,6 +133,9 @@ class Simulation:
         self.moved: dict[tuple[str, tuple[tuple[str, str], ...]], checkers.MovedNamespace] = {}
         # Plans the liveness phase re-ran (at most once each), and in flight.
         self._plans_rerun: set[tuple[str, str]] = set()
+        # Whether a failover's source was live when its namespaces became
+        # writable, until its answer is judged (invariant 10).
+        self._failover_live: dict[tuple[str, str], bool] = {}
         self._plans_running = 0
         self.nemesis = Nemesis(
             self.queue, self.network, self.clusters, self.ops, self.logical_bytes,
@@ -219,9 +229,13 @@ class Simulation:
         if plan is None:
             return
         for n in plan.namespaces:
+            if n.reserved_before:
+                # Nobody wrote it here before the plan began: a plan rolled
+                # back leaves it so, which is not the plan's doing.
+                continue
             moved = checkers.MovedNamespace(
                 link, cluster, plan.remote_cluster_id, n.resource_type, n.local_prefix,
-                n.remote_prefix,
+                n.remote_prefix, plan.procedure,
             )
             pair = tuple(sorted(((cluster, n.local_prefix), (moved.peer, n.remote_prefix))))
             self.moved[(n.resource_type, pair)] = moved
@@ -244,9 +258,10 @@ class Simulation:
                 del self.moved[key]
 
     def _finish_plans(self) -> None:
-        """Liveness: a reversal a crash cut short is finished by its
-        documented finishing command, reverse run once more on the cluster
-        that holds its plan."""
+        """Liveness: a procedure a crash cut short is finished by its
+        documented finishing command, run once more on the cluster that
+        holds its plan: reverse; failover (forced if the first run was);
+        recover, confirmed."""
         for cid in self.cluster_ids:
             node = self.clusters[cid]
             if not node.up:
@@ -262,7 +277,44 @@ class Simulation:
                 def rerun(_report: Any, _error: ClusterError | None) -> None:
                     self._plans_running -= 1
 
-                self.ops.reverse(cid, link, 0, rerun)
+                plan = node.state.plans.plans[link]
+                if plan.procedure == plans.FAILOVER:
+                    force = bool((plan.detail or {}).get("force", False))
+                    self.ops.failover(cid, link, force, self._failover_rerun(cid, link, rerun))
+                elif plan.procedure == plans.RECOVER:
+                    self.ops.recover(cid, link, [], True, rerun)
+                else:
+                    self.ops.reverse(cid, link, 0, rerun)
+
+    def _failover_rerun(self, cid: str, link: str, then: Any) -> Any:
+        """A failover re-run answers what the run a crash cut short did: that
+        answer is the failover's report (invariant 10)."""
+        link_id = self.clusters[cid].state.links.get(link).link_id
+
+        def done(result: Any, error: ClusterError | None) -> None:
+            if error is None and isinstance(result, link_admin.Failover) and result.namespaces:
+                self.failovers.append((cid, link_id, self.queue.now_ms, result))
+                self.failover_source_live.append(self._source_live_at_change(cid, link))
+            then(result, error)
+
+        return done
+
+    def _source_live(self, cluster: str, link: str) -> bool:
+        """The source of the cluster's link is up and reachable from it now."""
+        config = self.clusters[cluster].state.links.configs.get(link)
+        source = config.remote_cluster_id if config is not None else ""
+        return (
+            source in self.clusters
+            and self.clusters[source].up
+            and self.reachable(source, cluster)
+        )
+
+    def _source_live_at_change(self, cluster: str, link: str) -> bool:
+        """Whether the source was live when the failover made its namespaces
+        writable (its checkpoint `failover:make-writable`): a crash there may
+        kill the source before the answer."""
+        live = self._failover_live.pop((cluster, link), None)
+        return self._source_live(cluster, link) if live is None else live
 
     def arm_crash(
         self, point: str, target: str, duration_ms: int, runner: str = "", link: str = ""
@@ -282,8 +334,10 @@ class Simulation:
         a reversal's plan names the namespaces it moves (watched by the check
         "one writer at rest"), and an armed crash lands here, mid-procedure
         (sim.operators)."""
-        if point == f"{plans.REVERSE}:{procedures.REVERSE_STEPS[0]}":
+        if point in FIRST_CHECKPOINTS:
             self._watch_moved(cluster, link)
+        if point == f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[1]}":
+            self._failover_live[(cluster, link)] = self._source_live(cluster, link)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -521,7 +575,7 @@ class Simulation:
                 self.touched(config.remote_cluster_id, prefix=m.remote_prefix)
         elif m.kind in (k.FAILOVER, k.RECOVER, k.DELETE_LINK):
             self.touched(m.cluster, link=m.link)
-        if m.kind is k.REVERSE and m.crash_point:
+        if m.crash_point:
             peer = self.clusters[m.cluster].state.links.configs.get(m.link)
             target = peer.remote_cluster_id if peer is not None and m.crash_peer else ""
             down_ms = 1_000 + self.move_rng.randrange(4_000)
@@ -549,12 +603,17 @@ class Simulation:
             self.metrics.add("moves_failover_after_kill", 1)
             self._kill_then_failover(m, 1_000 + self.move_rng.randrange(4_000))
         elif m.kind is k.FAILOVER:
-            self.failover(m.cluster, m.link, m.force, False)
+            self.failover(
+                m.cluster, m.link, m.force, False, lambda: self.disarm_crash(m.cluster, m.link)
+            )
         elif m.kind is k.RECOVER:
             requested: list[tuple[str, str, str | None]] = (
                 [("topic", m.local_prefix, None)] if m.local_prefix else []
             )
-            o.recover(m.cluster, m.link, requested, m.confirm)
+            o.recover(
+                m.cluster, m.link, requested, m.confirm,
+                lambda _r, _e: self.disarm_crash(m.cluster, m.link),
+            )
         elif m.kind is k.CREATE_TOPIC:
             o.create_topic(m.cluster, m.topic, m.partitions)
         elif m.kind is k.DELETE_TOPIC:
@@ -903,18 +962,30 @@ class Simulation:
             return
         self.ops.delete_link(cluster, name)
 
-    def failover(self, cluster: str, name: str, force: bool, bump_leader_epoch: bool) -> None:
+    def failover(
+        self,
+        cluster: str,
+        name: str,
+        force: bool,
+        bump_leader_epoch: bool,
+        ended: Callable[[], None] | None = None,
+    ) -> None:
         """failover, then (optionally) one more leader epoch on every promoted
         partition, as a Kafka leader change would give it; the clients whose
-        failover target is this cluster move here once it answered."""
+        failover target is this cluster move here once it answered.
+        `ended`: called once it answered or was refused."""
         mirror = self.mirrors.get(f"{cluster}/{name}")
         if mirror is not None:
             self._mirror_failover(cluster, mirror)
+            if ended is not None:
+                ended()
             return
         node = self.clusters[cluster]
         config = node.links.configs.get(name)
         if config is None:
-            self.ops.failover(cluster, name, force)  # refused: UNKNOWN_LINK
+            self.ops.failover(  # refused: UNKNOWN_LINK
+                cluster, name, force, None if ended is None else lambda _r, _e: ended()
+            )
             return
         promoted = [m.local_prefix for m in rep.follower_mappings(config, "topic")]
         self._check_followers(cluster, final=False)
@@ -924,6 +995,8 @@ class Simulation:
         ends_before = status_checks.log_ends(node.state, promoted)
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
+            if ended is not None:
+                ended()
             if error is not None:
                 return
             assert isinstance(result, link_admin.Failover)
@@ -943,12 +1016,7 @@ class Simulation:
             self.metrics.add("failover_abandoned_partitions", len(result.abandoned))
             self.metrics.add("failover_groups_behind", sum(g.behind for g in result.groups))
             self.failovers.append((cluster, config.link_id, self.queue.now_ms, result))
-            source = config.remote_cluster_id
-            self.failover_source_live.append(
-                source in self.clusters
-                and self.clusters[source].up
-                and self.reachable(source, cluster)
-            )
+            self.failover_source_live.append(self._source_live_at_change(cluster, name))
             if bump_leader_epoch:
                 for topic in sorted(node.state.topics):
                     if not any(rep.in_prefix(topic, p) for p in promoted):

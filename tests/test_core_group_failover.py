@@ -23,7 +23,16 @@ from linkd.core import procedures, undo
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.links import Leader, Mapping, MappingType
-from linkd.core.requests import Execute, LinkChanged, Note, Now, Request, Tell, WakeWaiters
+from linkd.core.requests import (
+    Checkpoint,
+    Execute,
+    LinkChanged,
+    Note,
+    Now,
+    Request,
+    Tell,
+    WakeWaiters,
+)
 
 BATCH = 5  # records a batch; one batch a round (the budget below)
 
@@ -39,7 +48,7 @@ def drive(procedure: Generator[Request, Any, Any], state: ClusterState, disk: Di
             elif isinstance(request, Execute):
                 disk.carry_out(state, list(request.effects))
                 reply = NOW
-            elif isinstance(request, Note | WakeWaiters | Tell | LinkChanged):
+            elif isinstance(request, Note | WakeWaiters | Tell | LinkChanged | Checkpoint):
                 reply = None
             else:
                 raise AssertionError(f"unexpected request {request!r}")

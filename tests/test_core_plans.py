@@ -94,3 +94,114 @@ def test_deleting_the_link_ends_its_plan() -> None:
     assert state.plans.get("ab") is None
     records = [r for e in effects for r in getattr(e, "records", ())]
     assert any(r.TYPE == "procedure_plan" for r in records)
+
+
+def test_a_failover_plan_keeps_its_answer_through_the_journal() -> None:
+    """What a failover abandoned is journalled with its change, so that a
+    re-run after a crash answers it (nobody may have seen the first answer)."""
+    from linkd.core import link_admin
+    from linkd.core.cluster import DanglingTxn
+    from linkd.core.metadata_sync import GroupResume
+    from linkd.core.plans import FAILOVER
+    from linkd.core.procedures import FAILOVER_STEPS
+
+    row = link_admin.PartitionLag(
+        "orders-1", 0, "follower", -1, -1, 40, 55, 1, 0, "A", False, 1200,
+        high_watermark=40, unknown_since_ms=1200,
+    )
+    result = link_admin.Failover(
+        [], [row], [row], [DanglingTxn("orders-1", 0, 7, 30)], [("topic", "orders-")], 900,
+        [GroupResume("app-1", "orders-1", 0, 35, 38, 1100)],
+    )
+    plan = Plan(
+        FAILOVER, "ab", "id-ab", "A", (PlanNamespace("topic", "orders-", "orders-"),), 0, 5,
+        (PlanStep(FAILOVER_STEPS[0], True, "link is DISCONNECTED", 0),),
+        detail={"force": True, "result": result.to_json()},
+    )
+    state = ClusterState("B")
+    stored = [json.loads(json.dumps(encode(r))) for r in state.plans.put(plan)]
+    replayed = ClusterState("B")
+    for obj in stored:
+        replayed.apply_record(decode(obj))
+    again = replayed.plans.get("ab")
+    assert again == plan and again.next_step(FAILOVER_STEPS) == FAILOVER_STEPS[1]
+    assert again.detail is not None
+    back = link_admin.Failover.from_json(again.detail["result"])
+    assert (back.partitions, back.abandoned, back.dangling, back.namespaces) == (
+        result.partitions, result.abandoned, result.dangling, result.namespaces
+    )
+    assert back.groups == result.groups and back.topics_known_at_ms == 900
+    # A plan without a detail keeps the journal form reversals always had.
+    assert "detail" not in _plan().to_json()
+
+
+def test_a_recovery_plan_keeps_its_cut_through_the_journal() -> None:
+    from linkd.core import recovery
+
+    cut = recovery.RecoveryPlan(
+        "ab", "A", "B", (recovery.RecoveryMapping("topic", "orders-", "orders-"),),
+        (recovery.PartitionRow("orders-1", "orders-1", 0, 50, 40, 40, 40, 10, 0, "epochs"),),
+        (recovery.GroupCut("app-1", "orders-1", 0, 48, 40),),
+    )
+    back = recovery.RecoveryPlan.from_dict(json.loads(json.dumps(cut.to_dict())))
+    assert back == cut
+    assert back.local_records_lost == 10 and back.diverged_partitions == 1
+
+
+@pytest.mark.parametrize(
+    ("procedure", "shown", "again"),
+    [
+        ("failover", "failover of topic 'orders-' from A, next step make-writable",
+         "run failover again"),
+        ("recover", "recover of topic 'orders-' following A, next step make-writable",
+         "run recover --confirm again"),
+    ],
+)
+def test_describe_link_text_shows_a_failover_or_recovery_in_progress(
+    capsys: pytest.CaptureFixture[str], procedure: str, shown: str, again: str
+) -> None:
+    link = LinkInfo(
+        "ab", "id-ab", "B", "A", "a:9092", "ASYNC", "local", "DISCONNECTED", 0, 1, [], [], [],
+        procedure={
+            "procedure": procedure,
+            "remote_cluster_id": "A",
+            "namespaces": [
+                {"type": "topic", "local_prefix": "orders-", "remote_prefix": "orders-"}
+            ],
+            "steps": [{"name": "verify-link-state", "ok": True, "result": "link is X",
+                       "duration_ms": 0}],
+            "next_step": "make-writable",
+            "started_at_ms": 5,
+            "restarts": 0,
+        },
+    )
+    cli._print_link(link)
+    out = capsys.readouterr().out
+    assert f"procedure in progress: {shown}" in out
+    assert again in out
+
+
+def test_while_one_procedure_is_journalled_another_on_that_link_is_refused() -> None:
+    from linkd.core import procedures
+    from linkd.core.errors import ClusterError, ErrorCode
+    from linkd.core.plans import FAILOVER
+
+    state = ClusterState("B")
+    config = state.links.new_config("ab", "id-ab", "A", "a:1", "", "local_dials", "", 1000)
+    state.links.store(config, 1000)
+    state.plans.put(
+        Plan(FAILOVER, "ab", "id-ab", "A", (PlanNamespace("topic", "orders-", "orders-"),),
+             0, 5, (PlanStep("verify-link-state", True, "link is FOLLOWING", 0),))
+    )
+    for procedure in (
+        procedures.reverse(state, "ab", 0, 10),
+        procedures.recover(state, "ab", [], True, 10),
+    ):
+        with pytest.raises(ClusterError) as refused:
+            next(procedure)
+        assert refused.value.code is ErrorCode.INVALID_REQUEST
+        assert "a failover begun at 5 ms is in progress on 'B' (next step make-writable)" in (
+            refused.value.message
+        )
+        assert "run failover again here to finish it first" in refused.value.message
+    assert state.plans.get("ab") is not None  # untouched

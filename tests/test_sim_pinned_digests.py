@@ -185,12 +185,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "21b0eb1df05a37b96a0da86cb8c57d61c322d89d1492de4f319e2fb032c8bad7",
     ),
     ("failover-after-kill", 1): (
-        "e38c86dd1b2972d0b33c64419e66471a291a589e5af50b54999d9beef70f029a",
-        "bfa6b914929d4d623ae297b0cb056af3105794e715d4e3c408acdce14ccc69fc",
+        "c49f321355d685dd9b3c62c9546aa53cc4e7b8f86d39755260926047fcfcc98a",
+        "c759397fbb0926a19ee1953f3a3d538cf2378c1d341418df023560c6d06e4609",
     ),
     ("failover-after-kill", 2): (
-        "dceeb616f2ddcea65b5df691816539e619a05b0a24796ce729a4d9fed5f88143",
-        "058858833db5a204ff931cea63773e246cfbf76072d6c2a2c9ab31dd54ac886c",
+        "1614af054d1ccd6ebf6d180e96e1ad00e78769683074a655920e2387a6676dae",
+        "f384b04bdb4290750ea01ed87bb99235426b4ec24ecef8b76452b8b800649d40",
     ),
     ("failover-writable", 1): (
         "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",

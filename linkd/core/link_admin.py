@@ -39,7 +39,8 @@ nothing changed. Pure code: time arrives as `now_ms`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import lineage, undo
@@ -61,6 +62,7 @@ from linkd.core.links import (
 )
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.partition import PartitionLog
+from linkd.core.plans import PlanStep
 from linkd.core.provenance import Gap
 from linkd.core.replication import (
     detach_provenance,
@@ -928,6 +930,34 @@ class Failover:
     # Every partition of a replicated group made writable: where it resumes
     # here and the last commit heard of (`metadata_sync.settle_failover_groups`).
     groups: list[msync.GroupResume] = field(default_factory=list)
+    # Its durable plan's steps (linkd/core/plans.py), each with what it did
+    # here and on the remote; a re-run lists the steps done before it first.
+    steps: list[PlanStep] = field(default_factory=list)
+    # The step a re-run took the journalled plan up at ("": planned now).
+    resumed_from: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """What the answer reports (not the effects), for the plan's record."""
+        return {
+            "partitions": [asdict(r) for r in self.partitions],
+            "abandoned": [asdict(r) for r in self.abandoned],
+            "dangling": [asdict(d) for d in self.dangling],
+            "namespaces": [list(n) for n in self.namespaces],
+            "topics_known_at_ms": self.topics_known_at_ms,
+            "groups": [asdict(g) for g in self.groups],
+        }
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> Failover:
+        return Failover(
+            [],
+            [PartitionLag(**r) for r in obj["partitions"]],
+            [PartitionLag(**r) for r in obj["abandoned"]],
+            [DanglingTxn(**d) for d in obj["dangling"]],
+            [(str(t), str(p)) for t, p in obj["namespaces"]],
+            int(obj["topics_known_at_ms"]),
+            [msync.GroupResume(**g) for g in obj["groups"]],
+        )
 
 
 def storage_reason(state: ClusterState, link_name: str) -> str:
@@ -954,6 +984,15 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
     that may lose records (a lag above zero, or not known: -1 and since
     when), and every replicated transaction whose abort marker it wrote."""
     config = state.links.get(link_name)
+    rows, abandoned = check_failover(state, link_name, force, now_ms)
+    return _failover_effects(state, config, link_name, rows, abandoned, now_ms)
+
+
+def check_failover(
+    state: ClusterState, link_name: str, force: bool, now_ms: int
+) -> tuple[list[PartitionLag], list[PartitionLag]]:
+    """Failover's refusals, nothing changed: returns (every follower
+    partition, those that may lose records), or raises the refusal."""
     link_state = state.links.state_name(link_name)
     rows = follower_partitions(state, link_name, now_ms)
     if undo.undone(4):
@@ -997,6 +1036,17 @@ def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> F
                 f"link {link_name!r} ({link_state}): {len(abandoned)} follower partitions "
                 f"still lag by {total} records; wait, or fail over with force to abandon them",
             )
+    return rows, abandoned
+
+
+def _failover_effects(
+    state: ClusterState,
+    config: LinkConfig,
+    link_name: str,
+    rows: list[PartitionLag],
+    abandoned: list[PartitionLag],
+    now_ms: int,
+) -> Failover:
     effects: list[Effect] = []
     listed = state.links.runtime[link_name].topics_known_at_ms
     out = Failover(effects, rows, abandoned, [], [], listed or 0)
@@ -1057,6 +1107,7 @@ __all__ = [
     "accept_remote_config",
     "check_attach",
     "check_detach",
+    "check_failover",
     "delete_link",
     "describe_unknown",
     "failover",

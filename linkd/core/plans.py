@@ -1,4 +1,4 @@
-"""Durable plans of multi-step procedures (today: `reverse`).
+"""Durable plans of multi-step procedures: `reverse`, `failover`, `recover`.
 
 A reversal changes both clusters in several steps (reserve, wait, detach,
 attach swapped, promote the remote). A crash of either side between two of
@@ -14,6 +14,13 @@ from its first step not done, instead of planning anew from what is left
 cleared) when the last step is done, or when a step before any mapping
 changed fails and the reservations the plan made are rolled back.
 
+`failover` and a confirmed `recover` journal a plan the same way: one
+plan per link, whichever procedure holds it; another procedure on that
+link is refused until it ends. Their plans keep what the answer must say
+whatever happens later (`detail`): the failover's abandoned partitions and
+the recovery's cut, so that a re-run after a crash reports what the first
+run did (records it gave up or cut), not only what is left to do.
+
 `describe-link` and `ccr-admin procedures` show a plan in progress. Pure
 data: the journal record is `journal.ProcedurePlan`.
 """
@@ -26,6 +33,8 @@ from typing import Any
 from linkd.core import journal as jr
 
 REVERSE = "reverse"
+FAILOVER = "failover"
+RECOVER = "recover"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +72,7 @@ class PlanNamespace:
 class Plan:
     """A procedure in progress on one link of this cluster."""
 
-    procedure: str  # "reverse"
+    procedure: str  # REVERSE | FAILOVER | RECOVER
     link: str
     link_id: str
     remote_cluster_id: str
@@ -72,6 +81,9 @@ class Plan:
     started_ms: int
     steps: tuple[PlanStep, ...] = ()  # outcomes so far, oldest first
     restarts: int = 0  # how many times a re-run took it up again
+    # What the procedure's answer must keep reporting (plain JSON): a
+    # failover's abandoned partitions, a recovery's cut. None: nothing.
+    detail: dict[str, Any] | None = None
 
     def done(self, step: str) -> bool:
         return any(s.name == step and s.ok for s in self.steps)
@@ -85,7 +97,7 @@ class Plan:
         return replace(self, steps=(*kept, step))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "procedure": self.procedure,
             "link": self.link,
             "link_id": self.link_id,
@@ -99,6 +111,9 @@ class Plan:
             "steps": [s.to_json() for s in self.steps],
             "restarts": self.restarts,
         }
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> Plan:
@@ -115,6 +130,7 @@ class Plan:
             int(obj["started_ms"]),
             tuple(PlanStep.from_json(s) for s in obj.get("steps", [])),
             int(obj.get("restarts", 0)),
+            obj.get("detail"),
         )
 
 
@@ -153,4 +169,4 @@ class PlanTable:
         self.plans = {str(k): Plan.from_json(v) for k, v in snapshot.items()}
 
 
-__all__ = ["REVERSE", "Plan", "PlanNamespace", "PlanStep", "PlanTable"]
+__all__ = ["FAILOVER", "RECOVER", "REVERSE", "Plan", "PlanNamespace", "PlanStep", "PlanTable"]

@@ -649,27 +649,131 @@ def set_mode(
     return AdminResult(state.links.get(name), pending)
 
 
+# -- failing over ----------------------------------------------------------------------------
+
+FAILOVER_STEPS = (
+    "verify-link-state",
+    "make-writable",
+    "tell-remote",
+)
+
+
 def failover(
     state: ClusterState, name: str, force: bool, now_ms: int
 ) -> Generator[Request, Any, admin.Failover]:
     """Makes this side's follower namespaces of the link writable
     (`link_admin.failover`), then tells the remote in the background: after a
-    disaster it is usually gone, and the detach converges anyway."""
-    result = admin.failover(state, name, force, now_ms)
-    yield Execute(tuple(result.effects))
-    # The promoted topics' high watermarks no longer wait for their source.
-    if state.refresh_high_watermarks():
-        yield WakeWaiters()
+    disaster it is usually gone, and the detach converges anyway.
+
+    A durable plan (linkd/core/plans.py): once the checks pass, the plan (the
+    namespaces it promotes) is journalled before the first change, and the
+    step that makes them writable journals its answer (every partition, what
+    may be lost, the groups) with its changes. Run again after a crash of
+    this cluster, it continues the plan: a plan stopped before that step
+    checks again (a refusal ends it, nothing changed); one stopped after it
+    answers what the first run did, which no one may have seen."""
     config = state.links.get(name)
+    plan = yield from _journalled(state, name, plans.FAILOVER)
+    resumed_from = ""
+    if plan is None:
+        rows, abandoned = admin.check_failover(state, name, force, now_ms)
+        promoted = [m for m in config.attached_mappings() if m.local_role == Role.FOLLOWER]
+        verify = plans.PlanStep(
+            FAILOVER_STEPS[0], True,
+            f"link is {state.links.state_name(name)}: {len(rows)} follower partitions here, "
+            f"{len(abandoned)} of them may lose records"
+            + (" (forced)" if force else "") + f"; {config.remote_cluster_id!r} not asked",
+            0,
+        )  # fmt: skip
+        plan = plans.Plan(
+            plans.FAILOVER, name, config.link_id, config.remote_cluster_id,
+            tuple(
+                plans.PlanNamespace(m.resource_type, m.local_prefix, m.remote_prefix)
+                for m in promoted
+            ),
+            0, now_ms, (verify,), detail={"force": force},
+        )  # fmt: skip
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        yield _checkpoint(name, verify.name, plans.FAILOVER)
+    else:
+        plan = replace(plan, restarts=plan.restarts + 1)
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        resumed_from = plan.next_step(FAILOVER_STEPS) or ""
+        yield Note("warning", f"link {name!r}: failover takes up its journalled plan (begun at "
+                   f"{plan.started_ms} ms) at step {resumed_from}")
+    before = {s.name for s in plan.steps if s.ok} if resumed_from else set()
+    if plan.done(FAILOVER_STEPS[1]):
+        assert plan.detail is not None
+        result = admin.Failover.from_json(plan.detail["result"])
+    else:
+        result = yield from _make_writable(state, name, force, plan)
+        plan = state.plans.get(name) or plan
+    # Tell the old leader: best effort, in the background (the link's next
+    # handshakes carry the detach there anyway).
+    config = state.links.get(name)
+    yield Tell(
+        config.value("remote_bootstrap"),
+        Handshake(lineage.outgoing(state, config)),
+        f"link {name!r}: handshake",
+    )
+    told = plans.PlanStep(
+        FAILOVER_STEPS[2], True,
+        f"sent {config.remote_cluster_id!r} this side's configuration in the background (the "
+        f"detach reaches it by the link's next handshake if it is down); "
+        f"{config.remote_cluster_id!r} keeps leading its side until it runs recover",
+        0,
+    )  # fmt: skip
+    plan = plan.with_step(told)
+    yield Execute(tuple(journal(state.plans.end(name))))
+    yield _checkpoint(name, told.name, plans.FAILOVER)
+    result.steps = _marked(plan.steps, before)
+    result.resumed_from = resumed_from
+    yield LinkChanged(name)
+    return result
+
+
+def _make_writable(
+    state: ClusterState, name: str, force: bool, plan: plans.Plan
+) -> Generator[Request, Any, admin.Failover]:
+    """Failover's change: detach the follower mappings, clear their
+    reservations, settle the replicated groups, and journal the answer in
+    the plan with them. A refusal (a re-run that checks again) ends the
+    plan: nothing changed."""
+    started: int = yield Now()
+    try:
+        result = admin.failover(state, name, force, started)
+    except ClusterError:
+        yield Execute(tuple(journal(state.plans.end(name))))
+        raise
+    # The promoted topics' high watermarks no longer wait for their source.
+    hw_moved = state.refresh_high_watermarks()
     # The replicated groups resume at the last commit heard of, or at the
     # end of this cluster's data if nearer; the answer says which, per group.
     group_prefixes = [p for kind, p in result.namespaces if kind == MappingType.GROUP]
     offsets_topic = derived_topic_id(f"ccr-offsets/{state.cluster_id}/{name}")
-    effects, result.groups = msync.settle_failover_groups(
-        state, name, group_prefixes, now_ms, offsets_topic
+    group_effects, result.groups = msync.settle_failover_groups(
+        state, name, group_prefixes, started, offsets_topic
     )
-    if effects:
-        yield Execute(tuple(effects), "offsets")
+    lost = sum(r.lag_records for r in result.abandoned if r.lag_known)
+    unknown = [r for r in result.abandoned if not r.lag_known]
+    step = plans.PlanStep(
+        FAILOVER_STEPS[1], True,
+        f"made {len(result.namespaces)} namespaces writable here ("
+        + ", ".join(f"{k} {p!r}" for k, p in result.namespaces)
+        + f"); abandoned {lost} records known to lag on "
+        f"{len(result.abandoned) - len(unknown)} partitions, {len(unknown)} partitions' lag "
+        f"not known; aborted {len(result.dangling)} dangling transactions; "
+        f"{len(result.groups)} replicated group partitions settled",
+        0,
+    )  # fmt: skip
+    detail = dict(plan.detail or {})
+    detail["result"] = result.to_json()
+    plan = replace(plan.with_step(step), detail=detail)
+    yield Execute((*result.effects, *journal(state.plans.put(plan))))
+    if group_effects:
+        yield Execute(tuple(group_effects), "offsets")
+    if hw_moved:
+        yield WakeWaiters()
     behind = [g for g in result.groups if g.behind > 0]
     if behind:
         yield Note(
@@ -677,13 +781,6 @@ def failover(
             f"link {name!r}: {len(behind)} replicated group partitions resume behind the last "
             f"commit heard of, by {sum(g.behind for g in behind)} records in all",
         )
-    yield Tell(
-        config.value("remote_bootstrap"),
-        Handshake(lineage.outgoing(state, config)),
-        f"link {name!r}: handshake",
-    )
-    lost = sum(r.lag_records for r in result.abandoned if r.lag_known)
-    unknown = [r for r in result.abandoned if not r.lag_known]
     aborted = ", ".join(
         f"{d.topic}-{d.partition} producer {d.producer_id} from offset {d.first_offset}"
         for d in result.dangling
@@ -695,7 +792,7 @@ def failover(
         f"{len(result.abandoned) - len(unknown)} partitions"
         + (
             f"; the lag of {len(unknown)} partitions not known: "
-            f"{admin.describe_unknown(unknown, now_ms)}"
+            f"{admin.describe_unknown(unknown, started)}"
             if unknown
             else ""
         )
@@ -705,8 +802,44 @@ def failover(
             else ""
         ),
     )
-    yield LinkChanged(name)
+    yield _checkpoint(name, step.name, plans.FAILOVER)
     return result
+
+
+def _marked(steps: tuple[plans.PlanStep, ...], before: set[str]) -> list[plans.PlanStep]:
+    """A plan's steps for an answer: those a run before this one did are
+    marked so."""
+    return [
+        replace(s, result=f"(before the re-run) {s.result}") if s.name in before else s
+        for s in steps
+    ]
+
+
+def _journalled(
+    state: ClusterState, link_name: str, procedure: str
+) -> Generator[Request, Any, plans.Plan | None]:
+    """The plan of `procedure` journalled for the link (None: none). A plan
+    of an earlier link of that name is dropped; while another procedure's
+    plan is journalled, this one is refused (finish that one first)."""
+    config = state.links.get(link_name)
+    plan = state.plans.get(link_name)
+    if plan is None:
+        return None
+    if plan.link_id != config.link_id:
+        yield Execute(tuple(journal(state.plans.end(link_name))))
+        yield Note("warning", f"link {link_name!r}: dropped the plan of a {plan.procedure} of "
+                   "an earlier link of this name")
+        return None
+    if plan.procedure != procedure:
+        steps = PLAN_STEPS.get(plan.procedure, ())
+        raise ClusterError(
+            ErrorCode.INVALID_REQUEST,
+            f"link {link_name!r}",
+            f"link {link_name!r}: a {plan.procedure} begun at {plan.started_ms} ms is in "
+            f"progress on {state.cluster_id!r} (next step {plan.next_step(steps)}); run "
+            f"{plan.procedure} again here to finish it first",
+        )
+    return plan
 
 
 def set_reserved(
@@ -731,6 +864,13 @@ def set_reserved(
 # -- unclean link recovery ------------------------------------------------------------------------
 
 
+RECOVER_STEPS = (
+    "plan-recovery",
+    "reserve-and-cut",
+    "follow-remote",
+)
+
+
 def recover(
     state: ClusterState,
     link_name: str,
@@ -740,10 +880,134 @@ def recover(
 ) -> Generator[Request, Any, recovery.RecoveryPlan]:
     """Run on the side that will follow. Report only, or (confirm) reserve,
     abort open transactions, truncate, move committed offsets back, and attach
-    the mappings with the remote leading (linkd/core/recovery.py)."""
+    the mappings with the remote leading (linkd/core/recovery.py).
+
+    Confirmed, a durable plan (linkd/core/plans.py): the cut it will make is
+    journalled before the first change, the reservations and the cut are
+    journalled with the step's outcome, and the mappings follow the remote one
+    by one. Run again (confirmed) after a crash of either side or a mapping
+    that could not follow, it continues the plan: before the cut it plans
+    again from the remote's description (nothing changed yet); after it, it
+    answers the cut the first run made (records and offsets no one may have
+    seen reported) and attaches the mappings that do not follow yet."""
+    config = state.links.get(link_name)
+    held = state.plans.get(link_name)
+    if not confirm and held is not None and held.procedure != plans.RECOVER:
+        plan = None  # a report changes nothing: another procedure's plan may wait
+    else:
+        plan = yield from _journalled(state, link_name, plans.RECOVER)
+    resumed_from = ""
+    if plan is not None:
+        resumed_from = plan.next_step(RECOVER_STEPS) or ""
+    if plan is not None and plan.done(RECOVER_STEPS[1]):
+        assert plan.detail is not None
+        cut = recovery.RecoveryPlan.from_dict(plan.detail["cut"])
+        if not confirm:
+            return replace(
+                cut, steps=tuple(plan.steps), resumed_from=resumed_from,
+                notes=(f"a recovery begun at {plan.started_ms} ms is in progress (next step "
+                       f"{resumed_from}); run recover --confirm again here to finish it",),
+            )  # fmt: skip
+        before = {s.name for s in plan.steps if s.ok}
+        plan = replace(plan, restarts=plan.restarts + 1)
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        yield Note("warning", f"link {link_name!r}: recover takes up its journalled plan (begun "
+                   f"at {plan.started_ms} ms) at step {resumed_from}")
+        mappings = list(cut.mappings)
+    else:
+        before = {s.name for s in plan.steps if s.ok} if plan is not None else set()
+        if plan is not None:
+            requested = [(n.resource_type, n.local_prefix, n.remote_prefix)
+                         for n in plan.namespaces]
+        mappings = recovery.select_mappings(state, config, requested)
+        cut, remote, remote_groups = yield from _plan_recovery(state, link_name, mappings)
+        if not confirm:
+            return cut
+        try:
+            recovery.check_can_follow(state, link_name, mappings)
+        except ClusterError:
+            if plan is not None:  # nothing changed: the plan ends
+                yield Execute(tuple(journal(state.plans.end(link_name))))
+            raise
+        now: int = yield Now()
+        planned = plans.PlanStep(
+            RECOVER_STEPS[0], True,
+            f"{cut.remote_cluster_id!r} described {len(cut.partitions)} partitions: "
+            f"{cut.local_records_lost} records here to cut in {cut.diverged_partitions} "
+            f"partitions, {len(cut.groups)} committed offsets to move",
+            0,
+        )  # fmt: skip
+        plan = plans.Plan(
+            plans.RECOVER, link_name, config.link_id, config.remote_cluster_id,
+            tuple(plans.PlanNamespace(m.resource_type, m.local_prefix, m.remote_prefix)
+                  for m in mappings),
+            0, plan.started_ms if plan is not None else now, (planned,),
+            plan.restarts + 1 if plan is not None else 0,
+            {"cut": cut.to_dict()},
+        )  # fmt: skip
+        yield Execute(tuple(journal(state.plans.put(plan))))
+        yield _checkpoint(link_name, planned.name, plans.RECOVER)
+        aborted, effects = recovery.reserve_and_abort(state, mappings, now)
+        try:
+            # The aborts wrote markers here: the cut is planned again on them.
+            cut = recovery.plan_recovery(
+                state, link_name, mappings, cut.remote_cluster_id, remote, remote_groups
+            )
+            effects += recovery.apply_recovery(state, cut, config.link_id, now)
+        except ClusterError:
+            yield Execute(tuple(effects))  # the reservation and the aborts happened
+            raise
+        step = plans.PlanStep(
+            RECOVER_STEPS[1], True,
+            f"reserved {len(mappings)} namespaces here, aborted {len(aborted)} open "
+            f"transactions, cut {cut.local_records_lost} records in "
+            f"{cut.diverged_partitions} partitions, moved {len(cut.groups)} committed offsets",
+            0,
+        )  # fmt: skip
+        plan = replace(plan.with_step(step), detail={"cut": cut.to_dict()})
+        if undo.undone(26):
+            # The old rule: nothing durable says the mappings have yet to follow.
+            yield Execute((*effects, *journal(state.plans.end(link_name))))
+        else:
+            yield Execute((*effects, *journal(state.plans.put(plan))))
+        yield Note(
+            "warning",
+            f"link {link_name!r}: unclean link recovery truncated {cut.local_records_lost} "
+            f"records in {cut.diverged_partitions} partitions, moved {len(cut.groups)} "
+            f"committed offsets back, aborted {len(aborted)} open transactions",
+        )
+        yield _checkpoint(link_name, step.name, plans.RECOVER)
+    notes, failed = yield from _follow_remote(state, link_name, mappings)
+    leader = config.remote_cluster_id
+    followed = plans.PlanStep(
+        RECOVER_STEPS[2], not failed,
+        f"{len(mappings) - failed} of {len(mappings)} namespaces attached with {leader!r} "
+        f"leading, here and on {leader!r}" + ("; " + "; ".join(notes) if notes else ""),
+        0,
+    )  # fmt: skip
+    plan = plan.with_step(followed)
+    if state.plans.get(link_name) is not None:
+        # A mapping that could not follow keeps the plan: a re-run attaches it.
+        yield Execute(tuple(journal(
+            state.plans.put(plan) if failed else state.plans.end(link_name)
+        )))
+    yield _checkpoint(link_name, followed.name, plans.RECOVER)
+    return replace(
+        recovery.confirmed(cut), notes=tuple(notes), steps=tuple(_marked(plan.steps, before)),
+        resumed_from=resumed_from,
+    )
+
+
+def _plan_recovery(
+    state: ClusterState, link_name: str, mappings: list[recovery.RecoveryMapping]
+) -> Generator[
+    Request, Any,
+    tuple[recovery.RecoveryPlan, recovery.RemotePartitions, recovery.RemoteGroupOffsets],
+]:
+    """Describes the remote's partitions and groups and plans the cut;
+    returns the plan and what the remote described."""
     config = state.links.get(link_name)
     address = config.value("remote_bootstrap")
-    mappings = recovery.select_mappings(state, config, requested)
     remote: recovery.RemotePartitions = {}
     remote_groups: recovery.RemoteGroupOffsets = {}
     remote_id = config.remote_cluster_id
@@ -766,27 +1030,21 @@ def recover(
         assert isinstance(description, PartitionsDescription)
         remote_groups.update(description.group_offsets)
         remote_id = description.cluster_id
-    now = yield Now()
     plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
-    if not confirm:
-        return plan
-    recovery.check_can_follow(state, link_name, mappings)
-    aborted, effects = recovery.reserve_and_abort(state, mappings, now)
-    try:
-        plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
-        effects += recovery.apply_recovery(state, plan, config.link_id, now)
-    except ClusterError:
-        yield Execute(tuple(effects))  # the reservation and the aborts happened
-        raise
-    yield Execute(tuple(effects))
-    yield Note(
-        "warning",
-        f"link {link_name!r}: unclean link recovery truncated {plan.local_records_lost} records "
-        f"in {plan.diverged_partitions} partitions, moved {len(plan.groups)} committed "
-        f"offsets back, aborted {len(aborted)} open transactions",
-    )
+    return plan, remote, remote_groups
+
+
+def _follow_remote(
+    state: ClusterState, link_name: str, mappings: list[recovery.RecoveryMapping]
+) -> Generator[Request, Any, tuple[list[str], int]]:
+    """Recovery's last step: each mapping attached with the remote leading
+    (a checkpoint after each). Returns the notes for the answer (pending
+    attaches, mappings that could not follow) and how many could not."""
+    config = state.links.get(link_name)
     notes: list[str] = []
-    for m, detach_first in recovery.mappings_to_follow(state.links.get(link_name), mappings):
+    failed = 0
+    todo = recovery.mappings_to_follow(state.links.get(link_name), mappings)
+    for i, (m, detach_first) in enumerate(todo, 1):
         try:
             if detach_first:
                 now = yield Now()
@@ -799,10 +1057,11 @@ def recover(
                 notes.append(f"pending: {attached.pending.remains} ({attached.pending.reason})")
         except ClusterError as exc:
             # The cut happened: the answer must say so, and what is left.
+            failed += 1
             notes.append(
                 f"{m.resource_type} namespace {m.local_prefix!r} does not follow "
                 f"{config.remote_cluster_id!r} yet ({exc.code.name}: {exc.message}); it stays "
-                "reserved; fix that and attach it, or run recover again"
+                "reserved; fix that and attach it, or run recover --confirm again"
             )
             yield Note("warning", f"link {link_name!r}: recovery: {notes[-1]}")
             if m.resource_type == MappingType.TOPIC:
@@ -811,7 +1070,8 @@ def recover(
                 aborts = admin.abort_unfollowed(state, [m.local_prefix], now)
                 if aborts:
                     yield Execute(tuple(aborts))
-    return replace(recovery.confirmed(plan), notes=tuple(notes))
+        yield _checkpoint(link_name, f"{RECOVER_STEPS[2]}#{i}", plans.RECOVER)
+    return notes, failed
 
 
 # -- reversing a link's direction ---------------------------------------------------------------
@@ -829,6 +1089,13 @@ REVERSE_STEPS = (
 # back (this side writable again). From it on, a stopped plan is finished by
 # running reverse again on this cluster.
 REVERSE_NO_RETURN = "detach-mappings"
+
+# Every durable procedure's steps, by its plan's name.
+PLAN_STEPS = {
+    plans.REVERSE: REVERSE_STEPS,
+    plans.FAILOVER: FAILOVER_STEPS,
+    plans.RECOVER: RECOVER_STEPS,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -859,8 +1126,8 @@ class ReverseReport:
         return self.error is None
 
 
-def _checkpoint(link_name: str, point: str) -> Checkpoint:
-    return Checkpoint(plans.REVERSE, link_name, f"{plans.REVERSE}:{point}")
+def _checkpoint(link_name: str, point: str, procedure: str = plans.REVERSE) -> Checkpoint:
+    return Checkpoint(procedure, link_name, f"{procedure}:{point}")
 
 
 def _new_reverse_plan(
@@ -914,12 +1181,7 @@ def reverse(
     journalled until a re-run finishes it."""
     config = state.links.get(link_name)
     report = ReverseReport(link_name)
-    plan = None if undo.undone(24) else state.plans.get(link_name)
-    if plan is not None and plan.link_id != config.link_id:
-        yield Execute(tuple(journal(state.plans.end(link_name))))
-        yield Note("warning", f"link {link_name!r}: dropped the plan of a reversal of an "
-                   "earlier link of this name")
-        plan = None
+    plan = None if undo.undone(24) else (yield from _journalled(state, link_name, plans.REVERSE))
     if plan is None:
         plan, verify = _new_reverse_plan(state, link_name, timeout_ms, now_ms)
         yield Execute(tuple(journal(state.plans.put(plan))))
@@ -1132,6 +1394,9 @@ def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Reque
 
 
 __all__ = [
+    "FAILOVER_STEPS",
+    "PLAN_STEPS",
+    "RECOVER_STEPS",
     "REVERSE_STEPS",
     "AdminResult",
     "Pending",

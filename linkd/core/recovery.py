@@ -42,6 +42,7 @@ from linkd.core.histories import (
 )
 from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.plans import PlanStep
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.replication import in_prefix, map_name
 
@@ -411,6 +412,12 @@ class RecoveryPlan:
     groups: tuple[GroupCut, ...]
     confirmed: bool = False
     notes: tuple[str, ...] = field(default=())
+    # A confirmed recovery's durable plan steps (linkd/core/plans.py), each
+    # with what it did here and on the remote; a re-run lists the steps done
+    # before it first, and its partitions and groups are the cut those made.
+    steps: tuple[PlanStep, ...] = ()
+    # The step a re-run took the journalled plan up at ("": planned now).
+    resumed_from: str = ""
 
     @property
     def local_records_lost(self) -> int:
@@ -442,7 +449,27 @@ class RecoveryPlan:
                 "groups_affected": len({g.group for g in self.groups}),
                 "offsets_moved": len(self.groups),
             },
+            "steps": [st.to_json() for st in self.steps],
+            "resumed_from": self.resumed_from,
         }
+
+    @staticmethod
+    def from_dict(obj: dict[str, Any]) -> RecoveryPlan:
+        """The cut as `to_dict` gave it (a journalled plan's detail)."""
+        rows = [{k: v for k, v in r.items() if k != "diverged"} for r in obj["partitions"]]
+        return RecoveryPlan(
+            str(obj["link"]),
+            str(obj["local_cluster_id"]),
+            str(obj["remote_cluster_id"]),
+            tuple(
+                RecoveryMapping(m["type"], m["local_prefix"], m["remote_prefix"])
+                for m in obj["mappings"]
+            ),
+            tuple(PartitionRow(**r) for r in rows),
+            tuple(GroupCut(**g) for g in obj["groups"]),
+            bool(obj["confirmed"]),
+            tuple(obj.get("notes", ())),
+        )
 
 
 # Remote partitions: (remote topic, partition) -> what the remote said.

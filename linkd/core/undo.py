@@ -71,12 +71,17 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     from what is left, as before plans were durable)
 25. a reversal that fails before any mapping changed is rolled back (undone:
     this side stays reserved and nothing is writable anywhere)
+26. a confirmed `recover` keeps its plan journalled until every recovered
+    mapping follows the remote, so that a re-run (or the liveness phase)
+    finishes it after a crash (undone: the plan ends with the cut, and a
+    crash before the attaches leaves the namespaces reserved, cut and
+    following nothing)
 """
 
 from __future__ import annotations
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, *range(18, 23), 24, 25)
+FIXES = (*range(1, 11), 12, 13, 15, *range(18, 23), 24, 25, 26)
 _undone: frozenset[int] = frozenset()
 
 

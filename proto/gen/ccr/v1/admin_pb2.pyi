@@ -1301,10 +1301,16 @@ class FailoverResponse(_message.Message):
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     TOPICS_KNOWN_AT_MS_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_FIELD_NUMBER: _builtins.int
     topics_known_at_ms: _builtins.int
     """The source's topics and partitions as known from this time on (ms since
     the epoch; 0: never listed since this cluster started). A partition the
     source created later is in no row and may hold records never copied.
+    """
+    resumed_from: _builtins.str
+    """The step a re-run took this cluster's journalled plan up at ("": the
+    failover was planned now).
     """
     @_builtins.property
     def link(self) -> Global___LinkDescription: ...
@@ -1337,6 +1343,15 @@ class FailoverResponse(_message.Message):
         from the source.
         """
 
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReverseStep]:
+        """The failover's durable plan, step by step (verify-link-state,
+        make-writable, tell-remote), each with what it did here and on the
+        remote. A re-run after a crash lists the steps done before it first
+        ("(before the re-run)"); the partitions above are then those the first
+        run made writable and abandoned.
+        """
+
     def __init__(
         self,
         *,
@@ -1347,10 +1362,12 @@ class FailoverResponse(_message.Message):
         aborted_transactions: _abc.Iterable[Global___DanglingTransaction] | None = ...,
         topics_known_at_ms: _builtins.int = ...,
         groups: _abc.Iterable[Global___GroupResume] | None = ...,
+        steps: _abc.Iterable[Global___ReverseStep] | None = ...,
+        resumed_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "resumed_from", b"resumed_from", "steps", b"steps", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1859,6 +1876,8 @@ class RecoverLinkResponse(_message.Message):
     DIVERGED_PARTITIONS_FIELD_NUMBER: _builtins.int
     MAPPINGS_FIELD_NUMBER: _builtins.int
     NOTES_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_FIELD_NUMBER: _builtins.int
     link: _builtins.str
     local_cluster_id: _builtins.str
     remote_cluster_id: _builtins.str
@@ -1866,6 +1885,10 @@ class RecoverLinkResponse(_message.Message):
     local_records_lost: _builtins.int
     remote_records_lost: _builtins.int
     diverged_partitions: _builtins.int
+    resumed_from: _builtins.str
+    """The step a re-run took this cluster's journalled plan up at ("": planned
+    now).
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecoveryPartition]: ...
     @_builtins.property
@@ -1878,6 +1901,14 @@ class RecoverLinkResponse(_message.Message):
     def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What did not complete after the cut (confirmed): e.g. the remote refused
         to lead a mapping. The cut and the offset moves above did happen.
+        """
+
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReverseStep]:
+        """A confirmed recovery's durable plan, step by step (plan-recovery,
+        reserve-and-cut, follow-remote), each with what it did here and on the
+        remote. A re-run after a crash lists the steps done before it first; the
+        partitions and groups above are then the cut the first run made.
         """
 
     def __init__(
@@ -1894,10 +1925,12 @@ class RecoverLinkResponse(_message.Message):
         diverged_partitions: _builtins.int = ...,
         mappings: _abc.Iterable[Global___NamespaceMapping] | None = ...,
         notes: _abc.Iterable[_builtins.str] | None = ...,
+        steps: _abc.Iterable[Global___ReverseStep] | None = ...,
+        resumed_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "diverged_partitions", b"diverged_partitions", "groups", b"groups", "link", b"link", "local_cluster_id", b"local_cluster_id", "local_records_lost", b"local_records_lost", "mappings", b"mappings", "notes", b"notes", "partitions", b"partitions", "remote_cluster_id", b"remote_cluster_id", "remote_records_lost", b"remote_records_lost"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirmed", b"confirmed", "diverged_partitions", b"diverged_partitions", "groups", b"groups", "link", b"link", "local_cluster_id", b"local_cluster_id", "local_records_lost", b"local_records_lost", "mappings", b"mappings", "notes", b"notes", "partitions", b"partitions", "remote_cluster_id", b"remote_cluster_id", "remote_records_lost", b"remote_records_lost", "resumed_from", b"resumed_from", "steps", b"steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
