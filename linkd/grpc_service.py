@@ -964,13 +964,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             diverged_partitions=plan.diverged_partitions,
             notes=list(plan.notes),
             mappings=[
-                admin_pb2.NamespaceMapping(
-                    type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
-                    local_prefix=m.local_prefix,
-                    remote_prefix=m.remote_prefix,
-                    leader="remote",
-                    leader_side=admin_pb2.LEADER_SIDE_REMOTE,
-                )
+                _prefix_mapping_pb(m.resource_type, m.local_prefix, m.remote_prefix, "remote")
                 for m in plan.mappings
             ],
             steps=_steps_pb(plan.steps),
@@ -1072,13 +1066,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
 
 def _mapping_pb(m: Mapping) -> admin_pb2.NamespaceMapping:
+    return _prefix_mapping_pb(m.resource_type, m.local_prefix, m.remote_prefix, m.leader, m.note)
+
+
+def _prefix_mapping_pb(
+    resource_type: str, local_prefix: str, remote_prefix: str, leader: str, note: str = ""
+) -> admin_pb2.NamespaceMapping:
+    """A mapping as the admin API shows it (describe-link, and the namespaces
+    a recovery or a reversal plan names)."""
     return admin_pb2.NamespaceMapping(
-        type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(m.resource_type))),
-        local_prefix=m.local_prefix,
-        remote_prefix=m.remote_prefix,
-        leader=m.leader,
-        note=m.note,
-        leader_side=_LEADER_SIDES[m.leader],
+        type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(resource_type))),
+        local_prefix=local_prefix,
+        remote_prefix=remote_prefix,
+        leader=leader,
+        note=note,
+        leader_side=_LEADER_SIDES[leader],
     )
 
 
@@ -1106,13 +1108,7 @@ def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:
         procedure=plan.procedure,
         remote_cluster_id=plan.remote_cluster_id,
         namespaces=[
-            admin_pb2.NamespaceMapping(
-                type=admin_pb2.ResourceType.ValueType(int(ResourceType.parse(n.resource_type))),
-                local_prefix=n.local_prefix,
-                remote_prefix=n.remote_prefix,
-                leader="local",
-                leader_side=admin_pb2.LEADER_SIDE_LOCAL,
-            )
+            _prefix_mapping_pb(n.resource_type, n.local_prefix, n.remote_prefix, "local")
             for n in plan.namespaces
         ],
         steps=[
