@@ -26,10 +26,13 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from admin import AdminClient, PendingChange
 from admin.errors import KNOWN_CODES, CcrError
+from chaos import security
 from chaos.judges import (
     ClusterSnap,
     MoveRecord,
@@ -101,6 +104,7 @@ class OperatorNemesis:
         self.records: list[MoveRecord] = []
         self.drawn: list[Move] = []
         self._proxy_seed = seed * 100 + 50
+        self.rotations = 0  # link credentials replaced (`_rotate_credential`)
 
     # -- the view ----------------------------------------------------------------------------
 
@@ -150,6 +154,7 @@ class OperatorNemesis:
             topics=topics,
             namespaces=namespaces,
             families=FAMILIES,
+            credentials=bool(self.run.link_credentials()),
         )
 
     # -- the loop ------------------------------------------------------------------------------
@@ -519,6 +524,45 @@ def _restart(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     op.run.restart_daemon(m.cluster)
 
 
+def _rotate_credential(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    """The run's link credential is replaced in the credentials file every
+    daemon reads (they re-read it when it changes): the sessions opened with
+    the old one end at their next call, however busy. `hold_ms` later every
+    cluster's operator sets the new one on its links (alter-link
+    --remote-credentials-file), which restores them."""
+    current = security.current()
+    args = list(current.daemon_args)
+    if not current.link_credentials or "--link-credentials-file" not in args:
+        raise Refused("rotate", CcrError("INVALID_LINK_CONFIG", "the run has no link credentials"))
+    path = Path(args[args.index("--link-credentials-file") + 1])
+    op.rotations += 1
+    new = f"{current.link_credentials.split('~')[0]}~{op.rotations}"
+    path.write_text(f"{new}\n")
+    security.use(replace(current, link_credentials=new))
+    rec.steps.append(f"replace the link credential in {path.name}: ok")
+    threading.Event().wait(m.hold_ms / 1000)
+    rec.steps.append(f"hold: {m.hold_ms} ms")
+    failed: list[str] = []
+    for cluster in sorted(view.up):
+        try:
+            with op.admin(cluster) as a:
+                names = sorted(info.name for info in a.list_links())
+                for name in names:
+                    for attempt in range(3):
+                        try:
+                            a.alter_link(name, credentials=new)
+                            rec.steps.append(f"alter-link {name} on {cluster}: ok")
+                            break
+                        except CcrError as exc:
+                            if attempt == 2:
+                                failed.append(f"{name} on {cluster}: {exc.code}")
+                            threading.Event().wait(1.0)
+        except Exception as exc:  # the cluster went away meanwhile
+            failed.append(f"{cluster}: {exc}")
+    if failed:
+        raise Refused("set the new credential", CcrError("LINK_UNREACHABLE", "; ".join(failed)))
+
+
 _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]] = {
     MoveKind.CREATE_LINK: _create_link,
     MoveKind.DELETE_LINK: _delete_link,
@@ -535,6 +579,7 @@ _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]
     MoveKind.ADD_PARTITIONS: _add_partitions,
     MoveKind.RESTART: _restart,
     MoveKind.RELEASE_REATTACH: _release_reattach,
+    MoveKind.ROTATE_CREDENTIAL: _rotate_credential,
 }
 
 

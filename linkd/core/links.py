@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from linkd.core import journal as jr
 from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_auth import Revoked
 from linkd.core.provenance import Gap
 
 # A mapping's identity: (resource type, local prefix, remote prefix).
@@ -1067,6 +1068,28 @@ class LinkTable:
         if runtime is not None:
             runtime.last_contact_ms = now_ms
             self._recompute(name, now_ms)
+
+    def credential_revoked(self, revoked: dict[str, Revoked]) -> list[Revoked]:
+        """Callee side: the links whose sessions a withdrawn credential ended
+        (`link_auth.LinkSessions.revoked`, by link id) say so in describe-link
+        (`credential_problem`) until a session opens again; returns those
+        newly told (for the log)."""
+        told = []
+        for link_id, ended in sorted(revoked.items()):
+            config = next((c for c in self.configs.values() if c.link_id == link_id), None)
+            runtime = self.runtime.get(config.name) if config is not None else None
+            if runtime is not None and runtime.credential_problem != ended.describe():
+                runtime.credential_problem = ended.describe()
+                told.append(ended)
+        return told
+
+    def session_opened(self, link_id: str) -> None:
+        """Callee side: a session of the link opened on an accepted
+        credential: a revocation it reported is over."""
+        config = next((c for c in self.configs.values() if c.link_id == link_id), None)
+        runtime = self.runtime.get(config.name) if config is not None else None
+        if runtime is not None and runtime.credential_problem.startswith("revoked:"):
+            runtime.credential_problem = ""
 
     def set_uncreated(self, name: str, uncreated: dict[str, UncreatedTopic], now_ms: int) -> None:
         """Follower side: the follower topics the source lists that this

@@ -44,6 +44,11 @@ and of the every-loss-judged issue:
 
 and of the leftovers of that issue:
 
+16. a link credential removed from the callee's accepted credentials ends
+    the sessions opened with it at their next call, however busy
+    (`link_auth.LinkSessions.verify`; undone: a busy session keeps working
+    on the revoked credential, and the callee says nothing of it)
+
 17. a follower topic its storage refused to create keeps the link from
     FOLLOWING and is named by rows (undone: the refusal is only noted, and
     a namespace whose topics could not be created looks FOLLOWING, empty)
@@ -82,7 +87,7 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 from __future__ import annotations
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 17, *range(18, 23), 24, 25)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25)
 _undone: frozenset[int] = frozenset()
 
 
