@@ -23,6 +23,7 @@ which topic) and of the reserved-write judgement.
 from __future__ import annotations
 
 import random
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -155,6 +156,7 @@ class OperatorNemesis:
             namespaces=namespaces,
             families=FAMILIES,
             credentials=bool(self.run.link_credentials()),
+            storage_faults=True,
         )
 
     # -- the loop ------------------------------------------------------------------------------
@@ -563,6 +565,31 @@ def _rotate_credential(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord
         raise Refused("set the new credential", CcrError("LINK_UNREACHABLE", "; ".join(failed)))
 
 
+def _storage_refusal(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    """The follower's disk refuses writes for `hold_ms`: its largest file
+    size (RLIMIT_FSIZE, as a full disk refuses growth) is lowered to the
+    largest file its data directory holds now, so the segments it appends to
+    stop growing (EFBIG), then raised back. The status judge checks meanwhile
+    that its links do not claim what it did not store (invariant 9)."""
+    daemon = op.run.daemons[m.cluster]
+    if daemon.proc is None or daemon.proc.poll() is not None:
+        raise Refused("limit the disk", CcrError("NOT_READY", f"{m.cluster} is not running"))
+    pid = daemon.proc.pid
+    sizes = [f.stat().st_size for f in Path(daemon.data_dir).rglob("*") if f.is_file()]
+    limit = max(sizes, default=0)
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
+    rec.steps.append(f"RLIMIT_FSIZE of {m.cluster} to {limit} bytes: ok")
+    try:
+        threading.Event().wait(m.hold_ms / 1000)
+    finally:
+        try:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
+            rec.steps.append(f"after {m.hold_ms} ms, back to {soft}: ok")
+        except ProcessLookupError:
+            rec.steps.append("the daemon went away meanwhile")
+
+
 _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]] = {
     MoveKind.CREATE_LINK: _create_link,
     MoveKind.DELETE_LINK: _delete_link,
@@ -580,6 +607,7 @@ _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]
     MoveKind.RESTART: _restart,
     MoveKind.RELEASE_REATTACH: _release_reattach,
     MoveKind.ROTATE_CREDENTIAL: _rotate_credential,
+    MoveKind.STORAGE_REFUSAL: _storage_refusal,
 }
 
 

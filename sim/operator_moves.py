@@ -69,6 +69,11 @@ class MoveKind(enum.Enum):
     # operators set the new one on their links (alter-link), which restores
     # them. Drawn only where link credentials are in use (`View.credentials`).
     ROTATE_CREDENTIAL = "rotate_credential"
+    # On a follower of a busy link: its storage refuses writes (a file-size
+    # limit, a full disk) for `hold_ms`, then takes them again. Drawn only
+    # where the caller carries it out as a move (`View.storage_faults`): the
+    # simulator's nemesis draws the same fault itself (`storage_refusal`).
+    STORAGE_REFUSAL = "storage_refusal"
 
 
 # How often each kind is drawn, relative to the others.
@@ -90,6 +95,7 @@ WEIGHTS: dict[MoveKind, int] = {
     MoveKind.RELEASE_REATTACH: 4,
     MoveKind.CLOSE_RING: 5,
     MoveKind.ROTATE_CREDENTIAL: 4,
+    MoveKind.STORAGE_REFUSAL: 3,
 }
 
 MAX_LINKS_PER_PAIR = 2
@@ -131,6 +137,8 @@ class View:
     families: tuple[str, ...] = ()
     # The clusters require link credentials (ROTATE_CREDENTIAL can be drawn).
     credentials: bool = False
+    # The caller carries out STORAGE_REFUSAL moves (ccr-chaos).
+    storage_faults: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +189,8 @@ class Move:
             parts.append(
                 f"topic {self.local_prefix!r} -> {self.remote_prefix!r} after {self.hold_ms} ms"
             )
+        if self.kind is MoveKind.STORAGE_REFUSAL:
+            parts.append(f"for {self.hold_ms} ms")
         if self.kind is MoveKind.ROTATE_CREDENTIAL:
             parts.append(f"revoking {self.peer}'s credential, the new one set after "
                          f"{self.hold_ms} ms")  # fmt: skip
@@ -214,7 +224,10 @@ def draw_move(rng: random.Random, view: View) -> Move | None:
     # A kind that cannot apply weighs 0: the draws of runs without it are
     # those they were before it existed.
     weights = [
-        0 if k is MoveKind.ROTATE_CREDENTIAL and not view.credentials else WEIGHTS[k]
+        0
+        if (k is MoveKind.ROTATE_CREDENTIAL and not view.credentials)
+        or (k is MoveKind.STORAGE_REFUSAL and not view.storage_faults)
+        else WEIGHTS[k]
         for k in kinds
     ]
     kind = rng.choices(kinds, weights=weights)[0]
@@ -573,6 +586,24 @@ def _rotate_credential(rng: random.Random, view: View, up: Sequence[str]) -> Mov
     )  # fmt: skip
 
 
+def _storage_refusal(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    """The follower side (up) of a link that follows a topic namespace."""
+    busy = sorted(
+        (link for link in view.links if any(m.resource_type == "topic" for m in link.mappings)),
+        key=lambda x: x.name,
+    )
+    if not busy:
+        return None
+    link = rng.choice(busy)
+    m = rng.choice(sorted((m for m in link.mappings if m.resource_type == "topic"),
+                          key=lambda m: m.local_prefix))  # fmt: skip
+    cluster = link.a if m.leader == "remote" else link.b
+    if cluster not in up:
+        return None
+    return Move(MoveKind.STORAGE_REFUSAL, cluster, link=link.name,
+                hold_ms=rng.randrange(2_000, 5_000))  # fmt: skip
+
+
 # A follow relation: (leading cluster, its prefix, following cluster, its prefix).
 Edge = tuple[str, str, str, str]
 
@@ -704,6 +735,7 @@ _DRAW = {
     MoveKind.RELEASE_REATTACH: _release_reattach,
     MoveKind.CLOSE_RING: _close_ring,
     MoveKind.ROTATE_CREDENTIAL: _rotate_credential,
+    MoveKind.STORAGE_REFUSAL: _storage_refusal,
 }
 
 __all__ = ["LinkView", "MappingView", "Move", "MoveKind", "View", "draw_move", "draw_moves"]
