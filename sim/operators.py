@@ -205,8 +205,8 @@ class Operators:
     def set_credential(self, cluster: str, name: str, peer: str, credential: str) -> None:
         """The operator of `cluster` sets `peer`'s link credential on its link
         `name` (alter-link), and tries again a second later until it is
-        taken, while the link exists and `peer` still requires it."""
-        state = self.world.clusters[cluster].state
+        taken, while the link exists and `peer` still requires it. Each try
+        acts on the cluster as it is then (a restart gives it a new state)."""
 
         def again(_result: Any, error: ClusterError | None) -> None:
             if error is not None:
@@ -215,6 +215,7 @@ class Operators:
                 )
 
         def attempt() -> None:
+            state = self.world.clusters[cluster].state
             config = state.links.configs.get(name)
             wanted = self.world.clusters[peer].link_credentials == (credential,)
             if config is None or config.remote_cluster_id != peer or not wanted:
