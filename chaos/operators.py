@@ -23,13 +23,17 @@ which topic) and of the reserved-write judgement.
 from __future__ import annotations
 
 import random
+import resource
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from admin import AdminClient, PendingChange
 from admin.errors import KNOWN_CODES, CcrError
+from chaos import security
 from chaos.judges import (
     ClusterSnap,
     MoveRecord,
@@ -101,6 +105,7 @@ class OperatorNemesis:
         self.records: list[MoveRecord] = []
         self.drawn: list[Move] = []
         self._proxy_seed = seed * 100 + 50
+        self.rotations = 0  # link credentials replaced (`_rotate_credential`)
 
     # -- the view ----------------------------------------------------------------------------
 
@@ -150,6 +155,8 @@ class OperatorNemesis:
             topics=topics,
             namespaces=namespaces,
             families=FAMILIES,
+            credentials=bool(self.run.link_credentials()),
+            storage_faults=True,
         )
 
     # -- the loop ------------------------------------------------------------------------------
@@ -519,6 +526,70 @@ def _restart(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     op.run.restart_daemon(m.cluster)
 
 
+def _rotate_credential(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    """The run's link credential is replaced in the credentials file every
+    daemon reads (they re-read it when it changes): the sessions opened with
+    the old one end at their next call, however busy. `hold_ms` later every
+    cluster's operator sets the new one on its links (alter-link
+    --remote-credentials-file), which restores them."""
+    current = security.current()
+    args = list(current.daemon_args)
+    if not current.link_credentials or "--link-credentials-file" not in args:
+        raise Refused("rotate", CcrError("INVALID_LINK_CONFIG", "the run has no link credentials"))
+    path = Path(args[args.index("--link-credentials-file") + 1])
+    op.rotations += 1
+    new = f"{current.link_credentials.split('~')[0]}~{op.rotations}"
+    path.write_text(f"{new}\n")
+    security.use(replace(current, link_credentials=new))
+    rec.steps.append(f"replace the link credential in {path.name}: ok")
+    threading.Event().wait(m.hold_ms / 1000)
+    rec.steps.append(f"hold: {m.hold_ms} ms")
+    failed: list[str] = []
+    for cluster in sorted(view.up):
+        try:
+            with op.admin(cluster) as a:
+                names = sorted(info.name for info in a.list_links())
+                for name in names:
+                    for attempt in range(3):
+                        try:
+                            a.alter_link(name, credentials=new)
+                            rec.steps.append(f"alter-link {name} on {cluster}: ok")
+                            break
+                        except CcrError as exc:
+                            if attempt == 2:
+                                failed.append(f"{name} on {cluster}: {exc.code}")
+                            threading.Event().wait(1.0)
+        except Exception as exc:  # the cluster went away meanwhile
+            failed.append(f"{cluster}: {exc}")
+    if failed:
+        raise Refused("set the new credential", CcrError("LINK_UNREACHABLE", "; ".join(failed)))
+
+
+def _storage_refusal(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    """The follower's disk refuses writes for `hold_ms`: its largest file
+    size (RLIMIT_FSIZE, as a full disk refuses growth) is lowered to the
+    largest file its data directory holds now, so the segments it appends to
+    stop growing (EFBIG), then raised back. The status judge checks meanwhile
+    that its links do not claim what it did not store (invariant 9)."""
+    daemon = op.run.daemons[m.cluster]
+    if daemon.proc is None or daemon.proc.poll() is not None:
+        raise Refused("limit the disk", CcrError("NOT_READY", f"{m.cluster} is not running"))
+    pid = daemon.proc.pid
+    sizes = [f.stat().st_size for f in Path(daemon.data_dir).rglob("*") if f.is_file()]
+    limit = max(sizes, default=0)
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
+    rec.steps.append(f"RLIMIT_FSIZE of {m.cluster} to {limit} bytes: ok")
+    try:
+        threading.Event().wait(m.hold_ms / 1000)
+    finally:
+        try:
+            resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
+            rec.steps.append(f"after {m.hold_ms} ms, back to {soft}: ok")
+        except ProcessLookupError:
+            rec.steps.append("the daemon went away meanwhile")
+
+
 _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]] = {
     MoveKind.CREATE_LINK: _create_link,
     MoveKind.DELETE_LINK: _delete_link,
@@ -535,6 +606,8 @@ _CARRY: dict[MoveKind, Callable[[OperatorNemesis, Move, View, MoveRecord], None]
     MoveKind.ADD_PARTITIONS: _add_partitions,
     MoveKind.RESTART: _restart,
     MoveKind.RELEASE_REATTACH: _release_reattach,
+    MoveKind.ROTATE_CREDENTIAL: _rotate_credential,
+    MoveKind.STORAGE_REFUSAL: _storage_refusal,
 }
 
 

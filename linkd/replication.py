@@ -252,15 +252,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     def _revoked(self) -> None:
         """Sessions ended by a withdrawn credential: each link says so in
         describe-link (and the log, at info) until a session opens again."""
-        links = self.node.state.links
-        for link_id, revoked in sorted(self.security.sessions.revoked.items()):
-            config = next((c for c in links.configs.values() if c.link_id == link_id), None)
-            runtime = links.runtime.get(config.name) if config is not None else None
-            if runtime is not None and runtime.credential_problem != revoked.describe():
-                runtime.credential_problem = revoked.describe()
-                log.info("link sessions ended: credential revoked",
-                         extra={"link": revoked.link_name, "peer": revoked.peer,
-                                "sessions": revoked.sessions})  # fmt: skip
+        for revoked in self.node.state.links.credential_revoked(self.security.sessions.revoked):
+            log.info("link sessions ended: credential revoked",
+                     extra={"link": revoked.link_name, "peer": revoked.peer,
+                            "sessions": revoked.sessions})  # fmt: skip
 
     async def Challenge(
         self, request: replication_pb2.ChallengeRequest, context: Any
@@ -294,19 +289,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 self.node.clock(),
                 secrets.token_hex(16),
             )
-            config = next(
-                (
-                    c
-                    for c in self.node.state.links.configs.values()
-                    if c.link_id == request.link_id
-                ),
-                None,
-            )
-            runtime = (
-                self.node.state.links.runtime.get(config.name) if config is not None else None
-            )
-            if runtime is not None and runtime.credential_problem.startswith("revoked:"):
-                runtime.credential_problem = ""  # a session opened on an accepted credential
+            self.node.state.links.session_opened(request.link_id)
             return replication_pb2.OpenSessionResponse(
                 session_id=opened.session.session_id, proof=opened.proof
             )

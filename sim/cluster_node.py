@@ -160,9 +160,23 @@ class SimCluster:
         append: every effect but the appends is carried out (as the daemon's
         `node.execute` does for a refusable call), the partitions the appends
         were for go back to what is stored (`_appends_not_stored`), and the
-        refusal is returned (`then` is not called)."""
+        refusal is returned (`then` is not called). Effects that create a
+        topic's logs are refused whole then."""
+        refusing = self.queue.now_ms < self.storage_refused_until_ms
+        creates = [e for e in effects if isinstance(e, core.CreateLogs)]
+        if creates and refusing:
+            # The disk refuses to open a new topic's logs (the daemon's
+            # `_create_logs`): nothing of the effects is carried out (the
+            # topic's journal record comes after its logs); the core drops
+            # the topic from the model.
+            self.storage_refusals += 1
+            return ClusterError(
+                ErrorCode.STORAGE_ERROR,
+                "storage",
+                "the topic's partition logs could not be opened (the disk refused them)",
+            )
         appends = [e for e in effects if isinstance(e, core.AppendBatch)]
-        if not appends or self.queue.now_ms >= self.storage_refused_until_ms:
+        if not appends or not refusing:
             self.execute(effects, traffic_class, logical_bytes, then)
             return None
         self.execute(

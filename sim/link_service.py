@@ -78,6 +78,7 @@ class Peers(Protocol):
     def cluster_at(self, address: str) -> SimCluster | None: ...
     def host(self, cluster: SimCluster) -> SimHost: ...
     def forget(self, cluster: SimCluster, name: str) -> None: ...
+    def contract_broken(self, invariant: str, detail: str) -> None: ...
 
 
 def wire(config: LinkConfig) -> LinkConfig:
@@ -392,6 +393,7 @@ def accept_session(remote: SimCluster, opening: auth.Opening, now_ms: int) -> Si
     opened = remote.link_sessions.open(
         opening.request, known, remote.link_credentials, now_ms, session_id
     )
+    remote.state.links.session_opened(opening.request.link_id)
     key = auth.opened_session_key(opening, session_id, opened.proof)
     return SimSession(auth.CallSigner(session_id, key), remote.cluster_id)
 

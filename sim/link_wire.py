@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from linkd.core import link_auth as auth
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_auth import Opening
 from linkd.core.link_calls import (
@@ -77,6 +78,8 @@ class LinkWire:
         service: LinkService, secure: bool, fetched: Callable[[ReplicaFetch, Sizes], None],
     ) -> None:  # fmt: skip
         self.name, self.dialer, self.peers, self.queue = name, dialer, peers, queue
+        # A call served on a revoked credential was reported (once per link).
+        self.served_revoked = False
         self.network, self.service, self.secure = network, service, secure
         self.fetched = fetched  # a fetch answer arrived (before the lane hears it)
         self.session: SimSession | None = None  # runs with [cluster] link_sessions
@@ -186,11 +189,24 @@ class LinkWire:
 
         def serve(reply: Reply) -> None:
             if wire_call is not None and self.session is not None:
+                accepted = remote.link_credentials
+                sessions = remote.link_sessions
                 try:
-                    remote.link_sessions.verify(*wire_call, self.queue.now_ms)
+                    served = sessions.verify(*wire_call, self.queue.now_ms, accepted)
                 except ClusterError as exc:
+                    if exc.resource == auth.Refusal.REVOKED_CREDENTIAL.value:
+                        for ended in remote.state.links.credential_revoked(sessions.revoked):
+                            self.queue.note(f"{remote.cluster_id}: {ended.describe()}")
                     self.service.refused(reply, exc)
                     return
+                if sessions.served_on_revoked(served, accepted) and not self.served_revoked:
+                    self.served_revoked = True  # told once per link
+                    self.peers.contract_broken(
+                        "link_credentials_revoked",
+                        f"{remote.cluster_id} served a {kind} call of link {self.name!r} from "
+                        f"{self.dialer.cluster_id} in a session opened with a link credential "
+                        "it no longer accepts",
+                    )
                 self.session.last = wire_call
             self.service.serve(remote, link_call, call.sizes, reply)
 

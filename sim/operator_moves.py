@@ -63,6 +63,17 @@ class MoveKind(enum.Enum):
     # close it into a ring (any length): drawn as its own kind, carried out
     # as an attach.
     CLOSE_RING = "close_ring"
+    # On a cluster that requires link credentials, with a link busy (one with
+    # mappings): its credential is replaced, so the remote's sessions, opened
+    # with the old one, end at their next call; `hold_ms` later the remotes'
+    # operators set the new one on their links (alter-link), which restores
+    # them. Drawn only where link credentials are in use (`View.credentials`).
+    ROTATE_CREDENTIAL = "rotate_credential"
+    # On a follower of a busy link: its storage refuses writes (a file-size
+    # limit, a full disk) for `hold_ms`, then takes them again. Drawn only
+    # where the caller carries it out as a move (`View.storage_faults`): the
+    # simulator's nemesis draws the same fault itself (`storage_refusal`).
+    STORAGE_REFUSAL = "storage_refusal"
 
 
 # How often each kind is drawn, relative to the others.
@@ -83,6 +94,8 @@ WEIGHTS: dict[MoveKind, int] = {
     MoveKind.RESTART: 2,
     MoveKind.RELEASE_REATTACH: 4,
     MoveKind.CLOSE_RING: 5,
+    MoveKind.ROTATE_CREDENTIAL: 4,
+    MoveKind.STORAGE_REFUSAL: 3,
 }
 
 MAX_LINKS_PER_PAIR = 2
@@ -122,6 +135,10 @@ class View:
     namespaces: dict[str, tuple[tuple[str, str, bool], ...]] = field(default_factory=dict)
     # The prefix families workloads write into, e.g. ("A-",).
     families: tuple[str, ...] = ()
+    # The clusters require link credentials (ROTATE_CREDENTIAL can be drawn).
+    credentials: bool = False
+    # The caller carries out STORAGE_REFUSAL moves (ccr-chaos).
+    storage_faults: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +175,7 @@ class Move:
         parts = [self.kind.value, f"on {self.cluster}"]
         if self.link:
             parts.append(f"link {self.link}")
-        if self.peer and self.kind is not MoveKind.FAILOVER:
+        if self.peer and self.kind not in (MoveKind.FAILOVER, MoveKind.ROTATE_CREDENTIAL):
             parts.append(f"to {self.peer}" + (" (remote dials)" if self.remote_dials else ""))
         if self.kind in (MoveKind.ATTACH, MoveKind.DETACH, MoveKind.SET_RESERVED):
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
@@ -172,6 +189,11 @@ class Move:
             parts.append(
                 f"topic {self.local_prefix!r} -> {self.remote_prefix!r} after {self.hold_ms} ms"
             )
+        if self.kind is MoveKind.STORAGE_REFUSAL:
+            parts.append(f"for {self.hold_ms} ms")
+        if self.kind is MoveKind.ROTATE_CREDENTIAL:
+            parts.append(f"revoking {self.peer}'s credential, the new one set after "
+                         f"{self.hold_ms} ms")  # fmt: skip
         if self.kind is MoveKind.MANUAL_REVERSE:
             parts.append(f"{self.resource_type} {self.local_prefix!r}")
             if not self.wait:
@@ -199,7 +221,16 @@ def draw_move(rng: random.Random, view: View) -> Move | None:
     if not up:
         return None
     kinds = sorted(WEIGHTS, key=lambda k: k.value)
-    kind = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds])[0]
+    # A kind that cannot apply weighs 0: the draws of runs without it are
+    # those they were before it existed.
+    weights = [
+        0
+        if (k is MoveKind.ROTATE_CREDENTIAL and not view.credentials)
+        or (k is MoveKind.STORAGE_REFUSAL and not view.storage_faults)
+        else WEIGHTS[k]
+        for k in kinds
+    ]
+    kind = rng.choices(kinds, weights=weights)[0]
     move = _DRAW[kind](rng, view, up)
     if move is None:  # nothing fits (no link yet, say): create one instead
         move = _create_link(rng, view, up)
@@ -574,6 +605,40 @@ def _release_reattach(rng: random.Random, view: View, up: Sequence[str]) -> Move
     )
 
 
+def _rotate_credential(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    """A busy link (one with mappings): one of its sides (up) replaces the
+    credential it requires; its remote gets the new one `hold_ms` later."""
+    busy = sorted((link for link in view.links if link.mappings), key=lambda x: x.name)
+    busy = [link for link in busy if link.a in up or link.b in up]
+    if not busy:
+        return None
+    link = rng.choice(busy)
+    cluster = _side(rng, link, up)
+    peer = link.b if cluster == link.a else link.a
+    return Move(
+        MoveKind.ROTATE_CREDENTIAL, cluster, link=link.name, peer=peer,
+        hold_ms=rng.randrange(1_000, 6_000),
+    )  # fmt: skip
+
+
+def _storage_refusal(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
+    """The follower side (up) of a link that follows a topic namespace."""
+    busy = sorted(
+        (link for link in view.links if any(m.resource_type == "topic" for m in link.mappings)),
+        key=lambda x: x.name,
+    )
+    if not busy:
+        return None
+    link = rng.choice(busy)
+    m = rng.choice(sorted((m for m in link.mappings if m.resource_type == "topic"),
+                          key=lambda m: m.local_prefix))  # fmt: skip
+    cluster = link.a if m.leader == "remote" else link.b
+    if cluster not in up:
+        return None
+    return Move(MoveKind.STORAGE_REFUSAL, cluster, link=link.name,
+                hold_ms=rng.randrange(2_000, 5_000))  # fmt: skip
+
+
 # A follow relation: (leading cluster, its prefix, following cluster, its prefix).
 Edge = tuple[str, str, str, str]
 
@@ -704,6 +769,8 @@ _DRAW = {
     MoveKind.RESTART: _restart,
     MoveKind.RELEASE_REATTACH: _release_reattach,
     MoveKind.CLOSE_RING: _close_ring,
+    MoveKind.ROTATE_CREDENTIAL: _rotate_credential,
+    MoveKind.STORAGE_REFUSAL: _storage_refusal,
 }
 
 __all__ = ["LinkView", "MappingView", "Move", "MoveKind", "View", "draw_move", "draw_moves"]

@@ -91,6 +91,7 @@ class Operators:
         self.counting = True
         # Every attach and detach that answered success (invariant 12).
         self.admin_changes: list[AdminChange] = []
+        self._rotations = 0  # link credentials replaced (`rotate_credential`)
 
     # -- what the shell asks of the world (sim.operator_shell.Links) ------------------------
 
@@ -171,6 +172,62 @@ class Operators:
         """A paused cluster runs again: what its procedures waited for goes on."""
         for _key, driver in sorted(self.drivers.items()):
             driver.resumed(cid)
+
+    def credential_for(self, peer: str) -> str:
+        """The link credential `peer` requires now (the run's, until a
+        rotation replaced it; "" when the run has none)."""
+        if not self.world.link_security.credentials:
+            return self.world.link_security.credentials
+        return self.world.clusters[peer].link_credentials[0]
+
+    def rotate_credential(self, cid: str, hold_ms: int) -> None:
+        """The operator of `cid` replaces the link credential it requires
+        (its credentials file now holds only the new one): sessions opened
+        with the old one end at their next call, however busy. `hold_ms`
+        later the operators of the other clusters set the new one on their
+        links to `cid` (`procedures.alter_link`, as alter-link
+        --remote-credentials-file does), and sessions open again."""
+        node = self.world.clusters[cid]
+        self._rotations += 1
+        new = f"{self.world.link_security.credentials}-{cid}-{self._rotations}"
+        node.link_credentials = (new,)
+        self.world.queue.note(f"{cid}: link credential replaced (rotation {self._rotations})")
+
+        def hand_out() -> None:
+            for other in sorted(self.world.clusters):
+                state = self.world.clusters[other].state
+                for name, config in sorted(state.links.configs.items()):
+                    if other != cid and config.remote_cluster_id == cid:
+                        self.set_credential(other, name, cid, new)
+
+        self.world.queue.after(hold_ms, f"{cid}: new link credential handed out", hand_out)
+
+    def set_credential(self, cluster: str, name: str, peer: str, credential: str) -> None:
+        """The operator of `cluster` sets `peer`'s link credential on its link
+        `name` (alter-link), and tries again a second later until it is
+        taken, while the link exists and `peer` still requires it. Each try
+        acts on the cluster as it is then (a restart gives it a new state)."""
+
+        def again(_result: Any, error: ClusterError | None) -> None:
+            if error is not None:
+                self.world.queue.after(
+                    1_000, f"{cluster}: alter_link {name} again", lambda: attempt()
+                )
+
+        def attempt() -> None:
+            state = self.world.clusters[cluster].state
+            config = state.links.configs.get(name)
+            wanted = self.world.clusters[peer].link_credentials == (credential,)
+            if config is None or config.remote_cluster_id != peer or not wanted:
+                return
+            self.run(cluster, f"alter_link {name} credentials", [
+                lambda now: procedures.alter_link(state, name, {"credentials": credential}, now)
+            ], again)  # fmt: skip
+
+        attempt()
+
+    def contract_broken(self, invariant: str, detail: str) -> None:
+        self.world.contract_broken(invariant, detail)
 
     def forge_calls(self, cid: str) -> None:
         """The forge fault: an attacker replays, to `cid`, the last call each
@@ -289,13 +346,24 @@ class Operators:
         steps: list[Step] = [
             lambda now: procedures.create_link(
                 node.state, name, link_id, address_of(peer),
-                self.world.link_security.credentials, direction, address_of(cluster), now,
+                self.credential_for(peer), direction, address_of(cluster), now,
                 self.world.link_security.new_key(),
             )
         ]
         for local, remote in prefixes:
             for kind in kinds:
                 steps.append(self._attach_step(node, name, kind, local, remote, leader))
+        if remote_dials and self.world.link_security.credentials:
+            # The peer dials: its credential for this cluster comes from its
+            # operator (a link's credentials never cross), as ccr-chaos does.
+            def created(result: Any, error: ClusterError | None) -> None:
+                if peer in self.world.clusters and name in self.world.clusters[peer].links.configs:
+                    self.set_credential(peer, name, cluster, self.credential_for(cluster))
+                if done is not None:
+                    done(result, error)
+
+            self.run(cluster, f"create_link {name}", steps, created)
+            return
         self.run(cluster, f"create_link {name}", steps, done)
 
     def _attach_step(

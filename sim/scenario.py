@@ -741,6 +741,10 @@ PARAMS: dict[str, tuple[str, str]] = {
     "replication_limit_bytes_per_s": ("cluster", "replication_limit_bytes_per_s"),
     "session_timeout_ms": ("cluster", "session_timeout_ms"),
     "lag_max_ms": ("cluster", "lag_max_ms"),
+    # Link sessions, and the link credential every cluster requires (the
+    # operator search then also rotates credentials on busy links).
+    "link_sessions": ("cluster", "link_sessions"),
+    "link_credentials": ("cluster", "link_credentials"),
     "topics": ("namespace", "topics"),
     "partitions": ("namespace", "partitions"),
     "retention_ms": ("namespace", "retention_ms"),

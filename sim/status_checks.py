@@ -90,6 +90,9 @@ class StatusWatch:
     rounds: dict[tuple[str, str, str, int], _Rounds] = field(default_factory=dict)
     # (cluster, topic, partition) -> [(time, offset)] of every cut.
     cuts: dict[Key, list[tuple[int, int]]] = field(default_factory=dict)
+    # (cluster, link, local topic) -> when a probe first found a topic its
+    # source leads on the link missing on the follower.
+    missing: dict[tuple[str, str, str], int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
 
     def record_hws(self, cluster_id: str, state: ClusterState, now_ms: int) -> None:
@@ -148,6 +151,7 @@ class StatusWatch:
         now_ms: int,
     ) -> None:
         self._probe_positions(cid, state, name, now_ms)
+        self._probe_missing(cid, state, name, states, now_ms)
         link_state = state.links.state_name(name)
         if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
             return
@@ -220,6 +224,57 @@ class StatusWatch:
                         f"{owed} one round earlier (t={rounds.previous_ms} ms)",
                     )
                 )
+
+    def _probe_missing(
+        self,
+        cid: str,
+        state: ClusterState,
+        name: str,
+        states: Mapping[str, ClusterState],
+        now_ms: int,
+    ) -> None:
+        """"9 status": a link that follows a namespace holds (or names, as a
+        row of describe-link) every topic its source leads in it: one that
+        has been missing here longer than a bound (discovery had its rounds)
+        while the link says FOLLOWING or IN_SYNC is a link that reports what
+        it heard, not what it stored (its storage refused to create it)."""
+        config = state.links.get(name)
+        source_state = states.get(config.remote_cluster_id)
+        absent: set[str] = set()
+        if source_state is not None:
+            source_config = next(
+                (c for c in source_state.links.configs.values() if c.link_id == config.link_id),
+                None,
+            )
+            for mapping in rep.follower_mappings(config, "topic"):
+                if source_config is None:
+                    break
+                for topic in sorted(source_state.topics):
+                    if not rep.in_prefix(topic, mapping.remote_prefix) or topic.startswith("_"):
+                        continue
+                    if rep.leader_mapping_for(source_config, topic) is None:
+                        continue
+                    local = rep.map_name(topic, mapping.remote_prefix, mapping.local_prefix)
+                    if local not in state.topics:
+                        absent.add(local)
+        for key in [k for k in self.missing if k[:2] == (cid, name) and k[2] not in absent]:
+            del self.missing[key]
+        link_state = state.links.state_name(name)
+        following = link_state in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value)
+        named = {r.topic for r in link_admin.refused_rows(state, name)} if absent else set()
+        bound_ms = self.session_timeout_ms + STALE_ROUND_SLACK_MS
+        for local in sorted(absent):
+            since = self.missing.setdefault((cid, name, local), now_ms)
+            if following and local not in named and now_ms - since > bound_ms:
+                self.violations.append(
+                    Violation(
+                        "9 status",
+                        f"{cid}: link {name!r} says {link_state} (t={now_ms} ms), but the "
+                        f"follower topic {local!r} its source leads on it has been missing here "
+                        f"since t={since} ms, and no row names it",
+                    )
+                )
+                self.missing[(cid, name, local)] = now_ms  # once per bound, not per probe
 
     def _probe_positions(self, cid: str, state: ClusterState, name: str, now_ms: int) -> None:
         """"position_misreported": a follower row's position is what a

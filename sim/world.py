@@ -549,6 +549,7 @@ class Simulation:
                     | {p.spec.topic for p in self.producers if p.spec.roam}
                 )
             ),
+            credentials=bool(self.link_security.credentials),
         )
 
     def _draw_move(self) -> None:
@@ -625,6 +626,10 @@ class Simulation:
         elif m.kind is k.RELEASE_REATTACH:
             if m.link in self.clusters[m.cluster].links.configs:
                 o.release_reattach(m.cluster, m.link, m.local_prefix, m.remote_prefix, m.hold_ms)
+        elif m.kind is k.ROTATE_CREDENTIAL:
+            o.rotate_credential(m.cluster, m.hold_ms)
+        elif m.kind is k.STORAGE_REFUSAL:
+            self.clusters[m.cluster].refuse_storage(self.queue.now_ms + m.hold_ms)
 
     def _kill_then_failover(self, m: moves.Move, down_ms: int) -> None:
         """kill -9 of the source under load: right after it acknowledges its

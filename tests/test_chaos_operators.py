@@ -171,3 +171,85 @@ def test_real_run_with_the_operator_nemesis__every_move_recorded_and_judged() ->
              "5 txn atomic", "6 replicated offsets"}  # fmt: skip
     assert {a["invariant"] for a in summary["anomalies"]} <= known, summary["anomalies"]
     assert proc.returncode in (0, 1)
+
+
+def test_the_storage_refusal_move__drawn_on_a_follower_where_the_caller_carries_it_out() -> None:
+    plain = [m for s in range(200) if (m := draw(s, False)) is not None]
+    assert not any(m.kind is MoveKind.STORAGE_REFUSAL for m in plain)
+    drawn = [m for s in range(200) if (m := draw(s, True)) is not None]
+    refusals = [m for m in drawn if m.kind is MoveKind.STORAGE_REFUSAL]
+    assert refusals and all(m.cluster == "B" and 2_000 <= m.hold_ms < 5_000 for m in refusals)
+
+
+def draw(seed: int, storage_faults: bool) -> Move | None:
+    import random
+    from dataclasses import replace
+
+    from sim.operator_moves import draw_move
+
+    return draw_move(random.Random(seed), replace(view(), storage_faults=storage_faults))
+
+
+def test_a_storage_refusal_on_real_daemons__the_status_judge_finds_no_lie(
+    daemon_factory: Any,
+) -> None:
+    """One short run of the move against real daemons: A leads orders- to B,
+    A's producer writes while B's disk refuses writes for 4 s. Status rounds
+    of both clusters are taken meanwhile, as the sampler takes them; the
+    judge of invariant 9 (`check_status_rounds`) finds no claim B did not
+    store, B's link left FOLLOWING while its disk refused writes, and B
+    holds everything after."""
+    import threading
+    import time
+
+    from test_follower_disk_full_e2e import _produce
+    from test_links_e2e import cli_json, high_watermarks, wait_for
+    from test_operator_stories_e2e import attach, make_cluster, namespaces
+
+    from chaos import operators as chaos_ops
+    from chaos.judges import check_status_rounds
+
+    a, b = make_cluster(daemon_factory, "A"), make_cluster(daemon_factory, "B")
+    namespaces("topic", "orders-", on=(a,))
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    attach(a, "ab", "topic", "orders-", "orders-", "local")
+    cli_json(a.bootstrap, "create-topic", "orders-x")
+    _produce(a, "orders-x", 40, "before")
+    wait_for("B holds 40", lambda: high_watermarks(b.bootstrap, "orders-x") == [40])
+
+    class _Run(_FakeRun):
+        daemons = {"B": b}
+
+    nemesis = OperatorNemesis(_Run(), 1)  # type: ignore[arg-type]
+    move = Move(MoveKind.STORAGE_REFUSAL, "B", link="ab", hold_ms=4_000)
+    rec = MoveRecord(move, 0, 0, "ok")
+    mover = threading.Thread(target=chaos_ops._storage_refusal, args=(nemesis, move, view(), rec))
+    rounds: list[Round] = []
+    states: list[str] = []
+    begin = time.monotonic()
+
+    def sample() -> None:
+        start = int((time.monotonic() - begin) * 1000)
+        wall = int(time.time() * 1000)
+        clusters = {}
+        for name, d in (("A", a), ("B", b)):
+            with chaos_ops._admin(d.bootstrap, 10.0) as admin:
+                clusters[name] = chaos_ops.snapshot(admin, 10.0)
+        states.append(clusters["B"].links["ab"].state)
+        end = int((time.monotonic() - begin) * 1000)
+        rounds.append(Round(len(rounds), start, end, wall, int(time.time() * 1000), clusters))
+
+    mover.start()
+    _produce(a, "orders-x", 20, "during")
+    while mover.is_alive():
+        sample()
+        time.sleep(0.3)
+    mover.join()
+    wait_for("B holds all 60", lambda: high_watermarks(b.bootstrap, "orders-x") == [60], 60)
+    sample()
+
+    assert any("RLIMIT_FSIZE of B" in s for s in rec.steps), rec.steps
+    lies, judged = check_status_rounds(rounds)
+    assert lies == [], lies
+    assert judged > 0
+    assert any(s != "FOLLOWING" for s in states), states

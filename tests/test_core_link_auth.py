@@ -7,7 +7,9 @@ import hashlib
 import pytest
 
 from linkd.core import link_auth as auth
+from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkTable
 
 KEY = hashlib.sha256(b"the link key").digest()
 NOW = 1_000_000
@@ -222,3 +224,38 @@ def test_a_credential_withdrawn__ends_its_sessions_at_their_next_call__busy_or_n
     req3, _ = request(sessions, 3, credential="new")
     sessions.open(req3, auth.KnownLink("A", KEY), ("new",), NOW, "s3")
     assert "L1" not in sessions.revoked
+
+
+def test_with_the_revocation_undone__a_busy_session_keeps_working__served_on_revoked() -> None:
+    """Fix 16 undone: the old path, where a withdrawn credential ended a
+    session only once it went idle; `served_on_revoked` tells the simulator
+    that a call was served so (its checker's violation)."""
+    sessions = auth.LinkSessions("B")
+    req, root = request(sessions, 1, credential="old")
+    got = sessions.open(req, auth.KnownLink("A", KEY), ("old",), NOW, "s1")
+    key = auth.opened_session_key(auth.Opening(req, root), "s1", got.proof)
+    digest = auth.request_digest(b"x")
+    mac = auth.call_mac(key, "ReplicaPush", 0, digest)
+    undo.set_undone(frozenset({16}))
+    try:
+        served = sessions.verify("s1", "L1", "ReplicaPush", 0, digest, mac, NOW, ("new",))
+    finally:
+        undo.set_undone(frozenset())
+    assert served is got.session and sessions.revoked == {}
+    assert sessions.served_on_revoked(served, ("new",))
+    assert not sessions.served_on_revoked(served, ("old", "new"))
+
+
+def test_the_link_table_tells_a_revocation_once__and_a_new_session_clears_it() -> None:
+    links = LinkTable("B")
+    config = links.new_config("ab", "L1", "A", "a:1", "", "local_dials", "", NOW)
+    links.store(config, NOW)
+    ended = {"L1": auth.Revoked("ab", "A", NOW, 2)}
+
+    told = links.credential_revoked(ended)
+    again = links.credential_revoked(ended)
+
+    assert [r.link_name for r in told] == ["ab"] and again == []
+    assert links.runtime["ab"].credential_problem.startswith("revoked: the sessions of cluster")
+    links.session_opened("L1")
+    assert links.runtime["ab"].credential_problem == ""

@@ -1,8 +1,10 @@
-"""A follower whose storage refuses the records a round fetched: the core
-learns it (the shell answers `NotStored`), and what the cluster reports comes
-from what it stored, not from what the round heard: the partition's row says
-"disk refused writes", the link is not FOLLOWING, a failover without force
-names the reason, the metric counts it; a later round that stores clears it.
+"""A follower whose storage refuses the records a round fetched, or refuses to
+create a follower topic a discovery found: the core learns it (the shell
+answers `NotStored`), and what the cluster reports comes from what it
+stored, not from what the round heard: the partition's row says "disk
+refused writes", the link is not FOLLOWING, a failover without force names
+the reason, the metric counts it; a later round (or discovery) that stores
+clears it.
 Two clusters in memory: A leads orders- on link ab, B follows."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from test_core_link_rounds import NOW, Disk, discover, produce, two_clusters
 
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
+from linkd.core import replication as rep
 from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import AppendBatch
@@ -135,3 +138,106 @@ def test_with_the_fix_undone__the_round_reports_what_it_heard() -> None:
     assert (row.log_end_offset, row.source_high_watermark, row.lag_records) == (3, 8, 0)
     assert row.problem == ""
     assert b.partition("orders-1", 0).log_end_offset == 3
+
+
+# -- a follower topic its storage refused to create ------------------------------------------
+
+
+def discover_with(a: ClusterState, b: ClusterState, disk_b: Disk, now: int,
+                  full: bool = False) -> tuple[Any, list[str]]:  # fmt: skip
+    """One discovery as both shells run it: the source's topics listed, the
+    plan carried out (`carry_out_topics`); a `full` disk refuses to open the
+    logs of every topic it creates."""
+    ids = iter(f"fol-{now}-{i}" for i in range(100))
+    namespaces = [
+        rounds.source_topics(a, a.links.get("ab"), m.remote_prefix)
+        for m in rep.follower_mappings(b.links.get("ab"), "topic")
+    ]
+    plan = rounds.plan_topics(b, b.links.get("ab"), namespaces, lambda: next(ids), now)
+    return drive(rounds.carry_out_topics(b, "ab", plan), b, disk_b, now, full)
+
+
+def empty_round(b: ClusterState, now: int) -> None:
+    """A pull lane's round with no partition to fetch (the daemon's and the
+    simulator's `_pull`): nothing it follows exists here."""
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=now)
+    assert request.partitions == ()
+    b.links.on_fetch_round("ab", now)
+
+
+def uncreated() -> tuple[ClusterState, ClusterState, Disk, Disk, list[str]]:
+    """B follows A's orders- while B's disk is full: orders-1 (2 partitions)
+    cannot be created on B."""
+    a, b, disk_a, disk_b = two_clusters()
+    _t, effects = a.create_topic("orders-2", 2, {}, "src-2")
+    disk_a.carry_out(a, effects)
+    b.links.on_contact("ab", NOW)
+    made, notes = discover_with(a, b, disk_b, NOW, full=True)
+    assert made is False
+    empty_round(b, NOW + 5)
+    return a, b, disk_a, disk_b, notes
+
+
+def test_a_topic_its_storage_refused_to_create__holds_the_link_back__and_rows_name_it() -> None:
+    _a, b, _da, _db, notes = uncreated()
+
+    assert "orders-1" not in b.topics and "orders-2" not in b.topics
+    assert b.links.state_name("ab") == "CATCHING_UP"
+    summary = admin.link_summary(b, "ab", NOW + 5)
+    rows = sorted((r.topic, r.partition) for r in summary.partitions if r.role == "follower")
+    assert rows == [("orders-1", 0), ("orders-2", 0), ("orders-2", 1)]
+    for r in summary.partitions:
+        assert "disk refused writes" in r.problem and "create" in r.problem, r
+        assert (r.lag_known, r.lag_records, r.unknown_since_ms) == (False, -1, -1)
+    assert sum("disk refused writes" in n for n in notes) == 2
+    (sample,) = link_samples(b, NOW + 5)
+    assert sample.storage_refused == 3
+    assert dict(sample.partition_states)["refused"] == 3
+    assert sample.max_lag is None
+    assert any("orders-2 (following, 2 partitions) is not created" in line
+               for line in b.links.lagging_partitions("ab", NOW + 5))  # fmt: skip
+
+
+def test_a_failover__is_refused_naming_the_topic__and_a_forced_one_abandons_it() -> None:
+    _a, b, _da, _db, _notes = uncreated()
+
+    with pytest.raises(ClusterError) as refused:
+        admin.failover(b, "ab", False, NOW + 5)
+    assert refused.value.code is ErrorCode.LINK_NOT_FOLLOWING
+    assert "disk refused writes of orders-1 (not created), orders-2 (not created)" in (
+        refused.value.message
+    )
+
+    forced = admin.failover(b, "ab", True, NOW + 5)
+    abandoned = sorted((r.topic, r.partition) for r in forced.abandoned)
+    assert abandoned == [("orders-1", 0), ("orders-2", 0), ("orders-2", 1)]
+
+
+def test_a_later_discovery_that_creates_it__clears_it__and_the_link_follows() -> None:
+    a, b, disk_a, disk_b, _notes = uncreated()
+    produce(a, disk_a, 3)
+
+    made, notes = discover_with(a, b, disk_b, NOW + 10)
+    round_(a, b, disk_a, disk_b, NOW + 20)
+
+    assert made is True and not any("disk refused" in n for n in notes)
+    assert b.links.runtime["ab"].uncreated == {}
+    assert b.partition("orders-1", 0).log_end_offset == 3
+    assert b.links.state_name("ab") == "FOLLOWING"
+    (sample,) = link_samples(b, NOW + 20)
+    assert sample.storage_refused == 0
+
+
+def test_a_refusal_told_again__is_noted_once__and_a_topic_the_source_deleted_is_forgotten() -> None:
+    a, b, _da, disk_b, _notes = uncreated()
+    _made, notes = discover_with(a, b, disk_b, NOW + 10, full=True)
+    assert not any("disk refused" in n for n in notes)  # already told
+    assert b.links.runtime["ab"].uncreated["orders-1"].since_ms == NOW
+
+    a.delete_topic("orders-1")
+    a.delete_topic("orders-2")
+    discover_with(a, b, disk_b, NOW + 20, full=True)
+    empty_round(b, NOW + 25)
+
+    assert b.links.runtime["ab"].uncreated == {}
+    assert b.links.state_name("ab") == "FOLLOWING"

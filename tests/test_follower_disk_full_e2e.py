@@ -5,7 +5,14 @@ RLIMIT_FSIZE lowered to its segment's size, as a full disk refuses writes)
 while A's producer writes on. B's link must not say FOLLOWING: the
 partition's describe-link row says "disk refused writes", `ccr-admin top`
 shows it, a failover without force is refused naming it, and once the disk
-takes writes again B copies everything and FOLLOWS."""
+takes writes again B copies everything and FOLLOWS.
+
+The second case: B's storage cannot create the follower topic of a topic A
+creates (where B's partition directories go is a file for a while, as a
+full disk or a read-only data directory refuses new logs): B's link must not say FOLLOWING then either;
+describe-link has a row per partition of the topic naming the refusal, the
+metric counts them, a failover without force names the topic, and once B
+may open files again it creates the topic and copies it."""
 
 from __future__ import annotations
 
@@ -15,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer as KafkaProducer
-from harness import run_cli
-from test_links_e2e import cli_json, high_watermarks, wait_for
+from harness import free_port, run_cli
+from test_links_e2e import LINK_FLAGS, cli_json, high_watermarks, wait_for
+from test_metrics_e2e import scrape
 from test_operator_stories_e2e import attach, make_cluster, namespaces
 
 RECORD = bytes(16_000)
@@ -93,3 +101,55 @@ def test_a_follower_whose_disk_refuses_writes__says_so__and_catches_up_after(
              == "FOLLOWING", 60)  # fmt: skip
     row = _row(b)
     assert row is not None and not row.get("problem"), json.dumps(row)
+
+
+
+def test_a_follower_topic_its_storage_cannot_create__is_named__and_created_after(
+    daemon_factory: Any,
+) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    a = make_cluster(daemon_factory, "A")
+    b = make_cluster(daemon_factory, "B", [*LINK_FLAGS, "--metrics-listen", metrics])
+    namespaces("topic", "orders-", on=(a,))
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    attach(a, "ab", "topic", "orders-", "orders-", "local")
+    wait_for("B follows the empty namespace", lambda: cli_json(
+        b.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING")  # fmt: skip
+
+    # B's storage refuses new logs: where its partition directories go is a
+    # file now, as a full disk or a read-only data directory refuses them.
+    topics = Path(b.data_dir) / "topics"
+    topics.mkdir(exist_ok=True)
+    assert not any(topics.iterdir()), list(topics.iterdir())
+    topics.rmdir()
+    topics.write_bytes(b"")
+    try:
+        cli_json(a.bootstrap, "create-topic", "orders-big", "--partitions", "4")
+        _produce(a, "orders-big", 5, "big")
+
+        def rows() -> list[dict[str, Any]]:
+            return [p for p in cli_json(b.bootstrap, "describe-link", "ab")["partitions"]
+                    if p["role"] == "follower" and p["topic"] == "orders-big"]  # fmt: skip
+
+        wait_for("B's rows name the topic it could not create", lambda: len(rows()) == 4, 60)
+        info = cli_json(b.bootstrap, "describe-link", "ab")
+        assert info["state"] != "FOLLOWING", info
+        for row in rows():
+            assert "disk refused writes" in row["problem"], row
+            assert "create" in row["problem"] and not row.get("lag_known"), row
+        samples = scrape(metrics)["ccr_link_storage_refused_partitions"]
+        assert [v for labels, v in samples if labels.get("link") == "ab"] == [4.0], samples
+
+        failover = run_cli("failover", "--link", "ab", bootstrap=b.bootstrap)
+        assert failover.returncode == 1, (failover.stdout, failover.stderr)
+        assert "orders-big (not created)" in failover.stderr, failover.stderr
+    finally:
+        topics.unlink()
+        topics.mkdir()
+
+    wait_for("B holds orders-big", lambda: sum(high_watermarks(b.bootstrap, "orders-big") or [0])
+             == 5, 60)  # fmt: skip
+    wait_for("B follows again", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"]
+             == "FOLLOWING", 60)  # fmt: skip
+    assert not any(p.get("problem") for p in cli_json(b.bootstrap, "describe-link", "ab")
+                   ["partitions"]), "a row still names a refusal"  # fmt: skip

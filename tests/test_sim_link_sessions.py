@@ -44,8 +44,9 @@ def test_a_session_check_that_lets_calls_through_is_caught(monkeypatch: pytest.M
     """The checker can fail: with verification undone, the replayed calls
     are served and the run reports it."""
 
-    def accept(self: auth.LinkSessions, *args: object) -> None:
-        return None
+    def accept(self: auth.LinkSessions, *args: object) -> auth.Session:
+        # Any call, even one without a session, is served as a session's.
+        return auth.Session("forged", str(args[1]), "", "", b"", 0)
 
     monkeypatch.setattr(auth.LinkSessions, "verify", accept)
     summary = run_summary("secure-links", 1)

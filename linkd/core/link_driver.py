@@ -539,13 +539,7 @@ def apply_topics(
     """Follower side: carries out `rounds.plan_topics` for a discovery;
     returns whether it created follower topics."""
     plan = rounds.plan_topics(state, config, namespaces, new_topic_id, listed_at_ms)
-    for local, source in plan.created:
-        yield Note(
-            "info", f"link {config.name!r}: follower topic {local!r} created from {source!r}"
-        )
-    if plan.effects:
-        yield Execute(tuple(plan.effects))
-    return bool(plan.created)
+    return (yield from rounds.carry_out_topics(state, config.name, plan))
 
 
 # -- the source's side of the calls ----------------------------------------------------------

@@ -28,7 +28,8 @@ Rules (docs/metrics.md):
   (`LinkRuntime.errors`).
 - Storage refusals: the follower partitions whose fetched records this
   cluster's storage refused (a full disk, a file-size limit, a read-only data
-  directory) and that no round has stored since.
+  directory) and that no round has stored since, and the partitions of
+  follower topics its storage refused to create (counted `refused` by state).
 - Gaps (records a follower partition never copied: its source's log start
   had passed them) are counted per partition from its provenance, as
   describe-link lists them: durable, so the counts survive a restart. A
@@ -135,6 +136,7 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         _follows_topics(state, name)
         and link_admin.lag_known(state, name, now_ms)
         and len(known) == len(rows)
+        and not state.links.runtime[name].uncreated
     ):
         max_lag = (
             max((p.lag_records for p in known), default=0),
@@ -154,6 +156,8 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
             counts["copying"] += 1
         else:
             counts["lag_unknown"] += 1
+    # Topics its storage refused to create: their partitions are refused here.
+    counts["refused"] += sum(u.partitions for u in runtime.uncreated.values())
     leader = [
         PartitionLagSample(r.topic, r.partition, r.lag_records, r.lag_ms)
         for r in summary.partitions
@@ -169,7 +173,8 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
         tuple(counts.items()) if _follows_topics(state, name) else (),
         tuple(sorted(leader, key=lambda p: (p.topic, p.partition))),
         tuple(sorted(runtime.errors.items())),
-        sum(1 for e in runtime.refused.values() if e.code is ErrorCode.STORAGE_REFUSED),
+        sum(1 for e in runtime.refused.values() if e.code is ErrorCode.STORAGE_REFUSED)
+        + sum(u.partitions for u in runtime.uncreated.values()),
     )
 
 

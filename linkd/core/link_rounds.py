@@ -56,6 +56,7 @@ from linkd.core.links import (
     LinkConfig,
     LinkMode,
     MappingKey,
+    UncreatedTopic,
     orphans,
 )
 from linkd.core.provenance import Gap
@@ -252,13 +253,37 @@ def source_group_offsets(state: ClusterState, prefix: str) -> list[msync.GroupOf
 
 
 @dataclass(frozen=True, slots=True)
-class TopicsPlan:
-    """What discovery changes on the follower: effects to carry out in order
-    (journal records included) and the follower topics it created, as
-    (local name, source name)."""
+class TopicCreation:
+    """A follower topic a discovery creates: its effects (its logs, then its
+    journal record) are carried out on their own (`carry_out_topics`)."""
 
-    effects: list[Effect]
-    created: list[tuple[str, str]]
+    local: str
+    source: str
+    topic_id: str
+    partitions: int
+    effects: tuple[Effect, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsPlan:
+    """What discovery changes on the follower: the follower topics it creates
+    (each carried out on its own: the storage may refuse one), then the rest
+    to carry out in order (reshapes, ACLs; journal records included).
+    `prefixes`: the local prefixes of the followed topic namespaces listed."""
+
+    creations: list[TopicCreation]
+    rest: list[Effect]
+    prefixes: frozenset[str] = frozenset()
+
+    @property
+    def effects(self) -> list[Effect]:
+        """Every effect, in the order `carry_out_topics` carries them out."""
+        return [e for c in self.creations for e in c.effects] + self.rest
+
+    @property
+    def created(self) -> list[tuple[str, str]]:
+        """The follower topics created, as (local name, source name)."""
+        return [(c.local, c.source) for c in self.creations]
 
 
 def plan_topics(
@@ -279,19 +304,24 @@ def plan_topics(
         runtime.topics_known_at_ms = listed_at_ms
 
     effects: list[Effect] = []
-    created: list[tuple[str, str]] = []
+    creations: list[TopicCreation] = []
+    prefixes: set[str] = set()
     followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
     for ns in namespaces:
         mapping = followed.get(ns.prefix) if ns.kind == "topic" else None
         if mapping is None:
             continue
+        prefixes.add(mapping.local_prefix)
         for source in ns.topics:
             local = rep.map_name(source.name, mapping.remote_prefix, mapping.local_prefix)
             if local not in state.topics:
-                effects += rep.create_replica_topic(
-                    state, local, source.partitions, dict(source.configs), new_topic_id(), config
+                topic_id = new_topic_id()
+                made = rep.create_replica_topic(
+                    state, local, source.partitions, dict(source.configs), topic_id, config
                 )
-                created.append((local, source.name))
+                creations.append(
+                    TopicCreation(local, source.name, topic_id, source.partitions, tuple(made))
+                )
             else:
                 effects += rep.follow_topic_shape(
                     state, local, source.partitions, dict(source.configs)
@@ -306,7 +336,61 @@ def plan_topics(
             records += msync.apply_read_acls(state, config.name, ns.prefix, list(ns.read_acls))
     if records:
         effects.append(Journal(tuple(records)))
-    return TopicsPlan(effects, created)
+    return TopicsPlan(creations, effects, frozenset(prefixes))
+
+
+def carry_out_topics(
+    state: ClusterState, link_name: str, plan: TopicsPlan
+) -> Generator[Request, Any, bool]:
+    """Follower side: carries out a discovery's plan. Each follower topic is
+    created on its own, and its storage may refuse to open its logs (a full
+    disk, no descriptors left): the shell answers `NotStored` and nothing of
+    the topic is kept. Such a topic is not followed, and the link must not
+    say it is: it is kept in `LinkRuntime.uncreated` with a STORAGE_REFUSED
+    refusal naming it (its partitions' rows, the state, the failover's
+    refusal and the metric show it) until a discovery creates it or the
+    source no longer lists it. Then the rest of the plan. Returns whether it
+    created follower topics."""
+    runtime = state.links.runtime.get(link_name)
+    before = runtime.uncreated if runtime is not None else {}
+    refused: dict[str, UncreatedTopic] = {}
+    made = False
+    for c in plan.creations:
+        done = yield Execute(c.effects, refusable=True)
+        if not isinstance(done, NotStored):
+            made = True
+            yield Note("info", f"link {link_name!r}: follower topic {c.local!r} created from "
+                       f"{c.source!r}")  # fmt: skip
+            continue
+        kept = state.topics.get(c.local)
+        if kept is not None and kept.topic_id == c.topic_id:
+            state.discard_unjournalled_topic(c.topic_id)  # the shell kept none of it
+        earlier = before.get(c.local)
+        refusal = ClusterError(
+            ErrorCode.STORAGE_REFUSED,
+            c.local,
+            f"{c.local}: disk refused writes: this cluster's storage refused to create the "
+            f"follower topic's {c.partitions} partition logs ({done.error.message}); it is "
+            "created, and copied, once the storage takes writes",
+        )
+        refused[c.local] = UncreatedTopic(
+            c.source, c.partitions, refusal, earlier.since_ms if earlier else done.now_ms
+        )
+        if earlier is None:
+            yield Note("warning", f"link {link_name!r}: {refusal.message}")
+    if plan.rest:
+        yield Execute(tuple(plan.rest))
+    if undo.undone(17):
+        refused = {}  # the old path: the refusal is only noted
+    if runtime is not None and (before or refused):
+        # What this discovery listed replaces what was known of its namespaces.
+        still = {
+            t: u
+            for t, u in before.items()
+            if t not in state.topics and not any(rep.in_prefix(t, p) for p in plan.prefixes)
+        }
+        state.links.set_uncreated(link_name, {**still, **refused}, (yield Now()))
+    return made
 
 
 # -- replica fetch ---------------------------------------------------------------------
@@ -1313,10 +1397,7 @@ def accept_push(
     if push.namespaces:
         listed = state.links.runtime[name].fetch_sent_ms  # the push answers that request
         plan = plan_topics(state, config, list(push.namespaces), new_topic_id, listed)
-        for local, source in plan.created:
-            yield Note("info", f"link {name!r}: follower topic {local!r} created from {source!r}")
-        if plan.effects:
-            yield Execute(tuple(plan.effects))
+        yield from carry_out_topics(state, name, plan)
     if push.data is not None:
         local_of = follower_fetch_request(state, config).local_of
         known_at = pushed_hw_known_at(state, name, push, (yield Now()))

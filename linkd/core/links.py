@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from linkd.core import journal as jr
 from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.link_auth import Revoked
 from linkd.core.provenance import Gap
 
 # A mapping's identity: (resource type, local prefix, remote prefix).
@@ -525,6 +526,17 @@ def orphans(refusal: ClusterError) -> bool:
     return refusal.code in ORPHANED
 
 
+@dataclass(frozen=True, slots=True)
+class UncreatedTopic:
+    """A follower topic the source lists and this cluster could not create:
+    its storage refused to open its logs (`LinkRuntime.uncreated`)."""
+
+    source: str  # its name on the source
+    partitions: int  # the source's partition count
+    refusal: ClusterError  # STORAGE_REFUSED, naming the topic and why
+    since_ms: int  # when the first creation was refused
+
+
 @dataclass(slots=True)
 class LinkCounters:
     """What this side's follower has done on a link since its runtime began
@@ -585,6 +597,12 @@ class LinkRuntime:
     # them again: each keeps the link from FOLLOWING (its lag is not known),
     # unless the source has no such partition (`holds_back`).
     refused: dict[tuple[str, int], ClusterError] = field(default_factory=dict)
+    # Follower topics the source lists that this cluster's storage refused to
+    # create (their logs could not be opened: a full disk, no descriptors),
+    # by local name, until a discovery creates them or the source no longer
+    # lists them: each keeps the link from FOLLOWING, its partitions shown as
+    # refused rows (`link_rounds.carry_out_topics`).
+    uncreated: dict[str, UncreatedTopic] = field(default_factory=dict)
     # Follower partitions whose last batch the source did not hold: the next
     # fetch sends every mark of them (`link_rounds.check_marks`).
     marks_wanted: set[tuple[str, int]] = field(default_factory=set)
@@ -766,6 +784,10 @@ class LinkTable:
             if holds_back(why)
         ]
         out += [
+            f"{topic} (following, {u.partitions} partitions) is not created: {u.refusal.message}"
+            for topic, u in sorted(runtime.uncreated.items())
+        ]
+        out += [
             f"{topic}-{partition} (following) parted from its source's log; finding the cut"
             for topic, partition in sorted(runtime.marks_wanted)
         ]
@@ -878,6 +900,9 @@ class LinkTable:
             ]
             for tp in unfollowed:
                 del runtime.refused[tp]
+            uncreated = [t for t in runtime.uncreated if config.mapping_for(t, "follower") is None]
+            for topic in uncreated:
+                del runtime.uncreated[topic]
             for tp in [k for k in runtime.own_writes_held if k not in runtime.refused]:
                 del runtime.own_writes_held[tp]
             undiverged = {
@@ -886,7 +911,7 @@ class LinkTable:
             runtime.marks_wanted -= undiverged
             for tp in undiverged:
                 runtime.marks_spans.pop(tp, None)
-            if gone or unfollowed or undiverged:
+            if gone or unfollowed or undiverged or uncreated:
                 self._recompute(config.name, now_ms)
         return [jr.LinkConfigRecord(config.to_record())]
 
@@ -1042,6 +1067,36 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is not None:
             runtime.last_contact_ms = now_ms
+            self._recompute(name, now_ms)
+
+    def credential_revoked(self, revoked: dict[str, Revoked]) -> list[Revoked]:
+        """Callee side: the links whose sessions a withdrawn credential ended
+        (`link_auth.LinkSessions.revoked`, by link id) say so in describe-link
+        (`credential_problem`) until a session opens again; returns those
+        newly told (for the log)."""
+        told = []
+        for link_id, ended in sorted(revoked.items()):
+            config = next((c for c in self.configs.values() if c.link_id == link_id), None)
+            runtime = self.runtime.get(config.name) if config is not None else None
+            if runtime is not None and runtime.credential_problem != ended.describe():
+                runtime.credential_problem = ended.describe()
+                told.append(ended)
+        return told
+
+    def session_opened(self, link_id: str) -> None:
+        """Callee side: a session of the link opened on an accepted
+        credential: a revocation it reported is over."""
+        config = next((c for c in self.configs.values() if c.link_id == link_id), None)
+        runtime = self.runtime.get(config.name) if config is not None else None
+        if runtime is not None and runtime.credential_problem.startswith("revoked:"):
+            runtime.credential_problem = ""
+
+    def set_uncreated(self, name: str, uncreated: dict[str, UncreatedTopic], now_ms: int) -> None:
+        """Follower side: the follower topics the source lists that this
+        cluster could not create now (`link_rounds.carry_out_topics`)."""
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.uncreated = dict(uncreated)
             self._recompute(name, now_ms)
 
     def on_fetch_round(self, name: str, now_ms: int) -> None:
@@ -1228,7 +1283,11 @@ class LinkTable:
             if p.role != "leader" or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
-        return lagging or any(holds_back(e) for e in runtime.refused.values())
+        return (
+            lagging
+            or any(holds_back(e) for e in runtime.refused.values())
+            or bool(runtime.uncreated)
+        )
 
     def register_led_partitions(
         self, name: str, partitions: set[tuple[str, int]], now_ms: int
@@ -1363,6 +1422,7 @@ class LinkTable:
             lagging = (
                 diverged
                 or any(holds_back(e) for e in runtime.refused.values())
+                or bool(runtime.uncreated)
                 or self._runtime_lagging(runtime, now_ms)
             )
             follows = config is not None and any(
@@ -1513,6 +1573,7 @@ class LinkTable:
             remote = runtime.remote_sync if connected else LinkState.OUT_OF_SYNC
             empty = (
                 not runtime.refused
+                and not runtime.uncreated
                 and not runtime.marks_wanted
                 and not any(p.role == "follower" for p in runtime.partitions.values())
             )
@@ -1522,8 +1583,9 @@ class LinkTable:
                 # older one is stale, and nothing is behind.
                 remote = LinkState.IN_SYNC
             remote = remote or LinkState.SYNCING
-            if remote is LinkState.IN_SYNC and runtime.marks_wanted:
-                # Its log parted from the source's: not in sync until cut.
+            if remote is LinkState.IN_SYNC and (runtime.marks_wanted or runtime.uncreated):
+                # Its log parted from the source's (not in sync until cut), or
+                # a topic the source lists could not be created here.
                 remote = LinkState.SYNCING
         verdicts = [v for v in (local, remote) if v is not None]
         for worst in (LinkState.OUT_OF_SYNC, LinkState.SYNCING):
