@@ -633,7 +633,8 @@ def _excused(
     state = states[follower]
     t = state.topics.get(topic)
     if t is None:
-        return "the follower topic was deleted"
+        # Never created here (an operator's delete is a reported cut, above).
+        return _excused_missing(state, source, link_id, topic, v.partition, covering, lost)
     cut = _reported_cut(t.provenance.get(v.partition, []), v.offset)
     if covering or cut is not None:
         return cut
@@ -653,6 +654,29 @@ def _excused(
         # An operator detached the namespace (or deleted the link) first: the
         # provenance says where the link's data ends.
         return "the follower left the link, and its provenance says where"
+    if source in lost:
+        return "the source is gone and the follower's link says so"
+    return None
+
+
+def _excused_missing(
+    state: ClusterState,
+    source: str,
+    link_id: str,
+    topic: str,
+    partition: int,
+    covering: list[FailoverReport],
+    lost: set[str],
+) -> str | None:
+    """Which report names a record of a follower topic that was never
+    created on the follower: a failover that knew of the topic and did not
+    name its partitions names nothing, nor does a link still following it."""
+    if covering:
+        return None
+    if _refused(state, link_id, topic, partition):
+        return "the follower's link says why it holds no copy of the partition"
+    if not _follows(state, link_id, topic):
+        return "the follower left the link before it knew the topic"
     if source in lost:
         return "the source is gone and the follower's link says so"
     return None

@@ -1122,7 +1122,10 @@ class Simulation:
                     r.lag_known,
                     r.unknown_since_ms,
                 )
-                for r in result.partitions
+                # Every partition made writable, and those the answer names as
+                # abandoned without making them writable (a follower topic its
+                # storage refused to create: no log here, so no partition).
+                for r in [*result.abandoned, *result.partitions]
             },
             result.topics_known_at_ms,
             tuple(prefix for kind, prefix in result.namespaces if kind == "topic"),
