@@ -42,7 +42,8 @@ write no tombstones, so none may be missing.)
 - "one writer at rest": each namespace a reversal set out to move (its
   journalled plan) is writable on exactly one of its two clusters once the
   run is at rest, after the liveness phase ran `reverse` once more on every
-  cluster that still holds a plan (`check_one_writer`).
+  cluster that still holds a plan; one whose reversal answered rolled back,
+  on as many as the reversal found it writable on (`check_one_writer`).
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -912,6 +913,12 @@ class MovedNamespace:
     kind: str  # "topic" | "group"
     prefix: str  # on `cluster`
     peer_prefix: str  # on `peer`
+    # On how many of the two clusters clients could write it when the plan
+    # began (before its first change).
+    found: int = 1
+    # The reversal's last run answered rolled back: it undid its own
+    # reservations and ended, leaving the pair as it found it.
+    rolled_back: bool = False
 
 
 def writable(state: ClusterState, kind: str, prefix: str) -> bool:
@@ -927,21 +934,30 @@ def check_one_writer(
     """At rest (after the liveness phase finished every journalled plan with
     one re-run), each namespace a reversal moved is writable on exactly one
     of its two clusters: neither means no client can write it (a reversal
-    cut short and never finished), both means two histories."""
+    cut short and never finished), both means two histories. A reversal
+    that answered rolled back promised only to undo its own reservations
+    (namespaces reserved before it began stay reserved, docs/operations.md):
+    its namespaces must be writable on as many clusters as it found them,
+    which is one unless the operator's earlier verbs made it none (a
+    reservation, a deleted link) or two (a failover the old leader had not
+    heard of)."""
     details = []
     for m in moved:
         if not (up.get(m.cluster) and up.get(m.peer)):
             continue
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
-        if here != there:
+        expected = m.found if m.rolled_back else 1
+        count = int(here) + int(there)
+        if count == expected:
             continue
         plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
+        where = {0: "neither cluster", 1: "one cluster", 2: "both clusters"}
         details.append(
             f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
-            f"(link {m.link}) is writable on {'both clusters' if here else 'neither cluster'} "
-            "at rest after a reversal"
+            f"(link {m.link}) is writable on {where[count]} at rest after a reversal"
+            + (f" rolled back, which found it writable on {where[m.found]}"
+               if m.rolled_back else "")
             + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
         )
     return _capped("one writer at rest", details)
-
