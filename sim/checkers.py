@@ -42,9 +42,10 @@ write no tombstones, so none may be missing.)
 - "one writer at rest": each namespace a reversal set out to move (its
   journalled plan) is writable on exactly one of its two clusters once the
   run is at rest, after the liveness phase ran the procedure of every plan
-  still journalled once more (`check_one_writer`); a failover's or a
-  recovery's are never left reserved and following nothing on the side it
-  ran on.
+  still journalled once more (`check_one_writer`); one whose reversal
+  answered rolled back, on as many as the reversal found it writable on; a
+  failover's or a recovery's are never left reserved and following nothing
+  on the side it ran on.
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -917,6 +918,12 @@ class MovedNamespace:
     prefix: str  # on `cluster`
     peer_prefix: str  # on `peer`
     procedure: str = "reverse"  # "reverse" | "failover" | "recover"
+    # On how many of the two clusters clients could write it when the plan
+    # began (before its first change).
+    found: int = 1
+    # The reversal's last run answered rolled back: it undid its own
+    # reservations and ended, leaving the pair as it found it.
+    rolled_back: bool = False
 
 
 def writable(state: ClusterState, kind: str, prefix: str) -> bool:
@@ -932,37 +939,44 @@ def check_one_writer(
     """At rest (after the liveness phase finished every journalled plan with
     one re-run), each namespace a reversal moved is writable on exactly one
     of its two clusters: neither means no client can write it (a reversal
-    cut short and never finished), both means two histories.
+    cut short and never finished), both means two histories. A reversal
+    that answered rolled back promised only to undo its own reservations
+    (namespaces reserved before it began stay reserved, docs/operations.md):
+    its namespaces must be writable on as many clusters as it found them,
+    which is one unless the operator's earlier verbs made it none (a
+    reservation, a deleted link) or two (a failover the old leader had not
+    heard of).
 
     A failover or a recovery changes only the side it runs on (`cluster`):
     there, a namespace it named is writable (a failover), follows the link
     (a recovery), or is as it was (refused); never reserved and following no
     link, which no client writes and no record reaches (a procedure cut
     short between its detach or cut and its end). A failover with the old
-    leader alive leaves two writers: the documented split, until a recovery.
-    A namespace a reversal found reserved already is not judged (a reversal
-    rolled back leaves it so)."""
+    leader alive leaves two writers: the documented split, until a recovery."""
     details = []
     for m in moved:
         if not (up.get(m.cluster) and up.get(m.peer)):
             continue
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
-        what = ""
+        count = int(here) + int(there)
         if m.procedure != "reverse":
             # A failover or a recovery changes only `cluster`'s side.
-            if _orphaned(states[m.cluster], m.kind, m.prefix):
-                what = f"reserved on {m.cluster} and following no link"
-        elif not here and not there:
-            what = "writable on neither cluster"
-        elif here and there:
-            what = "writable on both clusters"
-        if not what:
-            continue
+            if not _orphaned(states[m.cluster], m.kind, m.prefix):
+                continue
+            what = f"reserved on {m.cluster} and following no link"
+        else:
+            expected = m.found if m.rolled_back else 1
+            if count == expected:
+                continue
+            where = {0: "neither cluster", 1: "one cluster", 2: "both clusters"}
+            what = f"writable on {where[count]}"
         plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
         details.append(
             f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
             f"(link {m.link}) is {what} at rest after a {m.procedure}"
+            + (f" rolled back, which found it writable on {m.found} of the two"
+               if m.rolled_back else "")
             + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
         )
     return _capped("one writer at rest", details)
@@ -972,4 +986,3 @@ def _orphaned(state: ClusterState, kind: str, prefix: str) -> bool:
     """Reserved, and following no link."""
     ns = state.namespaces.find(ResourceType.parse(kind), prefix)
     return ns is not None and ns.reserved and ns.follower_link is None
-

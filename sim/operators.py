@@ -76,6 +76,7 @@ class World(Protocol):
     def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None: ...
     def contract_broken(self, invariant: str, detail: str) -> None: ...
     def checkpoint_reached(self, cluster: str, link: str, point: str) -> None: ...
+    def reversal_rolled_back(self, cluster: str, link: str) -> None: ...
 
 
 class Operators:
@@ -567,6 +568,8 @@ class Operators:
             if isinstance(report, procedures.ReverseReport) and not report.ok:
                 self.world.metrics.add("reverse_failed", 1)
                 error = report.error
+                if report.rolled_back:
+                    self.world.reversal_rolled_back(cluster, link)
             elif report is not None:
                 self.world.metrics.add("reversals", 1)
             if done is not None:

@@ -228,17 +228,32 @@ class Simulation:
         plan = self.clusters[cluster].state.plans.get(link)
         if plan is None:
             return
+        peer = self.clusters.get(plan.remote_cluster_id)
         for n in plan.namespaces:
-            if n.reserved_before:
-                # Nobody wrote it here before the plan began: a plan rolled
-                # back leaves it so, which is not the plan's doing.
+            if n.reserved_before and plan.procedure != "reverse":
+                # Nobody wrote it here before the plan began: a failover or a
+                # recovery cut short leaves it so, which is not its doing.
                 continue
+            # Who could write it as the plan began: a rolled-back reversal
+            # must leave it so ("one writer at rest").
+            found = int(checkers.writable(self.clusters[cluster].state, n.resource_type,
+                                          n.local_prefix))
+            if peer is not None:
+                found += checkers.writable(peer.state, n.resource_type, n.remote_prefix)
             moved = checkers.MovedNamespace(
                 link, cluster, plan.remote_cluster_id, n.resource_type, n.local_prefix,
-                n.remote_prefix, plan.procedure,
+                n.remote_prefix, plan.procedure, found,
             )
             pair = tuple(sorted(((cluster, n.local_prefix), (moved.peer, n.remote_prefix))))
             self.moved[(n.resource_type, pair)] = moved
+
+    def reversal_rolled_back(self, cluster: str, link: str) -> None:
+        """A reversal on `cluster`'s `link` answered rolled back: it undid
+        only its own reservations, so "one writer at rest" expects its
+        namespaces writable on as many clusters as it found them."""
+        for key, m in list(self.moved.items()):
+            if (m.cluster, m.link) == (cluster, link):
+                self.moved[key] = dataclasses.replace(m, rolled_back=True)
 
     def touched(self, cluster: str, link: str = "", prefix: str = "") -> None:
         """An operator verb other than reverse may change who writes: the
@@ -567,7 +582,8 @@ class Simulation:
     def do_move(self, m: moves.Move) -> None:
         """An operator's move, carried out with the core's procedures."""
         o, k = self.ops, moves.MoveKind
-        if m.kind in (k.ATTACH, k.DETACH, k.SET_RESERVED):
+        if m.kind in (k.ATTACH, k.DETACH, k.SET_RESERVED, k.RELEASE_REATTACH):
+            # A release-reattach is a detach, a set-reserved off and an attach.
             self.touched(m.cluster, prefix=m.local_prefix)
         elif m.kind is k.MANUAL_REVERSE:
             self.touched(m.cluster, prefix=m.local_prefix)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from linkd.core import records as rb
+from linkd.core.cluster import ClusterState
+from linkd.core.namespaces import ResourceType
 from sim import checkers, scenario
 from sim.history import History, Op, Poll, Send
 from sim.store import PartitionStore, StoredBatch
@@ -207,3 +209,44 @@ def test_status_watch_hw_at__a_cut_between_the_last_probe_and_the_time_asked_bou
     assert watch.hw_at(key, 27100) == 9  # cut since: nothing above 9 is owed
     assert watch.hw_at(key, 27600) == 95  # probed after the cut
     assert watch.hw_at(key, 26000) == 0  # never probed by then
+
+
+def _writer_states(a_writable: bool, b_writable: bool) -> dict[str, ClusterState]:
+    states = {"A": ClusterState("A"), "B": ClusterState("B")}
+    for state, writable in zip(states.values(), (a_writable, b_writable), strict=True):
+        state.create_namespace(ResourceType.TOPIC, "orders-", reserved=not writable)
+    return states
+
+
+@pytest.mark.parametrize(
+    ("found", "rolled_back", "at_rest", "judged"),
+    [
+        # A finished reversal promises one writer, whatever it found.
+        (0, False, (False, False), "neither cluster"),
+        (1, False, (True, True), "both clusters"),
+        (0, False, (False, True), ""),
+        # A rolled-back one undoes only its own reservations: the pair is
+        # left as it was found (none, after the operator's reservation; two,
+        # after a failover the old leader had not heard of).
+        (0, True, (False, False), ""),
+        (2, True, (True, True), ""),
+        (1, True, (True, False), ""),
+        # ... and a roll-back that left a writer it found missing is named.
+        (1, True, (False, False), "rolled back, which found it writable on one cluster"),
+        (0, True, (True, False), "rolled back, which found it writable on neither cluster"),
+    ],
+)
+def test_one_writer_at_rest__a_rolled_back_reversal_leaves_what_it_found(
+    found: int, rolled_back: bool, at_rest: tuple[bool, bool], judged: str
+) -> None:
+    moved = checkers.MovedNamespace(
+        "A-B", "A", "B", "topic", "orders-", "orders-", found, rolled_back
+    )
+    states = _writer_states(*at_rest)
+    found_violations = checkers.check_one_writer([moved], states, {"A": True, "B": True})
+    if not judged:
+        assert found_violations == []
+    else:
+        assert len(found_violations) == 1
+        assert found_violations[0].invariant == "one writer at rest"
+        assert judged in found_violations[0].detail

@@ -15,6 +15,7 @@ import tomllib
 import pytest
 
 from sim import checkers
+from sim import operator_moves as moves
 from sim import scenario as sc
 from sim.operator_moves import reverse_points
 from sim.world import Simulation
@@ -95,3 +96,42 @@ def test_reverse__without_the_roll_back__a_remote_lost_during_the_wait_leaves_no
     assert one_writer(run(point, target)) == []
     # Undone: A stays reserved after the wait failed, and B still follows.
     assert one_writer(run(point, target, undo=25))
+
+
+RESERVED_FIRST = """
+[[actions]]
+at_ms = 4000
+kind = "set_reserved"
+cluster = "A"
+prefixes = [["A-", "A-"]]
+reserved = true
+"""
+
+
+def test_reverse__rolled_back__a_namespace_reserved_before_stays_reserved() -> None:
+    # The operator reserved A's namespace, then B is lost during the wait:
+    # the roll-back clears nothing (it reserved nothing), so nobody writes,
+    # as before the reversal; the check expects what the reversal found.
+    text = STORY.format(point="reverse:reserve-leader-namespaces", target="B", undo=0)
+    sim = Simulation(sc.parse(tomllib.loads(text + RESERVED_FIRST)), 1)
+    sim.run()
+    assert sim.metrics.values.get("mid_procedure_crashes", 0) == 1, sim.queue.trace[-20:]
+    assert sim.violations == [], sim.violations
+    a, b = sim.clusters["A"].state, sim.clusters["B"].state
+    assert not a.plans.plans
+    moved = list(sim.moved.values())
+    assert moved and all(m.rolled_back and m.found == 0 for m in moved), moved
+    for m in moved:
+        assert not checkers.writable(a, m.kind, m.prefix)
+        assert not checkers.writable(b, m.kind, m.peer_prefix)
+
+
+def test_release_reattach__the_namespace_is_no_longer_judged() -> None:
+    # A release-reattach is a detach, a set-reserved off and an attach on the
+    # follower: like each of them, it takes the namespace out of the check
+    # (its attach may be refused, leaving the follower writable on purpose).
+    sim = run("reverse:promote-remote-namespaces", "")
+    assert any((m.cluster, m.prefix) == ("A", "A-") for m in sim.moved.values()), sim.moved
+    sim.do_move(moves.Move(moves.MoveKind.RELEASE_REATTACH, "A", "A-B", local_prefix="A-",
+                           remote_prefix="A-", hold_ms=1000))
+    assert not any(m.kind == "topic" for m in sim.moved.values()), sim.moved

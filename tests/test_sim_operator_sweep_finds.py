@@ -58,6 +58,19 @@ FOUND = [
     # A follower partition held uncut for its own acknowledged writes (and
     # reported) was judged as a copy of its source.
     (205, 4, "a held partition is not a copy until recover"),
+    # Checker misjudgements of "one writer at rest" (the reversal's answers
+    # were right). A reversal rolled back leaves its namespaces as it found
+    # them: none writable (the operator had reserved this side, or a deleted
+    # link left it reserved) or two (a failover the old leader had not heard
+    # of); the check demanded one.
+    (208, 2, "a rolled-back reversal found the namespace reserved"),
+    (66, 3, "a rolled-back reversal found two writers after a failover"),
+    (27, 4, "a rolled-back reversal found no writer (a deleted link)"),
+    (198, 4, "a re-run at rest rolled back, the group reserved before"),
+    # A release-reattach (detach, set-reserved off, attach) after a reversal
+    # did not take the namespace out of the check; its refused attach left the
+    # follower writable on purpose.
+    (93, 4, "release-reattach is an operator's change of who writes"),
 ]
 
 
