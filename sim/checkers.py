@@ -969,17 +969,19 @@ def check_one_writer(
             expected = m.found if m.rolled_back else 1
             if count == expected:
                 continue
-            where = {0: "neither cluster", 1: "one cluster", 2: "both clusters"}
-            what = f"writable on {where[count]}"
+            what = f"writable on {_WRITERS[count]}"
         plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
         details.append(
             f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
             f"(link {m.link}) is {what} at rest after a {m.procedure}"
-            + (f" rolled back, which found it writable on {m.found} of the two"
+            + (f" rolled back, which found it writable on {_WRITERS[m.found]}"
                if m.rolled_back else "")
             + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
         )
     return _capped("one writer at rest", details)
+
+
+_WRITERS = {0: "neither cluster", 1: "one cluster", 2: "both clusters"}
 
 
 def _orphaned(state: ClusterState, kind: str, prefix: str) -> bool:

@@ -240,7 +240,7 @@ def test_one_writer_at_rest__a_rolled_back_reversal_leaves_what_it_found(
     found: int, rolled_back: bool, at_rest: tuple[bool, bool], judged: str
 ) -> None:
     moved = checkers.MovedNamespace(
-        "A-B", "A", "B", "topic", "orders-", "orders-", found, rolled_back
+        "A-B", "A", "B", "topic", "orders-", "orders-", found=found, rolled_back=rolled_back
     )
     states = _writer_states(*at_rest)
     found_violations = checkers.check_one_writer([moved], states, {"A": True, "B": True})
