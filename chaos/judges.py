@@ -640,13 +640,37 @@ def _loss_excuse(
         return "its lag was never learned, the failover said"
     if lag_known is False and since > 0:
         known = since
-    if lag_known is True and ending.move.kill_source:
+    if lag_known is True and ending.move.kill_source and not _source_dials(ending, moves):
         # "Known" right after the source was killed is old news: nothing
-        # acknowledged after the last round is named.
+        # acknowledged after the last round is named. Not so when the source
+        # dials the link (it pushes): its death resets no call the follower
+        # waits on, and the follower finds it out as a silent cut, once its
+        # request is overdue (docs/operations.md, "When a follower
+        # partition's lag is known"): until then the race stays open.
         known = 0
     if known > 0 and t0_wall_ms + o.complete_ms >= known:
         return "acknowledged after the source HW was learned"
     return ""
+
+
+def _source_dials(failover: MoveRecord, moves: Sequence[MoveRecord]) -> bool:
+    """Whether the source of a failover's link dials it (a pushed link), as
+    the last create-link move of that link between the two clusters made it
+    before the failover (links the run creates itself: the follower dials)."""
+    m = failover.move
+    creates = [
+        rec
+        for rec in moves
+        if rec.move.kind is MoveKind.CREATE_LINK
+        and rec.move.link == m.link
+        and {rec.move.cluster, rec.move.peer} == {m.cluster, m.peer}
+        and rec.maybe_happened
+        and rec.begin_ms <= failover.begin_ms
+    ]
+    if not creates:
+        return False
+    made = max(creates, key=lambda rec: rec.begin_ms).move
+    return (made.cluster == m.peer) != made.remote_dials
 
 
 def namespace_reserved(snap: ClusterSnap, topic: str) -> bool:

@@ -474,10 +474,11 @@ class FailoverRow:
         an "unknown since" window that covers its acknowledgement. A row
         whose lag was known names records acknowledged after the round it
         came from only while its source was live and reachable at the
-        failover: such a record was in flight to a follower that would have
-        had it the next moment (the race the rule for a known lag accepts).
-        From a source already dead or cut off, "lag 0, known" is old news:
-        the record is lost unnamed (docs/operations.md, "Failover")."""
+        failover, or lost in a way the follower could not see yet
+        (`source_news_current`): such a record was in flight to the follower
+        (the race the rule for a known lag accepts). From a source the
+        follower could have known was dead or cut off, "lag 0, known" is old
+        news: the record is lost unnamed (docs/operations.md, "Failover")."""
         if offset < self.log_end_offset:
             if not self.lag_known:
                 # Its own record at that offset differs: the logs had parted,
@@ -495,6 +496,32 @@ class FailoverRow:
         return None
 
 
+def source_news_current(
+    source_up: bool,
+    reachable: bool,
+    follower_dials: bool,
+    last_round_ms: int | None,
+    now_ms: int,
+    answer_due_ms: int,
+) -> bool:
+    """Whether a follower failing over could still take its last round as
+    the news of its source (a known lag then names what the source
+    acknowledged after the round: the race no follower can close): the
+    source is up and reachable; or it is lost in a way the follower cannot
+    see yet (docs/operations.md, "When a follower partition's lag is
+    known"). A silent cut drops calls without failing them, and a killed
+    source that dials the link itself (a pushed link) leaves the follower no
+    connection to reset: either is found out only once the request the
+    follower sent after its last round is overdue, so the news stays current
+    for `answer_due_ms` after that round. A killed source that the follower
+    dials resets its calls at once: old news from then on."""
+    if source_up and reachable:
+        return True
+    if not source_up and follower_dials:
+        return False
+    return last_round_ms is not None and now_ms - last_round_ms <= answer_due_ms
+
+
 @dataclass(frozen=True, slots=True)
 class FailoverReport:
     """What a failover answered, per partition made writable."""
@@ -506,7 +533,8 @@ class FailoverReport:
     topics_known_at_ms: int = 0  # partitions created after this are in no row
     # Follower (local) prefixes of the topic namespaces it made writable.
     prefixes: tuple[str, ...] = ()
-    # Its source was up and reachable from the follower at the failover.
+    # Its source was up and reachable from the follower at the failover, or
+    # lost so recently that the follower could not tell (`source_news_current`).
     source_live: bool = True
 
 

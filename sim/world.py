@@ -146,9 +146,13 @@ class Simulation:
         # Failovers that answered: (cluster, link id, time, what they reported).
         self.failovers: list[tuple[str, str, int, link_admin.Failover]] = []
         # Per failover (same order): whether its source was up and reachable
-        # from the follower then (a record in flight from a live source is
-        # the race a known lag allows; from a dead or cut-off one it is not).
+        # from the follower then, or lost so recently that the follower could
+        # not tell yet (`source_news_current`): a record in flight from such a
+        # source is the race a known lag allows; from one lost before, not.
         self.failover_source_live: list[bool] = []
+        # (cluster, incarnation, link name) -> when the follower last finished
+        # a round of that link (a fetch answer or a push applied).
+        self.round_applied_ms: dict[tuple[str, int, str], int] = {}
         # Edges of type mirror: "<target>/<name>" -> the MirrorMaker 2 flow.
         # With [connect] workers: a ConnectMirror (a Connect group running the flow).
         self.mirrors: dict[str, MirrorDriver | ConnectMirror] = {}
@@ -186,6 +190,9 @@ class Simulation:
         return effect.header.record_count * self.record_bytes
 
     def follower_applied(self, cluster: SimCluster, link_name: str) -> None:
+        self.round_applied_ms[(cluster.cluster_id, cluster.incarnation, link_name)] = (
+            self.queue.now_ms
+        )
         self.offset_watch.observe(cluster.cluster_id, cluster.state, link_name, self.queue.now_ms)
 
     def offsets_heard(
@@ -315,14 +322,12 @@ class Simulation:
         return done
 
     def _source_live(self, cluster: str, link: str) -> bool:
-        """The source of the cluster's link is up and reachable from it now."""
+        """What the follower knows of the source of its link is current now
+        (`source_news_current`): the source is up and reachable, or lost so
+        recently that the follower cannot have seen it yet."""
         config = self.clusters[cluster].state.links.configs.get(link)
         source = config.remote_cluster_id if config is not None else ""
-        return (
-            source in self.clusters
-            and self.clusters[source].up
-            and self.reachable(source, cluster)
-        )
+        return self.source_news_current(cluster, link, source)
 
     def _source_live_at_change(self, cluster: str, link: str) -> bool:
         """Whether the source was live when the failover made its namespaces
@@ -1114,6 +1119,23 @@ class Simulation:
                 self.status_watch.record_hws(cid, self.clusters[cid].state, now)
         states = {cid: self.clusters[cid].state for cid in self.cluster_ids}
         self.status_watch.probe(states, up, now)
+
+    def source_news_current(self, cluster: str, name: str, source: str) -> bool:
+        """`status_checks.source_news_current` for a follower failing over
+        link `name` now: what the run knows of its source and of the
+        follower's last round."""
+        node = self.clusters[cluster]
+        config = node.links.configs.get(name)
+        if config is None or source not in self.clusters:
+            return False
+        return status_checks.source_news_current(
+            self.clusters[source].up,
+            self.reachable(source, cluster),
+            config.connection_direction != "remote_dials",
+            self.round_applied_ms.get((cluster, node.incarnation, name)),
+            self.queue.now_ms,
+            node.links.limits.fetch_answer_due_ms,
+        )
 
     def failover_reports(self) -> list[status_checks.FailoverReport]:
         """What each failover answered, for invariant 10."""

@@ -423,3 +423,36 @@ def test_silent_loss__an_operator_created_the_topic_after_the_follower_knew_the_
     late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1100})
     found, _ = check_silent_loss(history, rounds, [create, late], final, ["A", "B"], {}, wall0)
     assert len(found) == 1
+
+
+def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_source_pushes() -> (
+    None
+):
+    """kill -9 of the source, the failover 200 ms later, the row "lag 0,
+    known" as of t0+1000: v3 (acknowledged at t0+1300) is old news when the
+    follower dials the source (its calls were reset), but in flight when
+    the source dials the link itself (a pushed link: the follower finds the
+    death only once its request is overdue)."""
+    history = [send("v2", 6, 700), send("v3", 7, 1300)]
+    final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {6: "v2"}}
+    report = {"abandoned": [], "partitions": [
+        {"topic": T, "partition": 0, "log_end_offset": 7, "source_high_watermark": 7,
+         "lag_known": True, "source_hw_known_at_ms": 1_000_000 + 1000}]}  # fmt: skip
+    killed = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True, peer="A",
+                             kill_source=True, delay_ms=200), 1400, 1700, "ok",
+                        report=report)  # fmt: skip
+
+    def judged(created: list[MoveRecord]) -> list[str]:
+        found, _ = check_silent_loss(
+            history, _loss_rounds(), [*created, killed], final, ["A", "B"], {}, 1_000_000
+        )
+        return [v.detail for v in found]
+
+    assert len(judged([])) == 1  # the run's own link: B dials A
+    pushed_from_a = MoveRecord(Move(MoveKind.CREATE_LINK, "A", link="ab", peer="B"), 100, 120, "ok")
+    pulled_by_b = MoveRecord(Move(MoveKind.CREATE_LINK, "B", link="ab", peer="A"), 100, 120, "ok")
+    b_behind_nat = MoveRecord(Move(MoveKind.CREATE_LINK, "B", link="ab", peer="A",
+                                   remote_dials=True), 100, 120, "ok")  # fmt: skip
+    assert judged([pushed_from_a]) == []
+    assert judged([b_behind_nat]) == []
+    assert len(judged([pulled_by_b])) == 1

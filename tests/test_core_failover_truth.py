@@ -296,3 +296,32 @@ def test_a_pulled_answer_arriving_late__is_known_as_of_when_its_request_left() -
     b.links.on_contact_lost("ab", NOW + 610)
     (row,) = admin.follower_partitions(b, "ab", NOW + 611)
     assert (row.source_high_watermark, row.unknown_since_ms) == (5, NOW + 20)
+
+
+def test_a_pushing_source_killed__is_found_out_as_a_silent_cut__once_the_request_is_overdue() -> (
+    None
+):
+    """A source that dials the link (a push link) and is killed resets no
+    call of the follower's: the follower finds it out as it finds a silent
+    cut, once the request its last push answer carried is overdue. Until
+    then its lag is known, as of when the source read its high watermarks:
+    records the source acknowledged after that (in flight when it died) are
+    after the row's `source_hw_known_at_ms` (operator sweep, seeds 219 on 2
+    clusters and 34 on 3)."""
+    a, b, disk_a, disk_b = _following()
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=NOW + 20)
+    answer = rounds.serve_replica_fetch(
+        a, "id-1", request.partitions, NOW + 30, disk_a.read, 1 << 20, 1 << 20, from_remote=False
+    )
+    produce(a, disk_a, 2)  # acknowledged after A read its HW; A is killed at NOW+41
+    push = rounds.Push("id-1", data=answer, request_sent_ms=NOW + 20, source_hw_at_ms=NOW + 30)
+    _drive(rounds.accept_push(b, push, NOW + 40, lambda: "t"), b, disk_b, NOW + 40)
+    due = b.links.limits.fetch_answer_due_ms
+
+    assert b.links.lag_known("ab", NOW + 40 + due)
+    (row,) = admin.follower_partitions(b, "ab", NOW + 40 + due)
+    assert (row.lag_known, row.lag_records, row.source_hw_known_at_ms) == (True, 0, NOW + 30)
+
+    assert not b.links.lag_known("ab", NOW + 40 + due + 1)
+    (row,) = admin.failover(b, "ab", True, NOW + 40 + due + 1).abandoned
+    assert (row.lag_records, row.unknown_since_ms) == (-1, NOW + 30)

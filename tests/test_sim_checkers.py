@@ -250,3 +250,32 @@ def test_one_writer_at_rest__a_rolled_back_reversal_leaves_what_it_found(
         assert len(found_violations) == 1
         assert found_violations[0].invariant == "one writer at rest"
         assert judged in found_violations[0].detail
+
+
+def test_source_news_current__a_loss_the_follower_cannot_see_yet_keeps_the_race_open() -> None:
+    """Operator sweep, seeds 118/152/169/219 (2 clusters), 9/34/46/168 (3) and
+    189 (4): a known row names what its source acknowledged after its round
+    while the follower could not yet tell the source was lost: a silent cut,
+    or a killed source that dials the link (a push link), both found only once
+    the request sent after the last round is overdue. A killed source that
+    the follower dials resets its calls: old news at once."""
+    from sim.status_checks import FailoverRow, source_news_current
+
+    due = 1_000
+    # Up and reachable: always current.
+    assert source_news_current(True, True, True, None, 5_000, due)
+    # A silent cut 48 ms before the failover, the last round 48 ms old (seed 118).
+    assert source_news_current(True, False, True, 1_002, 1_050, due)
+    # ... but a round older than the bound: the follower should have seen it.
+    assert not source_news_current(True, False, True, 1_002, 1_002 + due + 1, due)
+    # kill -9 of a source that pushes (seed 34: the last push applied 783 ms before).
+    assert source_news_current(False, False, False, 17_926, 18_709, due)
+    assert not source_news_current(False, False, False, 17_926, 17_926 + due + 1, due)
+    # kill -9 of a source the follower dials: its calls are reset, no race left.
+    assert not source_news_current(False, False, True, 18_700, 18_709, due)
+    assert not source_news_current(False, True, True, 18_700, 18_709, due)
+
+    row = FailoverRow(78, 78, 17_512, True)  # lag 0, known as of 17512
+    assert row.names(78, 17_535, source_live=True) is not None
+    assert row.names(78, 17_535, source_live=False) is None
+    assert row.names(78, 17_500, source_live=True) is None  # before its round: held or lost

@@ -71,6 +71,16 @@ FOUND = [
     # did not take the namespace out of the check; its refused attach left the
     # follower writable on purpose.
     (93, 4, "release-reattach is an operator's change of who writes"),
+    # A checker bug (a sample of 630 runs, 9 seeds): a failover with "lag 0,
+    # known" named nothing acknowledged after its round once the source was
+    # dead or cut off, though the follower could not tell yet: a silent cut
+    # (seeds 118 and 152 on 2 clusters, 189 on 4), or kill -9 of a source
+    # that pushes (169 and 219 on 2, 9, 34, 46 and 168 on 3): no call of the
+    # follower's fails, and its request is not overdue for a second.
+    (118, 2, "a silent cut the follower cannot see yet leaves the race open"),
+    (189, 4, "a silent cut: a failover without force 344 ms into it"),
+    (219, 2, "a pushing source killed 2 ms before the failover"),
+    (34, 3, "a pushing source killed, its last push applied slowly"),
 ]
 
 
