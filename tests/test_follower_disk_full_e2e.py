@@ -9,10 +9,11 @@ takes writes again B copies everything and FOLLOWS.
 
 The second case: B's storage cannot create the follower topic of a topic A
 creates (where B's partition directories go is a file for a while, as a
-full disk or a read-only data directory refuses new logs): B's link must not say FOLLOWING then either;
-describe-link has a row per partition of the topic naming the refusal, the
-metric counts them, a failover without force names the topic, and once B
-may open files again it creates the topic and copies it."""
+full disk or a read-only data directory refuses new logs): B's link must
+not say FOLLOWING then either; describe-link has a row per partition of
+the topic naming the refusal, the metric counts them, a failover without
+force names the topic, and once B may open files again it creates the topic
+and copies it."""
 
 from __future__ import annotations
 
