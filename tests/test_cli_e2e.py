@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -432,11 +433,13 @@ def test_empty_stdin_produces_nothing(daemon: Daemon) -> None:
     ],
 )
 def test_cli_errors_one_line(
-    daemon: Daemon, args: tuple[str, ...], stdin: str | None, expected: str
+    module_daemon: Daemon, args: tuple[str, ...], stdin: str | None, expected: str
 ) -> None:
-    with AdminClient(daemon.bootstrap) as admin:
-        admin.create_topic("exists")
-    result = run_cli(*args, input=stdin, bootstrap=daemon.bootstrap)
+    # One daemon serves every case: each is refused and changes nothing.
+    with AdminClient(module_daemon.bootstrap) as admin:
+        if "exists" not in {t.name for t in admin.list_topics()}:
+            admin.create_topic("exists")
+    result = run_cli(*args, input=stdin, bootstrap=module_daemon.bootstrap)
     line = _one_line_error(result)
     assert line.startswith(expected), line
 
@@ -490,7 +493,7 @@ def test_cli_bad_arguments_exit_2(args: tuple[str, ...]) -> None:
 
 
 def test_cli_help_exits_0() -> None:
-    result = run_cli("--help")
+    result = run_cli("--help", process=True)
     assert result.returncode == 0 and "create-topic" in result.stdout
     result = run_cli("consume", "--help")
     assert result.returncode == 0 and "--from-beginning" in result.stdout
@@ -515,3 +518,34 @@ def test_consume_fails_when_cluster_goes_away(daemon: Daemon) -> None:
     (result,) = results
     line = _one_line_error(result)
     assert line.startswith("error: UNAVAILABLE: cannot reach cluster at")
+
+
+# ---------------------------------------------------------------------------
+# The suite runs the CLI's main in its own process (tests/harness.py run_cli):
+# the console script answers the same, stream for stream.
+# ---------------------------------------------------------------------------
+
+
+def test_cli_in_process_answers_as_the_console_script(module_daemon: Daemon) -> None:
+    b = module_daemon.bootstrap
+    _ok(run_cli("create-topic", "twin", "--partitions", "2", bootstrap=b, process=True))
+    calls: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--bootstrap", b, "describe-topic", "twin", "--json"), {}),
+        (("--bootstrap", b, "describe-topic", "missing"), {}),  # exit 1, one line on stderr
+        (("--bootstrap", b, "produce", "twin", "--partition", "1"),
+         {"input": b"\xffraw\r\nnext\n"}),  # raw bytes on stdin
+        (("--bootstrap", b, "consume", "twin", "--partition", "1", "--from-beginning",
+          "--json", "--max-messages", "2"), {}),  # records on stdout, the count on stderr
+        (("create-topic", "t", "--partitions", "0"), {}),  # exit 2, argparse's usage
+        (("consume", "--help"), {}),  # exit 0, help on stdout
+        (("list-topics",), {"env": {"CCR_BOOTSTRAP": b}}),  # the bootstrap from the environment
+    ]
+    for args, kwargs in calls:
+        here = run_cli(*args, **kwargs)
+        there = run_cli(*args, **kwargs, process=True)
+        assert (here.returncode, here.stdout, here.stderr) == (
+            there.returncode,
+            there.stdout,
+            there.stderr,
+        ), args
+    assert os.environ.get("CCR_BOOTSTRAP") != b  # the call's environment was taken back
