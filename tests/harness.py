@@ -263,6 +263,12 @@ class Daemon:
 
     stop = terminate
 
+    def ask_to_stop(self) -> None:
+        """SIGTERM without waiting (terminate() then waits, bounded)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+
     def restart(self, kill: bool = False, wait: bool = True) -> Daemon:
         """Stops (SIGTERM, or SIGKILL with kill=True) and starts again on the same
         port and data dir."""
@@ -491,6 +497,11 @@ def _daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         return d
 
     yield make
+    # SIGTERM to every daemon first, then wait for each: they shut down
+    # side by side (a daemon with link calls in flight takes up to its gRPC
+    # grace of 2 s), not one after the other.
+    for d in made:
+        d.ask_to_stop()
     for d in made:
         try:
             d.terminate()

@@ -37,12 +37,20 @@ def _one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> 
     return lines[0]
 
 
+@pytest.fixture
+def daemon(module_daemon: Daemon) -> Daemon:
+    """The module's tests share one daemon: each names its own topics and
+    groups. A test that needs a cluster of its own makes one (daemon_factory)."""
+    return module_daemon
+
+
 # ---------------------------------------------------------------------------
 # Happy paths
 # ---------------------------------------------------------------------------
 
 
-def test_topic_commands(daemon: Daemon) -> None:
+def test_topic_commands(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it lists every topic
     b = daemon.bootstrap
     out = _ok(
         run_cli(
@@ -360,7 +368,8 @@ def test_consume_read_committed_hides_aborted(daemon: Daemon) -> None:
     assert [r["value"] for r in everything] == ["aborted", "committed"]
 
 
-def test_health_describe_cluster_and_env_bootstrap(daemon: Daemon) -> None:
+def test_health_describe_cluster_and_env_bootstrap(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it counts the topics
     health = json.loads(_ok(run_cli("health", "--json", bootstrap=daemon.bootstrap)))
     assert health["status"] == "SERVING" and health["cluster_id"] == "test"
     text = _ok(run_cli("health", env={"CCR_BOOTSTRAP": daemon.bootstrap}))
@@ -433,13 +442,13 @@ def test_empty_stdin_produces_nothing(daemon: Daemon) -> None:
     ],
 )
 def test_cli_errors_one_line(
-    module_daemon: Daemon, args: tuple[str, ...], stdin: str | None, expected: str
+    daemon: Daemon, args: tuple[str, ...], stdin: str | None, expected: str
 ) -> None:
-    # One daemon serves every case: each is refused and changes nothing.
-    with AdminClient(module_daemon.bootstrap) as admin:
+    # The module's daemon serves every case: each is refused and changes nothing.
+    with AdminClient(daemon.bootstrap) as admin:
         if "exists" not in {t.name for t in admin.list_topics()}:
             admin.create_topic("exists")
-    result = run_cli(*args, input=stdin, bootstrap=module_daemon.bootstrap)
+    result = run_cli(*args, input=stdin, bootstrap=daemon.bootstrap)
     line = _one_line_error(result)
     assert line.startswith(expected), line
 
@@ -499,7 +508,8 @@ def test_cli_help_exits_0() -> None:
     assert result.returncode == 0 and "--from-beginning" in result.stdout
 
 
-def test_consume_fails_when_cluster_goes_away(daemon: Daemon) -> None:
+def test_consume_fails_when_cluster_goes_away(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it kills the daemon
     import threading
 
     _ok(run_cli("create-topic", "gone", bootstrap=daemon.bootstrap))
@@ -526,8 +536,8 @@ def test_consume_fails_when_cluster_goes_away(daemon: Daemon) -> None:
 # ---------------------------------------------------------------------------
 
 
-def test_cli_in_process_answers_as_the_console_script(module_daemon: Daemon) -> None:
-    b = module_daemon.bootstrap
+def test_cli_in_process_answers_as_the_console_script(daemon: Daemon) -> None:
+    b = daemon.bootstrap
     _ok(run_cli("create-topic", "twin", "--partitions", "2", bootstrap=b, process=True))
     calls: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--bootstrap", b, "describe-topic", "twin", "--json"), {}),
