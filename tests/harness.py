@@ -1,4 +1,5 @@
-"""Test harness: real `linkd` daemons as subprocesses, and the `ccr-admin` CLI.
+"""Test harness: real `linkd` daemons as subprocesses, and the `ccr-admin` CLI
+(its main in this process, or as a process: run_cli).
 
     with Daemon("A", tmp_path / "a" / "data") as d:     # started and ready
         AdminClient(d.bootstrap).create_topic("t")
@@ -9,6 +10,9 @@ Pytest fixtures (register this module as a plugin, e.g. in the root conftest:
     daemon          one running daemon in tmp_path (cluster id "test")
     daemon_factory  make(cluster_id="A", extra_args=(), start=True) -> Daemon;
                     every daemon made is stopped at teardown
+    module_daemon_factory, module_daemon
+                    the same, made once for a module's tests (for tests that
+                    need a running cluster, not a fresh one)
 
 Waits are bounded and poll with short waits (proc.wait(timeout=...) doubles as
 the pause, so a daemon that dies is noticed at once); no bare sleeps.
@@ -18,12 +22,14 @@ for debugging; a start-up failure raises with the tail of stderr.
 
 from __future__ import annotations
 
+import io
 import os
 import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -257,6 +263,12 @@ class Daemon:
 
     stop = terminate
 
+    def ask_to_stop(self) -> None:
+        """SIGTERM without waiting (terminate() then waits, bounded)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+
     def restart(self, kill: bool = False, wait: bool = True) -> Daemon:
         """Stops (SIGTERM, or SIGKILL with kill=True) and starts again on the same
         port and data dir."""
@@ -296,15 +308,121 @@ class Daemon:
         return f"Daemon({self.cluster_id!r}, {self.bootstrap}, pid={self.pid})"
 
 
+# Commands run_cli runs as a process, never in this one: the MM2 engine sets
+# signal handlers and runs its flows (and their threads) until it stops.
+PROCESS_COMMANDS = frozenset({"mirror"})
+# The CLI's options that take a value before the command name.
+_GLOBAL_VALUE_OPTIONS = frozenset({"--bootstrap", "--timeout", "--command-config"})
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command name in a ccr-admin argv (the first word that is not a
+    global option or its value)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in _GLOBAL_VALUE_OPTIONS:
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def run_cli(
     *args: str,
     input: str | bytes | None = None,
     bootstrap: str | None = None,
     timeout_s: float = CLI_TIMEOUT_S,
     env: dict[str, str] | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Runs `python -m admin.cli [--bootstrap B] ARGS...` with `input` on stdin
-    (str or raw bytes); stdout/stderr come back decoded as UTF-8."""
+    """Runs `ccr-admin [--bootstrap B] ARGS...` with `input` on stdin (str or
+    raw bytes); stdout/stderr come back decoded as UTF-8, with the exit code.
+
+    The CLI's main runs in this process (cli_in_process), as the console
+    script would run it, unless process=True, the command is one of
+    PROCESS_COMMANDS, or the caller is not the main thread (the in-process run
+    swaps sys.stdin/stdout/stderr and the environment, which are the
+    process's); then it is `python -m admin.cli` (run_cli_process). A test of
+    the console script itself (its start-up, a process's signals, its output
+    file descriptors) asks for process=True. CCR_TEST_CLI_PROCESS=1 in the
+    environment runs every call as a process (to compare the two)."""
+    argv = (["--bootstrap", bootstrap] if bootstrap is not None else []) + list(args)
+    if (
+        process
+        or os.environ.get("CCR_TEST_CLI_PROCESS") == "1"
+        or _command_of(argv) in PROCESS_COMMANDS
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return run_cli_process(
+            *args, input=input, bootstrap=bootstrap, timeout_s=timeout_s, env=env
+        )
+    return cli_in_process(argv, input=input, env=env)
+
+
+def cli_in_process(
+    argv: Sequence[str],
+    input: str | bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`admin.cli.main(argv)` in this process, as `python -m admin.cli argv`
+    runs it: stdin holds `input` (UTF-8 text over bytes, as a process's stdin
+    is), stdout and stderr are separate UTF-8 streams, `env` is added to the
+    environment for the call (and taken back after), the working directory is
+    the project's, and the exit code is main's return value or argparse's
+    SystemExit code. The CLI's own --timeout (30 s by default) bounds its calls."""
+    from admin import cli
+
+    raw = input.encode() if isinstance(input, str) else (input or b"")
+    stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
+    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    stdout = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
+    stderr = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace",
+                              write_through=True)
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_cwd = os.getcwd()
+    code: int
+    try:
+        os.environ.update(env or {})
+        os.chdir(ROOT)
+        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as exc:  # argparse: bad arguments (2) or --help (0)
+            if exc.code is None or isinstance(exc.code, int):
+                code = int(exc.code or 0)
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        stdout.flush()
+        stderr.flush()
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(
+        ["ccr-admin", *argv],
+        code,
+        out_bytes.getvalue().decode("utf-8", errors="replace"),
+        err_bytes.getvalue().decode("utf-8", errors="replace"),
+    )
+
+
+def run_cli_process(
+    *args: str,
+    input: str | bytes | None = None,
+    bootstrap: str | None = None,
+    timeout_s: float = CLI_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Runs `python -m admin.cli [--bootstrap B] ARGS...` as a process with
+    `input` on stdin (str or raw bytes); stdout/stderr come back decoded as UTF-8."""
     cmd = [sys.executable, "-m", "admin.cli"]
     if bootstrap is not None:
         cmd += ["--bootstrap", bootstrap]
@@ -338,6 +456,25 @@ def run_cli(
 @pytest.fixture
 def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     """make(cluster_id="A", extra_args=(), start=True, data_dir=None) -> Daemon."""
+    yield from _daemons(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_daemon_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Daemon]]:
+    """daemon_factory, once per module: its daemons serve every test of the
+    module and stop after the last one."""
+    yield from _daemons(tmp_path_factory.mktemp("daemons"))
+
+
+@pytest.fixture(scope="module")
+def module_daemon(module_daemon_factory: Callable[..., Daemon]) -> Daemon:
+    """One running daemon (cluster id "test") shared by a module's tests."""
+    return module_daemon_factory("test")
+
+
+def _daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     made: list[Daemon] = []
 
     def make(
@@ -360,6 +497,11 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         return d
 
     yield make
+    # SIGTERM to every daemon first, then wait for each: they shut down
+    # side by side (a daemon with link calls in flight takes up to its gRPC
+    # grace of 2 s), not one after the other.
+    for d in made:
+        d.ask_to_stop()
     for d in made:
         try:
             d.terminate()

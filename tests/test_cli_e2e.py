@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -36,12 +37,20 @@ def _one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> 
     return lines[0]
 
 
+@pytest.fixture
+def daemon(module_daemon: Daemon) -> Daemon:
+    """The module's tests share one daemon: each names its own topics and
+    groups. A test that needs a cluster of its own makes one (daemon_factory)."""
+    return module_daemon
+
+
 # ---------------------------------------------------------------------------
 # Happy paths
 # ---------------------------------------------------------------------------
 
 
-def test_topic_commands(daemon: Daemon) -> None:
+def test_topic_commands(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it lists every topic
     b = daemon.bootstrap
     out = _ok(
         run_cli(
@@ -359,7 +368,8 @@ def test_consume_read_committed_hides_aborted(daemon: Daemon) -> None:
     assert [r["value"] for r in everything] == ["aborted", "committed"]
 
 
-def test_health_describe_cluster_and_env_bootstrap(daemon: Daemon) -> None:
+def test_health_describe_cluster_and_env_bootstrap(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it counts the topics
     health = json.loads(_ok(run_cli("health", "--json", bootstrap=daemon.bootstrap)))
     assert health["status"] == "SERVING" and health["cluster_id"] == "test"
     text = _ok(run_cli("health", env={"CCR_BOOTSTRAP": daemon.bootstrap}))
@@ -434,8 +444,10 @@ def test_empty_stdin_produces_nothing(daemon: Daemon) -> None:
 def test_cli_errors_one_line(
     daemon: Daemon, args: tuple[str, ...], stdin: str | None, expected: str
 ) -> None:
+    # The module's daemon serves every case: each is refused and changes nothing.
     with AdminClient(daemon.bootstrap) as admin:
-        admin.create_topic("exists")
+        if "exists" not in {t.name for t in admin.list_topics()}:
+            admin.create_topic("exists")
     result = run_cli(*args, input=stdin, bootstrap=daemon.bootstrap)
     line = _one_line_error(result)
     assert line.startswith(expected), line
@@ -490,13 +502,14 @@ def test_cli_bad_arguments_exit_2(args: tuple[str, ...]) -> None:
 
 
 def test_cli_help_exits_0() -> None:
-    result = run_cli("--help")
+    result = run_cli("--help", process=True)
     assert result.returncode == 0 and "create-topic" in result.stdout
     result = run_cli("consume", "--help")
     assert result.returncode == 0 and "--from-beginning" in result.stdout
 
 
-def test_consume_fails_when_cluster_goes_away(daemon: Daemon) -> None:
+def test_consume_fails_when_cluster_goes_away(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it kills the daemon
     import threading
 
     _ok(run_cli("create-topic", "gone", bootstrap=daemon.bootstrap))
@@ -515,3 +528,34 @@ def test_consume_fails_when_cluster_goes_away(daemon: Daemon) -> None:
     (result,) = results
     line = _one_line_error(result)
     assert line.startswith("error: UNAVAILABLE: cannot reach cluster at")
+
+
+# ---------------------------------------------------------------------------
+# The suite runs the CLI's main in its own process (tests/harness.py run_cli):
+# the console script answers the same, stream for stream.
+# ---------------------------------------------------------------------------
+
+
+def test_cli_in_process_answers_as_the_console_script(daemon: Daemon) -> None:
+    b = daemon.bootstrap
+    _ok(run_cli("create-topic", "twin", "--partitions", "2", bootstrap=b, process=True))
+    calls: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--bootstrap", b, "describe-topic", "twin", "--json"), {}),
+        (("--bootstrap", b, "describe-topic", "missing"), {}),  # exit 1, one line on stderr
+        (("--bootstrap", b, "produce", "twin", "--partition", "1"),
+         {"input": b"\xffraw\r\nnext\n"}),  # raw bytes on stdin
+        (("--bootstrap", b, "consume", "twin", "--partition", "1", "--from-beginning",
+          "--json", "--max-messages", "2"), {}),  # records on stdout, the count on stderr
+        (("create-topic", "t", "--partitions", "0"), {}),  # exit 2, argparse's usage
+        (("consume", "--help"), {}),  # exit 0, help on stdout
+        (("list-topics",), {"env": {"CCR_BOOTSTRAP": b}}),  # the bootstrap from the environment
+    ]
+    for args, kwargs in calls:
+        here = run_cli(*args, **kwargs)
+        there = run_cli(*args, **kwargs, process=True)
+        assert (here.returncode, here.stdout, here.stderr) == (
+            there.returncode,
+            there.stdout,
+            there.stderr,
+        ), args
+    assert os.environ.get("CCR_BOOTSTRAP") != b  # the call's environment was taken back

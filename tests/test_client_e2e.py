@@ -79,12 +79,20 @@ def _produce_all(producer: Producer, topic: str, records: list[dict[str, Any]]) 
     return [m for _, m in reports]
 
 
+@pytest.fixture
+def daemon(module_daemon: Daemon) -> Daemon:
+    """The module's tests share one daemon: each names its own topics and
+    groups. A test that needs a cluster of its own makes one (daemon_factory)."""
+    return module_daemon
+
+
 # ---------------------------------------------------------------------------
 # Topics
 # ---------------------------------------------------------------------------
 
 
-def test_topic_lifecycle(daemon: Daemon) -> None:
+def test_topic_lifecycle(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it lists every topic
     with _admin(daemon) as admin:
         created = admin.create_topic("orders", 3, {"retention.ms": 60000})
         assert created.name == "orders" and created.partition_count == 3
@@ -122,7 +130,8 @@ def test_topic_lifecycle(daemon: Daemon) -> None:
         assert info.value.code == "UNKNOWN_TOPIC"
 
 
-def test_health_and_describe_cluster(daemon: Daemon) -> None:
+def test_health_and_describe_cluster(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it counts the topics
     with _admin(daemon) as admin:
         health = admin.health()
         assert health.status == "SERVING" and health.cluster_id == "test"
@@ -608,7 +617,8 @@ def test_newer_transactional_producer_fences_older(daemon: Daemon) -> None:
     reader.close()
 
 
-def test_idempotent_producer_survives_daemon_restart(daemon: Daemon) -> None:
+def test_idempotent_producer_survives_daemon_restart(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it restarts the daemon
     with _admin(daemon) as admin:
         admin.create_topic("durable", 1)
     producer = Producer(
@@ -697,7 +707,8 @@ def test_member_that_stops_polling_loses_its_partitions(daemon: Daemon) -> None:
     b.close()
 
 
-def test_group_member_survives_daemon_restart(daemon: Daemon) -> None:
+def test_group_member_survives_daemon_restart(daemon_factory: Callable[..., Daemon]) -> None:
+    daemon = daemon_factory("test")  # a cluster of its own: it restarts the daemon
     with _admin(daemon) as admin:
         admin.create_topic("resilient", 1)
     producer = Producer({"bootstrap.servers": daemon.bootstrap, "retry.backoff.ms": 50})

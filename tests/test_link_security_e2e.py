@@ -10,6 +10,7 @@ wire in an answer nor in the data directories.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -273,9 +274,16 @@ def test_a_link_between_mtls_listeners_replicates_over_tls(
                              input="".join(f"secret-record-{i}\n" for i in range(20)),
                              bootstrap=a.bootstrap)
         assert produce_to.returncode == 0, produce_to.stderr
-        wait_for("orders-x on B", lambda: [
-            p["high_watermark"] for p in admin(b, "describe-topic", "orders-x")["partitions"]
-        ] == [20])
+        def on_b() -> list[int] | None:
+            # None until the link's round has created orders-x on B.
+            found = run_cli("--command-config", str(props), "describe-topic", "orders-x",
+                            "--json", bootstrap=b.bootstrap)
+            if found.returncode == 1 and "UNKNOWN_TOPIC" in found.stderr:
+                return None
+            assert found.returncode == 0, found.stderr
+            return [p["high_watermark"] for p in json.loads(found.stdout)["partitions"]]
+
+        wait_for("orders-x on B", lambda: on_b() == [20])
         wait_for("B following", lambda: admin(b, "describe-link", "ab")["state"] == "FOLLOWING")
         requests, answers = tap.seen()
     assert len(requests) > 1_000

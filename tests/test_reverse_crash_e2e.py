@@ -8,6 +8,14 @@ attach steps (the crash that used to orphan `orders-`). After a restart,
 describe-link shows the plan in progress and one re-run of `reverse` on
 the same cluster finishes it: every namespace is then writable on exactly
 one cluster (B), and B holds every record A acknowledged.
+
+Real daemons crash at a few representative checkpoints: a journalled step,
+the cut inside a step between its two namespaces, the last step, and (for
+the remote) a roll-back, a cut after a mapping changed, and the daemon-only
+hook inside the promotion it serves. Every checkpoint, with one namespace
+and with two, and a crash of either side, is a case of the simulator's
+tests/test_sim_mid_procedure.py, which runs the same core plan and resume
+(linkd/core/plans.py).
 """
 
 from __future__ import annotations
@@ -22,18 +30,13 @@ from test_recovery_e2e import attach, namespaces
 
 from linkd.test_hooks import EXIT_AT_ENV, KILL_AT_ENV
 
-# Every checkpoint of reverse with two namespaces (orders-, app-), in order.
+# Checkpoints of reverse with two namespaces (orders-, app-), in order: a
+# journalled step, the crash that used to orphan `orders-` (inside the detach,
+# between the namespaces), and the last step. The others are simulator cases
+# (tests/test_sim_mid_procedure.py, reverse_points(2)).
 POINTS = [
-    "reverse:verify-link-state",
-    "reverse:reserve-leader-namespaces",
-    "reverse:abort-open-transactions",
     "reverse:wait-for-remote",
     "reverse:detach-mappings#1",
-    "reverse:detach-mappings#2",
-    "reverse:detach-mappings",
-    "reverse:attach-swapped-mappings#1",
-    "reverse:attach-swapped-mappings#2",
-    "reverse:attach-swapped-mappings",
     "reverse:promote-remote-namespaces",
 ]
 RECORDS = 30
@@ -141,15 +144,13 @@ def test_reverse__kill_9_of_the_leader_at_each_step__one_rerun_leaves_one_writer
     _one_writer(b, a, acked, f"after A crashed at {point}")
 
 
-# Where B dies: killed by A's hook at A's checkpoints, or B exits itself
-# while serving the promotion (its namespaces writable, no answer sent).
+# Where B dies: killed by A's hook at A's checkpoints (before any mapping
+# changed, so A rolls back; after, so a re-run finishes), or B exits itself
+# while serving the promotion (its namespaces writable, no answer sent: a
+# daemon-only hook). The simulator crashes B at every checkpoint of A's.
 REMOTE_POINTS = [
     "reverse:reserve-leader-namespaces",
-    "reverse:wait-for-remote",
-    "reverse:detach-mappings#1",
-    "reverse:detach-mappings",
     "reverse:attach-swapped-mappings#1",
-    "reverse:attach-swapped-mappings",
     "serve:promote",
 ]
 

@@ -32,7 +32,7 @@ clusters = ["A", "B"]
 [namespace]
 topics = 2
 partitions = 2
-groups = false
+groups = {groups}
 
 [[actions]]
 at_ms = 4900
@@ -49,8 +49,10 @@ link = "A-B"
 """
 
 
-def run(point: str, target: str, undo: int = 0) -> Simulation:
-    text = STORY.format(point=point, target=target, undo=undo)
+def run(point: str, target: str, undo: int = 0, groups: bool = False) -> Simulation:
+    """One reversal of the topic namespace (and, with groups, of the group
+    namespace too: two namespaces, so a crash can fall between them)."""
+    text = STORY.format(point=point, target=target, undo=undo, groups=str(groups).lower())
     sim = Simulation(sc.parse(tomllib.loads(text)), 1)
     sim.run()
     return sim
@@ -65,7 +67,23 @@ def one_writer(sim: Simulation) -> list[checkers.Violation]:
 def test_reverse__crash_of_either_side_at_each_checkpoint__finished_with_one_writer(
     point: str, target: str
 ) -> None:
-    sim = run(point, target)
+    finished_with_one_writer(run(point, target), target)
+
+
+@pytest.mark.parametrize("target", ["", "B"])
+@pytest.mark.parametrize("point", reverse_points(2))
+def test_reverse_of_two_namespaces__crash_of_either_side_at_each_checkpoint__one_writer(
+    point: str, target: str
+) -> None:
+    # A topic and a group namespace: "#1" falls after the first namespace of
+    # a step and before the second (the real-daemon cases of
+    # tests/test_reverse_crash_e2e.py move the same two).
+    sim = run(point, target, groups=True)
+    assert {m.kind for m in sim.moved.values()} == {"topic", "group"}
+    finished_with_one_writer(sim, target)
+
+
+def finished_with_one_writer(sim: Simulation, target: str) -> None:
     assert sim.metrics.values.get("mid_procedure_crashes", 0) == 1, sim.queue.trace[-20:]
     assert sim.violations == [], sim.violations
     assert sim.moved, "the reversal's plan names what it moves"
