@@ -247,9 +247,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     ERROR_CODE_STORAGE_REFUSED: _ErrorCode.ValueType  # 115
     """This cluster's storage refused the records a link fetched for a follower
-    partition (a full disk, a file-size limit, a read-only data directory):
-    the partition holds less than its source acknowledged, and its lag is not
-    known to be 0. Shown on the partition's row of describe-link.
+    partition (a full disk, a file-size limit, a read-only data directory),
+    or refused to create a follower topic's logs: the partition holds less
+    than its source acknowledged, and its lag is not known to be 0. Shown on
+    the partition's row of describe-link.
     """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
@@ -463,9 +464,10 @@ namespace. The message names the ring, cluster by cluster. Nothing changed.
 """
 ERROR_CODE_STORAGE_REFUSED: ErrorCode.ValueType  # 115
 """This cluster's storage refused the records a link fetched for a follower
-partition (a full disk, a file-size limit, a read-only data directory):
-the partition holds less than its source acknowledged, and its lag is not
-known to be 0. Shown on the partition's row of describe-link.
+partition (a full disk, a file-size limit, a read-only data directory),
+or refused to create a follower topic's logs: the partition holds less
+than its source acknowledged, and its lag is not known to be 0. Shown on
+the partition's row of describe-link.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
