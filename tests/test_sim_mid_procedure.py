@@ -130,7 +130,9 @@ def test_reverse__rolled_back__a_namespace_reserved_before_stays_reserved() -> N
     # The operator reserved A's namespace, then B is lost during the wait:
     # the roll-back clears nothing (it reserved nothing), so nobody writes,
     # as before the reversal; the check expects what the reversal found.
-    text = STORY.format(point="reverse:reserve-leader-namespaces", target="B", undo=0)
+    text = STORY.format(
+        point="reverse:reserve-leader-namespaces", target="B", undo=0, groups="false"
+    )
     sim = Simulation(sc.parse(tomllib.loads(text + RESERVED_FIRST)), 1)
     sim.run()
     assert sim.metrics.values.get("mid_procedure_crashes", 0) == 1, sim.queue.trace[-20:]
