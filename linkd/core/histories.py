@@ -140,7 +140,17 @@ class Comparison:
 
 
 def compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
-    """The last common offset of `local` and `remote` (module rules)."""
+    """The last common offset of `local` and `remote` (module rules): never
+    past this side's log end (asserted: a cut never passes the log end)."""
+    result = _compare(local, remote)
+    assert result.common_offset <= local.log_end_offset, (local, result)
+    assert not result.shared or result.common_offset >= min(
+        local.log_start_offset, local.log_end_offset
+    ), (local, result)
+    return result
+
+
+def _compare(local: PartitionSide, remote: PartitionSide) -> Comparison:
     if local.log_end_offset <= local.log_start_offset:
         return Comparison(local.log_end_offset, "local-empty", True)
     low = max(local.log_start_offset, remote.log_start_offset)
@@ -293,7 +303,8 @@ def provenance_related(local: PartitionSide, remote: PartitionSide) -> bool:
 
 def cut_offset(local: PartitionSide, common: int, remote_log_start: int) -> int:
     """Where this side's log is cut: its batch boundary at or below `common`;
-    its log start when that leaves it below the remote's log start."""
+    its log start when that leaves it below the remote's log start. Always
+    within the log, never above `common` unless that is past the log end."""
     if common >= local.log_end_offset:
         return local.log_end_offset
     if common < remote_log_start:
@@ -302,7 +313,11 @@ def cut_offset(local: PartitionSide, common: int, remote_log_start: int) -> int:
     for base in local.batch_offsets or (common,):
         if base <= common:
             cut = max(cut, base)
-    return min(cut, local.log_end_offset)
+    cut = min(cut, local.log_end_offset)
+    assert local.log_start_offset <= cut <= max(common, local.log_start_offset), (
+        local, common, cut
+    )
+    return cut
 
 
 # -- the cluster's view -----------------------------------------------------------------

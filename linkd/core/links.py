@@ -1432,6 +1432,12 @@ class LinkTable:
             if follows and not self.rounds_fresh(name, now_ms):
                 lagging = True
             new = LinkState.CATCHING_UP if lagging else LinkState.FOLLOWING
+        # Paired with the reports: FOLLOWING only in contact, with no
+        # partition being cut or not created; IN_SYNC only in contact.
+        assert new is not LinkState.FOLLOWING or (
+            connected and not runtime.uncreated and not runtime.marks_wanted
+        ), (name, new, contact, now_ms)
+        assert new is not LinkState.IN_SYNC or connected, (name, new, contact, now_ms)
         if new != runtime.state:
             runtime.state = new
             runtime.entered_at_ms = now_ms

@@ -640,6 +640,10 @@ def apply_recovery(
         topic = state.topic(row.topic)
         log = state.partition(row.topic, row.partition)
         removed = log.log_end_offset - row.truncate_to
+        # The plan was made of this very log (a re-run re-plans): its cut
+        # lies within it and removes what the answer reports.
+        assert log.log_start_offset <= row.truncate_to <= log.log_end_offset, (row, log.name)
+        assert removed == row.local_records_lost, (row, log.log_end_offset)
         log.truncate_to(row.truncate_to)
         effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
         records.append(state.cut_epochs(row.topic, row.partition, row.truncate_to))

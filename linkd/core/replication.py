@@ -459,8 +459,12 @@ def follow_source_high_watermarks(
     if not cap_at_source_high_watermarks(state, link_name, caps):
         return False
     moved = False
-    for t, p, _hw in caps:
-        moved |= state.partition(t, p).advance_high_watermark(state.links.sync_floor(t, p))
+    for t, p, hw in caps:
+        log = state.partition(t, p)
+        if log.advance_high_watermark(state.links.sync_floor(t, p)):
+            moved = True
+            # Readers here see only what the source acknowledged.
+            assert log.high_watermark <= hw, (log.name, log.high_watermark, hw)
     return moved
 
 
@@ -511,7 +515,11 @@ def truncate_replica(
     if boundary >= log.log_end_offset:
         return []
     removed = log.log_end_offset - boundary
+    assert log.log_start_offset <= boundary < log.log_end_offset, (log.name, boundary)
     log.truncate_to(boundary)
+    assert log.log_end_offset == boundary and log.high_watermark <= boundary, (
+        log.name, boundary, log.log_end_offset, log.high_watermark
+    )
     effects: list[Effect] = [
         TruncateLog(topic.topic_id, partition, boundary),
         Journal((state.cut_epochs(topic_name, partition, boundary),)),
