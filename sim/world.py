@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin, plans, procedures, undo
+from linkd.core import link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -358,6 +358,14 @@ class Simulation:
             self._watch_moved(cluster, link)
         if point == f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[1]}":
             self._failover_live[(cluster, link)] = self._source_live(cluster, link)
+        if point == f"{plans.RECOVER}:{procedures.RECOVER_STEPS[1]}":
+            # The cut is made and journalled, and this cluster's log named
+            # the committed offsets it moved: reported even if the call's
+            # answer is lost (a crash from here on).
+            plan = self.clusters[cluster].state.plans.get(link)
+            if plan is not None and plan.detail is not None and "cut" in plan.detail:
+                cut = RecoveryPlan.from_dict(plan.detail["cut"])
+                self.offsets_moved(cluster, recovery.noted_offsets(cut))
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
