@@ -1027,6 +1027,10 @@ class Simulation:
         # (a refused one loses nothing).
         rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
         ends_before = status_checks.log_ends(node.state, promoted)
+        # A call taking up a journalled plan may answer its first run's rows.
+        as_of = status_checks.failover_answered_as_of(
+            node.state.plans.get(name), force, self.queue.now_ms
+        )
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if ended is not None:
@@ -1039,9 +1043,10 @@ class Simulation:
             )
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
-            if not force:
+            if as_of is not None:
                 self.violations += status_checks.check_unforced_failover(
-                    cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
+                    cluster, name, result, self.queue.now_ms,
+                    node.links.limits.fetch_silence_ms, as_of,
                 )
             heard = self.heard_offsets.get((cluster, node.incarnation, config.link_id), {})
             self.violations += status_checks.check_failover_groups(
