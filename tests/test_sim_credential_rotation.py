@@ -13,6 +13,9 @@ from sim import operator_moves as moves
 from sim.runner import run_summary, simulate
 
 CREDENTIALS = {"clusters": 3, "link_sessions": True, "link_credentials": "s3cret"}
+# A seed whose run draws a rotation on a busy link (3, 5-8, 10 and 11 of 1-11
+# do, since the search crashes failovers and recoveries mid-procedure too).
+SEED = 3
 
 
 def _view(credentials: bool) -> moves.View:
@@ -48,7 +51,7 @@ def test_the_move_is_drawn_only_where_credentials_are_in_use() -> None:
 
 
 def test_a_rotation_revokes_the_busy_session__and_the_new_credential_restores_it() -> None:
-    summary, trace = simulate("operator-mix", 2, CREDENTIALS, keep_trace=True)
+    summary, trace = simulate("operator-mix", SEED, CREDENTIALS, keep_trace=True)
     assert summary["violations"] == []
     assert any("link credential replaced" in line for line in trace)
     assert any("revoked: the sessions of cluster" in line for line in trace)
@@ -56,6 +59,6 @@ def test_a_rotation_revokes_the_busy_session__and_the_new_credential_restores_it
 
 
 def test_the_revocation_undone__a_call_served_on_it_is_a_violation() -> None:
-    summary = run_summary("operator-mix", 2, {**CREDENTIALS, "undo_fix": 16})
+    summary = run_summary("operator-mix", SEED, {**CREDENTIALS, "undo_fix": 16})
     found = {v["invariant"] for v in summary["violations"]}
     assert "link_credentials_revoked" in found, summary["violations"]
