@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin, plans, procedures, recovery, undo
+from linkd.core import lineage, link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -1195,8 +1195,11 @@ class Simulation:
 
     def unsettled_links(self) -> list[str]:
         """Links between live clusters, on either side, that are not FOLLOWING
-        (IN_SYNC for a SYNC link), whose follower partitions lag, or whose two
-        configurations differ (invariant 7)."""
+        (IN_SYNC for a SYNC link), whose follower partitions lag, whose two
+        configurations differ (invariant 7), or where the lineage this side
+        last heard is not what its remote would send now (`lineage`: a ring
+        closed while apart is found only once the lineage went around it, a
+        handshake per hop, so invariant 13 judges rings at rest only then)."""
         now = self.queue.now_ms
         out = []
         for cid in self.cluster_ids:
@@ -1224,6 +1227,11 @@ class Simulation:
                 theirs = remote.links.configs.get(name)
                 if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():
                     out.append(f"{cid}/{name}:configurations differ")
+                    continue
+                if node.state.links.runtime[name].upstream != (
+                    lineage.outgoing(remote.state, theirs).mirrored().lineage
+                ):
+                    out.append(f"{cid}/{name}:lineage not yet carried")
                     continue
                 behind = self._copies_behind(node, remote, name)
                 if behind:
