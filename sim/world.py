@@ -1195,11 +1195,8 @@ class Simulation:
 
     def unsettled_links(self) -> list[str]:
         """Links between live clusters, on either side, that are not FOLLOWING
-        (IN_SYNC for a SYNC link), whose follower partitions lag, whose two
-        configurations differ (invariant 7), or where the lineage this side
-        last heard is not what its remote would send now (`lineage`: a ring
-        closed while apart is found only once the lineage went around it, a
-        handshake per hop, so invariant 13 judges rings at rest only then)."""
+        (IN_SYNC for a SYNC link), whose follower partitions lag, or whose two
+        configurations differ (invariant 7)."""
         now = self.queue.now_ms
         out = []
         for cid in self.cluster_ids:
@@ -1228,14 +1225,31 @@ class Simulation:
                 if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():
                     out.append(f"{cid}/{name}:configurations differ")
                     continue
-                if node.state.links.runtime[name].upstream != (
-                    lineage.outgoing(remote.state, theirs).mirrored().lineage
-                ):
-                    out.append(f"{cid}/{name}:lineage not yet carried")
-                    continue
                 behind = self._copies_behind(node, remote, name)
                 if behind:
                     out.append(f"{cid}/{name}:{behind} ends where its source does not")
+        return out
+
+    def lineage_unheard(self) -> list[str]:
+        """Links between live clusters where the lineage one side last heard
+        is not what its remote would send now (`linkd.core.lineage`). A ring
+        of follow relations closed while apart is found only once the lineage
+        went around it, a handshake per hop, so the liveness phase waits for
+        this too before invariant 13 judges rings at rest."""
+        out = []
+        for cid in self.cluster_ids:
+            node = self.clusters[cid]
+            if not node.up:
+                continue
+            for name in node.links.names():
+                config = node.links.get(name)
+                remote = self.clusters.get(config.remote_cluster_id)
+                theirs = remote.links.configs.get(name) if remote is not None else None
+                if theirs is None or remote is None or not remote.up:
+                    continue
+                heard = node.state.links.runtime[name].upstream
+                if heard != lineage.outgoing(remote.state, theirs).mirrored().lineage:
+                    out.append(f"{cid}/{name}:lineage not yet heard")
         return out
 
     def _copies_behind(self, node: SimCluster, remote: SimCluster, name: str) -> str:
@@ -1302,7 +1316,7 @@ class Simulation:
 
         def probe() -> None:
             self._finish_plans()
-            if not self._plans_running and self.converged():
+            if not self._plans_running and self.converged() and not self.lineage_unheard():
                 converged_at.append(self.queue.now_ms)
             else:
                 self.queue.after(PROBE_INTERVAL_MS, "liveness probe", probe)
@@ -1311,7 +1325,7 @@ class Simulation:
         self.queue.run_until(deadline, stop=lambda: bool(converged_at))
         self._sample_link_states(self.queue.now_ms)
         if not converged_at:
-            lagging = self.unsettled_links()
+            lagging = self.unsettled_links() + self.lineage_unheard()
             lagging += [f"mirror {k}" for k, m in sorted(self.mirrors.items()) if not m.caught_up()]
             self.violations.append(
                 Violation(

@@ -135,7 +135,7 @@ def test_a_ring_closed_apart_after_a_restart__stands_until_the_lineage_went_arou
     lineage it heard is not durable). The ring is found only once the
     lineage went around it, a handshake per hop; until then each side has
     heard a lineage older than what its remote would send now, and the
-    simulator judges rings at rest only after that (`unsettled_links`)."""
+    simulator judges rings at rest only after that (`Simulation.lineage_unheard`)."""
     cs = clusters()
     for name in ("ab", "bc", "ca"):
         link(cs, name)
