@@ -131,7 +131,7 @@ def test_with_the_fix_undone__a_ring_of_three_is_accepted() -> None:
 
 def test_a_ring_closed_apart_after_a_restart__stands_until_the_lineage_went_around() -> None:
     """Operator search, seed 256 on 3 clusters: A attaches to follow C while C
-    is unreachable (the newest attach of the ring), and C restarts (the
+    is down (the newest attach of the ring), and C comes back (the
     lineage it heard is not durable). The ring is found only once the
     lineage went around it, a handshake per hop; until then each side has
     heard a lineage older than what its remote would send now, and the
