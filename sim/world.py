@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin, plans, procedures, recovery, undo
+from linkd.core import lineage, link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -1230,6 +1230,28 @@ class Simulation:
                     out.append(f"{cid}/{name}:{behind} ends where its source does not")
         return out
 
+    def lineage_unheard(self) -> list[str]:
+        """Links between live clusters where the lineage one side last heard
+        is not what its remote would send now (`linkd.core.lineage`). A ring
+        of follow relations closed while apart is found only once the lineage
+        went around it, a handshake per hop, so the liveness phase waits for
+        this too before invariant 13 judges rings at rest."""
+        out = []
+        for cid in self.cluster_ids:
+            node = self.clusters[cid]
+            if not node.up:
+                continue
+            for name in node.links.names():
+                config = node.links.get(name)
+                remote = self.clusters.get(config.remote_cluster_id)
+                theirs = remote.links.configs.get(name) if remote is not None else None
+                if theirs is None or remote is None or not remote.up:
+                    continue
+                heard = node.state.links.runtime[name].upstream
+                if heard != lineage.outgoing(remote.state, theirs).mirrored().lineage:
+                    out.append(f"{cid}/{name}:lineage not yet heard")
+        return out
+
     def _copies_behind(self, node: SimCluster, remote: SimCluster, name: str) -> str:
         """A follower partition of the link that does not end where its
         source's log and high watermark end (the states may say FOLLOWING on
@@ -1294,7 +1316,7 @@ class Simulation:
 
         def probe() -> None:
             self._finish_plans()
-            if not self._plans_running and self.converged():
+            if not self._plans_running and self.converged() and not self.lineage_unheard():
                 converged_at.append(self.queue.now_ms)
             else:
                 self.queue.after(PROBE_INTERVAL_MS, "liveness probe", probe)
@@ -1303,7 +1325,7 @@ class Simulation:
         self.queue.run_until(deadline, stop=lambda: bool(converged_at))
         self._sample_link_states(self.queue.now_ms)
         if not converged_at:
-            lagging = self.unsettled_links()
+            lagging = self.unsettled_links() + self.lineage_unheard()
             lagging += [f"mirror {k}" for k, m in sorted(self.mirrors.items()) if not m.caught_up()]
             self.violations.append(
                 Violation(

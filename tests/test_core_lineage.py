@@ -127,3 +127,44 @@ def test_with_the_fix_undone__a_ring_of_three_is_accepted() -> None:
         undo.set_undone(frozenset())
 
     assert cs["A"].links.get("ca").attached_mappings() != []
+
+
+def test_a_ring_closed_apart_after_a_restart__stands_until_the_lineage_went_around() -> None:
+    """Operator search, seed 256 on 3 clusters: A attaches to follow C while C
+    is down (the newest attach of the ring), and C comes back (the
+    lineage it heard is not durable). The ring is found only once the
+    lineage went around it, a handshake per hop; until then each side has
+    heard a lineage older than what its remote would send now, and the
+    simulator judges rings at rest only after that (`Simulation.lineage_unheard`)."""
+    cs = clusters()
+    for name in ("ab", "bc", "ca"):
+        link(cs, name)
+    cs["C"].namespaces.create(1, "orders-", False)
+    attach(cs, "A", "ab", "local", NOW)
+    attach(cs, "B", "bc", "local", NOW + 1)
+    a = cs["A"]
+    mapping = admin.check_attach(a, "ca", "topic", "orders-", "orders-", "remote")
+    admin.put_mapping(a, "ca", admin.versioned(a, mapping, NOW + 2), NOW + 2)  # C unreachable
+    handshake(cs, "ab", NOW + 3)  # B hears that A's copy comes from C
+    cs["C"].links.runtime["bc"].upstream = {}  # C restarted
+
+    def heard_is_current(here: str, name: str, there: str) -> bool:
+        sent = lineage.outgoing(cs[there], cs[there].links.get(name)).mirrored().lineage
+        return cs[here].links.runtime[name].upstream == sent
+
+    handshake(cs, "ca", NOW + 4)  # C learns the attach; its lineage names nobody yet
+    handshake(cs, "bc", NOW + 5)  # C hears B's copy comes from A, from C: not C's newest
+
+    assert cs["A"].links.get("ca").attached_mappings() != []  # the ring stands
+    assert cs["C"].links.get("bc").attached_mappings() != []
+    assert not heard_is_current("A", "ca", "C")  # not at rest: A heard C's old lineage
+
+    handshake(cs, "ca", NOW + 6)  # the lineage went around: the newest attach goes
+
+    assert cs["A"].links.get("ca").attached_mappings() == []
+    assert cs["C"].links.get("ca").attached_mappings() == []
+    handshake(cs, "ca", NOW + 7)
+    assert heard_is_current("A", "ca", "C")
+    assert "ring of follow relations" in next(iter(cs["A"].links.get("ca").mappings.values())).note
+    assert cs["C"].links.get("bc").attached_mappings() != []
+    assert cs["A"].links.get("ab").attached_mappings() != []
