@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 from sim.operator_moves import LinkView, MappingView, MoveKind, View, _close_ring
+from sim.runner import run_summary
 
 CHAIN = (
     LinkView("A-B", "A", "B", (MappingView("topic", "A-", "A-", "local"),)),
@@ -36,3 +37,12 @@ def test_a_chain_of_one__grows_to_a_cluster_not_in_it() -> None:
     move = _close_ring(random.Random(3), view, UP)
     assert move is not None and move.kind is MoveKind.ATTACH and move.link == "bc"
     assert (move.cluster, move.leader) in {("B", "local"), ("C", "remote")}
+
+
+def test_follow_ring_scenario__clean__and_fix_12_undone_closes_the_ring() -> None:
+    # The scenario docs/simulator.md names for fix 12: C leads A's copy back
+    # to A. It once passed with the fix undone because the attach was refused
+    # for cutting A's own writes instead; A now writes before and after it.
+    assert run_summary("follow-ring", 1)["violations"] == []
+    undone = run_summary("follow-ring", 1, {"undo_fix": 12})
+    assert {v["invariant"] for v in undone["violations"]} == {"13 follow cycle"}

@@ -212,12 +212,12 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
         "0dbd99f54d592f4c476e9d8a68f4ead60a5cec021926c74700c66308b1e744bc",
     ),
     ("follow-ring", 1): (
-        "8e8674ede9687e2b0323228ff7dccf823b56d23c4abafa6a3fad048edf54866a",
-        "3ad21a21ae11c7e5ee9093bd51503274c65ca1abb642e2a49296b263673f8e99",
+        "9bda4d866f296122244c4ea7994fb6b4d2bdd7e48a1b6663103ecc76bd5a0787",
+        "6397ac8f4ef18a0f961d3173bfbb6edb17dd61f0101e95da998da4c0e920d137",
     ),
     ("follow-ring", 2): (
-        "f933da1201301b95e76b5a320188a63f87f0de1b421b852ac45d456b661c71b6",
-        "238ee8ce3d8087a059f44999e9c6df679b88f42d69ef75f1fbbf0e509218f038",
+        "996a8073a8d8837c749cc351f2adf2fa88efdbebbb51e5d11442cae49bda6a09",
+        "011dbc9b6dd1534c6a9d660fb8db5cb461e4e8e8f5975971952372e74a350fe0",
     ),
     ("storage-refusal", 1): (
         "e3bcf91f2d3640bcd5187d37344764f5e2fde912e981df46db1b84c2cb1c1d91",
