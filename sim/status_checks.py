@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from linkd.core import link_admin
+from linkd.core import link_admin, plans, procedures
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
@@ -237,7 +237,10 @@ class StatusWatch:
         row of describe-link) every topic its source leads in it: one that
         has been missing here longer than a bound (discovery had its rounds)
         while the link says FOLLOWING or IN_SYNC is a link that reports what
-        it heard, not what it stored (its storage refused to create it)."""
+        it heard, not what it stored (its storage refused to create it).
+        Only a topic the follower could have heard of counts: one missing
+        since before the follower's last listing of its source's topics
+        began (`LinkRuntime.topics_known_at_ms`)."""
         config = state.links.get(name)
         source_state = states.get(config.remote_cluster_id)
         absent: set[str] = set()
@@ -263,9 +266,15 @@ class StatusWatch:
         following = link_state in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value)
         named = {r.topic for r in link_admin.refused_rows(state, name)} if absent else set()
         bound_ms = self.session_timeout_ms + STALE_ROUND_SLACK_MS
+        # The link hears of a source topic only by listing its source's
+        # topics: missing counts from a listing that began once it was
+        # missing (a control lane stuck on calls that get no answer lists
+        # nothing, and the link's answers name the listing's time).
+        listed = state.links.runtime[name].topics_known_at_ms
         for local in sorted(absent):
             since = self.missing.setdefault((cid, name, local), now_ms)
-            if following and local not in named and now_ms - since > bound_ms:
+            heard = listed is not None and listed >= since
+            if following and heard and local not in named and now_ms - since > bound_ms:
                 self.violations.append(
                     Violation(
                         "9 status",
@@ -327,23 +336,51 @@ class StatusWatch:
         self.violations += _capped("unreadable_records", hidden)
 
 
+def failover_answered_as_of(
+    journalled: plans.Plan | None, force: bool, now_ms: int
+) -> int | None:
+    """When a failover called now reaches the rows its answer gives, for
+    `check_unforced_failover`; None when it promises nothing of them.
+    `journalled` is the link's plan as the call begins. A call that takes up
+    a failover plan past the step that made the namespaces writable answers
+    what the first run did (`procedures.failover`): its rows are as of that
+    run (no later than the plan began), and promise nothing of the lag if
+    that run was forced. Otherwise the rows are this call's, reached now."""
+    if (
+        journalled is None
+        or journalled.procedure != plans.FAILOVER
+        or not journalled.done(procedures.FAILOVER_STEPS[1])
+    ):
+        return None if force else now_ms
+    if (journalled.detail or {}).get("force"):
+        return None
+    return journalled.started_ms
+
+
 def check_unforced_failover(
-    cluster: str, link: str, result: link_admin.Failover, now_ms: int, silence_ms: int
+    cluster: str, link: str, result: link_admin.Failover, now_ms: int, silence_ms: int,
+    as_of_ms: int | None = None,
 ) -> list[Violation]:
     """Invariant 9 for a failover without force: it promises that nothing
     known is abandoned, so every partition's lag must be known, and known
-    from a round no older than the follower's silence bound."""
+    from a round no older than the follower's silence bound when the rows
+    were reached (`as_of_ms`, now unless the answer is a journalled first
+    run's: `failover_answered_as_of`)."""
+    judged_ms = now_ms if as_of_ms is None else as_of_ms
     stale = [
         r
         for r in result.partitions
-        if not r.lag_known or now_ms - r.source_hw_known_at_ms > silence_ms + FAILOVER_SLACK_MS
+        if not r.lag_known
+        or judged_ms - r.source_hw_known_at_ms > silence_ms + FAILOVER_SLACK_MS
     ]
     return [
         Violation(
             "9 status",
             f"{cluster}: failover of link {link!r} without force at t={now_ms} ms answered with "
             f"{r.topic}-{r.partition} lag {r.lag_records} as known at "
-            f"t={r.source_hw_known_at_ms} ms: old news, not the lag now",
+            f"t={r.source_hw_known_at_ms} ms"
+            + (f" (rows reached at t={judged_ms} ms)" if judged_ms != now_ms else "")
+            + ": old news, not the lag now",
         )
         for r in stale[:3]
     ]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
-from linkd.core import link_admin, plans, procedures, undo
+from linkd.core import link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -401,6 +401,14 @@ class Simulation:
             self._watch_moved(cluster, link)
         if point == f"{plans.FAILOVER}:{procedures.FAILOVER_STEPS[1]}":
             self._failover_live[(cluster, link)] = self._source_live(cluster, link)
+        if point == f"{plans.RECOVER}:{procedures.RECOVER_STEPS[1]}":
+            # The cut is made and journalled, and this cluster's log named
+            # the committed offsets it moved: reported even if the call's
+            # answer is lost (a crash from here on).
+            plan = self.clusters[cluster].state.plans.get(link)
+            if plan is not None and plan.detail is not None and "cut" in plan.detail:
+                cut = RecoveryPlan.from_dict(plan.detail["cut"])
+                self.offsets_moved(cluster, recovery.noted_offsets(cut))
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -1079,6 +1087,10 @@ class Simulation:
         # (a refused one loses nothing).
         rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
         ends_before = status_checks.log_ends(node.state, promoted)
+        # A call taking up a journalled plan may answer its first run's rows.
+        as_of = status_checks.failover_answered_as_of(
+            node.state.plans.get(name), force, self.queue.now_ms
+        )
 
         def failed_over(result: Any, error: ClusterError | None) -> None:
             if ended is not None:
@@ -1091,9 +1103,10 @@ class Simulation:
             )
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
-            if not force:
+            if as_of is not None:
                 self.violations += status_checks.check_unforced_failover(
-                    cluster, name, result, self.queue.now_ms, node.links.limits.fetch_silence_ms
+                    cluster, name, result, self.queue.now_ms,
+                    node.links.limits.fetch_silence_ms, as_of,
                 )
             heard = self.heard_offsets.get((cluster, node.incarnation, config.link_id), {})
             self.violations += status_checks.check_failover_groups(

@@ -19,9 +19,14 @@ from linkd.core.journal import decode
 from linkd.core.links import Mapping
 from linkd.core.provenance import ProvenanceItem
 from linkd.core.recovery import (
+    NOTED_OFFSETS_MAX,
+    GroupCut,
     RecoveryMapping,
+    RecoveryPlan,
     apply_recovery,
     check_can_follow,
+    describe_offsets_moved,
+    noted_offsets,
     plan_partition,
     plan_recovery,
     promote_namespaces,
@@ -266,6 +271,26 @@ def test_plan_and_apply__a_group_offset_the_new_leader_lacks_is_removed__and_rep
     state.namespaces.create(2, "app-", False)
     plan = plan_recovery(state, "cb", mappings, "B", remote, {("app-1", "orders-t", 0): 7})
     assert [(g.new_offset, g.reason) for g in plan.groups] == [(7, "leader")]
+
+
+def test_the_log_line_names_each_committed_offset_moved__the_report_if_the_answer_is_lost() -> None:
+    """A confirmed recovery whose answer is lost (a crash after its cut, a
+    call that timed out) leaves its cuts in the provenance and the offsets
+    it moved in this cluster's log line, named one by one up to a bound."""
+    cuts = (
+        GroupCut("app-1", "orders-t", 0, 54, 5),
+        GroupCut("app-1", "orders-t", 1, 47, -1, "leader"),
+    )
+    plan = RecoveryPlan("cb", "A", "B", (), (), cuts)
+    assert noted_offsets(plan) == cuts
+    assert describe_offsets_moved(plan) == (
+        "group 'app-1' orders-t-0 54 -> 5, group 'app-1' orders-t-1 47 -> removed"
+    )
+    many = tuple(GroupCut("app-1", "orders-t", p, 9, 3) for p in range(NOTED_OFFSETS_MAX + 2))
+    plan = replace(plan, groups=many)
+    assert noted_offsets(plan) == many[:NOTED_OFFSETS_MAX]
+    assert describe_offsets_moved(plan).endswith(" and 2 more")
+    assert describe_offsets_moved(replace(plan, groups=())) == ""
 
 
 def test_plan__a_leader_offset_past_this_sides_log__is_bounded_by_it_or_removed() -> None:

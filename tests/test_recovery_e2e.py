@@ -235,6 +235,8 @@ def test_disaster_recovery__c_ahead_of_promoted_b__recover_reports_and_cuts_then
     done = cli_json(c.bootstrap, *args, "--confirm")
     assert done["confirmed"] is True and done["totals"] == report["totals"]
     assert committed(c.bootstrap, "app-1") == {}
+    # The log names each offset moved: the report if the answer is lost.
+    assert "(offsets moved: group 'app-1' orders-dr-0 13 -> removed)" in c.stderr_text()
     wait_for(
         "C follows B",
         lambda: (

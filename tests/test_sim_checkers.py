@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from linkd.core import records as rb
@@ -279,3 +281,32 @@ def test_source_news_current__a_loss_the_follower_cannot_see_yet_keeps_the_race_
     assert row.names(78, 17_535, source_live=True) is not None
     assert row.names(78, 17_535, source_live=False) is None
     assert row.names(78, 17_500, source_live=True) is None  # before its round: held or lost
+
+
+def test_failover_answered_as_of__a_re_run_past_the_change_answers_the_first_runs_rows() -> None:
+    """Operator sweep, seed 264 (2 clusters): a failover without force that
+    takes up a journalled plan past make-writable answers the first run's
+    rows: judged as of that run, and not at all when that run was forced."""
+    from linkd.core import plans, procedures
+    from sim.status_checks import failover_answered_as_of
+
+    changed = plans.PlanStep(procedures.FAILOVER_STEPS[1], True, "made writable", 0)
+    verified = plans.PlanStep(procedures.FAILOVER_STEPS[0], True, "checked", 0)
+
+    def plan(force: bool, *steps: plans.PlanStep) -> plans.Plan:
+        return plans.Plan(
+            plans.FAILOVER, "A-B", "id", "A", (), 0, 1_000, steps, detail={"force": force}
+        )
+
+    # Planned now: judged now; a forced one promises nothing of the lag.
+    assert failover_answered_as_of(None, False, 15_143) == 15_143
+    assert failover_answered_as_of(None, True, 15_143) is None
+    # A plan stopped before its change: the re-run checks and answers afresh.
+    assert failover_answered_as_of(plan(True, verified), False, 15_143) == 15_143
+    # Past its change: the first run's rows, as of its start, or no promise.
+    assert failover_answered_as_of(plan(True, verified, changed), False, 15_143) is None
+    assert failover_answered_as_of(plan(False, verified, changed), False, 15_143) == 1_000
+    assert failover_answered_as_of(plan(False, verified, changed), True, 15_143) == 1_000
+    # Another procedure's plan: this call's own rows.
+    other = replace(plan(False, verified, changed), procedure=plans.REVERSE)
+    assert failover_answered_as_of(other, False, 15_143) == 15_143

@@ -20,8 +20,11 @@ def test_groups_catch_up__fix_21_undone__the_unreported_re_read_is_a_violation()
 
 
 def test_operator_mix__fix_22_undone__a_done_answer_the_remote_lacks_is_a_violation() -> None:
+    # Seed 2: the operator search's draws moved when it began crashing
+    # failovers and recoveries mid-procedure; seed 1 no longer attaches
+    # while the remote is away (seeds 2, 4, 5 and 8 of 1-8 find it now).
     params = {"clusters": 2}
-    assert run_summary("operator-mix", 1, params)["violations"] == []
-    summary = run_summary("operator-mix", 1, {**params, "undo_fix": 22})
+    assert run_summary("operator-mix", 2, params)["violations"] == []
+    summary = run_summary("operator-mix", 2, {**params, "undo_fix": 22})
     found = {v["invariant"] for v in summary["violations"]}
     assert found == {"12 admin effects"}

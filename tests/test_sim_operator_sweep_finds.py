@@ -96,6 +96,19 @@ FOUND = [
     # plan's other namespaces stayed reserved.
     (304, 4, "an attach overlapping a journalled plan's namespace"),
     (349, 4, "clients wrote where a journalled plan would follow"),
+    # A 600-run sample on the code of 2026-12-06 (commit 8550ff3). A
+    # checker bug: a failover without force that took up a forced one's
+    # journalled plan (a crash after its change) answers the first run's rows,
+    # as of that run; they were judged as of the re-run, 14 s later.
+    (264, 2, "a re-run answers the journalled failover's rows, as of that run"),
+    # A checker bug: a follower whose control lane waited out unanswered
+    # calls (a one-way cut) had not listed its source's topics since before
+    # they were created; the missing topic counted from when it went missing,
+    # not from a listing that could have found it.
+    (311, 4, "a follower topic counts as missing once a listing could find it"),
+    # A recovery crashed after its cut, answer lost: the committed offsets it
+    # moved back were reported nowhere (its log line gave their number only).
+    (414, 2, "a recovery's log line names the committed offsets it moved"),
 ]
 
 

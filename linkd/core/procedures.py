@@ -974,7 +974,8 @@ def recover(
             "warning",
             f"link {link_name!r}: unclean link recovery truncated {cut.local_records_lost} "
             f"records in {cut.diverged_partitions} partitions, moved {len(cut.groups)} "
-            f"committed offsets back, aborted {len(aborted)} open transactions",
+            f"committed offsets back, aborted {len(aborted)} open transactions"
+            + (f" (offsets moved: {recovery.describe_offsets_moved(cut)})" if cut.groups else ""),
         )
         yield _checkpoint(link_name, step.name, plans.RECOVER)
     notes, failed = yield from _follow_remote(state, link_name, mappings)

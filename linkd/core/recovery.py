@@ -676,6 +676,31 @@ def apply_recovery(
     return effects
 
 
+# How many moved committed offsets the recovery's log line names one by one.
+NOTED_OFFSETS_MAX = 20
+
+
+def noted_offsets(plan: RecoveryPlan) -> tuple[GroupCut, ...]:
+    """The committed offsets a confirmed recovery's log line names (the
+    first `NOTED_OFFSETS_MAX` it moved): what reports them when its answer
+    is lost (a crash, a call that timed out), as the provenance reports
+    its cuts."""
+    return plan.groups[:NOTED_OFFSETS_MAX]
+
+
+def describe_offsets_moved(plan: RecoveryPlan) -> str:
+    """The moved committed offsets for the log line: "group 'g' t-0 54 -> 5,
+    group 'g' t-1 47 -> removed and 3 more" ("" when none moved)."""
+    named = noted_offsets(plan)
+    shown = ", ".join(
+        f"group {g.group!r} {g.topic}-{g.partition} {g.committed_offset} -> "
+        + ("removed" if g.new_offset < 0 else str(g.new_offset))
+        for g in named
+    )
+    more = len(plan.groups) - len(named)
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def _local_end(state: ClusterState, topic: str, partition: int, cut: int | None) -> int:
     """Where this side's partition ends once recovery has cut it (its HW,
     or the cut), or -1 when it has no such partition."""
