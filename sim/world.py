@@ -236,10 +236,22 @@ class Simulation:
         if plan is None:
             return
         peer = self.clusters.get(plan.remote_cluster_id)
+        # A plan the peer journalled for this link and has not finished (a
+        # reversal from the other side, cut short): the namespaces it names
+        # are owed to it, and its re-run in the liveness phase changes who
+        # writes them whatever this plan does; they are judged by its own
+        # watch (or not at all, if an operator's verb excused them since).
+        owed = peer.state.plans.get(link) if peer is not None else None
+        owed_names = (
+            {(o.resource_type, o.local_prefix) for o in owed.namespaces}
+            if owed is not None and owed.remote_cluster_id == cluster else set()
+        )
         for n in plan.namespaces:
             if n.reserved_before and plan.procedure != "reverse":
                 # Nobody wrote it here before the plan began: a failover or a
                 # recovery cut short leaves it so, which is not its doing.
+                continue
+            if (n.resource_type, n.remote_prefix) in owed_names:
                 continue
             # Who could write it as the plan began: a rolled-back reversal
             # must leave it so ("one writer at rest").
@@ -278,6 +290,37 @@ class Simulation:
                 hit = cluster in (m.cluster, m.peer)
             if hit:
                 del self.moved[key]
+        if prefix:
+            self._excuse_plans(cluster, {prefix})
+        elif link:
+            config = self.clusters[cluster].state.links.configs.get(link)
+            if config is not None:
+                self._excuse_plans(cluster, {m.local_prefix for m in config.mappings.values()})
+
+    def _excuse_plans(self, cluster: str, prefixes: set[str]) -> None:
+        """An operator's verb on `cluster` touched names overlapping a
+        namespace that a plan still journalled (on `cluster`, or on its peer
+        for `cluster`'s side) holds: that plan's re-run may now be refused for
+        what the verb did (the overlapping name follows another link; clients
+        wrote where the plan would follow), a refusal that names its remedy.
+        Every namespace of that plan then leaves "one writer at rest", not
+        only the one touched: a plan finishes all its namespaces or none."""
+        def overlaps(name: str) -> bool:
+            return any(name.startswith(p) or p.startswith(name) for p in prefixes)
+
+        for cid in self.cluster_ids:
+            for link, plan in self.clusters[cid].state.plans.plans.items():
+                if cid == cluster:
+                    hit = any(overlaps(n.local_prefix) for n in plan.namespaces)
+                else:
+                    hit = plan.remote_cluster_id == cluster and any(
+                        overlaps(n.remote_prefix) for n in plan.namespaces
+                    )
+                if not hit:
+                    continue
+                for key, m in list(self.moved.items()):
+                    if (m.cluster, m.link) == (cid, link):
+                        del self.moved[key]
 
     def _finish_plans(self) -> None:
         """Liveness: a procedure a crash cut short is finished by its
@@ -624,7 +667,7 @@ class Simulation:
         elif m.kind is k.MANUAL_REVERSE:
             if m.link in self.clusters[m.cluster].links.configs:
                 o.manual_reverse(m.cluster, m.link, m.resource_type, m.local_prefix,
-                                 m.remote_prefix, m.wait)
+                                 m.remote_prefix, m.wait, self._touched_again(m))
         elif m.kind is k.REVERSE:
             o.reverse(m.cluster, m.link, 0, lambda _r, _e: self.disarm_crash(m.cluster, m.link))
         elif m.kind is k.SET_MODE:
@@ -654,11 +697,28 @@ class Simulation:
             self.nemesis.crash_for(m.cluster, 1_000 + self.move_rng.randrange(4_000))
         elif m.kind is k.RELEASE_REATTACH:
             if m.link in self.clusters[m.cluster].links.configs:
-                o.release_reattach(m.cluster, m.link, m.local_prefix, m.remote_prefix, m.hold_ms)
+                o.release_reattach(m.cluster, m.link, m.local_prefix, m.remote_prefix, m.hold_ms,
+                                   self._touched_again(m))
         elif m.kind is k.ROTATE_CREDENTIAL:
             o.rotate_credential(m.cluster, m.hold_ms)
         elif m.kind is k.STORAGE_REFUSAL:
             self.clusters[m.cluster].refuse_storage(self.queue.now_ms + m.hold_ms)
+
+    def _touched_again(self, m: moves.Move) -> Any:
+        """A move of several verbs (a release-reattach, a manual reversal)
+        changes who writes its namespace until its last verb: a reversal
+        whose plan began meanwhile counted a passing state as what it found
+        ("one writer at rest" after a rollback), so the namespace leaves the
+        check again when the move ends, whatever its outcome."""
+        config = self.clusters[m.cluster].state.links.configs.get(m.link)
+        peer = config.remote_cluster_id if config is not None else ""
+
+        def done(_result: Any, _error: ClusterError | None) -> None:
+            self.touched(m.cluster, prefix=m.local_prefix)
+            if m.kind is moves.MoveKind.MANUAL_REVERSE and peer:
+                self.touched(peer, prefix=m.remote_prefix)
+
+        return done
 
     def _kill_then_failover(self, m: moves.Move, down_ms: int) -> None:
         """kill -9 of the source under load: right after it acknowledges its

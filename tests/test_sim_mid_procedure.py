@@ -14,6 +14,7 @@ import tomllib
 
 import pytest
 
+from linkd.core import plans
 from sim import checkers
 from sim import operator_moves as moves
 from sim import scenario as sc
@@ -155,3 +156,66 @@ def test_release_reattach__the_namespace_is_no_longer_judged() -> None:
     sim.do_move(moves.Move(moves.MoveKind.RELEASE_REATTACH, "A", "A-B", local_prefix="A-",
                            remote_prefix="A-", hold_ms=1000))
     assert not any(m.kind == "topic" for m in sim.moved.values()), sim.moved
+
+
+def _plan(remote: str, *prefixes: tuple[str, str, str]) -> plans.Plan:
+    return plans.Plan(
+        plans.REVERSE, "A-B", "id", remote,
+        tuple(plans.PlanNamespace(kind, local, other) for kind, local, other in prefixes),
+        0, 0,
+    )
+
+
+def _watch(cluster: str, peer: str, kind: str) -> checkers.MovedNamespace:
+    return checkers.MovedNamespace("A-B", cluster, peer, kind, "A-", "A-")
+
+
+def test_release_reattach_under_way__a_reversal_begun_meanwhile_leaves_the_check() -> None:
+    # Operator sweep seeds 370 (2 clusters) and 286 (3): a reversal began while
+    # a release-reattach held the follower detached, so it found two writers;
+    # the move's attach ended that. The move takes the namespace out of the
+    # check when it ends too, not only when it starts.
+    sim = run("reverse:promote-remote-namespaces", "")
+    sim.moved.clear()
+    sim.do_move(moves.Move(moves.MoveKind.RELEASE_REATTACH, "A", "A-B", local_prefix="A-",
+                           remote_prefix="A-", hold_ms=1000))
+    # A reversal's watch taken during the hold (what `_watch_moved` records).
+    sim.moved[("topic", (("A", "A-"), ("B", "A-")))] = checkers.MovedNamespace(
+        "A-B", "B", "A", "topic", "A-", "A-", found=2, rolled_back=True
+    )
+    sim.queue.run_until(sim.queue.now_ms + 5_000)
+    assert not sim.moved, sim.moved
+
+
+def test_a_plan_the_peer_still_holds__a_reversal_from_this_side_does_not_watch_it() -> None:
+    # Seed 328 (4 clusters): A's reversal was cut short (its plan kept, A
+    # following B); B's reversal of the same link then rolled back, having
+    # found nobody writing; the liveness phase finished A's plan: one writer.
+    sim = run("reverse:promote-remote-namespaces", "")
+    sim.moved.clear()
+    sim.clusters["A"].state.plans.put(_plan("B", ("topic", "A-", "A-")))
+    sim.clusters["B"].state.plans.put(_plan("A", ("topic", "A-", "A-"), ("group", "A-", "A-")))
+    sim._watch_moved("B", "A-B")
+    assert {m.kind for m in sim.moved.values()} == {"group"}, sim.moved
+
+
+@pytest.mark.parametrize(
+    ("touched", "judged"), [("A-t1n0", False), ("A", False), ("B-t", True)]
+)
+def test_a_verb_overlapping_a_journalled_plan__every_namespace_of_it_leaves_the_check(
+    touched: str, judged: bool
+) -> None:
+    # Seeds 304 and 349 (4 clusters): after a reversal was cut short, the
+    # operator attached an overlapping namespace to another link (or let
+    # clients write where the plan would follow); the re-run is refused for
+    # that, naming the remedy, and the plan's other namespaces stay put.
+    sim = run("reverse:promote-remote-namespaces", "")
+    sim.moved.clear()
+    sim.clusters["A"].state.plans.put(_plan("B", ("topic", "A-", "A-"), ("group", "A-", "A-")))
+    for kind in ("topic", "group"):
+        sim.moved[(kind, (("A", "A-"), ("B", "A-")))] = _watch("A", "B", kind)
+    sim.touched("A", prefix=touched)
+    assert bool(sim.moved) is judged, sim.moved
+    # The peer's side of the plan counts as well.
+    sim.touched("B", prefix="A-x")
+    assert not sim.moved, sim.moved

@@ -81,6 +81,21 @@ FOUND = [
     (189, 4, "a silent cut: a failover without force 344 ms into it"),
     (219, 2, "a pushing source killed 2 ms before the failover"),
     (34, 3, "a pushing source killed, its last push applied slowly"),
+    # Checker misjudgements of "one writer at rest" (a 600-run sample of
+    # 2026-12-06; the core's answers were right). A reversal that began while
+    # a release-reattach held the follower detached found two writers; the
+    # move's attach then made one (370 on 2 clusters, 286 on 3).
+    (370, 2, "a move under way when a reversal began changes what it found"),
+    (286, 3, "a release-reattach's attach after a reversal rolled back"),
+    # A reversal rolled back on one side while the other side still held its
+    # own cut-short plan of the link, which the liveness phase finished.
+    (328, 4, "a plan the peer still holds is judged by its own watch"),
+    # An operator's verb on a name overlapping a journalled plan's namespace
+    # (an attach to another link; a release letting clients write where the
+    # plan would follow) made its re-run refuse, naming the remedy; the
+    # plan's other namespaces stayed reserved.
+    (304, 4, "an attach overlapping a journalled plan's namespace"),
+    (349, 4, "clients wrote where a journalled plan would follow"),
     # A 600-run sample on the code of 2026-12-06 (commit 8550ff3). A
     # checker bug: a failover without force that took up a forced one's
     # journalled plan (a crash after its change) answers the first run's rows,
