@@ -76,6 +76,9 @@ def _link_with_records(a: Any, b: Any) -> list[int]:
     wait_for(
         "FOLLOWING", lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING"
     )
+    # Copied: B holds the topic and every record (the leader's FOLLOWING can
+    # come before B's discovery has created a topic made a moment ago).
+    wait_for("B holds A's records", lambda: high_watermarks(b.bootstrap, "orders-x") == acked)
     return acked
 
 
