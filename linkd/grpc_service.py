@@ -40,7 +40,7 @@ from linkd.core.groups import GroupState, JoinRequest
 from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.plans import Plan, PlanStep
-from linkd.core.procedures import PLAN_STEPS, AdminResult, Pending
+from linkd.core.procedures import PLAN_STEPS, AdminResult, Pending, Step
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.metrics import Listener
@@ -980,12 +980,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return admin_pb2.ReverseLinkResponse(
             link=report.link,
             ok=report.ok,
-            steps=[
-                admin_pb2.ReverseStep(
-                    name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms
-                )
-                for s in report.steps
-            ],
+            steps=_steps_pb(report.steps),
             error_code=report.error.code.name if report.error is not None else "",
             error_message=report.error.message if report.error is not None else "",
             mappings=self._link_pb(request.link).mappings,
@@ -1092,7 +1087,7 @@ def _pending_pb(p: Pending | None) -> admin_pb2.PendingChange | None:
     )
 
 
-def _steps_pb(steps: Iterable[PlanStep]) -> list[admin_pb2.ReverseStep]:
+def _steps_pb(steps: Iterable[PlanStep | Step]) -> list[admin_pb2.ReverseStep]:
     """A durable procedure's steps, each with what it did on both sides."""
     return [
         admin_pb2.ReverseStep(name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms)
@@ -1111,12 +1106,7 @@ def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:
             _prefix_mapping_pb(n.resource_type, n.local_prefix, n.remote_prefix, "local")
             for n in plan.namespaces
         ],
-        steps=[
-            admin_pb2.ReverseStep(
-                name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms
-            )
-            for s in plan.steps
-        ],
+        steps=_steps_pb(plan.steps),
         next_step=plan.next_step(PLAN_STEPS.get(plan.procedure, ())) or "",
         started_at_ms=plan.started_ms,
         restarts=plan.restarts,
