@@ -1,7 +1,8 @@
 """Short chaos runs against real daemons, judged by the simulator's checkers.
 
 One ASYNC and one SYNC run from a seed (the nemeses the seed picks, a short
-phase; the SYNC one with a transactional producer and read_committed readers
+phase; the ASYNC one through the CLI with its simulator twin, which must
+agree; the SYNC one with a transactional producer and read_committed readers
 on the follower, invariant 5), the classic `kip986-dr` (a failover and a
 `recover --confirm` that moves replicated committed offsets back, invariant
 6) with every protection on (`--secure`), and the planted bug
@@ -65,6 +66,13 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
     assert summary["converged"] is True, summary["events"]
     assert summary["checked"]["offset_samples"] > 0, summary["checked"]
     assert rc == 0
+    # The CLI runs the simulator twin by default; this run is the ASYNC one
+    # whose twin must agree (the real-daemon twin check that
+    # tests/test_chaos_twin.py ran on the same schedule, seed 3).
+    twin = summary["twin"]
+    assert "error" not in twin, twin
+    assert twin["agrees"], (twin["differences"], twin["real"], twin["simulated"])
+    assert twin["partitions"] == 4 and twin["links"] == 2
     # --json keeps stdout for the summary; the progress still reaches stderr as it happens.
     for step in ("starting 2 daemons", "nemesis phase", "converged", "judging"):
         assert step in stderr, stderr[-3000:]
@@ -120,8 +128,10 @@ def test_kip986_dr_with_security_on__offsets_moved_back_reported_clean_no_secret
 
 
 def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover() -> None:
+    # The 9 s phase is the schedule's shortest (its cut, loss and failover at
+    # 2, 5 and 6 s); the default 20 s only waited longer after the failover.
     rc, summary, stderr = ccr_chaos(
-        "run", "--seed", "1", "--plant-bug", "ack-before-replicate", "--json"
+        "run", "--seed", "1", "--plant-bug", "ack-before-replicate", "--phase-s", "9", "--json"
     )
     assert rc == 1
     assert summary["schedule"] == "sync-ack-failover"
@@ -130,4 +140,4 @@ def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failo
     assert "4 sync acks / lost_write" in kinds, summary["anomalies"]
     # Every anomaly is printed with the seed and the command that replays it.
     assert "ANOMALY seed=1" in stderr
-    assert "replay: ccr-chaos run --seed 1 --plant-bug ack-before-replicate" in stderr
+    assert "replay: ccr-chaos run --seed 1 --phase-s 9 --plant-bug ack-before-replicate" in stderr
