@@ -236,7 +236,10 @@ def test_link_state__disconnected_when_the_remote_stops__following_after_restart
         "FOLLOWING on A",
         lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "FOLLOWING",
     )
-    b.terminate()
+    # SIGTERM while A's link calls reach B: B stops cleanly (the fixtures' own
+    # teardown kills with SIGKILL and reads nothing).
+    assert b.terminate() == 0, b.stderr_text()[-3000:]
+    assert '"msg": "stopped"' in b.stderr_text(), b.stderr_text()[-3000:]
     wait_for(
         "DISCONNECTED on A",
         lambda: cli_json(a.bootstrap, "describe-link", "ab")["state"] == "DISCONNECTED",
