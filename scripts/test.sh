@@ -44,6 +44,11 @@ ruff check .
 echo "== mypy"
 mypy
 echo "== pytest"
+# Compiled modules are written once and read by every process the suite
+# starts (daemons, CLIs, workers), also where the environment says not to
+# write them: without them each daemon compiles the project again at start
+# (tests/conftest.py says the same for a bare `pytest`).
+unset PYTHONDONTWRITEBYTECODE
 # Several workers (CCR_TEST_WORKERS, default 3; 0 runs in this process): most
 # of the suite is real daemons and clients waiting on each other. --dist
 # loadscope keeps a module's tests on one worker, so module fixtures start once.

@@ -1,9 +1,22 @@
 """Shared fixtures: real daemons (tests/harness.py); and Hypothesis made
 deterministic: every property test draws the same examples on every run
 (derandomize), and no example database carries failures from one run into
-the next, so a run's outcome depends on the code alone."""
+the next, so a run's outcome depends on the code alone.
+
+Bytecode: when the environment sets PYTHONDONTWRITEBYTECODE, no process
+writes the project's compiled modules, so every process the suite starts
+(each daemon, CLI, chaos or MM2 process, each worker) compiles the project's
+sources again: about half a second of CPU per daemon start, some hundreds of
+times a run. The suite writes them once, into __pycache__ (ignored by git;
+Python checks each against its source)."""
+
+import os
+import sys
 
 from hypothesis import settings
+
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the processes the tests start
+sys.dont_write_bytecode = False  # this process's own imports from here on
 
 pytest_plugins = ["tests.harness"]
 
