@@ -505,8 +505,7 @@ def _daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     # 2 s, a mirror link's engines several more, and its exit code was never
     # read here; the tests that stop daemons with SIGTERM check it
     # (tests/test_daemon_startup.py, tests/test_links_e2e.py with link calls
-    # in flight, tests/test_client_log.py with a mirror link, the security
-    # and wire tests).
+    # in flight, the security and wire tests).
     failed: list[str] = []
     for d in made:
         try:
