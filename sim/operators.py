@@ -28,7 +28,7 @@ from linkd.core.link_driver import DriverSettings
 from linkd.core.links import LinkMode
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
-from linkd.core.requests import Checkpoint, Execute, Request, Sleep
+from linkd.core.requests import Checkpoint, Execute, Request, Sleep, sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.link_driver import LinkDriver
@@ -44,7 +44,7 @@ MANUAL_WAIT_MS_MAX = 30_000
 MANUAL_POLL_MS = 200
 
 Done = Callable[[Any, ClusterError | None], None]
-Step = Callable[[int], Generator[Request, Any, Any]]
+Step = Callable[[int], Generator[Request, object, object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +370,7 @@ class Operators:
     def _attach_step(
         self, node: SimCluster, link: str, kind: str, local: str, remote: str, leader: str
     ) -> Step:
-        def step(now: int) -> Generator[Request, Any, Any]:
+        def step(now: int) -> Generator[Request, object, object]:
             rtype = ResourceType.parse(kind)
             if node.state.namespaces.find(rtype, local) is None:
                 # The operator's create-namespace first (attaching needs it).
@@ -420,7 +420,7 @@ class Operators:
             )
 
     def _detach_step(self, node: SimCluster, link: str, kind: str, local: str) -> Step:
-        def step(now: int) -> Generator[Request, Any, Any]:
+        def step(now: int) -> Generator[Request, object, object]:
             result = yield from procedures.detach(node.state, link, kind, local, now)
             self._changed(node, link, kind, local, result)
             return result
@@ -636,7 +636,7 @@ class Operators:
         node = self.world.clusters[cluster]
         rtype = ResourceType.TOPIC
 
-        def hold(now: int) -> Generator[Request, Any, None]:
+        def hold(now: int) -> Generator[Request, object, None]:
             yield Sleep(hold_ms)
 
         self.run(cluster, f"release_reattach {link} {local}", [
@@ -648,7 +648,7 @@ class Operators:
 
     def _watch_caught_up(
         self, node: SimCluster, link: str, now: int
-    ) -> Generator[Request, Any, None]:
+    ) -> Generator[Request, object, None]:
         """The operator watches describe-link until no partition lags (the
         KIP: wait for metadata to propagate), at most MANUAL_WAIT_MS_MAX."""
         deadline = now + MANUAL_WAIT_MS_MAX
@@ -657,7 +657,7 @@ class Operators:
             behind = node.links.lagging_partitions(link, now)
             if state in ("FOLLOWING", "IN_SYNC") and not behind:
                 return
-            now = yield Sleep(MANUAL_POLL_MS)
+            now = yield from sleep(MANUAL_POLL_MS)
 
     def create_topic(self, cluster: str, topic: str, partitions: int) -> None:
         node = self.world.clusters[cluster]

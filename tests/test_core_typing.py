@@ -127,7 +127,8 @@ def string_compares(directory: str, strings: dict[str, str]) -> list[str]:
     found = []
     for path in _python_files(directory):
         rel = path.relative_to(ROOT).as_posix()
-        tree = ast.parse(path.read_text(), rel)
+        text = path.read_text()
+        tree = ast.parse(text, rel)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Compare):
                 continue
@@ -142,7 +143,8 @@ def string_compares(directory: str, strings: dict[str, str]) -> list[str]:
                     continue
                 named = [strings[t] for t in texts if t in strings]
                 if named:
-                    found.append(f"{rel}:{node.lineno} {', '.join(named)}")
+                    source = " ".join((ast.get_source_segment(text, node) or "").split())
+                    found.append(f"{rel}:{node.lineno} {source}  [{', '.join(named)}]")
     return found
 
 
