@@ -25,7 +25,7 @@ from linkd.core import cluster as core
 from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_driver import DriverSettings
-from linkd.core.links import LinkMode
+from linkd.core.links import LinkMode, LinkState
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
 from linkd.core.requests import Checkpoint, Execute, Request, Sleep, sleep
@@ -460,13 +460,16 @@ class Operators:
         state = self.world.clusters[cluster].state
         now = self.world.queue.now_ms
         config = state.links.configs.get(link)
-        switching = config is not None and config.mode != LinkMode.SYNC and mode.upper() == "SYNC"
+        switching = (
+            config is not None and config.mode != LinkMode.SYNC and mode.upper() == LinkMode.SYNC
+        )
         before = state.links.state_name(link) if config is not None else ""
+        following = config is not None and state.links.state_of(link) is LinkState.FOLLOWING
         behind = state.links.lagging_partitions(link, now) if config is not None else []
 
         def finish(result: Any, error: ClusterError | None) -> None:
             # Spec section 4: SYNC only from FOLLOWING, every partition caught up.
-            if error is None and switching and (before != "FOLLOWING" or behind):
+            if error is None and switching and (not following or behind):
                 self.world.contract_broken(
                     "12 admin effects",
                     f"{cluster}: set-mode SYNC on link {link!r} answered success at t={now} ms "
@@ -653,9 +656,9 @@ class Operators:
         KIP: wait for metadata to propagate), at most MANUAL_WAIT_MS_MAX."""
         deadline = now + MANUAL_WAIT_MS_MAX
         while now < deadline:
-            state = node.links.state_name(link)
+            state = node.links.state_of(link)
             behind = node.links.lagging_partitions(link, now)
-            if state in ("FOLLOWING", "IN_SYNC") and not behind:
+            if state in (LinkState.FOLLOWING, LinkState.IN_SYNC) and not behind:
                 return
             now = yield from sleep(MANUAL_POLL_MS)
 

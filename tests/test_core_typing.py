@@ -28,9 +28,21 @@ ROOT = Path(__file__).resolve().parent.parent
 # The storage codec: where the core's stored JSON is encoded and decoded.
 CODEC = {"linkd/core/journal.py", "linkd/core/restart.py"}
 
+# Comparisons of a literal that an enum names but that means something else
+# there: (file, the comparison as written).
+NOT_ENUM_VALUES = {
+    # Kafka's protocol type names ("bytes", "records"), not a metric's unit.
+    ("linkd/kafka/guard.py", 'kafka_type in ("bytes", "records")'),
+    # MirrorMaker's property key `enabled`, not exactly.once.source.support's value.
+    ("linkd/core/mirror/config.py", 'key == "enabled"'),
+    ("linkd/core/mirror/config.py", 'name == "enabled"'),
+    # A fault's key `loss` (the share of messages lost), not the fault kind.
+    ("sim/scenario.py", 'key == "loss"'),
+}
+
 # Ceilings per directory (only ever lowered).
-ANY_CEILING = 78
-STRING_COMPARE_CEILING = {"linkd": 25, "sim": 48}
+ANY_CEILING = 47
+STRING_COMPARE_CEILING = {"linkd": 0, "sim": 0}
 
 
 def _python_files(directory: str) -> list[Path]:
@@ -141,9 +153,9 @@ def string_compares(directory: str, strings: dict[str, str]) -> list[str]:
                     texts = [] if isinstance(right, ast.Constant) else _literals(right)
                 else:
                     continue
+                source = " ".join((ast.get_source_segment(text, node) or "").split())
                 named = [strings[t] for t in texts if t in strings]
-                if named:
-                    source = " ".join((ast.get_source_segment(text, node) or "").split())
+                if named and (rel, source) not in NOT_ENUM_VALUES:
                     found.append(f"{rel}:{node.lineno} {source}  [{', '.join(named)}]")
     return found
 

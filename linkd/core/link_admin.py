@@ -178,7 +178,7 @@ def check_attach(
     """Every local check of an operator's attach, changing nothing; returns
     the mapping (unversioned)."""
     config = state.links.get(link_name)
-    if leader not in ("local", "remote"):
+    if leader not in (Leader.LOCAL, Leader.REMOTE):
         raise ClusterError(
             ErrorCode.INVALID_LINK_CONFIG,
             f"link {link_name!r}",
@@ -320,15 +320,15 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         for link, role in list(ns.attachments):
             if link == link_name and (ns.type.label, ns.prefix) not in wanted:
                 records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-                if role == "follower" and ns.type is ResourceType.TOPIC:
+                if role == Role.FOLLOWER and ns.type is ResourceType.TOPIC:
                     stopped.append(ns.prefix)
     newly_reserved: list[tuple[ResourceType, str]] = []
     newly_following: list[tuple[ResourceType, str]] = []
     for (rtype, prefix), role in sorted(wanted.items()):
         kind = ResourceType.parse(rtype)
         if state.namespaces.find(kind, prefix) is None:
-            records += state.namespaces.create(kind, prefix, role == "follower")
-            if role == "follower":
+            records += state.namespaces.create(kind, prefix, role == Role.FOLLOWER)
+            if role == Role.FOLLOWER:
                 newly_reserved.append((kind, prefix))
         ns = state.namespaces.get(kind, prefix)
         if (link_name, role) in ns.attachments:
@@ -336,13 +336,13 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         for link, other in list(ns.attachments):
             if link == link_name and other != role:
                 records += state.namespaces.detach(kind, prefix, link_name)
-                if other == "follower" and kind is ResourceType.TOPIC:
+                if other == Role.FOLLOWER and kind is ResourceType.TOPIC:
                     stopped.append(prefix)
         was_reserved = ns.reserved
         records += state.namespaces.attach(kind, prefix, link_name, role)
-        if role == "follower" and not was_reserved:
+        if role == Role.FOLLOWER and not was_reserved:
             newly_reserved.append((kind, prefix))
-        if role == "follower":
+        if role == Role.FOLLOWER:
             newly_following.append((kind, prefix))
     effects = journal(records)
     effects += abort_unfollowed(state, stopped, now_ms)
@@ -717,7 +717,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
     rows = []
     for (topic, partition, role), p in sorted(runtime.partitions.items()):
         prov = provenance_summary(state, topic, partition)
-        if role == "leader":
+        if role == Role.LEADER:
             position = state.led_position(topic, partition)
             source_hw = p.source_high_watermark if position is None else position[1]
             lag = state.links.leader_lag(p)

@@ -804,7 +804,7 @@ class LinkTable:
                 f"{since}): the lag of what it follows is not known"
             )
         for (topic, partition, role), p in sorted(runtime.partitions.items()):
-            if role == "follower":
+            if role == Role.FOLLOWER:
                 if p.lag_records() > self.limits.lag_max_records or (
                     p.lag_ms(now_ms) > self.limits.lag_max_ms
                 ):
@@ -820,6 +820,11 @@ class LinkTable:
     def state_name(self, name: str) -> str:
         runtime = self.runtime.get(name)
         return runtime.state.value if runtime is not None else "UNKNOWN"
+
+    def state_of(self, name: str) -> LinkState | None:
+        """The link's state (None: no such link running here)."""
+        runtime = self.runtime.get(name)
+        return runtime.state if runtime is not None else None
 
     def names(self) -> list[str]:
         return sorted(self.configs)
@@ -981,7 +986,8 @@ class LinkTable:
         # last fetch round went stale (fetch_silence_ms).
         self._recompute(name, now_ms)
         state = self.state_name(name)
-        if mode == "SYNC" and state != LinkState.FOLLOWING.value and not undo.undone(6):
+        following = self.state_of(name) is LinkState.FOLLOWING
+        if mode == LinkMode.SYNC and not following and not undo.undone(6):
             behind = self.lagging_partitions(name, now_ms)
             detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(
@@ -1280,7 +1286,7 @@ class LinkTable:
             return False
         lagging = False
         for p in self._lagging_ones(runtime.partitions.values(), now_ms):
-            if p.role != "leader" or p.refused is None:
+            if p.role != Role.LEADER or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
         return (
@@ -1475,7 +1481,7 @@ class LinkTable:
         logs_topic: str | None = None
         logs: Sequence[LogBounds] | None = None
         for p in partitions:
-            if p.role == "follower":
+            if p.role == Role.FOLLOWER:
                 records = p.source_high_watermark - p.log_end_offset
                 if records <= 0:  # lag_records() == 0, so lag_ms() == 0
                     if 0 > max_records or 0 > max_ms:
@@ -1550,7 +1556,7 @@ class LinkTable:
             progress = [
                 p
                 for key, p in sorted(runtime.partitions.items())
-                if key[2] == "leader" and (key[0], key[1]) in runtime.led_partitions
+                if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
             ]
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:
@@ -1581,7 +1587,7 @@ class LinkTable:
                 not runtime.refused
                 and not runtime.uncreated
                 and not runtime.marks_wanted
-                and not any(p.role == "follower" for p in runtime.partitions.values())
+                and not any(p.role == Role.FOLLOWER for p in runtime.partitions.values())
             )
             if connected and empty and self.rounds_fresh(config.name, now_ms):
                 # Nothing to follow (an empty namespace, or what it followed

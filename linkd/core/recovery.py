@@ -40,7 +40,7 @@ from linkd.core.histories import (
     own_acknowledged,
     with_marks_of,
 )
-from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
+from linkd.core.links import Leader, LinkConfig, LinkState, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.plans import PlanStep
 from linkd.core.provenance import ProvenanceItem
@@ -351,7 +351,7 @@ def select_mappings(
             chosen.append(RecoveryMapping(kind.label, local, remote))
     else:
         for (rtype, local), current in sorted(_current_by_local(config).items()):
-            if rtype in ("topic", "group"):
+            if rtype in (MappingType.TOPIC, MappingType.GROUP):
                 chosen.append(RecoveryMapping(rtype, local, current.remote_prefix))
     if not chosen:
         raise ClusterError(
@@ -791,7 +791,7 @@ def reverse_mappings(state: ClusterState, link_name: str) -> tuple[str, list[Rec
     link's state, the leader mappings to swap)."""
     config = state.links.get(link_name)
     link_state = state.links.state_name(link_name)
-    if link_state not in ("FOLLOWING", "IN_SYNC"):
+    if state.links.state_of(link_name) not in (LinkState.FOLLOWING, LinkState.IN_SYNC):
         raise ClusterError(
             ErrorCode.LINK_NOT_FOLLOWING,
             f"link {link_name!r}",
