@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
+from linkd.core import journal as jr
 from linkd.core import lineage, link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
@@ -407,7 +408,7 @@ class Simulation:
             # answer is lost (a crash from here on).
             plan = self.clusters[cluster].state.plans.get(link)
             if plan is not None and plan.detail is not None and "cut" in plan.detail:
-                cut = RecoveryPlan.from_dict(plan.detail["cut"])
+                cut = RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
                 self.offsets_moved(cluster, recovery.noted_offsets(cut))
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):

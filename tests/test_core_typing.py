@@ -41,7 +41,7 @@ NOT_ENUM_VALUES = {
 }
 
 # Ceilings per directory (only ever lowered).
-ANY_CEILING = 47
+ANY_CEILING = 5
 STRING_COMPARE_CEILING = {"linkd": 0, "sim": 0}
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import lineage, undo
@@ -730,9 +729,9 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                     0 if lag == 0 else max(0, now_ms - p.hw_caught_up_ms),
                     p.log_end_offset,
                     source_hw,
-                    prov["provenance_entries"],
-                    prov["provenance_start_offset"],
-                    prov["provenance_source"],
+                    prov.entries,
+                    prov.start_offset,
+                    prov.source,
                     True,
                     now_ms,
                     _problem(p.refused),
@@ -750,9 +749,9 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 (0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms)) if known else -1,
                 log.log_end_offset if log is not None else p.log_end_offset,
                 p.source_high_watermark,
-                prov["provenance_entries"],
-                prov["provenance_start_offset"],
-                prov["provenance_source"],
+                prov.entries,
+                prov.start_offset,
+                prov.source,
                 known,
                 p.known_at_ms,
                 problem=_problem(stored_refusal(state, name, topic, partition)),
@@ -809,9 +808,9 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 -1,
                 t.partitions[partition].log_end_offset,
                 -1,
-                prov["provenance_entries"],
-                prov["provenance_start_offset"],
-                prov["provenance_source"],
+                prov.entries,
+                prov.start_offset,
+                prov.source,
                 False,
                 0,
                 problem,
@@ -877,9 +876,9 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
                     (0 if lag == 0 else max(0, now_ms - since)) if row_known else -1,
                     log.log_end_offset,
                     source_hw,
-                    prov["provenance_entries"],
-                    prov["provenance_start_offset"],
-                    prov["provenance_source"],
+                    prov.entries,
+                    prov.start_offset,
+                    prov.source,
                     row_known,
                     known_at,
                     _problem(runtime.refused.get((topic, p))),
@@ -952,7 +951,7 @@ class Failover:
     # The step a re-run took the journalled plan up at ("": planned now).
     resumed_from: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """What the answer reports (not the effects), for the plan's record."""
         return {
             "partitions": [asdict(r) for r in self.partitions],
@@ -964,15 +963,15 @@ class Failover:
         }
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> Failover:
+    def from_json(obj: dict[str, object]) -> Failover:
         return Failover(
             [],
-            [PartitionLag(**r) for r in obj["partitions"]],
-            [PartitionLag(**r) for r in obj["abandoned"]],
-            [DanglingTxn(**d) for d in obj["dangling"]],
-            [(str(t), str(p)) for t, p in obj["namespaces"]],
-            int(obj["topics_known_at_ms"]),
-            [msync.GroupResume(**g) for g in obj["groups"]],
+            [jr.json_fields(PartitionLag, r) for r in jr.json_list(obj["partitions"])],
+            [jr.json_fields(PartitionLag, r) for r in jr.json_list(obj["abandoned"])],
+            [jr.json_fields(DanglingTxn, d) for d in jr.json_list(obj["dangling"])],
+            [(str(t), str(p)) for t, p in map(jr.json_list, jr.json_list(obj["namespaces"]))],
+            jr.json_int(obj["topics_known_at_ms"]),
+            [jr.json_fields(msync.GroupResume, g) for g in jr.json_list(obj["groups"])],
         )
 
 

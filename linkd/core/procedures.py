@@ -38,6 +38,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 
 from linkd.core import histories, lineage, plans, recovery, undo
+from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
@@ -704,7 +705,7 @@ def failover(
     before = {s.name for s in plan.steps if s.ok} if resumed_from else set()
     if plan.done(FAILOVER_STEPS[1]):
         assert plan.detail is not None
-        result = admin.Failover.from_json(plan.detail["result"])
+        result = admin.Failover.from_json(jr.json_object(plan.detail["result"]))
     else:
         result = yield from _make_writable(state, name, force, plan)
         plan = state.plans.get(name) or plan
@@ -901,7 +902,7 @@ def recover(
         resumed_from = plan.next_step(RECOVER_STEPS) or ""
     if plan is not None and plan.done(RECOVER_STEPS[1]):
         assert plan.detail is not None
-        cut = recovery.RecoveryPlan.from_dict(plan.detail["cut"])
+        cut = recovery.RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
         if not confirm:
             return replace(
                 cut, steps=tuple(plan.steps), resumed_from=resumed_from,

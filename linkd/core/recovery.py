@@ -256,9 +256,11 @@ def partition_histories(state: ClusterState, topic: str) -> list[dict[str, Any]]
     t = state.topic(topic)
     out: list[dict[str, Any]] = []
     for p, log in enumerate(t.partitions):
-        entries = [e.report() for e in t.provenance.get(p, [])]
-        for entry in entries:
-            entry["link_name"] = link_name_of(state, entry["link_id"])
+        entries = []
+        for item in t.provenance.get(p, []):
+            entry = item.report()
+            entry["link_name"] = link_name_of(state, item.link_id)
+            entries.append(entry)
         out.append(
             {
                 "partition": p,
@@ -454,21 +456,24 @@ class RecoveryPlan:
         }
 
     @staticmethod
-    def from_dict(obj: dict[str, Any]) -> RecoveryPlan:
+    def from_dict(obj: dict[str, object]) -> RecoveryPlan:
         """The cut as `to_dict` gave it (a journalled plan's detail)."""
-        rows = [{k: v for k, v in r.items() if k != "diverged"} for r in obj["partitions"]]
+        rows = [
+            {k: v for k, v in jr.json_object(r).items() if k != "diverged"}
+            for r in jr.json_list(obj["partitions"])
+        ]
         return RecoveryPlan(
             str(obj["link"]),
             str(obj["local_cluster_id"]),
             str(obj["remote_cluster_id"]),
             tuple(
-                RecoveryMapping(m["type"], m["local_prefix"], m["remote_prefix"])
-                for m in obj["mappings"]
+                RecoveryMapping(str(m["type"]), str(m["local_prefix"]), str(m["remote_prefix"]))
+                for m in map(jr.json_object, jr.json_list(obj["mappings"]))
             ),
-            tuple(PartitionRow(**r) for r in rows),
-            tuple(GroupCut(**g) for g in obj["groups"]),
+            tuple(jr.json_fields(PartitionRow, r) for r in rows),
+            tuple(jr.json_fields(GroupCut, g) for g in jr.json_list(obj["groups"])),
             bool(obj["confirmed"]),
-            tuple(obj.get("notes", ())),
+            tuple(str(n) for n in jr.json_list(obj.get("notes", ()))),
         )
 
 
