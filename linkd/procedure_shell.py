@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -70,7 +70,8 @@ class Runners(Protocol):
 # The link session a request to the remote opens (None: it needs none).
 Identities = Callable[[RemoteRequest], LinkIdentity | None]
 # Answers a procedure's requests (a link's lanes answer some themselves).
-Answerer = Callable[[LaneRequest], Awaitable[Any]]
+Answerer = Callable[[LaneRequest], Awaitable[object]]
+R = TypeVar("R")
 
 
 async def call_remote(
@@ -169,20 +170,21 @@ class DaemonHost:
         self._background: set[asyncio.Task[None]] = set()
 
     async def drive(
-        self, procedure: Generator[LaneRequest, Any, Any], answer: Answerer | None = None
-    ) -> Any:
+        self, procedure: Generator[LaneRequest, object, R], answer: Answerer | None = None
+    ) -> R:
         """Runs the procedure to its end; returns its result, or raises its
         refusal. `answer`: who answers its requests (a link's lanes have
         their own, `linkd.link_runner`), else this host."""
-        reply: Any = None
+        reply: object = None
         while True:
             try:
                 request = procedure.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: R = stop.value
+                return result
             reply = await (answer or self.answer)(request)
 
-    async def answer(self, request: LaneRequest) -> Any:
+    async def answer(self, request: LaneRequest) -> object:
         node = self.node
         if isinstance(request, Execute):
             try:

@@ -336,7 +336,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         async def run() -> replication_pb2.ListSourceTopicsResponse:
             self._verify(context, "ListSourceTopics", request, request.link_id)
             self.node.check_ready()
-            kind = MappingType.PRINCIPAL if request.resource_type == "principal" else None
+            kind = MappingType.PRINCIPAL if request.resource_type == MappingType.PRINCIPAL else None
             call = ListSourceTopics(request.link_id, request.prefix, kind or MappingType.TOPIC)
             listed = link_driver.serve_list_topics(self.node.state, call, self.node.clock())
             ns = codec.namespace_pb(listed)

@@ -58,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from linkd.core import plans
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
@@ -917,7 +918,7 @@ class MovedNamespace:
     kind: str  # "topic" | "group"
     prefix: str  # on `cluster`
     peer_prefix: str  # on `peer`
-    procedure: str = "reverse"  # "reverse" | "failover" | "recover"
+    procedure: str = plans.REVERSE  # plans.REVERSE | FAILOVER | RECOVER
     # On how many of the two clusters clients could write it when the plan
     # began (before its first change).
     found: int = 1
@@ -960,7 +961,7 @@ def check_one_writer(
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
         count = int(here) + int(there)
-        if m.procedure != "reverse":
+        if m.procedure != plans.REVERSE:
             # A failover or a recovery changes only `cluster`'s side.
             if not _orphaned(states[m.cluster], m.kind, m.prefix):
                 continue
@@ -970,13 +971,13 @@ def check_one_writer(
             if count == expected:
                 continue
             what = f"writable on {_WRITERS[count]}"
-        plans = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
+        planned = [c for c in (m.cluster, m.peer) if m.link in states[c].plans.plans]
         details.append(
             f"{m.kind} namespace {m.prefix!r} on {m.cluster} / {m.peer_prefix!r} on {m.peer} "
             f"(link {m.link}) is {what} at rest after a {m.procedure}"
             + (f" rolled back, which found it writable on {_WRITERS[m.found]}"
                if m.rolled_back else "")
-            + (f"; a plan is still journalled on {', '.join(plans)}" if plans else "")
+            + (f"; a plan is still journalled on {', '.join(planned)}" if planned else "")
         )
     return _capped("one writer at rest", details)
 

@@ -39,6 +39,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,7 +62,17 @@ from sim.mirror_driver import MirrorDriver, MirrorStats, Observer
 from sim.network import Network
 
 CONNECTOR = "mirror-source"
-WORKER_FAULTS = ("worker_crash", "worker_restart", "worker_pause", "worker_isolate")
+class WorkerFault(enum.StrEnum):
+    """The faults a Connect worker takes (the scenario's `worker_*` fault
+    kinds). A StrEnum: equal to its name in a scenario file."""
+
+    CRASH = "worker_crash"
+    RESTART = "worker_restart"
+    PAUSE = "worker_pause"
+    ISOLATE = "worker_isolate"
+
+
+WORKER_FAULTS = tuple(WorkerFault)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +334,11 @@ class ConnectMirror:
         w = self.workers.get(worker)
         if w is None or self.stopped:
             return
-        if kind == "worker_crash":
+        if kind == WorkerFault.CRASH:
             self._crash(w)
             if duration_ms and not permanent:
                 self.queue.after(duration_ms, f"connect {worker} restart", lambda: self._restart(w))
-        elif kind == "worker_restart":
+        elif kind == WorkerFault.RESTART:
             self._restart(w)
         else:  # worker_pause, worker_isolate: no heartbeats, no progress
             self._freeze(w)

@@ -20,7 +20,7 @@ from sim.events import EventQueue
 from sim.metrics import Metrics
 from sim.network import Network, PathParams
 from sim.operators import Operators
-from sim.scenario import FaultSpec, OperatorsSpec
+from sim.scenario import FaultKind, FaultSpec, OperatorsSpec
 
 
 class Nemesis:
@@ -87,22 +87,22 @@ class Nemesis:
         net = self.network
         everyone = self.cluster_ids
         pairs: set[tuple[str, str]] = set()
-        if f.kind == "split":
+        if f.kind == FaultKind.SPLIT:
             pairs = network.full(f.side_a, f.side_b)
-        elif f.kind == "one_way":
+        elif f.kind == FaultKind.ONE_WAY:
             pairs = network.one_way(f.side_a, f.side_b)
-        elif f.kind == "bridge":
+        elif f.kind == FaultKind.BRIDGE:
             pairs = network.bridge(f.side_a, f.side_b, f.bridge)
-        elif f.kind == "isolate":
+        elif f.kind == FaultKind.ISOLATE:
             pairs = network.isolate_one(f.node, everyone)
-        elif f.kind == "clog":
+        elif f.kind == FaultKind.CLOG:
             for pair in network.one_way(f.side_a, f.side_b):
                 net.clog_ms[pair] = f.latency_ms
             if f.duration_ms:
                 clogged = network.one_way(f.side_a, f.side_b)
                 self.queue.after(f.duration_ms, "fault unclog", lambda: self.unclog(clogged))
             return
-        elif f.kind == "loss":
+        elif f.kind == FaultKind.LOSS:
             lossy = network.one_way(f.side_a, f.side_b)
             for pair in sorted(lossy):
                 before = self.lossy.setdefault(pair, net.params(*pair))
@@ -110,22 +110,22 @@ class Nemesis:
             if f.duration_ms:
                 self.queue.after(f.duration_ms, "fault unloss", lambda: self.unloss(lossy))
             return
-        elif f.kind == "heal":
+        elif f.kind == FaultKind.HEAL:
             tainted = set(net.grudge)
             net.heal()
             self.reset_links(tainted)
             self.unloss(set(self.lossy))
             self.healed()
             return
-        elif f.kind == "pause":
+        elif f.kind == FaultKind.PAUSE:
             self.pause(f.node)
             if f.duration_ms:
                 self.queue.after(f.duration_ms, "fault resume", lambda: self.resume(f.node))
             return
-        elif f.kind == "resume":
+        elif f.kind == FaultKind.RESUME:
             self.resume(f.node)
             return
-        elif f.kind == "crash":
+        elif f.kind == FaultKind.CRASH:
             self.paused.discard(f.node)
             self.clusters[f.node].crash()
             net.down.add(f.node)
@@ -136,18 +136,18 @@ class Nemesis:
             elif f.duration_ms:
                 self.queue.after(f.duration_ms, "fault restart", lambda: self.restart(f.node))
             return
-        elif f.kind == "restart":
+        elif f.kind == FaultKind.RESTART:
             self.restart(f.node)
             return
-        elif f.kind == "forge":
+        elif f.kind == FaultKind.FORGE:
             self.ops.forge_calls(f.node)
             return
-        elif f.kind == "storage_refusal":
+        elif f.kind == FaultKind.STORAGE_REFUSAL:
             until = self.queue.now_ms + f.duration_ms
             self.clusters[f.node].refuse_storage(until)
             self.queue.note(f"storage of {f.node} refuses writes until t={until} ms")
             return
-        elif f.kind == "unclean_election":
+        elif f.kind == FaultKind.UNCLEAN_ELECTION:
             node = self.clusters[f.node]
             log = node.state.partition(f.topic, f.partition)
             target = max(log.log_start_offset, log.log_end_offset - f.records)
@@ -249,11 +249,11 @@ class Nemesis:
         others = [c for c in self.cluster_ids if c != a]
         b = rng.choice(others) if others else a
         now = self.queue.now_ms
-        if kind == "crash":
+        if kind == FaultKind.CRASH:
             self.crash_for(a, duration)
-        elif kind in ("split", "one_way") and others:
+        elif kind in (FaultKind.SPLIT, FaultKind.ONE_WAY) and others:
             self.fault(FaultSpec(now, kind, side_a=(a,), side_b=(b,), duration_ms=duration))
-        elif kind in ("isolate", "pause", "storage_refusal"):
+        elif kind in (FaultKind.ISOLATE, FaultKind.PAUSE, FaultKind.STORAGE_REFUSAL):
             self.fault(FaultSpec(now, kind, node=a, duration_ms=duration))
         drawing.metrics.add("faults_drawn", 1)
         gap = max(1, round(rng.expovariate(1 / ops.fault_interval_ms)))

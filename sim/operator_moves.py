@@ -35,6 +35,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from linkd.core.links import Leader, MappingType
 from linkd.core.procedures import FAILOVER_STEPS, RECOVER_STEPS, REVERSE_STEPS
 
 
@@ -327,7 +328,7 @@ def _attach(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
         return None
     cluster = _side(rng, link, up)
     leader = rng.choice(("local", "remote"))
-    leading = cluster if leader == "local" else (link.b if cluster == link.a else link.a)
+    leading = cluster if leader == Leader.LOCAL else (link.b if cluster == link.a else link.a)
     resource_type = "group" if rng.random() < 0.15 else "topic"
     local = prefix_candidates(rng, view, leading)
     if leading != cluster:
@@ -361,7 +362,7 @@ def _mapping_on(
             m.resource_type,
             m.remote_prefix,
             m.local_prefix,
-            "remote" if m.leader == "local" else "local",
+            "remote" if m.leader == Leader.LOCAL else "local",
         )
     return cluster, m
 
@@ -403,7 +404,7 @@ def _manual_reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move |
     if link is None or found is None:
         return None
     cluster, m = found
-    if m.leader != "local":
+    if m.leader != Leader.LOCAL:
         cluster = link.b if cluster == link.a else link.a
         m = MappingView(m.resource_type, m.remote_prefix, m.local_prefix, "local")
     return Move(
@@ -421,7 +422,7 @@ def _reverse(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     link = _pick_link(rng, view, up)
     if link is None:
         return None
-    leads_a = any(m.leader == "local" for m in link.mappings)
+    leads_a = any(m.leader == Leader.LOCAL for m in link.mappings)
     cluster = link.a if leads_a and rng.random() < 0.8 else _side(rng, link, up)
     if rng.random() >= MID_PROCEDURE_CRASH:
         return Move(MoveKind.REVERSE, cluster, link=link.name)
@@ -489,8 +490,8 @@ def _failover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     link = _pick_link(rng, view, up)
     if link is None:
         return None
-    follows_a = any(m.leader == "remote" for m in link.mappings)
-    follows_b = any(m.leader == "local" for m in link.mappings)
+    follows_a = any(m.leader == Leader.REMOTE for m in link.mappings)
+    follows_b = any(m.leader == Leader.LOCAL for m in link.mappings)
     candidates = [c for c, f in ((link.a, follows_a), (link.b, follows_b)) if f and c in up]
     cluster = rng.choice(candidates) if candidates else _side(rng, link, up)
     force = rng.random() < 0.5
@@ -519,7 +520,7 @@ def _recover(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     found = _mapping_on(rng, link, up) if rng.random() < 0.5 else None
     if found is not None:
         cluster, m = found
-        prefix = m.local_prefix if m.resource_type == "topic" else ""
+        prefix = m.local_prefix if m.resource_type == MappingType.TOPIC else ""
     move = Move(
         MoveKind.RECOVER,
         cluster,
@@ -582,12 +583,13 @@ def _release_reattach(rng: random.Random, view: View, up: Sequence[str]) -> Move
     if link is None:
         return None
     topics = sorted(
-        (m for m in link.mappings if m.resource_type == "topic"), key=lambda m: m.local_prefix
+        (m for m in link.mappings if m.resource_type == MappingType.TOPIC),
+        key=lambda m: m.local_prefix,
     )
     if not topics:
         return None
     m = rng.choice(topics)
-    if m.leader == "remote":
+    if m.leader == Leader.REMOTE:
         cluster, local, remote = link.a, m.local_prefix, m.remote_prefix
     else:
         cluster, local, remote = link.b, m.remote_prefix, m.local_prefix
@@ -624,15 +626,19 @@ def _rotate_credential(rng: random.Random, view: View, up: Sequence[str]) -> Mov
 def _storage_refusal(rng: random.Random, view: View, up: Sequence[str]) -> Move | None:
     """The follower side (up) of a link that follows a topic namespace."""
     busy = sorted(
-        (link for link in view.links if any(m.resource_type == "topic" for m in link.mappings)),
+        (
+            link
+            for link in view.links
+            if any(m.resource_type == MappingType.TOPIC for m in link.mappings)
+        ),
         key=lambda x: x.name,
     )
     if not busy:
         return None
     link = rng.choice(busy)
-    m = rng.choice(sorted((m for m in link.mappings if m.resource_type == "topic"),
+    m = rng.choice(sorted((m for m in link.mappings if m.resource_type == MappingType.TOPIC),
                           key=lambda m: m.local_prefix))  # fmt: skip
-    cluster = link.a if m.leader == "remote" else link.b
+    cluster = link.a if m.leader == Leader.REMOTE else link.b
     if cluster not in up:
         return None
     return Move(MoveKind.STORAGE_REFUSAL, cluster, link=link.name,
@@ -647,9 +653,9 @@ def _edges(view: View) -> list[Edge]:
     out: list[Edge] = []
     for link in view.links:
         for m in link.mappings:
-            if m.resource_type != "topic":
+            if m.resource_type != MappingType.TOPIC:
                 continue
-            if m.leader == "local":
+            if m.leader == Leader.LOCAL:
                 out.append((link.a, m.local_prefix, link.b, m.remote_prefix))
             else:
                 out.append((link.b, m.remote_prefix, link.a, m.local_prefix))

@@ -101,7 +101,7 @@ class SimHost:
 
     def drive(
         self,
-        procedure: Generator[LaneRequest, Any, Any],
+        procedure: Generator[LaneRequest, object, object],
         then: Done,
         sized: dict[str, Sized] | None = None,
         pump: Pump | None = None,
@@ -112,7 +112,7 @@ class SimHost:
         sizes = sized or {}
         incarnation = self.cluster.incarnation
 
-        def step(answer: Any) -> None:
+        def step(answer: object) -> None:
             if incarnation != self.cluster.incarnation:
                 procedure.close()  # its process died, and its work with it
                 return
@@ -166,7 +166,7 @@ class SimHost:
 
         step(None)
 
-    def _answer(self, request: LaneRequest) -> Any:
+    def _answer(self, request: LaneRequest) -> object:
         if isinstance(request, Call):
             return self.call(request.address, request.request, request.what)
         if isinstance(request, Tell):

@@ -25,10 +25,10 @@ from linkd.core import cluster as core
 from linkd.core import histories, procedures
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_driver import DriverSettings
-from linkd.core.links import LinkMode
+from linkd.core.links import LinkMode, LinkState
 from linkd.core.namespaces import ResourceType
 from linkd.core.recovery import GroupCut, RecoveryPlan
-from linkd.core.requests import Checkpoint, Execute, Request, Sleep
+from linkd.core.requests import Checkpoint, Execute, Request, Sleep, sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
 from sim.link_driver import LinkDriver
@@ -44,7 +44,7 @@ MANUAL_WAIT_MS_MAX = 30_000
 MANUAL_POLL_MS = 200
 
 Done = Callable[[Any, ClusterError | None], None]
-Step = Callable[[int], Generator[Request, Any, Any]]
+Step = Callable[[int], Generator[Request, object, object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +370,7 @@ class Operators:
     def _attach_step(
         self, node: SimCluster, link: str, kind: str, local: str, remote: str, leader: str
     ) -> Step:
-        def step(now: int) -> Generator[Request, Any, Any]:
+        def step(now: int) -> Generator[Request, object, object]:
             rtype = ResourceType.parse(kind)
             if node.state.namespaces.find(rtype, local) is None:
                 # The operator's create-namespace first (attaching needs it).
@@ -420,7 +420,7 @@ class Operators:
             )
 
     def _detach_step(self, node: SimCluster, link: str, kind: str, local: str) -> Step:
-        def step(now: int) -> Generator[Request, Any, Any]:
+        def step(now: int) -> Generator[Request, object, object]:
             result = yield from procedures.detach(node.state, link, kind, local, now)
             self._changed(node, link, kind, local, result)
             return result
@@ -460,13 +460,16 @@ class Operators:
         state = self.world.clusters[cluster].state
         now = self.world.queue.now_ms
         config = state.links.configs.get(link)
-        switching = config is not None and config.mode != LinkMode.SYNC and mode.upper() == "SYNC"
+        switching = (
+            config is not None and config.mode != LinkMode.SYNC and mode.upper() == LinkMode.SYNC
+        )
         before = state.links.state_name(link) if config is not None else ""
+        following = config is not None and state.links.state_of(link) is LinkState.FOLLOWING
         behind = state.links.lagging_partitions(link, now) if config is not None else []
 
         def finish(result: Any, error: ClusterError | None) -> None:
             # Spec section 4: SYNC only from FOLLOWING, every partition caught up.
-            if error is None and switching and (before != "FOLLOWING" or behind):
+            if error is None and switching and (not following or behind):
                 self.world.contract_broken(
                     "12 admin effects",
                     f"{cluster}: set-mode SYNC on link {link!r} answered success at t={now} ms "
@@ -636,7 +639,7 @@ class Operators:
         node = self.world.clusters[cluster]
         rtype = ResourceType.TOPIC
 
-        def hold(now: int) -> Generator[Request, Any, None]:
+        def hold(now: int) -> Generator[Request, object, None]:
             yield Sleep(hold_ms)
 
         self.run(cluster, f"release_reattach {link} {local}", [
@@ -648,16 +651,16 @@ class Operators:
 
     def _watch_caught_up(
         self, node: SimCluster, link: str, now: int
-    ) -> Generator[Request, Any, None]:
+    ) -> Generator[Request, object, None]:
         """The operator watches describe-link until no partition lags (the
         KIP: wait for metadata to propagate), at most MANUAL_WAIT_MS_MAX."""
         deadline = now + MANUAL_WAIT_MS_MAX
         while now < deadline:
-            state = node.links.state_name(link)
+            state = node.links.state_of(link)
             behind = node.links.lagging_partitions(link, now)
-            if state in ("FOLLOWING", "IN_SYNC") and not behind:
+            if state in (LinkState.FOLLOWING, LinkState.IN_SYNC) and not behind:
                 return
-            now = yield Sleep(MANUAL_POLL_MS)
+            now = yield from sleep(MANUAL_POLL_MS)
 
     def create_topic(self, cluster: str, topic: str, partitions: int) -> None:
         node = self.world.clusters[cluster]

@@ -62,6 +62,7 @@ set every edge's value, overriding what an edge sets for itself; an
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
-from linkd.core.links import GapPolicy
+from linkd.core.links import GapPolicy, Leader, LinkMode
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -279,6 +280,52 @@ class Scenario:
     connect: ConnectSettings = field(default_factory=ConnectSettings)
 
 
+class FaultKind(enum.StrEnum):
+    """A fault's kind (`[[faults]] kind`, and what the nemesis draws). A
+    StrEnum: equal to its name in a scenario file."""
+
+    SPLIT = "split"
+    ONE_WAY = "one_way"
+    BRIDGE = "bridge"
+    ISOLATE = "isolate"
+    CLOG = "clog"
+    LOSS = "loss"
+    HEAL = "heal"
+    CRASH = "crash"
+    RESTART = "restart"
+    PAUSE = "pause"
+    RESUME = "resume"
+    UNCLEAN_ELECTION = "unclean_election"
+    FORGE = "forge"
+    STORAGE_REFUSAL = "storage_refusal"
+    WORKER_CRASH = "worker_crash"
+    WORKER_RESTART = "worker_restart"
+    WORKER_PAUSE = "worker_pause"
+    WORKER_ISOLATE = "worker_isolate"
+
+
+class ActionKind(enum.StrEnum):
+    """An operator action's kind (`[[actions]] kind`). A StrEnum: equal to
+    its name in a scenario file."""
+
+    SET_MODE = "set_mode"
+    FAILOVER = "failover"
+    DELETE_LINK = "delete_link"
+    CREATE_LINK = "create_link"
+    CREATE_TOPIC = "create_topic"
+    DELETE_TOPIC = "delete_topic"
+    ATTACH = "attach"
+    DETACH = "detach"
+    RECOVER = "recover"
+    REVERSE = "reverse"
+    SET_RESERVED = "set_reserved"
+    MANUAL_REVERSE = "manual_reverse"
+    RELINK = "relink"
+    ALTER_LINK = "alter_link"
+    RESUME_PARTITION = "resume_partition"
+    CRASH_AT = "crash_at"
+
+
 FAULT_KINDS: dict[str, tuple[str, ...]] = {
     # kind: keys it uses (besides at_ms and kind)
     "split": ("side_a", "side_b", "duration_ms"),
@@ -306,6 +353,7 @@ FAULT_KINDS: dict[str, tuple[str, ...]] = {
     "worker_isolate": ("worker", "duration_ms"),
 }
 assert set(WORKER_FAULTS) <= set(FAULT_KINDS)
+assert set(FAULT_KINDS) == set(FaultKind)
 
 # Kinds that were renamed, and what to write instead.
 RENAMED_KINDS = {
@@ -344,6 +392,7 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # the cluster running it), which restarts `down_ms` later.
     "crash_at": ("cluster", "point", "down_ms"),
 }
+assert set(ACTION_KINDS) == set(ActionKind)
 
 
 # -- validation --------------------------------------------------------------------------
@@ -555,7 +604,7 @@ def _check_link_sessions(scenario: Scenario) -> None:
         return
     if scenario.cluster.link_credentials:
         raise ScenarioError("[cluster]: link_credentials needs link_sessions = true")
-    if any(f.kind == "forge" for f in scenario.faults):
+    if any(f.kind == FaultKind.FORGE for f in scenario.faults):
         raise ScenarioError("[[faults]]: kind = 'forge' needs [cluster] link_sessions = true")
 
 
@@ -632,12 +681,13 @@ def _check_link_types(s: Scenario) -> None:
                 f"{where}: offset_syncs_topic_location = {e.offset_syncs_topic_location!r} "
                 "is not one of source, target"
             )
-        if (e.type or s.topology.link_type) == "mirror" and (e.mode or s.topology.mode) == "SYNC":
+        mode = e.mode or s.topology.mode
+        if (e.type or s.topology.link_type) == "mirror" and mode == LinkMode.SYNC:
             raise ScenarioError(
                 f"{where}: a mirror (MirrorMaker 2) has no SYNC mode; use mode = 'ASYNC' or "
                 "type = 'link'"
             )
-    if s.topology.link_type == "mirror" and s.topology.mode == "SYNC":
+    if s.topology.link_type == "mirror" and s.topology.mode == LinkMode.SYNC:
         raise ScenarioError(
             "[topology]: link_type = 'mirror' with mode = 'SYNC': a mirror (MirrorMaker 2) "
             "has no SYNC mode"
@@ -662,23 +712,23 @@ def _check_names(s: Scenario) -> None:
         if e.mode not in ("", *MODES):
             raise ScenarioError(f"[[edges]] #{i + 1}: mode = {e.mode!r} is not one of {MODES}")
     for i, a in enumerate(s.actions):
-        if a.kind == "set_mode" and a.mode not in MODES:
+        if a.kind == ActionKind.SET_MODE and a.mode not in MODES:
             raise ScenarioError(f"[[actions]] #{i + 1}: mode = {a.mode!r} is not one of {MODES}")
-        if a.kind == "attach" and a.leader not in ("local", "remote"):
+        if a.kind == ActionKind.ATTACH and a.leader not in (Leader.LOCAL, Leader.REMOTE):
             raise ScenarioError(
                 f"[[actions]] #{i + 1}: leader = {a.leader!r} is not one of local, remote"
             )
-        if a.kind in ("attach", "detach", "relink") and not a.prefixes:
+        if a.kind in (ActionKind.ATTACH, ActionKind.DETACH, ActionKind.RELINK) and not a.prefixes:
             raise ScenarioError(f"[[actions]] #{i + 1}: {a.kind} needs prefixes")
-        if a.kind == "alter_link" and a.gap_policy not in GAP_POLICIES:
+        if a.kind == ActionKind.ALTER_LINK and a.gap_policy not in GAP_POLICIES:
             raise ScenarioError(
                 f"[[actions]] #{i + 1}: gap_policy = {a.gap_policy!r} is not one of "
                 f"{', '.join(GAP_POLICIES)}"
             )
-        if a.kind == "resume_partition" and not a.topic:
+        if a.kind == ActionKind.RESUME_PARTITION and not a.topic:
             raise ScenarioError(f"[[actions]] #{i + 1}: resume_partition needs topic")
     for i, f in enumerate(s.faults):
-        if f.kind == "loss" and f.loss > 1:
+        if f.kind == FaultKind.LOSS and f.loss > 1:
             raise ScenarioError(f"[[faults]] #{i + 1}: loss = {f.loss} must be within [0, 1]")
     for script in s.scripts:
         for send in script.sends:

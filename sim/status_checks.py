@@ -41,7 +41,15 @@ from linkd.core import link_admin, plans, procedures
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
-from linkd.core.links import LinkMode, LinkState, MappingKey, Version, holds_back
+from linkd.core.links import (
+    LinkMode,
+    LinkState,
+    MappingKey,
+    MappingType,
+    Role,
+    Version,
+    holds_back,
+)
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import (
@@ -164,7 +172,7 @@ class StatusWatch:
         for key in [k for k in self.rounds if k[:2] == (cid, name) and k not in rows]:
             del self.rounds[key]  # rounds count only while the row is there
         for row in summary.partitions:
-            if row.role != "follower":
+            if row.role != Role.FOLLOWER:
                 continue
             rounds = self.rounds.setdefault((cid, name, row.topic, row.partition), _Rounds())
             if row.source_hw_known_at_ms != rounds.last_ms:
@@ -299,7 +307,7 @@ class StatusWatch:
         held_together = {k for group in state.marker_groups for k in group}
         details, hidden = [], []
         for row in summary.partitions:
-            if row.role != "follower" or row.topic not in state.topics:
+            if row.role != Role.FOLLOWER or row.topic not in state.topics:
                 continue
             if row.partition >= len(state.topics[row.topic].partitions):
                 continue
@@ -411,7 +419,7 @@ def check_failover_groups(
     rows = {(g.group, g.topic, g.partition): g for g in result.groups}
     # Each partition made writable ends at its log end then.
     ends = {(r.topic, r.partition): r.log_end_offset for r in result.partitions}
-    prefixes = [p for kind, p in result.namespaces if kind == "group"]
+    prefixes = [p for kind, p in result.namespaces if kind == MappingType.GROUP]
     details: list[str] = []
     for (group, topic, partition), offset in sorted(heard.items()):
         end = ends.get((topic, partition))

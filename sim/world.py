@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
+from linkd.core import journal as jr
 from linkd.core import lineage, link_admin, plans, procedures, recovery, undo
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
@@ -58,7 +59,7 @@ from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
 from sim.nemesis import Nemesis
 from sim.network import Network, PathParams
 from sim.operators import Operators, SimLinkSecurity
-from sim.scenario import ActionSpec, FaultSpec, Scenario
+from sim.scenario import ActionKind, ActionSpec, FaultSpec, Scenario
 from sim.store import StoredBatch
 from sim.workloads import Consumer, Producer, ScriptProducer
 
@@ -247,7 +248,7 @@ class Simulation:
             if owed is not None and owed.remote_cluster_id == cluster else set()
         )
         for n in plan.namespaces:
-            if n.reserved_before and plan.procedure != "reverse":
+            if n.reserved_before and plan.procedure != plans.REVERSE:
                 # Nobody wrote it here before the plan began: a failover or a
                 # recovery cut short leaves it so, which is not its doing.
                 continue
@@ -407,7 +408,7 @@ class Simulation:
             # answer is lost (a crash from here on).
             plan = self.clusters[cluster].state.plans.get(link)
             if plan is not None and plan.detail is not None and "cut" in plan.detail:
-                cut = RecoveryPlan.from_dict(plan.detail["cut"])
+                cut = RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
                 self.offsets_moved(cluster, recovery.noted_offsets(cut))
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
@@ -532,7 +533,7 @@ class Simulation:
             self.ops.counting = False  # the topology, not an operator's action
             self.create_link(u, v, f"{u}-{v}", prefixes, with_groups=s.namespace.groups)
             self.ops.counting = True
-            if self.edge_mode(u, v) == "SYNC":
+            if self.edge_mode(u, v) == LinkMode.SYNC:
                 self._switch_to_sync_when_following(v, f"{u}-{v}")
         for i, spec in enumerate(s.producers):
             producer = Producer(
@@ -752,37 +753,41 @@ class Simulation:
         """A scenario's operator action: the verb of `sim.operators`, whose
         outcome (done or refused) is counted and noted when it ends."""
         ops = self.ops
-        if a.kind in ("failover", "delete_link", "recover", "manual_reverse"):
+        by_link = (
+            ActionKind.FAILOVER, ActionKind.DELETE_LINK, ActionKind.RECOVER,
+            ActionKind.MANUAL_REVERSE,
+        )
+        if a.kind in by_link:
             self.touched(a.cluster, link=a.link)
-        elif a.kind in ("attach", "detach", "set_reserved"):
+        elif a.kind in (ActionKind.ATTACH, ActionKind.DETACH, ActionKind.SET_RESERVED):
             for local, _remote in a.prefixes:
                 self.touched(a.cluster, prefix=local)
-        elif a.kind == "relink":
+        elif a.kind == ActionKind.RELINK:
             self.touched(a.cluster)
-        if a.kind == "crash_at":
+        if a.kind == ActionKind.CRASH_AT:
             self.arm_crash(a.point, a.cluster, a.down_ms)
-        elif a.kind == "failover":
+        elif a.kind == ActionKind.FAILOVER:
             self.failover(a.cluster, a.link, a.force, a.bump_leader_epoch)
-        elif a.kind == "delete_link":
+        elif a.kind == ActionKind.DELETE_LINK:
             self.delete_link(a.cluster, a.link)
-        elif a.kind == "create_link":
+        elif a.kind == ActionKind.CREATE_LINK:
             self.create_link(
                 a.source, a.target, a.link or f"{a.source}-{a.target}", a.prefixes,
                 self.scenario.namespace.groups,
             )
-        elif a.kind == "set_mode":
+        elif a.kind == ActionKind.SET_MODE:
             ops.set_mode(a.cluster, a.link, a.mode)
-        elif a.kind == "create_topic":
+        elif a.kind == ActionKind.CREATE_TOPIC:
             ops.create_topic(a.cluster, a.topic, a.partitions)
-        elif a.kind == "delete_topic":
+        elif a.kind == ActionKind.DELETE_TOPIC:
             ops.delete_topic(a.cluster, a.topic)
-        elif a.kind == "attach":
+        elif a.kind == ActionKind.ATTACH:
             for local, remote in a.prefixes:
                 ops.attach(a.cluster, a.link, local, remote, a.leader)
-        elif a.kind == "detach":
+        elif a.kind == ActionKind.DETACH:
             for local, _remote in a.prefixes:
                 ops.detach(a.cluster, a.link, local)
-        elif a.kind == "recover":
+        elif a.kind == ActionKind.RECOVER:
             requested: list[tuple[str, str, str | None]] = [
                 ("topic", local, remote or None) for local, remote in a.prefixes
             ]
@@ -792,19 +797,19 @@ class Simulation:
                     self.metrics.add("recoveries", 1)
 
             ops.recover(a.cluster, a.link, requested, True, recovered)
-        elif a.kind == "relink":
+        elif a.kind == ActionKind.RELINK:
             self.relink(a.cluster, a.link, a.source, a.prefixes)
-        elif a.kind == "reverse":
+        elif a.kind == ActionKind.REVERSE:
             ops.reverse(a.cluster, a.link, a.timeout_ms)
-        elif a.kind == "set_reserved":
+        elif a.kind == ActionKind.SET_RESERVED:
             for local, _remote in a.prefixes:
                 ops.set_reserved(a.cluster, "topic", local, a.reserved)
-        elif a.kind == "manual_reverse":
+        elif a.kind == ActionKind.MANUAL_REVERSE:
             for local, remote in a.prefixes:
                 ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
-        elif a.kind == "alter_link":
+        elif a.kind == ActionKind.ALTER_LINK:
             ops.alter_link(a.cluster, a.link, {"gap_policy": a.gap_policy})
-        elif a.kind == "resume_partition":
+        elif a.kind == ActionKind.RESUME_PARTITION:
             ops.resume_partition(a.cluster, a.link, a.topic, a.partition)
 
     def relink(
@@ -1239,7 +1244,7 @@ class Simulation:
                 for r in [*result.abandoned, *result.partitions]
             },
             result.topics_known_at_ms,
-            tuple(prefix for kind, prefix in result.namespaces if kind == "topic"),
+            tuple(prefix for kind, prefix in result.namespaces if kind == MappingType.TOPIC),
             source_live,
         )
 
@@ -1268,18 +1273,17 @@ class Simulation:
                 remote = self.clusters.get(config.remote_cluster_id)
                 if remote is None or not remote.up or remote.cluster_id in self.lost_for_good:
                     continue
-                settled = "IN_SYNC" if config.mode == LinkMode.SYNC else "FOLLOWING"
-                state = node.links.state_name(name)
-                if state != settled or link_admin.follower_lag(node.state, name, now):
-                    if state in ("CATCHING_UP", "SYNCING", "OUT_OF_SYNC") and node.links.explained(
-                        name, now
-                    ):
+                settled = LinkState.IN_SYNC if config.mode == LinkMode.SYNC else LinkState.FOLLOWING
+                state = node.links.state_of(name)
+                if state is not settled or link_admin.follower_lag(node.state, name, now):
+                    unsettled = (LinkState.CATCHING_UP, LinkState.SYNCING, LinkState.OUT_OF_SYNC)
+                    if state in unsettled and node.links.explained(name, now):
                         # Held back only by partitions refused with a reason
                         # the link reports (two topics of one name: an
                         # operator must choose): settled, and counted.
                         self.refusals_at_end.add(f"{cid}/{name}")
                     else:
-                        out.append(f"{cid}/{name}:{state}")
+                        out.append(f"{cid}/{name}:{node.links.state_name(name)}")
                         continue
                 theirs = remote.links.configs.get(name)
                 if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():

@@ -383,11 +383,7 @@ def test_provenance__start_entry_on_first_append__detached_entry_on_detach() -> 
     last = follower.topic("orders-1").provenance[0][-1]
     assert last.to_entry() == {"detached_at": 2, "link_id": "id-1"}
     summary = rep.provenance_summary(follower, "orders-1", 0)
-    assert summary == {
-        "provenance_entries": 2,
-        "provenance_start_offset": 2,
-        "provenance_source": "",
-    }
+    assert summary == rep.ProvenanceSummary(entries=2, start_offset=2, source="")
 
 
 def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_reported() -> None:

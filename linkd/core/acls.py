@@ -34,7 +34,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -98,7 +97,7 @@ class AclBinding:
     operation: int
     permission_type: int
 
-    def to_list(self) -> list[Any]:
+    def to_list(self) -> list[object]:
         return [
             self.resource_type,
             self.resource_name,
@@ -110,15 +109,15 @@ class AclBinding:
         ]
 
     @classmethod
-    def from_list(cls, row: list[Any]) -> AclBinding:
+    def from_list(cls, row: list[object]) -> AclBinding:
         return cls(
-            int(row[0]),
+            jr.json_int(row[0]),
             str(row[1]),
-            int(row[2]),
+            jr.json_int(row[2]),
             str(row[3]),
             str(row[4]),
-            int(row[5]),
-            int(row[6]),
+            jr.json_int(row[5]),
+            jr.json_int(row[6]),
         )
 
     def describe(self) -> str:
@@ -305,12 +304,12 @@ class AclStore:
         else:
             self._remove(binding)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {"version": 1, "bindings": [b.to_list() for b in self._bindings]}
 
     @classmethod
-    def restore(cls, snapshot: dict[str, Any]) -> AclStore:
+    def restore(cls, snapshot: dict[str, object]) -> AclStore:
         store = cls()
-        for row in snapshot["bindings"]:
-            store._add(AclBinding.from_list(row))
+        for row in jr.json_list(snapshot["bindings"]):
+            store._add(AclBinding.from_list(jr.json_list(row)))
         return store

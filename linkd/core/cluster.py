@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
@@ -1245,7 +1245,7 @@ class ClusterState:
             case _:
                 assert_never(record)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {
             "cluster_id": self.cluster_id,
             "topics": [
@@ -1280,36 +1280,48 @@ class ClusterState:
             "group_configs": {g: dict(c) for g, c in sorted(self.group_configs.items())},
         }
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: dict[str, object]) -> None:
         # Broker configs first: the topics take their defaults from them.
-        for level, configs in snapshot.get("broker_configs", {}).items():
-            self.broker_configs.set_level(level, {str(k): str(v) for k, v in configs.items()})
-        for group, configs in snapshot.get("group_configs", {}).items():
-            self.group_configs[group] = {str(k): str(v) for k, v in configs.items()}
-        for t in snapshot["topics"]:
-            topic = self._apply_topic_create(
-                jr.TopicCreate(t["name"], t["topic_id"], int(t["partitions"]), dict(t["configs"]))
+        for level, configs in jr.json_object(snapshot.get("broker_configs", {})).items():
+            self.broker_configs.set_level(
+                level, {str(k): str(v) for k, v in jr.json_object(configs).items()}
             )
-            for log, start in zip(topic.partitions, t["log_start"], strict=True):
-                log.log_start_offset = int(start)
-            for p, entries in t.get("provenance", {}).items():
-                topic.provenance[int(p)] = [ProvenanceItem.from_entry(e) for e in entries]
-            for p, bumps in t.get("epoch_bumps", {}).items():
-                topic.epoch_bumps[int(p)] = [(int(e), int(st)) for e, st in bumps]
-        self.txn = TransactionCoordinator.restore(snapshot["txn"])
-        self.groups = GroupCoordinator.restore(self.groups_config, snapshot["groups"])
+        for group, configs in jr.json_object(snapshot.get("group_configs", {})).items():
+            self.group_configs[group] = {str(k): str(v) for k, v in jr.json_object(configs).items()}
+        for t in map(jr.json_object, jr.json_list(snapshot["topics"])):
+            configs = {str(k): str(v) for k, v in jr.json_object(t["configs"]).items()}
+            topic = self._apply_topic_create(
+                jr.TopicCreate(
+                    str(t["name"]), str(t["topic_id"]), jr.json_int(t["partitions"]), configs
+                )
+            )
+            for log, start in zip(topic.partitions, jr.json_list(t["log_start"]), strict=True):
+                log.log_start_offset = jr.json_int(start)
+            for p, entries in jr.json_object(t.get("provenance", {})).items():
+                topic.provenance[int(p)] = [
+                    ProvenanceItem.from_entry(jr.json_object(e)) for e in jr.json_list(entries)
+                ]
+            for p, bumps in jr.json_object(t.get("epoch_bumps", {})).items():
+                topic.epoch_bumps[int(p)] = [
+                    (jr.json_int(e), jr.json_int(st))
+                    for e, st in map(jr.json_list, jr.json_list(bumps))
+                ]
+        self.txn = TransactionCoordinator.restore(jr.json_object(snapshot["txn"]))
+        self.groups = GroupCoordinator.restore(
+            self.groups_config, jr.json_object(snapshot["groups"])
+        )
         if "acls" in snapshot:  # snapshots written before ACLs existed have none
-            self.acls = AclStore.restore(snapshot["acls"])
+            self.acls = AclStore.restore(jr.json_object(snapshot["acls"]))
         if "users" in snapshot:  # snapshots written before SCRAM users have none
-            self.users = UserStore.restore(snapshot["users"])
+            self.users = UserStore.restore(jr.json_object(snapshot["users"]))
         if "links" in snapshot:
-            self.links.restore(snapshot["links"])
+            self.links.restore(jr.json_object(snapshot["links"]))
         if "mirror_links" in snapshot:  # snapshots written before mirror links have none
-            self.mirror_links.restore(snapshot["mirror_links"])
+            self.mirror_links.restore(jr.json_list(snapshot["mirror_links"]))
         if "namespaces" in snapshot:  # snapshots written before namespaces have none
-            self.namespaces.restore(snapshot["namespaces"])
+            self.namespaces.restore(jr.json_object(snapshot["namespaces"]))
         if "plans" in snapshot:  # snapshots written before durable plans have none
-            self.plans.restore(snapshot["plans"])
+            self.plans.restore(jr.json_object(snapshot["plans"]))
 
     @property
     def groups_config(self) -> GroupConfig:

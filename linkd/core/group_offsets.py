@@ -16,7 +16,6 @@ Pure code: no I/O; dicts are iterated in insertion order or sorted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core import journal as jr
 
@@ -111,10 +110,10 @@ class OffsetStore:
 
     # -- durability ------------------------------------------------------------------------
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[dict[str, object]]:
         """One row per group holding anything, sorted by group id."""
 
-        def rows(offsets: dict[Partition, CommittedOffset]) -> list[list[Any]]:
+        def rows(offsets: dict[Partition, CommittedOffset]) -> list[list[object]]:
             return [
                 [t, p, o.offset, o.metadata, o.leader_epoch, o.commit_timestamp_ms]
                 for (t, p), o in offsets.items()
@@ -132,19 +131,27 @@ class OffsetStore:
             for gid in sorted(set(self._committed) | set(self._staged))
         ]
 
-    def restore_group(self, g: dict[str, Any]) -> str:
+    def restore_group(self, g: dict[str, object]) -> str:
         """Restores one snapshot row; returns its group id."""
         gid = str(g["group"])
-        for t, p, o, m, e, ts in g["offsets"]:
-            self._committed.setdefault(gid, {})[(str(t), int(p))] = CommittedOffset(
-                int(o), str(m), int(e), int(ts)
-            )
-        for staged in g["pending"]:
-            target = self._staged.setdefault(gid, {}).setdefault(int(staged["producer_id"]), {})
-            for t, p, o, m, e, ts in staged["offsets"]:
-                target[(str(t), int(p))] = CommittedOffset(int(o), str(m), int(e), int(ts))
+        for row in jr.json_list(g["offsets"]):
+            partition, committed = _read_row(row)
+            self._committed.setdefault(gid, {})[partition] = committed
+        for staged in map(jr.json_object, jr.json_list(g["pending"])):
+            producer = jr.json_int(staged["producer_id"])
+            target = self._staged.setdefault(gid, {}).setdefault(producer, {})
+            for row in jr.json_list(staged["offsets"]):
+                partition, committed = _read_row(row)
+                target[partition] = committed
         self._forget_if_empty(gid)
         return gid
+
+
+def _read_row(row: object) -> tuple[Partition, CommittedOffset]:
+    """A snapshot row: topic, partition, offset, metadata, epoch, timestamp."""
+    t, p, o, m, e, ts = jr.json_list(row)
+    n = jr.json_int
+    return (str(t), n(p)), CommittedOffset(n(o), str(m), n(e), n(ts))
 
 
 __all__ = ["CommittedOffset", "OffsetRecord", "OffsetStore", "Partition"]

@@ -100,7 +100,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -1138,15 +1138,15 @@ class GroupCoordinator:
             self._get_or_create(gid)  # a group with offsets is known (Empty)
         self.offsets.apply(record)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """The durable state (committed and staged offsets), JSON-serialisable."""
         return {"version": 1, "groups": self.offsets.snapshot()}
 
     @classmethod
-    def restore(cls, config: GroupConfig, snapshot: dict[str, Any]) -> GroupCoordinator:
+    def restore(cls, config: GroupConfig, snapshot: dict[str, object]) -> GroupCoordinator:
         coordinator = cls(config)
-        for g in snapshot["groups"]:
-            coordinator._get_or_create(coordinator.offsets.restore_group(g))
+        for g in jr.json_list(snapshot["groups"]):
+            coordinator._get_or_create(coordinator.offsets.restore_group(jr.json_object(g)))
         return coordinator
 
     # -- queries ------------------------------------------------------------------------

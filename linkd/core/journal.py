@@ -17,8 +17,9 @@ the field: a journal is never half-understood.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 # Values kept as the JSON they are stored as: nested structures whose own
 # types own their encoding (a link's configuration, a transaction's state
@@ -400,6 +401,52 @@ class JournalRecordError(ValueError):
     and what is wrong."""
 
 
+D = TypeVar("D")
+
+
+# -- reading stored JSON, typed ---------------------------------------------------------------
+# The core's types read their stored forms (journal records' nested values,
+# snapshots) through these: each value arrives as `object` and leaves as the
+# type it is read as, converted as `int()`/`list()` would, or refused.
+
+
+def json_object(value: object, what: str = "a stored value") -> dict[str, object]:
+    """A stored JSON object."""
+    if not isinstance(value, dict):
+        raise JournalRecordError(f"{what}: {value!r} is not an object")
+    return value
+
+
+def json_list(value: object, what: str = "a stored value") -> list[object]:
+    """A stored JSON array (a tuple too: a stored form not yet written)."""
+    if not isinstance(value, list | tuple):
+        raise JournalRecordError(f"{what}: {value!r} is not an array")
+    return list(value)
+
+
+def json_fields(
+    make: Callable[..., D], value: object, what: str = "a stored value"
+) -> D:
+    """A dataclass stored as the JSON object of its fields (`asdict`): made
+    from them, each plain field (int, str, bool) checked as `decode` checks a
+    record's."""
+    obj = json_object(value, what)
+    if dataclasses.is_dataclass(make):
+        for f in dataclasses.fields(make):
+            wanted = _CHECKS.get(str(f.type))
+            got = obj.get(f.name)
+            if f.name in obj and wanted is not None and not isinstance(got, wanted):
+                raise JournalRecordError(f"{what}: field {f.name!r} is {got!r}, not {f.type}")
+    return make(**obj)
+
+
+def json_int(value: object, what: str = "a stored value") -> int:
+    """A stored number, as `int()` reads it."""
+    if not isinstance(value, int | float | str):
+        raise JournalRecordError(f"{what}: {value!r} is not a number")
+    return int(value)
+
+
 def encode(record: JournalRecord) -> dict[str, Any]:
     """The stored form: {"type": kind, field: value, ...}; an optional field
     (default None) is written only when set."""
@@ -487,4 +534,8 @@ __all__ = [
     "TxnOffsetStage",
     "decode",
     "encode",
+    "json_fields",
+    "json_int",
+    "json_list",
+    "json_object",
 ]

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import lineage, undo
@@ -178,7 +177,7 @@ def check_attach(
     """Every local check of an operator's attach, changing nothing; returns
     the mapping (unversioned)."""
     config = state.links.get(link_name)
-    if leader not in ("local", "remote"):
+    if leader not in (Leader.LOCAL, Leader.REMOTE):
         raise ClusterError(
             ErrorCode.INVALID_LINK_CONFIG,
             f"link {link_name!r}",
@@ -320,15 +319,15 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         for link, role in list(ns.attachments):
             if link == link_name and (ns.type.label, ns.prefix) not in wanted:
                 records += state.namespaces.detach(ns.type, ns.prefix, link_name)
-                if role == "follower" and ns.type is ResourceType.TOPIC:
+                if role == Role.FOLLOWER and ns.type is ResourceType.TOPIC:
                     stopped.append(ns.prefix)
     newly_reserved: list[tuple[ResourceType, str]] = []
     newly_following: list[tuple[ResourceType, str]] = []
     for (rtype, prefix), role in sorted(wanted.items()):
         kind = ResourceType.parse(rtype)
         if state.namespaces.find(kind, prefix) is None:
-            records += state.namespaces.create(kind, prefix, role == "follower")
-            if role == "follower":
+            records += state.namespaces.create(kind, prefix, role == Role.FOLLOWER)
+            if role == Role.FOLLOWER:
                 newly_reserved.append((kind, prefix))
         ns = state.namespaces.get(kind, prefix)
         if (link_name, role) in ns.attachments:
@@ -336,13 +335,13 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         for link, other in list(ns.attachments):
             if link == link_name and other != role:
                 records += state.namespaces.detach(kind, prefix, link_name)
-                if other == "follower" and kind is ResourceType.TOPIC:
+                if other == Role.FOLLOWER and kind is ResourceType.TOPIC:
                     stopped.append(prefix)
         was_reserved = ns.reserved
         records += state.namespaces.attach(kind, prefix, link_name, role)
-        if role == "follower" and not was_reserved:
+        if role == Role.FOLLOWER and not was_reserved:
             newly_reserved.append((kind, prefix))
-        if role == "follower":
+        if role == Role.FOLLOWER:
             newly_following.append((kind, prefix))
     effects = journal(records)
     effects += abort_unfollowed(state, stopped, now_ms)
@@ -717,7 +716,7 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
     rows = []
     for (topic, partition, role), p in sorted(runtime.partitions.items()):
         prov = provenance_summary(state, topic, partition)
-        if role == "leader":
+        if role == Role.LEADER:
             position = state.led_position(topic, partition)
             source_hw = p.source_high_watermark if position is None else position[1]
             lag = state.links.leader_lag(p)
@@ -730,9 +729,9 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                     0 if lag == 0 else max(0, now_ms - p.hw_caught_up_ms),
                     p.log_end_offset,
                     source_hw,
-                    prov["provenance_entries"],
-                    prov["provenance_start_offset"],
-                    prov["provenance_source"],
+                    prov.entries,
+                    prov.start_offset,
+                    prov.source,
                     True,
                     now_ms,
                     _problem(p.refused),
@@ -750,9 +749,9 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 (0 if lag == 0 else max(0, now_ms - p.caught_up_at_ms)) if known else -1,
                 log.log_end_offset if log is not None else p.log_end_offset,
                 p.source_high_watermark,
-                prov["provenance_entries"],
-                prov["provenance_start_offset"],
-                prov["provenance_source"],
+                prov.entries,
+                prov.start_offset,
+                prov.source,
                 known,
                 p.known_at_ms,
                 problem=_problem(stored_refusal(state, name, topic, partition)),
@@ -809,9 +808,9 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 -1,
                 t.partitions[partition].log_end_offset,
                 -1,
-                prov["provenance_entries"],
-                prov["provenance_start_offset"],
-                prov["provenance_source"],
+                prov.entries,
+                prov.start_offset,
+                prov.source,
                 False,
                 0,
                 problem,
@@ -877,9 +876,9 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
                     (0 if lag == 0 else max(0, now_ms - since)) if row_known else -1,
                     log.log_end_offset,
                     source_hw,
-                    prov["provenance_entries"],
-                    prov["provenance_start_offset"],
-                    prov["provenance_source"],
+                    prov.entries,
+                    prov.start_offset,
+                    prov.source,
                     row_known,
                     known_at,
                     _problem(runtime.refused.get((topic, p))),
@@ -952,7 +951,7 @@ class Failover:
     # The step a re-run took the journalled plan up at ("": planned now).
     resumed_from: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """What the answer reports (not the effects), for the plan's record."""
         return {
             "partitions": [asdict(r) for r in self.partitions],
@@ -964,15 +963,15 @@ class Failover:
         }
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> Failover:
+    def from_json(obj: dict[str, object]) -> Failover:
         return Failover(
             [],
-            [PartitionLag(**r) for r in obj["partitions"]],
-            [PartitionLag(**r) for r in obj["abandoned"]],
-            [DanglingTxn(**d) for d in obj["dangling"]],
-            [(str(t), str(p)) for t, p in obj["namespaces"]],
-            int(obj["topics_known_at_ms"]),
-            [msync.GroupResume(**g) for g in obj["groups"]],
+            [jr.json_fields(PartitionLag, r) for r in jr.json_list(obj["partitions"])],
+            [jr.json_fields(PartitionLag, r) for r in jr.json_list(obj["abandoned"])],
+            [jr.json_fields(DanglingTxn, d) for d in jr.json_list(obj["dangling"])],
+            [(str(t), str(p)) for t, p in map(jr.json_list, jr.json_list(obj["namespaces"]))],
+            jr.json_int(obj["topics_known_at_ms"]),
+            [jr.json_fields(msync.GroupResume, g) for g in jr.json_list(obj["groups"])],
         )
 
 

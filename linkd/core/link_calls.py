@@ -43,7 +43,7 @@ from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import LinkConfig, MappingType
-from linkd.core.requests import Handshake, Request
+from linkd.core.requests import Handshake, Request, expect
 
 # -- what crosses to the remote, and what comes back ----------------------------------------
 
@@ -136,18 +136,6 @@ class Answered:
 
 
 A = TypeVar("A")
-
-
-class WrongAnswer(TypeError):
-    """A shell answered a request with something else than it names: a bug
-    in that shell, never a refusal."""
-
-
-def expect(value: object, kind: type[A], what: str) -> A:
-    """`value` as the `kind` a request names for its answer."""
-    if not isinstance(value, kind):
-        raise WrongAnswer(f"{what}: the shell answered {type(value).__name__}, not {kind.__name__}")
-    return value
 
 
 def answer_of(answered: object, kind: type[A], what: str) -> A:

@@ -97,10 +97,9 @@ from linkd.core.link_calls import (
     WaitForData,
     WakeLanes,
     answer_of,
-    expect,
 )
 from linkd.core.links import LinkConfig, LinkMode, MappingType, Role
-from linkd.core.requests import Execute, Handshake, Note, Now, Sleep, WakeWaiters
+from linkd.core.requests import Execute, Handshake, Note, Now, Sleep, WakeWaiters, expect
 
 # How often the dialing side exchanges configurations, and how often a
 # follower lists its source's topics and group offsets (or a pushing leader

@@ -161,7 +161,7 @@ def link_sample(state: ClusterState, name: str, now_ms: int) -> LinkSample:
     leader = [
         PartitionLagSample(r.topic, r.partition, r.lag_records, r.lag_ms)
         for r in summary.partitions
-        if r.role == "leader"
+        if r.role == Role.LEADER
     ]
     return LinkSample(
         name,

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from linkd.core import histories, undo
 from linkd.core import journal as jr
@@ -56,11 +55,21 @@ from linkd.core.links import (
     LinkConfig,
     LinkMode,
     MappingKey,
+    MappingType,
+    Role,
     UncreatedTopic,
     orphans,
 )
 from linkd.core.provenance import Gap
-from linkd.core.requests import Execute, Note, NotStored, Now, Request, WakeWaiters
+from linkd.core.requests import (
+    Execute,
+    Note,
+    NotStored,
+    Request,
+    WakeWaiters,
+    clock,
+    execute_refusable,
+)
 
 # (topic id, partition, from offset, to offset, max bytes) -> (the bytes of the
 # batches overlapping [from, to), the size they count against the byte budget).
@@ -308,7 +317,7 @@ def plan_topics(
     prefixes: set[str] = set()
     followed = {m.remote_prefix: m for m in rep.follower_mappings(config, "topic")}
     for ns in namespaces:
-        mapping = followed.get(ns.prefix) if ns.kind == "topic" else None
+        mapping = followed.get(ns.prefix) if ns.kind == MappingType.TOPIC else None
         if mapping is None:
             continue
         prefixes.add(mapping.local_prefix)
@@ -328,7 +337,7 @@ def plan_topics(
                 )
     records: list[jr.JournalRecord] = []
     for ns in namespaces:
-        if ns.kind == "principal":
+        if ns.kind == MappingType.PRINCIPAL:
             records += msync.apply_principal_acls(
                 state, config.name, ns.prefix, list(ns.principal_acls)
             )
@@ -341,7 +350,7 @@ def plan_topics(
 
 def carry_out_topics(
     state: ClusterState, link_name: str, plan: TopicsPlan
-) -> Generator[Request, Any, bool]:
+) -> Generator[Request, object, bool]:
     """Follower side: carries out a discovery's plan. Each follower topic is
     created on its own, and its storage may refuse to open its logs (a full
     disk, no descriptors left): the shell answers `NotStored` and nothing of
@@ -356,7 +365,7 @@ def carry_out_topics(
     refused: dict[str, UncreatedTopic] = {}
     made = False
     for c in plan.creations:
-        done = yield Execute(c.effects, refusable=True)
+        done = yield from execute_refusable(c.effects)
         if not isinstance(done, NotStored):
             made = True
             yield Note("info", f"link {link_name!r}: follower topic {c.local!r} created from "
@@ -389,7 +398,7 @@ def carry_out_topics(
             for t, u in before.items()
             if t not in state.topics and not any(rep.in_prefix(t, p) for p in plan.prefixes)
         }
-        state.links.set_uncreated(link_name, {**still, **refused}, (yield Now()))
+        state.links.set_uncreated(link_name, {**still, **refused}, (yield from clock()))
     return made
 
 
@@ -1074,7 +1083,7 @@ def apply_fetched(
     answer: FetchAnswer,
     local_of: dict[tuple[str, int], str],
     sent_ms: int | None = None,
-) -> Generator[Request, Any, bool]:
+) -> Generator[Request, object, bool]:
     """Follower side, one answer (pulled, or carried by a push): truncations
     and appends (`apply_replica_fetch`), warned of; once durable, the end of
     the round (`finish_fetch_round`). A partition the source refused is
@@ -1083,7 +1092,7 @@ def apply_fetched(
     appends this cluster's storage refused (`storage_refusals`) is held the
     same way, its row saying so, until a round stores its records. Returns
     whether everything was stored (the caller backs off if not)."""
-    now: int = yield Now()
+    now = yield from clock()
     applied = apply_replica_fetch(state, link_name, answer, local_of, now)
     for cut in applied.truncations:
         yield Note(
@@ -1104,7 +1113,7 @@ def apply_fetched(
                 "warning",
                 f"link {link_name!r}: {topic}-{partition} is not followed: {error.message}",
             )
-    done = yield Execute(tuple(applied.effects), "replica", refusable=True)
+    done = yield from execute_refusable(tuple(applied.effects), "replica")
     refused = list(applied.refused)
     if isinstance(done, NotStored) and undo.undone(13):
         # The old data path: the round counts what it heard, not what was stored.
@@ -1326,7 +1335,7 @@ def finish_fetch_round(
             k: span for k, span in runtime.marks_spans.items() if k in runtime.marks_wanted
         }
         links.on_fetch_round(link_name, now_ms)
-        keep |= {k for k in runtime.partitions if k[2] == "leader"}
+        keep |= {k for k in runtime.partitions if k[2] == Role.LEADER}
         links.forget_partitions(link_name, keep)
     if not moved:
         return None
@@ -1387,7 +1396,7 @@ def push_discovery(
 
 def accept_push(
     state: ClusterState, push: Push, now_ms: int, new_topic_id: Callable[[], str]
-) -> Generator[Request, Any, FetchRequest]:
+) -> Generator[Request, object, FetchRequest]:
     """Follower side of a push, the same steps a pulling follower takes: the
     source's topics (`plan_topics`), the fetched data (`apply_replica_fetch`,
     durable, then `finish_fetch_round`), the group offsets; returns the next
@@ -1400,19 +1409,19 @@ def accept_push(
         yield from carry_out_topics(state, name, plan)
     if push.data is not None:
         local_of = follower_fetch_request(state, config).local_of
-        known_at = pushed_hw_known_at(state, name, push, (yield Now()))
+        known_at = pushed_hw_known_at(state, name, push, (yield from clock()))
         yield from apply_fetched(state, name, push.data, local_of, known_at)
     if push.group_offsets:
-        now = yield Now()
+        now = yield from clock()
         effects, _held = msync.apply_replicated_offsets(
             state, name, list(push.group_offsets), now, new_topic_id()
         )
         if effects:
             yield Execute(tuple(effects), "offsets")
     else:
-        state.links.on_contact(name, (yield Now()))
-    nxt = follower_fetch_request(state, config, sent_ms=(yield Now()))
+        state.links.on_contact(name, (yield from clock()))
+    nxt = follower_fetch_request(state, config, sent_ms=(yield from clock()))
     if not nxt.partitions and state.links.runtime[name].topics_known_at_ms is not None:
         # Told the source's topics, and none to follow: nothing lags.
-        state.links.on_fetch_round(name, (yield Now()))
+        state.links.on_fetch_round(name, (yield from clock()))
     return nxt

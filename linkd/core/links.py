@@ -41,7 +41,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from linkd.core import journal as jr
 from linkd.core import undo
@@ -208,8 +208,8 @@ class Mapping:
             leader=Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
         )
 
-    def to_record(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
+    def to_record(self) -> dict[str, object]:
+        record: dict[str, object] = {
             "type": self.resource_type.value,
             "local": self.local_prefix,
             "remote": self.remote_prefix,
@@ -222,15 +222,15 @@ class Mapping:
         return record
 
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> Mapping:
-        v = r["version"]
+    def from_record(cls, r: dict[str, object]) -> Mapping:
+        v = jr.json_list(r["version"])
         return cls(
-            MappingType(r["type"]),
-            r["local"],
-            r["remote"],
-            Leader(r["leader"]),
+            MappingType(str(r["type"])),
+            str(r["local"]),
+            str(r["remote"]),
+            Leader(str(r["leader"])),
             bool(r["attached"]),
-            (int(v[0]), int(v[1]), str(v[2])),
+            (jr.json_int(v[0]), jr.json_int(v[1]), str(v[2])),
             str(r.get("note", "")),
         )
 
@@ -319,8 +319,8 @@ class LinkConfig:
                 best = m
         return best
 
-    def to_record(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
+    def to_record(self) -> dict[str, object]:
+        record: dict[str, object] = {
             "name": self.name,
             "link_id": self.link_id,
             "local": self.local_cluster_id,
@@ -338,29 +338,34 @@ class LinkConfig:
         return record
 
     @classmethod
-    def from_record(cls, r: dict[str, Any]) -> LinkConfig:
-        fields = {
-            k: Field(v[0], (int(v[1][0]), int(v[1][1]), str(v[1][2])))
-            for k, v in r["fields"].items()
-        }
+    def from_record(cls, r: dict[str, object]) -> LinkConfig:
+        fields = {}
+        for k, stored in jr.json_object(r["fields"]).items():
+            value, version = jr.json_list(stored)
+            v = jr.json_list(version)
+            fields[k] = Field(str(value), (jr.json_int(v[0]), jr.json_int(v[1]), str(v[2])))
         mappings = {}
-        for m in r["mappings"]:
-            mapping = Mapping.from_record(m)
+        for m in jr.json_list(r["mappings"]):
+            mapping = Mapping.from_record(jr.json_object(m))
             mappings[mapping.key] = mapping
         lineage: dict[MappingKey, tuple[LineageHop, ...]] = {}
-        for k, hops in r.get("lineage", []):
-            lineage[(str(k[0]), str(k[1]), str(k[2]))] = tuple(
-                (str(c), (int(v[0]), int(v[1]), str(v[2]))) for c, v in hops
-            )
+        for stored_key, hops in map(jr.json_list, jr.json_list(r.get("lineage", []))):
+            key = jr.json_list(stored_key)
+            read: list[LineageHop] = []
+            for hop in jr.json_list(hops):
+                cluster, hop_version = jr.json_list(hop)
+                hv = jr.json_list(hop_version)
+                read.append((str(cluster), (jr.json_int(hv[0]), jr.json_int(hv[1]), str(hv[2]))))
+            lineage[(str(key[0]), str(key[1]), str(key[2]))] = tuple(read)
         return cls(
-            r["name"],
-            r["link_id"],
-            r["local"],
-            r["remote"],
-            r["direction"],
+            str(r["name"]),
+            str(r["link_id"]),
+            str(r["local"]),
+            str(r["remote"]),
+            str(r["direction"]),
             fields,
             mappings,
-            int(r.get("epoch", 0)),
+            jr.json_int(r.get("epoch", 0)),
             lineage,
         )
 
@@ -384,13 +389,17 @@ class LinkConfig:
             dict(self.lineage),
         )
 
-    def agreed_record(self) -> dict[str, Any]:
+    def agreed_record(self) -> dict[str, object]:
         """The record of what both sides converge on (every field but
         LOCAL_FIELDS, and the mappings): equal on both sides, one of them
         mirrored, once they agree."""
         record = self.to_record()
         record.pop("lineage", None)
-        record["fields"] = {k: v for k, v in record["fields"].items() if k not in LOCAL_FIELDS}
+        record["fields"] = {
+            k: [f.value, list(f.version)]
+            for k, f in sorted(self.fields.items())
+            if k not in LOCAL_FIELDS
+        }
         return record
 
     def mirrored(self) -> LinkConfig:
@@ -804,7 +813,7 @@ class LinkTable:
                 f"{since}): the lag of what it follows is not known"
             )
         for (topic, partition, role), p in sorted(runtime.partitions.items()):
-            if role == "follower":
+            if role == Role.FOLLOWER:
                 if p.lag_records() > self.limits.lag_max_records or (
                     p.lag_ms(now_ms) > self.limits.lag_max_ms
                 ):
@@ -820,6 +829,11 @@ class LinkTable:
     def state_name(self, name: str) -> str:
         runtime = self.runtime.get(name)
         return runtime.state.value if runtime is not None else "UNKNOWN"
+
+    def state_of(self, name: str) -> LinkState | None:
+        """The link's state (None: no such link running here)."""
+        runtime = self.runtime.get(name)
+        return runtime.state if runtime is not None else None
 
     def names(self) -> list[str]:
         return sorted(self.configs)
@@ -981,7 +995,8 @@ class LinkTable:
         # last fetch round went stale (fetch_silence_ms).
         self._recompute(name, now_ms)
         state = self.state_name(name)
-        if mode == "SYNC" and state != LinkState.FOLLOWING.value and not undo.undone(6):
+        following = self.state_of(name) is LinkState.FOLLOWING
+        if mode == LinkMode.SYNC and not following and not undo.undone(6):
             behind = self.lagging_partitions(name, now_ms)
             detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(
@@ -1280,7 +1295,7 @@ class LinkTable:
             return False
         lagging = False
         for p in self._lagging_ones(runtime.partitions.values(), now_ms):
-            if p.role != "leader" or p.refused is None:
+            if p.role != Role.LEADER or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
         return (
@@ -1475,7 +1490,7 @@ class LinkTable:
         logs_topic: str | None = None
         logs: Sequence[LogBounds] | None = None
         for p in partitions:
-            if p.role == "follower":
+            if p.role == Role.FOLLOWER:
                 records = p.source_high_watermark - p.log_end_offset
                 if records <= 0:  # lag_records() == 0, so lag_ms() == 0
                     if 0 > max_records or 0 > max_ms:
@@ -1550,7 +1565,7 @@ class LinkTable:
             progress = [
                 p
                 for key, p in sorted(runtime.partitions.items())
-                if key[2] == "leader" and (key[0], key[1]) in runtime.led_partitions
+                if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
             ]
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:
@@ -1581,7 +1596,7 @@ class LinkTable:
                 not runtime.refused
                 and not runtime.uncreated
                 and not runtime.marks_wanted
-                and not any(p.role == "follower" for p in runtime.partitions.values())
+                and not any(p.role == Role.FOLLOWER for p in runtime.partitions.values())
             )
             if connected and empty and self.rounds_fresh(config.name, now_ms):
                 # Nothing to follow (an empty namespace, or what it followed
@@ -1631,7 +1646,7 @@ class LinkTable:
             if tomb is not None:
                 self.tombstones[tomb.link_id] = replace(tomb, told=True)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {
             "links": [c.to_record() for _, c in sorted(self.configs.items())],
             "tombstones": [
@@ -1648,10 +1663,11 @@ class LinkTable:
             ],
         }
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
-        for r in snapshot.get("links", []):
-            self.apply_record(jr.LinkConfigRecord(r))
-        for t in snapshot.get("tombstones", []):  # snapshots before tombstones have none
+    def restore(self, snapshot: dict[str, object]) -> None:
+        for r in jr.json_list(snapshot.get("links", [])):
+            self.apply_record(jr.LinkConfigRecord(jr.json_object(r)))
+        # Snapshots written before tombstones have none.
+        for t in map(jr.json_object, jr.json_list(snapshot.get("tombstones", []))):
             self.tombstones[str(t["link_id"])] = Tombstone(
                 str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),
                 bool(t["told"]), str(t.get("link_key", "")), str(t.get("credentials", "")),

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -61,7 +60,7 @@ class MirrorLink:
     def live(self) -> bool:
         return self.deleted_ms is None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "alias": self.alias,
@@ -71,14 +70,14 @@ class MirrorLink:
         }
 
     @staticmethod
-    def of(d: dict[str, Any]) -> MirrorLink:
+    def of(d: dict[str, object]) -> MirrorLink:
         deleted = d.get("deleted_ms")
         return MirrorLink(
             str(d["name"]),
             str(d["alias"]),
             str(d["properties"]),
-            int(d["created_ms"]),
-            None if deleted is None else int(deleted),
+            jr.json_int(d["created_ms"]),
+            None if deleted is None else jr.json_int(deleted),
         )
 
 
@@ -234,8 +233,9 @@ class MirrorLinkTable:
         for link in dead[: max(0, len(dead) - MAX_TOMBSTONES)]:
             del self.links[link.name]
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[dict[str, object]]:
         return [link.as_dict() for link in self.all()]
 
-    def restore(self, snapshot: list[dict[str, Any]]) -> None:
-        self.links = {d["name"]: MirrorLink.of(d) for d in snapshot}
+    def restore(self, snapshot: list[object]) -> None:
+        read = [MirrorLink.of(jr.json_object(d)) for d in snapshot]
+        self.links = {link.name: link for link in read}

@@ -40,7 +40,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -128,7 +127,7 @@ class Namespace:
         """Each attachment as "link:role", sorted."""
         return sorted(f"{link}:{role}" for link, role in self.attachments)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "type": self.type.label,
             "prefix": self.prefix,
@@ -384,20 +383,23 @@ class NamespaceTable:
     def _reindex(self, rtype: ResourceType) -> None:
         self._lengths[rtype] = sorted({len(p) for p in self._by_type[rtype]}, reverse=True)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {"version": 1, "namespaces": [ns.to_dict() for ns in self.list()]}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
+    def restore(self, snapshot: dict[str, object]) -> None:
         """Replaces the table's content with the snapshot's."""
         for table in self._by_type.values():
             table.clear()
-        for entry in snapshot["namespaces"]:
+        for entry in map(jr.json_object, jr.json_list(snapshot["namespaces"])):
             rtype = ResourceType.parse(str(entry["type"]))
             self._by_type[rtype][str(entry["prefix"])] = Namespace(
                 rtype,
                 str(entry["prefix"]),
                 bool(entry["reserved"]),
-                [(str(link), str(role)) for link, role in entry["attachments"]],
+                [
+                    (str(link), str(role))
+                    for link, role in map(jr.json_list, jr.json_list(entry["attachments"]))
+                ],
             )
         for rtype in self._by_type:
             self._reindex(rtype)

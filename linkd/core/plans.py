@@ -28,7 +28,6 @@ data: the journal record is `journal.ProcedurePlan`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from linkd.core import journal as jr
 
@@ -46,14 +45,14 @@ class PlanStep:
     result: str
     duration_ms: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "ok": self.ok, "result": self.result,
                 "duration_ms": self.duration_ms}
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> PlanStep:
+    def from_json(obj: dict[str, object]) -> PlanStep:
         return PlanStep(str(obj["name"]), bool(obj["ok"]), str(obj["result"]),
-                        int(obj["duration_ms"]))
+                        jr.json_int(obj["duration_ms"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +82,7 @@ class Plan:
     restarts: int = 0  # how many times a re-run took it up again
     # What the procedure's answer must keep reporting (plain JSON): a
     # failover's abandoned partitions, a recovery's cut. None: nothing.
-    detail: dict[str, Any] | None = None
+    detail: dict[str, object] | None = None
 
     def done(self, step: str) -> bool:
         return any(s.name == step and s.ok for s in self.steps)
@@ -96,8 +95,8 @@ class Plan:
         kept = tuple(s for s in self.steps if s.name != step.name)
         return replace(self, steps=(*kept, step))
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "procedure": self.procedure,
             "link": self.link,
             "link_id": self.link_id,
@@ -116,7 +115,8 @@ class Plan:
         return out
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> Plan:
+    def from_json(obj: dict[str, object]) -> Plan:
+        detail = obj.get("detail")
         return Plan(
             str(obj["procedure"]),
             str(obj["link"]),
@@ -124,13 +124,15 @@ class Plan:
             str(obj["remote_cluster_id"]),
             tuple(
                 PlanNamespace(str(t), str(lp), str(rp), bool(before))
-                for t, lp, rp, before in obj["namespaces"]
+                for t, lp, rp, before in map(jr.json_list, jr.json_list(obj["namespaces"]))
             ),
-            int(obj["timeout_ms"]),
-            int(obj["started_ms"]),
-            tuple(PlanStep.from_json(s) for s in obj.get("steps", [])),
-            int(obj.get("restarts", 0)),
-            obj.get("detail"),
+            jr.json_int(obj["timeout_ms"]),
+            jr.json_int(obj["started_ms"]),
+            tuple(
+                PlanStep.from_json(jr.json_object(s)) for s in jr.json_list(obj.get("steps", []))
+            ),
+            jr.json_int(obj.get("restarts", 0)),
+            None if detail is None else jr.json_object(detail),
         )
 
 
@@ -162,11 +164,11 @@ class PlanTable:
         else:
             self.plans[record.link] = Plan.from_json(record.plan)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {name: plan.to_json() for name, plan in sorted(self.plans.items())}
 
-    def restore(self, snapshot: dict[str, Any]) -> None:
-        self.plans = {str(k): Plan.from_json(v) for k, v in snapshot.items()}
+    def restore(self, snapshot: dict[str, object]) -> None:
+        self.plans = {str(k): Plan.from_json(jr.json_object(v)) for k, v in snapshot.items()}
 
 
 __all__ = ["FAILOVER", "RECOVER", "REVERSE", "Plan", "PlanNamespace", "PlanStep", "PlanTable"]

@@ -36,9 +36,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from linkd.core import histories, lineage, plans, recovery, undo
+from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
@@ -57,7 +57,6 @@ from linkd.core.links import (
 )
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
-    Call,
     Checkpoint,
     ClusterIdentity,
     DescribeCluster,
@@ -67,18 +66,19 @@ from linkd.core.requests import (
     LinkChanged,
     LinkDeleted,
     Note,
-    Now,
     PartitionsDescription,
     Promote,
     Promoted,
     RemoteAnswer,
     RemoteRequest,
     RemoveLink,
-    Reply,
+    Replied,
     Request,
     Sleep,
     Tell,
     WakeWaiters,
+    call,
+    clock,
 )
 
 # Reversal waits for the remote to copy everything at most this long by
@@ -164,12 +164,7 @@ def describe_partitions(
     return PartitionsDescription(state.cluster_id, partitions, offsets)
 
 
-Procedure = Generator[Request, Any, Any]
-
-
-def execute(effects: list[Effect]) -> Generator[Request, Any, int]:
-    now: int = yield Execute(tuple(effects))
-    return now
+Procedure = Generator[Request, object, object]
 
 
 def derived_topic_id(text: str) -> str:
@@ -230,7 +225,7 @@ def change_mapping(
     mapping: Mapping,
     now_ms: int,
     require_remote: bool = False,
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     """An operator's attach or detach (already checked here): versioned now,
     proposed to the remote in a handshake (it may refuse: then nothing
     changes here either), then stored here with the remote's answer merged.
@@ -243,10 +238,11 @@ def change_mapping(
     candidate = LinkConfig.from_record(config.to_record())
     candidate.mappings[stamped.key] = stamped
     candidate.link_epoch += 1
-    reply: Reply = yield Call(
+    reply = yield from call(
         config.value("remote_bootstrap"),
         Handshake(lineage.outgoing(state, candidate), proposed=(stamped.key,)),
         f"link {link_name!r}: handshake",
+        LinkConfig,
     )
     if reply.error is not None and reply.error.code != ErrorCode.LINK_UNREACHABLE:
         raise reply.error  # the remote refused: nothing changed on either side
@@ -256,7 +252,7 @@ def change_mapping(
     effects = admin.put_mapping(state, link_name, stamped, now)
     notes: list[str] = []
     pending: Pending | None = None
-    if isinstance(reply.answer, LinkConfig):
+    if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, now)
         effects += accepted.effects
         notes += accepted.notes
@@ -292,7 +288,7 @@ def attach(
     leader: str,
     now_ms: int,
     require_remote: bool = False,
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     mapping = admin.check_attach(
         state, link_name, resource_type, local_prefix, remote_prefix, leader
     )
@@ -314,23 +310,24 @@ def attach(
 
 def confirm_mapping(
     state: ClusterState, link_name: str, mapping: Mapping, require_remote: bool = False
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     """A change already made here, asked for again: this side holds it, but
     an earlier answer may have been pending. A handshake carries the link
     (the mapping as it is, no new version) to the remote: done if it
     answered, else pending naming what it may lack (LINK_UNREACHABLE raised
     if `require_remote`); a refusal is raised as `change_mapping` does."""
     config = state.links.get(link_name)
-    reply: Reply = yield Call(
+    reply = yield from call(
         config.value("remote_bootstrap"),
         Handshake(lineage.outgoing(state, config)),
         f"link {link_name!r}: handshake",
+        LinkConfig,
     )
     if reply.error is not None and (
         reply.error.code != ErrorCode.LINK_UNREACHABLE or require_remote
     ):
         raise reply.error
-    if isinstance(reply.answer, LinkConfig):
+    if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, reply.now_ms)
         yield Execute(tuple(accepted.effects))
         for note in accepted.notes:
@@ -359,7 +356,7 @@ def confirm_mapping(
 
 def refuse_cutting_own_writes(
     state: ClusterState, link_name: str, mapping: Mapping
-) -> Generator[Request, Any, None]:
+) -> Generator[Request, object, None]:
     """Before an attach of a topic namespace: asks the remote for its
     partitions under the mapping (and, when it will follow, its committed
     offsets), and refuses the attach (DIVERGED_LOG, nothing changed) when
@@ -369,7 +366,7 @@ def refuse_cutting_own_writes(
     refuses to cut such records (`link_rounds.apply_replica_fetch`)."""
     config = state.links.get(link_name)
     remote_follows = mapping.leader == Leader.LOCAL
-    reply: Reply = yield Call(
+    reply = yield from call(
         config.value("remote_bootstrap"),
         DescribePartitions(
             config.link_id,
@@ -378,9 +375,10 @@ def refuse_cutting_own_writes(
             with_marks=True,
         ),
         f"link {link_name!r}: describing partitions",
+        PartitionsDescription,
     )
     description = reply.answer
-    if reply.error is not None or not isinstance(description, PartitionsDescription):
+    if description is None:
         why = reply.error.message if reply.error is not None else "no description"
         yield Note(
             "warning",
@@ -409,7 +407,7 @@ def detach(
     local_prefix: str,
     now_ms: int,
     require_remote: bool = False,
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     mapping = admin.check_detach(state, link_name, resource_type, local_prefix)
     result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
     yield Note(
@@ -433,7 +431,7 @@ def create_link(
     local_bootstrap: str,
     now_ms: int,
     link_key: str = "",
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, object, LinkConfig]:
     """Creates the link here and, through a handshake, its mirror there.
     `credentials` (this side's for the remote) and `link_key` (the new link's
     key, which the creating session hands the remote: `link_auth`) arrive
@@ -444,11 +442,11 @@ def create_link(
             f"link {name!r}",
             f"link {name!r} already exists on cluster {state.cluster_id!r}",
         )
-    reply: Reply = yield Call(
-        remote_bootstrap, DescribeCluster(), f"link {name!r}: dialing {remote_bootstrap}"
+    reply = yield from call(
+        remote_bootstrap, DescribeCluster(), f"link {name!r}: dialing {remote_bootstrap}",
+        ClusterIdentity,
     )
     identity = reply.value()
-    assert isinstance(identity, ClusterIdentity)
     config = state.links.new_config(
         name,
         link_id,
@@ -460,14 +458,14 @@ def create_link(
         reply.now_ms,
         link_key,
     )
-    reply = yield Call(
+    shook = yield from call(
         remote_bootstrap,
         Handshake(config, create=True),
         f"link {name!r}: creating the mirror on {identity.cluster_id!r}",
+        LinkConfig,
     )
-    answer = reply.value()
-    assert isinstance(answer, LinkConfig)
-    now = reply.now_ms
+    answer = shook.value()
+    now = shook.now_ms
     effects = journal(state.links.store(config, now))
     accepted = rounds.accept_handshake_answer(state, name, answer, now)
     yield Execute(tuple(effects + accepted.effects))
@@ -481,7 +479,7 @@ ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap", "gap_policy")
 
 def alter_link(
     state: ClusterState, name: str, changes: dict[str, str], now_ms: int
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, object, LinkConfig]:
     """An operator's change of this side's own settings of a link (the
     address it dials, its credentials for the remote (sealed), its own
     address), or of gap.policy (`gap_policy`, shared by both sides): a
@@ -505,10 +503,11 @@ def alter_link(
     candidate = LinkConfig.from_record(config.to_record())
     for key, value in changes.items():
         candidate.fields[key] = Field(value, (now_ms, 0, state.cluster_id))
-    reply: Reply = yield Call(
+    reply = yield from call(
         candidate.value("remote_bootstrap"),
         Handshake(lineage.outgoing(state, candidate)),
         f"link {name!r}: checking the new settings",
+        LinkConfig,
     )
     if reply.error is not None:
         raise ClusterError(
@@ -516,8 +515,7 @@ def alter_link(
             f"link {name!r}",
             f"link {name!r} is unchanged: {reply.error.message}",
         )
-    answer = reply.answer
-    assert isinstance(answer, LinkConfig)
+    answer = reply.value()
     now = reply.now_ms
     effects = journal(state.links.set_fields(name, changes, now))
     accepted = rounds.accept_handshake_answer(state, name, answer, now)
@@ -531,7 +529,7 @@ def alter_link(
 
 def resume_partition(
     state: ClusterState, name: str, topic: str, partition: int
-) -> Generator[Request, Any, LinkConfig]:
+) -> Generator[Request, object, LinkConfig]:
     """The operator lets a follower partition stopped at a gap (gap.policy
     stop) go on from its source's log start: the gap is recorded in its
     provenance (`link_rounds.resume_partition`), the partition is fetched
@@ -550,7 +548,7 @@ def resume_partition(
 
 def delete_link(
     state: ClusterState, name: str, now_ms: int
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     """Stops the runner, tells the remote, forgets the link (every namespace
     detached, followers stay reserved). A remote that cannot be told now is
     told later (`tell_removals`), or learns it at its next handshake
@@ -558,8 +556,9 @@ def delete_link(
     is pending until then."""
     config = state.links.get(name)
     yield LinkDeleted(name)
-    reply: Reply = yield Call(
-        config.value("remote_bootstrap"), RemoveLink(config.link_id), f"link {name!r}: remove"
+    reply = yield from call(
+        config.value("remote_bootstrap"), RemoveLink(config.link_id), f"link {name!r}: remove",
+        type(None),
     )
     told = _removed_there(reply)
     pending: Pending | None = None
@@ -573,13 +572,13 @@ def delete_link(
         )
         yield Note("warning", f"link {name!r}: the remote was not told of the deletion yet "
                    f"(it will be): {reason}")
-    now: int = yield Now()
+    now = yield from clock()
     yield Execute(tuple(admin.delete_link(state, name, told, now)))
     yield Note("info", f"link {name!r} deleted" + ("" if told else "; pending on the remote"))
     return AdminResult(None, pending)
 
 
-def _removed_there(reply: Reply) -> bool:
+def _removed_there(reply: Replied[None]) -> bool:
     """The remote deleted its half, or holds none."""
     return reply.error is None or reply.error.code in (
         ErrorCode.UNKNOWN_LINK,
@@ -587,14 +586,15 @@ def _removed_there(reply: Reply) -> bool:
     )
 
 
-def tell_removals(state: ClusterState, now_ms: int) -> Generator[Request, Any, int]:
+def tell_removals(state: ClusterState, now_ms: int) -> Generator[Request, object, int]:
     """Tells each remote that has not confirmed yet that a link was deleted
     here (shells run it every HANDSHAKE_INTERVAL_MS). Returns how many were
     told."""
     told = 0
     for tomb in state.links.pending_removals():
-        reply: Reply = yield Call(
-            tomb.address, RemoveLink(tomb.link_id), f"link {tomb.name!r}: remove"
+        reply = yield from call(
+            tomb.address, RemoveLink(tomb.link_id), f"link {tomb.name!r}: remove",
+            type(None),
         )
         if _removed_there(reply):
             yield Execute(tuple(journal(state.links.removal_told(tomb.link_id))))
@@ -603,7 +603,7 @@ def tell_removals(state: ClusterState, now_ms: int) -> Generator[Request, Any, i
     return told
 
 
-def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Request, Any, None]:
+def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Request, object, None]:
     """The dialing side heard LINK_DELETED: the remote deleted the link, so
     this side deletes its half (followers stay reserved)."""
     if name not in state.links.configs:
@@ -615,7 +615,7 @@ def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Req
 
 def set_mode(
     state: ClusterState, name: str, mode: str, now_ms: int
-) -> Generator[Request, Any, AdminResult]:
+) -> Generator[Request, object, AdminResult]:
     """ASYNC or SYNC (spec section 4): decided here, then told to the remote
     (the mode is a versioned field and converges: pending until the remote
     answered)."""
@@ -626,13 +626,14 @@ def set_mode(
     if hw_moved:
         yield WakeWaiters()
     config = state.links.get(name)
-    reply: Reply = yield Call(
+    reply = yield from call(
         config.value("remote_bootstrap"),
         Handshake(lineage.outgoing(state, config)),
         f"link {name!r}: handshake",
+        LinkConfig,
     )
     pending: Pending | None = None
-    if isinstance(reply.answer, LinkConfig):
+    if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
         yield Execute(tuple(accepted.effects))
     else:
@@ -660,7 +661,7 @@ FAILOVER_STEPS = (
 
 def failover(
     state: ClusterState, name: str, force: bool, now_ms: int
-) -> Generator[Request, Any, admin.Failover]:
+) -> Generator[Request, object, admin.Failover]:
     """Makes this side's follower namespaces of the link writable
     (`link_admin.failover`), then tells the remote in the background: after a
     disaster it is usually gone, and the detach converges anyway.
@@ -704,7 +705,7 @@ def failover(
     before = {s.name for s in plan.steps if s.ok} if resumed_from else set()
     if plan.done(FAILOVER_STEPS[1]):
         assert plan.detail is not None
-        result = admin.Failover.from_json(plan.detail["result"])
+        result = admin.Failover.from_json(jr.json_object(plan.detail["result"]))
     else:
         result = yield from _make_writable(state, name, force, plan)
         plan = state.plans.get(name) or plan
@@ -734,12 +735,12 @@ def failover(
 
 def _make_writable(
     state: ClusterState, name: str, force: bool, plan: plans.Plan
-) -> Generator[Request, Any, admin.Failover]:
+) -> Generator[Request, object, admin.Failover]:
     """Failover's change: detach the follower mappings, clear their
     reservations, settle the replicated groups, and journal the answer in
     the plan with them. A refusal (a re-run that checks again) ends the
     plan: nothing changed."""
-    started: int = yield Now()
+    started = yield from clock()
     try:
         result = admin.failover(state, name, force, started)
     except ClusterError:
@@ -817,7 +818,7 @@ def _marked(steps: tuple[plans.PlanStep, ...], before: set[str]) -> list[plans.P
 
 def _journalled(
     state: ClusterState, link_name: str, procedure: str
-) -> Generator[Request, Any, plans.Plan | None]:
+) -> Generator[Request, object, plans.Plan | None]:
     """The plan of `procedure` journalled for the link (None: none). A plan
     of an earlier link of that name is dropped; while another procedure's
     plan is journalled, this one is refused (finish that one first)."""
@@ -844,7 +845,7 @@ def _journalled(
 
 def set_reserved(
     state: ClusterState, resource_type: ResourceType | int, prefix: str, reserved: bool, now_ms: int
-) -> Generator[Request, Any, admin.Reservation]:
+) -> Generator[Request, object, admin.Reservation]:
     """An operator's set-reserved (`link_admin.set_reserved`: setting it
     aborts open transactions; clearing it makes the namespace writable)."""
     result = admin.set_reserved(state, resource_type, prefix, reserved, now_ms)
@@ -877,7 +878,7 @@ def recover(
     requested: list[tuple[str, str, str | None]],
     confirm: bool,
     now_ms: int,
-) -> Generator[Request, Any, recovery.RecoveryPlan]:
+) -> Generator[Request, object, recovery.RecoveryPlan]:
     """Run on the side that will follow. Report only, or (confirm) reserve,
     abort open transactions, truncate, move committed offsets back, and attach
     the mappings with the remote leading (linkd/core/recovery.py).
@@ -901,7 +902,7 @@ def recover(
         resumed_from = plan.next_step(RECOVER_STEPS) or ""
     if plan is not None and plan.done(RECOVER_STEPS[1]):
         assert plan.detail is not None
-        cut = recovery.RecoveryPlan.from_dict(plan.detail["cut"])
+        cut = recovery.RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
         if not confirm:
             return replace(
                 cut, steps=tuple(plan.steps), resumed_from=resumed_from,
@@ -929,7 +930,7 @@ def recover(
             if plan is not None:  # nothing changed: the plan ends
                 yield Execute(tuple(journal(state.plans.end(link_name))))
             raise
-        now: int = yield Now()
+        now = yield from clock()
         planned = plans.PlanStep(
             RECOVER_STEPS[0], True,
             f"{cut.remote_cluster_id!r} described {len(cut.partitions)} partitions: "
@@ -1002,7 +1003,7 @@ def recover(
 def _plan_recovery(
     state: ClusterState, link_name: str, mappings: list[recovery.RecoveryMapping]
 ) -> Generator[
-    Request, Any,
+    Request, object,
     tuple[recovery.RecoveryPlan, recovery.RemotePartitions, recovery.RemoteGroupOffsets],
 ]:
     """Describes the remote's partitions and groups and plans the cut;
@@ -1016,19 +1017,18 @@ def _plan_recovery(
     topics = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     for m in topics:
         request = DescribePartitions(config.link_id, m.remote_prefix, with_marks=True)
-        reply: Reply = yield Call(address, request, what)
+        reply = yield from call(address, request, what, PartitionsDescription)
         description = reply.value()
-        assert isinstance(description, PartitionsDescription)
         remote.update(description.partitions)
         remote_id = description.cluster_id
     for m in (m for m in mappings if m.resource_type == MappingType.GROUP):
-        reply = yield Call(
+        reply = yield from call(
             address,
             DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True),
             what,
+            PartitionsDescription,
         )
         description = reply.value()
-        assert isinstance(description, PartitionsDescription)
         remote_groups.update(description.group_offsets)
         remote_id = description.cluster_id
     plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
@@ -1037,7 +1037,7 @@ def _plan_recovery(
 
 def _follow_remote(
     state: ClusterState, link_name: str, mappings: list[recovery.RecoveryMapping]
-) -> Generator[Request, Any, tuple[list[str], int]]:
+) -> Generator[Request, object, tuple[list[str], int]]:
     """Recovery's last step: each mapping attached with the remote leading
     (a checkpoint after each). Returns the notes for the answer (pending
     attaches, mappings that could not follow) and how many could not."""
@@ -1048,9 +1048,9 @@ def _follow_remote(
     for i, (m, detach_first) in enumerate(todo, 1):
         try:
             if detach_first:
-                now = yield Now()
+                now = yield from clock()
                 yield from detach(state, link_name, m.resource_type, m.local_prefix, now)
-            now = yield Now()
+            now = yield from clock()
             attached = yield from attach(
                 state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote", now
             )
@@ -1067,7 +1067,7 @@ def _follow_remote(
             yield Note("warning", f"link {link_name!r}: recovery: {notes[-1]}")
             if m.resource_type == MappingType.TOPIC:
                 # It follows nothing now: what the cut left open never ends.
-                now = yield Now()
+                now = yield from clock()
                 aborts = admin.abort_unfollowed(state, [m.local_prefix], now)
                 if aborts:
                     yield Execute(tuple(aborts))
@@ -1165,7 +1165,7 @@ def _new_reverse_plan(
 
 def reverse(
     state: ClusterState, link_name: str, timeout_ms: int, now_ms: int
-) -> Generator[Request, Any, ReverseReport]:
+) -> Generator[Request, object, ReverseReport]:
     """Run on the current leader (KIP-986 "Reverse the replication direction
     of a namespace with full-consistency"): verify the link state, reserve
     (which aborts open transactions), wait (bounded) until the remote holds
@@ -1212,8 +1212,8 @@ def reverse(
     address = config.value("remote_bootstrap")
     aborted: list[str] = []
 
-    def reserve() -> Generator[Request, Any, str]:
-        now: int = yield Now()
+    def reserve() -> Generator[Request, object, str]:
+        now = yield from clock()
         effects: list[Effect] = []
         for m in leaders:
             result = admin.set_reserved(
@@ -1224,9 +1224,9 @@ def reverse(
         yield Execute(tuple(effects))
         return "reserved " + ", ".join(f"{m.resource_type} {m.local_prefix!r}" for m in leaders)
 
-    def abort() -> Generator[Request, Any, str]:
+    def abort() -> Generator[Request, object, str]:
         # Reserving aborted them; a namespace reserved before still may hold some.
-        now: int = yield Now()
+        now = yield from clock()
         prefixes = [m.local_prefix for m in leaders if m.resource_type == MappingType.TOPIC]
         groups = [m.local_prefix for m in leaders if m.resource_type == MappingType.GROUP]
         more, effects = state.abort_transactions_in(prefixes, now, groups)
@@ -1234,8 +1234,8 @@ def reverse(
         ids = aborted + more
         return f"aborted {len(ids)} open transactions" + (f": {', '.join(ids)}" if ids else "")
 
-    def wait_remote() -> Generator[Request, Any, str]:
-        deadline = (yield Now()) + timeout
+    def wait_remote() -> Generator[Request, object, str]:
+        deadline = (yield from clock()) + timeout
         while True:
             copies: list[recovery.RemoteCopy] = []
             for m in leaders:
@@ -1244,9 +1244,10 @@ def reverse(
                     if m.resource_type == MappingType.TOPIC
                     else DescribePartitions(config.link_id, m.remote_prefix, m.remote_prefix, True)
                 )
-                reply: Reply = yield Call(address, request, f"link {link_name!r}: describing")
+                reply = yield from call(
+                    address, request, f"link {link_name!r}: describing", PartitionsDescription
+                )
                 d = reply.value()
-                assert isinstance(d, PartitionsDescription)
                 copies.append(
                     recovery.RemoteCopy(
                         m,
@@ -1269,12 +1270,12 @@ def reverse(
                 )
             yield Sleep(REVERSE_POLL_MS)
 
-    def detach_all() -> Generator[Request, Any, str]:
+    def detach_all() -> Generator[Request, object, str]:
         changed = 0
         for i, m in enumerate(leaders, 1):
             current = state.links.get(link_name).attached_at(m.resource_type, m.local_prefix)
             if current is not None and current.local_role is Role.LEADER:
-                now: int = yield Now()
+                now = yield from clock()
                 yield from detach(
                     state, link_name, m.resource_type, m.local_prefix, now, require_remote=True
                 )
@@ -1286,12 +1287,12 @@ def reverse(
                else "")
         )
 
-    def attach_swapped() -> Generator[Request, Any, str]:
+    def attach_swapped() -> Generator[Request, object, str]:
         changed = 0
         for i, m in enumerate(leaders, 1):
             current = state.links.get(link_name).attached_at(m.resource_type, m.local_prefix)
             if current is None or current.local_role is not Role.FOLLOWER:
-                now: int = yield Now()
+                now = yield from clock()
                 yield from attach(
                     state, link_name, m.resource_type, m.local_prefix, m.remote_prefix, "remote",
                     now, require_remote=True,
@@ -1304,25 +1305,26 @@ def reverse(
                else "")
         )
 
-    def promote_remote() -> Generator[Request, Any, str]:
+    def promote_remote() -> Generator[Request, object, str]:
         # The remote must hold the swapped mappings before it clears its
         # reservations (it refuses a namespace that still follows): a
         # handshake brings it this side's configuration first.
         current = state.links.get(link_name)
-        shake: Reply = yield Call(
-            address, Handshake(current), f"link {link_name!r}: handshake"
+        shake = yield from call(
+            address, Handshake(current), f"link {link_name!r}: handshake",
+            LinkConfig,
         )
         answer = shake.value()
-        assert isinstance(answer, LinkConfig)
         accepted = rounds.accept_handshake_answer(state, link_name, answer, shake.now_ms)
         if accepted.effects:
             yield Execute(tuple(accepted.effects))
         request = Promote(
             config.link_id, tuple((m.resource_type, m.remote_prefix) for m in leaders)
         )
-        reply: Reply = yield Call(address, request, f"link {link_name!r}: promoting namespaces")
+        reply = yield from call(
+            address, request, f"link {link_name!r}: promoting namespaces", Promoted
+        )
         promoted = reply.value()
-        assert isinstance(promoted, Promoted)
         return (
             f"{remote_id!r} cleared its reservations; {promoted.partitions} "
             f"partitions started a new leader epoch; {state.cluster_id!r} follows"
@@ -1332,11 +1334,11 @@ def reverse(
     for name, body in zip(REVERSE_STEPS[1:], bodies, strict=True):
         if plan.done(name):
             continue
-        started: int = yield Now()
+        started = yield from clock()
         try:
             result = yield from body()
         except ClusterError as exc:
-            ended: int = yield Now()
+            ended = yield from clock()
             report.error = exc
             failure = f"{exc.code.name}: {exc.message}"
             if REVERSE_STEPS.index(name) < REVERSE_STEPS.index(REVERSE_NO_RETURN):
@@ -1357,7 +1359,7 @@ def reverse(
                            f"plan is kept (run reverse again to finish it): {exc.message}")
             report.steps.append(Step(name, False, failure, ended - started))
             break
-        ended = yield Now()
+        ended = yield from clock()
         report.steps.append(Step(name, True, result, ended - started))
         plan = plan.with_step(plans.PlanStep(name, True, result, ended - started))
         last = name == REVERSE_STEPS[-1]
@@ -1370,11 +1372,11 @@ def reverse(
     return report
 
 
-def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Request, Any, str]:
+def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Request, object, str]:
     """A reversal stopped before any mapping changed: the reservations it
     made are cleared (this side leads and takes writes again) and the plan
     ends. Returns what was done, for the report."""
-    now: int = yield Now()
+    now = yield from clock()
     effects: list[Effect] = []
     cleared = []
     for n in plan.namespaces:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from linkd.core import journal as jr
 
@@ -110,36 +109,39 @@ class ProvenanceItem:
         return self.to_offset - self.offset if self.kind is ProvenanceKind.GAP else 0
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> ProvenanceItem:
+    def from_entry(cls, entry: dict[str, object]) -> ProvenanceItem:
         """The journal's form (see the module docstring)."""
         if "start" in entry:
             return cls.attached(
-                int(entry["start"]),
+                jr.json_int(entry["start"]),
                 str(entry.get("source", "")),
                 str(entry.get("link_id", "")),
-                int(entry.get("link_epoch", 0)),
+                jr.json_int(entry.get("link_epoch", 0)),
             )
         if "detached_at" in entry:
-            return cls.detached(int(entry["detached_at"]), str(entry.get("link_id", "")))
+            return cls.detached(jr.json_int(entry["detached_at"]), str(entry.get("link_id", "")))
         if "truncated_to" in entry:
             return cls.truncated(
-                int(entry["truncated_to"]),
+                jr.json_int(entry["truncated_to"]),
                 str(entry.get("link_id", "")),
-                int(entry.get("removed", 0)),
+                jr.json_int(entry.get("removed", 0)),
                 str(entry.get("reason", "")),
-                tuple((str(g), int(o)) for g, o in entry.get("offsets_moved", [])),
+                tuple(
+                    (str(g), jr.json_int(o))
+                    for g, o in map(jr.json_list, jr.json_list(entry.get("offsets_moved", [])))
+                ),
             )
         if "gap_from" in entry:
             return cls.gap(
-                int(entry["gap_from"]),
-                int(entry["gap_to"]),
+                jr.json_int(entry["gap_from"]),
+                jr.json_int(entry["gap_to"]),
                 str(entry.get("link_id", "")),
                 str(entry.get("reason", "")),
-                int(entry.get("at_ms", 0)),
+                jr.json_int(entry.get("at_ms", 0)),
             )
         raise ValueError(f"not a provenance entry: {entry!r}")
 
-    def to_entry(self) -> dict[str, Any]:
+    def to_entry(self) -> dict[str, object]:
         """The journal's form; `from_entry(item.to_entry()) == item`."""
         if self.kind is ProvenanceKind.START:
             return {
@@ -158,7 +160,7 @@ class ProvenanceItem:
                 "reason": self.reason,
                 "at_ms": self.at_ms,
             }
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "truncated_to": self.offset,
             "link_id": self.link_id,
             "removed": self.removed,
@@ -171,7 +173,7 @@ class ProvenanceItem:
     def journal_record(self, topic: str, partition: int) -> jr.Provenance:
         return jr.Provenance(topic, partition, self.to_entry())
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         """The form `GetProvenance` answers with (admin_pb2.ProvenanceEntry's fields)."""
         return {
             "kind": self.kind.value,

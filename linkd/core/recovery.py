@@ -40,7 +40,7 @@ from linkd.core.histories import (
     own_acknowledged,
     with_marks_of,
 )
-from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
+from linkd.core.links import Leader, LinkConfig, LinkState, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.plans import PlanStep
 from linkd.core.provenance import ProvenanceItem
@@ -256,9 +256,11 @@ def partition_histories(state: ClusterState, topic: str) -> list[dict[str, Any]]
     t = state.topic(topic)
     out: list[dict[str, Any]] = []
     for p, log in enumerate(t.partitions):
-        entries = [e.report() for e in t.provenance.get(p, [])]
-        for entry in entries:
-            entry["link_name"] = link_name_of(state, entry["link_id"])
+        entries = []
+        for item in t.provenance.get(p, []):
+            entry = item.report()
+            entry["link_name"] = link_name_of(state, item.link_id)
+            entries.append(entry)
         out.append(
             {
                 "partition": p,
@@ -351,7 +353,7 @@ def select_mappings(
             chosen.append(RecoveryMapping(kind.label, local, remote))
     else:
         for (rtype, local), current in sorted(_current_by_local(config).items()):
-            if rtype in ("topic", "group"):
+            if rtype in (MappingType.TOPIC, MappingType.GROUP):
                 chosen.append(RecoveryMapping(rtype, local, current.remote_prefix))
     if not chosen:
         raise ClusterError(
@@ -454,21 +456,24 @@ class RecoveryPlan:
         }
 
     @staticmethod
-    def from_dict(obj: dict[str, Any]) -> RecoveryPlan:
+    def from_dict(obj: dict[str, object]) -> RecoveryPlan:
         """The cut as `to_dict` gave it (a journalled plan's detail)."""
-        rows = [{k: v for k, v in r.items() if k != "diverged"} for r in obj["partitions"]]
+        rows = [
+            {k: v for k, v in jr.json_object(r).items() if k != "diverged"}
+            for r in jr.json_list(obj["partitions"])
+        ]
         return RecoveryPlan(
             str(obj["link"]),
             str(obj["local_cluster_id"]),
             str(obj["remote_cluster_id"]),
             tuple(
-                RecoveryMapping(m["type"], m["local_prefix"], m["remote_prefix"])
-                for m in obj["mappings"]
+                RecoveryMapping(str(m["type"]), str(m["local_prefix"]), str(m["remote_prefix"]))
+                for m in map(jr.json_object, jr.json_list(obj["mappings"]))
             ),
-            tuple(PartitionRow(**r) for r in rows),
-            tuple(GroupCut(**g) for g in obj["groups"]),
+            tuple(jr.json_fields(PartitionRow, r) for r in rows),
+            tuple(jr.json_fields(GroupCut, g) for g in jr.json_list(obj["groups"])),
             bool(obj["confirmed"]),
-            tuple(obj.get("notes", ())),
+            tuple(str(n) for n in jr.json_list(obj.get("notes", ()))),
         )
 
 
@@ -791,7 +796,7 @@ def reverse_mappings(state: ClusterState, link_name: str) -> tuple[str, list[Rec
     link's state, the leader mappings to swap)."""
     config = state.links.get(link_name)
     link_state = state.links.state_name(link_name)
-    if link_state not in ("FOLLOWING", "IN_SYNC"):
+    if state.links.state_of(link_name) not in (LinkState.FOLLOWING, LinkState.IN_SYNC):
         raise ClusterError(
             ErrorCode.LINK_NOT_FOLLOWING,
             f"link {link_name!r}",

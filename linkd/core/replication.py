@@ -30,7 +30,6 @@ Pure code: functions of ClusterState returning effects, as cluster.py does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
@@ -585,16 +584,26 @@ def leader_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Ma
     ]
 
 
-def provenance_summary(state: ClusterState, topic: str, partition: int) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ProvenanceSummary:
+    """How many provenance entries a partition has, and the latest one's
+    offset (-1: none) and source cluster ("": none, or not a copy)."""
+
+    entries: int
+    start_offset: int
+    source: str
+
+
+def provenance_summary(state: ClusterState, topic: str, partition: int) -> ProvenanceSummary:
     """How many provenance entries a partition has, and the latest one."""
     t = state.topics.get(topic)
     entries = t.provenance.get(partition, []) if t is not None else []
     last = entries[-1] if entries else None
-    return {
-        "provenance_entries": len(entries),
-        "provenance_start_offset": last.offset if last is not None else -1,
-        "provenance_source": last.source if last is not None else "",
-    }
+    return ProvenanceSummary(
+        len(entries),
+        last.offset if last is not None else -1,
+        last.source if last is not None else "",
+    )
 
 
 # -- leader epochs of a promoted namespace (failover, reversal) ------------------------

@@ -24,12 +24,20 @@ virtual time:
   them; `Note(level, message)`: what an operator must see in the log.
   Answer: None.
 
+A procedure is sent each answer as an `object` and names the answer it
+expects where it asks: `now = yield from clock()`, `reply = yield from
+call(address, request, what, LinkConfig)` (a `Replied[LinkConfig]`: its
+`value()` is the answer, or the refusal raised). An answer of another type
+than the one named is a bug in the shell: `WrongAnswer`.
+
 Pure data: no I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from linkd.core.effects import Effect
 from linkd.core.errors import ClusterError, ErrorCode
@@ -212,3 +220,69 @@ def unreachable(what: str, address: str, why: str) -> ClusterError:
     return ClusterError(
         ErrorCode.LINK_UNREACHABLE, what, f"{what}: {address or 'no address'}: {why}"
     )
+
+
+# -- the answers a procedure names -------------------------------------------------------------
+
+A = TypeVar("A")
+
+
+class WrongAnswer(TypeError):
+    """A shell answered a request with something else than it names: a bug
+    in that shell, never a refusal."""
+
+
+def expect(value: object, kind: type[A], what: str) -> A:
+    """`value` as the `kind` a request names for its answer."""
+    if not isinstance(value, kind):
+        raise WrongAnswer(f"{what}: the shell answered {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Replied(Generic[A]):
+    """A `Call`'s reply as the procedure that made it sees it: the remote's
+    answer, of the type the call named (`expects`; None when there is none:
+    refused or unreachable, `error`), and when it came."""
+
+    answer: A | None
+    error: ClusterError | None
+    now_ms: int
+    expects: type[A]
+
+    def value(self) -> A:
+        """The answer, or the refusal raised."""
+        if self.error is not None:
+            raise self.error
+        return expect(self.answer, self.expects, self.expects.__name__)
+
+
+def call(
+    address: str, request: RemoteRequest, what: str, expects: type[A]
+) -> Generator[Request, object, Replied[A]]:
+    """`Call(address, request, what)`: its reply, the answer an `expects`."""
+    reply = expect((yield Call(address, request, what)), Reply, what)
+    if reply.error is not None:
+        return Replied(None, reply.error, reply.now_ms, expects)
+    return Replied(expect(reply.answer, expects, what), None, reply.now_ms, expects)
+
+
+def clock() -> Generator[Request, object, int]:
+    """`Now()`: now (ms)."""
+    return expect((yield Now()), int, "Now")
+
+
+def sleep(ms: int) -> Generator[Request, object, int]:
+    """`Sleep(ms)`: now (ms), once `ms` passed."""
+    return expect((yield Sleep(ms)), int, "Sleep")
+
+
+def execute_refusable(
+    effects: tuple[Effect, ...], traffic: str = "metadata"
+) -> Generator[Request, object, int | NotStored]:
+    """A refusable `Execute`: now (ms), or `NotStored` when the storage
+    refused its appends."""
+    done = yield Execute(effects, traffic, refusable=True)
+    if isinstance(done, NotStored):
+        return done
+    return expect(done, int, "Execute")

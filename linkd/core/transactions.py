@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -410,18 +409,18 @@ class TransactionCoordinator:
             meta.check(self.next_producer_id)
             self.txns[record.id] = meta
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {
             "next_producer_id": self.next_producer_id,
             "txns": [jr.encode(m.to_record()) for m in self.txns.values()],
         }
 
     @classmethod
-    def restore(cls, snapshot: dict[str, Any]) -> TransactionCoordinator:
-        coordinator = cls(int(snapshot["next_producer_id"]))
-        coordinator.next_producer_id = int(snapshot["next_producer_id"])
-        for r in snapshot["txns"]:
-            meta = TxnMetadata.from_record(_txn(jr.decode(r)))
+    def restore(cls, snapshot: dict[str, object]) -> TransactionCoordinator:
+        coordinator = cls(jr.json_int(snapshot["next_producer_id"]))
+        coordinator.next_producer_id = jr.json_int(snapshot["next_producer_id"])
+        for r in jr.json_list(snapshot["txns"]):
+            meta = TxnMetadata.from_record(_txn(jr.decode(jr.json_object(r))))
             meta.check(coordinator.next_producer_id)
             coordinator.txns[meta.transactional_id] = meta
         return coordinator

@@ -34,7 +34,6 @@ import hashlib
 import hmac
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from linkd.core import journal as jr
 
@@ -337,7 +336,7 @@ class UserStore:
         if not creds:
             self._users.pop(record.user, None)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         return {
             "version": 1,
             "credentials": [
@@ -348,10 +347,10 @@ class UserStore:
         }
 
     @classmethod
-    def restore(cls, snapshot: dict[str, Any]) -> UserStore:
+    def restore(cls, snapshot: dict[str, object]) -> UserStore:
         store = cls()
-        for stored in snapshot["credentials"]:
-            record = jr.decode(stored)
+        for stored in jr.json_list(snapshot["credentials"]):
+            record = jr.decode(jr.json_object(stored))
             assert isinstance(record, jr.ScramUpsert)
             store.apply_record(record)
         return store

@@ -37,7 +37,7 @@ from kio.schema.errors import ErrorCode as K
 from linkd.core.acls import AclOperation as Op
 from linkd.core.acls import ResourceType as R
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.groups import JoinRequest
+from linkd.core.groups import GroupState, JoinRequest
 from linkd.kafka import authz
 from linkd.kafka.codec import field, ms
 from linkd.kafka.context import Context
@@ -334,7 +334,7 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
             authz.check(ctx, R.GROUP, gid, Op.DESCRIBE)
             ctx.node.check_ready()
             d = ctx.node.state.groups.describe_group(gid)
-            if d.state == "Dead" and ctx.api_version >= 6:
+            if d.state == GroupState.DEAD.value and ctx.api_version >= 6:
                 raise ClusterError(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r}", f"group {gid!r} does not exist"
                 )
