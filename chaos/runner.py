@@ -627,12 +627,17 @@ class Run:
                 raise ChaosError(f"{cluster} is lost")
             d.kill9()
 
-    def start_daemon(self, cluster: str) -> None:
-        """Starts a killed daemon on its data dir, and waits until it serves."""
+    def start_daemon(self, cluster: str) -> bool:
+        """Starts a killed daemon on its data dir, and waits until it serves.
+        False when it was running already: the nemesis, which kills and
+        restarts daemons on its own schedule, started it again meanwhile."""
         with self.lifecycle:
             d = self.daemons[cluster]
-            d.start()
+            started = not d.running
+            if started:
+                d.start()
             d.wait_ready()
+            return started
 
     def _failover(self, cluster: str, link_name: str) -> None:
         self.unreserved_at[cluster] = self.recorder.now_ms()
