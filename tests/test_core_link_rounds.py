@@ -549,19 +549,20 @@ def test_a_leader_serving_its_followers_fetch_itself__is_no_contact() -> None:
     assert a.link_state("ab") == "FOLLOWING"  # a fetch from B is contact
 
 
-def test_a_fetched_batch_whose_records_lie_is_not_stored_and_the_link_says_why() -> None:
+def test_a_fetched_batch_whose_header_lies_is_not_stored_and_the_link_says_why() -> None:
     a, b, disk_a, disk_b = two_clusters()
     discover(a, b, disk_b)
     produce(a, disk_a, 1)
-    # What A holds on disk lies about its records (stored before A checked
-    # them): its header claims one record, its body holds three.
+    # What A holds on disk has a header that lies (stored before A checked
+    # it), under a CRC that holds: three records in an offset range of one.
+    # A follower checks headers, not records (records.check_copied_batch).
     body = bytearray()
     for i, value in enumerate((b"a", b"b", b"c")):
         rb.encode_record(body, i, 0, None, value)
     lying = rb.assemble_batch(
         bytes(body),
         attributes=0,
-        record_count=1,
+        record_count=3,
         last_offset_delta=0,
     )
     disk_a.batches[("src-1", 0)] = [(0, 1, lying)]
