@@ -456,3 +456,50 @@ def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_sou
     assert judged([pushed_from_a]) == []
     assert judged([b_behind_nat]) == []
     assert len(judged([pulled_by_b])) == 1
+
+
+def test_silent_loss__a_second_failover_of_a_failed_over_follower_does_not_take_over_the_first(
+) -> None:
+    """The swarm's seed 21: B fails over (ending the mapping), A, still
+    describing it, acknowledges v2, and a later forced failover on B finds
+    nothing to promote (an empty report). The first failover ended the
+    obligation; the second is no answer the send was owed."""
+    history = [send("v2", 6, 1500)]
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {6: "b-own"}}
+    first = failover_at(900, {"abandoned": []})
+    again = failover_at(3000, {"abandoned": [], "partitions": []})
+    found, counts = check_silent_loss(
+        history, _loss_rounds(), [first, again], final, ["A", "B"], {}
+    )
+    assert found == [] and counts["excused"] == 1
+
+
+def test_silent_loss__the_killed_source_started_again_after_the_failover_owes_nothing_new() -> (
+    None
+):
+    """kill -9 of A, B's failover (answered at 1700 with "lag 0, known"), A
+    started again once it answered: v3, sent while A was down and
+    acknowledged by the restarted A at 1800, was never the follower's (it
+    had left); v2, acknowledged before the kill after the row's time, is
+    old news and still a violation. Restarted by the nemesis during the
+    failover instead, A may have acknowledged v3 before B left: judged."""
+    history = [send("v2", 6, 1100), send("v3", 7, 1400)]
+    history[1] = Op("grpc-producer", "source_producer", "A", "ok", 1400, 1800,
+                    Send(T, 0, "v3", 7))  # fmt: skip
+    final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {}}
+    report = {"abandoned": [], "partitions": [
+        {"topic": T, "partition": 0, "log_end_offset": 6, "source_high_watermark": 6,
+         "lag_known": True, "source_hw_known_at_ms": 1_000_000 + 1000}]}  # fmt: skip
+    move = Move(MoveKind.FAILOVER, "B", link="ab", peer="A", kill_source=True, delay_ms=200)
+
+    def judged(steps: list[str]) -> list[str]:
+        killed = MoveRecord(move, 1400, 1700, "ok", report=report, steps=steps)
+        found, _ = check_silent_loss(
+            history, _loss_rounds(), [killed], final, ["A", "B"], {}, 1_000_000
+        )
+        return [v.detail for v in found]
+
+    restarted_after = judged(["kill -9 A", "started A again"])
+    assert len(restarted_after) == 1 and "'v2'" in restarted_after[0]
+    by_the_nemesis = judged(["kill -9 A", "A was started again by the nemesis"])
+    assert len(by_the_nemesis) == 2
