@@ -410,6 +410,36 @@ def _lag_flags(report: Mapping[str, Any]) -> dict[tuple[str, int], tuple[bool | 
     return out
 
 
+# Per link, the windows (begin, end ms) in which the nemesis blackholed it
+# (a cut in either direction, until the next heal): calls hang, no reset
+# reaches either side.
+CutWindows = dict[str, list[tuple[int, int]]]
+
+_NEVER_HEALED = 1 << 62
+
+
+def cut_windows(steps: Iterable[tuple[str, tuple[str, ...], int]]) -> CutWindows:
+    """The windows of `steps` ((op, args, applied at ms), in order) in which
+    each link was cut: from a `cut` to the next `heal` of that link."""
+    out: CutWindows = {}
+    open_at: dict[str, int] = {}
+    for op, args, at_ms in steps:
+        if not args:
+            continue
+        link = args[0]
+        if op == "cut" and link not in open_at:
+            open_at[link] = at_ms
+        elif op == "heal" and link in open_at:
+            out.setdefault(link, []).append((open_at.pop(link), at_ms))
+    for link, begin in open_at.items():
+        out.setdefault(link, []).append((begin, _NEVER_HEALED))
+    return out
+
+
+def _cut_at(windows: CutWindows, link: str, ms: int) -> bool:
+    return any(begin <= ms < end for begin, end in windows.get(link, ()))
+
+
 def check_silent_loss(
     history: Iterable[Op],
     rounds: Sequence[Round],
@@ -419,6 +449,7 @@ def check_silent_loss(
     cuts: Cuts,
     t0_wall_ms: int = 0,
     unreadable: Iterable[tuple[str, str, int]] = (),
+    silent_cuts: CutWindows | None = None,
 ) -> tuple[list[Violation], dict[str, int]]:
     """Invariant 10: every obligation (see `obligations`) is met by the
     follower's final log (the value at its offset, or anywhere in the
@@ -441,6 +472,11 @@ def check_silent_loss(
     A move ends the mapping before the send unless a move that may attach it
     again came between (an attach only when it is a topic mapping covering
     the topic).
+    A failover right after the source was killed, answering "lag 0, known"
+    as of a round before the kill, is old news when the follower dials the
+    source (the kill reset its calls), unless the nemesis had the link cut
+    then (`silent_cuts`: no reset reached the follower, which finds the
+    death only once its request is overdue: the race stays open).
     A follower that is not live at the end, or whose final log could not be
     read (`unreadable`: (cluster, topic, partition)), is not judged.
     Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
@@ -464,7 +500,7 @@ def check_silent_loss(
         if flog is not None and (flog.get(v.offset) == v.value or v.value in flog.values()):
             counts["reached"] += 1
             continue
-        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds)
+        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds, silent_cuts or {})
         if excuse:
             counts["excused"] += 1
             continue
@@ -598,6 +634,7 @@ def _loss_excuse(
     cuts: Cuts,
     t0_wall_ms: int,
     rounds: Sequence[Round] = (),
+    silent_cuts: CutWindows | None = None,
 ) -> str:
     o, v = ob.op, ob.op.value
     assert isinstance(v, Send)
@@ -656,13 +693,19 @@ def _loss_excuse(
         # old leader keeps leading its side until it learns of the detach or
         # runs recover (docs/operations.md, "Failover"). Its log holds it.
         return "acknowledged by the killed source, started again after the failover"
-    if lag_known is True and ending.move.kill_source and not _source_dials(ending, moves):
+    if (
+        lag_known is True
+        and ending.move.kill_source
+        and not _source_dials(ending, moves)
+        and not _cut_at(silent_cuts or {}, ending.move.link, ending.begin_ms)
+    ):
         # "Known" right after the source was killed is old news: nothing
         # acknowledged after the last round is named. Not so when the source
-        # dials the link (it pushes): its death resets no call the follower
-        # waits on, and the follower finds it out as a silent cut, once its
-        # request is overdue (docs/operations.md, "When a follower
-        # partition's lag is known"): until then the race stays open.
+        # dials the link (it pushes), nor when the nemesis had the link cut
+        # at the kill: the death resets no call the follower waits on, and
+        # the follower finds it out as a silent cut, once its request is
+        # overdue (docs/operations.md, "When a follower partition's lag is
+        # known"): until then the race stays open.
         known = 0
     if known > 0 and t0_wall_ms + o.complete_ms >= known:
         return "acknowledged after the source HW was learned"

@@ -1158,9 +1158,12 @@ class Run:
         out: list[Violation] = []
         lied, claims = judges.check_status_rounds(rounds)
         out += lied
+        windows = judges.cut_windows(
+            (a.step.op, a.step.args, a.begin_ms) for a in self.applied
+        )
         lost, counts = judges.check_silent_loss(
             history.ops, rounds, moves, final, live, self.cuts, self.t0_wall_ms,
-            set(self.unreadable),
+            set(self.unreadable), windows,
         )  # fmt: skip
         out += lost
         begun = self.txn_producer.last_begin_ms if self.txn_producer is not None else {}
