@@ -82,6 +82,9 @@ class Row:
     source_hw_known_at_ms: int = 0  # wall clock; 0: never (or not reported)
     # What a consumer there can read (-1: not reported, older daemons).
     high_watermark: int = -1
+    # Held uncut for this cluster's own acknowledged writes: not copied until
+    # `recover`, and the row (its problem) is the report.
+    own_writes_held: bool = False
 
     @property
     def position(self) -> int:
@@ -418,6 +421,18 @@ CutWindows = dict[str, list[tuple[int, int]]]
 _NEVER_HEALED = 1 << 62
 
 
+def held_partitions(links: Mapping[str, Mapping[str, LinkSnap]]) -> set[tuple[str, str, int]]:
+    """(cluster, topic, partition) of every follower partition a cluster's
+    describe-link rows say it holds uncut for its own writes."""
+    return {
+        (cluster, row.topic, row.partition)
+        for cluster, snaps in links.items()
+        for snap in snaps.values()
+        for row in snap.rows
+        if row.own_writes_held
+    }
+
+
 def cut_windows(steps: Iterable[tuple[str, tuple[str, ...], int]]) -> CutWindows:
     """The windows of `steps` ((op, args, applied at ms), in order) in which
     each link was cut: from a `cut` to the next `heal` of that link."""
@@ -450,6 +465,7 @@ def check_silent_loss(
     t0_wall_ms: int = 0,
     unreadable: Iterable[tuple[str, str, int]] = (),
     silent_cuts: CutWindows | None = None,
+    held: Iterable[tuple[str, str, int]] = (),
 ) -> tuple[list[Violation], dict[str, int]]:
     """Invariant 10: every obligation (see `obligations`) is met by the
     follower's final log (the value at its offset, or anywhere in the
@@ -477,12 +493,16 @@ def check_silent_loss(
     source (the kill reset its calls), unless the nemesis had the link cut
     then (`silent_cuts`: no reset reached the follower, which finds the
     death only once its request is overdue: the race stays open).
+    A follower partition held uncut for its own clients' writes at the end
+    (`held`: its describe-link row says so, naming the offsets, and points
+    to `recover`) copies nothing, and that row is its report.
     A follower that is not live at the end, or whose final log could not be
     read (`unreadable`: (cluster, topic, partition)), is not judged.
     Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
     (violations, counts)."""
     live_set = set(live)
     not_read = set(unreadable)
+    held_set = set(held)
     counts = {"obligations": 0, "reached": 0, "excused": 0, "not_judged": 0}
     details: list[str] = []
     for ob in obligations(history, rounds):
@@ -501,6 +521,8 @@ def check_silent_loss(
             counts["reached"] += 1
             continue
         excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds, silent_cuts or {})
+        if not excuse and (ob.follower, ob.follower_topic, v.partition) in held_set:
+            excuse = "the follower holds the partition for its own writes, and says so"
         if excuse:
             counts["excused"] += 1
             continue
@@ -1061,6 +1083,7 @@ def row_of(d: Mapping[str, Any]) -> Row:
         lag_known=bool(known) if known is not None else lag >= 0,
         source_hw_known_at_ms=int(d.get("source_hw_known_at_ms", 0) or 0),
         high_watermark=int(d.get("high_watermark", -1)),
+        own_writes_held=bool(d.get("own_writes_held", False)),
     )
 
 

@@ -699,6 +699,9 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     assert held.held and held.marks == () and held.fetch_offset == 5
     [line] = b.links.lagging_partitions("ab", NOW + 30)
     assert line.startswith("orders-1-0 (following) is not cut: ") and "recover" in line
+    # describe-link's row says so in a field a tool can read, not only in words.
+    [row] = admin.link_summary(b, "ab", NOW + 30).partitions
+    assert row.own_writes_held and not row.lag_known and "recover" in row.problem
     # The source is told: it copies nothing, and its own view says why.
     answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 35)
     assert not answer.ready and answer.partitions[0].error is not None
@@ -713,3 +716,4 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     assert [p.fetch_offset for p in request.partitions] == [3]
     fetch_round(a, b, disk_a, disk_b, NOW + 40)
     assert log.log_end_offset == 5 and b.links.runtime["ab"].refused == {}
+    assert not any(r.own_writes_held for r in admin.link_summary(b, "ab", NOW + 40).partitions)

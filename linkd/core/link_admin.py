@@ -688,6 +688,10 @@ class PartitionLag:
     # high watermark was last learned: what the source acknowledged after it
     # may be missing here); -1: never learned. 0 when the lag is known.
     unknown_since_ms: int = 0
+    # A follower partition held uncut: its source asked for a cut that would
+    # remove acknowledged records this cluster's own clients wrote, so it is
+    # neither cut nor copied until `recover` (the problem says which).
+    own_writes_held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -843,6 +847,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 problem,
                 readable_position(t.partitions[partition]),
                 -1,
+                own_writes_held=(topic, partition) in runtime.own_writes_held,
             )
         )
     return rows + uncreated_rows(state, name)
