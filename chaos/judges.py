@@ -495,7 +495,9 @@ def check_silent_loss(
     death only once its request is overdue: the race stays open).
     A follower partition held uncut for its own clients' writes at the end
     (`held`: its describe-link row says so, naming the offsets, and points
-    to `recover`) copies nothing, and that row is its report.
+    to `recover`) copies nothing, and that row is its report; so is the row
+    of the side that acknowledged the send, when that side holds it (it
+    follows now, and keeps its own records uncut).
     A follower that is not live at the end, or whose final log could not be
     read (`unreadable`: (cluster, topic, partition)), is not judged.
     Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
@@ -521,8 +523,14 @@ def check_silent_loss(
             counts["reached"] += 1
             continue
         excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds, silent_cuts or {})
-        if not excuse and (ob.follower, ob.follower_topic, v.partition) in held_set:
-            excuse = "the follower holds the partition for its own writes, and says so"
+        if not excuse and (
+            (ob.follower, ob.follower_topic, v.partition) in held_set
+            or (o.cluster, v.topic, v.partition) in held_set
+        ):
+            # Held on the follower: it copies nothing more. Held where it was
+            # acknowledged (that side follows now, e.g. after a reversal that
+            # did not wait): the row names these records as its own, uncut.
+            excuse = "a partition held for its own writes, and said so"
         if excuse:
             counts["excused"] += 1
             continue

@@ -567,3 +567,9 @@ def test_silent_loss__a_partition_the_follower_holds_for_its_own_writes_is_repor
         history, _loss_rounds(), [], final, ["A", "B"], {}, held={("B", T, 0)}
     )
     assert found == [] and counts["excused"] == 1
+    # The acknowledging side holds it (seed 53: a reversal without waiting,
+    # A now follows B and keeps v1, its own, uncut): its row names it.
+    found, _ = check_silent_loss(
+        history, _loss_rounds(), [], final, ["A", "B"], {}, held={("A", T, 0)}
+    )
+    assert found == []
