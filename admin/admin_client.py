@@ -260,6 +260,7 @@ def _lag_dict(p: Any) -> dict[str, Any]:
         "problem": p.problem,
         "high_watermark": p.high_watermark,
         "unknown_since_ms": p.unknown_since_ms,
+        "own_writes_held": p.own_writes_held,
     }
 
 

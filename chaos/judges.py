@@ -82,6 +82,9 @@ class Row:
     source_hw_known_at_ms: int = 0  # wall clock; 0: never (or not reported)
     # What a consumer there can read (-1: not reported, older daemons).
     high_watermark: int = -1
+    # Held uncut for this cluster's own acknowledged writes: not copied until
+    # `recover`, and the row (its problem) is the report.
+    own_writes_held: bool = False
 
     @property
     def position(self) -> int:
@@ -410,6 +413,48 @@ def _lag_flags(report: Mapping[str, Any]) -> dict[tuple[str, int], tuple[bool | 
     return out
 
 
+# Per link, the windows (begin, end ms) in which the nemesis blackholed it
+# (a cut in either direction, until the next heal): calls hang, no reset
+# reaches either side.
+CutWindows = dict[str, list[tuple[int, int]]]
+
+_NEVER_HEALED = 1 << 62
+
+
+def held_partitions(links: Mapping[str, Mapping[str, LinkSnap]]) -> set[tuple[str, str, int]]:
+    """(cluster, topic, partition) of every follower partition a cluster's
+    describe-link rows say it holds uncut for its own writes."""
+    return {
+        (cluster, row.topic, row.partition)
+        for cluster, snaps in links.items()
+        for snap in snaps.values()
+        for row in snap.rows
+        if row.own_writes_held
+    }
+
+
+def cut_windows(steps: Iterable[tuple[str, tuple[str, ...], int]]) -> CutWindows:
+    """The windows of `steps` ((op, args, applied at ms), in order) in which
+    each link was cut: from a `cut` to the next `heal` of that link."""
+    out: CutWindows = {}
+    open_at: dict[str, int] = {}
+    for op, args, at_ms in steps:
+        if not args:
+            continue
+        link = args[0]
+        if op == "cut" and link not in open_at:
+            open_at[link] = at_ms
+        elif op == "heal" and link in open_at:
+            out.setdefault(link, []).append((open_at.pop(link), at_ms))
+    for link, begin in open_at.items():
+        out.setdefault(link, []).append((begin, _NEVER_HEALED))
+    return out
+
+
+def _cut_at(windows: CutWindows, link: str, ms: int) -> bool:
+    return any(begin <= ms < end for begin, end in windows.get(link, ()))
+
+
 def check_silent_loss(
     history: Iterable[Op],
     rounds: Sequence[Round],
@@ -419,6 +464,8 @@ def check_silent_loss(
     cuts: Cuts,
     t0_wall_ms: int = 0,
     unreadable: Iterable[tuple[str, str, int]] = (),
+    silent_cuts: CutWindows | None = None,
+    held: Iterable[tuple[str, str, int]] = (),
 ) -> tuple[list[Violation], dict[str, int]]:
     """Invariant 10: every obligation (see `obligations`) is met by the
     follower's final log (the value at its offset, or anywhere in the
@@ -441,12 +488,23 @@ def check_silent_loss(
     A move ends the mapping before the send unless a move that may attach it
     again came between (an attach only when it is a topic mapping covering
     the topic).
+    A failover right after the source was killed, answering "lag 0, known"
+    as of a round before the kill, is old news when the follower dials the
+    source (the kill reset its calls), unless the nemesis had the link cut
+    then (`silent_cuts`: no reset reached the follower, which finds the
+    death only once its request is overdue: the race stays open).
+    A follower partition held uncut for its own clients' writes at the end
+    (`held`: its describe-link row says so, naming the offsets, and points
+    to `recover`) copies nothing, and that row is its report; so is the row
+    of the side that acknowledged the send, when that side holds it (it
+    follows now, and keeps its own records uncut).
     A follower that is not live at the end, or whose final log could not be
     read (`unreadable`: (cluster, topic, partition)), is not judged.
     Wall-clock times of sends are `t0_wall_ms + complete_ms`. Returns
     (violations, counts)."""
     live_set = set(live)
     not_read = set(unreadable)
+    held_set = set(held)
     counts = {"obligations": 0, "reached": 0, "excused": 0, "not_judged": 0}
     details: list[str] = []
     for ob in obligations(history, rounds):
@@ -464,7 +522,15 @@ def check_silent_loss(
         if flog is not None and (flog.get(v.offset) == v.value or v.value in flog.values()):
             counts["reached"] += 1
             continue
-        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds)
+        excuse = _loss_excuse(ob, moves, cuts, t0_wall_ms, rounds, silent_cuts or {})
+        if not excuse and (
+            (ob.follower, ob.follower_topic, v.partition) in held_set
+            or (o.cluster, v.topic, v.partition) in held_set
+        ):
+            # Held on the follower: it copies nothing more. Held where it was
+            # acknowledged (that side follows now, e.g. after a reversal that
+            # did not wait): the row names these records as its own, uncut.
+            excuse = "a partition held for its own writes, and said so"
         if excuse:
             counts["excused"] += 1
             continue
@@ -505,14 +571,14 @@ def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
 
 def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> tuple[MoveRecord | None, bool]:
     """(the move that ended the mapping, whether it ended before the send
-    was invoked). The first such move after the send; or, the acknowledging
-    side not having learned of it yet, the last one before the send, unless
-    a move that may have attached the mapping again came between."""
+    was invoked). The last such move that ended before the send (the
+    acknowledging side not having learned of it yet), unless a move that
+    may have attached the mapping again came between; else the first one
+    after the send. A move after the send does not end a mapping an earlier
+    one ended already (a second failover of a follower that failed over
+    finds nothing to promote, and its empty report is no answer for it)."""
     o = ob.op
     ordered = sorted(moves, key=lambda r: r.begin_ms)
-    for rec in ordered:
-        if rec.end_ms >= o.invoke_ms and _ends_mapping(rec, ob):
-            return rec, False
     earlier: MoveRecord | None = None
     for rec in ordered:
         if rec.end_ms >= o.invoke_ms:
@@ -523,7 +589,12 @@ def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> tuple[MoveRecord | N
             _may_reattach(rec, ob)
         ):
             earlier = None
-    return earlier, earlier is not None
+    if earlier is not None:
+        return earlier, True
+    for rec in ordered:
+        if rec.end_ms >= o.invoke_ms and _ends_mapping(rec, ob):
+            return rec, False
+    return None, False
 
 
 def _may_reattach(rec: MoveRecord, ob: Obligation) -> bool:
@@ -593,6 +664,7 @@ def _loss_excuse(
     cuts: Cuts,
     t0_wall_ms: int,
     rounds: Sequence[Round] = (),
+    silent_cuts: CutWindows | None = None,
 ) -> str:
     o, v = ob.op, ob.op.value
     assert isinstance(v, Send)
@@ -640,13 +712,30 @@ def _loss_excuse(
         return "its lag was never learned, the failover said"
     if lag_known is False and since > 0:
         known = since
-    if lag_known is True and ending.move.kill_source and not _source_dials(ending, moves):
+    if (
+        ending.move.kill_source
+        and o.cluster == ending.move.peer
+        and o.complete_ms > ending.end_ms
+        and f"started {ending.move.peer} again" in ending.steps
+    ):
+        # The killed source, started again once the failover had answered,
+        # acknowledged it: the follower had left the link by then, and the
+        # old leader keeps leading its side until it learns of the detach or
+        # runs recover (docs/operations.md, "Failover"). Its log holds it.
+        return "acknowledged by the killed source, started again after the failover"
+    if (
+        lag_known is True
+        and ending.move.kill_source
+        and not _source_dials(ending, moves)
+        and not _cut_at(silent_cuts or {}, ending.move.link, ending.begin_ms)
+    ):
         # "Known" right after the source was killed is old news: nothing
         # acknowledged after the last round is named. Not so when the source
-        # dials the link (it pushes): its death resets no call the follower
-        # waits on, and the follower finds it out as a silent cut, once its
-        # request is overdue (docs/operations.md, "When a follower
-        # partition's lag is known"): until then the race stays open.
+        # dials the link (it pushes), nor when the nemesis had the link cut
+        # at the kill: the death resets no call the follower waits on, and
+        # the follower finds it out as a silent cut, once its request is
+        # overdue (docs/operations.md, "When a follower partition's lag is
+        # known"): until then the race stays open.
         known = 0
     if known > 0 and t0_wall_ms + o.complete_ms >= known:
         return "acknowledged after the source HW was learned"
@@ -1002,6 +1091,7 @@ def row_of(d: Mapping[str, Any]) -> Row:
         lag_known=bool(known) if known is not None else lag >= 0,
         source_hw_known_at_ms=int(d.get("source_hw_known_at_ms", 0) or 0),
         high_watermark=int(d.get("high_watermark", -1)),
+        own_writes_held=bool(d.get("own_writes_held", False)),
     )
 
 

@@ -462,8 +462,11 @@ def _failover(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None
             time.sleep(m.delay_ms / 1000)
             _fail_over(op, m, rec)
         finally:
-            op.run.start_daemon(m.peer)
-            rec.steps.append(f"started {m.peer} again")
+            started = op.run.start_daemon(m.peer)
+            if started:
+                rec.steps.append(f"started {m.peer} again")
+            else:
+                rec.steps.append(f"{m.peer} was started again by the nemesis")
         return
     _fail_over(op, m, rec)
 

@@ -456,3 +456,120 @@ def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_sou
     assert judged([pushed_from_a]) == []
     assert judged([b_behind_nat]) == []
     assert len(judged([pulled_by_b])) == 1
+
+
+def test_silent_loss__a_second_failover_of_a_failed_over_follower_does_not_take_over_the_first(
+) -> None:
+    """The swarm's seed 21: B fails over (ending the mapping), A, still
+    describing it, acknowledges v2, and a later forced failover on B finds
+    nothing to promote (an empty report). The first failover ended the
+    obligation; the second is no answer the send was owed."""
+    history = [send("v2", 6, 1500)]
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {6: "b-own"}}
+    first = failover_at(900, {"abandoned": []})
+    again = failover_at(3000, {"abandoned": [], "partitions": []})
+    found, counts = check_silent_loss(
+        history, _loss_rounds(), [first, again], final, ["A", "B"], {}
+    )
+    assert found == [] and counts["excused"] == 1
+
+
+def test_silent_loss__the_killed_source_started_again_after_the_failover_owes_nothing_new() -> (
+    None
+):
+    """kill -9 of A, B's failover (answered at 1700 with "lag 0, known"), A
+    started again once it answered: v3, sent while A was down and
+    acknowledged by the restarted A at 1800, was never the follower's (it
+    had left); v2, acknowledged before the kill after the row's time, is
+    old news and still a violation. Restarted by the nemesis during the
+    failover instead, A may have acknowledged v3 before B left: judged."""
+    history = [send("v2", 6, 1100), send("v3", 7, 1400)]
+    history[1] = Op("grpc-producer", "source_producer", "A", "ok", 1400, 1800,
+                    Send(T, 0, "v3", 7))  # fmt: skip
+    final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {}}
+    report = {"abandoned": [], "partitions": [
+        {"topic": T, "partition": 0, "log_end_offset": 6, "source_high_watermark": 6,
+         "lag_known": True, "source_hw_known_at_ms": 1_000_000 + 1000}]}  # fmt: skip
+    move = Move(MoveKind.FAILOVER, "B", link="ab", peer="A", kill_source=True, delay_ms=200)
+
+    def judged(steps: list[str]) -> list[str]:
+        killed = MoveRecord(move, 1400, 1700, "ok", report=report, steps=steps)
+        found, _ = check_silent_loss(
+            history, _loss_rounds(), [killed], final, ["A", "B"], {}, 1_000_000
+        )
+        return [v.detail for v in found]
+
+    restarted_after = judged(["kill -9 A", "started A again"])
+    assert len(restarted_after) == 1 and "'v2'" in restarted_after[0]
+    by_the_nemesis = judged(["kill -9 A", "A was started again by the nemesis"])
+    assert len(by_the_nemesis) == 2
+
+
+def test_cut_windows__from_a_cut_to_the_next_heal_of_that_link() -> None:
+    from chaos.judges import cut_windows
+
+    steps = [("cut", ("ab", "both"), 100), ("slow", ("ab", "50"), 150), ("heal", ("ab",), 300),
+             ("cut", ("ab", "a->b"), 400), ("cut", ("ac", "b->a"), 500),
+             ("heal", ("ac",), 600)]  # fmt: skip
+    windows = cut_windows(steps)
+    assert windows["ab"][0] == (100, 300)
+    assert windows["ab"][1][0] == 400 and windows["ab"][1][1] > 10**12  # never healed
+    assert windows["ac"] == [(500, 600)]
+
+
+def test_silent_loss__a_kill_during_a_nemesis_cut_leaves_the_race_open() -> None:
+    """The swarm's seed 28: the nemesis cut link ab, A was killed 400 ms
+    later under load, and B's forced failover answered "lag 0, known" as of
+    its last round before the cut. No reset reached B through the cut, so B
+    could not know of A's death: v3, acknowledged after that round, is
+    covered by the row's time ("unknown since"), as for a pushed link."""
+    history = [send("v2", 6, 700), send("v3", 7, 1300)]
+    final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {6: "v2"}}
+    report = {"abandoned": [], "partitions": [
+        {"topic": T, "partition": 0, "log_end_offset": 7, "source_high_watermark": 7,
+         "lag_known": True, "source_hw_known_at_ms": 1_000_000 + 1000}]}  # fmt: skip
+    killed = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True, peer="A",
+                             kill_source=True, delay_ms=200), 1400, 1700, "ok",
+                        report=report)  # fmt: skip
+
+    def judged(windows: dict[str, list[tuple[int, int]]]) -> int:
+        found, _ = check_silent_loss(
+            history, _loss_rounds(), [killed], final, ["A", "B"], {}, 1_000_000,
+            silent_cuts=windows,
+        )  # fmt: skip
+        return len(found)
+
+    assert judged({}) == 1
+    assert judged({"ab": [(1000, 2000)]}) == 0
+    assert judged({"ab": [(200, 900)]}) == 1  # healed before the kill
+    assert judged({"ac": [(1000, 2000)]}) == 1  # another link
+
+
+def test_silent_loss__a_partition_the_follower_holds_for_its_own_writes_is_reported_by_its_row(
+) -> None:
+    """The swarm's seeds 27 and 32: a follower whose own clients wrote
+    (release-and-reattach) holds the partition uncut, copies nothing more
+    into it and says so on describe-link's row (`own_writes_held`, the
+    problem naming `recover`): what the leader acknowledges meanwhile is
+    not silently lost."""
+    from chaos.judges import held_partitions, row_of
+
+    row = row_of({"topic": T, "partition": 0, "role": "follower", "lag_records": -1,
+                  "log_end_offset": 9, "source_high_watermark": -1, "lag_known": False,
+                  "problem": "DIVERGED_LOG: ... recover", "own_writes_held": True})  # fmt: skip
+    snap = LinkSnap("ab", "B", "A", "CATCHING_UP", "ASYNC", rows=(row,))
+    assert held_partitions({"B": {"ab": snap}}) == {("B", T, 0)}
+    history = [send("v1", 5, 400)]
+    final = {("A", T, 0): {5: "v1"}, ("B", T, 0): {5: "b-own"}}
+    found, _ = check_silent_loss(history, _loss_rounds(), [], final, ["A", "B"], {})
+    assert len(found) == 1
+    found, counts = check_silent_loss(
+        history, _loss_rounds(), [], final, ["A", "B"], {}, held={("B", T, 0)}
+    )
+    assert found == [] and counts["excused"] == 1
+    # The acknowledging side holds it (seed 53: a reversal without waiting,
+    # A now follows B and keeps v1, its own, uncut): its row names it.
+    found, _ = check_silent_loss(
+        history, _loss_rounds(), [], final, ["A", "B"], {}, held={("A", T, 0)}
+    )
+    assert found == []

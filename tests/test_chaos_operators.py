@@ -253,3 +253,55 @@ def test_a_storage_refusal_on_real_daemons__the_status_judge_finds_no_lie(
     assert lies == [], lies
     assert judged > 0
     assert any(s != "FOLLOWING" for s in states), states
+
+
+class _Daemon:
+    """A daemon's lifecycle as the run sees it, without a process."""
+
+    def __init__(self, running: bool) -> None:
+        self.running = running
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.running = True
+
+    def wait_ready(self) -> None:
+        assert self.running
+
+
+def test_a_failover_after_kill__the_nemesis_restarted_the_source_meanwhile__no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator kills the source, fails over (seconds under load), then
+    starts the source again; the nemesis, on its own schedule, may have
+    killed and restarted it in between. The move then leaves the source as
+    the nemesis left it and says so (it used to fail with "A is already
+    running", an operator_error in the swarm's seed 7)."""
+    import threading
+
+    import chaos.operators as chaos_ops
+    from chaos.runner import Run
+
+    source = _Daemon(running=False)
+    run = _FakeRun()
+    run.lifecycle = threading.RLock()  # type: ignore[attr-defined]
+    run.daemons = {"A": source}  # type: ignore[attr-defined]
+    run.kill_daemon = lambda cluster: None  # type: ignore[attr-defined]
+
+    def start_daemon(cluster: str) -> bool:
+        source.running = True  # the nemesis's restart came first
+        return Run.start_daemon(run, cluster)  # type: ignore[arg-type]
+
+    run.start_daemon = start_daemon  # type: ignore[attr-defined]
+    monkeypatch.setattr(chaos_ops, "_fail_over", lambda op, m, rec: None)
+    nemesis = OperatorNemesis(run, 1)  # type: ignore[arg-type]
+    move = Move(MoveKind.FAILOVER, "B", link="ab", peer="A", force=True, kill_source=True)
+    rec = MoveRecord(move, 0, 0, "ok")
+    chaos_ops._failover(nemesis, move, view(), rec)
+    assert source.starts == 0
+    assert rec.steps == ["kill -9 A", "A was started again by the nemesis"]
+    # Found stopped, the run starts it itself.
+    source.running = False
+    assert Run.start_daemon(run, "A") is True  # type: ignore[arg-type]
+    assert source.starts == 1

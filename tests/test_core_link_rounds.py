@@ -549,19 +549,20 @@ def test_a_leader_serving_its_followers_fetch_itself__is_no_contact() -> None:
     assert a.link_state("ab") == "FOLLOWING"  # a fetch from B is contact
 
 
-def test_a_fetched_batch_whose_records_lie_is_not_stored_and_the_link_says_why() -> None:
+def test_a_fetched_batch_whose_header_lies_is_not_stored_and_the_link_says_why() -> None:
     a, b, disk_a, disk_b = two_clusters()
     discover(a, b, disk_b)
     produce(a, disk_a, 1)
-    # What A holds on disk lies about its records (stored before A checked
-    # them): its header claims one record, its body holds three.
+    # What A holds on disk has a header that lies (stored before A checked
+    # it), under a CRC that holds: three records in an offset range of one.
+    # A follower checks headers, not records (records.check_copied_batch).
     body = bytearray()
     for i, value in enumerate((b"a", b"b", b"c")):
         rb.encode_record(body, i, 0, None, value)
     lying = rb.assemble_batch(
         bytes(body),
         attributes=0,
-        record_count=1,
+        record_count=3,
         last_offset_delta=0,
     )
     disk_a.batches[("src-1", 0)] = [(0, 1, lying)]
@@ -698,6 +699,9 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     assert held.held and held.marks == () and held.fetch_offset == 5
     [line] = b.links.lagging_partitions("ab", NOW + 30)
     assert line.startswith("orders-1-0 (following) is not cut: ") and "recover" in line
+    # describe-link's row says so in a field a tool can read, not only in words.
+    [row] = admin.link_summary(b, "ab", NOW + 30).partitions
+    assert row.own_writes_held and not row.lag_known and "recover" in row.problem
     # The source is told: it copies nothing, and its own view says why.
     answer, applied, _moved = fetch_round(a, b, disk_a, disk_b, NOW + 35)
     assert not answer.ready and answer.partitions[0].error is not None
@@ -712,3 +716,4 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     assert [p.fetch_offset for p in request.partitions] == [3]
     fetch_round(a, b, disk_a, disk_b, NOW + 40)
     assert log.log_end_offset == 5 and b.links.runtime["ab"].refused == {}
+    assert not any(r.own_writes_held for r in admin.link_summary(b, "ab", NOW + 40).partitions)

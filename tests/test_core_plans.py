@@ -205,3 +205,38 @@ def test_while_one_procedure_is_journalled_another_on_that_link_is_refused() -> 
         )
         assert "run failover again here to finish it first" in refused.value.message
     assert state.plans.get("ab") is not None  # untouched
+
+
+def test_an_attach_on_another_link_of_a_name_an_unfinished_plan_moves_is_refused() -> None:
+    """A reversal of link ab cut short (its plan journalled) moves 'orders-':
+    attached meanwhile to another link (here, or proposed by the remote in
+    a handshake: both go through `mapping_conflict`), the name could keep
+    the reversal from finishing and leave it writable nowhere (the operator
+    search's seed 31 on 3 clusters). Refused, naming the plan and how to
+    finish it; other names, and the plan's own link, are not."""
+    from linkd.core import link_admin
+    from linkd.core.errors import ErrorCode
+    from linkd.core.links import Leader, Mapping, MappingType
+
+    state = ClusterState("B")
+    for name, remote in (("ab", "A"), ("ba0", "A")):
+        config = state.links.new_config(
+            name, f"id-{name}", remote, "a:1", "", "local_dials", "", 1000
+        )
+        state.links.store(config, 1000)
+    state.plans.put(_plan())
+
+    def candidate(prefix: str) -> Mapping:
+        return Mapping(MappingType.TOPIC, prefix, "r-" + prefix, Leader.LOCAL, True, (0, 0, ""))
+
+    conflict = link_admin.mapping_conflict(state, "ba0", candidate("orders-"), [])
+    assert conflict is not None and conflict.code is ErrorCode.PROCEDURE_IN_PROGRESS
+    assert conflict.cross_link
+    assert "the unfinished reverse of link 'ab' (begun at 5 ms)" in conflict.message
+    assert "run reverse on link 'ab' again to finish it first" in conflict.message
+    narrower = link_admin.mapping_conflict(state, "ba0", candidate("orders-eu-"), [])
+    assert narrower is not None and narrower.code is ErrorCode.PROCEDURE_IN_PROGRESS
+    assert link_admin.mapping_conflict(state, "ba0", candidate("billing-"), []) is None
+    assert link_admin.mapping_conflict(state, "ab", candidate("orders-"), []) is None
+    group = Mapping(MappingType.GROUP, "orders-", "orders-", Leader.LOCAL, True, (0, 0, ""))
+    assert link_admin.mapping_conflict(state, "ba0", group, []) is None  # the plan's group is app-

@@ -2,7 +2,8 @@
 batches that lie about their records, records that do not parse, and
 decompression bombs are refused through the Kafka listener and over gRPC,
 and leave nothing behind; the record decoder keeps its error contract under
-fuzzing; a follower does not store what no producer could have written."""
+fuzzing; a follower refuses a copied batch whose CRC or header lies, and
+stores the records its source checked without walking them again."""
 
 from __future__ import annotations
 
@@ -220,19 +221,84 @@ def test_the_record_decoder_raises_only_corrupt_batch_error_on_fuzzed_batches() 
     assert outcomes["refused"] > 1000 and outcomes["accepted"] > 100, outcomes
 
 
-# -- a follower does not store what no producer could have written --------------------------
+# -- a follower checks what Kafka's replica checks ------------------------------------------
 
 
-def test_a_follower_refuses_a_fetched_batch_whose_records_lie() -> None:
+def _follower() -> ClusterState:
     state = ClusterState("B")
     create_replica_topic(state, "orders", 1, {}, "t-1")
-    honest = rb.build_batch([rb.RecordSpec(None, b"a", TS)])
-    append_replica(state, "orders", 0, honest, 0)
-    lying = rb.with_base_offset(HOSTILE["claims 1 record, holds 3"][0], 1)
+    append_replica(state, "orders", 0, rb.build_batch([rb.RecordSpec(None, b"a", TS)]), 0)
+    return state
+
+
+def _crc_lies(batch: bytes) -> bytes:
+    """The batch with one byte of its records flipped, the CRC left as it was."""
+    return batch[:-1] + bytes([batch[-1] ^ 0xFF])
+
+
+def _codec(batch: bytes, codec: int) -> bytes:
+    """The batch with another compression codec in its attributes, CRC recomputed
+    (a header that lies while its CRC is right)."""
+    out = bytearray(batch)
+    attributes = int.from_bytes(out[21:23], "big")
+    out[21:23] = ((attributes & ~rb.COMPRESSION_MASK) | codec).to_bytes(2, "big")
+    out[17:21] = rb.compute_crc(bytes(out), 0, len(out)).to_bytes(4, "big")
+    return bytes(out)
+
+
+FOLLOWER_REFUSES: dict[str, tuple[bytes, ErrorCode, str]] = {
+    "CRC that does not match the bytes": (
+        _crc_lies(rb.build_batch([rb.RecordSpec(None, b"bcd", TS)])),
+        ErrorCode.CORRUPT_MESSAGE,
+        "CRC32C mismatch",
+    ),
+    "more records than its offset range holds": (
+        _lying(_records([b"a", b"b", b"c"]), 3, 1), ErrorCode.INVALID_RECORD, "claims 3 records"
+    ),
+    "an unknown compression codec": (
+        _codec(rb.build_batch([rb.RecordSpec(None, b"b", TS)]), 6),
+        ErrorCode.CORRUPT_MESSAGE,
+        "codec 6",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLLOWER_REFUSES))
+def test_a_follower_refuses_a_fetched_batch_whose_crc_or_header_lies(case: str) -> None:
+    batch, code, words = FOLLOWER_REFUSES[case]
+    state = _follower()
     with pytest.raises(ClusterError) as refused:
-        append_replica(state, "orders", 0, lying, 0)
-    assert refused.value.code is ErrorCode.INVALID_RECORD
+        append_replica(state, "orders", 0, rb.with_base_offset(batch, 1), 0)
+    assert refused.value.code is code, refused.value
+    assert words in str(refused.value)
     assert state.partition("orders", 0).log_end_offset == 1
+
+
+def test_a_follower_refuses_a_control_batch_that_holds_no_marker() -> None:
+    state = _follower()
+    not_a_marker = rb.assemble_batch(
+        _records([b"x"]),
+        attributes=rb.CONTROL_FLAG,
+        record_count=1,
+        last_offset_delta=0,
+        base_timestamp=TS,
+        max_timestamp=TS,
+    )
+    with pytest.raises(ClusterError) as refused:
+        append_replica(state, "orders", 0, rb.with_base_offset(not_a_marker, 1), 0)
+    assert refused.value.code is ErrorCode.CORRUPT_MESSAGE
+    assert state.partition("orders", 0).log_end_offset == 1
+
+
+def test_a_follower_does_not_walk_the_records_its_source_checked() -> None:
+    """The decision of docs/security.md ("What a follower checks"): a batch
+    whose CRC and header hold is stored as its source sent it, unread, as
+    Kafka's replica stores it; the source refused records that lie when its
+    producer sent them (the HOSTILE cases above, over both listeners)."""
+    state = _follower()
+    batch, _code, _words = HOSTILE["claims 1 record, holds 3"]
+    append_replica(state, "orders", 0, rb.with_base_offset(batch, 1), 0)
+    assert state.partition("orders", 0).log_end_offset == 2
 
 
 def test_check_records_reads_what_decode_records_reads() -> None:

@@ -114,6 +114,13 @@ FOUND = [
     # the lineage went around it, a handshake per hop; the liveness phase
     # ended before that and invariant 13 judged a ring not yet at rest.
     (256, 3, "rings are judged once the lineage went around"),
+    # A product bug (the full sweep of 2026-12-06 on 5ebbed2): a reversal cut
+    # short by a crash after its detach; A then attached its copy of the
+    # reversed name to another link from B, which B accepted; the re-run could
+    # not attach the swapped mapping beside it (records would flow back) and
+    # the name stayed writable nowhere. Such an attach is now refused
+    # (PROCEDURE_IN_PROGRESS), naming the plan and how to finish it.
+    (31, 3, "an attach of a name an unfinished plan of another link moves"),
 ]
 
 

@@ -1497,7 +1497,8 @@ def timestamp_range(config: TopicConfig, now_ms: int) -> tuple[int, int] | None:
 
 
 def refused_batch(exc: rb.CorruptBatchError, resource: str, where: str) -> ClusterError:
-    """The refusal of a batch whose records failed `rb.check_records`:
+    """The refusal of a batch that failed `rb.check_records` (on produce) or
+    `rb.check_copied_batch` (on a follower):
     RECORD_TOO_LARGE for records too large decompressed, INVALID_TIMESTAMP
     for records whose timestamps are out of range, INVALID_RECORD for records
     that break another rule, CORRUPT_MESSAGE for bytes that do not parse. The

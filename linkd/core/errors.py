@@ -80,6 +80,7 @@ class ErrorCode(enum.IntEnum):
     LAG_NOT_KNOWN = 110
     FOLLOW_CYCLE = 114
     STORAGE_REFUSED = 115
+    PROCEDURE_IN_PROGRESS = 116
 
 
 RETRIABLE = frozenset(

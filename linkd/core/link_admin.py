@@ -138,7 +138,33 @@ def mapping_conflict(
                     f"follow link {link_name!r}: {via} already follows link {following!r}",
                     cross_link=True,
                 )
-    return _loop_conflict(state, link_name, candidate)
+    return _loop_conflict(state, link_name, candidate) or _plan_conflict(
+        state, link_name, candidate
+    )
+
+
+def _plan_conflict(state: ClusterState, link_name: str, candidate: Mapping) -> Conflict | None:
+    """A namespace that an unfinished procedure of another link of this
+    cluster moves (linkd/core/plans.py: a reversal, failover or recovery cut
+    short): attached elsewhere meanwhile, it could stop the procedure from
+    finishing (a reversal's swapped mapping would overlap it) and leave the
+    namespace writable nowhere."""
+    for plan in sorted(state.plans.plans.values(), key=lambda p: p.link):
+        if plan.link == link_name:
+            continue
+        for ns in plan.namespaces:
+            if ns.resource_type == candidate.resource_type and overlaps(
+                ns.local_prefix, candidate.local_prefix
+            ):
+                return Conflict(
+                    ErrorCode.PROCEDURE_IN_PROGRESS,
+                    f"{_name(candidate)} on link {link_name!r} overlaps {ns.resource_type} "
+                    f"namespace {ns.local_prefix!r}, which the unfinished {plan.procedure} of "
+                    f"link {plan.link!r} (begun at {plan.started_ms} ms) moves: run "
+                    f"{plan.procedure} on link {plan.link!r} again to finish it first",
+                    cross_link=True,
+                )
+    return None
 
 
 def _loop_conflict(state: ClusterState, link_name: str, candidate: Mapping) -> Conflict | None:
@@ -661,6 +687,10 @@ class PartitionLag:
     # high watermark was last learned: what the source acknowledged after it
     # may be missing here); -1: never learned. 0 when the lag is known.
     unknown_since_ms: int = 0
+    # A follower partition held uncut: its source asked for a cut that would
+    # remove acknowledged records this cluster's own clients wrote, so it is
+    # neither cut nor copied until `recover` (the problem says which).
+    own_writes_held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -816,6 +846,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 problem,
                 readable_position(t.partitions[partition]),
                 -1,
+                own_writes_held=(topic, partition) in runtime.own_writes_held,
             )
         )
     return rows + uncreated_rows(state, name)

@@ -219,6 +219,24 @@ def check_batch(data: bytes | memoryview, position: int = 0) -> BatchHeader:
     return header
 
 
+def check_copied_batch(header: BatchHeader) -> None:
+    """What a follower checks of a batch copied from its source, beyond the
+    size and CRC32C that `check_batch` verified: that the header agrees with
+    itself (a known compression codec; no more records than its offset range
+    holds). It does not read the records, as Kafka's replica does not
+    (LogValidator runs where records are produced): the source walked them
+    with `check_records` when its producer wrote them, the link session
+    authenticates the source, and the CRC has covered them since. Raises
+    CorruptBatchError or InvalidRecordError naming what is wrong."""
+    if header.compression > COMPRESSION_ZSTD:
+        raise CorruptBatchError(f"record batch compression codec {header.compression} is unknown")
+    if header.record_count > header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"batch claims {header.record_count} records in an offset range of "
+            f"{header.last_offset_delta + 1}"
+        )
+
+
 def check_single_batch(data: bytes) -> BatchHeader:
     """Verifies that `data` is exactly one valid batch (what a produce carries)."""
     header = check_batch(data, 0)

@@ -89,6 +89,7 @@ KAFKA_CODE: Mapping[ErrorCode, K] = MappingProxyType(
         ErrorCode.LAG_NOT_KNOWN: K.policy_violation,
         ErrorCode.FOLLOW_CYCLE: K.policy_violation,
         ErrorCode.STORAGE_REFUSED: K.kafka_storage_error,
+        ErrorCode.PROCEDURE_IN_PROGRESS: K.policy_violation,
         ErrorCode.DIVERGED_LOG: K.fenced_leader_epoch,
         ErrorCode.NOT_LED_ON_LINK: K.unknown_topic_or_partition,
         ErrorCode.LINK_AUTHENTICATION_FAILED: K.cluster_authorization_failed,

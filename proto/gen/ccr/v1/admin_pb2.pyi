@@ -934,6 +934,7 @@ class PartitionLag(_message.Message):
     PARTITION_ROLE_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     UNKNOWN_SINCE_MS_FIELD_NUMBER: _builtins.int
+    OWN_WRITES_HELD_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     @_builtins.property
@@ -988,6 +989,12 @@ class PartitionLag(_message.Message):
     acknowledged after it may be missing here); -1: never learned. 0 when
     lag_known.
     """
+    own_writes_held: _builtins.bool
+    """Follower rows: the partition is held uncut, because the cut its source
+    asked for would remove acknowledged records this cluster's own clients
+    wrote (problem says which offsets); nothing is copied into it until
+    `recover` on this cluster reports the cut and, confirmed, makes it.
+    """
     def __init__(
         self,
         *,
@@ -1007,10 +1014,11 @@ class PartitionLag(_message.Message):
         partition_role: Global___PartitionRole.ValueType = ...,
         high_watermark: _builtins.int = ...,
         unknown_since_ms: _builtins.int = ...,
+        own_writes_held: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic", "unknown_since_ms", b"unknown_since_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["high_watermark", b"high_watermark", "lag_known", b"lag_known", "lag_ms", b"lag_ms", "lag_records", b"lag_records", "log_end_offset", b"log_end_offset", "own_writes_held", b"own_writes_held", "partition", b"partition", "partition_role", b"partition_role", "problem", b"problem", "provenance_entries", b"provenance_entries", "provenance_source", b"provenance_source", "provenance_start_offset", b"provenance_start_offset", "role", b"role", "source_high_watermark", b"source_high_watermark", "source_hw_known_at_ms", b"source_hw_known_at_ms", "topic", b"topic", "unknown_since_ms", b"unknown_since_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -252,6 +252,13 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     than its source acknowledged, and its lag is not known to be 0. Shown on
     the partition's row of describe-link.
     """
+    ERROR_CODE_PROCEDURE_IN_PROGRESS: _ErrorCode.ValueType  # 116
+    """An attach (here, or proposed by the remote) of a namespace that an
+    unfinished procedure of another link (a reverse, failover or recover cut
+    short, still journalled) moves: the procedure could not finish beside it.
+    The message names the link and the procedure; running it again on that
+    link finishes it. Nothing changed.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -468,6 +475,13 @@ partition (a full disk, a file-size limit, a read-only data directory),
 or refused to create a follower topic's logs: the partition holds less
 than its source acknowledged, and its lag is not known to be 0. Shown on
 the partition's row of describe-link.
+"""
+ERROR_CODE_PROCEDURE_IN_PROGRESS: ErrorCode.ValueType  # 116
+"""An attach (here, or proposed by the remote) of a namespace that an
+unfinished procedure of another link (a reverse, failover or recover cut
+short, still journalled) moves: the procedure could not finish beside it.
+The message names the link and the procedure; running it again on that
+link finishes it. Nothing changed.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
