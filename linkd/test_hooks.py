@@ -45,7 +45,7 @@ def reached(point: str) -> None:
     if kill:
         where, _, pid = kill.rpartition("=")
         if where == point and pid.isdigit():
-            del os.environ[KILL_AT_ENV]  # once: the PID is the dead daemon's
+            os.environ.pop(KILL_AT_ENV, None)  # once: the PID is the dead daemon's
             log.critical("test hook %s: killing process %s at %s", KILL_AT_ENV, pid, point)
             try:
                 os.kill(int(pid), signal.SIGKILL)
