@@ -58,7 +58,7 @@ def _linked(a: Any, b: Any) -> None:
     )
 
 
-def test_failover__b_dies_after_journalling_its_plan__one_rerun_makes_itwritable(
+def test_failover__b_dies_after_journalling_its_plan__one_rerun_makes_it_writable(
     daemon_factory: Any,
 ) -> None:
     a = daemon_factory("A", extra_args=LINK_FLAGS)
