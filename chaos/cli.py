@@ -7,6 +7,9 @@
                   [--operators | --no-operators] [--secure]
     ccr-chaos --runs N            (the same as `runs --count N`)
     ccr-chaos schedule --seed N [...]   print the schedule only (JSON), run nothing
+    ccr-chaos crash-matrix [--procedure P] [--point X] [--side local|remote] [--jobs N]
+                  [--list] [--json]   kill -9 either side at every checkpoint of
+                  reverse, failover and recover (chaos/crash_matrix.py)
 
 Every run also runs its simulator twin (chaos/twin.py, a second or so; `--no-twin`
 skips it): `run --json` then has a `twin` field, `runs` a twin column. The
@@ -36,6 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from chaos import crash_matrix
 from chaos.runner import ChaosError, Run, RunResult
 from chaos.schedule import CLASSICS, PLANTED_BUGS, Schedule, make_schedule
 
@@ -108,7 +112,76 @@ def _parser() -> argparse.ArgumentParser:
     _secure_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
+    matrix = sub.add_parser(
+        "crash-matrix",
+        help="kill -9 either side at every checkpoint of reverse, failover and recover",
+    )
+    matrix.add_argument("--procedure", choices=list(crash_matrix.PROCEDURES))
+    matrix.add_argument("--point", help="one checkpoint (e.g. reverse:detach-mappings#1)")
+    matrix.add_argument("--side", choices=list(crash_matrix.SIDES))
+    matrix.add_argument(
+        "--jobs", type=int, default=crash_matrix.DEFAULT_JOBS,
+        help="cases at a time, each in a process of its own (1: one after another, "
+        f"in this process; default {crash_matrix.DEFAULT_JOBS})",
+    )  # fmt: skip
+    matrix.add_argument(
+        "--case-timeout-s", type=float, default=crash_matrix.CASE_TIMEOUT_S,
+        help=f"a case still running after this is ended and fails "
+        f"(default {crash_matrix.CASE_TIMEOUT_S:.0f})",
+    )  # fmt: skip
+    matrix.add_argument("--list", action="store_true", help="print the cases, run nothing")
+    matrix.add_argument("--keep", action="store_true", help="keep the daemons' directories")
+    matrix.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
+
+
+def cmd_crash_matrix(args: argparse.Namespace) -> int:
+    selected = crash_matrix.select(args.procedure, args.point, args.side)
+    if not selected:
+        print("ccr-chaos crash-matrix: no case matches (see --list)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.jobs < 1:
+        print("ccr-chaos crash-matrix: --jobs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.list:
+        for case in selected:
+            print(json.dumps(case_json(case)) if args.json else case.name)
+        return 0
+    began = time.monotonic()
+
+    def show(result: crash_matrix.CaseResult) -> None:
+        if not args.json:
+            print(crash_matrix.line(result), flush=True)
+
+    if args.jobs == 1:
+        results = []
+        for case in selected:
+            result = crash_matrix.run_here(case, keep=args.keep)
+            show(result)
+            results.append(result)
+    else:
+        results = crash_matrix.run_matrix(selected, args.jobs, show, args.case_timeout_s)
+    passed = sum(r.ok for r in results)
+    summary = {
+        "cases": len(results), "passed": passed, "failed": len(results) - passed,
+        "wall_s": round(time.monotonic() - began, 1), "jobs": args.jobs,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps({"summary": summary, "cases": [r.to_json() for r in results]}))
+    else:
+        print(
+            f"crash-matrix: {passed}/{len(results)} cases passed in {summary['wall_s']} s "
+            f"({args.jobs} at a time)"
+        )
+        for r in results:
+            if not r.ok:
+                print(f"  FAILED {r.case.name}: reproduce with "
+                      f"ccr-chaos crash-matrix {' '.join(r.case.args())} --jobs 1")  # fmt: skip
+    return 0 if passed == len(results) else EXIT_ANOMALY
+
+
+def case_json(case: crash_matrix.Case) -> dict[str, str]:
+    return {"procedure": case.procedure, "point": case.point, "side": case.side}
 
 
 def _save_failed_arg(p: argparse.ArgumentParser) -> None:
@@ -377,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.save_failed,
                 bool(args.secure),
             )
+        if args.command == "crash-matrix":
+            return cmd_crash_matrix(args)
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))
             return 0

@@ -47,6 +47,9 @@ class Daemon:
         self.port = free_port()
         self.kafka_port = free_port()
         self.extra_args = list(extra_args)
+        # Added to the environment of the next start (the crash tests' hooks,
+        # linkd/test_hooks.py); cleared by the caller before a restart.
+        self.env: dict[str, str] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.lost = False  # killed for good
@@ -59,6 +62,12 @@ class Daemon:
     @property
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise DaemonError(f"{self.cluster_id} was never started")
+        return self.proc.pid
 
     @property
     def running(self) -> bool:
@@ -87,6 +96,7 @@ class Daemon:
         env = dict(os.environ)
         path = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + path if path else "")
+        env.update(self.env)
         self.proc = subprocess.Popen(
             self.command(),
             stdout=self._log,

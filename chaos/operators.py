@@ -26,7 +26,7 @@ import random
 import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ from chaos.judges import (
     link_snap,
 )
 from chaos.proxy import FaultProxy
+from chaos.schedule import ProcedureCrash
 from chaos.security import client_config
 from sim.checkers import OffsetMove
 from sim.operator_moves import LinkView, MappingView, Move, MoveKind, View, draw_move
@@ -99,13 +100,18 @@ class Refused(Exception):
 
 
 class OperatorNemesis:
-    def __init__(self, run: Run, seed: int) -> None:
+    def __init__(
+        self, run: Run, seed: int, procedure_crashes: Sequence[ProcedureCrash] = ()
+    ) -> None:
         self.run = run
         self.rng = random.Random(f"{seed}:operators")
         self.records: list[MoveRecord] = []
         self.drawn: list[Move] = []
         self._proxy_seed = seed * 100 + 50
         self.rotations = 0  # link credentials replaced (`_rotate_credential`)
+        # The schedule's crashes of procedure moves, by their rank.
+        self.procedure_crashes = {c.nth: c for c in procedure_crashes}
+        self.procedures = 0  # reverse, failover and recover moves carried out so far
 
     # -- the view ----------------------------------------------------------------------------
 
@@ -436,7 +442,59 @@ def _release_reattach(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord)
         rec.steps.append(f"{name}: {result}")
 
 
+def _crashed_mid_procedure(
+    op: OperatorNemesis, m: Move, view: View, rec: MoveRecord, call: Callable[[bool], None]
+) -> None:
+    """Carries out a procedure move (`call(rerun)`), cut short by a crash when the
+    schedule says so (`Schedule.procedure_crashes`): `kill -9` of the side it
+    names `delay_ms` after the call began, the daemon started again on its
+    data, then the procedure once more if the cluster it runs on still holds
+    a plan of it (docs/operations.md: the one re-run that finishes it)."""
+    op.procedures += 1
+    crash = op.procedure_crashes.get(op.procedures)
+    ends = next(((lv.a, lv.b) for lv in view.links if lv.name == m.link), (m.cluster, ""))
+    other = ends[1] if ends[0] == m.cluster else ends[0]
+    target = m.cluster if crash is not None and crash.side == "runner" else other
+    if crash is None or m.kill_source or target not in op.up():
+        call(False)
+        return
+    failed: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            call(False)
+        except BaseException as exc:  # the crash's usual outcome: recorded below
+            failed.append(exc)
+
+    thread = threading.Thread(target=first, name="chaos-procedure", daemon=True)
+    thread.start()
+    thread.join(crash.delay_ms / 1000)
+    answered = not thread.is_alive()
+    op.run.kill_daemon(target)
+    rec.steps.append(
+        f"kill -9 {target} {crash.delay_ms} ms into the call"
+        + (" (it had answered)" if answered else "")
+    )
+    thread.join(CALL_TIMEOUT_S * 6)
+    op.run.start_daemon(target)
+    first_outcome = f"{type(failed[0]).__name__}: {failed[0]}"[:200] if failed else "ok"
+    rec.steps.append(f"started {target} again; the first call: {first_outcome}")
+    with op.admin(m.cluster) as a:
+        plan = a.describe_link(m.link).procedure
+    if plan is None:
+        if failed:
+            raise failed[0]
+        return
+    rec.steps.append(f"re-run on {m.cluster}: {plan.get('procedure')} in progress, "
+                     f"next step {plan.get('next_step')}")  # fmt: skip
+    call(True)
+
+
 def _reverse(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    _crashed_mid_procedure(op, m, view, rec, lambda _rerun: _reverse_call(op, m, rec))
+
+
+def _reverse_call(op: OperatorNemesis, m: Move, rec: MoveRecord) -> None:
     with op.admin(m.cluster, REVERSE_TIMEOUT_MS / 1000 + 15) as a:
         result = a.reverse_link(m.link, timeout_ms=REVERSE_TIMEOUT_MS)
     rec.steps = [f"{s['name']}: {'ok' if s['ok'] else 'stopped'} {s['result']}"[:200]
@@ -453,6 +511,10 @@ def _set_mode(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None
 
 
 def _failover(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    _crashed_mid_procedure(op, m, view, rec, lambda _rerun: _failover_call(op, m, rec))
+
+
+def _failover_call(op: OperatorNemesis, m: Move, rec: MoveRecord) -> None:
     if m.kill_source:
         # kill -9 of the source under load, the failover a fraction of a
         # second later, then the source starts again on its data.
@@ -485,17 +547,25 @@ def _fail_over(op: OperatorNemesis, m: Move, rec: MoveRecord) -> None:
 
 
 def _recover(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
+    _crashed_mid_procedure(op, m, view, rec, lambda rerun: _recover_call(op, m, rec, rerun))
+
+
+def _recover_call(op: OperatorNemesis, m: Move, rec: MoveRecord, rerun: bool = False) -> None:
+    """A report, then (confirm) the recovery; a re-run after a crash goes
+    straight to the confirmed run, which answers the journalled cut."""
     namespaces = [m.local_prefix] if m.local_prefix else []
     with op.admin(m.cluster, 30.0) as a:
-        try:
-            report = a.recover_link(m.link, namespaces=namespaces, confirm=False)
-        except Exception as exc:
-            raise Refused("recover (report)", exc) from exc
-        rec.steps.append(f"report: {report['totals']}")
-        if not m.confirm:
-            rec.report = {"totals": report["totals"]}
-            return
-        begin = op.run.recorder.now_ms()
+        if not rerun:
+            try:
+                report = a.recover_link(m.link, namespaces=namespaces, confirm=False)
+            except Exception as exc:
+                raise Refused("recover (report)", exc) from exc
+            rec.steps.append(f"report: {report['totals']}")
+            if not m.confirm:
+                rec.report = {"totals": report["totals"]}
+                return
+        # A re-run answers the cut the first run made: from its beginning.
+        begin = rec.begin_ms if rerun else op.run.recorder.now_ms()
         try:
             confirmed = a.recover_link(m.link, namespaces=namespaces, confirm=True)
         except Exception as exc:

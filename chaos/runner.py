@@ -292,7 +292,7 @@ class Run:
             # Status rounds until the readers stop (through the liveness phase).
             self.status = StatusSampler(self, self.stop_readers)
             self.status.start()
-            self.operator = OperatorNemesis(self, s.seed)
+            self.operator = OperatorNemesis(self, s.seed, s.procedure_crashes)
             wait_for("a first status round", lambda: bool(self.status and self.status.rounds),
                      10.0, 0.1)  # fmt: skip
 

@@ -32,6 +32,14 @@ clusters describe, from its own random stream (the seed and "operators").
 Random schedules enable it for about half the seeds (drawn from a stream of
 its own, so the rest of a seed's schedule does not change with it); a run
 with it always has the transactional producer.
+
+With the operator nemesis, the schedule also says which of its procedure
+moves (`reverse`, `failover`, `recover`: the nth of them, in the order it
+draws them) a crash cuts short (`Schedule.procedure_crashes`, drawn from a
+stream of its own, "procedure-crashes"): `kill -9` of the cluster running the
+call or of the link's other end, `delay_ms` after the call began; the
+crashed daemon then starts again on its data, and the procedure runs once
+more where a plan of it is still journalled (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -68,6 +76,41 @@ class Step:
         return f"t={self.at_s:5.1f}s {self.op} {' '.join(self.args)}".rstrip()
 
 
+# A procedure move of the operator nemesis cut short by a crash: which of
+# them, from the first PROCEDURE_CRASH_SLOTS, each with this probability.
+PROCEDURE_CRASH_SLOTS = 3
+PROCEDURE_CRASH_SHARE = 0.5
+PROCEDURE_CRASH_DELAY_MS = (0, 800)
+PROCEDURE_CRASH_SIDES = ("runner", "remote")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcedureCrash:
+    """kill -9 of `side` ("runner": the cluster the call runs on; "remote":
+    the link's other end) `delay_ms` after the operator nemesis's `nth`
+    reverse, failover or recover move (1-based) began."""
+
+    nth: int
+    side: str
+    delay_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nth": self.nth, "side": self.side, "delay_ms": self.delay_ms}
+
+
+def procedure_crashes(seed: int) -> tuple[ProcedureCrash, ...]:
+    """The procedure moves a crash cuts short in a run of `seed` with the
+    operator nemesis (a stream of its own: the rest of the schedule does not
+    change with it)."""
+    rng = random.Random(f"{seed}:procedure-crashes")
+    out: list[ProcedureCrash] = []
+    for nth in range(1, PROCEDURE_CRASH_SLOTS + 1):
+        if rng.random() < PROCEDURE_CRASH_SHARE:
+            side = rng.choice(PROCEDURE_CRASH_SIDES)
+            out.append(ProcedureCrash(nth, side, rng.randint(*PROCEDURE_CRASH_DELAY_MS)))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Schedule:
     name: str  # "random" or a classic's name
@@ -86,6 +129,8 @@ class Schedule:
     # Security on: every daemon requires link credentials (a file), and every
     # link is created with them (docs/security.md).
     secure: bool = False
+    # With the operator nemesis: the procedure moves a crash cuts short.
+    procedure_crashes: tuple[ProcedureCrash, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +146,7 @@ class Schedule:
             "extra_prefixes": list(self.extra_prefixes),
             "operators": self.operators,
             "secure": self.secure,
+            "procedure_crashes": [c.to_json() for c in self.procedure_crashes],
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -208,6 +254,7 @@ def random_schedule(
         nemeses=enabled,
         transactional=transactional or with_operators,
         operators=with_operators,
+        procedure_crashes=procedure_crashes(seed) if with_operators else (),
     )
 
 
@@ -353,5 +400,7 @@ def make_schedule(
         return random_schedule(seed, phase_s, mode, clusters, operators)
     s = classic_schedule(name, seed, phase_s)
     if operators:
-        s = dataclasses.replace(s, operators=True, transactional=True)
+        s = dataclasses.replace(
+            s, operators=True, transactional=True, procedure_crashes=procedure_crashes(seed)
+        )
     return s

@@ -486,7 +486,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 )
             )
             assert isinstance(served.answer, Promoted)
-            test_hooks.reached("serve:promote")  # nothing unless a crash test set one
+            test_hooks.reached(test_hooks.SERVE_PROMOTE)  # nothing unless a crash test set one
             return replication_pb2.PromoteNamespacesResponse(
                 partitions=served.answer.partitions,
                 aborted_dangling=served.answer.aborted_dangling,

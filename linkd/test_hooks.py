@@ -13,7 +13,14 @@ Nothing but those tests may set these environment variables:
   namespaces a remote's reversal promotes writable, before it answers.
 - `LINKD_TEST_KILL_AT=<point>=<pid>`: at `<point>` this daemon sends SIGKILL
   to process `<pid>` (the other cluster's daemon) and goes on, so that the
-  procedure's next call meets a remote that died between two steps.
+  procedure's next call meets a remote that died between two steps. It
+  fires once: the variable is then removed from this process's environment,
+  so that a re-run reaching the same point never signals a PID the killed
+  daemon no longer holds.
+
+`SERVE_POINTS` lists, per procedure, the points a remote reaches while it
+serves that procedure (the crash matrix, `ccr-chaos crash-matrix`, crashes
+each of them besides the procedure's own checkpoints).
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ log = logging.getLogger("linkd.test_hooks")
 EXIT_AT_ENV = "LINKD_TEST_EXIT_AT"
 KILL_AT_ENV = "LINKD_TEST_KILL_AT"
 EXIT_CODE = 137
+# Reached by the remote while it serves a procedure's call.
+SERVE_PROMOTE = "serve:promote"
+SERVE_POINTS: dict[str, tuple[str, ...]] = {"reverse": (SERVE_PROMOTE,)}
 
 
 def reached(point: str) -> None:
@@ -35,6 +45,7 @@ def reached(point: str) -> None:
     if kill:
         where, _, pid = kill.rpartition("=")
         if where == point and pid.isdigit():
+            os.environ.pop(KILL_AT_ENV, None)  # once: the PID is the dead daemon's
             log.critical("test hook %s: killing process %s at %s", KILL_AT_ENV, pid, point)
             try:
                 os.kill(int(pid), signal.SIGKILL)
@@ -46,4 +57,6 @@ def reached(point: str) -> None:
         os._exit(EXIT_CODE)
 
 
-__all__ = ["EXIT_AT_ENV", "EXIT_CODE", "KILL_AT_ENV", "reached"]
+__all__ = [
+    "EXIT_AT_ENV", "EXIT_CODE", "KILL_AT_ENV", "SERVE_POINTS", "SERVE_PROMOTE", "reached",
+]

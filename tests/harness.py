@@ -22,7 +22,6 @@ for debugging; a start-up failure raises with the tail of stderr.
 
 from __future__ import annotations
 
-import io
 import os
 import resource
 import signal
@@ -37,6 +36,8 @@ from typing import IO, Any
 
 import grpc
 import pytest
+
+from chaos.admin_cli import cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -362,59 +363,6 @@ def run_cli(
             *args, input=input, bootstrap=bootstrap, timeout_s=timeout_s, env=env
         )
     return cli_in_process(argv, input=input, env=env)
-
-
-def cli_in_process(
-    argv: Sequence[str],
-    input: str | bytes | None = None,
-    env: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """`admin.cli.main(argv)` in this process, as `python -m admin.cli argv`
-    runs it: stdin holds `input` (UTF-8 text over bytes, as a process's stdin
-    is), stdout and stderr are separate UTF-8 streams, `env` is added to the
-    environment for the call (and taken back after), the working directory is
-    the project's, and the exit code is main's return value or argparse's
-    SystemExit code. The CLI's own --timeout (30 s by default) bounds its calls."""
-    from admin import cli
-
-    raw = input.encode() if isinstance(input, str) else (input or b"")
-    stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
-    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
-    stdout = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
-    stderr = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace",
-                              write_through=True)
-    saved_env = {k: os.environ.get(k) for k in (env or {})}
-    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
-    saved_cwd = os.getcwd()
-    code: int
-    try:
-        os.environ.update(env or {})
-        os.chdir(ROOT)
-        sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
-        try:
-            code = cli.main(list(argv))
-        except SystemExit as exc:  # argparse: bad arguments (2) or --help (0)
-            if exc.code is None or isinstance(exc.code, int):
-                code = int(exc.code or 0)
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
-        stdout.flush()
-        stderr.flush()
-    finally:
-        sys.stdin, sys.stdout, sys.stderr = saved_streams
-        os.chdir(saved_cwd)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return subprocess.CompletedProcess(
-        ["ccr-admin", *argv],
-        code,
-        out_bytes.getvalue().decode("utf-8", errors="replace"),
-        err_bytes.getvalue().decode("utf-8", errors="replace"),
-    )
 
 
 def run_cli_process(

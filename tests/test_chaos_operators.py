@@ -305,3 +305,85 @@ def test_a_failover_after_kill__the_nemesis_restarted_the_source_meanwhile__no_e
     source.running = False
     assert Run.start_daemon(run, "A") is True  # type: ignore[arg-type]
     assert source.starts == 1
+
+
+class _Procedure:
+    """A procedure call that hangs until its daemon is killed (then fails
+    as a client sees it), or, re-run, answers at once."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.killed = threading.Event()
+        self.calls: list[bool] = []
+
+    def __call__(self, rerun: bool) -> None:
+        self.calls.append(rerun)
+        if not rerun:
+            assert self.killed.wait(10.0)
+            raise CcrError("UNAVAILABLE", "Socket closed")
+
+
+class _Crashing(_Dry):
+    """A nemesis over fake daemons: kills and starts are recorded; the
+    cluster running the procedure holds its plan after the restart."""
+
+    def __init__(self, procedure: _Procedure, plan: dict[str, Any] | None) -> None:
+        from chaos.schedule import ProcedureCrash
+
+        run = _FakeRun()
+        self.events: list[str] = []
+
+        def kill(cluster: str) -> None:
+            self.events.append(f"kill {cluster}")
+            procedure.killed.set()
+
+        run.kill_daemon = kill  # type: ignore[attr-defined]
+        run.start_daemon = lambda c: self.events.append(f"start {c}")  # type: ignore[attr-defined]
+        super().__init__(run, 1, (ProcedureCrash(1, "runner", 50),))  # type: ignore[arg-type]
+        self.plan = plan
+
+    def up(self) -> list[str]:
+        return ["A", "B", "C"]
+
+    def admin(self, cluster: str, timeout_s: float = 10.0) -> Any:
+        plan = self.plan
+
+        class _Admin:
+            def __enter__(self) -> _Admin:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                return None
+
+            def describe_link(self, name: str) -> Any:
+                return type("Info", (), {"procedure": plan})()
+
+        return _Admin()
+
+
+@pytest.mark.parametrize("plan", [{"procedure": "reverse", "next_step": "attach"}, None])
+def test_a_procedure_cut_short_by_the_schedules_crash__restarted_and_re_run_once_if_a_plan_is_left(
+    plan: dict[str, Any] | None,
+) -> None:
+    from chaos.operators import _crashed_mid_procedure
+
+    procedure = _Procedure()
+    nemesis = _Crashing(procedure, plan)
+    move = Move(MoveKind.REVERSE, "A", link="ab")
+    rec = MoveRecord(move, 0, 0, "ok")
+    if plan is None:
+        # No plan left: the first call's failure is the move's outcome.
+        with pytest.raises(CcrError):
+            _crashed_mid_procedure(nemesis, move, view(), rec, procedure)
+        assert procedure.calls == [False]
+    else:
+        _crashed_mid_procedure(nemesis, move, view(), rec, procedure)
+        assert procedure.calls == [False, True]  # once more, as a re-run
+    assert nemesis.events == ["kill A", "start A"]
+    assert rec.steps[0] == "kill -9 A 50 ms into the call"
+    assert rec.steps[1].startswith("started A again; the first call: CcrError")
+    # The next procedure move is not crashed (the schedule named the first).
+    again: list[bool] = []
+    _crashed_mid_procedure(nemesis, move, view(), MoveRecord(move, 0, 0, "ok"), again.append)
+    assert again == [False] and nemesis.events == ["kill A", "start A"]

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from chaos.cli import _parser, main, replay_command
-from chaos.schedule import CLASSICS, NEMESES, classic_schedule, make_schedule, random_schedule
+from chaos.schedule import (
+    CLASSICS,
+    NEMESES,
+    PROCEDURE_CRASH_SLOTS,
+    classic_schedule,
+    make_schedule,
+    procedure_crashes,
+    random_schedule,
+)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 42, 1234])
@@ -81,3 +89,25 @@ def test_cli__the_issues_runs_form_parses() -> None:
     assert _parser().parse_args(["--runs", "100"]).runs == 100
     args = _parser().parse_args(["runs", "--count", "100"])
     assert args.command == "runs" and args.count == 100
+
+
+def test_cli_schedule__procedure_moves_cut_short_by_a_crash__seeded_with_the_operators(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Seed 7 runs the operator nemesis; its second procedure move (reverse,
+    # failover or recover) is cut short by a kill -9 of the link's other end.
+    assert main(["schedule", "--seed", "7"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["operators"] is True
+    assert printed["procedure_crashes"] == [{"nth": 2, "side": "remote", "delay_ms": 564}]
+    # Without the operator nemesis there are no procedure moves to cut short.
+    assert main(["schedule", "--seed", "7", "--no-operators"]) == 0
+    assert json.loads(capsys.readouterr().out)["procedure_crashes"] == []
+    # Over many seeds both sides are drawn, each crash within its bounds,
+    # and the same seed always draws the same crashes.
+    drawn = [c for seed in range(1, 101) for c in procedure_crashes(seed)]
+    assert {c.side for c in drawn} == {"runner", "remote"}
+    assert all(1 <= c.nth <= PROCEDURE_CRASH_SLOTS for c in drawn)
+    assert all(0 <= c.delay_ms <= 800 for c in drawn)
+    assert procedure_crashes(7) == procedure_crashes(7)
+    assert make_schedule(7, "kip986-dr", operators=True).procedure_crashes == procedure_crashes(7)

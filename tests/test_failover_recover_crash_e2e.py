@@ -26,15 +26,10 @@ from harness import run_cli
 from test_links_e2e import LINK_FLAGS, cli_json, high_watermarks, wait_for
 from test_recovery_e2e import attach, namespaces, produce_batches, values
 
+from chaos.crash_matrix import writable
 from linkd.test_hooks import EXIT_AT_ENV
 
 RECORDS = 8
-
-
-def _writable(bootstrap: str, kind: str, prefix: str) -> bool:
-    ns = cli_json(bootstrap, "describe-namespace", "--type", kind, "--prefix", prefix)
-    following = any(a.endswith(":follower") for a in ns["attachments"])
-    return not ns["reserved"] and not following
 
 
 def _crashed(d: Any, *args: str) -> None:
@@ -80,7 +75,7 @@ def test_failover__b_dies_after_journalling_its_plan__one_rerun_makes_it_writabl
     assert {n["local_prefix"] for n in plan["namespaces"]} == {"orders-", "app-"}
     text = run_cli("describe-link", "ab", bootstrap=b.bootstrap).stdout
     assert "procedure in progress: failover of topic 'orders-', group 'app-' from A" in text
-    assert not _writable(b.bootstrap, "topic", "orders-")  # nothing changed yet
+    assert not writable(b.bootstrap, "topic", "orders-")  # nothing changed yet
 
     # The re-run checks again (the link must be FOLLOWING with lag 0).
     wait_for(
@@ -94,8 +89,8 @@ def test_failover__b_dies_after_journalling_its_plan__one_rerun_makes_it_writabl
     assert rerun["steps"][0]["result"].startswith("(before the re-run) link is FOLLOWING")
     assert rerun["abandoned"] == []
     assert cli_json(b.bootstrap, "describe-link", "ab")["procedure"] is None
-    assert _writable(b.bootstrap, "topic", "orders-")
-    assert _writable(b.bootstrap, "group", "app-")
+    assert writable(b.bootstrap, "topic", "orders-")
+    assert writable(b.bootstrap, "group", "app-")
     produce_batches(b.bootstrap, "orders-e", 1, "b")
     assert high_watermarks(b.bootstrap, "orders-e") == [RECORDS + 1]
 
@@ -115,7 +110,7 @@ def test_forced_failover_then_recover__each_cut_short_after_its_change__reruns_r
     _crashed(b, "failover", "--link", "ab", "--force")
     plan = cli_json(b.bootstrap, "describe-link", "ab")["procedure"]
     assert plan is not None and plan["next_step"] == "tell-remote", plan
-    assert _writable(b.bootstrap, "topic", "orders-")  # the change is durable
+    assert writable(b.bootstrap, "topic", "orders-")  # the change is durable
     rerun = cli_json(b.bootstrap, "failover", "--link", "ab", "--force")
     assert rerun["resumed_from"] == "tell-remote", rerun
     # The first run's answer: the partition it made writable, with what it
@@ -166,5 +161,5 @@ def test_forced_failover_then_recover__each_cut_short_after_its_change__reruns_r
         "A follows B's history",
         lambda: values(a.bootstrap, "orders-e") == values(b.bootstrap, "orders-e"),
     )
-    assert not _writable(a.bootstrap, "topic", "orders-")
-    assert _writable(b.bootstrap, "topic", "orders-")
+    assert not writable(a.bootstrap, "topic", "orders-")
+    assert writable(b.bootstrap, "topic", "orders-")
