@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from linkd.core import histories, undo
+from linkd.core import histories
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
@@ -380,7 +380,7 @@ def carry_out_topics(
             yield Note("warning", f"link {link_name!r}: {refusal.message}")
     if plan.rest:
         yield Execute(tuple(plan.rest))
-    if undo.undone(17):
+    if state.faults.undid(17):
         refused = {}  # the old path: the refusal is only noted
     if runtime is not None and (before or refused):
         # What this discovery listed replaces what was known of its namespaces.
@@ -952,7 +952,7 @@ def apply_replica_fetch(
                 # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
-    if not undo.undone(18):
+    if not state.faults.undid(18):
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
         rep.cap_at_source_high_watermarks(
@@ -983,7 +983,7 @@ def own_writes_refusal(
     Such a partition is held (`LinkRuntime.own_writes_held`): not cut, and
     fetched as held (the source copies nothing and reports why) until
     `recover` cuts it. None: the cut may go ahead."""
-    if undo.undone(15):
+    if state.faults.undid(15):
         return None
     partition, cut = fetched.partition, fetched.diverging_end_offset
     side = histories.local_side(state, topic, partition)
@@ -1106,7 +1106,7 @@ def apply_fetched(
             )
     done = yield Execute(tuple(applied.effects), "replica", refusable=True)
     refused = list(applied.refused)
-    if isinstance(done, NotStored) and undo.undone(13):
+    if isinstance(done, NotStored) and state.faults.undid(13):
         # The old data path: the round counts what it heard, not what was stored.
         finish_fetch_round(
             state, link_name, applied.progress, answer.sync_state, done.now_ms, sent_ms,
@@ -1296,7 +1296,7 @@ def finish_fetch_round(
     with links.deferred():
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
-            position = admin.readable_position(state.partition(p.topic, p.partition))
+            position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
             links.on_progress(
                 link_name,
                 p.topic,

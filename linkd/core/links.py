@@ -44,8 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from linkd.core import journal as jr
-from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.link_auth import Revoked
 from linkd.core.provenance import Gap
 
@@ -722,6 +722,8 @@ class LinkTable:
         # Set by the cluster: where the partitions this cluster leads stand now.
         self.led_logs: LedLogs | None = None
         self.led_partitions: LedPartitions | None = None
+        # Set by the cluster: its fault configuration (test only).
+        self.faults: Faults = NO_FAULTS
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
 
@@ -981,7 +983,7 @@ class LinkTable:
         # last fetch round went stale (fetch_silence_ms).
         self._recompute(name, now_ms)
         state = self.state_name(name)
-        if mode == "SYNC" and state != LinkState.FOLLOWING.value and not undo.undone(6):
+        if mode == "SYNC" and state != LinkState.FOLLOWING.value and not self.faults.undid(6):
             behind = self.lagging_partitions(name, now_ms)
             detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(
@@ -1133,7 +1135,7 @@ class LinkTable:
             return False
         runtime = self.runtime[name]
         config = self.configs.get(name)
-        if undo.undone(9) or (
+        if self.faults.undid(9) or (
             config is not None
             and config.mode == LinkMode.SYNC
             and runtime.state is LinkState.IN_SYNC

@@ -34,7 +34,6 @@ from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
-from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -421,7 +420,7 @@ def skip_gap(state: ClusterState, gap: Gap, config: LinkConfig) -> list[Effect]:
     repeated = (
         last is not None and last.kind is ProvenanceKind.GAP and last.to_offset == gap.to_offset
     )
-    if not repeated and not undo.undone(8):
+    if not repeated and not state.faults.undid(8):
         record = item.journal_record(gap.topic, gap.partition)
         state.apply_record(record)
         effects.append(Journal((record,)))
