@@ -352,6 +352,18 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
     for kind, prefix in newly_following:
         if kind is ResourceType.GROUP:
             effects += journal(clamp_group_offsets(state, prefix))
+    # Paired with the link's mappings: the namespaces attached to the link
+    # are exactly those it maps, each in its role, a follower reserved.
+    held = {
+        (ns.type.label, ns.prefix): (role, ns.reserved)
+        for ns in state.namespaces.list()
+        for link, role in ns.attachments
+        if link == link_name
+    }
+    assert held.keys() == wanted.keys() and all(
+        role == wanted[key] and (reserved or role != "follower")
+        for key, (role, reserved) in held.items()
+    ), f"link {link_name!r}: namespaces attached {held}, mappings {wanted}"
     return effects
 
 
@@ -1097,6 +1109,16 @@ def _failover_effects(
         out.namespaces.append((mapping.resource_type, mapping.local_prefix))
     if not state.faults.undid(10):
         out.dangling = [d for d in open_before if not _still_open(state, d)]
+    # Nothing of the link is followed here any more, and every namespace it
+    # followed is writable.
+    after = state.links.get(link_name).attached_mappings()
+    assert not any(m.local_role == Role.FOLLOWER for m in after), (
+        f"link {link_name!r}: a follower mapping stays attached after the failover"
+    )
+    assert not any(
+        state.namespaces.get(ResourceType.parse(kind), prefix).reserved
+        for kind, prefix in out.namespaces
+    ), f"link {link_name!r}: a namespace stays reserved after the failover: {out.namespaces}"
     return out
 
 

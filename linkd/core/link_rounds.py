@@ -907,6 +907,12 @@ def apply_replica_fetch(
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
+            cut = state.partition(local, fetched.partition)
+            # Cut where the source says the logs part (or to its start), never above.
+            assert cut.log_end_offset <= max(fetched.diverging_end_offset, cut.log_start_offset), (
+                f"link {link_name!r} partition {cut.name}: log end {cut.log_end_offset} after a "
+                f"cut at {fetched.diverging_end_offset}"
+            )
             truncations.append(Truncation(local, fetched.partition, fetched.diverging_end_offset))
             # Still reached: its row and lag stay (from the cut on).
             progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
@@ -1283,9 +1289,22 @@ def finish_fetch_round(
         and following.mapping_for(p.topic, "follower") is not None
     ]
     links.on_remote_sync_state(link_name, sync_state, now_ms)
+    before = {
+        (p.topic, p.partition): state.partition(p.topic, p.partition).high_watermark
+        for p in reached
+    }
     moved = rep.follow_source_high_watermarks(
         state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in reached]
     )
+    # Paired with `before`: a follower's HW moves only as far as the source's
+    # HW this round told it (it may stay above, where it was: it never goes back).
+    for p in reached:
+        hw = state.partition(p.topic, p.partition).high_watermark
+        was = before[(p.topic, p.partition)]
+        assert hw == was or hw <= p.source_high_watermark, (
+            f"link {link_name!r} partition {p.topic}-{p.partition}: HW {was} -> {hw}, past "
+            f"the source's HW {p.source_high_watermark}"
+        )
     keep: set[tuple[str, int, str]] = set()
     runtime = links.runtime[link_name]
     # The round's request left at `sent_ms` (else: the last request made,

@@ -44,7 +44,7 @@ from linkd.core.histories import (
 from linkd.core.links import Leader, LinkConfig, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.plans import PlanStep
-from linkd.core.provenance import ProvenanceItem
+from linkd.core.provenance import ProvenanceItem, check_history
 from linkd.core.replication import in_prefix, map_name
 
 # -- a report of one partition ---------------------------------------------------------
@@ -103,6 +103,11 @@ def plan_partition(
             "cluster), or leave this namespace out of the recovery",
         )
     cut = cut_offset(local, result.common_offset, remote.log_start_offset)
+    # A cut never passes the log end, nor goes below its start.
+    assert local.log_start_offset <= cut <= local.log_end_offset, (
+        f"{topic}-{partition}: cut at {cut} outside [{local.log_start_offset}, "
+        f"{local.log_end_offset}]"
+    )
     return PartitionRow(
         topic,
         remote_topic,
@@ -654,6 +659,8 @@ def apply_recovery(
             row.topic, row.partition
         )
         state.apply_record(cut_entry)
+        # The log ends where the plan cut it, and its history says so.
+        check_history(topic.provenance[row.partition], row.topic, row.partition, log.log_end_offset)
         records.append(cut_entry)
     for cut in plan.groups:
         current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])
