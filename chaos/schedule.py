@@ -50,10 +50,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core.faults import PlantedBug
+
 CLUSTER_NAMES = "ABCDE"
 NEMESES = ("halves", "isolate", "bridge", "one-way", "flaky", "slow", "pause", "kill")
 CLASSICS = ("kip986-dr", "sync-txn-cut", "one-way-config", "flapping", "sync-ack-failover")
-PLANTED_BUGS = ("ack-before-replicate",)
+PLANTED_BUGS = tuple(bug.value for bug in PlantedBug)  # linkd --plant-bug
 SOURCE = "A"
 TOPIC_PREFIX = "orders-"
 EXTRA_PREFIX = "pay-"

@@ -44,6 +44,7 @@ from ccr.v1 import admin_pb2, cluster_pb2, replication_pb2
 from linkd.core import link_rounds as rounds
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.cluster import RETENTION_CHECK_INTERVAL_MS
+from linkd.core.faults import Faults, PlantedBug
 from linkd.core.groups import KAFKA_INITIAL_REBALANCE_DELAY_MS, GroupConfig
 from linkd.core.link_metrics import link_samples
 from linkd.core.links import (
@@ -295,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--plant-bug",
-        choices=["ack-before-replicate"],
+        choices=[bug.value for bug in PlantedBug],
         help="TEST ONLY (chaos tests): plant a known bug so the checkers can be shown to "
         "catch it; ack-before-replicate: SYNC acks stop waiting for followers",
     )
@@ -635,7 +636,7 @@ async def serve(settings: dict[str, Any]) -> int:
         group_config=GroupConfig(
             initial_rebalance_delay_ms=int(settings["initial_rebalance_delay_ms"])
         ),
-        plant_bug=str(settings.get("plant_bug") or ""),
+        faults=Faults.planting(str(settings.get("plant_bug") or "")),
         cleaner_settings=settings["cleaner_settings"],
     )
     node.state.retention_check_interval_ms = int(settings["log_retention_check_interval_ms"])

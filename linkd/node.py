@@ -57,6 +57,7 @@ from linkd.core.cluster import (
     produce_wait_ms,
 )
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults, PlantedBug
 from linkd.core.groups import GroupConfig, GroupReply, JoinRequest, JoinResult, SyncResult
 from linkd.core.journal import encode as encode_record
 from linkd.core.links import LinkState
@@ -148,19 +149,19 @@ class ClusterNode:
         clock: Callable[[], int] = wall_clock_ms,
         topic_id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         group_config: GroupConfig | None = None,
-        plant_bug: str = "",
+        faults: Faults = NO_FAULTS,
         cleaner_settings: CleanerSettings | None = None,
     ) -> None:
         self.data_dir_path = data_dir
-        # Test only (chaos tests): "ack-before-replicate" makes acknowledgements
-        # stop waiting for SYNC followers, so a chaos run must catch it.
-        self.plant_bug = plant_bug
         self.cluster_id = cluster_id
         self.fsync = fsync
         self.clock = clock
         self.topic_id_factory = topic_id_factory
         self.group_config = group_config or GroupConfig()
-        self.state = ClusterState(cluster_id, self.group_config)
+        # Test only (chaos tests, linkd/core/faults.py): a planted
+        # ack-before-replicate makes acknowledgements stop waiting for SYNC
+        # followers, so a chaos run must catch it.
+        self.state = ClusterState(cluster_id, self.group_config, faults)
         self.datadir: DataDir | None = None
         self.journal: MetadataJournal | None = None
         self._journal_book = restart.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
@@ -547,7 +548,7 @@ class ClusterNode:
         it drops OUT_OF_SYNC (link.replica.lag.time.max.ms). Bounded by
         `wait_ms` (at most HW_WAIT_MAX_MS): then REQUEST_TIMED_OUT (indefinite:
         the records are written here and may yet replicate)."""
-        if self.plant_bug == "ack-before-replicate":
+        if self.state.faults.plants(PlantedBug.ACK_BEFORE_REPLICATE):
             return  # the planted bug: acknowledge without waiting for followers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000

@@ -38,6 +38,7 @@ from linkd.core import records as rb
 from linkd.core import restart as recovery
 from linkd.core import timers
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.journal import JournalRecord
 from linkd.core.journal import encode as encode_record
 from linkd.core.link_auth import LinkSessions
@@ -67,12 +68,14 @@ class SimCluster:
         limits: LinkLimits,
         ids: IdFactory,
         retention_check_interval_ms: int = core.RETENTION_CHECK_INTERVAL_MS,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.cluster_id = cluster_id
+        self.faults = faults  # test only: what its run plants (linkd/core/faults.py)
         self.queue = queue
         self.limits = limits
         self.retention_check_interval_ms = retention_check_interval_ms
-        self.state = core.ClusterState(cluster_id)
+        self.state = core.ClusterState(cluster_id, faults=faults)
         self.state.retention_check_interval_ms = retention_check_interval_ms
         self.links = LinkTable(cluster_id, limits)
         self.state.links = self.links
@@ -84,7 +87,7 @@ class SimCluster:
         self.incarnation = 0
         # Link sessions this cluster serves (kept in memory: a crash ends
         # them) and the link credentials it requires ("" alone: none).
-        self.link_sessions = LinkSessions(cluster_id)
+        self.link_sessions = LinkSessions(cluster_id, faults)
         self.link_credentials: tuple[str, ...] = ("",)
         self._nonces = 0
         self.stores: dict[tuple[str, int], PartitionStore] = {}
@@ -397,7 +400,7 @@ class SimCluster:
         self.crashed = True
         self.incarnation += 1
         self._data_waiters = []
-        self.link_sessions = LinkSessions(self.cluster_id)
+        self.link_sessions = LinkSessions(self.cluster_id, self.faults)
 
     def nonce(self) -> bytes:
         """A fresh nonce: unique, and reproducible (no attacker here
@@ -413,7 +416,7 @@ class SimCluster:
         data of topics it no longer has is removed, every link starts
         DISCONNECTED (`LinkTable.reset_runtime`), and transactions prepared
         before the crash are completed."""
-        state = core.ClusterState(self.cluster_id)
+        state = core.ClusterState(self.cluster_id, faults=self.faults)
         state.retention_check_interval_ms = self.retention_check_interval_ms
         state.links = LinkTable(self.cluster_id, self.limits)
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None

@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from linkd.core import undo
 from sim import scenario as scenarios
 from sim.world import Simulation
 
@@ -77,13 +76,8 @@ def simulate(
     """Runs once; returns (summary, trace lines if kept)."""
     spec = scenarios.apply_params(scenarios.load(scenario), params)
     sim = Simulation(spec, seed, keep_trace)
-    try:
-        with _fewer_collections():
-            sim.run()
-    finally:
-        # An undone fix is this run's alone: whatever runs next in this
-        # process (another run sets its own; core code sets none) sees none.
-        undo.set_undone(frozenset())
+    with _fewer_collections():
+        sim.run()
     summary: dict[str, Any] = {
         "seed": seed,
         "scenario": spec.name,

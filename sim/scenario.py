@@ -105,7 +105,7 @@ class RunSpec:
     # How often the status checker compares what every link reports with the
     # logs (invariant 9); 0: never.
     status_probe_ms: int = 500
-    # Test only: undo one fix of the operator-stories issue (linkd.core.undo,
+    # Test only: undo one fix of the operator-stories issue (linkd/core/faults.py,
     # 1-7) for this run, to measure how soon the search finds it; 0: none.
     undo_fix: int = 0
 

@@ -37,11 +37,12 @@ from typing import Any
 
 from linkd.core import cluster as core
 from linkd.core import journal as jr
-from linkd.core import lineage, link_admin, plans, procedures, recovery, undo
+from linkd.core import lineage, link_admin, plans, procedures, recovery
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
+from linkd.core.faults import Faults
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
@@ -80,8 +81,9 @@ class Simulation:
         self.scenario = scenario
         self.seed = seed
         run = scenario.run
-        # Test only (linkd.core.undo): every run sets it, so none leaks into the next.
-        undo.set_undone(frozenset({run.undo_fix}) if run.undo_fix else frozenset())
+        # Test only (linkd/core/faults.py): the fix this run undoes, in every
+        # cluster of this run and nowhere else.
+        self.faults = Faults.undoing(run.undo_fix)
         self.queue = EventQueue(run.max_events, keep_trace)
         self.history = History()
         self.client_latency_ms = run.client_latency_ms
@@ -112,6 +114,7 @@ class Simulation:
                 limits,
                 seeds.IdFactory(seed, cid),
                 c.retention_check_interval_ms,
+                self.faults,
             )
             node.on_truncate = self._make_truncate_hook(cid)
             node.on_delete_below = self._make_delete_hook(cid)

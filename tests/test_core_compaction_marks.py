@@ -4,9 +4,10 @@ the same history, not a divergence; a log that parted still is one."""
 
 from __future__ import annotations
 
-from linkd.core import histories, undo
+from linkd.core import histories
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.partition import PartitionLog
 from linkd.core.topic_config import TopicConfig
 from tests.test_core_cleaner import _clean
@@ -28,8 +29,10 @@ def _append(
     data += batch
 
 
-def _source(compacted: bool = True) -> tuple[ClusterState, PartitionLog, bytearray]:
-    state = ClusterState("A")
+def _source(
+    compacted: bool = True, faults: Faults = NO_FAULTS
+) -> tuple[ClusterState, PartitionLog, bytearray]:
+    state = ClusterState("A", faults=faults)
     configs = {"cleanup.policy": "compact"} if compacted else {}
     state.create_topic("c", 1, configs, topic_id="c-id")
     log = state.partition("c", 0)
@@ -68,14 +71,10 @@ def test_a_batch_the_cleaner_rewrote_or_removed_is_not_a_parting() -> None:
 
 
 def test_undo_20__a_cleaned_batch_reads_as_a_parting() -> None:
-    state, log, data = _source()
+    state, log, data = _source(faults=Faults.undoing(20))
     marks = _marks(log)
     _cleaned(state, log, data)
-    undo.set_undone(frozenset({20}))
-    try:
-        assert histories.common_by_marks(state, "c", 0, (marks[3], marks[4])) is None
-    finally:
-        undo.set_undone(frozenset())
+    assert histories.common_by_marks(state, "c", 0, (marks[3], marks[4])) is None
 
 
 def test_a_log_that_parted_still_parts() -> None:

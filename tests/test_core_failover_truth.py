@@ -16,15 +16,17 @@ import pytest
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
-from linkd.core import undo
 from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 from tests.test_core_link_rounds import NOW, Disk, discover, fetch_round, produce, two_clusters
 
 
-def _following(records: int = 3) -> tuple[ClusterState, ClusterState, Disk, Disk]:
-    a, b, disk_a, disk_b = two_clusters()
+def _following(
+    records: int = 3, faults: Faults = NO_FAULTS
+) -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    a, b, disk_a, disk_b = two_clusters(faults)
     discover(a, b, disk_b)
     produce(a, disk_a, records)
     fetch_round(a, b, disk_a, disk_b, NOW + 10)
@@ -109,14 +111,10 @@ def test_a_partition_never_fetched__is_unknown_and_never_learned() -> None:
 
 
 def test_undone__a_failed_call_changes_nothing__the_old_news_is_taken_as_the_lag_now() -> None:
-    a, b, disk_a, _disk_b = _following()
+    a, b, disk_a, _disk_b = _following(faults=Faults.undoing(9))
     produce(a, disk_a, 5)
     b.links.on_contact_lost("ab", NOW + 20)
-    undo.set_undone(frozenset({9}))
-    try:
-        result = admin.failover(b, "ab", False, NOW + 21)
-    finally:
-        undo.set_undone(frozenset())
+    result = admin.failover(b, "ab", False, NOW + 21)
     assert result.abandoned == []  # the silent loss of finding 1
 
 
@@ -140,7 +138,7 @@ def _open_transaction(a: ClusterState, disk_a: Disk, producer_id: int = 4242) ->
 def test_a_failover_lists_the_replicated_transaction_whose_abort_marker_it_wrote(
     undone: bool,
 ) -> None:
-    a, b, disk_a, disk_b = two_clusters()
+    a, b, disk_a, disk_b = two_clusters(Faults.undoing(10) if undone else NO_FAULTS)
     discover(a, b, disk_b)
     produce(a, disk_a, 2)
     _open_transaction(a, disk_a)
@@ -148,11 +146,7 @@ def test_a_failover_lists_the_replicated_transaction_whose_abort_marker_it_wrote
     log_b = b.partition("orders-1", 0)
     assert log_b.log_end_offset == 5 and 4242 in log_b.ongoing_txns
 
-    undo.set_undone(frozenset({10}) if undone else frozenset())
-    try:
-        result = admin.failover(b, "ab", False, NOW + 11)
-    finally:
-        undo.set_undone(frozenset())
+    result = admin.failover(b, "ab", False, NOW + 11)
     disk_b.carry_out(b, result.effects)
 
     assert 4242 not in log_b.ongoing_txns

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import Any
 
-import pytest
 from test_core_link_rounds import LIMITS, NOW, Disk, fetch_round, produce
 
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
-from linkd.core import procedures, undo
+from linkd.core import procedures
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.links import Leader, Mapping, MappingType
 from linkd.core.requests import (
     Checkpoint,
@@ -56,8 +56,8 @@ def drive(procedure: Generator[Request, Any, Any], state: ClusterState, disk: Di
         return done.value
 
 
-def setup() -> tuple[ClusterState, ClusterState, Disk, Disk]:
-    a, b = ClusterState("A"), ClusterState("B")
+def setup(faults: Faults = NO_FAULTS) -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    a, b = ClusterState("A", faults=faults), ClusterState("B", faults=faults)
     a.links.limits = LIMITS
     b.links.limits = LIMITS
     a.namespaces.create(1, "orders-", False)
@@ -100,17 +100,10 @@ def committed_on_b(b: ClusterState) -> int | None:
     return None if c is None else c.offset
 
 
-@pytest.fixture(autouse=True)
-def _no_undo() -> Iterator[None]:
-    yield
-    undo.set_undone(frozenset())
-
-
 def catch_up_with_a_group(undone: bool) -> tuple[ClusterState, Disk, int]:
     """A holds 40 records in 8 batches; B copies 2 batches while the group
     reads A to its end and commits 40; returns B, its disk and its HW."""
-    undo.set_undone(frozenset({21}) if undone else frozenset())
-    a, b, disk_a, disk_b = setup()
+    a, b, disk_a, disk_b = setup(Faults.undoing(21) if undone else NO_FAULTS)
     for _ in range(8):
         produce(a, disk_a, BATCH)
     ids = iter(f"off-{i}" for i in range(100))

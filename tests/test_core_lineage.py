@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from linkd.core import lineage, undo
+from linkd.core import lineage
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.links import LinkConfig
 
 NOW = 1_000_000
 
 
-def clusters() -> dict[str, ClusterState]:
-    out = {c: ClusterState(c) for c in "ABC"}
+def clusters(faults: Faults = NO_FAULTS) -> dict[str, ClusterState]:
+    out = {c: ClusterState(c, faults=faults) for c in "ABC"}
     out["A"].namespaces.create(1, "orders-", False)
     return out
 
@@ -118,13 +119,9 @@ def test_a_ring_closed_before_the_lineage_arrived__loses_its_newest_attach() -> 
 
 
 def test_with_the_fix_undone__a_ring_of_three_is_accepted() -> None:
-    cs = clusters()
+    cs = clusters(Faults.undoing(12))
     chain_a_b_c(cs)
-    undo.set_undone(frozenset({12}))
-    try:
-        attach(cs, "C", "ca", "local", NOW + 3)
-    finally:
-        undo.set_undone(frozenset())
+    attach(cs, "C", "ca", "local", NOW + 3)
 
     assert cs["A"].links.get("ca").attached_mappings() != []
 

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from linkd.core import link_auth as auth
-from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import Faults
 from linkd.core.links import LinkTable
 
 KEY = hashlib.sha256(b"the link key").digest()
@@ -230,17 +230,13 @@ def test_with_the_revocation_undone__a_busy_session_keeps_working__served_on_rev
     """Fix 16 undone: the old path, where a withdrawn credential ended a
     session only once it went idle; `served_on_revoked` tells the simulator
     that a call was served so (its checker's violation)."""
-    sessions = auth.LinkSessions("B")
+    sessions = auth.LinkSessions("B", Faults.undoing(16))
     req, root = request(sessions, 1, credential="old")
     got = sessions.open(req, auth.KnownLink("A", KEY), ("old",), NOW, "s1")
     key = auth.opened_session_key(auth.Opening(req, root), "s1", got.proof)
     digest = auth.request_digest(b"x")
     mac = auth.call_mac(key, "ReplicaPush", 0, digest)
-    undo.set_undone(frozenset({16}))
-    try:
-        served = sessions.verify("s1", "L1", "ReplicaPush", 0, digest, mac, NOW, ("new",))
-    finally:
-        undo.set_undone(frozenset())
+    served = sessions.verify("s1", "L1", "ReplicaPush", 0, digest, mac, NOW, ("new",))
     assert served is got.session and sessions.revoked == {}
     assert sessions.served_on_revoked(served, ("new",))
     assert not sessions.served_on_revoked(served, ("old", "new"))

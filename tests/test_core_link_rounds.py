@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from linkd.core import histories, undo
+from linkd.core import histories
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState, Effect, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.journal import decode
 from linkd.core.links import LinkLimits, Mapping
 
@@ -62,8 +63,8 @@ class Disk:
         return out, len(out)
 
 
-def two_clusters() -> tuple[ClusterState, ClusterState, Disk, Disk]:
-    a, b = ClusterState("A"), ClusterState("B")
+def two_clusters(faults: Faults = NO_FAULTS) -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    a, b = ClusterState("A", faults=faults), ClusterState("B", faults=faults)
     a.links.limits = LIMITS
     b.links.limits = LIMITS
     a.namespaces.create(1, "orders-", False)
@@ -401,21 +402,19 @@ def test_a_round_cut_short__what_it_appended_is_readable_once_durable() -> None:
 
 
 def test_a_round_cut_short__undo_18__hides_what_it_appended() -> None:
-    a, b, disk_a, disk_b = two_clusters()
+    a, b, disk_a, disk_b = two_clusters(Faults.undoing(18))
     discover(a, b, disk_b)
     fetch_round(a, b, disk_a, disk_b, NOW + 5)
-    undo.set_undone(frozenset({18}))
-    try:
-        end = _round_cut_short(a, b, disk_a, disk_b)
-    finally:
-        undo.set_undone(frozenset())
+    end = _round_cut_short(a, b, disk_a, disk_b)
 
     log = b.partition("orders-1", 0)
     assert log.log_end_offset == end and log.high_watermark == 0
 
 
-def test_reports_give_the_readable_position__not_the_log_end() -> None:
-    a, b, disk_a, disk_b = two_clusters()
+def _sync_follower_holding_records(faults: Faults) -> tuple[ClusterState, int]:
+    """B follows A over a SYNC link and holds 2 records above its readable
+    high watermark; returns B and its log end."""
+    a, b, disk_a, disk_b = two_clusters(faults)
     discover(a, b, disk_b)
     fetch_round(a, b, disk_a, disk_b, NOW + 5)
     fetch_round(a, b, disk_a, disk_b, NOW + 15)  # the leader sees the follower caught up
@@ -426,18 +425,21 @@ def test_reports_give_the_readable_position__not_the_log_end() -> None:
     end = produce(a, disk_a, 2)
     fetch_round(a, b, disk_a, disk_b, NOW + 40)  # a SYNC follower copies to the LEO,
     # readable only as far as its source's HW (held until it acknowledges)
+    return b, end
 
+
+def test_reports_give_the_readable_position__not_the_log_end() -> None:
+    b, end = _sync_follower_holding_records(NO_FAULTS)
     row = admin.follower_partitions(b, "ab", NOW + 41)[0]
     assert (row.log_end_offset, row.high_watermark, row.source_high_watermark) == (end, 0, 0)
     summary = admin.link_summary(b, "ab", NOW + 41)
     [lag] = [r for r in summary.partitions if r.role == "follower"]
     assert (lag.log_end_offset, lag.high_watermark) == (end, 0)
 
-    undo.set_undone(frozenset({19}))
-    try:
-        row = admin.follower_partitions(b, "ab", NOW + 41)[0]
-    finally:
-        undo.set_undone(frozenset())
+
+def test_undo_19__reports_give_the_log_end() -> None:
+    b, end = _sync_follower_holding_records(Faults.undoing(19))
+    row = admin.follower_partitions(b, "ab", NOW + 41)[0]
     assert row.high_watermark == end  # undone: the log end, which nobody can read
 
 

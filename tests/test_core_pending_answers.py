@@ -5,15 +5,14 @@ drives the core's procedures, with the remote unreachable (or answering)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any
 
-import pytest
-
-from linkd.core import procedures, undo
+from linkd.core import procedures
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import journal
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.links import LinkConfig
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
@@ -30,7 +29,6 @@ from linkd.core.requests import (
 )
 
 NOW = 1_000
-
 
 def drive(
     procedure: Generator[Request, Any, Any],
@@ -66,22 +64,14 @@ def drive(
     except StopIteration as done:
         return done.value, notes
 
-
-def clusters() -> tuple[ClusterState, ClusterState]:
-    a, b = ClusterState("A"), ClusterState("B")
+def clusters(faults: Faults = NO_FAULTS) -> tuple[ClusterState, ClusterState]:
+    a, b = ClusterState("A", faults=faults), ClusterState("B", faults=faults)
     for state in (a, b):
         journal(state.namespaces.create(ResourceType.GROUP, "app-", False))
     config = a.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", NOW)
     a.links.store(config, NOW)
     b.links.accept_mirror(a.links.get("ab"), NOW)
     return a, b
-
-
-@pytest.fixture(autouse=True)
-def _no_undo() -> Iterator[None]:
-    yield
-    undo.set_undone(frozenset())
-
 
 def test_an_attach_the_remote_did_not_confirm_answers_pending_with_what_remains() -> None:
     a, _b = clusters()
@@ -97,7 +87,6 @@ def test_an_attach_the_remote_did_not_confirm_answers_pending_with_what_remains(
     assert any(m.attached for m in result.config.mappings.values())
     assert any("pending" in n for n in notes)
 
-
 def test_an_attach_the_remote_answered_is_done_and_the_remote_holds_it() -> None:
     a, b = clusters()
     result, _notes = drive(
@@ -107,7 +96,6 @@ def test_an_attach_the_remote_answered_is_done_and_the_remote_holds_it() -> None
     (mine,) = [m for m in a.links.get("ab").mappings.values() if m.attached]
     theirs = b.links.get("ab").mappings[mine.mirrored_key]
     assert theirs.attached and theirs.version >= mine.version
-
 
 def test_an_attach_asked_again_while_pending__stays_pending__until_the_remote_answers() -> None:
     a, b = clusters()
@@ -132,7 +120,6 @@ def test_an_attach_asked_again_while_pending__stays_pending__until_the_remote_an
     theirs = b.links.get("ab").mappings[mine.mirrored_key]
     assert theirs.attached and theirs.version >= mine.version
 
-
 def test_detach_and_set_mode_and_delete_link_unconfirmed_are_pending() -> None:
     a, b = clusters()
     drive(procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, b)
@@ -144,10 +131,8 @@ def test_detach_and_set_mode_and_delete_link_unconfirmed_are_pending() -> None:
     assert deleted.config is None and deleted.pending is not None
     assert "still holds its half" in deleted.pending.remains
 
-
 def test_undone__an_unconfirmed_attach_answers_done() -> None:
-    undo.set_undone(frozenset({22}))
-    a, _b = clusters()
+    a, _b = clusters(Faults.undoing(22))
     result, _notes = drive(
         procedures.attach(a, "ab", "group", "app-", "app-", "local", NOW), a, None
     )

@@ -14,6 +14,7 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS
 from linkd.core.histories import BatchMark, PartitionSide, compare, cut_offset, log_marks
 from linkd.core.journal import decode
 from linkd.core.links import Mapping
@@ -97,14 +98,14 @@ def test_nothing_shared__the_log_start_is_common__unrelated_topics_are_refused()
     )
     assert not row.related
     with pytest.raises(ClusterError) as info:
-        refuse_unrelated([row], "A", "B")  # two topics of one name: no guess
+        refuse_unrelated([row], "A", "B", NO_FAULTS)  # two topics of one name: no guess
     assert info.value.code is ErrorCode.NO_SHARED_HISTORY
     assert "delete" not in info.value.message
     # B's topic was created by a link from A (its provenance names A): related.
     b = copied("B", 2, start(0, "A"), epochs=((0, 0), (1, 0)))  # B's own records, its epoch
     related = plan_partition("t", "t", 0, copied("A", 3), b)
     assert related.related and related.truncate_to == 0
-    refuse_unrelated([related, row], "A", "B")  # one related partition relates the topic
+    refuse_unrelated([related, row], "A", "B", NO_FAULTS)  # one related partition relates the topic
     # An empty follower loses nothing; an empty remote shares its empty history.
     row = plan_partition("t", "t", 0, copied("A", 0), copied("B", 3))
     assert (row.truncate_to, row.local_records_lost, row.remote_records_lost) == (0, 0, 3)

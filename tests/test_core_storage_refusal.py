@@ -18,10 +18,10 @@ from test_core_link_rounds import NOW, Disk, discover, produce, two_clusters
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import replication as rep
-from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import AppendBatch
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.link_metrics import link_samples
 from linkd.core.requests import Execute, Note, NotStored, Now, Request, WakeWaiters
 
@@ -74,8 +74,10 @@ def round_(a: ClusterState, b: ClusterState, disk_a: Disk, disk_b: Disk, now: in
                  full)  # fmt: skip
 
 
-def following_then_full() -> tuple[ClusterState, ClusterState, Disk, Disk, bool, list[str]]:
-    a, b, disk_a, disk_b = two_clusters()
+def following_then_full(
+    faults: Faults = NO_FAULTS,
+) -> tuple[ClusterState, ClusterState, Disk, Disk, bool, list[str]]:
+    a, b, disk_a, disk_b = two_clusters(faults)
     discover(a, b, disk_b)
     b.links.on_contact("ab", NOW)
     produce(a, disk_a, 3)
@@ -124,11 +126,7 @@ def test_a_round_that_stores__clears_the_refusal__and_the_link_follows_again() -
 
 
 def test_with_the_fix_undone__the_round_reports_what_it_heard() -> None:
-    undo.set_undone(frozenset({13}))
-    try:
-        _a, b, _da, _db, _stored, _notes = following_then_full()
-    finally:
-        undo.set_undone(frozenset())
+    _a, b, _da, _db, _stored, _notes = following_then_full(Faults.undoing(13))
 
     summary = admin.link_summary(b, "ab", NOW + 20)
     (row,) = [r for r in summary.partitions if r.role == "follower"]

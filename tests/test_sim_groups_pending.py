@@ -1,5 +1,5 @@
 """The simulator finds each fix of the groups-and-pending issue undone
-(linkd/core/undo.py 21, 22), and the same runs are clean with the fixes."""
+(linkd/core/faults.py 21, 22), and the same runs are clean with the fixes."""
 
 from __future__ import annotations
 

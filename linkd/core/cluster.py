@@ -46,6 +46,7 @@ from linkd.core.effects import (
 )
 from linkd.core.effects import journal as _journal
 from linkd.core.errors import ClusterError, ErrorCode, RecordError
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.groups import GroupConfig, GroupCoordinator
 from linkd.core.links import (
     LinkConfig,
@@ -162,8 +163,16 @@ class OffsetLookup:
 
 
 class ClusterState:
-    def __init__(self, cluster_id: str, group_config: GroupConfig | None = None) -> None:
+    def __init__(
+        self,
+        cluster_id: str,
+        group_config: GroupConfig | None = None,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
         self.cluster_id = cluster_id
+        # Test only: the fixes undone and bugs planted in this cluster
+        # (linkd/core/faults.py); fixed for its life, none outside a test.
+        self._faults = faults
         self.topics: dict[str, Topic] = {}
         self.txn = TransactionCoordinator(producer_id_base(cluster_id))
         self.groups = GroupCoordinator(group_config or GroupConfig())
@@ -172,6 +181,7 @@ class ClusterState:
         self._links = LinkTable(cluster_id)
         self._links.led_logs = self.led_logs
         self._links.led_partitions = self.led_under
+        self._links.faults = faults
         self.mirror_links = MirrorLinkTable()
         self.namespaces = NamespaceTable()
         # Multi-step procedures in progress (linkd/core/plans.py).
@@ -198,6 +208,10 @@ class ClusterState:
     # -- lookup ---------------------------------------------------------------
 
     @property
+    def faults(self) -> Faults:
+        return self._faults
+
+    @property
     def links(self) -> LinkTable:
         return self._links
 
@@ -206,6 +220,7 @@ class ClusterState:
         """A shell may bring its own table (limits): it judges this cluster's logs."""
         table.led_logs = self.led_logs
         table.led_partitions = self.led_under
+        table.faults = self._faults
         self._links = table
 
     def topic(self, name: str) -> Topic:

@@ -38,9 +38,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Protocol
 
-from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.partition import PartitionLog
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
@@ -248,6 +248,9 @@ def own_acknowledged(side: PartitionSide, start: int) -> tuple[tuple[int, int], 
                 out[-1] = (out[-1][0], piece[1])
             else:
                 out.append(piece)
+    # Ranges in order, apart, and within what was asked and acknowledged.
+    assert all(start <= low < high <= end for low, high in out), (side.cluster_id, start, end, out)
+    assert all(a[1] < b[0] for a, b in pairwise(out)), (side.cluster_id, out)
     return tuple(out)
 
 
@@ -411,7 +414,6 @@ class BatchMark:
             return True
         return (
             cleaned
-            and not undo.undone(20)
             and (
                 batch.partition_leader_epoch,
                 batch.producer_id,
@@ -490,7 +492,13 @@ def log_marks(
     # The recent batches come first (newest first) and number fewer than
     # MARKS_MAX: all of them are marked.
     complete = (recent[0].base_offset, log.log_end_offset)
-    return tuple(marks[b] for b in sorted(marks, reverse=True)), complete
+    out = tuple(marks[b] for b in sorted(marks, reverse=True))
+    # Marks of batches this log holds, newest first, none past its end.
+    assert out[0].last_offset < log.log_end_offset, (log.name, out[0], log.log_end_offset)
+    assert all(a.base_offset > b.last_offset for a, b in pairwise(out)), (
+        log.name, [m.base_offset for m in out]
+    )
+    return out, complete
 
 
 def _span_marks(
@@ -529,7 +537,9 @@ def with_marks_of(
     the offsets `remote` marked, and whether its topic is compacted."""
     log = state.partition(topic, partition)
     marks = marks_at(log, (m.base_offset for m in remote.marks))
-    return replace(side, marks=marks, compacted=state.topic(topic).config.compact)
+    # Fix 20 undone (test only): compared as if not compacted, by CRC too.
+    compacted = state.topic(topic).config.compact and not state.faults.undid(20)
+    return replace(side, marks=marks, compacted=compacted)
 
 
 def last_mark(log: PartitionLog) -> tuple[BatchMark, ...]:
@@ -570,13 +580,18 @@ def parting_by_marks(
     it that a compacted log's cleaner removed whole (`cleaned_away`); None
     when it holds none and a mark differs."""
     log = state.partition(topic, partition)
-    cleaned = state.topic(topic).config.compact and not undo.undone(20)
+    cleaned = state.topic(topic).config.compact and not state.faults.undid(20)
     holes_top: int | None = None  # index of the newest mark of a cleaned run
     for i, mark in enumerate(marks):
         batch = log.batch_at(mark.base_offset)
         if batch is not None and mark.same_write(batch, cleaned):
             top = holes_top if holes_top is not None else i
             above = marks[top - 1] if top > 0 else None
+            # Where the logs agree to is a batch end this log holds: never past its end.
+            assert marks[top].last_offset < log.log_end_offset, (
+                f"partition {log.name}: agreed to {marks[top].last_offset + 1}, past its log "
+                f"end {log.log_end_offset}"
+            )
             return Parting(marks[top].last_offset + 1, marks[top], above)
         if cleaned and cleaned_away(log, mark):
             # The cleaner removed the whole batch here: no sign of a parting.

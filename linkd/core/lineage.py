@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from linkd.core import undo
 from linkd.core.cluster import ClusterState
 from linkd.core.links import LineageHop, LinkConfig, Mapping, MappingKey, Role
 
@@ -105,7 +104,7 @@ def led_ring(
 ) -> tuple[list[str], bool] | None:
     """`ring_if_led`, and whether `candidate`'s attach is the newest of the
     ring's follow relations."""
-    if undo.undone(12):
+    if state.faults.undid(12):
         return None  # the old rule: only rings of two links were refused
     hops = upstream(state, candidate.resource_type, candidate.local_prefix)
     clusters = [c for c, _ in hops]
@@ -123,7 +122,7 @@ def ring_if_followed(
     lineage of it is `hops`, closes: (clusters in the direction records would
     flow, whether `candidate`'s attach is the newest of the ring's follow
     relations). None if this cluster is not in `hops`."""
-    if undo.undone(12):
+    if state.faults.undid(12):
         return None
     clusters = [c for c, _ in hops]
     if state.cluster_id not in clusters:

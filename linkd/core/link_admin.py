@@ -42,11 +42,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from linkd.core import journal as jr
-from linkd.core import lineage, undo
+from linkd.core import lineage
 from linkd.core import metadata_sync as msync
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import Faults
 from linkd.core.links import (
     Leader,
     LineageHop,
@@ -102,7 +103,7 @@ def mapping_conflict(
     for o in others:
         if o.key == candidate.key or o.resource_type != candidate.resource_type:
             continue
-        if undo.undone(5):
+        if state.faults.undid(5):
             break  # the old rules: overlaps on one link went unchecked
         if overlaps(candidate.local_prefix, o.local_prefix):
             if candidate.local_role == o.local_role == Role.FOLLOWER:
@@ -376,6 +377,18 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
     for kind, prefix in newly_following:
         if kind is ResourceType.GROUP:
             effects += journal(clamp_group_offsets(state, prefix))
+    # Paired with the link's mappings: the namespaces attached to the link
+    # are exactly those it maps, each in its role, a follower reserved.
+    held = {
+        (ns.type.label, ns.prefix): (role, ns.reserved)
+        for ns in state.namespaces.list()
+        for link, role in ns.attachments
+        if link == link_name
+    }
+    assert held.keys() == wanted.keys() and all(
+        role == wanted[key] and (reserved or role != "follower")
+        for key, (role, reserved) in held.items()
+    ), f"link {link_name!r}: namespaces attached {held}, mappings {wanted}"
     return effects
 
 
@@ -426,7 +439,7 @@ def _abort_reserved(
     state: ClusterState, kind: ResourceType, prefix: str, now_ms: int
 ) -> tuple[list[str], list[Effect]]:
     """A namespace just became reserved: abort the open transactions touching it."""
-    if undo.undone(3):
+    if state.faults.undid(3):
         return [], []  # the old rule: only `reverse` aborted them
     if kind is ResourceType.TOPIC:
         return state.abort_transactions_in([prefix], now_ms)
@@ -544,7 +557,7 @@ def refuse_unattachable(
         if conflict is None or (before and conflict.cross_link):
             kept.append(m)
             continue
-        if undo.undone(2):
+        if state.faults.undid(2):
             # The old merge: the follow check refused the whole handshake.
             raise ClusterError(conflict.code, f"link {link_name!r}", conflict.message)
         note = f"refused by cluster {state.cluster_id!r}: {conflict.message}"
@@ -785,7 +798,9 @@ def link_summary(state: ClusterState, name: str, now_ms: int) -> LinkSummary:
                 known,
                 p.known_at_ms,
                 problem=_problem(stored_refusal(state, name, topic, partition)),
-                high_watermark=readable_position(log) if log is not None else p.log_end_offset,
+                high_watermark=(
+                    readable_position(log, state.faults) if log is not None else p.log_end_offset
+                ),
                 unknown_since_ms=0 if known else unknown_since(p.known_at_ms, True),
             )
         )
@@ -844,7 +859,7 @@ def refused_rows(state: ClusterState, name: str) -> list[PartitionLag]:
                 False,
                 0,
                 problem,
-                readable_position(t.partitions[partition]),
+                readable_position(t.partitions[partition], state.faults),
                 -1,
                 own_writes_held=(topic, partition) in runtime.own_writes_held,
             )
@@ -894,7 +909,7 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
             progress = runtime.partitions.get((topic, p, "follower"))
             prov = provenance_summary(state, topic, p)
             source_hw = progress.source_high_watermark if progress is not None else -1
-            lag = max(0, source_hw - readable_position(log))
+            lag = max(0, source_hw - readable_position(log, state.faults))
             since = progress.caught_up_at_ms if progress is not None else now_ms
             known_at = progress.known_at_ms if progress is not None else 0
             row_known = known and progress is not None
@@ -913,18 +928,18 @@ def follower_partitions(state: ClusterState, link_name: str, now_ms: int) -> lis
                     row_known,
                     known_at,
                     _problem(runtime.refused.get((topic, p))),
-                    readable_position(log),
+                    readable_position(log, state.faults),
                     0 if row_known else unknown_since(known_at, progress is not None),
                 )
             )
     return rows
 
 
-def readable_position(log: PartitionLog) -> int:
+def readable_position(log: PartitionLog, faults: Faults) -> int:
     """A follower partition's position as every report gives it: what a
     consumer here can read (its high watermark), not what its log holds.
     Records held above it are not caught up: nobody can read them yet."""
-    if undo.undone(19):
+    if faults.undid(19):
         return log.log_end_offset
     return log.high_watermark
 
@@ -1044,7 +1059,7 @@ def check_failover(
     partition, those that may lose records), or raises the refusal."""
     link_state = state.links.state_name(link_name)
     rows = follower_partitions(state, link_name, now_ms)
-    if undo.undone(4):
+    if state.faults.undid(4):
         # The old rule: the last known lag taken as the lag now, any state.
         rows = [
             replace(r, lag_known=True, lag_records=known_part(r), unknown_since_ms=0) for r in rows
@@ -1054,7 +1069,7 @@ def check_failover(
     # none of their records.
     abandoned += uncreated_rows(state, link_name)
     if not force:
-        if not undo.undone(4) and link_state not in (
+        if not state.faults.undid(4) and link_state not in (
             LinkState.FOLLOWING.value,
             LinkState.IN_SYNC.value,
         ):
@@ -1122,8 +1137,18 @@ def _failover_effects(
         effects += reservation.effects
         out.dangling += reservation.dangling
         out.namespaces.append((mapping.resource_type, mapping.local_prefix))
-    if not undo.undone(10):
+    if not state.faults.undid(10):
         out.dangling = [d for d in open_before if not _still_open(state, d)]
+    # Nothing of the link is followed here any more, and every namespace it
+    # followed is writable.
+    after = state.links.get(link_name).attached_mappings()
+    assert not any(m.local_role == Role.FOLLOWER for m in after), (
+        f"link {link_name!r}: a follower mapping stays attached after the failover"
+    )
+    assert not any(
+        state.namespaces.get(ResourceType.parse(kind), prefix).reserved
+        for kind, prefix in out.namespaces
+    ), f"link {link_name!r}: a namespace stays reserved after the failover: {out.namespaces}"
     return out
 
 

@@ -52,8 +52,8 @@ import hmac
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 
 KEY_BYTES = 32
 NONCE_BYTES = 32
@@ -299,8 +299,9 @@ class Opened:
 class LinkSessions:
     """The callee's side: pending challenges and open sessions, bounded."""
 
-    def __init__(self, cluster_id: str) -> None:
+    def __init__(self, cluster_id: str, faults: Faults = NO_FAULTS) -> None:
         self.cluster_id = cluster_id
+        self.faults = faults  # the cluster's (test only: linkd/core/faults.py)
         self._challenges: OrderedDict[bytes, int] = OrderedDict()  # nonce -> issued at
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self.refusals: Counter[Refusal] = Counter()
@@ -424,7 +425,7 @@ class LinkSessions:
             raise self._refuse(Refusal.EXPIRED_SESSION, f"{method}: session expired")
         if (
             accepted is not None
-            and not undo.undone(16)
+            and not self.faults.undid(16)
             and session.credential not in {credential_digest(c) for c in accepted}
         ):
             self.end_revoked(accepted, now_ms)

@@ -68,12 +68,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from linkd.core import lineage, undo
+from linkd.core import lineage
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import Faults
 from linkd.core.link_calls import (
     Answered,
     Applied,
@@ -176,6 +177,7 @@ def next_steps(
     last_handshake_ms: int | None,
     last_discovery_ms: int | None,
     last_push_discovery_ms: int | None,
+    faults: Faults,
 ) -> NextSteps:
     """The one rule for a dialing side's next steps (None: never done)."""
 
@@ -194,7 +196,7 @@ def next_steps(
             pull = pull or m.resource_type == MappingType.TOPIC
         else:
             leads = True
-    if undo.undone(1) and pull:
+    if faults.undid(1) and pull:
         leads = False  # the old runner: pull or push, never both
     handshake_ms = due_at(last_handshake_ms, HANDSHAKE_INTERVAL_MS)
     discovery_ms = due_at(last_discovery_ms, DISCOVERY_INTERVAL_MS)
@@ -320,7 +322,7 @@ class LinkDriver:
     def _control(self, lane: Lane) -> Lanes:
         now = yield from _now()
         config = self._config()
-        steps = next_steps(config, now, *self._timers())
+        steps = self._steps(config, now)
         if steps.handshake:
             yield from self._handshake(lane)
         elif steps.discover:
@@ -329,6 +331,9 @@ class LinkDriver:
             # Until the next handshake or discovery is due, looking again at
             # least every IDLE_POLL_MS.
             yield Idle(max(1, min(IDLE_POLL_MS, steps.control_due_ms - now)))
+
+    def _steps(self, config: LinkConfig, now: int) -> NextSteps:
+        return next_steps(config, now, *self._timers(), self.state.faults)
 
     def _timers(self) -> tuple[int | None, int | None, int | None]:
         return self.last_handshake_ms, self.last_discovery_ms, self.last_push_discovery_ms
@@ -395,7 +400,7 @@ class LinkDriver:
     def _pull(self, lane: Lane) -> Lanes:
         now = yield from _now()
         config = self._config()
-        if not self.handshaken or not next_steps(config, now, *self._timers()).pull:
+        if not self.handshaken or not self._steps(config, now).pull:
             yield Idle(IDLE_POLL_MS)
             return
         s = self.settings
@@ -434,7 +439,7 @@ class LinkDriver:
     def _push(self, lane: Lane) -> Lanes:
         now = yield from _now()
         config = self._config()
-        if not self.handshaken or not next_steps(config, now, *self._timers()).push:
+        if not self.handshaken or not self._steps(config, now).push:
             self.next_fetch = None
             yield Idle(IDLE_POLL_MS)
             return
@@ -469,7 +474,7 @@ class LinkDriver:
     ) -> tuple[tuple[rounds.SourceNamespace, ...], tuple[msync.GroupOffset, ...]]:
         """What the push leaving now carries besides records: this side's
         namespaces and group offsets, each discovery interval."""
-        if not next_steps(config, now, *self._timers()).push_discovery:
+        if not self._steps(config, now).push_discovery:
             return (), ()
         self.last_push_discovery_ms = now
         return rounds.push_discovery(self.state, config)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
-from linkd.core import histories, undo
+from linkd.core import histories
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import metadata_sync as msync
@@ -389,7 +389,7 @@ def carry_out_topics(
             yield Note("warning", f"link {link_name!r}: {refusal.message}")
     if plan.rest:
         yield Execute(tuple(plan.rest))
-    if undo.undone(17):
+    if state.faults.undid(17):
         refused = {}  # the old path: the refusal is only noted
     if runtime is not None and (before or refused):
         # What this discovery listed replaces what was known of its namespaces.
@@ -916,6 +916,12 @@ def apply_replica_fetch(
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
+            cut = state.partition(local, fetched.partition)
+            # Cut where the source says the logs part (or to its start), never above.
+            assert cut.log_end_offset <= max(fetched.diverging_end_offset, cut.log_start_offset), (
+                f"link {link_name!r} partition {cut.name}: log end {cut.log_end_offset} after a "
+                f"cut at {fetched.diverging_end_offset}"
+            )
             truncations.append(Truncation(local, fetched.partition, fetched.diverging_end_offset))
             # Still reached: its row and lag stay (from the cut on).
             progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
@@ -961,7 +967,7 @@ def apply_replica_fetch(
                 # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
-    if not undo.undone(18):
+    if not state.faults.undid(18):
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
         rep.cap_at_source_high_watermarks(
@@ -992,7 +998,7 @@ def own_writes_refusal(
     Such a partition is held (`LinkRuntime.own_writes_held`): not cut, and
     fetched as held (the source copies nothing and reports why) until
     `recover` cuts it. None: the cut may go ahead."""
-    if undo.undone(15):
+    if state.faults.undid(15):
         return None
     partition, cut = fetched.partition, fetched.diverging_end_offset
     side = histories.local_side(state, topic, partition)
@@ -1115,7 +1121,7 @@ def apply_fetched(
             )
     done = yield from execute_refusable(tuple(applied.effects), "replica")
     refused = list(applied.refused)
-    if isinstance(done, NotStored) and undo.undone(13):
+    if isinstance(done, NotStored) and state.faults.undid(13):
         # The old data path: the round counts what it heard, not what was stored.
         finish_fetch_round(
             state, link_name, applied.progress, answer.sync_state, done.now_ms, sent_ms,
@@ -1292,9 +1298,22 @@ def finish_fetch_round(
         and following.mapping_for(p.topic, "follower") is not None
     ]
     links.on_remote_sync_state(link_name, sync_state, now_ms)
+    before = {
+        (p.topic, p.partition): state.partition(p.topic, p.partition).high_watermark
+        for p in reached
+    }
     moved = rep.follow_source_high_watermarks(
         state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in reached]
     )
+    # Paired with `before`: a follower's HW moves only as far as the source's
+    # HW this round told it (it may stay above, where it was: it never goes back).
+    for p in reached:
+        hw = state.partition(p.topic, p.partition).high_watermark
+        was = before[(p.topic, p.partition)]
+        assert hw == was or hw <= p.source_high_watermark, (
+            f"link {link_name!r} partition {p.topic}-{p.partition}: HW {was} -> {hw}, past "
+            f"the source's HW {p.source_high_watermark}"
+        )
     keep: set[tuple[str, int, str]] = set()
     runtime = links.runtime[link_name]
     # The round's request left at `sent_ms` (else: the last request made,
@@ -1305,7 +1324,7 @@ def finish_fetch_round(
     with links.deferred():
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
-            position = admin.readable_position(state.partition(p.topic, p.partition))
+            position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
             links.on_progress(
                 link_name,
                 p.topic,

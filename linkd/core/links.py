@@ -44,8 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from linkd.core import journal as jr
-from linkd.core import undo
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.link_auth import Revoked
 from linkd.core.provenance import Gap
 
@@ -731,6 +731,8 @@ class LinkTable:
         # Set by the cluster: where the partitions this cluster leads stand now.
         self.led_logs: LedLogs | None = None
         self.led_partitions: LedPartitions | None = None
+        # Set by the cluster: its fault configuration (test only).
+        self.faults: Faults = NO_FAULTS
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
 
@@ -996,7 +998,7 @@ class LinkTable:
         self._recompute(name, now_ms)
         state = self.state_name(name)
         following = self.state_of(name) is LinkState.FOLLOWING
-        if mode == LinkMode.SYNC and not following and not undo.undone(6):
+        if mode == LinkMode.SYNC and not following and not self.faults.undid(6):
             behind = self.lagging_partitions(name, now_ms)
             detail = f"; behind: {', '.join(behind[:5])}" if behind else ""
             raise ClusterError(
@@ -1148,7 +1150,7 @@ class LinkTable:
             return False
         runtime = self.runtime[name]
         config = self.configs.get(name)
-        if undo.undone(9) or (
+        if self.faults.undid(9) or (
             config is not None
             and config.mode == LinkMode.SYNC
             and runtime.state is LinkState.IN_SYNC

@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
-from linkd.core import undo
 from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, PermissionType
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
@@ -93,12 +92,12 @@ def apply_replicated_offsets(
         log = state.topics[local_topic].partitions
         if partition >= len(log) or offset < 0:
             continue
-        if runtime is not None and i < len(offsets) and not undo.undone(21):
+        if runtime is not None and i < len(offsets) and not state.faults.undid(21):
             runtime.heard_offsets[(local_group, local_topic, partition)] = (offset, now_ms)
         hw = log[partition].high_watermark
         if offset > hw:
             held.append(GroupOffset(group, topic, partition, offset, metadata, epoch))
-            if undo.undone(21):
+            if state.faults.undid(21):
                 continue  # the old rule: nothing until the data reaches it
             # The group stands at the follower's data; the commit's leader
             # epoch belongs to a record this cluster does not hold yet.
@@ -206,15 +205,15 @@ def settle_failover_groups(
         if partition >= len(log):
             continue
         hw = log[partition].high_watermark
-        if undo.undone(21):
+        if state.faults.undid(21):
             continue
         wanted.append((group, topic, partition, min(offset, hw), "", -1))
     effects = commit_replicated(state, config, wanted, now_ms, new_topic_id)
-    keys = {k for k in heard if ours(k[0])} if not undo.undone(21) else set()
+    keys = {k for k in heard if ours(k[0])} if not state.faults.undid(21) else set()
     for group_id, _state, _type in state.groups.list_groups():
         if ours(group_id):
             keys |= {(group_id, t, p) for t, p in state.groups.committed(group_id, None)}
-    if undo.undone(21):
+    if state.faults.undid(21):
         keys = set()  # the old answer says nothing of groups
     rows: list[GroupResume] = []
     for group, topic, partition in sorted(keys):

@@ -37,7 +37,7 @@ import hashlib
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 
-from linkd.core import histories, lineage, plans, recovery, undo
+from linkd.core import histories, lineage, plans, recovery
 from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
@@ -45,6 +45,7 @@ from linkd.core import metadata_sync as msync
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import Faults
 from linkd.core.links import (
     Field,
     Leader,
@@ -208,10 +209,12 @@ class AdminResult:
         return self.pending is None
 
 
-def _pending(remote_cluster_id: str, remains: str, reason: str) -> Pending | None:
+def _pending(
+    faults: Faults, remote_cluster_id: str, remains: str, reason: str
+) -> Pending | None:
     """The pending part of an answer (undone, fix 22: none; the old answer
     said done although the remote was not reached)."""
-    if undo.undone(22):
+    if faults.undid(22):
         return None
     return Pending(remote_cluster_id, remains, reason)
 
@@ -260,6 +263,7 @@ def change_mapping(
         reason = reply.error.message if reply.error else "no answer"
         what = "attached" if stamped.attached else "detached"
         pending = _pending(
+            state.faults,
             config.remote_cluster_id,
             f"{stamped.resource_type} namespace {stamped.local_prefix!r} {what} "
             f"(remote {stamped.remote_prefix!r}): {config.remote_cluster_id!r} has not "
@@ -296,7 +300,7 @@ def attach(
         # Already attached just so; an earlier answer may have been pending,
         # so "done" only once the remote answered a handshake carrying it.
         return (yield from confirm_mapping(state, link_name, mapping, require_remote))
-    if mapping.resource_type == MappingType.TOPIC and not undo.undone(15):
+    if mapping.resource_type == MappingType.TOPIC and not state.faults.undid(15):
         yield from refuse_cutting_own_writes(state, link_name, mapping)
     result = yield from change_mapping(state, link_name, mapping, now_ms, require_remote)
     yield Note(
@@ -345,6 +349,7 @@ def confirm_mapping(
     return AdminResult(
         state.links.get(link_name),
         _pending(
+            state.faults,
             config.remote_cluster_id,
             f"{mapping.resource_type} namespace {mapping.local_prefix!r} {what} "
             f"(remote {mapping.remote_prefix!r}): {config.remote_cluster_id!r} has not "
@@ -565,6 +570,7 @@ def delete_link(
     if not told:
         reason = reply.error.message if reply.error is not None else "no answer"
         pending = _pending(
+            state.faults,
             config.remote_cluster_id,
             f"link {name!r} deleted here; {config.remote_cluster_id!r} still holds its half "
             "until it is told (this cluster retries every handshake interval) or it calls",
@@ -639,6 +645,7 @@ def set_mode(
     else:
         reason = reply.error.message if reply.error is not None else "no answer"
         pending = _pending(
+            state.faults,
             config.remote_cluster_id,
             f"mode {config.mode}: {config.remote_cluster_id!r} has not confirmed it; the "
             "link's next handshakes carry it there",
@@ -966,7 +973,7 @@ def recover(
             0,
         )  # fmt: skip
         plan = replace(plan.with_step(step), detail={"cut": cut.to_dict()})
-        if undo.undone(26):
+        if state.faults.undid(26):
             # The old rule: nothing durable says the mappings have yet to follow.
             yield Execute((*effects, *journal(state.plans.end(link_name))))
         else:
@@ -1182,7 +1189,8 @@ def reverse(
     journalled until a re-run finishes it."""
     config = state.links.get(link_name)
     report = ReverseReport(link_name)
-    plan = None if undo.undone(24) else (yield from _journalled(state, link_name, plans.REVERSE))
+    undone = state.faults.undid(24)
+    plan = None if undone else (yield from _journalled(state, link_name, plans.REVERSE))
     if plan is None:
         plan, verify = _new_reverse_plan(state, link_name, timeout_ms, now_ms)
         yield Execute(tuple(journal(state.plans.put(plan))))
@@ -1383,7 +1391,7 @@ def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Reque
         if n.reserved_before:
             continue
         kind = ResourceType.parse(n.resource_type)
-        if undo.undone(25):
+        if state.faults.undid(25):
             continue  # the old rule: this side stays reserved
         effects += admin.set_reserved(state, kind, n.local_prefix, False, now).effects
         cleared.append(f"{n.resource_type} {n.local_prefix!r}")

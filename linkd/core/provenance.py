@@ -187,3 +187,25 @@ class ProvenanceItem:
             "to_offset": self.to_offset,
             "at_ms": self.at_ms,
         }
+
+
+def check_history(entries: list[ProvenanceItem], topic: str, partition: int, log_end: int) -> None:
+    """Asserts what a partition's history promises once an entry was added
+    (`entries[-1]`, as the log stands after it: `log_end`): the history ends
+    at the log's end (a START or DETACHED entry where the log ends, a GAP
+    where the log starts again, a TRUNCATED one where the cut left it), and
+    the new entry goes on from the one before (starts no earlier than where
+    that one ends), unless it is a cut, which may go back."""
+    new = entries[-1]
+    end = new.to_offset if new.kind is ProvenanceKind.GAP else new.offset
+    assert end == log_end, (
+        f"provenance of {topic}-{partition}: the new {new.kind} entry ends at {end}, "
+        f"the log at {log_end}"
+    )
+    if len(entries) > 1 and new.kind is not ProvenanceKind.TRUNCATED:
+        last = entries[-2]
+        last_end = last.to_offset if last.kind is ProvenanceKind.GAP else last.offset
+        assert new.offset >= last_end, (
+            f"provenance of {topic}-{partition}: a {new.kind} entry at {new.offset} after a "
+            f"{last.kind} entry ending at {last_end} (and no cut between)"
+        )

@@ -255,6 +255,8 @@ def iter_batches(data: bytes | memoryview) -> Iterator[tuple[int, BatchHeader]]:
         header = check_batch(data, position)
         yield position, header
         position += header.size_bytes
+    # check_batch refuses a batch past the end: the batches tile the data.
+    assert position == end, f"record batches end at byte {position} of {end}"
 
 
 def with_base_offset(batch: bytes, base_offset: int) -> bytes:
@@ -269,7 +271,10 @@ def with_leader_epoch(batch: bytes, leader_epoch: int) -> bytes:
 
 def with_offset_and_epoch(batch: bytes, base_offset: int, leader_epoch: int) -> bytes:
     """Both stamps at once, one copy."""
-    return _BASE_OFFSET.pack(base_offset) + batch[8:12] + _EPOCH.pack(leader_epoch) + batch[16:]
+    out = _BASE_OFFSET.pack(base_offset) + batch[8:12] + _EPOCH.pack(leader_epoch) + batch[16:]
+    # Stamped in place: the batch keeps its size (and its CRC, which covers neither).
+    assert len(out) == len(batch), (base_offset, leader_epoch, len(out), len(batch))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -568,6 +573,9 @@ def assemble_batch(
     batch = header + payload
     crc = int(_crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:]))
     struct.pack_into(">I", batch, _CRC_OFFSET, crc)
+    # The length the header says is the batch's (any other field may lie:
+    # a dishonest producer's batch is built here too).
+    assert len(batch) == batch_length + LOG_OVERHEAD, (base_offset, len(batch), batch_length)
     return bytes(batch)
 
 

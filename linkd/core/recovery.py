@@ -28,10 +28,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from linkd.core import journal as jr
-from linkd.core import link_admin, undo
+from linkd.core import link_admin
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.faults import Faults
 from linkd.core.histories import (
     PartitionSide,
     compare,
@@ -43,7 +44,7 @@ from linkd.core.histories import (
 from linkd.core.links import Leader, LinkConfig, LinkState, Mapping, MappingType, Role
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.plans import PlanStep
-from linkd.core.provenance import ProvenanceItem
+from linkd.core.provenance import ProvenanceItem, check_history
 from linkd.core.replication import in_prefix, map_name
 
 # -- a report of one partition ---------------------------------------------------------
@@ -102,6 +103,11 @@ def plan_partition(
             "cluster), or leave this namespace out of the recovery",
         )
     cut = cut_offset(local, result.common_offset, remote.log_start_offset)
+    # A cut never passes the log end, nor goes below its start.
+    assert local.log_start_offset <= cut <= local.log_end_offset, (
+        f"{topic}-{partition}: cut at {cut} outside [{local.log_start_offset}, "
+        f"{local.log_end_offset}]"
+    )
     return PartitionRow(
         topic,
         remote_topic,
@@ -528,7 +534,7 @@ def plan_recovery(
                 continue
             mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
             rows.append(plan_partition(topic, remote_topic, p, mine, theirs))
-    refuse_unrelated(rows, state.cluster_id, remote_cluster_id)
+    refuse_unrelated(rows, state.cluster_id, remote_cluster_id, state.faults)
     cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
     leader_offsets = _leader_offsets(state, mappings, remote_groups or {})
     groups: list[GroupCut] = []
@@ -583,7 +589,9 @@ def _leader_offsets(
     return out
 
 
-def refuse_unrelated(rows: list[PartitionRow], local_id: str, remote_id: str) -> None:
+def refuse_unrelated(
+    rows: list[PartitionRow], local_id: str, remote_id: str, faults: Faults
+) -> None:
     """A topic whose partitions share no record with the remote's and whose
     provenance does not relate them looks like another topic of the same name:
     cutting its records would be a guess (NO_SHARED_HISTORY, nothing changed)."""
@@ -591,7 +599,7 @@ def refuse_unrelated(rows: list[PartitionRow], local_id: str, remote_id: str) ->
     for row in rows:
         by_topic.setdefault(row.topic, []).append(row)
     for topic, parts in sorted(by_topic.items()):
-        if undo.undone(7) and any(r.common_offset == 0 and r.diverged for r in parts):
+        if faults.undid(7) and any(r.common_offset == 0 and r.diverged for r in parts):
             pass  # the old rule: an empty shared prefix counted as no shared history
         elif any(r.related for r in parts) or not any(r.diverged for r in parts):
             continue
@@ -656,6 +664,8 @@ def apply_recovery(
             row.topic, row.partition
         )
         state.apply_record(cut_entry)
+        # The log ends where the plan cut it, and its history says so.
+        check_history(topic.provenance[row.partition], row.topic, row.partition, log.log_end_offset)
         records.append(cut_entry)
     for cut in plan.groups:
         current = state.groups.committed(cut.group, [(cut.topic, cut.partition)])

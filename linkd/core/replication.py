@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 from linkd.core import journal as jr
 from linkd.core import records as rb
-from linkd.core import undo
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -41,7 +40,7 @@ from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
-from linkd.core.provenance import Gap, ProvenanceItem, ProvenanceKind
+from linkd.core.provenance import Gap, ProvenanceItem, ProvenanceKind, check_history
 from linkd.core.topic_config import (
     CLUSTER_LOCAL_KEYS,
     validate_configs,
@@ -243,6 +242,7 @@ def provenance_entry(
     )
     record = item.journal_record(topic_name, partition)
     state.apply_record(record)
+    check_history(topic.provenance[partition], topic_name, partition, start)
     return [record]
 
 
@@ -272,6 +272,7 @@ def detach_provenance(
                 name, p
             )
             state.apply_record(record)
+            check_history(topic.provenance[p], name, p, log.log_end_offset)
             records.append(record)
     return records
 
@@ -303,6 +304,10 @@ def append_replica(
         source_log_start = batches[0][1].base_offset
     reset = not log.batches and source_log_start > log.log_end_offset
     start = source_log_start if reset else log.log_end_offset
+    assert start >= log.log_start_offset, (
+        f"partition {log.name}: appending from {start}, below its log start "
+        f"{log.log_start_offset}"
+    )
     # Every check before any change: an answer to an older request (the log
     # moved since) changes nothing.
     fresh = [(position, h) for position, h in batches if h.last_offset >= start]
@@ -353,6 +358,12 @@ def append_replica(
                 topic, partition, batch, header, now_ms, control_type=marker, allow_gap=True
             )
         )
+    # Paired with the continuity check above: the batches went on where the
+    # log ended (or where the source's log starts), each after the one before.
+    end = topic.partitions[partition].log_end_offset
+    assert end == expected, (
+        f"partition {log.name}: appended from {start} to {expected} but its log ends at {end}"
+    )
     return effects
 
 
@@ -423,9 +434,10 @@ def skip_gap(state: ClusterState, gap: Gap, config: LinkConfig) -> list[Effect]:
     repeated = (
         last is not None and last.kind is ProvenanceKind.GAP and last.to_offset == gap.to_offset
     )
-    if not repeated and not undo.undone(8):
+    if not repeated and not state.faults.undid(8):
         record = item.journal_record(gap.topic, gap.partition)
         state.apply_record(record)
+        check_history(topic.provenance[gap.partition], gap.topic, gap.partition, gap.to_offset)
         effects.append(Journal((record,)))
     fresh = PartitionLog(gap.topic, gap.partition, log_start_offset=gap.to_offset)
     fresh.hw_cap = gap.to_offset
@@ -463,10 +475,14 @@ def follow_source_high_watermarks(
     moved = False
     for t, p, hw in caps:
         log = state.partition(t, p)
+        assert log.hw_cap == hw, f"partition {log.name}: HW cap {log.hw_cap}, source HW {hw}"
         if log.advance_high_watermark(state.links.sync_floor(t, p)):
             moved = True
             # Readers here see only what the source acknowledged.
-            assert log.high_watermark <= hw, (log.name, log.high_watermark, hw)
+            assert log.high_watermark <= hw, (
+                f"link {link_name!r} partition {log.name}: HW {log.high_watermark} moved past "
+                f"the source's HW {hw}"
+            )
     return moved
 
 
@@ -537,6 +553,7 @@ def truncate_replica(
         )
         record = item.journal_record(topic_name, partition)
         state.apply_record(record)
+        check_history(topic.provenance[partition], topic_name, partition, boundary)
         effects.append(Journal((record, *[r for _g, _o, r in moved])))
     return effects
 

@@ -1,10 +1,23 @@
-"""Test-only switches that undo, one at a time, the fixes of the
-operator-stories issue, so the simulator's operator search can show how soon
-it finds each (docs/simulator.md: `ccr-sim sweep sim/sweeps/undo-fixes.toml`).
+"""A cluster's fault configuration: test-only switches that plant known bugs,
+so that a checker can be shown to catch each (FoundationDB's BUGGIFY is the
+model). It is one frozen value, `Faults`, handed to the core with the state
+it runs on (`ClusterState(..., faults=...)`, `LinkSessions(..., faults)`):
+the code that reads a switch reads the one of the cluster it runs for, and
+a test or a sweep names what it plants. There is no module-wide switch, so
+two simulations in one process never see each other's. With none set
+(`NO_FAULTS`, the default everywhere outside a test) the core behaves as
+documented.
 
-A run sets them through its parameter `undo_fix` (sim.runner); nothing else
-does, and a daemon never reads them. With no switch set (always, outside
-such a run) every check below is False and the core behaves as documented.
+Two kinds:
+
+- `undone`: fixes undone, by number, so the simulator's operator search can
+  show how soon it finds each (docs/simulator.md: `ccr-sim sweep
+  sim/sweeps/undo-fixes.toml`). A simulation sets them through its parameter
+  `undo_fix` (sim.runner); a daemon never does.
+- `planted`: bugs a daemon runs with under `--plant-bug` (chaos tests), so a
+  chaos run can be shown to catch them (`PlantedBug`).
+
+The fixes that can be undone, of the operator-stories issue:
 
 1. one link carries namespaces both ways (pull and push both run)
 2. a mapping a remote's merge cannot honour is detached with a note, not
@@ -91,21 +104,52 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
+
 # The numbers missing belong to no fix.
 FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26)
-_undone: frozenset[int] = frozenset()
 
 
-def set_undone(fixes: frozenset[int]) -> None:
-    """For a simulation run only (sim.runner): which fixes to undo."""
-    global _undone
-    unknown = sorted(set(fixes) - set(FIXES))
-    if unknown:
-        raise ValueError(
-            f"undo_fix: no fix {unknown[0]} (known: {', '.join(map(str, FIXES))})"
-        )
-    _undone = frozenset(fixes)
+class PlantedBug(enum.StrEnum):
+    """A bug a daemon can be started with (`linkd --plant-bug`, chaos only)."""
+
+    # Acknowledgements stop waiting for a SYNC link's followers.
+    ACK_BEFORE_REPLICATE = "ack-before-replicate"
 
 
-def undone(fix: int) -> bool:
-    return fix in _undone
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """What one cluster runs with: the fixes undone (numbers of FIXES) and
+    the bugs planted. Refuses a number that names no fix."""
+
+    undone: frozenset[int] = frozenset()
+    planted: frozenset[PlantedBug] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.undone) - set(FIXES))
+        if unknown:
+            raise ValueError(
+                f"undo_fix: no fix {unknown[0]} (known: {', '.join(map(str, FIXES))})"
+            )
+
+    @classmethod
+    def undoing(cls, *fixes: int) -> Faults:
+        """The fixes `fixes` undone (0 alone: none, as `undo_fix` says it)."""
+        return cls(undone=frozenset(f for f in fixes if f != 0))
+
+    @classmethod
+    def planting(cls, *bugs: str) -> Faults:
+        """The bugs named (by their flag value; "" alone: none) planted."""
+        return cls(planted=frozenset(PlantedBug(b) for b in bugs if b))
+
+    def undid(self, fix: int) -> bool:
+        """Whether fix `fix` (a number of FIXES) is undone."""
+        assert fix in FIXES, f"undid({fix}): no such fix"
+        return fix in self.undone
+
+    def plants(self, bug: PlantedBug) -> bool:
+        return bug in self.planted
+
+
+NO_FAULTS = Faults()
