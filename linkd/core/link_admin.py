@@ -386,7 +386,7 @@ def reconcile_attachments(state: ClusterState, link_name: str, now_ms: int) -> l
         if link == link_name
     }
     assert held.keys() == wanted.keys() and all(
-        role == wanted[key] and (reserved or role != "follower")
+        role == wanted[key] and (reserved or role != Role.FOLLOWER)
         for key, (role, reserved) in held.items()
     ), f"link {link_name!r}: namespaces attached {held}, mappings {wanted}"
     return effects
