@@ -433,6 +433,18 @@ def held_partitions(links: Mapping[str, Mapping[str, LinkSnap]]) -> set[tuple[st
     }
 
 
+def holding_links(links: Mapping[str, Mapping[str, LinkSnap]]) -> set[tuple[str, str]]:
+    """(cluster, link) of both sides of every link one side of which holds a
+    follower partition uncut for its own writes: such a link is not
+    FOLLOWING (nor IN_SYNC) on either side until `recover`, by design."""
+    out: set[tuple[str, str]] = set()
+    for cluster, snaps in links.items():
+        for name, snap in snaps.items():
+            if any(row.own_writes_held for row in snap.rows):
+                out |= {(cluster, name), (snap.remote, name)}
+    return out
+
+
 def cut_windows(steps: Iterable[tuple[str, tuple[str, ...], int]]) -> CutWindows:
     """The windows of `steps` ((op, args, applied at ms), in order) in which
     each link was cut: from a `cut` to the next `heal` of that link."""

@@ -552,13 +552,16 @@ def test_silent_loss__a_partition_the_follower_holds_for_its_own_writes_is_repor
     into it and says so on describe-link's row (`own_writes_held`, the
     problem naming `recover`): what the leader acknowledges meanwhile is
     not silently lost."""
-    from chaos.judges import held_partitions, row_of
+    from chaos.judges import held_partitions, holding_links, row_of
 
     row = row_of({"topic": T, "partition": 0, "role": "follower", "lag_records": -1,
                   "log_end_offset": 9, "source_high_watermark": -1, "lag_known": False,
                   "problem": "DIVERGED_LOG: ... recover", "own_writes_held": True})  # fmt: skip
     snap = LinkSnap("ab", "B", "A", "CATCHING_UP", "ASYNC", rows=(row,))
     assert held_partitions({"B": {"ab": snap}}) == {("B", T, 0)}
+    # Both sides of the link are excused from FOLLOWING; another link is not.
+    other = LinkSnap("ac", "A", "C", "CATCHING_UP", "ASYNC")
+    assert holding_links({"B": {"ab": snap}, "A": {"ac": other}}) == {("B", "ab"), ("A", "ab")}
     history = [send("v1", 5, 400)]
     final = {("A", T, 0): {5: "v1"}, ("B", T, 0): {5: "b-own"}}
     found, _ = check_silent_loss(history, _loss_rounds(), [], final, ["A", "B"], {})
