@@ -22,6 +22,7 @@ from chaos.judges import (
     in_family,
     row_of,
 )
+from sim.checkers import FinalLogs
 from sim.history import Op, Send
 from sim.operator_moves import Move, MoveKind
 
@@ -425,14 +426,9 @@ def test_silent_loss__an_operator_created_the_topic_after_the_follower_knew_the_
     assert len(found) == 1
 
 
-def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_source_pushes() -> (
-    None
-):
-    """kill -9 of the source, the failover 200 ms later, the row "lag 0,
-    known" as of t0+1000: v3 (acknowledged at t0+1300) is old news when the
-    follower dials the source (its calls were reset), but in flight when
-    the source dials the link itself (a pushed link: the follower finds the
-    death only once its request is overdue)."""
+def _kill_race() -> tuple[list[Op], FinalLogs, MoveRecord]:
+    """v2 and v3 acknowledged by A (v3 at t0+1300), B holding v2; A killed at
+    1400 and B's forced failover answering "lag 0, known" as of t0+1000."""
     history = [send("v2", 6, 700), send("v3", 7, 1300)]
     final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {6: "v2"}}
     report = {"abandoned": [], "partitions": [
@@ -441,6 +437,18 @@ def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_sou
     killed = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True, peer="A",
                              kill_source=True, delay_ms=200), 1400, 1700, "ok",
                         report=report)  # fmt: skip
+    return history, final, killed
+
+
+def test_silent_loss__a_known_row_after_kill_9__names_the_race_only_when_the_source_pushes() -> (
+    None
+):
+    """kill -9 of the source, the failover 200 ms later, the row "lag 0,
+    known" as of t0+1000: v3 (acknowledged at t0+1300) is old news when the
+    follower dials the source (its calls were reset), but in flight when
+    the source dials the link itself (a pushed link: the follower finds the
+    death only once its request is overdue)."""
+    history, final, killed = _kill_race()
 
     def judged(created: list[MoveRecord]) -> list[str]:
         found, _ = check_silent_loss(
@@ -523,14 +531,7 @@ def test_silent_loss__a_kill_during_a_nemesis_cut_leaves_the_race_open() -> None
     its last round before the cut. No reset reached B through the cut, so B
     could not know of A's death: v3, acknowledged after that round, is
     covered by the row's time ("unknown since"), as for a pushed link."""
-    history = [send("v2", 6, 700), send("v3", 7, 1300)]
-    final = {("A", T, 0): {6: "v2", 7: "v3"}, ("B", T, 0): {6: "v2"}}
-    report = {"abandoned": [], "partitions": [
-        {"topic": T, "partition": 0, "log_end_offset": 7, "source_high_watermark": 7,
-         "lag_known": True, "source_hw_known_at_ms": 1_000_000 + 1000}]}  # fmt: skip
-    killed = MoveRecord(Move(MoveKind.FAILOVER, "B", link="ab", force=True, peer="A",
-                             kill_source=True, delay_ms=200), 1400, 1700, "ok",
-                        report=report)  # fmt: skip
+    history, final, killed = _kill_race()
 
     def judged(windows: dict[str, list[tuple[int, int]]]) -> int:
         found, _ = check_silent_loss(
