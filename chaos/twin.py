@@ -505,26 +505,18 @@ def _links_converged(sim: Simulation) -> bool:
     partition at its source's high watermark."""
     if sim.unsettled_links():
         return False
-    for cid in sim.cluster_ids:
-        follower = sim.clusters[cid]
-        if not follower.up:
-            continue
-        for name in follower.links.names():
-            config = follower.links.get(name)
-            source = sim.clusters.get(config.remote_cluster_id)
-            if source is None or not source.up:
-                continue
-            for m in rep.follower_mappings(config, "topic"):
-                for topic in sorted(source.state.topics):
-                    if not rep.in_prefix(topic, m.remote_prefix):
-                        continue
-                    local = rep.map_name(topic, m.remote_prefix, m.local_prefix)
-                    if local not in follower.state.topics:
-                        return False
-                    theirs = source.state.topics[topic].partitions
-                    mine = follower.state.topics[local].partitions
-                    if [x.high_watermark for x in mine] != [x.high_watermark for x in theirs]:
-                        return False
+    for _cid, follower, _name, config, source in sim.live_links():
+        for m in rep.follower_mappings(config, "topic"):
+            for topic in sorted(source.state.topics):
+                if not rep.in_prefix(topic, m.remote_prefix):
+                    continue
+                local = rep.map_name(topic, m.remote_prefix, m.local_prefix)
+                if local not in follower.state.topics:
+                    return False
+                theirs = source.state.topics[topic].partitions
+                mine = follower.state.topics[local].partitions
+                if [x.high_watermark for x in mine] != [x.high_watermark for x in theirs]:
+                    return False
     return True
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from linkd.core import cluster as core
@@ -44,7 +44,7 @@ from linkd.core import replication as rep
 from linkd.core.errors import ClusterError
 from linkd.core.faults import Faults
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
-from linkd.core.links import LinkLimits, LinkMode, LinkState, MappingType, orphans
+from linkd.core.links import LinkConfig, LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.provenance import ProvenanceKind
 from linkd.core.recovery import GroupCut, RecoveryPlan
@@ -1261,12 +1261,10 @@ class Simulation:
         for sampler in self.samplers:
             sampler(now)
 
-    def unsettled_links(self) -> list[str]:
-        """Links between live clusters, on either side, that are not FOLLOWING
-        (IN_SYNC for a SYNC link), whose follower partitions lag, or whose two
-        configurations differ (invariant 7)."""
-        now = self.queue.now_ms
-        out = []
+    def live_links(self) -> Iterator[tuple[str, SimCluster, str, LinkConfig, SimCluster]]:
+        """(cluster id, its node, link name, its config, the remote's node) of
+        every link, seen from each side, whose two clusters are both up (and
+        not lost for good): what the liveness checks and the twin compare."""
         for cid in self.cluster_ids:
             node = self.clusters[cid]
             if not node.up:
@@ -1276,25 +1274,34 @@ class Simulation:
                 remote = self.clusters.get(config.remote_cluster_id)
                 if remote is None or not remote.up or remote.cluster_id in self.lost_for_good:
                     continue
-                settled = LinkState.IN_SYNC if config.mode == LinkMode.SYNC else LinkState.FOLLOWING
-                state = node.links.state_of(name)
-                if state is not settled or link_admin.follower_lag(node.state, name, now):
-                    unsettled = (LinkState.CATCHING_UP, LinkState.SYNCING, LinkState.OUT_OF_SYNC)
-                    if state in unsettled and node.links.explained(name, now):
-                        # Held back only by partitions refused with a reason
-                        # the link reports (two topics of one name: an
-                        # operator must choose): settled, and counted.
-                        self.refusals_at_end.add(f"{cid}/{name}")
-                    else:
-                        out.append(f"{cid}/{name}:{node.links.state_name(name)}")
-                        continue
-                theirs = remote.links.configs.get(name)
-                if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():
-                    out.append(f"{cid}/{name}:configurations differ")
+                yield cid, node, name, config, remote
+
+    def unsettled_links(self) -> list[str]:
+        """Links between live clusters, on either side, that are not FOLLOWING
+        (IN_SYNC for a SYNC link), whose follower partitions lag, or whose two
+        configurations differ (invariant 7)."""
+        now = self.queue.now_ms
+        out = []
+        for cid, node, name, config, remote in self.live_links():
+            settled = LinkState.IN_SYNC if config.mode == LinkMode.SYNC else LinkState.FOLLOWING
+            state = node.links.state_of(name)
+            if state is not settled or link_admin.follower_lag(node.state, name, now):
+                unsettled = (LinkState.CATCHING_UP, LinkState.SYNCING, LinkState.OUT_OF_SYNC)
+                if state in unsettled and node.links.explained(name, now):
+                    # Held back only by partitions refused with a reason
+                    # the link reports (two topics of one name: an
+                    # operator must choose): settled, and counted.
+                    self.refusals_at_end.add(f"{cid}/{name}")
+                else:
+                    out.append(f"{cid}/{name}:{node.links.state_name(name)}")
                     continue
-                behind = self._copies_behind(node, remote, name)
-                if behind:
-                    out.append(f"{cid}/{name}:{behind} ends where its source does not")
+            theirs = remote.links.configs.get(name)
+            if theirs is None or theirs.mirrored().agreed_record() != config.agreed_record():
+                out.append(f"{cid}/{name}:configurations differ")
+                continue
+            behind = self._copies_behind(node, remote, name)
+            if behind:
+                out.append(f"{cid}/{name}:{behind} ends where its source does not")
         return out
 
     def lineage_unheard(self) -> list[str]:
@@ -1304,19 +1311,13 @@ class Simulation:
         went around it, a handshake per hop, so the liveness phase waits for
         this too before invariant 13 judges rings at rest."""
         out = []
-        for cid in self.cluster_ids:
-            node = self.clusters[cid]
-            if not node.up:
+        for cid, node, name, _config, remote in self.live_links():
+            theirs = remote.links.configs.get(name)
+            if theirs is None:
                 continue
-            for name in node.links.names():
-                config = node.links.get(name)
-                remote = self.clusters.get(config.remote_cluster_id)
-                theirs = remote.links.configs.get(name) if remote is not None else None
-                if theirs is None or remote is None or not remote.up:
-                    continue
-                heard = node.state.links.runtime[name].upstream
-                if heard != lineage.outgoing(remote.state, theirs).mirrored().lineage:
-                    out.append(f"{cid}/{name}:lineage not yet heard")
+            heard = node.state.links.runtime[name].upstream
+            if heard != lineage.outgoing(remote.state, theirs).mirrored().lineage:
+                out.append(f"{cid}/{name}:lineage not yet heard")
         return out
 
     def _copies_behind(self, node: SimCluster, remote: SimCluster, name: str) -> str:

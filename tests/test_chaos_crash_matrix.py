@@ -129,3 +129,14 @@ def test_a_case_judged_wrong_fails_the_command(monkeypatch: pytest.MonkeyPatch) 
     code = cli.main(["crash-matrix", "--point", "reverse:detach-mappings", "--side", "local",
                      "--jobs", "1"])  # fmt: skip
     assert code == 1
+
+
+def test_what_an_answer_reports_lost__rows_with_a_known_lag_and_a_recovery_s_cut() -> None:
+    # A failover's abandoned rows carry `lag_records` (-1 when the lag is not
+    # known: no count is reported for it); a recovery's totals its cut.
+    answer = {
+        "abandoned": [{"lag_records": 3}, {"lag_records": -1}],
+        "totals": {"local_records_lost": 2},
+    }
+    assert crash_matrix._lost(answer) == 5
+    assert crash_matrix._lost(None) == 0
