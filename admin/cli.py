@@ -844,6 +844,24 @@ def cmd_delete_namespace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def partition_problem_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A line for each describe-link row whose partition is not copied: held
+    for this cluster's own writes (`own_writes_held`, until `recover`), or
+    kept back by what its problem names."""
+    lines = []
+    for p in rows:
+        where = f"{p['topic']}-{p['partition']}"
+        if p.get("own_writes_held"):
+            lines.append(
+                f"held for its own writes: {where} keeps records this cluster's clients "
+                f"wrote; it is not copied until `recover` cuts them (the cut is shown "
+                f"first and needs --confirm): {p['problem']}"
+            )
+        elif p.get("problem"):
+            lines.append(f"not copied: {where}: {p['problem']}")
+    return lines
+
+
 def _print_link(link: LinkInfo) -> None:
     print(f"link {link.name} ({link.link_id})")
     print(
@@ -888,9 +906,8 @@ def _print_link(link: LinkInfo) -> None:
             "SOURCE_HW_AS_OF",
         )
         print(_table(rows, header))
-        for p in link.partitions:
-            if p.get("problem"):
-                print(f"  not copied: {p['topic']}-{p['partition']}: {p['problem']}")
+        for line in partition_problem_lines(link.partitions):
+            print(f"  {line}")
     print(f"  gap.policy {link.gap_policy}")
     plan = link.procedure
     if plan is not None:
