@@ -131,12 +131,40 @@ def test_a_case_judged_wrong_fails_the_command(monkeypatch: pytest.MonkeyPatch) 
     assert code == 1
 
 
-def test_what_an_answer_reports_lost__rows_with_a_known_lag_and_a_recovery_s_cut() -> None:
-    # A failover's abandoned rows carry `lag_records` (-1 when the lag is not
-    # known: no count is reported for it); a recovery's totals its cut.
-    answer = {
-        "abandoned": [{"lag_records": 3}, {"lag_records": -1}],
-        "totals": {"local_records_lost": 2},
+def test_what_an_answer_gives_up__ranges_of_offsets_not_counts() -> None:
+    # A failover's abandoned rows give up the source's offsets from what the
+    # follower can read to the source's high watermark, or upwards when the
+    # lag is not known (what was acknowledged since it was not); a confirmed
+    # recovery gives up its own cut.
+    failover = {
+        "abandoned": [
+            {"partition": 0, "lag_known": True, "high_watermark": 10, "source_high_watermark": 13},
+            {"partition": 1, "lag_known": False, "high_watermark": 7, "unknown_since_ms": 5_000},
+            {"partition": 2, "lag_known": False, "high_watermark": 0, "unknown_since_ms": -1},
+        ]
     }
-    assert crash_matrix._lost(answer) == 5
-    assert crash_matrix._lost(None) == 0
+    named = crash_matrix.named_by(failover, "B", "A")
+    at = crash_matrix.Placement
+    assert [named[0].covers(at("A", 0, o)) for o in (9, 10, 12, 13)] == [False, True, True, False]
+    # Unknown since 5,000 ms: only what was acknowledged from then on.
+    assert named[1].covers(at("A", 1, 7, 5_000)) and named[1].covers(at("A", 1, 10_000, 6_000))
+    assert not named[1].covers(at("A", 1, 8, 4_999))
+    assert named[2].covers(at("A", 2, 0, 1))  # never learned: anything
+    assert not any(r.covers(at("B", 0, 11)) for r in named)  # B's own records: not A's range
+
+    recover = {
+        "confirmed": True,
+        "partitions": [
+            {
+                "partition": 0,
+                "truncate_to": 20,
+                "local_log_end_offset": 23,
+                "local_records_lost": 3,
+            },
+            {"partition": 1, "truncate_to": 5, "local_log_end_offset": 5, "local_records_lost": 0},
+        ],
+    }
+    cut = crash_matrix.named_by(recover, "A", "B")
+    assert [r.text for r in cut] == ["A orders-x-0 [20, 23) by recover"]
+    assert crash_matrix.named_by({**recover, "confirmed": False}, "A", "B") == []
+    assert crash_matrix.named_by(None, "A", "B") == []
