@@ -193,6 +193,32 @@ def test_what_is_kept_is_bounded() -> None:
     assert refusal(old) == "replayed call"
 
 
+def test_the_link_s_busy_session_outlives_a_procedure_s_one_shot_sessions() -> None:
+    # The dialing side's link runs on one session; each call an operator
+    # procedure makes to the remote (a reversal makes many) opens one of its
+    # own and makes one call. Those go first when the bound is reached, the
+    # oldest first: the link's session was dropped (its next push refused,
+    # "no session", reported as an authentication failure) when the oldest
+    # session went first.
+    sessions = auth.LinkSessions("B")
+    _link, key = opened(sessions, 1)
+    for seq in range(3):
+        call(sessions, key, seq)
+    one_shot = {}
+    for n in range(2, 2 + auth.MAX_SESSIONS_PER_LINK + 3):
+        _one, one_shot[f"s{n}"] = opened(sessions, n)
+        call(sessions, one_shot[f"s{n}"], 0, session_id=f"s{n}")
+        assert len(sessions) <= auth.MAX_SESSIONS_PER_LINK
+    assert call(sessions, key, 3).session_id == "s1"  # the link's session: still open
+    newest = list(one_shot)[-(auth.MAX_SESSIONS_PER_LINK - 1) :]
+    for sid in newest:
+        assert call(sessions, one_shot[sid], 1, session_id=sid).session_id == sid
+    for sid in [s for s in one_shot if s not in newest]:
+        with pytest.raises(ClusterError) as gone:
+            call(sessions, one_shot[sid], 1, session_id=sid)
+        assert refusal(gone) == "unknown session"
+
+
 def test_a_credential_withdrawn__ends_its_sessions_at_their_next_call__busy_or_not() -> None:
     sessions = auth.LinkSessions("B")
     req, root = request(sessions, 1, credential="old")

@@ -114,6 +114,10 @@ def test_reverse__aborts_the_open_transaction__new_leader_writes_and_replicates_
     )
     assert committed_only.returncode == 0 and "in-doubt" not in committed_only.stdout
     assert len(committed_only.stdout.splitlines()) == 50
+    # The reversal's own calls to B, each in a session of its own, never
+    # pushed the link's busy session out: no call of the link was refused.
+    link = cli_json(a.bootstrap, "describe-link", "ab")
+    assert link["last_error_code"] in ("", "NONE"), link["last_error"]
 
 
 def test_reverse__refused_unless_following__and_stops_reporting_the_step_that_failed(

@@ -34,9 +34,13 @@ ends the sessions opened with it at their next call, however busy
 `revoked` until a session opens again.
 
 Bounds: MAX_CHALLENGES pending challenges (oldest dropped), each valid
-CHALLENGE_TTL_MS and once; MAX_SESSIONS_PER_LINK sessions per link (oldest
-dropped); a session unused for SESSION_IDLE_MS expires; SEQ_WINDOW sequence
-numbers remembered per session.
+CHALLENGE_TTL_MS and once; MAX_SESSIONS_PER_LINK sessions per link (beyond
+them, the sessions that served at most one call go first, oldest first: an
+operator procedure opens one for each call it makes to the remote, and a
+reversal makes many; then the least recently used, so the link's own busy
+session is never pushed out by a procedure's); a session unused for
+SESSION_IDLE_MS expires; SEQ_WINDOW sequence numbers remembered per
+session.
 
 Every refusal raises ClusterError(LINK_AUTHENTICATION_FAILED) with a message
 that names what was wrong (never a secret), and is counted by reason.
@@ -277,6 +281,13 @@ class Session:
     credential: bytes = b""
     seen: set[int] = field(default_factory=set)
     floor: int = 0  # every sequence number below is refused
+    calls: int = 0  # calls served
+
+    @property
+    def eviction_rank(self) -> tuple[bool, int]:
+        """Sessions are dropped lowest rank first: one-shot before busy,
+        then the least recently used."""
+        return (self.calls > 1, self.last_used_ms)
 
     def take(self, seq: int) -> bool:
         """Marks `seq` used; False if it was used or fell out of the window."""
@@ -385,10 +396,16 @@ class LinkSessions:
         )
 
     def _add(self, session: Session) -> None:
-        self._sessions[session.session_id] = session
         same = [s for s in self._sessions.values() if s.link_id == session.link_id]
-        for old in same[: max(0, len(same) - MAX_SESSIONS_PER_LINK)]:
+        # sorted() is stable: among equals, the one opened first goes first.
+        for old in sorted(same, key=lambda s: s.eviction_rank)[
+            : max(0, len(same) + 1 - MAX_SESSIONS_PER_LINK)
+        ]:
             del self._sessions[old.session_id]
+        self._sessions[session.session_id] = session
+        assert sum(s.link_id == session.link_id for s in self._sessions.values()) <= (
+            MAX_SESSIONS_PER_LINK
+        ), "sessions per link stay bounded"
 
     def proves(self, session_id: str, method: str, seq: int, digest: bytes, mac: bytes) -> bool:
         """Whether `mac` proves a call over a request of `digest` in an open
@@ -445,6 +462,7 @@ class LinkSessions:
         if not session.take(seq):
             raise self._refuse(Refusal.REPLAYED, f"{method}: call {seq} was already served")
         session.last_used_ms = max(session.last_used_ms, now_ms)
+        session.calls += 1
         return session
 
     def check_peer(self, session: Session, caller: str, method: str) -> None:
