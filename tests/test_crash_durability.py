@@ -65,6 +65,11 @@ def _produce_until_killed(daemon: Any, seed: int) -> dict[tuple[int, int], tuple
             )
             i += 1
         daemon.kill9()
+        # What was acknowledged before the kill is already reported or in the
+        # client's queue; the rest can never be: purged, not waited out until
+        # delivery.timeout.ms.
+        producer.poll(0)
+        producer.purge()
         producer.flush(10.0)
     finally:
         producer.purge()
