@@ -124,3 +124,25 @@ def test_config_file__starts_the_daemon__and_sigterm_stops_it_cleanly(tmp_path: 
     assert "serving" in messages and "stopped" in messages
     serving = next(entry for entry in logs if entry["msg"] == "serving")
     assert serving["cluster_id"] == "C" and serving["fsync"] == "never"
+
+
+def test_the_daemon_s_process_never_loads_the_test_data_library() -> None:
+    # kio registers its types with Hypothesis whenever it can import it (the
+    # test tools are installed here); the daemon's entry point refuses that
+    # import in its own process, a third of a second of every start.
+    code = (
+        "import sys\n"
+        "sys.argv = ['linkd', '--help']\n"
+        "from linkd.__main__ import run\n"
+        "try:\n"
+        "    run()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import kio.static._phantom as phantom\n"
+        "print('loaded' if phantom.hypothesis is not None else 'refused')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=START_TIMEOUT_S,
+        cwd=ROOT, check=True,
+    )  # fmt: skip
+    assert done.stdout.splitlines()[-1] == "refused", done.stdout
