@@ -332,16 +332,22 @@ class LinkService:
         self, follower: SimCluster, local_of: dict[tuple[str, int], str], sizes: Sizes
     ) -> Callable[[core.AppendBatch], int]:
         """A follower's appends, charged the sizes their source's batches had."""
-        state = follower.state
-        logical: dict[tuple[str, int, int], int] = {}
-        for (source_topic, partition, base), size in sorted(sizes.items()):
-            local = local_of.get((source_topic, partition))
-            if local is not None and local in state.topics:
-                logical[(state.topic(local).topic_id, partition, base)] = size
+        # Per partition, not per batch: the follower topic's id -> its source's
+        # name, for the topics the follower holds when the push is accepted.
+        topics = follower.state.topics
+        source_of = {
+            (topics[local].topic_id, partition): source_topic
+            for (source_topic, partition), local in local_of.items()
+            if local in topics
+        }
 
         def size_of(effect: core.AppendBatch) -> int:
-            key = (effect.topic_id, effect.partition, effect.header.base_offset)
-            return logical.get(key, self.observer.logical_bytes(effect))
+            source = source_of.get((effect.topic_id, effect.partition))
+            size = (
+                None if source is None
+                else sizes.get((source, effect.partition, effect.header.base_offset))
+            )  # fmt: skip
+            return self.observer.logical_bytes(effect) if size is None else size
 
         return size_of
 
