@@ -92,6 +92,22 @@ def test_every_import_across_packages_is_one_the_table_allows() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_table_is_a_layering__every_layer_imports_only_layers_listed_before_it() -> None:
+    # The arrows all point down: a layer may import only layers whose line
+    # comes before its own (generated code, `ccr`, is below them all).
+    rules = _rules()
+    order = list(rules)
+    upward = []
+    for i, who in enumerate(order):
+        for allowed in rules[who]:
+            if allowed in ("-", "ccr") or allowed.startswith("ccr."):
+                continue
+            owner = _owner(allowed, rules)
+            if order.index(owner) >= i and owner != who:
+                upward.append(f"{who} may import {allowed}, of the layer {owner} listed after it")
+    assert not upward, "\n".join(upward)
+
+
 @pytest.mark.parametrize("package", ["sim", "chaos"])
 def test_no_import_cycle(package: str) -> None:
     modules = {m: p for m, p in _modules().items() if m.split(".")[0] == package}
