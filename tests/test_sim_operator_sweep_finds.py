@@ -121,6 +121,13 @@ FOUND = [
     # the name stayed writable nowhere. Such an attach is now refused
     # (PROCEDURE_IN_PROGRESS), naming the plan and how to finish it.
     (31, 3, "an attach of a name an unfinished plan of another link moves"),
+    # A product bug (the full sweep of 2026-12-06 on 5ebbed2): B's process
+    # was paused 2.2 s while its fetch was out; the answer, applied on
+    # resuming, finished a round "now", so a failover without force 1 s later
+    # took lag 0 as of 3.2 s before as the lag now. A round whose answer was
+    # applied later than a healthy source answers no longer makes the lag
+    # known (fix 33).
+    (2872, 3, "a round applied late after a pause is old news"),
 ]
 
 

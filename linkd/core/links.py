@@ -582,6 +582,10 @@ class LinkRuntime:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
     round_done_ms: int | None = None  # when the last fetch round finished
+    # As of when that round's source high watermarks are news (its request
+    # left, or the source read them for a push): a round finished much later
+    # than that (the follower paused, its answer held up) brings old news.
+    round_known_at_ms: int | None = None
     # When a call of the link last failed (refused, reset, past its deadline):
     # what the last round learned may be old news from then on, until a
     # round finishes after it (`LinkTable.lag_known`).
@@ -1116,13 +1120,16 @@ class LinkTable:
             runtime.uncreated = dict(uncreated)
             self._recompute(name, now_ms)
 
-    def on_fetch_round(self, name: str, now_ms: int) -> None:
+    def on_fetch_round(self, name: str, now_ms: int, known_at_ms: int | None = None) -> None:
         """A follower finished a fetch round: every follower partition's lag is
-        now known (recorded with on_progress before this call)."""
+        now known (recorded with on_progress before this call), as of
+        `known_at_ms` (when its request left or the source read its high
+        watermarks; default now)."""
         runtime = self.runtime.get(name)
         if runtime is not None:
             runtime.round_done = True
             runtime.round_done_ms = now_ms
+            runtime.round_known_at_ms = now_ms if known_at_ms is None else known_at_ms
             runtime.last_contact_ms = now_ms
             self._recompute(name, now_ms)
 
@@ -1139,7 +1146,11 @@ class LinkTable:
         lag now. Known only while all of these hold: the link is connected
         (contact within the session timeout), a fetch round finished within
         `fetch_silence_ms` (`rounds_fresh`), the fetch sent since (if any) is
-        not overdue (out no longer than `fetch_answer_due_ms`), and no call
+        not overdue (out no longer than `fetch_answer_due_ms`), that round's
+        own answer was not overdue either when it was applied (a follower
+        that was paused, or an answer held up on the way, finishes a round on
+        news older than a healthy source's answer: the source may have
+        acknowledged records since that it does not count), and no call
         of the link failed since that round finished. A source that is alive answers the
         follower's long poll as soon as it acknowledges more, so while its
         calls succeed the last answer is the news; once a call fails (the
@@ -1169,6 +1180,14 @@ class LinkTable:
             and now_ms - sent > self.limits.fetch_answer_due_ms
         ):
             return False  # a fetch a healthy source would have answered by now
+        news = runtime.round_known_at_ms
+        if (
+            not self.faults.undid(33)
+            and news is not None
+            and runtime.round_done_ms is not None
+            and runtime.round_done_ms - news > self.limits.fetch_answer_due_ms
+        ):
+            return False  # the last round's answer came late: old news when applied
         lost = runtime.contact_lost_ms
         return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
 
