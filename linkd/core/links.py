@@ -1309,8 +1309,9 @@ class LinkTable:
         self._recompute(name, now_ms)
 
     def explained(self, name: str, now_ms: int) -> bool:
-        """Whether every partition that keeps the link from FOLLOWING was
-        refused, with a reason the link reports (on either side)."""
+        """Whether every partition that keeps the link from FOLLOWING (from
+        IN_SYNC, on a SYNC link) was refused, with a reason the link reports
+        (on either side)."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return False
@@ -1319,6 +1320,22 @@ class LinkTable:
             if p.role != Role.LEADER or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
+        config = self.configs.get(name)
+        verdict = runtime.local_sync
+        if (
+            config is not None
+            and config.mode == LinkMode.SYNC
+            and verdict in (LinkState.SYNCING, LinkState.OUT_OF_SYNC)
+            and self.connected(name, now_ms)
+        ):
+            # The leading side's verdict: a led partition its follower does
+            # not fetch (it refused to cut its own clients' records there,
+            # `recover` decides) holds it back for good; its row says why.
+            since = runtime.local_sync_entered_ms
+            for p in self._sync_unready(self._led_progress(runtime), since, now_ms):
+                if p.refused is None:
+                    return False  # not in sync with no reason given
+                lagging = True
         return (
             lagging
             or any(holds_back(e) for e in runtime.refused.values())
@@ -1566,6 +1583,29 @@ class LinkTable:
             or now_ms - p.hw_caught_up_ms > self.limits.lag_max_ms
         )
 
+    @staticmethod
+    def _led_progress(runtime: LinkRuntime) -> list[PartitionProgress]:
+        """The progress of the partitions this side leads on the link now."""
+        return [
+            p
+            for key, p in sorted(runtime.partitions.items())
+            if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
+        ]
+
+    def _sync_unready(
+        self, progress: list[PartitionProgress], since_ms: int, now_ms: int
+    ) -> list[PartitionProgress]:
+        """Of `progress` (partitions this side leads on a SYNC link), those
+        that keep its verdict from reaching IN_SYNC: not caught up within
+        `replica_lag_time_max_ms`, or not fetched up to its log end since
+        `since_ms` (when the verdict last changed)."""
+        lag_ms_max = self.limits.replica_lag_time_max_ms
+        return [
+            p
+            for p in progress
+            if now_ms - p.caught_up_at_ms > lag_ms_max or p.fetched_caught_up_ms < since_ms
+        ]
+
     def _sync_state(
         self, config: LinkConfig, runtime: LinkRuntime, connected: bool, now_ms: int
     ) -> LinkState:
@@ -1583,11 +1623,7 @@ class LinkTable:
         local: LinkState | None = None
         if leads:
             previous = runtime.local_sync or LinkState.SYNCING
-            progress = [
-                p
-                for key, p in sorted(runtime.partitions.items())
-                if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
-            ]
+            progress = self._led_progress(runtime)
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:
                 local = LinkState.OUT_OF_SYNC
@@ -1603,7 +1639,7 @@ class LinkTable:
                 local = LinkState.SYNCING if behind else LinkState.IN_SYNC
             else:
                 since = runtime.local_sync_entered_ms if runtime.local_sync is not None else now_ms
-                caught_up = fresh and all(p.fetched_caught_up_ms >= since for p in progress)
+                caught_up = not self._sync_unready(progress, since, now_ms)
                 local = LinkState.IN_SYNC if caught_up and runtime.local_sync else previous
             if local is not runtime.local_sync:
                 runtime.local_sync = local
