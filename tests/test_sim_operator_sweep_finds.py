@@ -141,3 +141,11 @@ FOUND = [
 def test_a_seed_the_sweep_found_is_clean(seed: int, clusters: int, cause: str) -> None:
     summary = run_summary("operator-mix", seed, {"clusters": clusters})
     assert summary["violations"] == [], cause
+
+
+def test_fix_33_undone__seed_2872_finds_it() -> None:
+    """Fix 33 undone (a round applied late counts as fresh news), the seed
+    that found it fails again: the failover after the pause answers old news."""
+    summary = run_summary("operator-mix", 2872, {"clusters": 3, "undo_fix": 33})
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == {"9 status"}, summary["violations"]
