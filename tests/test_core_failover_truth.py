@@ -169,6 +169,43 @@ def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown()
     assert (row.lag_records, row.unknown_since_ms) == (-1, NOW + 10)
 
 
+@pytest.mark.parametrize("undone", [False, True])
+def test_a_round_applied_late__after_a_pause__is_old_news__and_the_failover_needs_force(
+    undone: bool,
+) -> None:
+    """Fix 33. The follower's process was paused while its fetch was out:
+    the answer, read by the source right after the request left, is applied
+    seconds later. The round finished now, but its news is as old as the
+    request; records the source acknowledged meanwhile are not counted, so
+    the lag is not known until a round answered in time finishes."""
+    a, b, disk_a, disk_b = _following(faults=Faults(undone=frozenset({33} if undone else ())))
+    sent = NOW + 20
+    request = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=sent)
+    answer = rounds.serve_replica_fetch(
+        a, request.link_id, request.partitions, sent, disk_a.read, 1 << 20, 1 << 20
+    )
+    produce(a, disk_a, 5)  # acknowledged by A while B was paused
+    resumed = sent + b.links.limits.fetch_answer_due_ms + 1
+    applied = rounds.apply_replica_fetch(b, "ab", answer, request.local_of, resumed)
+    disk_b.carry_out(b, applied.effects)
+    rounds.finish_fetch_round(b, "ab", applied.progress, answer.sync_state, resumed, sent)
+
+    assert b.links.lag_known("ab", resumed + 1) is undone
+    if undone:
+        # The old news stands as the lag now: 0, though A holds 5 more.
+        (row,) = admin.failover(b, "ab", False, resumed + 1).partitions
+        assert (row.lag_known, row.lag_records, row.source_hw_known_at_ms) == (True, 0, sent)
+        return
+    with pytest.raises(ClusterError) as refused:
+        admin.failover(b, "ab", False, resumed + 1)
+    assert refused.value.code is ErrorCode.LAG_NOT_KNOWN
+    assert f"unknown since {resumed + 1 - sent} ms ago (at {sent})" in refused.value.message
+    # A round answered in time makes it known again.
+    rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20, sent_ms=resumed + 10)
+    fetch_round(a, b, disk_a, disk_b, resumed + 10)
+    assert b.links.lag_known("ab", resumed + 11)
+
+
 def test_a_sync_link_in_sync__keeps_its_lag_known_after_a_failed_call() -> None:
     """IN_SYNC, the source acknowledges nothing this side has not fetched:
     its death loses nothing acknowledged, and the failover needs no force."""

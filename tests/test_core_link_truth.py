@@ -15,6 +15,7 @@ from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.journal import decode
 from linkd.core.links import LinkState, Mapping, holds_back, orphans
 from linkd.core.provenance import ProvenanceKind
 from tests.test_core_link_rounds import (
@@ -356,3 +357,49 @@ def test_a_topic_of_the_same_name_created_after_the_orphaning__replaces_the_foll
     assert disk_b.read(b.topic("orders-1").topic_id, 0, 0, 6, 1 << 20) == disk_a.read(
         a.topic("orders-1").topic_id, 0, 0, 6, 1 << 20
     )
+
+
+def test_a_sync_link_whose_follower_keeps_its_own_writes__is_out_of_sync__and_says_why() -> None:
+    """The leading side of a SYNC link whose follower will not cut its own
+    clients' acknowledged records (it fetches nothing there until `recover`)
+    stays OUT_OF_SYNC for good: not caught up, though its follower lacks
+    none of its records. That is a refusal the link reports (the led row's
+    problem), not a link that failed to converge."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 3)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    fetch_round(a, b, disk_a, disk_b, NOW + 15)
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
+    fetch_round(a, b, disk_a, disk_b, NOW + 25)
+    assert a.link_state("ab") == "IN_SYNC"
+    # B's clients wrote 2 records after a detach; A's log parted at 3.
+    produce(a, disk_a, 2)
+    b.apply_record(
+        decode({
+            "type": "provenance", "name": "orders-1", "partition": 0,
+            "entry": {"detached_at": 3, "link_id": "id-1"},
+        })
+    )
+    log = b.partition("orders-1", 0)
+    ours = rb.build_batch([rb.RecordSpec(None, b"own", NOW)] * 2, base_offset=3)
+    header = rb.parse_header(ours)
+    log.apply_batch(header, None)
+    disk_b.carry_out(b, [AppendBatch(b.topic("orders-1").topic_id, 0, ours, header)])
+    log.high_watermark = 5
+    fetch_round(a, b, disk_a, disk_b, NOW + 30)  # asked for marks
+    fetch_round(a, b, disk_a, disk_b, NOW + 40)  # refused: not cut
+    fetch_round(a, b, disk_a, disk_b, NOW + 50)  # held: A is told
+
+    later = NOW + 50 + a.links.limits.replica_lag_time_max_ms + 1
+    a.links.on_contact("ab", later)
+    b.links.on_contact("ab", later)
+    assert a.link_state("ab") == "OUT_OF_SYNC"
+    assert a.links.explained("ab", later)
+    (row,) = admin.link_summary(a, "ab", later).partitions
+    assert row.problem.startswith("DIVERGED_LOG") and "recover" in row.problem
+    # A led partition behind with no reason given is not explained.
+    a.links.runtime["ab"].partitions[("orders-1", 0, "leader")].refused = None
+    assert not a.links.explained("ab", later)

@@ -157,3 +157,60 @@ def test_failover_right_after_the_source_is_killed_under_load__refused__forced_s
     assert f"{PARTITIONS} partitions whose lag is not known" in text, text
     assert "lag unknown since" in text and "at least 0" not in text and ": -1" not in text, text
     assert f"aborted a replicated transaction left open in {TOPIC}-0" in text, text
+
+
+def test_failover_right_after_the_follower_resumes_from_a_pause__refused_lag_not_known(
+    daemon_factory: Any,
+) -> None:
+    """B's process is stopped (SIGSTOP) for 1.6 s while its fetch is out; A
+    answers it after its long poll, and B applies that answer when it runs
+    again. The round finishes then, but its news is as old as the request
+    (had A acknowledged records meanwhile, they would be in no answer B
+    holds): a failover without force right after is refused LAG_NOT_KNOWN,
+    naming each partition and since when, until a round answered in time
+    finishes (the next answer comes after A's 500 ms long poll)."""
+    a, b = pair(daemon_factory, "orders-")
+    cli_json(b.bootstrap, "create-link", "ab", "--remote", a.bootstrap)
+    attach(b, "ab", "topic", "orders-", "orders-", "remote")
+    create_topic(a, TOPIC, PARTITIONS)
+    producer = KafkaProducer({"bootstrap.servers": a.kafka, "acks": "all"})
+    for i in range(30):
+        producer.produce(TOPIC, value=f"v{i}", partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    producer.close()
+    wait_for(
+        "B FOLLOWING with every partition copied",
+        lambda: describe(b)["state"] == "FOLLOWING"
+        and sum(p["log_end_offset"] for p in describe(b)["partitions"] if p["topic"] == TOPIC)
+        == 30,
+        BOUND_S,
+    )
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.describe_link("ab")  # connected before the pause: the call below is quick
+    b.pause()
+    try:
+        time.sleep(1.6)  # the pause itself: longer than a healthy answer takes
+    finally:
+        b.resume()
+    # A moment for B to apply the answer it received while stopped: with that
+    # round taken as news of now, this failover was accepted with lag 0.
+    time.sleep(0.05)
+    try:
+        admin.failover("ab")
+        refusal = None
+    except CcrError as exc:
+        refusal = exc
+    admin.close()
+
+    assert refusal is not None, "a failover right after the pause took the old round as the lag now"
+    assert refusal.code == "LAG_NOT_KNOWN", refusal
+    for p in range(PARTITIONS):
+        assert f"{TOPIC}-{p} unknown since" in refusal.message, refusal.message
+    # Nothing changed, and a round answered in time makes the lag known again.
+    assert [m["local_prefix"] for m in describe(b)["mappings"]] == ["orders-"]
+    wait_for(
+        "B FOLLOWING again, every lag known",
+        lambda: describe(b)["state"] == "FOLLOWING"
+        and all(p["lag_known"] for p in describe(b)["partitions"] if p["topic"] == TOPIC),
+        BOUND_S,
+    )

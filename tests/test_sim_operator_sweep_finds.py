@@ -121,6 +121,19 @@ FOUND = [
     # the name stayed writable nowhere. Such an attach is now refused
     # (PROCEDURE_IN_PROGRESS), naming the plan and how to finish it.
     (31, 3, "an attach of a name an unfinished plan of another link moves"),
+    # A product bug (the full sweep of 2026-12-06 on 5ebbed2): B's process
+    # was paused 2.2 s while its fetch was out; the answer, applied on
+    # resuming, finished a round "now", so a failover without force 1 s later
+    # took lag 0 as of 3.2 s before as the lag now. A round whose answer was
+    # applied later than a healthy source answers no longer makes the lag
+    # known (fix 33).
+    (2872, 3, "a round applied late after a pause is old news"),
+    # A checker limit (the same sweep: 216 and 2564 on 2 clusters, 2814 on
+    # 3): the leading side of a SYNC link whose follower will not cut its own
+    # clients' records (until `recover`) stays OUT_OF_SYNC or SYNCING, each
+    # led row naming the refusal; only the ASYNC judgement of a led partition
+    # counted as explained, so the liveness phase waited for it in vain.
+    (216, 2, "a SYNC verdict held by a follower's own writes is explained"),
 ]
 
 
@@ -128,3 +141,11 @@ FOUND = [
 def test_a_seed_the_sweep_found_is_clean(seed: int, clusters: int, cause: str) -> None:
     summary = run_summary("operator-mix", seed, {"clusters": clusters})
     assert summary["violations"] == [], cause
+
+
+def test_fix_33_undone__seed_2872_finds_it() -> None:
+    """Fix 33 undone (a round applied late counts as fresh news), the seed
+    that found it fails again: the failover after the pause answers old news."""
+    summary = run_summary("operator-mix", 2872, {"clusters": 3, "undo_fix": 33})
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == {"9 status"}, summary["violations"]

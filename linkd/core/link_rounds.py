@@ -1353,7 +1353,7 @@ def finish_fetch_round(
         runtime.marks_spans = {
             k: span for k, span in runtime.marks_spans.items() if k in runtime.marks_wanted
         }
-        links.on_fetch_round(link_name, now_ms)
+        links.on_fetch_round(link_name, now_ms, known_at)
         keep |= {k for k in runtime.partitions if k[2] == Role.LEADER}
         links.forget_partitions(link_name, keep)
     if not moved:

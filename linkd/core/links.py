@@ -582,6 +582,10 @@ class LinkRuntime:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
     round_done_ms: int | None = None  # when the last fetch round finished
+    # As of when that round's source high watermarks are news (its request
+    # left, or the source read them for a push): a round finished much later
+    # than that (the follower paused, its answer held up) brings old news.
+    round_known_at_ms: int | None = None
     # When a call of the link last failed (refused, reset, past its deadline):
     # what the last round learned may be old news from then on, until a
     # round finishes after it (`LinkTable.lag_known`).
@@ -1116,13 +1120,16 @@ class LinkTable:
             runtime.uncreated = dict(uncreated)
             self._recompute(name, now_ms)
 
-    def on_fetch_round(self, name: str, now_ms: int) -> None:
+    def on_fetch_round(self, name: str, now_ms: int, known_at_ms: int | None = None) -> None:
         """A follower finished a fetch round: every follower partition's lag is
-        now known (recorded with on_progress before this call)."""
+        now known (recorded with on_progress before this call), as of
+        `known_at_ms` (when its request left or the source read its high
+        watermarks; default now)."""
         runtime = self.runtime.get(name)
         if runtime is not None:
             runtime.round_done = True
             runtime.round_done_ms = now_ms
+            runtime.round_known_at_ms = now_ms if known_at_ms is None else known_at_ms
             runtime.last_contact_ms = now_ms
             self._recompute(name, now_ms)
 
@@ -1139,7 +1146,11 @@ class LinkTable:
         lag now. Known only while all of these hold: the link is connected
         (contact within the session timeout), a fetch round finished within
         `fetch_silence_ms` (`rounds_fresh`), the fetch sent since (if any) is
-        not overdue (out no longer than `fetch_answer_due_ms`), and no call
+        not overdue (out no longer than `fetch_answer_due_ms`), that round's
+        own answer was not overdue either when it was applied (a follower
+        that was paused, or an answer held up on the way, finishes a round on
+        news older than a healthy source's answer: the source may have
+        acknowledged records since that it does not count), and no call
         of the link failed since that round finished. A source that is alive answers the
         follower's long poll as soon as it acknowledges more, so while its
         calls succeed the last answer is the news; once a call fails (the
@@ -1169,6 +1180,14 @@ class LinkTable:
             and now_ms - sent > self.limits.fetch_answer_due_ms
         ):
             return False  # a fetch a healthy source would have answered by now
+        news = runtime.round_known_at_ms
+        if (
+            not self.faults.undid(33)
+            and news is not None
+            and runtime.round_done_ms is not None
+            and runtime.round_done_ms - news > self.limits.fetch_answer_due_ms
+        ):
+            return False  # the last round's answer came late: old news when applied
         lost = runtime.contact_lost_ms
         return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
 
@@ -1290,8 +1309,9 @@ class LinkTable:
         self._recompute(name, now_ms)
 
     def explained(self, name: str, now_ms: int) -> bool:
-        """Whether every partition that keeps the link from FOLLOWING was
-        refused, with a reason the link reports (on either side)."""
+        """Whether every partition that keeps the link from FOLLOWING (from
+        IN_SYNC, on a SYNC link) was refused, with a reason the link reports
+        (on either side)."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return False
@@ -1300,6 +1320,22 @@ class LinkTable:
             if p.role != Role.LEADER or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
+        config = self.configs.get(name)
+        verdict = runtime.local_sync
+        if (
+            config is not None
+            and config.mode == LinkMode.SYNC
+            and verdict in (LinkState.SYNCING, LinkState.OUT_OF_SYNC)
+            and self.connected(name, now_ms)
+        ):
+            # The leading side's verdict: a led partition its follower does
+            # not fetch (it refused to cut its own clients' records there,
+            # `recover` decides) holds it back for good; its row says why.
+            since = runtime.local_sync_entered_ms
+            for p in self._sync_unready(self._led_progress(runtime), since, now_ms):
+                if p.refused is None:
+                    return False  # not in sync with no reason given
+                lagging = True
         return (
             lagging
             or any(holds_back(e) for e in runtime.refused.values())
@@ -1547,6 +1583,29 @@ class LinkTable:
             or now_ms - p.hw_caught_up_ms > self.limits.lag_max_ms
         )
 
+    @staticmethod
+    def _led_progress(runtime: LinkRuntime) -> list[PartitionProgress]:
+        """The progress of the partitions this side leads on the link now."""
+        return [
+            p
+            for key, p in sorted(runtime.partitions.items())
+            if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
+        ]
+
+    def _sync_unready(
+        self, progress: list[PartitionProgress], since_ms: int, now_ms: int
+    ) -> list[PartitionProgress]:
+        """Of `progress` (partitions this side leads on a SYNC link), those
+        that keep its verdict from reaching IN_SYNC: not caught up within
+        `replica_lag_time_max_ms`, or not fetched up to its log end since
+        `since_ms` (when the verdict last changed)."""
+        lag_ms_max = self.limits.replica_lag_time_max_ms
+        return [
+            p
+            for p in progress
+            if now_ms - p.caught_up_at_ms > lag_ms_max or p.fetched_caught_up_ms < since_ms
+        ]
+
     def _sync_state(
         self, config: LinkConfig, runtime: LinkRuntime, connected: bool, now_ms: int
     ) -> LinkState:
@@ -1564,11 +1623,7 @@ class LinkTable:
         local: LinkState | None = None
         if leads:
             previous = runtime.local_sync or LinkState.SYNCING
-            progress = [
-                p
-                for key, p in sorted(runtime.partitions.items())
-                if key[2] == Role.LEADER and (key[0], key[1]) in runtime.led_partitions
-            ]
+            progress = self._led_progress(runtime)
             fresh = all(now_ms - p.caught_up_at_ms <= lag_ms_max for p in progress)
             if not connected:
                 local = LinkState.OUT_OF_SYNC
@@ -1584,7 +1639,7 @@ class LinkTable:
                 local = LinkState.SYNCING if behind else LinkState.IN_SYNC
             else:
                 since = runtime.local_sync_entered_ms if runtime.local_sync is not None else now_ms
-                caught_up = fresh and all(p.fetched_caught_up_ms >= since for p in progress)
+                caught_up = not self._sync_unready(progress, since, now_ms)
                 local = LinkState.IN_SYNC if caught_up and runtime.local_sync else previous
             if local is not runtime.local_sync:
                 runtime.local_sync = local
