@@ -554,7 +554,8 @@ def source_news_current(
     acknowledged after the round: the race no follower can close): the
     source is up and reachable; or it is lost in a way the follower cannot
     see yet (docs/operations.md, "When a follower partition's lag is
-    known"). A silent cut drops calls without failing them, and a killed
+    known"). A silent cut drops calls without failing them, so does a
+    paused source (it is `source_up`: stopped, it resets nothing), and a killed
     source that dials the link itself (a pushed link) leaves the follower no
     connection to reset: either is found out only once the request the
     follower sent after its last round is overdue, so the news stays current

@@ -283,6 +283,28 @@ def test_source_news_current__a_loss_the_follower_cannot_see_yet_keeps_the_race_
     assert row.names(78, 17_500, source_live=True) is None  # before its round: held or lost
 
 
+def test_a_paused_source__is_found_out_as_a_silent_cut_is__the_race_stays_open() -> None:
+    """Operator sweep, seeds 63 and 1700 (2 clusters): A paused (SIGSTOP) as
+    B failed over without force. A paused source resets no connection, so
+    B's last round is news until its next request is overdue: the records A
+    acknowledged after that round were in flight (its answer is "lag 0,
+    known", as of the round), as under a silent cut; they were judged as if
+    A had been killed, whose reset calls tell the follower at once."""
+    from test_sim_operator_regressions import action, fault, run, scenario, sends
+
+    text = scenario(
+        sends("a", "A", "A-t0", range(500, 1000, 3))
+        + fault(1000, "pause", node="A", duration_ms=3000)
+        + action(1001, "failover", cluster="B", link="A-B", force=False)
+    )
+    sim = run(text)
+
+    assert sim.violations == [], sim.violations
+    assert sim.metrics.values["rpo_records"] > 0  # the failover left acknowledged records behind
+    ((_cluster, _link, _at, answer),) = sim.failovers
+    assert answer.abandoned == [] and all(r.lag_known for r in answer.partitions)
+
+
 def test_failover_answered_as_of__a_re_run_past_the_change_answers_the_first_runs_rows() -> None:
     """Operator sweep, seed 264 (2 clusters): a failover without force that
     takes up a journalled plan past make-writable answers the first run's
