@@ -332,3 +332,45 @@ def test_failover_answered_as_of__a_re_run_past_the_change_answers_the_first_run
     # Another procedure's plan: this call's own rows.
     other = replace(plan(False, verified, changed), procedure=plans.REVERSE)
     assert failover_answered_as_of(other, False, 15_143) == 15_143
+
+
+def _follower_of(local: str, remote: str) -> tuple[ClusterState, str]:
+    """B, whose link ab now follows B's topic namespace `local` from A's
+    `remote` (A leads it), and the link's id."""
+    from linkd.core import link_admin as admin
+    from linkd.core.links import Leader, Mapping, MappingType
+
+    a, b = ClusterState("A"), ClusterState("B")
+    config = a.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", 0)
+    a.links.store(config, 0)
+    mapping = Mapping(MappingType.TOPIC, remote, local, Leader.LOCAL, True, (0, 0, ""))
+    admin.put_mapping(a, "ab", admin.versioned(a, mapping, 0), 0)
+    b.links.accept_mirror(a.links.get("ab"), 0)
+    admin.reconcile_attachments(b, "ab", 0)
+    return b, "id-1"
+
+
+@pytest.mark.parametrize(
+    ("remote", "judged"),
+    [("B-n0", "none: the link carries another source topic into the name"),
+     ("A-", "lost: the link still carries A-n0 into it, and it never came")],
+)  # fmt: skip
+def test_silent_loss__a_topic_that_left_the_link__is_not_owed_under_another_mapping(
+    remote: str, judged: str
+) -> None:
+    """Operator sweep, seeds 3039 (3 clusters) and 1163 (4): the follower
+    detached the namespace before it held any copy of a topic (it had not
+    listed it yet, or its storage refused to create it), and later attached
+    the same local prefix from another remote prefix. That mapping carries
+    another source topic into the name: the record's topic left the link
+    all the same, and nothing that clients here could read was removed."""
+    from sim.status_checks import check_silent_loss
+
+    b, link_id = _follower_of("A-", remote)
+    history = History()
+    history.add(Op("p", "source_producer", "A", "ok", 0, 1,
+                   Send("A-n0", 0, "v-1", 0, followers=(("B", "A-n0", link_id),))))  # fmt: skip
+    found = check_silent_loss(
+        history, {}, {"A": ClusterState("A"), "B": b}, {"A": True, "B": True}, set(), [], {}
+    )
+    assert (found == []) == judged.startswith("none"), found
