@@ -554,7 +554,8 @@ def source_news_current(
     acknowledged after the round: the race no follower can close): the
     source is up and reachable; or it is lost in a way the follower cannot
     see yet (docs/operations.md, "When a follower partition's lag is
-    known"). A silent cut drops calls without failing them, and a killed
+    known"). A silent cut drops calls without failing them, so does a
+    paused source (it is `source_up`: stopped, it resets nothing), and a killed
     source that dials the link itself (a pushed link) leaves the follower no
     connection to reset: either is found out only once the request the
     follower sent after its last round is overdue, so the news stays current
@@ -640,10 +641,17 @@ def _named(provenance: Mapping[int, list[ProvenanceItem]], link_id: str) -> bool
     return any(e.link_id == link_id for entries in provenance.values() for e in entries)
 
 
-def _follows(state: ClusterState, link_id: str, topic: str) -> bool:
+def _follows(state: ClusterState, link_id: str, topic: str, source_topic: str) -> bool:
+    """The link still carries `source_topic` into `topic` here. A mapping
+    attached later that names `topic` from another source topic (the same
+    local prefix, another remote one) does not: the record's topic left the
+    link all the same."""
     for config in state.links.configs.values():
         if config.link_id == link_id:
-            return config.mapping_for(topic, "follower") is not None
+            m = config.mapping_for(topic, "follower")
+            return m is not None and (
+                rep.map_name(topic, m.local_prefix, m.remote_prefix) == source_topic
+            )
     return False
 
 
@@ -707,7 +715,9 @@ def _excused(
     t = state.topics.get(topic)
     if t is None:
         # Never created here (an operator's delete is a reported cut, above).
-        return _excused_missing(state, source, link_id, topic, v.partition, covering, lost)
+        return _excused_missing(
+            state, source, link_id, (v.topic, topic), v.partition, covering, lost
+        )
     cut = _reported_cut(t.provenance.get(v.partition, []), v.offset)
     if covering or cut is not None:
         return cut
@@ -715,7 +725,7 @@ def _excused(
         return "a gap the follower recorded (the source deleted it before the link copied it)"
     if _refused(state, link_id, topic, v.partition):
         return "the follower's link refuses the partition and says why"
-    if not _named(t.provenance, link_id) and not _follows(state, link_id, topic):
+    if not _named(t.provenance, link_id) and not _follows(state, link_id, topic, v.topic):
         # Its topic here never held a copy over this link, which no longer
         # carries it: the namespace left the link before the topic was known.
         return "the follower left the link before it knew the topic"
@@ -736,19 +746,21 @@ def _excused_missing(
     state: ClusterState,
     source: str,
     link_id: str,
-    topic: str,
+    topics: tuple[str, str],
     partition: int,
     covering: list[FailoverReport],
     lost: set[str],
 ) -> str | None:
     """Which report names a record of a follower topic that was never
     created on the follower: a failover that knew of the topic and did not
-    name its partitions names nothing, nor does a link still following it."""
+    name its partitions names nothing, nor does a link still following it.
+    `topics`: (the source topic, its follower topic here)."""
+    source_topic, topic = topics
     if covering:
         return None
     if _refused(state, link_id, topic, partition):
         return "the follower's link says why it holds no copy of the partition"
-    if not _follows(state, link_id, topic):
+    if not _follows(state, link_id, topic, source_topic):
         return "the follower left the link before it knew the topic"
     if source in lost:
         return "the source is gone and the follower's link says so"

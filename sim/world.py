@@ -1210,7 +1210,9 @@ class Simulation:
         if config is None or source not in self.clusters:
             return False
         return status_checks.source_news_current(
-            self.clusters[source].up,
+            # A paused source (SIGSTOP) resets none of its connections: it is
+            # found out as a silent cut is, once a call is overdue.
+            self.clusters[source].up or source in self.paused,
             self.reachable(source, cluster),
             config.connection_direction != "remote_dials",
             self.round_applied_ms.get((cluster, node.incarnation, name)),

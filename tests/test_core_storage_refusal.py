@@ -239,3 +239,61 @@ def test_a_refusal_told_again__is_noted_once__and_a_topic_the_source_deleted_is_
 
     assert b.links.runtime["ab"].uncreated == {}
     assert b.links.state_name("ab") == "FOLLOWING"
+
+
+# -- a SYNC link whose follower's storage refuses what a round fetched --------------------
+
+
+def in_sync_then_full(
+    faults: Faults = NO_FAULTS,
+) -> tuple[ClusterState, ClusterState, Disk, Disk]:
+    """A leads orders- on link ab in SYNC mode, both sides IN_SYNC; then A
+    acknowledges 5 more records that B's next round fetches and its full
+    disk refuses (B keeps the source's last verdict, IN_SYNC, in that
+    answer)."""
+    a, b, disk_a, disk_b = two_clusters(faults)
+    discover(a, b, disk_b)
+    b.links.on_contact("ab", NOW)
+    produce(a, disk_a, 3)
+    round_(a, b, disk_a, disk_b, NOW + 10)
+    round_(a, b, disk_a, disk_b, NOW + 15)  # the leader sees the follower caught up
+    a.links.set_mode("ab", "SYNC", NOW + 20)
+    b.links.accept_mirror(a.links.get("ab"), NOW + 20)
+    a.refresh_led_partitions(NOW + 20)
+    round_(a, b, disk_a, disk_b, NOW + 30)
+    assert a.link_state("ab") == "IN_SYNC" and b.link_state("ab") == "IN_SYNC"
+    produce(a, disk_a, 5)
+    round_(a, b, disk_a, disk_b, NOW + 40)  # copies them, and they are acknowledged
+    produce(a, disk_a, 5)
+    stored, _notes = round_(a, b, disk_a, disk_b, NOW + 50, full=True)
+    assert stored is False
+    return a, b, disk_a, disk_b
+
+
+def test_sync__a_refused_round__is_not_in_sync__and_a_failed_call_makes_the_lag_unknown() -> None:
+    _a, b, _da, _db = in_sync_then_full()
+
+    # Not caught up: the source drops it from sync once its lag time runs
+    # out and acknowledges without it, which this side hears of only later.
+    assert b.links.state_name("ab") == "SYNCING"
+    b.links.on_contact_lost("ab", NOW + 60)  # the source died: its connection reset
+    with pytest.raises(ClusterError) as refused:
+        admin.failover(b, "ab", False, NOW + 70)
+    assert refused.value.code is ErrorCode.LINK_NOT_FOLLOWING
+    assert "SYNCING" in refused.value.message and "disk refused writes" in refused.value.message
+
+    forced = admin.failover(b, "ab", True, NOW + 70)
+    (row,) = forced.abandoned
+    # Whatever the source acknowledged since its last answer is named.
+    assert (row.topic, row.partition, row.lag_known) == ("orders-1", 0, False)
+    assert row.unknown_since_ms == row.source_hw_known_at_ms > 0
+
+
+def test_sync__with_the_fix_undone__the_refused_follower_stays_in_sync_and_lag_zero() -> None:
+    _a, b, _da, _db = in_sync_then_full(Faults.undoing(31))
+
+    assert b.links.state_name("ab") == "IN_SYNC"
+    b.links.on_contact_lost("ab", NOW + 60)
+    forced = admin.failover(b, "ab", True, NOW + 70)
+    (row,) = forced.partitions
+    assert row.lag_known and forced.abandoned == []

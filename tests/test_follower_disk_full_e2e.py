@@ -154,3 +154,60 @@ def test_a_follower_topic_its_storage_cannot_create__is_named__and_created_after
              == "FOLLOWING", 60)  # fmt: skip
     assert not any(p.get("problem") for p in cli_json(b.bootstrap, "describe-link", "ab")
                    ["partitions"]), "a row still names a refusal"  # fmt: skip
+
+
+def test_a_sync_follower_whose_disk_refuses_writes__is_not_in_sync__and_failover_names_it(
+    daemon_factory: Any,
+) -> None:
+    """SYNC: the source stops waiting for a follower that does not catch up
+    once its lag time runs out, and acknowledges without it; so a follower
+    whose disk refuses what it fetched never says IN_SYNC (it would let a
+    failover take its lag as known and zero). Checked while A still waits
+    for B (a lag time of 20 s): A's records are not acknowledged yet."""
+    flags = [*LINK_FLAGS, "--link-replica-lag-time-max-ms", "20000"]
+    a, b = make_cluster(daemon_factory, "A", flags), make_cluster(daemon_factory, "B", flags)
+    namespaces("topic", "orders-", on=(a,))
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap)
+    attach(a, "ab", "topic", "orders-", "orders-", "local")
+    cli_json(a.bootstrap, "create-topic", "orders-x")
+    _produce(a, "orders-x", 40, "before")
+    wait_for("B holds the first 40", lambda: high_watermarks(b.bootstrap, "orders-x") == [40])
+    wait_for("B follows", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"]
+             == "FOLLOWING")  # fmt: skip
+    assert cli_json(a.bootstrap, "set-mode", "--link", "ab", "sync")["mode"] == "SYNC"
+    wait_for("B in sync", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"]
+             == "IN_SYNC")  # fmt: skip
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    assert b.pid is not None
+    resource.prlimit(b.pid, resource.RLIMIT_FSIZE, (_segment(b).stat().st_size, hard))
+    producer = KafkaProducer({"bootstrap.servers": a.kafka, "acks": "all", "linger.ms": 0})
+    failed: list[Any] = []
+    try:
+        for i in range(5):  # A holds their acknowledgement for B
+            producer.produce(
+                "orders-x", value=f"during-{i}-".encode() + RECORD,
+                on_delivery=lambda e, m: failed.append(e) if e is not None else None,
+            )  # fmt: skip
+        producer.poll(0)
+
+        def refused() -> bool:
+            row = _row(b)
+            return row is not None and "disk refused writes" in row.get("problem", "")
+
+        wait_for("B's row says its disk refused writes", refused, 15)
+        info = cli_json(b.bootstrap, "describe-link", "ab")
+        assert info["state"] == "SYNCING", info
+        failover = run_cli("failover", "--link", "ab", bootstrap=b.bootstrap)
+        assert failover.returncode == 1, (failover.stdout, failover.stderr)
+        assert "LINK_NOT_FOLLOWING" in failover.stderr, failover.stderr
+        assert "SYNCING, because this cluster's disk refused writes of orders-x-0" in (
+            failover.stderr
+        ), failover.stderr
+    finally:
+        resource.prlimit(b.pid, resource.RLIMIT_FSIZE, (hard, hard))
+
+    assert producer.flush(60) == 0 and not failed, failed
+    wait_for("B holds all 45", lambda: high_watermarks(b.bootstrap, "orders-x") == [45], 60)
+    wait_for("B in sync again", lambda: cli_json(b.bootstrap, "describe-link", "ab")["state"]
+             == "IN_SYNC", 60)  # fmt: skip

@@ -283,6 +283,28 @@ def test_source_news_current__a_loss_the_follower_cannot_see_yet_keeps_the_race_
     assert row.names(78, 17_500, source_live=True) is None  # before its round: held or lost
 
 
+def test_a_paused_source__is_found_out_as_a_silent_cut_is__the_race_stays_open() -> None:
+    """Operator sweep, seeds 63 and 1700 (2 clusters): A paused (SIGSTOP) as
+    B failed over without force. A paused source resets no connection, so
+    B's last round is news until its next request is overdue: the records A
+    acknowledged after that round were in flight (its answer is "lag 0,
+    known", as of the round), as under a silent cut; they were judged as if
+    A had been killed, whose reset calls tell the follower at once."""
+    from test_sim_operator_regressions import action, fault, run, scenario, sends
+
+    text = scenario(
+        sends("a", "A", "A-t0", range(500, 1000, 3))
+        + fault(1000, "pause", node="A", duration_ms=3000)
+        + action(1001, "failover", cluster="B", link="A-B", force=False)
+    )
+    sim = run(text)
+
+    assert sim.violations == [], sim.violations
+    assert sim.metrics.values["rpo_records"] > 0  # the failover left acknowledged records behind
+    ((_cluster, _link, _at, answer),) = sim.failovers
+    assert answer.abandoned == [] and all(r.lag_known for r in answer.partitions)
+
+
 def test_failover_answered_as_of__a_re_run_past_the_change_answers_the_first_runs_rows() -> None:
     """Operator sweep, seed 264 (2 clusters): a failover without force that
     takes up a journalled plan past make-writable answers the first run's
@@ -310,3 +332,45 @@ def test_failover_answered_as_of__a_re_run_past_the_change_answers_the_first_run
     # Another procedure's plan: this call's own rows.
     other = replace(plan(False, verified, changed), procedure=plans.REVERSE)
     assert failover_answered_as_of(other, False, 15_143) == 15_143
+
+
+def _follower_of(local: str, remote: str) -> tuple[ClusterState, str]:
+    """B, whose link ab now follows B's topic namespace `local` from A's
+    `remote` (A leads it), and the link's id."""
+    from linkd.core import link_admin as admin
+    from linkd.core.links import Leader, Mapping, MappingType
+
+    a, b = ClusterState("A"), ClusterState("B")
+    config = a.links.new_config("ab", "id-1", "B", "b:1", "", "local_dials", "", 0)
+    a.links.store(config, 0)
+    mapping = Mapping(MappingType.TOPIC, remote, local, Leader.LOCAL, True, (0, 0, ""))
+    admin.put_mapping(a, "ab", admin.versioned(a, mapping, 0), 0)
+    b.links.accept_mirror(a.links.get("ab"), 0)
+    admin.reconcile_attachments(b, "ab", 0)
+    return b, "id-1"
+
+
+@pytest.mark.parametrize(
+    ("remote", "judged"),
+    [("B-n0", "none: the link carries another source topic into the name"),
+     ("A-", "lost: the link still carries A-n0 into it, and it never came")],
+)  # fmt: skip
+def test_silent_loss__a_topic_that_left_the_link__is_not_owed_under_another_mapping(
+    remote: str, judged: str
+) -> None:
+    """Operator sweep, seeds 3039 (3 clusters) and 1163 (4): the follower
+    detached the namespace before it held any copy of a topic (it had not
+    listed it yet, or its storage refused to create it), and later attached
+    the same local prefix from another remote prefix. That mapping carries
+    another source topic into the name: the record's topic left the link
+    all the same, and nothing that clients here could read was removed."""
+    from sim.status_checks import check_silent_loss
+
+    b, link_id = _follower_of("A-", remote)
+    history = History()
+    history.add(Op("p", "source_producer", "A", "ok", 0, 1,
+                   Send("A-n0", 0, "v-1", 0, followers=(("B", "A-n0", link_id),))))  # fmt: skip
+    found = check_silent_loss(
+        history, {}, {"A": ClusterState("A"), "B": b}, {"A": True, "B": True}, set(), [], {}
+    )
+    assert (found == []) == judged.startswith("none"), found

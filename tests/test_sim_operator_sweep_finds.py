@@ -134,6 +134,24 @@ FOUND = [
     # led row naming the refusal; only the ASYNC judgement of a led partition
     # counted as explained, so the liveness phase waited for it in vain.
     (216, 2, "a SYNC verdict held by a follower's own writes is explained"),
+    # "10 silent loss", five seeds of the sweep of 2026-12-06, three causes.
+    # A product bug: a SYNC follower whose storage refused what its rounds
+    # fetched kept the source's last IN_SYNC verdict; the source dropped it
+    # from sync once its lag time ran out and acknowledged without it, and a
+    # failover (its source killed) took "lag 0, known" as IN_SYNC allows.
+    # Such a follower is SYNCING now (816 on 4 clusters).
+    (816, 4, "a SYNC follower whose storage refuses is not IN_SYNC"),
+    # A checker bug: a source paused (SIGSTOP) as the follower failed over
+    # was judged as if killed; it resets nothing, so the records it
+    # acknowledged after the follower's last round were in flight, as under
+    # a silent cut (63 and 1700 on 2 clusters).
+    (63, 2, "a paused source is found out as a silent cut is"),
+    # A checker bug: a namespace detached before its follower held any copy
+    # of a topic (not listed yet, or its storage refused to create it), the
+    # same local prefix attached later from another remote prefix; the
+    # checker took the new mapping for the old topic's (3039 on 3 clusters,
+    # 1163 on 4).
+    (3039, 3, "a topic that left the link is not owed under another mapping"),
 ]
 
 

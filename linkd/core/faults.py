@@ -101,6 +101,15 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     crash before the attaches leaves the namespaces reserved, cut and
     following nothing)
 
+and of the every-loss-judged issue:
+
+31. a SYNC link's follower with a partition held back (its storage refused
+    the records a round fetched) is not IN_SYNC, so its lag is known only
+    under the rules of any other state (undone: it keeps the source's last
+    IN_SYNC verdict, and a failover takes its lag as known and zero while
+    the source, which dropped it from sync meanwhile, acknowledges what it
+    does not hold)
+
 and of the sweep failures of SYNC liveness and stale lag:
 
 33. a fetch round whose answer was applied later than a healthy source
@@ -116,7 +125,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 33)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 31, 33)
 
 
 class PlantedBug(enum.StrEnum):

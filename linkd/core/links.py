@@ -1665,6 +1665,19 @@ class LinkTable:
                 # Its log parted from the source's (not in sync until cut), or
                 # a topic the source lists could not be created here.
                 remote = LinkState.SYNCING
+            if (
+                remote is LinkState.IN_SYNC
+                and not self.faults.undid(31)
+                and any(holds_back(e) for e in runtime.refused.values())
+            ):
+                # A partition held back (its fetched records this cluster's
+                # storage refused, say) is not caught up, whatever the
+                # source's last verdict: the source drops it from sync once
+                # its lag time runs out, counted from before the refusal, and
+                # acknowledges without it from then on, which nothing here
+                # would hear of before its next answer. As in ASYNC mode
+                # (not FOLLOWING), the link is not IN_SYNC.
+                remote = LinkState.SYNCING
         verdicts = [v for v in (local, remote) if v is not None]
         for worst in (LinkState.OUT_OF_SYNC, LinkState.SYNCING):
             if worst in verdicts:
