@@ -100,6 +100,14 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     finishes it after a crash (undone: the plan ends with the cut, and a
     crash before the attaches leaves the namespaces reserved, cut and
     following nothing)
+
+and of the one-writer-at-rest findings after a failover or a reverse:
+
+37. a failover re-run that takes up its journalled plan also makes writable
+    each namespace the plan named that no longer follows the link (the
+    remote's detach or reversal by hand converged meanwhile) but stays
+    reserved and follows no link (undone: only what follows the link now
+    is promoted, and such a namespace stays reserved, writable nowhere)
 """
 
 from __future__ import annotations
@@ -108,7 +116,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 37)
 
 
 class PlantedBug(enum.StrEnum):

@@ -748,8 +748,18 @@ def _make_writable(
     the plan with them. A refusal (a re-run that checks again) ends the
     plan: nothing changed."""
     started = yield from clock()
+    followed = {
+        (m.resource_type.value, m.local_prefix)
+        for m in state.links.get(name).attached_mappings()
+        if m.local_role == Role.FOLLOWER
+    }
+    planned = [
+        (n.resource_type, n.local_prefix)
+        for n in plan.namespaces
+        if (n.resource_type, n.local_prefix) not in followed
+    ]
     try:
-        result = admin.failover(state, name, force, started)
+        result = admin.failover(state, name, force, started, planned)
     except ClusterError:
         yield Execute(tuple(journal(state.plans.end(name))))
         raise
