@@ -127,6 +127,12 @@ FOUND = [
     # detached but reserved; the re-run promoted only what still followed
     # the link. It now also clears the reservation of what its plan named.
     (1088, 2, "a resumed failover promotes what its plan named"),
+    # A product bug (the fifth run): a reversal's wait for the remote passed
+    # on the offsets alone while the remote's log had diverged (its own
+    # clients wrote while detached); the reversal detached, the swapped
+    # attach was refused (DIVERGED_LOG) and its plan could never finish. The
+    # wait now checks the swapped attach first and the reversal rolls back.
+    (927, 4, "a reversal onto a diverged remote is rolled back before its detach"),
 ]
 
 

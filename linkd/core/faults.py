@@ -108,6 +108,11 @@ and of the one-writer-at-rest findings after a failover or a reverse:
     remote's detach or reversal by hand converged meanwhile) but stays
     reserved and follows no link (undone: only what follows the link now
     is promoted, and such a namespace stays reserved, writable nowhere)
+38. a reversal checks, before its first mapping change, that the swapped
+    mapping would not be refused for a diverged log (the remote holding as
+    many records while its own clients wrote), and is rolled back if it
+    would (undone: it detaches, the swapped attach is refused, and its plan
+    can never be finished: the namespace stays writable nowhere)
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 37)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 37, 38)
 
 
 class PlantedBug(enum.StrEnum):

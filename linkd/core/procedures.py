@@ -1278,6 +1278,10 @@ def reverse(
                 )
             total, missing = recovery.reverse_missing(state, copies)
             if not missing:
+                if not state.faults.undid(38):
+                    for m in leaders:
+                        if m.resource_type == MappingType.TOPIC:
+                            yield from _refuse_diverged_swap(state, link_name, m)
                 return f"remote holds every record of {total} partitions"
             if reply.now_ms >= deadline:
                 raise ClusterError(
@@ -1388,6 +1392,41 @@ def reverse(
     if report.ok:
         yield Note("info", f"link {link_name!r} reversed: {remote_id!r} leads")
     return report
+
+
+def _refuse_diverged_swap(
+    state: ClusterState, link_name: str, m: recovery.RecoveryMapping
+) -> Generator[Request, object, None]:
+    """A reversal's last check before its first mapping change: the swapped
+    mapping (this side following the remote) would be attached, not refused
+    because following would cut records this side's own clients wrote
+    (`recovery.check_attach_cuts`, the check of `attach-swapped-mappings`).
+    The remote holding as many records is not enough: its log may have
+    diverged (its own clients wrote while it was detached). Found here, the
+    reversal is rolled back, nothing moved; found after the detach, its plan
+    could never be finished and the namespace stayed writable nowhere."""
+    config = state.links.get(link_name)
+    reply = yield from call(
+        config.value("remote_bootstrap"),
+        DescribePartitions(config.link_id, m.remote_prefix, None, with_marks=True),
+        f"link {link_name!r}: describing partitions",
+        PartitionsDescription,
+    )
+    description = reply.value()
+    swapped = Mapping(
+        MappingType.TOPIC, m.local_prefix, m.remote_prefix, Leader.REMOTE, True, (0, 0, "")
+    )
+    refusal = recovery.check_attach_cuts(
+        state, config, swapped, description.cluster_id, description.partitions,
+        description.group_offsets,
+    )
+    if refusal is not None:
+        raise ClusterError(
+            refusal.code,
+            f"link {link_name!r}",
+            f"the remote holds as many records, but its log diverged from this side's, so the "
+            f"swapped mapping could not be attached ({refusal.message})",
+        )
 
 
 def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Request, object, str]:
