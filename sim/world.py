@@ -135,6 +135,9 @@ class Simulation:
         self.crash_points: list[tuple[str, str, int, str, str]] = []
         # Namespaces reversals set out to move ("one writer at rest").
         self.moved: dict[tuple[str, tuple[tuple[str, str], ...]], checkers.MovedNamespace] = {}
+        # Of those, the ones a reversal began on while the two halves of its
+        # link disagreed on the mapping (a change not yet converged).
+        self._found_in_flux: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         # Plans the liveness phase re-ran (at most once each), and in flight.
         self._plans_rerun: set[tuple[str, str]] = set()
         # Whether a failover's source was live when its namespaces became
@@ -268,15 +271,58 @@ class Simulation:
                 n.remote_prefix, plan.procedure, found,
             )
             pair = tuple(sorted(((cluster, n.local_prefix), (moved.peer, n.remote_prefix))))
+            # The namespace is judged by the last procedure that set out to
+            # move it: an earlier one's watch of either side (a failover of
+            # another link, say) ends here, since this one changes who writes
+            # it (a recovery makes it follow, a reversal reserves it).
+            for key, other in list(self.moved.items()):
+                sides = {(other.cluster, other.prefix), (other.peer, other.peer_prefix)}
+                if other.kind == n.resource_type and sides & set(pair):
+                    del self.moved[key]
+            if plan.procedure == plans.REVERSE and self._mapping_in_flux(
+                cluster, link, n.resource_type, n.local_prefix, n.remote_prefix
+            ):
+                self._found_in_flux.add((n.resource_type, pair))
             self.moved[(n.resource_type, pair)] = moved
+
+    def _mapping_in_flux(
+        self, cluster: str, link: str, kind: str, local_prefix: str, remote_prefix: str
+    ) -> bool:
+        """Whether the two halves of the link disagree on this mapping: a
+        change an operator made on one side (an attach, a detach) that the
+        link's handshakes have not brought to the other yet. Until they do,
+        who can write the namespace on the other side is a passing state."""
+        config = self.clusters[cluster].state.links.configs.get(link)
+        peer = self.clusters.get(config.remote_cluster_id) if config is not None else None
+        if config is None or peer is None:
+            return False
+        theirs = next(
+            (c for c in peer.state.links.configs.values() if c.link_id == config.link_id), None
+        )
+        if theirs is None:
+            return False
+        mine = config.mappings.get((MappingType(kind), local_prefix, remote_prefix))
+        other = theirs.mappings.get((MappingType(kind), remote_prefix, local_prefix))
+        return (mine.version if mine else None) != (other.version if other else None)
 
     def reversal_rolled_back(self, cluster: str, link: str) -> None:
         """A reversal on `cluster`'s `link` answered rolled back: it undid
         only its own reservations, so "one writer at rest" expects its
         namespaces writable on as many clusters as it found them."""
         for key, m in list(self.moved.items()):
-            if (m.cluster, m.link) == (cluster, link):
-                self.moved[key] = dataclasses.replace(m, rolled_back=True)
+            if (m.cluster, m.link) != (cluster, link):
+                continue
+            if key in self._found_in_flux or self._mapping_in_flux(
+                cluster, link, m.kind, m.prefix, m.peer_prefix
+            ):
+                # An operator's change of this mapping (an attach, a detach)
+                # had not reached the other side when the reversal began or
+                # when it rolled back: what it found was a passing state, and
+                # that change, converging later, decides who writes it, not
+                # the reversal, which undid only its own reservations.
+                del self.moved[key]
+                continue
+            self.moved[key] = dataclasses.replace(m, rolled_back=True)
 
     def touched(self, cluster: str, link: str = "", prefix: str = "") -> None:
         """An operator verb other than reverse may change who writes: the
@@ -645,6 +691,14 @@ class Simulation:
         if m.kind in (k.ATTACH, k.DETACH, k.SET_RESERVED, k.RELEASE_REATTACH):
             # A release-reattach is a detach, a set-reserved off and an attach.
             self.touched(m.cluster, prefix=m.local_prefix)
+            config = self.clusters[m.cluster].state.links.configs.get(m.link)
+            if m.kind in (k.ATTACH, k.DETACH) and config is not None:
+                # The mapping converges to the remote's half of the link: the
+                # remote's namespace starts or stops following (or leading).
+                current = config.attached_at(m.resource_type, m.local_prefix)
+                remote = m.remote_prefix or (current.remote_prefix if current else "")
+                if remote:
+                    self.touched(config.remote_cluster_id, prefix=remote)
         elif m.kind is k.MANUAL_REVERSE:
             self.touched(m.cluster, prefix=m.local_prefix)
             config = self.clusters[m.cluster].state.links.configs.get(m.link)

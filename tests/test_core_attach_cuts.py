@@ -7,6 +7,7 @@ from __future__ import annotations
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ErrorCode
+from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.histories import PartitionSide, local_side, own_acknowledged, unreadable_ranges
 from linkd.core.journal import OffsetCommit, decode
 from linkd.core.links import Leader, Mapping, MappingType
@@ -64,10 +65,10 @@ def test_records_the_leader_copied_from_the_follower__are_shared() -> None:
     assert own_writes_cut("orders-t", 0, b, a) is None
 
 
-def _state_b() -> ClusterState:
+def _state_b(faults: Faults = NO_FAULTS) -> ClusterState:
     """B: orders-t copied 10 records from A, detached, then 5 of its own, a
     group committed at 14."""
-    state = ClusterState("B")
+    state = ClusterState("B", faults=faults)
     state.create_topic("orders-t", 1, {}, "tid-1")
     state.links.store(
         state.links.new_config("ab", "link-ab", "A", "a:1", "", "local_dials", "", 1000), 1000

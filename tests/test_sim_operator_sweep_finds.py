@@ -152,6 +152,32 @@ FOUND = [
     # checker took the new mapping for the old topic's (3039 on 3 clusters,
     # 1163 on 4).
     (3039, 3, "a topic that left the link is not owed under another mapping"),
+    # A product bug (the fifth run): a failover cut short after its plan was
+    # journalled; while its cluster was down the remote's detach (or its
+    # reversal by hand) reached it, leaving a namespace the plan named
+    # detached but reserved; the re-run promoted only what still followed
+    # the link. It now also clears the reservation of what its plan named.
+    (1088, 2, "a resumed failover promotes what its plan named"),
+    # A product bug (the fifth run): a reversal's wait for the remote passed
+    # on the offsets alone while the remote's log had diverged (its own
+    # clients wrote while detached); the reversal detached, the swapped
+    # attach was refused (DIVERGED_LOG) and its plan could never finish. The
+    # wait now checks the swapped attach first and the reversal rolls back.
+    (927, 4, "a reversal onto a diverged remote is rolled back before its detach"),
+    # Checker bugs (the fifth run), "one writer at rest" blaming a procedure
+    # for a state the contract allows: a failover made a namespace writable,
+    # then a recovery of another link made it follow, and that link was
+    # deleted (followers stay reserved); the failover's watch outlived the
+    # procedure that took the namespace over (also seed 2343 on 4).
+    (3097, 3, "a namespace is judged by the last procedure that moved it"),
+    # The remote's attach (its side leading) and later detach left the
+    # failed-over namespace a reserved follower: an attach or a detach
+    # changes the mapping on both halves of the link.
+    (1482, 4, "an attach or detach touches the remote's namespace too"),
+    # A reversal rolled back while the operator's attach of its mapping had
+    # not reached the remote; the attach, converging later, made the remote
+    # follow: what the reversal found was a passing state.
+    (1888, 2, "a reversal rolled back while its mapping was still converging"),
 ]
 
 

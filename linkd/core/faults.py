@@ -117,6 +117,20 @@ and of the sweep failures of SYNC liveness and stale lag:
     paused, or the answer was held up) does not make the lag known
     (undone: the round counts as fresh from when it was applied, so a
     failover right after a pause answers with seconds-old news as the lag now)
+
+and of the one-writer-at-rest findings after a failover or a reverse:
+
+37. a failover re-run that takes up its journalled plan also makes writable
+    each namespace the plan named that no longer follows the link (the
+    remote's detach or reversal by hand converged meanwhile) but stays
+    reserved and follows no link (undone: only what follows the link now
+    is promoted, and such a namespace stays reserved, writable nowhere)
+
+38. a reversal checks, before its first mapping change, that the swapped
+    mapping would not be refused for a diverged log (the remote holding as
+    many records while its own clients wrote), and is rolled back if it
+    would (undone: it detaches, the swapped attach is refused, and its plan
+    can never be finished: the namespace stays writable nowhere)
 """
 
 from __future__ import annotations
@@ -125,7 +139,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 31, 33)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 31, 33, 37, 38)
 
 
 class PlantedBug(enum.StrEnum):

@@ -38,7 +38,7 @@ nothing changed. Pure code: time arrives as `now_ms`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from linkd.core import journal as jr
@@ -1039,17 +1039,50 @@ def storage_reason(state: ClusterState, link_name: str) -> str:
     return f", because this cluster's disk refused writes of {shown}"
 
 
-def failover(state: ClusterState, link_name: str, force: bool, now_ms: int) -> Failover:
+def failover(
+    state: ClusterState,
+    link_name: str,
+    force: bool,
+    now_ms: int,
+    planned: Sequence[tuple[str, str]] = (),
+) -> Failover:
     """Makes this cluster's follower namespaces of the link writable: detach
     them, clear their reservation (a new leader epoch on every partition, the
     dangling transactions aborted). Refused unless the link is FOLLOWING or
     IN_SYNC and every follower partition's lag is known and zero, or `force`
     (module rules). The answer lists every partition made writable, those
     that may lose records (a lag above zero, or not known: -1 and since
-    when), and every replicated transaction whose abort marker it wrote."""
+    when), and every replicated transaction whose abort marker it wrote.
+
+    `planned`: the (type, prefix) its journalled plan named, when a re-run
+    takes the plan up after a crash. One of them that no longer follows the
+    link (the remote's detach, or its reversal by hand, converged here
+    meanwhile) but is still reserved and follows no other link is made
+    writable too (`left_reserved`): the failover promised it, and nothing
+    else would ever clear that reservation."""
     config = state.links.get(link_name)
     rows, abandoned = check_failover(state, link_name, force, now_ms)
-    return _failover_effects(state, config, link_name, rows, abandoned, now_ms)
+    # Undo 37: the old rule, only the mappings that follow the link now.
+    left = [] if state.faults.undid(37) else left_reserved(state, planned)
+    return _failover_effects(state, config, link_name, rows, abandoned, now_ms, left)
+
+
+def left_reserved(
+    state: ClusterState, planned: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Of the namespaces a failover's plan named, those it must still make
+    writable although they no longer follow the link: reserved here and
+    following no link (a follower detached by the remote's change stays
+    reserved). One that follows a link (this one: the failover promotes it
+    anyway; another: an operator's later verb) or that is not reserved any
+    more is not."""
+    out = []
+    for kind, prefix in planned:
+        ns = state.namespaces.find(ResourceType.parse(kind), prefix)
+        if ns is None or not ns.reserved or ns.follower_link is not None:
+            continue
+        out.append((kind, prefix))
+    return out
 
 
 def check_failover(
@@ -1113,6 +1146,7 @@ def _failover_effects(
     rows: list[PartitionLag],
     abandoned: list[PartitionLag],
     now_ms: int,
+    left: Sequence[tuple[str, str]] = (),
 ) -> Failover:
     effects: list[Effect] = []
     listed = state.links.runtime[link_name].topics_known_at_ms
@@ -1121,7 +1155,7 @@ def _failover_effects(
         m.local_prefix
         for m in config.attached_mappings()
         if m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
-    ]
+    ] + [prefix for kind, prefix in left if kind == MappingType.TOPIC]
     # Detaching a namespace aborts its dangling transactions already
     # (`abort_unfollowed`); whichever step writes a marker, the answer lists
     # every transaction open before the failover and not open after it.
@@ -1137,6 +1171,11 @@ def _failover_effects(
         effects += reservation.effects
         out.dangling += reservation.dangling
         out.namespaces.append((mapping.resource_type, mapping.local_prefix))
+    for kind, prefix in left:
+        reservation = make_writable(state, ResourceType.parse(kind), prefix, now_ms)
+        effects += reservation.effects
+        out.dangling += reservation.dangling
+        out.namespaces.append((kind, prefix))
     if not state.faults.undid(10):
         out.dangling = [d for d in open_before if not _still_open(state, d)]
     # Nothing of the link is followed here any more, and every namespace it

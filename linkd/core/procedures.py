@@ -748,8 +748,18 @@ def _make_writable(
     the plan with them. A refusal (a re-run that checks again) ends the
     plan: nothing changed."""
     started = yield from clock()
+    followed = {
+        (m.resource_type.value, m.local_prefix)
+        for m in state.links.get(name).attached_mappings()
+        if m.local_role == Role.FOLLOWER
+    }
+    planned = [
+        (n.resource_type, n.local_prefix)
+        for n in plan.namespaces
+        if (n.resource_type, n.local_prefix) not in followed
+    ]
     try:
-        result = admin.failover(state, name, force, started)
+        result = admin.failover(state, name, force, started, planned)
     except ClusterError:
         yield Execute(tuple(journal(state.plans.end(name))))
         raise
@@ -1268,6 +1278,10 @@ def reverse(
                 )
             total, missing = recovery.reverse_missing(state, copies)
             if not missing:
+                if not state.faults.undid(38):
+                    for m in leaders:
+                        if m.resource_type == MappingType.TOPIC:
+                            yield from _refuse_diverged_swap(state, link_name, m)
                 return f"remote holds every record of {total} partitions"
             if reply.now_ms >= deadline:
                 raise ClusterError(
@@ -1378,6 +1392,41 @@ def reverse(
     if report.ok:
         yield Note("info", f"link {link_name!r} reversed: {remote_id!r} leads")
     return report
+
+
+def _refuse_diverged_swap(
+    state: ClusterState, link_name: str, m: recovery.RecoveryMapping
+) -> Generator[Request, object, None]:
+    """A reversal's last check before its first mapping change: the swapped
+    mapping (this side following the remote) would be attached, not refused
+    because following would cut records this side's own clients wrote
+    (`recovery.check_attach_cuts`, the check of `attach-swapped-mappings`).
+    The remote holding as many records is not enough: its log may have
+    diverged (its own clients wrote while it was detached). Found here, the
+    reversal is rolled back, nothing moved; found after the detach, its plan
+    could never be finished and the namespace stayed writable nowhere."""
+    config = state.links.get(link_name)
+    reply = yield from call(
+        config.value("remote_bootstrap"),
+        DescribePartitions(config.link_id, m.remote_prefix, None, with_marks=True),
+        f"link {link_name!r}: describing partitions",
+        PartitionsDescription,
+    )
+    description = reply.value()
+    swapped = Mapping(
+        MappingType.TOPIC, m.local_prefix, m.remote_prefix, Leader.REMOTE, True, (0, 0, "")
+    )
+    refusal = recovery.check_attach_cuts(
+        state, config, swapped, description.cluster_id, description.partitions,
+        description.group_offsets,
+    )
+    if refusal is not None:
+        raise ClusterError(
+            refusal.code,
+            f"link {link_name!r}",
+            f"the remote holds as many records, but its log diverged from this side's, so the "
+            f"swapped mapping could not be attached ({refusal.message})",
+        )
 
 
 def _roll_back_reverse(state: ClusterState, plan: plans.Plan) -> Generator[Request, object, str]:
