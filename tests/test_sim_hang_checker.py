@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from linkd.core import link_admin as admin
 from linkd.core.cluster import ClusterState
-from linkd.core.links import Mapping
+from linkd.core.links import Leader, Mapping, MappingType
 from sim.status_checks import _names_upstream
 
 NOW = 1_000
@@ -16,7 +16,9 @@ def _follows(state: ClusterState, link: str, remote: str, local_prefix: str, rem
     config = state.links.new_config(link, f"id-{link}", remote, f"{remote}:1", "",
                                     "local_dials", "", NOW)
     state.links.store(config, NOW)
-    mapping = Mapping("topic", local_prefix, remote_prefix, "remote", True, (0, 0, ""))
+    mapping = Mapping(
+        MappingType.TOPIC, local_prefix, remote_prefix, Leader.REMOTE, True, (0, 0, "")
+    )
     admin.put_mapping(state, link, admin.versioned(state, mapping, NOW), NOW)
 
 
