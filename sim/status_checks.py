@@ -815,12 +815,17 @@ def _names_upstream(states: Mapping[str, ClusterState], cluster: str, topic: str
     follower may copy under another name: its transactions' coordinator
     knows the source's)."""
     names = {topic}
+    # A chain may keep one name over several hops (C's r-A-t1 copies B's
+    # r-A-t1, which copies A's A-t1): the walk stops where it has been (a
+    # ring), not at a name it has seen.
+    seen = {(cluster, topic)}
     at: tuple[str, str] | None = (cluster, topic)
-    for _ in range(len(states)):
-        state = states.get(at[0]) if at is not None else None
-        at = _source_of(state, at[1]) if state is not None and at is not None else None
-        if at is None or at[1] in names:
+    while at is not None:
+        state = states.get(at[0])
+        at = _source_of(state, at[1]) if state is not None else None
+        if at is None or at in seen:
             break
+        seen.add(at)
         names.add(at[1])
     return names
 

@@ -41,7 +41,7 @@ from linkd.core import lineage, link_admin, plans, procedures, recovery
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
-from linkd.core.errors import ClusterError
+from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkConfig, LinkLimits, LinkMode, LinkState, MappingType, orphans
@@ -1343,7 +1343,11 @@ class Simulation:
             state = node.links.state_of(name)
             if state is not settled or link_admin.follower_lag(node.state, name, now):
                 unsettled = (LinkState.CATCHING_UP, LinkState.SYNCING, LinkState.OUT_OF_SYNC)
-                if state in unsettled and node.links.explained(name, now):
+                if (
+                    state in unsettled
+                    and node.links.explained(name, now)
+                    and not self._storage_back(node, name)
+                ):
                     # Held back only by partitions refused with a reason
                     # the link reports (two topics of one name: an
                     # operator must choose): settled, and counted.
@@ -1359,6 +1363,18 @@ class Simulation:
             if behind:
                 out.append(f"{cid}/{name}:{behind} ends where its source does not")
         return out
+
+    def _storage_back(self, node: SimCluster, name: str) -> bool:
+        """Whether a partition of the link was refused by this cluster's
+        storage, which takes writes again: the link copies on by itself
+        (docs/operations.md), so that partition is behind, not settled."""
+        runtime = node.state.links.runtime.get(name)
+        if runtime is None or self.queue.now_ms < node.storage_refused_until_ms:
+            return False
+        refused = runtime.refused.values()
+        return any(e.code is ErrorCode.STORAGE_REFUSED for e in refused) or bool(
+            runtime.uncreated
+        )
 
     def lineage_unheard(self) -> list[str]:
         """Links between live clusters where the lineage one side last heard
@@ -1392,8 +1408,14 @@ class Simulation:
             theirs = remote.state.topics.get(source)
             if theirs is None:
                 continue
+            storage_back = self.queue.now_ms >= node.storage_refused_until_ms
             for p, log in enumerate(state.topics[topic].partitions):
-                if p >= len(theirs.partitions) or (topic, p) in runtime.refused:
+                refusal = runtime.refused.get((topic, p))
+                if refusal is not None and storage_back and (
+                    refusal.code is ErrorCode.STORAGE_REFUSED
+                ):
+                    refusal = None  # the disk takes writes again: it copies on by itself
+                if p >= len(theirs.partitions) or refusal is not None:
                     continue
                 source_log = theirs.partitions[p]
                 if self._orphaned(remote, source, p):

@@ -178,6 +178,22 @@ FOUND = [
     # not reached the remote; the attach, converging later, made the remote
     # follow: what the reversal found was a passing state.
     (1888, 2, "a reversal rolled back while its mapping was still converging"),
+    # The sweep's "11 hanging transaction" class (13 seeds on 5ebbed2). A
+    # product bug (9 seeds): a confirmed recovery crashed between its cut and
+    # its last attach, then the link was deleted; the cut had removed the
+    # marker of a transaction whose records stayed, and nothing would end it.
+    (2173, 2, "a deleted link's recovery plan settles what its cut left open"),
+    # A checker bug (2 seeds): a chain that keeps one name over two hops
+    # (C's r-A-t1 from B's r-A-t1 from A's A-t1) was not walked to A, whose
+    # coordinator still ran the transaction.
+    (1112, 3, "the hang checker walks a chain by cluster, not by name"),
+    # A product bug: a follower partition held uncut over its own writes kept
+    # a transaction copied above the cut, which its source no longer held.
+    (3058, 3, "a held partition aborts what lies above its source's cut"),
+    # A simulator bug: the liveness phase took a partition its storage had
+    # refused (the disk back 24 ms before) as an operator's hold; the commit
+    # marker behind it had not been copied yet.
+    (1431, 4, "a storage refusal that ended is not a hold at rest"),
 ]
 
 

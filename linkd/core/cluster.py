@@ -1447,11 +1447,16 @@ class ClusterState:
         return aborted, effects
 
     def dangling_transactions(
-        self, topic_prefixes: list[str], only: set[tuple[str, int]] | None = None
+        self,
+        topic_prefixes: list[str],
+        only: set[tuple[str, int]] | None = None,
+        from_offsets: dict[tuple[str, int], int] | None = None,
     ) -> list[DanglingTxn]:
         """Transactions open in a partition of these topic namespaces that no
         coordinator of this cluster owns: replicated from a source that will
-        not send their outcome once the partition stops following it."""
+        not send their outcome once the partition stops following it.
+        `from_offsets`: only those that began at or above the partition's
+        offset there."""
         owned = {
             (meta.producer_id, t, p)
             for meta in self.txn.txns.values()
@@ -1466,19 +1471,24 @@ class ClusterState:
             for p, log in enumerate(self.topics[name].partitions):
                 if only is not None and (name, p) not in only:
                     continue
+                low = from_offsets.get((name, p), 0) if from_offsets is not None else 0
                 for pid, first in sorted(log.ongoing_txns.items()):
-                    if (pid, name, p) not in owned:
+                    if (pid, name, p) not in owned and first >= low:
                         out.append(DanglingTxn(name, p, pid, first))
         return out
 
     def abort_dangling_transactions(
-        self, topic_prefixes: list[str], now_ms: int, only: set[tuple[str, int]] | None = None
+        self,
+        topic_prefixes: list[str],
+        now_ms: int,
+        only: set[tuple[str, int]] | None = None,
+        from_offsets: dict[tuple[str, int], int] | None = None,
     ) -> tuple[list[DanglingTxn], list[Effect]]:
         """Writes an abort marker for every dangling transaction of these topic
         namespaces (`dangling_transactions`), so read_committed readers move
         past it (spec invariant 11). Callers start a new leader epoch first, so
         the markers are told apart from the source's history."""
-        dangling = self.dangling_transactions(topic_prefixes, only)
+        dangling = self.dangling_transactions(topic_prefixes, only, from_offsets)
         effects: list[Effect] = []
         for d in dangling:
             topic = self.topics[d.topic]

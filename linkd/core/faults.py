@@ -101,6 +101,21 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     crash before the attaches leaves the namespaces reserved, cut and
     following nothing)
 
+and of the hanging-transactions sweep class:
+
+29. deleting a link (here or by its remote) while a procedure's plan of it
+    is journalled settles the transactions left open in the plan's topic
+    namespaces that follow nothing (undone: only the namespaces the link
+    was copying into are settled, so a transaction whose marker a
+    recovery's cut removed stays open for ever once the recovery can no
+    longer follow the remote)
+
+30. a follower partition held uncut over its own writes aborts the
+    transactions replicated into it above where its source said to cut
+    (the source no longer holds them; undone: they stay open until an
+    operator's recover cuts them, and read_committed readers stall there
+    and on every copy of it)
+
 and of the every-loss-judged issue:
 
 31. a SYNC link's follower with a partition held back (its storage refused
@@ -139,7 +154,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 31, 33, 37, 38)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33, 37, 38)
 
 
 class PlantedBug(enum.StrEnum):

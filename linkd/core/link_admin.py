@@ -590,10 +590,40 @@ def delete_link(
                 stopped.append(ns.prefix)
             records += state.namespaces.detach(ns.type, ns.prefix, link_name)
     records += state.links.delete(link_name, told)
-    # A reversal of the link cut short can no longer be finished: its plan
-    # ends; what it reserved stays reserved (set-reserved clears it).
+    # A procedure of the link cut short (a reversal, a recovery between its
+    # cut and its follow-remote step) can no longer be finished: its plan
+    # ends; what it reserved stays reserved (set-reserved clears it). Its
+    # topic namespaces that follow nothing now will never hear how the
+    # transactions its cut left open end (the markers were above the cut):
+    # they are settled with the ones the link stopped copying.
+    plan = state.plans.get(link_name)
+    if plan is not None and not state.faults.undid(29):
+        stopped += [n.local_prefix for n in plan.namespaces if n.resource_type == MappingType.TOPIC]
     records += state.plans.end(link_name)
     return journal(records) + abort_unfollowed(state, stopped, now_ms)
+
+
+def delete_link_settling(
+    state: ClusterState, link_name: str, told: bool, now_ms: int
+) -> tuple[list[Effect], list[DanglingTxn]]:
+    """`delete_link`, and the replicated transactions it aborted (those open
+    before it and not after), for the log line that reports them."""
+    open_before = state.dangling_transactions([""])
+    effects = delete_link(state, link_name, told, now_ms)
+    return effects, [d for d in open_before if not _still_open(state, d)]
+
+
+def settled_note(link_name: str, dangling: list[DanglingTxn]) -> str:
+    """The warning naming transactions a deletion aborted (its markers
+    written here: no coordinator would ever end them)."""
+    return (
+        f"link {link_name!r}: aborted {len(dangling)} transactions left open in partitions "
+        "that follow nothing now (no coordinator will end them): "
+        + ", ".join(
+            f"{d.topic}-{d.partition} producer {d.producer_id} from offset {d.first_offset}"
+            for d in dangling
+        )
+    )
 
 
 # -- reservations ------------------------------------------------------------------------------

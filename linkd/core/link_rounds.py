@@ -850,6 +850,9 @@ class AppliedFetch:
     # partition stopped (gap.policy stop; also in `refused`).
     gaps: list[Gap] = field(default_factory=list)
     stopped: list[Gap] = field(default_factory=list)
+    # Partitions held uncut over their own writes this answer (also in
+    # `refused`): (local topic, partition, where the source said to cut).
+    held: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 
@@ -878,6 +881,7 @@ def apply_replica_fetch(
     refused: list[tuple[str, int, ClusterError]] = []
     gaps: list[Gap] = []
     stopped: list[Gap] = []
+    held_at: list[tuple[str, int, int]] = []
     for fetched in answer.partitions:
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
@@ -912,6 +916,7 @@ def apply_replica_fetch(
             held = own_writes_refusal(state, link_name, local, fetched)
             if held is not None:
                 refused.append((local, fetched.partition, held))
+                held_at.append((local, fetched.partition, fetched.diverging_end_offset))
                 continue
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
@@ -973,7 +978,7 @@ def apply_replica_fetch(
         rep.cap_at_source_high_watermarks(
             state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in progress]
         )
-    return AppliedFetch(effects, progress, truncations, refused, gaps, stopped)
+    return AppliedFetch(effects, progress, truncations, refused, gaps, stopped, held_at)
 
 
 def held_refusal(state: ClusterState, config: LinkConfig, part: PartitionFetch) -> ClusterError:
@@ -1171,7 +1176,51 @@ def apply_fetched(
         runtime = state.links.runtime.get(link_name)
         if runtime is not None:
             runtime.counters.cuts += len(settled.cuts)
+    if applied.held and link_name in state.links.configs and not state.faults.undid(30):
+        dangling, aborts = settle_held(state, link_name, applied.held, now)
+        if dangling:
+            yield Note(
+                "warning",
+                f"link {link_name!r}: aborted {len(dangling)} transactions replicated above "
+                "where partitions held uncut part from their source (the source no longer "
+                "holds them; a recover cuts them): "
+                + ", ".join(
+                    f"{d.topic}-{d.partition} producer {d.producer_id} from offset "
+                    f"{d.first_offset}"
+                    for d in dangling
+                ),
+            )
+        if aborts:
+            yield Execute(tuple(aborts), "replica")
     return not isinstance(done, NotStored)
+
+
+def settle_held(
+    state: ClusterState, link_name: str, held: list[tuple[str, int, int]], now_ms: int
+) -> tuple[list[DanglingTxn], list[Effect]]:
+    """Follower side: partitions held uncut over their own writes
+    (`own_writes_refusal`) keep, above where the source said to cut, records
+    the source's log no longer holds. A transaction replicated there that no
+    coordinator here owns will never hear its outcome (the source cannot
+    send it, and the partition is not followed until a recover cuts it), so
+    this cluster aborts it (else read_committed readers stall at it, here and
+    on every cluster copying from here: invariant 11). A transaction that
+    began below the cut is left alone: the source may still send its outcome
+    once a recover lets the partition follow. The partition stays held at
+    its new log end."""
+    above = {(t, p): cut for t, p, cut in held if t in state.topics}
+    dangling, effects = state.abort_dangling_transactions(
+        sorted({t for t, _p in above}), now_ms, set(above), above
+    )
+    runtime = state.links.runtime.get(link_name)
+    marked = {(d.topic, d.partition) for d in dangling}
+    for t, p in above:
+        log = state.partition(t, p)
+        if (t, p) in marked and log.hw_cap is not None and log.hw_cap < log.log_end_offset:
+            log.hw_cap = log.log_end_offset  # its own markers: they count once durable
+        if runtime is not None and (t, p) in runtime.own_writes_held:
+            runtime.own_writes_held[(t, p)] = log.log_end_offset
+    return dangling, effects
 
 
 def storage_refusals(

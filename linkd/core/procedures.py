@@ -127,7 +127,9 @@ def serve(
         except ClusterError:
             return Served(None)  # deleted here already, or never known
         notes = [f"link {config.name!r} deleted: the remote deleted it"]
-        effects = admin.delete_link(state, config.name, True, now_ms)
+        effects, settled = admin.delete_link_settling(state, config.name, True, now_ms)
+        if settled:
+            notes.append(admin.settled_note(config.name, settled))
         return Served(None, effects, "", config.name, notes)
     if isinstance(request, DescribePartitions):
         return Served(describe_partitions(state, request, now_ms))
@@ -579,8 +581,11 @@ def delete_link(
         yield Note("warning", f"link {name!r}: the remote was not told of the deletion yet "
                    f"(it will be): {reason}")
     now = yield from clock()
-    yield Execute(tuple(admin.delete_link(state, name, told, now)))
+    effects, settled = admin.delete_link_settling(state, name, told, now)
+    yield Execute(tuple(effects))
     yield Note("info", f"link {name!r} deleted" + ("" if told else "; pending on the remote"))
+    if settled:
+        yield Note("warning", admin.settled_note(name, settled))
     return AdminResult(None, pending)
 
 
@@ -615,8 +620,11 @@ def forget_deleted(state: ClusterState, name: str, now_ms: int) -> Generator[Req
     if name not in state.links.configs:
         return
     yield LinkDeleted(name)
-    yield Execute(tuple(admin.delete_link(state, name, True, now_ms)))
+    effects, settled = admin.delete_link_settling(state, name, True, now_ms)
+    yield Execute(tuple(effects))
     yield Note("info", f"link {name!r} deleted: the remote deleted it")
+    if settled:
+        yield Note("warning", admin.settled_note(name, settled))
 
 
 def set_mode(
