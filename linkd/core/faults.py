@@ -100,6 +100,14 @@ and of the procedures-that-survive-a-crash issue (linkd/core/plans.py):
     finishes it after a crash (undone: the plan ends with the cut, and a
     crash before the attaches leaves the namespaces reserved, cut and
     following nothing)
+
+and of the sweep's "one writer at rest" after a recover:
+
+35. a proposed attach that swaps the direction of a mapping the link
+    already holds is judged for rings without the mapping it replaces
+    (undone: the replaced follower still counts as a source, so a cluster
+    that has not heard of its leader's detach refuses to lead the
+    namespace back to it: FOLLOW_CYCLE after a recovery's cut)
 """
 
 from __future__ import annotations
@@ -108,7 +116,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 35, 36)
 
 
 class PlantedBug(enum.StrEnum):

@@ -1053,6 +1053,11 @@ def _follow_remote(
     failed = 0
     todo = recovery.mappings_to_follow(state.links.get(link_name), mappings)
     for i, (m, detach_first) in enumerate(todo, 1):
+        if not state.faults.undid(36):
+            # An earlier mapping's handshake may have merged the remote's
+            # view: whether this one must be detached first is judged now.
+            now_todo = recovery.mappings_to_follow(state.links.get(link_name), [m])
+            detach_first = bool(now_todo) and now_todo[0][1]
         try:
             if detach_first:
                 now = yield from clock()
