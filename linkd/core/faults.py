@@ -108,6 +108,11 @@ and of the sweep's "one writer at rest" after a recover:
     (undone: the replaced follower still counts as a source, so a cluster
     that has not heard of its leader's detach refuses to lead the
     namespace back to it: FOLLOW_CYCLE after a recovery's cut)
+36. a recovery's follow-remote judges, when each mapping's turn comes,
+    whether it must be detached first (undone: as the link stood before
+    the first attach, whose handshake may have merged the remote's view
+    attaching the next mapping the other way: it is then refused and left
+    reserved, following nothing)
 """
 
 from __future__ import annotations
