@@ -113,3 +113,71 @@ def test_with_fix_36_undone__the_merged_mapping_is_refused_and_left_following_no
 
     assert any("INVALID_LINK_CONFIG" in n and "'ops-'" in n for n in notes), notes
     assert b.plans.get("ab") is not None  # the plan stays: a re-run would finish it
+
+
+def _chain_a_b_c() -> dict[str, ClusterState]:
+    """`app-` written on A, copied A -> B -> C (links ab and bc); a link ca
+    (C created it) with nothing attached."""
+    cs = {c: ClusterState(c) for c in "ABC"}
+    for state in cs.values():
+        journal(state.namespaces.create(ResourceType.GROUP, "app-", False))
+    for name in ("ab", "bc", "ca"):
+        x, y = cs[name[0].upper()], cs[name[1].upper()]
+        config = x.links.new_config(name, f"id-{name}", y.cluster_id, "y:1", "", "local_dials",
+                                    "", NOW)
+        x.links.store(config, NOW)
+        y.links.accept_mirror(x.links.get(name), NOW)
+    drive(procedures.attach(cs["A"], "ab", "group", "app-", "app-", "local", NOW), cs["B"])
+    drive(procedures.attach(cs["B"], "bc", "group", "app-", "app-", "local", NOW), cs["C"])
+    return cs
+
+
+def test_recovering_from_a_copy_of_this_clusters_own_copy__is_refused_before_any_change() -> None:
+    """Operator search, seed 2556 on 3 clusters: A recovered from C, whose
+    copy comes from B, from A. C refused the attach (FOLLOW_CYCLE) after A's
+    cut, and A was left reserved, cut, following nothing. C's description
+    now carries its lineage of the namespace, and recovery refuses first."""
+    cs = _chain_a_b_c()
+    a = cs["A"]
+    with_cut, _ = drive(procedures.recover(a, "ca", [("group", "app-", None)], False, NOW), cs["C"])
+    assert with_cut.remote_cluster_id == "C"  # the report alone changes nothing, refuses nothing
+
+    try:
+        drive(procedures.recover(a, "ca", [("group", "app-", None)], True, NOW), cs["C"])
+    except ClusterError as refused:
+        assert refused.code is ErrorCode.FOLLOW_CYCLE
+        assert "'A' -> 'B' -> 'C' -> 'A'" in refused.message
+        assert "nothing was changed" in refused.message
+    else:
+        raise AssertionError("recover from a copy of A's own copy was accepted")
+    assert a.plans.get("ca") is None
+    ns = a.namespaces.find(ResourceType.GROUP, "app-")
+    assert ns is not None and not ns.reserved and ns.follower_link is None
+    assert a.links.get("ca").attached_mappings() == []
+
+
+def test_a_description_names_its_lineage_but_not_its_mapping_on_the_asking_link() -> None:
+    from linkd.core.requests import DescribePartitions
+
+    cs = _chain_a_b_c()
+    on_c = procedures.describe_partitions(
+        cs["C"], DescribePartitions("id-ca", "app-", "app-", True), NOW
+    )
+    assert [c for c, _ in on_c.lineage] == ["B", "A"]
+    # B follows A on ab: asked over ab (whose attach a recovery would swap), it names nobody.
+    on_b = procedures.describe_partitions(
+        cs["B"], DescribePartitions("id-ab", "app-", "app-", True), NOW
+    )
+    assert on_b.lineage == ()
+    on_b_over_bc = procedures.describe_partitions(
+        cs["B"], DescribePartitions("id-bc", "app-", "app-", True), NOW
+    )
+    assert [c for c, _ in on_b_over_bc.lineage] == ["A"]
+
+
+def test_a_descriptions_lineage_crosses_the_wire() -> None:
+    from linkd import link_codec
+    from linkd.core.requests import PartitionsDescription
+
+    sent = PartitionsDescription("C", {}, {}, (("B", (5, 1, "B")), ("A", (3, 0, "A"))))
+    assert link_codec.description_of(link_codec.description_pb(sent)) == sent

@@ -162,7 +162,14 @@ def describe_partitions(
     if request.group_prefix is not None:
         for group, topic, p, offset in recovery.committed_in(state, request.group_prefix):
             offsets[(group, topic, p)] = offset
-    return PartitionsDescription(state.cluster_id, partitions, offsets)
+    kind, prefix = MappingType.TOPIC.value, request.prefix
+    if request.groups_only and request.group_prefix is not None:
+        kind, prefix = MappingType.GROUP.value, request.group_prefix
+    own = config.attached_at(kind, prefix)
+    hops = lineage.upstream(
+        state, kind, prefix, (config.name, own.key) if own is not None else None
+    )
+    return PartitionsDescription(state.cluster_id, partitions, offsets, hops)
 
 
 Procedure = Generator[Request, object, object]
@@ -928,11 +935,16 @@ def recover(
             requested = [(n.resource_type, n.local_prefix, n.remote_prefix)
                          for n in plan.namespaces]
         mappings = recovery.select_mappings(state, config, requested)
-        cut, remote, remote_groups = yield from _plan_recovery(state, link_name, mappings)
+        cut, remote, remote_groups, lineages = yield from _plan_recovery(
+            state, link_name, mappings
+        )
         if not confirm:
             return cut
         try:
             recovery.check_can_follow(state, link_name, mappings)
+            recovery.check_no_ring(
+                state, link_name, mappings, cut.remote_cluster_id, lineages
+            )
         except ClusterError:
             if plan is not None:  # nothing changed: the plan ends
                 yield Execute(tuple(journal(state.plans.end(link_name))))
@@ -1011,14 +1023,19 @@ def _plan_recovery(
     state: ClusterState, link_name: str, mappings: list[recovery.RecoveryMapping]
 ) -> Generator[
     Request, object,
-    tuple[recovery.RecoveryPlan, recovery.RemotePartitions, recovery.RemoteGroupOffsets],
+    tuple[
+        recovery.RecoveryPlan, recovery.RemotePartitions, recovery.RemoteGroupOffsets,
+        recovery.RemoteLineages,
+    ],
 ]:
     """Describes the remote's partitions and groups and plans the cut;
-    returns the plan and what the remote described."""
+    returns the plan and what the remote described (its lineage of each
+    namespace too)."""
     config = state.links.get(link_name)
     address = config.value("remote_bootstrap")
     remote: recovery.RemotePartitions = {}
     remote_groups: recovery.RemoteGroupOffsets = {}
+    lineages: recovery.RemoteLineages = {}
     remote_id = config.remote_cluster_id
     what = f"link {link_name!r}: describing partitions"
     topics = [m for m in mappings if m.resource_type == MappingType.TOPIC]
@@ -1027,6 +1044,7 @@ def _plan_recovery(
         reply = yield from call(address, request, what, PartitionsDescription)
         description = reply.value()
         remote.update(description.partitions)
+        lineages[(m.resource_type, m.local_prefix)] = description.lineage
         remote_id = description.cluster_id
     for m in (m for m in mappings if m.resource_type == MappingType.GROUP):
         reply = yield from call(
@@ -1037,9 +1055,10 @@ def _plan_recovery(
         )
         description = reply.value()
         remote_groups.update(description.group_offsets)
+        lineages[(m.resource_type, m.local_prefix)] = description.lineage
         remote_id = description.cluster_id
     plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
-    return plan, remote, remote_groups
+    return plan, remote, remote_groups, lineages
 
 
 def _follow_remote(
