@@ -181,3 +181,38 @@ def test_a_descriptions_lineage_crosses_the_wire() -> None:
 
     sent = PartitionsDescription("C", {}, {}, (("B", (5, 1, "B")), ("A", (3, 0, "A"))))
     assert link_codec.description_of(link_codec.description_pb(sent)) == sent
+
+
+def _recover_after_an_unheard_remote_detach(faults: Faults) -> tuple[ClusterState, list[str]]:
+    """A follows B's `ops-`; B detaches it while A is unreachable; A then
+    recovers `app-` and `ops-` from B."""
+    a, b = clusters(faults)
+    drive(procedures.attach(a, "ab", "group", "ops-", "ops-", "remote", NOW), b)
+    drive(procedures.detach(b, "ab", "group", "ops-", NOW + 1), None)
+    (still,) = a.links.get("ab").attached_mappings()
+    assert still.local_prefix == "ops-"  # A has not heard of the detach
+    requested: list[tuple[str, str, str | None]] = [
+        ("group", "app-", "app-"), ("group", "ops-", "ops-")
+    ]
+    _result, notes = drive(procedures.recover(a, "ab", requested, True, NOW + 2), b)
+    return a, notes
+
+
+def test_a_remote_detach_not_heard_of_is_merged_before_recovery_judges_the_link() -> None:
+    """Operator search, seeds 1055 on 2 clusters and 225 on 4: recovery
+    judged a mapping as following already by this side's view; the first
+    attach's handshake then merged the remote's newer detach of it, which
+    was left reserved and following nothing (no plan left to finish it)."""
+    a, notes = _recover_after_an_unheard_remote_detach(NO_FAULTS)
+
+    assert not any("does not follow" in n for n in notes), notes
+    ops = a.namespaces.find(ResourceType.GROUP, "ops-")
+    assert ops is not None and ops.follower_link == "ab"
+    assert a.plans.get("ab") is None
+
+
+def test_with_fix_36_undone__the_detach_lands_after_the_check_and_leaves_it_orphaned() -> None:
+    a, _notes = _recover_after_an_unheard_remote_detach(Faults.undoing(36))
+
+    ops = a.namespaces.find(ResourceType.GROUP, "ops-")
+    assert ops is not None and ops.reserved and ops.follower_link is None

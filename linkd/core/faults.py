@@ -108,11 +108,14 @@ and of the sweep's "one writer at rest" after a recover:
     (undone: the replaced follower still counts as a source, so a cluster
     that has not heard of its leader's detach refuses to lead the
     namespace back to it: FOLLOW_CYCLE after a recovery's cut)
-36. a recovery's follow-remote judges, when each mapping's turn comes,
-    whether it must be detached first (undone: as the link stood before
-    the first attach, whose handshake may have merged the remote's view
-    attaching the next mapping the other way: it is then refused and left
-    reserved, following nothing)
+36. a confirmed recovery judges the link as both sides hold it now: a
+    handshake merges the remote's view before the checks that precede the
+    cut, and follow-remote judges each mapping when its turn comes (whether
+    it follows already, whether to detach it first), and names any that a
+    later merge swapped (undone: judged by this side's view as it stood, in
+    which a remote attach or detach not heard of yet refuses a mapping
+    after the cut, or swaps one judged as following: left reserved,
+    following nothing)
 """
 
 from __future__ import annotations
