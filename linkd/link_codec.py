@@ -488,6 +488,9 @@ def description_pb(d: PartitionsDescription) -> replication_pb2.DescribePartitio
         out.partitions.append(history_pb(topic, p, side))
     for (group, topic, p), offset in sorted(d.group_offsets.items()):
         out.group_offsets.add(group_id=group, topic=topic, partition=p, offset=offset)
+    for cluster, version in d.lineage:
+        hop = replication_pb2.LineageHop(cluster_id=cluster, version=_version_pb(version))
+        out.lineage.append(hop)
     return out
 
 
@@ -496,6 +499,7 @@ def description_of(reply: replication_pb2.DescribePartitionsResponse) -> Partiti
         reply.cluster_id,
         {(p.topic, p.partition): side_of(reply.cluster_id, p) for p in reply.partitions},
         {(o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets},
+        tuple((h.cluster_id, _version(h.version)) for h in reply.lineage),
     )
 
 

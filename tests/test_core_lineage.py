@@ -165,3 +165,41 @@ def test_a_ring_closed_apart_after_a_restart__stands_until_the_lineage_went_arou
     assert "ring of follow relations" in next(iter(cs["A"].links.get("ca").mappings.values())).note
     assert cs["C"].links.get("bc").attached_mappings() != []
     assert cs["A"].links.get("ab").attached_mappings() != []
+
+
+def _pending_detach_then_follow(faults: Faults) -> dict[str, ClusterState]:
+    """A leads `orders-` to B on `ab`; A detaches it while B is unreachable
+    (B still follows A), then attaches it to follow B (as a recovery's last
+    step does), proposing the swap to B."""
+    cs = clusters(faults)
+    link(cs, "ab")
+    attach(cs, "A", "ab", "local", NOW)
+    a = cs["A"]
+    detached = admin.check_detach(a, "ab", "topic", "orders-")
+    admin.put_mapping(a, "ab", admin.versioned(a, detached, NOW + 1), NOW + 1)
+    assert [c for c, _ in lineage.upstream(cs["B"], "topic", "orders-")] == ["A"]
+    attach(cs, "A", "ab", "remote", NOW + 2)
+    return cs
+
+
+def test_an_attach_swapping_a_mapping_B_has_not_heard_detached__is_no_ring() -> None:
+    """Operator search, seed 960 on 2 clusters: the follower B had not heard
+    of its leader A's detach when A's recovery proposed to follow B; B judged
+    the ring with its own follower mapping, which the proposal replaces, as a
+    source, and refused (FOLLOW_CYCLE) after A's cut. A proposal is judged
+    without the mapping it replaces."""
+    cs = _pending_detach_then_follow(NO_FAULTS)
+
+    (b_side,) = cs["B"].links.get("ab").attached_mappings()
+    assert b_side.leader == "local"
+    (a_side,) = cs["A"].links.get("ab").attached_mappings()
+    assert a_side.leader == "remote"
+    assert lineage.upstream(cs["B"], "topic", "orders-") == ()
+
+
+def test_with_fix_35_undone__the_replaced_follower_counts_and_the_swap_is_refused() -> None:
+    with pytest.raises(ClusterError) as refused:
+        _pending_detach_then_follow(Faults.undoing(35))
+
+    assert refused.value.code is ErrorCode.FOLLOW_CYCLE
+    assert "on cluster 'B'" in refused.value.message

@@ -1,8 +1,9 @@
 """A ring of follow relations of three links, tried with ccr-admin on three real
 daemons (spec section 10, invariant 13): A leads `orders-` to B, B leads it on
 to C; C's operator then tries to lead it back to A, and A's to follow it from
-C. Both attaches are refused with FOLLOW_CYCLE naming the ring, nothing
-changes, and A's own clients still write the namespace (a Kafka producer).
+C. Both attaches, and A's `recover` from C, are refused with FOLLOW_CYCLE
+naming the ring, nothing changes, and A's own clients still write the
+namespace (a Kafka producer).
 
 Then the middle of the chain dies, and C's operator points C's copy at A
 with `recover`: C's provenance names B, which A never knew, so only the
@@ -42,6 +43,10 @@ def test_a_ring_of_three_links__is_refused__and_the_chain_end_recovers_from_the_
     assert "'A' -> 'B' -> 'C' -> 'A'" in line, line
     line = _refused(a, *attach_cmd("ca", "topic", "orders-", "orders-", "remote"))
     assert "on cluster 'C'" in line and "'A' -> 'B' -> 'C' -> 'A'" in line, line
+    # Nor may A recover its namespace from C: refused before any cut or
+    # reservation (C's description names where its copy comes from).
+    line = _refused(a, "recover", "--link", "ca", "--namespace", "orders-", "--confirm")
+    assert "'A' -> 'B' -> 'C' -> 'A'" in line and "nothing was changed" in line, line
 
     for d in (a, c):
         assert cli_json(d.bootstrap, "describe-link", "ca")["mappings"] == []

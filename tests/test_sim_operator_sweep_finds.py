@@ -194,6 +194,18 @@ FOUND = [
     # refused (the disk back 24 ms before) as an operator's hold; the commit
     # marker behind it had not been copied yet.
     (1431, 4, "a storage refusal that ended is not a hold at rest"),
+    # "One writer at rest" after a recover (the 10,002-run sweep): a
+    # recovery cut, then the remote refused or a merge undid its attach, and
+    # the namespace stayed reserved, following nothing. The follower had not
+    # heard its leader's detach and judged the swap a ring with the very
+    # mapping it replaces (960/2); the remote's copy came from this cluster
+    # (a real ring), known only there: it now says so before the cut (2556/3,
+    # also 1746/3, 2139/3, 1052/4, 2249/4); the remote held an attach or
+    # detach this side had not heard of: the views are merged before the
+    # checks (1055/2, also 225/4, 2334/3, 2792/2).
+    (960, 2, "a swap is no ring with the mapping it replaces"),
+    (2556, 3, "recovery refuses a ring before its cut"),
+    (1055, 2, "recovery judges the link as both sides hold it"),
 ]
 
 

@@ -146,6 +146,23 @@ and of the one-writer-at-rest findings after a failover or a reverse:
     many records while its own clients wrote), and is rolled back if it
     would (undone: it detaches, the swapped attach is refused, and its plan
     can never be finished: the namespace stays writable nowhere)
+
+and of the sweep's "one writer at rest" after a recover:
+
+35. a proposed attach that swaps the direction of a mapping the link
+    already holds is judged for rings without the mapping it replaces
+    (undone: the replaced follower still counts as a source, so a cluster
+    that has not heard of its leader's detach refuses to lead the
+    namespace back to it: FOLLOW_CYCLE after a recovery's cut)
+
+36. a confirmed recovery judges the link as both sides hold it now: a
+    handshake merges the remote's view before the checks that precede the
+    cut, and follow-remote judges each mapping when its turn comes (whether
+    it follows already, whether to detach it first), and names any that a
+    later merge swapped (undone: judged by this side's view as it stood, in
+    which a remote attach or detach not heard of yet refuses a mapping
+    after the cut, or swaps one judged as following: left reserved,
+    following nothing)
 """
 
 from __future__ import annotations
@@ -154,7 +171,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33, 37, 38)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33, 35, 36, 37, 38)
 
 
 class PlantedBug(enum.StrEnum):

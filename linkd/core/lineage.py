@@ -52,9 +52,17 @@ def received(state: ClusterState, link_name: str, key: MappingKey) -> tuple[Line
     return runtime.upstream.get(key, ()) if runtime is not None else ()
 
 
-def upstream(state: ClusterState, resource_type: str, prefix: str) -> tuple[LineageHop, ...]:
+def upstream(
+    state: ClusterState,
+    resource_type: str,
+    prefix: str,
+    replaced: tuple[str, MappingKey] | None = None,
+) -> tuple[LineageHop, ...]:
     """The lineage of this cluster's namespace `prefix` (module rules):
-    nearest first, each cluster once, never this cluster itself."""
+    nearest first, each cluster once, never this cluster itself.
+    `replaced` (link, key): a mapping an attach being judged would replace,
+    not counted (a follower whose direction the attach swaps is no longer a
+    source once it lands)."""
     hops: list[LineageHop] = []
     seen = {state.cluster_id}
     for name in sorted(state.links.configs):
@@ -64,6 +72,7 @@ def upstream(state: ClusterState, resource_type: str, prefix: str) -> tuple[Line
                 m.resource_type != resource_type
                 or m.local_role is not Role.FOLLOWER
                 or not _overlaps(m.local_prefix, prefix)
+                or (name, m.key) == replaced
             ):
                 continue
             chain = [(config.remote_cluster_id, m.version), *received(state, name, m.key)]
@@ -91,22 +100,27 @@ def render(ring: list[str]) -> str:
     return " -> ".join(repr(c) for c in ring)
 
 
-def ring_if_led(state: ClusterState, remote: str, candidate: Mapping) -> list[str] | None:
+def ring_if_led(
+    state: ClusterState, remote: str, candidate: Mapping, link: str = ""
+) -> list[str] | None:
     """The ring (clusters in the direction records would flow, the first
     repeated last) that leading `candidate` to cluster `remote` would close:
-    `remote` is in the namespace's lineage here. None if none."""
-    found = led_ring(state, remote, candidate)
+    `remote` is in the namespace's lineage here. None if none. `link`: the
+    link `candidate` is attached on; what it replaces there (its own key,
+    following `remote`) is not counted."""
+    found = led_ring(state, remote, candidate, link)
     return found[0] if found is not None else None
 
 
 def led_ring(
-    state: ClusterState, remote: str, candidate: Mapping
+    state: ClusterState, remote: str, candidate: Mapping, link: str = ""
 ) -> tuple[list[str], bool] | None:
     """`ring_if_led`, and whether `candidate`'s attach is the newest of the
     ring's follow relations."""
     if state.faults.undid(12):
         return None  # the old rule: only rings of two links were refused
-    hops = upstream(state, candidate.resource_type, candidate.local_prefix)
+    replaced = (link, candidate.key) if link and not state.faults.undid(35) else None
+    hops = upstream(state, candidate.resource_type, candidate.local_prefix, replaced)
     clusters = [c for c, _ in hops]
     if remote not in clusters:
         return None

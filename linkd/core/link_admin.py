@@ -248,7 +248,7 @@ def ring_conflict(
     it; None: as the remote's last view said)."""
     remote = state.links.get(link_name).remote_cluster_id
     if candidate.local_role is Role.LEADER:
-        ring = lineage.ring_if_led(state, remote, candidate)
+        ring = lineage.ring_if_led(state, remote, candidate, link_name)
     else:
         hops = received if received is not None else lineage.received(
             state, link_name, candidate.key
@@ -273,7 +273,7 @@ def _ring_closed(state: ClusterState, link_name: str, m: Mapping) -> Conflict | 
     attach is the ring's newest (`lineage` module rules)."""
     remote = state.links.get(link_name).remote_cluster_id
     if m.local_role is Role.LEADER:
-        found = lineage.led_ring(state, remote, m)
+        found = lineage.led_ring(state, remote, m, link_name)
     else:
         found = lineage.ring_if_followed(
             state, remote, m, lineage.received(state, link_name, m.key)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from linkd.core import journal as jr
-from linkd.core import link_admin
+from linkd.core import lineage, link_admin
 from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
@@ -41,7 +41,15 @@ from linkd.core.histories import (
     own_acknowledged,
     with_marks_of,
 )
-from linkd.core.links import Leader, LinkConfig, LinkState, Mapping, MappingType, Role
+from linkd.core.links import (
+    Leader,
+    LineageHop,
+    LinkConfig,
+    LinkState,
+    Mapping,
+    MappingType,
+    Role,
+)
 from linkd.core.namespaces import ResourceType, validate_prefix
 from linkd.core.plans import PlanStep
 from linkd.core.provenance import ProvenanceItem, check_history
@@ -794,6 +802,44 @@ def check_can_follow(
                 f"{candidate.local_prefix!r} would follow the remote, but {conflict.message}; "
                 "nothing was changed",
             )
+
+
+RemoteLineages = dict[tuple[str, str], tuple[LineageHop, ...]]
+"""(type, local prefix) of a recovered mapping: the remote's lineage of its
+namespace, as its description of it said (`PartitionsDescription.lineage`)."""
+
+
+def check_no_ring(
+    state: ClusterState,
+    link_name: str,
+    mappings: list[RecoveryMapping],
+    remote_id: str,
+    lineages: RemoteLineages,
+) -> None:
+    """Before recovery changes anything: following the remote must close no
+    ring of follow relations (`lineage`), which the remote would refuse at
+    the attach, after the cut, leaving this side reserved and following
+    nothing. The remote's copy must not come, over any chain of links, from
+    this cluster: else FOLLOW_CYCLE naming the ring, nothing changed (this
+    side is then the origin: make the remote's source follow it, or detach
+    the chain, before recovering)."""
+    for m in mappings:
+        hops = lineages.get((m.resource_type, m.local_prefix), ())
+        candidate = Mapping(
+            MappingType(m.resource_type), m.local_prefix, m.remote_prefix, Leader.REMOTE, True,
+            (0, 0, ""),
+        )  # fmt: skip
+        found = lineage.ring_if_followed(state, remote_id, candidate, hops)
+        if found is None:
+            continue
+        raise ClusterError(
+            ErrorCode.FOLLOW_CYCLE,
+            f"link {link_name!r}",
+            f"cannot recover: {m.resource_type} namespace {m.local_prefix!r} would follow "
+            f"{remote_id!r}, whose copy of {m.remote_prefix!r} comes from this cluster: a ring "
+            f"of follow relations {lineage.render(found[0])} in which nobody could write it; "
+            "nothing was changed",
+        )
 
 
 # -- reversal (spec section 8: make the follower the leader without loss) ---------------------

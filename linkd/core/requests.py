@@ -41,7 +41,7 @@ from typing import Generic, TypeVar
 
 from linkd.core.effects import Effect
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, MappingKey
+from linkd.core.links import LineageHop, LinkConfig, MappingKey
 from linkd.core.recovery import RemoteGroupOffsets, RemotePartitions
 
 # -- what crosses to the other cluster ---------------------------------------------------------
@@ -99,6 +99,12 @@ class PartitionsDescription:
     cluster_id: str
     partitions: RemotePartitions
     group_offsets: RemoteGroupOffsets
+    # The describer's lineage of the namespace asked about (the topic
+    # namespace `prefix`; with groups_only, the group namespace
+    # `group_prefix`), nearest first, not counting its own mapping of that
+    # prefix on the asking link (one a recovery's attach replaces): a
+    # recovery refuses before its cut to follow a copy of its own copy.
+    lineage: tuple[LineageHop, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1298,21 +1298,31 @@ class DescribePartitionsResponse(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
+    LINEAGE_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionHistory]: ...
     @_builtins.property
     def group_offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupOffset]: ...
+    @_builtins.property
+    def lineage(self) -> _containers.RepeatedCompositeFieldContainer[Global___LineageHop]:
+        """The describer's lineage of the namespace asked about (the topic prefix;
+        with groups_only, the group prefix), nearest first, not counting its own
+        mapping of that prefix on the asking link: recovery refuses before its
+        cut to follow a copy of its own copy (FOLLOW_CYCLE).
+        """
+
     def __init__(
         self,
         *,
         cluster_id: _builtins.str = ...,
         partitions: _abc.Iterable[Global___PartitionHistory] | None = ...,
         group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
+        lineage: _abc.Iterable[Global___LineageHop] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "group_offsets", b"group_offsets", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "group_offsets", b"group_offsets", "lineage", b"lineage", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
