@@ -33,7 +33,7 @@ from linkd.core.link_calls import (
 )
 from linkd.core.links import Field, Leader, LinkConfig, Mapping, MappingKey, MappingType, Version
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
-from linkd.core.requests import Handshake, PartitionsDescription
+from linkd.core.requests import Handshake, NamespaceStanding, PartitionsDescription
 
 # -- configuration views -------------------------------------------------------------------------
 
@@ -491,6 +491,9 @@ def description_pb(d: PartitionsDescription) -> replication_pb2.DescribePartitio
     for cluster, version in d.lineage:
         hop = replication_pb2.LineageHop(cluster_id=cluster, version=_version_pb(version))
         out.lineage.append(hop)
+    out.namespace_reserved = d.standing.reserved
+    out.namespace_follows_elsewhere = d.standing.follows_elsewhere
+    out.namespace_in_plan = d.standing.in_plan
     return out
 
 
@@ -500,6 +503,9 @@ def description_of(reply: replication_pb2.DescribePartitionsResponse) -> Partiti
         {(p.topic, p.partition): side_of(reply.cluster_id, p) for p in reply.partitions},
         {(o.group_id, o.topic, o.partition): o.offset for o in reply.group_offsets},
         tuple((h.cluster_id, _version(h.version)) for h in reply.lineage),
+        NamespaceStanding(
+            reply.namespace_reserved, reply.namespace_follows_elsewhere, reply.namespace_in_plan
+        ),
     )
 
 

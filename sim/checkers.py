@@ -952,7 +952,9 @@ def check_one_writer(
     there, a namespace it named is writable (a failover), follows the link
     (a recovery), or is as it was (refused); never reserved and following no
     link, which no client writes and no record reaches (a procedure cut
-    short between its detach or cut and its end). A failover with the old
+    short between its detach or cut and its end). What a recovery made
+    follow must not follow a namespace reserved on the peer and following
+    no link there: then no client writes it on either. A failover with the old
     leader alive leaves two writers: the documented split, until a recovery."""
     details = []
     for m in moved:
@@ -961,7 +963,16 @@ def check_one_writer(
         here = writable(states[m.cluster], m.kind, m.prefix)
         there = writable(states[m.peer], m.kind, m.peer_prefix)
         count = int(here) + int(there)
-        if m.procedure != plans.REVERSE:
+        if m.procedure == plans.RECOVER and _follows(states[m.cluster], m.kind, m.prefix, m.link):
+            # A recovery that made `cluster` follow the peer: the peer must
+            # be where clients write it (or follow on from where they do).
+            if not _orphaned(states[m.peer], m.kind, m.peer_prefix):
+                continue
+            what = (
+                f"writable on neither cluster: {m.cluster} follows {m.peer}, where it is "
+                "reserved and follows no link"
+            )
+        elif m.procedure != plans.REVERSE:
             # A failover or a recovery changes only `cluster`'s side.
             if not _orphaned(states[m.cluster], m.kind, m.prefix):
                 continue
@@ -983,6 +994,12 @@ def check_one_writer(
 
 
 _WRITERS = {0: "neither cluster", 1: "one cluster", 2: "both clusters"}
+
+
+def _follows(state: ClusterState, kind: str, prefix: str, link: str) -> bool:
+    """Whether the namespace follows `link` there."""
+    ns = state.namespaces.find(ResourceType.parse(kind), prefix)
+    return ns is not None and ns.follower_link == link
 
 
 def _orphaned(state: ClusterState, kind: str, prefix: str) -> bool:

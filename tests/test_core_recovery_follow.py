@@ -96,7 +96,9 @@ def test_a_mapping_a_handshake_attached_meanwhile_is_detached_before_it_follows(
     the remote's view; the second mapping, attached by that merge in the
     other direction, was then attached without a detach and refused
     (INVALID_LINK_CONFIG), leaving it reserved and following nothing."""
-    a, b, _result, notes = _recover_while_the_remote_follows_unheard(NO_FAULTS)
+    # Fix 39 (below) now refuses this recovery before any change; with it
+    # undone, follow-remote's own judgement is what is tested here.
+    a, b, _result, notes = _recover_while_the_remote_follows_unheard(Faults.undoing(39))
 
     assert not any("does not follow" in n for n in notes), notes
     followed = {m.local_prefix: m.leader for m in b.links.get("ab").attached_mappings()}
@@ -109,10 +111,40 @@ def test_a_mapping_a_handshake_attached_meanwhile_is_detached_before_it_follows(
 
 
 def test_with_fix_36_undone__the_merged_mapping_is_refused_and_left_following_nothing() -> None:
-    _a, b, _result, notes = _recover_while_the_remote_follows_unheard(Faults.undoing(36))
+    _a, b, _result, notes = _recover_while_the_remote_follows_unheard(Faults.undoing(36, 39))
 
     assert any("INVALID_LINK_CONFIG" in n and "'ops-'" in n for n in notes), notes
     assert b.plans.get("ab") is not None  # the plan stays: a re-run would finish it
+
+
+def test_recovering_from_a_namespace_reserved_there_that_follows_nothing_else__is_refused() -> None:
+    """Operator search, seed 960 on 2 clusters (fix 39): A reserved `ops-`
+    to follow B, which B has not heard of; B recovering `ops-` from A would
+    follow a namespace no client writes on A (reserved, following only B),
+    and A would lead it reserved: writable on neither. Refused before any
+    change, naming what to do."""
+    try:
+        _recover_while_the_remote_follows_unheard(NO_FAULTS)
+    except ClusterError as refused:
+        assert refused.code is ErrorCode.RESERVED_NAMESPACE, refused
+        assert "group 'ops-' is reserved there" in refused.message, refused.message
+        assert "nothing was changed" in refused.message
+    else:
+        raise AssertionError("recovered from a namespace reserved on the remote")
+
+
+def test_a_description_says_who_may_write_the_namespace_there() -> None:
+    from linkd.core.requests import DescribePartitions, NamespaceStanding
+
+    a, b = clusters()
+    drive(procedures.attach(a, "ab", "group", "ops-", "ops-", "remote", NOW), b)
+    asked = DescribePartitions("id-1", "", "ops-", True)
+    on_a = procedures.describe_partitions(a, asked, NOW)
+    # A follows B's ops- over the asking link: reserved, nothing else.
+    assert on_a.standing == NamespaceStanding(reserved=True)
+    assert on_a.standing.writes_nowhere
+    on_b = procedures.describe_partitions(b, asked, NOW)
+    assert on_b.standing == NamespaceStanding() and not on_b.standing.writes_nowhere
 
 
 def _chain_a_b_c() -> dict[str, ClusterState]:
@@ -179,7 +211,11 @@ def test_a_descriptions_lineage_crosses_the_wire() -> None:
     from linkd import link_codec
     from linkd.core.requests import PartitionsDescription
 
-    sent = PartitionsDescription("C", {}, {}, (("B", (5, 1, "B")), ("A", (3, 0, "A"))))
+    from linkd.core.requests import NamespaceStanding
+
+    sent = PartitionsDescription(
+        "C", {}, {}, (("B", (5, 1, "B")), ("A", (3, 0, "A"))), NamespaceStanding(True, False, True)
+    )
     assert link_codec.description_of(link_codec.description_pb(sent)) == sent
 
 

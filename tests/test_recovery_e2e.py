@@ -319,6 +319,18 @@ def test_reattach_over_the_followers_own_writes__is_refused_naming_them__recover
         a.bootstrap, "detach-namespace", "--link", "ab", "--type", "topic",
         "--local-prefix", "orders-",
     )
+    # B is still reserved (a follower whose leader detached it) and follows
+    # nothing: recovering A from B would make A follow a namespace no client
+    # writes anywhere. Refused before any change.
+    refused = run_cli(
+        "recover", "--link", "ab", "--namespace", "orders-", "--confirm", bootstrap=a.bootstrap
+    )
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert "RESERVED_NAMESPACE" in refused.stderr and "nothing was changed" in refused.stderr
+    assert "set-reserved --reserved false" in refused.stderr, refused.stderr
+    ns = cli_json(a.bootstrap, "describe-namespace", "--type", "topic", "--prefix", "orders-")
+    assert ns["reserved"] is False and ns["attachments"] == [], ns
+    assert high_watermarks(a.bootstrap, "orders-r") == [10]
     cli_json(
         b.bootstrap, "set-reserved", "--type", "topic", "--prefix", "orders-", "--reserved", "false"
     )

@@ -221,3 +221,13 @@ def test_fix_33_undone__seed_2872_finds_it() -> None:
     summary = run_summary("operator-mix", 2872, {"clusters": 3, "undo_fix": 33})
     found = {v["invariant"] for v in summary["violations"]}
     assert found == {"9 status"}, summary["violations"]
+
+
+def test_fix_39_undone__seed_960_leaves_the_namespace_writable_nowhere() -> None:
+    """Fix 39 undone (a recovery follows a remote namespace reserved there
+    and following nothing else), seed 960 on 2 clusters ends with A
+    following B, where no client writes it either: the checker judges the
+    peer of a recovery too."""
+    summary = run_summary("operator-mix", 960, {"clusters": 2, "undo_fix": 39})
+    details = [v["detail"] for v in summary["violations"]]
+    assert details and all("A follows B, where it is reserved" in d for d in details), details

@@ -163,6 +163,12 @@ and of the sweep's "one writer at rest" after a recover:
     which a remote attach or detach not heard of yet refuses a mapping
     after the cut, or swaps one judged as following: left reserved,
     following nothing)
+
+39. a recovery refuses (RESERVED_NAMESPACE, nothing changed) to follow a
+    remote namespace that is reserved there, follows no other link and that
+    no plan there will make writable (undone: it cuts and follows it, and
+    no cluster writes the namespace: the recovering side follows a
+    reserved copy, a follower whose leader detached it)
 """
 
 from __future__ import annotations
@@ -171,7 +177,7 @@ import enum
 from dataclasses import dataclass
 
 # The numbers missing belong to no fix.
-FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33, 35, 36, 37, 38)
+FIXES = (*range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33, 35, 36, 37, 38, 39)
 
 
 class PlantedBug(enum.StrEnum):

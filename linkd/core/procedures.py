@@ -56,7 +56,7 @@ from linkd.core.links import (
     in_prefix,
     parse_gap_policy,
 )
-from linkd.core.namespaces import ResourceType
+from linkd.core.namespaces import FOLLOWER, ResourceType
 from linkd.core.requests import (
     Checkpoint,
     ClusterIdentity,
@@ -66,6 +66,7 @@ from linkd.core.requests import (
     Handshake,
     LinkChanged,
     LinkDeleted,
+    NamespaceStanding,
     Note,
     PartitionsDescription,
     Promote,
@@ -171,7 +172,27 @@ def describe_partitions(
     hops = lineage.upstream(
         state, kind, prefix, (config.name, own.key) if own is not None else None
     )
-    return PartitionsDescription(state.cluster_id, partitions, offsets, hops)
+    return PartitionsDescription(
+        state.cluster_id, partitions, offsets, hops, namespace_standing(state, config, kind, prefix)
+    )
+
+
+def namespace_standing(
+    state: ClusterState, config: LinkConfig, kind: str, prefix: str
+) -> NamespaceStanding:
+    """Who may write the namespace `prefix` here, as told to the remote of
+    `config` (its mapping on that link, which the remote's procedure would
+    change, does not count as following)."""
+    ns = state.namespaces.find(ResourceType.parse(kind), prefix)
+    if ns is None:
+        return NamespaceStanding()
+    elsewhere = any(role == FOLLOWER and link != config.name for link, role in ns.attachments)
+    planned = any(
+        n.resource_type == kind and n.local_prefix == prefix
+        for plan in state.plans.plans.values()
+        for n in plan.namespaces
+    )
+    return NamespaceStanding(ns.reserved, elsewhere, planned)
 
 
 Procedure = Generator[Request, object, object]
@@ -1081,6 +1102,7 @@ def _plan_recovery(
     remote: recovery.RemotePartitions = {}
     remote_groups: recovery.RemoteGroupOffsets = {}
     lineages: recovery.RemoteLineages = {}
+    standings: dict[tuple[str, str], NamespaceStanding] = {}
     remote_id = config.remote_cluster_id
     what = f"link {link_name!r}: describing partitions"
     topics = [m for m in mappings if m.resource_type == MappingType.TOPIC]
@@ -1090,6 +1112,7 @@ def _plan_recovery(
         description = reply.value()
         remote.update(description.partitions)
         lineages[(m.resource_type, m.local_prefix)] = description.lineage
+        standings[(m.resource_type, m.local_prefix)] = description.standing
         remote_id = description.cluster_id
     for m in (m for m in mappings if m.resource_type == MappingType.GROUP):
         reply = yield from call(
@@ -1101,9 +1124,45 @@ def _plan_recovery(
         description = reply.value()
         remote_groups.update(description.group_offsets)
         lineages[(m.resource_type, m.local_prefix)] = description.lineage
+        standings[(m.resource_type, m.local_prefix)] = description.standing
         remote_id = description.cluster_id
     plan = recovery.plan_recovery(state, link_name, mappings, remote_id, remote, remote_groups)
+    if not state.faults.undid(39):
+        _check_remote_writes(link_name, mappings, remote_id, standings)
     return plan, remote, remote_groups, lineages
+
+
+def _check_remote_writes(
+    link_name: str,
+    mappings: list[recovery.RecoveryMapping],
+    remote_id: str,
+    standings: dict[tuple[str, str], NamespaceStanding],
+) -> None:
+    """Recovery makes this side follow the remote: refused (nothing changed)
+    when the remote's namespace is reserved there, follows no other link
+    and no plan there will change that (a follower whose leader detached
+    it, a namespace reserved by hand): this side would follow a namespace no
+    client writes anywhere."""
+    nowhere = [
+        m
+        for m in mappings
+        if standings.get((m.resource_type, m.local_prefix), _WRITABLE).writes_nowhere
+    ]
+    if not nowhere:
+        return
+    names = ", ".join(f"{m.resource_type} {m.remote_prefix!r}" for m in nowhere)
+    raise ClusterError(
+        ErrorCode.RESERVED_NAMESPACE,
+        f"link {link_name!r}",
+        f"cannot recover from {remote_id!r}: its {names} is reserved there and follows no "
+        f"other cluster (at most this one, over this link), so no client writes it: this "
+        f"cluster would follow a namespace nobody writes; make it writable there first "
+        f"(`failover` on {remote_id!r} if it followed this cluster, or `set-reserved "
+        f"--reserved false` there), or reverse the link; nothing was changed",
+    )
+
+
+_WRITABLE = NamespaceStanding()
 
 
 def _follow_remote(

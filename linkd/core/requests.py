@@ -95,6 +95,24 @@ class ClusterIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceStanding:
+    """Who may write a namespace on the cluster that describes it: whether
+    it is reserved there, follows a link other than the one asked over,
+    and is named by a procedure's journalled plan there (whose re-run
+    decides who writes it)."""
+
+    reserved: bool = False
+    follows_elsewhere: bool = False
+    in_plan: bool = False
+
+    @property
+    def writes_nowhere(self) -> bool:
+        """No client writes it there and nothing will make it writable: a
+        cluster that followed it would follow a namespace nobody writes."""
+        return self.reserved and not self.follows_elsewhere and not self.in_plan
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionsDescription:
     cluster_id: str
     partitions: RemotePartitions
@@ -105,6 +123,9 @@ class PartitionsDescription:
     # prefix on the asking link (one a recovery's attach replaces): a
     # recovery refuses before its cut to follow a copy of its own copy.
     lineage: tuple[LineageHop, ...] = ()
+    # Who may write that namespace there (a recovery refuses to follow a
+    # namespace reserved there that nothing will make writable).
+    standing: NamespaceStanding = NamespaceStanding()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1299,7 +1299,18 @@ class DescribePartitionsResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
     LINEAGE_FIELD_NUMBER: _builtins.int
+    NAMESPACE_RESERVED_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FOLLOWS_ELSEWHERE_FIELD_NUMBER: _builtins.int
+    NAMESPACE_IN_PLAN_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
+    namespace_reserved: _builtins.bool
+    """Who may write that namespace on the describer: reserved there, following
+    a link other than the asking one, named by a procedure's journalled plan
+    there. Recovery refuses to follow a namespace reserved there that
+    follows nothing else and no plan will make writable (RESERVED_NAMESPACE).
+    """
+    namespace_follows_elsewhere: _builtins.bool
+    namespace_in_plan: _builtins.bool
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionHistory]: ...
     @_builtins.property
@@ -1319,10 +1330,13 @@ class DescribePartitionsResponse(_message.Message):
         partitions: _abc.Iterable[Global___PartitionHistory] | None = ...,
         group_offsets: _abc.Iterable[Global___GroupOffset] | None = ...,
         lineage: _abc.Iterable[Global___LineageHop] | None = ...,
+        namespace_reserved: _builtins.bool = ...,
+        namespace_follows_elsewhere: _builtins.bool = ...,
+        namespace_in_plan: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "group_offsets", b"group_offsets", "lineage", b"lineage", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "group_offsets", b"group_offsets", "lineage", b"lineage", "namespace_follows_elsewhere", b"namespace_follows_elsewhere", "namespace_in_plan", b"namespace_in_plan", "namespace_reserved", b"namespace_reserved", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
