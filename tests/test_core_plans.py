@@ -200,9 +200,10 @@ def test_while_one_procedure_is_journalled_another_on_that_link_is_refused() -> 
         with pytest.raises(ClusterError) as refused:
             next(procedure)
         assert refused.value.code is ErrorCode.INVALID_REQUEST
-        assert "a failover begun at 5 ms is in progress on 'B' (next step make-writable)" in (
-            refused.value.message
-        )
+        assert (
+            "a failover begun 1970-01-01T00:00:00.005Z is in progress on 'B' "
+            "(next step make-writable)"
+        ) in refused.value.message
         assert "run failover again here to finish it first" in refused.value.message
     assert state.plans.get("ab") is not None  # untouched
 
@@ -232,7 +233,8 @@ def test_an_attach_on_another_link_of_a_name_an_unfinished_plan_moves_is_refused
     conflict = link_admin.mapping_conflict(state, "ba0", candidate("orders-"), [])
     assert conflict is not None and conflict.code is ErrorCode.PROCEDURE_IN_PROGRESS
     assert conflict.cross_link
-    assert "the unfinished reverse of link 'ab' (begun at 5 ms)" in conflict.message
+    begun = "(begun 1970-01-01T00:00:00.005Z)"
+    assert f"the unfinished reverse of link 'ab' {begun}" in conflict.message
     assert "run reverse on link 'ab' again to finish it first" in conflict.message
     narrower = link_admin.mapping_conflict(state, "ba0", candidate("orders-eu-"), [])
     assert narrower is not None and narrower.code is ErrorCode.PROCEDURE_IN_PROGRESS
@@ -240,3 +242,16 @@ def test_an_attach_on_another_link_of_a_name_an_unfinished_plan_moves_is_refused
     assert link_admin.mapping_conflict(state, "ab", candidate("orders-"), []) is None
     group = Mapping(MappingType.GROUP, "orders-", "orders-", Leader.LOCAL, True, (0, 0, ""))
     assert link_admin.mapping_conflict(state, "ba0", group, []) is None  # the plan's group is app-
+
+
+def test_a_plan_says_when_it_began_in_utc__as_the_standard_library_reads_the_time() -> None:
+    import datetime
+    import random
+
+    from linkd.core.plans import utc_text
+
+    rng = random.Random(7)
+    drawn = [rng.randrange(0, 2**42) for _ in range(500)]
+    for ms in [0, 951_782_400_000, 4_102_444_799_999, *drawn]:
+        when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+        assert utc_text(ms) == when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z", ms

@@ -147,7 +147,7 @@ def test_forced_failover_then_recover__each_cut_short_after_its_change__reruns_r
     # 1: not completed).
     shown = run_cli("recover", "--link", "ab", "--namespace", "orders-", bootstrap=a.bootstrap)
     assert shown.returncode == 1, shown.stderr
-    assert "not completed: a recovery begun at" in shown.stdout, shown.stdout
+    assert "not completed: a recovery begun 20" in shown.stdout, shown.stdout
     assert "run recover --confirm again here to finish it" in shown.stdout
     rerun = cli_json(
         a.bootstrap, "recover", "--link", "ab", "--namespace", "orders-", "--confirm"

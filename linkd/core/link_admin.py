@@ -161,7 +161,7 @@ def _plan_conflict(state: ClusterState, link_name: str, candidate: Mapping) -> C
                     ErrorCode.PROCEDURE_IN_PROGRESS,
                     f"{_name(candidate)} on link {link_name!r} overlaps {ns.resource_type} "
                     f"namespace {ns.local_prefix!r}, which the unfinished {plan.procedure} of "
-                    f"link {plan.link!r} (begun at {plan.started_ms} ms) moves: run "
+                    f"link {plan.link!r} (begun {plan.begun}) moves: run "
                     f"{plan.procedure} on link {plan.link!r} again to finish it first",
                     cross_link=True,
                 )

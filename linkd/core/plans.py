@@ -84,6 +84,11 @@ class Plan:
     # failover's abandoned partitions, a recovery's cut. None: nothing.
     detail: dict[str, object] | None = None
 
+    @property
+    def begun(self) -> str:
+        """When the plan began, as an operator reads it (UTC)."""
+        return utc_text(self.started_ms)
+
     def done(self, step: str) -> bool:
         return any(s.name == step and s.ok for s in self.steps)
 
@@ -134,6 +139,30 @@ class Plan:
             jr.json_int(obj.get("restarts", 0)),
             None if detail is None else jr.json_object(detail),
         )
+
+
+def utc_text(ms: int) -> str:
+    """Milliseconds since the epoch as ISO 8601 in UTC, to the millisecond
+    (the proleptic Gregorian calendar; the core reads no clock and keeps no
+    time zones, so the date is computed here: days to civil date, as in
+    Howard Hinnant's `civil_from_days`)."""
+    days, rest = divmod(ms, 86_400_000)
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1_460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (month <= 2)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1_000)
+    return (
+        f"{year:04d}-{month:02d}-{day:02d}T{hours:02d}:{minutes:02d}:{seconds:02d}"
+        f".{millis:03d}Z"
+    )
 
 
 @dataclass

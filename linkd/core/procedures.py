@@ -743,8 +743,8 @@ def failover(
         plan = replace(plan, restarts=plan.restarts + 1)
         yield Execute(tuple(journal(state.plans.put(plan))))
         resumed_from = plan.next_step(FAILOVER_STEPS) or ""
-        yield Note("warning", f"link {name!r}: failover takes up its journalled plan (begun at "
-                   f"{plan.started_ms} ms) at step {resumed_from}")
+        yield Note("warning", f"link {name!r}: failover takes up its journalled plan (begun "
+                   f"{plan.begun}) at step {resumed_from}")
     before = {s.name for s in plan.steps if s.ok} if resumed_from else set()
     if plan.done(FAILOVER_STEPS[1]):
         assert plan.detail is not None
@@ -889,7 +889,7 @@ def _journalled(
         raise ClusterError(
             ErrorCode.INVALID_REQUEST,
             f"link {link_name!r}",
-            f"link {link_name!r}: a {plan.procedure} begun at {plan.started_ms} ms is in "
+            f"link {link_name!r}: a {plan.procedure} begun {plan.begun} is in "
             f"progress on {state.cluster_id!r} (next step {plan.next_step(steps)}); run "
             f"{plan.procedure} again here to finish it first",
         )
@@ -959,14 +959,14 @@ def recover(
         if not confirm:
             return replace(
                 cut, steps=tuple(plan.steps), resumed_from=resumed_from,
-                notes=(f"a recovery begun at {plan.started_ms} ms is in progress (next step "
+                notes=(f"a recovery begun {plan.begun} is in progress (next step "
                        f"{resumed_from}); run recover --confirm again here to finish it",),
             )  # fmt: skip
         before = {s.name for s in plan.steps if s.ok}
         plan = replace(plan, restarts=plan.restarts + 1)
         yield Execute(tuple(journal(state.plans.put(plan))))
         yield Note("warning", f"link {link_name!r}: recover takes up its journalled plan (begun "
-                   f"at {plan.started_ms} ms) at step {resumed_from}")
+                   f"{plan.begun}) at step {resumed_from}")
         mappings = list(cut.mappings)
     else:
         before = {s.name for s in plan.steps if s.ok} if plan is not None else set()
@@ -1360,8 +1360,8 @@ def reverse(
         ]
         yield Note(
             "warning",
-            f"link {link_name!r}: reverse takes up its journalled plan (begun at "
-            f"{plan.started_ms} ms) at step {report.resumed_from}",
+            f"link {link_name!r}: reverse takes up its journalled plan (begun "
+            f"{plan.begun}) at step {report.resumed_from}",
         )
     remote_id = plan.remote_cluster_id
     timeout = plan.timeout_ms
