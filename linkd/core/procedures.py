@@ -351,24 +351,13 @@ def confirm_mapping(
     answered, else pending naming what it may lack (LINK_UNREACHABLE raised
     if `require_remote`); a refusal is raised as `change_mapping` does."""
     config = state.links.get(link_name)
-    reply = yield from call(
-        config.value("remote_bootstrap"),
-        Handshake(lineage.outgoing(state, config)),
-        f"link {link_name!r}: handshake",
-        LinkConfig,
-    )
+    reply = yield from _handshake(state, link_name)
     if reply.error is not None and (
         reply.error.code != ErrorCode.LINK_UNREACHABLE or require_remote
     ):
         raise reply.error
     if reply.answer is not None:
-        accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, reply.now_ms)
-        yield Execute(tuple(accepted.effects))
-        for note in accepted.notes:
-            yield Note("info", note)
-        if state.refresh_high_watermarks():
-            yield WakeWaiters()
-        yield LinkChanged(link_name)
+        yield from _merge_handshake(state, link_name, reply.answer, reply.now_ms)
         return AdminResult(state.links.get(link_name))
     reason = reply.error.message if reply.error is not None else "no answer"
     what = "attached" if mapping.attached else "detached"
@@ -668,12 +657,7 @@ def set_mode(
     if hw_moved:
         yield WakeWaiters()
     config = state.links.get(name)
-    reply = yield from call(
-        config.value("remote_bootstrap"),
-        Handshake(lineage.outgoing(state, config)),
-        f"link {name!r}: handshake",
-        LinkConfig,
-    )
+    reply = yield from _handshake(state, name)
     pending: Pending | None = None
     if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, name, reply.answer, reply.now_ms)
@@ -1068,15 +1052,31 @@ def _exchange_views(state: ClusterState, link_name: str) -> Generator[Request, o
     (the link's own handshakes carry them only every so often) would else
     refuse a mapping at follow-remote, after the cut. Raises the call's
     error, nothing changed here."""
+    reply = yield from _handshake(state, link_name)
+    yield from _merge_handshake(state, link_name, reply.value(), reply.now_ms)
+
+
+def _handshake(
+    state: ClusterState, link_name: str
+) -> Generator[Request, object, Replied[LinkConfig]]:
+    """One handshake with the remote: this side's view of the link sent, the
+    remote's merged view answered (or why not)."""
     config = state.links.get(link_name)
-    reply = yield from call(
-        config.value("remote_bootstrap"),
-        Handshake(lineage.outgoing(state, config)),
-        f"link {link_name!r}: handshake",
-        LinkConfig,
+    return (
+        yield from call(
+            config.value("remote_bootstrap"),
+            Handshake(lineage.outgoing(state, config)),
+            f"link {link_name!r}: handshake",
+            LinkConfig,
+        )
     )
-    answer = reply.value()
-    accepted = rounds.accept_handshake_answer(state, link_name, answer, reply.now_ms)
+
+
+def _merge_handshake(
+    state: ClusterState, link_name: str, answer: LinkConfig, now_ms: int
+) -> Generator[Request, object, None]:
+    """The remote's view of the link, answered to a handshake, merged here."""
+    accepted = rounds.accept_handshake_answer(state, link_name, answer, now_ms)
     yield Execute(tuple(accepted.effects))
     for note in accepted.notes:
         yield Note("info", note)
