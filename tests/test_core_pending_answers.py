@@ -17,6 +17,7 @@ from linkd.core.links import LinkConfig
 from linkd.core.namespaces import ResourceType
 from linkd.core.requests import (
     Call,
+    Checkpoint,
     Execute,
     LinkChanged,
     LinkDeleted,
@@ -59,7 +60,9 @@ def drive(
                     reply = Reply(served.answer, None, NOW)
             elif isinstance(request, Note):
                 notes.append(request.message)
-            elif not isinstance(request, WakeWaiters | LinkChanged | LinkDeleted | Tell):
+            elif not isinstance(
+                request, WakeWaiters | LinkChanged | LinkDeleted | Tell | Checkpoint
+            ):
                 raise AssertionError(f"unexpected request {request!r}")
     except StopIteration as done:
         return done.value, notes

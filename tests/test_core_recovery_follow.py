@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from test_core_pending_answers import drive as answer_as_a_shell
+
 from linkd.core import procedures
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import journal
@@ -15,19 +17,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.links import Leader
 from linkd.core.namespaces import ResourceType
-from linkd.core.requests import (
-    Call,
-    Checkpoint,
-    Execute,
-    LinkChanged,
-    LinkDeleted,
-    Note,
-    Now,
-    Reply,
-    Request,
-    Tell,
-    WakeWaiters,
-)
+from linkd.core.requests import Request
 
 NOW = 1_000
 
@@ -35,32 +25,9 @@ NOW = 1_000
 def drive(
     procedure: Generator[Request, Any, Any], remote: ClusterState | None
 ) -> tuple[Any, list[str]]:
-    """Answers a procedure as a shell does; `remote` None: unreachable.
-    Returns its result and its notes."""
-    reply: Any = None
-    notes: list[str] = []
-    try:
-        while True:
-            request = procedure.send(reply)
-            reply = None
-            if isinstance(request, Now | Execute):
-                reply = NOW
-            elif isinstance(request, Call):
-                if remote is None:
-                    error = ClusterError(ErrorCode.LINK_UNREACHABLE, "link 'ab'",
-                                         "link 'ab': no answer by its deadline")
-                    reply = Reply(None, error, NOW)
-                else:
-                    served = procedures.serve(remote, request.request, NOW)
-                    reply = Reply(served.answer, None, NOW)
-            elif isinstance(request, Note):
-                notes.append(request.message)
-            elif not isinstance(
-                request, WakeWaiters | LinkChanged | LinkDeleted | Tell | Checkpoint
-            ):
-                raise AssertionError(f"unexpected request {request!r}")
-    except StopIteration as done:
-        return done.value, notes
+    """Answers a procedure as a shell does (tests/test_core_pending_answers.py);
+    `remote` None: unreachable. Returns its result and its notes."""
+    return answer_as_a_shell(procedure, ClusterState("-"), remote)
 
 
 def clusters(faults: Faults = NO_FAULTS) -> tuple[ClusterState, ClusterState]:
@@ -209,9 +176,7 @@ def test_a_description_names_its_lineage_but_not_its_mapping_on_the_asking_link(
 
 def test_a_descriptions_lineage_crosses_the_wire() -> None:
     from linkd import link_codec
-    from linkd.core.requests import PartitionsDescription
-
-    from linkd.core.requests import NamespaceStanding
+    from linkd.core.requests import NamespaceStanding, PartitionsDescription
 
     sent = PartitionsDescription(
         "C", {}, {}, (("B", (5, 1, "B")), ("A", (3, 0, "A"))), NamespaceStanding(True, False, True)
