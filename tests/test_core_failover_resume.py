@@ -90,3 +90,17 @@ def test_undone__the_namespace_the_remote_detached_stays_reserved_and_unnamed() 
     orders = b.namespaces.get(ResourceType.TOPIC, "orders-")
     assert orders.reserved and orders.follower_link is None
     assert ("topic", "orders-") not in result.namespaces
+
+
+def test_a_resumed_failover_still_names_what_its_first_check_gave_up() -> None:
+    """Operator search, seeds 2830 on 2 clusters and 720 on 3 (fix 40): the
+    forced failover's first run crashed after its check, whose answer (every
+    partition's lag unknown) was lost; orders- was detached meanwhile, so
+    the re-run promoted it with no rows of its own, and the records its
+    source acknowledged that this side never held were named nowhere."""
+    _b, result = resumed(NO_FAULTS)
+    rows = {(r.topic, r.partition): r for r in result.abandoned}
+    assert ("orders-1", 0) in rows and not rows[("orders-1", 0)].lag_known
+
+    _b, undone = resumed(Faults.undoing(40))
+    assert ("orders-1", 0) not in {(r.topic, r.partition) for r in undone.abandoned}

@@ -206,6 +206,12 @@ FOUND = [
     (960, 2, "a swap is no ring with the mapping it replaces"),
     (2556, 3, "recovery refuses a ring before its cut"),
     (1055, 2, "recovery judges the link as both sides hold it"),
+    # The sixth run (2026-12-06, f2af72b): a forced failover crashed after
+    # its check (its answer lost); the namespace was detached meanwhile, and
+    # the re-run at rest promoted it with no rows: what it gave up was named
+    # nowhere. A re-run now answers what its first check found abandoned
+    # too (fix 40; 720 on 3 clusters as well).
+    (2830, 2, "a resumed failover names what its first check gave up"),
 ]
 
 
@@ -231,3 +237,8 @@ def test_fix_39_undone__seed_960_leaves_the_namespace_writable_nowhere() -> None
     summary = run_summary("operator-mix", 960, {"clusters": 2, "undo_fix": 39})
     details = [v["detail"] for v in summary["violations"]]
     assert details and all("A follows B, where it is reserved" in d for d in details), details
+
+
+def test_fix_40_undone__seed_2830_finds_it() -> None:
+    summary = run_summary("operator-mix", 2830, {"clusters": 2, "undo_fix": 40})
+    assert {v["invariant"] for v in summary["violations"]} == {"10 silent loss"}

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from linkd.core import histories, lineage, plans, recovery
 from linkd.core import journal as jr
@@ -719,7 +719,11 @@ def failover(
                 plans.PlanNamespace(m.resource_type, m.local_prefix, m.remote_prefix)
                 for m in promoted
             ),
-            0, now_ms, (verify,), detail={"force": force},
+            0, now_ms, (verify,),
+            # What the check found abandoned: a re-run after a crash answers
+            # it too (the first answer was lost; what it gave up, not found
+            # again, must still be named).
+            detail={"force": force, "abandoned": [asdict(r) for r in abandoned]},
         )  # fmt: skip
         yield Execute(tuple(journal(state.plans.put(plan))))
         yield _checkpoint(name, verify.name, plans.FAILOVER)
@@ -760,6 +764,21 @@ def failover(
     return result
 
 
+def _checked_before(
+    state: ClusterState, plan: plans.Plan, result: admin.Failover
+) -> list[admin.PartitionLag]:
+    """The partitions the plan's first check found abandoned that this
+    answer names nowhere (a re-run after a crash: a namespace detached
+    meanwhile is promoted without rows of its own), as that check saw them,
+    if the topic is still here."""
+    named = {(r.topic, r.partition) for r in [*result.partitions, *result.abandoned]}
+    kept = [
+        jr.json_fields(admin.PartitionLag, r)
+        for r in jr.json_list((plan.detail or {}).get("abandoned", []))
+    ]
+    return [r for r in kept if (r.topic, r.partition) not in named and r.topic in state.topics]
+
+
 def _make_writable(
     state: ClusterState, name: str, force: bool, plan: plans.Plan
 ) -> Generator[Request, object, admin.Failover]:
@@ -783,6 +802,8 @@ def _make_writable(
     except ClusterError:
         yield Execute(tuple(journal(state.plans.end(name))))
         raise
+    if not state.faults.undid(40):
+        result.abandoned += _checked_before(state, plan, result)
     # The promoted topics' high watermarks no longer wait for their source.
     hw_moved = state.refresh_high_watermarks()
     # The replicated groups resume at the last commit heard of, or at the
