@@ -101,6 +101,7 @@ def test_a_resumed_failover_still_names_what_its_first_check_gave_up() -> None:
     _b, result = resumed(NO_FAULTS)
     rows = {(r.topic, r.partition): r for r in result.abandoned}
     assert ("orders-1", 0) in rows and not rows[("orders-1", 0)].lag_known
+    assert rows[("orders-1", 0)].lag_records == -1
 
     _b, undone = resumed(Faults.undoing(40))
     assert ("orders-1", 0) not in {(r.topic, r.partition) for r in undone.abandoned}

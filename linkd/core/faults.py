@@ -171,9 +171,10 @@ and of the sweep's "one writer at rest" after a recover:
     reserved copy, a follower whose leader detached it)
 
 40. a failover re-run after a crash answers, besides what it finds now,
-    every partition its first check found abandoned that it does not name
-    otherwise (undone: a namespace detached while the plan waited is made
-    writable with no rows, and what it gave up is named nowhere)
+    every partition its first check saw that it does not name otherwise, as
+    abandoned, its lag not known since that check (undone: a namespace
+    detached while the plan waited is made writable with no rows, and what
+    its source acknowledged after the check is named nowhere)
 """
 
 from __future__ import annotations

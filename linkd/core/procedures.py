@@ -723,7 +723,7 @@ def failover(
             # What the check found abandoned: a re-run after a crash answers
             # it too (the first answer was lost; what it gave up, not found
             # again, must still be named).
-            detail={"force": force, "abandoned": [asdict(r) for r in abandoned]},
+            detail={"force": force, "checked": [asdict(r) for r in rows]},
         )  # fmt: skip
         yield Execute(tuple(journal(state.plans.put(plan))))
         yield _checkpoint(name, verify.name, plans.FAILOVER)
@@ -767,16 +767,27 @@ def failover(
 def _checked_before(
     state: ClusterState, plan: plans.Plan, result: admin.Failover
 ) -> list[admin.PartitionLag]:
-    """The partitions the plan's first check found abandoned that this
-    answer names nowhere (a re-run after a crash: a namespace detached
-    meanwhile is promoted without rows of its own), as that check saw them,
-    if the topic is still here."""
+    """The partitions the plan's first check saw that this answer names
+    nowhere (a re-run after a crash: a namespace detached meanwhile is
+    promoted without rows of its own), if the topic is still here: each
+    abandoned with its lag not known since that check knew it (the records
+    its source took after are in no log here), or since it was not known."""
     named = {(r.topic, r.partition) for r in [*result.partitions, *result.abandoned]}
-    kept = [
+    checked = [
         jr.json_fields(admin.PartitionLag, r)
-        for r in jr.json_list((plan.detail or {}).get("abandoned", []))
+        for r in jr.json_list((plan.detail or {}).get("checked", []))
     ]
-    return [r for r in kept if (r.topic, r.partition) not in named and r.topic in state.topics]
+    return [
+        replace(
+            r,
+            lag_known=False,
+            lag_records=-1,
+            lag_ms=-1,
+            unknown_since_ms=r.source_hw_known_at_ms if r.lag_known else r.unknown_since_ms,
+        )
+        for r in checked
+        if (r.topic, r.partition) not in named and r.topic in state.topics
+    ]
 
 
 def _make_writable(
