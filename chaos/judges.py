@@ -929,9 +929,12 @@ def check_config(
 # -- (e) admin_effect_missing ------------------------------------------------------------------
 
 # Moves after which an earlier move's effect on a link may legitimately be gone.
+# A release-reattach detaches first: refused at its attach, it has ended the
+# mapping (`MoveRecord.maybe_happened` says whether it got that far).
 _CHANGES_MAPPINGS = (
     MoveKind.ATTACH, MoveKind.DETACH, MoveKind.MANUAL_REVERSE, MoveKind.REVERSE,
     MoveKind.FAILOVER, MoveKind.RECOVER, MoveKind.DELETE_LINK, MoveKind.CREATE_LINK,
+    MoveKind.RELEASE_REATTACH,
 )  # fmt: skip
 _CHANGES_MODE = (MoveKind.SET_MODE, MoveKind.FAILOVER, MoveKind.DELETE_LINK,
                  MoveKind.CREATE_LINK, MoveKind.REVERSE, MoveKind.RECOVER)  # fmt: skip

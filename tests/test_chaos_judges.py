@@ -286,6 +286,18 @@ def test_admin_effect_missing__later_moves_and_refusals_excuse() -> None:
     detach = MoveRecord(Move(MoveKind.DETACH, "B", link="ab", local_prefix="pay-"), 200, 210, "ok")
     found, _ = check_admin_effects([_attach(100), detach], links, {}, ["A", "B"])
     assert found == []
+    # A release-reattach on the follower that detached, then was refused at
+    # its attach (DIVERGED_LOG), ended the mapping too; one refused before its
+    # detach did not.
+    release = Move(MoveKind.RELEASE_REATTACH, "B", link="ab", local_prefix="pay-",
+                   remote_prefix="pay-", leader="remote")  # fmt: skip
+    half = MoveRecord(release, 200, 210, "refused", "DIVERGED_LOG", "cut",
+                      steps=["detach: ok", "clear: ok", "write", "attach: DIVERGED_LOG"])
+    found, _ = check_admin_effects([_attach(100), half], links, {}, ["A", "B"])
+    assert found == []
+    early = MoveRecord(release, 200, 210, "refused", "NOT_FOUND", "no", steps=["detach: NO"])
+    found, _ = check_admin_effects([_attach(100), early], links, {}, ["A", "B"])
+    assert len(found) == 1 and "does not map it" in found[0].detail
     # A refused attach owes nothing.
     found, judged = check_admin_effects([_attach(100, "refused")], links, {}, ["A", "B"])
     assert found == [] and judged == 0
