@@ -201,6 +201,8 @@ class LinkInfo:
     # to_offset, at_ms, reason, stopped (waiting for resume-partition).
     gaps: list[dict[str, Any]] = field(default_factory=list)
     gap_policy: str = "continue"
+    # fetch.bound: "high-watermark" or "last-stable-offset".
+    fetch_bound: str = "high-watermark"
     # The last call of the link that failed on this side (the side that
     # dials): error code name, message, when ("" and 0: none).
     last_error_code: str = ""
@@ -234,6 +236,7 @@ class LinkInfo:
             "history": list(self.history),
             "refused_mappings": list(self.refused_mappings),
             "gap_policy": self.gap_policy,
+            "fetch_bound": self.fetch_bound,
             "gaps": list(self.gaps),
             "last_error_code": self.last_error_code,
             "last_error": self.last_error,
@@ -323,6 +326,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
             for g in d.gaps
         ],
         gap_policy=d.gap_policy or "continue",
+        fetch_bound=d.fetch_bound or "high-watermark",
         last_error_code=d.last_error_code,
         last_error=d.last_error,
         last_error_at_ms=d.last_error_at_ms,
@@ -1016,10 +1020,12 @@ class AdminClient:
         connection: str = "local",
         local_bootstrap: str = "",
         timeout: float | None = None,
+        configs: dict[str, str] | None = None,
     ) -> LinkInfo:
         """Creates link `name` to the cluster at `remote` (HOST:PORT); this cluster
         dials it and writes the mirrored configuration there. `connection`:
-        "local" (this cluster dials from now on) or "remote" (the remote does)."""
+        "local" (this cluster dials from now on) or "remote" (the remote does).
+        `configs`: shared link policies by name ("gap.policy", "fetch.bound")."""
         if connection not in ("local", "remote"):
             raise ValueError("connection must be 'local' or 'remote'")
         req = admin_pb2.CreateLinkRequest(
@@ -1030,6 +1036,7 @@ class AdminClient:
             if connection == "local"
             else admin_pb2.CONNECTION_DIRECTION_REMOTE_DIALS,
             local_bootstrap=local_bootstrap,
+            configs=configs or {},
         )
         return link_info(self._conn.call(self._conn.admin.CreateLink, req, self._t(timeout)))
 
@@ -1041,15 +1048,19 @@ class AdminClient:
         local_bootstrap: str | None = None,
         timeout: float | None = None,
         gap_policy: str | None = None,
+        fetch_bound: str | None = None,
     ) -> LinkInfo:
         """Changes this side's own settings of link `name`: the address it
         dials (`remote`), its credentials for the remote, its own address;
-        and gap.policy ("continue" or "stop"), which both sides share.
+        and gap.policy ("continue" or "stop") and fetch.bound
+        ("high-watermark" or "last-stable-offset"), which both sides share.
         The cluster checks them with a session first; a remote that refuses
         them changes nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
         req = admin_pb2.AlterLinkRequest(name=name)
         if gap_policy is not None:
             req.gap_policy = gap_policy
+        if fetch_bound is not None:
+            req.fetch_bound = fetch_bound
         if remote is not None:
             req.remote_bootstrap = remote
         if credentials is not None:

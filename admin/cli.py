@@ -22,8 +22,10 @@
     set-reserved --type T --prefix P --reserved true|false
     delete-namespace --type T --prefix P
     create-link NAME --remote HOST:PORT [--remote-credentials-file F] [--connection local|remote]
+               [--config gap.policy=V] [--config fetch.bound=V]
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
                [--local-bootstrap HOST:PORT] [--gap-policy continue|stop]
+               [--fetch-bound high-watermark|last-stable-offset]
     resume-partition LINK TOPIC PARTITION   (a follower partition stopped at a gap goes on)
     list-links
     describe-link NAME [--wait-for STATE [--wait SECONDS]]
@@ -908,7 +910,7 @@ def _print_link(link: LinkInfo) -> None:
         print(_table(rows, header))
         for line in partition_problem_lines(link.partitions):
             print(f"  {line}")
-    print(f"  gap.policy {link.gap_policy}")
+    print(f"  gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}")
     plan = link.procedure
     if plan is not None:
         moved = ", ".join(f"{n['type']} {n['local_prefix']!r}" for n in plan["namespaces"])
@@ -967,6 +969,7 @@ def cmd_create_link(args: argparse.Namespace) -> int:
             credentials=credentials or "",
             connection=args.connection,
             local_bootstrap=args.local_bootstrap,
+            configs=dict(args.config or []),
         )
     if args.json:
         _emit(link.to_dict())
@@ -982,10 +985,11 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
         and credentials is None
         and args.local_bootstrap is None
         and args.gap_policy is None
+        and args.fetch_bound is None
     ):
         raise UsageError(
             "alter-link needs --remote-bootstrap, --remote-credentials-file "
-            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap or --gap-policy"
+            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap, --gap-policy or --fetch-bound"
         )
     with _admin(args) as admin:
         link = admin.alter_link(
@@ -994,13 +998,14 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
             credentials=credentials,
             local_bootstrap=args.local_bootstrap,
             gap_policy=args.gap_policy,
+            fetch_bound=args.fetch_bound,
         )
     if args.json:
         _emit(link.to_dict())
     else:
         print(
             f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}, "
-            f"gap.policy {link.gap_policy}"
+            f"gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}"
         )
     return EXIT_OK
 
@@ -1788,6 +1793,14 @@ def _link_commands(add: _Add) -> None:
         metavar="HOST:PORT",
         help="this cluster's address, for a remote that dials back",
     )
+    p.add_argument(
+        "--config",
+        type=_key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a shared link policy (repeatable): gap.policy=continue|stop, "
+        "fetch.bound=high-watermark|last-stable-offset",
+    )
 
     p = add(
         "alter-link",
@@ -1804,6 +1817,14 @@ def _link_commands(add: _Add) -> None:
         help="gap.policy, shared by both sides: what a follower partition does when records "
         "it must copy are gone from the source (continue: from the source's log start, the "
         "gap recorded; stop: the partition stops until resume-partition)",
+    )
+    p.add_argument(
+        "--fetch-bound",
+        choices=("high-watermark", "last-stable-offset"),
+        help="fetch.bound, shared by both sides: how far an ASYNC follower copies "
+        "(high-watermark: everything the source acknowledged, open transactions included; "
+        "last-stable-offset: only below the source's last stable offset, as KIP-1279's "
+        "mirror fetcher)",
     )
     _credentials_options(p)
 

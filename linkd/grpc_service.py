@@ -750,6 +750,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 for row in summary.gaps
             ],
             gap_policy=config.gap_policy.value,
+            fetch_bound=config.fetch_bound.value,
             procedure=_plan_pb(self.node.state.plans.get(name)),
         )
 
@@ -773,6 +774,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             request.remote_credentials,
             direction,
             request.local_bootstrap,
+            dict(request.configs),
         )
         return self._link_pb(config.name)
 
@@ -788,6 +790,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             r.remote_credentials if r.HasField("remote_credentials") else None,
             r.local_bootstrap if r.HasField("local_bootstrap") else None,
             r.gap_policy if r.HasField("gap_policy") else None,
+            r.fetch_bound if r.HasField("fetch_bound") else None,
         )
         return self._link_pb(config.name)
 

@@ -47,6 +47,7 @@ class Operations:
         credentials: str,
         direction: str,
         local_bootstrap: str,
+        policies: dict[str, str] | None = None,
     ) -> LinkConfig:
         self.node.check_ready()
         box = self.links.security.box
@@ -61,6 +62,7 @@ class Operations:
                 local_bootstrap,
                 self._now,
                 box.seal_bytes(secrets.token_bytes(KEY_BYTES)),
+                policies,
             )
         )
         return config
@@ -72,11 +74,14 @@ class Operations:
         credentials: str | None,
         local_bootstrap: str | None,
         gap_policy: str | None = None,
+        fetch_bound: str | None = None,
     ) -> LinkConfig:
         self.node.check_ready()
         changes: dict[str, str] = {}
         if gap_policy is not None:
             changes["gap_policy"] = gap_policy
+        if fetch_bound is not None:
+            changes["fetch_bound"] = fetch_bound
         if remote_bootstrap is not None:
             changes["remote_bootstrap"] = remote_bootstrap
         if credentials is not None:

@@ -337,10 +337,12 @@ class Operators:
         leader: str = "remote",
         remote_dials: bool = False,
         done: Done | None = None,
+        policies: dict[str, str] | None = None,
     ) -> None:
-        """create-link on `cluster` to `peer`, then attach each [local, remote]
-        prefix of each kind with `leader` leading (creating the local
-        namespace first when missing, as an operator must)."""
+        """create-link on `cluster` to `peer` (`policies`: create-link
+        --config), then attach each [local, remote] prefix of each kind with
+        `leader` leading (creating the local namespace first when missing, as
+        an operator must)."""
         node = self.world.clusters[cluster]
         direction = "remote_dials" if remote_dials else "local_dials"
         link_id = self.link_ids()
@@ -348,7 +350,7 @@ class Operators:
             lambda now: procedures.create_link(
                 node.state, name, link_id, address_of(peer),
                 self.credential_for(peer), direction, address_of(cluster), now,
-                self.world.link_security.new_key(),
+                self.world.link_security.new_key(), policies,
             )
         ]
         for local, remote in prefixes:

@@ -15,7 +15,9 @@ Tables and keys (units last; every time is virtual milliseconds):
               push (true: the source dials each link and pushes),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
               is FOLLOWING, as an operator must), file, link_type (link|mirror:
-              every edge's type unless the edge sets its own)
+              every edge's type unless the edge sets its own), fetch_bound
+              (high-watermark|last-stable-offset: every link's fetch.bound,
+              set by alter-link once the link exists; "": the default)
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
               reset_on_heal
   [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
@@ -71,7 +73,7 @@ from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
-from linkd.core.links import GapPolicy, Leader, LinkMode
+from linkd.core.links import FetchBound, GapPolicy, Leader, LinkMode
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -84,6 +86,7 @@ MODES = ("ASYNC", "SYNC")
 
 
 GAP_POLICIES = tuple(p.value for p in GapPolicy)
+FETCH_BOUNDS = tuple(b.value for b in FetchBound)
 
 
 class ScenarioError(ValueError):
@@ -120,6 +123,8 @@ class TopologySpec:
     # Links of the topology are created on the follower with the source
     # dialing it (connection direction remote_dials): the source pushes.
     push: bool = False
+    # Every link's fetch.bound ("": left at the default, high-watermark).
+    fetch_bound: str = ""
 
 
 _MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors
@@ -240,6 +245,7 @@ class ActionSpec:
     timeout_ms: int = 0  # reverse: how long to wait for the remote (0: 30 s)
     reserved: bool = False  # set_reserved: set (true) or clear (false)
     gap_policy: str = ""  # alter_link: the link's gap.policy (continue | stop)
+    fetch_bound: str = ""  # alter_link: the link's fetch.bound (high-watermark | ...)
     partition: int = 0  # resume_partition: the partition of `topic`
     # crash_at: the checkpoint of a procedure (e.g. "reverse:detach-mappings#1")
     # at which `cluster` ("": the cluster running it) crashes for `down_ms`.
@@ -383,9 +389,10 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # mapping to `source`, then recover it with confirm (topics, and groups
     # when the namespace replicates them).
     "relink": ("cluster", "link", "source", "prefixes"),
-    # ccr-admin alter-link --gap-policy, and resume-partition (a follower
-    # partition stopped at a gap goes on from the source's log start).
-    "alter_link": ("cluster", "link", "gap_policy"),
+    # ccr-admin alter-link --gap-policy and/or --fetch-bound, and
+    # resume-partition (a follower partition stopped at a gap goes on from
+    # the source's log start).
+    "alter_link": ("cluster", "link", "gap_policy", "fetch_bound"),
     "resume_partition": ("cluster", "link", "topic", "partition"),
     # Arms a crash mid-procedure: the next procedure that reaches checkpoint
     # `point` (linkd/core/requests.py Checkpoint) crashes `cluster` there ("":
@@ -502,6 +509,11 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         )
     if topology.mode not in MODES:
         raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
+    if topology.fetch_bound not in ("", *FETCH_BOUNDS):
+        raise ScenarioError(
+            f"[topology]: fetch_bound = {topology.fetch_bound!r} is not one of "
+            f"{', '.join(FETCH_BOUNDS)}"
+        )
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
             raise ScenarioError(f"[topology]: cluster name {c!r} must be letters, digits or _")
@@ -631,6 +643,20 @@ def _script(where: str, w: dict[str, Any]) -> ScriptSpec:
     return ScriptSpec(name, sends)
 
 
+def _check_alter(where: str, a: ActionSpec) -> None:
+    """alter_link: gap_policy and/or fetch_bound, each a value the link takes."""
+    if not a.gap_policy and not a.fetch_bound:
+        raise ScenarioError(f"{where}: alter_link needs gap_policy or fetch_bound")
+    if a.gap_policy and a.gap_policy not in GAP_POLICIES:
+        raise ScenarioError(
+            f"{where}: gap_policy = {a.gap_policy!r} is not one of {', '.join(GAP_POLICIES)}"
+        )
+    if a.fetch_bound and a.fetch_bound not in FETCH_BOUNDS:
+        raise ScenarioError(
+            f"{where}: fetch_bound = {a.fetch_bound!r} is not one of {', '.join(FETCH_BOUNDS)}"
+        )
+
+
 def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
     out = []
     if not isinstance(items, list):
@@ -720,11 +746,8 @@ def _check_names(s: Scenario) -> None:
             )
         if a.kind in (ActionKind.ATTACH, ActionKind.DETACH, ActionKind.RELINK) and not a.prefixes:
             raise ScenarioError(f"[[actions]] #{i + 1}: {a.kind} needs prefixes")
-        if a.kind == ActionKind.ALTER_LINK and a.gap_policy not in GAP_POLICIES:
-            raise ScenarioError(
-                f"[[actions]] #{i + 1}: gap_policy = {a.gap_policy!r} is not one of "
-                f"{', '.join(GAP_POLICIES)}"
-            )
+        if a.kind == ActionKind.ALTER_LINK:
+            _check_alter(f"[[actions]] #{i + 1}", a)
         if a.kind == ActionKind.RESUME_PARTITION and not a.topic:
             raise ScenarioError(f"[[actions]] #{i + 1}: resume_partition needs topic")
     for i, f in enumerate(s.faults):
@@ -774,6 +797,7 @@ def load(name_or_path: str) -> Scenario:
 # name -> (table, key): what `apply_params` may override.
 PARAMS: dict[str, tuple[str, str]] = {
     "mode": ("topology", "mode"),
+    "fetch_bound": ("topology", "fetch_bound"),
     "topology": ("topology", "kind"),
     "clusters": ("topology", "clusters"),
     "duration_ms": ("run", "duration_ms"),
@@ -954,6 +978,11 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
             if new.link_type not in LINK_TYPES:
                 raise ScenarioError(
                     f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
+                )
+            if new.fetch_bound not in ("", *FETCH_BOUNDS):
+                raise ScenarioError(
+                    f"parameter fetch_bound = {new.fetch_bound!r} is not one of "
+                    f"{', '.join(FETCH_BOUNDS)}"
                 )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")

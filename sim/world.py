@@ -865,7 +865,8 @@ class Simulation:
             for local, remote in a.prefixes:
                 ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
         elif a.kind == ActionKind.ALTER_LINK:
-            ops.alter_link(a.cluster, a.link, {"gap_policy": a.gap_policy})
+            changes = {"gap_policy": a.gap_policy, "fetch_bound": a.fetch_bound}
+            ops.alter_link(a.cluster, a.link, {k: v for k, v in changes.items() if v})
         elif a.kind == ActionKind.RESUME_PARTITION:
             ops.resume_partition(a.cluster, a.link, a.topic, a.partition)
 
@@ -1107,7 +1108,11 @@ class Simulation:
                     then()
 
         push = self.scenario.topology.push
-        self.ops.create_link(target, name, source, prefixes, kinds, "remote", push, created)
+        bound = self.scenario.topology.fetch_bound
+        policies = {"fetch.bound": bound} if bound else None
+        self.ops.create_link(
+            target, name, source, prefixes, kinds, "remote", push, created, policies
+        )
 
     def delete_link(self, cluster: str, name: str) -> None:
         """delete-link (a mirror edge: its flow stops)."""

@@ -121,6 +121,59 @@ def parse_gap_policy(name: str, value: str) -> GapPolicy:
         ) from None
 
 
+class FetchBound(enum.StrEnum):
+    """fetch.bound: how far an ASYNC follower copies its source's log.
+    HIGH_WATERMARK (this project's default, KIP-986): everything the source
+    acknowledged, transactions still open included (a failover aborts what is
+    left open and reports it). LAST_STABLE_OFFSET (KIP-1279's mirror fetcher,
+    a read_committed consumer): only below the source's last stable offset, so
+    records of a transaction still open stay on the source until it ends: the
+    follower lags by them meanwhile. A SYNC follower copies to the log end
+    whatever the bound (it acknowledges what it holds)."""
+
+    HIGH_WATERMARK = "high-watermark"
+    LAST_STABLE_OFFSET = "last-stable-offset"
+
+
+def parse_fetch_bound(name: str, value: str) -> FetchBound:
+    try:
+        return FetchBound(value)
+    except ValueError:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: fetch.bound is 'high-watermark' or 'last-stable-offset', "
+            f"not {value!r}",
+        ) from None
+
+
+# A link's shared policies by the name an operator gives them (create-link
+# --config NAME=VALUE): the stored field each sets and how its value is checked.
+POLICIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "gap.policy": ("gap_policy", parse_gap_policy),
+    "fetch.bound": ("fetch_bound", parse_fetch_bound),
+}
+
+
+def parse_policies(name: str, configs: dict[str, str]) -> dict[str, str]:
+    """A new link's policies (`POLICIES` names -> values) as stored fields.
+    Raises INVALID_LINK_CONFIG naming an unknown policy or a bad value."""
+    fields: dict[str, str] = {}
+    for key, value in sorted(configs.items()):
+        known = POLICIES.get(key)
+        if known is None:
+            raise ClusterError(
+                ErrorCode.INVALID_LINK_CONFIG,
+                f"link {name!r}",
+                f"link {name!r}: unknown link config {key!r} (known: "
+                f"{', '.join(sorted(POLICIES))})",
+            )
+        field_name, parse = known
+        parse(name, value)
+        fields[field_name] = value
+    return fields
+
+
 class LinkState(enum.Enum):
     DISCONNECTED = "DISCONNECTED"
     CATCHING_UP = "CATCHING_UP"
@@ -277,6 +330,12 @@ class LinkConfig:
         """gap.policy (shared, newest wins): what a follower partition does
         when its source's log start passed its position. Unset: CONTINUE."""
         return GapPolicy(self.value("gap_policy") or GapPolicy.CONTINUE.value)
+
+    @property
+    def fetch_bound(self) -> FetchBound:
+        """fetch.bound (shared, newest wins): how far an ASYNC follower copies
+        (`FetchBound`). Unset: HIGH_WATERMARK."""
+        return FetchBound(self.value("fetch_bound") or FetchBound.HIGH_WATERMARK.value)
 
     @property
     def mode(self) -> LinkMode:

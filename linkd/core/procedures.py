@@ -54,7 +54,9 @@ from linkd.core.links import (
     MappingType,
     Role,
     in_prefix,
+    parse_fetch_bound,
     parse_gap_policy,
+    parse_policies,
 )
 from linkd.core.namespaces import FOLLOWER, ResourceType
 from linkd.core.requests import (
@@ -455,11 +457,15 @@ def create_link(
     local_bootstrap: str,
     now_ms: int,
     link_key: str = "",
+    policies: dict[str, str] | None = None,
 ) -> Generator[Request, object, LinkConfig]:
     """Creates the link here and, through a handshake, its mirror there.
     `credentials` (this side's for the remote) and `link_key` (the new link's
     key, which the creating session hands the remote: `link_auth`) arrive
-    sealed by the shell."""
+    sealed by the shell. `policies`: shared link configs by name
+    (`links.POLICIES`: gap.policy, fetch.bound), checked before anything is
+    dialed; the handshake carries them to the remote."""
+    fields = parse_policies(name, policies or {})
     if name in state.links.configs:
         raise ClusterError(
             ErrorCode.LINK_EXISTS,
@@ -482,6 +488,8 @@ def create_link(
         reply.now_ms,
         link_key,
     )
+    for key, value in fields.items():
+        config.fields[key] = Field(value, config.fields["mode"].version)
     shook = yield from call(
         remote_bootstrap,
         Handshake(config, create=True),
@@ -498,7 +506,7 @@ def create_link(
     return state.links.get(name)
 
 
-ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap", "gap_policy")
+ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap", "gap_policy", "fetch_bound")
 
 
 def alter_link(
@@ -506,7 +514,8 @@ def alter_link(
 ) -> Generator[Request, object, LinkConfig]:
     """An operator's change of this side's own settings of a link (the
     address it dials, its credentials for the remote (sealed), its own
-    address), or of gap.policy (`gap_policy`, shared by both sides): a
+    address), or of gap.policy (`gap_policy`) or fetch.bound (`fetch_bound`),
+    shared by both sides: a
     handshake in a session opened with the new settings checks them first (a
     remote that refuses them, or nothing at the new address, changes
     nothing); then they are stored and the link's next call opens a session
@@ -516,6 +525,8 @@ def alter_link(
     config = state.links.get(name)
     if "gap_policy" in changes:
         parse_gap_policy(name, changes["gap_policy"])
+    if "fetch_bound" in changes:
+        parse_fetch_bound(name, changes["fetch_bound"])
     unknown = sorted(set(changes) - set(ALTERABLE))
     if unknown or not changes:
         raise ClusterError(

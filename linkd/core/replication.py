@@ -36,7 +36,7 @@ from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkConfig, LinkMode, Mapping, MappingType, Role
+from linkd.core.links import FetchBound, LinkConfig, LinkMode, Mapping, MappingType, Role
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
@@ -123,7 +123,11 @@ def plan_replica_fetch(
     # ASYNC followers copy what the source acknowledged; SYNC followers copy to
     # the log end, and their next fetch offset is the acknowledgement the
     # source high watermark waits for (spec section 5).
+    # An ASYNC link bound at the last stable offset (fetch.bound, KIP-1279's
+    # mirror fetcher) copies no record of a transaction still open.
     upper = log.log_end_offset if config.mode == LinkMode.SYNC else log.high_watermark
+    if config.mode != LinkMode.SYNC and config.fetch_bound is FetchBound.LAST_STABLE_OFFSET:
+        upper = log.last_stable_offset
     return ReplicaFetchPlan(
         offset,
         max(upper, offset),

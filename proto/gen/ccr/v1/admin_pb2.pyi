@@ -535,6 +535,7 @@ class AlterLinkRequest(_message.Message):
     REMOTE_CREDENTIALS_FIELD_NUMBER: _builtins.int
     LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
+    FETCH_BOUND_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The link whose settings change. Unset fields stay as they are."""
     remote_bootstrap: _builtins.str
@@ -545,6 +546,11 @@ class AlterLinkRequest(_message.Message):
     """This cluster's own address, for a remote that dials back."""
     gap_policy: _builtins.str
     """gap.policy, shared by both sides: "continue" or "stop"."""
+    fetch_bound: _builtins.str
+    """fetch.bound, shared by both sides: "high-watermark" (an ASYNC follower
+    copies everything its source acknowledged) or "last-stable-offset" (only
+    below the source's last stable offset: no record of an open transaction).
+    """
     def __init__(
         self,
         *,
@@ -553,11 +559,14 @@ class AlterLinkRequest(_message.Message):
         remote_credentials: _builtins.str | None = ...,
         local_bootstrap: _builtins.str | None = ...,
         gap_policy: _builtins.str | None = ...,
+        fetch_bound: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fetch_bound: _TypeAlias = _typing.Literal["fetch_bound"]  # noqa: Y015
+    _WhichOneofArgType__fetch_bound: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound"]  # noqa: Y015
     _WhichOneofReturnType__gap_policy: _TypeAlias = _typing.Literal["gap_policy"]  # noqa: Y015
     _WhichOneofArgType__gap_policy: _TypeAlias = _typing.Literal["_gap_policy", b"_gap_policy"]  # noqa: Y015
     _WhichOneofReturnType__local_bootstrap: _TypeAlias = _typing.Literal["local_bootstrap"]  # noqa: Y015
@@ -566,6 +575,8 @@ class AlterLinkRequest(_message.Message):
     _WhichOneofArgType__remote_bootstrap: _TypeAlias = _typing.Literal["_remote_bootstrap", b"_remote_bootstrap"]  # noqa: Y015
     _WhichOneofReturnType__remote_credentials: _TypeAlias = _typing.Literal["remote_credentials"]  # noqa: Y015
     _WhichOneofArgType__remote_credentials: _TypeAlias = _typing.Literal["_remote_credentials", b"_remote_credentials"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fetch_bound) -> _WhichOneofReturnType__fetch_bound | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gap_policy) -> _WhichOneofReturnType__gap_policy | None: ...
     @_typing.overload
@@ -653,11 +664,32 @@ Global___LinkGap: _TypeAlias = LinkGap  # noqa: Y015
 class CreateLinkRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ConfigsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     REMOTE_BOOTSTRAP_FIELD_NUMBER: _builtins.int
     REMOTE_CREDENTIALS_FIELD_NUMBER: _builtins.int
     CONNECTION_DIRECTION_FIELD_NUMBER: _builtins.int
     LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
+    CONFIGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The link's name, the same on both clusters."""
     remote_bootstrap: _builtins.str
@@ -672,6 +704,13 @@ class CreateLinkRequest(_message.Message):
     """
     local_bootstrap: _builtins.str
     """This cluster's own address, for a remote that must dial back."""
+    @_builtins.property
+    def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Shared link policies by name: "gap.policy" ("continue" or "stop") and
+        "fetch.bound" ("high-watermark" or "last-stable-offset"). An unknown name
+        or value is refused with INVALID_LINK_CONFIG before anything is dialed.
+        """
+
     def __init__(
         self,
         *,
@@ -680,10 +719,11 @@ class CreateLinkRequest(_message.Message):
         remote_credentials: _builtins.str = ...,
         connection_direction: Global___ConnectionDirection.ValueType = ...,
         local_bootstrap: _builtins.str = ...,
+        configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "connection_direction", b"connection_direction", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1079,6 +1119,7 @@ class LinkDescription(_message.Message):
     GAPS_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     LINK_STATE_FIELD_NUMBER: _builtins.int
+    FETCH_BOUND_FIELD_NUMBER: _builtins.int
     LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
@@ -1110,6 +1151,8 @@ class LinkDescription(_message.Message):
     link_epoch: _builtins.int
     gap_policy: _builtins.str
     link_state: Global___LinkState.ValueType
+    fetch_bound: _builtins.str
+    """fetch.bound: "high-watermark" or "last-stable-offset" (AlterLinkRequest)."""
     last_error_code: _builtins.str
     """The last call of the link that failed on this side (the side that dials
     it): its error code's name (e.g. LINK_UNREACHABLE), its message and when
@@ -1174,6 +1217,7 @@ class LinkDescription(_message.Message):
         gaps: _abc.Iterable[Global___LinkGap] | None = ...,
         gap_policy: _builtins.str = ...,
         link_state: Global___LinkState.ValueType = ...,
+        fetch_bound: _builtins.str = ...,
         last_error_code: _builtins.str = ...,
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
@@ -1183,7 +1227,7 @@ class LinkDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
