@@ -3,9 +3,10 @@
     python scripts/study_figures.py STUDY SWEEP_OUT_DIR [-o docs/studies]
 
 STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
-connect-rebalance, dr-third-cluster, mirror-vs-link, sync-vs-async) and SWEEP_OUT_DIR the
-directory `ccr-sim sweep sim/studies/STUDY.toml --out` wrote. Writes
-`STUDY.png` (the metric against the grid parameters the page discusses, mean
+connect-rebalance, dr-third-cluster, fetch-bound, mirror-vs-link,
+sync-vs-async) and SWEEP_OUT_DIR the directory `ccr-sim sweep
+sim/studies/STUDY.toml --out` wrote. Writes `STUDY.png` (the metric against
+the grid parameters the page discusses, mean
 over seeds) into the output directory; for dr-third-cluster also
 `dr-third-cluster-timeline.png`, the timeline of its first cell's first seed
 drawn by `ccr-sim report`'s own figure function. The runs are read with
@@ -210,12 +211,36 @@ def connect_rebalance(runs: Any, manifest: report.Manifest, out: Path) -> None:
     _finish(fig, manifest, out)
 
 
+def fetch_bound(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = (
+        ("follower_lag_records_mean", "follower lag while A lives (mean, records)", "records"),
+        ("rpo_records", "RPO at failover (acknowledged records lost)", "records"),
+        ("failover_aborted_transactions", "transactions the failover aborted", "per failover"),
+    )
+    for bound, colour in (("high-watermark", "#1f77b4"), ("last-stable-offset", "#d62728")):
+        rows = runs[runs["param_fetch_bound"] == bound].groupby("param_txn_open_ms").mean(
+            numeric_only=True
+        )
+        for ax, (metric, _title, _unit) in zip(axes, panels, strict=True):
+            ax.plot([int(v) for v in rows.index], rows[metric], "o-", color=colour, label=bound)
+    for ax, (_metric, title, unit) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("how long each transaction stays open (ms)")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="fetch.bound", title_fontsize=8)
+    _finish(fig, manifest, out)
+
+
 STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "sync-vs-async": sync_vs_async,
     "dr-third-cluster": dr_third_cluster,
     "mirror-vs-link": mirror_vs_link,
     "catch-up-storm": catch_up_storm,
     "connect-rebalance": connect_rebalance,
+    "fetch-bound": fetch_bound,
 }
 
 

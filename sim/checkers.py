@@ -536,13 +536,21 @@ def check_duplicates(final: FinalLogs) -> list[Violation]:
 
 
 def check_consumers(
-    history: History, final: FinalLogs, truncations: Truncations | None = None
+    history: History,
+    final: FinalLogs,
+    truncations: Truncations | None = None,
+    hidden: dict[tuple[str, str, int], set[int]] | None = None,
 ) -> list[Violation]:
     """skip and nonmonotonic, per consumer, session and partition. An offset
     at or above a reported cut of that partition is not a skip: the reader
     may have read the record there before the log was cut and rewritten (a
-    consumer without Kafka's truncation detection reads on)."""
+    consumer without Kafka's truncation detection reads on). Nor, for a
+    read_committed reader, is a record its client saw aborted, or one the
+    cluster's log holds in an aborted transaction (`hidden`: offsets per
+    partition; a failover aborts replicated transactions left open, whatever
+    their source later did: its answer names them)."""
     cuts = truncations or {}
+    hidden_at = hidden or {}
     aborted = {
         o.value.value
         for o in history.sends()
@@ -569,11 +577,12 @@ def check_consumers(
                 continue
             log = final.get((o.cluster, v.topic, partition), {})
             cut = min(cuts.get((o.cluster, v.topic, partition), []), default=None)
+            gone = hidden_at.get((o.cluster, v.topic, partition), set())
             missed = [
                 x
                 for x in range(previous + 1, offset)
                 if x in log
-                and not (v.read_committed and log[x] in aborted)
+                and not (v.read_committed and (log[x] in aborted or x in gone))
                 and (cut is None or x < cut)
             ]
             if missed:

@@ -103,6 +103,22 @@ ENTRIES: tuple[Entry, ...] = (
         NO_FAILOVER,
     ),
     Entry(
+        "failover_aborted_transactions", Unit.COUNT, Group.RPO,
+        "replicated transactions the failovers aborted (open on the promoted side)",
+        "the failovers' answers' aborted_transactions, one per partition, summed",
+        NO_FAILOVER,
+    ),
+    Entry(
+        "transactions_partial_after_failover", Unit.COUNT, Group.RPO,
+        "committed transactions a read_committed reader of a promoted cluster sees only "
+        "part of at the end",
+        "transactions every send of which was acknowledged, of which the promoted cluster "
+        "shows some records below its last stable offset, outside aborted ranges, but not "
+        "all (the rest never arrived, or the failover aborted them); one shown not at all "
+        "is lost whole (rpo_records) and not counted (sim.follower_metrics)",
+        NO_FAILOVER, zero_bound=True,
+    ),
+    Entry(
         "failover_abandoned_partitions", Unit.PARTITIONS, Group.RPO,
         "partitions the failover's answer reported at risk (a known lag above 0, or a lag "
         "not known); not the loss itself: it is 0 while records were lost when the source "
@@ -136,6 +152,14 @@ ENTRIES: tuple[Entry, ...] = (
         "per consumer that changed session: values in the final log of its last cluster at "
         "offsets up to the highest it read there, that it never saw in any session",
         ALWAYS, zero_bound=True,
+    ),
+    Entry(
+        "consumer_reads_aborted_uncommitted", Unit.RECORDS, Group.CONSUMERS,
+        "records read_uncommitted consumers read that end up in an aborted transaction",
+        "per poll of a read_uncommitted consumer: records the cluster it read holds, at the "
+        "end, inside an aborted transaction (its client aborted it, or a failover aborted "
+        "it because its commit marker had not arrived; sim.follower_metrics)",
+        ALWAYS,
     ),
     Entry(
         "consumer_reads_truncated", Unit.RECORDS, Group.CONSUMERS,
@@ -231,6 +255,21 @@ ENTRIES: tuple[Entry, ...] = (
         "sampled at every tick: the time since the last sample is added to each running "
         "link's current state (a link runs while the cluster that dials it is up)",
         "no link was ever sampled in that state",
+    ),
+    Entry(
+        "follower_lag_records_mean", Unit.RECORDS, Group.LINKS,
+        "records a link's follower lacked below its source's high watermark, on average",
+        "every [run] lag_sample_ms, per link with both clusters up: the source's high "
+        "watermark minus the follower's log end, summed over the link's follower partitions "
+        "(the logs, not what the follower last heard); the mean over the samples "
+        "(sim.follower_metrics)",
+        "never sampled (lag_sample_ms 0, the default)",
+    ),
+    Entry(
+        "follower_lag_records_max", Unit.RECORDS, Group.LINKS,
+        "the largest such lag sampled",
+        "as follower_lag_records_mean; the largest sample",
+        "never sampled (lag_sample_ms 0, the default)",
     ),
     Entry(
         "catchup_ms", Unit.MS, Group.LINKS,

@@ -10,7 +10,8 @@ Tables and keys (units last; every time is virtual milliseconds):
   name, description
   [run]       duration_ms, liveness_ms, tick_interval_ms, client_latency_ms,
               request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
-              partition_max_bytes, fetch_max_wait_ms, status_probe_ms
+              partition_max_bytes, fetch_max_wait_ms, status_probe_ms,
+              lag_sample_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
               push (true: the source dials each link and pushes),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
@@ -108,6 +109,9 @@ class RunSpec:
     # How often the status checker compares what every link reports with the
     # logs (invariant 9); 0: never.
     status_probe_ms: int = 500
+    # How often each link's follower lag is sampled for the
+    # follower_lag_records_* metrics (sim.follower_metrics); 0: never.
+    lag_sample_ms: int = 0
     # Test only: undo one fix of the operator-stories issue (linkd/core/faults.py,
     # 1-7) for this run, to measure how soon the search finds it; 0: none.
     undo_fix: int = 0
@@ -829,6 +833,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "cleanup_policy": ("namespace", "cleanup_policy"),
     "producer_rate_per_s": ("workloads", "rate_per_s"),
     "transactional_fraction": ("workloads", "transactional_fraction"),
+    "txn_open_ms": ("workloads", "txn_open_ms"),
     # link | mirror, for every edge (overrides each edge's own type).
     "link_type": ("topology", "link_type"),
     # Kafka Connect deployment of mirror edges ([connect]).
@@ -953,7 +958,13 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 s,
                 producers=tuple(
                     dataclasses.replace(
-                        p, **{key: _convert(f"parameter {name}", key, value, None, "float")}
+                        p,
+                        **{
+                            key: _convert(
+                                f"parameter {name}", key, value, None,
+                                "int" if key == "txn_open_ms" else "float",
+                            )
+                        },
                     )
                     if not p.bulk
                     else p

@@ -54,6 +54,7 @@ from sim.checkers import Violation
 from sim.cluster_node import SimCluster
 from sim.connect_driver import WORKER_FAULTS, ConnectMirror
 from sim.events import EventQueue
+from sim.follower_metrics import LagSampler
 from sim.history import History, Op, Send
 from sim.metrics import Metrics, recovery_point
 from sim.mirror_driver import MirrorDriver, MirrorOptions, build_flow
@@ -188,6 +189,10 @@ class Simulation:
         # Called with the time at every link-state sample (each tick and the
         # end); they only read the world (sim/timeline.py records a timeline).
         self.samplers: list[Callable[[int], None]] = []
+        self.lag_sampler: LagSampler | None = None
+        if scenario.run.lag_sample_ms > 0:
+            self.lag_sampler = LagSampler(self, scenario.run.lag_sample_ms)
+            self.samplers.append(self.lag_sampler)
 
     # -- hooks the workloads and drivers call ---------------------------------------------
 

@@ -60,6 +60,28 @@ def test_skip_and_nonmonotonic__within_a_session() -> None:
     assert checkers.check_consumers(new_session, final) == []
 
 
+def test_skip__a_read_committed_reader_passes_over_what_the_cluster_aborted() -> None:
+    """B's failover aborted a replicated transaction its source had committed
+    (the commit marker never arrived): a read_committed reader of B passes
+    over those offsets, a read_uncommitted one must not."""
+    final = {("A", "t", 0): {0: "a", 1: "b", 2: "c"}}
+    hidden = {("A", "t", 0): {1}}
+
+    def reader(committed: bool) -> History:
+        return History([
+            Op("c", "target_consumer", "A", "ok", 0, 1,
+               Poll("t", ((0, 0, "a"),), 0, committed)),
+            Op("c", "target_consumer", "A", "ok", 2, 3,
+               Poll("t", ((0, 2, "c"),), 0, committed)),
+        ])  # fmt: skip
+
+    assert checkers.check_consumers(reader(True), final, None, hidden) == []
+    assert [v.invariant for v in checkers.check_consumers(reader(False), final, None, hidden)] == [
+        "skip"
+    ]
+    assert [v.invariant for v in checkers.check_consumers(reader(True), final)] == ["skip"]
+
+
 def test_reserved_write__named() -> None:
     found = checkers.check_reserved_writes(History([send("x", 0, reserved=True)]))
     assert [v.invariant for v in found] == ["3 reserved namespace"]

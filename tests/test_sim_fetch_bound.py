@@ -9,6 +9,8 @@ import tomllib
 
 import pytest
 
+from sim import follower_metrics as fm
+from sim import judge
 from sim import scenario as sc
 from sim.world import Simulation
 
@@ -109,3 +111,46 @@ def test_a_scenario_naming_an_unknown_bound_is_refused() -> None:
     text = BASE.format(bound='fetch_bound = "lso"', before="", after="", open_ms=0)
     with pytest.raises(sc.ScenarioError, match="fetch_bound = 'lso' is not one of"):
         sc.parse(tomllib.loads(text))
+
+
+def study(bound: str, seed: int = 1) -> Simulation:
+    """The fetch-bound study's scenario (sim/studies/fetch-bound.toml), 2 s transactions."""
+    scenario = sc.apply_params(
+        sc.load("fetch-bound-failover"), {"fetch_bound": bound, "txn_open_ms": 2000}
+    )
+    sim = Simulation(scenario, seed)
+    sim.run()
+    return sim
+
+
+def test_the_study__the_bound_trades_aborted_transactions_for_lag_and_loss() -> None:
+    """The study's headline on one seed: under high-watermark B holds the open
+    transaction (the failover aborts it and names it); under
+    last-stable-offset B never held it, and lags and loses more."""
+    hw, lso = study("high-watermark"), study("last-stable-offset")
+    for sim in (hw, lso):
+        assert sim.violations == [], sim.violations
+    m_hw, m_lso = hw.metrics.flat(), lso.metrics.flat()
+    assert m_hw["failover_aborted_transactions"] > 0 == m_lso["failover_aborted_transactions"]
+    assert m_lso["follower_lag_records_mean"] > 10 * m_hw["follower_lag_records_mean"]
+    assert m_lso["rpo_records"] > m_hw["rpo_records"]
+    # B's read_uncommitted reader read records the failover then aborted.
+    assert m_hw["consumer_reads_aborted_uncommitted"] > 0 == m_lso[
+        "consumer_reads_aborted_uncommitted"
+    ]
+    # What the failover aborted is hidden from B's read_committed readers.
+    final = judge.final_logs(hw)
+    visible = fm.visible_values(hw, "B")
+    aborted = [(d.topic, d.partition, d.first_offset) for _c, _l, _at, r in hw.failovers
+               for d in r.dangling]  # fmt: skip
+    assert aborted
+    for topic, partition, first in aborted:
+        assert final[("B", topic, partition)][first] not in visible
+    assert final[("B", "A-t0", 0)][0] in visible
+
+
+def test_partial_transactions__some_of_its_values_visible_not_all() -> None:
+    committed = {"t1": {"a", "b"}, "t2": {"c", "d"}, "t3": {"e"}}
+    assert fm.partial_transactions(committed, {"a", "c", "d"}) == {"t1"}
+    assert fm.partial_transactions(committed, set()) == set()
+    assert fm.partial_transactions(committed, {"a", "b", "e"}) == set()

@@ -1,0 +1,158 @@
+"""What a follower holds against its source, for the design studies
+(docs/studies/fetch-bound.md): how far behind the follower stays while
+transactions are open, and what a failover leaves of each transaction.
+
+- follower_lag_records_mean / _max: every `[run] lag_sample_ms` (0: not
+  sampled), the records each link's follower lacks below its source's high
+  watermark, summed over the link's follower partitions (both clusters up);
+  the mean and the largest over the samples. The truth of the logs, not what
+  the follower last heard.
+- failover_aborted_transactions: replicated transactions the failovers
+  aborted (the answers' `aborted_transactions`, one per partition).
+- consumer_reads_aborted_uncommitted: records read_uncommitted consumers
+  read that the cluster they read them on holds in an aborted transaction at
+  the end (its client aborted it, or a failover aborted it because its
+  commit marker had not arrived): reads of records no committed history
+  holds.
+- transactions_partial_after_failover: transactions every send of which was
+  acknowledged (committed) of which, at the end, a cluster a failover made
+  writable shows read_committed readers some records but not all: the rest
+  never arrived, or arrived and were aborted by the failover. A transaction
+  the promoted cluster shows none of is not partial (lost whole, the
+  failover's lag reports it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from linkd.core import records as rb
+from linkd.core import replication as rep
+from sim.history import History, Poll, Send
+
+if TYPE_CHECKING:
+    from sim.world import Simulation
+
+
+class LagSampler:
+    """Samples every link's follower lag (ground truth) every `every_ms`."""
+
+    def __init__(self, sim: Simulation, every_ms: int) -> None:
+        self.sim = sim
+        self.every_ms = every_ms
+        self.next_ms = 0
+        self.samples: list[int] = []
+
+    def __call__(self, now: int) -> None:
+        if now < self.next_ms:
+            return
+        self.next_ms = now + self.every_ms
+        for _cid, node, _name, config, remote in self.sim.live_links():
+            lag = 0
+            followed = False
+            for m in rep.follower_mappings(config, "topic"):
+                for topic in sorted(node.state.topics):
+                    if not topic.startswith(m.local_prefix):
+                        continue
+                    source = m.remote_prefix + topic[len(m.local_prefix) :]
+                    if source not in remote.state.topics:
+                        continue
+                    followed = True
+                    for p in range(len(node.state.topics[topic].partitions)):
+                        if p >= len(remote.state.topics[source].partitions):
+                            continue
+                        held = node.state.partition(topic, p).log_end_offset
+                        hw = remote.state.partition(source, p).high_watermark
+                        lag += max(0, hw - held)
+            if followed:
+                self.samples.append(lag)
+
+    def finish(self) -> None:
+        metrics = self.sim.metrics
+        metrics.set(
+            "follower_lag_records_mean",
+            round(sum(self.samples) / len(self.samples), 3) if self.samples else 0,
+        )
+        metrics.set("follower_lag_records_max", max(self.samples, default=0))
+
+
+def reads_aborted_uncommitted(
+    history: History,
+    final: dict[tuple[str, str, int], dict[int, str]],
+    hidden: dict[tuple[str, str, int], set[int]],
+) -> int:
+    """consumer_reads_aborted_uncommitted, from the polls, the final logs and
+    the offsets each final log holds in aborted transactions."""
+    aborted: dict[tuple[str, str, int], set[str]] = {
+        key: {final[key][o] for o in offsets if o in final.get(key, {})}
+        for key, offsets in hidden.items()
+    }
+    count = 0
+    for op in history.polls():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll) or v.read_committed:
+            continue
+        for partition, _offset, value in v.records:
+            if value in aborted.get((op.cluster, v.topic, partition), ()):
+                count += 1
+    return count
+
+
+def failover_aborted(sim: Simulation) -> int:
+    return sum(len(result.dangling) for _c, _l, _at, result in sim.failovers)
+
+
+def committed_transactions(history: History) -> dict[str, set[str]]:
+    """Transaction -> its values, of those whose every send was acknowledged."""
+    members: dict[str, set[str]] = {}
+    failed: set[str] = set()
+    for o in history.sends():
+        v = o.value
+        if not isinstance(v, Send) or not v.txn or not v.value:
+            continue
+        members.setdefault(v.txn, set()).add(v.value)
+        if o.type != "ok":
+            failed.add(v.txn)
+    return {t: vals for t, vals in members.items() if t not in failed}
+
+
+def visible_values(sim: Simulation, cluster: str) -> set[str]:
+    """Values a read_committed reader of `cluster` sees at the end: below the
+    last stable offset, not in an aborted transaction."""
+    node = sim.clusters[cluster]
+    out: set[str] = set()
+    for topic in sorted(node.state.topics):
+        for p in range(len(node.state.topics[topic].partitions)):
+            log = node.state.partition(topic, p)
+            lso = log.last_stable_offset
+            aborted = list(log.aborted)
+            for b in node.store(topic, p).batches:
+                header, records = rb.decode_records(b.data)
+                if header.is_control:
+                    continue
+                for r in records:
+                    if not r.value or r.offset >= lso:
+                        continue
+                    if header.is_transactional and any(
+                        a.producer_id == header.producer_id
+                        and a.first_offset <= r.offset <= a.last_offset
+                        for a in aborted
+                    ):
+                        continue
+                    out.add(r.value.decode())
+    return out
+
+
+def partial_transactions(committed: dict[str, set[str]], visible: set[str]) -> set[str]:
+    """The transactions of which `visible` holds some values but not all."""
+    return {txn for txn, values in committed.items() if values & visible and values - visible}
+
+
+def partial_after_failover(sim: Simulation) -> int:
+    committed = committed_transactions(sim.history)
+    promoted = sorted({cluster for cluster, _l, _at, _r in sim.failovers})
+    partial: set[str] = set()
+    for cluster in promoted:
+        if cluster in sim.clusters:
+            partial |= partial_transactions(committed, visible_values(sim, cluster))
+    return len(partial)
