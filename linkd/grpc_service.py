@@ -41,6 +41,8 @@ from linkd.core.links import LinkMode, LinkState, Mapping
 from linkd.core.namespaces import Namespace, ResourceType
 from linkd.core.plans import Plan, PlanStep
 from linkd.core.procedures import PLAN_STEPS, AdminResult, Pending, Step
+from linkd.core.provenance import ProvenanceItem
+from linkd.core.recovery import GroupCut, PartitionRow
 from linkd.grpc_auth import principal_of
 from linkd.grpc_errors import abort_with_error
 from linkd.metrics import Listener
@@ -929,13 +931,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             topic_id=topic.topic_id,
             partitions=[
                 admin_pb2.PartitionProvenance(
-                    partition=h["partition"],
-                    log_start_offset=h["log_start_offset"],
-                    log_end_offset=h["log_end_offset"],
-                    high_watermark=h["high_watermark"],
-                    leader_epoch=h["leader_epoch"],
-                    epoch_history=[admin_pb2.LeaderEpochStart(**e) for e in h["epoch_history"]],
-                    provenance=[admin_pb2.ProvenanceEntry(**e) for e in h["provenance"]],
+                    partition=h.partition,
+                    log_start_offset=h.log_start_offset,
+                    log_end_offset=h.log_end_offset,
+                    high_watermark=h.high_watermark,
+                    leader_epoch=h.leader_epoch,
+                    epoch_history=[
+                        admin_pb2.LeaderEpochStart(epoch=e, start_offset=s)
+                        for e, s in h.epoch_history
+                    ],
+                    provenance=[_provenance_pb(item, name) for item, name in h.provenance],
                 )
                 for h in recovery.partition_histories(self.node.state, topic.name)
             ],
@@ -960,8 +965,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             local_cluster_id=plan.local_cluster_id,
             remote_cluster_id=plan.remote_cluster_id,
             confirmed=plan.confirmed,
-            partitions=[admin_pb2.RecoveryPartition(**r.to_dict()) for r in plan.partitions],
-            groups=[admin_pb2.RecoveryGroupOffset(**g.to_dict()) for g in plan.groups],
+            partitions=[_recovery_partition_pb(r) for r in plan.partitions],
+            groups=[_group_cut_pb(g) for g in plan.groups],
             local_records_lost=plan.local_records_lost,
             remote_records_lost=plan.remote_records_lost,
             diverged_partitions=plan.diverged_partitions,
@@ -1096,6 +1101,53 @@ def _steps_pb(steps: Iterable[PlanStep | Step]) -> list[admin_pb2.ReverseStep]:
         admin_pb2.ReverseStep(name=s.name, ok=s.ok, result=s.result, duration_ms=s.duration_ms)
         for s in steps
     ]
+
+
+def _provenance_pb(item: ProvenanceItem, link_name: str) -> admin_pb2.ProvenanceEntry:
+    """One provenance entry as GetProvenance answers it."""
+    return admin_pb2.ProvenanceEntry(
+        kind=item.kind.value,
+        offset=item.offset,
+        source_cluster_id=item.source,
+        link_id=item.link_id,
+        link_name=link_name,
+        link_epoch=item.link_epoch,
+        removed_records=item.removed,
+        reason=item.reason,
+        offsets_moved=[
+            admin_pb2.MovedOffset(group=g, from_offset=o) for g, o in item.offsets_moved
+        ],
+        to_offset=item.to_offset,
+        at_ms=item.at_ms,
+    )
+
+
+def _recovery_partition_pb(r: PartitionRow) -> admin_pb2.RecoveryPartition:
+    return admin_pb2.RecoveryPartition(
+        topic=r.topic,
+        remote_topic=r.remote_topic,
+        partition=r.partition,
+        local_log_end_offset=r.local_log_end_offset,
+        remote_log_end_offset=r.remote_log_end_offset,
+        common_offset=r.common_offset,
+        truncate_to=r.truncate_to,
+        local_records_lost=r.local_records_lost,
+        remote_records_lost=r.remote_records_lost,
+        diverged=r.diverged,
+        reason=r.reason,
+        related=r.related,
+    )
+
+
+def _group_cut_pb(g: GroupCut) -> admin_pb2.RecoveryGroupOffset:
+    return admin_pb2.RecoveryGroupOffset(
+        group=g.group,
+        topic=g.topic,
+        partition=g.partition,
+        committed_offset=g.committed_offset,
+        new_offset=g.new_offset,
+        reason=g.reason,
+    )
 
 
 def _plan_pb(plan: Plan | None) -> admin_pb2.ProcedurePlan | None:

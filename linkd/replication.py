@@ -245,7 +245,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 accepted,
             )
         except ClusterError as exc:
-            if exc.resource == auth.Refusal.REVOKED_CREDENTIAL.value:
+            if auth.refusal_of(exc.resource) is auth.Refusal.REVOKED_CREDENTIAL:
                 self._revoked()
             raise
 

@@ -194,7 +194,7 @@ class LinkWire:
                 try:
                     served = sessions.verify(*wire_call, self.queue.now_ms, accepted)
                 except ClusterError as exc:
-                    if exc.resource == auth.Refusal.REVOKED_CREDENTIAL.value:
+                    if auth.refusal_of(exc.resource) is auth.Refusal.REVOKED_CREDENTIAL:
                         for ended in remote.state.links.credential_revoked(sessions.revoked):
                             self.queue.note(f"{remote.cluster_id}: {ended.describe()}")
                     self.service.refused(reply, exc)

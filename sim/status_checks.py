@@ -161,7 +161,7 @@ class StatusWatch:
         self._probe_positions(cid, state, name, now_ms)
         self._probe_missing(cid, state, name, states, now_ms)
         link_state = state.links.state_name(name)
-        if link_state not in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value):
+        if state.links.state_of(name) not in (LinkState.FOLLOWING, LinkState.IN_SYNC):
             return
         config = state.links.get(name)
         source = config.remote_cluster_id
@@ -271,7 +271,7 @@ class StatusWatch:
         for key in [k for k in self.missing if k[:2] == (cid, name) and k[2] not in absent]:
             del self.missing[key]
         link_state = state.links.state_name(name)
-        following = link_state in (LinkState.FOLLOWING.value, LinkState.IN_SYNC.value)
+        following = state.links.state_of(name) in (LinkState.FOLLOWING, LinkState.IN_SYNC)
         named = {r.topic for r in link_admin.refused_rows(state, name)} if absent else set()
         bound_ms = self.session_timeout_ms + STALE_ROUND_SLACK_MS
         # The link hears of a source topic only by listing its source's

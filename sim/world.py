@@ -1020,7 +1020,7 @@ class Simulation:
             node = self.clusters[cluster]
             if name not in node.links.configs:
                 return
-            if node.up and node.links.state_name(name) == LinkState.FOLLOWING.value:
+            if node.up and node.links.state_of(name) is LinkState.FOLLOWING:
                 self.ops.counting = False  # the topology's mode, not an operator's action
                 self.ops.set_mode(cluster, name, "SYNC", retry)
                 self.ops.counting = True

@@ -1132,9 +1132,9 @@ def check_failover(
     # none of their records.
     abandoned += uncreated_rows(state, link_name)
     if not force:
-        if not state.faults.undid(4) and link_state not in (
-            LinkState.FOLLOWING.value,
-            LinkState.IN_SYNC.value,
+        if not state.faults.undid(4) and state.links.state_of(link_name) not in (
+            LinkState.FOLLOWING,
+            LinkState.IN_SYNC,
         ):
             oldest = min((r.source_hw_known_at_ms for r in rows), default=0)
             age = f"{now_ms - oldest} ms ago" if oldest > 0 else "never"

@@ -86,6 +86,14 @@ class Refusal(enum.StrEnum):
     REVOKED_CREDENTIAL = "revoked credential"
 
 
+def refusal_of(resource: str) -> Refusal | None:
+    """The refusal a link call's ClusterError names in its resource, if any."""
+    try:
+        return Refusal(resource)
+    except ValueError:
+        return None
+
+
 def _hmac(key: bytes, *parts: bytes | str) -> bytes:
     mac = hmac.new(key, VERSION, hashlib.sha256)
     for part in parts:

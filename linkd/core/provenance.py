@@ -173,21 +173,6 @@ class ProvenanceItem:
     def journal_record(self, topic: str, partition: int) -> jr.Provenance:
         return jr.Provenance(topic, partition, self.to_entry())
 
-    def report(self) -> dict[str, object]:
-        """The form `GetProvenance` answers with (admin_pb2.ProvenanceEntry's fields)."""
-        return {
-            "kind": self.kind.value,
-            "offset": self.offset,
-            "source_cluster_id": self.source,
-            "link_id": self.link_id,
-            "link_epoch": self.link_epoch,
-            "removed_records": self.removed,
-            "reason": self.reason,
-            "offsets_moved": [{"group": g, "from_offset": o} for g, o in self.offsets_moved],
-            "to_offset": self.to_offset,
-            "at_ms": self.at_ms,
-        }
-
 
 def check_history(entries: list[ProvenanceItem], topic: str, partition: int, log_end: int) -> None:
     """Asserts what a partition's history promises once an entry was added

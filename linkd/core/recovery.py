@@ -25,7 +25,6 @@ effects, as cluster.py does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from linkd.core import journal as jr
 from linkd.core import lineage, link_admin
@@ -76,7 +75,7 @@ class PartitionRow:
     def diverged(self) -> bool:
         return self.local_records_lost > 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "topic": self.topic,
             "remote_topic": self.remote_topic,
@@ -264,29 +263,38 @@ def check_attach_cuts(
 # -- the cluster's view -----------------------------------------------------------------
 
 
-def partition_histories(state: ClusterState, topic: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class PartitionHistory:
+    """One partition's offsets, leader epoch history and provenance history
+    (each entry with the name of its link here, "" when it no longer exists)."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int
+    epoch_history: tuple[tuple[int, int], ...]  # (epoch, start offset)
+    provenance: tuple[tuple[ProvenanceItem, str], ...]
+
+
+def partition_histories(state: ClusterState, topic: str) -> list[PartitionHistory]:
     """Every partition of `topic`: offsets, leader epoch history and
-    provenance history (entries in order), as plain data."""
+    provenance history (entries in order)."""
     t = state.topic(topic)
-    out: list[dict[str, Any]] = []
-    for p, log in enumerate(t.partitions):
-        entries = []
-        for item in t.provenance.get(p, []):
-            entry = item.report()
-            entry["link_name"] = link_name_of(state, item.link_id)
-            entries.append(entry)
-        out.append(
-            {
-                "partition": p,
-                "log_start_offset": log.log_start_offset,
-                "log_end_offset": log.log_end_offset,
-                "high_watermark": log.high_watermark,
-                "leader_epoch": log.leader_epoch,
-                "epoch_history": [{"epoch": e, "start_offset": s} for e, s in log.epoch_history],
-                "provenance": entries,
-            }
+    return [
+        PartitionHistory(
+            p,
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+            log.leader_epoch,
+            tuple((e, s) for e, s in log.epoch_history),
+            tuple(
+                (item, link_name_of(state, item.link_id)) for item in t.provenance.get(p, [])
+            ),
         )
-    return out
+        for p, log in enumerate(t.partitions)
+    ]
 
 
 def link_name_of(state: ClusterState, link_id: str) -> str:
@@ -329,7 +337,7 @@ class RecoveryMapping:
     local_prefix: str
     remote_prefix: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "type": self.resource_type,
             "local_prefix": self.local_prefix,
@@ -407,7 +415,7 @@ class GroupCut:
     new_offset: int  # -1: removed (the new leader has none)
     reason: str = "cut"  # "cut" | "leader" (see RemoteGroupOffsets)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "group": self.group,
             "topic": self.topic,
@@ -447,7 +455,7 @@ class RecoveryPlan:
     def diverged_partitions(self) -> int:
         return sum(1 for r in self.partitions if r.diverged)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "link": self.link,
             "local_cluster_id": self.local_cluster_id,

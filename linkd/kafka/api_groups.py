@@ -334,7 +334,7 @@ async def describe_groups(ctx: Context, req: Any) -> dict[str, Any]:
             authz.check(ctx, R.GROUP, gid, Op.DESCRIBE)
             ctx.node.check_ready()
             d = ctx.node.state.groups.describe_group(gid)
-            if d.state == GroupState.DEAD.value and ctx.api_version >= 6:
+            if GroupState(d.state) is GroupState.DEAD and ctx.api_version >= 6:
                 raise ClusterError(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r}", f"group {gid!r} does not exist"
                 )

@@ -69,11 +69,13 @@ class ConnectProtocol(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> ConnectProtocol:
-        for p in cls:
-            if p.value == text:
-                return p
-        known = ", ".join(p.value for p in cls)
-        raise ConnectProtocolError(f"connect.protocol = {text!r} is not one of {known}")
+        try:
+            return cls(text)
+        except ValueError:
+            known = ", ".join(p.value for p in cls)
+            raise ConnectProtocolError(
+                f"connect.protocol = {text!r} is not one of {known}"
+            ) from None
 
 
 @dataclass(frozen=True, order=True, slots=True)
