@@ -559,6 +559,8 @@ def check_silent_loss(
 
 _REATTACHING = (MoveKind.ATTACH, MoveKind.RECOVER, MoveKind.MANUAL_REVERSE, MoveKind.REVERSE,
                 MoveKind.CREATE_LINK, MoveKind.RELEASE_REATTACH)  # fmt: skip
+# Moves of one namespace, whose resource type says what they may attach.
+_BY_NAMESPACE = (MoveKind.ATTACH, MoveKind.MANUAL_REVERSE, MoveKind.RELEASE_REATTACH)
 
 
 def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
@@ -612,9 +614,13 @@ def _ending(ob: Obligation, moves: Sequence[MoveRecord]) -> tuple[MoveRecord | N
 def _may_reattach(rec: MoveRecord, ob: Obligation) -> bool:
     """Could this move have attached the obligation's mapping again? An
     attach only when it is a topic mapping covering the topic on its side
-    (a group mapping, or a prefix beside the topic, attaches nothing of it)."""
+    (a group mapping, or a prefix beside the topic, attaches nothing of it);
+    a reversal (by hand or `reverse`) or a release-and-reattach of a group
+    namespace attaches no topic either."""
     m, v = rec.move, ob.op.value
     assert isinstance(v, Send)
+    if m.kind in _BY_NAMESPACE and m.resource_type != "topic":
+        return False
     if m.kind is not MoveKind.ATTACH:
         return m.kind in _REATTACHING
     if m.resource_type != "topic":
