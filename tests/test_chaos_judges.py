@@ -398,8 +398,14 @@ def test_silent_loss__only_an_attach_covering_the_topic_attaches_it_again() -> N
         ),
         # The swarm's seed 28: a reversal by hand of the group namespace
         # (on the old source, after the follower's failover) moves no topic.
-        Move(MoveKind.MANUAL_REVERSE, "A", link="ab", resource_type="group",
-             local_prefix="orders-", remote_prefix="orders-"),  # fmt: skip
+        Move(
+            MoveKind.MANUAL_REVERSE,
+            "A",
+            link="ab",
+            resource_type="group",
+            local_prefix="orders-",
+            remote_prefix="orders-",
+        ),
     ):
         moves = [failover, MoveRecord(beside, 1100, 1200, "ok")]
         found, counts = check_silent_loss(history, _loss_rounds(), moves, final, ["A", "B"], {})
