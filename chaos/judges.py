@@ -615,16 +615,14 @@ def _may_reattach(rec: MoveRecord, ob: Obligation) -> bool:
     """Could this move have attached the obligation's mapping again? An
     attach only when it is a topic mapping covering the topic on its side
     (a group mapping, or a prefix beside the topic, attaches nothing of it);
-    a reversal (by hand or `reverse`) or a release-and-reattach of a group
-    namespace attaches no topic either."""
+    a reversal by hand or a release-and-reattach of a group namespace
+    attaches no topic either."""
     m, v = rec.move, ob.op.value
     assert isinstance(v, Send)
     if m.kind in _BY_NAMESPACE and m.resource_type != "topic":
         return False
     if m.kind is not MoveKind.ATTACH:
         return m.kind in _REATTACHING
-    if m.resource_type != "topic":
-        return False
     return (m.cluster == ob.op.cluster and _covering(m.local_prefix, v.topic)) or (
         m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)
     )

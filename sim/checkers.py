@@ -547,8 +547,9 @@ def check_consumers(
     consumer without Kafka's truncation detection reads on). Nor, for a
     read_committed reader, is a record its client saw aborted, or one the
     cluster's log holds in an aborted transaction (`hidden`: offsets per
-    partition; a failover aborts replicated transactions left open, whatever
-    their source later did: its answer names them)."""
+    partition, `follower_metrics.aborted_offsets`; a failover aborts
+    replicated transactions left open, whatever their source later did: its
+    answer names them)."""
     cuts = truncations or {}
     hidden_at = hidden or {}
     aborted = {

@@ -11,9 +11,9 @@ transactions are open, and what a failover leaves of each transaction.
   aborted (the answers' `aborted_transactions`, one per partition).
 - consumer_reads_aborted_uncommitted: records read_uncommitted consumers
   read that the cluster they read them on holds in an aborted transaction at
-  the end (its client aborted it, or a failover aborted it because its
-  commit marker had not arrived): reads of records no committed history
-  holds.
+  the end (`aborted_offsets`: its client aborted it, or a failover aborted it
+  because its commit marker had not arrived): reads of records no committed
+  history holds.
 - transactions_partial_after_failover: transactions every send of which was
   acknowledged (committed) of which, at the end, a cluster a failover made
   writable shows read_committed readers some records but not all: the rest
@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from linkd.core import records as rb
+from linkd.core import histories
 from linkd.core import replication as rep
+from linkd.core.links import in_prefix
 from sim.history import History, Poll, Send
 
 if TYPE_CHECKING:
@@ -52,9 +53,9 @@ class LagSampler:
             followed = False
             for m in rep.follower_mappings(config, "topic"):
                 for topic in sorted(node.state.topics):
-                    if not topic.startswith(m.local_prefix):
+                    if not in_prefix(topic, m.local_prefix):
                         continue
-                    source = m.remote_prefix + topic[len(m.local_prefix) :]
+                    source = rep.map_name(topic, m.local_prefix, m.remote_prefix)
                     if source not in remote.state.topics:
                         continue
                     followed = True
@@ -116,30 +117,44 @@ def committed_transactions(history: History) -> dict[str, set[str]]:
     return {t: vals for t, vals in members.items() if t not in failed}
 
 
-def visible_values(sim: Simulation, cluster: str) -> set[str]:
+def aborted_offsets(
+    sim: Simulation, final: dict[tuple[str, str, int], dict[int, str]]
+) -> dict[tuple[str, str, int], set[int]]:
+    """For each final log: the offsets of its records in aborted
+    transactions, by the core's own rule for what read_committed readers
+    cannot read (`histories.unreadable_ranges`) below the last stable offset
+    (above it, a transaction may still be open)."""
+    out: dict[tuple[str, str, int], set[int]] = {}
+    for (cid, topic, p), values in sorted(final.items()):
+        state = sim.clusters[cid].state
+        if topic not in state.topics:
+            continue
+        log = state.partition(topic, p)
+        ranges = histories.unreadable_ranges(log)
+        lso = log.last_stable_offset
+        aborted = {
+            o for o in values if o < lso and any(low <= o < high for low, high in ranges)
+        }
+        if aborted:
+            out[(cid, topic, p)] = aborted
+    return out
+
+
+def visible_values(
+    sim: Simulation,
+    cluster: str,
+    final: dict[tuple[str, str, int], dict[int, str]],
+    hidden: dict[tuple[str, str, int], set[int]],
+) -> set[str]:
     """Values a read_committed reader of `cluster` sees at the end: below the
-    last stable offset, not in an aborted transaction."""
-    node = sim.clusters[cluster]
+    last stable offset, not aborted (`aborted_offsets`)."""
     out: set[str] = set()
-    for topic in sorted(node.state.topics):
-        for p in range(len(node.state.topics[topic].partitions)):
-            log = node.state.partition(topic, p)
-            lso = log.last_stable_offset
-            aborted = list(log.aborted)
-            for b in node.store(topic, p).batches:
-                header, records = rb.decode_records(b.data)
-                if header.is_control:
-                    continue
-                for r in records:
-                    if not r.value or r.offset >= lso:
-                        continue
-                    if header.is_transactional and any(
-                        a.producer_id == header.producer_id
-                        and a.first_offset <= r.offset <= a.last_offset
-                        for a in aborted
-                    ):
-                        continue
-                    out.add(r.value.decode())
+    for (cid, topic, p), values in final.items():
+        if cid != cluster or topic not in sim.clusters[cid].state.topics:
+            continue
+        lso = sim.clusters[cid].state.partition(topic, p).last_stable_offset
+        gone = hidden.get((cid, topic, p), set())
+        out |= {v for o, v in values.items() if o < lso and o not in gone}
     return out
 
 
@@ -148,11 +163,16 @@ def partial_transactions(committed: dict[str, set[str]], visible: set[str]) -> s
     return {txn for txn, values in committed.items() if values & visible and values - visible}
 
 
-def partial_after_failover(sim: Simulation) -> int:
+def partial_after_failover(
+    sim: Simulation,
+    final: dict[tuple[str, str, int], dict[int, str]],
+    hidden: dict[tuple[str, str, int], set[int]],
+) -> int:
     committed = committed_transactions(sim.history)
     promoted = sorted({cluster for cluster, _l, _at, _r in sim.failovers})
     partial: set[str] = set()
     for cluster in promoted:
         if cluster in sim.clusters:
-            partial |= partial_transactions(committed, visible_values(sim, cluster))
+            seen = visible_values(sim, cluster, final, hidden)
+            partial |= partial_transactions(committed, seen)
     return len(partial)

@@ -107,35 +107,6 @@ def final_logs(sim: Simulation) -> checkers.FinalLogs:
     return out
 
 
-def aborted_offsets(
-    sim: Simulation, final: checkers.FinalLogs
-) -> dict[tuple[str, str, int], set[int]]:
-    """For each final log holding aborted transactions: the offsets of the
-    records they abort (hidden from read_committed readers)."""
-    out: dict[tuple[str, str, int], set[int]] = {}
-    for cid, topic, p in sorted(final):
-        node = sim.clusters[cid]
-        if topic not in node.state.topics:
-            continue
-        ranges = node.state.partition(topic, p).aborted
-        if not ranges:
-            continue
-        hidden: set[int] = set()
-        for b in node.store(topic, p).batches:
-            header, records = rb.decode_records(b.data)
-            if header.is_control or not header.is_transactional:
-                continue
-            for r in records:
-                if any(
-                    a.producer_id == header.producer_id
-                    and a.first_offset <= r.offset < a.last_offset
-                    for a in ranges
-                ):
-                    hidden.add(r.offset)
-        out[(cid, topic, p)] = hidden
-    return out
-
-
 def compacted_keys(sim: Simulation, final: checkers.FinalLogs) -> checkers.CompactedKeys:
     """For each final log of a compacted topic: each key's newest offset."""
     out: checkers.CompactedKeys = {}
@@ -228,7 +199,7 @@ def final_checks(sim: Simulation) -> None:
         final,
         sim.truncations,
     )
-    hidden = aborted_offsets(sim, final)
+    hidden = follower_metrics.aborted_offsets(sim, final)
     sim.violations += checkers.check_consumers(sim.history, final, sim.truncations, hidden)
     sim.violations += checkers.check_sync_acks(sim.history)
     sim.violations += checkers.check_sync_acks_kept(
@@ -246,7 +217,8 @@ def final_checks(sim: Simulation) -> None:
     if sim.failovers:
         sim.metrics.set("failover_aborted_transactions", follower_metrics.failover_aborted(sim))
         sim.metrics.set(
-            "transactions_partial_after_failover", follower_metrics.partial_after_failover(sim)
+            "transactions_partial_after_failover",
+            follower_metrics.partial_after_failover(sim, final, hidden),
         )
     states_now = {cid: sim.clusters[cid].state for cid in sim.cluster_ids}
     sim.metrics.set(

@@ -140,7 +140,7 @@ def test_the_study__the_bound_trades_aborted_transactions_for_lag_and_loss() -> 
     ]
     # What the failover aborted is hidden from B's read_committed readers.
     final = judge.final_logs(hw)
-    visible = fm.visible_values(hw, "B")
+    visible = fm.visible_values(hw, "B", final, fm.aborted_offsets(hw, final))
     aborted = [(d.topic, d.partition, d.first_offset) for _c, _l, _at, r in hw.failovers
                for d in r.dangling]  # fmt: skip
     assert aborted
