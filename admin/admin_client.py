@@ -752,6 +752,17 @@ def recovery_dict(resp: admin_pb2.RecoverLinkResponse) -> dict[str, Any]:
                 "diverged": r.diverged,
                 "reason": r.reason,
                 "related": r.related,
+                "reopened_transactions": [
+                    {
+                        "producer_id": t.producer_id,
+                        "first_offset": t.first_offset,
+                        "marker_offset": t.marker_offset,
+                        "committed": t.committed,
+                        "own_marker": t.own_marker,
+                        "replicated": t.replicated,
+                    }
+                    for t in r.reopened_transactions
+                ],
             }
             for r in resp.partitions
         ],

@@ -1398,6 +1398,16 @@ def _print_recovery(report: dict[str, Any]) -> None:
         f"{totals['diverged_partitions']} partitions (the remote would lose "
         f"{totals['remote_records_lost']} if the roles were swapped)"
     )
+    for r in report["partitions"]:
+        for t in r.get("reopened_transactions", []):
+            outcome = "committed" if t["committed"] else "aborted"
+            by = " by this cluster" if t["own_marker"] else ""
+            print(
+                f"  reopens {r['topic']}-{r['partition']}: producer {t['producer_id']}'s "
+                f"transaction from offset {t['first_offset']} ({outcome}{by} at "
+                f"{t['marker_offset']}; the remote decides it again, and a read_committed "
+                "reader that passed it aborted does not read it)"
+            )
     for g in report["groups"]:
         print(
             f"  group {g['group']}: {g['topic']}-{g['partition']} committed "

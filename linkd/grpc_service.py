@@ -1136,6 +1136,17 @@ def _recovery_partition_pb(r: PartitionRow) -> admin_pb2.RecoveryPartition:
         diverged=r.diverged,
         reason=r.reason,
         related=r.related,
+        reopened_transactions=[
+            admin_pb2.ReopenedTransaction(
+                producer_id=t.producer_id,
+                first_offset=t.first_offset,
+                marker_offset=t.marker_offset,
+                committed=t.committed,
+                own_marker=t.own_marker,
+                replicated=t.replicated,
+            )
+            for t in r.reopened
+        ],
     )
 
 

@@ -200,6 +200,8 @@ def final_checks(sim: Simulation) -> None:
         sim.truncations,
     )
     hidden = follower_metrics.aborted_offsets(sim, final)
+    for where, offsets in sim.reopened.items():
+        hidden[where] = hidden.get(where, set()) | offsets
     sim.violations += checkers.check_consumers(sim.history, final, sim.truncations, hidden)
     sim.violations += checkers.check_sync_acks(sim.history)
     sim.violations += checkers.check_sync_acks_kept(

@@ -27,7 +27,7 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_driver import DriverSettings
 from linkd.core.links import LinkMode, LinkState
 from linkd.core.namespaces import ResourceType
-from linkd.core.recovery import GroupCut, RecoveryPlan
+from linkd.core.recovery import GroupCut, PartitionRow, RecoveryPlan
 from linkd.core.requests import Checkpoint, Execute, Request, Sleep, sleep
 from sim.cluster_node import SimCluster
 from sim.events import EventQueue
@@ -74,6 +74,7 @@ class World(Protocol):
     def logical_bytes(self, effect: core.AppendBatch) -> int: ...
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None: ...
     def offsets_moved(self, cluster: str, cuts: Sequence[GroupCut]) -> None: ...
+    def transactions_reopened(self, cluster: str, rows: Sequence[PartitionRow]) -> None: ...
     def contract_broken(self, invariant: str, detail: str) -> None: ...
     def checkpoint_reached(self, cluster: str, link: str, point: str) -> None: ...
     def reversal_rolled_back(self, cluster: str, link: str) -> None: ...
@@ -531,6 +532,7 @@ class Operators:
         def finish(plan: Any, error: ClusterError | None) -> None:
             if isinstance(plan, RecoveryPlan) and plan.confirmed:
                 self.world.offsets_moved(cluster, plan.groups)
+                self.world.transactions_reopened(cluster, plan.partitions)
             if error is not None and error.code is ErrorCode.NO_SHARED_HISTORY:
                 self._judge_unrelated(cluster, link, error)
             if done is not None:

@@ -47,7 +47,7 @@ from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
 from linkd.core.links import LinkConfig, LinkLimits, LinkMode, LinkState, MappingType, orphans
 from linkd.core.namespaces import ResourceType
 from linkd.core.provenance import ProvenanceKind
-from linkd.core.recovery import GroupCut, RecoveryPlan
+from linkd.core.recovery import GroupCut, PartitionRow, RecoveryPlan
 from sim import checkers, judge, seeds, status_checks, topology
 from sim import operator_moves as moves
 from sim.checkers import Violation
@@ -173,6 +173,9 @@ class Simulation:
         self.violations: list[Violation] = []
         self.metrics = Metrics()
         self.truncations: checkers.Truncations = {}
+        # Offsets of transactions a confirmed recovery reported it reopened
+        # (`transactions_reopened`), per (cluster, topic, partition).
+        self.reopened: dict[tuple[str, str, int], set[int]] = {}
         # Every cut, when and by whom (the link's data path, or not).
         self.cut_events: checkers.CutEvents = {}
         # Offset ranges each cluster deleted itself (retention): not lost.
@@ -464,6 +467,7 @@ class Simulation:
             if plan is not None and plan.detail is not None and "cut" in plan.detail:
                 cut = RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
                 self.offsets_moved(cluster, recovery.noted_offsets(cut))
+                self.transactions_reopened(cluster, cut.partitions)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -484,6 +488,24 @@ class Simulation:
         """A confirmed recovery reported moving these committed offsets."""
         for cut in cuts:
             self.offset_watch.excuse(cluster, cut.group, cut.topic, cut.partition, cut.new_offset)
+
+    def transactions_reopened(self, cluster: str, rows: Sequence[PartitionRow]) -> None:
+        """A confirmed recovery reported the transactions its cut reopens:
+        a read_committed reader that passed their records while they were
+        aborted here missed them by a reported change, not a skip."""
+        for row in rows:
+            if not row.reopened:
+                continue
+            log = self.clusters[cluster].state.partition(row.topic, row.partition)
+            excused = self.reopened.setdefault((cluster, row.topic, row.partition), set())
+            for t in row.reopened:
+                for b in log.batches:
+                    if (
+                        b.producer_id == t.producer_id
+                        and not b.is_control
+                        and (t.first_offset <= b.base_offset < t.marker_offset)
+                    ):
+                        excused.update(range(b.base_offset, b.next_offset))
 
     def topic_deleted(self, cluster: str, topic: str, partitions: int) -> None:
         """An operator deleted a topic: its records are gone by that call, a

@@ -207,6 +207,7 @@ def test_disaster_recovery__c_ahead_of_promoted_b__recover_reports_and_cuts_then
             "diverged": True,
             "reason": "leader-epoch",
             "related": True,
+            "reopened_transactions": [],
         }
     ]
     assert report["groups"] == [

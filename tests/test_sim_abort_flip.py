@@ -1,25 +1,23 @@
-"""An open finding, pinned: a follower that detaches while a replicated
-transaction is open aborts it (its own abort marker, as a detach must: no
-marker would ever come); attached again, its log parts from its source's at
-that marker, and the follower cuts it (a `truncated` provenance entry, one
-record). The source had committed the transaction meanwhile, so on the
-follower it turns from aborted to committed: a read_committed reader of the
-follower that had passed its records while they were aborted never reads
-them (the checkers' `skip`). The chaos swarm's seed 25 (docs/chaos.md, the
-fifth swarm) met it on real daemons.
+"""A follower that detaches while a replicated transaction is open aborts
+it (its own abort marker, as a detach must: no marker would ever come).
+Attached again, its log parts from its source's at that marker; the source
+had committed the transaction meanwhile. Cutting the marker would turn the
+transaction from aborted to committed on the follower, and a read_committed
+reader of the follower that passed its records while they were aborted would
+never read them. The chaos swarm's seed 25 (docs/chaos.md, the fifth swarm)
+met it on real daemons, when the link cut the marker by itself.
 
-What the product should do is not decided yet: hold the re-attach as it holds
-one over the follower's own clients' records (refused, `recover` reports
-the cut and the transactions it turns committed), or say so in the cut's
-report. Until then this test fails if the skip stops happening (strict
-xfail), so the fix cannot land without it."""
+The rule (linkd/core/histories.py `reopened_by_cut`): a transaction the
+follower decided itself is held like its own clients' records. The link
+does not cut it (the partition is held, the refusal names the transaction);
+`recover` reports the transactions its cut reopens and, confirmed, makes
+the cut, a reported change."""
 
 from __future__ import annotations
 
 import tomllib
 
-import pytest
-
+from linkd.core.errors import ErrorCode
 from sim import scenario as sc
 from sim.world import Simulation
 
@@ -69,21 +67,68 @@ leader = "remote"
 """
 
 
-def test_the_cut_of_the_followers_own_abort_marker_happens() -> None:
-    """The mechanism, as it stands: B's detach aborts, its re-attach cuts that."""
-    sim = Simulation(sc.parse(tomllib.loads(SCENARIO)), 1)
-    sim.run()
-    history = sim.clusters["B"].state.topics["A-t0"].provenance[0]
-    kinds = [(p.kind.value, p.removed) for p in history]
-    assert ("truncated", 1) in kinds, kinds
+RECOVER = """
+[[actions]]
+at_ms = 8000
+kind = "recover"
+cluster = "B"
+link = "A-B"
+prefixes = [["A-", "A-"]]
+"""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a re-attach that cuts the follower's own abort marker turns the transaction "
-    "committed there, and a read_committed reader that passed it skipped it (docs/chaos.md)",
-)
-def test_a_read_committed_reader_of_the_follower_reads_every_committed_record() -> None:
-    sim = Simulation(sc.parse(tomllib.loads(SCENARIO)), 1)
+SPLIT = """
+[[faults]]
+at_ms = 4000
+kind = "split"
+side_a = ["A"]
+side_b = ["B"]
+duration_ms = 2000
+"""
+
+
+def _run(extra: str = "", keep_trace: bool = False) -> Simulation:
+    sim = Simulation(sc.parse(tomllib.loads(SCENARIO + extra)), 1, keep_trace)
     sim.run()
-    assert [v for v in sim.violations if v.invariant == "skip"] == []
+    return sim
+
+
+def test_the_attach_is_refused_naming_the_transaction() -> None:
+    """The attach compares with the source first and refuses, nothing changed."""
+    sim = _run(keep_trace=True)
+    state = sim.clusters["B"].state
+    assert [p.kind.value for p in state.topics["A-t0"].provenance[0]] == ["start", "detached"]
+    refused = [line for line in sim.queue.trace if "action attach refused" in line]
+    assert len(refused) == 1, refused
+    assert "would reopen 1 transaction(s) 'B' decided itself" in refused[0]
+    assert "aborted by this cluster at 43" in refused[0]
+    assert "ccr-admin recover --link A-B" in refused[0]
+    assert sim.violations == [], sim.violations
+
+
+def test_a_link_that_could_not_compare_holds_the_partition() -> None:
+    """Attached while the source is out of reach, the link learns of the
+    cut on its first fetch: it holds the partition uncut and says why."""
+    sim = _run(SPLIT)
+    state = sim.clusters["B"].state
+    kinds = [p.kind.value for p in state.topics["A-t0"].provenance[0]]
+    assert "truncated" not in kinds, kinds
+    runtime = state.links.runtime["A-B"]
+    assert ("A-t0", 0) in runtime.own_writes_held
+    refusal = runtime.refused[("A-t0", 0)]
+    assert refusal.code is ErrorCode.DIVERGED_LOG
+    assert "reopen 1 transaction(s) 'B' decided itself" in refusal.message, refusal.message
+    assert "aborted by this cluster" in refusal.message, refusal.message
+    assert sim.violations == [], sim.violations
+
+
+def test_recover_reports_the_reopened_transaction_and_cuts_it() -> None:
+    sim = _run(SPLIT + RECOVER)
+    state = sim.clusters["B"].state
+    history = state.topics["A-t0"].provenance[0]
+    assert [p.removed for p in history if p.kind.value == "truncated"] == [1]
+    assert ("A-t0", 0) not in state.links.runtime["A-B"].own_writes_held
+    # The reader that passed the aborted records missed them by the change
+    # recovery reported, which the checkers hold against the report.
+    assert sim.reopened[("B", "A-t0", 0)], sim.reopened
+    assert sim.violations == [], sim.violations

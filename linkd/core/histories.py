@@ -44,6 +44,7 @@ from typing import Protocol
 from linkd.core.cluster import ClusterState
 from linkd.core.partition import PartitionLog
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
+from linkd.core.records import CONTROL_COMMIT
 
 # How deep the root-origin resolution follows the two histories into each
 # other (local -> remote -> local); a cycle deeper than this is treated as
@@ -269,6 +270,60 @@ def _without(
     if at < high:
         out.append((at, high))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReopenedTxn:
+    """A transaction a cut reopens: its first record stays below the cut,
+    its marker goes. Until the new leader's copy decides it again, its
+    records are unstable; a reader that passed them under the old outcome
+    (aborted: a read_committed reader skipped them) never reads them again."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
+    committed: bool  # the outcome the cut marker gave it
+    own_marker: bool  # this cluster wrote the marker (e.g. a detach's abort)
+    replicated: bool  # its records came from another cluster (whose outcome may differ)
+
+    @property
+    def decided_for_source(self) -> bool:
+        """This cluster decided a transaction another cluster's coordinator
+        owns: following again hands the outcome back, and it may differ."""
+        return self.own_marker and self.replicated
+
+    def describe(self) -> str:
+        outcome = "committed" if self.committed else "aborted"
+        by = " by this cluster" if self.own_marker else ""
+        return (
+            f"producer {self.producer_id}'s transaction from offset {self.first_offset}, "
+            f"{outcome}{by} at {self.marker_offset}"
+        )
+
+
+def reopened_by_cut(log: PartitionLog, side: PartitionSide, cut: int) -> tuple[ReopenedTxn, ...]:
+    """The transactions of `log` (whose side is `side`) a cut at `cut`
+    reopens: first record below the cut, marker at or above it."""
+    if cut >= log.log_end_offset:
+        return ()
+    points = origin_points(side)
+    ongoing: dict[int, int] = {}
+    out: list[ReopenedTxn] = []
+    for b in log.batches:
+        if b.producer_id < 0:
+            continue
+        if b.is_control:
+            first = ongoing.pop(b.producer_id, None)
+            if first is not None and first < cut <= b.base_offset:
+                own = _at(points, b.base_offset) == side.cluster_id
+                replicated = _at(points, first) != side.cluster_id
+                committed = b.control_type == CONTROL_COMMIT
+                out.append(
+                    ReopenedTxn(b.producer_id, first, b.base_offset, committed, own, replicated)
+                )
+        elif b.is_transactional and b.producer_id not in ongoing:
+            ongoing[b.producer_id] = b.base_offset
+    return tuple(out)
 
 
 def unreadable_ranges(log: PartitionLog) -> tuple[tuple[int, int], ...]:

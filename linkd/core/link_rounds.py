@@ -1008,20 +1008,45 @@ def own_writes_refusal(
     partition, cut = fetched.partition, fetched.diverging_end_offset
     side = histories.local_side(state, topic, partition)
     own = histories.own_acknowledged(side, cut)
-    if not own:
+    log = state.partition(topic, partition)
+    reopened = [t for t in histories.reopened_by_cut(log, side, cut) if t.decided_for_source]
+    if not own and not reopened:
         return None
     state.links.runtime[link_name].own_writes_held[(topic, partition)] = side.log_end_offset
-    ranges = ", ".join(f"[{low}, {high})" for low, high in own)
-    records = sum(high - low for low, high in own)
     config = state.links.get(link_name)
     return ClusterError(
         ErrorCode.DIVERGED_LOG,
         f"{topic}-{partition}",
-        f"its source {config.remote_cluster_id!r} says to cut it to {cut}, which would remove "
-        f"{records} acknowledged records clients of {state.cluster_id!r} wrote (offsets "
-        f"{ranges}); not cut and not followed: `ccr-admin recover --link {link_name}` on "
+        f"its source {config.remote_cluster_id!r} says to cut it to {cut}, which would "
+        + "; and ".join(_what_a_cut_undoes(state.cluster_id, own, reopened))
+        + f"; not cut and not followed: `ccr-admin recover --link {link_name}` on "
         f"{state.cluster_id!r} reports the cut and, with --confirm, makes it",
     )
+
+
+def _what_a_cut_undoes(
+    cluster_id: str,
+    own: tuple[tuple[int, int], ...],
+    reopened: list[histories.ReopenedTxn],
+) -> list[str]:
+    """The parts of a held cut's refusal: the follower's own acknowledged
+    records it would remove, and the transactions it decided itself (a
+    detach's abort) that the cut would reopen for its source to decide again
+    (a read_committed reader that passed them aborted would miss them)."""
+    parts: list[str] = []
+    if own:
+        ranges = ", ".join(f"[{low}, {high})" for low, high in own)
+        records = sum(high - low for low, high in own)
+        parts.append(
+            f"remove {records} acknowledged records clients of {cluster_id!r} wrote "
+            f"(offsets {ranges})"
+        )
+    if reopened:
+        parts.append(
+            f"reopen {len(reopened)} transaction(s) {cluster_id!r} decided itself, whose outcome "
+            "its readers have seen: " + ", ".join(t.describe() for t in reopened)
+        )
+    return parts
 
 
 def decide_gap(state: ClusterState, link_name: str, config: LinkConfig, gap: Gap) -> GapPolicy:

@@ -34,10 +34,12 @@ from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.histories import (
     PartitionSide,
+    ReopenedTxn,
     compare,
     cut_offset,
     local_side,
     own_acknowledged,
+    reopened_by_cut,
     with_marks_of,
 )
 from linkd.core.links import (
@@ -50,6 +52,7 @@ from linkd.core.links import (
     Role,
 )
 from linkd.core.namespaces import ResourceType, validate_prefix
+from linkd.core.partition import PartitionLog
 from linkd.core.plans import PlanStep
 from linkd.core.provenance import ProvenanceItem, check_history
 from linkd.core.replication import in_prefix, map_name
@@ -70,6 +73,8 @@ class PartitionRow:
     remote_records_lost: int
     reason: str
     related: bool = True
+    # Transactions the cut reopens: their records stay, their marker goes.
+    reopened: tuple[ReopenedTxn, ...] = ()
 
     @property
     def diverged(self) -> bool:
@@ -89,13 +94,31 @@ class PartitionRow:
             "diverged": self.diverged,
             "reason": self.reason,
             "related": self.related,
+            "reopened": [
+                {
+                    "producer_id": t.producer_id,
+                    "first_offset": t.first_offset,
+                    "marker_offset": t.marker_offset,
+                    "committed": t.committed,
+                    "own_marker": t.own_marker,
+                    "replicated": t.replicated,
+                }
+                for t in self.reopened
+            ],
         }
 
 
 def plan_partition(
-    topic: str, remote_topic: str, partition: int, local: PartitionSide, remote: PartitionSide
+    topic: str,
+    remote_topic: str,
+    partition: int,
+    local: PartitionSide,
+    remote: PartitionSide,
+    log: PartitionLog | None = None,
 ) -> PartitionRow:
-    """Compares one partition; refuses (NO_SHARED_HISTORY) when nothing relates them."""
+    """Compares one partition; refuses (NO_SHARED_HISTORY) when nothing
+    relates them. Given the local `log`, the row names the transactions the
+    cut reopens."""
     result = compare(local, remote)
     if not result.shared:
         raise ClusterError(
@@ -127,6 +150,7 @@ def plan_partition(
         max(0, remote.log_end_offset - max(result.common_offset, remote.log_start_offset)),
         result.reason,
         result.related,
+        reopened_by_cut(log, local, cut) if log is not None else (),
     )
 
 
@@ -144,25 +168,34 @@ class OwnWritesCut:
     truncate_to: int
     log_end_offset: int
     own: tuple[tuple[int, int], ...]  # [from, to) of its own acknowledged records cut
+    # Transactions the follower decided itself whose marker the cut removes.
+    reopened: tuple[ReopenedTxn, ...] = ()
 
     @property
     def records(self) -> int:
         return sum(high - low for low, high in self.own)
 
     def describe(self) -> str:
+        where = f"cut to {self.truncate_to} of log end {self.log_end_offset}"
+        reopens = "".join(f", reopens {t.describe()}" for t in self.reopened)
+        if not self.own:
+            return f"{self.topic}-{self.partition}{reopens[1:]} ({where})"
         ranges = ", ".join(f"[{low}, {high})" for low, high in self.own)
-        return (
-            f"{self.topic}-{self.partition} offsets {ranges} ({self.records} records; cut to "
-            f"{self.truncate_to} of log end {self.log_end_offset})"
-        )
+        own = f"offsets {ranges} ({self.records} records; {where})"
+        return f"{self.topic}-{self.partition} {own}{reopens}"
 
 
 def own_writes_cut(
-    topic: str, partition: int, follower: PartitionSide, leader: PartitionSide
+    topic: str,
+    partition: int,
+    follower: PartitionSide,
+    leader: PartitionSide,
+    log: PartitionLog | None = None,
 ) -> OwnWritesCut | None:
     """Where following `leader` would cut `follower` (as recovery would:
     `compare`, `cut_offset`), when the cut removes acknowledged records the
-    follower's own clients wrote; None when it removes none of them (a
+    follower's own clients wrote, or (given the follower's `log`) reopens a
+    transaction the follower decided itself; None when it does neither (a
     follower simply behind, or whose cut tail was copied by a link)."""
     result = compare(follower, leader)
     if not result.shared:
@@ -171,9 +204,12 @@ def own_writes_cut(
     if cut >= follower.log_end_offset:
         return None
     own = own_acknowledged(follower, cut)
-    if not own:
+    reopened = tuple(
+        t for t in (reopened_by_cut(log, follower, cut) if log else ()) if t.decided_for_source
+    )
+    if not own and not reopened:
         return None
-    return OwnWritesCut(topic, partition, cut, follower.log_end_offset, own)
+    return OwnWritesCut(topic, partition, cut, follower.log_end_offset, own, reopened)
 
 
 def attach_cut_refusal(
@@ -194,12 +230,24 @@ def attach_cut_refusal(
         if (topic, p) in at and offset > at[(topic, p)]
     ]
     total = sum(c.records for c in cuts)
+    reopened = sum(len(c.reopened) for c in cuts)
+    undone: list[str] = []
+    if total:
+        undone.append(
+            f"cut {total} acknowledged records that clients of {follower_id!r} wrote and "
+            f"{leader_id!r} does not hold"
+        )
+    if reopened:
+        undone.append(
+            f"reopen {reopened} transaction(s) {follower_id!r} decided itself (their outcome "
+            "may change, and a read_committed reader that passed them aborted would miss them)"
+        )
     return ClusterError(
         ErrorCode.DIVERGED_LOG,
         f"link {link_name!r}",
         f"link {link_name!r}: attach refused, nothing changed: following {leader_id!r} would "
-        f"cut {total} acknowledged records that clients of {follower_id!r} wrote and "
-        f"{leader_id!r} does not hold: " + "; ".join(c.describe() for c in cuts) + "; "
+        + " and ".join(undone)
+        + ": " + "; ".join(c.describe() for c in cuts) + "; "
         + (
             "committed offsets past the cut: " + "; ".join(past)
             if past
@@ -242,7 +290,7 @@ def check_attach_cuts(
             continue
         mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
         if local_follows:
-            cut = own_writes_cut(topic, p, mine, theirs)
+            cut = own_writes_cut(topic, p, mine, theirs, state.partition(topic, p))
         else:
             cut = own_writes_cut(remote_topic, p, theirs, mine)
         if cut is not None:
@@ -481,7 +529,14 @@ class RecoveryPlan:
     def from_dict(obj: dict[str, object]) -> RecoveryPlan:
         """The cut as `to_dict` gave it (a journalled plan's detail)."""
         rows = [
-            {k: v for k, v in jr.json_object(r).items() if k != "diverged"}
+            {k: v for k, v in jr.json_object(r).items() if k not in ("diverged", "reopened")}
+            for r in jr.json_list(obj["partitions"])
+        ]
+        reopened = [
+            tuple(
+                jr.json_fields(ReopenedTxn, t)
+                for t in jr.json_list(jr.json_object(r).get("reopened", []))
+            )
             for r in jr.json_list(obj["partitions"])
         ]
         return RecoveryPlan(
@@ -492,7 +547,10 @@ class RecoveryPlan:
                 RecoveryMapping(str(m["type"]), str(m["local_prefix"]), str(m["remote_prefix"]))
                 for m in map(jr.json_object, jr.json_list(obj["mappings"]))
             ),
-            tuple(jr.json_fields(PartitionRow, r) for r in rows),
+            tuple(
+                replace(jr.json_fields(PartitionRow, r), reopened=txns)
+                for r, txns in zip(rows, reopened, strict=True)
+            ),
             tuple(jr.json_fields(GroupCut, g) for g in jr.json_list(obj["groups"])),
             bool(obj["confirmed"]),
             tuple(str(n) for n in jr.json_list(obj.get("notes", ()))),
@@ -549,7 +607,9 @@ def plan_recovery(
             if theirs is None:
                 continue
             mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
-            rows.append(plan_partition(topic, remote_topic, p, mine, theirs))
+            rows.append(
+                plan_partition(topic, remote_topic, p, mine, theirs, state.partition(topic, p))
+            )
     refuse_unrelated(rows, state.cluster_id, remote_cluster_id, state.faults)
     cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
     leader_offsets = _leader_offsets(state, mappings, remote_groups or {})

@@ -1829,6 +1829,7 @@ class RecoveryPartition(_message.Message):
     DIVERGED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     RELATED_FIELD_NUMBER: _builtins.int
+    REOPENED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     remote_topic: _builtins.str
     partition: _builtins.int
@@ -1849,6 +1850,14 @@ class RecoveryPartition(_message.Message):
     """
     related: _builtins.bool
     """Whether a record both hold, or provenance, relates the two partitions."""
+    @_builtins.property
+    def reopened_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReopenedTransaction]:
+        """Transactions the cut reopens: their first record stays below the cut,
+        their marker goes, and the remote's copy decides them again. A
+        read_committed reader that passed one while it was aborted here never
+        reads its records, should the remote have committed it.
+        """
+
     def __init__(
         self,
         *,
@@ -1864,14 +1873,58 @@ class RecoveryPartition(_message.Message):
         diverged: _builtins.bool = ...,
         reason: _builtins.str = ...,
         related: _builtins.bool = ...,
+        reopened_transactions: _abc.Iterable[Global___ReopenedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_offset", b"common_offset", "diverged", b"diverged", "local_log_end_offset", b"local_log_end_offset", "local_records_lost", b"local_records_lost", "partition", b"partition", "reason", b"reason", "related", b"related", "remote_log_end_offset", b"remote_log_end_offset", "remote_records_lost", b"remote_records_lost", "remote_topic", b"remote_topic", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_offset", b"common_offset", "diverged", b"diverged", "local_log_end_offset", b"local_log_end_offset", "local_records_lost", b"local_records_lost", "partition", b"partition", "reason", b"reason", "related", b"related", "remote_log_end_offset", b"remote_log_end_offset", "remote_records_lost", b"remote_records_lost", "remote_topic", b"remote_topic", "reopened_transactions", b"reopened_transactions", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RecoveryPartition: _TypeAlias = RecoveryPartition  # noqa: Y015
+
+@_typing.final
+class ReopenedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    MARKER_OFFSET_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    OWN_MARKER_FIELD_NUMBER: _builtins.int
+    REPLICATED_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    marker_offset: _builtins.int
+    """The offset of the marker the cut removes."""
+    committed: _builtins.bool
+    """The outcome that marker gave: true committed, false aborted."""
+    own_marker: _builtins.bool
+    """This cluster wrote the marker itself (a detach's or failover's abort of a
+    replicated transaction), rather than copying it from a source.
+    """
+    replicated: _builtins.bool
+    """Its records came from another cluster, whose coordinator owns it and may
+    decide it otherwise. A transaction this cluster decided for such a
+    source (own_marker and replicated) is why an attach or a link holds.
+    """
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+        marker_offset: _builtins.int = ...,
+        committed: _builtins.bool = ...,
+        own_marker: _builtins.bool = ...,
+        replicated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "first_offset", b"first_offset", "marker_offset", b"marker_offset", "own_marker", b"own_marker", "producer_id", b"producer_id", "replicated", b"replicated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReopenedTransaction: _TypeAlias = ReopenedTransaction  # noqa: Y015
 
 @_typing.final
 class RecoveryGroupOffset(_message.Message):
