@@ -594,6 +594,99 @@ def check_consumers(
     return _capped("skip", skips) + _capped("nonmonotonic", backwards)
 
 
+# -- consumers that moved: what they never read -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """Offsets of one partition a consumer process's last session stands
+    past (on the cluster it moved to) whose records it never read, in any
+    session."""
+
+    process: str
+    cluster: str
+    topic: str
+    partition: int
+    read_committed: bool
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadAcrossSessions:
+    skipped: tuple[Unread, ...]
+    duplicates: int  # values read again in a later session
+
+
+def unread_across_sessions(history: History, final: FinalLogs) -> UnreadAcrossSessions:
+    """For each consumer whose last session is not its first (it moved:
+    a failover, a relink), the records of the final log of its last
+    cluster below its position there that it never read."""
+    seen: dict[str, dict[str, int]] = {}  # process -> value -> first session
+    last: dict[str, tuple[str, str, int, bool]] = {}
+    top: dict[tuple[str, int], int] = {}  # (process, partition) -> max offset, last session
+    duplicates = 0
+    for op in history.polls():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll):
+            continue
+        mine = seen.setdefault(op.process, {})
+        if last.get(op.process, ("", "", -1, False))[2] != v.session:
+            for key in [k for k in top if k[0] == op.process]:
+                del top[key]
+        last[op.process] = (op.cluster, v.topic, v.session, v.read_committed)
+        for partition, offset, value in v.records:
+            first = mine.setdefault(value, v.session)
+            if first < v.session:
+                duplicates += 1
+            key = (op.process, partition)
+            top[key] = max(top.get(key, -1), offset)
+    skipped: list[Unread] = []
+    for process, (cluster, topic, session, committed) in sorted(last.items()):
+        if session == 0:
+            continue
+        mine = seen.get(process, {})
+        for (proc, partition), high in sorted(top.items()):
+            if proc != process:
+                continue
+            log = final.get((cluster, topic, partition), {})
+            missed = tuple(o for o, val in sorted(log.items()) if o <= high and val not in mine)
+            if missed:
+                skipped.append(Unread(process, cluster, topic, partition, committed, missed))
+    return UnreadAcrossSessions(tuple(skipped), duplicates)
+
+
+def check_skips_across_sessions(
+    history: History,
+    final: FinalLogs,
+    cuts: CutEvents,
+    recovery_cuts: Mapping[tuple[str, str, int], list[int]],
+    hidden: Mapping[tuple[str, str, int], set[int]],
+) -> list[Violation]:
+    """skip_across_failover: a consumer that moved to another cluster stands
+    past records there it never read, in any session. Not a skip: a record
+    a read_committed reader cannot read (`hidden`), or one at or above a
+    cut of that partition that no recovery made (the link's data path, a
+    topic's deletion, an unclean election: the reader may have passed that
+    offset before the cut, as a Kafka consumer passes an unclean leader's
+    truncation; the cut is reported). A confirmed recovery's cut moves the
+    groups past it back and reports it, so the group reads what follows."""
+    details: list[str] = []
+    for u in unread_across_sessions(history, final).skipped:
+        key = (u.cluster, u.topic, u.partition)
+        recovered = set(recovery_cuts.get(key, []))
+        other = [c.offset for c in cuts.get(key, []) if c.by_link or c.offset not in recovered]
+        gone = hidden.get(key, set()) if u.read_committed else set()
+        missed = [o for o in u.offsets if o not in gone and not any(c <= o for c in other)]
+        if missed:
+            details.append(
+                f"{u.process} moved to {u.cluster} and stands past {len(missed)} records of "
+                f"{u.topic}-{u.partition} it never read (offsets {missed[:5]}"
+                + (" ..." if len(missed) > 5 else "")
+                + ")"
+            )
+    return _capped("skip_across_failover", details)
+
+
 # -- invariants 4 and 5 (SYNC links) ----------------------------------------------------
 
 

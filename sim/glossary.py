@@ -115,7 +115,10 @@ ENTRIES: tuple[Entry, ...] = (
         "transactions every send of which was acknowledged, of which the promoted cluster "
         "shows some records below its last stable offset, outside aborted ranges, but not "
         "all (the rest never arrived, or the failover aborted them); one shown not at all "
-        "is lost whole (rpo_records) and not counted (sim.follower_metrics)",
+        "is lost whole (rpo_records) and not counted (sim.follower_metrics). Judged through "
+        "its parts: a missing record the answer does not name as abandoned is `10 silent "
+        "loss`, an abort it does not list `10 unreported abort`, one left open `11 hanging "
+        "transaction`",
         NO_FAILOVER, zero_bound=True,
     ),
     Entry(
@@ -150,7 +153,10 @@ ENTRIES: tuple[Entry, ...] = (
         "consumer_skips_across_failover", Unit.RECORDS, Group.CONSUMERS,
         "records stored below a moved consumer's final position that it never read",
         "per consumer that changed session: values in the final log of its last cluster at "
-        "offsets up to the highest it read there, that it never saw in any session",
+        "offsets up to the highest it read there, that it never saw in any session. Judged "
+        "(`skip_across_failover`) less those a read_committed reader cannot read and those at "
+        "or above a cut no recovery made (a link's, a deletion's, an unclean election's: "
+        "reported, and passed as a Kafka consumer passes a truncation)",
         ALWAYS, zero_bound=True,
     ),
     Entry(

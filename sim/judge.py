@@ -203,6 +203,9 @@ def final_checks(sim: Simulation) -> None:
     for where, offsets in sim.reopened.items():
         hidden[where] = hidden.get(where, set()) | offsets
     sim.violations += checkers.check_consumers(sim.history, final, sim.truncations, hidden)
+    sim.violations += checkers.check_skips_across_sessions(
+        sim.history, final, sim.cut_events, sim.recovery_cuts, hidden
+    )
     sim.violations += checkers.check_sync_acks(sim.history)
     sim.violations += checkers.check_sync_acks_kept(
         sim.history, final, sim.truncations, compacted, sim.deleted

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+from sim.checkers import unread_across_sessions
 from sim.history import History, Poll, Send
 
 
@@ -131,37 +132,9 @@ class Metrics:
     def _across_failover(
         self, history: History, final: dict[tuple[str, str, int], dict[int, str]]
     ) -> None:
-        seen: dict[str, dict[str, int]] = {}  # process -> value -> first session
-        last_cluster: dict[str, tuple[str, str, int]] = {}
-        top: dict[tuple[str, int], int] = {}  # (process, partition) -> max offset, last session
-        duplicates = 0
-        for op in history.polls():
-            v = op.value
-            if op.type != "ok" or not isinstance(v, Poll):
-                continue
-            mine = seen.setdefault(op.process, {})
-            if last_cluster.get(op.process, ("", "", -1))[2] != v.session:
-                for key in [k for k in top if k[0] == op.process]:
-                    del top[key]
-            last_cluster[op.process] = (op.cluster, v.topic, v.session)
-            for partition, offset, value in v.records:
-                first = mine.setdefault(value, v.session)
-                if first < v.session:
-                    duplicates += 1
-                key = (op.process, partition)
-                top[key] = max(top.get(key, -1), offset)
-        skips = 0
-        for process, (cluster, topic, session) in sorted(last_cluster.items()):
-            if session == 0:
-                continue
-            mine = seen.get(process, {})
-            for (proc, partition), high in sorted(top.items()):
-                if proc != process:
-                    continue
-                log = final.get((cluster, topic, partition), {})
-                skips += sum(1 for o, val in log.items() if o <= high and val not in mine)
-        self.set("consumer_duplicates_across_failover", duplicates)
-        self.set("consumer_skips_across_failover", skips)
+        unread = unread_across_sessions(history, final)
+        self.set("consumer_duplicates_across_failover", unread.duplicates)
+        self.set("consumer_skips_across_failover", sum(len(u.offsets) for u in unread.skipped))
         self.set("consumer_reads_truncated", reads_truncated(history, final))
         self.set("consumer_longest_gap_ms", longest_gap(history))
 

@@ -176,6 +176,8 @@ class Simulation:
         # Offsets of transactions a confirmed recovery reported it reopened
         # (`transactions_reopened`), per (cluster, topic, partition).
         self.reopened: dict[tuple[str, str, int], set[int]] = {}
+        # Where confirmed recoveries reported cutting each partition.
+        self.recovery_cuts: dict[tuple[str, str, int], list[int]] = {}
         # Every cut, when and by whom (the link's data path, or not).
         self.cut_events: checkers.CutEvents = {}
         # Offset ranges each cluster deleted itself (retention): not lost.
@@ -467,7 +469,7 @@ class Simulation:
             if plan is not None and plan.detail is not None and "cut" in plan.detail:
                 cut = RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
                 self.offsets_moved(cluster, recovery.noted_offsets(cut))
-                self.transactions_reopened(cluster, cut.partitions)
+                self.recovery_reported(cluster, cut.partitions)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -489,11 +491,16 @@ class Simulation:
         for cut in cuts:
             self.offset_watch.excuse(cluster, cut.group, cut.topic, cut.partition, cut.new_offset)
 
-    def transactions_reopened(self, cluster: str, rows: Sequence[PartitionRow]) -> None:
-        """A confirmed recovery reported the transactions its cut reopens:
-        a read_committed reader that passed their records while they were
-        aborted here missed them by a reported change, not a skip."""
+    def recovery_reported(self, cluster: str, rows: Sequence[PartitionRow]) -> None:
+        """A confirmed recovery reported its cuts (the groups past them move
+        back, so a consumer reads on from there: `recovery_cuts`) and the
+        transactions they reopen: a read_committed reader that passed their
+        records while they were aborted here missed them by a reported
+        change, not a skip (`reopened`)."""
         for row in rows:
+            if row.diverged:
+                cuts = self.recovery_cuts.setdefault((cluster, row.topic, row.partition), [])
+                cuts.append(row.truncate_to)
             if not row.reopened:
                 continue
             log = self.clusters[cluster].state.partition(row.topic, row.partition)

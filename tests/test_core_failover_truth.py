@@ -47,6 +47,23 @@ def test_a_failed_call_after_the_last_round__makes_the_lag_unknown_since_that_ro
     assert admin.known_part(row) == 0  # it held all it had heard of
 
 
+@pytest.mark.parametrize("undone", [False, True])
+def test_a_lane_waiting_out_its_storage_refusal__does_not_poll__its_lag_is_unknown(
+    undone: bool,
+) -> None:
+    """Fix 43: no long poll is out while the pull lane waits out a refused
+    write, so what the source acknowledges meanwhile reaches no one."""
+    _a, b, _disk_a, _disk_b = _following(faults=Faults.undoing(43) if undone else NO_FAULTS)
+    b.links.storage_wait("ab", NOW + 11)
+    assert b.links.lag_known("ab", NOW + 12) is undone
+    (row,) = admin.follower_partitions(b, "ab", NOW + 12)
+    assert row.lag_known is undone
+    if not undone:
+        assert row.unknown_since_ms == NOW + 10  # the last round's news
+    b.links.storage_wait("ab", None)  # a poll goes out again
+    assert b.links.lag_known("ab", NOW + 13)
+
+
 def test_a_failover_right_after_the_source_died__is_refused__naming_the_partition_and_since_when(
 ) -> None:
     a, b, disk_a, _disk_b = _following()

@@ -87,8 +87,11 @@ duration_ms = 2000
 """
 
 
-def _run(extra: str = "", keep_trace: bool = False) -> Simulation:
-    sim = Simulation(sc.parse(tomllib.loads(SCENARIO + extra)), 1, keep_trace)
+def _run(extra: str = "", keep_trace: bool = False, undo: int = 0) -> Simulation:
+    spec = sc.parse(tomllib.loads(SCENARIO + extra))
+    if undo:
+        spec = sc.apply_params(spec, {"undo_fix": undo})
+    sim = Simulation(spec, 1, keep_trace)
     sim.run()
     return sim
 
@@ -132,3 +135,13 @@ def test_recover_reports_the_reopened_transaction_and_cuts_it() -> None:
     # recovery reported, which the checkers hold against the report.
     assert sim.reopened[("B", "A-t0", 0)], sim.reopened
     assert sim.violations == [], sim.violations
+
+
+def test_fix_42_undone__the_link_cuts_the_marker_and_the_reader_skips() -> None:
+    """Fix 42 undone, the attach goes through and the link cuts B's own
+    abort marker: A's commit turns the transaction committed behind B's
+    read_committed reader, which the checkers call a skip."""
+    sim = _run(undo=42)
+    history = sim.clusters["B"].state.topics["A-t0"].provenance[0]
+    assert ("truncated", 1) in [(p.kind.value, p.removed) for p in history]
+    assert {v.invariant for v in sim.violations} == {"skip"}, sim.violations

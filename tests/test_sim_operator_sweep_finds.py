@@ -213,6 +213,20 @@ FOUND = [
     # too, lag not known since that check (fix 40; 720, 1666 and 2013 on 3
     # clusters as well).
     (2830, 2, "a resumed failover names what its first check gave up"),
+    # A product bug found once a moved consumer's unread records were judged
+    # (`skip_across_failover`; the metric had counted 36): B detached its
+    # topics (a release-reattach) and its clients wrote from offset 51; its
+    # failover then resumed the replicated group at B's high watermark, 70,
+    # past records the group never read. It resumes no further than where
+    # B's log stops holding its source's records now (fix 41).
+    (180, 4, "a failover resumes a group no further than its copy of the source"),
+    # A product bug (a 600-run sample on seeds past the sweep's, 4001-4200):
+    # B's storage refused the fetched records and its pull lane waited out
+    # the refusal without polling; its lag stayed "known" as of its last
+    # round, and a forced failover after A's kill named nothing A had
+    # acknowledged since (`10 silent loss`, 4001 on 2 clusters too). The lag
+    # is not known while the lane waits (fix 43).
+    (4167, 3, "a lane waiting out its storage's refusal does not know its lag"),
 ]
 
 
@@ -243,3 +257,21 @@ def test_fix_39_undone__seed_960_leaves_the_namespace_writable_nowhere() -> None
 def test_fix_40_undone__seed_2830_finds_it() -> None:
     summary = run_summary("operator-mix", 2830, {"clusters": 2, "undo_fix": 40})
     assert {v["invariant"] for v in summary["violations"]} == {"10 silent loss"}
+
+
+def test_fix_41_undone__seed_180_finds_the_group_skipping() -> None:
+    """Fix 41 undone (a failover resumes a replicated group at its high
+    watermark), seed 180 on 4 clusters: the reader that moved to A stands
+    past records of B's own clients it never read."""
+    summary = run_summary("operator-mix", 180, {"clusters": 4, "undo_fix": 41})
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == {"skip_across_failover"}, summary["violations"]
+
+
+def test_fix_43_undone__seed_4167_loses_records_silently() -> None:
+    """Fix 43 undone (a lane waiting out a storage refusal keeps its lag
+    known), seed 4167 on 3 clusters: the forced failover names nothing A
+    acknowledged after B's last round."""
+    summary = run_summary("operator-mix", 4167, {"clusters": 3, "undo_fix": 43})
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == {"10 silent loss"}, summary["violations"]

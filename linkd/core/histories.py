@@ -92,6 +92,22 @@ def origin_points(side: PartitionSide) -> list[tuple[int, str]]:
     return points
 
 
+def copied_end(side: PartitionSide) -> int:
+    """Where the part of `side`'s log a link copied ends: the start of the
+    records its own clients wrote since it last followed (after a detach, a
+    released reservation, a failover), else its high watermark. A commit
+    heard from the source counts records of the source's history, which
+    this log holds only below that point. A log no link ever copied into
+    says nothing: its high watermark."""
+    points = origin_points(side)
+    end = side.high_watermark
+    for at, origin in reversed(points):
+        if origin != side.cluster_id:
+            return min(end, side.high_watermark)
+        end = at
+    return side.high_watermark  # written here throughout: no copy to bound
+
+
 def _at(points: list[tuple[int, str]], offset: int) -> str:
     origin = points[0][1]
     for start, who in points:

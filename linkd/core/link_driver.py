@@ -412,6 +412,7 @@ class LinkDriver:
                 self.state.links.on_fetch_round(self.name, now)
             yield Idle(IDLE_POLL_MS)
             return
+        self.state.links.storage_wait(self.name, None)  # a poll goes out
         call = ReplicaFetch(request, s.max_wait_ms, s.fetch_max_bytes)
         deadline_ms = rounds.fetch_deadline_ms(s.max_wait_ms)
         answer = yield from self._ask(lane, call, rounds.FetchAnswer, deadline_ms)
@@ -422,7 +423,9 @@ class LinkDriver:
         if not stored:
             # This cluster's storage refused the records: the source is not
             # at fault and contact is not lost; the lane waits, doubling up
-            # to BACKOFF_MAX_MS while the refusals go on.
+            # to BACKOFF_MAX_MS while the refusals go on. While it waits it
+            # does not poll, so its lag is not known.
+            self.state.links.storage_wait(self.name, (yield from _now()))
             yield Sleep(self.storage_backoff_ms)
             self.storage_backoff_ms = min(BACKOFF_MAX_MS, self.storage_backoff_ms * 2)
             return

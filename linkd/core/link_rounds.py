@@ -1009,7 +1009,11 @@ def own_writes_refusal(
     side = histories.local_side(state, topic, partition)
     own = histories.own_acknowledged(side, cut)
     log = state.partition(topic, partition)
-    reopened = [t for t in histories.reopened_by_cut(log, side, cut) if t.decided_for_source]
+    reopened = [
+        t
+        for t in histories.reopened_by_cut(log, side, cut)
+        if t.decided_for_source and not state.faults.undid(42)
+    ]
     if not own and not reopened:
         return None
     state.links.runtime[link_name].own_writes_held[(topic, partition)] = side.log_end_offset

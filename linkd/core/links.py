@@ -660,6 +660,10 @@ class LinkRuntime:
     led_partitions: set[tuple[str, int]] = field(default_factory=set)
     # When this side's last fetch request left (follower side).
     fetch_sent_ms: int | None = None
+    # Since when the pull lane waits out its storage's refusal instead of
+    # polling (None: it polls): the source's acknowledgements since are
+    # unseen, so the lag is not known (`lag_known`).
+    storage_wait_ms: int | None = None
     # The request the last push that answered one answered: when it left
     # (follower side; read-ahead pushes continue from it).
     push_request_sent_ms: int | None = None
@@ -1247,8 +1251,19 @@ class LinkTable:
             and runtime.round_done_ms - news > self.limits.fetch_answer_due_ms
         ):
             return False  # the last round's answer came late: old news when applied
+        if runtime.storage_wait_ms is not None and not self.faults.undid(43):
+            # No long poll is out: a source that acknowledges more has no
+            # one to tell, so the last round is not the news any longer.
+            return False
         lost = runtime.contact_lost_ms
         return lost is None or runtime.round_done_ms is None or lost < runtime.round_done_ms
+
+    def storage_wait(self, name: str, since_ms: int | None) -> None:
+        """Follower side: the pull lane stops polling to wait out its
+        storage's refusal (`since_ms`), or polls again (None)."""
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            runtime.storage_wait_ms = since_ms
 
     def start(self, now_ms: int) -> None:
         """The shell starts: links restored from the journal begin DISCONNECTED now

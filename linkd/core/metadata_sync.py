@@ -16,6 +16,7 @@ from linkd.core.acls import AclBinding, AclFilter, AclOperation, PatternType, Pe
 from linkd.core.acls import ResourceType as AclResource
 from linkd.core.cluster import ClusterState
 from linkd.core.effects import Effect, Journal
+from linkd.core.histories import copied_end, local_side
 from linkd.core.links import LinkConfig, Mapping
 from linkd.core.replication import (
     create_replica_topic,
@@ -187,8 +188,10 @@ def settle_failover_groups(
 ) -> tuple[list[Effect], list[GroupResume]]:
     """After a failover made the follower namespaces writable (their high
     watermarks lifted to their log ends): each group of `group_prefixes`
-    moves to the last commit heard of, or to the end of this cluster's data
-    if that is nearer (a commit never points past the data); returns the
+    moves to the last commit heard of, or to the end of this cluster's copy
+    of the source's data if that is nearer (a commit never points past the
+    data, nor past where this log parted from the source's: `copied_end`);
+    returns the
     effects and a row per group partition, every commit heard of or held."""
     config = state.links.get(link_name)
     runtime = state.links.runtime.get(link_name)
@@ -204,10 +207,15 @@ def settle_failover_groups(
         log = state.topics[topic].partitions
         if partition >= len(log):
             continue
-        hw = log[partition].high_watermark
         if state.faults.undid(21):
             continue
-        wanted.append((group, topic, partition, min(offset, hw), "", -1))
+        # Past where this log stops holding the source's records (its own
+        # clients' writes since a detach), the source's offsets name other
+        # records: the group processed none of them.
+        end = log[partition].high_watermark
+        if not state.faults.undid(41):
+            end = copied_end(local_side(state, topic, partition, with_batches=False))
+        wanted.append((group, topic, partition, min(offset, end), "", -1))
     effects = commit_replicated(state, config, wanted, now_ms, new_topic_id)
     keys = {k for k in heard if ours(k[0])} if not state.faults.undid(21) else set()
     for group_id, _state, _type in state.groups.list_groups():

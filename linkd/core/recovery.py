@@ -290,7 +290,8 @@ def check_attach_cuts(
             continue
         mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
         if local_follows:
-            cut = own_writes_cut(topic, p, mine, theirs, state.partition(topic, p))
+            log = None if state.faults.undid(42) else state.partition(topic, p)
+            cut = own_writes_cut(topic, p, mine, theirs, log)
         else:
             cut = own_writes_cut(remote_topic, p, theirs, mine)
         if cut is not None:
