@@ -205,7 +205,9 @@ def own_writes_cut(
         return None
     own = own_acknowledged(follower, cut)
     reopened = tuple(
-        t for t in (reopened_by_cut(log, follower, cut) if log else ()) if t.decided_for_source
+        t
+        for t in (reopened_by_cut(log, follower, cut) if log is not None else ())
+        if t.decided_for_source
     )
     if not own and not reopened:
         return None
