@@ -3,8 +3,8 @@ On real daemons, through ccr-admin and confluent-kafka clients.
 
 B follows A's namespace orders- over link ab (created on B). A transaction
 opens on A and B copies it while open. The operator detaches orders- on B:
-no marker would ever come, so B aborts the transaction itself, and a
-read_committed reader of B passes its records. A then commits it. Attached
+no marker would ever come, so B aborts the transaction itself (its log names
+it), and a read_committed reader of B passes its records. A then commits it. Attached
 again, B would have to cut its own abort marker and let A's commit decide
 the transaction: the records turn visible behind the reader. So the attach
 is refused, naming the transaction; `recover` reports it as reopened, and
@@ -53,6 +53,9 @@ def test_reattach_over_a_detach_abort__refused_naming_it__recover_reports_and_cu
     detach(b, "ab", "topic", "orders-")
     wait_for("B aborted the transaction it copied",
              lambda: partition0(b)["last_stable_offset"] == 7, BOUND_S)  # fmt: skip
+    # B's log names what its detach aborted, for the operator.
+    assert "aborted 1 transactions left open" in b.stderr_text()
+    assert "orders-f-0 producer" in b.stderr_text()
     values, short = read_committed_to_hw(b, TOPIC, 20)
     assert short == "" and [v.decode() for v in values] == [f"before-{i}" for i in range(3)]
     txn.commit_transaction(30)

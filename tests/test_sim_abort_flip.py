@@ -101,6 +101,8 @@ def test_the_attach_is_refused_naming_the_transaction() -> None:
     sim = _run(keep_trace=True)
     state = sim.clusters["B"].state
     assert [p.kind.value for p in state.topics["A-t0"].provenance[0]] == ["start", "detached"]
+    aborted = [line for line in sim.queue.trace if "aborted 1 transactions left open" in line]
+    assert len(aborted) == 1 and "A-t0-0 producer" in aborted[0], aborted  # the detach says so
     refused = [line for line in sim.queue.trace if "action attach refused" in line]
     assert len(refused) == 1, refused
     assert "would reopen 1 transaction(s) 'B' decided itself" in refused[0]

@@ -311,6 +311,17 @@ def versioned(state: ClusterState, mapping: Mapping, now_ms: int) -> Mapping:
     return replace(mapping, version=state.links.hlc.now(now_ms))
 
 
+def put_mapping_settling(
+    state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
+) -> tuple[list[Effect], list[DanglingTxn]]:
+    """`put_mapping`, and the replicated transactions it aborted (a
+    namespace that stops following: `abort_unfollowed`), for the warning
+    that names them."""
+    open_before = state.dangling_transactions([""])
+    effects = put_mapping(state, link_name, mapping, now_ms)
+    return effects, [d for d in open_before if not _still_open(state, d)]
+
+
 def put_mapping(
     state: ClusterState, link_name: str, mapping: Mapping, now_ms: int
 ) -> list[Effect]:
@@ -472,6 +483,7 @@ def accept_remote_config(
     with ClusterError, nothing changed."""
     existing = state.links.configs.get(remote_view.name)
     before = {m.key: m for m in existing.attached_mappings()} if existing is not None else {}
+    open_before = state.dangling_transactions([""])
     strict_keys = set(strict)
     if strict_keys:
         _check_strict(state, remote_view, strict_keys)
@@ -496,6 +508,9 @@ def accept_remote_config(
     out.effects += effects
     out.notes += [f"link {config.name!r}: {m.note}" for m in refused]
     out.effects += reconcile_attachments(state, config.name, now_ms)
+    settled = [d for d in open_before if not _still_open(state, d)]
+    if settled:
+        out.notes.append(settled_note(config.name, settled))
     return out
 
 

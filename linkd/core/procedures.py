@@ -284,8 +284,8 @@ def change_mapping(
     if reply.error is not None and require_remote:
         raise reply.error  # nothing changed here; the step is run again later
     now = reply.now_ms
-    effects = admin.put_mapping(state, link_name, stamped, now)
-    notes: list[str] = []
+    effects, settled = admin.put_mapping_settling(state, link_name, stamped, now)
+    notes: list[str] = [admin.settled_note(link_name, settled)] if settled else []
     pending: Pending | None = None
     if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, now)
