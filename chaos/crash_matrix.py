@@ -427,14 +427,17 @@ def _holds(bootstrap: str, topic: str, value: str) -> bool:
 
 
 def _start(d: Daemon) -> None:
+    """At setup: another case running beside this one may take a port
+    between choosing it and binding it; the daemon then starts on new ones."""
     d.start()
-    d.wait_ready(READY_S)
+    d.wait_ready_or_rebind(timeout_s=READY_S)
 
 
 def _restart(d: Daemon) -> None:
     d.kill9()  # the process is gone already; this reaps it
     d.env = {}
-    _start(d)
+    d.start()
+    d.wait_ready(READY_S)
 
 
 def _link_with_records(a: Daemon, b: Daemon) -> dict[str, Placement | None]:

@@ -113,7 +113,9 @@ class Daemon:
         try:
             while time.monotonic() < deadline:
                 if self.proc is None or self.proc.poll() is not None:
-                    raise DaemonError(f"{self.cluster_id} exited at start ({self.log_path})")
+                    raise DaemonError(
+                        f"{self.cluster_id} exited at start ({self.log_path}){self._log_tail()}"
+                    )
                 try:
                     if admin.health(timeout=1.0).status == "SERVING":
                         return
@@ -128,13 +130,24 @@ class Daemon:
             admin.close()
         raise DaemonError(f"{self.cluster_id} not ready after {timeout_s} s ({self.log_path})")
 
-    def wait_ready_or_rebind(self, attempts: int = 3) -> None:
+    def _log_tail(self, lines: int = 5) -> str:
+        """The last lines of the daemon's log, for an error that must say why."""
+        if self._log is not None:
+            self._log.flush()
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "".join(f"\n    {line}" for line in tail)
+
+    def wait_ready_or_rebind(self, attempts: int = 3, timeout_s: float = READY_TIMEOUT_S) -> None:
         """At setup only (nothing points at its ports yet): a daemon that
         exited because another process took one of its free ports in the
         meantime starts again on new ones, at most `attempts` times."""
         for attempt in range(attempts):
             try:
-                self.wait_ready()
+                self.wait_ready(timeout_s)
                 return
             except DaemonError:
                 if attempt + 1 == attempts or self.running or not self._port_taken():
