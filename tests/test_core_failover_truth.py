@@ -60,7 +60,7 @@ def test_a_lane_waiting_out_its_storage_refusal__does_not_poll__its_lag_is_unkno
     assert row.lag_known is undone
     if not undone:
         assert row.unknown_since_ms == NOW + 10  # the last round's news
-    b.links.storage_wait("ab", None)  # a poll goes out again
+    b.links.storage_wait("ab", None)  # a round stored what it fetched again
     assert b.links.lag_known("ab", NOW + 13)
 
 

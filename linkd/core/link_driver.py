@@ -412,7 +412,6 @@ class LinkDriver:
                 self.state.links.on_fetch_round(self.name, now)
             yield Idle(IDLE_POLL_MS)
             return
-        self.state.links.storage_wait(self.name, None)  # a poll goes out
         call = ReplicaFetch(request, s.max_wait_ms, s.fetch_max_bytes)
         deadline_ms = rounds.fetch_deadline_ms(s.max_wait_ms)
         answer = yield from self._ask(lane, call, rounds.FetchAnswer, deadline_ms)
@@ -429,6 +428,10 @@ class LinkDriver:
             yield Sleep(self.storage_backoff_ms)
             self.storage_backoff_ms = min(BACKOFF_MAX_MS, self.storage_backoff_ms * 2)
             return
+        # A round stored what it fetched: its news is the lag again (a poll
+        # sent after a wait reported what was acknowledged before it only
+        # once its answer came).
+        self.state.links.storage_wait(self.name, None)
         self.storage_backoff_ms = BACKOFF_MIN_MS
         config_now = self.state.links.configs.get(self.name)
         if config_now is not None and bool(answer.sync_state) != (config_now.mode == LinkMode.SYNC):

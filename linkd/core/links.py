@@ -660,9 +660,10 @@ class LinkRuntime:
     led_partitions: set[tuple[str, int]] = field(default_factory=set)
     # When this side's last fetch request left (follower side).
     fetch_sent_ms: int | None = None
-    # Since when the pull lane waits out its storage's refusal instead of
-    # polling (None: it polls): the source's acknowledgements since are
-    # unseen, so the lag is not known (`lag_known`).
+    # Since when the pull lane's storage refused a round (None: its last
+    # round stored what it fetched): it waits instead of polling, so the
+    # source's acknowledgements since are unseen until a round stores again,
+    # and the lag is not known (`lag_known`).
     storage_wait_ms: int | None = None
     # The request the last push that answered one answered: when it left
     # (follower side; read-ahead pushes continue from it).
