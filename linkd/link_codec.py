@@ -337,6 +337,7 @@ def fetch_answer_pb(
         )
         if p.continues_from is not None:
             entry.continues_from = p.continues_from
+        entry.held = p.held
         if p.error is not None:
             entry.error.CopyFrom(error_pb(p.error))
             continue
@@ -380,6 +381,7 @@ def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPar
         marks_to=p.marks_to if p.HasField("marks_to") else -1,
         log_start_cause=p.log_start_cause,
         continues_from=p.continues_from if p.HasField("continues_from") else None,
+        held=p.held,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from linkd.core import histories
+from linkd.core import histories, recovery
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
@@ -712,8 +712,21 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     [source_line] = a.links.lagging_partitions("ab", NOW + 35)
     assert "does not cut its copy of orders-1-0" in source_line, source_line
 
-    # recover cuts it (confirmed): the log end moved, so it is fetched again.
-    disk_b.carry_out(b, rep.truncate_replica(b, "orders-1", 0, 3, b.links.get("ab")))
+    # recover cuts it (confirmed) while a fetch sent as held is out: the cut
+    # lifts the hold (no stale row says "held"), and the held answer that
+    # arrives after it is dropped, not taken for a refusal (fix 44).
+    stale = rounds.follower_fetch_request(b, b.links.get("ab"), 1 << 20)
+    late = rounds.serve_replica_fetch(
+        a, stale.link_id, stale.partitions, NOW + 36, disk_a.read, BUDGET, 1 << 20
+    )
+    assert late.partitions[0].held and late.partitions[0].error is not None
+    cut = recovery.PartitionRow("orders-1", "orders-1", 0, 5, 5, 3, 3, 2, 2, "diverged")
+    plan = recovery.RecoveryPlan("ab", "B", "A", (), (cut,), ())
+    disk_b.carry_out(b, recovery.apply_recovery(b, plan, b.links.get("ab").link_id, NOW + 37))
+    assert b.links.runtime["ab"].own_writes_held == {} and b.links.runtime["ab"].refused == {}
+    assert rounds.apply_replica_fetch(b, "ab", late, stale.local_of, NOW + 38).refused == []
+    assert b.links.runtime["ab"].refused == {}
+    # The log end moved, so it is fetched again.
     request = rounds.follower_fetch_request(b, b.links.get("ab"))
     assert [p.fetch_offset for p in request.partitions] == [3]
     fetch_round(a, b, disk_a, disk_b, NOW + 40)

@@ -227,6 +227,14 @@ FOUND = [
     # acknowledged since (`10 silent loss`, 4001 on 2 clusters too). The lag
     # is not known while the lane waits (fix 43).
     (4167, 3, "a lane waiting out its storage's refusal does not know its lag"),
+    # The eighth run (534b4ca): D held two partitions over transactions it
+    # had decided for its source (fix 42); a confirmed recovery cut short by
+    # a crash was finished at rest, and its cut reopened them. The hold
+    # outlived the cut (a held fetch's late answer set it again), so the
+    # link at rest said "held" and never copied the source's commit markers:
+    # `11 hanging transaction`. The cut lifts the hold, and a held answer
+    # arriving after it is dropped (fix 44).
+    (608, 4, "a recovery's cut lifts the hold it resolves"),
 ]
 
 
@@ -277,13 +285,10 @@ def test_fix_43_undone__seed_4167_loses_records_silently() -> None:
     assert found == {"10 silent loss"}, summary["violations"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (the eighth full sweep, 534b4ca): D held two partitions over transactions it "
-    "had decided for its source (fix 42); a confirmed recovery cut short by a crash was finished "
-    "at the end of the liveness phase, reopening them with no time left for the source's "
-    "outcome: 11 hanging transaction",
-)
-def test_seed_608_on_4_clusters__a_recovery_finished_last_reopens_held_transactions() -> None:
-    summary = run_summary("operator-mix", 608, {"clusters": 4})
-    assert summary["violations"] == []
+def test_fix_44_undone__seed_608_leaves_reopened_transactions_open() -> None:
+    """Fix 44 undone (the hold outlives the cut that resolves it), seed 608
+    on 4 clusters: D's link at rest reports the partitions held, and the
+    transactions the recovery reopened stay open."""
+    summary = run_summary("operator-mix", 608, {"clusters": 4, "undo_fix": 44})
+    found = {v["invariant"] for v in summary["violations"]}
+    assert found == {"11 hanging transaction"}, summary["violations"]

@@ -614,6 +614,8 @@ class FetchedPartition:
     # follower's own request). A follower whose log does not end exactly
     # there drops them: applied out of turn they would leave a hole.
     continues_from: int | None = None
+    # The answer to a partition the follower sent as held (`held_refusal`).
+    held: bool = False
 
 
 @dataclass(slots=True)
@@ -677,6 +679,7 @@ def serve_replica_fetch(
                 entry.continues_from = part.fetch_offset
             answer.partitions.append(entry)
             if part.held:
+                entry.held = True
                 entry.error = held_refusal(state, config, part)
                 links.on_leader_refused(
                     config.name, part.source_topic, part.partition, entry.error, now_ms
@@ -908,6 +911,8 @@ def apply_replica_fetch(
         if fetched.error is not None:
             runtime = state.links.runtime[link_name]
             key = (local, fetched.partition)
+            if fetched.held and key not in runtime.own_writes_held and not state.faults.undid(44):
+                continue  # asked while held; a recover cut it since: the next round asks again
             # A partition held uncut keeps the follower's own words for it.
             mine = runtime.refused.get(key) if key in runtime.own_writes_held else None
             refused.append((local, fetched.partition, mine or fetched.error))

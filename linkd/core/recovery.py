@@ -726,9 +726,18 @@ def apply_recovery(
 
     effects: list[Effect] = []
     records: list[jr.JournalRecord] = []
+    runtime = state.links.runtime.get(link_name_of(state, link_id))
+    if state.faults.undid(44):
+        runtime = None
     for row in plan.partitions:
         if not row.diverged:
             continue
+        key = (row.topic, row.partition)
+        if runtime is not None and key in runtime.own_writes_held:
+            # Held uncut until a recover cuts it: cut now, so no longer held
+            # (its next round follows; its describe-link row stops saying so).
+            del runtime.own_writes_held[key]
+            runtime.refused.pop(key, None)
         topic = state.topic(row.topic)
         log = state.partition(row.topic, row.partition)
         removed = log.log_end_offset - row.truncate_to

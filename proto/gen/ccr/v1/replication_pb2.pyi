@@ -806,6 +806,7 @@ class ReplicaFetchedPartition(_message.Message):
     MARKS_WANTED_FIELD_NUMBER: _builtins.int
     LOG_START_CAUSE_FIELD_NUMBER: _builtins.int
     CONTINUES_FROM_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
     MARKS_FROM_FIELD_NUMBER: _builtins.int
     MARKS_TO_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
@@ -834,6 +835,11 @@ class ReplicaFetchedPartition(_message.Message):
     follower whose log does not end exactly there drops the partition's
     answer, whatever it says (records, a divergence, a refusal).
     """
+    held: _builtins.bool
+    """The answer to a partition the follower sent as held (not cut over its
+    own writes): a follower whose hold was lifted since (a recover cut the
+    partition) drops it; its next fetch asks again.
+    """
     marks_from: _builtins.int
     """With marks_wanted: send the mark of every batch whose base offset lies
     in [marks_from, marks_to) (as many as fit, else evenly spaced, first and
@@ -859,12 +865,13 @@ class ReplicaFetchedPartition(_message.Message):
         marks_wanted: _builtins.bool = ...,
         log_start_cause: _builtins.str = ...,
         continues_from: _builtins.int | None = ...,
+        held: _builtins.bool = ...,
         marks_from: _builtins.int | None = ...,
         marks_to: _builtins.int | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "continues_from", b"continues_from", "error", b"error", "marks_from", b"marks_from", "marks_to", b"marks_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "continues_from", b"continues_from", "diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_from", b"marks_from", "marks_to", b"marks_to", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from", "_marks_from", b"_marks_from", "_marks_to", b"_marks_to", "continues_from", b"continues_from", "diverging_end_offset", b"diverging_end_offset", "diverging_epoch", b"diverging_epoch", "error", b"error", "held", b"held", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_cause", b"log_start_cause", "log_start_offset", b"log_start_offset", "marks_from", b"marks_from", "marks_to", b"marks_to", "marks_wanted", b"marks_wanted", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__continues_from: _TypeAlias = _typing.Literal["continues_from"]  # noqa: Y015
     _WhichOneofArgType__continues_from: _TypeAlias = _typing.Literal["_continues_from", b"_continues_from"]  # noqa: Y015
