@@ -13,7 +13,8 @@ one JSON object a line, and a source that stops makes every client repeat
   `ClientLog` is shared by all of a link's clients). The rest are counted,
   never dropped silently: when the window ends, one warning says how many
   were suppressed and repeats the last of them. The window is closed by the
-  next message, by `tick()` (the worker calls it every second) or by
+  next message, by `tick()` (a thread of the mirror link calls it every
+  second, also while the engine waits in a client call) or by
   `flush()` (the engine stopping).
 
 Thread-safe: librdkafka's messages are served on whichever thread polls a

@@ -46,6 +46,8 @@ BACKOFF_MAX_S = 10.0
 # How often a worker publishes its engines' MM2 metrics (read by
 # `linkd --metrics-listen` scrapes; computed on the worker's own thread).
 METRICS_INTERVAL_S = 1.0
+# How often the client log's window is checked for its end (`ClientLog.tick`).
+CLIENT_LOG_TICK_S = 1.0
 
 
 class MirrorWorker:
@@ -70,6 +72,12 @@ class MirrorWorker:
         self.thread = threading.Thread(
             target=self._run, name=f"mirror-link-{link.name}", daemon=True
         )
+        # Closes the client log's window on time, also while the engine
+        # waits in a client call (a source that stopped answering holds a
+        # metadata request up to its timeout, and the metrics with it).
+        self.ticker = threading.Thread(
+            target=self._tick, name=f"mirror-link-{link.name}-log", daemon=True
+        )
 
     @property
     def name(self) -> str:
@@ -77,13 +85,20 @@ class MirrorWorker:
 
     def start(self) -> None:
         self.thread.start()
+        self.ticker.start()
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
         """Blocking: sets the stop event and waits (bounded). True if it ended."""
         self.stop_event.set()
         if self.thread.is_alive():
             self.thread.join(timeout_s)
+        if self.ticker.is_alive():
+            self.ticker.join(CLIENT_LOG_TICK_S * 2)
         return not self.thread.is_alive()
+
+    def _tick(self) -> None:
+        while not self.stop_event.wait(CLIENT_LOG_TICK_S):
+            self.client_log.tick()
 
     def _failed(self, message: str) -> None:
         with self._lock:
@@ -148,7 +163,6 @@ class MirrorWorker:
     def _publish_metrics(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
             self._metric_rows = rows
-        self.client_log.tick()  # what the clients' log suppressed is said within a window
 
     def metric_rows(self) -> list[dict[str, Any]]:
         """The MM2 metric rows last published (any thread). A restarted
