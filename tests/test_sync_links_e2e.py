@@ -158,8 +158,10 @@ def test_sync_link__follower_stalled__out_of_sync__plain_producers_go_on__commit
 
         txn.begin_transaction()
         txn.produce("orders-x", value="refused-txn", partition=0)
+        # Retriable: the client tries again until its timeout, then raises
+        # the last refusal (a short one: nothing turns the link IN_SYNC here).
         with pytest.raises(CcrError) as refused:
-            txn.commit_transaction(30)
+            txn.commit_transaction(3)
         assert refused.value.code == "LINK_NOT_IN_SYNC" and refused.value.retriable
         assert "ab" in refused.value.message and "OUT_OF_SYNC" in refused.value.message
     finally:
