@@ -19,6 +19,7 @@ from linkd.core import records as rb
 from linkd.core.cluster import AppendBatch, ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import NO_FAULTS, Faults
+from linkd.core.links import parse_policies
 from linkd.core.requests import Execute, Note, Now, Request, WakeWaiters
 from tests.test_core_link_rounds import NOW, Disk, discover, fetch_round, produce, two_clusters
 
@@ -170,6 +171,42 @@ def test_a_failover_lists_the_replicated_transaction_whose_abort_marker_it_wrote
     assert log_b.log_end_offset == 6  # B's abort marker
     listed = [(d.topic, d.partition, d.producer_id, d.first_offset) for d in result.dangling]
     assert listed == ([] if undone else [("orders-1", 0, 4242, 2)])
+
+
+def test_failover_truncation_last_stable_offset__cuts_where_the_open_transaction_begins() -> None:
+    """KIP-1279's rule at a failover (failover.truncation last-stable-offset):
+    the partition is cut at its last stable offset, the open transaction and
+    the record after it removed, named as a cut (not as an abort), recorded
+    in the partition's provenance, and kept by a re-run's journalled answer."""
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)  # offsets 2-4
+    produce(a, disk_a, 1)  # offset 5: above the last stable offset too
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    log_b = b.partition("orders-1", 0)
+    assert log_b.log_end_offset == 6 and 4242 in log_b.ongoing_txns
+    b.links.set_fields("ab", {"failover_truncation": "last-stable-offset"}, NOW + 10)
+
+    result = admin.failover(b, "ab", False, NOW + 11)
+    disk_b.carry_out(b, result.effects)
+
+    assert (log_b.log_end_offset, log_b.high_watermark, log_b.ongoing_txns) == (2, 2, {})
+    assert result.truncated == [admin.FailoverCut("orders-1", 0, 2, 4, 1)]
+    assert result.dangling == []  # cut, not aborted: no marker was written
+    entries = b.topic("orders-1").provenance[0]
+    history = [(p.kind.value, p.offset, p.removed, p.reason) for p in entries]
+    assert ("truncated", 2, 4, "failover at the last stable offset") in history, history
+    assert admin.Failover.from_json(result.to_json()).truncated == result.truncated
+
+
+def test_failover_truncation_is_a_checked_link_policy() -> None:
+    _a, b, _disk_a, _disk_b = two_clusters()
+    assert b.links.get("ab").failover_truncation.value == "abort"  # the default
+    with pytest.raises(ClusterError) as bad:
+        parse_policies("ab", {"failover.truncation": "lmo"})
+    assert bad.value.code is ErrorCode.INVALID_LINK_CONFIG
+    assert "'abort' or 'last-stable-offset'" in bad.value.message
 
 
 def test_a_fetch_out_longer_than_a_healthy_source_takes__makes_the_lag_unknown() -> None:

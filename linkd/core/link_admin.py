@@ -49,6 +49,7 @@ from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.links import (
+    FailoverTruncation,
     Leader,
     LineageHop,
     LinkConfig,
@@ -70,6 +71,7 @@ from linkd.core.replication import (
     gaps_of,
     provenance_summary,
     start_new_epochs,
+    truncate_replica,
 )
 
 ROLES = ("leader", "follower")
@@ -1022,6 +1024,20 @@ def follower_lag(state: ClusterState, link_name: str, now_ms: int) -> list[Parti
 # -- failover ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FailoverCut:
+    """A follower partition a failover cut at its last stable offset
+    (failover.truncation last-stable-offset): the records of
+    [truncate_to, truncate_to + removed) are gone here, those of the
+    `transactions` replicated transactions still open among them."""
+
+    topic: str
+    partition: int
+    truncate_to: int
+    removed: int
+    transactions: int
+
+
 @dataclass(slots=True)
 class Failover:
     effects: list[Effect]
@@ -1041,6 +1057,8 @@ class Failover:
     steps: list[PlanStep] = field(default_factory=list)
     # The step a re-run took the journalled plan up at ("": planned now).
     resumed_from: str = ""
+    # Partitions cut at their last stable offset (failover.truncation).
+    truncated: list[FailoverCut] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         """What the answer reports (not the effects), for the plan's record."""
@@ -1051,6 +1069,7 @@ class Failover:
             "namespaces": [list(n) for n in self.namespaces],
             "topics_known_at_ms": self.topics_known_at_ms,
             "groups": [asdict(g) for g in self.groups],
+            "truncated": [asdict(c) for c in self.truncated],
         }
 
     @staticmethod
@@ -1063,6 +1082,9 @@ class Failover:
             [(str(t), str(p)) for t, p in map(jr.json_list, jr.json_list(obj["namespaces"]))],
             jr.json_int(obj["topics_known_at_ms"]),
             [jr.json_fields(msync.GroupResume, g) for g in jr.json_list(obj["groups"])],
+            truncated=[
+                jr.json_fields(FailoverCut, c) for c in jr.json_list(obj.get("truncated", []))
+            ],
         )
 
 
@@ -1205,6 +1227,10 @@ def _failover_effects(
     # (`abort_unfollowed`); whichever step writes a marker, the answer lists
     # every transaction open before the failover and not open after it.
     open_before = state.dangling_transactions(prefixes)
+    if config.failover_truncation is FailoverTruncation.LAST_STABLE_OFFSET:
+        out.truncated, cut_effects = cut_to_stable(state, config, open_before)
+        effects += cut_effects
+    cut = {(c.topic, c.partition) for c in out.truncated}
     for mapping in list(config.attached_mappings()):
         if mapping.local_role != Role.FOLLOWER:
             continue
@@ -1222,7 +1248,12 @@ def _failover_effects(
         out.dangling += reservation.dangling
         out.namespaces.append((kind, prefix))
     if not state.faults.undid(10):
-        out.dangling = [d for d in open_before if not _still_open(state, d)]
+        # Those a cut removed were not aborted: `truncated` names them.
+        out.dangling = [
+            d
+            for d in open_before
+            if not _still_open(state, d) and (d.topic, d.partition) not in cut
+        ]
     # Nothing of the link is followed here any more, and every namespace it
     # followed is writable.
     after = state.links.get(link_name).attached_mappings()
@@ -1234,6 +1265,32 @@ def _failover_effects(
         for kind, prefix in out.namespaces
     ), f"link {link_name!r}: a namespace stays reserved after the failover: {out.namespaces}"
     return out
+
+
+def cut_to_stable(
+    state: ClusterState, config: LinkConfig, open_txns: Sequence[DanglingTxn]
+) -> tuple[list[FailoverCut], list[Effect]]:
+    """failover.truncation last-stable-offset: each follower partition with
+    a replicated transaction still open is cut where the first of them
+    begins (its last stable offset), every record from there removed and
+    recorded in its provenance; nothing is left for an abort marker."""
+    firsts: dict[tuple[str, int], list[int]] = {}
+    for d in open_txns:
+        firsts.setdefault((d.topic, d.partition), []).append(d.first_offset)
+    cuts: list[FailoverCut] = []
+    effects: list[Effect] = []
+    for (topic, partition), offsets in sorted(firsts.items()):
+        log = state.partition(topic, partition)
+        end, stable = log.log_end_offset, min(offsets)
+        effects += truncate_replica(
+            state, topic, partition, stable, config, "failover at the last stable offset"
+        )
+        assert log.log_end_offset == stable and not log.ongoing_txns, (
+            f"{log.name}: cut at {stable} by the failover, log end {log.log_end_offset}, "
+            f"open {log.ongoing_txns}"
+        )
+        cuts.append(FailoverCut(topic, partition, stable, end - stable, len(offsets)))
+    return cuts, effects
 
 
 def _still_open(state: ClusterState, d: DanglingTxn) -> bool:

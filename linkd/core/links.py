@@ -147,11 +147,39 @@ def parse_fetch_bound(name: str, value: str) -> FetchBound:
         ) from None
 
 
+class FailoverTruncation(enum.StrEnum):
+    """failover.truncation: what a failover does with the records a follower
+    partition holds above its last stable offset (those of replicated
+    transactions still open, and every record after the first of them).
+    ABORT (this project's default, KIP-986): every record is kept; this
+    cluster writes an abort marker for each open transaction and the answer
+    names it. LAST_STABLE_OFFSET (KIP-1279's mirror, as a reviewer proposed
+    it beside fetch.bound high-watermark): the partition is cut at its last
+    stable offset; the answer names each cut and the records it removed,
+    which a read_uncommitted reader of this cluster may have read already."""
+
+    ABORT = "abort"
+    LAST_STABLE_OFFSET = "last-stable-offset"
+
+
+def parse_failover_truncation(name: str, value: str) -> FailoverTruncation:
+    try:
+        return FailoverTruncation(value)
+    except ValueError:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: failover.truncation is 'abort' or 'last-stable-offset', "
+            f"not {value!r}",
+        ) from None
+
+
 # A link's shared policies by the name an operator gives them (create-link
 # --config NAME=VALUE): the stored field each sets and how its value is checked.
 POLICIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "gap.policy": ("gap_policy", parse_gap_policy),
     "fetch.bound": ("fetch_bound", parse_fetch_bound),
+    "failover.truncation": ("failover_truncation", parse_failover_truncation),
 }
 
 
@@ -336,6 +364,15 @@ class LinkConfig:
         """fetch.bound (shared, newest wins): how far an ASYNC follower copies
         (`FetchBound`). Unset: HIGH_WATERMARK."""
         return FetchBound(self.value("fetch_bound") or FetchBound.HIGH_WATERMARK.value)
+
+    @property
+    def failover_truncation(self) -> FailoverTruncation:
+        """failover.truncation (shared, newest wins): what a failover does
+        with a follower partition's records above its last stable offset
+        (`FailoverTruncation`). Unset: ABORT."""
+        return FailoverTruncation(
+            self.value("failover_truncation") or FailoverTruncation.ABORT.value
+        )
 
     @property
     def mode(self) -> LinkMode:

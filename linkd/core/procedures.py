@@ -47,6 +47,7 @@ from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.links import (
+    POLICIES,
     Field,
     Leader,
     LinkConfig,
@@ -54,8 +55,6 @@ from linkd.core.links import (
     MappingType,
     Role,
     in_prefix,
-    parse_fetch_bound,
-    parse_gap_policy,
     parse_policies,
 )
 from linkd.core.namespaces import FOLLOWER, ResourceType
@@ -506,7 +505,9 @@ def create_link(
     return state.links.get(name)
 
 
-ALTERABLE = ("remote_bootstrap", "credentials", "local_bootstrap", "gap_policy", "fetch_bound")
+ALTERABLE = (
+    "remote_bootstrap", "credentials", "local_bootstrap", *(f for f, _p in POLICIES.values())
+)  # fmt: skip
 
 
 def alter_link(
@@ -514,8 +515,8 @@ def alter_link(
 ) -> Generator[Request, object, LinkConfig]:
     """An operator's change of this side's own settings of a link (the
     address it dials, its credentials for the remote (sealed), its own
-    address), or of gap.policy (`gap_policy`) or fetch.bound (`fetch_bound`),
-    shared by both sides: a
+    address), or of a policy (`POLICIES`: gap.policy, fetch.bound,
+    failover.truncation), shared by both sides: a
     handshake in a session opened with the new settings checks them first (a
     remote that refuses them, or nothing at the new address, changes
     nothing); then they are stored and the link's next call opens a session
@@ -523,10 +524,9 @@ def alter_link(
     field travels in the handshake's configuration and the remote keeps it
     as the newest version (both sides converge on it)."""
     config = state.links.get(name)
-    if "gap_policy" in changes:
-        parse_gap_policy(name, changes["gap_policy"])
-    if "fetch_bound" in changes:
-        parse_fetch_bound(name, changes["fetch_bound"])
+    for field_name, parse in POLICIES.values():
+        if field_name in changes:
+            parse(name, changes[field_name])
     unknown = sorted(set(changes) - set(ALTERABLE))
     if unknown or not changes:
         raise ClusterError(
@@ -844,7 +844,13 @@ def _make_writable(
         + f"); abandoned {lost} records known to lag on "
         f"{len(result.abandoned) - len(unknown)} partitions, {len(unknown)} partitions' lag "
         f"not known; aborted {len(result.dangling)} dangling transactions; "
-        f"{len(result.groups)} replicated group partitions settled",
+        + (
+            f"cut {len(result.truncated)} partitions at their last stable offset ("
+            f"{sum(c.removed for c in result.truncated)} records); "
+            if result.truncated
+            else ""
+        )
+        + f"{len(result.groups)} replicated group partitions settled",
         0,
     )  # fmt: skip
     detail = dict(plan.detail or {})
