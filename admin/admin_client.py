@@ -203,6 +203,8 @@ class LinkInfo:
     gap_policy: str = "continue"
     # fetch.bound: "high-watermark" or "last-stable-offset".
     fetch_bound: str = "high-watermark"
+    # failover.truncation: "abort" or "last-stable-offset".
+    failover_truncation: str = "abort"
     # The last call of the link that failed on this side (the side that
     # dials): error code name, message, when ("" and 0: none).
     last_error_code: str = ""
@@ -237,6 +239,7 @@ class LinkInfo:
             "refused_mappings": list(self.refused_mappings),
             "gap_policy": self.gap_policy,
             "fetch_bound": self.fetch_bound,
+            "failover_truncation": self.failover_truncation,
             "gaps": list(self.gaps),
             "last_error_code": self.last_error_code,
             "last_error": self.last_error,
@@ -327,6 +330,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         ],
         gap_policy=d.gap_policy or "continue",
         fetch_bound=d.fetch_bound or "high-watermark",
+        failover_truncation=d.failover_truncation or "abort",
         last_error_code=d.last_error_code,
         last_error=d.last_error,
         last_error_at_ms=d.last_error_at_ms,
@@ -474,11 +478,16 @@ class FailoverResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     # The step a re-run took the journalled plan up at ("": planned now).
     resumed_from: str = ""
+    # failover.truncation last-stable-offset: each partition cut where its
+    # first open transaction began ({topic, partition, truncate_to,
+    # records_removed, open_transactions}).
+    truncated: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "steps": list(self.steps),
             "resumed_from": self.resumed_from,
+            "truncated": list(self.truncated),
             "link": self.link.to_dict(),
             "abandoned": list(self.abandoned),
             "namespaces": [ns.to_dict() for ns in self.namespaces],
@@ -1060,18 +1069,22 @@ class AdminClient:
         timeout: float | None = None,
         gap_policy: str | None = None,
         fetch_bound: str | None = None,
+        failover_truncation: str | None = None,
     ) -> LinkInfo:
         """Changes this side's own settings of link `name`: the address it
         dials (`remote`), its credentials for the remote, its own address;
-        and gap.policy ("continue" or "stop") and fetch.bound
-        ("high-watermark" or "last-stable-offset"), which both sides share.
-        The cluster checks them with a session first; a remote that refuses
-        them changes nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
+        and gap.policy ("continue" or "stop"), fetch.bound ("high-watermark"
+        or "last-stable-offset") and failover.truncation ("abort" or
+        "last-stable-offset"), which both sides share. The cluster checks
+        them with a session first; a remote that refuses them changes
+        nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
         req = admin_pb2.AlterLinkRequest(name=name)
         if gap_policy is not None:
             req.gap_policy = gap_policy
         if fetch_bound is not None:
             req.fetch_bound = fetch_bound
+        if failover_truncation is not None:
+            req.failover_truncation = failover_truncation
         if remote is not None:
             req.remote_bootstrap = remote
         if credentials is not None:
@@ -1190,6 +1203,16 @@ class AdminClient:
             ],
             steps=[_step_dict(st) for st in resp.steps],
             resumed_from=resp.resumed_from,
+            truncated=[
+                {
+                    "topic": c.topic,
+                    "partition": c.partition,
+                    "truncate_to": c.truncate_to,
+                    "records_removed": c.records_removed,
+                    "open_transactions": c.open_transactions,
+                }
+                for c in resp.truncated
+            ],
         )
 
     def set_link_mode(self, link: str, mode: str, timeout: float | None = None) -> LinkInfo:

@@ -22,10 +22,11 @@
     set-reserved --type T --prefix P --reserved true|false
     delete-namespace --type T --prefix P
     create-link NAME --remote HOST:PORT [--remote-credentials-file F] [--connection local|remote]
-               [--config gap.policy=V] [--config fetch.bound=V]
+               [--config gap.policy=V] [--config fetch.bound=V] [--config failover.truncation=V]
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
                [--local-bootstrap HOST:PORT] [--gap-policy continue|stop]
                [--fetch-bound high-watermark|last-stable-offset]
+               [--failover-truncation abort|last-stable-offset]
     resume-partition LINK TOPIC PARTITION   (a follower partition stopped at a gap goes on)
     list-links
     describe-link NAME [--wait-for STATE [--wait SECONDS]]
@@ -910,7 +911,10 @@ def _print_link(link: LinkInfo) -> None:
         print(_table(rows, header))
         for line in partition_problem_lines(link.partitions):
             print(f"  {line}")
-    print(f"  gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}")
+    print(
+        f"  gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}, "
+        f"failover.truncation {link.failover_truncation}"
+    )
     plan = link.procedure
     if plan is not None:
         moved = ", ".join(f"{n['type']} {n['local_prefix']!r}" for n in plan["namespaces"])
@@ -986,10 +990,12 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
         and args.local_bootstrap is None
         and args.gap_policy is None
         and args.fetch_bound is None
+        and args.failover_truncation is None
     ):
         raise UsageError(
             "alter-link needs --remote-bootstrap, --remote-credentials-file "
-            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap, --gap-policy or --fetch-bound"
+            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap, --gap-policy, --fetch-bound "
+            "or --failover-truncation"
         )
     with _admin(args) as admin:
         link = admin.alter_link(
@@ -999,13 +1005,15 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
             local_bootstrap=args.local_bootstrap,
             gap_policy=args.gap_policy,
             fetch_bound=args.fetch_bound,
+            failover_truncation=args.failover_truncation,
         )
     if args.json:
         _emit(link.to_dict())
     else:
         print(
             f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}, "
-            f"gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}"
+            f"gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}, "
+            f"failover.truncation {link.failover_truncation}"
         )
     return EXIT_OK
 
@@ -1181,6 +1189,13 @@ def cmd_failover(args: argparse.Namespace) -> int:
         print(f"{_namespace_title(ns)} is now writable (detached from {args.link})")
     for line in failover_lines(result.abandoned, result.aborted_transactions):
         print(line)
+    for c in result.truncated:
+        print(
+            f"cut {c['topic']}-{c['partition']} at its last stable offset {c['truncate_to']}: "
+            f"{c['records_removed']} records removed ({c['open_transactions']} open "
+            "transactions and every record after the first of them; failover.truncation "
+            "last-stable-offset)"
+        )
     for g in result.groups:
         print(_group_resume_text(g))
     _print_steps(result.steps, result.resumed_from)
@@ -1318,7 +1333,8 @@ def _provenance_text(e: dict[str, Any]) -> str:
             f"gap [{e['offset']}, {e['to_offset']}): {e['to_offset'] - e['offset']} records "
             f"never copied (link {link}, at {e['at_ms']} ms: {e['reason']})"
         )
-    why = " after a divergence" if e.get("reason") == "diverged" else ""
+    reason = e.get("reason") or ""
+    why = " after a divergence" if reason == "diverged" else f" ({reason})" if reason else ""
     moved = "".join(
         f"; group {m['group']} moved back from {m['from_offset']}"
         for m in e.get("offsets_moved", [])
@@ -1809,7 +1825,8 @@ def _link_commands(add: _Add) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a shared link policy (repeatable): gap.policy=continue|stop, "
-        "fetch.bound=high-watermark|last-stable-offset",
+        "fetch.bound=high-watermark|last-stable-offset, "
+        "failover.truncation=abort|last-stable-offset",
     )
 
     p = add(
@@ -1835,6 +1852,14 @@ def _link_commands(add: _Add) -> None:
         "(high-watermark: everything the source acknowledged, open transactions included; "
         "last-stable-offset: only below the source's last stable offset, as KIP-1279's "
         "mirror fetcher)",
+    )
+    p.add_argument(
+        "--failover-truncation",
+        choices=("abort", "last-stable-offset"),
+        help="failover.truncation, shared by both sides: what a failover does with a follower "
+        "partition's records above its last stable offset (abort: keeps them and aborts the "
+        "replicated transactions left open; last-stable-offset: cuts the partition where its "
+        "first open transaction began, as KIP-1279's mirror, naming the cut)",
     )
     _credentials_options(p)
 

@@ -753,6 +753,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             ],
             gap_policy=config.gap_policy.value,
             fetch_bound=config.fetch_bound.value,
+            failover_truncation=config.failover_truncation.value,
             procedure=_plan_pb(self.node.state.plans.get(name)),
         )
 
@@ -791,8 +792,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             r.remote_bootstrap if r.HasField("remote_bootstrap") else None,
             r.remote_credentials if r.HasField("remote_credentials") else None,
             r.local_bootstrap if r.HasField("local_bootstrap") else None,
-            r.gap_policy if r.HasField("gap_policy") else None,
-            r.fetch_bound if r.HasField("fetch_bound") else None,
+            {
+                field: getattr(r, field)
+                for field in ("gap_policy", "fetch_bound", "failover_truncation")
+                if r.HasField(field)
+            },
         )
         return self._link_pb(config.name)
 
@@ -887,6 +891,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             ],
             steps=_steps_pb(result.steps),
             resumed_from=result.resumed_from,
+            truncated=[
+                admin_pb2.FailoverCut(
+                    topic=c.topic,
+                    partition=c.partition,
+                    truncate_to=c.truncate_to,
+                    records_removed=c.removed,
+                    open_transactions=c.transactions,
+                )
+                for c in result.truncated
+            ],
         )
 
     @refusals

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Mapping
 
 from linkd.core import procedures
 from linkd.core.link_admin import Failover, Reservation
@@ -73,15 +74,12 @@ class Operations:
         remote_bootstrap: str | None,
         credentials: str | None,
         local_bootstrap: str | None,
-        gap_policy: str | None = None,
-        fetch_bound: str | None = None,
+        policies: Mapping[str, str] | None = None,
     ) -> LinkConfig:
+        """`policies`: the shared policies to change, by stored field
+        (`links.POLICIES`: gap_policy, fetch_bound, failover_truncation)."""
         self.node.check_ready()
-        changes: dict[str, str] = {}
-        if gap_policy is not None:
-            changes["gap_policy"] = gap_policy
-        if fetch_bound is not None:
-            changes["fetch_bound"] = fetch_bound
+        changes: dict[str, str] = dict(policies or {})
         if remote_bootstrap is not None:
             changes["remote_bootstrap"] = remote_bootstrap
         if credentials is not None:

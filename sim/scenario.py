@@ -18,7 +18,9 @@ Tables and keys (units last; every time is virtual milliseconds):
               is FOLLOWING, as an operator must), file, link_type (link|mirror:
               every edge's type unless the edge sets its own), fetch_bound
               (high-watermark|last-stable-offset: every link's fetch.bound,
-              set by alter-link once the link exists; "": the default)
+              set when the link is created; "": the default),
+              failover_truncation (abort|last-stable-offset: every link's
+              failover.truncation, likewise)
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
               reset_on_heal
   [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
@@ -74,7 +76,7 @@ from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
-from linkd.core.links import FetchBound, GapPolicy, Leader, LinkMode
+from linkd.core.links import FailoverTruncation, FetchBound, GapPolicy, Leader, LinkMode
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -88,6 +90,7 @@ MODES = ("ASYNC", "SYNC")
 
 GAP_POLICIES = tuple(p.value for p in GapPolicy)
 FETCH_BOUNDS = tuple(b.value for b in FetchBound)
+FAILOVER_TRUNCATIONS = tuple(t.value for t in FailoverTruncation)
 
 
 class ScenarioError(ValueError):
@@ -129,6 +132,8 @@ class TopologySpec:
     push: bool = False
     # Every link's fetch.bound ("": left at the default, high-watermark).
     fetch_bound: str = ""
+    # Every link's failover.truncation ("": left at the default, abort).
+    failover_truncation: str = ""
 
 
 _MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors
@@ -250,6 +255,7 @@ class ActionSpec:
     reserved: bool = False  # set_reserved: set (true) or clear (false)
     gap_policy: str = ""  # alter_link: the link's gap.policy (continue | stop)
     fetch_bound: str = ""  # alter_link: the link's fetch.bound (high-watermark | ...)
+    failover_truncation: str = ""  # alter_link: the link's failover.truncation
     partition: int = 0  # resume_partition: the partition of `topic`
     # crash_at: the checkpoint of a procedure (e.g. "reverse:detach-mappings#1")
     # at which `cluster` ("": the cluster running it) crashes for `down_ms`.
@@ -396,7 +402,7 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # ccr-admin alter-link --gap-policy and/or --fetch-bound, and
     # resume-partition (a follower partition stopped at a gap goes on from
     # the source's log start).
-    "alter_link": ("cluster", "link", "gap_policy", "fetch_bound"),
+    "alter_link": ("cluster", "link", "gap_policy", "fetch_bound", "failover_truncation"),
     "resume_partition": ("cluster", "link", "topic", "partition"),
     # Arms a crash mid-procedure: the next procedure that reaches checkpoint
     # `point` (linkd/core/requests.py Checkpoint) crashes `cluster` there ("":
@@ -517,6 +523,11 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         raise ScenarioError(
             f"[topology]: fetch_bound = {topology.fetch_bound!r} is not one of "
             f"{', '.join(FETCH_BOUNDS)}"
+        )
+    if topology.failover_truncation not in ("", *FAILOVER_TRUNCATIONS):
+        raise ScenarioError(
+            f"[topology]: failover_truncation = {topology.failover_truncation!r} is not one of "
+            f"{', '.join(FAILOVER_TRUNCATIONS)}"
         )
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
@@ -648,9 +659,17 @@ def _script(where: str, w: dict[str, Any]) -> ScriptSpec:
 
 
 def _check_alter(where: str, a: ActionSpec) -> None:
-    """alter_link: gap_policy and/or fetch_bound, each a value the link takes."""
-    if not a.gap_policy and not a.fetch_bound:
-        raise ScenarioError(f"{where}: alter_link needs gap_policy or fetch_bound")
+    """alter_link: gap_policy, fetch_bound and/or failover_truncation, each a
+    value the link takes."""
+    if not a.gap_policy and not a.fetch_bound and not a.failover_truncation:
+        raise ScenarioError(
+            f"{where}: alter_link needs gap_policy, fetch_bound or failover_truncation"
+        )
+    if a.failover_truncation and a.failover_truncation not in FAILOVER_TRUNCATIONS:
+        raise ScenarioError(
+            f"{where}: failover_truncation = {a.failover_truncation!r} is not one of "
+            f"{', '.join(FAILOVER_TRUNCATIONS)}"
+        )
     if a.gap_policy and a.gap_policy not in GAP_POLICIES:
         raise ScenarioError(
             f"{where}: gap_policy = {a.gap_policy!r} is not one of {', '.join(GAP_POLICIES)}"
@@ -802,6 +821,7 @@ def load(name_or_path: str) -> Scenario:
 PARAMS: dict[str, tuple[str, str]] = {
     "mode": ("topology", "mode"),
     "fetch_bound": ("topology", "fetch_bound"),
+    "failover_truncation": ("topology", "failover_truncation"),
     "topology": ("topology", "kind"),
     "clusters": ("topology", "clusters"),
     "duration_ms": ("run", "duration_ms"),
@@ -994,6 +1014,11 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 raise ScenarioError(
                     f"parameter fetch_bound = {new.fetch_bound!r} is not one of "
                     f"{', '.join(FETCH_BOUNDS)}"
+                )
+            if new.failover_truncation not in ("", *FAILOVER_TRUNCATIONS):
+                raise ScenarioError(
+                    f"parameter failover_truncation = {new.failover_truncation!r} is not one "
+                    f"of {', '.join(FAILOVER_TRUNCATIONS)}"
                 )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")

@@ -502,6 +502,45 @@ def check_failover_aborts(
     return _capped("10 unreported abort", details)
 
 
+def check_failover_cuts(
+    cluster: str,
+    link: str,
+    result: link_admin.Failover,
+    state: ClusterState,
+    ends_before: dict[tuple[str, int], int],
+    now_ms: int,
+) -> list[Violation]:
+    """Invariant 10 for what a failover cut (failover.truncation
+    last-stable-offset): every promoted partition whose log ends below where
+    it ended as the failover began must be in the answer's `truncated` rows,
+    at the offset it now ends at and with the records it lost; and every
+    row must be such a cut. Records a read_uncommitted reader may have read
+    are gone: only the answer tells the operator."""
+    listed = {(c.topic, c.partition): c for c in result.truncated}
+    details = []
+    for (topic, p), before in sorted(ends_before.items()):
+        t = state.topics.get(topic)
+        if t is None or p >= len(t.partitions):
+            continue
+        end = t.partitions[p].log_end_offset
+        row = listed.pop((topic, p), None)
+        if end >= before and (row is None or result.resumed_from):
+            continue  # not cut now (a re-run's rows are those of its first run)
+        if row is None or (row.truncate_to, row.removed) != (end, before - end):
+            details.append(
+                f"{cluster}: failover of link {link!r} at t={now_ms} ms cut {topic}-{p} from "
+                f"{before} to {end}, but its answer "
+                + ("does not name the cut" if row is None else
+                   f"says it cut to {row.truncate_to}, removing {row.removed}")
+            )  # fmt: skip
+    details += [
+        f"{cluster}: failover of link {link!r} at t={now_ms} ms names a cut of {c.topic}-"
+        f"{c.partition} that it did not make"
+        for c in listed.values()
+    ]
+    return _capped("10 unreported cut", details)
+
+
 @dataclass(frozen=True, slots=True)
 class FailoverRow:
     """One partition a failover made writable, as its answer reported it."""
@@ -511,6 +550,9 @@ class FailoverRow:
     known_at_ms: int  # when it was learned
     lag_known: bool
     unknown_since_ms: int = 0  # lag not known: since when (-1: never learned)
+    # Where the failover cut the partition (failover.truncation
+    # last-stable-offset; -1: not cut): what it held from there is named.
+    cut_to: int = -1
 
     def names(self, offset: int, acked_ms: int, source_live: bool) -> str | None:
         """Whether this row names a record of the source at `offset`,
@@ -524,6 +566,8 @@ class FailoverRow:
         (the race the rule for a known lag accepts). From a source the
         follower could have known was dead or cut off, "lag 0, known" is old
         news: the record is lost unnamed (docs/operations.md, "Failover")."""
+        if 0 <= self.cut_to <= offset < self.log_end_offset:
+            return "cut at its last stable offset by a failover that named the cut"
         if offset < self.log_end_offset:
             if not self.lag_known:
                 # Its own record at that offset differs: the logs had parted,

@@ -899,7 +899,11 @@ class Simulation:
             for local, remote in a.prefixes:
                 ops.manual_reverse(a.cluster, a.link, "topic", local, remote or local, True)
         elif a.kind == ActionKind.ALTER_LINK:
-            changes = {"gap_policy": a.gap_policy, "fetch_bound": a.fetch_bound}
+            changes = {
+                "gap_policy": a.gap_policy,
+                "fetch_bound": a.fetch_bound,
+                "failover_truncation": a.failover_truncation,
+            }
             ops.alter_link(a.cluster, a.link, {k: v for k, v in changes.items() if v})
         elif a.kind == ActionKind.RESUME_PARTITION:
             ops.resume_partition(a.cluster, a.link, a.topic, a.partition)
@@ -1142,8 +1146,12 @@ class Simulation:
                     then()
 
         push = self.scenario.topology.push
-        bound = self.scenario.topology.fetch_bound
-        policies = {"fetch.bound": bound} if bound else None
+        topology = self.scenario.topology
+        chosen = {
+            "fetch.bound": topology.fetch_bound,
+            "failover.truncation": topology.failover_truncation,
+        }
+        policies = {k: v for k, v in chosen.items() if v} or None
         self.ops.create_link(
             target, name, source, prefixes, kinds, "remote", push, created, policies
         )
@@ -1200,6 +1208,9 @@ class Simulation:
                 return
             assert isinstance(result, link_admin.Failover)
             self.violations += status_checks.check_failover_aborts(
+                cluster, name, result, node.state, ends_before, self.queue.now_ms
+            )
+            self.violations += status_checks.check_failover_cuts(
                 cluster, name, result, node.state, ends_before, self.queue.now_ms
             )
             self.metrics.add("rpo_records", rpo[0])
@@ -1324,6 +1335,7 @@ class Simulation:
         self, failover: tuple[str, str, int, link_admin.Failover], source_live: bool = True
     ) -> status_checks.FailoverReport:
         cluster, link_id, at_ms, result = failover
+        cuts = {(c.topic, c.partition): c.truncate_to for c in result.truncated}
         return status_checks.FailoverReport(
             cluster,
             link_id,
@@ -1335,6 +1347,7 @@ class Simulation:
                     r.source_hw_known_at_ms,
                     r.lag_known,
                     r.unknown_since_ms,
+                    cuts.get((r.topic, r.partition), -1),
                 )
                 # Every partition made writable, and those the answer names as
                 # abandoned without making them writable (a follower topic its

@@ -536,6 +536,7 @@ class AlterLinkRequest(_message.Message):
     LOCAL_BOOTSTRAP_FIELD_NUMBER: _builtins.int
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     FETCH_BOUND_FIELD_NUMBER: _builtins.int
+    FAILOVER_TRUNCATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The link whose settings change. Unset fields stay as they are."""
     remote_bootstrap: _builtins.str
@@ -551,6 +552,12 @@ class AlterLinkRequest(_message.Message):
     copies everything its source acknowledged) or "last-stable-offset" (only
     below the source's last stable offset: no record of an open transaction).
     """
+    failover_truncation: _builtins.str
+    """failover.truncation, shared by both sides: "abort" (a failover keeps
+    every record and aborts the replicated transactions left open) or
+    "last-stable-offset" (it cuts each follower partition where its first
+    open transaction begins, naming the cut).
+    """
     def __init__(
         self,
         *,
@@ -560,11 +567,14 @@ class AlterLinkRequest(_message.Message):
         local_bootstrap: _builtins.str | None = ...,
         gap_policy: _builtins.str | None = ...,
         fetch_bound: _builtins.str | None = ...,
+        failover_truncation: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__failover_truncation: _TypeAlias = _typing.Literal["failover_truncation"]  # noqa: Y015
+    _WhichOneofArgType__failover_truncation: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation"]  # noqa: Y015
     _WhichOneofReturnType__fetch_bound: _TypeAlias = _typing.Literal["fetch_bound"]  # noqa: Y015
     _WhichOneofArgType__fetch_bound: _TypeAlias = _typing.Literal["_fetch_bound", b"_fetch_bound"]  # noqa: Y015
     _WhichOneofReturnType__gap_policy: _TypeAlias = _typing.Literal["gap_policy"]  # noqa: Y015
@@ -575,6 +585,8 @@ class AlterLinkRequest(_message.Message):
     _WhichOneofArgType__remote_bootstrap: _TypeAlias = _typing.Literal["_remote_bootstrap", b"_remote_bootstrap"]  # noqa: Y015
     _WhichOneofReturnType__remote_credentials: _TypeAlias = _typing.Literal["remote_credentials"]  # noqa: Y015
     _WhichOneofArgType__remote_credentials: _TypeAlias = _typing.Literal["_remote_credentials", b"_remote_credentials"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__failover_truncation) -> _WhichOneofReturnType__failover_truncation | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__fetch_bound) -> _WhichOneofReturnType__fetch_bound | None: ...
     @_typing.overload
@@ -706,8 +718,9 @@ class CreateLinkRequest(_message.Message):
     """This cluster's own address, for a remote that must dial back."""
     @_builtins.property
     def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Shared link policies by name: "gap.policy" ("continue" or "stop") and
-        "fetch.bound" ("high-watermark" or "last-stable-offset"). An unknown name
+        """Shared link policies by name: "gap.policy" ("continue" or "stop"),
+        "fetch.bound" ("high-watermark" or "last-stable-offset") and
+        "failover.truncation" ("abort" or "last-stable-offset"). An unknown name
         or value is refused with INVALID_LINK_CONFIG before anything is dialed.
         """
 
@@ -1120,6 +1133,7 @@ class LinkDescription(_message.Message):
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     LINK_STATE_FIELD_NUMBER: _builtins.int
     FETCH_BOUND_FIELD_NUMBER: _builtins.int
+    FAILOVER_TRUNCATION_FIELD_NUMBER: _builtins.int
     LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
@@ -1153,6 +1167,8 @@ class LinkDescription(_message.Message):
     link_state: Global___LinkState.ValueType
     fetch_bound: _builtins.str
     """fetch.bound: "high-watermark" or "last-stable-offset" (AlterLinkRequest)."""
+    failover_truncation: _builtins.str
+    """failover.truncation: "abort" or "last-stable-offset" (AlterLinkRequest)."""
     last_error_code: _builtins.str
     """The last call of the link that failed on this side (the side that dials
     it): its error code's name (e.g. LINK_UNREACHABLE), its message and when
@@ -1218,6 +1234,7 @@ class LinkDescription(_message.Message):
         gap_policy: _builtins.str = ...,
         link_state: Global___LinkState.ValueType = ...,
         fetch_bound: _builtins.str = ...,
+        failover_truncation: _builtins.str = ...,
         last_error_code: _builtins.str = ...,
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
@@ -1227,7 +1244,7 @@ class LinkDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1355,6 +1372,7 @@ class FailoverResponse(_message.Message):
     GROUPS_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     topics_known_at_ms: _builtins.int
     """The source's topics and partitions as known from this time on (ms since
     the epoch; 0: never listed since this cluster started). A partition the
@@ -1404,6 +1422,13 @@ class FailoverResponse(_message.Message):
         run made writable and abandoned.
         """
 
+    @_builtins.property
+    def truncated(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailoverCut]:
+        """With failover.truncation last-stable-offset: each follower partition
+        cut where its first open replicated transaction began, and the records
+        removed (those of the open transactions and every record after them).
+        """
+
     def __init__(
         self,
         *,
@@ -1416,14 +1441,52 @@ class FailoverResponse(_message.Message):
         groups: _abc.Iterable[Global___GroupResume] | None = ...,
         steps: _abc.Iterable[Global___ReverseStep] | None = ...,
         resumed_from: _builtins.str = ...,
+        truncated: _abc.Iterable[Global___FailoverCut] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["link", b"link"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "resumed_from", b"resumed_from", "steps", b"steps", "topics_known_at_ms", b"topics_known_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "aborted_transactions", b"aborted_transactions", "groups", b"groups", "link", b"link", "namespaces", b"namespaces", "partitions", b"partitions", "resumed_from", b"resumed_from", "steps", b"steps", "topics_known_at_ms", b"topics_known_at_ms", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailoverResponse: _TypeAlias = FailoverResponse  # noqa: Y015
+
+@_typing.final
+class FailoverCut(_message.Message):
+    """A follower partition a failover cut at its last stable offset."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    TRUNCATE_TO_FIELD_NUMBER: _builtins.int
+    RECORDS_REMOVED_FIELD_NUMBER: _builtins.int
+    OPEN_TRANSACTIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    truncate_to: _builtins.int
+    """The log ends here now; the records of [truncate_to, truncate_to +
+    records_removed) are gone.
+    """
+    records_removed: _builtins.int
+    open_transactions: _builtins.int
+    """The replicated transactions still open whose records the cut removed."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        truncate_to: _builtins.int = ...,
+        records_removed: _builtins.int = ...,
+        open_transactions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["open_transactions", b"open_transactions", "partition", b"partition", "records_removed", b"records_removed", "topic", b"topic", "truncate_to", b"truncate_to"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailoverCut: _TypeAlias = FailoverCut  # noqa: Y015
 
 @_typing.final
 class GroupResume(_message.Message):

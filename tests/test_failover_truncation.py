@@ -1,0 +1,123 @@
+"""failover.truncation: KIP-1279's rule at a failover beside this project's.
+
+`abort` (the default) keeps every record a follower partition holds and
+aborts the replicated transactions left open; `last-stable-offset` cuts the
+partition where its first open transaction began. The core makes the cut
+(tests/test_core_failover_truth.py); here the simulator judges its answer
+(a cut the answer does not name is `10 unreported cut`), a shipped scenario
+runs under each rule, and the operator sets the rule and reads the cut
+through ccr-admin on real daemons."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from harness import run_cli
+from test_core_failover_truth import _open_transaction
+from test_core_link_rounds import NOW, discover, fetch_round, produce, two_clusters
+from test_fetch_bound_e2e import open_transaction, partition0, plain
+from test_links_e2e import cli_json, wait_for
+from test_operator_stories_e2e import attach, create_topic, make_cluster, namespaces
+
+from linkd.core import link_admin as admin
+from sim import scenario as scenarios
+from sim import status_checks
+from sim.world import Simulation
+
+TOPIC = "orders-f"
+BOUND_S = 60.0
+
+
+def _cut_by_failover() -> tuple[Any, admin.Failover, dict[tuple[str, int], int]]:
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    produce(a, disk_a, 1)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    b.links.set_fields("ab", {"failover_truncation": "last-stable-offset"}, NOW + 10)
+    ends_before = status_checks.log_ends(b, ["orders-"])
+    result = admin.failover(b, "ab", False, NOW + 11)
+    disk_b.carry_out(b, result.effects)
+    return b, result, ends_before
+
+
+def test_the_judge_holds_a_failover_to_the_cuts_it_names() -> None:
+    b, result, before = _cut_by_failover()
+    assert status_checks.check_failover_cuts("B", "ab", result, b, before, NOW) == []
+    unnamed = replace(result, truncated=[])
+    [found] = status_checks.check_failover_cuts("B", "ab", unnamed, b, before, NOW)
+    assert found.invariant == "10 unreported cut"
+    assert "cut orders-1-0 from 6 to 2, but its answer does not name the cut" in found.detail
+    wrong = replace(result, truncated=[replace(result.truncated[0], removed=3)])
+    [found] = status_checks.check_failover_cuts("B", "ab", wrong, b, before, NOW)
+    assert "says it cut to 2, removing 3" in found.detail
+
+
+def test_a_row_names_the_records_its_failover_cut() -> None:
+    row = status_checks.FailoverRow(6, 6, NOW, True, 0, cut_to=2)
+    assert row.names(3, NOW, True) == (
+        "cut at its last stable offset by a failover that named the cut"
+    )
+    assert row.names(1, NOW, True) is None  # below the cut: kept
+    assert replace(row, cut_to=-1).names(3, NOW, True) is None  # held: not the failover's
+
+
+def test_a_shipped_failover_under_each_rule() -> None:
+    """failover-after-kill (transactions open as A dies): `abort` writes
+    markers and cuts nothing; `last-stable-offset` cuts and aborts nothing;
+    both clean."""
+    for rule in ("abort", "last-stable-offset"):
+        spec = scenarios.apply_params(
+            scenarios.load("failover-after-kill"), {"failover_truncation": rule}
+        )
+        sim = Simulation(spec, 1, False)
+        sim.run()
+        assert sim.violations == [], (rule, sim.violations)
+        results = [r for _c, _l, _at, r in sim.failovers]
+        cuts = [c for r in results for c in r.truncated]
+        aborted = [d for r in results for d in r.dangling]
+        if rule == "abort":
+            assert cuts == [] and aborted, rule
+        else:
+            assert cuts and aborted == [], rule
+            assert all(c.removed >= 1 and c.transactions >= 1 for c in cuts), cuts
+
+
+def test_an_operator_sets_the_rule_and_reads_the_cut(daemon_factory: Any) -> None:
+    """Through ccr-admin: create-link --config, describe-link, alter-link,
+    and a failover that names its cut (the open transaction and the record
+    after it gone, the records before it kept)."""
+    a, b = make_cluster(daemon_factory, "A"), make_cluster(daemon_factory, "B")
+    namespaces("topic", "orders-", on=(a, b))
+    bad = run_cli("create-link", "ab", "--remote", a.bootstrap,
+                  "--config", "failover.truncation=lmo", bootstrap=b.bootstrap)  # fmt: skip
+    assert bad.returncode != 0 and "'abort' or 'last-stable-offset'" in bad.stderr, bad.stderr
+    cli_json(b.bootstrap, "create-link", "ab", "--remote", a.bootstrap,
+             "--config", "failover.truncation=last-stable-offset")  # fmt: skip
+    shown = run_cli("describe-link", "ab", bootstrap=b.bootstrap).stdout
+    assert "failover.truncation last-stable-offset" in shown, shown
+    attach(b, "ab", "topic", "orders-", "orders-", "remote")
+    create_topic(a, TOPIC, 1)
+    plain(a, 3, "before")
+    txn = open_transaction(a, "tx-cut", 2)
+    plain(a, 1, "after")
+    wait_for("B copies the open transaction and the record after it",
+             lambda: partition0(b).get("log_end_offset") == 6, BOUND_S)  # fmt: skip
+    assert cli_json(a.bootstrap, "describe-link", "ab")["failover_truncation"] == (
+        "last-stable-offset"
+    )  # shared: A took it from the handshake
+
+    done = run_cli("failover", "--link", "ab", bootstrap=b.bootstrap)
+    assert done.returncode == 0, done.stderr
+    assert "cut orders-f-0 at its last stable offset 3: 3 records removed" in done.stdout, (
+        done.stdout
+    )
+    assert partition0(b)["log_end_offset"] == 3
+    provenance = run_cli("provenance", TOPIC, bootstrap=b.bootstrap)
+    assert "failover at the last stable offset" in provenance.stdout, provenance.stdout
+    txn.abort_transaction(30)
+
+    back = cli_json(b.bootstrap, "alter-link", "ab", "--failover-truncation", "abort")
+    assert back["failover_truncation"] == "abort"
