@@ -1156,6 +1156,14 @@ class Simulation:
             target, name, source, prefixes, kinds, "remote", push, created, policies
         )
 
+    def _cut_by_link_since(self, cluster: str, since_ms: int) -> frozenset[tuple[str, int]]:
+        """Partitions of `cluster` the link's data path cut at or after `since_ms`."""
+        return frozenset(
+            (topic, p)
+            for (cid, topic, p), events in self.cut_events.items()
+            if cid == cluster and any(e.by_link and e.at_ms >= since_ms for e in events)
+        )
+
     def delete_link(self, cluster: str, name: str) -> None:
         """delete-link (a mirror edge: its flow stops)."""
         mirror = self.mirrors.pop(f"{cluster}/{name}", None)
@@ -1196,6 +1204,7 @@ class Simulation:
         # (a refused one loses nothing).
         rpo = self._measure_rpo(node, config.remote_cluster_id, promoted)
         ends_before = status_checks.log_ends(node.state, promoted)
+        began = self.queue.now_ms
         # A call taking up a journalled plan may answer its first run's rows.
         as_of = status_checks.failover_answered_as_of(
             node.state.plans.get(name), force, self.queue.now_ms
@@ -1211,8 +1220,9 @@ class Simulation:
                 cluster, name, result, node.state, ends_before, self.queue.now_ms
             )
             self.violations += status_checks.check_failover_cuts(
-                cluster, name, result, node.state, ends_before, self.queue.now_ms
-            )
+                cluster, name, result, node.state, ends_before, self.queue.now_ms,
+                self._cut_by_link_since(cluster, began),
+            )  # fmt: skip
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
             if as_of is not None:
