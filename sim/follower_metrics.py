@@ -20,6 +20,10 @@ transactions are open, and what a failover leaves of each transaction.
   never arrived, or arrived and were aborted by the failover. A transaction
   the promoted cluster shows none of is not partial (lost whole, the
   failover's lag reports it).
+- failover_records_cut: records the failovers cut at their last stable
+  offset (failover.truncation last-stable-offset; the answers' `truncated`).
+- consumer_reads_cut_by_failover: records consumers had read on a cluster
+  that a failover of that cluster then cut (phantom reads: read, then gone).
 """
 
 from __future__ import annotations
@@ -101,6 +105,35 @@ def reads_aborted_uncommitted(
 
 def failover_aborted(sim: Simulation) -> int:
     return sum(len(result.dangling) for _c, _l, _at, result in sim.failovers)
+
+
+def failover_cut(sim: Simulation) -> int:
+    """failover_records_cut: the records the answers' `truncated` rows removed."""
+    return sum(c.removed for _c, _l, _at, result in sim.failovers for c in result.truncated)
+
+
+def reads_cut_by_failover(sim: Simulation) -> int:
+    """consumer_reads_cut_by_failover: records read on a cluster, by a poll
+    that ended before a failover there answered, at an offset that failover's
+    cut removed."""
+    cuts: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
+    for cluster, _link, at_ms, result in sim.failovers:
+        for c in result.truncated:
+            key = (cluster, c.topic, c.partition)
+            cuts.setdefault(key, []).append((c.truncate_to, c.truncate_to + c.removed, at_ms))
+    if not cuts:
+        return 0
+    count = 0
+    for op in sim.history.polls():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Poll):
+            continue
+        for partition, offset, _value in v.records:
+            for low, high, at_ms in cuts.get((op.cluster, v.topic, partition), ()):
+                if low <= offset < high and op.complete_ms <= at_ms:
+                    count += 1
+                    break
+    return count
 
 
 def committed_transactions(history: History) -> dict[str, set[str]]:

@@ -109,6 +109,24 @@ ENTRIES: tuple[Entry, ...] = (
         NO_FAILOVER,
     ),
     Entry(
+        "failover_records_cut", Unit.RECORDS, Group.RPO,
+        "records the failovers cut at their partitions' last stable offset "
+        "(failover.truncation last-stable-offset): open transactions and every record "
+        "after the first of them",
+        "the failovers' answers' truncated rows, records removed, summed. Judged through "
+        "its parts: a cut the answer does not name, or names wrong, is `10 unreported cut`",
+        NO_FAILOVER,
+    ),
+    Entry(
+        "consumer_reads_cut_by_failover", Unit.RECORDS, Group.RPO,
+        "records consumers read on a cluster that a failover of that cluster then cut "
+        "(phantom reads: read_uncommitted readers read records that are gone)",
+        "poll records ending before the failover answered, at offsets its truncated rows "
+        "removed (sim.follower_metrics); a cost the answer names (`10 unreported cut` "
+        "judges the cut itself)",
+        NO_FAILOVER,
+    ),
+    Entry(
         "transactions_partial_after_failover", Unit.COUNT, Group.RPO,
         "committed transactions a read_committed reader of a promoted cluster sees only "
         "part of at the end",

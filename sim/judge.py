@@ -221,6 +221,10 @@ def final_checks(sim: Simulation) -> None:
         sim.lag_sampler.finish()
     if sim.failovers:
         sim.metrics.set("failover_aborted_transactions", follower_metrics.failover_aborted(sim))
+        sim.metrics.set("failover_records_cut", follower_metrics.failover_cut(sim))
+        sim.metrics.set(
+            "consumer_reads_cut_by_failover", follower_metrics.reads_cut_by_failover(sim)
+        )
         sim.metrics.set(
             "transactions_partial_after_failover",
             follower_metrics.partial_after_failover(sim, final, hidden),

@@ -10,6 +10,7 @@ through ccr-admin on real daemons."""
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +22,8 @@ from test_links_e2e import cli_json, wait_for
 from test_operator_stories_e2e import attach, create_topic, make_cluster, namespaces
 
 from linkd.core import link_admin as admin
+from sim import follower_metrics, status_checks
 from sim import scenario as scenarios
-from sim import status_checks
 from sim.world import Simulation
 
 TOPIC = "orders-f"
@@ -83,6 +84,71 @@ def test_a_shipped_failover_under_each_rule() -> None:
         else:
             assert cuts and aborted == [], rule
             assert all(c.removed >= 1 and c.transactions >= 1 for c in cuts), cuts
+
+
+# Long transactions on A, a read_uncommitted reader of B's copy, A lost, and
+# B's forced failover while transactions are open.
+READER_OF_THE_COPY = """
+name = "phantom-reads"
+[run]
+duration_ms = 9000
+liveness_ms = 20000
+[topology]
+kind = "chain"
+clusters = ["A", "B"]
+failover_truncation = "RULE"
+[namespace]
+topics = 1
+partitions = 1
+groups = false
+[[workloads]]
+kind = "producer"
+name = "app"
+cluster = "A"
+topic = "A-t0"
+rate_per_s = 200
+transactional_fraction = 0.5
+txn_open_ms = 1500
+start_ms = 1000
+stop_ms = 5000
+[[workloads]]
+kind = "consumer"
+name = "ru"
+cluster = "B"
+topic = "A-t0"
+group = "local-g1"
+start_ms = 1000
+[[faults]]
+at_ms = 4000
+kind = "crash"
+node = "A"
+duration_ms = 30000
+[[actions]]
+at_ms = 4300
+kind = "failover"
+cluster = "B"
+link = "A-B"
+force = true
+"""
+
+
+def test_a_reader_of_the_copy_read_what_the_cut_removed() -> None:
+    """The cost the rule trades for no marker of its own: under
+    `last-stable-offset` every record the cut removed had been read by the
+    read_uncommitted reader of B (phantom reads, counted by
+    consumer_reads_cut_by_failover); under `abort` nothing is cut. Clean
+    either way: the answer names what it did."""
+    for rule in ("abort", "last-stable-offset"):
+        spec = scenarios.parse(tomllib.loads(READER_OF_THE_COPY.replace("RULE", rule)))
+        sim = Simulation(spec, 1, False)
+        sim.run()
+        assert sim.violations == [], (rule, sim.violations)
+        cut = follower_metrics.failover_cut(sim)
+        read = follower_metrics.reads_cut_by_failover(sim)
+        if rule == "abort":
+            assert (cut, read) == (0, 0)
+        else:
+            assert cut > 100 and read == cut, (cut, read)
 
 
 def test_an_operator_sets_the_rule_and_reads_the_cut(daemon_factory: Any) -> None:
