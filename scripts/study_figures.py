@@ -4,7 +4,7 @@
 
 STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
 connect-rebalance, dr-third-cluster, fetch-bound, mirror-vs-link,
-sync-vs-async) and SWEEP_OUT_DIR the directory `ccr-sim sweep
+sync-vs-async, txn-failover) and SWEEP_OUT_DIR the directory `ccr-sim sweep
 sim/studies/STUDY.toml --out` wrote. Writes `STUDY.png` (the metric against
 the grid parameters the page discusses, mean
 over seeds) into the output directory; for dr-third-cluster also
@@ -211,6 +211,18 @@ def connect_rebalance(runs: Any, manifest: report.Manifest, out: Path) -> None:
     _finish(fig, manifest, out)
 
 
+def _label_txn_panels(
+    axes: Any, panels: tuple[tuple[str, str, str], ...], legend: str, size: int
+) -> None:
+    """Titles, axes and legends of panels drawn against how long transactions stay open."""
+    for ax, (_metric, title, unit) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("how long each transaction stays open (ms)")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=size, title=legend, title_fontsize=size)
+
+
 def fetch_bound(runs: Any, manifest: report.Manifest, out: Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
@@ -225,12 +237,35 @@ def fetch_bound(runs: Any, manifest: report.Manifest, out: Path) -> None:
         )
         for ax, (metric, _title, _unit) in zip(axes, panels, strict=True):
             ax.plot([int(v) for v in rows.index], rows[metric], "o-", color=colour, label=bound)
-    for ax, (_metric, title, unit) in zip(axes, panels, strict=True):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("how long each transaction stays open (ms)")
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, title="fetch.bound", title_fontsize=8)
+    _label_txn_panels(axes, panels, "fetch.bound", 8)
+    _finish(fig, manifest, out)
+
+
+def txn_failover(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = (
+        ("failover_records_cut", "records the failover cut", "records"),
+        ("consumer_reads_cut_by_failover", "records B's readers read, then cut", "records"),
+        ("failover_aborted_transactions", "transactions the failover aborted", "per failover"),
+    )
+    styles = {
+        ("abort", "high-watermark"): ("#1f77b4", "o-"),
+        ("abort", "last-stable-offset"): ("#1f77b4", "s--"),
+        ("last-stable-offset", "high-watermark"): ("#d62728", "o-"),
+        ("last-stable-offset", "last-stable-offset"): ("#d62728", "s--"),
+    }
+    for (rule, bound), (colour, style) in styles.items():
+        chosen = runs[
+            (runs["param_failover_truncation"] == rule) & (runs["param_fetch_bound"] == bound)
+        ]
+        rows = chosen.groupby("param_txn_open_ms").mean(numeric_only=True)
+        for ax, (metric, _title, _unit) in zip(axes, panels, strict=True):
+            ax.plot(
+                [int(v) for v in rows.index], rows[metric], style, color=colour,
+                label=f"{rule} / fetch {bound}",
+            )  # fmt: skip
+    _label_txn_panels(axes, panels, "failover.truncation / fetch.bound", 7)
     _finish(fig, manifest, out)
 
 
@@ -241,6 +276,7 @@ STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "catch-up-storm": catch_up_storm,
     "connect-rebalance": connect_rebalance,
     "fetch-bound": fetch_bound,
+    "txn-failover": txn_failover,
 }
 
 
