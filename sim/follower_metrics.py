@@ -24,6 +24,9 @@ transactions are open, and what a failover leaves of each transaction.
   offset (failover.truncation last-stable-offset; the answers' `truncated`).
 - consumer_reads_cut_by_failover: records consumers had read on a cluster
   that a failover of that cluster then cut (phantom reads: read, then gone).
+- failover_acknowledged_cut: non-transactional records another cluster had
+  acknowledged (the source) at offsets a failover's cut removed: lost by the
+  cut, beyond rpo_records (measured as the failover began).
 """
 
 from __future__ import annotations
@@ -112,15 +115,43 @@ def failover_cut(sim: Simulation) -> int:
     return sum(c.removed for _c, _l, _at, result in sim.failovers for c in result.truncated)
 
 
-def reads_cut_by_failover(sim: Simulation) -> int:
-    """consumer_reads_cut_by_failover: records read on a cluster, by a poll
-    that ended before a failover there answered, at an offset that failover's
-    cut removed."""
+def _cut_ranges(sim: Simulation) -> dict[tuple[str, str, int], list[tuple[int, int, int]]]:
+    """(cluster, topic, partition) -> [(from, to, answered at ms)] of every failover cut."""
     cuts: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
     for cluster, _link, at_ms, result in sim.failovers:
         for c in result.truncated:
             key = (cluster, c.topic, c.partition)
             cuts.setdefault(key, []).append((c.truncate_to, c.truncate_to + c.removed, at_ms))
+    return cuts
+
+
+def acknowledged_cut(sim: Simulation) -> int:
+    """failover_acknowledged_cut: acknowledged non-transactional sends to
+    another cluster, before the failover answered, at offsets its cut removed
+    from the cluster that failed over (links keep offsets)."""
+    by_topic: dict[tuple[str, int], list[tuple[str, int, int, int]]] = {}
+    for (cluster, topic, partition), ranges in _cut_ranges(sim).items():
+        for low, high, at_ms in ranges:
+            by_topic.setdefault((topic, partition), []).append((cluster, low, high, at_ms))
+    if not by_topic:
+        return 0
+    count = 0
+    for op in sim.history.sends():
+        v = op.value
+        if op.type != "ok" or not isinstance(v, Send) or v.txn or v.offset < 0:
+            continue
+        for cluster, low, high, at_ms in by_topic.get((v.topic, v.partition), ()):
+            if op.cluster != cluster and low <= v.offset < high and op.complete_ms <= at_ms:
+                count += v.records
+                break
+    return count
+
+
+def reads_cut_by_failover(sim: Simulation) -> int:
+    """consumer_reads_cut_by_failover: records read on a cluster, by a poll
+    that ended before a failover there answered, at an offset that failover's
+    cut removed."""
+    cuts = _cut_ranges(sim)
     if not cuts:
         return 0
     count = 0

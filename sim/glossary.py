@@ -118,6 +118,18 @@ ENTRIES: tuple[Entry, ...] = (
         NO_FAILOVER,
     ),
     Entry(
+        "failover_acknowledged_cut", Unit.RECORDS, Group.RPO,
+        "non-transactional records the source had acknowledged that a failover's cut "
+        "removed: lost by the cut, on top of rpo_records (which is measured as the "
+        "failover begins)",
+        "acknowledged sends without a transaction, to another cluster before the failover "
+        "answered, at offsets of the failing-over cluster's truncated rows "
+        "(sim.follower_metrics). Judged through its parts: each such record is named by "
+        "the cut (`10 silent loss` otherwise), and the cut by the answer (`10 unreported "
+        "cut`)",
+        NO_FAILOVER,
+    ),
+    Entry(
         "consumer_reads_cut_by_failover", Unit.RECORDS, Group.RPO,
         "records consumers read on a cluster that a failover of that cluster then cut "
         "(phantom reads: read_uncommitted readers read records that are gone)",

@@ -222,6 +222,7 @@ def final_checks(sim: Simulation) -> None:
     if sim.failovers:
         sim.metrics.set("failover_aborted_transactions", follower_metrics.failover_aborted(sim))
         sim.metrics.set("failover_records_cut", follower_metrics.failover_cut(sim))
+        sim.metrics.set("failover_acknowledged_cut", follower_metrics.acknowledged_cut(sim))
         sim.metrics.set(
             "consumer_reads_cut_by_failover", follower_metrics.reads_cut_by_failover(sim)
         )

@@ -88,8 +88,9 @@ fetch-bound-failover is pinned new (fetch.bound, 12 s: A is lost at 10 s).
 Changed on purpose since (summaries only, every trace as it was): the runs
 with a failover (failover-after-kill, fetch-bound-failover, groups-catch-up
 and push-source-lost, both seeds), when failover.truncation came: they
-report `failover_records_cut` and `consumer_reads_cut_by_failover`, 0 in
-each (every link keeps the default, abort).
+report `failover_records_cut`, `failover_acknowledged_cut` and
+`consumer_reads_cut_by_failover`, 0 in each (every link keeps the default,
+abort).
 
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
@@ -173,11 +174,11 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("push-source-lost", 1): (
         "ca46bd365248080bbc2b938c51aaaa89ef12583a0c3dd3081eef72a438175640",
-        "dd1cc1d3929c7da19b6134ff008ae3134a8e417319933b9f2b0d98a15e676003",
+        "7d2736b1fa8d8f503d0672e019d58ab060cbe6e378d9a726025cbbec074f99e4",
     ),
     ("push-source-lost", 2): (
         "e7ef62a8d3cecbae0535dc9f1e5924f44470f26e2f2b9fabb6740a3556f6267e",
-        "eb97fa37573ac01f02f393fc3cca41d031abf6aa3345839934a163a82e19fc4c",
+        "890e85690816b52e44f6957d899be91db9af650ae869c2d856f3e2e0c28d971f",
     ),
     ("compacted-follower", 1): (
         "25a612668fa52a79a1f454d53a580ea0a3df221950611c35bfa520fb72a6cdfb",
@@ -205,11 +206,11 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("failover-after-kill", 1): (
         "c49f321355d685dd9b3c62c9546aa53cc4e7b8f86d39755260926047fcfcc98a",
-        "998709fc8846e2e2f82e59894cd7c4bb562d36616c8758de37cbcf38b0fa04b3",
+        "800851a5c6569d606cc2e0d146a04b861fc49a137d2ceeb7fd33929b7056c359",
     ),
     ("failover-after-kill", 2): (
         "1614af054d1ccd6ebf6d180e96e1ad00e78769683074a655920e2387a6676dae",
-        "c18d00f26880f0b2e02acde0092280867b7e11579953f066e80fc7fb5561a1a4",
+        "cc859a5c485d499ce03d7d00d037157e2449ed046a1afd307febb7d74686e69d",
     ),
     ("failover-writable", 1): (
         "aabea7d91eb670b8f9f3109b2bcf84a18cd9fb162f38c327c51059d85e9f1966",
@@ -221,19 +222,19 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ),
     ("groups-catch-up", 1): (
         "aed3ff50589367167dead039ad7e68ef2bdf58347a5427b6d4c1b83a2da10131",
-        "295a6f5ba530f19cdd7e51c003548b3ff98de047a90543ad41061ba94bb3fcec",
+        "b8f8154384be966cdf5ae2c6bd29cfb1151dc7da556a1a01ead6f768ffa5d730",
     ),
     ("groups-catch-up", 2): (
         "fda1e1dd92fc7092cd08a6dfc19b555d2a9afbc331ea0cc23ba5c403fdca46bd",
-        "53b2d23598fedfade26584d15cc40cd0e73b429e25f3dec24224d34d4b028053",
+        "54e5bae2a84da4851bd274320e49fc09e2d2be5db943baa5824cf039631ab3da",
     ),
     ("fetch-bound-failover", 1): (
         "a6cbdd6d3043b4ba086bbabebaa59e4922cdfbb13797f135079e7540318ead99",
-        "04c7c32051c67e4ba9aa94f4c3149eab1b16aebd2b89926ebb35a27ec050e716",
+        "5b718f71e6c9e656c91fc45e5bc6b5e1eee9762de3276e4c45b36a2a9c12266e",
     ),
     ("fetch-bound-failover", 2): (
         "a628f47fb635aaaabfa837885b6080c2fee4b38d525c007fc74d0620b4d39d56",
-        "92fd0f265abf8e295335e3bce5b98c35142bbbdb87661d60c0503781a0e9c798",
+        "79be209374702b4781fc7a08e661471312cd83527864b59c21fd2fae911a9d73",
     ),
     ("follow-ring", 1): (
         "9bda4d866f296122244c4ea7994fb6b4d2bdd7e48a1b6663103ecc76bd5a0787",
