@@ -244,8 +244,11 @@ def fetch_bound(runs: Any, manifest: report.Manifest, out: Path) -> None:
 def txn_failover(runs: Any, manifest: report.Manifest, out: Path) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    # Acknowledged records lost: what B lacked as the failover began, and
+    # the plain records the source acknowledged that its cut removed.
+    runs = runs.assign(lost=runs["rpo_records"] + runs["failover_acknowledged_cut"])
     panels = (
-        ("failover_records_cut", "records the failover cut", "records"),
+        ("lost", "acknowledged records lost (RPO + cut)", "records"),
         ("consumer_reads_cut_by_failover", "records B's readers read, then cut", "records"),
         ("failover_aborted_transactions", "transactions the failover aborted", "per failover"),
     )

@@ -29,7 +29,7 @@ def study_files() -> list[Path]:
 
 def test_there_are_studies_and_each_has_a_page() -> None:
     files = study_files()
-    assert len(files) == 6
+    assert len(files) == 7
     for path in files:
         assert (PAGES / f"{path.stem}.md").is_file(), path.stem
     index = (PAGES / "README.md").read_text()
