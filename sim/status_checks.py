@@ -510,6 +510,7 @@ def check_failover_cuts(
     ends_before: dict[tuple[str, int], int],
     now_ms: int,
     cut_by_link: frozenset[tuple[str, int]] = frozenset(),
+    may_cut: bool = True,
 ) -> list[Violation]:
     """Invariant 10 for what a failover cut (failover.truncation
     last-stable-offset): every promoted partition whose log ends below where
@@ -518,7 +519,12 @@ def check_failover_cuts(
     row must be such a cut. Records a read_uncommitted reader may have read
     are gone: only the answer tells the operator. `cut_by_link`: partitions
     the link's own data path cut while the failover ran (a divergence found
-    by a round still in flight), which are not the failover's to name."""
+    by a round still in flight), which are not the failover's to name.
+    `may_cut`: the link's failover.truncation lets the failover cut (under
+    `abort` it never does, and a log that shrank meanwhile shrank by
+    something else: a fault, judged by its own checks)."""
+    if not may_cut and not result.truncated:
+        return []
     listed = {(c.topic, c.partition): c for c in result.truncated}
     details = []
     for (topic, p), before in sorted(ends_before.items()):

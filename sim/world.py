@@ -44,7 +44,15 @@ from linkd.core import replication as rep
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.link_driver import HANDSHAKE_INTERVAL_MS, DriverSettings
-from linkd.core.links import LinkConfig, LinkLimits, LinkMode, LinkState, MappingType, orphans
+from linkd.core.links import (
+    FailoverTruncation,
+    LinkConfig,
+    LinkLimits,
+    LinkMode,
+    LinkState,
+    MappingType,
+    orphans,
+)
 from linkd.core.namespaces import ResourceType
 from linkd.core.provenance import ProvenanceKind
 from linkd.core.recovery import GroupCut, PartitionRow, RecoveryPlan
@@ -1222,6 +1230,7 @@ class Simulation:
             self.violations += status_checks.check_failover_cuts(
                 cluster, name, result, node.state, ends_before, self.queue.now_ms,
                 self._cut_by_link_since(cluster, began),
+                config.failover_truncation is FailoverTruncation.LAST_STABLE_OFFSET,
             )  # fmt: skip
             self.metrics.add("rpo_records", rpo[0])
             self.metrics.maximum("rpo_ms", rpo[1])
