@@ -124,9 +124,9 @@ ENTRIES: tuple[Entry, ...] = (
         "failover begins)",
         "acknowledged sends without a transaction, to another cluster before the failover "
         "answered, at offsets of the failing-over cluster's truncated rows "
-        "(sim.follower_metrics). Judged through its parts: each such record is named by "
-        "the cut (`10 silent loss` otherwise), and the cut by the answer (`10 unreported "
-        "cut`)",
+        "(sim.follower_metrics). Judged through its parts: a record below a cut of the "
+        "follower's log is excused by that cut only (`10 silent loss` otherwise), and a "
+        "failover's cut must be named by its answer (`10 unreported cut`)",
         NO_FAILOVER,
     ),
     Entry(

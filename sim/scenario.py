@@ -519,16 +519,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         )
     if topology.mode not in MODES:
         raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
-    if topology.fetch_bound not in ("", *FETCH_BOUNDS):
-        raise ScenarioError(
-            f"[topology]: fetch_bound = {topology.fetch_bound!r} is not one of "
-            f"{', '.join(FETCH_BOUNDS)}"
-        )
-    if topology.failover_truncation not in ("", *FAILOVER_TRUNCATIONS):
-        raise ScenarioError(
-            f"[topology]: failover_truncation = {topology.failover_truncation!r} is not one of "
-            f"{', '.join(FAILOVER_TRUNCATIONS)}"
-        )
+    _check_policies("[topology]:", topology.fetch_bound, topology.failover_truncation)
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
             raise ScenarioError(f"[topology]: cluster name {c!r} must be letters, digits or _")
@@ -665,19 +656,20 @@ def _check_alter(where: str, a: ActionSpec) -> None:
         raise ScenarioError(
             f"{where}: alter_link needs gap_policy, fetch_bound or failover_truncation"
         )
-    if a.failover_truncation and a.failover_truncation not in FAILOVER_TRUNCATIONS:
-        raise ScenarioError(
-            f"{where}: failover_truncation = {a.failover_truncation!r} is not one of "
-            f"{', '.join(FAILOVER_TRUNCATIONS)}"
-        )
-    if a.gap_policy and a.gap_policy not in GAP_POLICIES:
-        raise ScenarioError(
-            f"{where}: gap_policy = {a.gap_policy!r} is not one of {', '.join(GAP_POLICIES)}"
-        )
-    if a.fetch_bound and a.fetch_bound not in FETCH_BOUNDS:
-        raise ScenarioError(
-            f"{where}: fetch_bound = {a.fetch_bound!r} is not one of {', '.join(FETCH_BOUNDS)}"
-        )
+    _check_policies(f"{where}:", a.fetch_bound, a.failover_truncation)
+    _check_one_of(f"{where}: gap_policy", a.gap_policy, GAP_POLICIES)
+
+
+def _check_one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
+    """A link policy's value in a scenario: one of `choices`, or "" (unset)."""
+    if value and value not in choices:
+        raise ScenarioError(f"{what} = {value!r} is not one of {', '.join(choices)}")
+
+
+def _check_policies(where: str, fetch_bound: str, failover_truncation: str) -> None:
+    """The link policies a topology, a parameter or an alter_link sets."""
+    _check_one_of(f"{where} fetch_bound", fetch_bound, FETCH_BOUNDS)
+    _check_one_of(f"{where} failover_truncation", failover_truncation, FAILOVER_TRUNCATIONS)
 
 
 def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
@@ -1010,16 +1002,7 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 raise ScenarioError(
                     f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
                 )
-            if new.fetch_bound not in ("", *FETCH_BOUNDS):
-                raise ScenarioError(
-                    f"parameter fetch_bound = {new.fetch_bound!r} is not one of "
-                    f"{', '.join(FETCH_BOUNDS)}"
-                )
-            if new.failover_truncation not in ("", *FAILOVER_TRUNCATIONS):
-                raise ScenarioError(
-                    f"parameter failover_truncation = {new.failover_truncation!r} is not one "
-                    f"of {', '.join(FAILOVER_TRUNCATIONS)}"
-                )
+            _check_policies("parameter", new.fetch_bound, new.failover_truncation)
         if table == "connect":
             _check_connect(new, f"parameters ({table})")
         if table == "run":

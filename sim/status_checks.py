@@ -561,9 +561,6 @@ class FailoverRow:
     known_at_ms: int  # when it was learned
     lag_known: bool
     unknown_since_ms: int = 0  # lag not known: since when (-1: never learned)
-    # Where the failover cut the partition (failover.truncation
-    # last-stable-offset; -1: not cut): what it held from there is named.
-    cut_to: int = -1
 
     def names(self, offset: int, acked_ms: int, source_live: bool) -> str | None:
         """Whether this row names a record of the source at `offset`,
@@ -577,8 +574,6 @@ class FailoverRow:
         (the race the rule for a known lag accepts). From a source the
         follower could have known was dead or cut off, "lag 0, known" is old
         news: the record is lost unnamed (docs/operations.md, "Failover")."""
-        if 0 <= self.cut_to <= offset < self.log_end_offset:
-            return "cut at its last stable offset by a failover that named the cut"
         if offset < self.log_end_offset:
             if not self.lag_known:
                 # Its own record at that offset differs: the logs had parted,

@@ -1354,7 +1354,6 @@ class Simulation:
         self, failover: tuple[str, str, int, link_admin.Failover], source_live: bool = True
     ) -> status_checks.FailoverReport:
         cluster, link_id, at_ms, result = failover
-        cuts = {(c.topic, c.partition): c.truncate_to for c in result.truncated}
         return status_checks.FailoverReport(
             cluster,
             link_id,
@@ -1366,7 +1365,6 @@ class Simulation:
                     r.source_hw_known_at_ms,
                     r.lag_known,
                     r.unknown_since_ms,
-                    cuts.get((r.topic, r.partition), -1),
                 )
                 # Every partition made writable, and those the answer names as
                 # abandoned without making them writable (a follower topic its

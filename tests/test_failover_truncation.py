@@ -56,15 +56,6 @@ def test_the_judge_holds_a_failover_to_the_cuts_it_names() -> None:
     assert "says it cut to 2, removing 3" in found.detail
 
 
-def test_a_row_names_the_records_its_failover_cut() -> None:
-    row = status_checks.FailoverRow(6, 6, NOW, True, 0, cut_to=2)
-    assert row.names(3, NOW, True) == (
-        "cut at its last stable offset by a failover that named the cut"
-    )
-    assert row.names(1, NOW, True) is None  # below the cut: kept
-    assert replace(row, cut_to=-1).names(3, NOW, True) is None  # held: not the failover's
-
-
 def test_a_shipped_failover_under_each_rule() -> None:
     """failover-after-kill (transactions open as A dies): `abort` writes
     markers and cuts nothing; `last-stable-offset` cuts and aborts nothing;
@@ -184,6 +175,9 @@ def test_an_operator_sets_the_rule_and_reads_the_cut(daemon_factory: Any) -> Non
         done.stdout
     )
     assert partition0(b)["log_end_offset"] == 3
+    # The daemon's log names the cut too, for whoever reads the log, not the answer.
+    assert "cut 1 partitions at their last stable offset" in b.stderr_text()
+    assert "orders-f-0 at 3 (3 records)" in b.stderr_text()
     provenance = run_cli("provenance", TOPIC, bootstrap=b.bootstrap)
     assert "failover at the last stable offset" in provenance.stdout, provenance.stdout
     txn.abort_transaction(30)

@@ -872,8 +872,12 @@ def _make_writable(
         f"{d.topic}-{d.partition} producer {d.producer_id} from offset {d.first_offset}"
         for d in result.dangling
     )
+    cuts = ", ".join(
+        f"{c.topic}-{c.partition} at {c.truncate_to} ({c.removed} records)"
+        for c in result.truncated
+    )
     yield Note(
-        "warning" if result.abandoned else "info",
+        "warning" if result.abandoned or result.truncated else "info",
         f"link {name!r}: failover made {len(result.namespaces)} namespaces writable; "
         f"abandoned {lost} records known to lag on "
         f"{len(result.abandoned) - len(unknown)} partitions"
@@ -886,6 +890,12 @@ def _make_writable(
         + (
             f"; aborted {len(result.dangling)} dangling transactions: {aborted}"
             if result.dangling
+            else ""
+        )
+        + (
+            f"; cut {len(result.truncated)} partitions at their last stable offset "
+            f"(failover.truncation): {cuts}"
+            if result.truncated
             else ""
         ),
     )
