@@ -41,7 +41,7 @@ from typing import Any
 
 from chaos import crash_matrix
 from chaos.runner import ChaosError, Run, RunResult
-from chaos.schedule import CLASSICS, PLANTED_BUGS, Schedule, make_schedule
+from chaos.schedule import CLASSICS, PLANTED_BUGS, Schedule, make_schedule, parse_link_configs
 
 EXIT_ANOMALY = 1
 EXIT_USAGE = 2
@@ -73,6 +73,7 @@ def _schedule_args(p: argparse.ArgumentParser) -> None:
     )
     _operators_arg(p)
     _secure_arg(p)
+    _link_config_arg(p)
     p.add_argument(
         "--plant-bug",
         choices=list(PLANTED_BUGS),
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     _twin_arg(p)
     _operators_arg(p)
     _secure_arg(p)
+    _link_config_arg(p)
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="one run")
     _schedule_args(run)
@@ -110,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     _twin_arg(runs)
     _operators_arg(runs)
     _secure_arg(runs)
+    _link_config_arg(runs)
     sched = sub.add_parser("schedule", help="print a schedule as JSON, run nothing")
     _schedule_args(sched)
     matrix = sub.add_parser(
@@ -204,6 +207,26 @@ def _operators_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def link_config(text: str) -> tuple[str, str]:
+    """One --link-config NAME=VALUE."""
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, not {text!r}")
+    return (name.strip(), value.strip())
+
+
+def _link_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--link-config",
+        metavar="NAME=VALUE",
+        type=link_config,
+        action="append",
+        default=None,
+        help="create every link with this policy (as ccr-admin create-link --config; "
+        "repeatable): gap.policy, fetch.bound, failover.truncation",
+    )
+
+
 def _twin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--twin",
@@ -231,13 +254,15 @@ def replay_command(args: argparse.Namespace) -> str:
         parts.append("--operators" if operators else "--no-operators")
     if getattr(args, "secure", False):
         parts.append("--secure")
+    for name, value in sorted(getattr(args, "link_config", None) or ()):
+        parts += ["--link-config", f"{name}={value}"]
     return " ".join(parts)
 
 
 def build_schedule(args: argparse.Namespace) -> Schedule:
     schedule = make_schedule(
         args.seed, args.schedule, args.phase_s, args.mode, args.clusters, args.plant_bug,
-        getattr(args, "operators", None),
+        getattr(args, "operators", None), tuple(getattr(args, "link_config", None) or ()),
     )  # fmt: skip
     if getattr(args, "secure", False):
         schedule = dataclasses.replace(schedule, secure=True)
@@ -324,6 +349,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{result.counts}, {len(result.anomalies)} anomalies, "
             f"converged={result.converged}, twin {twin_cell(result.twin)}, {result.duration_s} s"
         )
+        if result.failovers is not None:
+            print("failovers: " + ", ".join(f"{k} {v}" for k, v in result.failovers.items()))
     return 0 if not result.anomalies and result.converged else EXIT_ANOMALY
 
 
@@ -336,6 +363,7 @@ def cmd_runs(
     operators: bool | None = None,
     save_failed: str | None = None,
     secure: bool = False,
+    link_configs: tuple[tuple[str, str], ...] = (),
 ) -> int:
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -346,7 +374,7 @@ def cmd_runs(
         args = argparse.Namespace(
             seed=seed, schedule="random", mode=None, clusters=None, phase_s=phase_s,
             plant_bug="", keep=False, converge_s=40.0, twin=twin, operators=operators,
-            secure=secure,
+            secure=secure, link_config=list(link_configs),
         )  # fmt: skip
         schedule = build_schedule(args)
         row: dict[str, Any] = {
@@ -420,6 +448,10 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        parse_link_configs(args.link_config or ())
+    except ValueError as exc:
+        parser.error(f"--link-config: {exc}")
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in previous:
         signal.signal(s, _on_signal)
@@ -436,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.operators,
                 args.save_failed,
                 bool(args.secure),
+                tuple(args.link_config or ()),
             )
         if args.command == "run":
             return cmd_run(args)
@@ -449,9 +482,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.operators,
                 args.save_failed,
                 bool(args.secure),
+                tuple(args.link_config or ()),
             )
         if args.command == "crash-matrix":
             return cmd_crash_matrix(args)
+
         if args.command == "schedule":
             print(json.dumps(build_schedule(args).to_json(), indent=2))
             return 0

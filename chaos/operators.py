@@ -264,6 +264,7 @@ def _create_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> N
         a.create_link(
             m.link, target, connection="remote" if m.remote_dials else "local",
             local_bootstrap=local_bootstrap, credentials=op.run.link_credentials(),
+            configs=dict(op.run.schedule.link_configs) or None,
         )  # fmt: skip
     rec.report = {"remote": target, "local_bootstrap": local_bootstrap}
     if m.remote_dials and op.run.link_credentials():

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from admin import AdminClient, Consumer, TopicPartition
+from admin.admin_client import FailoverResult
 from chaos import judges, security
 from chaos.daemons import Daemon, DaemonError
 from chaos.judges import Cuts, LinkSnap
@@ -68,7 +69,7 @@ from chaos.workloads import (
     TxnProducer,
     Workload,
 )
-from sim import checkers
+from sim import checkers, follower_metrics
 from sim.checkers import (
     FinalLogs,
     OffsetMove,
@@ -119,14 +120,33 @@ class RunResult:
     checked: dict[str, int] = field(default_factory=dict)
     # The operator nemesis: every move and its outcome, counts, refusal codes.
     operators: dict[str, Any] | None = None
+    # The schedule's failovers (none: None): what their answers cut and
+    # aborted, and what that cost (`failover_counts`).
+    failovers: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        if self.twin is None:
-            del out["twin"]
-        if self.operators is None:
-            del out["operators"]
+        for optional in ("twin", "operators", "failovers"):
+            if out[optional] is None:
+                del out[optional]
         return out
+
+
+def _acknowledged_missing(
+    history: History, final: FinalLogs, promoted: str, source: str, answered_ms: int
+) -> int:
+    """Records `source` acknowledged before a failover of `promoted` answered
+    (links keep offsets) that `promoted`'s final log does not hold."""
+    missing = 0
+    for o in history.sends():
+        v = o.value
+        if o.type != "ok" or o.cluster != source or not isinstance(v, Send) or v.offset < 0:
+            continue
+        if o.complete_ms > answered_ms or not v.value:
+            continue
+        if final.get((promoted, v.topic, v.partition), {}).get(v.offset) != v.value:
+            missing += 1
+    return missing
 
 
 @dataclass
@@ -211,6 +231,12 @@ class Run:
         self.lifecycle = threading.RLock()  # daemon kill/start/pause from two threads
         self.extra_proxies: list[FaultProxy] = []  # links the operators created
         self.cuts: Cuts = {}  # reported truncations as offset ranges (silent_loss)
+        # The schedule's failover steps: their answers' cuts (with when each
+        # answered) and counts (`failover_counts`).
+        self.failover_cuts: follower_metrics.CutRanges = {}
+        self.failover_answers: list[FailoverResult] = []
+        # (promoted cluster, its link's source, when the answer came) of each.
+        self.failovers_done: list[tuple[str, str, int]] = []
         self.status: StatusSampler | None = None
         self.operator: OperatorNemesis | None = None
         self.txn_producer: TxnProducer | None = None
@@ -306,7 +332,10 @@ class Run:
         self.links[name] = link
         with _admin(self.daemons[follower].bootstrap, 10000) as admin:
             admin.create_link(
-                name, self.link_address(proxy.address), credentials=self.link_credentials()
+                name,
+                self.link_address(proxy.address),
+                credentials=self.link_credentials(),
+                configs=dict(self.schedule.link_configs) or None,
             )
             if attach:
                 admin.attach_namespace(name, "topic", TOPIC_PREFIX, TOPIC_PREFIX, "remote")
@@ -414,6 +443,7 @@ class Run:
             probe.targets = self._reserved_targets
         if self.schedule.transactional:
             txn = TxnProducer("txn-producer", r, stop, self._leader_grpc, TOPIC, PARTITIONS)
+            txn.open_s = self.schedule.txn_open_ms / 1000
             if self.operators_on:
                 txn.route = self._route_txn
                 txn.txn_timeout_ms = TXN_TIMEOUT_MS
@@ -645,7 +675,7 @@ class Run:
         link.live = False
         with _admin(self.daemons[cluster].bootstrap, 15000) as a:
             result = a.failover(link_name, force=True)
-        self.note(f"failover on {cluster}: abandoned {len(result.abandoned)} partition(s)")
+        self._record_failover(cluster, link.source, result)
         self.followers.discard(cluster)
         self.leader = cluster
         since = self.recorder.now_ms()
@@ -657,6 +687,56 @@ class Run:
             )
         except ChaosError:
             self.note(f"no send acknowledged by {cluster} within 10 s of its failover")
+
+    def _record_failover(self, cluster: str, source: str, result: FailoverResult) -> None:
+        """A failover's answer: each cut it names is a reported truncation
+        (its records are not lost by the checks; they are counted)."""
+        answered = self.recorder.now_ms()
+        self.failover_answers.append(result)
+        self.failovers_done.append((cluster, source, answered))
+        for row in result.truncated:
+            key = (cluster, str(row["topic"]), int(row["partition"]))
+            low, removed = int(row["truncate_to"]), int(row["records_removed"])
+            self.truncations.setdefault(key, []).append(low)
+            self.cuts.setdefault(key, []).append((low, low + max(removed, 1)))
+            self.failover_cuts.setdefault(key, []).append((low, low + removed, answered))
+        cut = sum(int(row["records_removed"]) for row in result.truncated)
+        self.note(
+            f"failover on {cluster}: abandoned {len(result.abandoned)} partition(s), "
+            f"aborted {len(result.aborted_transactions)} transaction(s), "
+            f"cut {cut} record(s) in {len(result.truncated)} partition(s)"
+        )
+
+    def failover_counts(self, final: FinalLogs) -> dict[str, int] | None:
+        """What the schedule's failovers cost: the records the source had
+        acknowledged before the answer that the promoted cluster's final log
+        lacks (lost, by the lag or a cut), records their cuts removed, of
+        them records the source had acknowledged without a transaction,
+        records readers had read before the cut removed them, transactions
+        aborted and partitions abandoned (the last four are the simulator's
+        metrics of the same names, computed by the same functions)."""
+        if not self.failover_answers:
+            return None
+        history = History(list(self.history_for_checkers()))
+        answers = self.failover_answers
+        return {
+            "failovers": len(answers),
+            "failover_acknowledged_lost": sum(
+                _acknowledged_missing(history, final, promoted, source, answered)
+                for promoted, source, answered in self.failovers_done
+            ),
+            "failover_records_cut": sum(
+                int(row["records_removed"]) for r in answers for row in r.truncated
+            ),
+            "failover_acknowledged_cut": follower_metrics.acknowledged_in_cuts(
+                history, self.failover_cuts
+            ),
+            "consumer_reads_cut_by_failover": follower_metrics.reads_in_cuts(
+                history, self.failover_cuts
+            ),
+            "failover_aborted_transactions": sum(len(r.aborted_transactions) for r in answers),
+            "failover_abandoned_partitions": sum(len(r.abandoned) for r in answers),
+        }
 
     def _relink(self, cluster: str, old: str, new: str, source: str) -> None:
         old_link = self.links[old]
@@ -1130,10 +1210,10 @@ class Run:
         return out
 
     def _without_cuts(self, final: FinalLogs) -> FinalLogs:
-        """With the operator nemesis, the final logs less the offsets a
-        reported truncation replaced: a reader that had passed such an offset
+        """The final logs less the offsets a reported truncation (a failover's
+        cut, or with the operator nemesis any) replaced: a reader that had passed such an offset
         (a control marker then) did not skip the record now there."""
-        if not self.operators_on or not self.cuts:
+        if not self.cuts:
             return final
         out: FinalLogs = {}
         for key, log in final.items():
@@ -1346,6 +1426,7 @@ class Run:
         started = time.monotonic()
         anomalies: list[Violation] = []
         converged = False
+        final_logs: FinalLogs = {}
         try:
             try:
                 self.setup()
@@ -1376,6 +1457,7 @@ class Run:
             if self.status is not None:
                 self.status.join(timeout=10)
             final, unreadable = self.read_final_logs()
+            final_logs = final
             anomalies += unreadable
             if self.schedule.transactional:
                 committed, self.stable_ends, unreadable = self.read_committed_logs()
@@ -1416,6 +1498,7 @@ class Run:
             twin=twin,
             checked=self.checked(),
             operators=self.operators_summary(),
+            failovers=self.failover_counts(final_logs),
         )
 
     def checked(self) -> dict[str, int]:

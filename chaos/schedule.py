@@ -47,14 +47,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from linkd.core import links
+from linkd.core.errors import ClusterError
 from linkd.core.faults import PlantedBug
 
 CLUSTER_NAMES = "ABCDE"
 NEMESES = ("halves", "isolate", "bridge", "one-way", "flaky", "slow", "pause", "kill")
-CLASSICS = ("kip986-dr", "sync-txn-cut", "one-way-config", "flapping", "sync-ack-failover")
+CLASSICS = (
+    "kip986-dr",
+    "sync-txn-cut",
+    "one-way-config",
+    "flapping",
+    "sync-ack-failover",
+    "txn-failover",
+)
+# txn-failover: how long each transaction stays open before its commit.
+TXN_FAILOVER_OPEN_MS = 1500
 PLANTED_BUGS = tuple(bug.value for bug in PlantedBug)  # linkd --plant-bug
 SOURCE = "A"
 TOPIC_PREFIX = "orders-"
@@ -133,6 +145,12 @@ class Schedule:
     secure: bool = False
     # With the operator nemesis: the procedure moves a crash cuts short.
     procedure_crashes: tuple[ProcedureCrash, ...] = ()
+    # Link policies every link is created with (create-link --config NAME=VALUE,
+    # e.g. failover.truncation last-stable-offset), sorted by name.
+    link_configs: tuple[tuple[str, str], ...] = ()
+    # A transactional producer holds each transaction open this long between
+    # its records and its commit (0: commits at once).
+    txn_open_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,6 +167,8 @@ class Schedule:
             "operators": self.operators,
             "secure": self.secure,
             "procedure_crashes": [c.to_json() for c in self.procedure_crashes],
+            "link_configs": dict(self.link_configs),
+            "txn_open_ms": self.txn_open_ms,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -366,6 +386,27 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             max(phase_s, 9.0),
             nemeses=("cut", "lose", "failover"),
         )
+    if name == "txn-failover":
+        # The transactions-at-failover study on real daemons: an ASYNC link
+        # while a transactional producer holds each transaction open for
+        # TXN_FAILOVER_OPEN_MS; A is lost for good; B fails over with force.
+        # Run it under each failover.truncation (--link-config): abort keeps
+        # every record and aborts the open transactions, last-stable-offset
+        # cuts B at its last stable offset (counted in the run's summary).
+        clusters = ("A", "B")
+        steps = (Step(6.0, "lose", ("A",)), Step(6.5, "failover", ("B", "ab")))
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "ASYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 10.0),
+            nemeses=("lose", "failover"),
+            transactional=True,
+            txn_open_ms=TXN_FAILOVER_OPEN_MS,
+        )
     raise ValueError(f"unknown schedule {name!r} (known: random, {', '.join(CLASSICS)})")
 
 
@@ -377,10 +418,42 @@ def make_schedule(
     clusters: int | None = None,
     plant_bug: str = "",
     operators: bool | None = None,
+    link_configs: tuple[tuple[str, str], ...] = (),
 ) -> Schedule:
     """The schedule a run uses. A planted bug forces the schedule that makes
     it observable (sync-ack-failover). `operators`: force the operator
-    nemesis on or off (None: random schedules draw it, classics run without)."""
+    nemesis on or off (None: random schedules draw it, classics run without).
+    `link_configs`: link policies every link is created with."""
+    s = _base_schedule(seed, name, phase_s, mode, clusters, plant_bug, operators)
+    if link_configs:
+        s = dataclasses.replace(s, link_configs=parse_link_configs(link_configs))
+    return s
+
+
+def parse_link_configs(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Link policies (NAME, VALUE) checked as create-link checks them, sorted
+    by name; ValueError names an unknown policy, a bad value or a repeat."""
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"link config {key!r} given twice")
+        out[key] = value
+    try:
+        links.parse_policies("", out)
+    except ClusterError as exc:
+        raise ValueError(str(exc).removeprefix("link '': ")) from None
+    return tuple(sorted(out.items()))
+
+
+def _base_schedule(
+    seed: int,
+    name: str,
+    phase_s: float,
+    mode: str | None,
+    clusters: int | None,
+    plant_bug: str,
+    operators: bool | None,
+) -> Schedule:
     if plant_bug:
         if plant_bug not in PLANTED_BUGS:
             raise ValueError(f"unknown planted bug {plant_bug!r} (known: {PLANTED_BUGS})")

@@ -268,6 +268,8 @@ def to_scenario(run: RealRun) -> sc.Scenario:
     faults += [sc.FaultSpec(heal_end, "restart", node=c) for c in s.clusters if c not in run.lost]
     scripts = _scripts(run, v)
     last = max([heal_end, *(x.at_ms for script in scripts for x in script.sends)])
+    last += s.txn_open_ms  # the last transaction's commit
+    policies = dict(s.link_configs)
     return sc.Scenario(
         name=f"chaos-twin-{s.name}-{s.seed}",
         description=f"the simulator twin of ccr-chaos seed {s.seed} ({s.name}, {s.mode})",
@@ -278,7 +280,14 @@ def to_scenario(run: RealRun) -> sc.Scenario:
             record_bytes=32,
             max_events=2_000_000,
         ),
-        topology=sc.TopologySpec("hub", tuple(s.clusters), s.mode),
+        topology=sc.TopologySpec(
+            "hub",
+            tuple(s.clusters),
+            s.mode,
+            fetch_bound=policies.get("fetch.bound", ""),
+            failover_truncation=policies.get("failover.truncation", ""),
+            gap_policy=policies.get("gap.policy", ""),
+        ),
         network=sc.NetworkSpec(latency_ms=1, jitter_ms=1, reset_on_heal=True),
         cluster=sc.ClusterSpec(
             session_timeout_ms=SESSION_TIMEOUT_MS,
@@ -322,6 +331,7 @@ def _scripts(run: RealRun, v: Any) -> list[ScriptSpec]:
                 value.value,
                 txn,
                 abort=key is not None and o.type == "fail",
+                commit_after_ms=run.schedule.txn_open_ms if key is not None else 0,
             )
         )
     return [ScriptSpec(name, tuple(sends)) for name, sends in sorted(by_process.items())]

@@ -263,6 +263,7 @@ class TxnProducer(TopicProducer):
     record is routed to."""
 
     txn_timeout_ms: int | None = None  # transaction.timeout.ms (the client's default: 60 s)
+    open_s: float = 0.0  # how long each transaction stays open before its commit
     last_begin_ms: dict[str, int]  # cluster -> when the last transaction there began
 
     def run(self) -> None:
@@ -322,6 +323,9 @@ class TxnProducer(TopicProducer):
                     sends.append(Send(topic, partition, value, txn=txn))
                     producer.produce(topic, value=value, partition=partition,
                                      on_delivery=done)  # fmt: skip
+                if self.open_s > 0:
+                    producer.flush(SEND_TIMEOUT_S)  # the records stored, the transaction open
+                    self.pause(self.open_s)
                 producer.commit_transaction(SEND_TIMEOUT_S)
                 producer.flush(1.0)
                 outcome = "ok"

@@ -115,9 +115,15 @@ def failover_cut(sim: Simulation) -> int:
     return sum(c.removed for _c, _l, _at, result in sim.failovers for c in result.truncated)
 
 
-def _cut_ranges(sim: Simulation) -> dict[tuple[str, str, int], list[tuple[int, int, int]]]:
-    """(cluster, topic, partition) -> [(from, to, answered at ms)] of every failover cut."""
-    cuts: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
+# (cluster, topic, partition) -> [(from, to, answered at ms)]: the ranges
+# failovers cut, each with when the failover answered (the chaos runner
+# builds the same from the answers of real failovers).
+CutRanges = dict[tuple[str, str, int], list[tuple[int, int, int]]]
+
+
+def _cut_ranges(sim: Simulation) -> CutRanges:
+    """Every failover cut of the run."""
+    cuts: CutRanges = {}
     for cluster, _link, at_ms, result in sim.failovers:
         for c in result.truncated:
             key = (cluster, c.topic, c.partition)
@@ -126,17 +132,22 @@ def _cut_ranges(sim: Simulation) -> dict[tuple[str, str, int], list[tuple[int, i
 
 
 def acknowledged_cut(sim: Simulation) -> int:
+    """failover_acknowledged_cut, of the simulated run."""
+    return acknowledged_in_cuts(sim.history, _cut_ranges(sim))
+
+
+def acknowledged_in_cuts(history: History, cuts: CutRanges) -> int:
     """failover_acknowledged_cut: acknowledged non-transactional sends to
     another cluster, before the failover answered, at offsets its cut removed
     from the cluster that failed over (links keep offsets)."""
     by_topic: dict[tuple[str, int], list[tuple[str, int, int, int]]] = {}
-    for (cluster, topic, partition), ranges in _cut_ranges(sim).items():
+    for (cluster, topic, partition), ranges in cuts.items():
         for low, high, at_ms in ranges:
             by_topic.setdefault((topic, partition), []).append((cluster, low, high, at_ms))
     if not by_topic:
         return 0
     count = 0
-    for op in sim.history.sends():
+    for op in history.sends():
         v = op.value
         if op.type != "ok" or not isinstance(v, Send) or v.txn or v.offset < 0:
             continue
@@ -148,14 +159,18 @@ def acknowledged_cut(sim: Simulation) -> int:
 
 
 def reads_cut_by_failover(sim: Simulation) -> int:
+    """consumer_reads_cut_by_failover, of the simulated run."""
+    return reads_in_cuts(sim.history, _cut_ranges(sim))
+
+
+def reads_in_cuts(history: History, cuts: CutRanges) -> int:
     """consumer_reads_cut_by_failover: records read on a cluster, by a poll
     that ended before a failover there answered, at an offset that failover's
     cut removed."""
-    cuts = _cut_ranges(sim)
     if not cuts:
         return 0
     count = 0
-    for op in sim.history.polls():
+    for op in history.polls():
         v = op.value
         if op.type != "ok" or not isinstance(v, Poll):
             continue

@@ -20,7 +20,8 @@ Tables and keys (units last; every time is virtual milliseconds):
               (high-watermark|last-stable-offset: every link's fetch.bound,
               set when the link is created; "": the default),
               failover_truncation (abort|last-stable-offset: every link's
-              failover.truncation, likewise)
+              failover.truncation, likewise), gap_policy (continue|stop:
+              every link's gap.policy, likewise)
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
               reset_on_heal
   [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
@@ -134,6 +135,8 @@ class TopologySpec:
     fetch_bound: str = ""
     # Every link's failover.truncation ("": left at the default, abort).
     failover_truncation: str = ""
+    # Every link's gap.policy ("": left at the default, continue).
+    gap_policy: str = ""
 
 
 _MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors
@@ -520,6 +523,7 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     if topology.mode not in MODES:
         raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
     _check_policies("[topology]:", topology.fetch_bound, topology.failover_truncation)
+    _check_one_of("[topology]: gap_policy", topology.gap_policy, GAP_POLICIES)
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
             raise ScenarioError(f"[topology]: cluster name {c!r} must be letters, digits or _")

@@ -652,6 +652,8 @@ class ScriptSend:
     txn: str = ""
     abort: bool = False
     open: bool = False
+    # A transaction's commit (or abort) comes this long after its records (0: at once).
+    commit_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -669,6 +671,7 @@ class ScriptRequest:
     txn: str = ""
     abort: bool = False
     open: bool = False
+    commit_after_ms: int = 0
 
 
 def script_requests(spec: ScriptSpec) -> list[ScriptRequest]:
@@ -690,7 +693,14 @@ def script_requests(spec: ScriptSpec) -> list[ScriptRequest]:
             txns[s.txn] = len(out)
         out.append(
             ScriptRequest(
-                s.at_ms, s.cluster, s.topic, ((s.partition, s.value),), s.txn, s.abort, s.open
+                s.at_ms,
+                s.cluster,
+                s.topic,
+                ((s.partition, s.value),),
+                s.txn,
+                s.abort,
+                s.open,
+                s.commit_after_ms if s.txn else 0,
             )
         )
     return out
@@ -805,12 +815,57 @@ class ScriptProducer:
                     pass  # nothing open, or fenced: the coordinator times it out
             node.execute(effects, "produce", self._sized)
             raise
-        refused = ""
         if r.open:
             node.execute(effects, "produce", self._sized)
             for send in sends:  # never committed: the outcome is not known
                 self._finish(node, "info", invoke, now, send, "OPEN", False)
             return
+        if transactional and r.commit_after_ms > 0:
+            node.execute(effects, "produce", self._sized)
+            end = functools.partial(self._end_later, node, r, ids, txn_id, sends, invoke)
+            w.queue.after(r.commit_after_ms, f"{self.spec.name} commit", end)
+            return
+        self._settle(node, r, ids, txn_id, effects, sends, invoke)
+
+    def _end_later(
+        self,
+        node: SimCluster,
+        r: ScriptRequest,
+        ids: _ProducerIds,
+        txn_id: str,
+        sends: list[Send],
+        invoke: int,
+    ) -> None:
+        """The commit of a transaction held open `commit_after_ms`: a paused
+        cluster holds it, a crashed one leaves its outcome unknown."""
+        w = self.world
+        if self.paused(r.cluster):
+            end = functools.partial(self._end_later, node, r, ids, txn_id, sends, invoke)
+            w.queue.after(PAUSE_POLL_MS, f"{self.spec.name} commit held", end)
+            return
+        if not node.up or node is not w.clusters[r.cluster]:
+            for send in sends:
+                self._finish(node, "info", invoke, w.queue.now_ms, send, "timeout")
+            return
+        self._settle(node, r, ids, txn_id, [], sends, invoke)
+
+    def _settle(
+        self,
+        node: SimCluster,
+        r: ScriptRequest,
+        ids: _ProducerIds,
+        txn_id: str,
+        effects: list[core.Effect],
+        sends: list[Send],
+        invoke: int,
+    ) -> None:
+        """Ends the request's transaction (if any), then acknowledges its
+        records once the high watermark passes them."""
+        w = self.world
+        now = w.queue.now_ms
+        state = node.state
+        transactional = bool(r.txn)
+        refused = ""
         if transactional:
             try:
                 effects += state.end_txn(txn_id, ids.producer_id, ids.epoch, not r.abort, now)

@@ -11,8 +11,10 @@ from chaos.schedule import (
     CLASSICS,
     NEMESES,
     PROCEDURE_CRASH_SLOTS,
+    TXN_FAILOVER_OPEN_MS,
     classic_schedule,
     make_schedule,
+    parse_link_configs,
     procedure_crashes,
     random_schedule,
 )
@@ -111,3 +113,40 @@ def test_cli_schedule__procedure_moves_cut_short_by_a_crash__seeded_with_the_ope
     assert all(0 <= c.delay_ms <= 800 for c in drawn)
     assert procedure_crashes(7) == procedure_crashes(7)
     assert make_schedule(7, "kip986-dr", operators=True).procedure_crashes == procedure_crashes(7)
+
+
+def test_link_configs__checked__in_the_schedule__the_replay_and_every_link(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["schedule", "--schedule", "txn-failover",
+            "--link-config", "failover.truncation=last-stable-offset",
+            "--link-config", "fetch.bound=high-watermark"]  # fmt: skip
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["link_configs"] == {
+        "failover.truncation": "last-stable-offset",
+        "fetch.bound": "high-watermark",
+    }
+    assert printed["txn_open_ms"] == TXN_FAILOVER_OPEN_MS and printed["transactional"]
+    assert [s["op"] for s in printed["steps"]] == ["lose", "failover"]
+    args = _parser().parse_args(["run", "--seed", "2", *argv[1:]])
+    assert replay_command(args) == (
+        "ccr-chaos run --seed 2 --schedule txn-failover "
+        "--link-config failover.truncation=last-stable-offset "
+        "--link-config fetch.bound=high-watermark"
+    )
+    # The swarm's form takes them too.
+    swarm = _parser().parse_args(["--runs", "3", "--link-config", "gap.policy=stop"])
+    assert swarm.link_config == [("gap.policy", "stop")]
+    # Refused as create-link refuses them, before anything runs.
+    for bad, said in (
+        ("failover.truncation=sometimes", "failover.truncation is 'abort' or"),
+        ("retention=1", "unknown link config 'retention'"),
+        ("fetch.bound", "expected NAME=VALUE"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(["run", "--link-config", bad])
+        assert exit_.value.code == 2
+        assert said in capsys.readouterr().err
+    with pytest.raises(ValueError, match="given twice"):
+        parse_link_configs([("gap.policy", "stop"), ("gap.policy", "continue")])

@@ -371,3 +371,51 @@ def test_real_sync_run__the_twin_agrees(tmp_path: Path) -> None:
     assert "error" not in report, report
     assert report["agrees"], (report["differences"], report["real"], report["simulated"])
     assert report["partitions"] == 4 and report["links"] == 2
+
+
+# -- link policies and transactions held open (pure) ---------------------------------------
+
+
+def _txn_failover_run(policy: str) -> twin.RealRun:
+    """The txn-failover classic's twin with a transaction held open across A's
+    loss (6 s): three records at 5.2 s, to commit 1.5 s later."""
+    configs = (("failover.truncation", policy),) if policy else ()
+    schedule = make_schedule(1, name="txn-failover", phase_s=PHASE_S, link_configs=configs)
+    run = twin.nominal_run(schedule)
+    txn = "source_transactional_producer"
+    run.ops = [
+        *steady_ops("A", 100, 5_900, every_ms=100),
+        send("txn-producer", "A", "info", 5_200, 6_500, 0, "txn-producer-0", txn),
+        send("txn-producer", "A", "info", 5_200, 6_500, 1, "txn-producer-1", txn),
+        send("txn-producer", "A", "info", 5_200, 6_500, 0, "txn-producer-2", txn),
+    ]
+    return run
+
+
+def test_twin__link_policies_and_transactions_held_open__the_failover_cuts_or_aborts() -> None:
+    run = _txn_failover_run("last-stable-offset")
+    scenario = twin.to_scenario(run)
+    assert scenario.topology.failover_truncation == "last-stable-offset"
+    assert scenario.topology.fetch_bound == "" and scenario.topology.gap_policy == ""
+    sends = [s for script in scenario.scripts for s in script.sends if s.txn]
+    assert {s.commit_after_ms for s in sends} == {schedule_open_ms(run)}
+    outcomes = {}
+    for policy in ("last-stable-offset", ""):
+        sim = Simulation(twin.to_scenario(_txn_failover_run(policy)), 1)
+        sim.run()
+        (_cluster, _link, _at, result), = sim.failovers
+        outcomes[policy] = (
+            sum(c.removed for c in result.truncated),
+            len(result.dangling),
+        )
+    # Held open, the transaction is on B without its commit when A is lost:
+    # the cut removes it and every record after its first (the plain
+    # producer's too); the default aborts it (a row per partition it wrote)
+    # and keeps every record.
+    cut, aborted = outcomes["last-stable-offset"]
+    assert cut >= 3 and aborted == 0, outcomes
+    assert outcomes[""] == (0, 2), outcomes
+
+
+def schedule_open_ms(run: twin.RealRun) -> int:
+    return run.schedule.txn_open_ms
