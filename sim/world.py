@@ -1158,6 +1158,7 @@ class Simulation:
         chosen = {
             "fetch.bound": topology.fetch_bound,
             "failover.truncation": topology.failover_truncation,
+            "gap.policy": topology.gap_policy,
         }
         policies = {k: v for k, v in chosen.items() if v} or None
         self.ops.create_link(
