@@ -4,10 +4,10 @@
 
 STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
 connect-rebalance, dr-third-cluster, fetch-bound, mirror-vs-link,
-sync-vs-async, txn-failover) and SWEEP_OUT_DIR the directory `ccr-sim sweep
-sim/studies/STUDY.toml --out` wrote. Writes `STUDY.png` (the metric against
-the grid parameters the page discusses, mean
-over seeds) into the output directory; for dr-third-cluster also
+retention-gap, sync-vs-async, txn-failover) and SWEEP_OUT_DIR the directory
+`ccr-sim sweep sim/studies/STUDY.toml --out` wrote. Writes `STUDY.png` (the
+metric against the grid parameters the page discusses, mean over seeds) into
+the output directory; for dr-third-cluster also
 `dr-third-cluster-timeline.png`, the timeline of its first cell's first seed
 drawn by `ccr-sim report`'s own figure function. The runs are read with
 `sim.sweep_store.read_runs`, as the report reads them; every figure names the
@@ -272,6 +272,36 @@ def txn_failover(runs: Any, manifest: report.Manifest, out: Path) -> None:
     _finish(fig, manifest, out)
 
 
+def retention_gap(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    """Records lost, B's largest lag and the time its link was not following,
+    against the outage's length, per gap.policy; A's retention marked."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = (
+        ("gap_records", "records never copied (gaps recorded)", "records"),
+        ("follower_lag_records_max", "B's largest lag behind A", "records"),
+        ("link_state_ms_CATCHING_UP", "time B's link was not following", "seconds (virtual)"),
+    )
+    for policy, colour in (("continue", "#1f77b4"), ("stop", "#d62728")):
+        rows = runs[runs["param_gap_policy"] == policy].groupby("param_outage_ms").mean(
+            numeric_only=True
+        )
+        outage_s = [int(v) / 1000 for v in rows.index]
+        for ax, (metric, _title, unit) in zip(axes, panels, strict=True):
+            values = rows[metric].astype(float).fillna(0)
+            if unit.startswith("seconds"):
+                values = values / 1000
+            ax.plot(outage_s, values, "o-", color=colour, label=policy)
+    for ax, (_metric, title, unit) in zip(axes, panels, strict=True):
+        ax.axvline(3, color="#888888", linestyle=":", label="A's retention.ms (3 s)")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("B's outage (s); under stop the operator resumes at 16 s")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="gap.policy", title_fontsize=8)
+    _finish(fig, manifest, out)
+
+
 STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "sync-vs-async": sync_vs_async,
     "dr-third-cluster": dr_third_cluster,
@@ -280,6 +310,7 @@ STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "connect-rebalance": connect_rebalance,
     "fetch-bound": fetch_bound,
     "txn-failover": txn_failover,
+    "retention-gap": retention_gap,
 }
 
 

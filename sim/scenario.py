@@ -522,8 +522,9 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
         )
     if topology.mode not in MODES:
         raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
-    _check_policies("[topology]:", topology.fetch_bound, topology.failover_truncation)
-    _check_one_of("[topology]: gap_policy", topology.gap_policy, GAP_POLICIES)
+    _check_policies(
+        "[topology]:", topology.fetch_bound, topology.failover_truncation, topology.gap_policy
+    )
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
             raise ScenarioError(f"[topology]: cluster name {c!r} must be letters, digits or _")
@@ -660,8 +661,7 @@ def _check_alter(where: str, a: ActionSpec) -> None:
         raise ScenarioError(
             f"{where}: alter_link needs gap_policy, fetch_bound or failover_truncation"
         )
-    _check_policies(f"{where}:", a.fetch_bound, a.failover_truncation)
-    _check_one_of(f"{where}: gap_policy", a.gap_policy, GAP_POLICIES)
+    _check_policies(f"{where}:", a.fetch_bound, a.failover_truncation, a.gap_policy)
 
 
 def _check_one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
@@ -670,10 +670,13 @@ def _check_one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
         raise ScenarioError(f"{what} = {value!r} is not one of {', '.join(choices)}")
 
 
-def _check_policies(where: str, fetch_bound: str, failover_truncation: str) -> None:
+def _check_policies(
+    where: str, fetch_bound: str, failover_truncation: str, gap_policy: str
+) -> None:
     """The link policies a topology, a parameter or an alter_link sets."""
     _check_one_of(f"{where} fetch_bound", fetch_bound, FETCH_BOUNDS)
     _check_one_of(f"{where} failover_truncation", failover_truncation, FAILOVER_TRUNCATIONS)
+    _check_one_of(f"{where} gap_policy", gap_policy, GAP_POLICIES)
 
 
 def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
@@ -818,6 +821,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "mode": ("topology", "mode"),
     "fetch_bound": ("topology", "fetch_bound"),
     "failover_truncation": ("topology", "failover_truncation"),
+    "gap_policy": ("topology", "gap_policy"),
     "topology": ("topology", "kind"),
     "clusters": ("topology", "clusters"),
     "duration_ms": ("run", "duration_ms"),
@@ -1006,7 +1010,9 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                 raise ScenarioError(
                     f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
                 )
-            _check_policies("parameter", new.fetch_bound, new.failover_truncation)
+            _check_policies(
+                "parameter", new.fetch_bound, new.failover_truncation, new.gap_policy
+            )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")
         if table == "run":

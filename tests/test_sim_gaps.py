@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from linkd.core import replication as rep
 from linkd.core.provenance import Gap
 from sim import checkers
@@ -129,3 +131,20 @@ def test_gap_policy_stop__never_resumed__the_partitions_stay_stopped_and_reporte
     for (topic, p), (start, _end) in stopped.items():
         assert b.partition(topic, p).log_end_offset == start
         assert a.partition(topic, p).log_start_offset == a.partition(topic, p).log_end_offset
+
+
+def test_gap_policy_parameter__every_link_is_created_with_it() -> None:
+    """The gap_policy parameter ([topology] gap_policy) sets the link's
+    gap.policy at create-link: retention-outage under stop, with no
+    alter_link, stops both partitions at their gaps and records none;
+    a value that is not a policy is refused."""
+    spec = scenarios.apply_params(scenarios.load("retention-outage"), {"gap_policy": "stop"})
+    assert spec.topology.gap_policy == "stop"
+    sim = Simulation(spec, 1, keep_trace=False)
+    sim.run()
+    assert sim.violations == []
+    stopped, recorded = _stopped_and_recorded(sim)
+    assert set(stopped) == {("A-t0", 0), ("A-t0", 1)} and recorded == []
+    assert sim.metrics.values["gap_records"] == 0
+    with pytest.raises(scenarios.ScenarioError, match="gap_policy = 'skip' is not one of"):
+        scenarios.apply_params(scenarios.load("retention-outage"), {"gap_policy": "skip"})

@@ -92,6 +92,10 @@ report `failover_records_cut`, `failover_acknowledged_cut` and
 `consumer_reads_cut_by_failover`, 0 in each (every link keeps the default,
 abort).
 
+retention-gap is pinned new (the retention-gap study's scenario: the link's
+gap.policy a parameter, continue here; 20 s, the operator acts at 16 s); no
+other pin moved with it, nor with the gap_policy parameter.
+
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
 """
@@ -136,6 +140,8 @@ SIZED: dict[str, dict[str, Any]] = {
     "storage-refusal-create": {"duration_ms": 24_000},
     # A is lost at 10 s and B fails over at 10.5 s.
     "fetch-bound-failover": {"duration_ms": 12_000},
+    # B is back from its outage at 12 s; the operator's alter and resumes at 16 s.
+    "retention-gap": {"duration_ms": 20_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -299,6 +305,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("retention-outage", 2): (
         "8d02a671372afca11c818d444959baab98b5768564595030b8155b0c21726127",
         "4b357e03c4221738d510e978ecec15dc1536d9837972512c79641f70e4309594",
+    ),
+    ("retention-gap", 1): (
+        "7ec59e8a5841c5f5ef47e1a97bc38302566699a7862b30477d82d2398dba0496",
+        "b6dd64245799c03fd53d1087433db54b1e332dc845c002033a3b28f9f7cdc0c5",
+    ),
+    ("retention-gap", 2): (
+        "573503813de5900f2b519c418aea03f88bb1508c3bad9269853fb1f323b08ff1",
+        "9b7ad376310614ebea2b605dfbf70befa6c18555ba11bc2f15882eec62369ae0",
     ),
     ("reattach-own-writes", 1): (
         "e1eed371c6f3ee27ce3db22142ab537005f242e8216f82bdbd5ade62136d6d9b",

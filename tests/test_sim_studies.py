@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from linkd.core import link_rounds as rounds
+from linkd.core import replication as rep
 from linkd.core.link_driver import BACKOFF_MAX_MS
 from sim import scenario as scenarios
 from sim import sweep
@@ -29,7 +30,7 @@ def study_files() -> list[Path]:
 
 def test_there_are_studies_and_each_has_a_page() -> None:
     files = study_files()
-    assert len(files) == 7
+    assert len(files) == 8
     for path in files:
         assert (PAGES / f"{path.stem}.md").is_file(), path.stem
     index = (PAGES / "README.md").read_text()
@@ -280,3 +281,41 @@ def test_study_figures_draw_from_a_sweep(tmp_path: Path) -> None:
     assert figures.main(["sync-vs-async", str(out), "-o", str(tmp_path)]) == 0
     png = (tmp_path / "sync-vs-async.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+# -- retention outrunning the mirror (retention-gap) --------------------------------------
+
+
+def test_retention_gap_stop_loses_what_retention_deleted_while_it_waited() -> None:
+    """retention-gap, B down 6 s against A's 3 s retention: under continue B
+    skips each gap when it is back (10 s) and follows at once; under stop
+    both partitions wait at their gaps until the operator's answer at 16 s,
+    and the gaps then recorded start where continue's do but end further on:
+    what A's retention deleted meanwhile is lost too. Every skipped range is
+    recorded and counted in gap_records; no run breaks an invariant."""
+    ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] = {}
+    metrics: dict[str, dict[str, float]] = {}
+    for policy in ("continue", "stop"):
+        spec = scenarios.apply_params(
+            scenarios.load("retention-gap"), {"gap_policy": policy, "outage_ms": 6000}
+        )
+        sim = Simulation(spec, 1)
+        sim.run()
+        assert sim.violations == []
+        state = sim.clusters["B"].state
+        gaps = rep.gaps_of(state, state.links.get("A-B").link_id)
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        for g in gaps:
+            low, high = spans.get((g.topic, g.partition), (g.from_offset, g.to_offset))
+            spans[(g.topic, g.partition)] = (min(low, g.from_offset), max(high, g.to_offset))
+        ranges[policy] = spans
+        metrics[policy] = dict(sim.metrics.values)
+        assert metrics[policy]["gap_records"] == sum(g.records for g in gaps) > 0
+    assert set(ranges["stop"]) == set(ranges["continue"]) == {("A-t0", 0), ("A-t0", 1)}
+    for key, (low, high) in ranges["continue"].items():
+        stop_low, stop_high = ranges["stop"][key]
+        assert stop_low == low and stop_high > high
+    assert metrics["continue"]["link_state_ms_CATCHING_UP"] <= 200
+    assert metrics["stop"]["link_state_ms_CATCHING_UP"] >= 16_000 - 10_000 - 100
+    # 40 records/s over the two partitions, for the 6 s B waited.
+    assert metrics["stop"]["gap_records"] - metrics["continue"]["gap_records"] >= 200
