@@ -311,7 +311,8 @@ ENTRIES: tuple[Entry, ...] = (
         "catchup_ms", Unit.MS, Group.LINKS,
         "longest time from a heal to every link FOLLOWING (or IN_SYNC) without lag",
         "per heal (fault healed, cluster restarted, liveness phase): time until the run "
-        "converged; the largest",
+        "converged with no link held back (a partition stopped at a gap, or refused with a "
+        "reason the link reports, has not caught up); the largest",
         "no heal converged (no fault healed, or the links never caught up)",
     ),
     Entry(

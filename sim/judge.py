@@ -212,7 +212,7 @@ def final_checks(sim: Simulation) -> None:
     )
     sim.violations += checkers.check_transactions_atomic(sim.history)
     sim.metrics.from_history(sim.history, final)
-    sim.metrics.set("links_held_by_refusals", len(sim.refusals_at_end))
+    sim.metrics.set("links_held_by_refusals", len(sim.held_links))
     sim.metrics.set(
         "consumer_reads_aborted_uncommitted",
         follower_metrics.reads_aborted_uncommitted(sim.history, final, hidden),

@@ -194,7 +194,10 @@ class Simulation:
         self.consumers: list[Consumer] = []
         self.lost_for_good = self.nemesis.lost_for_good
         # Links settled but for partitions refused with a reported reason.
-        self.refusals_at_end: set[str] = set()
+        # Links the latest convergence check counted as settled while held
+        # back only by refusals the link reports (`unsettled_links`): at the
+        # end of the run, those of its last check.
+        self.held_links: frozenset[str] = frozenset()
         self.paused = self.nemesis.paused
         self.scripts: list[ScriptProducer] = []
         self._removals_ms = 0
@@ -1308,7 +1311,9 @@ class Simulation:
             self.ops.tell_removals()
         self._sample_link_states(now)
         healed_ms = self.nemesis.heal_at_ms
-        if healed_ms is not None and self.converged():
+        # Caught up: converged with nothing held back (a partition stopped at
+        # a gap, or refused with a reason, has not caught up, however settled).
+        if healed_ms is not None and self.converged() and not self.held_links:
             self.metrics.maximum("catchup_ms", now - healed_ms)
             self.metrics.add("catchups", 1)
             self.metrics.window("catchup", healed_ms, now)
@@ -1408,6 +1413,7 @@ class Simulation:
         configurations differ (invariant 7)."""
         now = self.queue.now_ms
         out = []
+        held: set[str] = set()
         for cid, node, name, config, remote in self.live_links():
             settled = LinkState.IN_SYNC if config.mode == LinkMode.SYNC else LinkState.FOLLOWING
             state = node.links.state_of(name)
@@ -1421,7 +1427,7 @@ class Simulation:
                     # Held back only by partitions refused with a reason
                     # the link reports (two topics of one name: an
                     # operator must choose): settled, and counted.
-                    self.refusals_at_end.add(f"{cid}/{name}")
+                    held.add(f"{cid}/{name}")
                 else:
                     out.append(f"{cid}/{name}:{node.links.state_name(name)}")
                     continue
@@ -1432,6 +1438,7 @@ class Simulation:
             behind = self._copies_behind(node, remote, name)
             if behind:
                 out.append(f"{cid}/{name}:{behind} ends where its source does not")
+        self.held_links = frozenset(held)
         return out
 
     def _storage_back(self, node: SimCluster, name: str) -> bool:

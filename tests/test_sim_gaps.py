@@ -113,7 +113,7 @@ def test_gap_policy_stop__the_story_runs_clean_and_reports_every_gap() -> None:
 def test_gap_policy_stop__never_resumed__the_partitions_stay_stopped_and_reported() -> None:
     """Without resume-partition the follower's partitions stay where they
     stopped, nothing recorded or copied past the gap, and the link reports
-    the refusal to the end (counted in refusals_at_end, not passed as
+    the refusal to the end (counted in held_links, not passed as
     following). Once the producer is done, A's retention deletes every
     segment, the active one too, as Kafka's does: there is nothing left to
     copy, so the link is judged by what it reports."""
@@ -124,7 +124,10 @@ def test_gap_policy_stop__never_resumed__the_partitions_stay_stopped_and_reporte
     sim = Simulation(spec, 1, keep_trace=False)
     sim.run()
     assert sim.violations == []
-    assert "B/A-B" in sim.refusals_at_end
+    assert "B/A-B" in sim.held_links
+    # Held to the end: counted as held, and no heal ever caught up.
+    assert sim.metrics.values["links_held_by_refusals"] == 1
+    assert "catchup_ms" not in sim.metrics.values
     stopped, recorded = _stopped_and_recorded(sim)
     assert set(stopped) == {("A-t0", 0), ("A-t0", 1)} and recorded == []
     a, b = sim.clusters["A"].state, sim.clusters["B"].state
@@ -148,3 +151,22 @@ def test_gap_policy_parameter__every_link_is_created_with_it() -> None:
     assert sim.metrics.values["gap_records"] == 0
     with pytest.raises(scenarios.ScenarioError, match="gap_policy = 'skip' is not one of"):
         scenarios.apply_params(scenarios.load("retention-outage"), {"gap_policy": "skip"})
+
+
+def test_stopped_partitions__no_catch_up_until_resumed__held_counted_at_the_end_only() -> None:
+    """A partition stopped at its gap has not caught up, however settled the
+    link counts it: the catch-up after B's restart (10 s) ends only once the
+    operator's resume (16.1 s) has let it copy on; and a link held only for a
+    while is not counted as held at the end (it follows again by then).
+    Seed 3 once caught up 100 ms after the restart, both partitions stopped,
+    and counted the link as held at the end."""
+    spec = scenarios.apply_params(
+        scenarios.load("retention-gap"), {"gap_policy": "stop", "outage_ms": 6000}
+    )
+    sim = Simulation(spec, 3, keep_trace=False)
+    sim.run()
+    assert sim.violations == []
+    assert sim.metrics.values["gap_records"] > 0  # both partitions stopped, then skipped
+    assert sim.metrics.values["catchup_ms"] >= 16_100 - 10_000
+    assert sim.metrics.values["links_held_by_refusals"] == 0
+    assert sim.held_links == frozenset()
