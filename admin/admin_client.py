@@ -219,10 +219,15 @@ class LinkInfo:
     procedure: dict[str, Any] | None = None
     # What is wrong with the link credentials its sessions run on ("": nothing).
     credential_problem: str = ""
+    # Only in the answer of attach or detach: the replicated transactions,
+    # left open in partitions that follow nothing now, this cluster aborted
+    # ({topic, partition, producer_id, first_offset}).
+    aborted_dangling: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pending": self.pending.to_dict() if self.pending is not None else None,
+            "aborted_dangling": list(self.aborted_dangling),
             "name": self.name,
             "link_id": self.link_id,
             "local_cluster_id": self.local_cluster_id,
@@ -337,6 +342,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         pending=pending_change(d.pending) if d.HasField("pending") else None,
         procedure=_plan_dict(d.procedure) if d.HasField("procedure") else None,
         credential_problem=d.credential_problem,
+        aborted_dangling=[_dangling_dict(x) for x in d.aborted_dangling],
     )
 
 
@@ -495,6 +501,23 @@ class FailoverResult:
             "aborted_transactions": list(self.aborted_transactions),
             "topics_known_at_ms": self.topics_known_at_ms,
             "groups": [g.to_dict() for g in self.groups],
+        }
+
+
+@dataclass(frozen=True)
+class LinkDeletion:
+    """A deleted link: what the remote has not confirmed (None: it deleted
+    its half too), and the replicated transactions left open in partitions
+    that follow nothing now, which this cluster aborted ({topic, partition,
+    producer_id, first_offset})."""
+
+    pending: PendingChange | None = None
+    aborted_dangling: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending.to_dict() if self.pending is not None else None,
+            "aborted_dangling": list(self.aborted_dangling),
         }
 
 
@@ -1113,12 +1136,16 @@ class AdminClient:
         req = admin_pb2.DescribeLinkRequest(name=name)
         return link_info(self._conn.call(self._conn.admin.DescribeLink, req, self._t(timeout)))
 
-    def delete_link(self, name: str, timeout: float | None = None) -> PendingChange | None:
-        """Deletes the link here; returns what the remote has not confirmed
-        (None: it deleted its half too)."""
+    def delete_link(self, name: str, timeout: float | None = None) -> LinkDeletion:
+        """Deletes the link here; the answer says what the remote has not
+        confirmed (`pending`, None: it deleted its half too) and which
+        replicated transactions this cluster aborted (`aborted_dangling`)."""
         req = admin_pb2.DeleteLinkRequest(name=name)
         resp = self._conn.call(self._conn.admin.DeleteLink, req, self._t(timeout))
-        return pending_change(resp.pending) if resp.HasField("pending") else None
+        return LinkDeletion(
+            pending=pending_change(resp.pending) if resp.HasField("pending") else None,
+            aborted_dangling=[_dangling_dict(x) for x in resp.aborted_dangling],
+        )
 
     # --- Mirror links (MirrorMaker 2 flows hosted by the daemon) ------------------------
 

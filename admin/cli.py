@@ -829,11 +829,7 @@ def cmd_set_reserved(args: argparse.Namespace) -> int:
             f"aborted {len(result.aborted_transactions)} open transactions: "
             + ", ".join(result.aborted_transactions)
         )
-    for d in result.aborted_dangling:
-        print(
-            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
-            f"(producer {d['producer_id']}, from offset {d['first_offset']})"
-        )
+    _print_aborted_dangling(result.aborted_dangling)
     return EXIT_OK
 
 
@@ -1132,14 +1128,27 @@ def _pending_exit(pending: PendingChange | None, done: str) -> int:
 
 def cmd_delete_link(args: argparse.Namespace) -> int:
     with _admin(args) as admin:
-        pending = admin.delete_link(args.name)
+        deletion = admin.delete_link(args.name)
+    pending = deletion.pending
     if args.json:
-        _emit({"deleted": args.name, "pending": pending.to_dict() if pending else None})
-    elif pending is None:
-        print(f"deleted link {args.name}")
+        _emit({"deleted": args.name, **deletion.to_dict()})
     else:
-        print(f"deleted link {args.name} here (pending on the remote)")
+        if pending is None:
+            print(f"deleted link {args.name}")
+        else:
+            print(f"deleted link {args.name} here (pending on the remote)")
+        _print_aborted_dangling(deletion.aborted_dangling)
     return _pending_exit(pending, f"link {args.name} deleted")
+
+
+def _print_aborted_dangling(aborted: list[dict[str, Any]]) -> None:
+    """One line per replicated transaction a change aborted here."""
+    for d in aborted:
+        print(
+            f"aborted a replicated transaction left open in {d['topic']}-{d['partition']} "
+            f"(producer {d['producer_id']}, from offset {d['first_offset']}): it follows "
+            "nothing now, no coordinator would end it"
+        )
 
 
 def cmd_attach_namespace(args: argparse.Namespace) -> int:
@@ -1161,6 +1170,8 @@ def cmd_attach_namespace(args: argparse.Namespace) -> int:
             f"{args.link} here (remote {args.remote_prefix!r}, leader {args.leader}); "
             f"{link.pending.remote_cluster_id} has not confirmed it"
         )
+    if not args.json:
+        _print_aborted_dangling(link.aborted_dangling)
     return _pending_exit(link.pending, what)
 
 
@@ -1170,12 +1181,14 @@ def cmd_detach_namespace(args: argparse.Namespace) -> int:
     what = f"{args.type} namespace {args.local_prefix!r} detached from link {args.link}"
     if args.json:
         _emit(link.to_dict())
-    elif link.pending is None:
+        return _pending_exit(link.pending, what)
+    if link.pending is None:
         print(f"detached {args.type} namespace {args.local_prefix!r} from link {args.link}")
     else:
         print(
             f"pending: {what} here; {link.pending.remote_cluster_id} has not confirmed it"
         )
+    _print_aborted_dangling(link.aborted_dangling)
     return _pending_exit(link.pending, what)
 
 

@@ -284,7 +284,7 @@ def _pending(rec: MoveRecord, pending: PendingChange | None) -> None:
 
 def _delete_link(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:
     with op.admin(m.cluster) as a:
-        _pending(rec, a.delete_link(m.link))
+        _pending(rec, a.delete_link(m.link).pending)
 
 
 def _attach(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -> None:

@@ -702,6 +702,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         pending = _pending_pb(result.pending)
         if pending is not None:
             described.pending.CopyFrom(pending)
+        described.aborted_dangling.extend(_dangling_pb(d) for d in result.aborted)
         return described
 
     def _link_pb(self, name: str) -> admin_pb2.LinkDescription:
@@ -834,7 +835,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DeleteLinkRequest, context: Any
     ) -> admin_pb2.DeleteLinkResponse:
         result = await self.ops.delete_link(request.name)
-        return admin_pb2.DeleteLinkResponse(pending=_pending_pb(result.pending))
+        return admin_pb2.DeleteLinkResponse(
+            pending=_pending_pb(result.pending),
+            aborted_dangling=[_dangling_pb(d) for d in result.aborted],
+        )
 
     @refusals
     @needs_cluster(Op.ALTER)

@@ -11,6 +11,7 @@ import pytest
 
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
+from linkd.core import procedures
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState
@@ -403,3 +404,31 @@ def test_a_sync_link_whose_follower_keeps_its_own_writes__is_out_of_sync__and_sa
     # A led partition behind with no reason given is not explained.
     a.links.runtime["ab"].partitions[("orders-1", 0, "leader")].refused = None
     assert not a.links.explained("ab", later)
+
+
+@pytest.mark.parametrize("change", ["detach", "delete-link"])
+def test_a_change_that_aborts_replicated_transactions__names_them_in_its_answer(
+    change: str,
+) -> None:
+    """B copied a transaction still open on A; the operator detaches the
+    namespace (or deletes the link): nothing will ever end the copy, so B
+    aborts it, and the answer (not only the log) names it."""
+    from tests.test_core_pending_answers import drive
+
+    a, b, disk_a, disk_b = two_clusters()
+    discover(a, b, disk_b)
+    produce(a, disk_a, 2)
+    _open_transaction(a, disk_a)
+    fetch_round(a, b, disk_a, disk_b, NOW + 10)
+    assert b.partition("orders-1", 0).last_stable_offset == 2
+    if change == "detach":
+        procedure = procedures.detach(b, "ab", "topic", "orders-", NOW + 20)
+    else:
+        procedure = procedures.delete_link(b, "ab", NOW + 20)
+    result, notes = drive(procedure, b, None)  # A unreachable: pending, done here
+    assert [(d.topic, d.partition, d.producer_id, d.first_offset) for d in result.aborted] == [
+        ("orders-1", 0, 4242, 2)
+    ]
+    assert any("aborted 1 transactions left open" in n for n in notes), notes
+    # Nothing open is left: a second look finds nothing to abort.
+    assert b.dangling_transactions([""]) == []

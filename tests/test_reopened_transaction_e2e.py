@@ -3,10 +3,11 @@ On real daemons, through ccr-admin and confluent-kafka clients.
 
 B follows A's namespace orders- over link ab (created on B). A transaction
 opens on A and B copies it while open. The operator detaches orders- on B:
-no marker would ever come, so B aborts the transaction itself (its log names
-it), and a read_committed reader of B passes its records. A then commits it. Attached
-again, B would have to cut its own abort marker and let A's commit decide
-the transaction: the records turn visible behind the reader. So the attach
+no marker would ever come, so B aborts the transaction itself (the detach's
+answer and B's log name it), and a read_committed reader of B passes its
+records. A then commits it. Attached again, B would have to cut its own
+abort marker and let A's commit decide the transaction: the records turn
+visible behind the reader. So the attach
 is refused, naming the transaction; `recover` reports it as reopened, and
 with --confirm cuts the marker and follows A, after which a new
 read_committed reader of B reads the committed records.
@@ -50,7 +51,12 @@ def test_reattach_over_a_detach_abort__refused_naming_it__recover_reports_and_cu
              lambda: partition0(b).get("log_end_offset") == 6, BOUND_S)  # fmt: skip
 
     # The detach aborts the copy on B (its own marker at 6); readers move on.
-    detach(b, "ab", "topic", "orders-")
+    # Its answer names the transaction it aborted.
+    detached = detach(b, "ab", "topic", "orders-")
+    aborted = detached["aborted_dangling"]
+    assert [(d["topic"], d["partition"], d["first_offset"]) for d in aborted] == [
+        (TOPIC, 0, 3)
+    ], detached
     wait_for("B aborted the transaction it copied",
              lambda: partition0(b)["last_stable_offset"] == 7, BOUND_S)  # fmt: skip
     # B's log names what its detach aborted, for the operator.

@@ -42,7 +42,7 @@ from linkd.core import journal as jr
 from linkd.core import link_admin as admin
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
-from linkd.core.cluster import ClusterState
+from linkd.core.cluster import ClusterState, DanglingTxn
 from linkd.core.effects import Effect, journal
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
@@ -234,6 +234,10 @@ class AdminResult:
 
     config: LinkConfig | None
     pending: Pending | None = None
+    # Replicated transactions the change aborted here: left open in
+    # partitions that follow nothing now, no coordinator would end them
+    # (a detach, a deletion; `link_admin.settled_note` words the warning).
+    aborted: tuple[DanglingTxn, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -284,7 +288,7 @@ def change_mapping(
         raise reply.error  # nothing changed here; the step is run again later
     now = reply.now_ms
     effects, settled = admin.put_mapping_settling(state, link_name, stamped, now)
-    notes: list[str] = [admin.settled_note(link_name, settled)] if settled else []
+    notes: list[str] = []
     pending: Pending | None = None
     if reply.answer is not None:
         accepted = rounds.accept_handshake_answer(state, link_name, reply.answer, now)
@@ -306,12 +310,14 @@ def change_mapping(
             f"link {link_name!r}: the remote did not confirm the change; pending ({reason})",
         )
     yield Execute(tuple(effects))
+    if settled:
+        yield Note("warning", admin.settled_note(link_name, settled))
     for note in notes:
         yield Note("info", note)
     if state.refresh_high_watermarks():
         yield WakeWaiters()
     yield LinkChanged(link_name)
-    return AdminResult(state.links.get(link_name), pending)
+    return AdminResult(state.links.get(link_name), pending, tuple(settled))
 
 
 def attach(
@@ -614,7 +620,7 @@ def delete_link(
     yield Note("info", f"link {name!r} deleted" + ("" if told else "; pending on the remote"))
     if settled:
         yield Note("warning", admin.settled_note(name, settled))
-    return AdminResult(None, pending)
+    return AdminResult(None, pending, tuple(settled))
 
 
 def _removed_there(reply: Replied[None]) -> bool:

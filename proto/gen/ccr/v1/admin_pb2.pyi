@@ -822,20 +822,29 @@ class DeleteLinkResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PENDING_FIELD_NUMBER: _builtins.int
+    ABORTED_DANGLING_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def pending(self) -> Global___PendingChange:
         """Set when the link is deleted here but the remote cluster has not
         confirmed that it deleted its half; unset when both sides have.
         """
 
+    @_builtins.property
+    def aborted_dangling(self) -> _containers.RepeatedCompositeFieldContainer[Global___DanglingTransaction]:
+        """The transactions replicated into partitions that follow nothing now,
+        still open there, which this cluster aborted (no coordinator would ever
+        end them).
+        """
+
     def __init__(
         self,
         *,
         pending: Global___PendingChange | None = ...,
+        aborted_dangling: _abc.Iterable[Global___DanglingTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "pending", b"pending"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1138,6 +1147,7 @@ class LinkDescription(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
     PENDING_FIELD_NUMBER: _builtins.int
+    ABORTED_DANGLING_FIELD_NUMBER: _builtins.int
     PROCEDURE_FIELD_NUMBER: _builtins.int
     CREDENTIAL_PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -1207,6 +1217,14 @@ class LinkDescription(_message.Message):
         """
 
     @_builtins.property
+    def aborted_dangling(self) -> _containers.RepeatedCompositeFieldContainer[Global___DanglingTransaction]:
+        """Only in the answer of a change (attach, detach): the transactions
+        replicated into partitions that follow nothing after it, still open
+        there, which this cluster aborted (no coordinator would ever end them:
+        docs/operations.md, "Reservations and open transactions").
+        """
+
+    @_builtins.property
     def procedure(self) -> Global___ProcedurePlan:
         """A multi-step procedure (reverse) in progress on this link, journalled on
         this cluster: unset when none. Running the procedure again on this
@@ -1239,12 +1257,13 @@ class LinkDescription(_message.Message):
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
         pending: Global___PendingChange | None = ...,
+        aborted_dangling: _abc.Iterable[Global___DanglingTransaction] | None = ...,
         procedure: Global___ProcedurePlan | None = ...,
         credential_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
