@@ -1,0 +1,162 @@
+"""failback.reconciliation: where `recover` cuts the cluster that follows
+again after a failover (issue 33, choice 2).
+
+`history` (the default) cuts where the two histories part by provenance and
+leader epochs; `last-mirrored-offset` (KIP-1279) cuts at the offset where the
+remote's copy stopped being copied from this cluster; `last-mirrored-leader-
+epoch` (KIP-1279's later proposal) cuts at the end, in this cluster's epoch
+history, of the leader epoch of the last record the remote mirrored. Here:
+the rule per value on plain histories (rows, reasons, cuts), and a shipped
+failback after an unclean election under each value."""
+
+from __future__ import annotations
+
+import pytest
+from test_core_link_rounds import NOW, two_clusters
+
+from linkd.core import procedures
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.histories import BatchMark, PartitionSide, last_mirrored_offset
+from linkd.core.links import POLICIES, FailbackReconciliation, parse_policies
+from linkd.core.provenance import ProvenanceItem
+from linkd.core.recovery import PartitionRow, plan_partition
+
+HISTORY = FailbackReconciliation.HISTORY
+LMO = FailbackReconciliation.LAST_MIRRORED_OFFSET
+LMLE = FailbackReconciliation.LAST_MIRRORED_LEADER_EPOCH
+BATCHES = tuple(range(0, 150, 10))  # every batch holds ten records
+
+
+def _a(epochs: tuple[tuple[int, int], ...]) -> PartitionSide:
+    """A, the old source, 150 records, all written by its own clients."""
+    return PartitionSide("A", 0, 150, 150, epochs, (), BATCHES)
+
+
+def _b(
+    epochs: tuple[tuple[int, int], ...], marks: tuple[BatchMark, ...] = ()
+) -> PartitionSide:
+    """B copied A's log up to 80 (the last mirrored offset), failed over
+    there (a new epoch) and wrote on to 120."""
+    provenance = (
+        ProvenanceItem.attached(0, "A", "link", 1),
+        ProvenanceItem.detached(80, "link"),
+    )
+    return PartitionSide("B", 0, 120, 120, epochs, provenance, (), (), marks)
+
+
+def _mark(base: int, epoch: int) -> BatchMark:
+    return BatchMark(base, base + 9, 1000 + base, epoch)
+
+
+def _row(rule: FailbackReconciliation, a: PartitionSide, b: PartitionSide) -> PartitionRow:
+    return plan_partition("t", "t", 0, a, b, None, rule)
+
+
+# A wrote in epoch 0; B copied [0, 80) and failed over at 80 (its epoch 1);
+# then an unclean election on A replaced everything from 60 (A's epoch 1) and
+# A's clients wrote on to 150: A's [60, 80) are not the records B holds there.
+UNCLEAN_A = ((0, 0), (1, 60))
+B_EPOCHS = ((0, 0), (1, 80))
+
+
+def test_the_policy__is_known__and_a_bad_value_is_refused() -> None:
+    assert POLICIES["failback.reconciliation"][0] == "failback_reconciliation"
+    fields = parse_policies("ab", {"failback.reconciliation": "last-mirrored-offset"})
+    assert fields == {"failback_reconciliation": "last-mirrored-offset"}
+    with pytest.raises(ClusterError) as bad:
+        parse_policies("ab", {"failback.reconciliation": "lmo"})
+    assert bad.value.code is ErrorCode.INVALID_LINK_CONFIG
+    assert "'history', 'last-mirrored-offset' or 'last-mirrored-leader-epoch', not 'lmo'" in (
+        bad.value.message
+    )
+
+
+def test_alter_link__a_bad_value_is_refused__the_default_is_history() -> None:
+    a, _b, _da, _db = two_clusters()
+    assert a.links.get("ab").failback_reconciliation is HISTORY
+    with pytest.raises(ClusterError, match="not 'newest'"):
+        next(procedures.alter_link(a, "ab", {"failback_reconciliation": "newest"}, NOW + 1))
+    assert a.links.get("ab").failback_reconciliation is HISTORY
+
+
+def test_the_last_mirrored_offset__is_where_the_remotes_range_copied_from_here_ends() -> None:
+    b = _b(B_EPOCHS)
+    assert last_mirrored_offset(b, "A") == 80
+    assert last_mirrored_offset(b, "C") is None  # nothing copied from C
+    following = PartitionSide("B", 0, 95, 95, B_EPOCHS, b.provenance[:1])
+    assert last_mirrored_offset(following, "A") == 95  # still copying: its log end
+
+
+def test_history__cuts_where_the_unclean_election_rewrote_as() -> None:
+    row = _row(HISTORY, _a(UNCLEAN_A), _b(B_EPOCHS, (_mark(70, 0),)))
+    assert (row.common_offset, row.truncate_to, row.local_records_lost) == (60, 60, 90)
+    assert row.reason == "leader-epoch"  # the history rule's reasons, as before
+
+
+def test_last_mirrored_offset__keeps_what_the_election_rewrote_below_it() -> None:
+    row = _row(LMO, _a(UNCLEAN_A), _b(B_EPOCHS, (_mark(70, 0),)))
+    # Cut at 80: A keeps its [60, 80), which B holds other records at.
+    assert (row.common_offset, row.truncate_to, row.local_records_lost) == (80, 80, 70)
+    assert row.reason == "last-mirrored-offset 80"
+    assert row.remote_records_lost == 40  # B's own [80, 120): A follows them
+
+
+def test_last_mirrored_offset__a_log_that_ends_below_it_is_not_cut() -> None:
+    short = PartitionSide("A", 0, 70, 70, UNCLEAN_A, (), BATCHES[:7])
+    row = _row(LMO, short, _b(B_EPOCHS))
+    assert (row.truncate_to, row.local_records_lost, row.diverged) == (70, 0, False)
+    assert row.reason == "last-mirrored-offset 80"
+
+
+def test_last_mirrored_leader_epoch__ends_where_this_cluster_started_its_next_epoch() -> None:
+    row = _row(LMLE, _a(UNCLEAN_A), _b(B_EPOCHS, (_mark(70, 0),)))
+    assert (row.common_offset, row.truncate_to, row.local_records_lost) == (60, 60, 90)
+    assert row.reason == "last-mirrored-leader-epoch 0 ends at 60 (last mirrored offset 80)"
+
+
+def test_last_mirrored_leader_epoch__never_past_the_last_mirrored_offset() -> None:
+    """No unclean election: A wrote on in the epoch B mirrored last, which
+    ends at A's log end; the cut is the last mirrored offset."""
+    row = _row(LMLE, _a(((0, 0),)), _b(B_EPOCHS, (_mark(70, 0),)))
+    assert (row.truncate_to, row.local_records_lost) == (80, 70)
+    assert row.reason == "last-mirrored-leader-epoch 0 ends at 150 (last mirrored offset 80)"
+
+
+def test_last_mirrored_leader_epoch__without_the_remotes_mark__says_where_its_epoch_came_from() -> (
+    None
+):
+    row = _row(LMLE, _a(UNCLEAN_A), _b(B_EPOCHS))
+    assert row.truncate_to == 60
+    assert row.reason == (
+        "last-mirrored-leader-epoch 0 ends at 60 (last mirrored offset 80; the epoch from B's "
+        "epoch history: it marked no batch ending there)"
+    )
+
+
+def test_last_mirrored_leader_epoch__trusts_epoch_numbers__which_an_election_can_reissue() -> None:
+    """A wrote [70, ...) in epoch 2 before B stopped at 80; the unclean
+    election cut A to 60, below where epoch 2 began, and numbered A's new
+    epoch 1 (its highest left, plus one). A's history no longer has epoch 2
+    and ends no epoch at or above it: the rule keeps A's rewritten [60, 80).
+    The history rule sees the epochs differ at 60."""
+    b = _b(((0, 0), (2, 70), (3, 80)), (_mark(70, 2),))
+    lmle = _row(LMLE, _a(UNCLEAN_A), b)
+    assert (lmle.truncate_to, lmle.local_records_lost) == (80, 70)
+    assert lmle.reason == "last-mirrored-leader-epoch 2 ends at 150 (last mirrored offset 80)"
+    assert _row(HISTORY, _a(UNCLEAN_A), b).truncate_to == 60
+
+
+def test_a_remote_that_copied_nothing_from_here__is_cut_by_history__its_row_says_so() -> None:
+    """C copied B's log to 50 and wrote on; B never copied from C: no last
+    mirrored offset, the history rule's cut (B's log ends at 50), named."""
+    b = PartitionSide("B", 0, 50, 50, ((0, 0),))
+    c = PartitionSide(
+        "C", 0, 60, 60, ((0, 0), (1, 50)), (ProvenanceItem.attached(0, "B", "l", 1),
+                                            ProvenanceItem.detached(50, "l")), BATCHES[:6]
+    )
+    for rule in (LMO, LMLE):
+        row = _row(rule, c, b)
+        assert (row.truncate_to, row.local_records_lost) == (50, 10), rule
+        assert row.reason == (
+            "history: log-end (no last mirrored offset: B copied nothing of it from C)"
+        ), (rule, row.reason)
