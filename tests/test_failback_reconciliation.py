@@ -11,6 +11,8 @@ failback after an unclean election under each value."""
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 from test_core_link_rounds import NOW, two_clusters
 
@@ -18,8 +20,10 @@ from linkd.core import procedures
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.histories import BatchMark, PartitionSide, last_mirrored_offset
 from linkd.core.links import POLICIES, FailbackReconciliation, parse_policies
-from linkd.core.provenance import ProvenanceItem
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.recovery import PartitionRow, plan_partition
+from sim import scenario as scenarios
+from sim.world import Simulation
 
 HISTORY = FailbackReconciliation.HISTORY
 LMO = FailbackReconciliation.LAST_MIRRORED_OFFSET
@@ -160,3 +164,82 @@ def test_a_remote_that_copied_nothing_from_here__is_cut_by_history__its_row_says
         assert row.reason == (
             "history: log-end (no last mirrored offset: B copied nothing of it from C)"
         ), (rule, row.reason)
+
+
+# -- the shipped failback after an unclean election ----------------------------------------
+
+
+def _run(params: dict[str, object], text: str | None = None) -> Simulation:
+    spec = scenarios.load("failback-unclean") if text is None else scenarios.parse(
+        tomllib.loads(text)
+    )
+    sim = Simulation(scenarios.apply_params(spec, params), 1, False)
+    sim.run()
+    return sim
+
+
+def _cut_and_source(sim: Simulation) -> tuple[tuple[int, int], str]:
+    """A's recovery cut (offset, records removed) and whom A copies from now
+    ("" when it follows nothing)."""
+    entries = sim.clusters["A"].state.topic("A-t0").provenance[0]
+    [cut] = [(e.offset, e.removed) for e in entries if e.kind is ProvenanceKind.TRUNCATED]
+    last = entries[-1]
+    return cut, last.source if last.kind is ProvenanceKind.START else ""
+
+
+def test_the_shipped_failback__history_and_the_last_mirrored_leader_epoch_are_clean() -> None:
+    """B copied A's log to 461 (the last mirrored offset) and failed over;
+    A's unclean election took it back to 362 and A's clients wrote on. Both
+    rules cut A at 362, where its epoch 1 began, and A follows B: clean."""
+    for rule in ("history", "last-mirrored-leader-epoch"):
+        sim = _run({"failback_reconciliation": rule})
+        assert sim.violations == [], (rule, sim.violations)
+        assert _cut_and_source(sim) == ((362, 207), "B"), rule
+        a = sim.clusters["A"].state.partition("A-t0", 0)
+        b = sim.clusters["B"].state.partition("A-t0", 0)
+        assert a.log_end_offset == b.log_end_offset, rule  # A caught up with B
+
+
+def test_the_shipped_failback__the_last_mirrored_offset_keeps_what_the_election_rewrote() -> (
+    None
+):
+    """Cut at 461, A keeps its own 99 records [362, 461) where B holds A's
+    old ones: the judge names each batch ("diverged after failback"), and
+    the link's attach refuses to follow B over them (it would cut A's own
+    acknowledged records), so A is left reserved, following nothing."""
+    sim = _run({"failback_reconciliation": "last-mirrored-offset"})
+    assert _cut_and_source(sim) == ((461, 108), "")
+    diverged = [v for v in sim.violations if v.invariant == "diverged after failback"]
+    assert diverged[0].detail == (
+        "recover on link 'A-B' (last-mirrored-offset 461), cut to 461: A:A-t0-0 (source "
+        "B:A-t0): the batch at offset 362 differs from the source's (source batch at 362)"
+    )
+    assert diverged[-1].detail.endswith("... and 94 more")  # 99 batches of one record
+    rest = [v for v in sim.violations if v.invariant != "diverged after failback"]
+    assert [v.invariant for v in rest] == ["one writer at rest"], rest
+    assert "reserved on A and following no link at rest after a recover" in rest[0].detail
+
+
+def test_the_last_mirrored_leader_epoch__is_fooled_by_an_epoch_number_the_election_reissued() -> (
+    None
+):
+    """A clean leader change on A at 4 s (an election that removes nothing:
+    A's epoch 1 from about 400) before B stops copying; the unclean election
+    at 7 s cuts A below where epoch 1 began, and the new epoch is numbered 1
+    again (the highest left, 0, plus one). B's last mirrored record is of
+    A's old epoch 1, which A's history now ends at its log end: the rule
+    cuts at the last mirrored offset and keeps the rewritten records, as
+    the last mirrored offset does. The history rule is not fooled."""
+    text = scenarios.SCENARIO_DIR.joinpath("failback-unclean.toml").read_text()
+    text += (
+        '\n[[faults]]\nat_ms = 4000\nkind = "unclean_election"\nnode = "A"\n'
+        'topic = "A-t0"\npartition = 0\nrecords = 0\n'
+    )
+    fooled = _run({"failback_reconciliation": "last-mirrored-leader-epoch"}, text)
+    assert _cut_and_source(fooled) == ((461, 108), "")
+    assert {v.invariant for v in fooled.violations} == {
+        "diverged after failback", "one writer at rest"
+    }
+    history = _run({}, text)
+    assert history.violations == []
+    assert _cut_and_source(history) == ((362, 207), "B")
