@@ -243,3 +243,21 @@ def test_the_last_mirrored_leader_epoch__is_fooled_by_an_epoch_number_the_electi
     history = _run({}, text)
     assert history.violations == []
     assert _cut_and_source(history) == ((362, 207), "B")
+
+
+def test_the_last_mirrored_offsets_cut_stays__a_rerun_takes_up_its_journalled_plan() -> None:
+    """The operator switches the link to history and runs recover --confirm
+    again: the plan journalled past its cut is taken up, its cut (461) is
+    the answer, and the attach is refused again."""
+    text = scenarios.SCENARIO_DIR.joinpath("failback-unclean.toml").read_text()
+    text += (
+        '\n[[actions]]\nat_ms = 12000\nkind = "alter_link"\ncluster = "A"\nlink = "A-B"\n'
+        'failback_reconciliation = "history"\n'
+        '\n[[actions]]\nat_ms = 13000\nkind = "recover"\ncluster = "A"\nlink = "A-B"\n'
+        'prefixes = [["A-", "A-"]]\n'
+    )
+    sim = _run({"failback_reconciliation": "last-mirrored-offset"}, text)
+    assert sim.clusters["A"].state.links.get("A-B").failback_reconciliation is HISTORY
+    assert _cut_and_source(sim) == ((461, 108), "")
+    assert sim.clusters["A"].state.plans.get("A-B") is not None  # still journalled
+    assert any(v.invariant == "diverged after failback" for v in sim.violations)
