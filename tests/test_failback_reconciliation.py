@@ -12,9 +12,14 @@ failback after an unclean election under each value."""
 from __future__ import annotations
 
 import tomllib
+from typing import Any
 
 import pytest
+from harness import run_cli
 from test_core_link_rounds import NOW, two_clusters
+from test_fetch_bound_e2e import partition0, plain
+from test_links_e2e import cli_json, wait_for
+from test_operator_stories_e2e import attach, create_topic, make_cluster, namespaces
 
 from linkd.core import procedures
 from linkd.core.errors import ClusterError, ErrorCode
@@ -28,7 +33,9 @@ from sim.world import Simulation
 HISTORY = FailbackReconciliation.HISTORY
 LMO = FailbackReconciliation.LAST_MIRRORED_OFFSET
 LMLE = FailbackReconciliation.LAST_MIRRORED_LEADER_EPOCH
-BATCHES = tuple(range(0, 150, 10))  # every batch holds ten records
+BATCHES = tuple(range(0, 150, 10))
+TOPIC = "orders-f"
+BOUND_S = 60.0  # every batch holds ten records
 
 
 def _a(epochs: tuple[tuple[int, int], ...]) -> PartitionSide:
@@ -261,3 +268,30 @@ def test_the_last_mirrored_offsets_cut_stays__a_rerun_takes_up_its_journalled_pl
     assert _cut_and_source(sim) == ((461, 108), "")
     assert sim.clusters["A"].state.plans.get("A-B") is not None  # still journalled
     assert any(v.invariant == "diverged after failback" for v in sim.violations)
+
+
+def test_an_operator_sets_the_rule_and_reads_it_in_the_recover_report(daemon_factory: Any) -> None:
+    """Through ccr-admin on real daemons: create-link --config (a bad value
+    refused), describe-link, a failover on B, then recover's report on A
+    names the rule and the last mirrored offset; alter-link sets it back."""
+    a, b = make_cluster(daemon_factory, "A"), make_cluster(daemon_factory, "B")
+    namespaces("topic", "orders-", on=(a, b))
+    bad = run_cli("create-link", "ab", "--remote", b.bootstrap,
+                  "--config", "failback.reconciliation=lmo", bootstrap=a.bootstrap)  # fmt: skip
+    assert bad.returncode != 0 and "'history', 'last-mirrored-offset' or" in bad.stderr, bad.stderr
+    cli_json(a.bootstrap, "create-link", "ab", "--remote", b.bootstrap,
+             "--config", "failback.reconciliation=last-mirrored-offset")  # fmt: skip
+    shown = run_cli("describe-link", "ab", bootstrap=a.bootstrap).stdout
+    assert "failback.reconciliation last-mirrored-offset" in shown, shown
+    attach(a, "ab", "topic", "orders-", "orders-", "local")
+    create_topic(a, TOPIC, 1)
+    plain(a, 3, "before")
+    wait_for("B copies A's records",
+             lambda: partition0(b).get("log_end_offset") == 3, BOUND_S)  # fmt: skip
+    done = run_cli("failover", "--link", "ab", bootstrap=b.bootstrap)
+    assert done.returncode == 0, done.stderr
+    report = run_cli("recover", "--link", "ab", bootstrap=a.bootstrap)
+    assert report.returncode == 0, report.stderr
+    assert "last-mirrored-offset 3" in report.stdout, report.stdout
+    back = cli_json(a.bootstrap, "alter-link", "ab", "--failback-reconciliation", "history")
+    assert back["failback_reconciliation"] == "history"
