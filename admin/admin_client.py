@@ -205,6 +205,9 @@ class LinkInfo:
     fetch_bound: str = "high-watermark"
     # failover.truncation: "abort" or "last-stable-offset".
     failover_truncation: str = "abort"
+    # failback.reconciliation: "history", "last-mirrored-offset" or
+    # "last-mirrored-leader-epoch".
+    failback_reconciliation: str = "history"
     # The last call of the link that failed on this side (the side that
     # dials): error code name, message, when ("" and 0: none).
     last_error_code: str = ""
@@ -245,6 +248,7 @@ class LinkInfo:
             "gap_policy": self.gap_policy,
             "fetch_bound": self.fetch_bound,
             "failover_truncation": self.failover_truncation,
+            "failback_reconciliation": self.failback_reconciliation,
             "gaps": list(self.gaps),
             "last_error_code": self.last_error_code,
             "last_error": self.last_error,
@@ -336,6 +340,7 @@ def link_info(d: admin_pb2.LinkDescription) -> LinkInfo:
         gap_policy=d.gap_policy or "continue",
         fetch_bound=d.fetch_bound or "high-watermark",
         failover_truncation=d.failover_truncation or "abort",
+        failback_reconciliation=d.failback_reconciliation or "history",
         last_error_code=d.last_error_code,
         last_error=d.last_error,
         last_error_at_ms=d.last_error_at_ms,
@@ -1093,12 +1098,15 @@ class AdminClient:
         gap_policy: str | None = None,
         fetch_bound: str | None = None,
         failover_truncation: str | None = None,
+        failback_reconciliation: str | None = None,
     ) -> LinkInfo:
         """Changes this side's own settings of link `name`: the address it
         dials (`remote`), its credentials for the remote, its own address;
         and gap.policy ("continue" or "stop"), fetch.bound ("high-watermark"
-        or "last-stable-offset") and failover.truncation ("abort" or
-        "last-stable-offset"), which both sides share. The cluster checks
+        or "last-stable-offset"), failover.truncation ("abort" or
+        "last-stable-offset") and failback.reconciliation ("history",
+        "last-mirrored-offset" or "last-mirrored-leader-epoch": where recover
+        cuts), which both sides share. The cluster checks
         them with a session first; a remote that refuses them changes
         nothing (LINK_AUTHENTICATION_FAILED, LINK_UNREACHABLE)."""
         req = admin_pb2.AlterLinkRequest(name=name)
@@ -1108,6 +1116,8 @@ class AdminClient:
             req.fetch_bound = fetch_bound
         if failover_truncation is not None:
             req.failover_truncation = failover_truncation
+        if failback_reconciliation is not None:
+            req.failback_reconciliation = failback_reconciliation
         if remote is not None:
             req.remote_bootstrap = remote
         if credentials is not None:

@@ -23,10 +23,12 @@
     delete-namespace --type T --prefix P
     create-link NAME --remote HOST:PORT [--remote-credentials-file F] [--connection local|remote]
                [--config gap.policy=V] [--config fetch.bound=V] [--config failover.truncation=V]
+               [--config failback.reconciliation=V]
     alter-link NAME [--remote-bootstrap HOST:PORT] [--remote-credentials-file F]
                [--local-bootstrap HOST:PORT] [--gap-policy continue|stop]
                [--fetch-bound high-watermark|last-stable-offset]
                [--failover-truncation abort|last-stable-offset]
+               [--failback-reconciliation history|last-mirrored-offset|last-mirrored-leader-epoch]
     resume-partition LINK TOPIC PARTITION   (a follower partition stopped at a gap goes on)
     list-links
     describe-link NAME [--wait-for STATE [--wait SECONDS]]
@@ -909,7 +911,8 @@ def _print_link(link: LinkInfo) -> None:
             print(f"  {line}")
     print(
         f"  gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}, "
-        f"failover.truncation {link.failover_truncation}"
+        f"failover.truncation {link.failover_truncation}, "
+        f"failback.reconciliation {link.failback_reconciliation}"
     )
     plan = link.procedure
     if plan is not None:
@@ -987,11 +990,12 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
         and args.gap_policy is None
         and args.fetch_bound is None
         and args.failover_truncation is None
+        and args.failback_reconciliation is None
     ):
         raise UsageError(
             "alter-link needs --remote-bootstrap, --remote-credentials-file "
-            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap, --gap-policy, --fetch-bound "
-            "or --failover-truncation"
+            f"(or ${REMOTE_CREDENTIALS_ENV}), --local-bootstrap, --gap-policy, --fetch-bound, "
+            "--failover-truncation or --failback-reconciliation"
         )
     with _admin(args) as admin:
         link = admin.alter_link(
@@ -1002,6 +1006,7 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
             gap_policy=args.gap_policy,
             fetch_bound=args.fetch_bound,
             failover_truncation=args.failover_truncation,
+            failback_reconciliation=args.failback_reconciliation,
         )
     if args.json:
         _emit(link.to_dict())
@@ -1009,7 +1014,8 @@ def cmd_alter_link(args: argparse.Namespace) -> int:
         print(
             f"altered link {link.name}: dials {link.remote_bootstrap or '(the remote dials)'}, "
             f"gap.policy {link.gap_policy}, fetch.bound {link.fetch_bound}, "
-            f"failover.truncation {link.failover_truncation}"
+            f"failover.truncation {link.failover_truncation}, "
+            f"failback.reconciliation {link.failback_reconciliation}"
         )
     return EXIT_OK
 
@@ -1839,7 +1845,8 @@ def _link_commands(add: _Add) -> None:
         metavar="KEY=VALUE",
         help="a shared link policy (repeatable): gap.policy=continue|stop, "
         "fetch.bound=high-watermark|last-stable-offset, "
-        "failover.truncation=abort|last-stable-offset",
+        "failover.truncation=abort|last-stable-offset, "
+        "failback.reconciliation=history|last-mirrored-offset|last-mirrored-leader-epoch",
     )
 
     p = add(
@@ -1873,6 +1880,16 @@ def _link_commands(add: _Add) -> None:
         "partition's records above its last stable offset (abort: keeps them and aborts the "
         "replicated transactions left open; last-stable-offset: cuts the partition where its "
         "first open transaction began, as KIP-1279's mirror, naming the cut)",
+    )
+    p.add_argument(
+        "--failback-reconciliation",
+        choices=("history", "last-mirrored-offset", "last-mirrored-leader-epoch"),
+        help="failback.reconciliation, shared by both sides: where recover cuts this cluster "
+        "to follow the remote again (history: where the histories part, by provenance and "
+        "leader epochs; last-mirrored-offset: where the remote's copy stopped copying from "
+        "here, as KIP-1279; last-mirrored-leader-epoch: the end, in this cluster's epoch "
+        "history, of the epoch of the last record the remote mirrored, never past the last "
+        "mirrored offset)",
     )
     _credentials_options(p)
 

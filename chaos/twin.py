@@ -287,6 +287,7 @@ def to_scenario(run: RealRun) -> sc.Scenario:
             fetch_bound=policies.get("fetch.bound", ""),
             failover_truncation=policies.get("failover.truncation", ""),
             gap_policy=policies.get("gap.policy", ""),
+            failback_reconciliation=policies.get("failback.reconciliation", ""),
         ),
         network=sc.NetworkSpec(latency_ms=1, jitter_ms=1, reset_on_heal=True),
         cluster=sc.ClusterSpec(

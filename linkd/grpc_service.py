@@ -755,6 +755,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             gap_policy=config.gap_policy.value,
             fetch_bound=config.fetch_bound.value,
             failover_truncation=config.failover_truncation.value,
+            failback_reconciliation=config.failback_reconciliation.value,
             procedure=_plan_pb(self.node.state.plans.get(name)),
         )
 
@@ -795,7 +796,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             r.local_bootstrap if r.HasField("local_bootstrap") else None,
             {
                 field: getattr(r, field)
-                for field in ("gap_policy", "fetch_bound", "failover_truncation")
+                for field in (
+                    "gap_policy", "fetch_bound", "failover_truncation", "failback_reconciliation"
+                )
                 if r.HasField(field)
             },
         )

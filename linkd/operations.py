@@ -77,7 +77,8 @@ class Operations:
         policies: Mapping[str, str] | None = None,
     ) -> LinkConfig:
         """`policies`: the shared policies to change, by stored field
-        (`links.POLICIES`: gap_policy, fetch_bound, failover_truncation)."""
+        (`links.POLICIES`: gap_policy, fetch_bound, failover_truncation,
+        failback_reconciliation)."""
         self.node.check_ready()
         changes: dict[str, str] = dict(policies or {})
         if remote_bootstrap is not None:

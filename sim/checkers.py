@@ -46,6 +46,14 @@ write no tombstones, so none may be missing.)
   answered rolled back, on as many as the reversal found it writable on; a
   failover's or a recovery's are never left reserved and following nothing
   on the side it ran on.
+- "diverged after failback": a confirmed recovery (a failback: the cluster
+  follows the remote again) keeps below its cut only what the remote holds
+  at the same offsets, byte for byte (record by record on a compacted
+  topic), as the remote's log stood when the cut was made, below any cut of
+  the remote's own (`check_recovered_log`). Invariant 1 compares a
+  follower's current provenance range only, which begins at the cut: a
+  rule that cuts too high (KIP-1279's last mirrored offset after an
+  unclean election here) leaves records below it that nothing else reads.
 MirrorMaker 2 flows (edges of type mirror), where offsets are not preserved
 and records are compared by value:
 - mirror_at_least_once: every record below the position a mirror committed on
@@ -268,6 +276,32 @@ def check_follower_log(
                 f"(source batch at {theirs.base_offset})"
             )
     return out + _capped("1 offset identity", details)
+
+
+def check_recovered_log(
+    cluster: str,
+    topic: str,
+    partition: int,
+    store: PartitionStore,
+    cut: int,
+    remote_id: str,
+    remote_topic: str,
+    remote_store: PartitionStore,
+    how: str,
+    compacted: bool = False,
+) -> list[Violation]:
+    """"diverged after failback": the batches a confirmed recovery left
+    below its cut (`cut`: the cut, or where the remote's log was cut since,
+    if lower) against the remote's at the same offsets, as invariant 1
+    compares a follower's; `how` names the recovery (its link and reason)."""
+    found = check_follower_log(
+        cluster, topic, partition, store, cut, remote_id, remote_topic, remote_store,
+        max(store.log_start_offset, remote_store.log_start_offset), check_prefix=False,
+        range_end=cut, compacted=compacted,
+    )  # fmt: skip
+    return [
+        Violation("diverged after failback", f"{how}, cut to {cut}: {v.detail}") for v in found
+    ]
 
 
 # -- invariant 3 -----------------------------------------------------------------------

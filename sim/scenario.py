@@ -21,7 +21,9 @@ Tables and keys (units last; every time is virtual milliseconds):
               set when the link is created; "": the default),
               failover_truncation (abort|last-stable-offset: every link's
               failover.truncation, likewise), gap_policy (continue|stop:
-              every link's gap.policy, likewise)
+              every link's gap.policy, likewise), failback_reconciliation
+              (history|last-mirrored-offset|last-mirrored-leader-epoch:
+              every link's failback.reconciliation, likewise)
   [network]   latency_ms, jitter_ms, loss, bandwidth_bytes_per_ms (every path),
               reset_on_heal
   [cluster]   disk_bytes_per_ms, disk_fractional_ms, replication_limit_bytes_per_s,
@@ -77,7 +79,14 @@ from typing import Any
 
 from linkd.core.errors import ClusterError
 from linkd.core.link_rounds import LONGEST_FETCH_WAIT_MS
-from linkd.core.links import FailoverTruncation, FetchBound, GapPolicy, Leader, LinkMode
+from linkd.core.links import (
+    FailbackReconciliation,
+    FailoverTruncation,
+    FetchBound,
+    GapPolicy,
+    Leader,
+    LinkMode,
+)
 from linkd.core.mirror.connect import ConnectProtocol, ConnectProtocolError
 from linkd.core.topic_config import validate_configs
 from sim.connect_driver import WORKER_FAULTS, ConnectSettings
@@ -92,6 +101,7 @@ MODES = ("ASYNC", "SYNC")
 GAP_POLICIES = tuple(p.value for p in GapPolicy)
 FETCH_BOUNDS = tuple(b.value for b in FetchBound)
 FAILOVER_TRUNCATIONS = tuple(t.value for t in FailoverTruncation)
+FAILBACK_RECONCILIATIONS = tuple(r.value for r in FailbackReconciliation)
 
 
 class ScenarioError(ValueError):
@@ -137,6 +147,8 @@ class TopologySpec:
     failover_truncation: str = ""
     # Every link's gap.policy ("": left at the default, continue).
     gap_policy: str = ""
+    # Every link's failback.reconciliation ("": left at the default, history).
+    failback_reconciliation: str = ""
 
 
 _MM2 = MirrorOptions()  # MM2's defaults, for edges that run as mirrors
@@ -259,6 +271,7 @@ class ActionSpec:
     gap_policy: str = ""  # alter_link: the link's gap.policy (continue | stop)
     fetch_bound: str = ""  # alter_link: the link's fetch.bound (high-watermark | ...)
     failover_truncation: str = ""  # alter_link: the link's failover.truncation
+    failback_reconciliation: str = ""  # alter_link: the link's failback.reconciliation
     partition: int = 0  # resume_partition: the partition of `topic`
     # crash_at: the checkpoint of a procedure (e.g. "reverse:detach-mappings#1")
     # at which `cluster` ("": the cluster running it) crashes for `down_ms`.
@@ -405,7 +418,10 @@ ACTION_KINDS: dict[str, tuple[str, ...]] = {
     # ccr-admin alter-link --gap-policy and/or --fetch-bound, and
     # resume-partition (a follower partition stopped at a gap goes on from
     # the source's log start).
-    "alter_link": ("cluster", "link", "gap_policy", "fetch_bound", "failover_truncation"),
+    "alter_link": (
+        "cluster", "link", "gap_policy", "fetch_bound", "failover_truncation",
+        "failback_reconciliation",
+    ),
     "resume_partition": ("cluster", "link", "topic", "partition"),
     # Arms a crash mid-procedure: the next procedure that reaches checkpoint
     # `point` (linkd/core/requests.py Checkpoint) crashes `cluster` there ("":
@@ -523,7 +539,8 @@ def parse(data: dict[str, Any], base_dir: str = "") -> Scenario:
     if topology.mode not in MODES:
         raise ScenarioError(f"[topology]: mode = {topology.mode!r} is not one of {MODES}")
     _check_policies(
-        "[topology]:", topology.fetch_bound, topology.failover_truncation, topology.gap_policy
+        "[topology]:", topology.fetch_bound, topology.failover_truncation, topology.gap_policy,
+        topology.failback_reconciliation,
     )
     for c in topology.clusters:
         if not c or not all(ch.isalnum() or ch in "_" for ch in c):
@@ -655,13 +672,17 @@ def _script(where: str, w: dict[str, Any]) -> ScriptSpec:
 
 
 def _check_alter(where: str, a: ActionSpec) -> None:
-    """alter_link: gap_policy, fetch_bound and/or failover_truncation, each a
-    value the link takes."""
-    if not a.gap_policy and not a.fetch_bound and not a.failover_truncation:
+    """alter_link: gap_policy, fetch_bound, failover_truncation and/or
+    failback_reconciliation, each a value the link takes."""
+    if not (a.gap_policy or a.fetch_bound or a.failover_truncation or a.failback_reconciliation):
         raise ScenarioError(
-            f"{where}: alter_link needs gap_policy, fetch_bound or failover_truncation"
+            f"{where}: alter_link needs gap_policy, fetch_bound, failover_truncation or "
+            "failback_reconciliation"
         )
-    _check_policies(f"{where}:", a.fetch_bound, a.failover_truncation, a.gap_policy)
+    _check_policies(
+        f"{where}:", a.fetch_bound, a.failover_truncation, a.gap_policy,
+        a.failback_reconciliation,
+    )
 
 
 def _check_one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
@@ -671,12 +692,19 @@ def _check_one_of(what: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def _check_policies(
-    where: str, fetch_bound: str, failover_truncation: str, gap_policy: str
+    where: str,
+    fetch_bound: str,
+    failover_truncation: str,
+    gap_policy: str,
+    failback_reconciliation: str = "",
 ) -> None:
     """The link policies a topology, a parameter or an alter_link sets."""
     _check_one_of(f"{where} fetch_bound", fetch_bound, FETCH_BOUNDS)
     _check_one_of(f"{where} failover_truncation", failover_truncation, FAILOVER_TRUNCATIONS)
     _check_one_of(f"{where} gap_policy", gap_policy, GAP_POLICIES)
+    _check_one_of(
+        f"{where} failback_reconciliation", failback_reconciliation, FAILBACK_RECONCILIATIONS
+    )
 
 
 def _checked_kind(cls: Any, kinds: dict[str, tuple[str, ...]], where: str, items: Any) -> list[Any]:
@@ -822,6 +850,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "fetch_bound": ("topology", "fetch_bound"),
     "failover_truncation": ("topology", "failover_truncation"),
     "gap_policy": ("topology", "gap_policy"),
+    "failback_reconciliation": ("topology", "failback_reconciliation"),
     "topology": ("topology", "kind"),
     "clusters": ("topology", "clusters"),
     "duration_ms": ("run", "duration_ms"),
@@ -1011,7 +1040,8 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
                     f"parameter link_type = {new.link_type!r} is not one of {', '.join(LINK_TYPES)}"
                 )
             _check_policies(
-                "parameter", new.fetch_bound, new.failover_truncation, new.gap_policy
+                "parameter", new.fetch_bound, new.failover_truncation, new.gap_policy,
+                new.failback_reconciliation,
             )
         if table == "connect":
             _check_connect(new, f"parameters ({table})")

@@ -481,6 +481,7 @@ class Simulation:
                 cut = RecoveryPlan.from_dict(jr.json_object(plan.detail["cut"]))
                 self.offsets_moved(cluster, recovery.noted_offsets(cut))
                 self.recovery_reported(cluster, cut.partitions)
+                self._judge_recovered(cluster, link, cut)
         for i, (armed, target, duration_ms, runner, on_link) in enumerate(self.crash_points):
             if armed != point or (runner and (runner, on_link) != (cluster, link)):
                 continue
@@ -492,6 +493,35 @@ class Simulation:
             self.metrics.add("mid_procedure_crashes", 1)
             self.nemesis.crash_for(who, duration_ms)
             return
+
+    def _judge_recovered(self, cluster: str, link: str, cut: RecoveryPlan) -> None:
+        """The logs a confirmed recovery just cut hold below their cut what
+        the remote holds there ("diverged after failback"), below any cut the
+        remote's own log took in the run (it may hold other records there
+        since it was described)."""
+        remote = self.clusters.get(cut.remote_cluster_id)
+        node = self.clusters[cluster]
+        if remote is None:
+            return
+        for row in cut.partitions:
+            theirs = remote.state.topics.get(row.remote_topic)
+            mine = node.state.topics.get(row.topic)
+            if theirs is None or mine is None or row.partition >= len(theirs.partitions):
+                continue
+            key = (cut.remote_cluster_id, row.remote_topic, row.partition)
+            end = min([row.truncate_to, *self.truncations.get(key, [])])
+            self.violations += checkers.check_recovered_log(
+                cluster,
+                row.topic,
+                row.partition,
+                node.store(row.topic, row.partition),
+                end,
+                cut.remote_cluster_id,
+                row.remote_topic,
+                remote.store(row.remote_topic, row.partition),
+                f"recover on link {link!r} ({row.reason})",
+                mine.config.compact,
+            )
 
     def contract_broken(self, invariant: str, detail: str) -> None:
         """An operator call answered against the contract (sim.operators)."""
@@ -914,6 +944,7 @@ class Simulation:
                 "gap_policy": a.gap_policy,
                 "fetch_bound": a.fetch_bound,
                 "failover_truncation": a.failover_truncation,
+                "failback_reconciliation": a.failback_reconciliation,
             }
             ops.alter_link(a.cluster, a.link, {k: v for k, v in changes.items() if v})
         elif a.kind == ActionKind.RESUME_PARTITION:
@@ -1162,6 +1193,7 @@ class Simulation:
             "fetch.bound": topology.fetch_bound,
             "failover.truncation": topology.failover_truncation,
             "gap.policy": topology.gap_policy,
+            "failback.reconciliation": topology.failback_reconciliation,
         }
         policies = {k: v for k, v in chosen.items() if v} or None
         self.ops.create_link(

@@ -1,5 +1,5 @@
-"""A link's shared policies (links.POLICIES): gap.policy, fetch.bound and
-failover.truncation, set
+"""A link's shared policies (links.POLICIES): gap.policy, fetch.bound,
+failover.truncation and failback.reconciliation, set
 at create-link (--config NAME=VALUE) or by alter-link, checked before anything
 is dialed, converging to the newest on both sides."""
 
@@ -17,11 +17,13 @@ from linkd.core.links import POLICIES, FetchBound, GapPolicy, parse_policies
 def test_parse_policies__known_names_become_fields__unknown_names_and_bad_values_refused() -> None:
     fields = parse_policies("ab", {"fetch.bound": "last-stable-offset", "gap.policy": "stop"})
     assert fields == {"fetch_bound": "last-stable-offset", "gap_policy": "stop"}
-    assert sorted(POLICIES) == ["failover.truncation", "fetch.bound", "gap.policy"]
+    assert sorted(POLICIES) == [
+        "failback.reconciliation", "failover.truncation", "fetch.bound", "gap.policy"
+    ]
     with pytest.raises(ClusterError) as unknown:
         parse_policies("ab", {"fetch.bounds": "high-watermark"})
     assert unknown.value.code is ErrorCode.INVALID_LINK_CONFIG
-    known = "(known: failover.truncation, fetch.bound, gap.policy)"
+    known = "(known: failback.reconciliation, failover.truncation, fetch.bound, gap.policy)"
     assert f"unknown link config 'fetch.bounds' {known}" in str(
         unknown.value.message
     )

@@ -104,6 +104,11 @@ retention-gap is pinned new (the retention-gap study's scenario: the link's
 gap.policy a parameter, continue here; 20 s, the operator acts at 16 s); no
 other pin moved with it, nor with the gap_policy parameter.
 
+failback-unclean is pinned new (a failback after an unclean election on the
+old source, under the default failback.reconciliation, history: clean; 16 s,
+the recover at 11 s); no other pin moved with it, nor with the judge's
+"diverged after failback" check of every confirmed recovery.
+
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
 """
@@ -150,6 +155,8 @@ SIZED: dict[str, dict[str, Any]] = {
     "fetch-bound-failover": {"duration_ms": 12_000},
     # B is back from its outage at 12 s; the operator's alter and resumes at 16 s.
     "retention-gap": {"duration_ms": 20_000},
+    # The split heals at 10 s and A recovers at 11 s: its own length.
+    "failback-unclean": {"duration_ms": 16_000},
 }
 
 # (scenario, seed): (trace digest, sha256 of the summary as sorted JSON)
@@ -217,6 +224,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("dr-third-cluster", 2): (
         "29f8ad60058c6b61a2c34c72ab03c01baec52c03e1eb69727f280407d9144161",
         "ae4673bd3f8f8c4bb7a2fdeeaa3ff2c445ab6e61c59e652200f88f5be11b926f",
+    ),
+    ("failback-unclean", 1): (
+        "b7403295b4bed263ce3bb1b758769cd9d26d8a567f4a822a49b167028ca37d82",
+        "c90bec6d06b6faad5bc4602a1b6f8c5caf6ec838142911320bd2083950ad2337",
+    ),
+    ("failback-unclean", 2): (
+        "3761097579809f246dd2ba88aca92fc1ace8db798daae9d7cef9139e2559d57d",
+        "6b2cc5e56c3461577ac46e6201489f026d1dc7e268627f2baaa637b4ea0e9176",
     ),
     ("failover-after-kill", 1): (
         "c49f321355d685dd9b3c62c9546aa53cc4e7b8f86d39755260926047fcfcc98a",

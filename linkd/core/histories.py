@@ -108,6 +108,37 @@ def copied_end(side: PartitionSide) -> int:
     return side.high_watermark  # written here throughout: no copy to bound
 
 
+def last_mirrored_offset(side: PartitionSide, source_id: str) -> int | None:
+    """KIP-1279's last mirrored offset of `side` from `source_id`: where the
+    last range of its log copied from `source_id` (its provenance names
+    that cluster as the source) ends: where a later entry (a detach, a
+    failover, a copy from elsewhere) takes over, else its log end. None when
+    no range of it was copied from `source_id`."""
+    points = origin_points(side)
+    for i in range(len(points) - 1, -1, -1):
+        if points[i][1] == source_id:
+            end = points[i + 1][0] if i + 1 < len(points) else side.log_end_offset
+            return min(end, side.log_end_offset)
+    return None
+
+
+def mark_ending_at(side: PartitionSide, offset: int) -> BatchMark | None:
+    """`side`'s mark of its batch holding offset `offset - 1` (the last
+    record below `offset`), None when it marked no such batch."""
+    return next((m for m in side.marks if m.base_offset < offset <= m.last_offset + 1), None)
+
+
+def epoch_end(history: tuple[tuple[int, int], ...], log_end: int, epoch: int) -> int:
+    """Where leader epoch `epoch` ends in a log with this epoch history (the
+    replication source's OffsetsForLeaderEpoch, `replication.epoch_end_offset`):
+    where the first epoch above it starts, else the log end. An epoch below
+    every one the history knows ends where the first known one starts."""
+    for e, start in history:
+        if e > epoch:
+            return min(start, log_end)
+    return log_end
+
+
 def _at(points: list[tuple[int, str]], offset: int) -> str:
     origin = points[0][1]
     for start, who in points:

@@ -174,12 +174,46 @@ def parse_failover_truncation(name: str, value: str) -> FailoverTruncation:
         ) from None
 
 
+class FailbackReconciliation(enum.StrEnum):
+    """failback.reconciliation: where `recover` cuts this cluster's copy of
+    a partition when it is to follow the remote again (a failback: the
+    remote copied from this cluster, failed over, and leads now). HISTORY
+    (this project's default): where the two histories part, by provenance
+    and leader epochs (`histories.compare`). LAST_MIRRORED_OFFSET
+    (KIP-1279): at the last mirrored offset, where the remote's copy of the
+    partition stopped being copied from this cluster; nothing below it is
+    compared. LAST_MIRRORED_LEADER_EPOCH (KIP-1279's later proposal): at the
+    end of the leader epoch of the last record the remote mirrored from this
+    cluster, as this cluster's own epoch history has it, and never past the
+    last mirrored offset. Both KIP-1279 rules can keep records that differ
+    from the remote's (after an unclean election here); a partition the
+    remote never copied from this cluster has no last mirrored offset and is
+    cut by the history rule, its row says so."""
+
+    HISTORY = "history"
+    LAST_MIRRORED_OFFSET = "last-mirrored-offset"
+    LAST_MIRRORED_LEADER_EPOCH = "last-mirrored-leader-epoch"
+
+
+def parse_failback_reconciliation(name: str, value: str) -> FailbackReconciliation:
+    try:
+        return FailbackReconciliation(value)
+    except ValueError:
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: failback.reconciliation is 'history', 'last-mirrored-offset' or "
+            f"'last-mirrored-leader-epoch', not {value!r}",
+        ) from None
+
+
 # A link's shared policies by the name an operator gives them (create-link
 # --config NAME=VALUE): the stored field each sets and how its value is checked.
 POLICIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "gap.policy": ("gap_policy", parse_gap_policy),
     "fetch.bound": ("fetch_bound", parse_fetch_bound),
     "failover.truncation": ("failover_truncation", parse_failover_truncation),
+    "failback.reconciliation": ("failback_reconciliation", parse_failback_reconciliation),
 }
 
 
@@ -372,6 +406,15 @@ class LinkConfig:
         (`FailoverTruncation`). Unset: ABORT."""
         return FailoverTruncation(
             self.value("failover_truncation") or FailoverTruncation.ABORT.value
+        )
+
+    @property
+    def failback_reconciliation(self) -> FailbackReconciliation:
+        """failback.reconciliation (shared, newest wins): where `recover`
+        cuts this side to follow the remote (`FailbackReconciliation`).
+        Unset: HISTORY."""
+        return FailbackReconciliation(
+            self.value("failback_reconciliation") or FailbackReconciliation.HISTORY.value
         )
 
     @property

@@ -468,7 +468,7 @@ def create_link(
     `credentials` (this side's for the remote) and `link_key` (the new link's
     key, which the creating session hands the remote: `link_auth`) arrive
     sealed by the shell. `policies`: shared link configs by name
-    (`links.POLICIES`: gap.policy, fetch.bound), checked before anything is
+    (`links.POLICIES`: gap.policy, fetch.bound, ...), checked before anything is
     dialed; the handshake carries them to the remote."""
     fields = parse_policies(name, policies or {})
     if name in state.links.configs:
@@ -522,7 +522,7 @@ def alter_link(
     """An operator's change of this side's own settings of a link (the
     address it dials, its credentials for the remote (sealed), its own
     address), or of a policy (`POLICIES`: gap.policy, fetch.bound,
-    failover.truncation), shared by both sides: a
+    failover.truncation, failback.reconciliation), shared by both sides: a
     handshake in a session opened with the new settings checks them first (a
     remote that refuses them, or nothing at the new address, changes
     nothing); then they are stored and the link's next call opens a session

@@ -5,8 +5,10 @@ Rules:
   remote will lead. It never runs by itself: an operator asks for a report,
   then confirms.
 - Where the two sides' logs part is `histories.compare` (provenance and
-  leader epochs). The follower is cut at its batch boundary at or below the
-  last common offset; a follower left below the remote's log start is
+  leader epochs), or, as the link's failback.reconciliation asks, KIP-1279's
+  last mirrored offset or last mirrored leader epoch (`reconcile`). The
+  follower is cut at its batch boundary at or below the last common offset;
+  a follower left below the remote's log start is
   emptied (it restarts at the remote's log start on its first fetch); a
   partition the follower never copied a record of before the roles changed
   is cut to its start, reported.
@@ -33,16 +35,22 @@ from linkd.core.effects import Effect, Journal, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
 from linkd.core.histories import (
+    Comparison,
     PartitionSide,
     ReopenedTxn,
     compare,
     cut_offset,
+    epoch_at,
+    epoch_end,
+    last_mirrored_offset,
     local_side,
+    mark_ending_at,
     own_acknowledged,
     reopened_by_cut,
     with_marks_of,
 )
 from linkd.core.links import (
+    FailbackReconciliation,
     Leader,
     LineageHop,
     LinkConfig,
@@ -115,11 +123,13 @@ def plan_partition(
     local: PartitionSide,
     remote: PartitionSide,
     log: PartitionLog | None = None,
+    rule: FailbackReconciliation = FailbackReconciliation.HISTORY,
 ) -> PartitionRow:
     """Compares one partition; refuses (NO_SHARED_HISTORY) when nothing
     relates them. Given the local `log`, the row names the transactions the
-    cut reopens."""
-    result = compare(local, remote)
+    cut reopens. `rule` (the link's failback.reconciliation) says where the
+    common offset is (`reconcile`)."""
+    result = reconcile(rule, local, remote, compare(local, remote))
     if not result.shared:
         raise ClusterError(
             ErrorCode.NO_SHARED_HISTORY,
@@ -152,6 +162,61 @@ def plan_partition(
         result.related,
         reopened_by_cut(log, local, cut) if log is not None else (),
     )
+
+
+def reconcile(
+    rule: FailbackReconciliation,
+    local: PartitionSide,
+    remote: PartitionSide,
+    history: Comparison,
+) -> Comparison:
+    """The common offset under `rule`, given the history rule's `history`
+    (`compare`). HISTORY: `history` itself (its reason names what found
+    it: provenance, leader-epoch, log-end, ...). LAST_MIRRORED_OFFSET: the
+    remote's last mirrored offset from this cluster (`last_mirrored_offset`),
+    at most this log's end; nothing below it is compared.
+    LAST_MIRRORED_LEADER_EPOCH: the end, in this cluster's epoch history
+    (`epoch_end`), of the leader epoch of the last record the remote mirrored
+    from here (its batch mark's epoch, which a copy keeps; from the remote's
+    epoch history when it marked no batch there, and the reason says so),
+    at most the last mirrored offset. A partition the remote never copied
+    from this cluster has no last mirrored offset: the history rule's cut,
+    its reason saying why. Unrelated logs stay refused by the caller."""
+    if rule is FailbackReconciliation.HISTORY or not history.shared:
+        return history
+    lmo = last_mirrored_offset(remote, local.cluster_id)
+    if lmo is None:
+        return replace(
+            history,
+            reason=f"history: {history.reason} (no last mirrored offset: "
+            f"{remote.cluster_id} copied nothing of it from {local.cluster_id})",
+        )
+    if rule is FailbackReconciliation.LAST_MIRRORED_OFFSET:
+        common = min(lmo, local.log_end_offset)
+        return Comparison(common, f"last-mirrored-offset {lmo}", True, True)
+    mark = mark_ending_at(remote, lmo)
+    if lmo <= remote.log_start_offset:
+        # No record below the last mirrored offset is left to name its epoch.
+        common = min(lmo, local.log_end_offset)
+        reason = (
+            f"last-mirrored-leader-epoch unknown ({remote.cluster_id} holds no record below "
+            f"the last mirrored offset {lmo})"
+        )
+        return Comparison(common, reason, True, True)
+    if mark is not None:
+        epoch, whence = mark.leader_epoch, ""
+    else:
+        epoch = epoch_at(remote.epoch_history, lmo - 1)
+        whence = (
+            f"; the epoch from {remote.cluster_id}'s epoch history: it marked no batch ending "
+            "there"
+        )
+    end = epoch_end(local.epoch_history, local.log_end_offset, epoch)
+    common = min(lmo, end, local.log_end_offset)
+    reason = (
+        f"last-mirrored-leader-epoch {epoch} ends at {end} (last mirrored offset {lmo}{whence})"
+    )
+    return Comparison(common, reason, True, True)
 
 
 # -- an attach that would cut the follower's own writes ----------------------------------
@@ -595,6 +660,7 @@ def plan_recovery(
             f"{config.value('remote_bootstrap')} is cluster {remote_cluster_id!r}",
         )
     rows: list[PartitionRow] = []
+    rule = config.failback_reconciliation
     topic_maps = [m for m in mappings if m.resource_type == MappingType.TOPIC]
     for m in topic_maps:
         for topic, p in namespace_partitions(state, m.local_prefix):
@@ -610,9 +676,8 @@ def plan_recovery(
             if theirs is None:
                 continue
             mine = with_marks_of(state, topic, p, local_side(state, topic, p), theirs)
-            rows.append(
-                plan_partition(topic, remote_topic, p, mine, theirs, state.partition(topic, p))
-            )
+            log = state.partition(topic, p)
+            rows.append(plan_partition(topic, remote_topic, p, mine, theirs, log, rule))
     refuse_unrelated(rows, state.cluster_id, remote_cluster_id, state.faults)
     cuts = {(r.topic, r.partition): r.truncate_to for r in rows if r.diverged}
     leader_offsets = _leader_offsets(state, mappings, remote_groups or {})

@@ -537,6 +537,7 @@ class AlterLinkRequest(_message.Message):
     GAP_POLICY_FIELD_NUMBER: _builtins.int
     FETCH_BOUND_FIELD_NUMBER: _builtins.int
     FAILOVER_TRUNCATION_FIELD_NUMBER: _builtins.int
+    FAILBACK_RECONCILIATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The link whose settings change. Unset fields stay as they are."""
     remote_bootstrap: _builtins.str
@@ -558,6 +559,15 @@ class AlterLinkRequest(_message.Message):
     "last-stable-offset" (it cuts each follower partition where its first
     open transaction begins, naming the cut).
     """
+    failback_reconciliation: _builtins.str
+    """failback.reconciliation, shared by both sides: where recover cuts the
+    cluster that follows again: "history" (where the histories part, by
+    provenance and leader epochs), "last-mirrored-offset" (KIP-1279: where
+    the remote's copy stopped being copied from this cluster) or
+    "last-mirrored-leader-epoch" (the end, in this cluster's epoch history,
+    of the epoch of the last record the remote mirrored; never past the
+    last mirrored offset).
+    """
     def __init__(
         self,
         *,
@@ -568,11 +578,14 @@ class AlterLinkRequest(_message.Message):
         gap_policy: _builtins.str | None = ...,
         fetch_bound: _builtins.str | None = ...,
         failover_truncation: _builtins.str | None = ...,
+        failback_reconciliation: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_failback_reconciliation", b"_failback_reconciliation", "_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failback_reconciliation", b"failback_reconciliation", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_failback_reconciliation", b"_failback_reconciliation", "_failover_truncation", b"_failover_truncation", "_fetch_bound", b"_fetch_bound", "_gap_policy", b"_gap_policy", "_local_bootstrap", b"_local_bootstrap", "_remote_bootstrap", b"_remote_bootstrap", "_remote_credentials", b"_remote_credentials", "failback_reconciliation", b"failback_reconciliation", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "local_bootstrap", b"local_bootstrap", "name", b"name", "remote_bootstrap", b"remote_bootstrap", "remote_credentials", b"remote_credentials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__failback_reconciliation: _TypeAlias = _typing.Literal["failback_reconciliation"]  # noqa: Y015
+    _WhichOneofArgType__failback_reconciliation: _TypeAlias = _typing.Literal["_failback_reconciliation", b"_failback_reconciliation"]  # noqa: Y015
     _WhichOneofReturnType__failover_truncation: _TypeAlias = _typing.Literal["failover_truncation"]  # noqa: Y015
     _WhichOneofArgType__failover_truncation: _TypeAlias = _typing.Literal["_failover_truncation", b"_failover_truncation"]  # noqa: Y015
     _WhichOneofReturnType__fetch_bound: _TypeAlias = _typing.Literal["fetch_bound"]  # noqa: Y015
@@ -585,6 +598,8 @@ class AlterLinkRequest(_message.Message):
     _WhichOneofArgType__remote_bootstrap: _TypeAlias = _typing.Literal["_remote_bootstrap", b"_remote_bootstrap"]  # noqa: Y015
     _WhichOneofReturnType__remote_credentials: _TypeAlias = _typing.Literal["remote_credentials"]  # noqa: Y015
     _WhichOneofArgType__remote_credentials: _TypeAlias = _typing.Literal["_remote_credentials", b"_remote_credentials"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__failback_reconciliation) -> _WhichOneofReturnType__failback_reconciliation | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__failover_truncation) -> _WhichOneofReturnType__failover_truncation | None: ...
     @_typing.overload
@@ -719,8 +734,10 @@ class CreateLinkRequest(_message.Message):
     @_builtins.property
     def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Shared link policies by name: "gap.policy" ("continue" or "stop"),
-        "fetch.bound" ("high-watermark" or "last-stable-offset") and
-        "failover.truncation" ("abort" or "last-stable-offset"). An unknown name
+        "fetch.bound" ("high-watermark" or "last-stable-offset"),
+        "failover.truncation" ("abort" or "last-stable-offset") and
+        "failback.reconciliation" ("history", "last-mirrored-offset" or
+        "last-mirrored-leader-epoch"). An unknown name
         or value is refused with INVALID_LINK_CONFIG before anything is dialed.
         """
 
@@ -1143,6 +1160,7 @@ class LinkDescription(_message.Message):
     LINK_STATE_FIELD_NUMBER: _builtins.int
     FETCH_BOUND_FIELD_NUMBER: _builtins.int
     FAILOVER_TRUNCATION_FIELD_NUMBER: _builtins.int
+    FAILBACK_RECONCILIATION_FIELD_NUMBER: _builtins.int
     LAST_ERROR_CODE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     LAST_ERROR_AT_MS_FIELD_NUMBER: _builtins.int
@@ -1179,6 +1197,10 @@ class LinkDescription(_message.Message):
     """fetch.bound: "high-watermark" or "last-stable-offset" (AlterLinkRequest)."""
     failover_truncation: _builtins.str
     """failover.truncation: "abort" or "last-stable-offset" (AlterLinkRequest)."""
+    failback_reconciliation: _builtins.str
+    """failback.reconciliation: "history", "last-mirrored-offset" or
+    "last-mirrored-leader-epoch" (AlterLinkRequest).
+    """
     last_error_code: _builtins.str
     """The last call of the link that failed on this side (the side that dials
     it): its error code's name (e.g. LINK_UNREACHABLE), its message and when
@@ -1253,6 +1275,7 @@ class LinkDescription(_message.Message):
         link_state: Global___LinkState.ValueType = ...,
         fetch_bound: _builtins.str = ...,
         failover_truncation: _builtins.str = ...,
+        failback_reconciliation: _builtins.str = ...,
         last_error_code: _builtins.str = ...,
         last_error: _builtins.str = ...,
         last_error_at_ms: _builtins.int = ...,
@@ -1263,7 +1286,7 @@ class LinkDescription(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["pending", b"pending", "procedure", b"procedure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_dangling", b"aborted_dangling", "connection_direction", b"connection_direction", "credential_problem", b"credential_problem", "failback_reconciliation", b"failback_reconciliation", "failover_truncation", b"failover_truncation", "fetch_bound", b"fetch_bound", "gap_policy", b"gap_policy", "gaps", b"gaps", "history", b"history", "last_error", b"last_error", "last_error_at_ms", b"last_error_at_ms", "last_error_code", b"last_error_code", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_state", b"link_state", "local_cluster_id", b"local_cluster_id", "mappings", b"mappings", "mode", b"mode", "name", b"name", "partitions", b"partitions", "pending", b"pending", "procedure", b"procedure", "refused_mappings", b"refused_mappings", "remote_bootstrap", b"remote_bootstrap", "remote_cluster_id", b"remote_cluster_id", "state", b"state", "state_entered_at_ms", b"state_entered_at_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
