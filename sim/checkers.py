@@ -31,6 +31,12 @@ Anomalies (Jepsen's names), from the history and the final logs:
   by a link's data path (it followed after an attach), not by a command whose
   answer names it (`check_unnamed_cuts`).
 - duplicate: one value stored at two offsets of a partition.
+- sequence_refused: an idempotent send refused for its sequence
+  (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) although its producer
+  numbered its batches in order, and no reported cut removed batches of the
+  topic on that cluster first: the cluster judged it against producer state
+  the producer never wrote, as a promoted cluster that hands out an id its
+  copied batches carry would (`check_sequence_refusals`).
 - skip: within one consumer session, a poll jumped over a stored record
   (for a read_committed consumer, one not of an aborted transaction).
 - nonmonotonic: within one consumer session, offsets did not increase.
@@ -567,6 +573,62 @@ def check_duplicates(final: FinalLogs) -> list[Violation]:
             else:
                 seen[value] = offset
     return _capped("duplicate", details)
+
+
+SEQUENCE_REFUSALS = ("OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID")
+
+
+def check_sequence_refusals(history: History, cuts: CutEvents) -> list[Violation]:
+    """sequence_refused: the simulator's idempotent producers number each
+    partition's batches 0, 1, 2, ... under one producer id, never send one
+    twice, and take a new id after any refusal, so a partition that refuses
+    one of their sends for its sequence holds producer state of that id that
+    the producer did not write there: batches of another producer with the
+    same id, copied in by a link or written before a failover moved the
+    producer (the chain question: an idempotent producer on a promoted
+    cluster must not meet the producer state replicated into it).
+
+    Two explanations are not a fault, each judged per process, cluster and
+    topic (a refused send does not name its partition), from the producer's
+    first send there on: a cut of the topic on that cluster (a confirmed
+    recovery, an unclean election, a deleted topic, the data path) that
+    removed the producer's own last batches, the cluster then rebuilding
+    its producer state from what remains; and an earlier send of the same
+    producer there whose outcome is unknown (`info`: the cluster crashed or
+    the wait timed out), whose batch may be lost while the producer, which
+    does not retry, numbers its next one after it. INVALID_PRODUCER_EPOCH is
+    not judged: a transaction coordinator's fence answers it too."""
+    first: dict[tuple[str, str, str], int] = {}
+    unknown: dict[tuple[str, str, str], list[int]] = {}
+    for o in history.sends():
+        if not isinstance(o.value, Send):
+            continue
+        key = (o.process, o.cluster, o.value.topic)
+        first[key] = min(first.get(key, o.invoke_ms), o.invoke_ms)
+        if o.type == "info":
+            unknown.setdefault(key, []).append(o.invoke_ms)
+    details: list[str] = []
+    for o in history.sends():
+        v = o.value
+        if o.type != "fail" or o.error not in SEQUENCE_REFUSALS or not isinstance(v, Send):
+            continue
+        key = (o.process, o.cluster, v.topic)
+        since = first[key]
+        cut = any(
+            since <= e.at_ms <= o.complete_ms
+            for (cluster, topic, _p), events in cuts.items()
+            if (cluster, topic) == (o.cluster, v.topic)
+            for e in events
+        )
+        if cut or any(t < o.invoke_ms for t in unknown.get(key, [])):
+            continue
+        details.append(
+            f"{o.process}: send of {v.value!r} to {v.topic} on {o.cluster} refused {o.error} "
+            f"(t={o.complete_ms} ms), though its producer numbered its batches in order, "
+            f"none of its sends there was left unknown and no cut of {v.topic} on {o.cluster} "
+            "came since its first: producer state of its id that it never wrote there"
+        )
+    return _capped("sequence_refused", details)
 
 
 def check_consumers(

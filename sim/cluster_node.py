@@ -82,7 +82,9 @@ class SimCluster:
         # The metadata journal as stored: the last snapshot and the records since.
         self.snapshot_text: str | None = None
         self.journal_texts: list[str] = []
-        self.journal_book = recovery.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
+        self.journal_book = recovery.JournalBook(
+            cluster_id, SNAPSHOT_EVERY_RECORDS, faults=faults
+        )
         # Bumped by each crash: what the dead process had under way is dropped.
         self.incarnation = 0
         # Link sessions this cluster serves (kept in memory: a crash ends
@@ -422,7 +424,7 @@ class SimCluster:
         snapshot = recovery.read_stored(self.snapshot_text) if self.snapshot_text else None
         records = [recovery.read_stored(text) for text in self.journal_texts]
         self.journal_book = recovery.JournalBook(
-            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
+            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records), self.faults
         )
         live = recovery.recover_into(
             state, snapshot, records, self._stored_batches, self.queue.now_ms

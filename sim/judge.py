@@ -194,6 +194,7 @@ def final_checks(sim: Simulation) -> None:
     sim.violations += checkers.check_duplicates(
         {k: v for k, v in final.items() if k not in mirrored}
     )
+    sim.violations += checkers.check_sequence_refusals(sim.history, sim.cut_events)
     sim.violations += checkers.check_mirror_copies(
         [c for key in sorted(sim.mirrors) for c in sim.mirrors[key].copies()],
         final,

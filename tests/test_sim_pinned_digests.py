@@ -109,6 +109,10 @@ old source, under the default failback.reconciliation, history: clean; 16 s,
 the recover at 11 s); no other pin moved with it, nor with the judge's
 "diverged after failback" check of every confirmed recovery.
 
+chain-failover is pinned new (the chain question: A -> B -> C, two
+failovers, A relinked to C and leading again; 20 s, its own length); no
+other pin moved with it, nor with the `sequence_refused` check beside it.
+
 Each run is small: 8 virtual seconds, or for the two storm scenarios a few
 partitions and a shortened outage, so the whole set stays quick.
 """
@@ -153,6 +157,9 @@ SIZED: dict[str, dict[str, Any]] = {
     "storage-refusal-create": {"duration_ms": 24_000},
     # A is lost at 10 s and B fails over at 10.5 s.
     "fetch-bound-failover": {"duration_ms": 12_000},
+    # Its own length: C fails over at 8.5 s, A is relinked to C at 13 s and
+    # leads again after the reversal at 15.5 s.
+    "chain-failover": {"duration_ms": 20_000},
     # B is back from its outage at 12 s; the operator's alter and resumes at 16 s.
     "retention-gap": {"duration_ms": 20_000},
     # The split heals at 10 s and A recovers at 11 s: its own length.
@@ -184,6 +191,14 @@ PINNED: dict[tuple[str, int], tuple[str, str]] = {
     ("catch-up-storm", 2): (
         "2d317e4a88121a6f1e331086317f8553cabfaa7a373d50349ce05dfd5724825d",
         "61c8e55d749fc95306a0ddaca134708c4466cc442b415d726dfc6601d9a5ff35",
+    ),
+    ("chain-failover", 1): (
+        "5d8f49210295267cd9cdb789f512f51b41cc9c4111f5d04e8774f2786cff60b3",
+        "df90d3b1596f3ca43115e039530ba08fc9575fa73106007f9102c0cecd2e5e6a",
+    ),
+    ("chain-failover", 2): (
+        "a1ec6c8428421be42e07bab523c0b6bb250b8cce048060a010cb3f8814558fdd",
+        "df1c6dac93b6b48839ba0ea56ce880b0f05cc9e08d1d4561f1364f46747ab946",
     ),
     ("compacted-freeze", 1): (
         "38b0c3656f30e8fcdd875189d027296e3a88c247189c52a1172efca6ca671277",

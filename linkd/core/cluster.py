@@ -174,7 +174,10 @@ class ClusterState:
         # (linkd/core/faults.py); fixed for its life, none outside a test.
         self._faults = faults
         self.topics: dict[str, Topic] = {}
-        self.txn = TransactionCoordinator(producer_id_base(cluster_id))
+        # Fix 45 undone: every cluster counts producer ids from the same
+        # start, as a Kafka cluster's counter does.
+        first_pid = 1000 if faults.undid(45) else producer_id_base(cluster_id)
+        self.txn = TransactionCoordinator(first_pid)
         self.groups = GroupCoordinator(group_config or GroupConfig())
         self.acls = AclStore()
         self.users = UserStore()

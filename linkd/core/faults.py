@@ -195,6 +195,18 @@ and of the sweep's "one writer at rest" after a recover:
     answer to a fetch it sent as held when the hold is gone (undone: the
     partition stays refused as held until a later round, and a link at rest
     reports it held while the transactions the cut reopened stay open)
+
+and of the chain question (mirroring a mirror, idempotent producers after
+failover):
+
+45. each cluster hands out producer ids from a range of its own
+    (`transactions.producer_id_base`), so an id a promoted cluster gives a
+    producer is never one the batches it copied carry (undone: every
+    cluster counts from 1000, as a Kafka cluster's counter starts anew;
+    the new producer's sends meet the copied producer state of its id and
+    are refused out of sequence, or, when a batch repeats one of the last
+    five the copied producer wrote there, answered with that batch's
+    offset and not stored)
 """
 
 from __future__ import annotations
@@ -205,7 +217,7 @@ from dataclasses import dataclass
 # The numbers missing belong to no fix.
 FIXES = (
     *range(1, 11), 12, 13, 15, 16, 17, *range(18, 23), 24, 25, 26, 29, 30, 31, 33,
-    *range(35, 45),
+    *range(35, 46),
 )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, Topic
+from linkd.core.faults import NO_FAULTS, Faults
 
 # The batches found on disk for one partition, oldest first, each with the
 # marker type of a control batch (None for data).
@@ -73,15 +74,19 @@ def recover_into(
 
 
 def compacted(
-    cluster_id: str, snapshot: dict[str, Any] | None, records: Iterable[dict[str, Any]]
+    cluster_id: str,
+    snapshot: dict[str, Any] | None,
+    records: Iterable[dict[str, Any]],
+    faults: Faults = NO_FAULTS,
 ) -> dict[str, Any]:
     """The snapshot that replaces `snapshot` and the journal `records` after
     it: their fold, replayed into a fresh state, never the live state. The
     live state may already hold changes whose records are still on their way
     to the journal (a shell writes a Journal effect once the appends before it
     are durable); a snapshot of it would hold them too, and replaying those
-    records after it would apply them twice."""
-    state = ClusterState(cluster_id)
+    records after it would apply them twice. `faults`: the cluster's own
+    (a fresh state starts from what they say, as the live one did)."""
+    state = ClusterState(cluster_id, faults=faults)
     if snapshot is not None:
         state.restore(snapshot)
     for record in records:
@@ -101,6 +106,7 @@ class JournalBook:
     every: int
     base: dict[str, Any] | None = None
     since: list[dict[str, Any]] = field(default_factory=list)
+    faults: Faults = NO_FAULTS
 
     def __post_init__(self) -> None:
         assert self.every > 0, "a snapshot is due every N > 0 records"
@@ -112,7 +118,7 @@ class JournalBook:
         self.since += records
         if len(self.since) < self.every:
             return None
-        return compacted(self.cluster_id, self.base, self.since)
+        return compacted(self.cluster_id, self.base, self.since, self.faults)
 
     def snapshot_written(self, snapshot: dict[str, Any]) -> None:
         """`snapshot` (from `stored`) replaced the records before it."""
