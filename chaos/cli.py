@@ -351,6 +351,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         if result.failovers is not None:
             print("failovers: " + ", ".join(f"{k} {v}" for k, v in result.failovers.items()))
+        if result.retention is not None:
+            print("retention: " + ", ".join(f"{k} {v}" for k, v in result.retention.items()))
     return 0 if not result.anomalies and result.converged else EXIT_ANOMALY
 
 

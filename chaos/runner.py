@@ -51,6 +51,8 @@ from chaos.proxy import FaultProxy
 from chaos.schedule import (
     LINK_LAG_MAX_MS,
     REPLICA_LAG_TIME_MAX_MS,
+    RETENTION_CHECK_INTERVAL_MS,
+    SEGMENT_MS,
     SESSION_TIMEOUT_MS,
     SOURCE,
     TOPIC_PREFIX,
@@ -123,10 +125,13 @@ class RunResult:
     # The schedule's failovers (none: None): what their answers cut and
     # aborted, and what that cost (`failover_counts`).
     failovers: dict[str, int] | None = None
+    # With retention (None: without): the gaps the followers recorded and
+    # the partitions `resume-partitions` steps resumed (`retention_counts`).
+    retention: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for optional in ("twin", "operators", "failovers"):
+        for optional in ("twin", "operators", "failovers", "retention"):
             if out[optional] is None:
                 del out[optional]
         return out
@@ -235,6 +240,11 @@ class Run:
         # answered) and counts (`failover_counts`).
         self.failover_cuts: follower_metrics.CutRanges = {}
         self.failover_answers: list[FailoverResult] = []
+        # With retention: the followers' recorded gaps (`read_gaps`), the
+        # partitions `resume-partitions` steps resumed, each partition's final log start.
+        self.gaps: list[dict[str, Any]] = []
+        self.partitions_resumed = 0
+        self.log_starts: dict[tuple[str, str, int], int] = {}
         # (promoted cluster, its link's source, when the answer came) of each.
         self.failovers_done: list[tuple[str, str, int]] = []
         self.status: StatusSampler | None = None
@@ -268,7 +278,15 @@ class Run:
         ]  # fmt: skip
         if self.schedule.plant_bug and cluster == SOURCE:
             flags += ["--plant-bug", self.schedule.plant_bug]
+        if self.schedule.retention_ms:
+            flags += ["--log-retention-check-interval-ms", str(RETENTION_CHECK_INTERVAL_MS)]
         return [*flags, *security.current().daemon_args]
+
+    def _topic_configs(self) -> dict[str, int]:
+        """The judged topic's configs: retention, when the schedule has it."""
+        if not self.schedule.retention_ms:
+            return {}
+        return {"retention.ms": self.schedule.retention_ms, "segment.ms": SEGMENT_MS}
 
     def link_credentials(self) -> str:
         """What a link is created with ("" unless the run is secure)."""
@@ -300,7 +318,7 @@ class Run:
                     admin.create_namespace("topic", prefix)
                 admin.create_namespace("group", GROUP_PREFIX)
         with _admin(self.daemons[SOURCE].bootstrap, 10000) as admin:
-            admin.create_topic(TOPIC, PARTITIONS)
+            admin.create_topic(TOPIC, PARTITIONS, configs=self._topic_configs())
             for prefix in s.extra_prefixes:
                 admin.create_topic(f"{prefix}x", 1)
         for i, (name, source, follower) in enumerate(s.links):
@@ -460,6 +478,8 @@ class Run:
                     f"reader-{c}-rc", r, self.stop_readers, c, d.bootstrap, TOPIC, PARTITIONS,
                     "target_consumer", read_committed=True,
                 )  # fmt: skip
+        for reader in self.all_readers():
+            reader.reset_earliest = bool(self.schedule.retention_ms)
         for w in [*self.workloads, *self.all_readers()]:
             w.start()
         sampler = threading.Thread(target=self._sample_sync_states, daemon=True)
@@ -622,6 +642,8 @@ class Run:
                     a.detach_namespace(link.name, "topic", args[1])
             elif op == "failover":
                 self._failover(args[0], args[1])
+            elif op == "resume-partitions":
+                self._resume_stopped(args[0])
             elif op == "relink":
                 self._relink(args[0], args[1], args[2], args[3])
             else:
@@ -630,6 +652,41 @@ class Run:
             raise
         except Exception as exc:
             self.note(f"nemesis: {op} failed: {type(exc).__name__}: {exc}")
+
+    def _resume_stopped(self, link_name: str) -> None:
+        """The operator's answer to partitions stopped at a gap: gap.policy
+        continue on the follower (else a partition the source's retention
+        passed again while it waited stops again at once), then
+        resume-partition for each partition of the link stopped at one."""
+        link = self.links[link_name]
+        with _admin(self.daemons[link.follower].bootstrap, 10000) as a:
+            if a.describe_link(link_name).gap_policy != "continue":
+                a.alter_link(link_name, gap_policy="continue")
+            stopped = [g for g in a.describe_link(link_name).gaps if g["stopped"]]
+            for g in stopped:
+                a.resume_partition(link_name, str(g["topic"]), int(g["partition"]))
+        self.partitions_resumed += len(stopped)
+        self.note(f"resume on {link.follower}: {len(stopped)} partition(s) stopped at a gap")
+
+    def read_gaps(self) -> None:
+        """The gaps every live link's follower recorded (for the summary)."""
+        for link in self.links.values():
+            if not link.live or self.daemons[link.follower].lost:
+                continue
+            with _admin(self.daemons[link.follower].bootstrap, 10000) as a:
+                self.gaps += [g for g in a.describe_link(link.name).gaps if not g["stopped"]]
+
+    def retention_counts(self) -> dict[str, int] | None:
+        """With retention: the gaps the followers recorded (what retention
+        deleted before they copied it) and the partitions the schedule's
+        `resume-partitions` steps found stopped at one."""
+        if not self.schedule.retention_ms:
+            return None
+        return {
+            "gaps": len(self.gaps),
+            "gap_records": sum(int(g["records"]) for g in self.gaps),
+            "partitions_resumed": self.partitions_resumed,
+        }
 
     def _restart(self, cluster: str) -> None:
         with self.lifecycle:
@@ -1008,6 +1065,13 @@ class Run:
                     d.bootstrap, t.name, p.partition, p.log_start_offset, p.high_watermark,
                     key=(c, t.name, p.partition),
                 )  # fmt: skip
+        # Log starts after the reads: retention may have deleted records
+        # between the listing and the read (below the later start, a record
+        # missing from the read was deleted, not lost).
+        with _admin(d.bootstrap, 10000) as a:
+            for t in a.list_topics():
+                for p in t.partitions:
+                    self.log_starts[(c, t.name, p.partition)] = p.log_start_offset
         return logs
 
     def _judged_topic(self, name: str) -> bool:
@@ -1124,9 +1188,11 @@ class Run:
         if end <= start:
             return out
         isolation = "read_committed" if read_committed else "read_uncommitted"
+        # A start that retention deleted meanwhile: from the log start (the
+        # client's default, "latest", would read nothing at all).
         consumer = Consumer(
             {**client_config(address), "group.id": "chaos-final", "enable.auto.commit": False,
-             "isolation.level": isolation}
+             "isolation.level": isolation, "auto.offset.reset": "earliest"}
         )  # fmt: skip
         here = start
         error = ""
@@ -1188,7 +1254,7 @@ class Run:
         out: list[Violation] = []
         out += checkers.check_reserved_writes(history)
         kept = History([o for o in history.ops if not self._topic_replaced(o)])
-        out += checkers.check_lost_writes(kept, final, self.truncations)
+        out += checkers.check_lost_writes(kept, final, self.truncations, self._deleted())
         out += checkers.check_duplicates(final)
         # read_committed polls are judged against what read_committed reveals.
         uncommitted = History([o for o in history.ops if not _rc_poll(o)])
@@ -1208,6 +1274,14 @@ class Run:
         out += self.check_follower_logs(final)
         out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
         return out
+
+    def _log_start(self, cluster: str, topic: str, partition: int) -> int:
+        return self.log_starts.get((cluster, topic, partition), 0)
+
+    def _deleted(self) -> checkers.Deleted:
+        """What each cluster deleted itself (retention): the offsets below
+        each partition's final log start."""
+        return {key: [(0, start)] for key, start in self.log_starts.items() if start > 0}
 
     def _without_cuts(self, final: FinalLogs) -> FinalLogs:
         """The final logs less the offsets a reported truncation (a failover's
@@ -1314,8 +1388,9 @@ class Run:
                     continue
                 follower_hw = max(log) + 1 if log else start
                 out += checkers.check_follower_log(
-                    cluster, topic, partition, _store(log), follower_hw,
-                    link.remote, source_topic, _store(source_log), start,
+                    cluster, topic, partition, _store(log), follower_hw, link.remote,
+                    source_topic, _store(source_log, self._log_start(link.remote, source_topic,
+                                                                     partition)), start,
                 )  # fmt: skip
                 break
         return out
@@ -1415,8 +1490,8 @@ class Run:
                     continue
                 follower_hw = max(log) + 1 if log else src[1]
                 out += checkers.check_follower_log(
-                    cluster, topic, partition, _store(log), follower_hw,
-                    link.source, topic, _store(source_log), src[1],
+                    cluster, topic, partition, _store(log), follower_hw, link.source, topic,
+                    _store(source_log, self._log_start(link.source, topic, partition)), src[1],
                 )  # fmt: skip
         return out
 
@@ -1463,6 +1538,13 @@ class Run:
                 committed, self.stable_ends, unreadable = self.read_committed_logs()
                 self.committed_final = committed
                 anomalies += unreadable
+            if self.schedule.retention_ms:
+                try:
+                    self.read_gaps()
+                except Exception as exc:
+                    anomalies.append(Violation(
+                        "liveness", f"the followers' gaps could not be read: "
+                        f"{type(exc).__name__}: {exc}"))  # fmt: skip
             if self.operators_on:
                 try:
                     self.read_provenance()
@@ -1499,6 +1581,7 @@ class Run:
             checked=self.checked(),
             operators=self.operators_summary(),
             failovers=self.failover_counts(final_logs),
+            retention=self.retention_counts(),
         )
 
     def checked(self) -> dict[str, int]:
@@ -1698,8 +1781,10 @@ def session_transactions(history: History, final: FinalLogs) -> History:
     return derived
 
 
-def _store(log: dict[int, str]) -> PartitionStore:
-    store = PartitionStore(log_start_offset=min(log) if log else 0)
+def _store(log: dict[int, str], log_start: int = 0) -> PartitionStore:
+    """A store of a final log; `log_start`: the partition's log start as its
+    cluster reported it, for a log retention emptied."""
+    store = PartitionStore(log_start_offset=min(log) if log else log_start)
     for offset in sorted(log):
         store.batches.append(StoredBatch(offset, offset + 1, log[offset].encode(), 1))
         store.bases.append(offset)

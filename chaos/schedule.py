@@ -22,6 +22,9 @@ Steps (`Step.op`, `Step.args`):
     kill CLUSTER / restart CLUSTER      kill -9, then start again on the same data dir
     lose CLUSTER                kill -9 for good (disaster recovery)
     attach LINK PREFIX / detach LINK PREFIX   a config change on the source's side
+    resume-partitions LINK      on the follower: gap.policy continue, then
+                                resume-partition for every partition of the link
+                                stopped at a gap (gap.policy stop)
     failover CLUSTER LINK       `failover --force` on the follower
     relink CLUSTER OLD NEW SOURCE   detach OLD on CLUSTER, create NEW to SOURCE, then
                                 `recover --confirm` it (KIP-986 re-pointing)
@@ -64,9 +67,16 @@ CLASSICS = (
     "flapping",
     "sync-ack-failover",
     "txn-failover",
+    "retention-outage",
 )
 # txn-failover: how long each transaction stays open before its commit.
 TXN_FAILOVER_OPEN_MS = 1500
+# retention-outage: the topic keeps records 3 s, in one-second segments,
+# checked every second (so a record goes 3 to 5 s after it was written); B
+# is down 8 s.
+RETENTION_OUTAGE_MS = 3000
+SEGMENT_MS = 1000
+RETENTION_CHECK_INTERVAL_MS = 1000
 PLANTED_BUGS = tuple(bug.value for bug in PlantedBug)  # linkd --plant-bug
 SOURCE = "A"
 TOPIC_PREFIX = "orders-"
@@ -151,6 +161,10 @@ class Schedule:
     # A transactional producer holds each transaction open this long between
     # its records and its commit (0: commits at once).
     txn_open_ms: int = 0
+    # The topics' retention.ms (0: kept for ever); with it, whole segments of
+    # SEGMENT_MS each, and every daemon checks retention every
+    # RETENTION_CHECK_INTERVAL_MS.
+    retention_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +183,7 @@ class Schedule:
             "procedure_crashes": [c.to_json() for c in self.procedure_crashes],
             "link_configs": dict(self.link_configs),
             "txn_open_ms": self.txn_open_ms,
+            "retention_ms": self.retention_ms,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -406,6 +421,30 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             nemeses=("lose", "failover"),
             transactional=True,
             txn_open_ms=TXN_FAILOVER_OPEN_MS,
+        )
+    if name == "retention-outage":
+        # The retention-gap study on real daemons: B is down longer than A
+        # keeps records, so A deletes records B never copied. Under gap.policy
+        # continue (the default) B records the gap and goes on; under stop
+        # (--link-config gap.policy=stop) each partition waits at its gap
+        # until the operator answers, 4 s after B is back, as in the study:
+        # gap.policy continue, then resume-partition (`resume-partitions`).
+        clusters = ("A", "B")
+        steps = (
+            Step(2.0, "kill", ("B",)),
+            Step(10.0, "restart", ("B",)),
+            Step(14.0, "resume-partitions", ("ab",)),
+        )
+        return Schedule(
+            name,
+            seed,
+            clusters,
+            "ASYNC",
+            star(clusters),
+            steps,
+            max(phase_s, 16.0),
+            nemeses=("kill", "resume-partitions"),
+            retention_ms=RETENTION_OUTAGE_MS,
         )
     raise ValueError(f"unknown schedule {name!r} (known: random, {', '.join(CLASSICS)})")
 

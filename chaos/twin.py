@@ -34,6 +34,8 @@ from typing import Any
 from chaos.schedule import (
     LINK_LAG_MAX_MS,
     REPLICA_LAG_TIME_MAX_MS,
+    RETENTION_CHECK_INTERVAL_MS,
+    SEGMENT_MS,
     SESSION_TIMEOUT_MS,
     SOURCE,
     TOPIC_PREFIX,
@@ -81,6 +83,8 @@ STEP_MAPPING: dict[str, str] = {
     "detach": "detach on the source",
     "failover": "failover, force",
     "relink": "detach the old link's namespace + create_link (no mapping) + recover",
+    "resume-partitions": "alter_link gap_policy continue, then resume_partition for each "
+    "partition of the topic, on the follower",
 }
 
 
@@ -259,6 +263,28 @@ def to_scenario(run: RealRun) -> sc.Scenario:
                 sc.ActionSpec(at, "create_link", source=source, target=cluster, link=new),
                 sc.ActionSpec(at, "recover", cluster=cluster, link=new, prefixes=prefix),
             ]
+        elif op == "resume-partitions":
+            follower = _ends(s, args[0])[1]
+            actions.append(
+                sc.ActionSpec(
+                    at,
+                    "alter_link",
+                    cluster=follower,
+                    link=sim_link(s, args[0]),
+                    gap_policy="continue",
+                )
+            )
+            actions += [
+                sc.ActionSpec(
+                    at,
+                    "resume_partition",
+                    cluster=follower,
+                    link=sim_link(s, args[0]),
+                    topic=SIM_TOPIC,
+                    partition=p,
+                )
+                for p in range(run.partitions)
+            ]
         else:
             raise ValueError(f"the twin cannot map nemesis step {op!r}")
     heal_begin, heal_end = v(run.heal_ms[0]), v(run.heal_ms[1])
@@ -270,6 +296,11 @@ def to_scenario(run: RealRun) -> sc.Scenario:
     last = max([heal_end, *(x.at_ms for script in scripts for x in script.sends)])
     last += s.txn_open_ms  # the last transaction's commit
     policies = dict(s.link_configs)
+    retention_check_ms = (
+        RETENTION_CHECK_INTERVAL_MS
+        if s.retention_ms
+        else sc.ClusterSpec().retention_check_interval_ms
+    )
     return sc.Scenario(
         name=f"chaos-twin-{s.name}-{s.seed}",
         description=f"the simulator twin of ccr-chaos seed {s.seed} ({s.name}, {s.mode})",
@@ -294,8 +325,15 @@ def to_scenario(run: RealRun) -> sc.Scenario:
             session_timeout_ms=SESSION_TIMEOUT_MS,
             lag_max_ms=LINK_LAG_MAX_MS,
             replica_lag_time_max_ms=REPLICA_LAG_TIME_MAX_MS,
+            retention_check_interval_ms=retention_check_ms,
         ),
-        namespace=sc.NamespaceSpec(topics=1, partitions=run.partitions, groups=False),
+        namespace=sc.NamespaceSpec(
+            topics=1,
+            partitions=run.partitions,
+            groups=False,
+            retention_ms=s.retention_ms,
+            segment_ms=SEGMENT_MS if s.retention_ms else 0,
+        ),
         faults=tuple(sorted(faults, key=lambda f: f.at_ms)),
         actions=tuple(sorted(actions, key=lambda x: x.at_ms)),
         scripts=tuple(scripts),

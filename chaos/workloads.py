@@ -381,6 +381,11 @@ class Reader(Workload):
         self.positions: dict[int, int] = dict.fromkeys(range(partitions), 0)
         self._restart = threading.Event()
 
+    # With retention (records deleted below a reader's position): go on from
+    # the log start, as a consumer with auto.offset.reset earliest does,
+    # instead of stopping at OFFSET_OUT_OF_RANGE.
+    reset_earliest = False
+
     def new_session(self, from_start: bool = True) -> None:
         """Asks for a new session (after a truncation the old positions mean nothing)."""
         if from_start:
@@ -395,7 +400,7 @@ class Reader(Workload):
                 **client_config(self.address),
                 "group.id": f"{self.process}-reader",
                 "enable.auto.commit": False,
-                "auto.offset.reset": "error",
+                "auto.offset.reset": "earliest" if self.reset_earliest else "error",
                 "request.timeout.ms": 3000,
                 "isolation.level": "read_committed" if self.read_committed else "read_uncommitted",
             }
