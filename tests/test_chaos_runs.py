@@ -124,6 +124,28 @@ def test_txn_failover_cut_at_the_last_stable_offset__named_counted_judged_twin_a
     assert counts["consumer_reads_cut_by_failover"] > 0, counts
 
 
+def test_cli_json__retention_outage_under_gap_policy_stop__stopped_resumed_counted_clean() -> None:
+    """The classic `retention-outage` through the CLI under `--link-config
+    gap.policy=stop` (the retention-gap study's headline on real daemons): B
+    is down longer than A keeps records; its partitions stop at their gaps
+    until the operator's answer (gap.policy continue, resume-partition); the
+    records A's retention deleted are no loss to the checks; the summary
+    counts the gaps and the resumed partitions, and the twin agrees."""
+    rc, summary, stderr = ccr_chaos(
+        "run", "--seed", "1", "--schedule", "retention-outage",
+        "--link-config", "gap.policy=stop", "--json",
+    )  # fmt: skip
+    replay = "ccr-chaos run --seed 1 --schedule retention-outage --link-config gap.policy=stop"
+    assert summary["replay"] == replay
+    assert summary["anomalies"] == [], stderr[-3000:]
+    assert summary["converged"] is True, summary["events"]
+    assert rc == 0
+    retention = summary["retention"]
+    assert retention["partitions_resumed"] >= 1 and retention["gap_records"] > 0, retention
+    assert retention["gaps"] >= retention["partitions_resumed"], retention
+    assert summary["twin"]["agrees"], summary["twin"]
+
+
 def test_kip986_dr_with_security_on__offsets_moved_back_reported_clean_no_secret_logged(
     tmp_path: Path,
 ) -> None:

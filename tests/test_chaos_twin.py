@@ -419,3 +419,32 @@ def test_twin__link_policies_and_transactions_held_open__the_failover_cuts_or_ab
 
 def schedule_open_ms(run: twin.RealRun) -> int:
     return run.schedule.txn_open_ms
+
+
+def test_twin__retention_outage__the_same_retention_and_the_operator_s_answer() -> None:
+    """The retention-outage classic's twin: the topic's retention and its
+    segments, the daemons' retention check, and the `resume-partitions`
+    step as the operator's two actions (gap.policy continue, then a resume
+    of each partition)."""
+    configs = (("gap.policy", "stop"),)
+    schedule = make_schedule(1, name="retention-outage", phase_s=PHASE_S, link_configs=configs)
+    run = twin.nominal_run(schedule)
+    run.ops = steady_ops("A", 100, 12_000, every_ms=20)
+    scenario = twin.to_scenario(run)
+    assert scenario.topology.gap_policy == "stop"
+    assert (scenario.namespace.retention_ms, scenario.namespace.segment_ms) == (3000, 1000)
+    assert scenario.cluster.retention_check_interval_ms == 1000
+    answer = [(a.kind, a.cluster, a.link, a.gap_policy, a.partition) for a in scenario.actions]
+    assert answer == [
+        ("alter_link", "B", "A-B", "continue", 0),
+        ("resume_partition", "B", "A-B", "", 0),
+        ("resume_partition", "B", "A-B", "", 1),
+    ]
+    faults = [(f.kind, f.node) for f in scenario.faults if f.kind in ("crash", "restart")]
+    assert ("crash", "B") in faults
+    # Simulated, B stops at its gaps and the answer lets it go on: every
+    # record A still holds reaches B, the skipped ranges recorded as gaps.
+    sim = Simulation(scenario, 1)
+    sim.run()
+    assert sim.violations == []
+    assert sim.metrics.values["gap_records"] > 0
