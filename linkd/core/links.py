@@ -41,7 +41,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -100,6 +100,24 @@ class LinkMode(enum.StrEnum):
     SYNC = "SYNC"
 
 
+_Policy = TypeVar("_Policy", bound=enum.StrEnum)
+
+
+def _parse_policy(policy: type[_Policy], key: str, name: str, value: str) -> _Policy:
+    """`value` as a value of link policy `key` (create-link --config, alter-link);
+    INVALID_LINK_CONFIG names the values it takes."""
+    try:
+        return policy(value)
+    except ValueError:
+        names = [repr(member.value) for member in policy]
+        choices = f"{', '.join(names[:-1])} or {names[-1]}"
+        raise ClusterError(
+            ErrorCode.INVALID_LINK_CONFIG,
+            f"link {name!r}",
+            f"link {name!r}: {key} is {choices}, not {value!r}",
+        ) from None
+
+
 class GapPolicy(enum.StrEnum):
     """gap.policy: what a follower partition does when the records it must
     copy next are gone from its source (the source's log start passed it).
@@ -111,14 +129,7 @@ class GapPolicy(enum.StrEnum):
 
 
 def parse_gap_policy(name: str, value: str) -> GapPolicy:
-    try:
-        return GapPolicy(value)
-    except ValueError:
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {name!r}",
-            f"link {name!r}: gap.policy is 'continue' or 'stop', not {value!r}",
-        ) from None
+    return _parse_policy(GapPolicy, "gap.policy", name, value)
 
 
 class FetchBound(enum.StrEnum):
@@ -136,15 +147,7 @@ class FetchBound(enum.StrEnum):
 
 
 def parse_fetch_bound(name: str, value: str) -> FetchBound:
-    try:
-        return FetchBound(value)
-    except ValueError:
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {name!r}",
-            f"link {name!r}: fetch.bound is 'high-watermark' or 'last-stable-offset', "
-            f"not {value!r}",
-        ) from None
+    return _parse_policy(FetchBound, "fetch.bound", name, value)
 
 
 class FailoverTruncation(enum.StrEnum):
@@ -163,15 +166,7 @@ class FailoverTruncation(enum.StrEnum):
 
 
 def parse_failover_truncation(name: str, value: str) -> FailoverTruncation:
-    try:
-        return FailoverTruncation(value)
-    except ValueError:
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {name!r}",
-            f"link {name!r}: failover.truncation is 'abort' or 'last-stable-offset', "
-            f"not {value!r}",
-        ) from None
+    return _parse_policy(FailoverTruncation, "failover.truncation", name, value)
 
 
 class FailbackReconciliation(enum.StrEnum):
@@ -196,15 +191,7 @@ class FailbackReconciliation(enum.StrEnum):
 
 
 def parse_failback_reconciliation(name: str, value: str) -> FailbackReconciliation:
-    try:
-        return FailbackReconciliation(value)
-    except ValueError:
-        raise ClusterError(
-            ErrorCode.INVALID_LINK_CONFIG,
-            f"link {name!r}",
-            f"link {name!r}: failback.reconciliation is 'history', 'last-mirrored-offset' or "
-            f"'last-mirrored-leader-epoch', not {value!r}",
-        ) from None
+    return _parse_policy(FailbackReconciliation, "failback.reconciliation", name, value)
 
 
 # A link's shared policies by the name an operator gives them (create-link
