@@ -770,8 +770,9 @@ class Run:
         lacks (lost, by the lag or a cut), records their cuts removed, of
         them records the source had acknowledged without a transaction,
         records readers had read before the cut removed them, transactions
-        aborted and partitions abandoned (the last four are the simulator's
-        metrics of the same names, computed by the same functions)."""
+        aborted and partitions abandoned (the three counts of cuts are the
+        simulator's metrics of the same names; the two of acknowledged and
+        read records are computed by the simulator's own functions)."""
         if not self.failover_answers:
             return None
         history = History(list(self.history_for_checkers()))

@@ -47,8 +47,9 @@ Tables and keys (units last; every time is virtual milliseconds):
               scheduled_rebalance_max_delay_ms, session_timeout_ms, rebalance_ms
   [[workloads]] kind (producer|bulk_producer|consumer|script), name, cluster, topic, ...
               (script: name and sends = [{at_ms, cluster, topic, partition,
-              value, txn, abort, open}, ...], replayed as they are; an
-              open transaction is never ended by its producer)
+              value, txn, abort, open, commit_after_ms}, ...], replayed as
+              they are; an open transaction is never ended by its producer,
+              and one with commit_after_ms ends that long after its records)
   [[faults]]  at_ms, kind (partition|one_way|bridge|isolate|clog|loss|heal|crash|
               restart|pause|resume|unclean_election|storage_refusal, and for Connect workers
               worker_crash|worker_restart|worker_pause|worker_isolate), and the
