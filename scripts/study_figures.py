@@ -3,8 +3,9 @@
     python scripts/study_figures.py STUDY SWEEP_OUT_DIR [-o docs/studies]
 
 STUDY is one of the sweep files under sim/studies/ (catch-up-storm,
-connect-rebalance, dr-third-cluster, fetch-bound, mirror-vs-link,
-retention-gap, sync-vs-async, txn-failover) and SWEEP_OUT_DIR the directory
+connect-rebalance, dr-third-cluster, failback-reconciliation, fetch-bound,
+mirror-vs-link, retention-gap, sync-vs-async, txn-failover) and SWEEP_OUT_DIR
+the directory
 `ccr-sim sweep sim/studies/STUDY.toml --out` wrote. Writes `STUDY.png` (the
 metric against the grid parameters the page discusses, mean over seeds) into
 the output directory; for dr-third-cluster also
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -302,6 +305,64 @@ def retention_gap(runs: Any, manifest: report.Manifest, out: Path) -> None:
     _finish(fig, manifest, out)
 
 
+DIVERGED = "diverged after failback"
+_MORE = re.compile(r"\.\.\. and (\d+) more$")
+
+
+def diverged_batches(violations_json: str) -> int:
+    """The batches a run's "diverged after failback" violations name: the
+    judge lists the first five of a recovery and ends with "... and N more"."""
+    count = 0
+    for v in json.loads(violations_json):
+        if v["invariant"] == DIVERGED:
+            more = _MORE.search(v["detail"])
+            count += int(more.group(1)) if more else 1
+    return count
+
+
+def failback_reconciliation(runs: Any, manifest: report.Manifest, out: Path) -> None:
+    """Per failback.reconciliation rule, against the unclean election's
+    depth: the runs the judge found diverged after the failback, the records
+    A kept that differ from B's, what the recovery cut, and the runs in
+    which A follows B again at the end (no "one writer at rest")."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    runs = runs.assign(
+        diverged_runs=runs["violations_json"].map(lambda j: int(diverged_batches(j) > 0)),
+        diverged=runs["violations_json"].map(diverged_batches),
+        cut=runs["records_truncated_by_recovery"].astype(float).fillna(0),
+        follows=runs["violations_json"].map(
+            lambda j: int(all(v["invariant"] != "one writer at rest" for v in json.loads(j)))
+        ),
+    )
+    panels = (
+        ("diverged_runs", "runs judged diverged after failback", "runs of 10", "sum"),
+        ("diverged", "records A kept that differ from B's", "records", "mean"),
+        ("cut", "records the recovery cut from A", "records", "mean"),
+        ("follows", "runs in which A follows B at the end", "runs of 10", "sum"),
+    )
+    styles = {
+        "history": ("#1f77b4", "o-", 9),
+        "last-mirrored-offset": ("#d62728", "s-", 7),
+        "last-mirrored-leader-epoch": ("#2ca02c", "^--", 6),
+    }
+    for rule, (colour, style, size) in styles.items():
+        grouped = runs[runs["param_failback_reconciliation"] == rule].groupby(
+            "param_unclean_records"
+        )
+        for ax, (metric, _title, _unit, how) in zip(axes, panels, strict=True):
+            rows = grouped[metric].sum() if how == "sum" else grouped[metric].mean()
+            depths = [int(v) for v in rows.index]
+            ax.plot(depths, rows.astype(float), style, color=colour, markersize=size, label=rule)
+    for ax, (_metric, title, unit, _how) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("records the unclean election took back")
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, title="failback.reconciliation", title_fontsize=7)
+    _finish(fig, manifest, out)
+
+
 STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "sync-vs-async": sync_vs_async,
     "dr-third-cluster": dr_third_cluster,
@@ -311,6 +372,7 @@ STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
     "fetch-bound": fetch_bound,
     "txn-failover": txn_failover,
     "retention-gap": retention_gap,
+    "failback-reconciliation": failback_reconciliation,
 }
 
 

@@ -11,7 +11,8 @@ params override scenario values by flat name (sim.scenario.PARAMS):
   link_bandwidth_bytes_per_ms, disk_bytes_per_ms,
   replication_limit_bytes_per_s, session_timeout_ms, lag_max_ms, topics,
   partitions, retention_ms, producer_rate_per_s, transactional_fraction,
-  undo_fix, link_type, outage_ms (every fault's duration).
+  undo_fix, link_type, outage_ms (every fault's duration), unclean_records
+  (the records every unclean_election fault takes back).
 Unknown names raise ValueError naming them.
 """
 

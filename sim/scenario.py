@@ -880,6 +880,8 @@ PARAMS: dict[str, tuple[str, str]] = {
     "retention_check_interval_ms": ("cluster", "retention_check_interval_ms"),
     # Every fault's duration (an outage's length, for a sweep).
     "outage_ms": ("faults", "duration_ms"),
+    # The records every unclean_election fault takes back (its depth).
+    "unclean_records": ("faults", "records"),
     "cleanup_policy": ("namespace", "cleanup_policy"),
     "producer_rate_per_s": ("workloads", "rate_per_s"),
     "transactional_fraction": ("workloads", "transactional_fraction"),
@@ -997,6 +999,22 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 26:
                 raise ScenarioError(f"parameter clusters = {value!r} must be an integer in 1..26")
             value = cluster_names(value)
+        if table == "faults" and key == "records":
+            if not any(f.kind == FaultKind.UNCLEAN_ELECTION for f in s.faults):
+                raise ScenarioError(
+                    f"parameter {name}: the scenario has no unclean_election faults to apply it to"
+                )
+            records = _convert(f"parameter {name}", key, value, None, "int")
+            s = dataclasses.replace(
+                s,
+                faults=tuple(
+                    dataclasses.replace(f, records=records)
+                    if f.kind == FaultKind.UNCLEAN_ELECTION
+                    else f
+                    for f in s.faults
+                ),
+            )
+            continue
         if table == "faults":
             ms = _convert(f"parameter {name}", key, value, None, "int")
             s = dataclasses.replace(

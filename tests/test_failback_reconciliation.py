@@ -252,6 +252,27 @@ def test_the_last_mirrored_leader_epoch__is_fooled_by_an_epoch_number_the_electi
     assert _cut_and_source(history) == ((362, 207), "B")
 
 
+def test_unclean_records__sets_the_elections_depth__the_default_run_is_unchanged() -> None:
+    """The sweep parameter `unclean_records` sets `records` of every
+    unclean_election fault: the shipped 300 gives the shipped run; 100 takes
+    back only records A wrote after B stopped copying (above the last
+    mirrored offset, 461), so every rule cuts A at 461 and the run is clean.
+    A scenario without such a fault, or a negative depth, is refused."""
+    base = scenarios.load("failback-unclean")
+    assert scenarios.apply_params(base, {"unclean_records": 300}) == base
+    deeper = scenarios.apply_params(base, {"unclean_records": 120})
+    assert [f.records for f in deeper.faults if f.kind == "unclean_election"] == [120]
+    assert [f.duration_ms for f in deeper.faults] == [f.duration_ms for f in base.faults]
+    for rule in ("history", "last-mirrored-offset", "last-mirrored-leader-epoch"):
+        sim = _run({"failback_reconciliation": rule, "unclean_records": 100})
+        assert sim.violations == [], (rule, sim.violations)
+        assert _cut_and_source(sim) == ((461, 308), "B"), rule
+    with pytest.raises(scenarios.ScenarioError, match="no unclean_election faults"):
+        scenarios.apply_params(scenarios.load("retention-gap"), {"unclean_records": 10})
+    with pytest.raises(scenarios.ScenarioError, match="must be >= 0"):
+        scenarios.apply_params(base, {"unclean_records": -1})
+
+
 def test_the_last_mirrored_offsets_cut_stays__a_rerun_takes_up_its_journalled_plan() -> None:
     """The operator switches the link to history and runs recover --confirm
     again: the plan journalled past its cut is taken up, its cut (461) is

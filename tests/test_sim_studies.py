@@ -5,6 +5,7 @@ added runs, on its smallest cell, and measures what its page says."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def study_files() -> list[Path]:
 
 def test_there_are_studies_and_each_has_a_page() -> None:
     files = study_files()
-    assert len(files) == 8
+    assert len(files) == 9
     for path in files:
         assert (PAGES / f"{path.stem}.md").is_file(), path.stem
     index = (PAGES / "README.md").read_text()
@@ -319,3 +320,50 @@ def test_retention_gap_stop_loses_what_retention_deleted_while_it_waited() -> No
     assert metrics["stop"]["link_state_ms_CATCHING_UP"] >= 16_000 - 10_000 - 100
     # 40 records/s over the two partitions, for the 6 s B waited.
     assert metrics["stop"]["gap_records"] - metrics["continue"]["gap_records"] >= 200
+
+
+# -- where a failback cuts the old source (failback-reconciliation) ----------------------
+
+
+def test_failback_reconciliation_deep_election_last_mirrored_offset_keeps_a_different_log() -> (
+    None
+):
+    """failback-unclean with an election 600 records deep: A's log, after its
+    clients wrote on, ends below the last mirrored offset, so that rule cuts
+    nothing and A keeps every record its clients wrote after the election at
+    offsets where B holds A's older ones. The judge's "diverged after
+    failback" names exactly those (the figure's count, from the details),
+    and A follows nothing at the end. Under history the recovery cuts them,
+    the run is clean and A's log is B's."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "study_figures.py"
+    module_spec = importlib.util.spec_from_file_location("study_figures", path)
+    assert module_spec is not None and module_spec.loader is not None
+    figures = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(figures)
+
+    def run(rule: str) -> Simulation:
+        spec = scenarios.apply_params(
+            scenarios.load("failback-unclean"),
+            {"failback_reconciliation": rule, "unclean_records": 600},
+        )
+        sim = Simulation(spec, 1)
+        sim.run()
+        return sim
+
+    lmo = run("last-mirrored-offset")
+    logs = lmo.final_logs()
+    a, b = logs[("A", "A-t0", 0)], logs[("B", "A-t0", 0)]
+    differ = sum(1 for o, v in a.items() if o in b and b[o] != v)
+    violations = json.dumps([v.to_dict() for v in lmo.violations])
+    assert differ == figures.diverged_batches(violations) == 207
+    assert {v.invariant for v in lmo.violations} == {
+        "diverged after failback", "one writer at rest"
+    }
+    assert "records_truncated_by_recovery" not in lmo.metrics.values
+    history = run("history")
+    assert history.violations == []
+    assert history.metrics.values["records_truncated_by_recovery"] == 207
+    logs = history.final_logs()
+    assert logs[("A", "A-t0", 0)] == logs[("B", "A-t0", 0)]
