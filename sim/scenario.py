@@ -999,7 +999,7 @@ def apply_params(s: Scenario, params: dict[str, Any] | None) -> Scenario:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 26:
                 raise ScenarioError(f"parameter clusters = {value!r} must be an integer in 1..26")
             value = cluster_names(value)
-        if table == "faults" and key == "records":
+        if name == "unclean_records":
             if not any(f.kind == FaultKind.UNCLEAN_ELECTION for f in s.faults):
                 raise ScenarioError(
                     f"parameter {name}: the scenario has no unclean_election faults to apply it to"
