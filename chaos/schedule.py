@@ -302,6 +302,36 @@ def _ends(links: tuple[tuple[str, str, str], ...], name: str) -> tuple[str, str]
     raise KeyError(name)
 
 
+def _classic(
+    name: str,
+    seed: int,
+    clusters: tuple[str, ...],
+    mode: str,
+    steps: tuple[Step, ...],
+    phase_s: float,
+    nemeses: tuple[str, ...],
+    transactional: bool = False,
+    extra_prefixes: tuple[str, ...] = (),
+    txn_open_ms: int = 0,
+    retention_ms: int = 0,
+) -> Schedule:
+    """A classic's schedule: its clusters as a star from A."""
+    return Schedule(
+        name,
+        seed,
+        clusters,
+        mode,
+        star(clusters),
+        steps,
+        phase_s,
+        nemeses=nemeses,
+        transactional=transactional,
+        extra_prefixes=extra_prefixes,
+        txn_open_ms=txn_open_ms,
+        retention_ms=retention_ms,
+    )
+
+
 def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedule:
     """One of the hand-written classics (timings fixed; the seed only seeds the proxies)."""
     clusters: tuple[str, ...]
@@ -316,31 +346,14 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             Step(6.0, "failover", ("B", "ab")),
             Step(7.0, "relink", ("C", "ac", "cb", "B")),
         )
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "ASYNC",
-            star(clusters),
-            steps,
-            max(phase_s, 10.0),
-            nemeses=("cut", "lose", "failover", "recover"),
-        )
+        return _classic(name, seed, clusters, "ASYNC", steps, max(phase_s, 10.0),
+                        nemeses=("cut", "lose", "failover", "recover"))
     if name == "sync-txn-cut":
         # A SYNC link whose follower is cut while transactions are in flight.
         clusters = ("A", "B")
         steps = (Step(3.0, "cut", ("ab", "both")), Step(8.0, "heal", ("ab",)))
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "SYNC",
-            star(clusters),
-            steps,
-            max(phase_s, 10.0),
-            nemeses=("cut",),
-            transactional=True,
-        )
+        return _classic(name, seed, clusters, "SYNC", steps, max(phase_s, 10.0),
+                        nemeses=("cut",), transactional=True)
     if name == "one-way-config":
         # An asymmetric partition while the source attaches, then detaches, a namespace.
         clusters = ("A", "B")
@@ -352,17 +365,8 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             Step(10.0, "detach", ("ab", EXTRA_PREFIX)),
             Step(13.0, "heal", ("ab",)),
         )
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "ASYNC",
-            star(clusters),
-            steps,
-            max(phase_s, 15.0),
-            nemeses=("one-way", "attach", "detach"),
-            extra_prefixes=(EXTRA_PREFIX,),
-        )
+        return _classic(name, seed, clusters, "ASYNC", steps, max(phase_s, 15.0),
+                        nemeses=("one-way", "attach", "detach"), extra_prefixes=(EXTRA_PREFIX,))
     if name == "flapping":
         # The link goes down for a second every three seconds.
         clusters = ("A", "B")
@@ -371,16 +375,8 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
         while t + 1.0 < phase_s - 1.0:
             out += [Step(_r(t), "cut", ("ab", "both")), Step(_r(t + 1.0), "heal", ("ab",))]
             t += 3.0
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "SYNC",
-            star(clusters),
-            tuple(out),
-            phase_s,
-            nemeses=("cut",),
-        )
+        return _classic(name, seed, clusters, "SYNC", tuple(out), phase_s,
+                        nemeses=("cut",))
     if name == "sync-ack-failover":
         # SYNC link IN_SYNC; the follower's link is cut; acks=all producers go on;
         # the source is killed for good; the follower is promoted. Invariant 4:
@@ -391,16 +387,8 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             Step(5.0, "lose", ("A",)),
             Step(6.0, "failover", ("B", "ab")),
         )
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "SYNC",
-            star(clusters),
-            steps,
-            max(phase_s, 9.0),
-            nemeses=("cut", "lose", "failover"),
-        )
+        return _classic(name, seed, clusters, "SYNC", steps, max(phase_s, 9.0),
+                        nemeses=("cut", "lose", "failover"))
     if name == "txn-failover":
         # The transactions-at-failover study on real daemons: an ASYNC link
         # while a transactional producer holds each transaction open for
@@ -410,12 +398,11 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
         # cuts B at its last stable offset (counted in the run's summary).
         clusters = ("A", "B")
         steps = (Step(6.0, "lose", ("A",)), Step(6.5, "failover", ("B", "ab")))
-        return Schedule(
+        return _classic(
             name,
             seed,
             clusters,
             "ASYNC",
-            star(clusters),
             steps,
             max(phase_s, 10.0),
             nemeses=("lose", "failover"),
@@ -435,17 +422,8 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
             Step(10.0, "restart", ("B",)),
             Step(14.0, "resume-partitions", ("ab",)),
         )
-        return Schedule(
-            name,
-            seed,
-            clusters,
-            "ASYNC",
-            star(clusters),
-            steps,
-            max(phase_s, 16.0),
-            nemeses=("kill", "resume-partitions"),
-            retention_ms=RETENTION_OUTAGE_MS,
-        )
+        return _classic(name, seed, clusters, "ASYNC", steps, max(phase_s, 16.0),
+                        nemeses=("kill", "resume-partitions"), retention_ms=RETENTION_OUTAGE_MS)
     raise ValueError(f"unknown schedule {name!r} (known: random, {', '.join(CLASSICS)})")
 
 
