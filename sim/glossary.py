@@ -507,9 +507,11 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "plans_finished_at_rest", Unit.COUNT, Group.OPERATORS,
-        "journalled plans the liveness phase finished by running reverse once more",
-        "one per (cluster, link) holding a plan when the run came to rest",
-        "no reversal was cut short and left unfinished",
+        "journalled plans (reverse, failover, recover) the liveness phase ran once more "
+        "to finish them",
+        "one per (cluster, link) holding a plan when the run came to rest, counted as the "
+        "re-run starts: a re-run refused (a recover whose attach is refused) leaves its plan",
+        "no procedure was cut short and left unfinished",
     ),
     Entry(
         "faults_drawn", Unit.COUNT, Group.OPERATORS,
