@@ -644,6 +644,8 @@ class Run:
                 self._failover(args[0], args[1])
             elif op == "resume-partitions":
                 self._resume_stopped(args[0])
+            elif op == "unclean":
+                self._unclean(args[0], int(args[1]))
             elif op == "relink":
                 self._relink(args[0], args[1], args[2], args[3])
             else:
@@ -652,6 +654,27 @@ class Run:
             raise
         except Exception as exc:
             self.note(f"nemesis: {op} failed: {type(exc).__name__}: {exc}")
+
+    def _unclean(self, cluster: str, records: int) -> None:
+        """An emulated unclean leader election on `cluster`: each partition of
+        the judged topic loses its last `records` records (at a batch
+        boundary) and starts a new leader epoch (ccr-admin fault
+        unclean-election)."""
+        with _admin(self.daemons[cluster].bootstrap, 10000) as a:
+            partitions = next(t for t in a.list_topics() if t.name == TOPIC).partitions
+            for p in partitions:
+                target = max(p.log_start_offset, p.log_end_offset - records)
+                done = a.unclean_election(TOPIC, p.partition, target)
+                # A reported truncation: the records it removed are the
+                # election's loss, said by the fault's answer, not a silent one.
+                key = (cluster, TOPIC, p.partition)
+                cut, removed = int(done["log_end_offset"]), int(done["removed_records"])
+                self.truncations.setdefault(key, []).append(cut)
+                self.cuts.setdefault(key, []).append((cut, cut + max(removed, 1)))
+                self.note(
+                    f"unclean election on {cluster}:{TOPIC}-{p.partition}: removed "
+                    f"{done['removed_records']} record(s), epoch {done['leader_epoch']}"
+                )
 
     def _resume_stopped(self, link_name: str) -> None:
         """The operator's answer to partitions stopped at a gap: gap.policy
@@ -800,10 +823,19 @@ class Run:
         old_link = self.links[old]
         old_link.live = False
         with _admin(self.daemons[cluster].bootstrap, 15000) as a:
-            a.detach_namespace(old, "topic", TOPIC_PREFIX)
-            a.detach_namespace(old, "group", GROUP_PREFIX)
+            attached = {(m["type"], m["local_prefix"]) for m in a.describe_link(old).mappings}
+            for kind, prefix in (("topic", TOPIC_PREFIX), ("group", GROUP_PREFIX)):
+                # A mapping the remote's failover already detached (its
+                # handshake told this cluster) has nothing left to detach.
+                if (kind, prefix) in attached:
+                    a.detach_namespace(old, kind, prefix)
         # No attach: `recover --confirm` re-attaches with the remote leading.
+        # A cluster that led (a failback) is probed as a follower only once
+        # the recovery reserved its namespace.
+        was_follower = cluster in self.followers
         link = self._create_link(new, source, cluster, len(self.links), attach=False)
+        if not was_follower:
+            self.followers.discard(cluster)
         begin = self.recorder.now_ms()
         try:
             with _admin(self.daemons[cluster].bootstrap, 30000) as a:
@@ -812,6 +844,7 @@ class Run:
                 )
         finally:
             recovered = self.recorder.now_ms()
+        self.followers.add(cluster)
         for g in report["groups"]:
             self.offset_moves.append(OffsetMove(
                 cluster, str(g["group"]), str(g["topic"]), int(g["partition"]),
@@ -1273,8 +1306,34 @@ class Run:
             return out
         out += self.check_sync_acks(history, final)
         out += self.check_follower_logs(final)
+        out += self.check_failed_back(final)
         out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
         return out
+
+    def check_failed_back(self, final: FinalLogs) -> list[Violation]:
+        """"diverged after failback" (the simulator's check, on final logs): a
+        cluster a `relink` step made follow another holds, at every offset
+        both final logs have, the record its new source holds there: the
+        recovery cut its log where their histories part, or it kept records
+        of its own that the source holds others at."""
+        details: list[str] = []
+        for a in self.applied:
+            if a.step.op != "relink":
+                continue
+            cluster, _old, new, source = a.step.args
+            for (c, topic, p), log in sorted(final.items()):
+                theirs = final.get((source, topic, p))
+                if c != cluster or theirs is None:
+                    continue
+                differ = sorted(o for o in log.keys() & theirs.keys() if log[o] != theirs[o])
+                if differ:
+                    details.append(
+                        f"{cluster}:{topic}-{p} after its failback to {source} (link {new}) "
+                        f"holds {len(differ)} record(s) that differ from {source}'s at the "
+                        f"same offsets, from offset {differ[0]} ({log[differ[0]]!r} against "
+                        f"{theirs[differ[0]]!r})"
+                    )
+        return judges.capped("diverged after failback", details)
 
     def _log_start(self, cluster: str, topic: str, partition: int) -> int:
         return self.log_starts.get((cluster, topic, partition), 0)

@@ -22,6 +22,9 @@ Steps (`Step.op`, `Step.args`):
     kill CLUSTER / restart CLUSTER      kill -9, then start again on the same data dir
     lose CLUSTER                kill -9 for good (disaster recovery)
     attach LINK PREFIX / detach LINK PREFIX   a config change on the source's side
+    unclean CLUSTER RECORDS     an emulated unclean leader election on CLUSTER: every
+                                partition of the topic loses its last RECORDS records
+                                (ccr-admin fault unclean-election) and a new epoch
     resume-partitions LINK      on the follower: gap.policy continue, then
                                 resume-partition for every partition of the link
                                 stopped at a gap (gap.policy stop)
@@ -68,6 +71,7 @@ CLASSICS = (
     "sync-ack-failover",
     "txn-failover",
     "retention-outage",
+    "failback-unclean",
 )
 # txn-failover: how long each transaction stays open before its commit.
 TXN_FAILOVER_OPEN_MS = 1500
@@ -77,6 +81,9 @@ TXN_FAILOVER_OPEN_MS = 1500
 RETENTION_OUTAGE_MS = 3000
 SEGMENT_MS = 1000
 RETENTION_CHECK_INTERVAL_MS = 1000
+# failback-unclean: the records A's unclean election takes back from each
+# partition (B misses about 2 s of A's writes, fewer than this).
+FAILBACK_UNCLEAN_RECORDS = 200
 PLANTED_BUGS = tuple(bug.value for bug in PlantedBug)  # linkd --plant-bug
 SOURCE = "A"
 TOPIC_PREFIX = "orders-"
@@ -424,6 +431,26 @@ def classic_schedule(name: str, seed: int = 0, phase_s: float = 20.0) -> Schedul
         )
         return _classic(name, seed, clusters, "ASYNC", steps, max(phase_s, 16.0),
                         nemeses=("kill", "resume-partitions"), retention_ms=RETENTION_OUTAGE_MS)
+    if name == "failback-unclean":
+        # The failback-reconciliation study on real daemons: B is cut off
+        # (killed) after copying A; A's clients write on, an unclean election
+        # on A takes back more than B missed (below what B copied) and A's
+        # clients write on again; A is killed, B restarts and fails over with
+        # force (the clients move to B); A returns and fails back: relinked to
+        # follow B, cut by `recover --confirm` as failback.reconciliation says
+        # (--link-config), then judged for records A kept that B holds others at.
+        clusters = ("A", "B")
+        steps = (
+            Step(2.0, "kill", ("B",)),
+            Step(4.0, "unclean", ("A", str(FAILBACK_UNCLEAN_RECORDS))),
+            Step(6.0, "kill", ("A",)),
+            Step(6.5, "restart", ("B",)),
+            Step(7.5, "failover", ("B", "ab")),
+            Step(9.0, "restart", ("A",)),
+            Step(10.0, "relink", ("A", "ab", "ba", "B")),
+        )
+        return _classic(name, seed, clusters, "ASYNC", steps, max(phase_s, 13.0),
+                        nemeses=("kill", "unclean", "failover", "recover"))
     raise ValueError(f"unknown schedule {name!r} (known: random, {', '.join(CLASSICS)})")
 
 

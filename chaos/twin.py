@@ -83,6 +83,7 @@ STEP_MAPPING: dict[str, str] = {
     "detach": "detach on the source",
     "failover": "failover, force",
     "relink": "detach the old link's namespace + create_link (no mapping) + recover",
+    "unclean": "unclean_election of each partition of the topic, the step's records",
     "resume-partitions": "alter_link gap_policy continue, then resume_partition for each "
     "partition of the topic, on the follower",
 }
@@ -262,6 +263,18 @@ def to_scenario(run: RealRun) -> sc.Scenario:
                 ),
                 sc.ActionSpec(at, "create_link", source=source, target=cluster, link=new),
                 sc.ActionSpec(at, "recover", cluster=cluster, link=new, prefixes=prefix),
+            ]
+        elif op == "unclean":
+            faults += [
+                sc.FaultSpec(
+                    at,
+                    "unclean_election",
+                    node=args[0],
+                    topic=SIM_TOPIC,
+                    partition=p,
+                    records=int(args[1]),
+                )
+                for p in range(run.partitions)
             ]
         elif op == "resume-partitions":
             follower = _ends(s, args[0])[1]
