@@ -1268,11 +1268,16 @@ class Run:
             prov = a.get_provenance(topic)
         for p in prov["partitions"]:
             entries = p["provenance"]
-            if entries and entries[-1]["kind"] == "start":
-                out[int(p["partition"])] = (
-                    str(entries[-1]["source_cluster_id"]),
-                    int(entries[-1]["offset"]),
-                )
+            # A gap (retention outran the follower) ends nothing: the range
+            # copies on from its source, from where the gap ends.
+            gaps = 0
+            while gaps < len(entries) and entries[-1 - gaps]["kind"] == "gap":
+                gaps += 1
+            if gaps == len(entries) or entries[-1 - gaps]["kind"] != "start":
+                continue
+            start = entries[-1 - gaps]
+            begins = int(entries[-1]["to_offset"]) if gaps else int(start["offset"])
+            out[int(p["partition"])] = (str(start["source_cluster_id"]), begins)
         return out
 
     def judge(

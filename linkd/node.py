@@ -164,7 +164,9 @@ class ClusterNode:
         self.state = ClusterState(cluster_id, self.group_config, faults)
         self.datadir: DataDir | None = None
         self.journal: MetadataJournal | None = None
-        self._journal_book = restart.JournalBook(cluster_id, SNAPSHOT_EVERY_RECORDS)
+        self._journal_book = restart.JournalBook(
+            cluster_id, SNAPSHOT_EVERY_RECORDS, faults=faults
+        )
         self.stores: dict[tuple[str, int], PartitionLogStore] = {}
         # The partition logs' open files, bounded by the process's descriptor limit.
         self.handles = HandleCache(capacity_for_limit())
@@ -202,8 +204,9 @@ class ClusterNode:
         if report.truncated_bytes:
             log.warning("metadata journal: dropped a torn tail", extra={"report": str(report)})
         self._journal_book = restart.JournalBook(
-            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records)
-        )
+            self.cluster_id, SNAPSHOT_EVERY_RECORDS, snapshot, list(records),
+            faults=self.state.faults,
+        )  # fmt: skip
         self.state.broker_configs.static["log.cleaner.backoff.ms"] = str(
             self._cleaner_backoff_ms
         )
