@@ -3,9 +3,10 @@
 One ASYNC and one SYNC run from a seed (the nemeses the seed picks, a short
 phase; the ASYNC one through the CLI with its simulator twin, which must
 agree; the SYNC one with a transactional producer and read_committed readers
-on the follower, invariant 5), the classic `kip986-dr` (a failover and a
-`recover --confirm` that moves replicated committed offsets back, invariant
-6) with every protection on (`--secure`), and the planted bug
+on the follower, invariant 5, and its twin, which must agree too), the
+classic `kip986-dr` (a failover and a `recover --confirm` that moves
+replicated committed offsets back, invariant 6) with every protection on
+(`--secure`), and the planted bug
 `ack-before-replicate`, which the checkers must catch (invariant 4: records
 acknowledged while IN_SYNC lost after failover).
 Every run samples the followers' replicated committed offsets (invariant 6).
@@ -81,7 +82,9 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
 def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:
     schedule = make_schedule(4, mode="sync", clusters=2, phase_s=float(PHASE_S), operators=False)
     schedule = dataclasses.replace(schedule, transactional=True)
-    result = Run(schedule, "ccr-chaos run --seed 4 --mode sync", workdir=tmp_path).execute()
+    result = Run(
+        schedule, "ccr-chaos run --seed 4 --mode sync", workdir=tmp_path, twin=True
+    ).execute()
     assert result.mode == "SYNC"
     assert result.operations > 50
     assert result.counts["ok"] > 0
@@ -91,6 +94,12 @@ def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path)
     assert result.checked["read_committed_polls"] > 0, result.checked
     assert result.checked["transactions"] > 0, result.checked
     assert result.checked["commits"] > 0 and result.checked["offset_samples"] > 0
+    # Its simulator twin agrees (the SYNC twin check on real daemons; the
+    # ASYNC one is the CLI run above).
+    report = result.twin
+    assert report is not None and "error" not in report, report
+    assert report["agrees"], (report["differences"], report["real"], report["simulated"])
+    assert report["partitions"] == 4 and report["links"] == 2
 
 
 def test_txn_failover_cut_at_the_last_stable_offset__named_counted_judged_twin_agrees(

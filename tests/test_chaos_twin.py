@@ -3,18 +3,14 @@
 Pure and fast: translating a schedule into a simulator scenario, building the
 replay scripts from a history, counting records in doubt, comparing final
 states (agreement, a planted difference beyond the allowance, differences
-within it), and a whole twin against a planted "real" state. Slow: one short
-SYNC real-daemon run whose twin must agree (the short-run settings of
-tests/test_chaos_runs.py, whose ASYNC run through the CLI, seed 3, checks
-that its twin agrees; every wait inside the runner polls and is bounded).
+within it), and a whole twin against a planted "real" state. The twins of
+real-daemon runs (an ASYNC run through the CLI, a SYNC transactional one)
+are checked in tests/test_chaos_runs.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-
-import pytest
 
 from chaos import twin
 from chaos.cli import table, twin_cell
@@ -351,28 +347,6 @@ def test_cli_table__has_a_twin_column() -> None:
     assert twin_cell(None) == "-"
 
 
-# -- real daemons (slow) ------------------------------------------------------------------------
-
-
-def real_run_with_twin(seed: int, mode: str, workdir: Path) -> dict[str, object]:
-    schedule = make_schedule(seed, mode=mode, clusters=2, phase_s=PHASE_S, operators=False)
-    result = Run(
-        schedule, f"ccr-chaos run --seed {seed} --mode {mode}", workdir=workdir, twin=True
-    ).execute()
-    assert result.anomalies == [], result.events
-    assert result.converged, result.events
-    assert result.twin is not None
-    return result.twin
-
-
-@pytest.mark.slow
-def test_real_sync_run__the_twin_agrees(tmp_path: Path) -> None:
-    report = real_run_with_twin(4, "sync", tmp_path)
-    assert "error" not in report, report
-    assert report["agrees"], (report["differences"], report["real"], report["simulated"])
-    assert report["partitions"] == 4 and report["links"] == 2
-
-
 # -- link policies and transactions held open (pure) ---------------------------------------
 
 
@@ -457,7 +431,6 @@ def test_failback_unclean__the_election_in_the_twin__the_failback_judged_on_fina
     source's at the same offsets (and nothing when they agree)."""
     from types import SimpleNamespace
 
-    from chaos.runner import Run
 
     configs = (("failback.reconciliation", "last-mirrored-offset"),)
     schedule = make_schedule(1, name="failback-unclean", phase_s=PHASE_S, link_configs=configs)

@@ -1,54 +1,18 @@
-"""The metric glossary (sim/glossary.py): every metric a shipped scenario emits
-has an entry, the printed sweep table explains its columns and its "-", and
-docs/simulator.md carries the current table."""
+"""The metric glossary (sim/glossary.py): every metric name the simulator's
+source sets has an entry (tests/test_sim_pinned_digests.py checks the names
+every shipped scenario's pinned runs emit), the printed sweep table explains
+its columns and its "-", and docs/simulator.md carries the current table."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sim import cli, glossary
-from sim import scenario as scenarios
-from sim.runner import run_summary
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Shipped scenarios too long to run whole in a unit test, shrunk by parameters
-# (the same metric families: a 20-minute outage over 10 partitions instead of
-# 6 hours over 5,000; link-flap over 10 partitions emits the same 30 metric
-# names as over 100, in a third of the time; the DR stories at a quarter of
-# their producers' rate emit the names of their full runs, in half the time).
-SHRUNK: dict[str, dict[str, Any]] = {
-    "catch-up-storm": {"partitions": 10, "duration_ms": 1_200_000, "liveness_ms": 600_000},
-    "mm2-connect-rebalance": {"scheduled_rebalance_max_delay_ms": 20_000},
-    "link-flap": {"partitions": 10},
-    # Fewer records, the same metric names (each compared with its full run).
-    "dr-multi-zone": {"producer_rate_per_s": 50},
-    "dr-third-cluster": {"producer_rate_per_s": 50},
-    "failover-after-kill": {"producer_rate_per_s": 300},
-}
-# Extra runs for metric families a shipped scenario emits only under a parameter.
-EXTRA: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("mirror-vs-link-failover", {"link_type": "mirror"}),
-)
-
-
-def test_every_metric_of_every_shipped_scenario_has_an_entry() -> None:
-    shipped = scenarios.shipped()
-    assert set(SHRUNK) <= set(shipped)
-    runs = [(name, SHRUNK.get(name, {})) for name in shipped] + list(EXTRA)
-    emitted: dict[str, set[str]] = {}
-    for name, params in runs:
-        for metric in run_summary(name, 1, params)["metrics"]:
-            emitted.setdefault(metric, set()).add(name)
-    missing = {m: sorted(emitted[m]) for m in glossary.unknown(emitted)}
-    assert missing == {}, f"metrics without a glossary entry (and who emits them): {missing}"
-    # The families the report draws are among them.
-    assert {"rpo_records", "rpo_ms", "consumer_duplicates_across_failover",
-            "mirror_records_copied", "availability_target_producer"} <= set(emitted)
 
 
 def test_every_metric_name_in_the_simulator_source_has_an_entry() -> None:

@@ -126,9 +126,17 @@ from typing import Any
 
 import pytest
 
+from sim import glossary
 from sim.runner import run_summary
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "sim" / "scenarios"
+# Metric families the sweep report draws, each from a shipped scenario that
+# emits it (so the report has something to draw).
+REPORT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "failover-after-kill": ("rpo_records", "rpo_ms", "consumer_duplicates_across_failover"),
+    "mm2-connect-rebalance": ("mirror_records_copied",),
+    "failover-writable": ("availability_target_producer",),
+}
 SMALL: dict[str, Any] = {"duration_ms": 8_000}
 SIZED: dict[str, dict[str, Any]] = {
     "catch-up-storm": {"partitions": 20, "outage_ms": 600_000, "duration_ms": 1_800_000},
@@ -419,6 +427,13 @@ def test_run_matches_its_pinned_digest(scenario: str, seed: int) -> None:
     # would hold the bug in place (the storm's long polls once outlived their
     # fetch calls, so its link never followed, and the pin kept that).
     assert summary["violations"] == [], f"{scenario} seed {seed}: {summary['violations']}"
+    # Every metric a shipped scenario emits has a glossary entry (with
+    # tests/test_sim_glossary.py's check of every name the source sets, which
+    # holds the names only longer runs reach: moves drawn late, reversals
+    # failed, crashes mid-procedure).
+    unknown = glossary.unknown(summary["metrics"])
+    assert unknown == [], f"{scenario} emits metrics without a glossary entry: {unknown}"
+    assert set(REPORT_FAMILIES.get(scenario, ())) <= set(summary["metrics"]), scenario
     digest, summary_sha = PINNED[(scenario, seed)]
     assert summary["trace_digest"] == digest, f"{scenario} seed {seed}: the trace changed"
     text = json.dumps(summary, sort_keys=True).encode()
