@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import importlib
 import itertools
 import pkgutil
@@ -115,6 +116,7 @@ def _project_enums() -> list[type[enum.Enum]]:
     return list(found.values())
 
 
+@functools.cache
 def enum_strings() -> dict[str, str]:
     """Each string an enum member names, and the member (for messages)."""
     out: dict[str, str] = {}
@@ -153,9 +155,12 @@ def string_compares(directory: str, strings: dict[str, str]) -> list[str]:
                     texts = [] if isinstance(right, ast.Constant) else _literals(right)
                 else:
                     continue
-                source = " ".join((ast.get_source_segment(text, node) or "").split())
                 named = [strings[t] for t in texts if t in strings]
-                if named and (rel, source) not in NOT_ENUM_VALUES:
+                if not named:
+                    continue
+                # The segment is looked up only for a hit (it reads the text again).
+                source = " ".join((ast.get_source_segment(text, node) or "").split())
+                if (rel, source) not in NOT_ENUM_VALUES:
                     found.append(f"{rel}:{node.lineno} {source}  [{', '.join(named)}]")
     return found
 
