@@ -44,7 +44,9 @@ def small_readme(tmp_path: Path, text: str) -> str:
 @needs_venv
 @pytest.mark.slow
 def test_every_readme_section_runs_alone_in_a_seeded_order() -> None:
-    done = check("--seed", "1", timeout_s=README_TIMEOUT_S)
+    # Three sections at once: most of a section's time is its daemons and
+    # clients waiting on each other, and each section uses ports of its own.
+    done = check("--seed", "1", "--jobs", "3", timeout_s=README_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     verdicts = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     assert len(verdicts) >= 10 and all(v.startswith("PASS") for v in verdicts), done.stdout
