@@ -10,7 +10,9 @@ replicated committed offsets back, invariant 6) with every protection on
 `ack-before-replicate`, which the checkers must catch (invariant 4: records
 acknowledged while IN_SYNC lost after failover).
 Every run samples the followers' replicated committed offsets (invariant 6).
-The ASYNC run and the planted bug go through the CLI's fixed JSON form.
+The ASYNC run, the retention classic and the planted bug go through the
+CLI's fixed JSON form, as processes started together with the module's first
+test, so that they run beside the others.
 Every wait inside the runner is bounded and polls; each run ends the
 processes it started.
 """
@@ -22,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,45 +41,81 @@ PHASE_S = "10"
 pytestmark = pytest.mark.slow
 
 
-def ccr_chaos(*args: str) -> tuple[int, dict[str, Any], str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, "-m", "chaos.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        cwd=str(ROOT),
-        env=env,
-    )
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return proc.returncode, json.loads(proc.stdout), proc.stderr
-
-
-def test_cli_json__async_run_from_a_seed__clean_and_converged() -> None:
-    rc, summary, stderr = ccr_chaos(
+# The runs through the CLI, by the test that judges each. They start together
+# when the module's first test begins (those of the tests selected), each a
+# process of its own beside the runs the other tests make in this process:
+# a run is mostly daemons and clients waiting on each other and on its
+# schedule, so the module takes about as long as its longest runs, not their
+# sum. Each run's daemons, ports and directories are its own.
+CLI_RUNS: dict[str, tuple[str, ...]] = {
+    "test_cli_json__async_run_from_a_seed__clean_and_converged": (
         "run", "--seed", "3", "--mode", "async", "--clusters", "2", "--phase-s", PHASE_S,
         "--no-operators", "--json",
-    )  # fmt: skip
-    assert {"seed", "operations", "anomalies", "converged", "replay"} <= set(summary)
-    assert summary["seed"] == 3 and summary["mode"] == "ASYNC"
-    replay = f"ccr-chaos run --seed 3 --mode async --clusters 2 --phase-s {PHASE_S} --no-operators"
-    assert summary["replay"] == replay
-    assert summary["operations"] > 50
-    assert summary["anomalies"] == [], stderr[-3000:]
-    assert summary["converged"] is True, summary["events"]
-    assert summary["checked"]["offset_samples"] > 0, summary["checked"]
-    assert rc == 0
-    # The CLI runs the simulator twin by default; this run is the ASYNC one
-    # whose twin must agree (the real-daemon twin check that
-    # tests/test_chaos_twin.py ran on the same schedule, seed 3).
-    twin = summary["twin"]
-    assert "error" not in twin, twin
-    assert twin["agrees"], (twin["differences"], twin["real"], twin["simulated"])
-    assert twin["partitions"] == 4 and twin["links"] == 2
-    # --json keeps stdout for the summary; the progress still reaches stderr as it happens.
-    for step in ("starting 2 daemons", "nemesis phase", "converged", "judging"):
-        assert step in stderr, stderr[-3000:]
+    ),
+    "test_cli_json__retention_outage_under_gap_policy_stop__stopped_resumed_counted_clean": (
+        "run", "--seed", "1", "--schedule", "retention-outage",
+        "--link-config", "gap.policy=stop", "--json",
+    ),
+    # The 9 s phase is the schedule's shortest (its cut, loss and failover at
+    # 2, 5 and 6 s); the default 20 s only waited longer after the failover.
+    "test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover": (
+        "run", "--seed", "1", "--plant-bug", "ack-before-replicate", "--phase-s", "9", "--json"
+    ),
+}  # fmt: skip
+
+
+class CliRuns:
+    """`python -m chaos.cli ARGS` per test name, started at once; `result`
+    waits for one and reads its JSON summary."""
+
+    def __init__(self, names: set[str], workdir: Path) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        self.procs: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+        for name in sorted(names):
+            out, err = workdir / f"{name}.out", workdir / f"{name}.err"
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "chaos.cli", *CLI_RUNS[name]],
+                    stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                    cwd=str(ROOT), env=env,
+                )  # fmt: skip
+            self.procs[name] = (proc, out, err)
+
+    def result(self, name: str) -> tuple[int, dict[str, Any], str]:
+        proc, out, err = self.procs[name]
+        rc = proc.wait(timeout=RUN_TIMEOUT_S)
+        stdout, stderr = out.read_text(), err.read_text(errors="replace")
+        assert stdout.strip(), stderr[-3000:]
+        return rc, json.loads(stdout), stderr
+
+    def stop(self) -> None:
+        """Ends a run whose test did not wait for it (a failure before)."""
+        for proc, _out, _err in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cli_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CliRuns]:
+    selected = {item.originalname for item in request.session.items}
+    runs = CliRuns(set(CLI_RUNS) & selected, tmp_path_factory.mktemp("chaos-cli"))
+    try:
+        yield runs
+    finally:
+        runs.stop()
+
+
+@pytest.fixture(autouse=True)
+def _start_cli_runs(cli_runs: CliRuns) -> None:
+    """Every test of the module starts the CLI runs (the first one does)."""
 
 
 def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path) -> None:
@@ -133,28 +172,6 @@ def test_txn_failover_cut_at_the_last_stable_offset__named_counted_judged_twin_a
     assert counts["consumer_reads_cut_by_failover"] > 0, counts
 
 
-def test_cli_json__retention_outage_under_gap_policy_stop__stopped_resumed_counted_clean() -> None:
-    """The classic `retention-outage` through the CLI under `--link-config
-    gap.policy=stop` (the retention-gap study's headline on real daemons): B
-    is down longer than A keeps records; its partitions stop at their gaps
-    until the operator's answer (gap.policy continue, resume-partition); the
-    records A's retention deleted are no loss to the checks; the summary
-    counts the gaps and the resumed partitions, and the twin agrees."""
-    rc, summary, stderr = ccr_chaos(
-        "run", "--seed", "1", "--schedule", "retention-outage",
-        "--link-config", "gap.policy=stop", "--json",
-    )  # fmt: skip
-    replay = "ccr-chaos run --seed 1 --schedule retention-outage --link-config gap.policy=stop"
-    assert summary["replay"] == replay
-    assert summary["anomalies"] == [], stderr[-3000:]
-    assert summary["converged"] is True, summary["events"]
-    assert rc == 0
-    retention = summary["retention"]
-    assert retention["partitions_resumed"] >= 1 and retention["gap_records"] > 0, retention
-    assert retention["gaps"] >= retention["partitions_resumed"], retention
-    assert summary["twin"]["agrees"], summary["twin"]
-
-
 def test_kip986_dr_with_security_on__offsets_moved_back_reported_clean_no_secret_logged(
     tmp_path: Path,
 ) -> None:
@@ -189,11 +206,62 @@ def test_kip986_dr_with_security_on__offsets_moved_back_reported_clean_no_secret
         assert not any(secret in text for secret in secrets), log
 
 
-def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover() -> None:
-    # The 9 s phase is the schedule's shortest (its cut, loss and failover at
-    # 2, 5 and 6 s); the default 20 s only waited longer after the failover.
-    rc, summary, stderr = ccr_chaos(
-        "run", "--seed", "1", "--plant-bug", "ack-before-replicate", "--phase-s", "9", "--json"
+# -- the CLI runs (started with the module's first test) ------------------------------
+
+
+def test_cli_json__async_run_from_a_seed__clean_and_converged(cli_runs: CliRuns) -> None:
+    rc, summary, stderr = cli_runs.result(
+        "test_cli_json__async_run_from_a_seed__clean_and_converged"
+    )
+    assert {"seed", "operations", "anomalies", "converged", "replay"} <= set(summary)
+    assert summary["seed"] == 3 and summary["mode"] == "ASYNC"
+    replay = f"ccr-chaos run --seed 3 --mode async --clusters 2 --phase-s {PHASE_S} --no-operators"
+    assert summary["replay"] == replay
+    assert summary["operations"] > 50
+    assert summary["anomalies"] == [], stderr[-3000:]
+    assert summary["converged"] is True, summary["events"]
+    assert summary["checked"]["offset_samples"] > 0, summary["checked"]
+    assert rc == 0
+    # The CLI runs the simulator twin by default; this run is the ASYNC one
+    # whose twin must agree (the real-daemon twin check that
+    # tests/test_chaos_twin.py ran on the same schedule, seed 3).
+    twin = summary["twin"]
+    assert "error" not in twin, twin
+    assert twin["agrees"], (twin["differences"], twin["real"], twin["simulated"])
+    assert twin["partitions"] == 4 and twin["links"] == 2
+    # --json keeps stdout for the summary; the progress still reaches stderr as it happens.
+    for step in ("starting 2 daemons", "nemesis phase", "converged", "judging"):
+        assert step in stderr, stderr[-3000:]
+
+
+def test_cli_json__retention_outage_under_gap_policy_stop__stopped_resumed_counted_clean(
+    cli_runs: CliRuns,
+) -> None:
+    """The classic `retention-outage` through the CLI under `--link-config
+    gap.policy=stop` (the retention-gap study's headline on real daemons): B
+    is down longer than A keeps records; its partitions stop at their gaps
+    until the operator's answer (gap.policy continue, resume-partition); the
+    records A's retention deleted are no loss to the checks; the summary
+    counts the gaps and the resumed partitions, and the twin agrees."""
+    rc, summary, stderr = cli_runs.result(
+        "test_cli_json__retention_outage_under_gap_policy_stop__stopped_resumed_counted_clean"
+    )
+    replay = "ccr-chaos run --seed 1 --schedule retention-outage --link-config gap.policy=stop"
+    assert summary["replay"] == replay
+    assert summary["anomalies"] == [], stderr[-3000:]
+    assert summary["converged"] is True, summary["events"]
+    assert rc == 0
+    retention = summary["retention"]
+    assert retention["partitions_resumed"] >= 1 and retention["gap_records"] > 0, retention
+    assert retention["gaps"] >= retention["partitions_resumed"], retention
+    assert summary["twin"]["agrees"], summary["twin"]
+
+
+def test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover(
+    cli_runs: CliRuns,
+) -> None:
+    rc, summary, stderr = cli_runs.result(
+        "test_planted_bug__ack_before_replicate__is_caught_as_lost_writes_after_failover"
     )
     assert rc == 1
     assert summary["schedule"] == "sync-ack-failover"
