@@ -70,3 +70,18 @@ def test_replay_command_reads_back_every_parameter_as_it_was() -> None:
     pairs = shlex.split(command)
     given = [pairs[i + 1] for i, p in enumerate(pairs) if p == "--param"]
     assert _params(given) == params
+
+
+def test_every_run_parameter_is_in_the_docs_table() -> None:
+    """docs/simulator.md's "Run parameters" table names every parameter that
+    `--param` and a sweep's grid accept (sim.scenario.PARAMS)."""
+    import re
+
+    from sim.scenario import PARAMS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "simulator.md").read_text()
+    section = text[text.index("\n## Run parameters") :]
+    end = section.find("\n## ", 1)
+    section = section[: end if end > 0 else None]
+    named = set(re.findall(r"`([a-z_]+)`", section))
+    assert sorted(set(PARAMS) - named) == []
