@@ -42,7 +42,7 @@ NOT_ENUM_VALUES = {
 }
 
 # Ceilings per directory (only ever lowered).
-ANY_CEILING = 5
+ANY_CEILING = 0
 STRING_COMPARE_CEILING = {"linkd": 0, "sim": 0}
 
 
