@@ -151,7 +151,8 @@ class SimCluster:
 
     def refuse_storage(self, until_ms: int) -> None:
         """From now until `until_ms`, the storage refuses the appends of
-        fetched records (the daemon's disk refusing writes: `node.execute`)."""
+        fetched records (a full disk, a file-size limit, a read-only data
+        directory)."""
         self.storage_refused_until_ms = max(self.storage_refused_until_ms, until_ms)
 
     def execute_refusable(
@@ -162,18 +163,18 @@ class SimCluster:
         then: Callable[[], None],
     ) -> ClusterError | None:
         """`execute`, or, while the storage refuses writes and the effects
-        append: every effect but the appends is carried out (as the daemon's
-        `node.execute` does for a refusable call), the partitions the appends
-        were for go back to what is stored (`_appends_not_stored`), and the
-        refusal is returned (`then` is not called). Effects that create a
-        topic's logs are refused whole then."""
+        append, what `Execute.refusable` asks of a shell (linkd/core/requests.py):
+        every effect but the appends is carried out, the partitions the
+        appends were for go back to what is stored, and the refusal is
+        returned (`then` is not called). Effects that create a topic's logs
+        are refused whole then (`CreateLogs`)."""
         refusing = self.queue.now_ms < self.storage_refused_until_ms
         creates = [e for e in effects if isinstance(e, core.CreateLogs)]
         if creates and refusing:
-            # The disk refuses to open a new topic's logs (the daemon's
-            # `_create_logs`): nothing of the effects is carried out (the
-            # topic's journal record comes after its logs); the core drops
-            # the topic from the model.
+            # The disk refuses to open a new topic's logs (`CreateLogs`):
+            # nothing of the effects is carried out (the topic's journal
+            # record comes after its logs); the core drops the topic from
+            # the model.
             self.storage_refusals += 1
             return ClusterError(
                 ErrorCode.STORAGE_ERROR,
@@ -212,7 +213,7 @@ class SimCluster:
         logical_bytes: Callable[[core.AppendBatch], int],
         then: Callable[[], None] | None = None,
     ) -> None:
-        """Carries out effects in order (node.execute); `then` runs once every
+        """Carries out effects in order (`Execute`); `then` runs once every
         append is durable and the high watermarks have moved."""
         names = {t.topic_id: t.name for t in self.state.topics.values()}
         touched: dict[tuple[str, int], tuple[int, int]] = {}

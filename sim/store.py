@@ -14,11 +14,12 @@ Rules:
   left gaps in; the core decides where batches go), never before it; the
   log cleaner replaces a run of batches with their cleaned copies
   (`replace`, `sim/log_cleaner.py`).
-- Segments: where each starts (`segment_bases`), as the daemon's segment
-  files keep them: a new one where the core rolls (`AppendBatch.roll`) or
-  retention starts an empty one, the ones wholly below a new log start
-  deleted, a truncation back into an earlier one making it active again. A
-  restart hands them back to the core with the batches.
+- Segments: where each starts (`segment_bases`), as the core's effects
+  define them: a new one where the core rolls (`AppendBatch.roll`) or
+  retention starts an empty one (`DeleteBelow`), the ones wholly below a
+  new log start deleted, a truncation back into an earlier one making it
+  active again (`TruncateLog`). A restart hands them back to the core with
+  the batches.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class PartitionStore:
         keep = self.index_at(offset)
         del self.batches[keep:]
         del self.bases[keep:]
-        # As the daemon's files: segments from the cut on go; one always stays.
+        # `TruncateLog`: segments from the cut on go; one always stays.
         self.segment_bases = [b for b in self.segment_bases if b < offset] or (
             self.segment_bases[:1]
         )

@@ -40,6 +40,11 @@ class Journal:
 
 @dataclass(frozen=True, slots=True)
 class CreateLogs:
+    """Open a new topic's partition logs. A shell whose storage refuses to
+    open any of them keeps nothing of the topic (its journal record comes
+    after this effect, so it was never written) and the topic leaves the
+    state (`ClusterState.discard_unjournalled_topic`)."""
+
     topic_id: str
     partitions: tuple[int, ...]
     segment_bytes: int
@@ -74,7 +79,9 @@ class ResetLog:
 
 @dataclass(frozen=True, slots=True)
 class TruncateLog:
-    """Remove every batch at or after `offset` (a follower cut at divergence)."""
+    """Remove every batch at or after `offset` (a follower cut at divergence).
+    The segments that start at or after `offset` go and the one holding the
+    cut becomes the active one; the first segment always stays."""
 
     topic_id: str
     partition: int

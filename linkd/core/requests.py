@@ -147,8 +147,10 @@ class Execute:
     traffic: str = "metadata"  # "metadata" | "replica" | "offsets" | "retention"
     # The asker handles its storage refusing the appends: a shell whose
     # storage refuses one (a full disk, a file-size limit, a read-only data
-    # directory) answers `NotStored`, the model already back at what is
-    # stored, instead of raising STORAGE_ERROR.
+    # directory) still carries out every effect but the appends (a
+    # truncation the model already made must reach the storage too), puts
+    # the partitions the appends were for back at what is stored, and
+    # answers `NotStored` instead of raising STORAGE_ERROR.
     refusable: bool = False
 
 
