@@ -132,3 +132,23 @@ def test_no_import_cycle(package: str) -> None:
         if m not in state:
             visit(m, [m])
     assert not cycles, "\n".join(cycles)
+
+
+# A comment or docstring of the simulator saying it does what the daemon's
+# code does is a rule written twice: such a rule belongs in the core, which
+# both shells run (the daemon as a fault model or a deployment is fine).
+IMITATION = re.compile(
+    r"as the daemon|the daemon does|like the daemon|the daemon's (?:own )?`?\w+`? does"
+    r"|the daemon's `_\w+`|\(node\.\w+\)|`node\.\w+`|linkd/(?:node|replication|link_runner)\.py",
+    re.I,
+)
+
+
+def test_no_simulator_comment_says_it_copies_the_daemon() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((ROOT / "sim").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if IMITATION.search(line)
+    ]
+    assert found == [], "\n".join(found)
