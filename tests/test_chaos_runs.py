@@ -134,7 +134,7 @@ def test_sync_transactional_run_from_a_seed__clean_and_converged(tmp_path: Path)
     assert result.checked["transactions"] > 0, result.checked
     assert result.checked["commits"] > 0 and result.checked["offset_samples"] > 0
     # Its simulator twin agrees (the SYNC twin check on real daemons; the
-    # ASYNC one is the CLI run above).
+    # ASYNC one is the CLI run below).
     report = result.twin
     assert report is not None and "error" not in report, report
     assert report["agrees"], (report["differences"], report["real"], report["simulated"])
@@ -223,8 +223,7 @@ def test_cli_json__async_run_from_a_seed__clean_and_converged(cli_runs: CliRuns)
     assert summary["checked"]["offset_samples"] > 0, summary["checked"]
     assert rc == 0
     # The CLI runs the simulator twin by default; this run is the ASYNC one
-    # whose twin must agree (the real-daemon twin check that
-    # tests/test_chaos_twin.py ran on the same schedule, seed 3).
+    # whose twin must agree (the SYNC one is the transactional run above).
     twin = summary["twin"]
     assert "error" not in twin, twin
     assert twin["agrees"], (twin["differences"], twin["real"], twin["simulated"])

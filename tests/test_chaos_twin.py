@@ -431,7 +431,6 @@ def test_failback_unclean__the_election_in_the_twin__the_failback_judged_on_fina
     source's at the same offsets (and nothing when they agree)."""
     from types import SimpleNamespace
 
-
     configs = (("failback.reconciliation", "last-mirrored-offset"),)
     schedule = make_schedule(1, name="failback-unclean", phase_s=PHASE_S, link_configs=configs)
     assert [s.op for s in schedule.steps] == [
