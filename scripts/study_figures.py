@@ -41,11 +41,13 @@ def _plt() -> Any:
     return plt
 
 
-def _finish(fig: Any, manifest: report.Manifest, out: Path) -> None:
+def _finish(
+    fig: Any, manifest: report.Manifest, out: Path, over_seeds: str = "mean over seeds"
+) -> None:
     fig.text(
         0.01, 0.005,
         f"sweep {manifest.sweep_file} | commit {manifest.git_commit[:12]} | "
-        f"digest {manifest.sweep_digest[:16]}; mean over seeds",
+        f"digest {manifest.sweep_digest[:16]}; {over_seeds}",
         fontsize=7, color="#444444", ha="left", va="bottom",
     )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -360,7 +362,7 @@ def failback_reconciliation(runs: Any, manifest: report.Manifest, out: Path) -> 
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, title="failback.reconciliation", title_fontsize=7)
-    _finish(fig, manifest, out)
+    _finish(fig, manifest, out, "runs counted over the 10 seeds, records a mean over them")
 
 
 STUDIES: dict[str, Callable[[Any, report.Manifest, Path], None]] = {
