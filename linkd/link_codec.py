@@ -269,6 +269,12 @@ def fetch_request_pb(
         max_bytes=max_bytes,
         sent_ms=request.sent_ms or 0,
     )
+    ref = request.fetch_session
+    if ref.epoch != rounds.SESSIONLESS:
+        out.fetch_session_id = ref.session_id
+        out.fetch_session_epoch = ref.epoch
+        for topic, partition in ref.forgotten:
+            out.forgotten.add(topic=topic, partition=partition)
     for p in request.partitions:
         entry = out.partitions.add(
             topic=p.source_topic,
@@ -331,6 +337,8 @@ def fetch_answer_pb(
     if out is None:
         out = replication_pb2.ReplicaFetchResponse()
     out.sync_state = answer.sync_state
+    out.fetch_session_id = answer.fetch_session_id
+    out.fetch_session_refused = answer.fetch_session_refused
     for p in answer.partitions:
         entry = out.partitions.add(
             topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
@@ -358,7 +366,21 @@ def fetch_answer_pb(
 
 def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.FetchAnswer:
     return rounds.FetchAnswer(
-        [_fetched_of(p) for p in reply.partitions], sync_state=reply.sync_state
+        [_fetched_of(p) for p in reply.partitions],
+        sync_state=reply.sync_state,
+        fetch_session_id=reply.fetch_session_id,
+        fetch_session_refused=reply.fetch_session_refused,
+    )
+
+
+def fetch_session_of(request: replication_pb2.ReplicaFetchRequest) -> rounds.FetchSessionRef:
+    """The request's fetch session (NO_FETCH_SESSION when it names none)."""
+    if not request.HasField("fetch_session_epoch"):
+        return rounds.NO_FETCH_SESSION
+    return rounds.FetchSessionRef(
+        request.fetch_session_id,
+        request.fetch_session_epoch,
+        tuple((f.topic, f.partition) for f in request.forgotten),
     )
 
 
@@ -418,7 +440,11 @@ def fetch_request_of(
     request: replication_pb2.ReplicaFetchRequest, local_of: dict[tuple[str, int], str]
 ) -> rounds.FetchRequest:
     return rounds.FetchRequest(
-        request.link_id, tuple(partition_fetches_of(request)), local_of, request.sent_ms or None
+        request.link_id,
+        tuple(partition_fetches_of(request)),
+        local_of,
+        request.sent_ms or None,
+        fetch_session_of(request),
     )
 
 

@@ -55,6 +55,7 @@ async def hold(
     *,
     from_remote: bool,
     acknowledges: bool = True,
+    fetch_session: rounds.FetchSessionRef = rounds.NO_FETCH_SESSION,
 ) -> rounds.FetchAnswer:
     """Source side: a fetch served from this node's segment files, held for
     data as the core says (`link_driver.hold_fetch`; the host parks it on
@@ -68,7 +69,7 @@ async def hold(
 
     holding = driver.hold_fetch(
         node.state, link_id, tuple(parts), max_wait_ms, max_bytes, read, SETTINGS,
-        from_remote=from_remote, acknowledges=acknowledges,
+        from_remote=from_remote, acknowledges=acknowledges, fetch_session=fetch_session,
     )  # fmt: skip
     answer: rounds.FetchAnswer = await host.drive(holding)
     return answer

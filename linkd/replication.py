@@ -356,6 +356,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             answer = await hold(
                 self.manager.host, request.link_id, codec.partition_fetches_of(request),
                 request.max_wait_ms, request.max_bytes, from_remote=True,
+                fetch_session=codec.fetch_session_of(request),
             )  # fmt: skip
             return codec.fetch_answer_pb(answer)
 

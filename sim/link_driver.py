@@ -196,9 +196,16 @@ class LinkDriver:
 
     def _sized(self, lane: Lane) -> Callable[[core.AppendBatch], int]:
         state = self.lanes[lane]
+        # Built once per answer (its map and sizes), not once per batch.
+        made: list[tuple[object, object, Callable[[core.AppendBatch], int]]] = []
 
         def size_of(effect: core.AppendBatch) -> int:
-            return self.service.sized(self.dialer, state.local_of, state.sizes)(effect)
+            if not made or made[0][0] is not state.local_of or made[0][1] is not state.sizes:
+                made[:] = [
+                    (state.local_of, state.sizes,
+                     self.service.sized(self.dialer, state.local_of, state.sizes))
+                ]  # fmt: skip
+            return made[0][2](effect)
 
         return size_of
 

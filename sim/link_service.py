@@ -183,7 +183,8 @@ class LinkService:
             self._answer(reply, answer, sizes)
 
         self.hold(remote, request.link_id, request.partitions, call.max_wait_ms, call.max_bytes,
-                  True, True, answered, lambda exc: self.refused(reply, exc))  # fmt: skip
+                  True, True, answered, lambda exc: self.refused(reply, exc),
+                  request.fetch_session)  # fmt: skip
 
     def hold(
         self,
@@ -196,6 +197,7 @@ class LinkService:
         acknowledges: bool,
         answered: Callable[[rounds.FetchAnswer, Sizes], None],
         refused: Callable[[ClusterError], None],
+        fetch_session: rounds.FetchSessionRef = rounds.NO_FETCH_SESSION,
     ) -> None:
         """Serves a fetch on `source` (`link_driver.hold_fetch`); `answered`
         gets the answer and its batches' sizes once the source has read
@@ -235,7 +237,7 @@ class LinkService:
 
         holding = driver.hold_fetch(
             source.state, link_id, parts, max_wait_ms, max_bytes, read, self.settings,
-            from_remote=from_remote, acknowledges=acknowledges,
+            from_remote=from_remote, acknowledges=acknowledges, fetch_session=fetch_session,
         )  # fmt: skip
         self.peers.host(source).drive(holding, done, pump=wait)
 

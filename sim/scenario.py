@@ -10,8 +10,8 @@ Tables and keys (units last; every time is virtual milliseconds):
   name, description
   [run]       duration_ms, liveness_ms, tick_interval_ms, client_latency_ms,
               request_timeout_ms, record_bytes, max_events, fetch_max_bytes,
-              partition_max_bytes, fetch_max_wait_ms, status_probe_ms,
-              lag_sample_ms
+              partition_max_bytes, fetch_max_wait_ms, fetch_sessions,
+              status_probe_ms, lag_sample_ms
   [topology]  kind (chain|hub|mesh|ring|diamond|file), clusters (count or names),
               push (true: the source dials each link and pushes),
               mode (ASYNC|SYNC: every link's mode; a SYNC link is switched once it
@@ -121,6 +121,9 @@ class RunSpec:
     fetch_max_bytes: int = 8 * 1024 * 1024
     partition_max_bytes: int = 1024 * 1024
     fetch_max_wait_ms: int = 500
+    # Replica fetches in fetch sessions (linkd/core/fetch_sessions.py); false:
+    # every fetch names every partition (to compare the two).
+    fetch_sessions: bool = True
     # How often the status checker compares what every link reports with the
     # logs (invariant 9); 0: never.
     status_probe_ms: int = 500
@@ -858,6 +861,7 @@ PARAMS: dict[str, tuple[str, str]] = {
     "liveness_ms": ("run", "liveness_ms"),
     "tick_interval_ms": ("run", "tick_interval_ms"),
     "fetch_max_wait_ms": ("run", "fetch_max_wait_ms"),
+    "fetch_sessions": ("run", "fetch_sessions"),
     "record_bytes": ("run", "record_bytes"),
     "undo_fix": ("run", "undo_fix"),
     "link_latency_ms": ("network", "latency_ms"),

@@ -136,8 +136,9 @@ class Simulation:
         for node in self.clusters.values():
             node.link_credentials = (c.link_credentials,)
         self.sizes = DriverSettings(
-            run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes
-        )
+            run.fetch_max_wait_ms, run.fetch_max_bytes, run.partition_max_bytes,
+            run.fetch_sessions,
+        )  # fmt: skip
         self.ops = Operators(self, self, self.link_ids)
         # Crashes armed at a procedure's checkpoint: (point, target, duration,
         # the cluster and link of the procedure they were armed for, "": any).

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -75,6 +75,12 @@ from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import Faults
+from linkd.core.fetch_sessions import (
+    FollowerFetchSession,
+    SessionRefused,
+    source_session,
+    still_open,
+)
 from linkd.core.link_calls import (
     Answered,
     Applied,
@@ -134,6 +140,10 @@ class DriverSettings:
     max_wait_ms: int = 500
     fetch_max_bytes: int = 8 * MiB
     partition_max_bytes: int = 1 * MiB
+    # Fetch in sessions (`fetch_sessions`): after a full round, a request
+    # names only the partitions whose position changed. False: every request
+    # is full (the protocol before sessions, kept to compare the two).
+    fetch_sessions: bool = True
 
 
 # What a session was opened for: the address, the remote cluster, the link
@@ -237,6 +247,8 @@ class LinkDriver:
     stopped: bool = False
     # The pull lane's wait after this cluster's storage refused a round.
     storage_backoff_ms: int = BACKOFF_MIN_MS
+    # The pull lane's fetch session with the source.
+    fetch_session: FollowerFetchSession = field(default_factory=FollowerFetchSession)
 
     def wake(self) -> None:
         """The link changed (a mapping, the mode, the address): handshake and
@@ -404,19 +416,27 @@ class LinkDriver:
             yield Idle(IDLE_POLL_MS)
             return
         s = self.settings
-        request = rounds.follower_fetch_request(self.state, config, s.partition_max_bytes, now)
-        if not request.partitions:
+        full = rounds.follower_fetch_request(self.state, config, s.partition_max_bytes, now)
+        if not full.partitions:
             if self.last_discovery_ms is not None:
                 # Discovered, and the followed namespaces hold no topics yet:
                 # nothing lags (an empty namespace is FOLLOWING).
                 self.state.links.on_fetch_round(self.name, now)
             yield Idle(IDLE_POLL_MS)
             return
+        request = self.fetch_session.request(full) if s.fetch_sessions else full
         call = ReplicaFetch(request, s.max_wait_ms, s.fetch_max_bytes)
         deadline_ms = rounds.fetch_deadline_ms(s.max_wait_ms)
         answer = yield from self._ask(lane, call, rounds.FetchAnswer, deadline_ms)
+        whole = self.fetch_session.answered(request, answer)
+        if whole is None:
+            # The source no longer knows the session: contact, and at once a
+            # full request (it learned nothing of the partitions).
+            yield Note("info", f"link {self.name!r}: {answer.fetch_session_refused}")
+            yield from _contact(self.state, self.name)
+            return
         stored = yield from rounds.apply_fetched(
-            self.state, self.name, answer, request.local_of, request.sent_ms
+            self.state, self.name, whole, request.local_of, request.sent_ms
         )
         yield Applied(stored, request.sent_ms)
         if not stored:
@@ -596,6 +616,7 @@ def hold_fetch(
     *,
     from_remote: bool,
     acknowledges: bool = True,
+    fetch_session: rounds.FetchSessionRef = rounds.NO_FETCH_SESSION,
 ) -> Generator[LaneRequest, object, rounds.FetchAnswer]:
     """Source side: answers a fetch (`rounds.serve_replica_fetch`) as soon as
     the answer is worth sending (`FetchAnswer.ready`), else holds it until a
@@ -603,21 +624,42 @@ def hold_fetch(
     (`rounds.served_wait_ms`: what it asked, within the longest a source
     holds), and answers what there is then. `max_bytes` 0: the settings'.
     Raises ClusterError when the link is unknown here (`link_of`), also
-    when it is deleted while the fetch is held."""
+    when it is deleted while the fetch is held.
+
+    A request of a fetch session (`fetch_session`) is served from the
+    session (`fetch_sessions.source_session`): the partitions it names and
+    those of the session with news; one the session refuses is answered at
+    once with why (`FetchAnswer.fetch_session_refused`)."""
     start = yield from _now()
     until_ms = start + rounds.served_wait_ms(max_wait_ms)
     budget = max_bytes if max_bytes > 0 else settings.fetch_max_bytes
-    watch = tuple((p.source_topic, p.partition) for p in parts)
+    link_of(state, link_id)
+    session = source_session(state, link_id, fetch_session, parts)
+    if isinstance(session, SessionRefused):
+        return rounds.FetchAnswer([], served_at_ms=start, fetch_session_refused=session.reason)
+    keys = session.parts if session is not None else [(p.source_topic, p.partition) for p in parts]
+    watch = tuple(keys)
     while True:
         now = yield from _now()
         link_of(state, link_id)
+        serve: Sequence[rounds.PartitionFetch] = parts
+        quiet: Sequence[rounds.PartitionFetch] = ()
+        if session is not None:
+            if not still_open(state, link_id, session):
+                why = f"fetch session {session.session_id} was closed while its fetch was held"
+                return rounds.FetchAnswer([], served_at_ms=now, fetch_session_refused=why)
+            serve, quiet = session.parts_to_serve(state, parts)
         answer = rounds.serve_replica_fetch(
-            state, link_id, parts, now, read, budget, settings.partition_max_bytes,
-            from_remote=from_remote, acknowledges=acknowledges,
+            state, link_id, serve, now, read, budget, settings.partition_max_bytes,
+            from_remote=from_remote, acknowledges=acknowledges, quiet=quiet,
         )  # fmt: skip
+        done = answer.ready or now >= until_ms
+        if done and session is not None:
+            session.answered(state, answer)
+            answer.fetch_session_id = session.session_id
         if answer.hw_moved:
             yield WakeWaiters()
-        if answer.ready or now >= until_ms:
+        if done:
             return answer
         yield WaitForData(watch, until_ms)
 

@@ -437,10 +437,38 @@ class PartitionFetch:
     marks_to: int = -1
 
 
+# The epoch of a fetch that belongs to no fetch session (a push's request,
+# a follower that keeps none): it names every partition and is answered whole.
+SESSIONLESS = -1
+# The epoch of a full fetch that opens a fetch session (`fetch_sessions`).
+OPENING = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSessionRef:
+    """Which fetch session a request belongs to (KIP-227's idea,
+    `fetch_sessions`): `epoch` SESSIONLESS (none), OPENING (a full request
+    that opens one; `session_id` 0) or the session's next epoch, 1 and up
+    (an incremental request: it names only the partitions whose position
+    changed since the last, and `forgotten` those no longer fetched)."""
+
+    session_id: int = 0
+    epoch: int = SESSIONLESS
+    forgotten: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def incremental(self) -> bool:
+        return self.epoch > OPENING
+
+
+NO_FETCH_SESSION = FetchSessionRef()
+
+
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
-    """A follower's fetch: every follower partition of the link, and the map
-    from (source topic, partition) back to the local topic."""
+    """A follower's fetch: its follower partitions of the link (all of them,
+    or in a fetch session only those whose position changed), and the map
+    from (source topic, partition) back to the local topic (all of them)."""
 
     link_id: str
     partitions: tuple[PartitionFetch, ...]
@@ -448,6 +476,7 @@ class FetchRequest:
     # When it left (the follower's clock): the round it starts reports its
     # source's high watermarks as known from then on.
     sent_ms: int | None = None
+    fetch_session: FetchSessionRef = NO_FETCH_SESSION
 
 
 def follower_fetch_request(
@@ -616,6 +645,10 @@ class FetchedPartition:
     continues_from: int | None = None
     # The answer to a partition the follower sent as held (`held_refusal`).
     held: bool = False
+    # Not in the source's answer: a fetch session's partition with no news
+    # since its last answer (`fetch_sessions.FollowerFetchSession.answered`
+    # puts it back with the high watermark that answer carried).
+    unchanged: bool = False
 
 
 @dataclass(slots=True)
@@ -631,11 +664,16 @@ class FetchAnswer:
     # (`Push.source_hw_at_ms`); a pulled answer needs none (its request's
     # `sent_ms` bounds it on the follower's clock).
     served_at_ms: int | None = None
+    # The fetch session the answer belongs to (0: none; an OPENING request
+    # learns its id here), and why the source refused the request's session
+    # ("": it did not): the follower's next request is a full one.
+    fetch_session_id: int = 0
+    fetch_session_refused: str = ""
 
     @property
     def ready(self) -> bool:
         """Worth sending now rather than holding for data (long poll)."""
-        return self.total_bytes > 0 or any(
+        return self.total_bytes > 0 or bool(self.fetch_session_refused) or any(
             p.diverging_end_offset >= 0 or p.marks_wanted for p in self.partitions
         )
 
@@ -643,7 +681,7 @@ class FetchAnswer:
 def serve_replica_fetch(
     state: ClusterState,
     link_id: str,
-    parts: tuple[PartitionFetch, ...] | list[PartitionFetch],
+    parts: Sequence[PartitionFetch],
     now_ms: int,
     read: ReplicaReader,
     budget_bytes: int,
@@ -651,6 +689,7 @@ def serve_replica_fetch(
     *,
     from_remote: bool = True,
     acknowledges: bool = True,
+    quiet: Sequence[PartitionFetch] = (),
 ) -> FetchAnswer:
     """Source side: answers a follower's fetch. Each partition is planned
     (`plan_replica_fetch`: divergence, how far it may copy); each fetch is
@@ -664,13 +703,29 @@ def serve_replica_fetch(
     serves itself with the follower's last request (`from_remote=False`) is
     not, else a dead follower would keep the link connected. A request the
     leader made up itself (`continue_fetch`, `acknowledges=False`) is not the
-    follower's position: it is not recorded as a fetch."""
+    follower's position: it is not recorded as a fetch.
+
+    `quiet`: partitions of a fetch session with no news since their last
+    answer (`fetch_sessions.SourceFetchSession.parts_to_serve`): each is
+    fetched again at the same position, so it is recorded as a fetch, but
+    not answered."""
     config = state.links.by_id(link_id)
     links = state.links
     answer = FetchAnswer([], served_at_ms=now_ms)
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
+        for part in quiet if acknowledges else ():
+            log = state.partition(part.source_topic, part.partition)
+            links.on_leader_fetch(
+                config.name,
+                part.source_topic,
+                part.partition,
+                part.fetch_offset,
+                log.log_end_offset,
+                log.high_watermark,
+                now_ms,
+            )
         for part in parts:
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
@@ -891,6 +946,11 @@ def apply_replica_fetch(
             continue
         if config is None or config.mapping_for(local, "follower") is None:
             continue  # no longer followed (the roles changed since the request left)
+        if fetched.unchanged:
+            # No news since the source's last answer for it: reached, at the
+            # source HW that answer carried.
+            progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
+            continue
         if (
             fetched.continues_from is not None
             and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset

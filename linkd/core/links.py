@@ -768,6 +768,11 @@ class LinkRuntime:
     # caller, the remote refusing this side's sessions. Until a session opens.
     credential_problem: str = ""
     counters: LinkCounters = field(default_factory=LinkCounters)
+    # Source side: the link's fetch session (a `fetch_sessions.SourceFetchSession`,
+    # which imports this module, so it is held as an object and checked where
+    # read; None: none open), and the last session id given out.
+    source_fetch_session: object | None = None
+    fetch_session_ids: int = 0
     # Calls of the link that failed here (the side that dials), by error code
     # name, and the last one; kept once the link is connected again.
     errors: dict[str, int] = field(default_factory=dict)

@@ -246,6 +246,10 @@ class PartitionLog:
         self.cleaner = CleanerState(cleaned_up_to=log_start_offset)
         # The segments, oldest first; the last is the active one. Never empty.
         self.segments: list[Segment] = [Segment(log_start_offset, created_ms=-1)]
+        # How many times batches already in the log were replaced or removed
+        # other than from its start (a truncation, a clean): what a source
+        # compares to tell that a log is as it was (`fetch_sessions`).
+        self.rewrites = 0
 
     @property
     def name(self) -> str:
@@ -583,6 +587,7 @@ class PartitionLog:
         )
         self.batches[lo:hi] = entries
         self._base_offsets[lo:hi] = [e.base_offset for e in entries]
+        self.rewrites += 1
         self.resegment((), -1)
 
     def has_open_txn(self, producer_id: int) -> bool:
@@ -772,6 +777,7 @@ class PartitionLog:
                 f"partition {self.name}: {offset} is inside a batch",
             )
         kept = self.batches[:i]
+        self.rewrites += 1
         hw = min(self.high_watermark, offset)
         history = [(e, st) for e, st in self.epoch_history if st < offset] or self.epoch_history[:1]
         # Rebuild producer and transaction state by replaying what remains (the

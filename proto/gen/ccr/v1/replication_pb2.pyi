@@ -762,6 +762,9 @@ class ReplicaFetchRequest(_message.Message):
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     SENT_MS_FIELD_NUMBER: _builtins.int
+    FETCH_SESSION_ID_FIELD_NUMBER: _builtins.int
+    FETCH_SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_FIELD_NUMBER: _builtins.int
     link_id: _builtins.str
     max_wait_ms: _builtins.int
     max_bytes: _builtins.int
@@ -770,8 +773,19 @@ class ReplicaFetchRequest(_message.Message):
     pushing leader sends it back with the answer (ReplicaPushRequest), so
     the follower knows from when the source high watermarks it carries date.
     """
+    fetch_session_id: _builtins.int
+    """Fetch sessions (KIP-227's idea; docs/architecture.md, "Replica fetch").
+    Unset epoch: no session, `partitions` names every partition and all are
+    answered. 0: a full request that opens a session (the answer gives its
+    id). 1 and up: the session's next epoch; `partitions` names only those
+    whose fetch changed since the last request, `forgotten` those no longer
+    fetched, and the source answers the rest only when they have news.
+    """
+    fetch_session_epoch: _builtins.int
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchPartition]: ...
+    @_builtins.property
+    def forgotten(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgottenPartition]: ...
     def __init__(
         self,
         *,
@@ -780,14 +794,42 @@ class ReplicaFetchRequest(_message.Message):
         max_wait_ms: _builtins.int = ...,
         max_bytes: _builtins.int = ...,
         sent_ms: _builtins.int = ...,
+        fetch_session_id: _builtins.int = ...,
+        fetch_session_epoch: _builtins.int | None = ...,
+        forgotten: _abc.Iterable[Global___ForgottenPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fetch_session_epoch", b"_fetch_session_epoch", "fetch_session_epoch", b"fetch_session_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fetch_session_epoch", b"_fetch_session_epoch", "fetch_session_epoch", b"fetch_session_epoch", "fetch_session_id", b"fetch_session_id", "forgotten", b"forgotten", "link_id", b"link_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "partitions", b"partitions", "sent_ms", b"sent_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fetch_session_epoch: _TypeAlias = _typing.Literal["fetch_session_epoch"]  # noqa: Y015
+    _WhichOneofArgType__fetch_session_epoch: _TypeAlias = _typing.Literal["_fetch_session_epoch", b"_fetch_session_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fetch_session_epoch) -> _WhichOneofReturnType__fetch_session_epoch | None: ...
+
+Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+
+@_typing.final
+class ForgottenPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """the source topic name"""
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_id", b"link_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "partitions", b"partitions", "sent_ms", b"sent_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ReplicaFetchRequest: _TypeAlias = ReplicaFetchRequest  # noqa: Y015
+Global___ForgottenPartition: _TypeAlias = ForgottenPartition  # noqa: Y015
 
 @_typing.final
 class ReplicaFetchedPartition(_message.Message):
@@ -894,12 +936,20 @@ class ReplicaFetchResponse(_message.Message):
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
     SYNC_STATE_FIELD_NUMBER: _builtins.int
+    FETCH_SESSION_ID_FIELD_NUMBER: _builtins.int
+    FETCH_SESSION_REFUSED_FIELD_NUMBER: _builtins.int
     sync_state: _builtins.str
     """The source's view of the link's sync state for the partitions it leads:
     empty in ASYNC mode, else SYNCING, IN_SYNC or OUT_OF_SYNC (README.md,
     "SYNC links").
     The follower adopts it, so both sides report the same state.
     """
+    fetch_session_id: _builtins.int
+    """The request's fetch session (0: none). A request whose session or epoch
+    the source does not know is answered with no partition and why: the
+    follower's next request is a full one.
+    """
+    fetch_session_refused: _builtins.str
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaFetchedPartition]: ...
     def __init__(
@@ -907,10 +957,12 @@ class ReplicaFetchResponse(_message.Message):
         *,
         partitions: _abc.Iterable[Global___ReplicaFetchedPartition] | None = ...,
         sync_state: _builtins.str = ...,
+        fetch_session_id: _builtins.int = ...,
+        fetch_session_refused: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "sync_state", b"sync_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_session_id", b"fetch_session_id", "fetch_session_refused", b"fetch_session_refused", "partitions", b"partitions", "sync_state", b"sync_state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,343 @@
+"""Fetch sessions: replica fetches that carry only what changed (KIP-227's idea).
+
+Without a session every fetch round names every follower partition of the
+link, and the source plans, checks and answers each of them: at thousands of
+partitions a round costs work for every one, whether anything moved or not.
+With one, the follower and the source remember the partitions between rounds:
+
+- The first request of a session is full (epoch OPENING, every partition);
+  the source opens a session, keeps each partition's fetch, and answers with
+  the session's id.
+- Each later request carries the session's next epoch and names only the
+  partitions whose fetch changed since the last request (a new position, new
+  marks, held or not), plus those no longer fetched (`forgotten`).
+- The source serves the partitions named, and of the others those with news:
+  a log that is no longer as its last answer found it (`LogSeen`), or one the
+  follower has not caught up with. The rest are quiet: still fetched (the
+  source records the fetch at the same position, so its judgement of the
+  follower, and a SYNC link's acknowledgements, do not change), not answered.
+- The follower puts every quiet partition back into the answer as reached,
+  with the source high watermark its last answer carried; the round then goes
+  on exactly as a full one (`link_rounds.apply_replica_fetch`).
+
+Any doubt ends the session and the next request is full: a request whose
+answer never came (lost, refused, past its deadline), a session or epoch the
+source does not know (it restarted, or another request came between); and
+on the source a link whose configuration changed since the last request
+serves every partition again. Pushes keep no session: a pushing
+leader already answers the follower's last request as it stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from linkd.core.cluster import ClusterState
+from linkd.core.link_rounds import (
+    OPENING,
+    SESSIONLESS,
+    FetchAnswer,
+    FetchedPartition,
+    FetchRequest,
+    FetchSessionRef,
+    PartitionFetch,
+)
+from linkd.core.links import LinkConfig
+from linkd.core.partition import PartitionLog
+
+Key = tuple[str, int]  # (source topic, partition)
+
+# Epochs wrap back to 1 (0 opens a session, -1 is none), as Kafka's do.
+_EPOCH_MAX = 2**31 - 1
+
+
+def _next_epoch(epoch: int) -> int:
+    return 1 if epoch >= _EPOCH_MAX else epoch + 1
+
+
+def _key(part: PartitionFetch | FetchedPartition) -> Key:
+    return (part.source_topic, part.partition)
+
+
+def _plain(entry: FetchedPartition) -> bool:
+    """An answer that only reports where the source's log stands (no refusal,
+    no divergence, no marks asked for, not held)."""
+    return (
+        entry.error is None
+        and entry.diverging_end_offset < 0
+        and not entry.marks_wanted
+        and not entry.held
+    )
+
+
+# -- follower side ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FollowerFetchSession:
+    """The follower's half of a link's fetch session (not durable)."""
+
+    session_id: int = 0
+    next_epoch: int = OPENING
+    # Each partition's fetch as the source's session holds it.
+    sent: dict[Key, PartitionFetch] = field(default_factory=dict)
+    # The source HW of each partition's last plain answer: a quiet
+    # partition is reached at it.
+    known_hw: dict[Key, int] = field(default_factory=dict)
+    # A request left and its answer has not come: until it does, what the
+    # source holds is not known, so the next request is full.
+    in_flight: bool = False
+
+    def reset(self) -> None:
+        self.session_id, self.next_epoch = 0, OPENING
+        self.sent.clear()
+        self.known_hw.clear()
+        self.in_flight = False
+
+    def request(self, full: FetchRequest) -> FetchRequest:
+        """What to send for `full` (every partition the follower fetches):
+        all of it when the session opens, else only the partitions whose
+        fetch changed and those no longer fetched."""
+        if self.in_flight:
+            self.reset()  # the last request was never answered
+        self.in_flight = True
+        if self.next_epoch == OPENING:
+            self.sent = {_key(p): p for p in full.partitions}
+            self.known_hw.clear()
+            return replace(full, fetch_session=FetchSessionRef(0, OPENING))
+        changed: list[PartitionFetch] = []
+        added = 0
+        for p in full.partitions:
+            before = self.sent.get(_key(p))
+            if before != p:
+                changed.append(p)
+                added += before is None
+        forgotten: tuple[Key, ...] = ()
+        if len(self.sent) + added > len(full.partitions):
+            current = {_key(p) for p in full.partitions}
+            forgotten = tuple(sorted(k for k in self.sent if k not in current))
+            for k in forgotten:
+                del self.sent[k]
+                self.known_hw.pop(k, None)
+        for p in changed:
+            self.sent[_key(p)] = p
+        ref = FetchSessionRef(self.session_id, self.next_epoch, forgotten)
+        return replace(full, partitions=tuple(changed), fetch_session=ref)
+
+    def answered(self, request: FetchRequest, answer: FetchAnswer) -> FetchAnswer | None:
+        """`answer` to `request`, with every quiet partition put back as
+        reached (`FetchedPartition.unchanged`). None: the source refused the
+        session (the next request is full; the round learned nothing)."""
+        self.in_flight = False
+        ref = request.fetch_session
+        if answer.fetch_session_refused:
+            self.reset()
+            return None
+        if ref.epoch == SESSIONLESS:
+            return answer
+        if ref.epoch == OPENING:
+            if answer.fetch_session_id == 0:
+                self.reset()  # the source keeps no session: every request is full
+                return answer
+            self.session_id = answer.fetch_session_id
+        self.next_epoch = _next_epoch(ref.epoch)
+        present: set[Key] = set()
+        for entry in answer.partitions:
+            k = _key(entry)
+            present.add(k)
+            if _plain(entry):
+                self.known_hw[k] = entry.high_watermark
+            else:
+                self.known_hw.pop(k, None)
+        if len(present) >= len(self.sent):
+            return answer
+        quiet = [
+            FetchedPartition(k[0], k[1], high_watermark=self.known_hw[k], unchanged=True)
+            for k in self.sent
+            if k not in present and k in self.known_hw
+        ]
+        return replace(answer, partitions=[*answer.partitions, *quiet])
+
+
+# -- source side -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogSeen:
+    """A partition's log as the source's last answer found it, the follower
+    holding all of it. The same log with the same bounds, epoch and rewrites
+    has nothing new for that follower (no record to copy, no high watermark,
+    log start or epoch to report)."""
+
+    log: PartitionLog
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int
+    rewrites: int
+
+    @staticmethod
+    def of(log: PartitionLog) -> LogSeen:
+        return LogSeen(
+            log,
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+            log.leader_epoch,
+            log.rewrites,
+        )
+
+    def same(self, log: PartitionLog) -> bool:
+        return (
+            log is self.log
+            and log.log_end_offset == self.log_end_offset
+            and log.high_watermark == self.high_watermark
+            and log.log_start_offset == self.log_start_offset
+            and log.leader_epoch == self.leader_epoch
+            and log.rewrites == self.rewrites
+        )
+
+
+@dataclass(slots=True)
+class SourceFetchSession:
+    """The source's half of a link's fetch session (not durable)."""
+
+    session_id: int
+    next_epoch: int
+    link_name: str
+    # The link's configuration as last served (`config_seen`): a change (a
+    # mapping attached, detached or reversed, the mode) serves every
+    # partition again.
+    config: tuple[object, ...]
+    parts: dict[Key, PartitionFetch]
+    seen: dict[Key, LogSeen] = field(default_factory=dict)
+
+    def parts_to_serve(
+        self, state: ClusterState, named: tuple[PartitionFetch, ...]
+    ) -> tuple[list[PartitionFetch], list[PartitionFetch]]:
+        """(to answer, quiet): the partitions named, and of the others those
+        whose log is not as the last answer found it (all of them when the
+        link's configuration changed since); the rest are quiet."""
+        config = state.links.configs.get(self.link_name)
+        now = config_seen(config) if config is not None else ()
+        if now != self.config:
+            self.seen.clear()
+            self.config = now
+        names = {_key(p) for p in named}
+        serve, quiet = list(named), []
+        topics = state.topics
+        for k, part in self.parts.items():
+            if k in names:
+                continue
+            seen = self.seen.get(k)
+            topic = topics.get(k[0])
+            if (
+                seen is not None
+                and topic is not None
+                and k[1] < len(topic.partitions)
+                and seen.same(topic.partitions[k[1]])
+            ):
+                quiet.append(part)
+            else:
+                serve.append(part)
+        return serve, quiet
+
+    def answered(self, state: ClusterState, answer: FetchAnswer) -> None:
+        """Remembers what `answer` (served from this session) told of each
+        partition: a plain answer to a follower that holds the whole log
+        makes the partition quiet until its log changes."""
+        for entry in answer.partitions:
+            k = _key(entry)
+            part = self.parts.get(k)
+            topic = state.topics.get(k[0])
+            if (
+                part is None
+                or topic is None
+                or k[1] >= len(topic.partitions)
+                or not _plain(entry)
+                or entry.records
+            ):
+                self.seen.pop(k, None)
+                continue
+            log = topic.partitions[k[1]]
+            if part.fetch_offset == log.log_end_offset == entry.log_end_offset:
+                self.seen[k] = LogSeen.of(log)
+            else:
+                self.seen.pop(k, None)
+
+
+def config_seen(config: LinkConfig) -> tuple[object, ...]:
+    """What of a link's configuration decides how a source serves it (the
+    configuration is changed in place, so it is compared by value)."""
+    return (config.link_id, config.mode, config.fetch_bound, tuple(config.mappings.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRefused:
+    """Why the source refused a request's session."""
+
+    reason: str
+
+
+def source_session(
+    state: ClusterState, link_id: str, request: FetchSessionRef, named: tuple[PartitionFetch, ...]
+) -> SourceFetchSession | SessionRefused | None:
+    """Source side, as a fetch arrives: the session it belongs to, updated
+    with its partitions (None: a request with no session). An OPENING request
+    opens a new session in place of the link's last; an incremental one must
+    name the link's session and its next epoch, else it is refused and the
+    session closed (the follower's next request is full)."""
+    if request.epoch == SESSIONLESS:
+        return None
+    config = state.links.by_id(link_id)
+    runtime = state.links.runtime.get(config.name)
+    if runtime is None:
+        return None
+    if request.epoch == OPENING:
+        runtime.fetch_session_ids += 1
+        opened = SourceFetchSession(
+            runtime.fetch_session_ids, 1, config.name, config_seen(config),
+            {_key(p): p for p in named},
+        )  # fmt: skip
+        runtime.source_fetch_session = opened
+        return opened
+    session = runtime.source_fetch_session
+    if not isinstance(session, SourceFetchSession) or session.session_id != request.session_id:
+        runtime.source_fetch_session = None
+        return SessionRefused(
+            f"link {config.name!r}: fetch session {request.session_id} is not known here "
+            "(the source restarted or opened another): the next fetch is a full one"
+        )
+    if session.next_epoch != request.epoch:
+        runtime.source_fetch_session = None
+        return SessionRefused(
+            f"link {config.name!r}: fetch session {request.session_id} expected epoch "
+            f"{session.next_epoch}, got {request.epoch}: the next fetch is a full one"
+        )
+    session.next_epoch = _next_epoch(request.epoch)
+    for k in request.forgotten:
+        session.parts.pop(k, None)
+        session.seen.pop(k, None)
+    for p in named:
+        k = _key(p)
+        session.parts[k] = p
+        session.seen.pop(k, None)
+    return session
+
+
+def still_open(state: ClusterState, link_id: str, session: SourceFetchSession) -> bool:
+    """Whether `session` is still the link's (a later request may have
+    opened another, or closed it)."""
+    config = state.links.by_id(link_id)
+    runtime = state.links.runtime.get(config.name)
+    return runtime is not None and runtime.source_fetch_session is session
+
+
+__all__ = [
+    "FollowerFetchSession",
+    "LogSeen",
+    "SessionRefused",
+    "SourceFetchSession",
+    "source_session",
+    "still_open",
+]

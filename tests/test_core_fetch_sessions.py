@@ -1,0 +1,229 @@
+"""Fetch sessions (linkd/core/fetch_sessions.py): after a full round a
+follower names only the partitions whose fetch changed, and the source
+answers the others only when they have news. Told between two clusters held
+in memory, as in tests/test_core_link_rounds.py: A leads orders-, B follows.
+
+The source side runs through `link_driver.hold_fetch`, the function both
+shells call, with no wait (the answer is returned at once).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator
+from dataclasses import replace
+
+from linkd.core import fetch_sessions as fs
+from linkd.core import link_admin as admin
+from linkd.core import link_driver as driver
+from linkd.core import link_rounds as rounds
+from linkd.core.cluster import ClusterState
+from linkd.core.errors import ErrorCode
+from linkd.core.requests import Now, WakeWaiters
+from tests.test_core_link_rounds import NOW, Disk, discover, produce, two_clusters
+
+SETTINGS = driver.DriverSettings(max_wait_ms=0)
+
+
+def _serve(a: ClusterState, disk_a: Disk, request: rounds.FetchRequest, now: int
+           ) -> rounds.FetchAnswer:  # fmt: skip
+    """The source's side of one fetch, as a shell pumps it (no wait)."""
+    holding: Generator[object, object, rounds.FetchAnswer] = driver.hold_fetch(
+        a, request.link_id, request.partitions, 0, 0, disk_a.read, SETTINGS,
+        from_remote=True, fetch_session=request.fetch_session,
+    )  # fmt: skip
+    reply: object = None
+    try:
+        while True:
+            asked = holding.send(reply)
+            assert isinstance(asked, Now | WakeWaiters), asked
+            reply = now if isinstance(asked, Now) else None
+    except StopIteration as done:
+        answer: rounds.FetchAnswer = done.value
+        return answer
+
+
+class Round:
+    """One pull round, with or without a fetch session on the follower."""
+
+    def __init__(self, sessions: bool = True) -> None:
+        self.a, self.b, self.disk_a, self.disk_b = two_clusters()
+        self.follower = fs.FollowerFetchSession() if sessions else None
+
+    def request(self) -> rounds.FetchRequest:
+        full = rounds.follower_fetch_request(self.b, self.b.links.get("ab"), 1 << 20)
+        return self.follower.request(full) if self.follower is not None else full
+
+    def run(
+        self, now: int
+    ) -> tuple[rounds.FetchRequest, rounds.FetchAnswer, rounds.FetchAnswer | None]:
+        """(what was sent, what the source answered, what the follower applied)."""
+        request = self.request()
+        answer = _serve(self.a, self.disk_a, request, now)
+        whole = answer if self.follower is None else self.follower.answered(request, answer)
+        if whole is not None:
+            applied = rounds.apply_replica_fetch(self.b, "ab", whole, request.local_of, now)
+            self.disk_b.carry_out(self.b, applied.effects)
+            rounds.finish_fetch_round(
+                self.b, "ab", applied.progress, whole.sync_state, now, refused=applied.refused
+            )
+        return request, answer, whole
+
+
+def _keys(parts: object) -> list[tuple[str, int]]:
+    assert isinstance(parts, tuple | list)
+    return sorted((p.source_topic, p.partition) for p in parts)
+
+
+def _three_partitions() -> Round:
+    r = Round()
+    r.a.create_topic("orders-2", 3, {}, "src-2")
+    discover(r.a, r.b, r.disk_b)
+    return r
+
+
+ALL = [("orders-1", 0), ("orders-2", 0), ("orders-2", 1), ("orders-2", 2)]
+
+
+def test_after_a_full_round__a_request_names_only_what_moved__quiet_ones_stay_reached() -> None:
+    r = _three_partitions()
+    produce(r.a, r.disk_a, 3, "orders-2")
+
+    sent, answer, _ = r.run(NOW + 10)
+    assert sent.fetch_session.epoch == rounds.OPENING and _keys(sent.partitions) == ALL
+    assert answer.fetch_session_id == 1 and _keys(answer.partitions) == ALL
+
+    # B copied orders-2/0: only its position changed.
+    sent, answer, whole = r.run(NOW + 20)
+    assert sent.fetch_session == rounds.FetchSessionRef(1, 1)
+    assert _keys(sent.partitions) == [("orders-2", 0)]
+    assert _keys(answer.partitions) == [("orders-2", 0)]  # the others have no news
+    assert whole is not None and _keys(whole.partitions) == ALL
+    quiet = [p for p in whole.partitions if p.unchanged]
+    assert _keys(quiet) == [("orders-1", 0), ("orders-2", 1), ("orders-2", 2)]
+
+    # Nothing moved anywhere: nothing named, nothing answered, all reached.
+    sent, answer, whole = r.run(NOW + 30)
+    assert sent.partitions == () and answer.partitions == []
+    assert whole is not None and all(p.unchanged for p in whole.partitions)
+    assert [p.high_watermark for p in whole.partitions if p.source_topic == "orders-2"
+            and p.partition == 0] == [3]  # fmt: skip
+    runtime = r.b.links.runtime["ab"]
+    assert sorted((t, p) for t, p, _role in runtime.partitions) == ALL
+    assert r.b.link_state("ab") == "FOLLOWING"
+    # The source still counts each quiet partition as fetched at its position.
+    led = r.a.links.runtime["ab"].partitions[("orders-2", 1, "leader")]
+    assert led.last_fetch_ms == NOW + 30
+
+
+def test_news_on_a_partition_not_named__is_answered() -> None:
+    r = _three_partitions()
+    produce(r.a, r.disk_a, 2, "orders-2")
+    for t in (10, 20, 30):
+        r.run(NOW + t)
+
+    # New records, unnamed (B's position there did not change): answered.
+    produce(r.a, r.disk_a, 4, "orders-1")
+    sent, answer, _ = r.run(NOW + 40)
+    assert sent.partitions == () and _keys(answer.partitions) == [("orders-1", 0)]
+    assert answer.partitions[0].records
+    assert r.b.partition("orders-1", 0).log_end_offset == 4
+
+    # Its log rewritten to the same end, epoch and high watermark: the log is
+    # not the one last answered (`PartitionLog.rewrites`), so it is served,
+    # and B's last batch is no longer there.
+    r.run(NOW + 50)  # B's new position
+    log = r.a.partition("orders-2", 0)
+    log.truncate_to(0)
+    r.disk_a.batches[("src-2", 0)] = []
+    produce(r.a, r.disk_a, 2, "orders-2", b"other")
+    _, answer, _ = r.run(NOW + 60)
+    assert _keys(answer.partitions) == [("orders-2", 0)] and answer.partitions[0].marks_wanted
+
+    # The log start moved (records deleted): answered with the new start.
+    produce(r.a, r.disk_a, 2, "orders-2")  # orders-2/1 is not touched ...
+    _start, effects = r.a.delete_records("orders-1", 0, 2)
+    r.disk_a.carry_out(r.a, effects)
+    _, answer, _ = r.run(NOW + 70)
+    starts = {(p.source_topic, p.partition): p.log_start_offset for p in answer.partitions}
+    assert starts[("orders-1", 0)] == 2
+
+
+def test_a_request_whose_answer_never_came__makes_the_next_one_full() -> None:
+    r = _three_partitions()
+    r.run(NOW + 10)
+    r.run(NOW + 20)
+    lost = r.request()  # its answer is lost
+    assert lost.fetch_session.incremental
+
+    again = r.request()
+
+    assert again.fetch_session.epoch == rounds.OPENING and _keys(again.partitions) == ALL
+
+
+def test_the_source_refuses_a_session_it_does_not_know__and_the_next_request_is_full() -> None:
+    r = _three_partitions()
+    r.run(NOW + 10)
+    r.a.links.runtime["ab"].source_fetch_session = None  # as after a restart of A
+
+    sent, answer, whole = r.run(NOW + 20)
+
+    assert sent.fetch_session.incremental and whole is None
+    assert answer.partitions == [] and "is not known here" in answer.fetch_session_refused
+    assert answer.ready  # answered at once, not held
+    sent, answer, whole = r.run(NOW + 30)
+    assert sent.fetch_session.epoch == rounds.OPENING and _keys(answer.partitions) == ALL
+
+
+def test_an_epoch_out_of_turn_is_refused_and_closes_the_session() -> None:
+    r = _three_partitions()
+    r.run(NOW + 10)
+    request = r.request()
+    skipped = replace(request, fetch_session=replace(request.fetch_session, epoch=5))
+
+    answer = _serve(r.a, r.disk_a, skipped, NOW + 20)
+
+    assert "expected epoch 1, got 5" in answer.fetch_session_refused
+    assert r.a.links.runtime["ab"].source_fetch_session is None
+
+
+def test_a_detach_on_the_source__serves_every_partition_again() -> None:
+    r = _three_partitions()
+    for t in (10, 20):
+        r.run(NOW + t)
+    config = r.a.links.get("ab")
+    (mapping,) = config.mappings.values()
+    admin.put_mapping(r.a, "ab", admin.versioned(r.a, replace(mapping, attached=False), NOW), NOW)
+
+    _, answer, _ = r.run(NOW + 30)
+
+    assert _keys(answer.partitions) == ALL
+    assert {p.error.code for p in answer.partitions if p.error} == {ErrorCode.NOT_LED_ON_LINK}
+
+
+def test_with_and_without_sessions__the_follower_ends_the_same() -> None:
+    """Random produce on random partitions, a round after each: the
+    follower's logs, high watermarks and link state are the same either way,
+    and the session rounds name and answer fewer partitions."""
+    runs = {True: _three_partitions(), False: Round(sessions=False)}
+    runs[False].a.create_topic("orders-2", 3, {}, "src-2")
+    discover(runs[False].a, runs[False].b, runs[False].disk_b)
+    named = {True: 0, False: 0}
+    rng = random.Random(7)
+    plan = [(rng.choice(ALL), rng.randint(0, 3)) for _ in range(40)]
+    for i, ((topic, partition), n) in enumerate(plan):
+        for sessions, r in runs.items():
+            if n and partition == 0:
+                produce(r.a, r.disk_a, n, topic)
+            sent, _, _ = r.run(NOW + 10 * (i + 1))
+            named[sessions] += len(sent.partitions)
+    views = {}
+    for sessions, r in runs.items():
+        logs = {
+            (t, p): (log.log_end_offset, log.high_watermark)
+            for t in ("orders-1", "orders-2")
+            for p, log in enumerate(r.b.topics[t].partitions)
+        }
+        views[sessions] = (logs, r.b.link_state("ab"), r.disk_b.batches)
+    assert views[True] == views[False]
+    assert named[True] < named[False] / 2
