@@ -158,7 +158,9 @@ class StatusWatch:
         states: Mapping[str, ClusterState],
         now_ms: int,
     ) -> None:
-        self._probe_positions(cid, state, name, now_ms)
+        # One summary, judged by every check below (what describe-link says now).
+        summary = link_admin.link_summary(state, name, now_ms)
+        self._probe_positions(cid, state, name, summary, now_ms)
         self._probe_missing(cid, state, name, states, now_ms)
         link_state = state.links.state_name(name)
         if state.links.state_of(name) not in (LinkState.FOLLOWING, LinkState.IN_SYNC):
@@ -167,7 +169,6 @@ class StatusWatch:
         source = config.remote_cluster_id
         if source not in states:
             return
-        summary = link_admin.link_summary(state, name, now_ms)
         rows = {(cid, name, r.topic, r.partition) for r in summary.partitions}
         for key in [k for k in self.rounds if k[:2] == (cid, name) and k not in rows]:
             del self.rounds[key]  # rounds count only while the row is there
@@ -293,7 +294,14 @@ class StatusWatch:
                 )
                 self.missing[(cid, name, local)] = now_ms  # once per bound, not per probe
 
-    def _probe_positions(self, cid: str, state: ClusterState, name: str, now_ms: int) -> None:
+    def _probe_positions(
+        self,
+        cid: str,
+        state: ClusterState,
+        name: str,
+        summary: link_admin.LinkSummary,
+        now_ms: int,
+    ) -> None:
         """"position_misreported": a follower row's position is what a
         consumer of that cluster can read of the partition (its HW), and a
         lag of 0 is claimed only when that covers the source HW the row
@@ -302,7 +310,6 @@ class StatusWatch:
         read every durable record below the source HW it was told (a
         transaction's markers held together across partitions aside, and
         records it leads on to a SYNC follower of its own, held for it)."""
-        summary = link_admin.link_summary(state, name, now_ms)
         asynchronous = state.links.get(name).mode == LinkMode.ASYNC
         held_together = {k for group in state.marker_groups for k in group}
         details, hidden = [], []

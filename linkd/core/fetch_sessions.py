@@ -12,10 +12,11 @@ With one, the follower and the source remember the partitions between rounds:
   partitions whose fetch changed since the last request (a new position, new
   marks, held or not), plus those no longer fetched (`forgotten`).
 - The source serves the partitions named, and of the others those with news:
-  a log that is no longer as its last answer found it (`LogSeen`), or one the
-  follower has not caught up with. The rest are quiet: still fetched (the
-  source records the fetch at the same position, so its judgement of the
-  follower, and a SYNC link's acknowledgements, do not change), not answered.
+  a log that is no longer as its last answer found it (`LogSeen`), then,
+  while the answer's byte budget lasts, those whose follower has records to
+  copy. The rest are quiet: still fetched (the source records the fetch at
+  the same position, so its judgement of the follower, and a SYNC link's
+  acknowledgements, do not change), not answered.
 - The follower puts every quiet partition back into the answer as reached,
   with the source high watermark its last answer carried; the round then goes
   on exactly as a full one (`link_rounds.apply_replica_fetch`).
@@ -109,7 +110,7 @@ class FollowerFetchSession:
         added = 0
         for p in full.partitions:
             before = self.sent.get(_key(p))
-            if before != p:
+            if before is not p and before != p:
                 changed.append(p)
                 added += before is None
         forgotten: tuple[Key, ...] = ()
@@ -164,10 +165,10 @@ class FollowerFetchSession:
 
 @dataclass(frozen=True, slots=True)
 class LogSeen:
-    """A partition's log as the source's last answer found it, the follower
-    holding all of it. The same log with the same bounds, epoch and rewrites
-    has nothing new for that follower (no record to copy, no high watermark,
-    log start or epoch to report)."""
+    """A partition's log as the source's last plain answer found it, with no
+    record carried. The same log with the same bounds, epoch and rewrites has
+    nothing new to report; if the follower held all of it then (`caught_up`)
+    nothing to copy either."""
 
     log: PartitionLog
     log_start_offset: int
@@ -175,9 +176,10 @@ class LogSeen:
     high_watermark: int
     leader_epoch: int
     rewrites: int
+    caught_up: bool
 
     @staticmethod
-    def of(log: PartitionLog) -> LogSeen:
+    def of(log: PartitionLog, caught_up: bool) -> LogSeen:
         return LogSeen(
             log,
             log.log_start_offset,
@@ -185,6 +187,7 @@ class LogSeen:
             log.high_watermark,
             log.leader_epoch,
             log.rewrites,
+            caught_up,
         )
 
     def same(self, log: PartitionLog) -> bool:
@@ -214,38 +217,44 @@ class SourceFetchSession:
 
     def parts_to_serve(
         self, state: ClusterState, named: tuple[PartitionFetch, ...]
-    ) -> tuple[list[PartitionFetch], list[PartitionFetch]]:
-        """(to answer, quiet): the partitions named, and of the others those
-        whose log is not as the last answer found it (all of them when the
-        link's configuration changed since); the rest are quiet."""
+    ) -> tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]]:
+        """(to answer, spare, quiet), each in the session's order: the
+        partitions named and those whose log is not as their last answer
+        found it (all of them when the link's configuration changed since)
+        are answered; of the rest, those whose follower was behind are
+        spare (answered while the byte budget lasts: `serve_replica_fetch`),
+        the others quiet."""
         config = state.links.configs.get(self.link_name)
         now = config_seen(config) if config is not None else ()
         if now != self.config:
             self.seen.clear()
             self.config = now
         names = {_key(p) for p in named}
-        serve, quiet = list(named), []
+        serve: list[PartitionFetch] = []
+        spare: list[PartitionFetch] = []
+        quiet: list[PartitionFetch] = []
         topics = state.topics
         for k, part in self.parts.items():
-            if k in names:
+            seen = None if k in names else self.seen.get(k)
+            if seen is None:
+                serve.append(part)
                 continue
-            seen = self.seen.get(k)
             topic = topics.get(k[0])
-            if (
-                seen is not None
-                and topic is not None
-                and k[1] < len(topic.partitions)
-                and seen.same(topic.partitions[k[1]])
+            if topic is None or k[1] >= len(topic.partitions) or not seen.same(
+                topic.partitions[k[1]]
             ):
+                serve.append(part)
+            elif seen.caught_up:
                 quiet.append(part)
             else:
-                serve.append(part)
-        return serve, quiet
+                spare.append(part)
+        return serve, spare, quiet
 
     def answered(self, state: ClusterState, answer: FetchAnswer) -> None:
         """Remembers what `answer` (served from this session) told of each
-        partition: a plain answer to a follower that holds the whole log
-        makes the partition quiet until its log changes."""
+        partition: after a plain answer that carried no record, the
+        partition is quiet (its follower holds the whole log) or spare (it
+        does not) until its log changes or the follower's fetch does."""
         for entry in answer.partitions:
             k = _key(entry)
             part = self.parts.get(k)
@@ -260,10 +269,10 @@ class SourceFetchSession:
                 self.seen.pop(k, None)
                 continue
             log = topic.partitions[k[1]]
-            if part.fetch_offset == log.log_end_offset == entry.log_end_offset:
-                self.seen[k] = LogSeen.of(log)
-            else:
-                self.seen.pop(k, None)
+            if entry.log_end_offset != log.log_end_offset:
+                self.seen.pop(k, None)  # the log moved after the answer was read
+                continue
+            self.seen[k] = LogSeen.of(log, part.fetch_offset == log.log_end_offset)
 
 
 def config_seen(config: LinkConfig) -> tuple[object, ...]:

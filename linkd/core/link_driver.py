@@ -247,8 +247,10 @@ class LinkDriver:
     stopped: bool = False
     # The pull lane's wait after this cluster's storage refused a round.
     storage_backoff_ms: int = BACKOFF_MIN_MS
-    # The pull lane's fetch session with the source.
+    # The pull lane's fetch session with the source, and each partition's
+    # fetch as last built (used again while its log is as it was).
     fetch_session: FollowerFetchSession = field(default_factory=FollowerFetchSession)
+    fetches_built: rounds.BuiltFetches = field(default_factory=dict)
 
     def wake(self) -> None:
         """The link changed (a mapping, the mode, the address): handshake and
@@ -416,7 +418,9 @@ class LinkDriver:
             yield Idle(IDLE_POLL_MS)
             return
         s = self.settings
-        full = rounds.follower_fetch_request(self.state, config, s.partition_max_bytes, now)
+        full = rounds.follower_fetch_request(
+            self.state, config, s.partition_max_bytes, now, self.fetches_built
+        )
         if not full.partitions:
             if self.last_discovery_ms is not None:
                 # Discovered, and the followed namespaces hold no topics yet:
@@ -643,15 +647,16 @@ def hold_fetch(
         now = yield from _now()
         link_of(state, link_id)
         serve: Sequence[rounds.PartitionFetch] = parts
+        spare: Sequence[rounds.PartitionFetch] = ()
         quiet: Sequence[rounds.PartitionFetch] = ()
         if session is not None:
             if not still_open(state, link_id, session):
                 why = f"fetch session {session.session_id} was closed while its fetch was held"
                 return rounds.FetchAnswer([], served_at_ms=now, fetch_session_refused=why)
-            serve, quiet = session.parts_to_serve(state, parts)
+            serve, spare, quiet = session.parts_to_serve(state, parts)
         answer = rounds.serve_replica_fetch(
             state, link_id, serve, now, read, budget, settings.partition_max_bytes,
-            from_remote=from_remote, acknowledges=acknowledges, quiet=quiet,
+            from_remote=from_remote, acknowledges=acknowledges, quiet=quiet, spare=spare,
         )  # fmt: skip
         done = answer.ready or now >= until_ms
         if done and session is not None:

@@ -56,10 +56,12 @@ from linkd.core.links import (
     LinkMode,
     MappingKey,
     MappingType,
+    PartitionProgress,
     Role,
     UncreatedTopic,
     orphans,
 )
+from linkd.core.partition import PartitionLog
 from linkd.core.provenance import Gap
 from linkd.core.requests import (
     Execute,
@@ -479,17 +481,25 @@ class FetchRequest:
     fetch_session: FetchSessionRef = NO_FETCH_SESSION
 
 
+# A follower's fetch of one partition as last built, and what of its log it
+# was built from (`follower_fetch_request`'s `built`).
+BuiltFetches = dict[tuple[str, int], tuple[tuple[object, ...], PartitionFetch]]
+
+
 def follower_fetch_request(
     state: ClusterState,
     config: LinkConfig,
     partition_max_bytes: int = 0,
     sent_ms: int | None = None,
+    built: BuiltFetches | None = None,
 ) -> FetchRequest:
     """Follower side: its position in every partition of every topic it
     follows on the link (a topic belongs to its longest matching prefix).
     `sent_ms`: the request leaves now (the round it starts will report the
     source's high watermarks as known from this time on: the source serves
-    it later, so its HW then is at least its HW now)."""
+    it later, so its HW then is at least its HW now). `built`: each plain
+    partition's fetch as last built, kept by the caller across rounds and
+    used again while its log is as it was (`_fetch_basis`)."""
     runtime = state.links.runtime.get(config.name)
     if sent_ms is not None and runtime is not None:
         runtime.fetch_sent_ms = sent_ms  # a push answers the last request made
@@ -518,8 +528,17 @@ def follower_fetch_request(
                     holding = True  # not cut over its own writes: until a recover cuts it
                 else:
                     del held[(topic, p)]
-            offset, epoch = rep.follower_position_of(log)
             wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            if built is not None and not holding and not wanted:
+                basis = _fetch_basis(log, source, partition_max_bytes)
+                last = built.get((topic, p))
+                if last is None or last[0] != basis:
+                    last = (basis, _plain_fetch(log, source, p, partition_max_bytes))
+                    built[(topic, p)] = last
+                parts.append(last[1])
+                local_of[(source, p)] = topic
+                continue
+            offset, epoch = rep.follower_position_of(log)
             complete: tuple[int, int] | None = None
             if wanted:
                 marks, complete = histories.log_marks(state, topic, p, True, spans.get((topic, p)))
@@ -543,7 +562,31 @@ def follower_fetch_request(
                 )
             )
             local_of[(source, p)] = topic
+    if built is not None and len(built) > len(parts):
+        for key in [k for k in built if (built[k][1].source_topic, k[1]) not in local_of]:
+            del built[key]  # no longer fetched
     return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
+
+
+def _fetch_basis(log: PartitionLog, source: str, partition_max_bytes: int) -> tuple[object, ...]:
+    """What a plain fetch of `log` is made of (its position and last batch):
+    the same basis, the same fetch."""
+    return (
+        log,
+        log.log_end_offset,
+        log.durable_offset,
+        log.log_start_offset,
+        log.rewrites,
+        source,
+        partition_max_bytes,
+    )
+
+
+def _plain_fetch(log: PartitionLog, source: str, p: int, partition_max_bytes: int
+                 ) -> PartitionFetch:  # fmt: skip
+    """A fetch of a partition neither held nor asked for every mark."""
+    offset, epoch = rep.follower_position_of(log)
+    return PartitionFetch(source, p, offset, epoch, partition_max_bytes, histories.last_mark(log))
 
 
 def _names_source(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
@@ -690,6 +733,7 @@ def serve_replica_fetch(
     from_remote: bool = True,
     acknowledges: bool = True,
     quiet: Sequence[PartitionFetch] = (),
+    spare: Sequence[PartitionFetch] = (),
 ) -> FetchAnswer:
     """Source side: answers a follower's fetch. Each partition is planned
     (`plan_replica_fetch`: divergence, how far it may copy); each fetch is
@@ -708,7 +752,10 @@ def serve_replica_fetch(
     `quiet`: partitions of a fetch session with no news since their last
     answer (`fetch_sessions.SourceFetchSession.parts_to_serve`): each is
     fetched again at the same position, so it is recorded as a fetch, but
-    not answered."""
+    not answered. `spare`: partitions of a session whose follower is behind
+    but whose log is as their last answer found it: served after `parts`
+    while the byte budget lasts, the rest quiet (with no bytes to carry,
+    their answer would say what the last one said)."""
     config = state.links.by_id(link_id)
     links = state.links
     answer = FetchAnswer([], served_at_ms=now_ms)
@@ -716,17 +763,13 @@ def serve_replica_fetch(
         if from_remote:
             links.on_contact(config.name, now_ms)
         for part in quiet if acknowledges else ():
-            log = state.partition(part.source_topic, part.partition)
-            links.on_leader_fetch(
-                config.name,
-                part.source_topic,
-                part.partition,
-                part.fetch_offset,
-                log.log_end_offset,
-                log.high_watermark,
-                now_ms,
-            )
-        for part in parts:
+            _fetched_quietly(state, config.name, part, now_ms)
+        served = len(parts)
+        for i, part in enumerate((*parts, *spare) if spare else parts):
+            if i >= served and answer.total_bytes >= budget_bytes:
+                if acknowledges:
+                    _fetched_quietly(state, config.name, part, now_ms)
+                continue
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
                 # Whatever it says (records, a divergence, a refusal), it
@@ -811,6 +854,22 @@ def serve_replica_fetch(
     return answer
 
 
+def _fetched_quietly(state: ClusterState, link_name: str, part: PartitionFetch, now_ms: int
+                     ) -> None:  # fmt: skip
+    """A session's partition fetched again at its position and not answered:
+    recorded as a fetch (the source's judgement of its follower goes on)."""
+    log = state.partition(part.source_topic, part.partition)
+    state.links.on_leader_fetch(
+        link_name,
+        part.source_topic,
+        part.partition,
+        part.fetch_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        now_ms,
+    )
+
+
 def continue_fetch(
     config: LinkConfig,
     parts: Sequence[PartitionFetch],
@@ -882,6 +941,9 @@ class FollowerProgress:
     topic: str  # local name
     partition: int
     source_high_watermark: int
+    # A fetch session's quiet partition: nothing changed since the last
+    # round that reached it (`FetchedPartition.unchanged`).
+    unchanged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -940,16 +1002,23 @@ def apply_replica_fetch(
     gaps: list[Gap] = []
     stopped: list[Gap] = []
     held_at: list[tuple[str, int, int]] = []
+    followed: dict[str, bool] = {}  # per local topic: still followed on the link
     for fetched in answer.partitions:
         local = local_of.get((fetched.source_topic, fetched.partition))
         if local is None or local not in state.topics:
             continue
-        if config is None or config.mapping_for(local, "follower") is None:
+        if local not in followed:
+            followed[local] = (
+                config is not None and config.mapping_for(local, "follower") is not None
+            )
+        if config is None or not followed[local]:
             continue  # no longer followed (the roles changed since the request left)
         if fetched.unchanged:
             # No news since the source's last answer for it: reached, at the
-            # source HW that answer carried.
-            progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
+            # source HW that answer carried (and already capped at).
+            progress.append(
+                FollowerProgress(local, fetched.partition, fetched.high_watermark, True)
+            )
             continue
         if (
             fetched.continues_from is not None
@@ -1041,7 +1110,9 @@ def apply_replica_fetch(
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
         rep.cap_at_source_high_watermarks(
-            state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in progress]
+            state,
+            link_name,
+            [(p.topic, p.partition, p.source_high_watermark) for p in progress if not p.unchanged],
         )
     return AppliedFetch(effects, progress, truncations, refused, gaps, stopped, held_at)
 
@@ -1433,13 +1504,33 @@ def finish_fetch_round(
     # The appends took time: a partition the link stopped following
     # meanwhile (a detach, a reversal) is no longer its to report or cap.
     following = links.configs.get(link_name)
-    reached = [
-        p
-        for p in progress
-        if p.topic in state.topics
-        and following is not None
-        and following.mapping_for(p.topic, "follower") is not None
-    ]
+    followed: dict[str, bool] = {}
+    for p in progress:
+        if p.topic not in followed:
+            followed[p.topic] = (
+                p.topic in state.topics
+                and following is not None
+                and following.mapping_for(p.topic, "follower") is not None
+            )
+    runtime = links.runtime[link_name]
+    reached: list[FollowerProgress] = []
+    quiet: list[tuple[FollowerProgress, PartitionProgress]] = []
+    for p in progress:
+        if not followed[p.topic]:
+            continue
+        if p.unchanged:
+            # A fetch session's quiet partition, as the last round left it
+            # (same source HW, same position): only its news is newer.
+            row = runtime.partitions.get((p.topic, p.partition, "follower"))
+            if (
+                row is not None
+                and row.source_high_watermark == p.source_high_watermark
+                and row.log_end_offset
+                == admin.readable_position(state.partition(p.topic, p.partition), state.faults)
+            ):
+                quiet.append((p, row))
+                continue
+        reached.append(p)
     links.on_remote_sync_state(link_name, sync_state, now_ms)
     before = {
         (p.topic, p.partition): state.partition(p.topic, p.partition).high_watermark
@@ -1458,13 +1549,19 @@ def finish_fetch_round(
             f"the source's HW {p.source_high_watermark}"
         )
     keep: set[tuple[str, int, str]] = set()
-    runtime = links.runtime[link_name]
     # The round's request left at `sent_ms` (else: the last request made,
     # which a push answers); its source HWs are known from then on.
     if sent_ms is None:
         sent_ms = runtime.fetch_sent_ms
     known_at = sent_ms if sent_ms is not None else now_ms
     with links.deferred():
+        for p, row in quiet:
+            # `on_progress` with the same position and source HW.
+            row.known_at_ms = known_at
+            if row.lag_records() == 0:
+                row.caught_up_at_ms = now_ms
+            keep.add((p.topic, p.partition, "follower"))
+            runtime.refused.pop((p.topic, p.partition), None)
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
             position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
