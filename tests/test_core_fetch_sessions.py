@@ -25,11 +25,11 @@ from tests.test_core_link_rounds import NOW, Disk, discover, produce, two_cluste
 SETTINGS = driver.DriverSettings(max_wait_ms=0)
 
 
-def _serve(a: ClusterState, disk_a: Disk, request: rounds.FetchRequest, now: int
-           ) -> rounds.FetchAnswer:  # fmt: skip
+def _serve(a: ClusterState, disk_a: Disk, request: rounds.FetchRequest, now: int,
+           max_bytes: int = 0) -> rounds.FetchAnswer:  # fmt: skip
     """The source's side of one fetch, as a shell pumps it (no wait)."""
     holding: Generator[object, object, rounds.FetchAnswer] = driver.hold_fetch(
-        a, request.link_id, request.partitions, 0, 0, disk_a.read, SETTINGS,
+        a, request.link_id, request.partitions, 0, max_bytes, disk_a.read, SETTINGS,
         from_remote=True, fetch_session=request.fetch_session,
     )  # fmt: skip
     reply: object = None
@@ -46,9 +46,10 @@ def _serve(a: ClusterState, disk_a: Disk, request: rounds.FetchRequest, now: int
 class Round:
     """One pull round, with or without a fetch session on the follower."""
 
-    def __init__(self, sessions: bool = True) -> None:
+    def __init__(self, sessions: bool = True, max_bytes: int = 0) -> None:
         self.a, self.b, self.disk_a, self.disk_b = two_clusters()
         self.follower = fs.FollowerFetchSession() if sessions else None
+        self.max_bytes = max_bytes
 
     def request(self) -> rounds.FetchRequest:
         full = rounds.follower_fetch_request(self.b, self.b.links.get("ab"), 1 << 20)
@@ -59,7 +60,7 @@ class Round:
     ) -> tuple[rounds.FetchRequest, rounds.FetchAnswer, rounds.FetchAnswer | None]:
         """(what was sent, what the source answered, what the follower applied)."""
         request = self.request()
-        answer = _serve(self.a, self.disk_a, request, now)
+        answer = _serve(self.a, self.disk_a, request, now, self.max_bytes)
         whole = answer if self.follower is None else self.follower.answered(request, answer)
         if whole is not None:
             applied = rounds.apply_replica_fetch(self.b, "ab", whole, request.local_of, now)
@@ -75,8 +76,8 @@ def _keys(parts: object) -> list[tuple[str, int]]:
     return sorted((p.source_topic, p.partition) for p in parts)
 
 
-def _three_partitions() -> Round:
-    r = Round()
+def _three_partitions(sessions: bool = True, max_bytes: int = 0) -> Round:
+    r = Round(sessions, max_bytes)
     r.a.create_topic("orders-2", 3, {}, "src-2")
     discover(r.a, r.b, r.disk_b)
     return r
@@ -205,9 +206,7 @@ def test_with_and_without_sessions__the_follower_ends_the_same() -> None:
     """Random produce on random partitions, a round after each: the
     follower's logs, high watermarks and link state are the same either way,
     and the session rounds name and answer fewer partitions."""
-    runs = {True: _three_partitions(), False: Round(sessions=False)}
-    runs[False].a.create_topic("orders-2", 3, {}, "src-2")
-    discover(runs[False].a, runs[False].b, runs[False].disk_b)
+    runs = {True: _three_partitions(), False: _three_partitions(sessions=False)}
     named = {True: 0, False: 0}
     rng = random.Random(7)
     plan = [(rng.choice(ALL), rng.randint(0, 3)) for _ in range(40)]
@@ -227,3 +226,28 @@ def test_with_and_without_sessions__the_follower_ends_the_same() -> None:
         views[sessions] = (logs, r.b.link_state("ab"), r.disk_b.batches)
     assert views[True] == views[False]
     assert named[True] < named[False] / 2
+
+
+def test_a_catch_up_within_a_byte_budget__answers_what_the_budget_carries__and_ends_the_same() -> None:
+    """Two partitions three batches behind, a budget of one batch a round:
+    the partitions the budget does not reach are spare, so a session round
+    answers only what it carries (and what it must), and the follower
+    catches up exactly as with full rounds."""
+    runs = {s: _three_partitions(sessions=s, max_bytes=1) for s in (True, False)}
+    for r in runs.values():
+        for _batch in range(3):
+            produce(r.a, r.disk_a, 2, "orders-1")
+            produce(r.a, r.disk_a, 2, "orders-2")
+    answered: dict[bool, list[int]] = {True: [], False: []}
+    for i in range(12):
+        for sessions, r in runs.items():
+            _, answer, _ = r.run(NOW + 10 * (i + 1))
+            answered[sessions].append(len(answer.partitions))
+    for r in runs.values():
+        assert [log.log_end_offset for log in r.b.topics["orders-2"].partitions] == [6, 0, 0]
+        assert r.b.partition("orders-1", 0).log_end_offset == 6
+        assert r.b.link_state("ab") == "FOLLOWING"
+    assert runs[True].disk_b.batches == runs[False].disk_b.batches
+    assert answered[False] == [4] * 12
+    assert max(answered[True][2:]) <= 2 and answered[True][-1] == 0
+    assert sum(answered[True]) * 3 < sum(answered[False])
