@@ -228,7 +228,7 @@ def test_with_and_without_sessions__the_follower_ends_the_same() -> None:
     assert named[True] < named[False] / 2
 
 
-def test_a_catch_up_within_a_byte_budget__answers_what_the_budget_carries__and_ends_the_same() -> None:
+def test_a_catch_up_within_a_byte_budget__answers_what_it_carries__and_ends_the_same() -> None:
     """Two partitions three batches behind, a budget of one batch a round:
     the partitions the budget does not reach are spare, so a session round
     answers only what it carries (and what it must), and the follower
