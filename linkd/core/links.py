@@ -1619,18 +1619,18 @@ class LinkTable:
             # A partition whose log parted from the source's is not caught
             # up, whatever its offsets say, until the cut is found and made.
             diverged = bool(runtime.marks_wanted)
-            lagging = (
-                diverged
-                or any(holds_back(e) for e in runtime.refused.values())
-                or bool(runtime.uncreated)
-                or self._runtime_lagging(runtime, now_ms)
-            )
             follows = config is not None and any(
                 m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
                 for m in config.attached_mappings()
             )
-            if follows and not self.rounds_fresh(name, now_ms):
-                lagging = True
+            # The cheap reasons first: the scan of every partition last.
+            lagging = (
+                diverged
+                or (follows and not self.rounds_fresh(name, now_ms))
+                or any(holds_back(e) for e in runtime.refused.values())
+                or bool(runtime.uncreated)
+                or self._runtime_lagging(runtime, now_ms)
+            )
             new = LinkState.CATCHING_UP if lagging else LinkState.FOLLOWING
         # Paired with the reports: FOLLOWING only in contact, with no
         # partition being cut or not created; IN_SYNC only in contact.
