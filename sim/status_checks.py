@@ -172,6 +172,8 @@ class StatusWatch:
         rows = {(cid, name, r.topic, r.partition) for r in summary.partitions}
         for key in [k for k in self.rounds if k[:2] == (cid, name) and k not in rows]:
             del self.rounds[key]  # rounds count only while the row is there
+        # Per follower topic: its source topic on the link (None: not followed).
+        sources: dict[str, str | None] = {}
         for row in summary.partitions:
             if row.role != Role.FOLLOWER:
                 continue
@@ -197,14 +199,18 @@ class StatusWatch:
                     )
                 )
                 continue
-            mapping = config.mapping_for(row.topic, "follower")
-            if mapping is None or row.topic not in state.topics:
+            if row.topic not in sources:
+                mapping = config.mapping_for(row.topic, "follower")
+                sources[row.topic] = (
+                    None
+                    if mapping is None or row.topic not in state.topics
+                    else rep.map_name(row.topic, mapping.local_prefix, mapping.remote_prefix)
+                )
+            source_topic = sources[row.topic]
+            if source_topic is None:
                 continue
             # What it holds for a consumer: its readable HW, not its log end.
             readable = state.partition(row.topic, row.partition).high_watermark
-            source_topic = rep.map_name(row.topic, mapping.local_prefix, mapping.remote_prefix)
-            part = f"{row.topic}-{row.partition}"
-            where = f"{cid}: link {name!r} says {link_state} with lag 0 for {part}"
             stale_ms = now_ms - self.session_timeout_ms - STALE_ROUND_SLACK_MS
             source_key = (source, source_topic, row.partition)
             if row.source_hw_known_at_ms < stale_ms and readable < self.hw_at(
@@ -213,7 +219,8 @@ class StatusWatch:
                 self.violations.append(
                     Violation(
                         "9 status",
-                        f"{where} (t={now_ms} ms), but its last fetch round is from "
+                        f"{_says_lag_0(cid, name, link_state, row)} (t={now_ms} ms), but its "
+                        "last fetch round is from "
                         f"t={row.source_hw_known_at_ms} ms and it holds {readable} "
                         f"records while {source}:{source_topic}-{row.partition} has had "
                         f"{self.hw_at(source_key, stale_ms)} since t={stale_ms} ms: the data "
@@ -228,7 +235,8 @@ class StatusWatch:
                 self.violations.append(
                     Violation(
                         "9 status",
-                        f"{where} (t={now_ms} ms), but it holds {readable} records "
+                        f"{_says_lag_0(cid, name, link_state, row)} (t={now_ms} ms), but it "
+                        f"holds {readable} records "
                         f"while {source}:{source_topic}-{row.partition} had a high watermark of "
                         f"{owed} one round earlier (t={rounds.previous_ms} ms)",
                     )
@@ -349,6 +357,10 @@ class StatusWatch:
                 )
         self.violations += _capped("position_misreported", details)
         self.violations += _capped("unreadable_records", hidden)
+
+
+def _says_lag_0(cid: str, name: str, link_state: str, row: link_admin.PartitionLag) -> str:
+    return f"{cid}: link {name!r} says {link_state} with lag 0 for {row.topic}-{row.partition}"
 
 
 def failover_answered_as_of(

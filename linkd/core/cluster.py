@@ -1472,7 +1472,7 @@ class ClusterState:
             if not any(in_prefix(name, prefix) for prefix in topic_prefixes):
                 continue
             for p, log in enumerate(self.topics[name].partitions):
-                if only is not None and (name, p) not in only:
+                if not log.ongoing_txns or (only is not None and (name, p) not in only):
                     continue
                 low = from_offsets.get((name, p), 0) if from_offsets is not None else 0
                 for pid, first in sorted(log.ongoing_txns.items()):

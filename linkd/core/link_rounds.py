@@ -857,8 +857,9 @@ def serve_replica_fetch(
 def _fetched_quietly(state: ClusterState, link_name: str, part: PartitionFetch, now_ms: int
                      ) -> None:  # fmt: skip
     """A session's partition fetched again at its position and not answered:
-    recorded as a fetch (the source's judgement of its follower goes on)."""
-    log = state.partition(part.source_topic, part.partition)
+    recorded as a fetch (the source's judgement of its follower goes on).
+    The session found its log as the last answer did, so it is there."""
+    log = state.topics[part.source_topic].partitions[part.partition]
     state.links.on_leader_fetch(
         link_name,
         part.source_topic,
@@ -1522,11 +1523,12 @@ def finish_fetch_round(
             # A fetch session's quiet partition, as the last round left it
             # (same source HW, same position): only its news is newer.
             row = runtime.partitions.get((p.topic, p.partition, "follower"))
+            logs = state.topics[p.topic].partitions
             if (
                 row is not None
                 and row.source_high_watermark == p.source_high_watermark
-                and row.log_end_offset
-                == admin.readable_position(state.partition(p.topic, p.partition), state.faults)
+                and p.partition < len(logs)
+                and row.log_end_offset == admin.readable_position(logs[p.partition], state.faults)
             ):
                 quiet.append((p, row))
                 continue
