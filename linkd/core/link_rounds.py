@@ -763,12 +763,12 @@ def serve_replica_fetch(
         if from_remote:
             links.on_contact(config.name, now_ms)
         for part in quiet if acknowledges else ():
-            _fetched_quietly(state, config.name, part, now_ms)
+            _record_fetch(state, config.name, part, now_ms)
         served = len(parts)
         for i, part in enumerate((*parts, *spare) if spare else parts):
             if i >= served and answer.total_bytes >= budget_bytes:
                 if acknowledges:
-                    _fetched_quietly(state, config.name, part, now_ms)
+                    _record_fetch(state, config.name, part, now_ms)
                 continue
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
@@ -824,15 +824,7 @@ def serve_replica_fetch(
                 entry.diverging_epoch = plan.epoch
                 continue
             if acknowledges:
-                links.on_leader_fetch(
-                    config.name,
-                    part.source_topic,
-                    part.partition,
-                    part.fetch_offset,
-                    log.log_end_offset,
-                    log.high_watermark,
-                    now_ms,
-                )
+                _record_fetch(state, config.name, part, now_ms)
             if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
                 part_max = part.max_bytes or partition_max_bytes
                 budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
@@ -854,11 +846,12 @@ def serve_replica_fetch(
     return answer
 
 
-def _fetched_quietly(state: ClusterState, link_name: str, part: PartitionFetch, now_ms: int
-                     ) -> None:  # fmt: skip
-    """A session's partition fetched again at its position and not answered:
-    recorded as a fetch (the source's judgement of its follower goes on).
-    The session found its log as the last answer did, so it is there."""
+def _record_fetch(state: ClusterState, link_name: str, part: PartitionFetch, now_ms: int
+                  ) -> None:  # fmt: skip
+    """The follower's fetch of a partition this side leads, at its position,
+    recorded (`LinkTable.on_leader_fetch`): answered, or a fetch session's
+    quiet or spare partition, fetched again and not answered. Its log is
+    there (its plan was made, or the session found it as last answered)."""
     log = state.topics[part.source_topic].partitions[part.partition]
     state.links.on_leader_fetch(
         link_name,
