@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
+from linkd import ack_trace
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
 from linkd.core.errors import ClusterError, ErrorCode
@@ -28,6 +29,7 @@ from linkd.core.link_calls import (
     LinkAnswer,
     LinkCall,
     OpenSession,
+    ReplicaFetch,
     SessionOpened,
     call_name,
 )
@@ -88,9 +90,12 @@ class LinkConnection:
         method, message = codec.call_pb(call)
         # Encoded once: the bytes signed are the bytes sent.
         body = message.SerializeToString(deterministic=True)
-        reply: Message = await self._raw_method(method)(
-            body, metadata=session.metadata_of_body(method, body), timeout=timeout_s
-        )
+        metadata = session.metadata_of_body(method, body)
+        if ack_trace.ON and isinstance(call, ReplicaFetch):
+            for part in call.request.partitions:
+                ack_trace.hop("follower.fetch_sent", part.source_topic, part.partition,
+                              part.fetch_offset, part.fetch_offset)  # fmt: skip
+        reply: Message = await self._raw_method(method)(body, metadata=metadata, timeout=timeout_s)
         return codec.call_answer_of(call, reply)
 
     def _stub(self, config: LinkConfig) -> replication_pb2_grpc.ReplicationAsyncStub:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from linkd import ack_trace
 from linkd.authz import Gate
 from linkd.core import cleaner, restart, timers
 from linkd.core import records as rb
@@ -701,9 +702,16 @@ class ClusterNode:
                 f"{topic}-{partition}",
                 f"acks={acks} is invalid: use 0, 1 or -1 (all)",
             )
+        received_ns = time.time_ns() if ack_trace.ON else 0
         result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
         targets, marks = self.state.write_marks(result.effects)  # as written, before any wait
         await self.execute(result.effects, wait_durable=acks != 0)
+        traced = ack_trace.ON and acks == -1 and bool(targets) and not result.duplicate
+        if traced:
+            end = targets.get((topic, partition), result.base_offset + 1)
+            ack_trace.hop("produce.received", topic, partition, result.base_offset, end,
+                          received_ns)  # fmt: skip
+            ack_trace.hop("produce.written", topic, partition, result.base_offset, end)
         if acks == -1 and targets:
             in_sync = [
                 name
@@ -715,6 +723,8 @@ class ClusterNode:
                 targets, f"produce to {topic}", marks, produce_wait_ms(timeout_ms)
             )
             self.metrics.sync_acked(in_sync, time.perf_counter() - durable)
+            if traced:
+                ack_trace.hop("produce.acked", topic, partition, result.base_offset, end)
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.
             key = (self.state.topic(topic).topic_id, partition)
