@@ -39,7 +39,9 @@ ENV = "LINKD_ACK_TRACE"
 # The hops, in the order one acknowledgement on a pulled SYNC link crosses them.
 HOPS = (
     "produce.received",  # source: the produce request reached the daemon
-    "produce.written",  # source: appended (durable as --fsync says); waits for the HW
+    # source: appended (durable as --fsync says), and waiting for the HW; the
+    # fetch it woke may be served before the produce's task gets here
+    "produce.written",
     "source.read",  # source: a follower's held fetch woke and read the records
     "source.answered",  # source: the fetch's answer encoded, handed to gRPC
     "follower.received",  # follower: the answer decoded

@@ -66,9 +66,16 @@ def test_one_sync_acknowledgement_is_traced_hop_by_hop(
     produces = ack_trace.line_up(ack_trace.read(trace), "orders-t")
     assert len(produces) == 1
     hops = produces[0]
-    assert [(h.name, h.cluster) for h in hops] == [
-        (name, "B" if name.startswith("follower.") else "A") for name in ack_trace.HOPS
+    where = {name: "B" if name.startswith("follower.") else "A" for name in ack_trace.HOPS}
+    # The follower's fetch may be woken and answered before the produce's
+    # own task goes on past its append: "produce.written" has no fixed place
+    # between the first hop and the last.
+    assert [(h.name, h.cluster) for h in hops if h.name != "produce.written"] == [
+        (name, where[name]) for name in ack_trace.HOPS if name != "produce.written"
     ]
+    names = [h.name for h in hops]
+    assert names[0] == "produce.received" and names[-1] == "produce.acked"
+    assert ("produce.written", "A") in [(h.name, h.cluster) for h in hops]
     times = [h.t_ns for h in hops]
     assert times == sorted(times) and sent <= times[0] <= times[-1] <= time.time_ns()
 
