@@ -1,14 +1,16 @@
 """The acknowledgement trace (linkd/ack_trace.py) on real daemons: with
-LINKD_ACK_TRACE set, one acks=all produce over a SYNC link the follower
-pulls leaves every hop of its acknowledgement, in order, on the daemon it
-happens on; without it, nothing is written."""
+LINKD_ACK_TRACE set, one acks=all produce over a SYNC link (the follower
+pulls, or the leader pushes) leaves every hop of its acknowledgement, in
+order, on the daemon it happens on; without it, nothing is written."""
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_links_e2e import wait_for
 
 from admin import AdminClient, Producer
@@ -19,16 +21,23 @@ FLAGS = ["--link-session-timeout-ms", "10000", "--link-replica-lag-time-max-ms",
 WAIT_S = 60.0
 
 
-def link_state(bootstrap: str) -> str:
+def link_state(bootstrap: str, name: str) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        return admin.describe_link("ba").state
+        return admin.describe_link(name).state
     finally:
         admin.close()
 
 
+def wait_states(name: str, state: str, *bootstraps: str) -> None:
+    for bootstrap in bootstraps:
+        wait_for(f"{state} on {bootstrap}",
+                 partial(lambda at: link_state(at, name) == state, bootstrap), WAIT_S)  # fmt: skip
+
+
+@pytest.mark.parametrize("direction", ["pull", "push"])
 def test_one_sync_acknowledgement_is_traced_hop_by_hop(
-    daemon_factory: Any, tmp_path: Path
+    daemon_factory: Any, tmp_path: Path, direction: str
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     daemons = []
@@ -45,13 +54,19 @@ def test_one_sync_acknowledgement_is_traced_hop_by_hop(
         admin_a.create_namespace("topic", "orders-")
         admin_a.create_topic("orders-t", partitions=1)
         admin_b.create_namespace("topic", "orders-")
-        # B dials A and pulls, as bench/sync_latency.py's followers do.
-        admin_b.create_link("ba", a.bootstrap)
-        admin_b.attach_namespace("ba", "topic", "orders-", "orders-", "remote")
-        wait_for("FOLLOWING", lambda: link_state(b.bootstrap) == "FOLLOWING", WAIT_S)
-        admin_b.set_link_mode("ba", "sync")
-        wait_for("IN_SYNC on B", lambda: link_state(b.bootstrap) == "IN_SYNC", WAIT_S)
-        wait_for("IN_SYNC on A", lambda: link_state(a.bootstrap) == "IN_SYNC", WAIT_S)
+        if direction == "pull":
+            # B dials A and pulls, as bench/sync_latency.py's followers do.
+            dialer, name = admin_b, "ba"
+            admin_b.create_link(name, a.bootstrap)
+            admin_b.attach_namespace(name, "topic", "orders-", "orders-", "remote")
+        else:
+            # A dials B and pushes (a follower behind NAT).
+            dialer, name = admin_a, "ab"
+            admin_a.create_link(name, b.bootstrap)
+            admin_a.attach_namespace(name, "topic", "orders-", "orders-", "local")
+        wait_states(name, "FOLLOWING", a.bootstrap, b.bootstrap)
+        dialer.set_link_mode(name, "sync")
+        wait_states(name, "IN_SYNC", a.bootstrap, b.bootstrap)
     finally:
         admin_a.close()
         admin_b.close()
@@ -66,12 +81,13 @@ def test_one_sync_acknowledgement_is_traced_hop_by_hop(
     produces = ack_trace.line_up(ack_trace.read(trace), "orders-t")
     assert len(produces) == 1
     hops = produces[0]
-    where = {name: "B" if name.startswith("follower.") else "A" for name in ack_trace.HOPS}
+    expected = ack_trace.HOPS if direction == "pull" else ack_trace.PUSH_HOPS
+    where = {name: "B" if name.startswith("follower.") else "A" for name in expected}
     # The follower's fetch may be woken and answered before the produce's
     # own task goes on past its append: "produce.written" has no fixed place
     # between the first hop and the last.
     assert [(h.name, h.cluster) for h in hops if h.name != "produce.written"] == [
-        (name, where[name]) for name in ack_trace.HOPS if name != "produce.written"
+        (name, where[name]) for name in expected if name != "produce.written"
     ]
     names = [h.name for h in hops]
     assert names[0] == "produce.received" and names[-1] == "produce.acked"
