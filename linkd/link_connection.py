@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
+from linkd import ack_trace
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
 from linkd.core.errors import ClusterError, ErrorCode
@@ -28,6 +29,7 @@ from linkd.core.link_calls import (
     LinkAnswer,
     LinkCall,
     OpenSession,
+    ReplicaFetch,
     SessionOpened,
     call_name,
 )
@@ -75,10 +77,12 @@ class LinkConnection:
 
     async def _call(self, call: LinkCall, timeout_s: float) -> LinkAnswer:
         config = self.node.state.links.get(self.name)
-        stub = self._stub(config)
+        self._dial_now(config)
         if isinstance(call, OpenSession):
             identity = sessions.identity_of(self.security.box, config)
             address = config.value("remote_bootstrap")
+            assert self._channel is not None
+            stub = replication_pb2_grpc.ReplicationStub(self._channel)
             self._session = await sessions.open_session(stub, identity, address, timeout_s)
             return SessionOpened()
         session = self._session
@@ -88,12 +92,18 @@ class LinkConnection:
         method, message = codec.call_pb(call)
         # Encoded once: the bytes signed are the bytes sent.
         body = message.SerializeToString(deterministic=True)
-        reply: Message = await self._raw_method(method)(
-            body, metadata=session.metadata_of_body(method, body), timeout=timeout_s
-        )
+        metadata = session.metadata_of_body(method, body)
+        if ack_trace.ON and isinstance(call, ReplicaFetch):
+            for part in call.request.partitions:
+                ack_trace.hop("follower.fetch_sent", part.source_topic, part.partition,
+                              part.fetch_offset, part.fetch_offset)  # fmt: skip
+        reply: Message = await self._raw_method(method)(body, metadata=metadata, timeout=timeout_s)
         return codec.call_answer_of(call, reply)
 
-    def _stub(self, config: LinkConfig) -> replication_pb2_grpc.ReplicationAsyncStub:
+    def _dial_now(self, config: LinkConfig) -> None:
+        """The channel to the link's address as it is now (a stub is made
+        only to open a session: every other call goes through
+        `_raw_method`, made once per channel and method)."""
         address = config.value("remote_bootstrap")
         if self._channel is None or address != self._address:
             old = self._channel
@@ -106,7 +116,6 @@ class LinkConnection:
             if old is not None:
                 task = asyncio.create_task(old.close(1.0))
                 task.add_done_callback(lambda t: None)
-        return replication_pb2_grpc.ReplicationStub(self._channel)
 
     def _raw_method(self, method: str) -> Any:
         """The channel's call of `method` taking its request already encoded."""

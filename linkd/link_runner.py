@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from linkd import ack_trace
 from linkd.core import link_driver as driver
 from linkd.core import link_rounds as rounds
 from linkd.core.errors import ClusterError
@@ -31,12 +32,14 @@ from linkd.core.link_calls import (
     Idle,
     LaneRequest,
     Receive,
+    ReplicaPush,
     Send,
     ServeFetch,
     Ticket,
     WakeLanes,
 )
 from linkd.core.link_driver import Lane
+from linkd.core.requests import Execute, WakeWaiters
 from linkd.link_connection import LinkConnection
 from linkd.link_sessions import LinkSecurity
 from linkd.procedure_shell import DaemonHost
@@ -65,14 +68,32 @@ async def hold(
     def read(topic_id: str, partition: int, start: int, end: int, budget: int
              ) -> tuple[bytes, int]:  # fmt: skip
         data = node.stores[(topic_id, partition)].read(start, end, budget)
+        if ack_trace.ON:
+            names = [t.name for t in node.state.topics.values() if t.topic_id == topic_id]
+            ack_trace.records_hop("source.read", names[0] if names else topic_id, partition, data)
         return data, len(data)
 
     holding = driver.hold_fetch(
         node.state, link_id, tuple(parts), max_wait_ms, max_bytes, read, SETTINGS,
         from_remote=from_remote, acknowledges=acknowledges, fetch_session=fetch_session,
     )  # fmt: skip
-    answer: rounds.FetchAnswer = await host.drive(holding)
+    answer: rounds.FetchAnswer = await host.drive(
+        holding, partial(_traced_hold, host, parts) if ack_trace.ON else None
+    )
     return answer
+
+
+async def _traced_hold(
+    host: DaemonHost, parts: Sequence[rounds.PartitionFetch], request: LaneRequest
+) -> object:
+    """A held fetch's requests, answered by the host; a fetch that moved high
+    watermarks (a SYNC follower's acknowledgement) is a hop of the trace."""
+    if isinstance(request, WakeWaiters):
+        for part in parts:
+            if part.source_topic in host.node.state.topics:
+                hw = host.node.state.partition(part.source_topic, part.partition).high_watermark
+                ack_trace.hop("source.hw_moved", part.source_topic, part.partition, hw, hw)
+    return await host.answer(request)
 
 
 class LinkRunner:
@@ -90,6 +111,9 @@ class LinkRunner:
         self._tickets = 0
         self._stopping = False
         self._connection = LinkConnection(host.node, security, name)
+        # The acknowledgement trace's records of the answer being applied.
+        self._traced: list[tuple[str, int, bytes]] = []
+        self._written = False
 
     def wake(self) -> None:
         """The link changed: handshake and discover now."""
@@ -128,7 +152,9 @@ class LinkRunner:
     async def _answer(self, lane: Lane, request: LaneRequest) -> object:
         node = self.host.node
         if isinstance(request, Dial):
-            return await self._connection.dial(request.call, request.timeout_ms)
+            if not ack_trace.ON:
+                return await self._connection.dial(request.call, request.timeout_ms)
+            return await self._traced_dial(request)
         if isinstance(request, Send):
             self._tickets += 1
             self._sent[self._tickets] = asyncio.create_task(
@@ -166,8 +192,52 @@ class LinkRunner:
         if isinstance(request, Applied):
             if request.records and request.sent_ms is not None:
                 node.metrics.fetch_round(self.name, (node.clock() - request.sent_ms) / 1000)
+            self._trace_spans("follower.applied", clear=True)
             return None
         if isinstance(request, Forget):
             self._forget(request.link)
             return None
-        return await self.host.answer(request)
+        answer = await self.host.answer(request)
+        if isinstance(request, Execute) and lane is Lane.PULL and self._traced:
+            self._trace_spans("follower.written")
+        return answer
+
+    # -- the acknowledgement trace (linkd/ack_trace.py) --------------------------------
+
+    async def _traced_dial(self, request: Dial) -> Answered:
+        """A call, its hops traced: a pushing leader's push and the
+        follower's next request in its answer (which acknowledges), a
+        pulling follower's fetch answer."""
+        call = request.call
+        pushed = call.push.data if isinstance(call, ReplicaPush) else None
+        for part in pushed.partitions if pushed is not None else ():
+            ack_trace.records_hop("source.push_sent", part.source_topic, part.partition,
+                                  part.records)  # fmt: skip
+        answered = await self._connection.dial(call, request.timeout_ms)
+        if isinstance(answered.answer, rounds.FetchAnswer):
+            self._trace_received(answered.answer)
+        if pushed is not None and isinstance(answered.answer, rounds.FetchRequest):
+            for fetch in answered.answer.partitions:
+                ack_trace.hop("source.push_answered", fetch.source_topic, fetch.partition,
+                              fetch.fetch_offset, fetch.fetch_offset)  # fmt: skip
+        return answered
+
+    def _trace_received(self, answer: rounds.FetchAnswer) -> None:
+        self._traced = [
+            (p.source_topic, p.partition, p.records) for p in answer.partitions if p.records
+        ]
+        self._written = False
+        for topic, partition, data in self._traced:
+            ack_trace.records_hop("follower.received", topic, partition, data)
+
+    def _trace_spans(self, hop: str, *, clear: bool = False) -> None:
+        """The records the last answer carried reached `hop` (the first
+        append of a round is when they were written)."""
+        if hop == "follower.written":
+            if self._written:
+                return
+            self._written = True
+        for topic, partition, data in self._traced:
+            ack_trace.records_hop(hop, topic, partition, data)
+        if clear:
+            self._traced = []

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -41,6 +42,7 @@ from wsgiref.simple_server import WSGIServer
 from grpc import aio
 
 from ccr.v1 import admin_pb2, cluster_pb2, replication_pb2
+from linkd import ack_trace
 from linkd.core import link_rounds as rounds
 from linkd.core.authorizer import AuthorizerMode, parse_super_users
 from linkd.core.cluster import RETENTION_CHECK_INTERVAL_MS
@@ -736,6 +738,8 @@ async def serve(settings: dict[str, Any]) -> int:
             await server.stop(grace=None)
             await node.stop()
             return EXIT_STARTUP
+    if ack_trace.start(node.cluster_id):
+        log.warning("tracing acknowledgements", extra={"file": os.environ[ack_trace.ENV]})
     await server.start()
     await node.start()
     links.start()
@@ -774,6 +778,7 @@ async def serve(settings: dict[str, Any]) -> int:
     if metrics_server is not None:
         _stop_metrics(metrics_server)
     await node.stop()
+    ack_trace.stop()
     if sasl is not None:
         refused = dict(sorted(sasl.refusals.counts.items()))
         log.info("gRPC calls refused unauthenticated", extra={"by_reason": json.dumps(refused)})

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from linkd import ack_trace
 from linkd.authz import Gate
 from linkd.core import cleaner, restart, timers
 from linkd.core import records as rb
@@ -131,6 +132,16 @@ class _Flusher:
             finally:
                 if self._inflight is inflight and inflight.done():
                     self._inflight = None
+        return self.durable_offset
+
+    def durable_at_once(self, offset: int) -> int | None:
+        """How far this partition is durable, if it covers `offset` without
+        an fsync to wait for (none needed, or none configured); else None."""
+        if self.durable_offset >= offset:
+            return self.durable_offset
+        if self.fsync:
+            return None
+        self.durable_offset = self.store.log_end_offset  # as `flush_to` without fsync
         return self.durable_offset
 
     def _sync(self, target: int) -> int:
@@ -366,6 +377,8 @@ class ClusterNode:
 
         async def make_durable(touched: dict[tuple[str, int], int]) -> None:
             nonlocal cancelled
+            if self._durable_at_once(touched):
+                return  # nothing to wait for: no task, no turn of the event loop
             flush = asyncio.ensure_future(self._make_durable(touched))
             while True:
                 try:
@@ -449,7 +462,7 @@ class ClusterNode:
         if touched:
             if wait_durable:
                 await make_durable(touched)
-            else:
+            elif not self._durable_at_once(touched):
                 task = asyncio.create_task(self._make_durable(touched))
                 task.add_done_callback(_log_task_failure)
         if refused is not None:
@@ -517,16 +530,36 @@ class ClusterNode:
 
     async def _make_durable(self, touched: dict[tuple[str, int], int]) -> None:
         names = {t.topic_id: t.name for t in self.state.topics.values()}
-        results = await asyncio.gather(
-            *(
-                self.flushers[key].flush_to(offset)
-                for key, offset in touched.items()
-                if key in self.flushers
-            )
-        )
+        flushing = [
+            self.flushers[key].flush_to(offset)
+            for key, offset in touched.items()
+            if key in self.flushers
+        ]
+        # One partition (a produce, most link rounds) is awaited in place:
+        # gathering wraps it in a task, a turn of the event loop later.
+        results = [await flushing[0]] if len(flushing) == 1 else await asyncio.gather(*flushing)
+        self._made_durable(names, zip(touched, results, strict=False))
+
+    def _durable_at_once(self, touched: dict[tuple[str, int], int]) -> bool:
+        """`_make_durable` when no partition has an fsync to wait for (none
+        configured, or what was written is durable already): done at once,
+        with nothing to await. False (nothing done): an fsync is needed."""
+        flushers = [(key, offset, self.flushers.get(key)) for key, offset in touched.items()]
+        if any(f is not None and f.fsync and f.durable_offset < o for _, o, f in flushers):
+            return False
+        durable = [
+            (key, f.durable_at_once(offset)) for key, offset, f in flushers if f is not None
+        ]
+        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        self._made_durable(names, ((key, d) for key, d in durable if d is not None))
+        return True
+
+    def _made_durable(
+        self, names: dict[str, str], durable: Iterable[tuple[tuple[str, int], int]]
+    ) -> None:
         marks = [
-            (names[topic_id], partition, durable)
-            for (topic_id, partition), durable in zip(touched, results, strict=False)
+            (names[topic_id], partition, offset)
+            for (topic_id, partition), offset in durable
             if topic_id in names
         ]
         wake = self.state.made_durable(marks)
@@ -701,9 +734,16 @@ class ClusterNode:
                 f"{topic}-{partition}",
                 f"acks={acks} is invalid: use 0, 1 or -1 (all)",
             )
+        received_ns = time.time_ns() if ack_trace.ON else 0
         result = self.state.produce(topic, partition, batch, transactional_id, self.clock())
         targets, marks = self.state.write_marks(result.effects)  # as written, before any wait
         await self.execute(result.effects, wait_durable=acks != 0)
+        traced = ack_trace.ON and acks == -1 and bool(targets) and not result.duplicate
+        if traced:
+            end = targets.get((topic, partition), result.base_offset + 1)
+            ack_trace.hop("produce.received", topic, partition, result.base_offset, end,
+                          received_ns)  # fmt: skip
+            ack_trace.hop("produce.written", topic, partition, result.base_offset, end)
         if acks == -1 and targets:
             in_sync = [
                 name
@@ -715,6 +755,8 @@ class ClusterNode:
                 targets, f"produce to {topic}", marks, produce_wait_ms(timeout_ms)
             )
             self.metrics.sync_acked(in_sync, time.perf_counter() - durable)
+            if traced:
+                ack_trace.hop("produce.acked", topic, partition, result.base_offset, end)
         if result.duplicate and acks != 0:
             # A repeat is acknowledged only once the original is durable too.
             key = (self.state.topic(topic).topic_id, partition)

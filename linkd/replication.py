@@ -33,9 +33,9 @@ from google.protobuf.message import DecodeError, Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
+from linkd import ack_trace, test_hooks
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
-from linkd import test_hooks
 from linkd.core import link_auth as auth
 from linkd.core import link_driver, procedures
 from linkd.core import link_rounds as rounds
@@ -351,14 +351,22 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.ReplicaFetchRequest, context: Any
     ) -> replication_pb2.ReplicaFetchResponse:
         async def run() -> replication_pb2.ReplicaFetchResponse:
+            if ack_trace.ON:
+                _trace_fetch("source.fetch_received", request)
             self._verify(context, "ReplicaFetch", request, request.link_id)
+            if ack_trace.ON:
+                _trace_fetch("source.fetch_verified", request)
             self.node.check_ready()
             answer = await hold(
                 self.manager.host, request.link_id, codec.partition_fetches_of(request),
                 request.max_wait_ms, request.max_bytes, from_remote=True,
                 fetch_session=codec.fetch_session_of(request),
             )  # fmt: skip
-            return codec.fetch_answer_pb(answer)
+            response = codec.fetch_answer_pb(answer)
+            if ack_trace.ON:
+                for p in answer.partitions:
+                    ack_trace.records_hop("source.answered", p.source_topic, p.partition, p.records)
+            return response
 
         result: replication_pb2.ReplicaFetchResponse = await self._guard(context, run())
         return result
@@ -394,6 +402,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.ReplicaPushRequest, digest: bytes, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
         async def run() -> replication_pb2.ReplicaPushResponse:
+            if ack_trace.ON:
+                for p in request.data.partitions:
+                    ack_trace.records_hop("follower.push_received", p.topic, p.partition,
+                                          p.records)  # fmt: skip
             self._verify(context, "ReplicaPush", request, request.link_id, digest)
             self.node.check_ready()
             node = self.node
@@ -433,6 +445,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 node.metrics.fetch_round(
                     names[0], (node.clock() - sent_ms) / 1000 if sent_ms else None
                 )
+            if ack_trace.ON:
+                for p in request.data.partitions:
+                    ack_trace.records_hop("follower.push_applied", p.topic, p.partition,
+                                          p.records)  # fmt: skip
             return replication_pb2.ReplicaPushResponse(
                 next=codec.fetch_request_pb(nxt, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES)
             )
@@ -526,6 +542,12 @@ def add_replication_service(server: aio.Server, service: ReplicationService) -> 
     )
     # Not in the typing stubs; the generated code calls it too.
     cast(Any, server).add_registered_method_handlers(REPLICATION_SERVICE, handlers)
+
+
+def _trace_fetch(hop: str, request: replication_pb2.ReplicaFetchRequest) -> None:
+    """A follower's fetch reached `hop`: it acknowledges what lies below its offsets."""
+    for p in request.partitions:
+        ack_trace.hop(hop, p.topic, p.partition, p.fetch_offset, p.fetch_offset)
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

@@ -91,6 +91,21 @@ class _Segment:
     # Sparse index, in memory: absolute base offsets and file positions of indexed batches.
     index_offsets: list[int] = field(default_factory=list)
     index_positions: list[int] = field(default_factory=list)
+    # The last batch appended to it in this process, and where: a reader at
+    # the log end (a caught-up follower's fetch) finds it without scanning
+    # from the index entry before it. Good only while that batch still ends
+    # the segment (`tail`).
+    last_appended: tuple[int, BatchHeader] | None = None
+
+    def tail(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The last batch appended, if it holds `offset` and still ends the segment."""
+        last = self.last_appended
+        if last is None:
+            return None
+        position, header = last
+        if position + header.size_bytes != self.size or header.next_offset != self.next_offset:
+            return None
+        return last if header.base_offset <= offset <= header.last_offset else None
 
     def __post_init__(self) -> None:
         if self.next_offset < 0:
@@ -412,6 +427,7 @@ class PartitionLogStore:
         new_offsets: list[int] = []
         new_positions: list[int] = []
         last = seg.index_positions[-1] if seg.index_positions else 0
+        last_appended = (position + len(data) - headers[-1].size_bytes, headers[-1])
         for h in headers:
             # The same rule as _Segment.wants_index_entry (recovery must rebuild the same index).
             if position - last >= self._index_interval:
@@ -431,6 +447,7 @@ class PartitionLogStore:
             self._dirty = True
         seg.size += len(data)
         seg.next_offset = headers[-1].next_offset
+        seg.last_appended = last_appended
         self._size += len(data)
         if entries:
             seg.index_offsets += new_offsets
@@ -592,6 +609,9 @@ class PartitionLogStore:
 
     def _find_batch(self, fd: int, seg: _Segment, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch in `seg` whose last offset >= `offset`."""
+        tail = seg.tail(offset)
+        if tail is not None:
+            return tail
         position = seg.floor_position(offset)
         window, window_start = b"", position
         while position < seg.size:
