@@ -1515,13 +1515,18 @@ def finish_fetch_round(
         if p.unchanged:
             # A fetch session's quiet partition, as the last round left it
             # (same source HW, same position): only its news is newer.
+            # One whose HW is held back (a transaction's markers held together
+            # across partitions, a SYNC follower of its own) goes the whole
+            # way: following its source's HW again may release it now.
             row = runtime.partitions.get((p.topic, p.partition, "follower"))
             logs = state.topics[p.topic].partitions
+            log = logs[p.partition] if p.partition < len(logs) else None
             if (
                 row is not None
+                and log is not None
+                and not log.held_back
                 and row.source_high_watermark == p.source_high_watermark
-                and p.partition < len(logs)
-                and row.log_end_offset == admin.readable_position(logs[p.partition], state.faults)
+                and row.log_end_offset == admin.readable_position(log, state.faults)
             ):
                 quiet.append((p, row))
                 continue
