@@ -607,7 +607,13 @@ def run_link(
 
 
 def write_mm2_config(
-    path: Path, source: str, target: str, exactly_once: bool, fetch_wait_ms: int, batch: int
+    path: Path,
+    source: str,
+    target: str,
+    exactly_once: bool,
+    fetch_wait_ms: int,
+    batch: int,
+    txn_interval_ms: int = 0,
 ) -> None:
     lines = [
         "clusters = A, B",
@@ -631,6 +637,11 @@ def write_mm2_config(
     ]
     if exactly_once:
         lines.append("B.exactly.once.source.support = enabled")
+        if txn_interval_ms > 0:
+            # KIP-618's interval boundary: a transaction spans polls, committed every
+            # txn_interval_ms and whenever the source is drained.
+            lines.append("transaction.boundary = interval")
+            lines.append(f"transaction.boundary.interval.ms = {txn_interval_ms}")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -765,7 +776,8 @@ def run_mm2(
     source, target = start_pair()
     config = tmp / "mm2.properties"
     write_mm2_config(
-        config, source, target, exactly_once, opts.mm2_fetch_wait_ms, opts.mm2_batch
+        config, source, target, exactly_once, opts.mm2_fetch_wait_ms, opts.mm2_batch,
+        opts.mm2_txn_interval_ms,
     )
     # The engine stops after this long even if this process could not stop it.
     args = ["--engine-child", str(config), str(opts.timeout_s * 3)]
@@ -1072,6 +1084,9 @@ def main() -> int:
                         help="consumer.fetch.wait.max.ms of the MM2 engine (librdkafka: 500)")
     parser.add_argument("--mm2-batch", type=int, default=500,
                         help="consumer.max.poll.records of the MM2 engine (MM2's default 500)")
+    parser.add_argument("--mm2-txn-interval-ms", type=int, default=100,
+                        help="exactly-once: transaction.boundary=interval with this "
+                             "interval (0: Connect's default boundary, one per poll)")
     parser.add_argument("--baseline-rev", metavar="REV",
                         help="also run the MM2 linkd rows with the engine of this commit")
     parser.add_argument("--timeout-s", type=float, default=300.0,

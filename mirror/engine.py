@@ -23,15 +23,23 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   delivery rewinds the partition to the failed record; reports of the records
   produced after it are ignored, and those records are copied again
   (duplicates possible, loss not).
-- Exactly-once (`<target>.exactly.once.source.support=enabled`): each poll batch
-  is one transaction on the target holding the records and the batch's source
-  offsets (`transaction_offsets`), written to `mm2-offsets.<source>.internal`
-  in Connect's format. Offset syncs are produced after the commit. An aborted
-  transaction rewinds the batch. A restart reads that topic read_committed and
-  resumes through `restart_from_committed`.
+- Exactly-once (`<target>.exactly.once.source.support=enabled`): a transaction
+  on the target holds records and their source offsets (`transaction_offsets`:
+  per partition the last upstream offset it holds), written to
+  `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
+  record polled; after each poll `transaction_commit_due` says whether it
+  commits (`transaction.boundary`: every poll, or several polls up to the
+  interval or a drained source). Offset syncs are produced after the commit.
+  An aborted transaction (a failed commit or delivery) rewinds every partition
+  to the first record it held there. Stopping commits the open transaction. A
+  restart reads that topic read_committed and resumes through
+  `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
   the topics it is about to be assigned first (else it waits for its next
-  metadata refresh before it resolves OFFSET_BEGINNING).
+  metadata refresh before it resolves OFFSET_BEGINNING). The listings taken to
+  set up the internal topics serve the first topic refresh; a new offset-syncs
+  topic (nothing to load) is assigned to its consumer at the first step, after
+  the first copy.
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -79,6 +87,7 @@ from linkd.core.mirror.exactly_once import (
     CommittedMirrorState,
     offsets_topic,
     restart_from_committed,
+    transaction_commit_due,
     transaction_offsets,
     transactional_id,
 )
@@ -167,6 +176,8 @@ class _Route:
         "stamps",
         "touched",
         "tp",
+        "txn_first",
+        "txn_last",
         "ups",
     )
 
@@ -189,6 +200,9 @@ class _Route:
         self.polled_bytes = 0
         self.acked_next = -1  # one past the newest acknowledged upstream offset
         self.committed_next = -1  # what was last committed on the source
+        # Exactly-once: the first and last upstream offsets in the open transaction.
+        self.txn_first = -1
+        self.txn_last = -1
         # One bound method for every record of the partition, made once.
         self.on_delivery = self.delivered
 
@@ -215,6 +229,7 @@ class _Route:
         self.stale = 0
         self.ups, self.downs, self.stamps = [], [], []
         self.failed_at = -1
+        self.txn_first = self.txn_last = -1
 
 
 @dataclass
@@ -332,6 +347,11 @@ class FlowEngine:
         self._next_config_sync_ms = now
         self._next_acl_sync_ms = now
         self._started = False
+        # Exactly-once: whether a transaction is open and its records.
+        self._txn_open = False
+        self._txn_records = 0
+        self._last_commit_ms = now  # Connect's interval boundary counts from here
+        self._syncs_assigned = False  # the sync consumer is assigned at its first read
         self._source_admin: ClusterAdmin | None = None
         self._target_admin: ClusterAdmin | None = None
         self._consumer: Consumer | None = None
@@ -363,10 +383,14 @@ class FlowEngine:
         self._sync_producer = Producer(syncs_clients.producer())
         self._checkpoint_producer = Producer(self.target.producer())
         self._sync_consumer = Consumer(syncs_clients.consumer(self.group_id + "-syncs"))
-        if not self.exactly_once:
+        if self.exactly_once:
+            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
+            self._producer = Producer(self.target.producer(txn_id))
+        else:
             self._producer = Producer(self.target.producer())
-        # One listing per cluster; a topic created here is empty, so it is not read.
-        listings: dict[bool, set[str]] = {}
+        # One listing per cluster (kept for the first topic refresh); a topic created
+        # here is empty, so it is not read.
+        listings: dict[bool, dict[str, int]] = {}
         new_syncs = self._ensure_internal_topic(
             self.syncs_on_source,
             self.syncs_topic,
@@ -381,23 +405,26 @@ class FlowEngine:
                 False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
             ):
                 self.committed_source_offsets = self._load_committed_source_offsets()
-            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
-            self._producer = Producer(self.target.producer(txn_id))
             self._producer.init_transactions(FLUSH_TIMEOUT_S)
+            self._last_commit_ms = self.clock()
         if not new_checkpoints:
             self._load_checkpoints()
-        know_topics(self._sync_consumer, [self.syncs_topic])
-        self._sync_consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
         # The initial load: the store translates only once the topic was read to the end
-        # it had when the task started (OffsetSyncStore.readToEnd); a new topic is at it.
+        # it had when the task started (OffsetSyncStore.readToEnd), before any sync of
+        # this run; a new topic is at it, and its consumer is assigned at its first read
+        # (the first step, after the first copy).
         if new_syncs:
             self.store.mark_read_to_end()
         else:
             self.read_offset_syncs(to_end=True)
         self._started = True
-        self.refresh_topics()
+        self.refresh_topics(listings.get(True), listings.get(False))
 
     def close(self) -> None:
+        if self._producer is not None and self._txn_open:
+            # Connect commits the task's last transaction when it stops.
+            txn_producer = self._producer
+            self._guarded("final transaction", lambda: self._commit_transaction(txn_producer))
         if self._producer is not None and self._consumer is not None and not self.exactly_once:
             # What was acknowledged by now is committed before the flow stops.
             self._producer.flush(FLUSH_TIMEOUT_S)
@@ -419,13 +446,13 @@ class FlowEngine:
         on_source: bool,
         name: str,
         replication_factor: int,
-        listings: dict[bool, set[str]],
+        listings: dict[bool, dict[str, int]],
     ) -> bool:
         """Create `name` unless the cluster's listing (fetched once into `listings`)
         holds it; True when this call created it (so it holds no record yet)."""
         admin = self._admin(on_source)
         if on_source not in listings:
-            listings[on_source] = set(admin.topic_partitions())
+            listings[on_source] = admin.topic_partitions()
         if name in listings[on_source]:
             return False
         created = create_internal_topic(
@@ -435,7 +462,7 @@ class FlowEngine:
             notices=self.notices,
             report=lambda message: self.report(f"{self.name}: {message}"),
         )
-        listings[on_source].add(name)
+        listings[on_source][name] = 1
         if created:
             self.stats.topics_created += 1
         return created
@@ -500,13 +527,23 @@ class FlowEngine:
             target_alias=self.flow.target,
         )
 
-    def refresh_topics(self) -> None:
+    def refresh_topics(
+        self,
+        source_listing: Mapping[str, int] | None = None,
+        target_listing: Mapping[str, int] | None = None,
+    ) -> None:
+        """`*_listing`: a cluster's topics as just listed (the start-up's), else listed now."""
         flow = self.flow
-        source_topics = self._admin(True).topic_partitions()
-        target_admin = self._admin(False)
+        source_admin, target_admin = self._admin(True), self._admin(False)
+        source_topics = dict(
+            source_admin.topic_partitions() if source_listing is None else source_listing
+        )
+        target_topics = (
+            target_admin.topic_partitions() if target_listing is None else target_listing
+        )
         plan = plan_remote_topics(
             source_topics,
-            target_admin.topic_partitions(),
+            dict(target_topics),
             source_alias=flow.source,
             target_alias=flow.target,
             policy=flow.policy,
@@ -580,6 +617,7 @@ class FlowEngine:
         """Every assigned partition read to its end and every copied record reported."""
         return (
             set(self.assigned) <= self.at_end
+            and not self._txn_open
             and not self._touched
             and not any(route.inflight for route in self._routes.values())
         )
@@ -615,10 +653,13 @@ class FlowEngine:
         more = self.source.max_poll_records - 1
         return [first, *consumer.consume(more, 0)] if more else [first]
 
-    def _produce(self, producer: Producer, msgs: list[Message]) -> int:
+    def _produce(
+        self, producer: Producer, msgs: list[Message], *, in_transaction: bool = False
+    ) -> int:
         """Produce the records of `msgs` to their remote topics (same partition, key,
         value, headers, timestamp); end-of-partition events update `at_end`. Each
-        partition's upstream offsets are queued on its route, in produce order."""
+        partition's upstream offsets are queued on its route, in produce order; in a
+        transaction, its routes note the first and last upstream offset it holds."""
         routes = self._routes
         produce = producer.produce
         at_end = self.at_end
@@ -627,6 +668,7 @@ class FlowEngine:
         last_key: Any = None  # (topic, partition) of the previous record
         route: _Route | None = None
         produced = 0
+        offset: Any = -1
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -639,8 +681,12 @@ class FlowEngine:
                 continue
             key: Any = (msg.topic(), msg.partition())
             if key != last_key or route is None:
+                if in_transaction and route is not None and produced:
+                    route.txn_last = offset  # the previous record's
                 route = routes[key]
                 last_key = key
+                if in_transaction and route.txn_first < 0:
+                    route.txn_first = int(msg.offset() or 0)
                 at_end.discard(route.tp)
                 if not route.polled_stamps:
                     polled.append(route)
@@ -665,12 +711,14 @@ class FlowEngine:
                 except BufferError:
                     # The producer's queue is full: serve reports until there is room.
                     producer.poll(QUEUE_FULL_WAIT_S)
-            offset: Any = msg.offset()
+            offset = msg.offset()
             route.inflight.append(offset)
             route.polled_stamps.append(ts)
             if value:
                 route.polled_bytes += len(value)
             produced += 1
+        if in_transaction and route is not None and produced:
+            route.txn_last = offset
         for r in polled:
             self.metrics.records_polled(r.key, now, r.polled_stamps, r.polled_bytes)
             r.polled_stamps = []
@@ -740,18 +788,49 @@ class FlowEngine:
         return len(moved)
 
     def _copy_transactional(self, producer: Producer, msgs: list[Message]) -> int:
-        if all(msg.error() is not None for msg in msgs):
+        """Exactly-once: the poll's records go into the open transaction (begun with the
+        first of them); `transaction_commit_due` says whether it commits after this
+        poll. The records acknowledged by a commit, or 0."""
+        has_records = any(msg.error() is None for msg in msgs)
+        if not has_records and not self._txn_open:
             self._produce(producer, msgs)  # end-of-partition events only: no transaction
             return 0
-        first: dict[TopicPartition, int] = {}
         try:
-            producer.begin_transaction()
-            self._produce(producer, msgs)
-            batch = {
-                route.tp: route.inflight for route in self._routes.values() if route.inflight
-            }
-            first = {tp: offsets[0] for tp, offsets in batch.items()}
-            source_offsets = transaction_offsets(self.flow.source, batch)
+            if not self._txn_open:
+                producer.begin_transaction()
+                self._txn_open = True
+                self._txn_records = 0
+            polled = self._produce(producer, msgs, in_transaction=True)
+            self._txn_records += polled
+        except KafkaException as exc:
+            return self._abort(producer, exc)
+        if any(route.failed_at >= 0 for route in self._touched):
+            return self._abort(
+                producer, MirrorClientError("a record of the transaction was not delivered")
+            )
+        due = transaction_commit_due(
+            self.flow.transaction_boundary,
+            records=self._txn_records,
+            polled=polled,
+            drained=len(self.at_end) >= len(self.assigned),
+            last_commit_ms=self._last_commit_ms,
+            now_ms=self.clock(),
+            interval_ms=self.flow.transaction_boundary_interval_ms,
+        )
+        return self._commit_transaction(producer) if due else 0
+
+    def _commit_transaction(self, producer: Producer) -> int:
+        """Commit the open transaction with the source offsets of its records (per
+        partition the last upstream offset it holds); on any failure abort it and
+        rewind every partition to the first record it held. The records
+        acknowledged, or 0."""
+        if not self._txn_open:
+            return 0
+        routes = [route for route in self._routes.values() if route.txn_last >= 0]
+        try:
+            source_offsets = transaction_offsets(
+                self.flow.source, {route.tp: (route.txn_last,) for route in routes}
+            )
             for so in source_offsets:
                 key, value = encode_source_offset(so)
                 producer.produce(self.offsets_topic, value=value, key=key, partition=0)
@@ -761,24 +840,38 @@ class FlowEngine:
             if self._in_flight() or any(route.failed_at >= 0 for route in self._touched):
                 raise MirrorClientError("a record of the transaction was not delivered")
         except (KafkaException, MirrorClientError) as exc:
-            self.stats.transactions_aborted += 1
-            self.report(f"{self.name}: transaction aborted, batch rewound: {exc}")
-            fatal = isinstance(exc, KafkaException) and exc.args and exc.args[0].fatal()
-            if fatal:
-                raise
-            try:
-                producer.abort_transaction(FLUSH_TIMEOUT_S)
-                producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports
-            except KafkaException as abort_exc:
-                self.report(f"{self.name}: abort failed: {abort_exc}")
-            self._forget_reports()
-            self._rewind(first)
-            return 0
+            return self._abort(producer, exc)
+        self._txn_open = False
+        self._last_commit_ms = self.clock()
         self.stats.transactions_committed += 1
+        for route in routes:
+            route.txn_first = route.txn_last = -1
         for so in source_offsets:
             self.committed_source_offsets[so.source_partition] = so.offset
         # Offset syncs only name committed records: they go out after the commit.
         return self._handle_reports()
+
+    def _abort(self, producer: Producer, exc: KafkaException | MirrorClientError) -> int:
+        """Abort the open transaction and rewind each partition to the first record it
+        held there: nothing of it is visible, all of it is copied again."""
+        self.stats.transactions_aborted += 1
+        self.report(f"{self.name}: transaction aborted, batch rewound: {exc}")
+        fatal = isinstance(exc, KafkaException) and exc.args and exc.args[0].fatal()
+        if fatal:
+            raise exc
+        first = {
+            route.tp: route.txn_first for route in self._routes.values() if route.txn_first >= 0
+        }
+        try:
+            producer.abort_transaction(FLUSH_TIMEOUT_S)
+            producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports
+        except KafkaException as abort_exc:
+            self.report(f"{self.name}: abort failed: {abort_exc}")
+        self._txn_open = False
+        self._last_commit_ms = self.clock()
+        self._forget_reports()
+        self._rewind(first)
+        return 0
 
     def _forget_reports(self) -> None:
         """After an abort: nothing of the batch is in flight or acknowledged."""
@@ -829,6 +922,10 @@ class FlowEngine:
     def read_offset_syncs(self, *, to_end: bool = False) -> None:
         consumer = self._require(self._sync_consumer)
         tp0 = TopicPartition(self.syncs_topic, 0)
+        if not self._syncs_assigned:
+            know_topics(consumer, [self.syncs_topic])
+            consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
+            self._syncs_assigned = True
 
         def handle(msg: Message) -> None:
             try:
@@ -1013,6 +1110,8 @@ class FlowEngine:
         deadline = time.monotonic() + timeout_s
         while not self.caught_up() and time.monotonic() < deadline:
             self.copy_batch()
+        if self._txn_open:  # the deadline passed with records in a transaction
+            self._commit_transaction(self._require(self._producer))
         self._require(self._producer).flush(FLUSH_TIMEOUT_S)
         self._handle_reports()
         done = self.caught_up()

@@ -8,7 +8,17 @@ MirrorSourceTask.initializeConsumer/loadOffsets, MirrorUtils.wrapPartition):
   last upstream offset in the batch. The offsets go to the worker's offsets topic
   on the target (`mm2-offsets.<source>.internal`), so records and progress commit
   or abort together. The transactional id is `<group.id>-<connector>-<task>`.
-  The transaction boundary is one poll batch (Connect's default `poll`).
+  The transaction boundary is the connector property `transaction.boundary`:
+  `poll` (Connect's default) commits after every poll batch; `interval` keeps one
+  transaction open over several polls and commits once
+  `transaction.boundary.interval.ms` has passed since the last commit (or the
+  task's start; default: the worker's `offset.flush.interval.ms`), as Connect's
+  interval boundary does, and
+  also as soon as a poll finds the source drained (no record, or every partition
+  at its end), so that a quiet flow never holds committed-to-be records back.
+  Either way the offsets committed are those of the records in the same
+  transaction. `connector` is not offered: MirrorSourceConnector does not
+  define boundaries (`transaction_commit_due`).
 - Offset syncs are produced outside the transaction, after it committed (Connect
   calls commitRecord only then), so a sync never names an aborted record.
 - Restart: for each assigned source partition, read the committed source offset
@@ -41,9 +51,11 @@ __all__ = [
     "RestartPlan",
     "ResumePosition",
     "SourceOffset",
+    "TransactionBoundary",
     "apply_transaction_outcome",
     "offsets_topic",
     "restart_from_committed",
+    "transaction_commit_due",
     "transaction_for_batch",
     "transaction_offsets",
     "transactional_id",
@@ -66,6 +78,39 @@ class ExactlyOnceRequirement(enum.Enum):
 
     REQUESTED = "requested"
     REQUIRED = "required"
+
+
+class TransactionBoundary(enum.Enum):
+    """Connector property `transaction.boundary` (KIP-618) as MM2 can use it."""
+
+    POLL = "poll"
+    INTERVAL = "interval"
+
+
+def transaction_commit_due(
+    boundary: TransactionBoundary,
+    *,
+    records: int,
+    polled: int,
+    drained: bool,
+    last_commit_ms: int,
+    now_ms: int,
+    interval_ms: int,
+) -> bool:
+    """After a poll: whether the open transaction (`records` records so far) commits
+    now. `polled`: records this poll brought; `drained`: every source partition is at
+    its end after it; `last_commit_ms`: when the task last committed (or started).
+    Nothing to commit, nothing due."""
+    if records <= 0:
+        return False
+    if boundary is TransactionBoundary.POLL:
+        return True
+    return (
+        polled == 0
+        or drained
+        or now_ms - last_commit_ms >= interval_ms
+        or records >= MAX_RECORDS_PER_TRANSACTION // 2
+    )
 
 
 def transactional_id(group_id: str, connector_name: str, task: int) -> str:
