@@ -3,6 +3,8 @@
 Rules:
 - One FlowEngine per enabled flow; one HeartbeatTask per pair with heartbeats
   enabled, whether or not the pair replicates (as MM2's clusterPairs).
+- Start: the heartbeat tasks start in a thread beside the flows (their set-up
+  does not hold the first copy back); both are done before any copying.
 - Continuous mode: one loop steps every task until the stop event is set or the
   deadline passes; every `metrics_interval_s` the metrics are reported. A task's
   failing call is reported and retried on its next interval.
@@ -86,12 +88,30 @@ class MirrorRunner:
         self._started: list[FlowEngine | HeartbeatTask] = []
 
     def start(self) -> None:
-        for hb in self.heartbeats:
-            hb.start()
-            self._started.append(hb)
-        for engine in self.engines:
-            engine.start()
-            self._started.append(engine)
+        """Heartbeat tasks start in a thread beside the flows: their set-up is round
+        trips to the targets that no flow waits for. Both are done when this returns."""
+        started: list[HeartbeatTask] = []
+        failed: list[BaseException] = []
+
+        def start_heartbeats() -> None:
+            try:
+                for hb in self.heartbeats:
+                    hb.start()
+                    started.append(hb)
+            except BaseException as exc:  # raised in the caller's thread below
+                failed.append(exc)
+
+        thread = threading.Thread(target=start_heartbeats, name="heartbeats-start", daemon=True)
+        thread.start()
+        try:
+            for engine in self.engines:
+                engine.start()
+                self._started.append(engine)
+        finally:
+            thread.join()
+            self._started[:0] = started  # closed last, as when they started first
+        if failed:
+            raise failed[0]
 
     def close(self) -> None:
         while self._started:
