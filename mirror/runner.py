@@ -3,8 +3,9 @@
 Rules:
 - One FlowEngine per enabled flow; one HeartbeatTask per pair with heartbeats
   enabled, whether or not the pair replicates (as MM2's clusterPairs).
-- Start: the heartbeat tasks start in a thread beside the flows (their set-up
-  does not hold the first copy back); both are done before any copying.
+- Start: the heartbeat tasks start in a thread beside the flows' set-up (internal
+  topics, clients); each flow waits for them before it lists its source's topics,
+  so a `heartbeats` topic they create is mirrored. Both are done before copying.
 - Continuous mode: one loop steps every task until the stop event is set or the
   deadline passes; every `metrics_interval_s` the metrics are reported. A task's
   failing call is reported and retried on its next interval.
@@ -88,8 +89,10 @@ class MirrorRunner:
         self._started: list[FlowEngine | HeartbeatTask] = []
 
     def start(self) -> None:
-        """Heartbeat tasks start in a thread beside the flows: their set-up is round
-        trips to the targets that no flow waits for. Both are done when this returns."""
+        """Heartbeat tasks start in a thread beside the flows' set-up: their set-up is
+        round trips to the targets. Each flow waits for them before it lists its source's
+        topics (a heartbeat task may create `heartbeats` there, to be mirrored). Both are
+        done when this returns."""
         started: list[HeartbeatTask] = []
         failed: list[BaseException] = []
 
@@ -105,7 +108,7 @@ class MirrorRunner:
         thread.start()
         try:
             for engine in self.engines:
-                engine.start()
+                engine.start(before_refresh=thread.join)
                 self._started.append(engine)
         finally:
             thread.join()
