@@ -37,7 +37,8 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
   the topics it is about to be assigned first (else it waits for its next
   metadata refresh before it resolves OFFSET_BEGINNING). The listings taken to
-  set up the internal topics serve the first topic refresh; a new offset-syncs
+  set up the internal topics serve the first topic refresh (the target's; the
+  source is listed again, after the heartbeat tasks started); a new offset-syncs
   topic (nothing to load) is assigned to its consumer at the first step, after
   the first copy.
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
@@ -60,7 +61,6 @@ from watermark queries (some brokers answer those wrongly).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +131,8 @@ MAX_DRAIN_RECORDS = 10_000_000
 DRAIN_POLL_S = 0.01
 # Bounded pumping of offset-sync completions per step.
 MAX_SYNC_PUMP_ROUNDS = 1_000
+# A route's list of records in flight is compacted once this many were handled.
+COMPACT_AFTER = 65_536
 # How long a produce waits for room when the producer's queue is full.
 QUEUE_FULL_WAIT_S = 0.05
 
@@ -155,30 +157,33 @@ def _headers(raw: list[tuple[str, Any]]) -> list[tuple[str, str | bytes | None]]
 
 class _Route:
     """One assigned source partition: where its records go, which of them are in
-    flight (upstream offsets in produce order) and the delivery reports not yet
-    handled. The producer reports a partition's records in produce order, so
-    each report belongs to the oldest record in flight."""
+    flight and the delivery reports not yet handled.
+
+    Records produced are kept by position: `inflight[head:]` are the upstream
+    offsets (and `inflight_ts` the timestamps) of the records whose reports were
+    not handled yet, in produce order. The producer reports a partition's records
+    in produce order, so the i-th report not yet handled belongs to
+    `inflight[head + i]`: a report only appends the downstream offset, and the
+    matching is done a run at a time by slicing (`take_reports`)."""
 
     __slots__ = (
         "acked_next",
         "committed_next",
         "downs",
-        "error",
-        "failed_at",
+        "failures",
+        "head",
         "inflight",
+        "inflight_ts",
         "key",
         "on_delivery",
         "partition",
         "polled_bytes",
-        "polled_stamps",
         "remote",
         "stale",
-        "stamps",
         "touched",
         "tp",
         "txn_first",
         "txn_last",
-        "ups",
     )
 
     def __init__(
@@ -189,15 +194,13 @@ class _Route:
         self.remote = remote
         self.key = SourceMetricKey(target_alias, remote, tp.partition)
         self.touched = touched  # the engine's list of routes with reports to handle
-        self.inflight: deque[int] = deque()
+        self.inflight: list[int] = []  # upstream offsets produced, from `head` on unhandled
+        self.inflight_ts: list[int] = []  # their timestamps
+        self.head = 0
+        self.downs: list[int] = []  # reports not handled yet: downstream offsets (-1: failed)
+        self.failures: list[tuple[int, str]] = []  # (index in `downs`, error) of failed ones
         self.stale = 0  # reports still due for records produced before a rewind
-        self.ups: list[int] = []  # acknowledged: upstream offsets,
-        self.downs: list[int] = []  # their downstream offsets
-        self.stamps: list[int] = []  # and their timestamps
-        self.failed_at = -1  # upstream offset of the first failed record, -1: none
-        self.error = ""
-        self.polled_stamps: list[int] = []  # timestamps of the records polled in this batch
-        self.polled_bytes = 0
+        self.polled_bytes = 0  # value bytes of the records polled in this batch
         self.acked_next = -1  # one past the newest acknowledged upstream offset
         self.committed_next = -1  # what was last committed on the source
         # Exactly-once: the first and last upstream offsets in the open transaction.
@@ -207,28 +210,74 @@ class _Route:
         self.on_delivery = self.delivered
 
     def delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """The producer's delivery report of this partition's oldest record in flight."""
-        if not self.inflight:
-            return  # a report of a record that was forgotten (an aborted transaction)
-        upstream = self.inflight.popleft()
-        if self.stale:
-            self.stale -= 1
-            return
-        if not self.ups and self.failed_at < 0:
+        """The producer's delivery report of this partition's next record."""
+        downs = self.downs
+        if not downs:
             self.touched.append(self)
-        if err is not None:
-            self.failed_at, self.error = upstream, str(err)
-            self.stale = len(self.inflight)  # produced before the rewind to come
-            return
-        self.ups.append(upstream)
-        self.downs.append(int(msg.offset() or 0))
-        self.stamps.append(msg.timestamp()[1])
+        if err is None:
+            downs.append(msg.offset())  # type: ignore[arg-type]  # set once acknowledged
+        else:
+            self.failures.append((len(downs), str(err)))
+            downs.append(-1)
+
+    def busy(self) -> bool:
+        """Records produced whose reports were not handled yet."""
+        return len(self.inflight) > self.head or self.stale > 0 or bool(self.downs)
+
+    def unreported(self) -> int:
+        """Records produced whose reports have not arrived."""
+        return len(self.inflight) - self.head + self.stale - len(self.downs)
+
+    def take_reports(self) -> tuple[list[int], list[int], list[int], int, str]:
+        """The reports that arrived, matched to their records: the acknowledged run
+        (upstream offsets, downstream offsets, timestamps) and, if a record failed,
+        its upstream offset and error (else -1, ""). A failure ends the run: the
+        records produced after it are forgotten, and their reports, arrived or not,
+        are ignored (they are copied again after the rewind)."""
+        downs, self.downs = self.downs, []
+        failures = self.failures
+        if failures:
+            self.failures = []
+        skip = 0
+        if self.stale:
+            skip = min(self.stale, len(downs))
+            self.stale -= skip
+        h = self.head
+        # More reports than records: those of forgotten records (an aborted transaction).
+        n = min(len(downs) - skip, len(self.inflight) - h)
+        if n <= 0:
+            return [], [], [], -1, ""
+        failed = next(((i - skip, e) for i, e in failures if skip <= i < skip + n), None)
+        acked = n if failed is None else failed[0]
+        ups = self.inflight[h : h + acked]
+        stamps = self.inflight_ts[h : h + acked]
+        acked_downs = downs[skip : skip + acked] if skip or acked < len(downs) else downs
+        if failed is None:
+            self.head = h + n
+            if self.head == len(self.inflight):
+                self.inflight.clear()
+                self.inflight_ts.clear()
+                self.head = 0
+            elif self.head >= COMPACT_AFTER:
+                del self.inflight[: self.head]
+                del self.inflight_ts[: self.head]
+                self.head = 0
+            return ups, acked_downs, stamps, -1, ""
+        failed_at = self.inflight[h + acked]
+        produced_after = len(self.inflight) - (h + acked + 1)
+        reported_after = len(downs) - skip - acked - 1
+        self.stale += max(0, produced_after - reported_after)
+        self.inflight.clear()
+        self.inflight_ts.clear()
+        self.head = 0
+        return ups, acked_downs, stamps, failed_at, failed[1]
 
     def reset(self) -> None:
         self.inflight.clear()
+        self.inflight_ts.clear()
+        self.head = 0
         self.stale = 0
-        self.ups, self.downs, self.stamps = [], [], []
-        self.failed_at = -1
+        self.downs, self.failures = [], []
         self.txn_first = self.txn_last = -1
 
 
@@ -372,7 +421,9 @@ class FlowEngine:
             raise MirrorClientError(f"flow {self.name} is not started")
         return admin
 
-    def start(self) -> None:
+    def start(self, before_refresh: Callable[[], None] | None = None) -> None:
+        """`before_refresh`: waited for before the source's topics are listed for the
+        first refresh (the runner's heartbeat tasks, which may create topics there)."""
         flow = self.flow
         timeout = flow.admin_timeout_ms
         self._source_admin = ClusterAdmin(flow.source, self.source.admin(), timeout)
@@ -418,7 +469,9 @@ class FlowEngine:
         else:
             self.read_offset_syncs(to_end=True)
         self._started = True
-        self.refresh_topics(listings.get(True), listings.get(False))
+        if before_refresh is not None:
+            before_refresh()
+        self.refresh_topics(target_listing=listings.get(False))
 
     def close(self) -> None:
         if self._producer is not None and self._txn_open:
@@ -619,11 +672,11 @@ class FlowEngine:
             set(self.assigned) <= self.at_end
             and not self._txn_open
             and not self._touched
-            and not any(route.inflight for route in self._routes.values())
+            and not any(route.busy() for route in self._routes.values())
         )
 
     def _in_flight(self) -> int:
-        return sum(len(route.inflight) for route in self._routes.values())
+        return sum(route.unreported() for route in self._routes.values())
 
     def copy_batch(self) -> int:
         """Handle the delivery reports that arrived, poll one batch from the source and
@@ -664,11 +717,18 @@ class FlowEngine:
         produce = producer.produce
         at_end = self.at_end
         now = self.clock()
-        polled: list[_Route] = []
+        polled: dict[_Route, int] = {}  # route -> index of its first record of this poll
         last_key: Any = None  # (topic, partition) of the previous record
         route: _Route | None = None
         produced = 0
         offset: Any = -1
+        nbytes = 0  # value bytes of the current run
+        # The current run's route, as locals: they are used for every record.
+        remote: Any = None
+        partition = 0
+        on_delivery: Any = None
+        append_up: Any = None
+        append_ts: Any = None
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -680,48 +740,53 @@ class FlowEngine:
                 last_key = None  # a record after this event clears `at_end` again
                 continue
             key: Any = (msg.topic(), msg.partition())
-            if key != last_key or route is None:
-                if in_transaction and route is not None and produced:
-                    route.txn_last = offset  # the previous record's
+            if key != last_key:
+                if route is not None:
+                    route.polled_bytes += nbytes
+                    nbytes = 0
+                    if in_transaction and produced:
+                        route.txn_last = offset  # the previous record's
                 route = routes[key]
                 last_key = key
                 if in_transaction and route.txn_first < 0:
                     route.txn_first = int(msg.offset() or 0)
                 at_end.discard(route.tp)
-                if not route.polled_stamps:
-                    polled.append(route)
+                if route not in polled:
+                    polled[route] = len(route.inflight)
+                remote, partition, on_delivery = route.remote, route.partition, route.on_delivery
+                append_up, append_ts = route.inflight.append, route.inflight_ts.append
             ts_type, ts = msg.timestamp()
             if ts_type == TIMESTAMP_NOT_AVAILABLE:
                 ts = now
             value = msg.value()
             raw: Any = msg.headers()
-            headers = None if raw is None else _headers(raw)
-            while True:
-                try:
-                    produce(
-                        route.remote,
-                        value=value,
-                        key=msg.key(),
-                        partition=route.partition,
-                        timestamp=ts,
-                        headers=headers,
-                        on_delivery=route.on_delivery,
-                    )
-                    break
-                except BufferError:
-                    # The producer's queue is full: serve reports until there is room.
+            # Positional: (topic, value, key, partition, callback, on_delivery, timestamp,
+            # headers); keywords cost confluent-kafka more than the rest of the call.
+            try:
+                produce(remote, value, msg.key(), partition, on_delivery, None, ts,
+                        None if raw is None else _headers(raw))
+            except BufferError:
+                # The producer's queue is full: serve reports until there is room.
+                while True:
                     producer.poll(QUEUE_FULL_WAIT_S)
+                    try:
+                        produce(remote, value, msg.key(), partition, on_delivery, None, ts,
+                                None if raw is None else _headers(raw))
+                        break
+                    except BufferError:
+                        continue
             offset = msg.offset()
-            route.inflight.append(offset)
-            route.polled_stamps.append(ts)
+            append_up(offset)
+            append_ts(ts)
             if value:
-                route.polled_bytes += len(value)
+                nbytes += len(value)
             produced += 1
-        if in_transaction and route is not None and produced:
-            route.txn_last = offset
-        for r in polled:
-            self.metrics.records_polled(r.key, now, r.polled_stamps, r.polled_bytes)
-            r.polled_stamps = []
+        if route is not None:
+            route.polled_bytes += nbytes
+            if in_transaction and produced:
+                route.txn_last = offset
+        for r, first in polled.items():
+            self.metrics.records_polled(r.key, now, r.inflight_ts[first:], r.polled_bytes)
             r.polled_bytes = 0
         return produced
 
@@ -738,21 +803,19 @@ class FlowEngine:
         now = self.clock()
         copied = 0
         rewind: dict[TopicPartition, int] = {}
+        syncs = self.flow.emit_offset_syncs_enabled
         for route in routes:
-            ups = route.ups
+            ups, downs, stamps, failed_at, error = route.take_reports()
             if ups:
-                downs, stamps = route.downs, route.stamps
-                route.ups, route.downs, route.stamps = [], [], []
                 self.metrics.records_acknowledged(route.key, now, stamps)
-                if self.flow.emit_offset_syncs_enabled:
+                if syncs:
                     self._send_syncs(self.writer.on_records_acknowledged(route.tp, ups, downs))
                 route.acked_next = ups[-1] + 1
                 copied += len(ups)
-            if route.failed_at >= 0:
+            if failed_at >= 0:
                 self.stats.delivery_failures += 1
-                self.report(f"{self.name}: delivery to {route.remote} failed: {route.error}")
-                rewind[route.tp] = route.failed_at
-                route.failed_at = -1
+                self.report(f"{self.name}: delivery to {route.remote} failed: {error}")
+                rewind[route.tp] = failed_at
         self.stats.records_copied += copied
         if rewind:
             self._rewind(rewind)
@@ -804,7 +867,7 @@ class FlowEngine:
             self._txn_records += polled
         except KafkaException as exc:
             return self._abort(producer, exc)
-        if any(route.failed_at >= 0 for route in self._touched):
+        if any(route.failures for route in self._touched):
             return self._abort(
                 producer, MirrorClientError("a record of the transaction was not delivered")
             )
@@ -837,7 +900,7 @@ class FlowEngine:
             producer.commit_transaction(FLUSH_TIMEOUT_S)
             if self._in_flight():  # reports not served by the commit's flush yet
                 producer.flush(FLUSH_TIMEOUT_S)
-            if self._in_flight() or any(route.failed_at >= 0 for route in self._touched):
+            if self._in_flight() or any(route.failures for route in self._touched):
                 raise MirrorClientError("a record of the transaction was not delivered")
         except (KafkaException, MirrorClientError) as exc:
             return self._abort(producer, exc)

@@ -99,8 +99,13 @@ class FakeTxnProducer:
         assert self.open is None, "a transaction is already open"
         self.open = []
 
-    def produce(self, topic: str, **kw: Any) -> None:
+    def produce(self, topic: str, *args: Any, **kw: Any) -> None:
+        """confluent-kafka's order: value, key, partition, callback, on_delivery,
+        timestamp, headers (positional or by keyword)."""
         assert self.open is not None, "produced outside a transaction"
+        names = ("value", "key", "partition", "callback", "on_delivery", "timestamp", "headers")
+        kw.update(zip(names, args, strict=False))
+        kw["on_delivery"] = kw.get("on_delivery") or kw.pop("callback", None)
         self.open.append((topic, kw))
 
     def commit_transaction(self, timeout: float) -> None:
