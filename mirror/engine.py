@@ -29,16 +29,19 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
   record polled; after each poll `transaction_commit_due` says whether it
   commits (`transaction.boundary`: every poll, or several polls up to the
-  interval or a drained source). Offset syncs are produced after the commit.
+  interval or a poll that finds no backlog). Offset syncs are produced after the commit.
   An aborted transaction (a failed commit or delivery) rewinds every partition
   to the first record it held there. Stopping commits the open transaction. A
   restart reads that topic read_committed and resumes through
   `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
   the topics it is about to be assigned first (else it waits for its next
-  metadata refresh before it resolves OFFSET_BEGINNING). The listings taken to
-  set up the internal topics serve the first topic refresh (the target's; the
-  source is listed again, after the heartbeat tasks started); a new offset-syncs
+  metadata refresh before it resolves OFFSET_BEGINNING). The first topic
+  refresh (remote topics, the source consumer's assignment) comes right after
+  the clients are made (exactly-once: after the committed offsets are read), so
+  the consumer fetches while the internal topics are set up; one listing per
+  cluster serves both. Topics the heartbeat tasks create on the source meanwhile
+  are added without listing the source again (`source_topics_created`). A new offset-syncs
   topic (nothing to load) is assigned to its consumer at the first step, after
   the first copy.
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
@@ -396,6 +399,8 @@ class FlowEngine:
         self._next_config_sync_ms = now
         self._next_acl_sync_ms = now
         self._started = False
+        # The clusters' topics as the start-up listed them (True: the source).
+        self._listings: dict[bool, dict[str, int]] = {}
         # Exactly-once: whether a transaction is open and its records.
         self._txn_open = False
         self._txn_records = 0
@@ -421,15 +426,13 @@ class FlowEngine:
             raise MirrorClientError(f"flow {self.name} is not started")
         return admin
 
-    def start(self, before_refresh: Callable[[], None] | None = None) -> None:
-        """`before_refresh`: waited for before the source's topics are listed for the
-        first refresh (the runner's heartbeat tasks, which may create topics there)."""
+    def start(self) -> None:
         flow = self.flow
         timeout = flow.admin_timeout_ms
         self._source_admin = ClusterAdmin(flow.source, self.source.admin(), timeout)
         self._target_admin = ClusterAdmin(flow.target, self.target.admin(), timeout)
         syncs_clients = self.source if self.syncs_on_source else self.target
-        # The clients are made first: they connect while the internal topics are set up.
+        # The clients are made first: they connect while the topics are set up.
         self._consumer = Consumer(self.source.consumer(self.group_id))
         self._sync_producer = Producer(syncs_clients.producer())
         self._checkpoint_producer = Producer(self.target.producer())
@@ -439,9 +442,20 @@ class FlowEngine:
             self._producer = Producer(self.target.producer(txn_id))
         else:
             self._producer = Producer(self.target.producer())
-        # One listing per cluster (kept for the first topic refresh); a topic created
-        # here is empty, so it is not read.
-        listings: dict[bool, dict[str, int]] = {}
+        # One listing per cluster, for the first topic refresh and the internal topics;
+        # an internal topic created here is empty, so it is not read.
+        listings = self._listings
+        if self.exactly_once and not self._ensure_internal_topic(
+            False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
+        ):
+            # Where to resume: read before the source consumer is assigned.
+            self.committed_source_offsets = self._load_committed_source_offsets()
+        # The remote topics and the assignment next: the source consumer fetches while
+        # the rest is set up.
+        for on_source in (True, False):
+            if on_source not in listings:
+                listings[on_source] = self._admin(on_source).topic_partitions()
+        self.refresh_topics(listings[True], listings[False])
         new_syncs = self._ensure_internal_topic(
             self.syncs_on_source,
             self.syncs_topic,
@@ -452,10 +466,6 @@ class FlowEngine:
             False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor, listings
         )
         if self.exactly_once:
-            if not self._ensure_internal_topic(
-                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
-            ):
-                self.committed_source_offsets = self._load_committed_source_offsets()
             self._producer.init_transactions(FLUSH_TIMEOUT_S)
             self._last_commit_ms = self.clock()
         if not new_checkpoints:
@@ -469,9 +479,17 @@ class FlowEngine:
         else:
             self.read_offset_syncs(to_end=True)
         self._started = True
-        if before_refresh is not None:
-            before_refresh()
-        self.refresh_topics(target_listing=listings.get(False))
+
+    def source_topics_created(self, topics: Mapping[str, int]) -> None:
+        """Topics (name -> partitions) created on the source since the start-up listed
+        it (the heartbeat tasks' `heartbeats`): refreshed now, so that they are mirrored
+        from the first copy on, without listing the source again."""
+        source = self._listings.setdefault(True, {})
+        new = {name: n for name, n in topics.items() if name not in source}
+        if not new:
+            return
+        source.update(new)
+        self.refresh_topics(source)  # the target is listed again: it has remote topics now
 
     def close(self) -> None:
         if self._producer is not None and self._txn_open:
@@ -875,6 +893,7 @@ class FlowEngine:
             self.flow.transaction_boundary,
             records=self._txn_records,
             polled=polled,
+            poll_limit=self.source.max_poll_records,
             drained=len(self.at_end) >= len(self.assigned),
             last_commit_ms=self._last_commit_ms,
             now_ms=self.clock(),
@@ -1213,13 +1232,14 @@ class HeartbeatTask:
             flow.source, flow.target, flow.emit_heartbeats_interval_ms, clock()
         )
         self.beats = 0
+        self.created = False  # whether start() created the heartbeats topic
         self._producer: Producer | None = None
 
     def start(self) -> None:
         admin = ClusterAdmin(self.flow.target, self.target.admin(), self.flow.admin_timeout_ms)
         topic = self.flow.heartbeats_topic()
         if topic not in admin.topic_partitions():
-            create_internal_topic(
+            self.created = create_internal_topic(
                 admin,
                 topic,
                 self.flow.heartbeats_topic_replication_factor,

@@ -4,8 +4,9 @@ Rules:
 - One FlowEngine per enabled flow; one HeartbeatTask per pair with heartbeats
   enabled, whether or not the pair replicates (as MM2's clusterPairs).
 - Start: the heartbeat tasks start in a thread beside the flows' set-up (internal
-  topics, clients); each flow waits for them before it lists its source's topics,
-  so a `heartbeats` topic they create is mirrored. Both are done before copying.
+  topics, clients); a `heartbeats` topic they create on a flow's source is then
+  added to that flow, so it is mirrored in the same run. Both are done before
+  copying.
 - Continuous mode: one loop steps every task until the stop event is set or the
   deadline passes; every `metrics_interval_s` the metrics are reported. A task's
   failing call is reported and retried on its next interval.
@@ -90,8 +91,8 @@ class MirrorRunner:
 
     def start(self) -> None:
         """Heartbeat tasks start in a thread beside the flows' set-up: their set-up is
-        round trips to the targets. Each flow waits for them before it lists its source's
-        topics (a heartbeat task may create `heartbeats` there, to be mirrored). Both are
+        round trips to the targets. A `heartbeats` topic one created on a flow's source
+        is then added to that flow (to be mirrored from the first copy on). Both are
         done when this returns."""
         started: list[HeartbeatTask] = []
         failed: list[BaseException] = []
@@ -108,13 +109,18 @@ class MirrorRunner:
         thread.start()
         try:
             for engine in self.engines:
-                engine.start(before_refresh=thread.join)
+                engine.start()
                 self._started.append(engine)
         finally:
             thread.join()
             self._started[:0] = started  # closed last, as when they started first
         if failed:
             raise failed[0]
+        for hb in started:
+            if hb.created:
+                for engine in self.engines:
+                    if engine.flow.source == hb.flow.target:
+                        engine.source_topics_created({hb.flow.heartbeats_topic(): 1})
 
     def close(self) -> None:
         while self._started:

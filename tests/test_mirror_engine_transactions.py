@@ -142,7 +142,10 @@ class FakeConsumer:
     seeks: list[tuple[str, int, int]] = field(default_factory=list)
 
     def poll(self, timeout: float) -> Msg | None:
-        return self.batches[0].pop(0) if self.batches and self.batches[0] else None
+        """The next batch's first message (the rest is for `consume`)."""
+        while self.batches and not self.batches[0]:
+            self.batches.pop(0)
+        return self.batches[0].pop(0) if self.batches else None
 
     def consume(self, n: int, timeout: float) -> list[Msg]:
         return self.batches.pop(0) if self.batches else []
@@ -191,6 +194,14 @@ def setup(*extra: str) -> Setup:
     return Setup(engine, consumer, producer, syncs, now)
 
 
+# Polls of 2 records are full: the source has a backlog.
+INTERVAL = (
+    "transaction.boundary = interval",
+    "transaction.boundary.interval.ms = 1000",
+    "A.consumer.max.poll.records = 2",
+)
+
+
 def committed_offsets(txn: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, int, int]]:
     out = []
     for topic, kw in txn:
@@ -207,13 +218,14 @@ def records(txn: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
 
 def test_the_commit_rule() -> None:
     due = transaction_commit_due
-    kw = {"last_commit_ms": 0, "interval_ms": 100}
+    kw = {"last_commit_ms": 0, "interval_ms": 100, "poll_limit": 5}
     poll, interval = TransactionBoundary.POLL, TransactionBoundary.INTERVAL
     assert not due(poll, records=0, polled=0, drained=True, now_ms=0, **kw)
     assert due(poll, records=5, polled=5, drained=False, now_ms=0, **kw)
     assert not due(interval, records=5, polled=5, drained=False, now_ms=99, **kw)
     assert due(interval, records=5, polled=5, drained=False, now_ms=100, **kw)
     assert due(interval, records=5, polled=0, drained=False, now_ms=0, **kw)
+    assert due(interval, records=9, polled=4, drained=False, now_ms=0, **kw)  # no backlog
     assert due(interval, records=5, polled=5, drained=True, now_ms=0, **kw)
 
 
@@ -244,7 +256,7 @@ def test_poll_boundary__one_transaction_per_poll() -> None:
 
 
 def test_interval_boundary__a_transaction_spans_polls_with_the_offsets_of_its_records() -> None:
-    s = setup("transaction.boundary = interval", "transaction.boundary.interval.ms = 1000")
+    s = setup(*INTERVAL)
     s.consumer.batches = [[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5, eof=True)]]
     assert s.engine.copy_batch() == 0  # open: the interval has not passed, more to read
     assert s.engine.copy_batch() == 0
@@ -259,8 +271,16 @@ def test_interval_boundary__a_transaction_spans_polls_with_the_offsets_of_its_re
     assert s.engine.caught_up()
 
 
+def test_interval_boundary__a_poll_without_backlog_commits() -> None:
+    s = setup(*INTERVAL)
+    s.consumer.batches = [[Msg(0), Msg(1)], [Msg(2)]]
+    assert s.engine.copy_batch() == 0  # a full poll: more may be waiting
+    assert s.engine.copy_batch() == 3  # one record of two: the flow keeps up
+    assert [committed_offsets(t) for t in s.producer.committed] == [[("t", 0, 2)]]
+
+
 def test_interval_boundary__commits_when_the_interval_since_the_last_commit_passed() -> None:
-    s = setup("transaction.boundary = interval", "transaction.boundary.interval.ms = 1000")
+    s = setup(*INTERVAL[:2], "A.consumer.max.poll.records = 1")
     s.consumer.batches = [[Msg(0)], [Msg(1)], [Msg(2)]]
     assert s.engine.copy_batch() == 0  # the flow started (the clock's 5 000) just now
     s.now[0] += 1_000
@@ -270,7 +290,7 @@ def test_interval_boundary__commits_when_the_interval_since_the_last_commit_pass
 
 
 def test_a_failed_commit_aborts_and_copies_the_whole_transaction_again() -> None:
-    s = setup("transaction.boundary = interval", "transaction.boundary.interval.ms = 1000")
+    s = setup(*INTERVAL)
     s.producer.fail_commits = 1
     s.consumer.batches = [[Msg(10), Msg(11)], [Msg(12), Msg(13, eof=True)]]
     s.engine.copy_batch()
@@ -290,7 +310,7 @@ def test_a_failed_commit_aborts_and_copies_the_whole_transaction_again() -> None
 
 
 def test_close_commits_the_open_transaction() -> None:
-    s = setup("transaction.boundary = interval", "transaction.boundary.interval.ms = 1000")
+    s = setup(*INTERVAL)
     s.consumer.batches = [[Msg(0), Msg(1)]]
     s.engine.copy_batch()
     assert s.producer.committed == []

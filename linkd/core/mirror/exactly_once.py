@@ -14,8 +14,9 @@ MirrorSourceTask.initializeConsumer/loadOffsets, MirrorUtils.wrapPartition):
   `transaction.boundary.interval.ms` has passed since the last commit (or the
   task's start; default: the worker's `offset.flush.interval.ms`), as Connect's
   interval boundary does, and
-  also as soon as a poll finds the source drained (no record, or every partition
-  at its end), so that a quiet flow never holds committed-to-be records back.
+  also as soon as a poll finds no backlog (it brought fewer records than
+  max.poll.records, or every partition is at its end), so that a flow that keeps
+  up holds no record back: it commits as `poll` would.
   Either way the offsets committed are those of the records in the same
   transaction. `connector` is not offered: MirrorSourceConnector does not
   define boundaries (`transaction_commit_due`).
@@ -92,21 +93,23 @@ def transaction_commit_due(
     *,
     records: int,
     polled: int,
+    poll_limit: int,
     drained: bool,
     last_commit_ms: int,
     now_ms: int,
     interval_ms: int,
 ) -> bool:
     """After a poll: whether the open transaction (`records` records so far) commits
-    now. `polled`: records this poll brought; `drained`: every source partition is at
-    its end after it; `last_commit_ms`: when the task last committed (or started).
+    now. `polled`: records this poll brought, of at most `poll_limit`
+    (max.poll.records); `drained`: every source partition is at its end after it;
+    `last_commit_ms`: when the task last committed (or started).
     Nothing to commit, nothing due."""
     if records <= 0:
         return False
     if boundary is TransactionBoundary.POLL:
         return True
     return (
-        polled == 0
+        polled < poll_limit
         or drained
         or now_ms - last_commit_ms >= interval_ms
         or records >= MAX_RECORDS_PER_TRANSACTION // 2
