@@ -29,7 +29,7 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
   record polled; after each poll `transaction_commit_due` says whether it
   commits (`transaction.boundary`: every poll, or several polls up to the
-  interval or a poll that finds no backlog). Offset syncs are produced after the commit.
+  interval or a poll that finds the source drained). Offset syncs are produced after the commit.
   An aborted transaction (a failed commit or delivery) rewinds every partition
   to the first record it held there. Stopping commits the open transaction. A
   restart reads that topic read_committed and resumes through
@@ -893,7 +893,6 @@ class FlowEngine:
             self.flow.transaction_boundary,
             records=self._txn_records,
             polled=polled,
-            poll_limit=self.source.max_poll_records,
             drained=len(self.at_end) >= len(self.assigned),
             last_commit_ms=self._last_commit_ms,
             now_ms=self.clock(),
