@@ -8,10 +8,11 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
 - Copy: records are produced to the remote topic, same partition, with key,
   value, headers and timestamp; offsets are not preserved. Batches are
   pipelined: a poll batch is produced without waiting for the previous one's
-  acknowledgements. One delivery callback per partition (made once) matches
-  each report to the partition's oldest record in flight (the producer reports
-  a partition's records in produce order). Reports are handled a run per
-  partition: acknowledged records go to `OffsetSyncWriter`
+  acknowledgements. One delivery callback per partition (made once) only notes
+  each report's downstream offset; the producer reports a partition's records
+  in produce order, so reports are matched to the produced records by position,
+  a run per partition at a time (by slicing). Acknowledged runs
+  go to the metrics and to `OffsetSyncWriter`
   (`on_records_acknowledged`), whose syncs are produced to the offset-syncs
   topic (partition 0); its `tick` runs the `offset.flush.interval.ms` flush.
 - At-least-once (default): the mirror's source group
@@ -29,11 +30,11 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
   record polled; after each poll `transaction_commit_due` says whether it
   commits (`transaction.boundary`: every poll, or several polls up to the
-  interval or a poll that finds the source drained). Offset syncs are produced after the commit.
-  An aborted transaction (a failed commit or delivery) rewinds every partition
-  to the first record it held there. Stopping commits the open transaction. A
-  restart reads that topic read_committed and resumes through
-  `restart_from_committed`.
+  interval or a poll that finds no backlog). Offset syncs are produced
+  after the commit. An aborted transaction (a failed commit or delivery)
+  rewinds every partition to the first record it held there. Stopping commits
+  the open transaction. A restart reads that topic read_committed and resumes
+  through `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
   the topics it is about to be assigned first (else it waits for its next
   metadata refresh before it resolves OFFSET_BEGINNING). The first topic
@@ -41,9 +42,9 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   the clients are made (exactly-once: after the committed offsets are read), so
   the consumer fetches while the internal topics are set up; one listing per
   cluster serves both. Topics the heartbeat tasks create on the source meanwhile
-  are added without listing the source again (`source_topics_created`). A new offset-syncs
-  topic (nothing to load) is assigned to its consumer at the first step, after
-  the first copy.
+  are added without listing the source again (`source_topics_created`). A new
+  offset-syncs topic (nothing to load) is assigned to its consumer at the first
+  step, after the first copy.
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -893,6 +894,7 @@ class FlowEngine:
             self.flow.transaction_boundary,
             records=self._txn_records,
             polled=polled,
+            poll_limit=self.source.max_poll_records,
             drained=len(self.at_end) >= len(self.assigned),
             last_commit_ms=self._last_commit_ms,
             now_ms=self.clock(),

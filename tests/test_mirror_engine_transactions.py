@@ -218,13 +218,15 @@ def records(txn: list[tuple[str, dict[str, Any]]]) -> list[bytes]:
 
 def test_the_commit_rule() -> None:
     due = transaction_commit_due
-    kw = {"last_commit_ms": 0, "interval_ms": 100}
+    kw = {"last_commit_ms": 0, "interval_ms": 100, "poll_limit": 50}
     poll, interval = TransactionBoundary.POLL, TransactionBoundary.INTERVAL
     assert not due(poll, records=0, polled=0, drained=True, now_ms=0, **kw)
     assert due(poll, records=5, polled=5, drained=False, now_ms=0, **kw)
     assert not due(interval, records=5, polled=5, drained=False, now_ms=99, **kw)
     assert due(interval, records=5, polled=5, drained=False, now_ms=100, **kw)
     assert due(interval, records=5, polled=0, drained=False, now_ms=0, **kw)
+    assert due(interval, records=90, polled=4, drained=False, now_ms=0, **kw)  # no backlog
+    assert not due(interval, records=90, polled=5, drained=False, now_ms=0, **kw)
     assert due(interval, records=5, polled=5, drained=True, now_ms=0, **kw)
 
 

@@ -14,10 +14,11 @@ MirrorSourceTask.initializeConsumer/loadOffsets, MirrorUtils.wrapPartition):
   `transaction.boundary.interval.ms` has passed since the last commit (or the
   task's start; default: the worker's `offset.flush.interval.ms`), as Connect's
   interval boundary does, and
-  also as soon as a poll finds the source drained (it brought no record, or
-  every partition is at its end after it), so that a flow that keeps up holds
-  no record back. (A poll of fewer than max.poll.records is no such sign: a
-  consumer whose copy outruns its fetches returns short polls under a backlog.)
+  also as soon as a poll finds no backlog: it brought less than a tenth of
+  max.poll.records (none at all included), or every partition is at its end
+  after it. A flow that keeps up with its source then holds no record back.
+  (Any short poll would be no such sign: a copy that outruns its fetches gets
+  polls of a few hundred records under a backlog, and would commit each.)
   Either way the offsets committed are those of the records in the same
   transaction. `connector` is not offered: MirrorSourceConnector does not
   define boundaries (`transaction_commit_due`).
@@ -94,21 +95,23 @@ def transaction_commit_due(
     *,
     records: int,
     polled: int,
+    poll_limit: int,
     drained: bool,
     last_commit_ms: int,
     now_ms: int,
     interval_ms: int,
 ) -> bool:
     """After a poll: whether the open transaction (`records` records so far) commits
-    now. `polled`: records this poll brought; `drained`: every source partition is at
-    its end after it; `last_commit_ms`: when the task last committed (or started).
+    now. `polled`: records this poll brought, of at most `poll_limit`
+    (max.poll.records); `drained`: every source partition is at its end after it;
+    `last_commit_ms`: when the task last committed (or started).
     Nothing to commit, nothing due."""
     if records <= 0:
         return False
     if boundary is TransactionBoundary.POLL:
         return True
     return (
-        polled == 0
+        polled * 10 < poll_limit
         or drained
         or now_ms - last_commit_ms >= interval_ms
         or records >= MAX_RECORDS_PER_TRANSACTION // 2
