@@ -64,7 +64,8 @@ __all__ = [
     "transactional_id",
 ]
 
-# A poll batch bigger than this is a shell bug (Connect's consumer returns max.poll.records).
+# A transaction bigger than this is a shell bug (a poll returns at most max.poll.records;
+# the interval boundary commits at half of this).
 MAX_RECORDS_PER_TRANSACTION = 1_000_000
 
 
