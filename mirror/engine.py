@@ -8,10 +8,11 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
 - Copy: records are produced to the remote topic, same partition, with key,
   value, headers and timestamp; offsets are not preserved. Batches are
   pipelined: a poll batch is produced without waiting for the previous one's
-  acknowledgements. One delivery callback per partition (made once) matches
-  each report to the partition's oldest record in flight (the producer reports
-  a partition's records in produce order). Reports are handled a run per
-  partition: acknowledged records go to `OffsetSyncWriter`
+  acknowledgements. One delivery callback per partition (made once) only notes
+  each report's downstream offset; the producer reports a partition's records
+  in produce order, so reports are matched to the produced records by position,
+  a run per partition at a time (by slicing). Acknowledged runs
+  go to the metrics and to `OffsetSyncWriter`
   (`on_records_acknowledged`), whose syncs are produced to the offset-syncs
   topic (partition 0); its `tick` runs the `offset.flush.interval.ms` flush.
 - At-least-once (default): the mirror's source group
@@ -23,15 +24,27 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   delivery rewinds the partition to the failed record; reports of the records
   produced after it are ignored, and those records are copied again
   (duplicates possible, loss not).
-- Exactly-once (`<target>.exactly.once.source.support=enabled`): each poll batch
-  is one transaction on the target holding the records and the batch's source
-  offsets (`transaction_offsets`), written to `mm2-offsets.<source>.internal`
-  in Connect's format. Offset syncs are produced after the commit. An aborted
-  transaction rewinds the batch. A restart reads that topic read_committed and
-  resumes through `restart_from_committed`.
+- Exactly-once (`<target>.exactly.once.source.support=enabled`): a transaction
+  on the target holds records and their source offsets (`transaction_offsets`:
+  per partition the last upstream offset it holds), written to
+  `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
+  record polled; after each poll `transaction_commit_due` says whether it
+  commits (`transaction.boundary`: every poll, or several polls up to the
+  interval or a poll that finds no backlog). Offset syncs are produced
+  after the commit. An aborted transaction (a failed commit or delivery)
+  rewinds every partition to the first record it held there. Stopping commits
+  the open transaction. A restart reads that topic read_committed and resumes
+  through `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
   the topics it is about to be assigned first (else it waits for its next
-  metadata refresh before it resolves OFFSET_BEGINNING).
+  metadata refresh before it resolves OFFSET_BEGINNING). The first topic
+  refresh (remote topics, the source consumer's assignment) comes right after
+  the clients are made (exactly-once: after the committed offsets are read), so
+  the consumer fetches while the internal topics are set up; one listing per
+  cluster serves both. Topics the heartbeat tasks create on the source meanwhile
+  are added without listing the source again (`source_topics_created`). A new
+  offset-syncs topic (nothing to load) is assigned to its consumer at the first
+  step, after the first copy.
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -52,7 +65,6 @@ from watermark queries (some brokers answer those wrongly).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +91,7 @@ from linkd.core.mirror.exactly_once import (
     CommittedMirrorState,
     offsets_topic,
     restart_from_committed,
+    transaction_commit_due,
     transaction_offsets,
     transactional_id,
 )
@@ -122,6 +135,8 @@ MAX_DRAIN_RECORDS = 10_000_000
 DRAIN_POLL_S = 0.01
 # Bounded pumping of offset-sync completions per step.
 MAX_SYNC_PUMP_ROUNDS = 1_000
+# A route's list of records in flight is compacted once this many were handled.
+COMPACT_AFTER = 65_536
 # How long a produce waits for room when the producer's queue is full.
 QUEUE_FULL_WAIT_S = 0.05
 
@@ -146,28 +161,33 @@ def _headers(raw: list[tuple[str, Any]]) -> list[tuple[str, str | bytes | None]]
 
 class _Route:
     """One assigned source partition: where its records go, which of them are in
-    flight (upstream offsets in produce order) and the delivery reports not yet
-    handled. The producer reports a partition's records in produce order, so
-    each report belongs to the oldest record in flight."""
+    flight and the delivery reports not yet handled.
+
+    Records produced are kept by position: `inflight[head:]` are the upstream
+    offsets (and `inflight_ts` the timestamps) of the records whose reports were
+    not handled yet, in produce order. The producer reports a partition's records
+    in produce order, so the i-th report not yet handled belongs to
+    `inflight[head + i]`: a report only appends the downstream offset, and the
+    matching is done a run at a time by slicing (`take_reports`)."""
 
     __slots__ = (
         "acked_next",
         "committed_next",
         "downs",
-        "error",
-        "failed_at",
+        "failures",
+        "head",
         "inflight",
+        "inflight_ts",
         "key",
         "on_delivery",
         "partition",
         "polled_bytes",
-        "polled_stamps",
         "remote",
         "stale",
-        "stamps",
         "touched",
         "tp",
-        "ups",
+        "txn_first",
+        "txn_last",
     )
 
     def __init__(
@@ -178,43 +198,91 @@ class _Route:
         self.remote = remote
         self.key = SourceMetricKey(target_alias, remote, tp.partition)
         self.touched = touched  # the engine's list of routes with reports to handle
-        self.inflight: deque[int] = deque()
+        self.inflight: list[int] = []  # upstream offsets produced, from `head` on unhandled
+        self.inflight_ts: list[int] = []  # their timestamps
+        self.head = 0
+        self.downs: list[int] = []  # reports not handled yet: downstream offsets (-1: failed)
+        self.failures: list[tuple[int, str]] = []  # (index in `downs`, error) of failed ones
         self.stale = 0  # reports still due for records produced before a rewind
-        self.ups: list[int] = []  # acknowledged: upstream offsets,
-        self.downs: list[int] = []  # their downstream offsets
-        self.stamps: list[int] = []  # and their timestamps
-        self.failed_at = -1  # upstream offset of the first failed record, -1: none
-        self.error = ""
-        self.polled_stamps: list[int] = []  # timestamps of the records polled in this batch
-        self.polled_bytes = 0
+        self.polled_bytes = 0  # value bytes of the records polled in this batch
         self.acked_next = -1  # one past the newest acknowledged upstream offset
         self.committed_next = -1  # what was last committed on the source
+        # Exactly-once: the first and last upstream offsets in the open transaction.
+        self.txn_first = -1
+        self.txn_last = -1
         # One bound method for every record of the partition, made once.
         self.on_delivery = self.delivered
 
     def delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """The producer's delivery report of this partition's oldest record in flight."""
-        if not self.inflight:
-            return  # a report of a record that was forgotten (an aborted transaction)
-        upstream = self.inflight.popleft()
-        if self.stale:
-            self.stale -= 1
-            return
-        if not self.ups and self.failed_at < 0:
+        """The producer's delivery report of this partition's next record."""
+        downs = self.downs
+        if not downs:
             self.touched.append(self)
-        if err is not None:
-            self.failed_at, self.error = upstream, str(err)
-            self.stale = len(self.inflight)  # produced before the rewind to come
-            return
-        self.ups.append(upstream)
-        self.downs.append(int(msg.offset() or 0))
-        self.stamps.append(msg.timestamp()[1])
+        if err is None:
+            downs.append(msg.offset())  # type: ignore[arg-type]  # set once acknowledged
+        else:
+            self.failures.append((len(downs), str(err)))
+            downs.append(-1)
+
+    def busy(self) -> bool:
+        """Records produced whose reports were not handled yet."""
+        return len(self.inflight) > self.head or self.stale > 0 or bool(self.downs)
+
+    def unreported(self) -> int:
+        """Records produced whose reports have not arrived."""
+        return len(self.inflight) - self.head + self.stale - len(self.downs)
+
+    def take_reports(self) -> tuple[list[int], list[int], list[int], int, str]:
+        """The reports that arrived, matched to their records: the acknowledged run
+        (upstream offsets, downstream offsets, timestamps) and, if a record failed,
+        its upstream offset and error (else -1, ""). A failure ends the run: the
+        records produced after it are forgotten, and their reports, arrived or not,
+        are ignored (they are copied again after the rewind)."""
+        downs, self.downs = self.downs, []
+        failures = self.failures
+        if failures:
+            self.failures = []
+        skip = 0
+        if self.stale:
+            skip = min(self.stale, len(downs))
+            self.stale -= skip
+        h = self.head
+        # More reports than records: those of forgotten records (an aborted transaction).
+        n = min(len(downs) - skip, len(self.inflight) - h)
+        if n <= 0:
+            return [], [], [], -1, ""
+        failed = next(((i - skip, e) for i, e in failures if skip <= i < skip + n), None)
+        acked = n if failed is None else failed[0]
+        ups = self.inflight[h : h + acked]
+        stamps = self.inflight_ts[h : h + acked]
+        acked_downs = downs[skip : skip + acked] if skip or acked < len(downs) else downs
+        if failed is None:
+            self.head = h + n
+            if self.head == len(self.inflight):
+                self.inflight.clear()
+                self.inflight_ts.clear()
+                self.head = 0
+            elif self.head >= COMPACT_AFTER:
+                del self.inflight[: self.head]
+                del self.inflight_ts[: self.head]
+                self.head = 0
+            return ups, acked_downs, stamps, -1, ""
+        failed_at = self.inflight[h + acked]
+        produced_after = len(self.inflight) - (h + acked + 1)
+        reported_after = len(downs) - skip - acked - 1
+        self.stale += max(0, produced_after - reported_after)
+        self.inflight.clear()
+        self.inflight_ts.clear()
+        self.head = 0
+        return ups, acked_downs, stamps, failed_at, failed[1]
 
     def reset(self) -> None:
         self.inflight.clear()
+        self.inflight_ts.clear()
+        self.head = 0
         self.stale = 0
-        self.ups, self.downs, self.stamps = [], [], []
-        self.failed_at = -1
+        self.downs, self.failures = [], []
+        self.txn_first = self.txn_last = -1
 
 
 @dataclass
@@ -332,6 +400,13 @@ class FlowEngine:
         self._next_config_sync_ms = now
         self._next_acl_sync_ms = now
         self._started = False
+        # The clusters' topics as the start-up listed them (True: the source).
+        self._listings: dict[bool, dict[str, int]] = {}
+        # Exactly-once: whether a transaction is open and its records.
+        self._txn_open = False
+        self._txn_records = 0
+        self._last_commit_ms = now  # Connect's interval boundary counts from here
+        self._syncs_assigned = False  # the sync consumer is assigned at its first read
         self._source_admin: ClusterAdmin | None = None
         self._target_admin: ClusterAdmin | None = None
         self._consumer: Consumer | None = None
@@ -358,15 +433,30 @@ class FlowEngine:
         self._source_admin = ClusterAdmin(flow.source, self.source.admin(), timeout)
         self._target_admin = ClusterAdmin(flow.target, self.target.admin(), timeout)
         syncs_clients = self.source if self.syncs_on_source else self.target
-        # The clients are made first: they connect while the internal topics are set up.
+        # The clients are made first: they connect while the topics are set up.
         self._consumer = Consumer(self.source.consumer(self.group_id))
         self._sync_producer = Producer(syncs_clients.producer())
         self._checkpoint_producer = Producer(self.target.producer())
         self._sync_consumer = Consumer(syncs_clients.consumer(self.group_id + "-syncs"))
-        if not self.exactly_once:
+        if self.exactly_once:
+            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
+            self._producer = Producer(self.target.producer(txn_id))
+        else:
             self._producer = Producer(self.target.producer())
-        # One listing per cluster; a topic created here is empty, so it is not read.
-        listings: dict[bool, set[str]] = {}
+        # One listing per cluster, for the first topic refresh and the internal topics;
+        # an internal topic created here is empty, so it is not read.
+        listings = self._listings
+        if self.exactly_once and not self._ensure_internal_topic(
+            False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
+        ):
+            # Where to resume: read before the source consumer is assigned.
+            self.committed_source_offsets = self._load_committed_source_offsets()
+        # The remote topics and the assignment next: the source consumer fetches while
+        # the rest is set up.
+        for on_source in (True, False):
+            if on_source not in listings:
+                listings[on_source] = self._admin(on_source).topic_partitions()
+        self.refresh_topics(listings[True], listings[False])
         new_syncs = self._ensure_internal_topic(
             self.syncs_on_source,
             self.syncs_topic,
@@ -377,27 +467,36 @@ class FlowEngine:
             False, flow.checkpoints_topic(), flow.checkpoints_topic_replication_factor, listings
         )
         if self.exactly_once:
-            if not self._ensure_internal_topic(
-                False, self.offsets_topic, flow.offset_syncs_topic_replication_factor, listings
-            ):
-                self.committed_source_offsets = self._load_committed_source_offsets()
-            txn_id = transactional_id(f"{flow.source}-mm2", SOURCE_CONNECTOR_NAME, 0)
-            self._producer = Producer(self.target.producer(txn_id))
             self._producer.init_transactions(FLUSH_TIMEOUT_S)
+            self._last_commit_ms = self.clock()
         if not new_checkpoints:
             self._load_checkpoints()
-        know_topics(self._sync_consumer, [self.syncs_topic])
-        self._sync_consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
         # The initial load: the store translates only once the topic was read to the end
-        # it had when the task started (OffsetSyncStore.readToEnd); a new topic is at it.
+        # it had when the task started (OffsetSyncStore.readToEnd), before any sync of
+        # this run; a new topic is at it, and its consumer is assigned at its first read
+        # (the first step, after the first copy).
         if new_syncs:
             self.store.mark_read_to_end()
         else:
             self.read_offset_syncs(to_end=True)
         self._started = True
-        self.refresh_topics()
+
+    def source_topics_created(self, topics: Mapping[str, int]) -> None:
+        """Topics (name -> partitions) created on the source since the start-up listed
+        it (the heartbeat tasks' `heartbeats`): refreshed now, so that they are mirrored
+        from the first copy on, without listing the source again."""
+        source = self._listings.setdefault(True, {})
+        new = {name: n for name, n in topics.items() if name not in source}
+        if not new:
+            return
+        source.update(new)
+        self.refresh_topics(source)  # the target is listed again: it has remote topics now
 
     def close(self) -> None:
+        if self._producer is not None and self._txn_open:
+            # Connect commits the task's last transaction when it stops.
+            txn_producer = self._producer
+            self._guarded("final transaction", lambda: self._commit_transaction(txn_producer))
         if self._producer is not None and self._consumer is not None and not self.exactly_once:
             # What was acknowledged by now is committed before the flow stops.
             self._producer.flush(FLUSH_TIMEOUT_S)
@@ -419,13 +518,13 @@ class FlowEngine:
         on_source: bool,
         name: str,
         replication_factor: int,
-        listings: dict[bool, set[str]],
+        listings: dict[bool, dict[str, int]],
     ) -> bool:
         """Create `name` unless the cluster's listing (fetched once into `listings`)
         holds it; True when this call created it (so it holds no record yet)."""
         admin = self._admin(on_source)
         if on_source not in listings:
-            listings[on_source] = set(admin.topic_partitions())
+            listings[on_source] = admin.topic_partitions()
         if name in listings[on_source]:
             return False
         created = create_internal_topic(
@@ -435,7 +534,7 @@ class FlowEngine:
             notices=self.notices,
             report=lambda message: self.report(f"{self.name}: {message}"),
         )
-        listings[on_source].add(name)
+        listings[on_source][name] = 1
         if created:
             self.stats.topics_created += 1
         return created
@@ -500,13 +599,23 @@ class FlowEngine:
             target_alias=self.flow.target,
         )
 
-    def refresh_topics(self) -> None:
+    def refresh_topics(
+        self,
+        source_listing: Mapping[str, int] | None = None,
+        target_listing: Mapping[str, int] | None = None,
+    ) -> None:
+        """`*_listing`: a cluster's topics as just listed (the start-up's), else listed now."""
         flow = self.flow
-        source_topics = self._admin(True).topic_partitions()
-        target_admin = self._admin(False)
+        source_admin, target_admin = self._admin(True), self._admin(False)
+        source_topics = dict(
+            source_admin.topic_partitions() if source_listing is None else source_listing
+        )
+        target_topics = (
+            target_admin.topic_partitions() if target_listing is None else target_listing
+        )
         plan = plan_remote_topics(
             source_topics,
-            target_admin.topic_partitions(),
+            dict(target_topics),
             source_alias=flow.source,
             target_alias=flow.target,
             policy=flow.policy,
@@ -580,12 +689,13 @@ class FlowEngine:
         """Every assigned partition read to its end and every copied record reported."""
         return (
             set(self.assigned) <= self.at_end
+            and not self._txn_open
             and not self._touched
-            and not any(route.inflight for route in self._routes.values())
+            and not any(route.busy() for route in self._routes.values())
         )
 
     def _in_flight(self) -> int:
-        return sum(len(route.inflight) for route in self._routes.values())
+        return sum(route.unreported() for route in self._routes.values())
 
     def copy_batch(self) -> int:
         """Handle the delivery reports that arrived, poll one batch from the source and
@@ -615,18 +725,29 @@ class FlowEngine:
         more = self.source.max_poll_records - 1
         return [first, *consumer.consume(more, 0)] if more else [first]
 
-    def _produce(self, producer: Producer, msgs: list[Message]) -> int:
+    def _produce(
+        self, producer: Producer, msgs: list[Message], *, in_transaction: bool = False
+    ) -> int:
         """Produce the records of `msgs` to their remote topics (same partition, key,
         value, headers, timestamp); end-of-partition events update `at_end`. Each
-        partition's upstream offsets are queued on its route, in produce order."""
+        partition's upstream offsets are queued on its route, in produce order; in a
+        transaction, its routes note the first and last upstream offset it holds."""
         routes = self._routes
         produce = producer.produce
         at_end = self.at_end
         now = self.clock()
-        polled: list[_Route] = []
+        polled: dict[_Route, int] = {}  # route -> index of its first record of this poll
         last_key: Any = None  # (topic, partition) of the previous record
         route: _Route | None = None
         produced = 0
+        offset: Any = -1
+        nbytes = 0  # value bytes of the current run
+        # The current run's route, as locals: they are used for every record.
+        remote: Any = None
+        partition = 0
+        on_delivery: Any = None
+        append_up: Any = None
+        append_ts: Any = None
         for msg in msgs:
             err = msg.error()
             if err is not None:
@@ -638,42 +759,53 @@ class FlowEngine:
                 last_key = None  # a record after this event clears `at_end` again
                 continue
             key: Any = (msg.topic(), msg.partition())
-            if key != last_key or route is None:
+            if key != last_key:
+                if route is not None:
+                    route.polled_bytes += nbytes
+                    nbytes = 0
+                    if in_transaction and produced:
+                        route.txn_last = offset  # the previous record's
                 route = routes[key]
                 last_key = key
+                if in_transaction and route.txn_first < 0:
+                    route.txn_first = int(msg.offset() or 0)
                 at_end.discard(route.tp)
-                if not route.polled_stamps:
-                    polled.append(route)
+                if route not in polled:
+                    polled[route] = len(route.inflight)
+                remote, partition, on_delivery = route.remote, route.partition, route.on_delivery
+                append_up, append_ts = route.inflight.append, route.inflight_ts.append
             ts_type, ts = msg.timestamp()
             if ts_type == TIMESTAMP_NOT_AVAILABLE:
                 ts = now
             value = msg.value()
             raw: Any = msg.headers()
-            headers = None if raw is None else _headers(raw)
-            while True:
-                try:
-                    produce(
-                        route.remote,
-                        value=value,
-                        key=msg.key(),
-                        partition=route.partition,
-                        timestamp=ts,
-                        headers=headers,
-                        on_delivery=route.on_delivery,
-                    )
-                    break
-                except BufferError:
-                    # The producer's queue is full: serve reports until there is room.
+            # Positional: (topic, value, key, partition, callback, on_delivery, timestamp,
+            # headers); keywords cost confluent-kafka more than the rest of the call.
+            try:
+                produce(remote, value, msg.key(), partition, on_delivery, None, ts,
+                        None if raw is None else _headers(raw))
+            except BufferError:
+                # The producer's queue is full: serve reports until there is room.
+                while True:
                     producer.poll(QUEUE_FULL_WAIT_S)
-            offset: Any = msg.offset()
-            route.inflight.append(offset)
-            route.polled_stamps.append(ts)
+                    try:
+                        produce(remote, value, msg.key(), partition, on_delivery, None, ts,
+                                None if raw is None else _headers(raw))
+                        break
+                    except BufferError:
+                        continue
+            offset = msg.offset()
+            append_up(offset)
+            append_ts(ts)
             if value:
-                route.polled_bytes += len(value)
+                nbytes += len(value)
             produced += 1
-        for r in polled:
-            self.metrics.records_polled(r.key, now, r.polled_stamps, r.polled_bytes)
-            r.polled_stamps = []
+        if route is not None:
+            route.polled_bytes += nbytes
+            if in_transaction and produced:
+                route.txn_last = offset
+        for r, first in polled.items():
+            self.metrics.records_polled(r.key, now, r.inflight_ts[first:], r.polled_bytes)
             r.polled_bytes = 0
         return produced
 
@@ -690,21 +822,19 @@ class FlowEngine:
         now = self.clock()
         copied = 0
         rewind: dict[TopicPartition, int] = {}
+        syncs = self.flow.emit_offset_syncs_enabled
         for route in routes:
-            ups = route.ups
+            ups, downs, stamps, failed_at, error = route.take_reports()
             if ups:
-                downs, stamps = route.downs, route.stamps
-                route.ups, route.downs, route.stamps = [], [], []
                 self.metrics.records_acknowledged(route.key, now, stamps)
-                if self.flow.emit_offset_syncs_enabled:
+                if syncs:
                     self._send_syncs(self.writer.on_records_acknowledged(route.tp, ups, downs))
                 route.acked_next = ups[-1] + 1
                 copied += len(ups)
-            if route.failed_at >= 0:
+            if failed_at >= 0:
                 self.stats.delivery_failures += 1
-                self.report(f"{self.name}: delivery to {route.remote} failed: {route.error}")
-                rewind[route.tp] = route.failed_at
-                route.failed_at = -1
+                self.report(f"{self.name}: delivery to {route.remote} failed: {error}")
+                rewind[route.tp] = failed_at
         self.stats.records_copied += copied
         if rewind:
             self._rewind(rewind)
@@ -740,45 +870,91 @@ class FlowEngine:
         return len(moved)
 
     def _copy_transactional(self, producer: Producer, msgs: list[Message]) -> int:
-        if all(msg.error() is not None for msg in msgs):
+        """Exactly-once: the poll's records go into the open transaction (begun with the
+        first of them); `transaction_commit_due` says whether it commits after this
+        poll. The records acknowledged by a commit, or 0."""
+        has_records = any(msg.error() is None for msg in msgs)
+        if not has_records and not self._txn_open:
             self._produce(producer, msgs)  # end-of-partition events only: no transaction
             return 0
-        first: dict[TopicPartition, int] = {}
         try:
-            producer.begin_transaction()
-            self._produce(producer, msgs)
-            batch = {
-                route.tp: route.inflight for route in self._routes.values() if route.inflight
-            }
-            first = {tp: offsets[0] for tp, offsets in batch.items()}
-            source_offsets = transaction_offsets(self.flow.source, batch)
+            if not self._txn_open:
+                producer.begin_transaction()
+                self._txn_open = True
+                self._txn_records = 0
+            polled = self._produce(producer, msgs, in_transaction=True)
+            self._txn_records += polled
+        except KafkaException as exc:
+            return self._abort(producer, exc)
+        if any(route.failures for route in self._touched):
+            return self._abort(
+                producer, MirrorClientError("a record of the transaction was not delivered")
+            )
+        due = transaction_commit_due(
+            self.flow.transaction_boundary,
+            records=self._txn_records,
+            polled=polled,
+            poll_limit=self.source.max_poll_records,
+            drained=len(self.at_end) >= len(self.assigned),
+            last_commit_ms=self._last_commit_ms,
+            now_ms=self.clock(),
+            interval_ms=self.flow.transaction_boundary_interval_ms,
+        )
+        return self._commit_transaction(producer) if due else 0
+
+    def _commit_transaction(self, producer: Producer) -> int:
+        """Commit the open transaction with the source offsets of its records (per
+        partition the last upstream offset it holds); on any failure abort it and
+        rewind every partition to the first record it held. The records
+        acknowledged, or 0."""
+        if not self._txn_open:
+            return 0
+        routes = [route for route in self._routes.values() if route.txn_last >= 0]
+        try:
+            source_offsets = transaction_offsets(
+                self.flow.source, {route.tp: (route.txn_last,) for route in routes}
+            )
             for so in source_offsets:
                 key, value = encode_source_offset(so)
                 producer.produce(self.offsets_topic, value=value, key=key, partition=0)
             producer.commit_transaction(FLUSH_TIMEOUT_S)
             if self._in_flight():  # reports not served by the commit's flush yet
                 producer.flush(FLUSH_TIMEOUT_S)
-            if self._in_flight() or any(route.failed_at >= 0 for route in self._touched):
+            if self._in_flight() or any(route.failures for route in self._touched):
                 raise MirrorClientError("a record of the transaction was not delivered")
         except (KafkaException, MirrorClientError) as exc:
-            self.stats.transactions_aborted += 1
-            self.report(f"{self.name}: transaction aborted, batch rewound: {exc}")
-            fatal = isinstance(exc, KafkaException) and exc.args and exc.args[0].fatal()
-            if fatal:
-                raise
-            try:
-                producer.abort_transaction(FLUSH_TIMEOUT_S)
-                producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports
-            except KafkaException as abort_exc:
-                self.report(f"{self.name}: abort failed: {abort_exc}")
-            self._forget_reports()
-            self._rewind(first)
-            return 0
+            return self._abort(producer, exc)
+        self._txn_open = False
+        self._last_commit_ms = self.clock()
         self.stats.transactions_committed += 1
+        for route in routes:
+            route.txn_first = route.txn_last = -1
         for so in source_offsets:
             self.committed_source_offsets[so.source_partition] = so.offset
         # Offset syncs only name committed records: they go out after the commit.
         return self._handle_reports()
+
+    def _abort(self, producer: Producer, exc: KafkaException | MirrorClientError) -> int:
+        """Abort the open transaction and rewind each partition to the first record it
+        held there: nothing of it is visible, all of it is copied again."""
+        self.stats.transactions_aborted += 1
+        self.report(f"{self.name}: transaction aborted, batch rewound: {exc}")
+        fatal = isinstance(exc, KafkaException) and exc.args and exc.args[0].fatal()
+        if fatal:
+            raise exc
+        first = {
+            route.tp: route.txn_first for route in self._routes.values() if route.txn_first >= 0
+        }
+        try:
+            producer.abort_transaction(FLUSH_TIMEOUT_S)
+            producer.flush(FLUSH_TIMEOUT_S)  # the purged records' reports
+        except KafkaException as abort_exc:
+            self.report(f"{self.name}: abort failed: {abort_exc}")
+        self._txn_open = False
+        self._last_commit_ms = self.clock()
+        self._forget_reports()
+        self._rewind(first)
+        return 0
 
     def _forget_reports(self) -> None:
         """After an abort: nothing of the batch is in flight or acknowledged."""
@@ -829,6 +1005,10 @@ class FlowEngine:
     def read_offset_syncs(self, *, to_end: bool = False) -> None:
         consumer = self._require(self._sync_consumer)
         tp0 = TopicPartition(self.syncs_topic, 0)
+        if not self._syncs_assigned:
+            know_topics(consumer, [self.syncs_topic])
+            consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
+            self._syncs_assigned = True
 
         def handle(msg: Message) -> None:
             try:
@@ -1013,6 +1193,8 @@ class FlowEngine:
         deadline = time.monotonic() + timeout_s
         while not self.caught_up() and time.monotonic() < deadline:
             self.copy_batch()
+        if self._txn_open:  # the deadline passed with records in a transaction
+            self._commit_transaction(self._require(self._producer))
         self._require(self._producer).flush(FLUSH_TIMEOUT_S)
         self._handle_reports()
         done = self.caught_up()
@@ -1051,13 +1233,14 @@ class HeartbeatTask:
             flow.source, flow.target, flow.emit_heartbeats_interval_ms, clock()
         )
         self.beats = 0
+        self.created = False  # whether start() created the heartbeats topic
         self._producer: Producer | None = None
 
     def start(self) -> None:
         admin = ClusterAdmin(self.flow.target, self.target.admin(), self.flow.admin_timeout_ms)
         topic = self.flow.heartbeats_topic()
         if topic not in admin.topic_partitions():
-            create_internal_topic(
+            self.created = create_internal_topic(
                 admin,
                 topic,
                 self.flow.heartbeats_topic_replication_factor,

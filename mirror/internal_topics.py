@@ -17,6 +17,7 @@ Rules:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from mirror.admin_ops import ClusterAdmin, CompactionRefused, MirrorClientError
@@ -35,11 +36,13 @@ class CompactionNotices:
     def __init__(self, report: Callable[[str], None]) -> None:
         self.report = report
         self.told: set[str] = set()
+        self._lock = threading.Lock()  # heartbeat tasks start beside the flows
 
     def refused(self, alias: str) -> None:
-        if alias in self.told:
-            return
-        self.told.add(alias)
+        with self._lock:
+            if alias in self.told:
+                return
+            self.told.add(alias)
         self.report(
             f"cluster {alias} does not support compacted topics: MirrorMaker 2's internal "
             f"topics on {alias} use its default cleanup policy and retention instead of "

@@ -3,6 +3,10 @@
 Rules:
 - One FlowEngine per enabled flow; one HeartbeatTask per pair with heartbeats
   enabled, whether or not the pair replicates (as MM2's clusterPairs).
+- Start: the heartbeat tasks start in a thread beside the flows' set-up (internal
+  topics, clients); a `heartbeats` topic they create on a flow's source is then
+  added to that flow, so it is mirrored in the same run. Both are done before
+  copying.
 - Continuous mode: one loop steps every task until the stop event is set or the
   deadline passes; every `metrics_interval_s` the metrics are reported. A task's
   failing call is reported and retried on its next interval.
@@ -86,12 +90,37 @@ class MirrorRunner:
         self._started: list[FlowEngine | HeartbeatTask] = []
 
     def start(self) -> None:
-        for hb in self.heartbeats:
-            hb.start()
-            self._started.append(hb)
-        for engine in self.engines:
-            engine.start()
-            self._started.append(engine)
+        """Heartbeat tasks start in a thread beside the flows' set-up: their set-up is
+        round trips to the targets. A `heartbeats` topic one created on a flow's source
+        is then added to that flow (to be mirrored from the first copy on). Both are
+        done when this returns."""
+        started: list[HeartbeatTask] = []
+        failed: list[BaseException] = []
+
+        def start_heartbeats() -> None:
+            try:
+                for hb in self.heartbeats:
+                    hb.start()
+                    started.append(hb)
+            except BaseException as exc:  # raised in the caller's thread below
+                failed.append(exc)
+
+        thread = threading.Thread(target=start_heartbeats, name="heartbeats-start", daemon=True)
+        thread.start()
+        try:
+            for engine in self.engines:
+                engine.start()
+                self._started.append(engine)
+        finally:
+            thread.join()
+            self._started[:0] = started  # closed last, as when they started first
+        if failed:
+            raise failed[0]
+        for hb in started:
+            if hb.created:
+                for engine in self.engines:
+                    if engine.flow.source == hb.flow.target:
+                        engine.source_topics_created({hb.flow.heartbeats_topic(): 1})
 
     def close(self) -> None:
         while self._started:

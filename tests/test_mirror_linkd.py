@@ -64,9 +64,10 @@ class Cluster:
         return set(self.admin.list_topics(timeout=WAIT_S).topics)
 
     def produce(self, topic: str, count: int, partitions: int = 1, prefix: str = "",
-                base_ts: int = BASE_TS) -> None:
+                base_ts: int = BASE_TS, start: int = 0) -> None:
+        """Records `start` .. `start + count - 1` (their number in value and `seq`)."""
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
-        for i in range(count):
+        for i in range(start, start + count):
             producer.produce(topic, key=f"k{i}".encode(), value=f"{prefix}{i}".encode(),
                              partition=i % partitions, timestamp=base_ts + i,
                              headers=[("seq", str(i).encode())])
@@ -319,21 +320,29 @@ def test_group_offset_sync__never_rewinds_and_skips_active_groups(
 # -- exactly-once: a killed mirror restarts without loss or duplicates --------------------------
 
 
+@pytest.mark.parametrize("boundary", ["poll", "interval"])
 def test_exactly_once__kill_mid_stream_then_restart__no_loss_no_duplicates(
-    clusters: dict[str, Cluster], tmp_path: Path
+    clusters: dict[str, Cluster], tmp_path: Path, boundary: str
 ) -> None:
     a, c = clusters["A"], clusters["C"]
-    total, partitions = 3000, 3
-    a.create_topic("eos-t", partitions)
-    a.produce("eos-t", total, partitions=partitions)
+    total, partitions, step = 3000, 3, 50
+    topic = f"eos-{boundary}"
+    a.create_topic(topic, partitions)
+    # A fifth first; the rest arrives while the mirror runs, so that the kill lands
+    # mid-stream however fast the copy is.
+    produced = total // 5
+    a.produce(topic, produced, partitions=partitions)
     config = write_config(tmp_path / "mm2.properties", {"A": a, "C": c}, "\n".join([
-        "topics = eos-.*",
+        f"topics = {topic}",
         "A->C.enabled = true",
         "C->A.emit.heartbeats.enabled = false",
         "A->C.emit.checkpoints.enabled = false",
         "C.exactly.once.source.support = enabled",
-        # Small transactions, so that the kill lands between and inside them.
+        # Small transactions, so that the kill lands between and inside them
+        # (interval: several polls of 20 per transaction).
         "A.consumer.max.poll.records = 20",
+        f"A->C.transaction.boundary = {boundary}",
+        "A->C.transaction.boundary.interval.ms = 30",
     ]) + "\n")
     log = (tmp_path / "mirror.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "mirror", "--config", str(config)],
@@ -342,11 +351,14 @@ def test_exactly_once__kill_mid_stream_then_restart__no_loss_no_duplicates(
         reader = c.consumer("eos-watch", **{"isolation.level": "read_committed"})
         deadline = time.monotonic() + 60
         seen = 0
-        while seen < total // 5:
+        while seen < total // 10:
             assert proc.poll() is None, (tmp_path / "mirror.log").read_text()
             assert time.monotonic() < deadline, "the mirror copied too little in time"
-            if "A.eos-t" in c.topics() and not reader.assignment():
-                reader.assign([TopicPartition("A.eos-t", p, 0) for p in range(partitions)])
+            if f"A.{topic}" in c.topics() and not reader.assignment():
+                reader.assign([TopicPartition(f"A.{topic}", p, 0) for p in range(partitions)])
+            if produced < total:
+                a.produce(topic, step, partitions=partitions, start=produced)
+                produced += step
             if reader.assignment():
                 seen += sum(1 for m in reader.consume(500, 0.2) if m.error() is None)
             else:
@@ -360,11 +372,12 @@ def test_exactly_once__kill_mid_stream_then_restart__no_loss_no_duplicates(
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=15)
         log.close()
-    partial = c.read_all("A.eos-t", partitions, read_committed=True)
+    partial = c.read_all(f"A.{topic}", partitions, read_committed=True)
     assert 0 < len(partial) < total, "the kill did not land mid-stream"
+    a.produce(topic, total - produced, partitions=partitions, start=produced)
 
     mirror_once(config)
-    final = c.read_all("A.eos-t", partitions, read_committed=True)
+    final = c.read_all(f"A.{topic}", partitions, read_committed=True)
     counts = Counter(seqs(final))
     lost = sorted(set(range(total)) - set(counts))
     duplicated = sorted(s for s, n in counts.items() if n > 1)

@@ -42,7 +42,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from linkd.core.mirror.exactly_once import ExactlyOnceRequirement, ExactlyOnceSourceSupport
+from linkd.core.mirror.exactly_once import (
+    ExactlyOnceRequirement,
+    ExactlyOnceSourceSupport,
+    TransactionBoundary,
+)
 from linkd.core.mirror.filters import (
     CONFIG_PROPERTIES_EXCLUDE_DEFAULT,
     GROUPS_EXCLUDE_DEFAULT,
@@ -243,6 +247,8 @@ _CONNECTOR_SPECS: dict[str, _Spec] = {
     "consumer.poll.timeout.ms": _Spec(_NON_NEGATIVE, "1000"),
     "admin.timeout.ms": _Spec(_NON_NEGATIVE, "60000"),
     "exactly.once.support": _Spec(_choice_parser(("requested", "required")), "requested"),
+    "transaction.boundary": _Spec(_choice_parser(("poll", "interval")), "poll"),
+    "transaction.boundary.interval.ms": _Spec(_NON_NEGATIVE, None),
     "tasks.max": _Spec(_int_parser(1), "1"),
     "add.source.alias.to.metrics": _Spec(_BOOL, "false"),
     "use.incremental.alter.configs": _Spec(
@@ -344,6 +350,9 @@ class MirrorFlow:
     tasks_max: int
     exactly_once_source_support: ExactlyOnceSourceSupport
     exactly_once_support: ExactlyOnceRequirement
+    transaction_boundary: TransactionBoundary = TransactionBoundary.POLL
+    # Connect's default for `transaction.boundary.interval.ms`: offset.flush.interval.ms.
+    transaction_boundary_interval_ms: int = 60_000
     # The connector properties after precedence, as strings (for shells and reports).
     properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -663,6 +672,10 @@ class _Parser:
         def pl(name: str) -> PatternList:
             return _typed(name, v(name), PatternList)
 
+        raw_interval = v("transaction.boundary.interval.ms")
+        txn_interval = None if raw_interval is None else _typed(
+            "transaction.boundary.interval.ms", raw_interval, int
+        )
         policy_class = s("replication.policy.class")
         policy = ReplicationPolicy(
             kind=PolicyKind.IDENTITY
@@ -711,6 +724,10 @@ class _Parser:
             tasks_max=n("tasks.max"),
             exactly_once_source_support=target_cluster.exactly_once_source_support,
             exactly_once_support=ExactlyOnceRequirement(s("exactly.once.support")),
+            transaction_boundary=TransactionBoundary(s("transaction.boundary")),
+            transaction_boundary_interval_ms=(
+                target_cluster.offset_flush_interval_ms if txn_interval is None else txn_interval
+            ),
             properties=self.connector_raw(source, target),
         )
 

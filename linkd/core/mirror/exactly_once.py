@@ -8,7 +8,20 @@ MirrorSourceTask.initializeConsumer/loadOffsets, MirrorUtils.wrapPartition):
   last upstream offset in the batch. The offsets go to the worker's offsets topic
   on the target (`mm2-offsets.<source>.internal`), so records and progress commit
   or abort together. The transactional id is `<group.id>-<connector>-<task>`.
-  The transaction boundary is one poll batch (Connect's default `poll`).
+  The transaction boundary is the connector property `transaction.boundary`:
+  `poll` (Connect's default) commits after every poll batch; `interval` keeps one
+  transaction open over several polls and commits once
+  `transaction.boundary.interval.ms` has passed since the last commit (or the
+  task's start; default: the worker's `offset.flush.interval.ms`), as Connect's
+  interval boundary does, and
+  also as soon as a poll finds no backlog: it brought less than a tenth of
+  max.poll.records (none at all included), or every partition is at its end
+  after it. A flow that keeps up with its source then holds no record back.
+  (Any short poll would be no such sign: a copy that outruns its fetches gets
+  polls of a few hundred records under a backlog, and would commit each.)
+  Either way the offsets committed are those of the records in the same
+  transaction. `connector` is not offered: MirrorSourceConnector does not
+  define boundaries (`transaction_commit_due`).
 - Offset syncs are produced outside the transaction, after it committed (Connect
   calls commitRecord only then), so a sync never names an aborted record.
 - Restart: for each assigned source partition, read the committed source offset
@@ -41,15 +54,18 @@ __all__ = [
     "RestartPlan",
     "ResumePosition",
     "SourceOffset",
+    "TransactionBoundary",
     "apply_transaction_outcome",
     "offsets_topic",
     "restart_from_committed",
+    "transaction_commit_due",
     "transaction_for_batch",
     "transaction_offsets",
     "transactional_id",
 ]
 
-# A poll batch bigger than this is a shell bug (Connect's consumer returns max.poll.records).
+# A transaction bigger than this is a shell bug (a poll returns at most max.poll.records;
+# the interval boundary commits at half of this).
 MAX_RECORDS_PER_TRANSACTION = 1_000_000
 
 
@@ -66,6 +82,41 @@ class ExactlyOnceRequirement(enum.Enum):
 
     REQUESTED = "requested"
     REQUIRED = "required"
+
+
+class TransactionBoundary(enum.Enum):
+    """Connector property `transaction.boundary` (KIP-618) as MM2 can use it."""
+
+    POLL = "poll"
+    INTERVAL = "interval"
+
+
+def transaction_commit_due(
+    boundary: TransactionBoundary,
+    *,
+    records: int,
+    polled: int,
+    poll_limit: int,
+    drained: bool,
+    last_commit_ms: int,
+    now_ms: int,
+    interval_ms: int,
+) -> bool:
+    """After a poll: whether the open transaction (`records` records so far) commits
+    now. `polled`: records this poll brought, of at most `poll_limit`
+    (max.poll.records); `drained`: every source partition is at its end after it;
+    `last_commit_ms`: when the task last committed (or started).
+    Nothing to commit, nothing due."""
+    if records <= 0:
+        return False
+    if boundary is TransactionBoundary.POLL:
+        return True
+    return (
+        polled * 10 < poll_limit
+        or drained
+        or now_ms - last_commit_ms >= interval_ms
+        or records >= MAX_RECORDS_PER_TRANSACTION // 2
+    )
 
 
 def transactional_id(group_id: str, connector_name: str, task: int) -> str:

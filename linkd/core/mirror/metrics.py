@@ -35,6 +35,7 @@ SOURCE_GROUP = "MirrorSourceConnector"
 CHECKPOINT_GROUP = "MirrorCheckpointConnector"
 # One accumulator tracks at most this many keys; more means a shell leak.
 MAX_METRIC_KEYS = 1_000_000
+_EXACT = 2**53  # integers below this add exactly as floats
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -84,6 +85,32 @@ class Stat:
                 hi = value
             last = value
         return Stat(count, total, lo, hi, last)
+
+    def record_ages(self, now_ms: int, timestamps_ms: Sequence[int]) -> Stat:
+        """`record_many(now_ms - ts for ts in timestamps_ms)`, computed with the C
+        builtins (sum, min, max) when that gives the same floats: integer values and a
+        total that stays an exact integer (below 2**53)."""
+        n = len(timestamps_ms)
+        if not n:
+            return self
+        total_ts = sum(timestamps_ms)
+        lo, hi = now_ms - max(timestamps_ms), now_ms - min(timestamps_ms)
+        # Each running total of the value-by-value sum is at most this: exact below 2**53.
+        bound = abs(self.total) + n * max(abs(lo), abs(hi))
+        if not (
+            isinstance(total_ts, int)
+            and isinstance(now_ms, int)
+            and self.total.is_integer()
+            and bound < _EXACT
+        ):
+            return self.record_many(now_ms - ts for ts in timestamps_ms)
+        return Stat(
+            self.count + n,
+            self.total + (now_ms * n - total_ts),
+            lo if lo < self.minimum else self.minimum,
+            hi if hi > self.maximum else self.maximum,
+            now_ms - timestamps_ms[-1],
+        )
 
     def report(self, name: str) -> dict[str, float]:
         if self.count == 0:
@@ -157,7 +184,7 @@ class MirrorMetrics:
         if not record_timestamps_ms:
             return
         entry = self._source_entry(key)
-        entry.record_age = entry.record_age.record_many(now_ms - ts for ts in record_timestamps_ms)
+        entry.record_age = entry.record_age.record_ages(now_ms, record_timestamps_ms)
         entry.byte_count += value_bytes
         if entry.first_bytes_ms is None:
             entry.first_bytes_ms = now_ms
@@ -172,8 +199,8 @@ class MirrorMetrics:
         entry.record_count += len(record_timestamps_ms)
         if entry.first_ack_ms is None:
             entry.first_ack_ms = now_ms
-        entry.replication_latency = entry.replication_latency.record_many(
-            now_ms - ts for ts in record_timestamps_ms
+        entry.replication_latency = entry.replication_latency.record_ages(
+            now_ms, record_timestamps_ms
         )
 
     def checkpoint_acknowledged(
