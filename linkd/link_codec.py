@@ -9,10 +9,11 @@ procedures) send and receive through it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from google.rpc import status_pb2
 from grpc import aio
 
@@ -332,36 +333,49 @@ def partition_fetches_of(
 def fetch_answer_pb(
     answer: rounds.FetchAnswer, out: replication_pb2.ReplicaFetchResponse | None = None
 ) -> replication_pb2.ReplicaFetchResponse:
-    """The answer as a message; built into `out` when given (a push's `data`:
-    the records are copied into the message once, never message to message)."""
+    """The answer as a message; built into `out` when given. The data path
+    does not build it (`fetch_answer_bytes`: the records are written beside
+    the message's other fields, not copied into it)."""
     if out is None:
         out = replication_pb2.ReplicaFetchResponse()
+    _answer_head(answer, out)
+    for p in answer.partitions:
+        _partition_pb(p, out.partitions.add()).records = p.records
+    return out
+
+
+def _answer_head(
+    answer: rounds.FetchAnswer, out: replication_pb2.ReplicaFetchResponse
+) -> replication_pb2.ReplicaFetchResponse:
     out.sync_state = answer.sync_state
     out.fetch_session_id = answer.fetch_session_id
     out.fetch_session_refused = answer.fetch_session_refused
-    for p in answer.partitions:
-        entry = out.partitions.add(
-            topic=p.source_topic, partition=p.partition, diverging_end_offset=-1
-        )
-        if p.continues_from is not None:
-            entry.continues_from = p.continues_from
-        entry.held = p.held
-        if p.error is not None:
-            entry.error.CopyFrom(error_pb(p.error))
-            continue
-        entry.log_end_offset = p.log_end_offset
-        entry.leader_epoch = p.leader_epoch
-        entry.log_start_offset = p.log_start_offset
-        entry.high_watermark = p.high_watermark
-        entry.diverging_end_offset = p.diverging_end_offset
-        if p.diverging_end_offset >= 0:
-            entry.diverging_epoch = p.diverging_epoch
-        entry.records = p.records
-        entry.marks_wanted = p.marks_wanted
-        if p.marks_from >= 0:
-            entry.marks_from, entry.marks_to = p.marks_from, p.marks_to
-        entry.log_start_cause = p.log_start_cause
     return out
+
+
+def _partition_pb(
+    p: rounds.FetchedPartition, entry: replication_pb2.ReplicaFetchedPartition
+) -> replication_pb2.ReplicaFetchedPartition:
+    """One partition of an answer, all but its records."""
+    entry.topic, entry.partition, entry.diverging_end_offset = p.source_topic, p.partition, -1
+    if p.continues_from is not None:
+        entry.continues_from = p.continues_from
+    entry.held = p.held
+    if p.error is not None:
+        entry.error.CopyFrom(error_pb(p.error))
+        return entry
+    entry.log_end_offset = p.log_end_offset
+    entry.leader_epoch = p.leader_epoch
+    entry.log_start_offset = p.log_start_offset
+    entry.high_watermark = p.high_watermark
+    entry.diverging_end_offset = p.diverging_end_offset
+    if p.diverging_end_offset >= 0:
+        entry.diverging_epoch = p.diverging_epoch
+    entry.marks_wanted = p.marks_wanted
+    if p.marks_from >= 0:
+        entry.marks_from, entry.marks_to = p.marks_from, p.marks_to
+    entry.log_start_cause = p.log_start_cause
+    return entry
 
 
 def fetch_answer_of(reply: replication_pb2.ReplicaFetchResponse) -> rounds.FetchAnswer:
@@ -384,8 +398,12 @@ def fetch_session_of(request: replication_pb2.ReplicaFetchRequest) -> rounds.Fet
     )
 
 
-def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPartition:
-    records = p.records  # each read of a bytes field is a fresh copy: read once
+def _fetched_of(
+    p: replication_pb2.ReplicaFetchedPartition, records: bytes | None = None
+) -> rounds.FetchedPartition:
+    """`records`: read beside the message (`fetch_answer_of_bytes`), else its field's."""
+    if records is None:
+        records = p.records  # each read of a bytes field is a fresh copy: read once
     return rounds.FetchedPartition(
         p.topic,
         p.partition,
@@ -411,18 +429,31 @@ def _fetched_of(p: replication_pb2.ReplicaFetchedPartition) -> rounds.FetchedPar
 
 
 def push_pb(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
+    """The push as a message (the data path sends `push_bytes` instead)."""
+    out = _push_head(push)
+    if push.data is not None:
+        fetch_answer_pb(push.data, out.data)
+    return out
+
+
+def _push_head(push: rounds.Push) -> replication_pb2.ReplicaPushRequest:
+    """The push without its data."""
     out = replication_pb2.ReplicaPushRequest(link_id=push.link_id)
     out.namespaces.extend(namespace_pb(ns) for ns in push.namespaces)
     out.group_offsets.extend(group_offsets_pb(list(push.group_offsets)))
-    if push.data is not None:
-        fetch_answer_pb(push.data, out.data)
     out.request_sent_ms = push.request_sent_ms or 0
     if push.source_hw_at_ms is not None:
         out.source_hw_at_ms = push.source_hw_at_ms
     return out
 
 
-def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
+def push_of(
+    request: replication_pb2.ReplicaPushRequest, data: rounds.FetchAnswer | None = None
+) -> rounds.Push:
+    """The push a message says; `data`: its data read beside the message
+    (`push_of_bytes`), else the message's own."""
+    if data is None and request.HasField("data"):
+        data = fetch_answer_of(request.data)
     return rounds.Push(
         request.link_id,
         tuple(
@@ -430,10 +461,169 @@ def push_of(request: replication_pb2.ReplicaPushRequest) -> rounds.Push:
             for n in request.namespaces
         ),
         tuple(group_offsets_of(request.group_offsets)),
-        fetch_answer_of(request.data) if request.HasField("data") else None,
+        data,
         request.request_sent_ms or None,
         request.source_hw_at_ms if request.HasField("source_hw_at_ms") else None,
     )
+
+
+# -- records as bytes: pushes and fetch answers on the data path ------------------------------
+#
+# A push or a fetch answer is sent as the protobuf encoding of its message,
+# written by hand around the records so that they are never copied into a
+# message nor out of one: each partition's metadata is encoded as a small
+# message, and its `records` field (8) is written after it as a tag, a
+# length and the batches as they are. Any protobuf parser reads the result
+# as the same message (fields may come in any order), so a daemon that
+# builds the message whole reads and writes the same wire form. The
+# receiver walks the fields of the outer messages, takes each partition's
+# records as a slice of the bytes received, and decodes the rest (a few
+# dozen bytes a partition) with protobuf.
+
+_LEN = 2  # the wire type of a length-delimited field
+_PUSH_DATA = replication_pb2.ReplicaPushRequest.DESCRIPTOR.fields_by_name["data"].number
+_PARTITIONS = replication_pb2.ReplicaFetchResponse.DESCRIPTOR.fields_by_name["partitions"].number
+_RECORDS = replication_pb2.ReplicaFetchedPartition.DESCRIPTOR.fields_by_name["records"].number
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _len_tag(field: int, length: int) -> bytes:
+    """A length-delimited field's tag and length."""
+    return _varint(field << 3 | _LEN) + _varint(length)
+
+
+def _answer_pieces(answer: rounds.FetchAnswer) -> list[bytes]:
+    """The encoding of `answer` as ReplicaFetchResponse, in pieces whose
+    concatenation is the message: the records are pieces of their own."""
+    head = replication_pb2.ReplicaFetchResponse()
+    pieces = [_answer_head(answer, head).SerializeToString(deterministic=True)]
+    entry = replication_pb2.ReplicaFetchedPartition()
+    for p in answer.partitions:
+        entry.Clear()
+        meta = _partition_pb(p, entry).SerializeToString(deterministic=True)
+        records = p.records
+        if records:
+            tag = _len_tag(_RECORDS, len(records))
+            pieces += [_len_tag(_PARTITIONS, len(meta) + len(tag) + len(records)), meta, tag,
+                       records]  # fmt: skip
+        else:
+            pieces += [_len_tag(_PARTITIONS, len(meta)), meta]
+    return pieces
+
+
+def fetch_answer_bytes(answer: rounds.FetchAnswer) -> bytes:
+    """`answer` encoded as ReplicaFetchResponse, its records copied once."""
+    return b"".join(_answer_pieces(answer))
+
+
+def push_bytes(push: rounds.Push) -> bytes:
+    """`push` encoded as ReplicaPushRequest, its records copied once."""
+    head = _push_head(push).SerializeToString(deterministic=True)
+    if push.data is None:
+        return head
+    pieces = _answer_pieces(push.data)
+    return b"".join([head, _len_tag(_PUSH_DATA, sum(map(len, pieces))), *pieces])
+
+
+def _read_varint(view: memoryview, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise DecodeError("truncated or overlong varint")
+        byte = view[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(view: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, where its tag starts, where its value starts,
+    where it ends) of each field of the message in view[start:end]."""
+    at = start
+    while at < end:
+        tag_at = at
+        tag, at = _read_varint(view, at, end)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, stop = _read_varint(view, at, end)
+        elif wire == 1:
+            stop = at + 8
+        elif wire == _LEN:
+            length, at = _read_varint(view, at, end)
+            stop = at + length
+        elif wire == 5:
+            stop = at + 4
+        else:
+            raise DecodeError(f"field {field}: wire type {wire} is not read here")
+        if field == 0 or stop > end:
+            raise DecodeError(f"field {field} runs past the end of its message")
+        yield field, wire, tag_at, at, stop
+        at = stop
+
+
+def _fetched_of_view(view: memoryview, start: int, end: int) -> rounds.FetchedPartition:
+    rest: list[memoryview] = []
+    records: memoryview | None = None
+    for field, wire, tag_at, at, stop in _fields(view, start, end):
+        if field == _RECORDS and wire == _LEN:
+            records = view[at:stop]  # the last one counts, as protobuf's
+        else:
+            rest.append(view[tag_at:stop])
+    entry = replication_pb2.ReplicaFetchedPartition.FromString(b"".join(rest))
+    # One copy of each partition's records, from the bytes received.
+    return _fetched_of(entry, b"" if records is None else bytes(records))
+
+
+def _answer_of_view(view: memoryview, spans: list[tuple[int, int]]) -> rounds.FetchAnswer:
+    """The answer encoded in view[start:end] for each span (a message field
+    given more than once is merged, as protobuf does)."""
+    rest: list[memoryview] = []
+    partitions: list[rounds.FetchedPartition] = []
+    for start, end in spans:
+        for field, wire, tag_at, at, stop in _fields(view, start, end):
+            if field == _PARTITIONS and wire == _LEN:
+                partitions.append(_fetched_of_view(view, at, stop))
+            else:
+                rest.append(view[tag_at:stop])
+    head = replication_pb2.ReplicaFetchResponse.FromString(b"".join(rest))
+    return rounds.FetchAnswer(
+        partitions,
+        sync_state=head.sync_state,
+        fetch_session_id=head.fetch_session_id,
+        fetch_session_refused=head.fetch_session_refused,
+    )
+
+
+def fetch_answer_of_bytes(body: bytes) -> rounds.FetchAnswer:
+    """The answer a ReplicaFetchResponse encoding says (however it was
+    written), its records sliced from `body`. Raises DecodeError."""
+    view = memoryview(body)
+    return _answer_of_view(view, [(0, len(view))])
+
+
+def push_of_bytes(body: bytes) -> tuple[replication_pb2.ReplicaPushRequest, rounds.Push]:
+    """The push a ReplicaPushRequest encoding says (however it was written):
+    the message without its data, and the push. Raises DecodeError."""
+    view = memoryview(body)
+    rest: list[memoryview] = []
+    data: list[tuple[int, int]] = []
+    for field, wire, tag_at, at, stop in _fields(view, 0, len(view)):
+        if field == _PUSH_DATA and wire == _LEN:
+            data.append((at, stop))
+        else:
+            rest.append(view[tag_at:stop])
+    request = replication_pb2.ReplicaPushRequest.FromString(b"".join(rest))
+    return request, push_of(request, _answer_of_view(view, data) if data else None)
 
 
 def fetch_request_of(
@@ -557,13 +747,32 @@ def call_pb(call: LinkCall) -> tuple[str, Message]:
     if isinstance(call, ReplicaFetch):
         return "ReplicaFetch", fetch_request_pb(call.request, call.max_wait_ms, call.max_bytes)
     if isinstance(call, ReplicaPush):
-        # The records go into the message once (built in place, encoded once).
         return "ReplicaPush", push_pb(call.push)
     raise TypeError(f"{call!r} has no single message")
 
 
-def call_answer_of(call: LinkCall, reply: Message) -> LinkAnswer:
-    """The answer a call names, from the method's reply."""
+def call_body(call: LinkCall) -> tuple[str, bytes]:
+    """A driver's call as (Replication method, its request encoded): a push's
+    records are copied once, into the bytes sent (`push_bytes`)."""
+    if isinstance(call, ReplicaPush):
+        return "ReplicaPush", push_bytes(call.push)
+    method, message = call_pb(call)
+    return method, message.SerializeToString(deterministic=True)
+
+
+def answer_decoder(method: str) -> Any:
+    """How the data path reads a Replication method's answer: a fetch answer's
+    records are sliced from the bytes received (`fetch_answer_of_bytes`)."""
+    if method == "ReplicaFetch":
+        return fetch_answer_of_bytes
+    service = replication_pb2.DESCRIPTOR.services_by_name["Replication"]
+    return getattr(replication_pb2, service.methods_by_name[method].output_type.name).FromString
+
+
+def call_answer_of(call: LinkCall, reply: Message | rounds.FetchAnswer) -> LinkAnswer:
+    """The answer a call names, from the method's reply (`answer_decoder`'s)."""
+    if isinstance(call, ReplicaFetch) and isinstance(reply, rounds.FetchAnswer):
+        return reply
     if isinstance(call, Handshake) and isinstance(reply, replication_pb2.HandshakeResponse):
         return config_of(reply.config)
     if isinstance(call, ListSourceTopics) and isinstance(

@@ -19,7 +19,7 @@ import grpc
 from google.protobuf.message import Message
 from grpc import aio
 
-from ccr.v1 import replication_pb2, replication_pb2_grpc
+from ccr.v1 import replication_pb2_grpc
 from linkd import ack_trace
 from linkd import link_codec as codec
 from linkd import link_sessions as sessions
@@ -33,18 +33,13 @@ from linkd.core.link_calls import (
     SessionOpened,
     call_name,
 )
+from linkd.core.link_rounds import FetchAnswer
 from linkd.core.links import LinkConfig
 from linkd.link_channels import dial
 from linkd.link_sessions import ClientSession, LinkSecurity
 from linkd.node import ClusterNode
 
 REPLICATION_SERVICE = "ccr.v1.Replication"
-
-
-def _response_type(method: str) -> Any:
-    """The message class a Replication method answers with."""
-    service = replication_pb2.DESCRIPTOR.services_by_name["Replication"]
-    return getattr(replication_pb2, service.methods_by_name[method].output_type.name)
 
 
 class LinkConnection:
@@ -89,15 +84,16 @@ class LinkConnection:
         if session is None:
             raise ClusterError(ErrorCode.LINK_AUTHENTICATION_FAILED, f"link {self.name!r}",
                                f"link {self.name!r}: no session open")  # fmt: skip
-        method, message = codec.call_pb(call)
         # Encoded once: the bytes signed are the bytes sent.
-        body = message.SerializeToString(deterministic=True)
+        method, body = codec.call_body(call)
         metadata = session.metadata_of_body(method, body)
         if ack_trace.ON and isinstance(call, ReplicaFetch):
             for part in call.request.partitions:
                 ack_trace.hop("follower.fetch_sent", part.source_topic, part.partition,
                               part.fetch_offset, part.fetch_offset)  # fmt: skip
-        reply: Message = await self._raw_method(method)(body, metadata=metadata, timeout=timeout_s)
+        reply: Message | FetchAnswer = await self._raw_method(method)(
+            body, metadata=metadata, timeout=timeout_s
+        )
         return codec.call_answer_of(call, reply)
 
     def _dial_now(self, config: LinkConfig) -> None:
@@ -118,14 +114,15 @@ class LinkConnection:
                 task.add_done_callback(lambda t: None)
 
     def _raw_method(self, method: str) -> Any:
-        """The channel's call of `method` taking its request already encoded."""
+        """The channel's call of `method` taking its request already encoded
+        (and reading a fetch answer's records as bytes: `codec.answer_decoder`)."""
         assert self._channel is not None
         call = self._raw_methods.get(method)
         if call is None:
             call = self._channel.unary_unary(
                 f"/{REPLICATION_SERVICE}/{method}",
                 request_serializer=None,
-                response_deserializer=_response_type(method).FromString,
+                response_deserializer=codec.answer_decoder(method),
             )
             self._raw_methods[method] = call
         return call

@@ -350,41 +350,58 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     async def ReplicaFetch(
         self, request: replication_pb2.ReplicaFetchRequest, context: Any
     ) -> replication_pb2.ReplicaFetchResponse:
-        async def run() -> replication_pb2.ReplicaFetchResponse:
+        answer = await self._replica_fetch(request, context)
+        return codec.fetch_answer_pb(answer)
+
+    async def replica_fetch_encoded(
+        self, request: replication_pb2.ReplicaFetchRequest, context: Any
+    ) -> bytes:
+        """ReplicaFetch as the data path answers it (`add_replication_service`):
+        the records are copied once, into the bytes sent
+        (`link_codec.fetch_answer_bytes`), never into a message."""
+        return codec.fetch_answer_bytes(await self._replica_fetch(request, context))
+
+    async def _replica_fetch(
+        self, request: replication_pb2.ReplicaFetchRequest, context: Any
+    ) -> rounds.FetchAnswer:
+        async def run() -> rounds.FetchAnswer:
             if ack_trace.ON:
                 _trace_fetch("source.fetch_received", request)
             self._verify(context, "ReplicaFetch", request, request.link_id)
             if ack_trace.ON:
                 _trace_fetch("source.fetch_verified", request)
             self.node.check_ready()
-            answer = await hold(
+            answer: rounds.FetchAnswer = await hold(
                 self.manager.host, request.link_id, codec.partition_fetches_of(request),
                 request.max_wait_ms, request.max_bytes, from_remote=True,
                 fetch_session=codec.fetch_session_of(request),
             )  # fmt: skip
-            response = codec.fetch_answer_pb(answer)
             if ack_trace.ON:
                 for p in answer.partitions:
                     ack_trace.records_hop("source.answered", p.source_topic, p.partition, p.records)
-            return response
+            return answer
 
-        result: replication_pb2.ReplicaFetchResponse = await self._guard(context, run())
+        result: rounds.FetchAnswer = await self._guard(context, run())
         return result
 
     async def ReplicaPush(
         self, request: replication_pb2.ReplicaPushRequest, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
-        return await self._replica_push(request, sessions.request_digest(request), context)
+        return await self._replica_push(
+            request, codec.push_of(request), sessions.request_digest(request), context
+        )
 
     async def replica_push_encoded(
         self, body: bytes, context: Any
     ) -> replication_pb2.ReplicaPushResponse:
         """ReplicaPush as received (`add_replication_service`): the session's
         MAC is checked over the bytes that arrived, as the caller signed them,
-        instead of over the request encoded again; a request encoded some
-        other way than deterministically is checked as ReplicaPush is."""
+        instead of over the request encoded again (a request encoded some other
+        way than deterministically is checked as ReplicaPush is), and the
+        records are read from those bytes (`link_codec.push_of_bytes`), never
+        out of a message."""
         try:
-            request = replication_pb2.ReplicaPushRequest.FromString(body)
+            request, push = codec.push_of_bytes(body)
         except DecodeError as exc:
             await abort_with_error(
                 context,
@@ -395,34 +412,37 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         digest = auth.request_digest(body)
         session_id, seq, mac = sessions.session_fields(context)
         if not self.security.sessions.proves(session_id, "ReplicaPush", seq, digest, mac):
-            digest = sessions.request_digest(request)
-        return await self._replica_push(request, digest, context)
+            digest = sessions.request_digest(replication_pb2.ReplicaPushRequest.FromString(body))
+        return await self._replica_push(request, push, digest, context)
 
     async def _replica_push(
-        self, request: replication_pb2.ReplicaPushRequest, digest: bytes, context: Any
+        self,
+        request: replication_pb2.ReplicaPushRequest,
+        push: rounds.Push,
+        digest: bytes,
+        context: Any,
     ) -> replication_pb2.ReplicaPushResponse:
+        """`request`: the push's message (its data may be left out: `push` has it)."""
+
         async def run() -> replication_pb2.ReplicaPushResponse:
-            if ack_trace.ON:
-                for p in request.data.partitions:
-                    ack_trace.records_hop("follower.push_received", p.topic, p.partition,
+            if ack_trace.ON and push.data is not None:
+                for p in push.data.partitions:
+                    ack_trace.records_hop("follower.push_received", p.source_topic, p.partition,
                                           p.records)  # fmt: skip
-            self._verify(context, "ReplicaPush", request, request.link_id, digest)
+            self._verify(context, "ReplicaPush", request, push.link_id, digest)
             self.node.check_ready()
             node = self.node
             # A leader may have several pushes in flight: they are applied
             # one at a time, in the order they arrived.
-            lock = self._push_locks.setdefault(request.link_id, asyncio.Lock())
+            lock = self._push_locks.setdefault(push.link_id, asyncio.Lock())
 
             async def apply() -> tuple[rounds.FetchRequest, int | None]:
                 async with lock:
                     nxt: rounds.FetchRequest = await self.manager.host.drive(
-                        rounds.accept_push(
-                            node.state, codec.push_of(request), node.clock(),
-                            node.topic_id_factory,
-                        )
-                    )  # fmt: skip
-                    previous = self._push_answered_ms.get(request.link_id)
-                    self._push_answered_ms[request.link_id] = node.clock()
+                        rounds.accept_push(node.state, push, node.clock(), node.topic_id_factory)
+                    )
+                    previous = self._push_answered_ms.get(push.link_id)
+                    self._push_answered_ms[push.link_id] = node.clock()
                     return nxt, previous
 
             # A push that arrived is applied whole, its round finished, even
@@ -436,18 +456,18 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 applying.add_done_callback(_retrieved)
                 raise
             names = [c.name for c in node.state.links.configs.values()
-                     if c.link_id == request.link_id]
-            if request.HasField("data") and names:
+                     if c.link_id == push.link_id]
+            if push.data is not None and names:
                 # A round of this side's: its request left at request_sent_ms.
                 # A read-ahead push (several in flight) answers no request of
                 # its own: it continues from this side's previous answer.
-                sent_ms = request.request_sent_ms or previous
+                sent_ms = push.request_sent_ms or previous
                 node.metrics.fetch_round(
                     names[0], (node.clock() - sent_ms) / 1000 if sent_ms else None
                 )
-            if ack_trace.ON:
-                for p in request.data.partitions:
-                    ack_trace.records_hop("follower.push_applied", p.topic, p.partition,
+            if ack_trace.ON and push.data is not None:
+                for p in push.data.partitions:
+                    ack_trace.records_hop("follower.push_applied", p.source_topic, p.partition,
                                           p.records)  # fmt: skip
             return replication_pb2.ReplicaPushResponse(
                 next=codec.fetch_request_pb(nxt, FETCH_MAX_WAIT_MS, FETCH_MAX_BYTES)
@@ -516,7 +536,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
 def add_replication_service(server: aio.Server, service: ReplicationService) -> None:
     """Adds the Replication service to `server`, its ReplicaPush taking the
     request as received (`ReplicationService.replica_push_encoded`: the MAC is
-    checked over those bytes; a push carries megabytes of records)."""
+    checked over those bytes; a push carries megabytes of records) and its
+    ReplicaFetch answering bytes written around the records
+    (`ReplicationService.replica_fetch_encoded`)."""
 
     class _Collected:
         handlers: dict[str, Any] = {}
@@ -536,6 +558,11 @@ def add_replication_service(server: aio.Server, service: ReplicationService) -> 
         service.replica_push_encoded,
         request_deserializer=None,
         response_serializer=replication_pb2.ReplicaPushResponse.SerializeToString,
+    )
+    handlers["ReplicaFetch"] = grpc.unary_unary_rpc_method_handler(
+        service.replica_fetch_encoded,
+        request_deserializer=replication_pb2.ReplicaFetchRequest.FromString,
+        response_serializer=None,
     )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(REPLICATION_SERVICE, handlers),)

@@ -858,6 +858,12 @@ class ReplicaFetchedPartition(_message.Message):
     log_end_offset: _builtins.int
     leader_epoch: _builtins.int
     records: _builtins.bytes
+    """Whole record batches, as stored. The daemon writes this field by hand
+    after the partition's other fields and reads it as a slice of the bytes
+    received, never through a message object (docs/architecture.md, "Records
+    on the link's wire"): the encoding is the ordinary one, fields in another
+    order, so a sender or receiver that uses whole messages is compatible.
+    """
     diverging_end_offset: _builtins.int
     """Set when the follower's log diverged: truncate to this offset and fetch
     again (-1 when not diverged).
