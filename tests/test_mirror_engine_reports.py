@@ -66,6 +66,12 @@ class FakeSyncProducer:
     def poll(self, timeout: float) -> int:
         return 0
 
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
 
 def deliver(route: _Route, downstream: int, error: str | None = None) -> None:
     """The producer's report of the route's oldest record in flight."""

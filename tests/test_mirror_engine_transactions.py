@@ -18,6 +18,7 @@ from linkd.core.mirror.exactly_once import (
 from linkd.core.mirror.model import TopicPartition
 from linkd.core.mirror.wire import decode_source_offset
 from mirror.engine import FlowEngine, _Route
+from tests.test_mirror_engine_reports import FakeSyncProducer
 
 TP = TopicPartition("t", 0)
 OFFSETS_TOPIC = "mm2-offsets.A.internal"
@@ -152,23 +153,6 @@ class FakeConsumer:
 
     def seek(self, ktp: Any) -> None:
         self.seeks.append((ktp.topic, ktp.partition, ktp.offset))
-
-
-@dataclass
-class FakeSyncProducer:
-    produced: list[bytes] = field(default_factory=list)
-
-    def produce(self, topic: str, **kw: Any) -> None:
-        self.produced.append(kw["value"])
-
-    def poll(self, timeout: float) -> int:
-        return 0
-
-    def flush(self, timeout: float) -> int:
-        return 0
-
-    def __len__(self) -> int:
-        return 0
 
 
 @dataclass
