@@ -42,8 +42,11 @@ def test_a_fetch_says_its_session__and_a_sessionless_one_reads_back_sessionless(
 
 def test_a_fetch_answer_carries_its_session_id_and_a_refusal() -> None:
     answer = rounds.FetchAnswer([], fetch_session_id=4, fetch_session_refused="not known here")
-    back = codec.fetch_answer_of(codec.fetch_answer_pb(answer))
-    assert (back.fetch_session_id, back.fetch_session_refused) == (4, "not known here")
+    for back in (
+        codec.fetch_answer_of(codec.fetch_answer_pb(answer)),
+        codec.fetch_answer_of_bytes(codec.fetch_answer_bytes(answer)),
+    ):
+        assert (back.fetch_session_id, back.fetch_session_refused) == (4, "not known here")
 
 
 # -- records as bytes (`push_bytes`, `fetch_answer_bytes` and their readers) --------------------
