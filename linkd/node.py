@@ -530,15 +530,14 @@ class ClusterNode:
 
     async def _make_durable(self, touched: dict[tuple[str, int], int]) -> None:
         names = {t.topic_id: t.name for t in self.state.topics.values()}
-        flushing = [
-            self.flushers[key].flush_to(offset)
-            for key, offset in touched.items()
-            if key in self.flushers
-        ]
+        # Each result paired with its own partition: one with no flusher (its
+        # store gone meanwhile) is left out of both, never shifting the rest.
+        keys = [key for key in touched if key in self.flushers]
+        flushing = [self.flushers[key].flush_to(touched[key]) for key in keys]
         # One partition (a produce, most link rounds) is awaited in place:
         # gathering wraps it in a task, a turn of the event loop later.
         results = [await flushing[0]] if len(flushing) == 1 else await asyncio.gather(*flushing)
-        self._made_durable(names, zip(touched, results, strict=False))
+        self._made_durable(names, zip(keys, results, strict=True))
 
     def _durable_at_once(self, touched: dict[tuple[str, int], int]) -> bool:
         """`_make_durable` when no partition has an fsync to wait for (none
