@@ -159,7 +159,7 @@ class StatusWatch:
         now_ms: int,
     ) -> None:
         # One summary, judged by every check below (what describe-link says now).
-        summary = link_admin.link_summary(state, name, now_ms)
+        summary = link_admin.link_summary(state, name, now_ms, leader_rows=False)
         self._probe_positions(cid, state, name, summary, now_ms)
         self._probe_missing(cid, state, name, states, now_ms)
         link_state = state.links.state_name(name)

@@ -66,7 +66,8 @@ class Round:
             applied = rounds.apply_replica_fetch(self.b, "ab", whole, request.local_of, now)
             self.disk_b.carry_out(self.b, applied.effects)
             rounds.finish_fetch_round(
-                self.b, "ab", applied.progress, whole.sync_state, now, refused=applied.refused
+                self.b, "ab", applied.progress, whole.sync_state, now,
+                refused=applied.refused, unchanged=applied.unchanged,
             )
         return request, answer, whole
 
@@ -99,16 +100,14 @@ def test_after_a_full_round__a_request_names_only_what_moved__quiet_ones_stay_re
     assert sent.fetch_session == rounds.FetchSessionRef(1, 1)
     assert _keys(sent.partitions) == [("orders-2", 0)]
     assert _keys(answer.partitions) == [("orders-2", 0)]  # the others have no news
-    assert whole is not None and _keys(whole.partitions) == ALL
-    quiet = [p for p in whole.partitions if p.unchanged]
-    assert _keys(quiet) == [("orders-1", 0), ("orders-2", 1), ("orders-2", 2)]
+    assert whole is not None and _keys(whole.partitions) == [("orders-2", 0)]
+    assert sorted(whole.unchanged) == [("orders-1", 0), ("orders-2", 1), ("orders-2", 2)]
 
     # Nothing moved anywhere: nothing named, nothing answered, all reached.
     sent, answer, whole = r.run(NOW + 30)
     assert sent.partitions == () and answer.partitions == []
-    assert whole is not None and all(p.unchanged for p in whole.partitions)
-    assert [p.high_watermark for p in whole.partitions if p.source_topic == "orders-2"
-            and p.partition == 0] == [3]  # fmt: skip
+    assert whole is not None and whole.partitions == [] and sorted(whole.unchanged) == ALL
+    assert whole.unchanged[("orders-2", 0)] == 3
     runtime = r.b.links.runtime["ab"]
     assert sorted((t, p) for t, p, _role in runtime.partitions) == ALL
     assert r.b.link_state("ab") == "FOLLOWING"

@@ -17,9 +17,11 @@ With one, the follower and the source remember the partitions between rounds:
   copy. The rest are quiet: still fetched (the source records the fetch at
   the same position, so its judgement of the follower, and a SYNC link's
   acknowledgements, do not change), not answered.
-- The follower puts every quiet partition back into the answer as reached,
-  with the source high watermark its last answer carried; the round then goes
-  on exactly as a full one (`link_rounds.apply_replica_fetch`).
+- The follower hands every quiet partition to the round as reached, with
+  the source high watermark its last answer carried (`FetchAnswer.unchanged`,
+  a partition and a number each, not an answer each); the round then goes on
+  exactly as a full one (`link_rounds.apply_replica_fetch`,
+  `finish_fetch_round`).
 
 Any doubt ends the session and the next request is full: a request whose
 answer never came (lost, refused, past its deadline), a session or epoch the
@@ -127,7 +129,7 @@ class FollowerFetchSession:
 
     def answered(self, request: FetchRequest, answer: FetchAnswer) -> FetchAnswer | None:
         """`answer` to `request`, with every quiet partition put back as
-        reached (`FetchedPartition.unchanged`). None: the source refused the
+        reached (`FetchAnswer.unchanged`). None: the source refused the
         session (the next request is full; the round learned nothing)."""
         self.in_flight = False
         ref = request.fetch_session
@@ -152,12 +154,9 @@ class FollowerFetchSession:
                 self.known_hw.pop(k, None)
         if len(present) >= len(self.sent):
             return answer
-        quiet = [
-            FetchedPartition(k[0], k[1], high_watermark=self.known_hw[k], unchanged=True)
-            for k in self.sent
-            if k not in present and k in self.known_hw
-        ]
-        return replace(answer, partitions=[*answer.partitions, *quiet])
+        known = self.known_hw
+        quiet = {k: known[k] for k in self.sent if k not in present and k in known}
+        return replace(answer, unchanged=quiet)
 
 
 # -- source side -----------------------------------------------------------------------

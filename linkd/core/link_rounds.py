@@ -54,6 +54,7 @@ from linkd.core.links import (
     GapPolicy,
     LinkConfig,
     LinkMode,
+    LinkRuntime,
     MappingKey,
     MappingType,
     PartitionProgress,
@@ -688,10 +689,6 @@ class FetchedPartition:
     continues_from: int | None = None
     # The answer to a partition the follower sent as held (`held_refusal`).
     held: bool = False
-    # Not in the source's answer: a fetch session's partition with no news
-    # since its last answer (`fetch_sessions.FollowerFetchSession.answered`
-    # puts it back with the high watermark that answer carried).
-    unchanged: bool = False
 
 
 @dataclass(slots=True)
@@ -712,6 +709,12 @@ class FetchAnswer:
     # ("": it did not): the follower's next request is a full one.
     fetch_session_id: int = 0
     fetch_session_refused: str = ""
+    # Follower side, not on the wire: a fetch session's partitions the
+    # source left out, with no news since their last answer, each with the
+    # source high watermark that answer carried
+    # (`fetch_sessions.FollowerFetchSession.answered` puts them here, in
+    # the session's order). Each is reached as the last round left it.
+    unchanged: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -762,14 +765,19 @@ def serve_replica_fetch(
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
-        for part in quiet if acknowledges else ():
-            _record_fetch(state, config.name, part, now_ms)
+        if quiet and acknowledges:
+            fetches = ((p.source_topic, p.partition, p.fetch_offset) for p in quiet)
+            links.on_leader_fetches(config.name, fetches, state.partition, now_ms)
         served = len(parts)
-        for i, part in enumerate((*parts, *spare) if spare else parts):
+        asked = (*parts, *spare) if spare else parts
+        for i, part in enumerate(asked):
             if i >= served and answer.total_bytes >= budget_bytes:
+                # The budget is spent (it only fills): the rest of the spare
+                # ones are fetched again at their position, not answered.
                 if acknowledges:
-                    _record_fetch(state, config.name, part, now_ms)
-                continue
+                    rest = ((p.source_topic, p.partition, p.fetch_offset) for p in asked[i:])
+                    links.on_leader_fetches(config.name, rest, state.partition, now_ms)
+                break
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
                 # Whatever it says (records, a divergence, a refusal), it
@@ -935,9 +943,6 @@ class FollowerProgress:
     topic: str  # local name
     partition: int
     source_high_watermark: int
-    # A fetch session's quiet partition: nothing changed since the last
-    # round that reached it (`FetchedPartition.unchanged`).
-    unchanged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -967,6 +972,10 @@ class AppliedFetch:
     # Partitions held uncut over their own writes this answer (also in
     # `refused`): (local topic, partition, where the source said to cut).
     held: list[tuple[str, int, int]] = field(default_factory=list)
+    # A fetch session's quiet partitions (`FetchAnswer.unchanged`), still
+    # followed: (local topic, partition, source HW), each as the last round
+    # left it; `finish_fetch_round` reaches them after `progress`.
+    unchanged: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 
@@ -1007,13 +1016,6 @@ def apply_replica_fetch(
             )
         if config is None or not followed[local]:
             continue  # no longer followed (the roles changed since the request left)
-        if fetched.unchanged:
-            # No news since the source's last answer for it: reached, at the
-            # source HW that answer carried (and already capped at).
-            progress.append(
-                FollowerProgress(local, fetched.partition, fetched.high_watermark, True)
-            )
-            continue
         if (
             fetched.continues_from is not None
             and fetched.continues_from != state.partition(local, fetched.partition).log_end_offset
@@ -1100,15 +1102,28 @@ def apply_replica_fetch(
                 # source's HW it carries is still news.
 
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
+    # No news since the source's last answer for these: reached, at the
+    # source HW that answer carried (and already capped at).
+    unchanged: list[tuple[str, int, int]] = []
+    for (source, partition), hw in answer.unchanged.items():
+        local = local_of.get((source, partition))
+        if local is None or local not in state.topics:
+            continue
+        if local not in followed:
+            followed[local] = (
+                config is not None and config.mapping_for(local, "follower") is not None
+            )
+        if followed[local]:
+            unchanged.append((local, partition, hw))
     if not state.faults.undid(18):
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
         rep.cap_at_source_high_watermarks(
-            state,
-            link_name,
-            [(p.topic, p.partition, p.source_high_watermark) for p in progress if not p.unchanged],
+            state, link_name, [(p.topic, p.partition, p.source_high_watermark) for p in progress]
         )
-    return AppliedFetch(effects, progress, truncations, refused, gaps, stopped, held_at)
+    return AppliedFetch(
+        effects, progress, truncations, refused, gaps, stopped, held_at, unchanged
+    )
 
 
 def held_refusal(state: ClusterState, config: LinkConfig, part: PartitionFetch) -> ClusterError:
@@ -1289,13 +1304,13 @@ def apply_fetched(
         # The old data path: the round counts what it heard, not what was stored.
         finish_fetch_round(
             state, link_name, applied.progress, answer.sync_state, done.now_ms, sent_ms,
-            applied.refused,
+            applied.refused, applied.unchanged,
         )
-        for p in applied.progress:
-            if p.topic in state.topics and link_name in state.links.configs:
+        heard = [(p.topic, p.partition, p.source_high_watermark) for p in applied.progress]
+        for topic, partition, hw in heard + applied.unchanged:
+            if topic in state.topics and link_name in state.links.configs:
                 state.links.on_progress(
-                    link_name, p.topic, p.partition, "follower", p.source_high_watermark,
-                    p.source_high_watermark, done.now_ms,
+                    link_name, topic, partition, "follower", hw, hw, done.now_ms
                 )
         return False
     if isinstance(done, NotStored):
@@ -1310,7 +1325,8 @@ def apply_fetched(
         now = done
         count_replicated(state, link_name, applied)
     wake = finish_fetch_round(
-        state, link_name, applied.progress, answer.sync_state, now, sent_ms, refused
+        state, link_name, applied.progress, answer.sync_state, now, sent_ms, refused,
+        applied.unchanged,
     )
     if wake is not None:
         yield WakeWaiters(wake.partitions)
@@ -1480,6 +1496,7 @@ def finish_fetch_round(
     now_ms: int,
     sent_ms: int | None = None,
     refused: Sequence[tuple[str, int, ClusterError]] = (),
+    unchanged: Sequence[tuple[str, int, int]] = (),
 ) -> Wake | None:
     """Follower side, once the round's appends are durable: adopts the
     source's SYNC verdict, lets each follower HW reach its source's HW
@@ -1490,7 +1507,10 @@ def finish_fetch_round(
     deleted meanwhile changes nothing. `sent_ms`: when the round's request
     left (a pull passes it: another request may have left since).
     `refused`: partitions the source refused this round; each keeps the
-    link from FOLLOWING until a round reaches it again."""
+    link from FOLLOWING until a round reaches it again. `unchanged`: a
+    fetch session's quiet partitions (`AppliedFetch.unchanged`), reached
+    after `progress`: each as the last round left it, unless its row or log
+    says otherwise (then as any other)."""
     links = state.links
     if link_name not in links.runtime:
         return None
@@ -1507,31 +1527,14 @@ def finish_fetch_round(
                 and following.mapping_for(p.topic, "follower") is not None
             )
     runtime = links.runtime[link_name]
-    reached: list[FollowerProgress] = []
-    quiet: list[tuple[FollowerProgress, PartitionProgress]] = []
-    for p in progress:
-        if not followed[p.topic]:
-            continue
-        if p.unchanged:
-            # A fetch session's quiet partition, as the last round left it
-            # (same source HW, same position): only its news is newer.
-            # One whose HW is held back (a transaction's markers held together
-            # across partitions, a SYNC follower of its own) goes the whole
-            # way: following its source's HW again may release it now.
-            row = runtime.partitions.get((p.topic, p.partition, "follower"))
-            logs = state.topics[p.topic].partitions
-            log = logs[p.partition] if p.partition < len(logs) else None
-            if (
-                row is not None
-                and log is not None
-                and not log.held_back
-                and row.source_high_watermark == p.source_high_watermark
-                and row.log_end_offset == admin.readable_position(log, state.faults)
-            ):
-                quiet.append((p, row))
-                continue
-        reached.append(p)
-    links.on_remote_sync_state(link_name, sync_state, now_ms)
+    reached = [p for p in progress if followed[p.topic]]
+    quiet = _still_quiet(state, runtime, following, unchanged, reached)
+    # An ASYNC link's source has no verdict to adopt: its state is judged
+    # once, with the round's rows (below). A SYNC verdict is adopted first:
+    # the HWs follow it.
+    judged_once = following is not None and following.mode == LinkMode.ASYNC and not sync_state
+    if not judged_once:
+        links.on_remote_sync_state(link_name, sync_state, now_ms)
     before = {
         (p.topic, p.partition): state.partition(p.topic, p.partition).high_watermark
         for p in reached
@@ -1555,13 +1558,17 @@ def finish_fetch_round(
         sent_ms = runtime.fetch_sent_ms
     known_at = sent_ms if sent_ms is not None else now_ms
     with links.deferred():
-        for p, row in quiet:
+        if judged_once:
+            links.on_remote_sync_state(link_name, sync_state, now_ms)
+        refusals = runtime.refused
+        for key, row in quiet:
             # `on_progress` with the same position and source HW.
             row.known_at_ms = known_at
-            if row.lag_records() == 0:
+            if row.source_high_watermark <= row.log_end_offset:  # lag_records() == 0
                 row.caught_up_at_ms = now_ms
-            keep.add((p.topic, p.partition, "follower"))
-            runtime.refused.pop((p.topic, p.partition), None)
+            keep.add(key)
+            if refusals:
+                refusals.pop((key[0], key[1]), None)
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
             position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
@@ -1599,6 +1606,53 @@ def finish_fetch_round(
     if not moved:
         return None
     return Wake(None if anywhere else tuple((p.topic, p.partition) for p in reached))
+
+
+def _still_quiet(
+    state: ClusterState,
+    runtime: LinkRuntime,
+    config: LinkConfig | None,
+    unchanged: Sequence[tuple[str, int, int]],
+    reached: list[FollowerProgress],
+) -> list[tuple[tuple[str, int, str], PartitionProgress]]:
+    """`finish_fetch_round`: of a fetch session's quiet partitions, those
+    still followed and as the last round left them (same source HW, same
+    position), each with its row key and row: only their news is newer.
+    The others join `reached` and go the whole way: one whose HW is held
+    back (a transaction's markers held together across partitions, a SYNC
+    follower of its own), because following its source's HW again may
+    release it now, and one whose row or position moved meanwhile."""
+    quiet: list[tuple[tuple[str, int, str], PartitionProgress]] = []
+    rows = runtime.partitions
+    topics = state.topics
+    readable_is_end = state.faults.undid(19)  # `admin.readable_position`
+    followed: dict[str, bool] = {}
+    for topic, partition, hw in unchanged:
+        still = followed.get(topic)
+        if still is None:
+            still = followed[topic] = (
+                topic in topics
+                and config is not None
+                and config.mapping_for(topic, "follower") is not None
+            )
+        if not still:
+            continue
+        key = (topic, partition, "follower")
+        row = rows.get(key)
+        logs = topics[topic].partitions
+        log = logs[partition] if partition < len(logs) else None
+        if (
+            row is not None
+            and log is not None
+            and log.durable_offset <= log.high_watermark  # not `held_back`
+            and row.source_high_watermark == hw
+            and row.log_end_offset
+            == (log.log_end_offset if readable_is_end else log.high_watermark)
+        ):
+            quiet.append((key, row))
+        else:
+            reached.append(FollowerProgress(topic, partition, hw))
+    return quiet
 
 
 # -- push: the leader dials (the follower may sit behind NAT) ------------------------------

@@ -636,6 +636,46 @@ class PartitionProgress:
         return 0 if self.lag_records() == 0 else max(0, now_ms - self.caught_up_at_ms)
 
 
+def _leader_fetched(
+    rows: dict[tuple[str, int, str], PartitionProgress],
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    log_end_offset: int,
+    high_watermark: int,
+    now_ms: int,
+) -> None:
+    """`LinkTable.on_leader_fetch`'s row: the follower fetched at
+    `fetch_offset` a log that ends at `log_end_offset` with `high_watermark`."""
+    key = (topic, partition, "leader")
+    progress = rows.get(key)
+    if progress is None:
+        progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
+        progress.leo_at_last_fetch = log_end_offset
+        progress.last_fetch_ms = now_ms
+        rows[key] = progress
+    if fetch_offset >= log_end_offset:
+        progress.fetched_caught_up_ms = now_ms
+    elif progress.fetches > 0 and fetch_offset >= progress.leo_at_last_fetch:
+        progress.fetched_caught_up_ms = max(progress.fetched_caught_up_ms, progress.last_fetch_ms)
+    progress.caught_up_at_ms = max(progress.caught_up_at_ms, progress.fetched_caught_up_ms)
+    # ASYNC: caught up when the fetch reaches the HW now, or the HW the
+    # previous fetch saw (the follower copied all it was offered).
+    offered = progress.hw_at_last_fetch if progress.fetches else high_watermark
+    progress.caught_up_at_fetch = fetch_offset >= min(high_watermark, offered)
+    if fetch_offset >= high_watermark:
+        progress.hw_caught_up_ms = now_ms
+    elif progress.caught_up_at_fetch:
+        progress.hw_caught_up_ms = max(progress.hw_caught_up_ms, progress.last_fetch_ms)
+    progress.hw_at_last_fetch = high_watermark
+    progress.refused = None
+    progress.fetches += 1
+    progress.leo_at_last_fetch = log_end_offset
+    progress.last_fetch_ms = now_ms
+    progress.log_end_offset = fetch_offset
+    progress.source_high_watermark = high_watermark
+
+
 # Refusals meaning the source has no such partition: its topic was deleted,
 # or has fewer partitions. The partition is orphaned: nothing will ever be
 # copied into it again from that topic.
@@ -843,6 +883,16 @@ class LogBounds(Protocol):
 
     @property
     def log_start_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+
+class FetchedLog(Protocol):
+    """What the table reads of a led partition's log as its follower fetches."""
+
+    @property
+    def log_end_offset(self) -> int: ...
 
     @property
     def high_watermark(self) -> int: ...
@@ -1408,35 +1458,31 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return
-        key = (topic, partition, "leader")
-        progress = runtime.partitions.get(key)
-        if progress is None:
-            progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
-            progress.leo_at_last_fetch = log_end_offset
-            progress.last_fetch_ms = now_ms
-            runtime.partitions[key] = progress
-        if fetch_offset >= log_end_offset:
-            progress.fetched_caught_up_ms = now_ms
-        elif progress.fetches > 0 and fetch_offset >= progress.leo_at_last_fetch:
-            progress.fetched_caught_up_ms = max(
-                progress.fetched_caught_up_ms, progress.last_fetch_ms
-            )
-        progress.caught_up_at_ms = max(progress.caught_up_at_ms, progress.fetched_caught_up_ms)
-        # ASYNC: caught up when the fetch reaches the HW now, or the HW the
-        # previous fetch saw (the follower copied all it was offered).
-        offered = progress.hw_at_last_fetch if progress.fetches else high_watermark
-        progress.caught_up_at_fetch = fetch_offset >= min(high_watermark, offered)
-        if fetch_offset >= high_watermark:
-            progress.hw_caught_up_ms = now_ms
-        elif progress.caught_up_at_fetch:
-            progress.hw_caught_up_ms = max(progress.hw_caught_up_ms, progress.last_fetch_ms)
-        progress.hw_at_last_fetch = high_watermark
-        progress.refused = None
-        progress.fetches += 1
-        progress.leo_at_last_fetch = log_end_offset
-        progress.last_fetch_ms = now_ms
-        progress.log_end_offset = fetch_offset
-        progress.source_high_watermark = high_watermark
+        _leader_fetched(
+            runtime.partitions, topic, partition, fetch_offset, log_end_offset, high_watermark,
+            now_ms,
+        )  # fmt: skip
+        self._recompute(name, now_ms)
+
+    def on_leader_fetches(
+        self,
+        name: str,
+        fetches: Iterable[tuple[str, int, int]],
+        logs: Callable[[str, int], FetchedLog],
+        now_ms: int,
+    ) -> None:
+        """`on_leader_fetch` for each (topic, partition, fetch offset) of
+        `fetches`, with its log's end and HW from `logs`, judged once."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        rows = runtime.partitions
+        for topic, partition, fetch_offset in fetches:
+            log = logs(topic, partition)
+            _leader_fetched(
+                rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark,
+                now_ms,
+            )  # fmt: skip
         self._recompute(name, now_ms)
 
     def on_leader_refused(
