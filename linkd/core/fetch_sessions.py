@@ -189,16 +189,6 @@ class LogSeen:
             caught_up,
         )
 
-    def same(self, log: PartitionLog) -> bool:
-        return (
-            log is self.log
-            and log.log_end_offset == self.log_end_offset
-            and log.high_watermark == self.high_watermark
-            and log.log_start_offset == self.log_start_offset
-            and log.leader_epoch == self.leader_epoch
-            and log.rewrites == self.rewrites
-        )
-
 
 @dataclass(slots=True)
 class SourceFetchSession:
@@ -233,14 +223,28 @@ class SourceFetchSession:
         spare: list[PartitionFetch] = []
         quiet: list[PartitionFetch] = []
         topics = state.topics
+        seen_of = self.seen.get
+        # The partitions come a topic at a time: its logs are looked up once a run.
+        last_topic: str | None = None
+        logs: list[PartitionLog] = []
         for k, part in self.parts.items():
-            seen = None if k in names else self.seen.get(k)
+            seen = None if k in names else seen_of(k)
             if seen is None:
                 serve.append(part)
                 continue
-            topic = topics.get(k[0])
-            if topic is None or k[1] >= len(topic.partitions) or not seen.same(
-                topic.partitions[k[1]]
+            if k[0] != last_topic:
+                last_topic = k[0]
+                topic = topics.get(last_topic)
+                logs = topic.partitions if topic is not None else []
+            # The same log, as it was (this runs for every partition of a round).
+            log = logs[k[1]] if k[1] < len(logs) else None
+            if (
+                log is not seen.log
+                or log.log_end_offset != seen.log_end_offset
+                or log.high_watermark != seen.high_watermark
+                or log.log_start_offset != seen.log_start_offset
+                or log.leader_epoch != seen.leader_epoch
+                or log.rewrites != seen.rewrites
             ):
                 serve.append(part)
             elif seen.caught_up:

@@ -519,23 +519,27 @@ def follower_fetch_request(
         gap_stopped = runtime.gap_stopped if runtime is not None else ()
         marks_wanted = runtime.marks_wanted if runtime is not None else ()
         spans = runtime.marks_spans if runtime is not None else {}
+        held = runtime.own_writes_held if runtime is not None else None
+        # The common case: none stopped, held or asked for marks.
+        plain_only = not gap_stopped and not held and not marks_wanted
         for p, log in enumerate(state.topics[topic].partitions):
-            if gap_stopped and (topic, p) in gap_stopped:
-                continue  # stopped at a gap until the operator resumes it
-            held = runtime.own_writes_held if runtime is not None else None
-            holding = False
-            if held and (topic, p) in held:
-                if held[(topic, p)] == log.log_end_offset:
-                    holding = True  # not cut over its own writes: until a recover cuts it
-                else:
-                    del held[(topic, p)]
-            wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            holding = wanted = False
+            if not plain_only:
+                if gap_stopped and (topic, p) in gap_stopped:
+                    continue  # stopped at a gap until the operator resumes it
+                if held and (topic, p) in held:
+                    if held[(topic, p)] == log.log_end_offset:
+                        holding = True  # not cut over its own writes: until a recover cuts it
+                    else:
+                        del held[(topic, p)]
+                wanted = bool(marks_wanted) and (topic, p) in marks_wanted
             if built is not None and not holding and not wanted:
+                key = (topic, p)
                 basis = _fetch_basis(log, source, partition_max_bytes)
-                last = built.get((topic, p))
+                last = built.get(key)
                 if last is None or last[0] != basis:
                     last = (basis, _plain_fetch(log, source, p, partition_max_bytes))
-                    built[(topic, p)] = last
+                    built[key] = last
                 parts.append(last[1])
                 local_of[(source, p)] = topic
                 continue
@@ -1627,19 +1631,26 @@ def _still_quiet(
     topics = state.topics
     readable_is_end = state.faults.undid(19)  # `admin.readable_position`
     followed: dict[str, bool] = {}
+    # The partitions come a topic at a time: its lookups are made once a run.
+    last_topic: str | None = None
+    still = False
+    logs: list[PartitionLog] = []
     for topic, partition, hw in unchanged:
-        still = followed.get(topic)
-        if still is None:
-            still = followed[topic] = (
-                topic in topics
-                and config is not None
-                and config.mapping_for(topic, "follower") is not None
-            )
+        if topic != last_topic:
+            last_topic = topic
+            known = followed.get(topic)
+            if known is None:
+                known = followed[topic] = (
+                    topic in topics
+                    and config is not None
+                    and config.mapping_for(topic, "follower") is not None
+                )
+            still = known
+            logs = topics[topic].partitions if still else []
         if not still:
             continue
         key = (topic, partition, "follower")
         row = rows.get(key)
-        logs = topics[topic].partitions
         log = logs[partition] if partition < len(logs) else None
         if (
             row is not None
