@@ -58,8 +58,14 @@ def last_error(b: Any) -> tuple[str, str]:
 
 
 def stored(b: Any) -> int:
-    """How many offsets B holds of orders-p (0 while it has none)."""
-    return sum(high_watermarks(b.bootstrap, "orders-p") or [0])
+    """How many offsets B holds of orders-p, readable or not (0 while it has
+    none): its high watermark, and its log's end as describe-link says it."""
+    ends = [
+        p["log_end_offset"]
+        for p in cli_json(b.bootstrap, "describe-link", "ab")["partitions"]
+        if p["topic"] == "orders-p"
+    ]
+    return sum(high_watermarks(b.bootstrap, "orders-p") or [0]) + sum(max(0, e) for e in ends)
 
 
 def copies_genuine_records_once_the_relay_stops(a: Any, b: Any, relay: AnswerRelay) -> None:
@@ -92,7 +98,10 @@ def test_a_fetch_answer_changed_on_the_way__is_refused__nothing_of_it_stored(
     assert "link 'ab'" in message and "cluster 'A'" in message, message
     assert "the answer's proof does not match" in message, message
     # Every forged answer was refused: none of its records is stored (B's
-    # checks of a copied batch pass on them: their CRC was computed again).
+    # checks of a copied batch pass on them: their CRC was computed again;
+    # before answers were signed, B appended them, and its high watermark
+    # moved over them, until comparing its batches' marks with the source's
+    # told it had diverged, and it cut them and was forged again).
     assert stored(b) == 0
     assert relay.forged >= 2  # refused and asked again, in a new session
     assert "link answer refused" in b.stderr_text()
