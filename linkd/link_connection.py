@@ -35,10 +35,8 @@ from linkd.core.link_calls import (
 )
 from linkd.core.links import LinkConfig
 from linkd.link_channels import dial
-from linkd.link_sessions import REPLICATION_SERVICE, ClientSession, LinkSecurity
+from linkd.link_sessions import ClientSession, LinkSecurity
 from linkd.node import ClusterNode
-
-__all__ = ["REPLICATION_SERVICE", "LinkConnection"]
 
 
 class LinkConnection:
