@@ -12,7 +12,17 @@ calls each:
   with `link_codec.push_of_bytes`), as it is sent now.
 Both are signed over the bytes sent (`ClientSession.metadata_of_body`: one
 SHA-256 pass and an HMAC of the digest) and checked over the bytes received
-(one SHA-256 pass, `LinkSessions.verify`). Also prints what one pass of each
+(one SHA-256 pass, `LinkSessions.verify`).
+
+A fetch answer of the same records, both ways, interleaved with the rest:
+- unsigned: the callee's encoding (`link_codec.fetch_answer_bytes`) and the
+  caller's decoding (`link_codec.fetch_answer_of_bytes`), as answers crossed
+  before they were signed;
+- signed: the same, with the callee's answer mac over the bytes it sends
+  (`link_sessions.answer_metadata`) and the caller's check over the bytes it
+  received (`ClientSession.check_answer`), as they cross now.
+
+Also prints what one pass of each
 candidate MAC costs over the same bytes (SHA-256 with an HMAC of the digest,
 HMAC-SHA256 over the bytes, keyed BLAKE2b) and a plain copy, for reference.
 The records are opaque bytes here: no storage, no gRPC, no record checks.
@@ -111,6 +121,32 @@ def main() -> int:
     def decode_bytes(body: bytes) -> rounds.Push:
         return codec.push_of_bytes(body)[1]
 
+    answer = push.data
+    assert answer is not None
+    answer_body = codec.fetch_answer_bytes(answer)
+    fetch_body = b"a fetch request"
+    callee_key = callee.answer_key("s1")
+    assert callee_key is not None
+
+    def answer_unsigned_send() -> object:
+        return codec.fetch_answer_bytes(answer)
+
+    def answer_signed_send() -> object:
+        body = codec.fetch_answer_bytes(answer)
+        return body, sessions.answer_metadata(callee_key, "ReplicaFetch", 7, body)
+
+    def answer_unsigned_receive() -> object:
+        return codec.fetch_answer_of_bytes(answer_body)
+
+    signed_call = client.sign("ReplicaFetch", fetch_body)
+    answer_trailer = sessions.answer_metadata(
+        callee_key, "ReplicaFetch", signed_call.seq, answer_body
+    )
+
+    def answer_signed_receive() -> object:
+        client.check_answer(signed_call, answer_body, answer_trailer)
+        return codec.fetch_answer_of_bytes(answer_body)
+
     key = b"k" * 32
     body = codec.push_bytes(push)
     steps: dict[str, Callable[[], object]] = {
@@ -122,6 +158,10 @@ def main() -> int:
         "encode only, bytes": lambda: codec.push_bytes(push),
         "decode only, message": lambda: decode_message(body),
         "decode only, bytes": lambda: decode_bytes(body),
+        "answer send, unsigned": answer_unsigned_send,
+        "answer send, signed": answer_signed_send,
+        "answer receive, unsigned": answer_unsigned_receive,
+        "answer receive, checked": answer_signed_receive,
         "SHA-256 + HMAC of digest": lambda: auth.call_mac(
             key, "ReplicaPush", 1, auth.request_digest(body)
         ),
@@ -134,10 +174,10 @@ def main() -> int:
         for name, fn in steps.items():
             runs[name].append(timed(fn, args.calls))
     print(
-        f"push of {args.partitions} partitions x {args.partition_kib} KiB = {size:,} bytes; "
-        f"median of {args.repeat} runs of {args.calls} calls"
+        f"push (and fetch answer) of {args.partitions} partitions x {args.partition_kib} KiB "
+        f"= {size:,} bytes; median of {args.repeat} runs of {args.calls} calls"
     )
-    print(f"{'step':28} {'ms/push':>9} {'MB/s':>9}")
+    print(f"{'step':28} {'ms/call':>9} {'MB/s':>9}")
     for name, times in runs.items():
         t = statistics.median(times)
         print(f"{name:28} {t * 1000:>9.3f} {size / t / 1e6:>9,.0f}")

@@ -769,6 +769,19 @@ def answer_decoder(method: str) -> Any:
     return getattr(replication_pb2, service.methods_by_name[method].output_type.name).FromString
 
 
+def decoded_answer(method: str, body: bytes, what: str) -> Message | rounds.FetchAnswer:
+    """A Replication method's answer read from `body` (`answer_decoder`); one
+    that does not decode is LINK_UNREACHABLE, as gRPC says of an answer its
+    deserializer refuses."""
+    try:
+        decoded: Message | rounds.FetchAnswer = answer_decoder(method)(body)
+    except DecodeError as exc:
+        raise ClusterError(
+            ErrorCode.LINK_UNREACHABLE, what, f"{what}: the answer does not decode: {exc}"
+        ) from exc
+    return decoded
+
+
 def call_answer_of(call: LinkCall, reply: Message | rounds.FetchAnswer) -> LinkAnswer:
     """The answer a call names, from the method's reply (`answer_decoder`'s)."""
     if isinstance(call, ReplicaFetch) and isinstance(reply, rounds.FetchAnswer):

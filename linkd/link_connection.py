@@ -4,19 +4,19 @@ The channel goes to the link's address as it is now (dialed again when an
 operator re-points it, `linkd/link_channels.py`); the session is the one
 the driver last opened (`OpenSession`: `linkd/link_sessions.py`); each call
 is encoded once (`linkd.link_codec`), signed over those bytes and sent with
-its deadline. Whatever goes wrong comes back as the call's answer
-(`Answered` with the error: a refusal keeps its code, a transport failure
-is LINK_UNREACHABLE, an unauthenticated call LINK_AUTHENTICATION_FAILED):
-what the driver does about it is the core's.
+its deadline, and its answer's mac is checked over the bytes received before
+they are decoded (`link_sessions.call_signed`). Whatever goes wrong comes
+back as the call's answer (`Answered` with the error: a refusal keeps its
+code, a transport failure is LINK_UNREACHABLE, an unauthenticated call, or
+an answer unsigned or changed on the way, LINK_AUTHENTICATION_FAILED): what
+the driver does about it is the core's.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import grpc
-from google.protobuf.message import Message
 from grpc import aio
 
 from ccr.v1 import replication_pb2_grpc
@@ -33,13 +33,10 @@ from linkd.core.link_calls import (
     SessionOpened,
     call_name,
 )
-from linkd.core.link_rounds import FetchAnswer
 from linkd.core.links import LinkConfig
 from linkd.link_channels import dial
 from linkd.link_sessions import ClientSession, LinkSecurity
 from linkd.node import ClusterNode
-
-REPLICATION_SERVICE = "ccr.v1.Replication"
 
 
 class LinkConnection:
@@ -51,7 +48,7 @@ class LinkConnection:
         self._address = ""
         self._session: ClientSession | None = None
         # Calls on the current channel that send requests already encoded.
-        self._raw_methods: dict[str, Any] = {}
+        self._raw_methods: dict[str, sessions.RawCall] = {}
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -86,15 +83,16 @@ class LinkConnection:
                                f"link {self.name!r}: no session open")  # fmt: skip
         # Encoded once: the bytes signed are the bytes sent.
         method, body = codec.call_body(call)
-        metadata = session.metadata_of_body(method, body)
         if ack_trace.ON and isinstance(call, ReplicaFetch):
             for part in call.request.partitions:
                 ack_trace.hop("follower.fetch_sent", part.source_topic, part.partition,
                               part.fetch_offset, part.fetch_offset)  # fmt: skip
-        reply: Message | FetchAnswer = await self._raw_method(method)(
-            body, metadata=metadata, timeout=timeout_s
+        # The answer's bytes, proved by its mac, before anything reads them.
+        answer = await sessions.call_signed(
+            session, self._raw_method(method), method, body, timeout_s
         )
-        return codec.call_answer_of(call, reply)
+        what = f"link {self.name!r}: {method} on {session.address}"
+        return codec.call_answer_of(call, codec.decoded_answer(method, answer, what))
 
     def _dial_now(self, config: LinkConfig) -> None:
         """The channel to the link's address as it is now (a stub is made
@@ -113,16 +111,14 @@ class LinkConnection:
                 task = asyncio.create_task(old.close(1.0))
                 task.add_done_callback(lambda t: None)
 
-    def _raw_method(self, method: str) -> Any:
+    def _raw_method(self, method: str) -> sessions.RawCall:
         """The channel's call of `method` taking its request already encoded
-        (and reading a fetch answer's records as bytes: `codec.answer_decoder`)."""
+        and giving its answer's bytes as received (`sessions.raw_method`: they
+        are checked, then decoded, a fetch answer's records read as bytes:
+        `codec.answer_decoder`)."""
         assert self._channel is not None
         call = self._raw_methods.get(method)
         if call is None:
-            call = self._channel.unary_unary(
-                f"/{REPLICATION_SERVICE}/{method}",
-                request_serializer=None,
-                response_deserializer=codec.answer_decoder(method),
-            )
+            call = sessions.raw_method(self._channel, method)
             self._raw_methods[method] = call
         return call

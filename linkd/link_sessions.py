@@ -6,7 +6,10 @@
   serves (`link_auth.LinkSessions`) and the refusals it logged (once per
   caller address and reason, at info level, never with a secret).
 - A caller opens a session with `open_session` (Challenge, then
-  OpenSession) and signs each call with `ClientSession.metadata`.
+  OpenSession), signs each call with `ClientSession.sign` and checks each
+  answer's mac (`call_signed`: the answer's bytes as received, before they
+  are decoded); a callee signs each answer it sends with `answer_metadata`
+  (trailing metadata, over the bytes sent: `linkd.replication`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
+from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd.core import link_auth as auth
@@ -33,6 +37,10 @@ log = logging.getLogger("linkd.link_sessions")
 SESSION_KEY = "ccr-link-session"
 SEQ_KEY = "ccr-link-seq"
 MAC_KEY = "ccr-link-mac"
+# The callee's proof of an answer (`link_auth.answer_mac`, hex), in its
+# trailing metadata.
+ANSWER_MAC_KEY = "ccr-link-answer-mac"
+REPLICATION_SERVICE = "ccr.v1.Replication"
 CREDENTIALS_ENV = "CCR_LINK_CREDENTIALS"
 MAX_LOGGED_REFUSALS = 1024
 
@@ -87,22 +95,98 @@ def request_digest(request: Message) -> bytes:
     return auth.request_digest(request.SerializeToString(deterministic=True))
 
 
+Metadata = tuple[tuple[str, str], ...]
+# A Replication method's call on a channel, in bytes both ways (`raw_method`).
+RawCall = aio.UnaryUnaryMultiCallable[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedCall:
+    """One call as signed: what its answer must be bound to."""
+
+    method: str
+    seq: int
+    metadata: Metadata
+
+
 @dataclass(slots=True)
 class ClientSession:
-    """A session this side opened; signs its calls."""
+    """A session this side opened; signs its calls and checks their answers."""
 
     signer: auth.CallSigner
     address: str
     identity: LinkIdentity
 
-    def metadata(self, method: str, request: Message) -> tuple[tuple[str, str], ...]:
+    def metadata(self, method: str, request: Message) -> Metadata:
         return self.metadata_of_body(method, request.SerializeToString(deterministic=True))
 
-    def metadata_of_body(self, method: str, body: bytes) -> tuple[tuple[str, str], ...]:
-        """The metadata of a call whose request is `body`, its deterministic
-        encoding (sent as it is: a request is encoded once)."""
+    def metadata_of_body(self, method: str, body: bytes) -> Metadata:
+        return self.sign(method, body).metadata
+
+    def sign(self, method: str, body: bytes) -> SignedCall:
+        """A call whose request is `body`, its deterministic encoding (sent
+        as it is: a request is encoded once)."""
         seq, mac = self.signer.sign(method, auth.request_digest(body))
-        return ((SESSION_KEY, self.signer.session_id), (SEQ_KEY, str(seq)), (MAC_KEY, mac.hex()))
+        metadata = ((SESSION_KEY, self.signer.session_id), (SEQ_KEY, str(seq)),
+                    (MAC_KEY, mac.hex()))  # fmt: skip
+        return SignedCall(method, seq, metadata)
+
+    def check_answer(self, call: SignedCall, answer: bytes, trailing: Any) -> None:
+        """Refuses (ClusterError, LINK_AUTHENTICATION_FAILED) the answer to
+        `call` unless its trailing metadata proves its bytes as received."""
+        what = (
+            f"link {self.identity.link_name!r}: cluster {self.identity.remote_cluster_id!r} "
+            f"at {self.address}"
+        )
+        self.signer.check_answer(
+            what, call.method, call.seq, auth.request_digest(answer), answer_mac_of(trailing)
+        )
+
+
+def answer_mac_of(metadata: Any) -> bytes | None:
+    """The answer mac in a call's trailing metadata; None when there is none,
+    b"" when it does not read (the core refuses either by name)."""
+    for key, value in metadata or ():
+        if key == ANSWER_MAC_KEY:
+            try:
+                return bytes.fromhex(value) if isinstance(value, str) else b""
+            except ValueError:
+                return b""
+    return None
+
+
+def answer_metadata(key: bytes, method: str, seq: int, answer: bytes) -> Metadata:
+    """The callee's trailing metadata for `answer`, the bytes it sends to call
+    `seq` of `method` in the session of `key`."""
+    return ((ANSWER_MAC_KEY, auth.answer_mac(key, method, seq, auth.request_digest(answer)).hex()),)
+
+
+def raw_method(channel: aio.Channel, method: str) -> RawCall:
+    """The channel's call of a Replication `method` sending and receiving
+    bytes: the request already encoded, the answer as received (its mac is
+    checked over those bytes, then it is decoded)."""
+    return channel.unary_unary(
+        f"/{REPLICATION_SERVICE}/{method}", request_serializer=None, response_deserializer=None
+    )
+
+
+async def call_signed(
+    session: ClientSession,
+    call: RawCall,
+    method: str,
+    body: bytes,
+    timeout_s: float,
+) -> bytes:
+    """One call of `method` (`call`: its `raw_method`) in `session`: `body`
+    signed and sent; the answer's bytes, once their mac is checked (a
+    refusal raises ClusterError, LINK_AUTHENTICATION_FAILED; a transport
+    failure stays a grpc.RpcError)."""
+    signed = session.sign(method, body)
+    pending = call(body, metadata=signed.metadata, timeout=timeout_s)
+    answer = await pending
+    assert isinstance(answer, bytes), type(answer)
+    session.check_answer(signed, answer, await pending.trailing_metadata())
+    return answer
 
 
 async def open_session(

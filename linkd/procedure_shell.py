@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
+from grpc import aio
 
 from ccr.v1 import replication_pb2, replication_pb2_grpc
 from linkd import link_codec as codec
@@ -51,7 +53,13 @@ from linkd.core.requests import (
     unreachable,
 )
 from linkd.link_channels import NO_TLS, LinkTls, dial
-from linkd.link_sessions import LinkIdentity, open_session
+from linkd.link_sessions import (
+    ClientSession,
+    LinkIdentity,
+    call_signed,
+    open_session,
+    raw_method,
+)
 from linkd.node import ClusterNode
 
 log = logging.getLogger("linkd.procedures")
@@ -83,10 +91,12 @@ async def call_remote(
 ) -> RemoteAnswer:
     """Delivers one request to the cluster at `address` (TLS for an SSL://
     address: linkd/link_channels.py), in a link session of its own
-    (`identity`), and decodes its answer; a refusal keeps its code, a
-    transport failure is LINK_UNREACHABLE. DescribeCluster is answered by the
-    remote's Challenge, which names it (the replication service needs no
-    client credentials, whatever the listener)."""
+    (`identity`), and decodes its answer once its mac proves it (an answer
+    unsigned or changed on the way is refused LINK_AUTHENTICATION_FAILED); a
+    refusal keeps its code, a transport failure is LINK_UNREACHABLE.
+    DescribeCluster is answered by the remote's Challenge, which names it
+    (the replication service needs no client credentials, whatever the
+    listener)."""
     if not address:
         raise unreachable(
             what,
@@ -110,15 +120,12 @@ async def call_remote(
             session = await open_session(stub, identity, address, CALL_TIMEOUT_S)
             if isinstance(request, Handshake):
                 shake = codec.handshake_pb(request.config, request.create, request.proposed)
-                reply = await stub.Handshake(
-                    shake, metadata=session.metadata("Handshake", shake), timeout=CALL_TIMEOUT_S
-                )
-                return codec.config_of(reply.config)
+                shaken = await _signed(channel, session, "Handshake", shake, what, address)
+                assert isinstance(shaken, replication_pb2.HandshakeResponse)
+                return codec.config_of(shaken.config)
             if isinstance(request, RemoveLink):
                 remove = replication_pb2.RemoveLinkRequest(link_id=request.link_id)
-                await stub.RemoveLink(
-                    remove, metadata=session.metadata("RemoveLink", remove), timeout=CALL_TIMEOUT_S
-                )
+                await _signed(channel, session, "RemoveLink", remove, what, address)
                 return None
             if isinstance(request, DescribePartitions):
                 message = replication_pb2.DescribePartitionsRequest(
@@ -129,12 +136,11 @@ async def call_remote(
                 )
                 if request.group_prefix is not None:
                     message.group_prefix = request.group_prefix
-                described_partitions = await stub.DescribePartitions(
-                    message,
-                    metadata=session.metadata("DescribePartitions", message),
-                    timeout=CALL_TIMEOUT_S,
+                described = await _signed(
+                    channel, session, "DescribePartitions", message, what, address
                 )
-                return codec.description_of(described_partitions)
+                assert isinstance(described, replication_pb2.DescribePartitionsResponse)
+                return codec.description_of(described)
             assert isinstance(request, Promote)
             promote = replication_pb2.PromoteNamespacesRequest(
                 link_id=request.link_id,
@@ -143,14 +149,29 @@ async def call_remote(
                     for t, p in request.namespaces
                 ],
             )
-            promoted = await stub.PromoteNamespaces(
-                promote,
-                metadata=session.metadata("PromoteNamespaces", promote),
-                timeout=CALL_TIMEOUT_S,
-            )
+            promoted = await _signed(channel, session, "PromoteNamespaces", promote, what, address)
+            assert isinstance(promoted, replication_pb2.PromoteNamespacesResponse)
             return Promoted(promoted.partitions, promoted.aborted_dangling)
         except grpc.RpcError as exc:
             raise codec.rpc_error(exc, f"{what} on {address}") from exc
+
+
+async def _signed(
+    channel: aio.Channel,
+    session: ClientSession,
+    method: str,
+    request: Message,
+    what: str,
+    address: str,
+) -> Message:
+    """One call of `method` in `session`, its request encoded once and signed,
+    its answer's mac checked over the bytes received, then decoded
+    (`link_sessions.call_signed`)."""
+    body = request.SerializeToString(deterministic=True)
+    answer = await call_signed(session, raw_method(channel, method), method, body, CALL_TIMEOUT_S)
+    decoded = codec.decoded_answer(method, answer, f"{what} on {address}")
+    assert isinstance(decoded, Message)
+    return decoded
 
 
 class DaemonHost:

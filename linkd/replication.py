@@ -53,9 +53,8 @@ from linkd.core.requests import (
     RemoveLink,
 )
 from linkd.grpc_errors import abort_with_error
-from linkd.link_connection import REPLICATION_SERVICE
 from linkd.link_runner import SETTINGS, LinkRunner, hold
-from linkd.link_sessions import LinkSecurity
+from linkd.link_sessions import REPLICATION_SERVICE, LinkSecurity
 from linkd.node import ClusterNode
 from linkd.procedure_shell import DaemonHost
 
@@ -197,7 +196,9 @@ class LinkManager:
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     """The remote's calls. Challenge and OpenSession open a link session;
     every other call is refused unless its session metadata proves it
-    (`LinkSecurity`, `linkd.core.link_auth`) and names the session's link."""
+    (`LinkSecurity`, `linkd.core.link_auth`) and names the session's link,
+    and its answer is signed with the session's key as it is sent
+    (`add_replication_service`)."""
 
     def __init__(self, node: ClusterNode, manager: LinkManager) -> None:
         self.node = node
@@ -533,12 +534,18 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         return result
 
 
+# Answers not signed with a session's key: Challenge comes before any session,
+# and OpenSession's answer carries the callee's proof (`link_auth`).
+UNSIGNED_METHODS = frozenset({"Challenge", "OpenSession"})
+
+
 def add_replication_service(server: aio.Server, service: ReplicationService) -> None:
     """Adds the Replication service to `server`, its ReplicaPush taking the
     request as received (`ReplicationService.replica_push_encoded`: the MAC is
     checked over those bytes; a push carries megabytes of records) and its
     ReplicaFetch answering bytes written around the records
-    (`ReplicationService.replica_fetch_encoded`)."""
+    (`ReplicationService.replica_fetch_encoded`). Every answer of a call made
+    in a session is signed over the bytes sent (`_signed`)."""
 
     class _Collected:
         handlers: dict[str, Any] = {}
@@ -564,11 +571,41 @@ def add_replication_service(server: aio.Server, service: ReplicationService) -> 
         request_deserializer=replication_pb2.ReplicaFetchRequest.FromString,
         response_serializer=None,
     )
+    for method, handler in list(handlers.items()):
+        if method not in UNSIGNED_METHODS:
+            handlers[method] = _signed(service, method, handler)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(REPLICATION_SERVICE, handlers),)
     )
     # Not in the typing stubs; the generated code calls it too.
     cast(Any, server).add_registered_method_handlers(REPLICATION_SERVICE, handlers)
+
+
+def _signed(
+    service: ReplicationService, method: str, handler: Any
+) -> grpc.RpcMethodHandler[Any, bytes]:
+    """`handler` answering bytes it signs: the answer is serialized here (the
+    bytes sent are the bytes hashed, once) and its mac, with the key of the
+    session the call names and bound to the call's sequence number, goes in
+    the trailing metadata (`link_sessions.answer_metadata`). The key is read
+    before the call is served (a RemoveLink or a revocation may end the
+    session meanwhile); an answer exists only for a call its session
+    verified, every method here refusing any other."""
+    serve = handler.unary_unary
+    serialize = handler.response_serializer
+
+    async def signed(request: Any, context: Any) -> bytes:
+        session_id, seq, _ = sessions.session_fields(context)
+        key = service.security.sessions.answer_key(session_id)
+        answer = await serve(request, context)
+        body: bytes = answer if serialize is None else serialize(answer)
+        if key is not None:
+            context.set_trailing_metadata(sessions.answer_metadata(key, method, seq, body))
+        return body
+
+    return grpc.unary_unary_rpc_method_handler(
+        signed, request_deserializer=handler.request_deserializer, response_serializer=None
+    )
 
 
 def _trace_fetch(hop: str, request: replication_pb2.ReplicaFetchRequest) -> None:

@@ -281,3 +281,55 @@ def test_the_link_table_tells_a_revocation_once__and_a_new_session_clears_it() -
     assert links.runtime["ab"].credential_problem.startswith("revoked: the sessions of cluster")
     links.session_opened("L1")
     assert links.runtime["ab"].credential_problem == ""
+
+
+def test_an_answer_is_accepted_signed_by_its_session__method_and_seq__anything_else_not() -> None:
+    sessions = auth.LinkSessions("B")
+    session, key = opened(sessions)
+    signer = auth.CallSigner("s1", key)
+    body = b"the request"
+    seq, request_mac = signer.sign("ReplicaFetch", auth.request_digest(body))
+    call(sessions, key, seq, body, method="ReplicaFetch")  # the callee serves it
+    answer = b"records and high watermarks"
+    digest = auth.request_digest(answer)
+    # The callee signs with the key of the session it served the call in.
+    assert sessions.answer_key("s1") == session.key
+    assert sessions.answer_key("s9") is None
+    mac = auth.answer_mac(session.key, "ReplicaFetch", seq, digest)
+    signer.check_answer("link 'ab' on b:1", "ReplicaFetch", seq, digest, mac)
+
+    def refused(
+        mac: bytes | None, *, method: str = "ReplicaFetch", seq: int = seq,
+        digest: bytes = digest,
+    ) -> ClusterError:
+        with pytest.raises(ClusterError) as exc:
+            signer.check_answer("link 'ab' on b:1", method, seq, digest, mac)
+        assert exc.value.code == ErrorCode.LINK_AUTHENTICATION_FAILED
+        assert "link 'ab' on b:1" in exc.value.message and method in exc.value.message
+        return exc.value
+
+    other_key = hashlib.sha256(b"another session").digest()
+    wrong = [
+        refused(mac, seq=seq + 1),  # the answer to another call
+        refused(mac, method="ReplicaPush"),  # to another method
+        refused(auth.answer_mac(other_key, "ReplicaFetch", seq, digest)),  # another session's
+        refused(mac, digest=auth.request_digest(answer + b"!")),  # other bytes
+        refused(mac, digest=auth.request_digest(answer[:-1])),
+        refused(request_mac),  # the request's own mac, replayed as the answer's
+        # Its call's mac over the answer's bytes: the label tells them apart.
+        refused(auth.call_mac(key, "ReplicaFetch", seq, digest)),
+        refused(b""),
+        refused(mac[:-1]),
+    ]
+    assert {e.resource for e in wrong} == {auth.Refusal.BAD_ANSWER_MAC}
+    assert all("does not match" in e.message for e in wrong)
+    unsigned = refused(None)
+    assert unsigned.resource == auth.Refusal.UNSIGNED_ANSWER
+    assert "does not sign its answers" in unsigned.message
+    assert auth.refusal_of(unsigned.resource) in auth.ANSWER_REFUSALS
+    assert auth.refusal_of("bad mac") not in auth.ANSWER_REFUSALS
+    # The pure function says the same as the signer.
+    auth.check_answer(key, "link 'ab'", "ReplicaFetch", seq, digest, mac)
+    assert auth.answer_mac(key, "ReplicaFetch", seq, digest) != auth.call_mac(
+        key, "ReplicaFetch", seq, digest
+    )

@@ -27,6 +27,16 @@ The exchange (the caller calls; the callee answers):
    the link the request names and to the calling cluster, that the sequence
    number was not seen (a bounded window: calls of one session may arrive out
    of order) and the mac.
+4. Every answer to such a call carries
+   `answer mac = HMAC(session key, "answer" | method | seq | digest of the
+   answer)`, made by the callee over the bytes it sends, bound to the
+   request's sequence number; the caller checks it over the bytes it
+   received before reading them (`check_answer`). The label differs from the
+   calls' ("call"), so a request's mac is never an answer's. An answer
+   without one (a partner older than answer macs, or one stripped on the
+   way) is refused as unsigned, one whose mac does not match as changed:
+   both are refusals of the caller's (`ANSWER_REFUSALS`), not of the callee.
+   No link call streams: each answer is one message, signed once.
 
 A credential this side stops accepting (removed from its credentials file)
 ends the sessions opened with it at their next call, however busy
@@ -43,7 +53,10 @@ SESSION_IDLE_MS expires; SEQ_WINDOW sequence numbers remembered per
 session.
 
 Every refusal raises ClusterError(LINK_AUTHENTICATION_FAILED) with a message
-that names what was wrong (never a secret), and is counted by reason.
+that names what was wrong (never a secret) and the reason as its resource. A
+callee counts its refusals of calls by reason (`LinkSessions.refusals`); a
+caller's refusal of an answer is its call's failure, counted and kept as the
+link's last error as any failed call is (`LinkTable.on_contact_lost`).
 
 Pure code: no I/O, clocks or randomness (nonces and session ids are given).
 """
@@ -84,6 +97,15 @@ class Refusal(enum.StrEnum):
     BAD_MAC = "bad mac"
     # The session was opened with a credential this side no longer accepts.
     REVOKED_CREDENTIAL = "revoked credential"
+    # The caller's refusals of an answer (`check_answer`): it carries no
+    # answer mac, or one that does not match the bytes received.
+    UNSIGNED_ANSWER = "unsigned answer"
+    BAD_ANSWER_MAC = "bad answer mac"
+
+
+# The refusals a caller makes of its partner's answers (the others are a
+# callee's refusals of a call).
+ANSWER_REFUSALS = frozenset({Refusal.UNSIGNED_ANSWER, Refusal.BAD_ANSWER_MAC})
 
 
 def refusal_of(resource: str) -> Refusal | None:
@@ -178,6 +200,34 @@ def request_digest(body: bytes) -> bytes:
     return hashlib.sha256(body).digest()
 
 
+def answer_mac(key: bytes, method: str, seq: int, digest: bytes) -> bytes:
+    """The callee's proof of its answer to call `seq` of `method`, over the
+    `digest` of the answer's bytes (`request_digest` of them): labelled
+    "answer", so no request's `call_mac` is ever one."""
+    return _hmac(key, "answer", method, str(seq), digest)
+
+
+def check_answer(
+    key: bytes, what: str, method: str, seq: int, digest: bytes, mac: bytes | None
+) -> None:
+    """Refuses an answer to call `seq` of `method` whose bytes hash to
+    `digest` unless `mac` proves it (`answer_mac`); `mac` None: the answer
+    carried none. `what` names the link and its partner in the refusal."""
+    if mac is None:
+        raise refused(
+            Refusal.UNSIGNED_ANSWER,
+            f"{what}: {method}: the partner does not sign its answers (a daemon older than "
+            "answer macs, or the answer's mac was stripped on the way): its answer is refused, "
+            "since anyone on the path could have written it; upgrade the partner",
+        )
+    if not hmac.compare_digest(answer_mac(key, method, seq, digest), mac):
+        raise refused(
+            Refusal.BAD_ANSWER_MAC,
+            f"{what}: {method}: the answer's proof does not match the bytes received (changed "
+            "on the way, or not from the session's partner): its answer is refused",
+        )
+
+
 def link_key_or_legacy(link_key: bytes, credentials: str) -> bytes:
     """A link's key, or for a link created before keys existed the legacy one."""
     return link_key if link_key else legacy_link_key(credentials)
@@ -240,6 +290,13 @@ class CallSigner:
     def sign(self, method: str, digest: bytes) -> tuple[int, bytes]:
         seq, self.seq = self.seq, self.seq + 1
         return seq, call_mac(self.key, method, seq, digest)
+
+    def check_answer(
+        self, what: str, method: str, seq: int, digest: bytes, mac: bytes | None
+    ) -> None:
+        """Refuses the answer to this session's call `seq` unless `mac`
+        proves it (`check_answer`)."""
+        check_answer(self.key, what, method, seq, digest, mac)
 
 
 def credential_digest(credential: str) -> bytes:
@@ -502,6 +559,13 @@ class LinkSessions:
         """Whether `session`, whose call was just served, was opened with a
         credential not in `accepted` (never, while revocation holds)."""
         return session.credential not in {credential_digest(c) for c in accepted}
+
+    def answer_key(self, session_id: str) -> bytes | None:
+        """The key that signs the answers of `session_id`'s calls (None: no
+        such session); the shell reads it before serving a call and signs the
+        answer only if the call was verified and served."""
+        session = self._sessions.get(session_id)
+        return None if session is None else session.key
 
     def drop_link(self, link_id: str) -> None:
         for sid in [s.session_id for s in self._sessions.values() if s.link_id == link_id]:

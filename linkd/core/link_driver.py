@@ -37,7 +37,9 @@ Rules:
   (OpenSession) when none is open for the link's address, remote cluster,
   key and credentials as they are now; the other lanes wait for it. A call
   refused LINK_AUTHENTICATION_FAILED drops the session (the next call opens
-  another) and is said at warning level, once per distinct refusal.
+  another) and is said at warning level, once per distinct refusal; so does
+  an answer this side refused (unsigned, or changed on the way:
+  `link_auth.check_answer`), which is not a refusal of its credentials.
 - A call that fails (refused, unreachable, or past its deadline: the call
   timeout, plus the long poll it asks for on a fetch) is lost contact, and
   its lane backs off: BACKOFF_MIN_MS, doubling up to BACKOFF_MAX_MS. The
@@ -69,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from linkd.core import lineage
+from linkd.core import link_auth as auth
 from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import replication as rep
@@ -292,14 +295,21 @@ class LinkDriver:
         # A refused session leaves the link DISCONNECTED until an operator
         # acts (credentials, address): said loudly, once per refusal.
         self.session_for = None
-        runtime = self.state.links.runtime.get(self.name)
-        if runtime is not None:
-            runtime.credential_problem = (
-                f"the remote refuses this side's link sessions: {error.message}"
-            )
+        if auth.refusal_of(error.resource) in auth.ANSWER_REFUSALS:
+            # This side refused the remote's answer (unsigned, or changed on
+            # the way): not a refusal of its credentials. The next call runs
+            # in a new session.
+            said = "link answer refused"
+        else:
+            said = "link session refused"
+            runtime = self.state.links.runtime.get(self.name)
+            if runtime is not None:
+                runtime.credential_problem = (
+                    f"the remote refuses this side's link sessions: {error.message}"
+                )
         if error.message != self.last_refusal:
             self.last_refusal = error.message
-            yield Note("warning", f"link {self.name!r}: link session refused: {error.message}")
+            yield Note("warning", f"link {self.name!r}: {said}: {error.message}")
 
     def _session(self, lane: Lane) -> Lanes:
         """Returns once a session is open for the link as it is now."""
