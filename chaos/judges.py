@@ -1,4 +1,5 @@
-"""Judges of what clusters *report*, for runs with the operator nemesis.
+"""Judges of what clusters *report*, for runs with the operator nemesis (and
+the answers of a schedule's failover steps, in every run).
 
 Spec section 10, invariants 9-12 (and 7 extended), judged from plain data a
 chaos run collects: status rounds (every link described on every cluster,
@@ -20,7 +21,11 @@ Anomalies:
 - `silent_loss` (10): a record acknowledged in a namespace that led to a
   follower (attached in the status rounds before and after the send) is not
   in that follower's final log, and no report names it (see
-  `check_silent_loss`).
+  `check_silent_loss`); and, at a schedule's `failover` steps (not the
+  operator's moves), a record the failed-over link's source acknowledged
+  before the answer that the promoted cluster's final log lacks, and that
+  the answer does not name by the simulator's rule (see
+  `check_failover_loss`).
 - `hanging_transaction` (11): at the end a partition's last stable offset is
   below its high watermark on a live cluster, later than any transaction a
   producer may legitimately still hold open (its timeout plus a bound); or,
@@ -41,11 +46,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sim.checkers import FinalLogs, Violation
+from sim.checkers import Deleted, FinalLogs, Violation, was_deleted
 from sim.history import Op, Send
 from sim.operator_moves import Move, MoveKind
+from sim.status_checks import FailoverRow
+
+if TYPE_CHECKING:
+    from admin.admin_client import FailoverResult
 
 DETAIL_MAX = 5
 GOOD_STATES = ("FOLLOWING", "IN_SYNC")
@@ -776,6 +785,267 @@ def _source_dials(failover: MoveRecord, moves: Sequence[MoveRecord]) -> bool:
         return False
     made = max(creates, key=lambda rec: rec.begin_ms).move
     return (made.cluster == m.peer) != made.remote_dials
+
+
+# -- (b') silent_loss at the schedule's failovers -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverCut:
+    """A cut a failover's answer reported (its `truncated` rows): the
+    partition now ends at `truncate_to`, `removed` records above it gone."""
+
+    topic: str
+    partition: int
+    truncate_to: int
+    removed: int
+
+    def covers(self, offset: int) -> bool:
+        return self.truncate_to <= offset < self.truncate_to + self.removed
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverAnswer:
+    """One failover step of a schedule (`failover --force` on `promoted`,
+    the follower of `link` to `source`) and what its answer said, for
+    `check_failover_loss`. Times: `begun_ms` and `answered_ms` are the run's
+    clock; the rows' times and `topics_known_at_ms` are the daemon's wall
+    clock (ms since the epoch)."""
+
+    promoted: str
+    source: str
+    link: str
+    begun_ms: int
+    answered_ms: int
+    # (topic, partition) -> the answer's row: every partition it made
+    # writable (`partitions`), and those it names as abandoned (`abandoned`).
+    rows: Mapping[tuple[str, int], FailoverRow]
+    truncated: tuple[FailoverCut, ...] = ()
+    # The source's topics as known from this time on (wall ms; 0: never):
+    # a partition created later is in no row.
+    topics_known_at_ms: int = 0
+    # The follower's topic namespaces it made writable (links of chaos runs
+    # keep topic names: "orders-" follows "orders-").
+    prefixes: tuple[str, ...] = ()
+    # `FailoverRow.names`' `source_live`: see `source_live_at`.
+    source_live: bool = True
+
+
+def failover_row(d: Mapping[str, Any]) -> FailoverRow:
+    """A `FailoverRow` from one row of a failover's answer (the admin
+    client's dict: `_lag_dict`); an older daemon without `lag_known` says a
+    lag is known when it is not negative. Times stay wall-clock ms."""
+    known = d.get("lag_known")
+    return FailoverRow(
+        log_end_offset=int(d.get("log_end_offset", -1)),
+        source_high_watermark=int(d.get("source_high_watermark", -1)),
+        known_at_ms=int(d.get("source_hw_known_at_ms", 0) or 0),
+        lag_known=bool(known) if known is not None else int(d.get("lag_records", -1)) >= 0,
+        unknown_since_ms=int(d.get("unknown_since_ms", 0) or 0),
+    )
+
+
+def failover_answer(
+    result: FailoverResult,
+    promoted: str,
+    source: str,
+    link: str,
+    begun_ms: int,
+    answered_ms: int,
+    source_live: bool,
+) -> FailoverAnswer:
+    """What the admin client's `FailoverResult` says, typed for the judge.
+    As the simulator reads an answer (`sim.world.failover_report`), a row of
+    `partitions` wins over one of `abandoned` for the same partition."""
+    rows: dict[tuple[str, int], FailoverRow] = {}
+    for d in [*result.abandoned, *result.partitions]:
+        rows[(str(d.get("topic", "")), int(d.get("partition", -1)))] = failover_row(d)
+    return FailoverAnswer(
+        promoted=promoted,
+        source=source,
+        link=link,
+        begun_ms=begun_ms,
+        answered_ms=answered_ms,
+        rows=rows,
+        truncated=tuple(
+            FailoverCut(
+                str(c["topic"]),
+                int(c["partition"]),
+                int(c["truncate_to"]),
+                int(c["records_removed"]),
+            )
+            for c in result.truncated
+        ),
+        topics_known_at_ms=int(result.topics_known_at_ms or 0),
+        prefixes=tuple(ns.prefix for ns in result.namespaces if ns.type == "topic"),
+        source_live=source_live,
+    )
+
+
+def source_live_at(
+    steps: Iterable[tuple[str, tuple[str, ...], int]], source: str, link: str, at_ms: int
+) -> bool:
+    """`FailoverRow.names`' `source_live` for a schedule's failover of `link`
+    begun at `at_ms` (run clock), from the schedule's steps as applied ((op,
+    args, applied at ms), in order): False only when the source had been
+    killed (`kill` or `lose`, and no `restart` since) and the link was not
+    cut then. The links a schedule makes are dialed by the follower, through
+    the link's proxy: a kill resets the follower's calls at once, so "lag
+    known" from before it is old news, and records acknowledged after the
+    round it dates from are lost unnamed. Through a cut (the proxy drops the
+    traffic, resets nothing) the follower finds the death only once its
+    request is overdue, and a paused source (SIGSTOP) resets nothing either:
+    the race stays open, as with a live source (the simulator's
+    `source_news_current`, with the cut's own window for its answer bound)."""
+    ordered = [s for s in steps if s[2] <= at_ms]
+    down = False
+    for op, args, _at in ordered:
+        if args and args[0] == source:
+            if op in ("kill", "lose"):
+                down = True
+            elif op == "restart" and down:
+                down = False
+    if not down:
+        return True
+    return _cut_at(cut_windows(ordered), link, at_ms)
+
+
+def _said(answer: FailoverAnswer, topic: str, partition: int, t0_wall_ms: int) -> str:
+    """What a failover's answer said of one partition, for a detail."""
+
+    def run_ms(wall: int) -> str:
+        return "never" if wall <= 0 else f"t={wall - t0_wall_ms} ms"
+
+    row = answer.rows.get((topic, partition))
+    reach = "reachable" if answer.source_live else "down, and the follower could tell"
+    if row is None:
+        said = (
+            f"has no row for {topic}-{partition} (it knew the source's topics from "
+            f"{run_ms(answer.topics_known_at_ms)})"
+        )
+    else:
+        lag = (
+            f"lag known (learned at {run_ms(row.known_at_ms)})"
+            if row.lag_known
+            else f"lag unknown since {run_ms(row.unknown_since_ms)}"
+        )
+        said = (
+            f"says log end {row.log_end_offset}, source high watermark "
+            f"{row.source_high_watermark}, {lag}"
+        )
+    cuts = [c for c in answer.truncated if (c.topic, c.partition) == (topic, partition)]
+    if cuts:
+        said += "; cut " + ", ".join(f"to {c.truncate_to} removing {c.removed}" for c in cuts)
+    return f"{said}; its source {answer.source} was {reach}"
+
+
+def check_failover_loss(
+    history: Iterable[Op],
+    answers: Sequence[FailoverAnswer],
+    final: FinalLogs,
+    live: Iterable[str],
+    cuts: Cuts,
+    t0_wall_ms: int = 0,
+    unreadable: Iterable[tuple[str, str, int]] = (),
+    created_ms: Mapping[tuple[str, str], int] | None = None,
+    deleted: Deleted | None = None,
+) -> tuple[list[Violation], dict[str, int]]:
+    """Invariant 10 at a schedule's failovers: every record the source of
+    a failed-over link acknowledged before the answer came (run clock:
+    `complete_ms <= answered_ms`) that the promoted cluster's final log
+    lacks at its offset (links keep offsets, and names) must be named by
+    that answer, as the simulator judges it (`sim.status_checks`):
+    - by its partition's row (`FailoverRow.names`: at or above the row's
+      log end and below the source high watermark it reported, or in a lag
+      unknown since before the acknowledgement, or, from a source still
+      live, in flight after the round a known lag dates from:
+      `FailoverAnswer.source_live`); the acknowledgement's wall-clock time
+      is `t0_wall_ms + complete_ms`, the rows' are the daemon's;
+    - by a cut the answer reported (its `truncated` rows);
+    - or, with no row for its partition, by the partition having been
+      created after what the answer says it knew (`topics_known_at_ms`):
+      `created_ms` ((source, topic) -> wall ms its creation had answered)
+      for topics the run created; for others, the acknowledgement at or
+      after that time (the simulator's rule).
+    Excused as chaos excuses any record: a reported truncation over its
+    offset on either side (`cuts`: a failover's, an unclean election's, a
+    recovery's), or the promoted cluster's own retention (`deleted`).
+    Present at another offset is not this judge's (invariants 1, 2).
+    Records in a topic outside the answer's namespaces are not owed by it;
+    a promoted cluster that is not live at the end, or a final log not read
+    whole (`unreadable`), is not judged.
+    Returns (violations, counts): `failover_records_judged` (records
+    lacking, judged against an answer), `failover_records_named` (of them,
+    named or excused), `failover_records_not_judged`."""
+    live_set = set(live)
+    not_read = set(unreadable)
+    created = created_ms or {}
+    counts = {
+        "failover_records_judged": 0,
+        "failover_records_named": 0,
+        "failover_records_not_judged": 0,
+    }
+    details: list[str] = []
+    sends = [
+        o for o in history
+        if o.type == "ok" and isinstance(o.value, Send) and o.value.value and o.value.offset >= 0
+    ]  # fmt: skip
+    for answer in answers:
+        for o in sends:
+            v = o.value
+            assert isinstance(v, Send)
+            if o.cluster != answer.source or o.complete_ms > answer.answered_ms:
+                continue
+            if not any(v.topic.startswith(p) for p in answer.prefixes):
+                continue
+            key = (answer.promoted, v.topic, v.partition)
+            held = final.get(key, {})
+            if held.get(v.offset) == v.value or v.value in held.values():
+                continue
+            if answer.promoted not in live_set or key in not_read:
+                counts["failover_records_not_judged"] += 1
+                continue
+            counts["failover_records_judged"] += 1
+            acked_wall = t0_wall_ms + o.complete_ms
+            if _failover_names(answer, v, acked_wall, created) or _cut_excuse(
+                answer, v, cuts, deleted
+            ):
+                counts["failover_records_named"] += 1
+                continue
+            details.append(
+                f"{v.value!r} acknowledged by {answer.source} at {v.topic}-{v.partition}@"
+                f"{v.offset} (t={o.complete_ms} ms) is not on {answer.promoted} "
+                f"(found {held.get(v.offset)!r}), which failed over link {answer.link} at "
+                f"t={answer.begun_ms} ms (answered t={answer.answered_ms} ms), and its answer "
+                f"does not name it: it {_said(answer, v.topic, v.partition, t0_wall_ms)}"
+            )
+    return capped("silent_loss", details), counts
+
+
+def _failover_names(
+    answer: FailoverAnswer, v: Send, acked_wall_ms: int, created: Mapping[tuple[str, str], int]
+) -> str:
+    """How the answer names a record its promoted cluster lacks ("": it does not)."""
+    if any(c.topic == v.topic and c.partition == v.partition and c.covers(v.offset)
+           for c in answer.truncated):  # fmt: skip
+        return "a cut the failover reported"
+    row = answer.rows.get((v.topic, v.partition))
+    if row is None:
+        known = answer.topics_known_at_ms
+        made = created.get((answer.source, v.topic))
+        if (made if made is not None else acked_wall_ms) >= known:
+            return "in a partition created after what the failover said it knew"
+        return ""
+    return row.names(v.offset, acked_wall_ms, answer.source_live) or ""
+
+
+def _cut_excuse(answer: FailoverAnswer, v: Send, cuts: Cuts, deleted: Deleted | None) -> str:
+    for key in ((answer.source, v.topic, v.partition), (answer.promoted, v.topic, v.partition)):
+        if any(lo <= v.offset < hi for lo, hi in cuts.get(key, [])):
+            return "truncation reported"
+    if was_deleted(deleted, (answer.promoted, v.topic, v.partition), v.offset):
+        return "deleted by the promoted cluster's own retention"
+    return ""
 
 
 def namespace_reserved(snap: ClusterSnap, topic: str) -> bool:

@@ -245,8 +245,14 @@ class Run:
         self.gaps: list[dict[str, Any]] = []
         self.partitions_resumed = 0
         self.log_starts: dict[tuple[str, str, int], int] = {}
-        # (promoted cluster, its link's source, when the answer came) of each.
-        self.failovers_done: list[tuple[str, str, int]] = []
+        # Each one's answer as judged (`judges.check_failover_loss`): the
+        # promoted cluster, its link's source, when it began and answered.
+        self.failovers_done: list[judges.FailoverAnswer] = []
+        # What the failover judge judged (`judge_failovers`), for `checked`.
+        self.failover_checked: dict[str, int] = {}
+        # (cluster, topic) -> wall ms its creation had answered (the topics
+        # the run creates itself), against a failover's `topics_known_at_ms`.
+        self.topics_created: dict[tuple[str, str], int] = {}
         self.status: StatusSampler | None = None
         self.operator: OperatorNemesis | None = None
         self.txn_producer: TxnProducer | None = None
@@ -319,8 +325,10 @@ class Run:
                 admin.create_namespace("group", GROUP_PREFIX)
         with _admin(self.daemons[SOURCE].bootstrap, 10000) as admin:
             admin.create_topic(TOPIC, PARTITIONS, configs=self._topic_configs())
+            self.topics_created[(SOURCE, TOPIC)] = int(time.time() * 1000)
             for prefix in s.extra_prefixes:
                 admin.create_topic(f"{prefix}x", 1)
+                self.topics_created[(SOURCE, f"{prefix}x")] = int(time.time() * 1000)
         for i, (name, source, follower) in enumerate(s.links):
             self._create_link(name, source, follower, i)
         for link in self.links.values():
@@ -753,12 +761,12 @@ class Run:
             return started
 
     def _failover(self, cluster: str, link_name: str) -> None:
-        self.unreserved_at[cluster] = self.recorder.now_ms()
+        begun = self.unreserved_at[cluster] = self.recorder.now_ms()
         link = self.links[link_name]
         link.live = False
         with _admin(self.daemons[cluster].bootstrap, 15000) as a:
             result = a.failover(link_name, force=True)
-        self._record_failover(cluster, link.source, result)
+        self._record_failover(cluster, link, result, begun)
         self.followers.discard(cluster)
         self.leader = cluster
         since = self.recorder.now_ms()
@@ -771,12 +779,20 @@ class Run:
         except ChaosError:
             self.note(f"no send acknowledged by {cluster} within 10 s of its failover")
 
-    def _record_failover(self, cluster: str, source: str, result: FailoverResult) -> None:
+    def _record_failover(
+        self, cluster: str, link: LinkRun, result: FailoverResult, begun: int
+    ) -> None:
         """A failover's answer: each cut it names is a reported truncation
-        (its records are not lost by the checks; they are counted)."""
+        (its records are not lost by the checks; they are counted), and the
+        answer is kept for the failover judge, with whether the schedule had
+        left its source live (`judges.source_live_at`)."""
         answered = self.recorder.now_ms()
         self.failover_answers.append(result)
-        self.failovers_done.append((cluster, source, answered))
+        steps = [(a.step.op, a.step.args, a.begin_ms) for a in self.applied]
+        live = judges.source_live_at(steps, link.source, link.name, begun)
+        self.failovers_done.append(judges.failover_answer(
+            result, cluster, link.source, link.name, begun, answered, live
+        ))  # fmt: skip
         for row in result.truncated:
             key = (cluster, str(row["topic"]), int(row["partition"]))
             low, removed = int(row["truncate_to"]), int(row["records_removed"])
@@ -806,8 +822,8 @@ class Run:
         return {
             "failovers": len(answers),
             "failover_acknowledged_lost": sum(
-                _acknowledged_missing(history, final, promoted, source, answered)
-                for promoted, source, answered in self.failovers_done
+                _acknowledged_missing(history, final, f.promoted, f.source, f.answered_ms)
+                for f in self.failovers_done
             ),
             "failover_records_cut": sum(
                 int(row["records_removed"]) for r in answers for row in r.truncated
@@ -1307,6 +1323,7 @@ class Run:
             # not skipped by a reader that had passed it before the cut.
             out += checkers.check_consumers(rc, self._without_cuts(committed))
             out += self.check_transactions(history, final, committed, stable or {})
+        out += self.judge_failovers(kept, final)
         if self.operators_on:
             out += self.check_follower_logs_operator(final)
             out += checkers.check_offset_samples(self.offset_samples, self.offset_moves)
@@ -1382,6 +1399,23 @@ class Run:
         if a is None or z is None:
             return False
         return a.topic_ids.get(v.topic) != z.topic_ids.get(v.topic)
+
+    def judge_failovers(self, history: History, final: FinalLogs) -> list[Violation]:
+        """Invariant 10 at the schedule's failover steps
+        (`judges.check_failover_loss`): every record the source acknowledged
+        before an answer that the promoted cluster's final log lacks is
+        named by that answer, or by a reported cut."""
+        if not self.failovers_done:
+            return []
+        found, counts = judges.check_failover_loss(
+            history.ops, self.failovers_done, final, self._live(), self.cuts, self.t0_wall_ms,
+            set(self.unreadable), self.topics_created, self._deleted(),
+        )  # fmt: skip
+        self.failover_checked = {
+            "failover_records_judged": counts["failover_records_judged"],
+            "failover_records_named": counts["failover_records_named"],
+        }
+        return found
 
     def judge_reports(self, history: History, final: FinalLogs) -> list[Violation]:
         """Invariants 9-12 (chaos/judges.py): what the clusters reported, the
@@ -1661,6 +1695,7 @@ class Run:
             "offset_samples": len(self.offset_samples),
             "offset_moves": len(self.offset_moves),
             **self.operator_checked,
+            **self.failover_checked,
         }
 
     def operators_summary(self) -> dict[str, Any] | None:
