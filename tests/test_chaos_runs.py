@@ -170,6 +170,11 @@ def test_txn_failover_cut_at_the_last_stable_offset__named_counted_judged_twin_a
     assert counts["failover_aborted_transactions"] == 0, counts
     assert 0 < counts["failover_acknowledged_cut"] <= counts["failover_acknowledged_lost"], counts
     assert counts["consumer_reads_cut_by_failover"] > 0, counts
+    # Each record A acknowledged that B's final log lacks was judged against
+    # the failover's answer (and named by it: the run is clean).
+    judged = result.checked["failover_records_judged"]
+    assert judged > 0, result.checked
+    assert result.checked["failover_records_named"] == judged, result.checked
 
 
 def test_kip986_dr_with_security_on__offsets_moved_back_reported_clean_no_secret_logged(
