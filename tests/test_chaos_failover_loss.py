@@ -9,8 +9,11 @@ fast: no daemons.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import cast
 
 from admin.admin_client import FailoverResult, LinkInfo, NamespaceInfo
+from chaos.daemons import Daemon
 from chaos.judges import (
     Cuts,
     FailoverAnswer,
@@ -19,8 +22,12 @@ from chaos.judges import (
     failover_answer,
     source_live_at,
 )
+from chaos.proxy import FaultProxy
+from chaos.runner import LinkRun, Run
+from chaos.schedule import Step, make_schedule
+from chaos.twin import AppliedStep
 from sim.checkers import FinalLogs, Violation
-from sim.history import Op, Send
+from sim.history import History, Op, Send
 from sim.status_checks import FailoverRow
 
 T = "orders-x"
@@ -236,3 +243,40 @@ def test_failover_answer__reads_the_admin_clients_answer() -> None:
     assert got.truncated == (FailoverCut(T, 0, 10, 4),)
     assert got.prefixes == ("orders-",) and got.topics_known_at_ms == T0_WALL + 1_000
     assert (got.promoted, got.source, got.link, got.source_live) == ("B", "A", "ab", False)
+
+
+def test_the_runner_gathers_the_answer_and_judges_it(tmp_path: Path) -> None:
+    """The runner's glue: a schedule failover's answer kept by
+    `_record_failover` (whether the source counted as live from the steps
+    applied before it), judged at the end with the run's wall clock, and
+    counted in `checked`."""
+
+    def judged(steps: list[AppliedStep]) -> tuple[list[Violation], dict[str, int]]:
+        schedule = make_schedule(1, name="txn-failover", phase_s=10.0)
+        run = Run(schedule, "replay", workdir=tmp_path)
+        run.applied = steps
+        run.daemons = {"B": Daemon("B", tmp_path)}  # never started: live, not lost
+        link = LinkRun("ab", "A", "B", cast(FaultProxy, None))
+        # B's last round (lag 0, known) just before the run's t=0; A then
+        # acknowledged offset 20, which B's final log lacks.
+        row = {"topic": T, "partition": 0, "log_end_offset": 20, "source_high_watermark": 20,
+               "source_hw_known_at_ms": run.t0_wall_ms - 5, "lag_known": True,
+               "unknown_since_ms": run.t0_wall_ms - 5, "lag_records": 0}  # fmt: skip
+        info = LinkInfo("ab", "id", "B", "A", "x:1", "ASYNC", "local_dials", "DISCONNECTED", 0,
+                        1, [], [], [])  # fmt: skip
+        result = FailoverResult(
+            link=info, abandoned=[], namespaces=[NamespaceInfo("topic", "orders-", False)],
+            partitions=[row], topics_known_at_ms=run.t0_wall_ms - 100,
+        )  # fmt: skip
+        run._record_failover("B", link, result, run.recorder.now_ms())
+        found = run.judge_failovers(History([sent("a20", 20, 0)]), held(20))
+        return found, run.checked()
+
+    lost = AppliedStep(Step(6.0, "lose", ("A",)), 0, 0)
+    found, checked = judged([lost])
+    assert [v.invariant for v in found] == ["silent_loss"], found
+    assert checked["failover_records_judged"] == 1 and checked["failover_records_named"] == 0
+    # The link was cut when A was lost: the follower could not tell.
+    cut = AppliedStep(Step(2.0, "cut", ("ab", "both")), 0, 0)
+    found, checked = judged([cut, lost])
+    assert found == [] and checked["failover_records_named"] == 1, checked
