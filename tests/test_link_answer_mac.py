@@ -6,11 +6,11 @@ installs them), and the caller checks them over the bytes it received
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from typing import Any
 
 import grpc
 import pytest
+from test_link_push_mac import _Security, _session
 
 from ccr.v1 import replication_pb2
 from linkd import link_codec as codec
@@ -23,11 +23,6 @@ from linkd.replication import ReplicationService, _signed
 NOW = 1_000_000
 
 
-class _Security:
-    def __init__(self) -> None:
-        self.sessions = auth.LinkSessions("B")
-
-
 class _Context:
     def __init__(self, metadata: sessions.Metadata) -> None:
         self.metadata = metadata
@@ -38,18 +33,6 @@ class _Context:
 
     def set_trailing_metadata(self, trailing: Any) -> None:
         self.trailing = trailing
-
-
-def _session(security: _Security) -> sessions.ClientSession:
-    """A session A opened with B (the core's exchange, no transport)."""
-    key = hashlib.sha256(b"the link key").digest()
-    nonce = b"n" * auth.NONCE_BYTES
-    security.sessions.challenge(nonce, NOW)
-    opening = auth.open_request("L1", "ab", "A", "B", nonce, b"c" * 32, key, "", False)
-    opened = security.sessions.open(opening.request, auth.KnownLink("A", key), ("",), NOW, "s1")
-    session_key = auth.opened_session_key(opening, "s1", opened.proof)
-    identity = sessions.LinkIdentity("L1", "ab", "A", "B", key, "")
-    return sessions.ClientSession(auth.CallSigner("s1", session_key), "b:1", identity)
 
 
 def _service(security: _Security) -> ReplicationService:
