@@ -54,7 +54,10 @@ PRODUCER_BATCH_MEMORY = 5
 SEQUENCE_MODULUS = 1 << 31
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every batch a log takes, and a frozen
+# dataclass's __init__ costs several times a plain one's. Nothing assigns to
+# an entry's fields (a changed entry is a new one) or hashes one.
+@dataclass(slots=True)
 class BatchEntry:
     """What the model keeps of each stored batch (its header, condensed)."""
 
