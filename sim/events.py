@@ -92,10 +92,9 @@ class EventQueue:
                 )
             self.now_ms = time_ms
             # As note(label), inline: one trace line per event.
-            text = f"{time_ms} {label}"
-            update(f"{text}\n".encode())
             if self.keep_trace:
-                trace.append(text)
+                trace.append(f"{time_ms} {label}")
+            update(f"{time_ms} {label}\n".encode())
             action()
             if stop is not None and stop():
                 return

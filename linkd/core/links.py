@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -99,6 +98,8 @@ class LinkMode(enum.StrEnum):
     ASYNC = "ASYNC"
     SYNC = "SYNC"
 
+
+_LINK_MODES: dict[str, LinkMode] = {m.value: m for m in LinkMode}
 
 _Policy = TypeVar("_Policy", bound=enum.StrEnum)
 
@@ -406,7 +407,12 @@ class LinkConfig:
 
     @property
     def mode(self) -> LinkMode:
-        return LinkMode(self.value("mode") or LinkMode.ASYNC)
+        value = self.value("mode")
+        if not value:
+            return LinkMode.ASYNC
+        # A dict lookup, not an Enum call (asked of every link, every round);
+        # a value that is no mode raises as the Enum call does.
+        return _LINK_MODES.get(value) or LinkMode(value)
 
     def attached_mappings(self) -> list[Mapping]:
         return [m for m in self.mappings.values() if m.attached]
@@ -926,22 +932,17 @@ class LinkTable:
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
 
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
+    def deferred(self) -> _Deferral:
         """Progress reports inside the block recompute each link's state once,
         at the end, with the latest time reported (a fetch round over P
         partitions costs O(P), not O(P^2)). Nested blocks join the outer one."""
-        if self._deferred is not None:
-            yield
-            return
-        self._deferred = {}
-        try:
-            yield
-        finally:
-            pending, self._deferred = self._deferred, None
-            for name, now_ms in sorted(pending.items()):
-                if name in self.runtime:
-                    self._recompute(name, now_ms)
+        return _Deferral(self)
+
+    def _end_deferral(self) -> None:
+        pending, self._deferred = self._deferred, None
+        for name, now_ms in sorted((pending or {}).items()):
+            if name in self.runtime:
+                self._recompute(name, now_ms)
 
     # -- lookup ------------------------------------------------------------------
 
@@ -1666,8 +1667,10 @@ class LinkTable:
             # up, whatever its offsets say, until the cut is found and made.
             diverged = bool(runtime.marks_wanted)
             follows = config is not None and any(
-                m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
-                for m in config.attached_mappings()
+                m.attached
+                and m.local_role == Role.FOLLOWER
+                and m.resource_type == MappingType.TOPIC
+                for m in config.mappings.values()
             )
             # The cheap reasons first: the scan of every partition last.
             lagging = (
@@ -1935,3 +1938,24 @@ class LinkTable:
                 str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),
                 bool(t["told"]), str(t.get("link_key", "")), str(t.get("credentials", "")),
             )
+
+
+class _Deferral:
+    """`LinkTable.deferred()`'s block (a class, not a generator context
+    manager: it is entered on every fetch round). Only the outermost block
+    recomputes, at its end, whether or not the block raised."""
+
+    __slots__ = ("_links", "_outer")
+
+    def __init__(self, links: LinkTable) -> None:
+        self._links = links
+        self._outer = False
+
+    def __enter__(self) -> None:
+        if self._links._deferred is None:
+            self._links._deferred = {}
+            self._outer = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer:
+            self._links._end_deferral()
