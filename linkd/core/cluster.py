@@ -679,8 +679,8 @@ class ClusterState:
             led: set[tuple[str, int]] = set()
             runtime = self.links.runtime.get(name)
             leads = any(
-                m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
-                for m in config.attached_mappings()
+                m.attached and m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
+                for m in config.mappings.values()
             )
             if not leads and (runtime is None or not runtime.led_partitions):
                 continue

@@ -147,6 +147,9 @@ class FetchBound(enum.StrEnum):
     LAST_STABLE_OFFSET = "last-stable-offset"
 
 
+_FETCH_BOUNDS: dict[str, FetchBound] = {b.value: b for b in FetchBound}
+
+
 def parse_fetch_bound(name: str, value: str) -> FetchBound:
     return _parse_policy(FetchBound, "fetch.bound", name, value)
 
@@ -282,9 +285,12 @@ class Mapping:
 
     def __post_init__(self) -> None:
         # Strings from the journal, the wire or a caller become the enums
-        # (an unknown value fails here, naming it).
-        object.__setattr__(self, "resource_type", MappingType(self.resource_type))
-        object.__setattr__(self, "leader", Leader(self.leader))
+        # (an unknown value fails here, naming it). A member already is its
+        # own enum value: kept as it is, without the Enum call.
+        if type(self.resource_type) is not MappingType:
+            object.__setattr__(self, "resource_type", MappingType(self.resource_type))
+        if type(self.leader) is not Leader:
+            object.__setattr__(self, "leader", Leader(self.leader))
 
     @property
     def key(self) -> MappingKey:
@@ -304,11 +310,16 @@ class Mapping:
         return Role.LEADER if self.leader is Leader.LOCAL else Role.FOLLOWER
 
     def swapped(self) -> Mapping:
-        return replace(
-            self,
-            local_prefix=self.remote_prefix,
-            remote_prefix=self.local_prefix,
-            leader=Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
+        # As `replace(self, local_prefix=..., remote_prefix=..., leader=...)`,
+        # without its walk of the fields (every tick compares mirrored configs).
+        return Mapping(
+            self.resource_type,
+            self.remote_prefix,
+            self.local_prefix,
+            Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
+            self.attached,
+            self.version,
+            self.note,
         )
 
     def to_record(self) -> dict[str, object]:
@@ -385,7 +396,10 @@ class LinkConfig:
     def fetch_bound(self) -> FetchBound:
         """fetch.bound (shared, newest wins): how far an ASYNC follower copies
         (`FetchBound`). Unset: HIGH_WATERMARK."""
-        return FetchBound(self.value("fetch_bound") or FetchBound.HIGH_WATERMARK.value)
+        value = self.value("fetch_bound")
+        if not value:
+            return FetchBound.HIGH_WATERMARK
+        return _FETCH_BOUNDS.get(value) or FetchBound(value)  # as `mode`
 
     @property
     def failover_truncation(self) -> FailoverTruncation:
