@@ -465,17 +465,25 @@ class LinkConfig:
                 best = m
         return best
 
-    def to_record(self) -> dict[str, object]:
-        record: dict[str, object] = {
+    def _record(self, skip: frozenset[str]) -> dict[str, object]:
+        """The record of everything but the lineage and the fields in `skip`."""
+        return {
             "name": self.name,
             "link_id": self.link_id,
             "local": self.local_cluster_id,
             "remote": self.remote_cluster_id,
             "direction": self.connection_direction,
-            "fields": {k: [f.value, list(f.version)] for k, f in sorted(self.fields.items())},
+            "fields": {
+                k: [f.value, list(f.version)]
+                for k, f in sorted(self.fields.items())
+                if k not in skip
+            },
             "mappings": [m.to_record() for _, m in sorted(self.mappings.items())],
             "epoch": self.link_epoch,
         }
+
+    def to_record(self) -> dict[str, object]:
+        record = self._record(frozenset())
         if self.lineage:  # a view in flight only; stored configurations have none
             record["lineage"] = [
                 [list(k), [[c, list(v)] for c, v in hops]]
@@ -539,14 +547,7 @@ class LinkConfig:
         """The record of what both sides converge on (every field but
         LOCAL_FIELDS, and the mappings): equal on both sides, one of them
         mirrored, once they agree."""
-        record = self.to_record()
-        record.pop("lineage", None)
-        record["fields"] = {
-            k: [f.value, list(f.version)]
-            for k, f in sorted(self.fields.items())
-            if k not in LOCAL_FIELDS
-        }
-        return record
+        return self._record(LOCAL_FIELDS)
 
     def mirrored(self) -> LinkConfig:
         """The same link seen from the remote side."""
