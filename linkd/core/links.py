@@ -1823,14 +1823,15 @@ class LinkTable:
         """The SYNC state machine (module docstring): this side's verdict on what
         it leads, combined with the remote's verdict on what this side follows."""
         lag_ms_max = self.limits.replica_lag_time_max_ms
-        leads = any(
-            m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
-            for m in config.attached_mappings()
-        )
-        follows = any(
-            m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
-            for m in config.attached_mappings()
-        )
+        # Whether this side leads, and whether it follows, an attached topic
+        # mapping: one pass (`leader` LOCAL is `local_role` LEADER).
+        leads = follows = False
+        for m in config.mappings.values():
+            if m.attached and m.resource_type == MappingType.TOPIC:
+                if m.leader is Leader.LOCAL:
+                    leads = True
+                else:
+                    follows = True
         local: LinkState | None = None
         if leads:
             previous = runtime.local_sync or LinkState.SYNCING
