@@ -190,7 +190,7 @@ class SimCluster:
             traffic_class,
             logical_bytes,
         )
-        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        names = self.state.topic_names_by_id()
         cut: list[str] = []
         for effect in appends:
             if not isinstance(effect, core.AppendBatch) or effect.topic_id not in names:
@@ -215,7 +215,7 @@ class SimCluster:
     ) -> None:
         """Carries out effects in order (`Execute`); `then` runs once every
         append is durable and the high watermarks have moved."""
-        names = {t.topic_id: t.name for t in self.state.topics.values()}
+        names = self.state.topic_names_by_id()
         touched: dict[tuple[str, int], tuple[int, int]] = {}
         done_ms = self.queue.now_ms
         for effect in effects:

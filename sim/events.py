@@ -67,7 +67,12 @@ class EventQueue:
         return Timer(entry)
 
     def after(self, delay_ms: int, label: str, action: Callable[[], None]) -> Timer:
-        return self.at(self.now_ms + max(0, delay_ms), label, action)
+        # As at(now + max(0, delay_ms), ...), inline: most events are scheduled here.
+        now = self.now_ms
+        entry = [now + delay_ms if delay_ms > 0 else now, self._seq, label, action]
+        self._seq += 1
+        heappush(self._heap, entry)
+        return Timer(entry)
 
     def note(self, line: str) -> None:
         """Adds a line to the trace without an event (what an event decided)."""
@@ -92,10 +97,9 @@ class EventQueue:
                 )
             self.now_ms = time_ms
             # As note(label), inline: one trace line per event.
-            text = f"{time_ms} {label}"
-            update(f"{text}\n".encode())
             if self.keep_trace:
-                trace.append(text)
+                trace.append(f"{time_ms} {label}")
+            update(f"{time_ms} {label}\n".encode())
             action()
             if stop is not None and stop():
                 return

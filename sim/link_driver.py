@@ -111,15 +111,18 @@ class LinkDriver:
         def answer(request: LaneRequest, resume: Resume) -> object:
             if self.stopped:
                 return LATER  # the driver stopped: the lane ends here
-            go = self._go(resume)
-            if isinstance(request, Dial | Send):
+            # `go` (`_go(resume)`) is built only by the requests that resume
+            # the lane later: most requests (Now, Execute) go on to the host.
+            if isinstance(request, (Dial, Send)):
                 sizes = {}
                 if isinstance(request.call, ReplicaPush) and request.call.push.data is not None:
                     sizes = self._read.pop(id(request.call.push.data), {})
                 call = self.wire.start(request.call, request.timeout_ms, sizes)
-                return Ticket(call.number) if isinstance(request, Send) else self._wait(call, go)
+                if isinstance(request, Send):
+                    return Ticket(call.number)
+                return self._wait(call, self._go(resume))
             if isinstance(request, Receive):
-                return self._wait(self.wire.calls[request.ticket.number], go)
+                return self._wait(self.wire.calls[request.ticket.number], self._go(resume))
             if isinstance(request, Drop):
                 for ticket in request.tickets:
                     self.wire.drop(ticket.number)
@@ -128,11 +131,12 @@ class LinkDriver:
                 if state.wake:
                     state.wake = False
                     return self.queue.now_ms
-                state.resume = go
+                state.resume = self._go(resume)
                 state.idle = self.queue.after(request.ms, f"link {self.name} {lane} idle",
                                               lambda: self._idle_over(lane))  # fmt: skip
                 return LATER
             if isinstance(request, Sleep):
+                go = self._go(resume)
                 self.queue.after(request.ms, f"link {self.name} {lane} retry",
                                  lambda: go(self.queue.now_ms))  # fmt: skip
                 return LATER
@@ -142,7 +146,7 @@ class LinkDriver:
                         self._wake(other)
                 return None
             if isinstance(request, ServeFetch):
-                self._serve_here(request, go)
+                self._serve_here(request, self._go(resume))
                 return LATER
             if isinstance(request, Applied):
                 if request.records and self.name in self.dialer.links.runtime:

@@ -28,7 +28,10 @@ import bisect
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every batch stored, and a frozen dataclass's
+# __init__ costs several times a plain one's; nothing assigns to or hashes
+# one (a store's list is cut and appended to, its batches only read).
+@dataclass(slots=True)
 class StoredBatch:
     base_offset: int
     next_offset: int

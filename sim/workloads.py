@@ -174,7 +174,8 @@ class Producer:
         if (cid, topic) != (self.cluster, self.spec.topic):
             self.ids = {}  # a new producer there: sequences are per partition
         self.cluster = cid
-        self.spec = replace(self.spec, topic=topic)
+        if topic != self.spec.topic:  # the same topic again: the same spec
+            self.spec = replace(self.spec, topic=topic)
         return True
 
     def _send_one(self) -> None:

@@ -174,6 +174,9 @@ class ClusterState:
         # (linkd/core/faults.py); fixed for its life, none outside a test.
         self._faults = faults
         self.topics: dict[str, Topic] = {}
+        # {topic id: name} of `topics`, built when first asked after a topic
+        # came or went (`topic_names_by_id`); None until then.
+        self._names_by_id: dict[str, str] | None = None
         # Fix 45 undone: every cluster counts producer ids from the same
         # start, as a Kafka cluster's counter does.
         first_pid = 1000 if faults.undid(45) else producer_id_base(cluster_id)
@@ -225,6 +228,15 @@ class ClusterState:
         table.led_partitions = self.led_under
         table.faults = self._faults
         self._links = table
+
+    def topic_names_by_id(self) -> Mapping[str, str]:
+        """{topic id: name} of every topic. Kept until a topic is created or
+        deleted, then built anew (never changed in place: a caller may hold on
+        to one as what the names were when it asked)."""
+        names = self._names_by_id
+        if names is None:
+            names = self._names_by_id = {t.topic_id: t.name for t in self.topics.values()}
+        return names
 
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
@@ -320,6 +332,7 @@ class ClusterState:
         topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
         topic.partitions = [PartitionLog(name, p) for p in range(record.partitions)]
         self.topics[name] = topic
+        self._names_by_id = None
         return topic
 
     def forget_unstored(self, topic_name: str, partition: int, stored_end: int) -> bool:
@@ -342,6 +355,7 @@ class ClusterState:
         name = next(n for n, t in self.topics.items() if t.topic_id == topic_id)
         assert all(p.log_end_offset == 0 for p in self.topics[name].partitions), name
         del self.topics[name]
+        self._names_by_id = None
         return name
 
     def delete_topic(self, name: str) -> list[Effect]:
@@ -349,6 +363,7 @@ class ClusterState:
         self.check_client_write(ResourceType.TOPIC, name, "delete")
         record = jr.TopicDelete(name)
         del self.topics[name]
+        self._names_by_id = None
         forgotten = self.groups.forget_topic(name)
         return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
 
@@ -664,8 +679,8 @@ class ClusterState:
             led: set[tuple[str, int]] = set()
             runtime = self.links.runtime.get(name)
             leads = any(
-                m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
-                for m in config.attached_mappings()
+                m.attached and m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
+                for m in config.mappings.values()
             )
             if not leads and (runtime is None or not runtime.led_partitions):
                 continue
@@ -705,7 +720,7 @@ class ClusterState:
         """For a write that waits on its high watermarks (an acks=all produce,
         a commit's markers): from its appends, the target of each partition
         (the end of its last batch) and what it wrote there."""
-        names = {t.topic_id: t.name for t in self.topics.values()}
+        names = self.topic_names_by_id()
         targets: dict[tuple[str, int], int] = {}
         marks: dict[tuple[str, int], WaitMark] = {}
         for e in effects:
@@ -1206,6 +1221,7 @@ class ClusterState:
                 self._apply_topic_create(record)
             case jr.TopicDelete():
                 self.topics.pop(record.name, None)
+                self._names_by_id = None
             case jr.TopicConfig():
                 self._apply_topic_config(record)
             case jr.TopicPartitions():

@@ -165,7 +165,10 @@ def session_key(config: LinkConfig) -> SessionKey:
     )
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built before every step of every lane, and a frozen
+# dataclass's __init__ costs several times a plain one's. Its only reader
+# (`LinkDriver`) reads fields; nothing assigns to or hashes one.
+@dataclass(slots=True)
 class NextSteps:
     """What the dialing side of a link should do now. Handshake and discovery
     run beside the data path; pulling (this side follows topics) and pushing
@@ -201,8 +204,8 @@ def next_steps(
     # every lane): whether this side follows or leads a topic, group or
     # principal mapping, and whether it follows a topic one (it pulls).
     follows = leads = pull = False
-    for m in config.attached_mappings():
-        if m.resource_type not in _REPLICATED:
+    for m in config.mappings.values():
+        if not m.attached or m.resource_type not in _REPLICATED:
             continue
         if m.local_role == Role.FOLLOWER:
             follows = True

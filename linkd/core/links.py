@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -100,6 +99,8 @@ class LinkMode(enum.StrEnum):
     SYNC = "SYNC"
 
 
+_LINK_MODES: dict[str, LinkMode] = {m.value: m for m in LinkMode}
+
 _Policy = TypeVar("_Policy", bound=enum.StrEnum)
 
 
@@ -144,6 +145,9 @@ class FetchBound(enum.StrEnum):
 
     HIGH_WATERMARK = "high-watermark"
     LAST_STABLE_OFFSET = "last-stable-offset"
+
+
+_FETCH_BOUNDS: dict[str, FetchBound] = {b.value: b for b in FetchBound}
 
 
 def parse_fetch_bound(name: str, value: str) -> FetchBound:
@@ -281,9 +285,12 @@ class Mapping:
 
     def __post_init__(self) -> None:
         # Strings from the journal, the wire or a caller become the enums
-        # (an unknown value fails here, naming it).
-        object.__setattr__(self, "resource_type", MappingType(self.resource_type))
-        object.__setattr__(self, "leader", Leader(self.leader))
+        # (an unknown value fails here, naming it). A member already is its
+        # own enum value: kept as it is, without the Enum call.
+        if type(self.resource_type) is not MappingType:
+            object.__setattr__(self, "resource_type", MappingType(self.resource_type))
+        if type(self.leader) is not Leader:
+            object.__setattr__(self, "leader", Leader(self.leader))
 
     @property
     def key(self) -> MappingKey:
@@ -303,11 +310,16 @@ class Mapping:
         return Role.LEADER if self.leader is Leader.LOCAL else Role.FOLLOWER
 
     def swapped(self) -> Mapping:
-        return replace(
-            self,
-            local_prefix=self.remote_prefix,
-            remote_prefix=self.local_prefix,
-            leader=Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
+        # As `replace(self, local_prefix=..., remote_prefix=..., leader=...)`,
+        # without its walk of the fields (every tick compares mirrored configs).
+        return Mapping(
+            self.resource_type,
+            self.remote_prefix,
+            self.local_prefix,
+            Leader.REMOTE if self.leader is Leader.LOCAL else Leader.LOCAL,
+            self.attached,
+            self.version,
+            self.note,
         )
 
     def to_record(self) -> dict[str, object]:
@@ -384,7 +396,10 @@ class LinkConfig:
     def fetch_bound(self) -> FetchBound:
         """fetch.bound (shared, newest wins): how far an ASYNC follower copies
         (`FetchBound`). Unset: HIGH_WATERMARK."""
-        return FetchBound(self.value("fetch_bound") or FetchBound.HIGH_WATERMARK.value)
+        value = self.value("fetch_bound")
+        if not value:
+            return FetchBound.HIGH_WATERMARK
+        return _FETCH_BOUNDS.get(value) or FetchBound(value)  # as `mode`
 
     @property
     def failover_truncation(self) -> FailoverTruncation:
@@ -406,7 +421,12 @@ class LinkConfig:
 
     @property
     def mode(self) -> LinkMode:
-        return LinkMode(self.value("mode") or LinkMode.ASYNC)
+        value = self.value("mode")
+        if not value:
+            return LinkMode.ASYNC
+        # A dict lookup, not an Enum call (asked of every link, every round);
+        # a value that is no mode raises as the Enum call does.
+        return _LINK_MODES.get(value) or LinkMode(value)
 
     def attached_mappings(self) -> list[Mapping]:
         return [m for m in self.mappings.values() if m.attached]
@@ -445,17 +465,25 @@ class LinkConfig:
                 best = m
         return best
 
-    def to_record(self) -> dict[str, object]:
-        record: dict[str, object] = {
+    def _record(self, skip: frozenset[str]) -> dict[str, object]:
+        """The record of everything but the lineage and the fields in `skip`."""
+        return {
             "name": self.name,
             "link_id": self.link_id,
             "local": self.local_cluster_id,
             "remote": self.remote_cluster_id,
             "direction": self.connection_direction,
-            "fields": {k: [f.value, list(f.version)] for k, f in sorted(self.fields.items())},
+            "fields": {
+                k: [f.value, list(f.version)]
+                for k, f in sorted(self.fields.items())
+                if k not in skip
+            },
             "mappings": [m.to_record() for _, m in sorted(self.mappings.items())],
             "epoch": self.link_epoch,
         }
+
+    def to_record(self) -> dict[str, object]:
+        record = self._record(frozenset())
         if self.lineage:  # a view in flight only; stored configurations have none
             record["lineage"] = [
                 [list(k), [[c, list(v)] for c, v in hops]]
@@ -519,14 +547,7 @@ class LinkConfig:
         """The record of what both sides converge on (every field but
         LOCAL_FIELDS, and the mappings): equal on both sides, one of them
         mirrored, once they agree."""
-        record = self.to_record()
-        record.pop("lineage", None)
-        record["fields"] = {
-            k: [f.value, list(f.version)]
-            for k, f in sorted(self.fields.items())
-            if k not in LOCAL_FIELDS
-        }
-        return record
+        return self._record(LOCAL_FIELDS)
 
     def mirrored(self) -> LinkConfig:
         """The same link seen from the remote side."""
@@ -926,22 +947,17 @@ class LinkTable:
         # Deleted links, by link id, oldest first (at most MAX_TOMBSTONES).
         self.tombstones: dict[str, Tombstone] = {}
 
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
+    def deferred(self) -> _Deferral:
         """Progress reports inside the block recompute each link's state once,
         at the end, with the latest time reported (a fetch round over P
         partitions costs O(P), not O(P^2)). Nested blocks join the outer one."""
-        if self._deferred is not None:
-            yield
-            return
-        self._deferred = {}
-        try:
-            yield
-        finally:
-            pending, self._deferred = self._deferred, None
-            for name, now_ms in sorted(pending.items()):
-                if name in self.runtime:
-                    self._recompute(name, now_ms)
+        return _Deferral(self)
+
+    def _end_deferral(self) -> None:
+        pending, self._deferred = self._deferred, None
+        for name, now_ms in sorted((pending or {}).items()):
+            if name in self.runtime:
+                self._recompute(name, now_ms)
 
     # -- lookup ------------------------------------------------------------------
 
@@ -1666,8 +1682,10 @@ class LinkTable:
             # up, whatever its offsets say, until the cut is found and made.
             diverged = bool(runtime.marks_wanted)
             follows = config is not None and any(
-                m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
-                for m in config.attached_mappings()
+                m.attached
+                and m.local_role == Role.FOLLOWER
+                and m.resource_type == MappingType.TOPIC
+                for m in config.mappings.values()
             )
             # The cheap reasons first: the scan of every partition last.
             lagging = (
@@ -1805,14 +1823,15 @@ class LinkTable:
         """The SYNC state machine (module docstring): this side's verdict on what
         it leads, combined with the remote's verdict on what this side follows."""
         lag_ms_max = self.limits.replica_lag_time_max_ms
-        leads = any(
-            m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
-            for m in config.attached_mappings()
-        )
-        follows = any(
-            m.local_role == Role.FOLLOWER and m.resource_type == MappingType.TOPIC
-            for m in config.attached_mappings()
-        )
+        # Whether this side leads, and whether it follows, an attached topic
+        # mapping: one pass (`leader` LOCAL is `local_role` LEADER).
+        leads = follows = False
+        for m in config.mappings.values():
+            if m.attached and m.resource_type == MappingType.TOPIC:
+                if m.leader is Leader.LOCAL:
+                    leads = True
+                else:
+                    follows = True
         local: LinkState | None = None
         if leads:
             previous = runtime.local_sync or LinkState.SYNCING
@@ -1935,3 +1954,24 @@ class LinkTable:
                 str(t["link_id"]), str(t["name"]), str(t["remote"]), str(t["address"]),
                 bool(t["told"]), str(t.get("link_key", "")), str(t.get("credentials", "")),
             )
+
+
+class _Deferral:
+    """`LinkTable.deferred()`'s block (a class, not a generator context
+    manager: it is entered on every fetch round). Only the outermost block
+    recomputes, at its end, whether or not the block raised."""
+
+    __slots__ = ("_links", "_outer")
+
+    def __init__(self, links: LinkTable) -> None:
+        self._links = links
+        self._outer = False
+
+    def __enter__(self) -> None:
+        if self._links._deferred is None:
+            self._links._deferred = {}
+            self._outer = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer:
+            self._links._end_deferral()

@@ -54,7 +54,10 @@ PRODUCER_BATCH_MEMORY = 5
 SEQUENCE_MODULUS = 1 << 31
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every batch a log takes, and a frozen
+# dataclass's __init__ costs several times a plain one's. Nothing assigns to
+# an entry's fields (a changed entry is a new one) or hashes one.
+@dataclass(slots=True)
 class BatchEntry:
     """What the model keeps of each stored batch (its header, condensed)."""
 
@@ -96,7 +99,10 @@ class BatchEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every batch with sequences a log takes (a
+# frozen dataclass's __init__ costs several times a plain one's); nothing
+# assigns to or hashes one.
+@dataclass(slots=True)
 class SequenceRange:
     first_sequence: int
     last_sequence: int
@@ -140,7 +146,10 @@ class CleanerState:
 SEGMENT_OFFSET_SPAN_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every append (`ClusterState.segment_rule`),
+# and a frozen dataclass's __init__ costs several times a plain one's;
+# nothing assigns to or hashes one (it is passed down and read).
+@dataclass(slots=True)
 class SegmentRule:
     """What rolls a partition's segments, from its topic's configs."""
 

@@ -116,7 +116,10 @@ class DecompressedTooLargeError(CorruptBatchError):
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every batch read or written, and a frozen
+# dataclass's __init__ costs several times a plain one's. Nothing assigns to
+# a header's fields or hashes one (it is read, compared, and carried in effects).
+@dataclass(slots=True)
 class BatchHeader:
     """What the cluster knows of a batch without reading its records."""
 

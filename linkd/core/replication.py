@@ -36,7 +36,15 @@ from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, refused_batch
 from linkd.core.effects import CreateLogs, Effect, Journal, ResetLog, TruncateLog
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import FetchBound, LinkConfig, LinkMode, Mapping, MappingType, Role
+from linkd.core.links import (
+    FetchBound,
+    Leader,
+    LinkConfig,
+    LinkMode,
+    Mapping,
+    MappingType,
+    Role,
+)
 from linkd.core.links import in_prefix as in_prefix
 from linkd.core.namespaces import ResourceType
 from linkd.core.partition import PartitionLog
@@ -593,18 +601,20 @@ def clamp_replicated_offsets(
 
 
 def follower_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
+    # One pass over the mappings, in their order (`attached_mappings` first
+    # builds a list); `leader` not LOCAL is `local_role` FOLLOWER.
     return [
         m
-        for m in config.attached_mappings()
-        if m.resource_type == resource_type and m.local_role == Role.FOLLOWER
+        for m in config.mappings.values()
+        if m.attached and m.resource_type == resource_type and m.leader is not Leader.LOCAL
     ]
 
 
 def leader_mappings(config: LinkConfig, resource_type: str = "topic") -> list[Mapping]:
     return [
         m
-        for m in config.attached_mappings()
-        if m.resource_type == resource_type and m.local_role == Role.LEADER
+        for m in config.mappings.values()
+        if m.attached and m.resource_type == resource_type and m.leader is Leader.LOCAL
     ]
 
 

@@ -130,7 +130,12 @@ def stored_form(obj: dict[str, Any]) -> str:
     (`linkd.storage.metadata`: compact JSON, no NaN). The simulator keeps
     this text, so what JSON cannot carry (a tuple read back as a list, a
     non-string key) differs after a restart there as on a daemon."""
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return _STORED_ENCODER.encode(obj)
+
+
+# What `json.dumps(obj, separators=(",", ":"), allow_nan=False)` builds on
+# every call, built once (a journal record is encoded on every metadata write).
+_STORED_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def read_stored(text: str) -> dict[str, Any]:
