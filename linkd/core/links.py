@@ -38,10 +38,12 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 from __future__ import annotations
 
 import enum
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -674,6 +676,64 @@ def _leader_fetched(
     progress.last_fetch_ms = now_ms
     progress.log_end_offset = fetch_offset
     progress.source_high_watermark = high_watermark
+
+
+# What of a led row a repeated fetch leaves as it is (`_fetched_again`).
+_SETTLED = operator.attrgetter(
+    "leo_at_last_fetch",
+    "hw_at_last_fetch",
+    "log_end_offset",
+    "source_high_watermark",
+    "refused",
+    "caught_up_at_fetch",
+)
+_FETCHES = operator.attrgetter("fetches")
+_LOG_END = operator.attrgetter("log_end_offset")
+_LOG_HW = operator.attrgetter("high_watermark")
+_CAUGHT_UP_AT = operator.attrgetter("caught_up_at_ms")
+_FETCHED_CAUGHT_UP = operator.attrgetter("fetched_caught_up_ms")
+
+
+def _fetched_again(
+    rows: dict[tuple[str, int, str], PartitionProgress],
+    topic: str,
+    run: list[tuple[str, int, int]],
+    logs: Sequence[FetchedLog],
+    now_ms: int,
+) -> bool:
+    """`_leader_fetched` for a run of one topic's (topic, partition, fetch
+    offset), when each row was last fetched at that offset of a log with the
+    end and HW its log has now (checked a column at a time, at C speed):
+    then only `fetches`, `last_fetch_ms` and the caught-up times move, as
+    `_leader_fetched` would move them. False: not every one is so (nothing
+    is done)."""
+    indices = list(map(operator.itemgetter(1), run))
+    if not indices or min(indices) < 0 or max(indices) >= len(logs):
+        return False
+    found = list(map(rows.get, zip(itertools.repeat(topic), indices, itertools.repeat("leader"))))
+    if None in found:
+        return False
+    mine = cast(list[PartitionProgress], found)
+    got = list(map(logs.__getitem__, indices))
+    ends = list(map(_LOG_END, got))
+    hws = list(map(_LOG_HW, got))
+    offsets = list(map(operator.itemgetter(2), run))
+    settled = zip(ends, hws, offsets, hws, itertools.repeat(None), map(operator.ge, offsets, hws))
+    if (
+        list(map(_SETTLED, mine)) != list(settled)
+        or not all(map(_FETCHES, mine))
+        or any(map(operator.lt, map(_CAUGHT_UP_AT, mine), map(_FETCHED_CAUGHT_UP, mine)))
+    ):
+        return False
+    for row, offset, end, hw in zip(mine, offsets, ends, hws, strict=True):
+        if offset >= end:
+            row.fetched_caught_up_ms = now_ms
+            row.caught_up_at_ms = max(row.caught_up_at_ms, now_ms)
+        if offset >= hw:
+            row.hw_caught_up_ms = now_ms
+        row.fetches += 1
+        row.last_fetch_ms = now_ms
+    return True
 
 
 # Refusals meaning the source has no such partition: its topic was deleted,
@@ -1468,21 +1528,28 @@ class LinkTable:
         self,
         name: str,
         fetches: Iterable[tuple[str, int, int]],
-        logs: Callable[[str, int], FetchedLog],
+        logs: Callable[[str], Sequence[FetchedLog]],
         now_ms: int,
     ) -> None:
         """`on_leader_fetch` for each (topic, partition, fetch offset) of
-        `fetches`, with its log's end and HW from `logs`, judged once."""
+        `fetches`, with its log's end and HW from its topic's `logs`, judged
+        once. A run of one topic's partitions each fetched again as its
+        last fetch was is recorded at once (`_fetched_again`)."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return
         rows = runtime.partitions
-        for topic, partition, fetch_offset in fetches:
-            log = logs(topic, partition)
-            _leader_fetched(
-                rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark,
-                now_ms,
-            )  # fmt: skip
+        for topic, run in itertools.groupby(fetches, operator.itemgetter(0)):
+            topic_logs = logs(topic)
+            again = list(run)
+            if _fetched_again(rows, topic, again, topic_logs, now_ms):
+                continue
+            for _, partition, fetch_offset in again:
+                log = topic_logs[partition]
+                _leader_fetched(
+                    rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark,
+                    now_ms,
+                )  # fmt: skip
         self._recompute(name, now_ms)
 
     def on_leader_refused(
@@ -1627,7 +1694,7 @@ class LinkTable:
     def forget_partitions(self, name: str, keep: set[tuple[str, int, str]]) -> None:
         runtime = self.runtime.get(name)
         if runtime is not None:
-            for key in [k for k in runtime.partitions if k not in keep]:
+            for key in [*itertools.filterfalse(keep.__contains__, runtime.partitions)]:
                 del runtime.partitions[key]
 
     def tick(self, now_ms: int) -> None:
