@@ -562,11 +562,13 @@ def follower_fetch_request(
                 else:
                     del held[(topic, p)]
             wanted = bool(marks_wanted) and (topic, p) in marks_wanted
-            if holding or wanted or plain is None:
+            if holding or wanted:
                 parts.append(_fetch(state, config, topic, p, source, partition_max_bytes,
                                     holding, wanted))  # fmt: skip
-            else:
+            elif plain is not None:
                 parts.append(plain.fetches[p])
+            else:
+                parts.append(_plain_fetch(log, source, p, partition_max_bytes))
             local_of[(source, p)] = topic
     if built is not None and len(built) > len(seen):
         for topic in [t for t in built if t not in seen]:
