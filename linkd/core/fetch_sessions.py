@@ -37,6 +37,7 @@ import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from linkd.core.cluster import ClusterState
 from linkd.core.link_rounds import (
@@ -218,6 +219,8 @@ _BOUNDS = operator.attrgetter(
 )
 _LOG = operator.attrgetter("log")
 _CAUGHT_UP = operator.attrgetter("caught_up")
+# No log is this one: a partition with no `LogSeen` is answered.
+_NEVER_SEEN = LogSeen(cast(PartitionLog, None), -1, -1, -1, -1, -1, False)
 
 
 @dataclass(slots=True)
@@ -268,26 +271,28 @@ class SourceFetchSession:
         names: set[Key],
         sorts: tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]],
     ) -> bool:
-        """`parts_to_serve` for a run of one topic's partitions when none is
-        named and every log is as its last answer found it (the common
-        case), judged a column at a time (at C speed). False: not so (the
-        run is left to `_sort_each`)."""
-        seens = list(map(self.seen.get, keys))
+        """`parts_to_serve` for a run of one topic's partitions whose logs are
+        all there, judged a column at a time (at C speed). False: not so
+        (the run is left to `_sort_each`)."""
         topic_of = state.topics.get(topic)
-        if None in seens or topic_of is None or not names.isdisjoint(keys):
+        if topic_of is None:
             return False
         logs = topic_of.partitions
         indices = list(map(operator.itemgetter(1), keys))
         if max(indices) >= len(logs):
             return False
         mine = list(map(logs.__getitem__, indices))
-        if list(map(_LOG, seens)) != mine or list(map(_BOUNDS, seens)) != list(map(_BOUNDS, mine)):
-            return False  # (logs compare by identity)
-        parts = list(map(self.parts.__getitem__, keys))
+        seens = list(map(self.seen.get, keys, itertools.repeat(_NEVER_SEEN)))
+        same = map(operator.is_, map(_LOG, seens), mine)  # (the very log)
+        bounds = map(operator.eq, map(_BOUNDS, seens), map(_BOUNDS, mine))
+        unnamed = map(operator.not_, map(names.__contains__, keys))
+        as_seen = list(map(all, zip(same, bounds, unnamed, strict=True)))
         caught = list(map(_CAUGHT_UP, seens))
-        _, spare, quiet = sorts
-        quiet += itertools.compress(parts, caught)
-        spare += itertools.compress(parts, map(operator.not_, caught))
+        parts = list(map(self.parts.__getitem__, keys))
+        serve, spare, quiet = sorts
+        serve += itertools.compress(parts, map(operator.not_, as_seen))
+        quiet += itertools.compress(parts, map(operator.and_, as_seen, caught))
+        spare += itertools.compress(parts, map(operator.gt, as_seen, caught))
         return True
 
     def _sort_each(

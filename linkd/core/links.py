@@ -43,7 +43,7 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 from linkd.core import journal as jr
 from linkd.core.errors import ClusterError, ErrorCode
@@ -688,6 +688,8 @@ _SETTLED = operator.attrgetter(
     "caught_up_at_fetch",
 )
 _FETCHES = operator.attrgetter("fetches")
+# Stands for a missing row in `_fetched_again` (never written).
+_NO_ROW = PartitionProgress("", -1, "leader")
 _LOG_END = operator.attrgetter("log_end_offset")
 _LOG_HW = operator.attrgetter("high_watermark")
 _CAUGHT_UP_AT = operator.attrgetter("caught_up_at_ms")
@@ -702,30 +704,27 @@ def _fetched_again(
     now_ms: int,
 ) -> bool:
     """`_leader_fetched` for a run of one topic's (topic, partition, fetch
-    offset), when each row was last fetched at that offset of a log with the
-    end and HW its log has now (checked a column at a time, at C speed):
-    then only `fetches`, `last_fetch_ms` and the caught-up times move, as
-    `_leader_fetched` would move them. False: not every one is so (nothing
-    is done)."""
+    offset) whose logs are all there. A row last fetched at that offset of
+    a log with the end and HW its log has now (checked a column at a time,
+    at C speed) moves only `fetches`, `last_fetch_ms` and the caught-up
+    times, as `_leader_fetched` would move them; the others go through
+    `_leader_fetched`, in order. False: a log is not there (nothing done)."""
     indices = list(map(operator.itemgetter(1), run))
     if not indices or min(indices) < 0 or max(indices) >= len(logs):
         return False
-    found = list(map(rows.get, zip(itertools.repeat(topic), indices, itertools.repeat("leader"))))
-    if None in found:
-        return False
-    mine = cast(list[PartitionProgress], found)
+    keys = zip(itertools.repeat(topic), indices, itertools.repeat("leader"))
+    found = list(map(rows.get, keys, itertools.repeat(_NO_ROW)))
     got = list(map(logs.__getitem__, indices))
     ends = list(map(_LOG_END, got))
     hws = list(map(_LOG_HW, got))
     offsets = list(map(operator.itemgetter(2), run))
     settled = zip(ends, hws, offsets, hws, itertools.repeat(None), map(operator.ge, offsets, hws))
-    if (
-        list(map(_SETTLED, mine)) != list(settled)
-        or not all(map(_FETCHES, mine))
-        or any(map(operator.lt, map(_CAUGHT_UP_AT, mine), map(_FETCHED_CAUGHT_UP, mine)))
-    ):
-        return False
-    for row, offset, end, hw in zip(mine, offsets, ends, hws, strict=True):
+    same = map(operator.eq, map(_SETTLED, found), settled)
+    # (`_NO_ROW` has no fetch: a missing row is never taken as fetched again)
+    ordered = map(operator.ge, map(_CAUGHT_UP_AT, found), map(_FETCHED_CAUGHT_UP, found))
+    again = list(map(all, zip(same, map(_FETCHES, found), ordered, strict=True)))
+    rows_again = zip(found, offsets, ends, hws, strict=True)
+    for row, offset, end, hw in itertools.compress(rows_again, again):
         if offset >= end:
             row.fetched_caught_up_ms = now_ms
             row.caught_up_at_ms = max(row.caught_up_at_ms, now_ms)
@@ -733,6 +732,11 @@ def _fetched_again(
             row.hw_caught_up_ms = now_ms
         row.fetches += 1
         row.last_fetch_ms = now_ms
+    for _, partition, fetch_offset in itertools.compress(run, map(operator.not_, again)):
+        log = logs[partition]
+        _leader_fetched(
+            rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark, now_ms
+        )
     return True
 
 
