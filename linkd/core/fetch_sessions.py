@@ -33,7 +33,11 @@ leader already answers the follower's last request as it stands.
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from linkd.core.cluster import ClusterState
 from linkd.core.link_rounds import (
@@ -73,6 +77,19 @@ def _plain(entry: FetchedPartition) -> bool:
     )
 
 
+def _not_as_last(
+    parts: tuple[PartitionFetch, ...], last: tuple[PartitionFetch, ...]
+) -> Iterable[PartitionFetch]:
+    """Of `parts`, in order, those that are not the very fetch at their index
+    in `last` (compared at C speed: a follower reuses the fetches of logs
+    that did not move, `link_rounds.follower_fetch_request`)."""
+    if parts is last:
+        return ()
+    moved = itertools.compress(range(len(parts)), map(operator.is_not, parts, last))
+    tail = range(min(len(parts), len(last)), len(parts))
+    return [parts[i] for i in itertools.chain(moved, tail)]
+
+
 # -- follower side ---------------------------------------------------------------------
 
 
@@ -90,10 +107,14 @@ class FollowerFetchSession:
     # A request left and its answer has not come: until it does, what the
     # source holds is not known, so the next request is full.
     in_flight: bool = False
+    # The partitions of the last full request: each fetch there is, or
+    # equals, the one `sent` holds for its partition.
+    last_full: tuple[PartitionFetch, ...] = ()
 
     def reset(self) -> None:
         self.session_id, self.next_epoch = 0, OPENING
         self.sent.clear()
+        self.last_full = ()
         self.known_hw.clear()
         self.in_flight = False
 
@@ -107,10 +128,11 @@ class FollowerFetchSession:
         if self.next_epoch == OPENING:
             self.sent = {_key(p): p for p in full.partitions}
             self.known_hw.clear()
+            self.last_full = full.partitions
             return replace(full, fetch_session=FetchSessionRef(0, OPENING))
         changed: list[PartitionFetch] = []
         added = 0
-        for p in full.partitions:
+        for p in _not_as_last(full.partitions, self.last_full):
             before = self.sent.get(_key(p))
             if before is not p and before != p:
                 changed.append(p)
@@ -124,6 +146,7 @@ class FollowerFetchSession:
                 self.known_hw.pop(k, None)
         for p in changed:
             self.sent[_key(p)] = p
+        self.last_full = full.partitions
         ref = FetchSessionRef(self.session_id, self.next_epoch, forgotten)
         return replace(full, partitions=tuple(changed), fetch_session=ref)
 
@@ -155,8 +178,8 @@ class FollowerFetchSession:
         if len(present) >= len(self.sent):
             return answer
         known = self.known_hw
-        quiet = {k: known[k] for k in self.sent if k not in present and k in known}
-        return replace(answer, unchanged=quiet)
+        keys = [*filter(known.__contains__, itertools.filterfalse(present.__contains__, self.sent))]
+        return replace(answer, unchanged=dict(zip(keys, map(known.__getitem__, keys), strict=True)))
 
 
 # -- source side -----------------------------------------------------------------------
@@ -188,6 +211,16 @@ class LogSeen:
             log.rewrites,
             caught_up,
         )
+
+
+# What of a log (and of a `LogSeen`) says whether it is as last answered.
+_BOUNDS = operator.attrgetter(
+    "log_end_offset", "high_watermark", "log_start_offset", "leader_epoch", "rewrites"
+)
+_LOG = operator.attrgetter("log")
+_CAUGHT_UP = operator.attrgetter("caught_up")
+# No log is this one: a partition with no `LogSeen` is answered.
+_NEVER_SEEN = LogSeen(cast(PartitionLog, None), -1, -1, -1, -1, -1, False)
 
 
 @dataclass(slots=True)
@@ -222,36 +255,72 @@ class SourceFetchSession:
         serve: list[PartitionFetch] = []
         spare: list[PartitionFetch] = []
         quiet: list[PartitionFetch] = []
-        topics = state.topics
-        seen_of = self.seen.get
-        # The partitions come a topic at a time: its logs are looked up once a run.
-        last_topic: str | None = None
-        logs: list[PartitionLog] = []
-        for k, part in self.parts.items():
-            seen = None if k in names else seen_of(k)
+        # The partitions come a topic at a time: each run is judged at once.
+        for topic, run in itertools.groupby(self.parts, operator.itemgetter(0)):
+            keys = list(run)
+            sorts = serve, spare, quiet
+            if not self._run_as_seen(state, topic, keys, names, sorts):
+                self._sort_each(state, topic, keys, names, sorts)
+        return serve, spare, quiet
+
+    def _run_as_seen(
+        self,
+        state: ClusterState,
+        topic: str,
+        keys: list[Key],
+        names: set[Key],
+        sorts: tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]],
+    ) -> bool:
+        """`parts_to_serve` for a run of one topic's partitions whose logs are
+        all there, judged a column at a time (at C speed). False: not so
+        (the run is left to `_sort_each`)."""
+        topic_of = state.topics.get(topic)
+        if topic_of is None:
+            return False
+        logs = topic_of.partitions
+        indices = list(map(operator.itemgetter(1), keys))
+        if max(indices) >= len(logs):
+            return False
+        mine = list(map(logs.__getitem__, indices))
+        seens = list(map(self.seen.get, keys, itertools.repeat(_NEVER_SEEN)))
+        same = map(operator.is_, map(_LOG, seens), mine)  # (the very log)
+        bounds = map(operator.eq, map(_BOUNDS, seens), map(_BOUNDS, mine))
+        unnamed = map(operator.not_, map(names.__contains__, keys))
+        as_seen = list(map(all, zip(same, bounds, unnamed, strict=True)))
+        caught = list(map(_CAUGHT_UP, seens))
+        parts = list(map(self.parts.__getitem__, keys))
+        serve, spare, quiet = sorts
+        serve += itertools.compress(parts, map(operator.not_, as_seen))
+        quiet += itertools.compress(parts, map(operator.and_, as_seen, caught))
+        spare += itertools.compress(parts, map(operator.gt, as_seen, caught))
+        return True
+
+    def _sort_each(
+        self,
+        state: ClusterState,
+        topic: str,
+        keys: list[Key],
+        names: set[Key],
+        sorts: tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]],
+    ) -> None:
+        """`parts_to_serve` for a run of one topic's partitions, a partition
+        at a time."""
+        serve, spare, quiet = sorts
+        topic_of = state.topics.get(topic)
+        logs = topic_of.partitions if topic_of is not None else []
+        for k in keys:
+            part = self.parts[k]
+            seen = None if k in names else self.seen.get(k)
             if seen is None:
                 serve.append(part)
                 continue
-            if k[0] != last_topic:
-                last_topic = k[0]
-                topic = topics.get(last_topic)
-                logs = topic.partitions if topic is not None else []
-            # The same log, as it was (this runs for every partition of a round).
             log = logs[k[1]] if k[1] < len(logs) else None
-            if (
-                log is not seen.log
-                or log.log_end_offset != seen.log_end_offset
-                or log.high_watermark != seen.high_watermark
-                or log.log_start_offset != seen.log_start_offset
-                or log.leader_epoch != seen.leader_epoch
-                or log.rewrites != seen.rewrites
-            ):
+            if log is not seen.log or _BOUNDS(log) != _BOUNDS(seen):
                 serve.append(part)
             elif seen.caught_up:
                 quiet.append(part)
             else:
                 spare.append(part)
-        return serve, spare, quiet
 
     def answered(self, state: ClusterState, answer: FetchAnswer) -> None:
         """Remembers what `answer` (served from this session) told of each

@@ -37,6 +37,8 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
@@ -482,9 +484,29 @@ class FetchRequest:
     fetch_session: FetchSessionRef = NO_FETCH_SESSION
 
 
-# A follower's fetch of one partition as last built, and what of its log it
-# was built from (`follower_fetch_request`'s `built`).
-BuiltFetches = dict[tuple[str, int], tuple[tuple[object, ...], PartitionFetch]]
+# What of a log a plain fetch of it is made of (its position and last
+# batch), read for a whole topic at once: the same basis, the same fetch.
+_FETCH_BASIS = operator.attrgetter(
+    "log_end_offset", "durable_offset", "log_start_offset", "rewrites"
+)
+
+
+@dataclass(slots=True)
+class TopicFetches:
+    """A followed topic's plain fetches as last built
+    (`follower_fetch_request`'s `built`), each from the log at its index
+    with the basis at its index (`_FETCH_BASIS`)."""
+
+    source: str
+    max_bytes: int
+    logs: list[PartitionLog]
+    basis: list[tuple[int, int, int, int]]
+    fetches: list[PartitionFetch]
+    local_of: dict[tuple[str, int], str]
+
+
+# Each followed topic's plain fetches as last built, by local topic.
+BuiltFetches = dict[str, TopicFetches]
 
 
 def follower_fetch_request(
@@ -498,15 +520,16 @@ def follower_fetch_request(
     follows on the link (a topic belongs to its longest matching prefix).
     `sent_ms`: the request leaves now (the round it starts will report the
     source's high watermarks as known from this time on: the source serves
-    it later, so its HW then is at least its HW now). `built`: each plain
-    partition's fetch as last built, kept by the caller across rounds and
-    used again while its log is as it was (`_fetch_basis`)."""
+    it later, so its HW then is at least its HW now). `built`: each topic's
+    plain fetches as last built, kept by the caller across rounds and used
+    again while their logs are as they were (`_topic_fetches`)."""
     runtime = state.links.runtime.get(config.name)
     if sent_ms is not None and runtime is not None:
         runtime.fetch_sent_ms = sent_ms  # a push answers the last request made
     followed = rep.follower_mappings(config, "topic")
     parts: list[PartitionFetch] = []
     local_of: dict[tuple[str, int], str] = {}
+    seen: set[str] = set()
     for topic in sorted(state.topics):
         mapping = max(
             (m for m in followed if rep.in_prefix(topic, m.local_prefix)),
@@ -518,72 +541,105 @@ def follower_fetch_request(
         source = rep.map_name(topic, mapping.local_prefix, mapping.remote_prefix)
         gap_stopped = runtime.gap_stopped if runtime is not None else ()
         marks_wanted = runtime.marks_wanted if runtime is not None else ()
-        spans = runtime.marks_spans if runtime is not None else {}
         held = runtime.own_writes_held if runtime is not None else None
-        # The common case: none stopped, held or asked for marks.
-        plain_only = not gap_stopped and not held and not marks_wanted
-        for p, log in enumerate(state.topics[topic].partitions):
-            holding = wanted = False
-            if not plain_only:
-                if gap_stopped and (topic, p) in gap_stopped:
-                    continue  # stopped at a gap until the operator resumes it
-                if held and (topic, p) in held:
-                    if held[(topic, p)] == log.log_end_offset:
-                        holding = True  # not cut over its own writes: until a recover cuts it
-                    else:
-                        del held[(topic, p)]
-                wanted = bool(marks_wanted) and (topic, p) in marks_wanted
-            if built is not None and not holding and not wanted:
-                key = (topic, p)
-                basis = _fetch_basis(log, source, partition_max_bytes)
-                last = built.get(key)
-                if last is None or last[0] != basis:
-                    last = (basis, _plain_fetch(log, source, p, partition_max_bytes))
-                    built[key] = last
-                parts.append(last[1])
-                local_of[(source, p)] = topic
+        logs = state.topics[topic].partitions
+        plain: TopicFetches | None = None
+        if built is not None:
+            seen.add(topic)
+            plain = _topic_fetches(built, topic, logs, source, partition_max_bytes)
+            if not gap_stopped and not held and not marks_wanted:
+                # The common case: none stopped, held or asked for marks.
+                parts += plain.fetches
+                local_of.update(plain.local_of)
                 continue
-            offset, epoch = rep.follower_position_of(log)
-            complete: tuple[int, int] | None = None
-            if wanted:
-                marks, complete = histories.log_marks(state, topic, p, True, spans.get((topic, p)))
-                related = _names_source(state, config, topic, p)
+        for p, log in enumerate(logs):
+            holding = wanted = False
+            if gap_stopped and (topic, p) in gap_stopped:
+                continue  # stopped at a gap until the operator resumes it
+            if held and (topic, p) in held:
+                if held[(topic, p)] == log.log_end_offset:
+                    holding = True  # not cut over its own writes: until a recover cuts it
+                else:
+                    del held[(topic, p)]
+            wanted = bool(marks_wanted) and (topic, p) in marks_wanted
+            if holding or wanted:
+                parts.append(_fetch(state, config, topic, p, source, partition_max_bytes,
+                                    holding, wanted))  # fmt: skip
+            elif plain is not None:
+                parts.append(plain.fetches[p])
             else:
-                marks, related = histories.last_mark(log), False
-            low, high = complete if complete is not None else (-1, -1)
-            parts.append(
-                PartitionFetch(
-                    source,
-                    p,
-                    offset,
-                    epoch,
-                    partition_max_bytes,
-                    () if holding else marks,
-                    wanted and not holding,
-                    related,
-                    holding,
-                    -1 if holding else low,
-                    -1 if holding else high,
-                )
-            )
+                parts.append(_plain_fetch(log, source, p, partition_max_bytes))
             local_of[(source, p)] = topic
-    if built is not None and len(built) > len(parts):
-        for key in [k for k in built if (built[k][1].source_topic, k[1]) not in local_of]:
-            del built[key]  # no longer fetched
+    if built is not None and len(built) > len(seen):
+        for topic in [t for t in built if t not in seen]:
+            del built[topic]  # no longer followed
     return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
 
 
-def _fetch_basis(log: PartitionLog, source: str, partition_max_bytes: int) -> tuple[object, ...]:
-    """What a plain fetch of `log` is made of (its position and last batch):
-    the same basis, the same fetch."""
-    return (
-        log,
-        log.log_end_offset,
-        log.durable_offset,
-        log.log_start_offset,
-        log.rewrites,
+def _topic_fetches(
+    built: BuiltFetches, topic: str, logs: list[PartitionLog], source: str, max_bytes: int
+) -> TopicFetches:
+    """`topic`'s plain fetches (one per log of `logs`), from `built`: the
+    topic's basis is read at once and compared with the last; a fetch is
+    built again only where its log or its basis is not as last built from."""
+    basis = list(map(_FETCH_BASIS, logs))
+    last = built.get(topic)
+    if last is not None and last.source == source and last.max_bytes == max_bytes:
+        if last.basis == basis and last.logs == logs:
+            return last  # (logs compare by identity)
+        known = min(len(last.logs), len(logs))
+    else:
+        last, known = None, 0
+    fetches: list[PartitionFetch] = []
+    for p, log in enumerate(logs):
+        if last is not None and p < known and last.logs[p] is log and last.basis[p] == basis[p]:
+            fetches.append(last.fetches[p])
+        else:
+            fetches.append(_plain_fetch(log, source, p, max_bytes))
+    same_keys = last is not None and len(last.logs) == len(logs)
+    local_of = last.local_of if last is not None and same_keys else {
+        (source, p): topic for p in range(len(logs))
+    }  # fmt: skip
+    made = TopicFetches(source, max_bytes, list(logs), basis, fetches, local_of)
+    built[topic] = made
+    return made
+
+
+def _fetch(
+    state: ClusterState,
+    config: LinkConfig,
+    topic: str,
+    p: int,
+    source: str,
+    partition_max_bytes: int,
+    holding: bool,
+    wanted: bool,
+) -> PartitionFetch:
+    """A partition's fetch, built from its log: held uncut (`holding`),
+    asking for every mark (`wanted`), or plain."""
+    log = state.topics[topic].partitions[p]
+    runtime = state.links.runtime.get(config.name)
+    spans = runtime.marks_spans if runtime is not None else {}
+    offset, epoch = rep.follower_position_of(log)
+    complete: tuple[int, int] | None = None
+    if wanted:
+        marks, complete = histories.log_marks(state, topic, p, True, spans.get((topic, p)))
+        related = _names_source(state, config, topic, p)
+    else:
+        marks, related = histories.last_mark(log), False
+    low, high = complete if complete is not None else (-1, -1)
+    return PartitionFetch(
         source,
+        p,
+        offset,
+        epoch,
         partition_max_bytes,
+        () if holding else marks,
+        wanted and not holding,
+        related,
+        holding,
+        -1 if holding else low,
+        -1 if holding else high,
     )
 
 
@@ -766,12 +822,15 @@ def serve_replica_fetch(
     config = state.links.by_id(link_id)
     links = state.links
     answer = FetchAnswer([], served_at_ms=now_ms)
+
+    def topic_logs(topic: str) -> list[PartitionLog]:
+        return state.topic(topic).partitions
+
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
         if quiet and acknowledges:
-            fetches = ((p.source_topic, p.partition, p.fetch_offset) for p in quiet)
-            links.on_leader_fetches(config.name, fetches, state.partition, now_ms)
+            links.on_leader_fetches(config.name, map(_FETCHED_AT, quiet), topic_logs, now_ms)
         served = len(parts)
         asked = (*parts, *spare) if spare else parts
         for i, part in enumerate(asked):
@@ -779,8 +838,8 @@ def serve_replica_fetch(
                 # The budget is spent (it only fills): the rest of the spare
                 # ones are fetched again at their position, not answered.
                 if acknowledges:
-                    rest = ((p.source_topic, p.partition, p.fetch_offset) for p in asked[i:])
-                    links.on_leader_fetches(config.name, rest, state.partition, now_ms)
+                    rest = map(_FETCHED_AT, asked[i:])
+                    links.on_leader_fetches(config.name, rest, topic_logs, now_ms)
                 break
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
@@ -856,6 +915,10 @@ def serve_replica_fetch(
                 ).high_watermark
     answer.sync_state = links.local_sync_state(config.name)
     return answer
+
+
+# (source topic, partition, fetch offset) of a fetch (`on_leader_fetches`).
+_FETCHED_AT = operator.attrgetter("source_topic", "partition", "fetch_offset")
 
 
 def _record_fetch(state: ClusterState, link_name: str, part: PartitionFetch, now_ms: int
@@ -1108,17 +1171,7 @@ def apply_replica_fetch(
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     # No news since the source's last answer for these: reached, at the
     # source HW that answer carried (and already capped at).
-    unchanged: list[tuple[str, int, int]] = []
-    for (source, partition), hw in answer.unchanged.items():
-        local = local_of.get((source, partition))
-        if local is None or local not in state.topics:
-            continue
-        if local not in followed:
-            followed[local] = (
-                config is not None and config.mapping_for(local, "follower") is not None
-            )
-        if followed[local]:
-            unchanged.append((local, partition, hw))
+    unchanged = _followed_unchanged(state, config, answer.unchanged, local_of, followed)
     if not state.faults.undid(18):
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
@@ -1128,6 +1181,34 @@ def apply_replica_fetch(
     return AppliedFetch(
         effects, progress, truncations, refused, gaps, stopped, held_at, unchanged
     )
+
+
+def _followed_unchanged(
+    state: ClusterState,
+    config: LinkConfig | None,
+    unchanged: dict[tuple[str, int], int],
+    local_of: dict[tuple[str, int], str],
+    followed: dict[str, bool],
+) -> list[tuple[str, int, int]]:
+    """`apply_replica_fetch`: the quiet partitions (`FetchAnswer.unchanged`)
+    whose local topic is there and still followed, as (local topic,
+    partition, source HW), in order; `followed` caches each topic's answer."""
+    mine = list(map(local_of.get, unchanged))
+    good: set[str] = set()
+    for local in set(mine):
+        if local is None or local not in state.topics:
+            continue
+        if local not in followed:
+            followed[local] = (
+                config is not None and config.mapping_for(local, "follower") is not None
+            )
+        if followed[local]:
+            good.add(local)
+    parts = map(operator.itemgetter(1), unchanged)
+    every = zip(mine, parts, unchanged.values(), strict=True)
+    if good.issuperset(mine):
+        return list(every)  # type: ignore[arg-type]  # (none is None)
+    return [(local, p, hw) for local, p, hw in every if local in good]
 
 
 def held_refusal(state: ClusterState, config: LinkConfig, part: PartitionFetch) -> ClusterError:
@@ -1565,14 +1646,15 @@ def finish_fetch_round(
         if judged_once:
             links.on_remote_sync_state(link_name, sync_state, now_ms)
         refusals = runtime.refused
-        for key, row in quiet:
+        for _, row in quiet:
             # `on_progress` with the same position and source HW.
             row.known_at_ms = known_at
             if row.source_high_watermark <= row.log_end_offset:  # lag_records() == 0
                 row.caught_up_at_ms = now_ms
-            keep.add(key)
-            if refusals:
-                refusals.pop((key[0], key[1]), None)
+        keep.update(map(operator.itemgetter(0), quiet))
+        if refusals:
+            for (topic, partition, _), _ in quiet:
+                refusals.pop((topic, partition), None)
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
             position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
@@ -1627,43 +1709,62 @@ def _still_quiet(
     follower of its own), because following its source's HW again may
     release it now, and one whose row or position moved meanwhile."""
     quiet: list[tuple[tuple[str, int, str], PartitionProgress]] = []
-    rows = runtime.partitions
     topics = state.topics
-    readable_is_end = state.faults.undid(19)  # `admin.readable_position`
-    followed: dict[str, bool] = {}
-    # The partitions come a topic at a time: its lookups are made once a run.
-    last_topic: str | None = None
-    still = False
-    logs: list[PartitionLog] = []
-    for topic, partition, hw in unchanged:
-        if topic != last_topic:
-            last_topic = topic
-            known = followed.get(topic)
-            if known is None:
-                known = followed[topic] = (
-                    topic in topics
-                    and config is not None
-                    and config.mapping_for(topic, "follower") is not None
-                )
-            still = known
-            logs = topics[topic].partitions if still else []
-        if not still:
-            continue
-        key = (topic, partition, "follower")
-        row = rows.get(key)
+    # The partitions come a topic at a time: each run is judged at once.
+    for topic, run in itertools.groupby(unchanged, operator.itemgetter(0)):
+        if (
+            topic in topics
+            and config is not None
+            and config.mapping_for(topic, "follower") is not None
+        ):
+            _quiet_run(state, runtime, topic, list(run), quiet, reached)
+    return quiet
+
+
+_DURABLE = operator.attrgetter("durable_offset")
+_HW = operator.attrgetter("high_watermark")
+_END = operator.attrgetter("log_end_offset")
+_SOURCE_HW = operator.attrgetter("source_high_watermark")
+
+
+def _quiet_run(
+    state: ClusterState,
+    runtime: LinkRuntime,
+    topic: str,
+    run: list[tuple[str, int, int]],
+    quiet: list[tuple[tuple[str, int, str], PartitionProgress]],
+    reached: list[FollowerProgress],
+) -> None:
+    """`_still_quiet` for a run of one followed topic's partitions: when
+    every one is quiet (the common case) the run is judged a column at a
+    time (at C speed), else a partition at a time."""
+    logs = state.topics[topic].partitions
+    parts = list(map(operator.itemgetter(1), run))
+    keys = list(zip(itertools.repeat(topic), parts, itertools.repeat("follower")))
+    rows = list(map(runtime.partitions.get, keys))
+    position = _END if state.faults.undid(19) else _HW  # `admin.readable_position`
+    if None not in rows and max(parts) < len(logs):
+        mine = list(map(logs.__getitem__, parts))
+        held_back = any(map(operator.gt, map(_DURABLE, mine), map(_HW, mine)))
+        if (
+            not held_back
+            and list(map(_SOURCE_HW, rows)) == list(map(operator.itemgetter(2), run))
+            and list(map(_END, rows)) == list(map(position, mine))
+        ):
+            quiet += zip(keys, rows, strict=True)  # type: ignore[arg-type]  # (no row is None)
+            return
+    for key, row, (_, partition, hw) in zip(keys, rows, run, strict=True):
         log = logs[partition] if partition < len(logs) else None
         if (
             row is not None
             and log is not None
             and log.durable_offset <= log.high_watermark  # not `held_back`
             and row.source_high_watermark == hw
-            and row.log_end_offset
-            == (log.log_end_offset if readable_is_end else log.high_watermark)
+            and row.log_end_offset == position(log)
         ):
             quiet.append((key, row))
         else:
             reached.append(FollowerProgress(topic, partition, hw))
-    return quiet
 
 
 # -- push: the leader dials (the follower may sit behind NAT) ------------------------------
