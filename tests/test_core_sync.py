@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
 from linkd.core import replication as rep
 from linkd.core.cluster import AppendBatch, ClusterState
@@ -376,3 +377,55 @@ def test_the_markers_of_one_transaction_pass_their_high_watermarks_together() ->
     assert (one.high_watermark, two.high_watermark) == (2, 2)
     assert (one.last_stable_offset, two.last_stable_offset) == (2, 2)
     assert a.marker_groups == []
+
+
+def test_a_quiet_partition_whose_hw_an_answer_moved_is_in_that_answer() -> None:
+    """Invariant 5 on the follower, with fetch sessions: a transaction over
+    two partitions whose follower fetched both past their markers, one of
+    them (orders-2) in an earlier round, so that this round it is quiet (not
+    named, not answered). This round's acknowledgement of orders-1 releases
+    both markers at once; the answer must carry both new HWs, since the
+    follower applies one answer's HWs together: with orders-2 left out, a
+    read_committed reader of the follower saw the transaction on orders-1
+    before orders-2 (a partial transaction, as a real-daemon test caught)."""
+    a, b = linked()
+    go_sync(a, b, NOW)
+    a.create_topic("orders-2", 1, {}, "src-id-2")
+    a.refresh_led_partitions(NOW + 2)
+    for t in ("orders-1", "orders-2"):
+        leo = a.partition(t, 0).log_end_offset
+        a.links.on_leader_fetch("ab", t, 0, leo, leo, leo, NOW + 2)
+    pid, epoch, _ = a.init_producer_id("tx", 60_000, NOW)
+    a.add_partitions_to_txn("tx", pid, epoch, [("orders-1", 0), ("orders-2", 0)], NOW)
+    for t in ("orders-1", "orders-2"):
+        data = rb.build_batch(
+            [rb.RecordSpec(None, b"x", NOW)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            transactional=True,
+        )
+        a.produce(t, 0, data, "tx", NOW)
+    for e in a.end_txn("tx", pid, epoch, True, NOW):
+        if isinstance(e, AppendBatch):
+            name = "orders-1" if e.topic_id == "src-id" else "orders-2"
+            a.mark_durable(name, 0, e.header.next_offset)
+    # The follower holds orders-2 whole (an earlier round): held by the group.
+    a.links.on_leader_fetch("ab", "orders-2", 0, 2, 2, 0, NOW + 3)
+    a.refresh_high_watermarks()
+    two = a.partition("orders-2", 0)
+    assert two.high_watermark <= 1 and two.last_stable_offset == 0
+
+    answer = rounds.serve_replica_fetch(
+        a,
+        "id-1",
+        [rounds.PartitionFetch("orders-1", 0, 2, 0)],
+        NOW + 4,
+        lambda *_: (b"", 0),
+        1 << 20,
+        1 << 20,
+        quiet=[rounds.PartitionFetch("orders-2", 0, 2, 0)],
+    )
+    assert answer.hw_moved
+    hws = {(p.source_topic, p.partition): p.high_watermark for p in answer.partitions}
+    assert hws == {("orders-1", 0): 2, ("orders-2", 0): 2}

@@ -833,6 +833,7 @@ def serve_replica_fetch(
             links.on_leader_fetches(config.name, map(_FETCHED_AT, quiet), topic_logs, now_ms)
         served = len(parts)
         asked = (*parts, *spare) if spare else parts
+        unanswered: Sequence[PartitionFetch] = quiet
         for i, part in enumerate(asked):
             if i >= served and answer.total_bytes >= budget_bytes:
                 # The budget is spent (it only fills): the rest of the spare
@@ -840,6 +841,7 @@ def serve_replica_fetch(
                 if acknowledges:
                     rest = map(_FETCHED_AT, asked[i:])
                     links.on_leader_fetches(config.name, rest, topic_logs, now_ms)
+                    unanswered = (*quiet, *asked[i:])
                 break
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
@@ -907,14 +909,47 @@ def serve_replica_fetch(
     if config.mode == LinkMode.SYNC:
         # The fetch offsets acknowledge: the high watermarks may move, and the
         # follower learns where they moved to in this very answer.
+        before = [state.partition(p.source_topic, p.partition).high_watermark for p in unanswered]
         answer.hw_moved = state.refresh_high_watermarks()
         for entry in answer.partitions:
             if entry.error is None and entry.diverging_end_offset < 0:
                 entry.high_watermark = state.partition(
                     entry.source_topic, entry.partition
                 ).high_watermark
+        if answer.hw_moved:
+            answer.partitions += _hw_news(state, unanswered, before)
     answer.sync_state = links.local_sync_state(config.name)
     return answer
+
+
+def _hw_news(
+    state: ClusterState, unanswered: Sequence[PartitionFetch], before: list[int]
+) -> list[FetchedPartition]:
+    """A SYNC source's answers for the session partitions it fetched again
+    without answering whose HW the answer's acknowledgements moved: their
+    bounds, no records. The markers of one transaction pass their HWs
+    together here (`ClusterState.marker_groups`); the follower applies the
+    HWs of one answer together, so each of them must be in the same answer,
+    else a read_committed reader of the follower would see a transaction on
+    one partition before the other."""
+    news = []
+    for part, hw in zip(unanswered, before, strict=True):
+        log = state.partition(part.source_topic, part.partition)
+        if log.high_watermark != hw:
+            news.append(
+                FetchedPartition(
+                    part.source_topic,
+                    part.partition,
+                    high_watermark=log.high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=log.log_end_offset,
+                    leader_epoch=log.leader_epoch,
+                    log_start_cause=state.log_start_causes.get(
+                        (part.source_topic, part.partition), ""
+                    ),
+                )
+            )
+    return news
 
 
 # (source topic, partition, fetch offset) of a fetch (`on_leader_fetches`).
