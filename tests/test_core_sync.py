@@ -338,10 +338,10 @@ def test_refusals_name_the_link_the_namespace_and_the_state() -> None:
     assert a.end_txn("tx", pid, epoch, False, NOW) is not None
 
 
-def test_the_markers_of_one_transaction_pass_their_high_watermarks_together() -> None:
-    """Invariant 5 at the source: a transaction over two partitions, one of
-    which its SYNC follower acknowledged and one not yet: neither partition's
-    read_committed readers see the transaction until both can."""
+def committed_over_two_partitions() -> ClusterState:
+    """A, IN_SYNC with its follower B, after a transaction over orders-1 and
+    orders-2 (a record each, then its marker: both logs end at 2) committed
+    and durable, which B acknowledged on neither partition yet."""
     a, b = linked()
     go_sync(a, b, NOW)
     a.create_topic("orders-2", 1, {}, "src-id-2")
@@ -360,11 +360,18 @@ def test_the_markers_of_one_transaction_pass_their_high_watermarks_together() ->
             transactional=True,
         )
         a.produce(t, 0, data, "tx", NOW)
-    effects = a.end_txn("tx", pid, epoch, True, NOW)
-    for e in effects:
+    for e in a.end_txn("tx", pid, epoch, True, NOW):
         if isinstance(e, AppendBatch):
             name = "orders-1" if e.topic_id == "src-id" else "orders-2"
             a.mark_durable(name, 0, e.header.next_offset)
+    return a
+
+
+def test_the_markers_of_one_transaction_pass_their_high_watermarks_together() -> None:
+    """Invariant 5 at the source: a transaction over two partitions, one of
+    which its SYNC follower acknowledged and one not yet: neither partition's
+    read_committed readers see the transaction until both can."""
+    a = committed_over_two_partitions()
     one, two = a.partition("orders-1", 0), a.partition("orders-2", 0)
     assert (one.last_stable_offset, two.last_stable_offset) == (0, 0)
     # The follower acknowledges orders-1 up to its end: still nothing visible.
@@ -388,28 +395,7 @@ def test_a_quiet_partition_whose_hw_an_answer_moved_is_in_that_answer() -> None:
     follower applies one answer's HWs together: with orders-2 left out, a
     read_committed reader of the follower saw the transaction on orders-1
     before orders-2 (a partial transaction, as a real-daemon test caught)."""
-    a, b = linked()
-    go_sync(a, b, NOW)
-    a.create_topic("orders-2", 1, {}, "src-id-2")
-    a.refresh_led_partitions(NOW + 2)
-    for t in ("orders-1", "orders-2"):
-        leo = a.partition(t, 0).log_end_offset
-        a.links.on_leader_fetch("ab", t, 0, leo, leo, leo, NOW + 2)
-    pid, epoch, _ = a.init_producer_id("tx", 60_000, NOW)
-    a.add_partitions_to_txn("tx", pid, epoch, [("orders-1", 0), ("orders-2", 0)], NOW)
-    for t in ("orders-1", "orders-2"):
-        data = rb.build_batch(
-            [rb.RecordSpec(None, b"x", NOW)],
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=0,
-            transactional=True,
-        )
-        a.produce(t, 0, data, "tx", NOW)
-    for e in a.end_txn("tx", pid, epoch, True, NOW):
-        if isinstance(e, AppendBatch):
-            name = "orders-1" if e.topic_id == "src-id" else "orders-2"
-            a.mark_durable(name, 0, e.header.next_offset)
+    a = committed_over_two_partitions()
     # The follower holds orders-2 whole (an earlier round): held by the group.
     a.links.on_leader_fetch("ab", "orders-2", 0, 2, 2, 0, NOW + 3)
     a.refresh_high_watermarks()
