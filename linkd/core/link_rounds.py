@@ -884,14 +884,7 @@ def serve_replica_fetch(
                 not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
             ):
                 plan = checked
-            log = state.partition(part.source_topic, part.partition)
-            entry.log_end_offset = log.log_end_offset
-            entry.leader_epoch = log.leader_epoch
-            entry.log_start_offset = log.log_start_offset
-            entry.log_start_cause = state.log_start_causes.get(
-                (part.source_topic, part.partition), ""
-            )
-            entry.high_watermark = log.high_watermark
+            _tell_bounds(state, entry)
             if isinstance(plan, rep.Diverged):
                 entry.diverging_end_offset = plan.end_offset
                 entry.diverging_epoch = plan.epoch
@@ -934,22 +927,22 @@ def _hw_news(
     one partition before the other."""
     news = []
     for part, hw in zip(unanswered, before, strict=True):
-        log = state.partition(part.source_topic, part.partition)
-        if log.high_watermark != hw:
-            news.append(
-                FetchedPartition(
-                    part.source_topic,
-                    part.partition,
-                    high_watermark=log.high_watermark,
-                    log_start_offset=log.log_start_offset,
-                    log_end_offset=log.log_end_offset,
-                    leader_epoch=log.leader_epoch,
-                    log_start_cause=state.log_start_causes.get(
-                        (part.source_topic, part.partition), ""
-                    ),
-                )
-            )
+        if state.partition(part.source_topic, part.partition).high_watermark != hw:
+            entry = FetchedPartition(part.source_topic, part.partition)
+            _tell_bounds(state, entry)
+            news.append(entry)
     return news
+
+
+def _tell_bounds(state: ClusterState, entry: FetchedPartition) -> None:
+    """Fills a source's answer for one partition with where its log stands:
+    its end, leader epoch, start (and why it is there) and HW."""
+    log = state.partition(entry.source_topic, entry.partition)
+    entry.log_end_offset = log.log_end_offset
+    entry.leader_epoch = log.leader_epoch
+    entry.log_start_offset = log.log_start_offset
+    entry.log_start_cause = state.log_start_causes.get((entry.source_topic, entry.partition), "")
+    entry.high_watermark = log.high_watermark
 
 
 # (source topic, partition, fetch offset) of a fetch (`on_leader_fetches`).
