@@ -15,6 +15,8 @@ import sys
 
 from hypothesis import settings
 
+from linkd.core.links import LinkTable
+
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the processes the tests start
 sys.dont_write_bytecode = False  # this process's own imports from here on
 
@@ -22,6 +24,10 @@ pytest_plugins = ["tests.harness"]
 
 settings.register_profile("deterministic", derandomize=True, database=None)
 settings.load_profile("deterministic")
+
+# Every link state a lag verdict answers in this process (the core tests, every
+# simulator run) is checked against a scan of every partition.
+LinkTable.check_lag_verdicts = True
 
 
 def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]

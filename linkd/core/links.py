@@ -45,9 +45,12 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 from linkd.core import journal as jr
+from linkd.core import link_lag as lag
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.faults import NO_FAULTS, Faults
 from linkd.core.link_auth import Revoked
+from linkd.core.link_lag import LedLogs
+from linkd.core.link_lag import Role as Role  # (re-exported: it is a link's role)
 from linkd.core.provenance import Gap
 
 # A mapping's identity: (resource type, local prefix, remote prefix).
@@ -87,13 +90,6 @@ class Leader(enum.StrEnum):
 
     LOCAL = "local"
     REMOTE = "remote"
-
-
-class Role(enum.StrEnum):
-    """This side's role in a mapping."""
-
-    LEADER = "leader"
-    FOLLOWER = "follower"
 
 
 class LinkMode(enum.StrEnum):
@@ -723,13 +719,16 @@ def _fetched_again(
     run: list[tuple[str, int, int]],
     logs: Sequence[FetchedLog],
     now_ms: int,
+    dirty: set[tuple[str, int, str]] | None = None,
 ) -> bool:
     """`_leader_fetched` for a run of one topic's (topic, partition, fetch
     offset) whose logs are all there. A row last fetched at that offset of
     a log with the end and HW its log has now (checked a column at a time,
     at C speed) moves only `fetches`, `last_fetch_ms` and the caught-up
-    times, as `_leader_fetched` would move them; the others go through
-    `_leader_fetched`, in order. False: a log is not there (nothing done)."""
+    times, as `_leader_fetched` would move them (forward in time only: a
+    lag verdict stands); the others go through `_leader_fetched`, in order,
+    each marked in `dirty` (`link_lag`). False: a log is not there (nothing
+    done)."""
     indices = list(map(operator.itemgetter(1), run))
     if not indices or min(indices) < 0 or max(indices) >= len(logs):
         return False
@@ -755,6 +754,8 @@ def _fetched_again(
         row.last_fetch_ms = now_ms
     for _, partition, fetch_offset in itertools.compress(run, map(operator.not_, again)):
         log = logs[partition]
+        if dirty is not None:
+            dirty.add((topic, partition, "leader"))
         _leader_fetched(
             rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark, now_ms
         )
@@ -906,6 +907,9 @@ class LinkRuntime:
     # next time (`LinkTable._runtime_lagging`): a link's state is judged on
     # every contact, and while it catches up this one usually still lags.
     lag_hint: tuple[str, int, str] | None = None
+    # The last scan that found no partition lagging, kept up since
+    # (`link_lag.LagVerdict`); None: the next judgement scans.
+    lag_verdict: lag.LagVerdict | None = None
     # Follower side: the last committed offset of each replicated group's
     # partition heard from the source, under local names, and when it was
     # heard: (group, topic, partition) -> (offset, heard at ms). The group
@@ -963,16 +967,6 @@ class LinkLimits:
     fetch_answer_due_ms: int = DEFAULT_FETCH_ANSWER_DUE_MS
 
 
-class LogBounds(Protocol):
-    """What the table reads of a led partition's log."""
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    @property
-    def high_watermark(self) -> int: ...
-
-
 class FetchedLog(Protocol):
     """What the table reads of a led partition's log as its follower fetches."""
 
@@ -983,17 +977,16 @@ class FetchedLog(Protocol):
     def high_watermark(self) -> int: ...
 
 
-# The logs of a topic this cluster holds, by partition (None when the topic is
-# gone; a partition past the list is gone too): how the table judges a
-# follower it leads, read a topic at a time because that judgement runs over
-# every partition of a link on each contact.
-LedLogs = Callable[[str], Sequence[LogBounds] | None]
 # The partitions this cluster leads under a link's configuration.
 LedPartitions = Callable[["LinkConfig"], set[tuple[str, int]]]
 
 
 class LinkTable:
     """Every link of this cluster: durable configs plus runtime state."""
+
+    # Tests: every judgement a lag verdict answers is checked against a
+    # scan of every partition (`_runtime_lagging`).
+    check_lag_verdicts = False
 
     def __init__(self, cluster_id: str, limits: LinkLimits | None = None) -> None:
         self.cluster_id = cluster_id
@@ -1509,6 +1502,9 @@ class LinkTable:
         if runtime is None:
             return
         key = (topic, partition, role)
+        dirty = self._lag_news(runtime, now_ms)
+        if dirty is not None:
+            dirty.add(key)
         progress = runtime.partitions.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
@@ -1538,6 +1534,9 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return
+        dirty = self._lag_news(runtime, now_ms)
+        if dirty is not None:
+            dirty.add((topic, partition, "leader"))
         _leader_fetched(
             runtime.partitions, topic, partition, fetch_offset, log_end_offset, high_watermark,
             now_ms,
@@ -1559,13 +1558,16 @@ class LinkTable:
         if runtime is None:
             return
         rows = runtime.partitions
+        dirty = self._lag_news(runtime, now_ms)
         for topic, run in itertools.groupby(fetches, operator.itemgetter(0)):
             topic_logs = logs(topic)
             again = list(run)
-            if _fetched_again(rows, topic, again, topic_logs, now_ms):
+            if _fetched_again(rows, topic, again, topic_logs, now_ms, dirty):
                 continue
             for _, partition, fetch_offset in again:
                 log = topic_logs[partition]
+                if dirty is not None:
+                    dirty.add((topic, partition, "leader"))
                 _leader_fetched(
                     rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark,
                     now_ms,
@@ -1580,6 +1582,9 @@ class LinkTable:
         if runtime is None:
             return
         key = (topic, partition, "leader")
+        dirty = self._lag_news(runtime, now_ms)
+        if dirty is not None:
+            dirty.add(key)
         progress = runtime.partitions.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
@@ -1631,8 +1636,11 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return
+        dirty = self._lag_news(runtime, now_ms)
         for topic, partition in sorted(partitions - runtime.led_partitions):
             key = (topic, partition, "leader")
+            if dirty is not None:
+                dirty.add(key)
             if key not in runtime.partitions:
                 progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
                 progress.last_fetch_ms = now_ms
@@ -1785,53 +1793,49 @@ class LinkTable:
         return next(self._lagging_ones(partitions, now_ms), None) is not None
 
     def _runtime_lagging(self, runtime: LinkRuntime, now_ms: int) -> bool:
-        """`_any_lagging` over the link's partitions, the one found last time
-        judged first (the answer is the same; only the search is shorter)."""
+        """`_any_lagging` over the link's partitions: from the verdict of the
+        last scan that found none lagging while it holds (`link_lag`), else
+        by a scan that judges first the partition found last time."""
+        verdict = runtime.lag_verdict
+        if verdict is not None:
+            said = verdict.lagging(runtime.partitions, now_ms, self.limits, self.led_logs)
+            if said is not None:
+                if self.check_lag_verdicts:
+                    scanned = self._any_lagging(runtime.partitions.values(), now_ms)
+                    assert said == scanned, (said, scanned, now_ms, verdict)
+                return said
+            runtime.lag_verdict = None
         hint = runtime.partitions.get(runtime.lag_hint) if runtime.lag_hint else None
         if hint is not None and self._any_lagging((hint,), now_ms):
             return True
-        found = next(self._lagging_ones(runtime.partitions.values(), now_ms), None)
+        found, runtime.lag_verdict = lag.scan(
+            runtime.partitions, now_ms, self.limits, self.led_logs
+        )
         runtime.lag_hint = None if found is None else (found.topic, found.partition, found.role)
         return found is not None
+
+    def _lag_news(self, runtime: LinkRuntime, now_ms: int) -> set[lag.Key] | None:
+        """Before rows of `runtime` change at `now_ms`: where to mark those
+        that change other than forward in time (None: no verdict to keep up).
+        A change made earlier than the verdict's latest time (the clock went
+        back) drops it."""
+        verdict = runtime.lag_verdict
+        if verdict is None:
+            return None
+        if now_ms < verdict.latest_ms:
+            runtime.lag_verdict = None
+            return None
+        verdict.latest_ms = now_ms
+        return verdict.dirty
 
     def _lagging_ones(
         self, partitions: Iterable[PartitionProgress], now_ms: int
     ) -> Iterator[PartitionProgress]:
         """Those of `partitions` that keep the link from FOLLOWING: a follower
         partition more than `lag_max_records` or `lag_max_ms` behind, or a led
-        one whose follower is behind (`_leader_lagging`). A link's state is
-        judged on every contact over every partition of the link, so this is
-        `lag_records`, `lag_ms`, `leader_lag` and `_leader_lagging` inlined,
-        with the same results."""
-        limits = self.limits
-        max_records = limits.lag_max_records
-        max_ms = limits.lag_max_ms
-        led_logs = self.led_logs
-        logs_topic: str | None = None
-        logs: Sequence[LogBounds] | None = None
-        for p in partitions:
-            if p.role == Role.FOLLOWER:
-                records = p.source_high_watermark - p.log_end_offset
-                if records <= 0:  # lag_records() == 0, so lag_ms() == 0
-                    if 0 > max_records or 0 > max_ms:
-                        yield p
-                    continue
-                since = now_ms - p.caught_up_at_ms
-                if records > max_records or (since if since > 0 else 0) > max_ms:
-                    yield p
-                continue
-            # Led: leader_lag(p) first, the rest only when it is large.
-            if led_logs is not None and p.topic != logs_topic:
-                logs_topic, logs = p.topic, led_logs(p.topic)
-            if logs is None or p.partition >= len(logs):
-                lag = 0
-            else:
-                log = logs[p.partition]
-                log_start, end = log.log_start_offset, p.log_end_offset
-                lag = log.high_watermark - (end if end > log_start else log_start)
-                if lag < 0:
-                    lag = 0
-            if lag > max_records and self._leader_behind(p, now_ms):
+        one whose follower is behind (`_leader_lagging`): `link_lag.judged`."""
+        for p, said in lag.judged(partitions, now_ms, self.limits, self.led_logs):
+            if said == lag.LAGGING:
                 yield p
 
     def leader_lag(self, p: PartitionProgress) -> int:
@@ -1856,14 +1860,7 @@ class LinkTable:
     def _leader_behind(self, p: PartitionProgress, now_ms: int) -> bool:
         """`_leader_lagging` once the follower has more than `lag_max_records`
         to copy: silent, or not caught up at its last fetch, or not for long."""
-        silent = now_ms - p.last_fetch_ms > self.limits.fetch_silence_ms
-        if p.fetches == 0:
-            return silent  # registered, never fetched
-        return (
-            not p.caught_up_at_fetch
-            or silent
-            or now_ms - p.hw_caught_up_ms > self.limits.lag_max_ms
-        )
+        return lag.leader_behind(p, now_ms, self.limits)
 
     @staticmethod
     def _led_progress(runtime: LinkRuntime) -> list[PartitionProgress]:
