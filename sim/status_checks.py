@@ -34,6 +34,9 @@ history, the probes and the reports.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +80,8 @@ FAILOVER_SLACK_MS = 1_000
 HANGING_SLACK_MS = 5_000
 
 Key = tuple[str, str, int]  # (cluster, topic, partition)
+_HW = operator.attrgetter("high_watermark")
+_TIME = operator.itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -102,18 +107,37 @@ class StatusWatch:
     # source leads on the link missing on the follower.
     missing: dict[tuple[str, str, str], int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
+    # cluster -> topic -> each partition's HW as the last probe recorded it.
+    last_hws: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     def record_hws(self, cluster_id: str, state: ClusterState, now_ms: int) -> None:
-        seen: set[Key] = set()
+        """Each partition's HW now, added to its series where it changed. A
+        topic's HWs are compared with the last probe's a column at a time;
+        a partition gone since (its topic deleted, or recreated smaller) is
+        at 0 from now: nothing is owed from before."""
+        last = self.last_hws.setdefault(cluster_id, {})
         for name, topic in state.topics.items():
-            for p, log in enumerate(topic.partitions):
-                seen.add((cluster_id, name, p))
+            hws = list(map(_HW, topic.partitions))
+            before = last.get(name)
+            if before == hws:
+                continue
+            for p, hw in enumerate(hws):
+                if before is not None and p < len(before) and before[p] == hw:
+                    continue  # (its series ends at it: appended by the last probe)
                 series = self.hw_series.setdefault((cluster_id, name, p), [])
-                if not series or series[-1][1] != log.high_watermark:
-                    series.append((now_ms, log.high_watermark))
-        for key, series in self.hw_series.items():
-            if key[0] == cluster_id and key not in seen and series[-1][1] != 0:
-                series.append((now_ms, 0))  # deleted: nothing is owed from before
+                if not series or series[-1][1] != hw:
+                    series.append((now_ms, hw))
+            if before is not None:
+                self._gone(cluster_id, name, range(len(hws), len(before)), now_ms)
+            last[name] = hws
+        for name in [n for n in last if n not in state.topics]:
+            self._gone(cluster_id, name, range(len(last.pop(name))), now_ms)
+
+    def _gone(self, cluster_id: str, topic: str, partitions: range, now_ms: int) -> None:
+        for p in partitions:
+            series = self.hw_series.get((cluster_id, topic, p))
+            if series and series[-1][1] != 0:
+                series.append((now_ms, 0))
 
     def cut(self, key: Key, at_ms: int, offset: int) -> None:
         """The partition was cut to `offset` at `at_ms` (between two probes
@@ -124,12 +148,11 @@ class StatusWatch:
         """The partition's HW as probed at or before `at_ms`, or lower if it
         was cut since (a follower never owes records its source no longer
         has); 0: never probed."""
-        hw, sampled_ms = 0, -1
-        for t, value in self.hw_series.get(key, ()):
-            if t > at_ms:
-                hw = min(hw, value)
-            else:
-                hw, sampled_ms = value, t
+        series = self.hw_series.get(key, ())
+        at = bisect.bisect_right(series, at_ms, key=_TIME)  # the first sample after at_ms
+        hw, sampled_ms = (series[at - 1][1], series[at - 1][0]) if at else (0, -1)
+        for _, value in itertools.islice(series, at, None):
+            hw = min(hw, value)
         # A cut after the probe that gave the value bounds it, also one made
         # between that probe and `at_ms` (the next probe is later still).
         for t, offset in self.cuts.get(key, ()):
