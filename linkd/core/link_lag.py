@@ -34,6 +34,7 @@ table's limits or its led logs are not the ones it was reached under.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -179,6 +180,7 @@ class LagVerdict:
     until_ms: int = NEVER  # a row not watched nor dirty may lag from then on
     watch: dict[Key, PartitionProgress] = field(default_factory=dict)
     dirty: set[Key] = field(default_factory=set)
+    lagging_key: Key | None = None  # the row last found lagging (dirty still)
 
     def lagging(
         self,
@@ -197,10 +199,16 @@ class LagVerdict:
         ):
             return None
         self.latest_ms = now_ms
-        for key in sorted(self.dirty):
+        # The one found lagging last time first: while a link catches up it
+        # usually still lags, and the others stay dirty meanwhile.
+        hint = self.lagging_key
+        for key in itertools.chain((hint,) if hint in self.dirty else (), list(self.dirty)):
+            if key not in self.dirty:
+                continue  # (the hint, judged first)
             row = rows.get(key)
             self.watch.pop(key, None)
             if row is not None and not self._fold(key, row, now_ms):
+                self.lagging_key = key
                 return True  # it stays dirty: judged again next time
             self.dirty.discard(key)
         for key, row in list(self.watch.items()):
