@@ -26,11 +26,21 @@ STOP_TIMEOUT_S = 10.0
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now, never one this process gave
+    out before: the kernel may hand a port just closed out again, so a
+    daemon's two listeners (asked one after the other) could get the same one."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
+    raise DaemonError("no free port on 127.0.0.1 that this process did not give out already")
 
 
 class DaemonError(RuntimeError):

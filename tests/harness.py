@@ -51,21 +51,44 @@ RETENTION_CHECK_OPTION = "--log-retention-check-interval-ms"
 
 
 _PORTS_GIVEN: set[int] = set()
+# Each test worker takes its listeners' ports from a range of its own, below
+# the kernel's ephemeral range (32768 and up here): a port the kernel handed
+# out for bind(0) and that was closed again could be handed to a second
+# worker at once, and its daemon then answered calls meant for the first
+# worker's (seen once: a link to a remote found "this cluster itself").
+_PORT_BASE = 20_000
+_PORTS_PER_WORKER = 750
+_WORKERS_MAX = 16
+
+
+def _worker_ports() -> range:
+    """This process's range: the xdist worker's ("gw3" -> the fourth)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    start = _PORT_BASE + (index % _WORKERS_MAX) * _PORTS_PER_WORKER
+    return range(start, start + _PORTS_PER_WORKER)
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now, and never one this process was
-    given before: the kernel may hand a port just closed out again, so two
-    calls in a row (a daemon's Kafka and gRPC listeners) could return the same
-    port, and the second listener then failed to bind (seen once in a full run)."""
-    for _ in range(100):
+    """A TCP port free on 127.0.0.1 right now, from this worker's own range
+    (`_worker_ports`), and never one this process was given before (two
+    listeners of one daemon ask one after the other). Another run of the
+    suite on the same machine may use the same ranges: each port is checked
+    by binding it, starting from a place of this process's own."""
+    ports = _worker_ports()
+    first = os.getpid() % len(ports)
+    for i in range(len(ports)):
+        port = ports[(first + i) % len(ports)]
+        if port in _PORTS_GIVEN:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _PORTS_GIVEN:
-            _PORTS_GIVEN.add(port)
-            return port
-    raise RuntimeError("no port on 127.0.0.1 that this process was not given already")
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (another run, or a listener still closing)
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port on 127.0.0.1 in {ports} that this process was not given")
 
 
 def _env() -> dict[str, str]:
