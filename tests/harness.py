@@ -50,6 +50,12 @@ REBALANCE_DELAY_OPTION = "--initial-rebalance-delay-ms"
 RETENTION_CHECK_OPTION = "--log-retention-check-interval-ms"
 
 
+# Test modules import this module both as `tests.harness` and, from the
+# tests' own folder, as `harness`: both names are this one module, so there is
+# one record of the ports it gave out (two would give two daemons one port).
+_OTHER_NAME = "harness" if __name__ == "tests.harness" else "tests.harness"
+sys.modules.setdefault(_OTHER_NAME, sys.modules[__name__])
+
 _PORTS_GIVEN: set[int] = set()
 # Each test worker takes its listeners' ports from a range of its own, below
 # the kernel's ephemeral range (32768 and up here): a port the kernel handed

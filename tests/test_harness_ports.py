@@ -4,6 +4,7 @@ in one process, and skips a port something else holds."""
 
 from __future__ import annotations
 
+import importlib
 import socket
 
 import pytest
@@ -31,3 +32,9 @@ def test_ports_are_in_the_range_never_twice_and_free(monkeypatch: pytest.MonkeyP
         given = [harness.free_port() for _ in range(5)]
     assert first not in given and nxt not in given
     assert len(set(given)) == 5
+
+
+def test_the_harness_is_one_module_under_both_names() -> None:
+    """Test modules import it as `harness` and as `tests.harness`: one
+    record of the ports given out, not two."""
+    assert importlib.import_module("harness") is harness
