@@ -812,9 +812,15 @@ def link_summary(
     rows = []
     topics = state.topics
     readable_is_end = state.faults.undid(19)  # `readable_position`
-    for (topic, partition, role), p in sorted(runtime.partitions.items()):
-        if role == Role.LEADER and not leader_rows:
-            continue
+    items = [
+        kv for kv in runtime.partitions.items() if leader_rows or kv[0][2] != Role.LEADER
+    ]
+    # Follower partitions whose fetched records this cluster's storage
+    # refused: the refusal is shown on the row.
+    stored = {
+        k: why for k, why in runtime.refused.items() if why.code is ErrorCode.STORAGE_REFUSED
+    }
+    for (topic, partition, role), p in sorted(items):
         # `replication.provenance_summary`, without a summary per row.
         t = topics.get(topic)
         entries = t.provenance.get(partition, ()) if t is not None else ()
@@ -865,7 +871,7 @@ def link_summary(
                 prov_source,
                 known,
                 p.known_at_ms,
-                _problem(stored_refusal(state, name, topic, partition)),
+                _problem(stored.get((topic, partition)) if stored else None),
                 readable,
                 0 if known else unknown_since(p.known_at_ms, True),
             )
@@ -1018,16 +1024,6 @@ def known_part(row: PartitionLag) -> int:
         return max(0, row.lag_records)
     position = row.high_watermark if row.high_watermark >= 0 else row.log_end_offset
     return max(0, row.source_high_watermark - position)
-
-
-def stored_refusal(
-    state: ClusterState, link_name: str, topic: str, partition: int
-) -> ClusterError | None:
-    """The STORAGE_REFUSED refusal of a follower partition whose fetched
-    records this cluster's storage refused (shown on its row), or None."""
-    runtime = state.links.runtime.get(link_name)
-    why = runtime.refused.get((topic, partition)) if runtime is not None else None
-    return why if why is not None and why.code is ErrorCode.STORAGE_REFUSED else None
 
 
 def _problem(refusal: ClusterError | None) -> str:
