@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shlex
 import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from linkd.core.links import LinkTable
 from sim import scenario as scenarios
 from sim.world import Simulation
 
@@ -71,10 +73,19 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+# Set to 1: lag verdicts are checked against scans (`simulate`).
+CHECK_LAG_VERDICTS_ENV = "CCR_SIM_CHECK_LAG_VERDICTS"
+
+
 def simulate(
     scenario: str, seed: int, params: dict[str, Any] | None = None, keep_trace: bool = False
 ) -> tuple[dict[str, Any], list[str]]:
-    """Runs once; returns (summary, trace lines if kept)."""
+    """Runs once; returns (summary, trace lines if kept). With
+    CCR_SIM_CHECK_LAG_VERDICTS=1 in the environment, every link state a
+    lag verdict answers is checked against a scan of every partition
+    (`linkd.core.link_lag`; slower, for validation runs and sweeps)."""
+    if os.environ.get(CHECK_LAG_VERDICTS_ENV) == "1":
+        LinkTable.check_lag_verdicts = True
     spec = scenarios.apply_params(scenarios.load(scenario), params)
     sim = Simulation(spec, seed, keep_trace)
     with _fewer_collections():

@@ -111,6 +111,9 @@ def session_conf(master: str, driver_host: str | None = None) -> dict[str, str]:
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
     }
+    check = os.environ.get("CCR_SIM_CHECK_LAG_VERDICTS")  # (`runner.simulate`)
+    if check is not None:
+        conf["spark.executorEnv.CCR_SIM_CHECK_LAG_VERDICTS"] = check
     if driver_host is None and is_loopback_master(master):
         driver_host = "127.0.0.1"
     if driver_host is not None:
