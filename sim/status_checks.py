@@ -205,12 +205,13 @@ class StatusWatch:
                 rounds.previous_ms, rounds.last_ms = rounds.last_ms, row.source_hw_known_at_ms
             if not row.lag_known or row.lag_records != 0:
                 continue
-            held = (
-                state.partition(row.topic, row.partition).log_end_offset
-                if row.topic in state.topics
-                and row.partition < len(state.topics[row.topic].partitions)
-                else 0
+            topic = state.topics.get(row.topic)
+            log = (
+                topic.partitions[row.partition]
+                if topic is not None and row.partition < len(topic.partitions)
+                else None
             )
+            held = log.log_end_offset if log is not None else 0
             if held < row.log_end_offset:
                 self.violations.append(
                     Violation(
@@ -233,7 +234,9 @@ class StatusWatch:
             if source_topic is None:
                 continue
             # What it holds for a consumer: its readable HW, not its log end.
-            readable = state.partition(row.topic, row.partition).high_watermark
+            if log is None:
+                log = state.partition(row.topic, row.partition)  # (raises: no such partition)
+            readable = log.high_watermark
             stale_ms = now_ms - self.session_timeout_ms - STALE_ROUND_SLACK_MS
             source_key = (source, source_topic, row.partition)
             if row.source_hw_known_at_ms < stale_ms and readable < self.hw_at(
@@ -343,16 +346,20 @@ class StatusWatch:
         records it leads on to a SYNC follower of its own, held for it)."""
         asynchronous = state.links.get(name).mode == LinkMode.ASYNC
         held_together = {k for group in state.marker_groups for k in group}
+        # A floor holds only while some link this cluster leads on is IN_SYNC.
+        floors = any(r.local_sync is LinkState.IN_SYNC for r in state.links.runtime.values())
         details, hidden = [], []
+        topics = state.topics
         for row in summary.partitions:
-            if row.role != Role.FOLLOWER or row.topic not in state.topics:
+            topic = topics.get(row.topic)
+            if row.role != Role.FOLLOWER or topic is None:
                 continue
-            if row.partition >= len(state.topics[row.topic].partitions):
+            if row.partition >= len(topic.partitions):
                 continue
-            log = state.partition(row.topic, row.partition)
+            log = topic.partitions[row.partition]
             readable = log.high_watermark
             owed = min(log.durable_offset, row.source_high_watermark)
-            floor = state.links.sync_floor(row.topic, row.partition)
+            floor = state.links.sync_floor(row.topic, row.partition) if floors else None
             if floor is not None:
                 owed = min(owed, floor)  # it leads them on to a SYNC follower: held for it
             if (
