@@ -19,7 +19,12 @@ Rules:
   and max.in.flight.requests.per.connection=2 for producers (librdkafka's
   idempotent producer at its default of 5 spends a broker thread's CPU waiting
   for a free slot; at 2 it costs what a plain producer does, with the same
-  throughput on these brokers; Connect's own producers run at 1).
+  throughput on these brokers; Connect's own producers run at 1), and
+  fetch.queue.backoff.ms=10 for consumers: when the prefetched records pass
+  librdkafka's queue thresholds (64 MiB by default, 64,000 records of 1 KB) a
+  partition's next fetch waits that long, 1 s by default, even once the engine
+  has emptied the queue; a copy behind its source then stops for up to a second
+  with nothing to do.
 - `logger` (a daemon hosting the link gives one): every client's librdkafka
   messages go to it (confluent-kafka's `logger` option) instead of stderr.
 """
@@ -38,6 +43,8 @@ MAX_POLL_RECORDS_DEFAULT = 500  # Kafka's consumer default for max.poll.records
 MAX_POLL_RECORDS_LIMIT = 100_000
 # Tuning defaults of every producer (users' producer.* settings win).
 PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 5, "max.in.flight.requests.per.connection": 2}
+# Tuning defaults of every consumer (users' consumer.* settings win).
+CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 10}
 _SHARED_PREFIXES = ("ssl.", "sasl.")
 _KINDS = ("producer.", "consumer.", "admin.")
 
@@ -122,4 +129,4 @@ class ClientConfigs:
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
         }
-        return self._merge("consumer.", own)
+        return self._merge("consumer.", own, CONSUMER_DEFAULTS)
