@@ -44,7 +44,8 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   cluster serves both. Topics the heartbeat tasks create on the source meanwhile
   are added without listing the source again (`source_topics_created`). A new
   offset-syncs topic (nothing to load) is assigned to its consumer at the first
-  step, after the first copy.
+  step, after the first copy. The first step copies before any admin work that
+  is due (the refresh start did is an interval away).
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
   read-to-end at the first end of partition); every `emit.checkpoints.interval`
   each source group passing the group filter goes through
@@ -457,6 +458,8 @@ class FlowEngine:
             if on_source not in listings:
                 listings[on_source] = self._admin(on_source).topic_partitions()
         self.refresh_topics(listings[True], listings[False])
+        # That was the first refresh: the next is an interval away.
+        self._next_refresh_ms = self.clock() + flow.refresh_topics_interval_ms
         new_syncs = self._ensure_internal_topic(
             self.syncs_on_source,
             self.syncs_topic,
@@ -1148,8 +1151,12 @@ class FlowEngine:
             self.report(message)
 
     def step(self) -> int:
-        """One bounded iteration of the continuous mode; the records copied."""
+        """One bounded iteration of the continuous mode; the records copied. The copy
+        comes first: the admin work due (topic refresh, config and ACL sync, at the
+        first step all of it but the refresh, which start did) follows it, so the
+        first records are not held behind it."""
         flow = self.flow
+        copied = self.copy_batch()
         now = self.clock()
         if flow.refresh_topics_enabled and now >= self._next_refresh_ms:
             self._next_refresh_ms = now + flow.refresh_topics_interval_ms
@@ -1160,7 +1167,6 @@ class FlowEngine:
         if flow.sync_topic_acls_enabled and now >= self._next_acl_sync_ms:
             self._next_acl_sync_ms = now + flow.sync_topic_acls_interval_ms
             self._guarded("ACL sync", self.sync_topic_acls)
-        copied = self.copy_batch()
         now = self.clock()
         if now >= self._next_commit_ms:
             # Connect's offset commit timer (offset.flush.interval.ms): what was
