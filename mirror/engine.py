@@ -43,11 +43,13 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   the consumer fetches while the internal topics are set up; one listing per
   cluster serves both. Topics the heartbeat tasks create on the source meanwhile
   are added without listing the source again (`source_topics_created`). A new
-  offset-syncs topic (nothing to load) is assigned to its consumer at the first
-  step, after the first copy. The first step copies before any admin work that
-  is due (the refresh start did is an interval away).
+  offset-syncs topic (nothing to load) is first read when checkpoints are. The
+  first step copies before any admin work that is due (the refresh start did
+  is an interval away).
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
-  read-to-end at the first end of partition); every `emit.checkpoints.interval`
+  read-to-end at the first end of partition) at start and, from where the last
+  read ended, before each emission: its consumer is assigned only while it
+  reads; every `emit.checkpoints.interval`
   each source group passing the group filter goes through
   `checkpoints_for_flow`; new checkpoints are written to
   `<source>.checkpoints.internal` on the target. The tracker is reloaded from
@@ -407,7 +409,9 @@ class FlowEngine:
         self._txn_open = False
         self._txn_records = 0
         self._last_commit_ms = now  # Connect's interval boundary counts from here
-        self._syncs_assigned = False  # the sync consumer is assigned at its first read
+        # Where the next read of the offset-syncs topic starts: one past the last sync read.
+        self._syncs_next = OFFSET_BEGINNING
+        self._syncs_known = False  # whether the sync consumer has the topic's metadata
         self._source_admin: ClusterAdmin | None = None
         self._target_admin: ClusterAdmin | None = None
         self._consumer: Consumer | None = None
@@ -481,7 +485,7 @@ class FlowEngine:
         if new_syncs:
             self.store.mark_read_to_end()
         else:
-            self.read_offset_syncs(to_end=True)
+            self.read_offset_syncs()
         self._started = True
 
     def source_topics_created(self, topics: Mapping[str, int]) -> None:
@@ -1005,35 +1009,43 @@ class FlowEngine:
             if not self.writer.pending and len(producer) == 0:
                 return
 
-    def read_offset_syncs(self, *, to_end: bool = False) -> None:
+    def read_offset_syncs(self) -> None:
+        """Read the offset-syncs topic into the store, from where the last read ended to
+        its end (at least past every sync this engine had acknowledged); the first read
+        that gets there marks the store read to the end. The consumer is assigned for
+        the read only: between reads it fetches nothing (an assigned consumer
+        long-polls the topic's broker without pause, woken by every sync written).
+        Checkpoints are the store's only reader, so it is read before they are
+        emitted, as fresh as reading all along would leave it."""
         consumer = self._require(self._sync_consumer)
         tp0 = TopicPartition(self.syncs_topic, 0)
-        if not self._syncs_assigned:
+        if not self._syncs_known:
             know_topics(consumer, [self.syncs_topic])
-            consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
-            self._syncs_assigned = True
+            self._syncs_known = True
 
         def handle(msg: Message) -> None:
+            self._syncs_next = int(msg.offset() or 0) + 1
             try:
                 self.store.handle_sync(decode_offset_sync(msg.key(), msg.value()))
             except MirrorWireError as exc:
                 self.report(f"{self.name}: skipping a record of {self.syncs_topic}: {exc}")
 
-        if to_end:
+        # A fresh assignment: its end of partition is reported again, unlike a resume.
+        consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, self._syncs_next)])
+        try:
             need = {tp0: self._next_sync_offset}
             if drain(consumer, [tp0], handle, min_next_offsets=need):
                 self.store.mark_read_to_end()
             else:
                 self.report(f"{self.name}: {self.syncs_topic} not read to its end in time")
-            return
-        for msg in consumer.consume(500, 0):
-            if msg.error() is None:
-                handle(msg)
+        finally:
+            consumer.unassign()
 
     # -- checkpoints and group offsets -------------------------------------------------------
 
     def emit_checkpoints(self) -> int:
         flow = self.flow
+        self.read_offset_syncs()
         if not self.store.read_to_end:
             return 0
         producer = self._require(self._checkpoint_producer)
@@ -1176,7 +1188,6 @@ class FlowEngine:
         if flow.emit_offset_syncs_enabled:
             self._send_syncs(self.writer.tick(now))
             self._pump_syncs()
-        self.read_offset_syncs(to_end=not self.store.read_to_end)
         now = self.clock()
         if flow.emit_checkpoints_enabled and now >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now + flow.emit_checkpoints_interval_ms
@@ -1209,8 +1220,7 @@ class FlowEngine:
         )
         if flow.emit_offset_syncs_enabled:
             self.flush_offset_syncs()
-        self.read_offset_syncs(to_end=True)
-        if flow.emit_checkpoints_enabled:
+        if flow.emit_checkpoints_enabled:  # it reads the offset syncs first
             self._guarded("checkpoints", self.emit_checkpoints)
         if flow.sync_group_offsets_enabled:
             self._guarded("group offset sync", self.sync_group_offsets)

@@ -9,12 +9,15 @@ import threading
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 import mirror.engine as engine_module
 import mirror.runner as runner_module
 from linkd.core.mirror.config import MirrorFlow, MirrorMakerConfig, parse_mm2_properties
 from linkd.core.mirror.metrics import MirrorMetrics
+from linkd.core.mirror.model import OffsetSync, TopicPartition
+from linkd.core.mirror.wire import encode_offset_sync
 from mirror.engine import FlowEngine
 from mirror.runner import MirrorRunner
 
@@ -259,5 +262,114 @@ def test_the_first_step_copies_before_the_admin_work_due_and_lists_nothing_again
     calls.log.clear()
     engine.step()
     # The copy first (a poll), then the config sync due at the first step; the
-    # clusters are not listed again (start's refresh was the first).
-    assert calls.log == ["poll", "configs A t", "assign mm2-offset-syncs.B.internal-0"]
+    # clusters are not listed again (start's refresh was the first), and the
+    # offset syncs are not read (checkpoints are not due).
+    assert calls.log == ["poll", "configs A t"]
+
+
+# -- reading the offset syncs ------------------------------------------------------------------
+
+
+class SyncsTopic:
+    """The offset-syncs topic as a fake consumer reads it: records, then an end of
+    partition event, from the offset it is assigned at."""
+
+    def __init__(self, calls: Calls, syncs: list[OffsetSync]) -> None:
+        self.calls = calls
+        self.records = [encode_offset_sync(sync) for sync in syncs]
+        self.position: int | None = None
+
+    def list_topics(self, *args: Any, **kw: Any) -> None:
+        pass
+
+    def assign(self, tps: list[Any]) -> None:
+        (tp,) = tps
+        self.calls.log.append(f"syncs assign {tp.offset}")
+        self.position = 0 if tp.offset == OFFSET_BEGINNING else tp.offset
+
+    def unassign(self) -> None:
+        self.calls.log.append("syncs unassign")
+        self.position = None
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        assert self.position is not None, "read while not assigned"
+        out: list[Any] = []
+        while self.position < len(self.records) and len(out) < n:
+            key, value = self.records[self.position]
+            out.append(FakeMessage(self.position, key, value))
+            self.position += 1
+        if len(out) < n:
+            out.append(FakeMessage(self.position, None, None, eof=True))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class FakeMessage:
+    def __init__(self, offset: int, key: bytes | None, value: bytes | None, *,
+                 eof: bool = False) -> None:
+        self._offset, self._key, self._value, self._eof = offset, key, value, eof
+
+    def error(self) -> Any:
+        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
+
+    def topic(self) -> str:
+        return "mm2-offset-syncs.B.internal"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+
+class FakeCheckpointAdmin(FakeAdmin):
+    def list_groups(self) -> tuple[str, ...]:
+        return ()
+
+    def group_offsets(self, group: str) -> dict[Any, Any]:
+        return {}
+
+
+def test_offset_syncs_are_read_at_start_and_before_checkpoints_from_where_reading_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = Calls()
+    tp = TopicPartition("t", 0)
+    syncs = SyncsTopic(calls, [OffsetSync(tp, 0, 0), OffsetSync(tp, 100, 100)])
+
+    def admin(alias: str, conf: Any, timeout: int) -> FakeAdmin:
+        made = FakeCheckpointAdmin(calls, alias)
+        if alias == "A":  # the offset-syncs topic is there from an earlier run
+            made.topics["mm2-offset-syncs.B.internal"] = 1
+        return made
+
+    monkeypatch.setattr(engine_module, "ClusterAdmin", admin)
+    monkeypatch.setattr(engine_module, "Consumer", lambda conf: (
+        syncs if conf["group.id"].endswith("-syncs") else FakeKafkaConsumer(calls)))
+    monkeypatch.setattr(engine_module, "Producer", lambda conf: FakeKafkaProducer())
+    config = parse_mm2_properties(CONFIG + "emit.checkpoints.interval.seconds = 1\n")
+    now = [1_000]
+    engine = FlowEngine(config, config.enabled_flows()[0], clock=lambda: now[0],
+                        report=lambda _: None)
+    engine.start()
+    # The initial load reads the topic to its end, then lets it go.
+    assert [line for line in calls.log if line.startswith("syncs")] == [
+        "syncs assign -2", "syncs unassign"]
+    assert engine.store.read_to_end and engine.store.syncs(tp) is not None
+    calls.log.clear()
+    engine.step()  # no checkpoint due: the offset syncs are not read
+    assert not [line for line in calls.log if line.startswith("syncs")]
+    syncs.records.append(encode_offset_sync(OffsetSync(tp, 200, 200)))
+    now[0] += 1_000
+    engine.step()  # checkpoints due: read first, from one past the last sync read
+    assert [line for line in calls.log if line.startswith("syncs")] == [
+        "syncs assign 2", "syncs unassign"]
+    assert engine.store.translate_downstream(tp, 201) == 201  # with (200, 200); 101 without
