@@ -30,9 +30,13 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
   record polled; after each poll `transaction_commit_due` says whether it
   commits (`transaction.boundary`: every poll, or several polls up to the
-  interval or a poll that finds no backlog). Offset syncs are produced
-  after the commit. An aborted transaction (a failed commit or delivery)
-  rewinds every partition to the first record it held there. Stopping commits
+  interval or a poll that finds no backlog). Delivery reports are served at
+  every step, as in at-least-once mode, but handled (records counted, offset
+  syncs) only after the commit: the commit's flush then waits for the last
+  records' acknowledgements only. Offset syncs are produced after the commit.
+  A failed report aborts the transaction at the next poll. An aborted
+  transaction (a failed commit or delivery) rewinds every partition to the
+  first record it held there. Stopping commits
   the open transaction. A restart reads that topic read_committed and resumes
   through `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
@@ -710,9 +714,11 @@ class FlowEngine:
         as one transaction); the number of records acknowledged meanwhile."""
         consumer = self._require(self._consumer)
         producer = self._require(self._producer)
-        if self.exactly_once:
-            return self._copy_transactional(producer, self._poll(consumer))
         producer.poll(0)
+        if self.exactly_once:
+            # The reports served as they arrive (handled once the commit is): else the
+            # commit's flush runs a whole transaction's callbacks while nothing is produced.
+            return self._copy_transactional(producer, self._poll(consumer))
         copied = self._handle_reports()
         # at_end only holds assigned partitions: equal sizes mean every one is at its end.
         if len(self.at_end) >= len(self.assigned) and self._in_flight():
