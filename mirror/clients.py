@@ -21,10 +21,10 @@ Rules:
   for a free slot; at 2 it costs what a plain producer does, with the same
   throughput on these brokers; Connect's own producers run at 1), and
   fetch.queue.backoff.ms=10 for consumers: when the prefetched records pass
-  librdkafka's queue thresholds (64 MiB by default, 64,000 records of 1 KB) a
-  partition's next fetch waits that long, 1 s by default, even once the engine
-  has emptied the queue; a copy behind its source then stops for up to a second
-  with nothing to do. Every client defaults to reconnect.backoff.ms=10:
+  librdkafka's queue thresholds (64 MiB by default, about 65,000 records of
+  1 KB) a partition's next fetch waits that long, 1 s by default, even once the
+  engine has emptied the queue; a copy behind its source then stops for up to
+  a second with nothing to do. Every client defaults to reconnect.backoff.ms=10:
   librdkafka drops its bootstrap connection after the first metadata and holds
   the next connection back for half that backoff (50 ms at its default of
   100), which every client the engine makes at start-up waited for.
