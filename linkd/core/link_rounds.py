@@ -1042,11 +1042,61 @@ class FollowerProgress:
 
 @dataclass(frozen=True, slots=True)
 class Truncation:
-    """A follower partition cut at the source's divergence point."""
+    """A follower partition cut at the source's divergence point.
+    `uncommitted`: transactions whose COMMIT marker the cut removed, as
+    (producer id, first offset): their records below the cut, read as
+    committed until now, are not committed here any more (the new source's
+    marker decides), so they are lost from `first offset` on, not from the
+    cut (`uncommitted_by_cut`)."""
 
     topic: str
     partition: int
     offset: int
+    uncommitted: tuple[tuple[int, int], ...] = ()
+
+    def describe(self, link_name: str) -> str:
+        """The warning an operator reads."""
+        said = (
+            f"link {link_name!r}: {self.topic}-{self.partition} diverged from its source, "
+            f"truncated to {self.offset}"
+        )
+        if self.uncommitted:
+            said += (
+                f"; the cut removed the COMMIT marker of {len(self.uncommitted)} "
+                "transaction(s) begun below it, whose records are not committed here any "
+                "more: "
+                + ", ".join(
+                    f"producer {pid} from offset {first}" for pid, first in self.uncommitted
+                )
+            )
+        return said
+
+
+def committed_at_or_after(log: PartitionLog, offset: int) -> set[int]:
+    """The producers with a COMMIT marker in the batch holding `offset` or
+    after it in `log` (what a cut at `offset` removes: it cuts at the batch
+    boundary at or below it)."""
+    return {
+        b.producer_id
+        for b in log.batches[log.batch_index_at(offset) :]
+        if b.is_control and b.control_type == rb.CONTROL_COMMIT
+    }
+
+
+def uncommitted_by_cut(
+    log: PartitionLog, committed: set[int], cut: int
+) -> tuple[tuple[int, int], ...]:
+    """After `log` was cut at `cut`: of the producers whose COMMIT markers the
+    cut removed (`committed`, from `committed_at_or_after` before it), those
+    whose transaction is open again, begun below the cut, as (producer id,
+    first offset)."""
+    return tuple(
+        sorted(
+            (pid, first)
+            for pid, first in log.ongoing_txns.items()
+            if pid in committed and first < cut
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1143,6 +1193,9 @@ def apply_replica_fetch(
                 refused.append((local, fetched.partition, held))
                 held_at.append((local, fetched.partition, fetched.diverging_end_offset))
                 continue
+            committed = committed_at_or_after(
+                state.partition(local, fetched.partition), fetched.diverging_end_offset
+            )
             effects += rep.truncate_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
@@ -1152,7 +1205,14 @@ def apply_replica_fetch(
                 f"link {link_name!r} partition {cut.name}: log end {cut.log_end_offset} after a "
                 f"cut at {fetched.diverging_end_offset}"
             )
-            truncations.append(Truncation(local, fetched.partition, fetched.diverging_end_offset))
+            truncations.append(
+                Truncation(
+                    local,
+                    fetched.partition,
+                    fetched.diverging_end_offset,
+                    uncommitted_by_cut(cut, committed, cut.log_end_offset),
+                )
+            )
             # Still reached: its row and lag stay (from the cut on).
             progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
             continue
@@ -1393,11 +1453,7 @@ def apply_fetched(
     now = yield from clock()
     applied = apply_replica_fetch(state, link_name, answer, local_of, now)
     for cut in applied.truncations:
-        yield Note(
-            "warning",
-            f"link {link_name!r}: {cut.topic}-{cut.partition} diverged from its source, "
-            f"truncated to {cut.offset}",
-        )
+        yield Note("warning", cut.describe(link_name))
     runtime = state.links.runtime.get(link_name)
     known = runtime.refused if runtime is not None else {}
     for gap in applied.gaps:

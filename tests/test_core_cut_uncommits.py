@@ -1,0 +1,73 @@
+"""A follower's cut that removes a transaction's COMMIT marker names that
+transaction: its records below the cut were committed here and are not any
+more (the new source's marker decides), so the cut loses them from the
+transaction's first offset, not from the cut (`link_rounds.Truncation`)."""
+
+from __future__ import annotations
+
+from linkd.core import link_rounds as rounds
+from linkd.core import records as rb
+from linkd.core.cluster import ClusterState
+
+NOW = 1_000
+PID = 7
+
+
+def _add(state: ClusterState, batch: bytes, control: int | None = None) -> None:
+    topic = state.topics["orders-1"]
+    state.append(topic, 0, batch, rb.parse_header(batch), NOW, control_type=control)
+
+
+def _plain(at: int) -> bytes:
+    return rb.build_batch([rb.RecordSpec(None, b"p", NOW)], base_offset=at)
+
+
+def _follower_log() -> ClusterState:
+    """orders-1-0: a plain record (0), a transaction of producer 7 (1-2), a
+    plain record (3), its COMMIT (4), a plain record (5); all readable."""
+    state = ClusterState("B")
+    state.create_topic("orders-1", 1, {}, "t-1")
+    log = state.topics["orders-1"].partitions[0]
+    _add(state, _plain(0))
+    txn = rb.build_batch(
+        [rb.RecordSpec(None, b"t", NOW)] * 2,
+        base_offset=1,
+        producer_id=PID,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    _add(state, txn)
+    _add(state, _plain(3))
+    commit = rb.build_control_batch(
+        marker=rb.CONTROL_COMMIT, producer_id=PID, producer_epoch=0, timestamp=NOW, base_offset=4
+    )
+    _add(state, commit, rb.CONTROL_COMMIT)
+    _add(state, _plain(5))
+    log.high_watermark = log.durable_offset = log.log_end_offset
+    return state
+
+
+def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> None:
+    state = _follower_log()
+    log = state.topics["orders-1"].partitions[0]
+    assert not log.ongoing_txns and log.last_stable_offset == 6  # committed, readable
+    committed = rounds.committed_at_or_after(log, 4)
+    assert committed == {PID}
+    log.truncate_to(4)
+    uncommitted = rounds.uncommitted_by_cut(log, committed, 4)
+    assert uncommitted == ((PID, 1),)  # open again from offset 1: not readable
+    assert log.last_stable_offset == 1
+    said = rounds.Truncation("orders-1", 0, 4, uncommitted).describe("cb0")
+    assert "truncated to 4" in said and f"producer {PID} from offset 1" in said
+
+
+def test_a_cut_above_the_marker_or_of_an_abort_names_nothing() -> None:
+    state = _follower_log()
+    log = state.topics["orders-1"].partitions[0]
+    committed = rounds.committed_at_or_after(log, 5)
+    assert committed == set()
+    log.truncate_to(5)
+    assert rounds.uncommitted_by_cut(log, committed, 5) == ()
+    said = rounds.Truncation("orders-1", 0, 5).describe("cb0")
+    assert said == "link 'cb0': orders-1-0 diverged from its source, truncated to 5"
