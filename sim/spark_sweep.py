@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from sim.runner import CHECK_LAG_VERDICTS_ENV
 from sim.sweep_runs import RAW_FIELDS, Progress, Run, RunFn, execute_run, raw_frame
 
 if TYPE_CHECKING:
@@ -111,9 +112,9 @@ def session_conf(master: str, driver_host: str | None = None) -> dict[str, str]:
         "spark.python.unix.domain.socket.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
     }
-    check = os.environ.get("CCR_SIM_CHECK_LAG_VERDICTS")  # (`runner.simulate`)
+    check = os.environ.get(CHECK_LAG_VERDICTS_ENV)  # (`runner.simulate`)
     if check is not None:
-        conf["spark.executorEnv.CCR_SIM_CHECK_LAG_VERDICTS"] = check
+        conf[f"spark.executorEnv.{CHECK_LAG_VERDICTS_ENV}"] = check
     if driver_host is None and is_loopback_master(master):
         driver_host = "127.0.0.1"
     if driver_host is not None:

@@ -346,8 +346,7 @@ class StatusWatch:
         records it leads on to a SYNC follower of its own, held for it)."""
         asynchronous = state.links.get(name).mode == LinkMode.ASYNC
         held_together = {k for group in state.marker_groups for k in group}
-        # A floor holds only while some link this cluster leads on is IN_SYNC.
-        floors = any(r.local_sync is LinkState.IN_SYNC for r in state.links.runtime.values())
+        floors = state.links.sync_floors()  # (else no partition has a floor)
         details, hidden = [], []
         topics = state.topics
         for row in summary.partitions:

@@ -45,10 +45,11 @@ def test_sync_mode__only_from_following__then_syncing_in_sync_out_of_sync_and_ba
     table.set_mode("ab", "sync", NOW + 1)
     table.register_led_partitions("ab", {("t", 0)}, NOW + 1)
     assert table.state_name("ab") == "SYNCING"
+    assert not table.sync_floors() and table.sync_floor("t", 0) is None
     # The follower fetches at the log end: caught up since SYNCING began.
     table.on_leader_fetch("ab", "t", 0, 10, 10, 10, NOW + 2)
     assert table.state_name("ab") == "IN_SYNC"
-    assert table.sync_floor("t", 0) == 10
+    assert table.sync_floor("t", 0) == 10 and table.sync_floors()
     # It keeps up with what each response offered: still in sync.
     table.on_leader_fetch("ab", "t", 0, 10, 15, 10, NOW + 500)
     table.on_leader_fetch("ab", "t", 0, 15, 20, 15, NOW + 900)
@@ -56,7 +57,7 @@ def test_sync_mode__only_from_following__then_syncing_in_sync_out_of_sync_and_ba
     # Then it stalls: after the lag time the link is OUT_OF_SYNC, the floor goes.
     table.tick(NOW + 900 + LAG_MS + 1)
     assert table.state_name("ab") == "OUT_OF_SYNC"
-    assert table.sync_floor("t", 0) is None
+    assert table.sync_floor("t", 0) is None and not table.sync_floors()
     # It catches up again: IN_SYNC once every partition is caught up since.
     table.on_leader_fetch("ab", "t", 0, 20, 20, 20, NOW + 3_000)
     assert table.state_name("ab") == "IN_SYNC"

@@ -1671,10 +1671,16 @@ class LinkTable:
             return ""
         return runtime.local_sync.value
 
+    def sync_floors(self) -> bool:
+        """Whether `sync_floor` may be other than None for some partition:
+        some link's verdict on what this side leads is IN_SYNC."""
+        return any(r.local_sync is LinkState.IN_SYNC for r in self.runtime.values())
+
     def sync_floor(self, topic: str, partition: int) -> int | None:
         """How far the HW of a partition this cluster leads may move: below the
         acknowledged position of every follower of an IN_SYNC link that covers it
-        (None: no such link). A follower that never fetched acknowledges nothing."""
+        (None: no such link, always so while `sync_floors` is False). A follower
+        that never fetched acknowledges nothing."""
         floor: int | None = None
         for name, config in self.configs.items():
             runtime = self.runtime.get(name)
