@@ -747,6 +747,10 @@ def provenance_dict(resp: admin_pb2.GetProvenanceResponse) -> dict[str, Any]:
                         ],
                         "to_offset": e.to_offset,
                         "at_ms": e.at_ms,
+                        "uncommitted": [
+                            {"producer_id": u.producer_id, "first_offset": u.first_offset}
+                            for u in e.uncommitted
+                        ],
                     }
                     for e in p.provenance
                 ],

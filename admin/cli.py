@@ -1358,9 +1358,14 @@ def _provenance_text(e: dict[str, Any]) -> str:
         f"; group {m['group']} moved back from {m['from_offset']}"
         for m in e.get("offsets_moved", [])
     )
+    reopened = "".join(
+        f"; the cut removed the COMMIT of producer {u['producer_id']}'s transaction: its records "
+        f"from {u['first_offset']} are no longer committed here"
+        for u in e.get("uncommitted", [])
+    )
     return (
         f"at {e['offset']}: truncated{why} ({e['removed_records']} records removed, "
-        f"link {link}{moved})"
+        f"link {link}{moved}{reopened})"
     )
 
 

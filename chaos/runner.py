@@ -236,6 +236,8 @@ class Run:
         self.lifecycle = threading.RLock()  # daemon kill/start/pause from two threads
         self.extra_proxies: list[FaultProxy] = []  # links the operators created
         self.cuts: Cuts = {}  # reported truncations as offset ranges (silent_loss)
+        # Ranges a reported cut made uncommitted (it removed their COMMIT): invariant 5.
+        self.reopened: checkers.Reopened = {}
         # The schedule's failover steps: their answers' cuts (with when each
         # answered) and counts (`failover_counts`).
         self.failover_cuts: follower_metrics.CutRanges = {}
@@ -1154,6 +1156,19 @@ class Run:
                             start, removed = int(e["offset"]), int(e["removed_records"])
                             self.truncations.setdefault(key, []).append(start)
                             self.cuts.setdefault(key, []).append((start, start + max(removed, 1)))
+                            self.reopened.setdefault(key, []).extend(
+                                (int(u["first_offset"]), start) for u in e.get("uncommitted", [])
+                            )
+
+    def note_reopened(self) -> None:
+        """Says which reported cuts removed a transaction's COMMIT (invariant 5
+        does not hold their records against the cluster: the cut reported them)."""
+        for (c, topic, p), ranges in sorted(self.reopened.items()):
+            for first, cut in ranges:
+                self.note(
+                    f"{c}: the cut of {topic}-{p} at {cut} reported a transaction from "
+                    f"offset {first} no longer committed"
+                )
 
     def _end_offsets(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         out: dict[tuple[str, str, int], tuple[int, int]] = {}
@@ -1505,8 +1520,10 @@ class Run:
         and partition, once the session has read past a record of a
         transaction it delivered records of, it has delivered that record too
         (`check_transactions_atomic` on a derived history, below)."""
-        out = checkers.check_aborted_reads(history, final, committed, stable)
-        out += checkers.check_committed_logs_atomic(history, final, committed, stable)
+        out = checkers.check_aborted_reads(history, final, committed, stable, self.reopened)
+        out += checkers.check_committed_logs_atomic(
+            history, final, committed, stable, self.reopened
+        )
         found = checkers.check_transactions_atomic(session_transactions(history, final))
         out += [Violation("5 txn atomic", v.detail) for v in found]
         return out
@@ -1648,6 +1665,7 @@ class Run:
             if self.operators_on:
                 try:
                     self.read_provenance()
+                    self.note_reopened()
                     self.read_config()
                 except Exception as exc:
                     anomalies.append(Violation(

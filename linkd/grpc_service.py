@@ -1140,6 +1140,10 @@ def _provenance_pb(item: ProvenanceItem, link_name: str) -> admin_pb2.Provenance
         ],
         to_offset=item.to_offset,
         at_ms=item.at_ms,
+        uncommitted=[
+            admin_pb2.UncommittedTransaction(producer_id=pid, first_offset=first)
+            for pid, first in item.uncommitted
+        ],
     )
 
 

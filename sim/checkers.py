@@ -929,6 +929,16 @@ def check_mirror_copies(
 # final log was read up to (records at or past it are undecided).
 StableEnds = dict[tuple[str, str, int], int]
 
+# (cluster, topic, partition) -> offset ranges [first, cut) a reported cut made
+# uncommitted: it removed the COMMIT marker of a transaction begun at `first`
+# (the cut's provenance entry names it), so its records there, once read as
+# committed, are not any more. A reported loss, not a broken promise.
+Reopened = dict[tuple[str, str, int], list[tuple[int, int]]]
+
+
+def _reopened_at(reopened: Reopened, key: tuple[str, str, int], offset: int) -> bool:
+    return any(first <= offset < cut for first, cut in reopened.get(key, ()))
+
 
 def _transactions(history: History) -> tuple[dict[str, set[str]], dict[str, str], set[str]]:
     """(transaction -> its values, value -> transaction, values of aborted ones)
@@ -948,12 +958,17 @@ def _transactions(history: History) -> tuple[dict[str, set[str]], dict[str, str]
 
 
 def check_aborted_reads(
-    history: History, final: FinalLogs, committed: FinalLogs, stable: StableEnds
+    history: History,
+    final: FinalLogs,
+    committed: FinalLogs,
+    stable: StableEnds,
+    reopened: Reopened | None = None,
 ) -> list[Violation]:
     """Invariant 5, what read_committed consumers saw: no poll returned a
     record of a transaction that was aborted (`fail` in the history), nor one
     that the cluster still holds at that offset in the end but hides from a
-    read_committed reader below its last stable offset (it never committed)."""
+    read_committed reader below its last stable offset (it never committed),
+    unless a reported cut made it uncommitted there (`reopened`)."""
     _members, txn_of, aborted = _transactions(history)
     details: list[str] = []
     for o in history.polls():
@@ -971,6 +986,8 @@ def check_aborted_reads(
                 and offset < stable.get(key, -1)
                 and offset not in committed.get(key, {})
             ):
+                if _reopened_at(reopened or {}, key, offset):
+                    continue  # the cut that removed its COMMIT said so
                 why = "never committed (hidden from read_committed in the final log)"
             else:
                 continue
@@ -983,11 +1000,17 @@ def check_aborted_reads(
 
 
 def check_committed_logs_atomic(
-    history: History, final: FinalLogs, committed: FinalLogs, stable: StableEnds
+    history: History,
+    final: FinalLogs,
+    committed: FinalLogs,
+    stable: StableEnds,
+    reopened: Reopened | None = None,
 ) -> list[Violation]:
     """Invariant 5 on the final logs of every cluster: of each transaction's
     records stored below the last stable offset, a read_committed reader sees
-    all (in every partition) or none, and none of an aborted one."""
+    all (in every partition) or none, and none of an aborted one. A record
+    hidden where a reported cut made its transaction uncommitted (`reopened`)
+    counts as lost there, not as stored."""
     members, txn_of, aborted = _transactions(history)
     details: list[str] = []
     clusters = sorted({c for c, _t, _p in final})
@@ -1003,9 +1026,11 @@ def check_committed_logs_atomic(
                 txn = txn_of.get(value)
                 if txn is None or offset >= end:
                     continue
-                stored.setdefault(txn, set()).add(value)
                 if seen.get(offset) == value:
                     visible.setdefault(txn, set()).add(value)
+                elif _reopened_at(reopened or {}, key, offset):
+                    continue
+                stored.setdefault(txn, set()).add(value)
         for txn in sorted(visible):
             shown = visible[txn]
             hidden = sorted(stored[txn] - shown)

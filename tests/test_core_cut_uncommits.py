@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from linkd.core import link_rounds as rounds
 from linkd.core import records as rb
+from linkd.core import replication as rep
 from linkd.core.cluster import ClusterState
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 
 NOW = 1_000
 PID = 7
@@ -52,10 +54,10 @@ def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> Non
     state = _follower_log()
     log = state.topics["orders-1"].partitions[0]
     assert not log.ongoing_txns and log.last_stable_offset == 6  # committed, readable
-    committed = rounds.committed_at_or_after(log, 4)
+    committed = rep.committed_at_or_after(log, 4)
     assert committed == {PID}
     log.truncate_to(4)
-    uncommitted = rounds.uncommitted_by_cut(log, committed, 4)
+    uncommitted = rep.uncommitted_by_cut(log, committed, 4)
     assert uncommitted == ((PID, 1),)  # open again from offset 1: not readable
     assert log.last_stable_offset == 1
     said = rounds.Truncation("orders-1", 0, 4, uncommitted).describe("cb0")
@@ -65,9 +67,40 @@ def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> Non
 def test_a_cut_above_the_marker_or_of_an_abort_names_nothing() -> None:
     state = _follower_log()
     log = state.topics["orders-1"].partitions[0]
-    committed = rounds.committed_at_or_after(log, 5)
+    committed = rep.committed_at_or_after(log, 5)
     assert committed == set()
     log.truncate_to(5)
-    assert rounds.uncommitted_by_cut(log, committed, 5) == ()
+    assert rep.uncommitted_by_cut(log, committed, 5) == ()
     said = rounds.Truncation("orders-1", 0, 5).describe("cb0")
     assert said == "link 'cb0': orders-1-0 diverged from its source, truncated to 5"
+
+
+def test_the_cut_records_the_transactions_it_uncommits_in_its_provenance_entry() -> None:
+    """describe-link and `ccr-admin provenance` read the cut's entry: it names
+    the reopened transaction, and the journal's form keeps it over a restart."""
+    state = _follower_log()
+    config = state.links.new_config("cb0", "id-9", "C", "c:1", "", "local_dials", "", NOW)
+    cut = rep.cut_replica(state, "orders-1", 0, 4, config)
+    assert cut.uncommitted == ((PID, 1),)
+    entry = state.topics["orders-1"].provenance[0][-1]
+    assert entry.kind is ProvenanceKind.TRUNCATED and entry.offset == 4
+    assert entry.uncommitted == ((PID, 1),) and entry.removed == 2
+    stored = entry.to_entry()
+    assert stored["uncommitted"] == [[PID, 1]]
+    assert ProvenanceItem.from_entry(stored) == entry
+    replayed = ClusterState("B")
+    replayed.create_topic("orders-1", 1, {}, "t-1")
+    replayed.apply_record(entry.journal_record("orders-1", 0))
+    assert replayed.topics["orders-1"].provenance[0] == [entry]
+
+
+def test_a_cut_that_uncommits_nothing_stores_the_entry_as_before() -> None:
+    state = _follower_log()
+    config = state.links.new_config("cb0", "id-9", "C", "c:1", "", "local_dials", "", NOW)
+    cut = rep.cut_replica(state, "orders-1", 0, 5, config)
+    assert cut.uncommitted == ()
+    stored = state.topics["orders-1"].provenance[0][-1].to_entry()
+    assert stored == {
+        "truncated_to": 5, "link_id": "id-9", "removed": 1, "reason": "diverged",
+        "offsets_moved": [],
+    }  # fmt: skip

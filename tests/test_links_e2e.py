@@ -388,6 +388,45 @@ def test_unclean_election_on_the_source__follower_truncates_and_follows_the_new_
     assert "at 6: truncated after a divergence (4 records removed" in text
 
 
+def test_a_divergence_cut_that_removes_a_commit_marker_names_the_transaction(
+    linked: tuple[Any, Any],
+) -> None:
+    """B copied a committed transaction; an unclean election on A loses its
+    COMMIT marker. B's cut at the divergence removes only the marker, yet the
+    transaction's records below it are committed there no more: the cut's
+    provenance entry names the transaction, in JSON and in text."""
+    a, b = linked
+    link_orders(a, b)
+    run_cli("create-topic", "orders-t", "--partitions", "1", bootstrap=a.bootstrap)
+    producer = Producer({"bootstrap.servers": a.bootstrap, "transactional.id": "tx-cut"})
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce("orders-t", value=f"t-{i}")
+    producer.commit_transaction(WAIT_S)
+    producer.close()
+    wait_for("B has the COMMIT", lambda: high_watermarks(b.bootstrap, "orders-t") == [3])
+    fault = cli_json(
+        a.bootstrap, "fault", "unclean-election", "--topic", "orders-t", "--partition", "0",
+        "--truncate-to", "2",
+    )  # fmt: skip
+    assert fault["removed_records"] == 1
+    produce(a.bootstrap, "orders-t", 1, "new")
+
+    def cut_entry() -> dict[str, Any] | None:
+        report = cli_json(b.bootstrap, "provenance", "orders-t")
+        cuts = [e for e in report["partitions"][0]["provenance"] if e["kind"] == "truncated"]
+        return cuts[0] if cuts else None
+
+    wait_for("B cut at the divergence", lambda: cut_entry() is not None)
+    entry = cut_entry()
+    assert entry is not None and entry["offset"] == 2 and entry["removed_records"] == 1
+    assert [u["first_offset"] for u in entry["uncommitted"]] == [0], entry
+    pid = entry["uncommitted"][0]["producer_id"]
+    text = run_cli("provenance", "orders-t", bootstrap=b.bootstrap).stdout
+    assert f"removed the COMMIT of producer {pid}'s transaction: its records from 0" in text
+
+
 def mappings_of(bootstrap: str) -> set[tuple[str, str, str, str]]:
     link = cli_json(bootstrap, "describe-link", "ab")
     return {

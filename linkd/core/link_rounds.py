@@ -1047,7 +1047,7 @@ class Truncation:
     (producer id, first offset): their records below the cut, read as
     committed until now, are not committed here any more (the new source's
     marker decides), so they are lost from `first offset` on, not from the
-    cut (`uncommitted_by_cut`)."""
+    cut (`rep.cut_replica`)."""
 
     topic: str
     partition: int
@@ -1070,33 +1070,6 @@ class Truncation:
                 )
             )
         return said
-
-
-def committed_at_or_after(log: PartitionLog, offset: int) -> set[int]:
-    """The producers with a COMMIT marker in the batch holding `offset` or
-    after it in `log` (what a cut at `offset` removes: it cuts at the batch
-    boundary at or below it)."""
-    return {
-        b.producer_id
-        for b in log.batches[log.batch_index_at(offset) :]
-        if b.is_control and b.control_type == rb.CONTROL_COMMIT
-    }
-
-
-def uncommitted_by_cut(
-    log: PartitionLog, committed: set[int], cut: int
-) -> tuple[tuple[int, int], ...]:
-    """After `log` was cut at `cut`: of the producers whose COMMIT markers the
-    cut removed (`committed`, from `committed_at_or_after` before it), those
-    whose transaction is open again, begun below the cut, as (producer id,
-    first offset)."""
-    return tuple(
-        sorted(
-            (pid, first)
-            for pid, first in log.ongoing_txns.items()
-            if pid in committed and first < cut
-        )
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1193,12 +1166,10 @@ def apply_replica_fetch(
                 refused.append((local, fetched.partition, held))
                 held_at.append((local, fetched.partition, fetched.diverging_end_offset))
                 continue
-            committed = committed_at_or_after(
-                state.partition(local, fetched.partition), fetched.diverging_end_offset
-            )
-            effects += rep.truncate_replica(
+            replica_cut = rep.cut_replica(
                 state, local, fetched.partition, fetched.diverging_end_offset, config
             )
+            effects += replica_cut.effects
             cut = state.partition(local, fetched.partition)
             # Cut where the source says the logs part (or to its start), never above.
             assert cut.log_end_offset <= max(fetched.diverging_end_offset, cut.log_start_offset), (
@@ -1210,7 +1181,7 @@ def apply_replica_fetch(
                     local,
                     fetched.partition,
                     fetched.diverging_end_offset,
-                    uncommitted_by_cut(cut, committed, cut.log_end_offset),
+                    replica_cut.uncommitted,
                 )
             )
             # Still reached: its row and lag stay (from the cut on).
@@ -1642,10 +1613,10 @@ def settle_orphans(
     for topic, p in sorted(orphaned):
         log = state.partition(topic, p)
         if log.hw_cap is not None and log.log_end_offset > log.hw_cap:
-            cut = rep.truncate_replica(state, topic, p, log.hw_cap, config, "source gone")
-            if cut:
-                effects += cut
-                cuts.append(Truncation(topic, p, log.log_end_offset))
+            cut = rep.cut_replica(state, topic, p, log.hw_cap, config, "source gone")
+            if cut.effects:
+                effects += cut.effects
+                cuts.append(Truncation(topic, p, log.log_end_offset, cut.uncommitted))
     dangling, aborts = state.abort_dangling_transactions(
         sorted({t for t, _p in orphaned}), now_ms, orphaned
     )

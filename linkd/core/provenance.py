@@ -6,7 +6,10 @@ Each partition keeps its history as a list of `ProvenanceItem`s, in order:
 - DETACHED: the link's data ends at `offset` (later offsets were written here);
 - TRUNCATED: the log was cut back to `offset`, `removed` records gone (by a
   recovery, or `reason` "diverged": a follower cut where its log parted from
-  its source's, moving the committed offsets `offsets_moved` back);
+  its source's, moving the committed offsets `offsets_moved` back; a cut
+  that removed a transaction's COMMIT marker names that transaction in
+  `uncommitted` as (producer id, first offset): its records below the cut,
+  read as committed until then, are committed no more);
 - GAP: the records [`offset`, `to_offset`) were never copied: the source's
   log start had moved past the follower's position (retention, deleted
   records) when the link reached it at `at_ms`; the follower's log went on
@@ -63,6 +66,8 @@ class ProvenanceItem:
     offsets_moved: tuple[tuple[str, int], ...] = ()
     to_offset: int = 0  # GAP: the first offset after the range never copied
     at_ms: int = 0  # GAP: when the follower found it
+    # TRUNCATED: transactions whose COMMIT the cut removed, (producer id, first offset).
+    uncommitted: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, ProvenanceKind):
@@ -86,7 +91,9 @@ class ProvenanceItem:
         removed: int,
         reason: str = "",
         offsets_moved: tuple[tuple[str, int], ...] = (),
+        uncommitted: tuple[tuple[int, int], ...] = (),
     ) -> ProvenanceItem:
+        assert all(first < to for _pid, first in uncommitted), (to, uncommitted)
         return cls(
             ProvenanceKind.TRUNCATED,
             to,
@@ -94,6 +101,7 @@ class ProvenanceItem:
             removed=removed,
             reason=reason,
             offsets_moved=offsets_moved,
+            uncommitted=uncommitted,
         )
 
     @classmethod
@@ -129,6 +137,10 @@ class ProvenanceItem:
                 tuple(
                     (str(g), jr.json_int(o))
                     for g, o in map(jr.json_list, jr.json_list(entry.get("offsets_moved", [])))
+                ),
+                tuple(
+                    (jr.json_int(pid), jr.json_int(first))
+                    for pid, first in map(jr.json_list, jr.json_list(entry.get("uncommitted", [])))
                 ),
             )
         if "gap_from" in entry:
@@ -168,6 +180,8 @@ class ProvenanceItem:
         if self.reason:
             entry["reason"] = self.reason
             entry["offsets_moved"] = [[g, o] for g, o in self.offsets_moved]
+        if self.uncommitted:
+            entry["uncommitted"] = [[pid, first] for pid, first in self.uncommitted]
         return entry
 
     def journal_record(self, topic: str, partition: int) -> jr.Provenance:

@@ -520,6 +520,44 @@ def cap_at_source_high_watermarks(
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaCut:
+    """What a follower cut did: its effects, and the transactions whose COMMIT
+    marker it removed that began below it, as (producer id, first offset):
+    their records below the cut, read as committed until then, are committed
+    no more (the source's marker decides now)."""
+
+    effects: list[Effect]
+    uncommitted: tuple[tuple[int, int], ...] = ()
+
+
+def committed_at_or_after(log: PartitionLog, offset: int) -> set[int]:
+    """The producers with a COMMIT marker in the batch holding `offset` or
+    after it in `log` (what a cut at `offset` removes: it cuts at the batch
+    boundary at or below it)."""
+    return {
+        b.producer_id
+        for b in log.batches[log.batch_index_at(offset) :]
+        if b.is_control and b.control_type == rb.CONTROL_COMMIT
+    }
+
+
+def uncommitted_by_cut(
+    log: PartitionLog, committed: set[int], cut: int
+) -> tuple[tuple[int, int], ...]:
+    """After `log` was cut at `cut`: of the producers whose COMMIT markers the
+    cut removed (`committed`, from `committed_at_or_after` before it), those
+    whose transaction is open again, begun below the cut, as (producer id,
+    first offset)."""
+    return tuple(
+        sorted(
+            (pid, first)
+            for pid, first in log.ongoing_txns.items()
+            if pid in committed and first < cut
+        )
+    )
+
+
 def truncate_replica(
     state: ClusterState,
     topic_name: str,
@@ -528,10 +566,23 @@ def truncate_replica(
     config: LinkConfig | None = None,
     reason: str = "diverged",
 ) -> list[Effect]:
+    """`cut_replica`'s effects."""
+    return cut_replica(state, topic_name, partition, offset, config, reason).effects
+
+
+def cut_replica(
+    state: ClusterState,
+    topic_name: str,
+    partition: int,
+    offset: int,
+    config: LinkConfig | None = None,
+    reason: str = "diverged",
+) -> ReplicaCut:
     """Follower side: cuts the log at the source's divergence point (or, for
     `reason` "source gone", above what its vanished source acknowledged).
     Given the link's config, the cut is recorded in the partition's
-    provenance history (`ccr-admin provenance` shows it: spec section 8)."""
+    provenance history (`ccr-admin provenance` shows it: spec section 8),
+    with the transactions whose COMMIT it removed."""
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -543,13 +594,15 @@ def truncate_replica(
             boundary = entry.base_offset if entry.next_offset > target else entry.next_offset
     boundary = max(boundary, log.log_start_offset)
     if boundary >= log.log_end_offset:
-        return []
+        return ReplicaCut([])
     removed = log.log_end_offset - boundary
     assert log.log_start_offset <= boundary < log.log_end_offset, (log.name, boundary)
+    committed = committed_at_or_after(log, boundary)
     log.truncate_to(boundary)
     assert log.log_end_offset == boundary and log.high_watermark <= boundary, (
         log.name, boundary, log.log_end_offset, log.high_watermark
     )
+    uncommitted = uncommitted_by_cut(log, committed, boundary)
     effects: list[Effect] = [
         TruncateLog(topic.topic_id, partition, boundary),
         Journal((state.cut_epochs(topic_name, partition, boundary),)),
@@ -562,12 +615,13 @@ def truncate_replica(
             removed,
             reason,
             tuple((g, old_offset) for g, old_offset, _r in moved),
+            uncommitted,
         )
         record = item.journal_record(topic_name, partition)
         state.apply_record(record)
         check_history(topic.provenance[partition], topic_name, partition, boundary)
         effects.append(Journal((record, *[r for _g, _o, r in moved])))
-    return effects
+    return ReplicaCut(effects, uncommitted)
 
 
 def clamp_replicated_offsets(

@@ -1680,6 +1680,7 @@ class ProvenanceEntry(_message.Message):
     OFFSETS_MOVED_FIELD_NUMBER: _builtins.int
     TO_OFFSET_FIELD_NUMBER: _builtins.int
     AT_MS_FIELD_NUMBER: _builtins.int
+    UNCOMMITTED_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     offset: _builtins.int
     source_cluster_id: _builtins.str
@@ -1702,6 +1703,14 @@ class ProvenanceEntry(_message.Message):
     at_ms: _builtins.int
     @_builtins.property
     def offsets_moved(self) -> _containers.RepeatedCompositeFieldContainer[Global___MovedOffset]: ...
+    @_builtins.property
+    def uncommitted(self) -> _containers.RepeatedCompositeFieldContainer[Global___UncommittedTransaction]:
+        """"truncated" entries: the transactions whose COMMIT marker the cut
+        removed, begun below it. Their records from first_offset up to the cut
+        were readable as committed and are not any more (the new source's
+        marker decides), so the cut cost them too, not only `removed_records`.
+        """
+
     def __init__(
         self,
         *,
@@ -1716,14 +1725,37 @@ class ProvenanceEntry(_message.Message):
         offsets_moved: _abc.Iterable[Global___MovedOffset] | None = ...,
         to_offset: _builtins.int = ...,
         at_ms: _builtins.int = ...,
+        uncommitted: _abc.Iterable[Global___UncommittedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "offsets_moved", b"offsets_moved", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id", "to_offset", b"to_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "kind", b"kind", "link_epoch", b"link_epoch", "link_id", b"link_id", "link_name", b"link_name", "offset", b"offset", "offsets_moved", b"offsets_moved", "reason", b"reason", "removed_records", b"removed_records", "source_cluster_id", b"source_cluster_id", "to_offset", b"to_offset", "uncommitted", b"uncommitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProvenanceEntry: _TypeAlias = ProvenanceEntry  # noqa: Y015
+
+@_typing.final
+class UncommittedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UncommittedTransaction: _TypeAlias = UncommittedTransaction  # noqa: Y015
 
 @_typing.final
 class MovedOffset(_message.Message):
