@@ -1136,9 +1136,11 @@ class Run:
             return True
         return self.operators_on and judges.in_family(name, FAMILIES)
 
-    def read_provenance(self) -> None:
+    def read_provenance(self, reopened_only: bool = False) -> None:
         """With the operator nemesis: every judged topic's provenance on every
-        live cluster; its `truncated` entries are reported truncations."""
+        live cluster; its `truncated` entries are reported truncations.
+        `reopened_only` (no operator nemesis, a transactional producer ran):
+        only the transactions a cut made uncommitted (invariant 5)."""
         for c in self._live():
             with _admin(self.daemons[c].bootstrap, 10000) as a:
                 names = [t.name for t in a.list_topics() if self._judged_topic(t.name)]
@@ -1147,15 +1149,18 @@ class Run:
                         prov = a.get_provenance(name)
                     except Exception:
                         continue
-                    self.provenance[(c, name)] = prov
+                    if not reopened_only:
+                        self.provenance[(c, name)] = prov
                     for p in prov["partitions"]:
                         key = (c, name, int(p["partition"]))
                         for e in p["provenance"]:
                             if e["kind"] != "truncated":
                                 continue
                             start, removed = int(e["offset"]), int(e["removed_records"])
-                            self.truncations.setdefault(key, []).append(start)
-                            self.cuts.setdefault(key, []).append((start, start + max(removed, 1)))
+                            if not reopened_only:
+                                self.truncations.setdefault(key, []).append(start)
+                                cut = (start, start + max(removed, 1))
+                                self.cuts.setdefault(key, []).append(cut)
                             self.reopened.setdefault(key, []).extend(
                                 (int(u["first_offset"]), start) for u in e.get("uncommitted", [])
                             )
@@ -1662,15 +1667,17 @@ class Run:
                     anomalies.append(Violation(
                         "liveness", f"the followers' gaps could not be read: "
                         f"{type(exc).__name__}: {exc}"))  # fmt: skip
-            if self.operators_on:
-                try:
+            try:
+                if self.operators_on:
                     self.read_provenance()
-                    self.note_reopened()
                     self.read_config()
-                except Exception as exc:
-                    anomalies.append(Violation(
-                        "liveness", f"the final configuration or provenance could not be read: "
-                        f"{type(exc).__name__}: {exc}"))  # fmt: skip
+                elif self.committed_final is not None:
+                    self.read_provenance(reopened_only=True)
+                self.note_reopened()
+            except Exception as exc:
+                anomalies.append(Violation(
+                    "liveness", f"the final configuration or provenance could not be read: "
+                    f"{type(exc).__name__}: {exc}"))  # fmt: skip
             anomalies += self.judge(final, self.committed_final, self.stable_ends)
             if self.twin:
                 self.final_state = self.read_final_state()
