@@ -2,9 +2,13 @@
 
 Rules (every decision is the core's, linkd/core/mirror; this module only does I/O):
 - Topics: every `refresh.topics.interval.seconds` the source and target topic
-  listings go to `plan_remote_topics`; the plan's topics are created or grown on
-  the target, and every partition of a mirrored topic is assigned to the source
-  consumer at its resume position.
+  listings go to `plan_remote_topics`; the plan's topics are created (with
+  `remote_topic_configs` of their source topic's configs, described first) or
+  grown on the target, and every partition of a mirrored topic is assigned to
+  the source consumer at its resume position. A remote topic never holds a
+  record under the target's default configs: the first copy may come before
+  the first config sync, and a default retention would delete records whose
+  timestamps are older than it.
 - Copy: records are produced to the remote topic, same partition, with key,
   value, headers and timestamp; offsets are not preserved. Batches are
   pipelined: a poll batch is produced without waiting for the previous one's
@@ -110,6 +114,7 @@ from linkd.core.mirror.sync_store import OffsetSyncStore
 from linkd.core.mirror.topic_sync import (
     plan_acl_sync,
     plan_remote_topics,
+    remote_topic_configs,
     should_replicate_topic,
     target_config_sync,
 )
@@ -634,13 +639,21 @@ class FlowEngine:
             replication_factor=flow.replication_factor,
         )
         for new in plan.create:
+            # Created with its synced configs, as MM2 does: under the target's defaults
+            # (retention.ms of 7 days) its first records could be deleted by retention
+            # before the config sync, if their timestamps are older than that.
+            configs = remote_topic_configs(
+                source_admin.topic_configs(new.source_topic),
+                flow.config_property_filter,
+                use_defaults_from_source=flow.use_defaults_from_source,
+            )
             try:
                 created = target_admin.create_topic(
-                    new.name, new.partitions, new.replication_factor, {}
+                    new.name, new.partitions, new.replication_factor, configs
                 )
             except MirrorClientError as exc:
                 self.report(f"{self.name}: {exc}; retrying with the broker's replication factor")
-                created = target_admin.create_topic(new.name, new.partitions, -1, {})
+                created = target_admin.create_topic(new.name, new.partitions, -1, configs)
             if created:
                 self.stats.topics_created += 1
                 self.report(f"{self.name}: created {new.name} ({new.partitions} partitions)")

@@ -17,6 +17,7 @@ import mirror.runner as runner_module
 from linkd.core.mirror.config import MirrorFlow, MirrorMakerConfig, parse_mm2_properties
 from linkd.core.mirror.metrics import MirrorMetrics
 from linkd.core.mirror.model import OffsetSync, TopicPartition
+from linkd.core.mirror.topic_sync import ConfigEntry, ConfigSource
 from linkd.core.mirror.wire import encode_offset_sync
 from mirror.engine import FlowEngine
 from mirror.runner import MirrorRunner
@@ -184,6 +185,8 @@ class FakeAdmin:
     def __init__(self, calls: Calls, alias: str) -> None:
         self.calls, self.alias = calls, alias
         self.topics = {"t": 1} if alias == "A" else {}
+        self.configs: dict[str, tuple[ConfigEntry, ...]] = {}  # topic -> its described configs
+        self.created_with: dict[str, dict[str, str]] = {}  # topic -> the configs it was made with
 
     def topic_partitions(self) -> dict[str, int]:
         self.calls.log.append(f"list {self.alias}")
@@ -192,11 +195,12 @@ class FakeAdmin:
     def create_topic(self, name: str, partitions: int, factor: int, configs: Any) -> bool:
         self.calls.log.append(f"create {self.alias} {name}")
         self.topics[name] = partitions
+        self.created_with[name] = dict(configs)
         return True
 
     def topic_configs(self, topic: str) -> tuple[Any, ...]:
         self.calls.log.append(f"configs {self.alias} {topic}")
-        return ()
+        return self.configs.get(topic, ())
 
 
 class FakeKafkaConsumer:
@@ -254,9 +258,10 @@ def test_the_first_step_copies_before_the_admin_work_due_and_lists_nothing_again
     flow = config.enabled_flows()[0]
     engine = FlowEngine(config, flow, clock=lambda: 1_000, report=lambda _: None)
     engine.start()
-    # One listing per cluster; the remote topic and the internal topics are created.
+    # One listing per cluster; the remote topic (with its source's configs, described
+    # first) and the internal topics are created.
     assert calls.log == [
-        "list A", "list B", "create B A.t", "assign t-0",
+        "list A", "list B", "configs A t", "create B A.t", "assign t-0",
         "create A mm2-offset-syncs.B.internal", "create B A.checkpoints.internal",
     ]
     calls.log.clear()
@@ -265,6 +270,48 @@ def test_the_first_step_copies_before_the_admin_work_due_and_lists_nothing_again
     # clusters are not listed again (start's refresh was the first), and the
     # offset syncs are not read (checkpoints are not due).
     assert calls.log == ["poll", "configs A t"]
+
+
+def test_a_remote_topic_is_created_with_its_sources_configs_before_the_first_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first step copies before its config sync: a remote topic made with the
+    target's defaults would take the first records under them (a default retention
+    of 7 days deleted the first transaction's records, older than that, on the
+    target before the config sync set the source's retention.ms=-1)."""
+    calls = Calls()
+    admins: dict[str, FakeAdmin] = {}
+
+    def admin(alias: str, conf: Any, timeout: int) -> FakeAdmin:
+        made = admins[alias] = FakeAdmin(calls, alias)
+        if alias == "A":
+            made.configs["t"] = (
+                ConfigEntry("retention.ms", "-1"),  # set on the topic
+                ConfigEntry("cleanup.policy", "delete", ConfigSource.DEFAULT_CONFIG),
+                ConfigEntry("min.insync.replicas", "2"),  # MM2's filter excludes it
+                ConfigEntry("segment.bytes", "1024", read_only=True),
+            )
+        return made
+
+    monkeypatch.setattr(engine_module, "ClusterAdmin", admin)
+    monkeypatch.setattr(engine_module, "Consumer", lambda conf: FakeKafkaConsumer(calls))
+    monkeypatch.setattr(engine_module, "Producer", lambda conf: FakeKafkaProducer())
+    config = parse_mm2_properties(CONFIG)
+    engine = FlowEngine(config, config.enabled_flows()[0], clock=lambda: 1_000,
+                        report=lambda _: None)
+    engine.start()
+    # Before the source consumer is assigned (so before any copy), with what config
+    # sync would set: no default, nothing read-only, nothing the filter excludes.
+    assert calls.log.index("create B A.t") < calls.log.index("assign t-0")
+    assert admins["B"].created_with["A.t"] == {"retention.ms": "-1"}
+
+    # use.defaults.from=source: the source's defaults come along.
+    calls.log.clear()
+    config = parse_mm2_properties(CONFIG + "use.defaults.from = source\n")
+    engine = FlowEngine(config, config.enabled_flows()[0], clock=lambda: 1_000,
+                        report=lambda _: None)
+    engine.start()
+    assert admins["B"].created_with["A.t"] == {"cleanup.policy": "delete", "retention.ms": "-1"}
 
 
 # -- reading the offset syncs ------------------------------------------------------------------
