@@ -39,8 +39,11 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   syncs) only after the commit: the commit's flush then waits for the last
   records' acknowledgements only. Offset syncs are produced after the commit.
   A failed report aborts the transaction at the next poll. An aborted
-  transaction (a failed commit or delivery) rewinds every partition to the
-  first record it held there. Stopping commits
+  transaction (a failed commit or delivery, a begin or produce refused) rewinds
+  every partition to the first record it held there, or was polled for it: a
+  poll's records are taken from the consumer before they are produced. A
+  partition none of whose records was polled since the last commit is still
+  at its committed position. Stopping commits
   the open transaction. A restart reads that topic read_committed and resumes
   through `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
@@ -911,6 +914,10 @@ class FlowEngine:
             polled = self._produce(producer, msgs, in_transaction=True)
             self._txn_records += polled
         except KafkaException as exc:
+            # The poll's records were taken from the consumer, but the transaction did
+            # not begin or a produce failed part-way: its partitions after that record
+            # have no first record noted, and would not be rewound.
+            self._note_polled(msgs)
             return self._abort(producer, exc)
         if any(route.failures for route in self._touched):
             return self._abort(
@@ -927,6 +934,17 @@ class FlowEngine:
             interval_ms=self.flow.transaction_boundary_interval_ms,
         )
         return self._commit_transaction(producer) if due else 0
+
+    def _note_polled(self, msgs: list[Message]) -> None:
+        """Each partition of `msgs` not in the open transaction yet starts it at its
+        first record there: an abort rewinds it to that record."""
+        routes = self._routes
+        for msg in msgs:
+            if msg.error() is None:
+                tp = _tp(msg)
+                route = routes[(tp.topic, tp.partition)]
+                if route.txn_first < 0:
+                    route.txn_first = int(msg.offset() or 0)
 
     def _commit_transaction(self, producer: Producer) -> int:
         """Commit the open transaction with the source offsets of its records (per
