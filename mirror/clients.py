@@ -19,7 +19,15 @@ Rules:
   and max.in.flight.requests.per.connection=2 for producers (librdkafka's
   idempotent producer at its default of 5 spends a broker thread's CPU waiting
   for a free slot; at 2 it costs what a plain producer does, with the same
-  throughput on these brokers; Connect's own producers run at 1).
+  throughput on these brokers; Connect's own producers run at 1), and
+  fetch.queue.backoff.ms=10 for consumers: when the prefetched records pass
+  librdkafka's queue thresholds (64 MiB by default, about 65,000 records of
+  1 KB) a partition's next fetch waits that long, 1 s by default, even once the
+  engine has emptied the queue; a copy behind its source then stops for up to
+  a second with nothing to do. Every client defaults to reconnect.backoff.ms=10:
+  librdkafka drops its bootstrap connection after the first metadata and holds
+  the next connection back for half that backoff (50 ms at its default of
+  100), which every client the engine makes at start-up waited for.
 - `logger` (a daemon hosting the link gives one): every client's librdkafka
   messages go to it (confluent-kafka's `logger` option) instead of stderr.
 """
@@ -36,8 +44,14 @@ __all__ = ["MAX_POLL_RECORDS_DEFAULT", "ClientConfigs"]
 
 MAX_POLL_RECORDS_DEFAULT = 500  # Kafka's consumer default for max.poll.records
 MAX_POLL_RECORDS_LIMIT = 100_000
+# Tuning defaults of every client (users' settings win).
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 10}
 # Tuning defaults of every producer (users' producer.* settings win).
-PRODUCER_DEFAULTS: dict[str, Any] = {"linger.ms": 5, "max.in.flight.requests.per.connection": 2}
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    **CLIENT_DEFAULTS, "linger.ms": 5, "max.in.flight.requests.per.connection": 2
+}
+# Tuning defaults of every consumer (users' consumer.* settings win).
+CONSUMER_DEFAULTS: dict[str, Any] = {**CLIENT_DEFAULTS, "fetch.queue.backoff.ms": 10}
 _SHARED_PREFIXES = ("ssl.", "sasl.")
 _KINDS = ("producer.", "consumer.", "admin.")
 
@@ -105,7 +119,7 @@ class ClientConfigs:
         return conf
 
     def admin(self) -> dict[str, Any]:
-        return self._merge("admin.", {})
+        return self._merge("admin.", {}, CLIENT_DEFAULTS)
 
     def producer(self, transactional_id: str | None = None) -> dict[str, Any]:
         own: dict[str, Any] = {"acks": "all", "enable.idempotence": True}
@@ -122,4 +136,4 @@ class ClientConfigs:
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
         }
-        return self._merge("consumer.", own)
+        return self._merge("consumer.", own, CONSUMER_DEFAULTS)

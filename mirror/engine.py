@@ -2,9 +2,13 @@
 
 Rules (every decision is the core's, linkd/core/mirror; this module only does I/O):
 - Topics: every `refresh.topics.interval.seconds` the source and target topic
-  listings go to `plan_remote_topics`; the plan's topics are created or grown on
-  the target, and every partition of a mirrored topic is assigned to the source
-  consumer at its resume position.
+  listings go to `plan_remote_topics`; the plan's topics are created (with
+  `remote_topic_configs` of their source topic's configs, described first) or
+  grown on the target, and every partition of a mirrored topic is assigned to
+  the source consumer at its resume position. A remote topic never holds a
+  record under the target's default configs: the first copy may come before
+  the first config sync, and a default retention would delete records whose
+  timestamps are older than it.
 - Copy: records are produced to the remote topic, same partition, with key,
   value, headers and timestamp; offsets are not preserved. Batches are
   pipelined: a poll batch is produced without waiting for the previous one's
@@ -30,9 +34,16 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   `mm2-offsets.<source>.internal` in Connect's format. It begins with the first
   record polled; after each poll `transaction_commit_due` says whether it
   commits (`transaction.boundary`: every poll, or several polls up to the
-  interval or a poll that finds no backlog). Offset syncs are produced
-  after the commit. An aborted transaction (a failed commit or delivery)
-  rewinds every partition to the first record it held there. Stopping commits
+  interval or a poll that finds no backlog). Delivery reports are served at
+  every step, as in at-least-once mode, but handled (records counted, offset
+  syncs) only after the commit: the commit's flush then waits for the last
+  records' acknowledgements only. Offset syncs are produced after the commit.
+  A failed report aborts the transaction at the next poll. An aborted
+  transaction (a failed commit or delivery, a begin or produce refused) rewinds
+  every partition to the first record it held there, or was polled for it: a
+  poll's records are taken from the consumer before they are produced. A
+  partition none of whose records was polled since the last commit is still
+  at its committed position. Stopping commits
   the open transaction. A restart reads that topic read_committed and resumes
   through `restart_from_committed`.
 - Start-up waits for nothing but answers: each consumer fetches the metadata of
@@ -43,10 +54,13 @@ Rules (every decision is the core's, linkd/core/mirror; this module only does I/
   the consumer fetches while the internal topics are set up; one listing per
   cluster serves both. Topics the heartbeat tasks create on the source meanwhile
   are added without listing the source again (`source_topics_created`). A new
-  offset-syncs topic (nothing to load) is assigned to its consumer at the first
-  step, after the first copy.
+  offset-syncs topic (nothing to load) is first read when checkpoints are. The
+  first step copies before any admin work that is due (the refresh start did
+  is an interval away).
 - Checkpoints: the offset-syncs topic is read into `OffsetSyncStore` (marked
-  read-to-end at the first end of partition); every `emit.checkpoints.interval`
+  read-to-end at the first end of partition) at start and, from where the last
+  read ended, before each emission: its consumer is assigned only while it
+  reads; every `emit.checkpoints.interval`
   each source group passing the group filter goes through
   `checkpoints_for_flow`; new checkpoints are written to
   `<source>.checkpoints.internal` on the target. The tracker is reloaded from
@@ -103,6 +117,7 @@ from linkd.core.mirror.sync_store import OffsetSyncStore
 from linkd.core.mirror.topic_sync import (
     plan_acl_sync,
     plan_remote_topics,
+    remote_topic_configs,
     should_replicate_topic,
     target_config_sync,
 )
@@ -406,7 +421,9 @@ class FlowEngine:
         self._txn_open = False
         self._txn_records = 0
         self._last_commit_ms = now  # Connect's interval boundary counts from here
-        self._syncs_assigned = False  # the sync consumer is assigned at its first read
+        # Where the next read of the offset-syncs topic starts: one past the last sync read.
+        self._syncs_next = OFFSET_BEGINNING
+        self._syncs_known = False  # whether the sync consumer has the topic's metadata
         self._source_admin: ClusterAdmin | None = None
         self._target_admin: ClusterAdmin | None = None
         self._consumer: Consumer | None = None
@@ -457,6 +474,8 @@ class FlowEngine:
             if on_source not in listings:
                 listings[on_source] = self._admin(on_source).topic_partitions()
         self.refresh_topics(listings[True], listings[False])
+        # That was the first refresh: the next is an interval away.
+        self._next_refresh_ms = self.clock() + flow.refresh_topics_interval_ms
         new_syncs = self._ensure_internal_topic(
             self.syncs_on_source,
             self.syncs_topic,
@@ -478,7 +497,7 @@ class FlowEngine:
         if new_syncs:
             self.store.mark_read_to_end()
         else:
-            self.read_offset_syncs(to_end=True)
+            self.read_offset_syncs()
         self._started = True
 
     def source_topics_created(self, topics: Mapping[str, int]) -> None:
@@ -623,13 +642,21 @@ class FlowEngine:
             replication_factor=flow.replication_factor,
         )
         for new in plan.create:
+            # Created with its synced configs, as MM2 does: under the target's defaults
+            # (retention.ms of 7 days) its first records could be deleted by retention
+            # before the config sync, if their timestamps are older than that.
+            configs = remote_topic_configs(
+                source_admin.topic_configs(new.source_topic),
+                flow.config_property_filter,
+                use_defaults_from_source=flow.use_defaults_from_source,
+            )
             try:
                 created = target_admin.create_topic(
-                    new.name, new.partitions, new.replication_factor, {}
+                    new.name, new.partitions, new.replication_factor, configs
                 )
             except MirrorClientError as exc:
                 self.report(f"{self.name}: {exc}; retrying with the broker's replication factor")
-                created = target_admin.create_topic(new.name, new.partitions, -1, {})
+                created = target_admin.create_topic(new.name, new.partitions, -1, configs)
             if created:
                 self.stats.topics_created += 1
                 self.report(f"{self.name}: created {new.name} ({new.partitions} partitions)")
@@ -703,9 +730,11 @@ class FlowEngine:
         as one transaction); the number of records acknowledged meanwhile."""
         consumer = self._require(self._consumer)
         producer = self._require(self._producer)
-        if self.exactly_once:
-            return self._copy_transactional(producer, self._poll(consumer))
         producer.poll(0)
+        if self.exactly_once:
+            # The reports served as they arrive (handled once the commit is): else the
+            # commit's flush runs a whole transaction's callbacks while nothing is produced.
+            return self._copy_transactional(producer, self._poll(consumer))
         copied = self._handle_reports()
         # at_end only holds assigned partitions: equal sizes mean every one is at its end.
         if len(self.at_end) >= len(self.assigned) and self._in_flight():
@@ -885,6 +914,10 @@ class FlowEngine:
             polled = self._produce(producer, msgs, in_transaction=True)
             self._txn_records += polled
         except KafkaException as exc:
+            # The poll's records were taken from the consumer, but the transaction did
+            # not begin or a produce failed part-way: its partitions after that record
+            # have no first record noted, and would not be rewound.
+            self._note_polled(msgs)
             return self._abort(producer, exc)
         if any(route.failures for route in self._touched):
             return self._abort(
@@ -901,6 +934,17 @@ class FlowEngine:
             interval_ms=self.flow.transaction_boundary_interval_ms,
         )
         return self._commit_transaction(producer) if due else 0
+
+    def _note_polled(self, msgs: list[Message]) -> None:
+        """Each partition of `msgs` not in the open transaction yet starts it at its
+        first record there: an abort rewinds it to that record."""
+        routes = self._routes
+        for msg in msgs:
+            if msg.error() is None:
+                tp = _tp(msg)
+                route = routes[(tp.topic, tp.partition)]
+                if route.txn_first < 0:
+                    route.txn_first = int(msg.offset() or 0)
 
     def _commit_transaction(self, producer: Producer) -> int:
         """Commit the open transaction with the source offsets of its records (per
@@ -1002,35 +1046,43 @@ class FlowEngine:
             if not self.writer.pending and len(producer) == 0:
                 return
 
-    def read_offset_syncs(self, *, to_end: bool = False) -> None:
+    def read_offset_syncs(self) -> None:
+        """Read the offset-syncs topic into the store, from where the last read ended to
+        its end (at least past every sync this engine had acknowledged); the first read
+        that gets there marks the store read to the end. The consumer is assigned for
+        the read only: between reads it fetches nothing (an assigned consumer
+        long-polls the topic's broker without pause, woken by every sync written).
+        Checkpoints are the store's only reader, so it is read before they are
+        emitted, as fresh as reading all along would leave it."""
         consumer = self._require(self._sync_consumer)
         tp0 = TopicPartition(self.syncs_topic, 0)
-        if not self._syncs_assigned:
+        if not self._syncs_known:
             know_topics(consumer, [self.syncs_topic])
-            consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, OFFSET_BEGINNING)])
-            self._syncs_assigned = True
+            self._syncs_known = True
 
         def handle(msg: Message) -> None:
+            self._syncs_next = int(msg.offset() or 0) + 1
             try:
                 self.store.handle_sync(decode_offset_sync(msg.key(), msg.value()))
             except MirrorWireError as exc:
                 self.report(f"{self.name}: skipping a record of {self.syncs_topic}: {exc}")
 
-        if to_end:
+        # A fresh assignment: its end of partition is reported again, unlike a resume.
+        consumer.assign([KafkaTopicPartition(self.syncs_topic, 0, self._syncs_next)])
+        try:
             need = {tp0: self._next_sync_offset}
             if drain(consumer, [tp0], handle, min_next_offsets=need):
                 self.store.mark_read_to_end()
             else:
                 self.report(f"{self.name}: {self.syncs_topic} not read to its end in time")
-            return
-        for msg in consumer.consume(500, 0):
-            if msg.error() is None:
-                handle(msg)
+        finally:
+            consumer.unassign()
 
     # -- checkpoints and group offsets -------------------------------------------------------
 
     def emit_checkpoints(self) -> int:
         flow = self.flow
+        self.read_offset_syncs()
         if not self.store.read_to_end:
             return 0
         producer = self._require(self._checkpoint_producer)
@@ -1148,8 +1200,12 @@ class FlowEngine:
             self.report(message)
 
     def step(self) -> int:
-        """One bounded iteration of the continuous mode; the records copied."""
+        """One bounded iteration of the continuous mode; the records copied. The copy
+        comes first: the admin work due (topic refresh, config and ACL sync, at the
+        first step all of it but the refresh, which start did) follows it, so the
+        first records are not held behind it."""
         flow = self.flow
+        copied = self.copy_batch()
         now = self.clock()
         if flow.refresh_topics_enabled and now >= self._next_refresh_ms:
             self._next_refresh_ms = now + flow.refresh_topics_interval_ms
@@ -1160,7 +1216,6 @@ class FlowEngine:
         if flow.sync_topic_acls_enabled and now >= self._next_acl_sync_ms:
             self._next_acl_sync_ms = now + flow.sync_topic_acls_interval_ms
             self._guarded("ACL sync", self.sync_topic_acls)
-        copied = self.copy_batch()
         now = self.clock()
         if now >= self._next_commit_ms:
             # Connect's offset commit timer (offset.flush.interval.ms): what was
@@ -1170,7 +1225,6 @@ class FlowEngine:
         if flow.emit_offset_syncs_enabled:
             self._send_syncs(self.writer.tick(now))
             self._pump_syncs()
-        self.read_offset_syncs(to_end=not self.store.read_to_end)
         now = self.clock()
         if flow.emit_checkpoints_enabled and now >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now + flow.emit_checkpoints_interval_ms
@@ -1203,8 +1257,7 @@ class FlowEngine:
         )
         if flow.emit_offset_syncs_enabled:
             self.flush_offset_syncs()
-        self.read_offset_syncs(to_end=True)
-        if flow.emit_checkpoints_enabled:
+        if flow.emit_checkpoints_enabled:  # it reads the offset syncs first
             self._guarded("checkpoints", self.emit_checkpoints)
         if flow.sync_group_offsets_enabled:
             self._guarded("group offset sync", self.sync_group_offsets)

@@ -3,10 +3,12 @@
 Rules:
 - One FlowEngine per enabled flow; one HeartbeatTask per pair with heartbeats
   enabled, whether or not the pair replicates (as MM2's clusterPairs).
-- Start: the heartbeat tasks start in a thread beside the flows' set-up (internal
-  topics, clients); a `heartbeats` topic they create on a flow's source is then
-  added to that flow, so it is mirrored in the same run. Both are done before
-  copying.
+- Start: the heartbeat tasks start beside the flows' set-up (internal topics,
+  clients), each in a thread of its own; a `heartbeats` topic one creates on a
+  flow's source is added to that flow once the task has started, so it is
+  mirrored in the same run, from its first record. Continuous mode copies as
+  soon as the flows are set up and takes the heartbeat tasks in at the first
+  turn of its loop after they have started; once mode waits for them first.
 - Continuous mode: one loop steps every task until the stop event is set or the
   deadline passes; every `metrics_interval_s` the metrics are reported. A task's
   failing call is reported and retried on its next interval.
@@ -88,41 +90,72 @@ class MirrorRunner:
             if f.emit_heartbeats_enabled
         ]
         self._started: list[FlowEngine | HeartbeatTask] = []
+        # Heartbeat tasks still starting (each in its thread), and those that have.
+        self._hb_threads: list[tuple[HeartbeatTask, threading.Thread, list[BaseException]]] = []
+        self._beating: list[HeartbeatTask] = []
 
     def start(self) -> None:
-        """Heartbeat tasks start in a thread beside the flows' set-up: their set-up is
-        round trips to the targets. A `heartbeats` topic one created on a flow's source
-        is then added to that flow (to be mirrored from the first copy on). Both are
-        done when this returns."""
-        started: list[HeartbeatTask] = []
-        failed: list[BaseException] = []
+        """Heartbeat tasks start in threads of their own beside the flows' set-up:
+        their set-up is round trips to the targets. The flows are set up when this
+        returns; the heartbeat tasks are taken in by `heartbeats_started` (once mode
+        and close wait for them, continuous mode asks at each turn)."""
+        for hb in self.heartbeats:
+            failed: list[BaseException] = []
 
-        def start_heartbeats() -> None:
-            try:
-                for hb in self.heartbeats:
+            def start_one(hb: HeartbeatTask = hb, failed: list[BaseException] = failed) -> None:
+                try:
                     hb.start()
-                    started.append(hb)
-            except BaseException as exc:  # raised in the caller's thread below
-                failed.append(exc)
+                except BaseException as exc:  # raised in the runner's thread
+                    failed.append(exc)
 
-        thread = threading.Thread(target=start_heartbeats, name="heartbeats-start", daemon=True)
-        thread.start()
+            thread = threading.Thread(
+                target=start_one, name=f"heartbeats-start {hb.flow.name}", daemon=True
+            )
+            thread.start()
+            self._hb_threads.append((hb, thread, failed))
         try:
             for engine in self.engines:
                 engine.start()
                 self._started.append(engine)
-        finally:
-            thread.join()
-            self._started[:0] = started  # closed last, as when they started first
-        if failed:
-            raise failed[0]
-        for hb in started:
-            if hb.created:
-                for engine in self.engines:
-                    if engine.flow.source == hb.flow.target:
+        except BaseException:
+            self.heartbeats_started(wait=True, raise_failure=False, add_topics=False)
+            raise
+
+    def heartbeats_started(
+        self, *, wait: bool, raise_failure: bool = True, add_topics: bool = True
+    ) -> bool:
+        """Takes in the heartbeat tasks whose start has ended (`wait`: all of them):
+        a started task beats from now on and is closed last; a `heartbeats` topic it
+        created on a flow's source is added to that flow (`add_topics`). A task whose
+        start failed raises its error here (`raise_failure`). True when no task is
+        still starting."""
+        pending = []
+        first_failure: BaseException | None = None
+        for hb, thread, failed in self._hb_threads:
+            if wait:
+                thread.join()
+            elif thread.is_alive():
+                pending.append((hb, thread, failed))
+                continue
+            if failed:
+                first_failure = first_failure or failed[0]
+                continue
+            self._beating.append(hb)
+            self._started.insert(0, hb)  # closed last, as when they started first
+            if hb.created and add_topics:
+                for engine in self._started:
+                    if isinstance(engine, FlowEngine) and engine.flow.source == hb.flow.target:
                         engine.source_topics_created({hb.flow.heartbeats_topic(): 1})
+        self._hb_threads = pending
+        if first_failure is not None and raise_failure:
+            raise first_failure
+        return not pending
 
     def close(self) -> None:
+        try:
+            self.heartbeats_started(wait=True, raise_failure=False, add_topics=False)
+        except Exception as exc:  # closing must reach every task
+            self.report(f"starting heartbeats: {exc}")
         while self._started:
             task = self._started.pop()
             try:
@@ -160,11 +193,13 @@ class MirrorRunner:
         return rows
 
     def run_once(self, timeout_s: float) -> RunResult:
-        for hb in self.heartbeats:
+        self.heartbeats_started(wait=True)  # heartbeats are there before the copy
+        for hb in self._beating:
             hb.beat(force=True)
-        for hb in self.heartbeats:
+        for hb in self._beating:
             hb.close()
             self._started.remove(hb)
+        self._beating = []
         caught_up = True
         for engine in self.engines:
             caught_up = engine.run_once(timeout_s) and caught_up
@@ -182,7 +217,9 @@ class MirrorRunner:
         deadline = time.monotonic() + limit
         next_metrics = time.monotonic() + metrics_interval_s
         while not stop.is_set() and time.monotonic() < deadline:
-            for hb in self.heartbeats:
+            if self._hb_threads:
+                self.heartbeats_started(wait=False)
+            for hb in self._beating:
                 hb.beat()
             copied = 0
             for engine in self.engines:

@@ -30,6 +30,7 @@ from linkd.core.mirror.topic_sync import (
     NewRemoteTopic,
     plan_acl_sync,
     plan_remote_topics,
+    remote_topic_configs,
     target_config_sync,
 )
 
@@ -85,6 +86,24 @@ def test_config_sync_drops_local_readonly_sensitive_and_static_entries() -> None
     from_source = target_config_sync(entries, ConfigPropertyFilter(), use_defaults_from_source=True)
     assert dict(from_source.set)["cleanup.policy"] == "delete"
     assert from_source.delete == ()
+
+
+def test_a_remote_topic_is_created_with_what_config_sync_would_set() -> None:
+    entries = [
+        ConfigEntry("retention.ms", "-1"),
+        ConfigEntry("cleanup.policy", "delete", ConfigSource.DEFAULT_CONFIG),
+        ConfigEntry("min.insync.replicas", "2"),
+        ConfigEntry("segment.bytes", "1", read_only=True),
+        ConfigEntry("max.message.bytes", "5", ConfigSource.STATIC_BROKER_CONFIG),
+        ConfigEntry("compression.type", "lz4", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ConfigEntry("message.downconversion.enable", None),
+    ]
+    # A source default is left to the target's own default, unless use.defaults.from=source.
+    assert remote_topic_configs(entries, ConfigPropertyFilter()) == {
+        "compression.type": "lz4", "retention.ms": "-1"}
+    assert remote_topic_configs(
+        entries, ConfigPropertyFilter(), use_defaults_from_source=True
+    ) == {"cleanup.policy": "delete", "compression.type": "lz4", "retention.ms": "-1"}
 
 
 # -- ACLs -------------------------------------------------------------------------------------

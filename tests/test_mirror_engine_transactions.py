@@ -305,3 +305,142 @@ def test_close_commits_the_open_transaction() -> None:
     assert s.engine.stats.errors == []
     (txn,) = s.producer.committed
     assert committed_offsets(txn) == [("t", 0, 1)]
+
+
+@dataclass
+class ReportingTxnProducer(FakeTxnProducer):
+    """As a real producer: a record's report is served at the first poll after the
+    broker answered (here: the next poll), failed for the offsets in `fail`; a commit
+    serves the rest first."""
+
+    served: int = 0  # records of the open transaction whose reports were served
+    fail: set[int] = field(default_factory=set)
+    polls: int = 0
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        if self.open is None:
+            return 0
+        for topic, kw in self.open[self.served:]:
+            if topic != OFFSETS_TOPIC:
+                up = int(kw["value"][1:])
+                err = KafkaError(KafkaError._MSG_TIMED_OUT) if up in self.fail else None
+                kw["on_delivery"](err, Delivered(self.next_downstream))
+                self.next_downstream += 1
+        self.served = len(self.open)
+        return 0
+
+    def commit_transaction(self, timeout: float) -> None:
+        assert self.open is not None
+        served, self.open = self.open[: self.served], self.open[self.served:]
+        super().commit_transaction(timeout)
+        self.committed[-1][:0] = served
+        self.served = 0
+
+    def abort_transaction(self, timeout: float) -> None:
+        assert self.open is not None
+        self.open = self.open[self.served:]
+        self.served = 0
+        super().abort_transaction(timeout)
+
+
+def test_reports_are_served_as_they_arrive_and_handled_at_the_commit() -> None:
+    """The reports of a transaction's records are served at each step (so that the
+    commit's flush has only the last ones to serve), but the records count as copied,
+    and offset syncs name them, only once the transaction committed."""
+    s = setup(*INTERVAL)
+    producer = ReportingTxnProducer()
+    s.engine._producer = producer  # type: ignore[assignment]
+    s.consumer.batches = [[Msg(0), Msg(1)], [Msg(2), Msg(3)], [Msg(4), Msg(5, eof=True)]]
+    assert s.engine.copy_batch() == 0
+    assert s.engine.copy_batch() == 0  # the first poll's reports were served before it
+    assert producer.served == 2 and producer.committed == []
+    assert s.engine.stats.records_copied == 0 and s.syncs.produced == []
+    assert s.engine.copy_batch() == 5  # drained: commit
+    (txn,) = producer.committed
+    assert records(txn) == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+    assert committed_offsets(txn) == [("t", 0, 4)]
+    assert s.engine.stats.records_copied == 5 and s.syncs.produced
+
+
+def test_a_failed_report_served_mid_transaction_aborts_it_before_the_commit() -> None:
+    s = setup(*INTERVAL)
+    producer = ReportingTxnProducer(fail={1})
+    s.engine._producer = producer  # type: ignore[assignment]
+    s.consumer.batches = [[Msg(0), Msg(1)], [Msg(2), Msg(3)]]
+    assert s.engine.copy_batch() == 0
+    assert s.engine.copy_batch() == 0  # 1's failure was served: abort, rewind to 0
+    assert producer.aborted == 1 and producer.committed == []
+    assert s.consumer.seeks == [("t", 0, 0)]
+    assert s.engine.stats.transactions_aborted == 1 and s.engine.stats.records_copied == 0
+
+
+@dataclass
+class Msg1(Msg):
+    """A polled record of t-1."""
+
+    def partition(self) -> int:
+        return 1
+
+
+@dataclass
+class FailingTxnProducer(FakeTxnProducer):
+    """Its next `fail_begins` begin_transaction calls and `fail_produces` produce calls
+    raise (a producer in an abortable state refuses them)."""
+
+    fail_begins: int = 0
+    fail_produces: int = 0
+
+    def begin_transaction(self) -> None:
+        if self.fail_begins:
+            self.fail_begins -= 1
+            raise KafkaException(KafkaError(KafkaError._STATE, "not valid in this state"))
+        super().begin_transaction()
+
+    def produce(self, topic: str, *args: Any, **kw: Any) -> None:
+        if self.fail_produces and topic != OFFSETS_TOPIC:
+            self.fail_produces -= 1
+            raise KafkaException(KafkaError(KafkaError._STATE, "not valid in this state"))
+        super().produce(topic, *args, **kw)
+
+    def abort_transaction(self, timeout: float) -> None:
+        if self.open is None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction to abort"))
+        super().abort_transaction(timeout)
+
+
+def test_a_transaction_that_cannot_begin_rewinds_the_records_polled_for_it() -> None:
+    """The poll's records were taken from the consumer: if the transaction for them
+    cannot begin, the consumer goes back to them, or the next transaction would
+    commit source offsets past records no transaction holds."""
+    s = setup()
+    producer = FailingTxnProducer(fail_begins=1)
+    s.engine._producer = producer  # type: ignore[assignment]
+    s.consumer.batches = [[Msg(10), Msg(11)]]
+    assert s.engine.copy_batch() == 0
+    assert s.engine.stats.transactions_aborted == 1 and producer.committed == []
+    assert s.consumer.seeks == [("t", 0, 10)]
+    s.consumer.batches = [[Msg(10), Msg(11)]]  # read again from 10
+    assert s.engine.copy_batch() == 2
+    (txn,) = producer.committed
+    assert records(txn) == [b"v10", b"v11"] and committed_offsets(txn) == [("t", 0, 11)]
+
+
+def test_a_produce_that_fails_mid_poll_rewinds_every_partition_of_the_poll() -> None:
+    """A produce refused at the poll's first record: the partitions whose records came
+    after it in the poll are rewound as well, though none of theirs was produced."""
+    s = setup()
+    tp1 = TopicPartition("t", 1)
+    s.engine.assigned[tp1] = "A.t"
+    s.engine._routes[("t", 1)] = _Route(tp1, "A.t", "B", s.engine._touched)
+    producer = FailingTxnProducer(fail_produces=1)
+    s.engine._producer = producer  # type: ignore[assignment]
+    s.consumer.batches = [[Msg(10), Msg1(20), Msg1(21)]]
+    assert s.engine.copy_batch() == 0
+    assert producer.aborted == 1 and producer.committed == []
+    assert sorted(s.consumer.seeks) == [("t", 0, 10), ("t", 1, 20)]
+    s.consumer.batches = [[Msg(10), Msg1(20), Msg1(21)]]  # read again from there
+    assert s.engine.copy_batch() == 3
+    (txn,) = producer.committed
+    assert records(txn) == [b"v10", b"v20", b"v21"]
+    assert committed_offsets(txn) == [("t", 0, 10), ("t", 1, 21)]

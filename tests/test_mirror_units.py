@@ -123,6 +123,19 @@ def test_client_configs_follow_cluster_precedence_and_kinds() -> None:
     b = ClientConfigs(cfg.cluster("B"))
     assert b.bootstrap == "b:1,b:2"
     assert "fetch.min.bytes" not in b.consumer("g")
+    # Tuning defaults apply unless set: a full prefetch queue does not stall fetches
+    # for librdkafka's 1 s.
+    assert b.consumer("g")["fetch.queue.backoff.ms"] == 10
+    assert b.producer()["linger.ms"] == 5
+    # No client waits librdkafka's 50 ms before its first connection to a broker it
+    # learned from the bootstrap's metadata.
+    for conf in (b.consumer("g"), b.producer(), b.admin()):
+        assert conf["reconnect.backoff.ms"] == 10
+    c = ClientConfigs(parse_mm2_properties(
+        "clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
+        "A.consumer.fetch.queue.backoff.ms = 500\n"
+    ).cluster("A"))
+    assert c.consumer("g")["fetch.queue.backoff.ms"] == "500"
 
 
 def test_invalid_config_exits_2_naming_key_and_line(tmp_path: Path) -> None:

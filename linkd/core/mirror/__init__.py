@@ -23,7 +23,8 @@ Modules (each opens with its rules and the Kafka class they come from):
   cooperative (KIP-415) rebalances, MirrorSourceConnector's task split.
 
 Theory of operation, for one flow A->B (the shell's loop):
-1. `topic_sync.plan_remote_topics` says which topics to create/grow on B.
+1. `topic_sync.plan_remote_topics` says which topics to create/grow on B, and
+   `remote_topic_configs` what configs a topic is created with.
 2. For each record polled from A: produce it to `policy.format_remote_topic`;
    when B acknowledges it, `OffsetSyncWriter.on_record_acknowledged` returns
    offset syncs to produce to `flow.offset_syncs_topic()`; `tick(now_ms)`
@@ -102,6 +103,7 @@ from linkd.core.mirror.topic_sync import (
     TopicPlan,
     plan_acl_sync,
     plan_remote_topics,
+    remote_topic_configs,
     should_replicate_topic,
     target_config_sync,
 )
@@ -159,6 +161,7 @@ __all__ = [
     "plan_group_offset_sync",
     "plan_remote_topics",
     "remote_consumer_offsets",
+    "remote_topic_configs",
     "remote_topics",
     "rename_topic_partition",
     "replication_hops",

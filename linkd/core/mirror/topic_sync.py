@@ -9,7 +9,11 @@ syncTopicAcls, shouldReplicateAcl, targetAclBinding, targetAccessControlEntry):
   on the target is created under its remote name with the source's partition
   count, `replication.factor` (default 2; -1 = the broker default) and the
   synced configs; a remote topic with fewer partitions than its source is grown
-  to the source's count. Nothing is ever deleted or shrunk.
+  to the source's count. Nothing is ever deleted or shrunk. The synced configs
+  (`remote_topic_configs`: what config sync would SET) are part of the create,
+  so the remote topic holds no record under the target's defaults: a record
+  copied into a topic still at the default `retention.ms` is deleted there if
+  its timestamp is older than that, before a later config sync could keep it.
 - Config sync (`sync.topic.configs.enabled`, every `sync.topic.configs.interval.seconds`):
   entries that are read-only, sensitive, STATIC_BROKER_CONFIG or excluded by the
   config property filter are dropped. A DEFAULT_CONFIG entry is DELETEd on the
@@ -45,6 +49,7 @@ __all__ = [
     "TopicPlan",
     "plan_acl_sync",
     "plan_remote_topics",
+    "remote_topic_configs",
     "should_replicate_acl",
     "should_replicate_topic",
     "target_acl_binding",
@@ -169,6 +174,21 @@ def target_config_sync(
         else:
             to_set[entry.name] = entry.value
     return TopicConfigSync(to_set, tuple(to_delete))
+
+
+def remote_topic_configs(
+    source_entries: Iterable[ConfigEntry],
+    config_filter: ConfigPropertyFilter,
+    *,
+    use_defaults_from_source: bool = False,
+) -> dict[str, str]:
+    """The configs a remote topic is created with (MirrorSourceConnector.createNewTopics,
+    `targetConfig(sourceConfig, false)`): the entries config sync would SET; a source
+    default only with `use.defaults.from=source` (else the target's default applies)."""
+    change = target_config_sync(
+        source_entries, config_filter, use_defaults_from_source=use_defaults_from_source
+    )
+    return {name: value for name, value in change.set.items() if value is not None}
 
 
 def should_replicate_acl(binding: AclBinding) -> bool:
