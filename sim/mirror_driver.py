@@ -52,7 +52,11 @@ Rules:
 - KIP-545 (`sync.group.offsets.enabled`): every interval the tracker's offsets
   and the target's groups (unknown: DEAD; members: ACTIVE; else EMPTY) go to
   `plan_group_offset_sync`, and its writes are committed on the target.
-- Heartbeats, config and ACL sync and exactly-once are not simulated.
+- A remote topic is created with its source topic's configs, those config
+  sync would set (`remote_topic_configs`, as the engine and MM2's
+  `createNewTopics` do), described in the refresh's call to the source.
+- Heartbeats, config sync after creation, ACL sync and exactly-once are not
+  simulated.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from typing import NamedTuple, Protocol, TypeVar
 from linkd.core import cluster as core
 from linkd.core import records as rb
 from linkd.core import replication as rep
+from linkd.core.broker_config import describe_topic_configs
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.link_driver import BACKOFF_MAX_MS, BACKOFF_MIN_MS, DriverSettings
 from linkd.core.link_rounds import CALL_TIMEOUT_MS, fetch_deadline_ms, served_wait_ms
@@ -72,7 +77,13 @@ from linkd.core.mirror.checkpoint import CheckpointCounts, remote_consumer_offse
 from linkd.core.mirror.config import MirrorFlow, parse_mm2_properties
 from linkd.core.mirror.model import OffsetSync, TopicPartition
 from linkd.core.mirror.offset_sync import OffsetSyncWriter
-from linkd.core.mirror.topic_sync import plan_remote_topics, should_replicate_topic
+from linkd.core.mirror.topic_sync import (
+    ConfigEntry,
+    ConfigSource,
+    plan_remote_topics,
+    remote_topic_configs,
+    should_replicate_topic,
+)
 from linkd.core.mirror.wire import (
     MirrorWireError,
     decode_checkpoint,
@@ -92,6 +103,18 @@ TXN_TIMEOUT_MS = 60_000
 LINK_TYPES = ("link", "mirror")
 
 T = TypeVar("T")
+
+
+def source_config_entries(state: core.ClusterState, topic: str) -> tuple[ConfigEntry, ...]:
+    """A source topic's configs as MM2's DescribeConfigs reads them (the
+    entries `remote_topic_configs` takes)."""
+    described = describe_topic_configs(
+        state.topics[topic].overrides, state.broker_configs, str(core.BROKER_ID)
+    )
+    return tuple(
+        ConfigEntry(d.name, d.value, ConfigSource[d.source.name], read_only=d.read_only)
+        for d in described
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,8 +444,16 @@ class MirrorDriver:
                 TopicPartition(t, p): c.offset
                 for (t, p), c in state.groups.committed(self.group_id, None).items()
             }
-            size = CONTROL_MESSAGE_BYTES + 128 * len(listing)
-            reply(lambda: self._apply_refresh(listing, starts, committed), size)
+            # The configs of the topics the target lacks (MM2 describes them to
+            # create their remote topics with them), in the same call.
+            configs = {
+                name: source_config_entries(state, name)
+                for name in listing
+                if (remote := self.remote_topic(name)) is not None
+                and remote not in self.target.state.topics
+            }
+            size = CONTROL_MESSAGE_BYTES + 128 * len(listing) + 64 * sum(map(len, configs.values()))
+            reply(lambda: self._apply_refresh(listing, starts, committed, configs), size)
 
         self.call(self.source, "refresh", CONTROL_MESSAGE_BYTES, serve, self._failed)
 
@@ -431,6 +462,7 @@ class MirrorDriver:
         listing: dict[str, int],
         starts: dict[TopicPartition, int],
         committed: dict[TopicPartition, int],
+        configs: dict[str, tuple[ConfigEntry, ...]],
     ) -> None:
         # Admin calls on the target: the mirror sits next to it.
         if not self.target.up:
@@ -448,9 +480,15 @@ class MirrorDriver:
             replication_factor=flow.replication_factor,
         )
         for new in plan.create:
+            # Created with the configs config sync would set, as the engine does.
+            created_with = remote_topic_configs(
+                configs.get(new.source_topic, ()),
+                flow.config_property_filter,
+                use_defaults_from_source=flow.use_defaults_from_source,
+            )
             try:
                 _t, effects = target.state.create_topic(
-                    new.name, new.partitions, {}, target.topic_ids()
+                    new.name, new.partitions, created_with, target.topic_ids()
                 )
             except ClusterError as exc:
                 self.queue.note(f"mirror {self.name} cannot create {new.name}: {exc.code.name}")

@@ -442,3 +442,21 @@ def test_cli_compare__table_and_json() -> None:
     assert SHIPPED in listed.stdout
     refused = ccr_sim("compare", SHIPPED, "--seed", "1", "--param", "link_type=mirror")
     assert refused.returncode == 2 and "link_type" in refused.stderr
+
+
+def test_a_remote_topic_is_created_with_its_source_topics_configs() -> None:
+    """As the engine and MM2's createNewTopics: the remote topic holds no
+    record under the target's defaults (a default retention could delete
+    copied records before any later sync). The configs config sync would set
+    are those the source topic sets itself."""
+    spec = scenario(
+        namespace={"topics": 1, "partitions": 2, "retention_ms": 3_600_000,
+                   "cleanup_policy": "compact,delete"},
+    )  # fmt: skip
+    sim = run(spec)
+    remote = sim.clusters["B"].state.topics["A.A-t0"]
+    assert remote.overrides.get("retention.ms") == "3600000", remote.overrides
+    assert remote.overrides.get("cleanup.policy") == "compact,delete", remote.overrides
+    source = sim.clusters["A"].state.topics["A-t0"]
+    assert not any(k.startswith("internal.") for k in remote.overrides), remote.overrides
+    assert source.overrides.get("retention.ms") == "3600000"
