@@ -500,13 +500,35 @@ def check_link_convergence(
 # -- anomalies -------------------------------------------------------------------------
 
 
+def cut_since(
+    key: tuple[str, str, int],
+    offset: int,
+    since_ms: int,
+    truncations: Truncations,
+    cut_events: CutEvents | None,
+) -> bool:
+    """Whether a reported cut of the partition `key` at or below `offset`
+    can have removed a record written there at or after `since_ms`: with
+    `cut_events`, a cut made at or after that time (an earlier cut left the
+    offset to be written again); without them, any such cut."""
+    if cut_events is not None:
+        return any(e.offset <= offset and e.at_ms >= since_ms for e in cut_events.get(key, ()))
+    return any(cut <= offset for cut in truncations.get(key, ()))
+
+
 def check_lost_writes(
     history: History,
     final: FinalLogs,
     truncations: Truncations,
     deleted: Deleted | None = None,
     compacted: CompactedKeys | None = None,
+    cut_events: CutEvents | None = None,
 ) -> list[Violation]:
+    """lost_write: an acknowledged record is not at its offset in the final
+    log, and nothing accounts for it: a reported truncation at or below its
+    offset, retention, compaction. With `cut_events` (when each cut was
+    made) only a cut made after the send began can have removed the record;
+    without them (times not known) any cut at or below its offset does."""
     details: list[str] = []
     for o in history.sends():
         v = o.value
@@ -516,7 +538,7 @@ def check_lost_writes(
         log = final.get(key)
         if log is None or log.get(v.offset) == v.value:
             continue
-        if any(cut <= v.offset for cut in truncations.get(key, [])):
+        if cut_since(key, v.offset, o.invoke_ms, truncations, cut_events):
             continue  # removed by a reported truncation: counted in metrics, not lost
         if was_deleted(deleted, key, v.offset):
             continue  # its retention deleted it: configured, not lost
@@ -810,6 +832,7 @@ def check_sync_acks_kept(
     truncations: Truncations,
     compacted: CompactedKeys | None = None,
     deleted: Deleted | None = None,
+    cut_events: CutEvents | None = None,
 ) -> list[Violation]:
     """Invariant 4 at the end (after any failover): a record acknowledged in
     IN_SYNC is still at its offset on every follower that witnessed it,
@@ -826,7 +849,7 @@ def check_sync_acks_kept(
             log = final.get(key)
             if log is None or log.get(v.offset) == v.value:
                 continue
-            if any(cut <= v.offset for cut in truncations.get(key, [])):
+            if cut_since(key, v.offset, o.invoke_ms, truncations, cut_events):
                 continue
             if superseded(compacted, key, v.key, v.offset):
                 continue

@@ -167,7 +167,8 @@ def final_checks(sim: Simulation) -> None:
     final = final_logs(sim)
     compacted = compacted_keys(sim, final)
     sim.violations += checkers.check_lost_writes(
-        sim.history, final, sim.truncations, deleted=sim.deleted, compacted=compacted
+        sim.history, final, sim.truncations, deleted=sim.deleted, compacted=compacted,
+        cut_events=sim.cut_events,
     )
     sim.violations += checkers.check_unnamed_cuts(sim.history, final, sim.cut_events)
     sim.violations += sim.status_watch.violations
@@ -209,7 +210,7 @@ def final_checks(sim: Simulation) -> None:
     )
     sim.violations += checkers.check_sync_acks(sim.history)
     sim.violations += checkers.check_sync_acks_kept(
-        sim.history, final, sim.truncations, compacted, sim.deleted
+        sim.history, final, sim.truncations, compacted, sim.deleted, sim.cut_events
     )
     sim.violations += checkers.check_transactions_atomic(sim.history)
     sim.metrics.from_history(sim.history, final)
