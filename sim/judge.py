@@ -182,6 +182,7 @@ def final_checks(sim: Simulation) -> None:
         sim.truncations,
         sim.deleted,
         compacted,
+        sim.cut_events,
     )
     sim.violations += status_checks.check_hanging_transactions(
         states, up, sim.lost_for_good, sim.queue.now_ms

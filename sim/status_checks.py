@@ -58,11 +58,13 @@ from linkd.core.transactions import TxnMetadata, TxnState
 from sim.checkers import (
     DETAIL_MAX,
     CompactedKeys,
+    CutEvents,
     Deleted,
     FinalLogs,
     Truncations,
     Violation,
     _capped,
+    cut_since,
     superseded,
     was_deleted,
 )
@@ -692,9 +694,12 @@ def check_silent_loss(
     truncations: Truncations,
     deleted: Deleted | None = None,
     compacted: CompactedKeys | None = None,
+    cut_events: CutEvents | None = None,
 ) -> list[Violation]:
     """Invariant 10 over every acknowledged record with its followers (a
-    record a follower's log cleaner removed is not lost: `superseded`)."""
+    record a follower's log cleaner removed is not lost: `superseded`). With
+    `cut_events`, a cut excuses a record only if it was made after the
+    record's send began (`cut_since`)."""
     details: list[str] = []
     for op in history.sends():
         v = op.value
@@ -712,8 +717,9 @@ def check_silent_loss(
                 continue  # the follower held it, then its own retention deleted it
             if superseded(compacted, (follower, topic, v.partition), v.key, v.offset):
                 continue  # cleaned away there: a newer record of its key is held
+            cuts = Cuts(truncations, cut_events, op.invoke_ms)
             why = _excused(op.cluster, op.complete_ms, v, (follower, topic, link_id), states,
-                           failovers, truncations, lost)
+                           failovers, cuts, lost)
             if why is None:
                 details.append(
                     f"{v.value} acknowledged by {op.cluster} at {v.topic}-{v.partition}@"
@@ -769,6 +775,18 @@ def _in_gap(entries: list[ProvenanceItem], link_id: str, offset: int) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Cuts:
+    """The run's reported cuts, as they bear on one send (begun at `since_ms`)."""
+
+    truncations: Truncations
+    events: CutEvents | None
+    since_ms: int
+
+    def removed(self, key: tuple[str, str, int], offset: int) -> bool:
+        return cut_since(key, offset, self.since_ms, self.truncations, self.events)
+
+
 def _excused(
     source: str,
     acked_ms: int,
@@ -776,16 +794,16 @@ def _excused(
     owed: tuple[str, str, str],
     states: Mapping[str, ClusterState],
     failovers: list[FailoverReport],
-    truncations: Truncations,
+    cuts: Cuts,
     lost: set[str],
 ) -> str | None:
     """Which report names a record a follower lacks, if any. Once the
     follower failed the link over, only that failover's answer can excuse a
     record it lacks (its detach would, else, excuse everything)."""
     follower, topic, link_id = owed
-    if any(o <= v.offset for o in truncations.get((source, v.topic, v.partition), [])):
+    if cuts.removed((source, v.topic, v.partition), v.offset):
         return "the source cut it (reported)"
-    if any(o <= v.offset for o in truncations.get((follower, topic, v.partition), [])):
+    if cuts.removed((follower, topic, v.partition), v.offset):
         # The follower's copy was cut or deleted after it held the record:
         # a divergence, a recovery or an operator's delete-topic, each reported.
         return "the follower cut it (reported)"

@@ -413,3 +413,30 @@ def test_silent_loss__a_topic_that_left_the_link__is_not_owed_under_another_mapp
         history, {}, {"A": ClusterState("A"), "B": b}, {"A": True, "B": True}, set(), [], {}
     )
     assert (found == []) == judged.startswith("none"), found
+
+
+def test_silent_loss__only_a_cut_made_after_the_send_began_excuses_it() -> None:
+    """A cut of the source partition at offset 0 made before the record was
+    sent (t=5 against t=10) left the offset to be written again: it does not
+    explain why the follower lacks the record written there after it. A cut
+    made after the send began does; without times, any cut at or below it."""
+    from sim.status_checks import check_silent_loss
+
+    b, link_id = _follower_of("A-", "A-")
+    history = History()
+    history.add(Op("p", "source_producer", "A", "ok", 10, 11,
+                   Send("A-n0", 0, "v-1", 0, followers=(("B", "A-n0", link_id),))))  # fmt: skip
+    states = {"A": ClusterState("A"), "B": b}
+    up = {"A": True, "B": True}
+    key = ("A", "A-n0", 0)
+
+    def judged(events: checkers.CutEvents | None) -> list[checkers.Violation]:
+        return check_silent_loss(
+            history, {}, states, up, set(), [], {key: [0]}, cut_events=events
+        )
+
+    assert [v.invariant for v in judged({key: [checkers.CutEvent(5, 0, False)]})] == [
+        "10 silent loss"
+    ]
+    assert judged({key: [checkers.CutEvent(20, 0, False)]}) == []
+    assert judged(None) == []
