@@ -509,8 +509,9 @@ ENTRIES: tuple[Entry, ...] = (
         "plans_finished_at_rest", Unit.COUNT, Group.OPERATORS,
         "journalled plans (reverse, failover, recover) the liveness phase ran once more "
         "to finish them",
-        "one per (cluster, link) holding a plan when the run came to rest, counted as the "
-        "re-run starts: a re-run refused (a recover whose attach is refused) leaves its plan",
+        "one per re-run of a (cluster, link) holding a plan when the run came to rest, "
+        "counted as it starts: a re-run refused (a recover whose attach is refused) leaves "
+        "its plan, which runs (and counts) again once another plan was finished since",
         "no procedure was cut short and left unfinished",
     ),
     Entry(

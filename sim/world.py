@@ -150,6 +150,8 @@ class Simulation:
         self._found_in_flux: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         # Plans the liveness phase re-ran (at most once each), and in flight.
         self._plans_rerun: set[tuple[str, str]] = set()
+        # How many plans were journalled when the last re-runs were started.
+        self._plans_pending_at_rerun = -1
         # Whether a failover's source was live when its namespaces became
         # writable, until its answer is judged (invariant 10).
         self._failover_live: dict[tuple[str, str], bool] = {}
@@ -398,7 +400,22 @@ class Simulation:
         """Liveness: a procedure a crash cut short is finished by its
         documented finishing command, run once more on the cluster that
         holds its plan: reverse; failover (forced if the first run was);
-        recover, confirmed."""
+        recover, confirmed. One plan may wait for another (a recover whose
+        namespaces an unfinished reverse of another link moves is refused
+        until that reverse is finished), as an operator finds out: a plan
+        left after its re-run is run again once another plan was finished
+        since, and not otherwise."""
+        pending = {
+            (cid, link)
+            for cid in self.cluster_ids
+            if self.clusters[cid].up
+            for link in self.clusters[cid].state.plans.plans
+        }
+        if pending and not self._plans_running and pending <= self._plans_rerun:
+            if len(pending) < self._plans_pending_at_rerun:
+                self._plans_rerun -= pending  # another plan finished since: again
+        if pending - self._plans_rerun:
+            self._plans_pending_at_rerun = len(pending)
         for cid in self.cluster_ids:
             node = self.clusters[cid]
             if not node.up:
@@ -1506,7 +1523,9 @@ class Simulation:
         """A follower partition of the link that does not end where its
         source's log and high watermark end (the states may say FOLLOWING on
         a round that ended before the source cut its log, or before a
-        transaction's markers were acknowledged there)."""
+        transaction's markers were acknowledged there), or a follower topic
+        with fewer partitions than its source (no row lags for a partition
+        the follower has not learned of)."""
         state = node.state
         config = state.links.get(name)
         runtime = state.links.runtime[name]
@@ -1518,8 +1537,13 @@ class Simulation:
             theirs = remote.state.topics.get(source)
             if theirs is None:
                 continue
+            mine = state.topics[topic].partitions
+            if len(mine) < len(theirs.partitions):
+                # Partitions the source added that the follower has not
+                # learned of yet: its next discovery grows the topic.
+                return f"{topic} ({len(mine)} of the source's {len(theirs.partitions)} partitions)"
             storage_back = self.queue.now_ms >= node.storage_refused_until_ms
-            for p, log in enumerate(state.topics[topic].partitions):
+            for p, log in enumerate(mine):
                 refusal = runtime.refused.get((topic, p))
                 if refusal is not None and storage_back and (
                     refusal.code is ErrorCode.STORAGE_REFUSED
