@@ -66,12 +66,12 @@ from linkd.core.partition import PartitionLog
 from linkd.core.plans import PlanStep
 from linkd.core.provenance import Gap
 from linkd.core.replication import (
+    cut_replica,
     detach_provenance,
     follower_mappings,
     gaps_of,
     provenance_summary,
     start_new_epochs,
-    truncate_replica,
 )
 
 ROLES = ("leader", "follower")
@@ -1297,9 +1297,9 @@ def cut_to_stable(
     for (topic, partition), offsets in sorted(firsts.items()):
         log = state.partition(topic, partition)
         end, stable = log.log_end_offset, min(offsets)
-        effects += truncate_replica(
+        effects += cut_replica(
             state, topic, partition, stable, config, "failover at the last stable offset"
-        )
+        ).effects
         assert log.log_end_offset == stable and not log.ongoing_txns, (
             f"{log.name}: cut at {stable} by the failover, log end {log.log_end_offset}, "
             f"open {log.ongoing_txns}"

@@ -558,18 +558,6 @@ def uncommitted_by_cut(
     )
 
 
-def truncate_replica(
-    state: ClusterState,
-    topic_name: str,
-    partition: int,
-    offset: int,
-    config: LinkConfig | None = None,
-    reason: str = "diverged",
-) -> list[Effect]:
-    """`cut_replica`'s effects."""
-    return cut_replica(state, topic_name, partition, offset, config, reason).effects
-
-
 def cut_replica(
     state: ClusterState,
     topic_name: str,
