@@ -148,7 +148,8 @@ class Simulation:
         # Of those, the ones a reversal began on while the two halves of its
         # link disagreed on the mapping (a change not yet converged).
         self._found_in_flux: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-        # Plans the liveness phase re-ran (at most once each), and in flight.
+        # Plans the liveness phase re-ran (again only once another plan finished
+        # since: `_finish_plans`), and how many are in flight.
         self._plans_rerun: set[tuple[str, str]] = set()
         # How many plans were journalled when the last re-runs were started.
         self._plans_pending_at_rerun = -1
