@@ -24,7 +24,7 @@ def _plain(at: int) -> bytes:
     return rb.build_batch([rb.RecordSpec(None, b"p", NOW)], base_offset=at)
 
 
-def _follower_log() -> ClusterState:
+def _follower_log(marker: int = rb.CONTROL_COMMIT) -> ClusterState:
     """orders-1-0: a plain record (0), a transaction of producer 7 (1-2), a
     plain record (3), its COMMIT (4), a plain record (5); all readable."""
     state = ClusterState("B")
@@ -41,10 +41,10 @@ def _follower_log() -> ClusterState:
     )
     _add(state, txn)
     _add(state, _plain(3))
-    commit = rb.build_control_batch(
-        marker=rb.CONTROL_COMMIT, producer_id=PID, producer_epoch=0, timestamp=NOW, base_offset=4
+    ended = rb.build_control_batch(
+        marker=marker, producer_id=PID, producer_epoch=0, timestamp=NOW, base_offset=4
     )
-    _add(state, commit, rb.CONTROL_COMMIT)
+    _add(state, ended, marker)
     _add(state, _plain(5))
     log.high_watermark = log.durable_offset = log.log_end_offset
     return state
@@ -54,23 +54,18 @@ def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> Non
     state = _follower_log()
     log = state.topics["orders-1"].partitions[0]
     assert not log.ongoing_txns and log.last_stable_offset == 6  # committed, readable
-    committed = rep.committed_at_or_after(log, 4)
-    assert committed == {PID}
-    log.truncate_to(4)
-    uncommitted = rep.uncommitted_by_cut(log, committed, 4)
-    assert uncommitted == ((PID, 1),)  # open again from offset 1: not readable
+    cut = rep.cut_replica(state, "orders-1", 0, 4)
+    assert cut.uncommitted == ((PID, 1),)  # open again from offset 1: not readable
     assert log.last_stable_offset == 1
-    said = rounds.Truncation("orders-1", 0, 4, uncommitted).describe("cb0")
+    said = rounds.Truncation("orders-1", 0, 4, cut.uncommitted).describe("cb0")
     assert "truncated to 4" in said and f"producer {PID} from offset 1" in said
 
 
 def test_a_cut_above_the_marker_or_of_an_abort_names_nothing() -> None:
+    aborted = _follower_log(rb.CONTROL_ABORT)
+    assert rep.cut_replica(aborted, "orders-1", 0, 4).uncommitted == ()
     state = _follower_log()
-    log = state.topics["orders-1"].partitions[0]
-    committed = rep.committed_at_or_after(log, 5)
-    assert committed == set()
-    log.truncate_to(5)
-    assert rep.uncommitted_by_cut(log, committed, 5) == ()
+    assert rep.cut_replica(state, "orders-1", 0, 5).uncommitted == ()
     said = rounds.Truncation("orders-1", 0, 5).describe("cb0")
     assert said == "link 'cb0': orders-1-0 diverged from its source, truncated to 5"
 

@@ -42,7 +42,7 @@ from itertools import pairwise
 from typing import Protocol
 
 from linkd.core.cluster import ClusterState
-from linkd.core.partition import PartitionLog
+from linkd.core.partition import BatchEntry, PartitionLog
 from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.records import CONTROL_COMMIT
 
@@ -348,29 +348,41 @@ class ReopenedTxn:
         )
 
 
-def reopened_by_cut(log: PartitionLog, side: PartitionSide, cut: int) -> tuple[ReopenedTxn, ...]:
-    """The transactions of `log` (whose side is `side`) a cut at `cut`
-    reopens: first record below the cut, marker at or above it."""
+def transactions_cut(log: PartitionLog, cut: int) -> list[tuple[int, int, BatchEntry]]:
+    """(producer id, first offset, marker batch) of each transaction of `log`
+    that a cut at `cut` reopens: its first record below the cut, its marker
+    at or above it. Read before the cut is made."""
     if cut >= log.log_end_offset:
-        return ()
-    points = origin_points(side)
+        return []
     ongoing: dict[int, int] = {}
-    out: list[ReopenedTxn] = []
+    out: list[tuple[int, int, BatchEntry]] = []
     for b in log.batches:
         if b.producer_id < 0:
             continue
         if b.is_control:
             first = ongoing.pop(b.producer_id, None)
             if first is not None and first < cut <= b.base_offset:
-                own = _at(points, b.base_offset) == side.cluster_id
-                replicated = _at(points, first) != side.cluster_id
-                committed = b.control_type == CONTROL_COMMIT
-                out.append(
-                    ReopenedTxn(b.producer_id, first, b.base_offset, committed, own, replicated)
-                )
+                out.append((b.producer_id, first, b))
         elif b.is_transactional and b.producer_id not in ongoing:
             ongoing[b.producer_id] = b.base_offset
-    return tuple(out)
+    return out
+
+
+def reopened_by_cut(log: PartitionLog, side: PartitionSide, cut: int) -> tuple[ReopenedTxn, ...]:
+    """The transactions of `log` (whose side is `side`) a cut at `cut`
+    reopens (`transactions_cut`), with who wrote their records and marker."""
+    points = origin_points(side)
+    return tuple(
+        ReopenedTxn(
+            pid,
+            first,
+            marker.base_offset,
+            marker.control_type == CONTROL_COMMIT,
+            _at(points, marker.base_offset) == side.cluster_id,
+            _at(points, first) != side.cluster_id,
+        )
+        for pid, first, marker in transactions_cut(log, cut)
+    )
 
 
 def unreadable_ranges(log: PartitionLog) -> tuple[tuple[int, int], ...]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from linkd.core import histories
 from linkd.core import journal as jr
 from linkd.core import records as rb
 from linkd.core.cluster import ClusterState, refused_batch
@@ -531,33 +532,6 @@ class ReplicaCut:
     uncommitted: tuple[tuple[int, int], ...] = ()
 
 
-def committed_at_or_after(log: PartitionLog, offset: int) -> set[int]:
-    """The producers with a COMMIT marker in the batch holding `offset` or
-    after it in `log` (what a cut at `offset` removes: it cuts at the batch
-    boundary at or below it)."""
-    return {
-        b.producer_id
-        for b in log.batches[log.batch_index_at(offset) :]
-        if b.is_control and b.control_type == rb.CONTROL_COMMIT
-    }
-
-
-def uncommitted_by_cut(
-    log: PartitionLog, committed: set[int], cut: int
-) -> tuple[tuple[int, int], ...]:
-    """After `log` was cut at `cut`: of the producers whose COMMIT markers the
-    cut removed (`committed`, from `committed_at_or_after` before it), those
-    whose transaction is open again, begun below the cut, as (producer id,
-    first offset)."""
-    return tuple(
-        sorted(
-            (pid, first)
-            for pid, first in log.ongoing_txns.items()
-            if pid in committed and first < cut
-        )
-    )
-
-
 def cut_replica(
     state: ClusterState,
     topic_name: str,
@@ -585,12 +559,16 @@ def cut_replica(
         return ReplicaCut([])
     removed = log.log_end_offset - boundary
     assert log.log_start_offset <= boundary < log.log_end_offset, (log.name, boundary)
-    committed = committed_at_or_after(log, boundary)
+    # Transactions whose COMMIT the cut removes, begun below it.
+    uncommitted = tuple(
+        (pid, first)
+        for pid, first, marker in histories.transactions_cut(log, boundary)
+        if marker.control_type == rb.CONTROL_COMMIT
+    )
     log.truncate_to(boundary)
     assert log.log_end_offset == boundary and log.high_watermark <= boundary, (
         log.name, boundary, log.log_end_offset, log.high_watermark
     )
-    uncommitted = uncommitted_by_cut(log, committed, boundary)
     effects: list[Effect] = [
         TruncateLog(topic.topic_id, partition, boundary),
         Journal((state.cut_epochs(topic_name, partition, boundary),)),
