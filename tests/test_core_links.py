@@ -20,6 +20,7 @@ from linkd.core.journal import EpochsCut, decode
 from linkd.core.links import (
     Field,
     LinkLimits,
+    LinkState,
     LinkTable,
     Mapping,
     merge_configs,
@@ -447,3 +448,25 @@ def test_the_fetch_offset__is_how_far_the_follower_log_is_durable__never_more() 
     effects = rep.append_replica(follower, "orders-1", 0, b"".join(stored), 0)
     assert [e.header.base_offset for e in effects if isinstance(e, AppendBatch)] == [3]
     assert follower.partition("orders-1", 0).log_end_offset == 5
+
+
+def test_copying_behind__a_follower_partition_still_copying_from_its_own_source() -> None:
+    """What lets a follower ahead of this cluster's copy wait rather than be
+    cut to its log end (`plan_replica_fetch`, `check_marks`): this cluster's
+    partition copies from a source of its own and has not caught up. A
+    partition its link refuses or holds, a link that is disconnected, and a
+    partition this cluster leads do not."""
+    source, follower = linked_states()
+    assert follower.links.state_of("ab") is LinkState.DISCONNECTED
+    assert not rep.copying_behind(follower, "orders-1", 0)  # no contact: it may never catch up
+    follower.links.on_contact("ab", NOW)
+    assert rep.copying_behind(follower, "orders-1", 0)  # not fetched yet
+    follower.links.on_progress("ab", "orders-1", 0, "follower", 3, 5, NOW)
+    assert rep.copying_behind(follower, "orders-1", 0)  # 2 records behind
+    follower.links.on_progress("ab", "orders-1", 0, "follower", 5, 5, NOW)
+    assert not rep.copying_behind(follower, "orders-1", 0)  # caught up
+    follower.links.on_progress("ab", "orders-1", 0, "follower", 3, 5, NOW)
+    runtime = follower.links.runtime["ab"]
+    runtime.refused[("orders-1", 0)] = ClusterError(ErrorCode.DIVERGED_LOG, "x", "held")
+    assert not rep.copying_behind(follower, "orders-1", 0)  # held: it will not catch up
+    assert not rep.copying_behind(source, "orders-1", 0)  # led here

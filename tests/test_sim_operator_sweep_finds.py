@@ -66,6 +66,8 @@ FOUND = [
     (208, 2, "a rolled-back reversal found the namespace reserved"),
     (66, 3, "a rolled-back reversal found two writers after a failover"),
     (27, 4, "a rolled-back reversal found no writer (a deleted link)"),
+    # (Also: a source partition its own link holds uncut must not make a
+    # follower ahead of it wait for it to catch up; see seed 21148.)
     (198, 4, "a re-run at rest rolled back, the group reserved before"),
     # A release-reattach (detach, set-reserved off, attach) after a reversal
     # did not take the namespace out of the check; its refused attach left the
@@ -243,6 +245,12 @@ FOUND = [
     # ...and it re-ran each journalled plan once, a recover before the
     # reverse it waited for: a plan left runs again once another finished.
     (20950, 3, "a plan waiting for another is run again once that one finished"),
+    # A source whose partition was itself still copying from its own source
+    # (its topic just created again there) told a follower ahead of it to cut
+    # to its log end: 33 records a partition cut that came back at the same
+    # offsets (`false_divergence`). The follower now waits until that source
+    # has caught up, and is cut where the logs really part.
+    (21148, 4, "a follower ahead of a source still catching up waits"),
 ]
 
 

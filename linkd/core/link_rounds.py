@@ -712,6 +712,12 @@ def check_marks(
                 "followed: detach its namespace, or delete that topic and attach again",
             )
         common = max(oldest, log.log_start_offset)
+    if common == log.log_end_offset < follower_end and rep.copying_behind(
+        state, part.source_topic, part.partition
+    ):
+        # The follower holds all of this log and more, and this partition is
+        # still copying from its own source: it waits (`plan_replica_fetch`).
+        return None
     if common < follower_end:
         return rep.Diverged(common, -1)
     return None

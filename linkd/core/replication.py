@@ -42,6 +42,7 @@ from linkd.core.links import (
     Leader,
     LinkConfig,
     LinkMode,
+    LinkState,
     Mapping,
     MappingType,
     Role,
@@ -122,6 +123,14 @@ def plan_replica_fetch(
             "on the link",
         )
     log = state.partition(topic, partition)
+    if fetch_offset > log.log_end_offset and copying_behind(state, topic, partition):
+        # This partition is itself a follower, behind its own source: the
+        # follower may hold records it is about to copy too. Nothing to copy
+        # yet; once it has caught up, a follower still ahead is cut here, and
+        # one it passed is checked by epoch and marks as always.
+        end = log.log_end_offset
+        return ReplicaFetchPlan(end, end, log.high_watermark, log.log_start_offset,
+                                log.leader_epoch)  # fmt: skip
     if last_fetched_epoch >= 0 and fetch_offset > log.log_start_offset:
         epoch, end = epoch_end_offset(log, last_fetched_epoch)
         if epoch < 0 or end < fetch_offset:
@@ -144,6 +153,25 @@ def plan_replica_fetch(
         log.log_start_offset,
         log.leader_epoch,
     )
+
+
+def copying_behind(state: ClusterState, topic: str, partition: int) -> bool:
+    """Whether this cluster's partition copies from a source of its own over
+    a link and has not caught up with it (or has not fetched it yet): its
+    link is not DISCONNECTED, and does not refuse or hold the partition."""
+    for name, config in state.links.configs.items():
+        if config.mapping_for(topic, "follower") is None:
+            continue
+        runtime = state.links.runtime.get(name)
+        if (
+            runtime is None
+            or (topic, partition) in runtime.refused
+            or state.links.state_of(name) in (None, LinkState.DISCONNECTED)
+        ):
+            return False
+        row = runtime.partitions.get((topic, partition, Role.FOLLOWER))
+        return row is None or row.lag_records() > 0
+    return False
 
 
 def follower_position(state: ClusterState, topic: str, partition: int) -> tuple[int, int]:
