@@ -416,3 +416,25 @@ def test_a_quiet_partition_whose_hw_an_answer_moved_is_in_that_answer() -> None:
     assert answer.hw_moved
     hws = {(p.source_topic, p.partition): p.high_watermark for p in answer.partitions}
     assert hws == {("orders-1", 0): 2, ("orders-2", 0): 2}
+
+
+def test_a_fetch_beyond_the_log_end__is_no_position_and_acknowledges_nothing() -> None:
+    """A follower ahead of this side's log (it waits while this side still
+    copies the partition from a source of its own) holds none of what this
+    side writes later at the offsets it claims: such a fetch is not recorded,
+    so a SYNC floor never covers records it has not fetched, and the link
+    goes OUT_OF_SYNC if it keeps waiting past the lag time."""
+    table = sync_table()
+    table.set_mode("ab", "sync", NOW + 1)
+    table.register_led_partitions("ab", {("t", 0)}, NOW + 1)
+    table.on_leader_fetch("ab", "t", 0, 10, 10, 10, NOW + 2)
+    assert table.state_name("ab") == "IN_SYNC" and table.sync_floor("t", 0) == 10
+    # It fetches at 40: 30 beyond the end. This side then writes 10..19.
+    table.on_leader_fetch("ab", "t", 0, 40, 10, 10, NOW + 3)
+    table.on_leader_fetch("ab", "t", 0, 40, 20, 10, NOW + 4)
+    assert table.runtime["ab"].partitions[("t", 0, "leader")].log_end_offset == 10
+    assert table.sync_floor("t", 0) == 10
+    table.tick(NOW + 4 + LAG_MS + 1)
+    assert table.state_name("ab") == "OUT_OF_SYNC"
+    table.on_leader_fetch("ab", "t", 0, 20, 20, 20, NOW + 2_000)
+    assert table.state_name("ab") == "IN_SYNC" and table.sync_floor("t", 0) == 20

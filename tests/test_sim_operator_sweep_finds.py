@@ -251,6 +251,11 @@ FOUND = [
     # offsets (`false_divergence`). The follower now waits until that source
     # has caught up, and is cut where the logs really part.
     (21148, 4, "a follower ahead of a source still catching up waits"),
+    # With that wait alone, the waiting follower's fetch was recorded beyond
+    # the source's log end, and that position acknowledged SYNC writes the
+    # source made there later (`sync_ack_lost`): a recorded position is
+    # capped at the log end.
+    (20653, 4, "a follower's position beyond the log end acknowledges nothing"),
 ]
 
 

@@ -665,7 +665,14 @@ def _leader_fetched(
     now_ms: int,
 ) -> None:
     """`LinkTable.on_leader_fetch`'s row: the follower fetched at
-    `fetch_offset` a log that ends at `log_end_offset` with `high_watermark`."""
+    `fetch_offset` a log that ends at `log_end_offset` with `high_watermark`.
+    A fetch beyond the log end is no position in this log (the follower
+    waits, ahead of it, while this side still copies the partition from its
+    own source): nothing is recorded, so records written here later at
+    offsets it claims are not taken as copied (a SYNC acknowledgement waits
+    for them, and its row's lag grows until it really fetches)."""
+    if fetch_offset > log_end_offset:
+        return
     key = (topic, partition, "leader")
     progress = rows.get(key)
     if progress is None:
