@@ -1363,9 +1363,10 @@ def _provenance_text(e: dict[str, Any]) -> str:
         f"from {u['first_offset']} are no longer committed here"
         for u in e.get("uncommitted", [])
     )
+    when = f", at {e['at_ms']} ms" if e.get("at_ms") else ""
     return (
         f"at {e['offset']}: truncated{why} ({e['removed_records']} records removed, "
-        f"link {link}{moved}{reopened})"
+        f"link {link}{when}{moved}{reopened})"
     )
 
 

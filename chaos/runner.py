@@ -84,6 +84,12 @@ from sim.history import Commit, History, Op, Poll, Send
 from sim.store import PartitionStore, StoredBatch
 
 TOPIC = f"{TOPIC_PREFIX}x"
+# The run time of a reported cut whose time is not known: after every send.
+UNTIMED = 2**62
+# A daemon's cut time (its wall clock) in run time is known to within the
+# two clocks' rounding: it is taken as this much later, so that a cut made
+# just after a send began is never read as made before it.
+CUT_CLOCK_SLACK_MS = 100
 PARTITIONS = 2
 # The group namespace every link replicates (the same prefix as the topic
 # namespace), and the group the committer commits in on the leader.
@@ -236,6 +242,11 @@ class Run:
         self.lifecycle = threading.RLock()  # daemon kill/start/pause from two threads
         self.extra_proxies: list[FaultProxy] = []  # links the operators created
         self.cuts: Cuts = {}  # reported truncations as offset ranges (silent_loss)
+        # Each reported truncation with when it was made, or at the latest
+        # learned (`checkers.cut_since`: only a cut made after a send began
+        # excuses its record's loss); a cut whose time is not known counts as
+        # made at the end (`UNTIMED`).
+        self.cut_events: checkers.CutEvents = {}
         # Ranges a reported cut made uncommitted (it removed their COMMIT): invariant 5.
         self.reopened: checkers.Reopened = {}
         # The schedule's failover steps: their answers' cuts (with when each
@@ -684,6 +695,7 @@ class Run:
                     # would excuse the next one written there).
                     self.truncations.setdefault(key, []).append(cut)
                     self.cuts.setdefault(key, []).append((cut, cut + removed))
+                    self._cut_at(key, cut, self.recorder.now_ms(), by_link=False)
                 self.note(
                     f"unclean election on {cluster}:{TOPIC}-{p.partition}: removed "
                     f"{done['removed_records']} record(s), epoch {done['leader_epoch']}"
@@ -801,6 +813,7 @@ class Run:
             self.truncations.setdefault(key, []).append(low)
             self.cuts.setdefault(key, []).append((low, low + max(removed, 1)))
             self.failover_cuts.setdefault(key, []).append((low, low + removed, answered))
+            self._cut_at(key, low, answered, by_link=False)
         cut = sum(int(row["records_removed"]) for row in result.truncated)
         self.note(
             f"failover on {cluster}: abandoned {len(result.abandoned)} partition(s), "
@@ -875,6 +888,7 @@ class Run:
             if p["truncate_to"] < p["local_log_end_offset"]:
                 key = (cluster, str(p["topic"]), int(p["partition"]))
                 self.truncations.setdefault(key, []).append(int(p["truncate_to"]))
+                self._cut_at(key, int(p["truncate_to"]), recovered, by_link=False)
         totals = report["totals"]
         self.note(
             f"recover --confirm on {cluster} via {new}: {totals['local_records_lost']} "
@@ -1161,9 +1175,18 @@ class Run:
                                 self.truncations.setdefault(key, []).append(start)
                                 cut = (start, start + max(removed, 1))
                                 self.cuts.setdefault(key, []).append(cut)
+                                at = int(e.get("at_ms", 0))
+                                by_link = e.get("reason") == "diverged"
+                                run_ms = at - self.t0_wall_ms + CUT_CLOCK_SLACK_MS
+                                self._cut_at(key, start, run_ms if at else UNTIMED, by_link)
                             self.reopened.setdefault(key, []).extend(
                                 (int(u["first_offset"]), start) for u in e.get("uncommitted", [])
                             )
+
+    def _cut_at(self, key: tuple[str, str, int], offset: int, at_ms: int, by_link: bool) -> None:
+        """A reported truncation of `key` at `offset`, made at `at_ms` (run
+        time) or before."""
+        self.cut_events.setdefault(key, []).append(checkers.CutEvent(at_ms, offset, by_link))
 
     def note_reopened(self) -> None:
         """Says which reported cuts removed a transaction's COMMIT (invariant 5
@@ -1332,7 +1355,9 @@ class Run:
         out: list[Violation] = []
         out += checkers.check_reserved_writes(history)
         kept = History([o for o in history.ops if not self._topic_replaced(o)])
-        out += checkers.check_lost_writes(kept, final, self.truncations, self._deleted())
+        out += checkers.check_lost_writes(
+            kept, final, self.truncations, self._deleted(), cut_events=self.cut_events
+        )
         out += checkers.check_duplicates(final)
         # read_committed polls are judged against what read_committed reveals.
         uncommitted = History([o for o in history.ops if not _rc_poll(o)])
@@ -1582,7 +1607,9 @@ class Run:
                         o, cluster=link.follower,
                         process=f"{o.process} (acked by {o.cluster} while {link.name} IN_SYNC)",
                     ))  # fmt: skip
-        found = checkers.check_lost_writes(derived, final, self.truncations)
+        found = checkers.check_lost_writes(
+            derived, final, self.truncations, cut_events=self.cut_events
+        )
         return [
             Violation(f"4 sync acks / {v.invariant}", v.detail)
             if v.invariant == "lost_write"

@@ -54,7 +54,7 @@ def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> Non
     state = _follower_log()
     log = state.topics["orders-1"].partitions[0]
     assert not log.ongoing_txns and log.last_stable_offset == 6  # committed, readable
-    cut = rep.cut_replica(state, "orders-1", 0, 4)
+    cut = rep.cut_replica(state, "orders-1", 0, 4, now_ms=0)
     assert cut.uncommitted == ((PID, 1),)  # open again from offset 1: not readable
     assert log.last_stable_offset == 1
     said = rounds.Truncation("orders-1", 0, 4, cut.uncommitted).describe("cb0")
@@ -63,9 +63,9 @@ def test_a_cut_below_a_commit_marker_names_the_transaction_it_uncommits() -> Non
 
 def test_a_cut_above_the_marker_or_of_an_abort_names_nothing() -> None:
     aborted = _follower_log(rb.CONTROL_ABORT)
-    assert rep.cut_replica(aborted, "orders-1", 0, 4).uncommitted == ()
+    assert rep.cut_replica(aborted, "orders-1", 0, 4, now_ms=0).uncommitted == ()
     state = _follower_log()
-    assert rep.cut_replica(state, "orders-1", 0, 5).uncommitted == ()
+    assert rep.cut_replica(state, "orders-1", 0, 5, now_ms=0).uncommitted == ()
     said = rounds.Truncation("orders-1", 0, 5).describe("cb0")
     assert said == "link 'cb0': orders-1-0 diverged from its source, truncated to 5"
 
@@ -75,13 +75,14 @@ def test_the_cut_records_the_transactions_it_uncommits_in_its_provenance_entry()
     the reopened transaction, and the journal's form keeps it over a restart."""
     state = _follower_log()
     config = state.links.new_config("cb0", "id-9", "C", "c:1", "", "local_dials", "", NOW)
-    cut = rep.cut_replica(state, "orders-1", 0, 4, config)
+    cut = rep.cut_replica(state, "orders-1", 0, 4, config, now_ms=NOW + 7)
     assert cut.uncommitted == ((PID, 1),)
     entry = state.topics["orders-1"].provenance[0][-1]
     assert entry.kind is ProvenanceKind.TRUNCATED and entry.offset == 4
     assert entry.uncommitted == ((PID, 1),) and entry.removed == 2
+    assert entry.at_ms == NOW + 7  # when it was cut: a loss judge excuses only later sends
     stored = entry.to_entry()
-    assert stored["uncommitted"] == [[PID, 1]]
+    assert stored["uncommitted"] == [[PID, 1]] and stored["at_ms"] == NOW + 7
     assert ProvenanceItem.from_entry(stored) == entry
     replayed = ClusterState("B")
     replayed.create_topic("orders-1", 1, {}, "t-1")
@@ -92,7 +93,7 @@ def test_the_cut_records_the_transactions_it_uncommits_in_its_provenance_entry()
 def test_a_cut_that_uncommits_nothing_stores_the_entry_as_before() -> None:
     state = _follower_log()
     config = state.links.new_config("cb0", "id-9", "C", "c:1", "", "local_dials", "", NOW)
-    cut = rep.cut_replica(state, "orders-1", 0, 5, config)
+    cut = rep.cut_replica(state, "orders-1", 0, 5, config, now_ms=0)  # (a time not known)
     assert cut.uncommitted == ()
     stored = state.topics["orders-1"].provenance[0][-1].to_entry()
     assert stored == {

@@ -167,7 +167,7 @@ def replicate(source: ClusterState, follower: ClusterState, stored: list[bytes])
     offset, epoch = rep.follower_position(follower, "orders-1", 0)
     plan = rep.plan_replica_fetch(source, "id-1", "orders-1", 0, offset, epoch)
     if isinstance(plan, rep.Diverged):
-        rep.cut_replica(follower, "orders-1", 0, plan.end_offset)
+        rep.cut_replica(follower, "orders-1", 0, plan.end_offset, now_ms=NOW)
         return
     data = b"".join(
         b
@@ -247,7 +247,7 @@ def test_cut_replica_returns_the_effect_at_a_batch_boundary() -> None:
         stored += [e.batch for e in result.effects if isinstance(e, AppendBatch)]
     source.mark_durable("orders-1", 0, 6)
     replicate(source, follower, stored)
-    effects = rep.cut_replica(follower, "orders-1", 0, 4).effects
+    effects = rep.cut_replica(follower, "orders-1", 0, 4, now_ms=NOW).effects
     # The cut, and the journal's word that epoch bumps from 3 on are void.
     assert effects == [TruncateLog("fol-id", 0, 3), Journal((EpochsCut("orders-1", 0, 3),))]
 
@@ -413,7 +413,8 @@ def test_divergence_cut__replicated_group_offsets_past_it_move_back__and_are_rep
                 "ts": NOW,
             })
         )
-    effects = rep.cut_replica(follower, "orders-1", 0, 4, follower.links.get("ab")).effects
+    cut = rep.cut_replica(follower, "orders-1", 0, 4, follower.links.get("ab"), now_ms=NOW)
+    effects = cut.effects
     assert isinstance(effects[0], TruncateLog) and effects[0].offset == 4
 
     def committed(group: str) -> int:

@@ -406,6 +406,7 @@ def test_a_divergence_cut_that_removes_a_commit_marker_names_the_transaction(
     producer.commit_transaction(WAIT_S)
     producer.close()
     wait_for("B has the COMMIT", lambda: high_watermarks(b.bootstrap, "orders-t") == [3])
+    elected_ms = int(time.time() * 1000)
     fault = cli_json(
         a.bootstrap, "fault", "unclean-election", "--topic", "orders-t", "--partition", "0",
         "--truncate-to", "2",
@@ -421,10 +422,13 @@ def test_a_divergence_cut_that_removes_a_commit_marker_names_the_transaction(
     wait_for("B cut at the divergence", lambda: cut_entry() is not None)
     entry = cut_entry()
     assert entry is not None and entry["offset"] == 2 and entry["removed_records"] == 1
+    # When B cut (its wall clock): after the election began; the text says it too.
+    assert entry["at_ms"] >= elected_ms, (entry, elected_ms)
     assert [u["first_offset"] for u in entry["uncommitted"]] == [0], entry
     pid = entry["uncommitted"][0]["producer_id"]
     text = run_cli("provenance", "orders-t", bootstrap=b.bootstrap).stdout
     assert f"removed the COMMIT of producer {pid}'s transaction: its records from 0" in text
+    assert f"at {entry['at_ms']} ms" in text
 
 
 def mappings_of(bootstrap: str) -> set[tuple[str, str, str, str]]:

@@ -163,7 +163,8 @@ def test_an_epoch_bump_a_cut_removed__does_not_come_back_after_a_restart() -> No
     for _ in range(2):  # epochs 1 and 2, both from offset 5
         node.execute(state.unclean_election("orders", 0, 5)[2], "metadata", _sized)
     append(3)  # epoch-2 batches at 5..8
-    node.execute(rep.cut_replica(state, "orders", 0, 3).effects, "replica", _sized)  # a cut at 3
+    cut = rep.cut_replica(state, "orders", 0, 3, now_ms=0)
+    node.execute(cut.effects, "replica", _sized)  # a cut at 3
     append(5)  # epoch-0 batches at 3..8
     node.execute(state.unclean_election("orders", 0, 8)[2], "metadata", _sized)  # epoch 1 at 8
     log = state.partition("orders", 0)

@@ -1243,7 +1243,7 @@ def _failover_effects(
     # every transaction open before the failover and not open after it.
     open_before = state.dangling_transactions(prefixes)
     if config.failover_truncation is FailoverTruncation.LAST_STABLE_OFFSET:
-        out.truncated, cut_effects = cut_to_stable(state, config, open_before)
+        out.truncated, cut_effects = cut_to_stable(state, config, open_before, now_ms)
         effects += cut_effects
     cut = {(c.topic, c.partition) for c in out.truncated}
     for mapping in list(config.attached_mappings()):
@@ -1283,7 +1283,7 @@ def _failover_effects(
 
 
 def cut_to_stable(
-    state: ClusterState, config: LinkConfig, open_txns: Sequence[DanglingTxn]
+    state: ClusterState, config: LinkConfig, open_txns: Sequence[DanglingTxn], now_ms: int
 ) -> tuple[list[FailoverCut], list[Effect]]:
     """failover.truncation last-stable-offset: each follower partition with
     a replicated transaction still open is cut where the first of them
@@ -1298,7 +1298,8 @@ def cut_to_stable(
         log = state.partition(topic, partition)
         end, stable = log.log_end_offset, min(offsets)
         effects += cut_replica(
-            state, topic, partition, stable, config, "failover at the last stable offset"
+            state, topic, partition, stable, config, "failover at the last stable offset",
+            now_ms=now_ms,
         ).effects
         assert log.log_end_offset == stable and not log.ongoing_txns, (
             f"{log.name}: cut at {stable} by the failover, log end {log.log_end_offset}, "

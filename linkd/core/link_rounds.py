@@ -1173,8 +1173,9 @@ def apply_replica_fetch(
                 held_at.append((local, fetched.partition, fetched.diverging_end_offset))
                 continue
             replica_cut = rep.cut_replica(
-                state, local, fetched.partition, fetched.diverging_end_offset, config
-            )
+                state, local, fetched.partition, fetched.diverging_end_offset, config,
+                now_ms=now_ms,
+            )  # fmt: skip
             effects += replica_cut.effects
             cut = state.partition(local, fetched.partition)
             # Cut where the source says the logs part (or to its start), never above.
@@ -1619,7 +1620,7 @@ def settle_orphans(
     for topic, p in sorted(orphaned):
         log = state.partition(topic, p)
         if log.hw_cap is not None and log.log_end_offset > log.hw_cap:
-            cut = rep.cut_replica(state, topic, p, log.hw_cap, config, "source gone")
+            cut = rep.cut_replica(state, topic, p, log.hw_cap, config, "source gone", now_ms=now_ms)
             if cut.effects:
                 effects += cut.effects
                 cuts.append(Truncation(topic, p, log.log_end_offset, cut.uncommitted))

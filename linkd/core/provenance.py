@@ -65,7 +65,8 @@ class ProvenanceItem:
     reason: str = ""
     offsets_moved: tuple[tuple[str, int], ...] = ()
     to_offset: int = 0  # GAP: the first offset after the range never copied
-    at_ms: int = 0  # GAP: when the follower found it
+    # GAP: when the follower found it; TRUNCATED: when the cut was made (0: not known).
+    at_ms: int = 0
     # TRUNCATED: transactions whose COMMIT the cut removed, (producer id, first offset).
     uncommitted: tuple[tuple[int, int], ...] = ()
 
@@ -92,8 +93,10 @@ class ProvenanceItem:
         reason: str = "",
         offsets_moved: tuple[tuple[str, int], ...] = (),
         uncommitted: tuple[tuple[int, int], ...] = (),
+        at_ms: int = 0,
     ) -> ProvenanceItem:
         assert all(first < to for _pid, first in uncommitted), (to, uncommitted)
+        assert at_ms >= 0, at_ms
         return cls(
             ProvenanceKind.TRUNCATED,
             to,
@@ -102,6 +105,7 @@ class ProvenanceItem:
             reason=reason,
             offsets_moved=offsets_moved,
             uncommitted=uncommitted,
+            at_ms=at_ms,
         )
 
     @classmethod
@@ -142,6 +146,7 @@ class ProvenanceItem:
                     (jr.json_int(pid), jr.json_int(first))
                     for pid, first in map(jr.json_list, jr.json_list(entry.get("uncommitted", [])))
                 ),
+                jr.json_int(entry.get("at_ms", 0)),
             )
         if "gap_from" in entry:
             return cls.gap(
@@ -182,6 +187,8 @@ class ProvenanceItem:
             entry["offsets_moved"] = [[g, o] for g, o in self.offsets_moved]
         if self.uncommitted:
             entry["uncommitted"] = [[pid, first] for pid, first in self.uncommitted]
+        if self.at_ms:
+            entry["at_ms"] = self.at_ms
         return entry
 
     def journal_record(self, topic: str, partition: int) -> jr.Provenance:

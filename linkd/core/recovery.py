@@ -813,9 +813,9 @@ def apply_recovery(
         log.truncate_to(row.truncate_to)
         effects.append(TruncateLog(topic.topic_id, row.partition, row.truncate_to))
         records.append(state.cut_epochs(row.topic, row.partition, row.truncate_to))
-        cut_entry = ProvenanceItem.truncated(row.truncate_to, link_id, removed).journal_record(
-            row.topic, row.partition
-        )
+        cut_entry = ProvenanceItem.truncated(
+            row.truncate_to, link_id, removed, at_ms=now_ms
+        ).journal_record(row.topic, row.partition)
         state.apply_record(cut_entry)
         # The log ends where the plan cut it, and its history says so.
         check_history(topic.provenance[row.partition], row.topic, row.partition, log.log_end_offset)

@@ -567,12 +567,14 @@ def cut_replica(
     offset: int,
     config: LinkConfig | None = None,
     reason: str = "diverged",
+    *,
+    now_ms: int,
 ) -> ReplicaCut:
     """Follower side: cuts the log at the source's divergence point (or, for
     `reason` "source gone", above what its vanished source acknowledged).
     Given the link's config, the cut is recorded in the partition's
     provenance history (`ccr-admin provenance` shows it: spec section 8),
-    with the transactions whose COMMIT it removed."""
+    with the transactions whose COMMIT it removed and when (`now_ms`)."""
 
     topic = state.topic(topic_name)
     log = state.partition(topic_name, partition)
@@ -610,6 +612,7 @@ def cut_replica(
             reason,
             tuple((g, old_offset) for g, old_offset, _r in moved),
             uncommitted,
+            now_ms,
         )
         record = item.journal_record(topic_name, partition)
         state.apply_record(record)

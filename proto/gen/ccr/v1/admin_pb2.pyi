@@ -1698,7 +1698,8 @@ class ProvenanceEntry(_message.Message):
     to_offset: _builtins.int
     """"gap" entries: the records [offset, to_offset) were never copied (the
     source's log start had passed the follower's position), found at at_ms
-    (ms since the epoch); reason says why.
+    (ms since the epoch); reason says why. "truncated" entries: at_ms is
+    when the cut was made (0: not known, a cut recorded before it was kept).
     """
     at_ms: _builtins.int
     @_builtins.property
