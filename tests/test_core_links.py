@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkd.core import link_admin as admin
+from linkd.core import link_rounds as rounds
 from linkd.core import metadata_sync as msync
 from linkd.core import records as rb
 from linkd.core import replication as rep
@@ -471,3 +472,27 @@ def test_copying_behind__a_follower_partition_still_copying_from_its_own_source(
     runtime.refused[("orders-1", 0)] = ClusterError(ErrorCode.DIVERGED_LOG, "x", "held")
     assert not rep.copying_behind(follower, "orders-1", 0)  # held: it will not catch up
     assert not rep.copying_behind(source, "orders-1", 0)  # led here
+
+
+def test_a_held_fetch_arriving_after_a_detach__leaves_no_row_on_the_source() -> None:
+    """A follower's fetch that holds a partition uncut for its own writes,
+    answered after the source detached the namespace (it was on its way):
+    refused as any fetch of a partition the link no longer leads, and no row
+    is left behind. (A row left there kept the link CATCHING_UP for ever on
+    the source, naming a partition it no longer led.)"""
+    source, _follower = linked_states()
+    source.refresh_led_partitions(NOW)
+    source.links.on_contact("ab", NOW)
+    [attached] = source.links.get("ab").mappings.values()
+    detached = admin.versioned(source, dataclasses.replace(attached, attached=False), NOW + 1)
+    admin.put_mapping(source, "ab", detached, NOW + 1)
+    source.refresh_led_partitions(NOW + 1)
+    held = rounds.PartitionFetch("orders-1", 0, 3, 0, held=True)
+    answer = rounds.serve_replica_fetch(
+        source, "id-1", [held], NOW + 2, lambda *_: (b"", 0), 1 << 20, 1 << 20
+    )
+    [entry] = answer.partitions
+    assert entry.error is not None and entry.error.code is ErrorCode.NOT_LED_ON_LINK
+    assert not entry.held
+    assert [k for k in source.links.runtime["ab"].partitions if k[2] == "leader"] == []
+    assert source.links.state_name("ab") == "FOLLOWING"

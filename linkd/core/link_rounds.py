@@ -855,7 +855,10 @@ def serve_replica_fetch(
                 # answers a position the follower may not be at.
                 entry.continues_from = part.fetch_offset
             answer.partitions.append(entry)
-            if part.held:
+            if part.held and rep.leads_partition(state, config, part.source_topic, part.partition):
+                # (One the link no longer leads, a fetch on its way when the
+                # namespace was detached or the topic deleted, is refused as
+                # any fetch of it is, by the plan below, and leaves no row.)
                 entry.held = True
                 entry.error = held_refusal(state, config, part)
                 links.on_leader_refused(

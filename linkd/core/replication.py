@@ -105,6 +105,17 @@ def leader_mapping_for(config: LinkConfig, topic: str) -> Mapping | None:
     return config.mapping_for(topic, "leader")
 
 
+def leads_partition(state: ClusterState, config: LinkConfig, topic: str, partition: int) -> bool:
+    """Whether this cluster leads `topic`/`partition` on the link now (the
+    namespace attached with this side leading, the partition there)."""
+    found = state.topics.get(topic)
+    return (
+        leader_mapping_for(config, topic) is not None
+        and found is not None
+        and 0 <= partition < len(found.partitions)
+    )
+
+
 def plan_replica_fetch(
     state: ClusterState,
     link_id: str,
