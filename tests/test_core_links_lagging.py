@@ -117,7 +117,7 @@ def test_the_runtime_judgement_with_its_hint_is_the_plain_one(
     table = LinkTable("A", LinkLimits(lag_max_records=lag_max_records, fetch_silence_ms=10))
     runtime = LinkRuntime()
     for parts in rounds:
-        runtime.partitions = {(p.topic, p.partition, p.role): p for p in parts}
+        runtime.rows = {(p.topic, p.partition, p.role): p for p in parts}
         runtime.lag_verdict = None  # rows changed behind the table's back
         expected = table._any_lagging(runtime.partitions.values(), now_ms)
         assert table._runtime_lagging(runtime, now_ms) == expected

@@ -250,6 +250,7 @@ def test_plan_and_apply__cut_moves_offsets_back_and_records_provenance() -> None
         "truncated_to": 10,
         "link_id": "link-cb",
         "removed": 5,
+        "at_ms": 2000,  # when the recovery cut
     }
 
 

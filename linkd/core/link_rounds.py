@@ -835,8 +835,9 @@ def serve_replica_fetch(
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
-        if quiet and acknowledges:
-            links.on_leader_fetches(config.name, map(_FETCHED_AT, quiet), topic_logs, now_ms)
+        if acknowledges:
+            # (Also with none quiet: the rows quiet last time leave the fold.)
+            links.on_quiet_fetches(config.name, list(map(_FETCHED_AT, quiet)), topic_logs, now_ms)
         served = len(parts)
         asked = (*parts, *spare) if spare else parts
         unanswered: Sequence[PartitionFetch] = quiet
@@ -1752,7 +1753,7 @@ def finish_fetch_round(
             k: span for k, span in runtime.marks_spans.items() if k in runtime.marks_wanted
         }
         links.on_fetch_round(link_name, now_ms, known_at)
-        keep |= {k for k in runtime.partitions if k[2] == Role.LEADER}
+        keep |= {k for k in runtime.rows if k[2] == Role.LEADER}
         links.forget_partitions(link_name, keep)
     if not moved:
         return None
@@ -1806,7 +1807,7 @@ def _quiet_run(
     logs = state.topics[topic].partitions
     parts = list(map(operator.itemgetter(1), run))
     keys = list(zip(itertools.repeat(topic), parts, itertools.repeat("follower")))
-    rows = list(map(runtime.partitions.get, keys))
+    rows = list(map(runtime.rows.get, keys))  # (follower rows: none is in the fold)
     position = _END if state.faults.undid(19) else _HW  # `admin.readable_position`
     if None not in rows and max(parts) < len(logs):
         mine = list(map(logs.__getitem__, parts))

@@ -37,10 +37,12 @@ Pure code: time arrives as `now_ms`; link ids arrive from the shell.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Mapping as AbcMapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -702,6 +704,44 @@ def _leader_fetched(
     progress.source_high_watermark = high_watermark
 
 
+# (topic, partition) of a (topic, partition, fetch offset).
+_TOPIC_OF = operator.itemgetter(0)
+_PARTITION_OF = operator.itemgetter(1)
+
+
+class _Settled(AbcMapping[tuple[str, int, str], PartitionProgress]):
+    """A link's rows, each of the fold settled as it is read (`LagVerdict`
+    reads a few by key)."""
+
+    def __init__(self, runtime: LinkRuntime) -> None:
+        self._runtime = runtime
+
+    def __getitem__(self, key: tuple[str, int, str]) -> PartitionProgress:
+        self._runtime.fold.settle(key)
+        return self._runtime.rows[key]
+
+    def __iter__(self) -> Iterator[tuple[str, int, str]]:
+        return iter(self._runtime.rows)
+
+    def __len__(self) -> int:
+        return len(self._runtime.rows)
+
+
+def _settled_rows(runtime: LinkRuntime) -> list[PartitionProgress]:
+    """Every row of the link as it stands now, without changing one: a row
+    of the fold that missed rounds is read from a settled copy (the check of
+    `check_lag_verdicts` leaves the fold as it found it)."""
+    fold = runtime.fold
+    out = []
+    for key, row in runtime.rows.items():
+        entry = fold.rows.get(key)
+        if entry is not None and entry[1] != fold.count:
+            row = dataclasses.replace(row)
+            _caught_up_again(row, fold.count - entry[1], fold.last_ms)
+        out.append(row)
+    return out
+
+
 # What of a led row a repeated fetch leaves as it is (`_fetched_again`).
 _SETTLED = operator.attrgetter(
     "leo_at_last_fetch",
@@ -829,6 +869,56 @@ class LinkError:
 
 
 @dataclass(slots=True)
+class QuietFold:
+    """Led rows of a fetch session's quiet partitions (`on_quiet_fetches`),
+    fetched again round after round at their log end, each as the round
+    before left it: such a fetch only moves a row's fetch count and its
+    times (last fetch, caught up: all to the fetch's time). Instead of each
+    row, round after round, the fold counts the rounds (`count`) and keeps
+    the last one's time (`last_ms`); a row takes in what it missed
+    (`_caught_up_again`) when it is read or changed (`settle`, `release`,
+    and every read through `LinkRuntime.partitions`, which `flush`es), or
+    leaves the fold (its partition is not quiet any more). Each row keeps the
+    count it last took in: what it misses is the rounds since."""
+
+    rows: dict[tuple[str, int, str], tuple[PartitionProgress, int]] = field(default_factory=dict)
+    count: int = 0
+    last_ms: int = 0
+
+    def settle(self, key: tuple[str, int, str]) -> None:
+        """The row of `key` (if in the fold) takes in the rounds it missed."""
+        entry = self.rows.get(key)
+        if entry is not None and entry[1] != self.count:
+            _caught_up_again(entry[0], self.count - entry[1], self.last_ms)
+            self.rows[key] = (entry[0], self.count)
+
+    def release(self, key: tuple[str, int, str]) -> None:
+        """The row of `key` takes in what it missed and leaves the fold."""
+        entry = self.rows.pop(key, None)
+        if entry is not None and entry[1] != self.count:
+            _caught_up_again(entry[0], self.count - entry[1], self.last_ms)
+
+    def flush(self) -> None:
+        """Every row takes in what it missed, and the fold is empty."""
+        count, at_ms = self.count, self.last_ms
+        for row, seen in self.rows.values():
+            if seen != count:
+                _caught_up_again(row, count - seen, at_ms)
+        self.rows.clear()
+
+
+def _caught_up_again(row: PartitionProgress, rounds: int, at_ms: int) -> None:
+    """`rounds` repeated fetches of a led row at its log end, the last at
+    `at_ms` (`_fetched_again` on each: every time moves to the fetch's)."""
+    row.fetches += rounds
+    row.last_fetch_ms = at_ms
+    row.fetched_caught_up_ms = at_ms
+    row.hw_caught_up_ms = at_ms
+    if at_ms > row.caught_up_at_ms:
+        row.caught_up_at_ms = at_ms
+
+
+@dataclass(slots=True)
 class LinkRuntime:
     """What is known of a link right now (not durable: rebuilt after restart)."""
 
@@ -836,7 +926,10 @@ class LinkRuntime:
     entered_at_ms: int = 0
     history: list[tuple[str, int]] = field(default_factory=list)
     last_contact_ms: int | None = None
-    partitions: dict[tuple[str, int, str], PartitionProgress] = field(default_factory=dict)
+    # Every row of the link, as last written: read them through `partitions`
+    # (or settle a row of `fold` first), since the rows in `fold` lag behind.
+    rows: dict[tuple[str, int, str], PartitionProgress] = field(default_factory=dict)
+    fold: QuietFold = field(default_factory=QuietFold)
     # A follower knows its lag only after a fetch round since (re)connecting:
     # until then it is CATCHING_UP, never FOLLOWING on no evidence.
     round_done: bool = False
@@ -927,6 +1020,14 @@ class LinkRuntime:
     # side's), as its last configuration view said (`linkd.core.lineage`).
     # Not durable: the next handshake brings it again.
     upstream: dict[MappingKey, tuple[LineageHop, ...]] = field(default_factory=dict)
+
+    @property
+    def partitions(self) -> dict[tuple[str, int, str], PartitionProgress]:
+        """Every row of the link as it stands now: the fold's rows take in
+        what they missed and leave it (the reader may change them)."""
+        if self.fold.rows:
+            self.fold.flush()
+        return self.rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -1512,10 +1613,11 @@ class LinkTable:
         dirty = self._lag_news(runtime, now_ms)
         if dirty is not None:
             dirty.add(key)
-        progress = runtime.partitions.get(key)
+        runtime.fold.release(key)
+        progress = runtime.rows.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
-            runtime.partitions[key] = progress
+            runtime.rows[key] = progress
         progress.log_end_offset = log_end_offset
         progress.source_high_watermark = source_high_watermark
         progress.known_at_ms = now_ms if known_at_ms is None else known_at_ms
@@ -1544,10 +1646,10 @@ class LinkTable:
         dirty = self._lag_news(runtime, now_ms)
         if dirty is not None:
             dirty.add((topic, partition, "leader"))
+        runtime.fold.release((topic, partition, "leader"))
         _leader_fetched(
-            runtime.partitions, topic, partition, fetch_offset, log_end_offset, high_watermark,
-            now_ms,
-        )  # fmt: skip
+            runtime.rows, topic, partition, fetch_offset, log_end_offset, high_watermark, now_ms
+        )
         self._recompute(name, now_ms)
 
     def on_leader_fetches(
@@ -1564,11 +1666,27 @@ class LinkTable:
         runtime = self.runtime.get(name)
         if runtime is None:
             return
-        rows = runtime.partitions
         dirty = self._lag_news(runtime, now_ms)
+        self._fetched(runtime, fetches, logs, now_ms, dirty)
+        self._recompute(name, now_ms)
+
+    def _fetched(
+        self,
+        runtime: LinkRuntime,
+        fetches: Iterable[tuple[str, int, int]],
+        logs: Callable[[str], Sequence[FetchedLog]],
+        now_ms: int,
+        dirty: set[lag.Key] | None,
+    ) -> None:
+        """`on_leader_fetches`' rows, not judged."""
+        rows = runtime.rows
+        fold = runtime.fold
         for topic, run in itertools.groupby(fetches, operator.itemgetter(0)):
             topic_logs = logs(topic)
             again = list(run)
+            if fold.rows:
+                for _, partition, _ in again:
+                    fold.release((topic, partition, "leader"))
             if _fetched_again(rows, topic, again, topic_logs, now_ms, dirty):
                 continue
             for _, partition, fetch_offset in again:
@@ -1579,6 +1697,59 @@ class LinkTable:
                     rows, topic, partition, fetch_offset, log.log_end_offset, log.high_watermark,
                     now_ms,
                 )  # fmt: skip
+
+    def on_quiet_fetches(
+        self,
+        name: str,
+        quiet: Sequence[tuple[str, int, int]],
+        logs: Callable[[str], Sequence[FetchedLog]],
+        now_ms: int,
+    ) -> None:
+        """`on_leader_fetches` for a fetch session's quiet partitions (each
+        (topic, partition, fetch offset), its follower at its log end, and
+        its log as it was when the follower reached it): the same rows, but
+        a row quiet the round before too is counted in the fold
+        (`QuietFold`) instead of written. A row of the fold not among them
+        takes in what it missed and leaves it; one new among them is
+        recorded as `on_leader_fetches` records it, and joins the fold if
+        its fetch is at its log end."""
+        runtime = self.runtime.get(name)
+        if runtime is None:
+            return
+        dirty = self._lag_news(runtime, now_ms)
+        fold = runtime.fold
+        if fold.rows and now_ms < fold.last_ms:
+            fold.flush()  # the clock went back: a later round is not the latest
+        inside = fold.rows
+        keys = list(zip(map(_TOPIC_OF, quiet), map(_PARTITION_OF, quiet),
+                        itertools.repeat("leader")))  # fmt: skip
+        if len(inside) == len(keys) and all(map(inside.__contains__, keys)):
+            joining: list[tuple[str, int, int]] = []
+        else:
+            wanted = set(keys)
+            for key in [k for k in inside if k not in wanted]:
+                fold.release(key)
+            joining = [q for q, k in zip(quiet, keys, strict=True) if k not in inside]
+        if inside:
+            fold.count += 1
+            fold.last_ms = now_ms
+        elif joining:
+            fold.last_ms = now_ms
+        if joining:
+            self._fetched(runtime, joining, logs, now_ms, dirty)
+            rows = runtime.rows
+            for topic, partition, _ in joining:
+                key = (topic, partition, "leader")
+                row = rows.get(key)
+                if (
+                    row is not None
+                    and row.refused is None
+                    and row.fetches > 0
+                    and row.log_end_offset >= row.leo_at_last_fetch
+                    and row.log_end_offset >= row.hw_at_last_fetch
+                    and row.last_fetch_ms == now_ms
+                ):
+                    inside[key] = (row, fold.count)
         self._recompute(name, now_ms)
 
     def on_leader_refused(
@@ -1592,11 +1763,12 @@ class LinkTable:
         dirty = self._lag_news(runtime, now_ms)
         if dirty is not None:
             dirty.add(key)
-        progress = runtime.partitions.get(key)
+        runtime.fold.release(key)
+        progress = runtime.rows.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
             progress.last_fetch_ms = now_ms
-            runtime.partitions[key] = progress
+            runtime.rows[key] = progress
         progress.refused = refusal
         self._recompute(name, now_ms)
 
@@ -1648,13 +1820,14 @@ class LinkTable:
             key = (topic, partition, "leader")
             if dirty is not None:
                 dirty.add(key)
-            if key not in runtime.partitions:
+            if key not in runtime.rows:
                 progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
                 progress.last_fetch_ms = now_ms
                 progress.hw_caught_up_ms = now_ms
-                runtime.partitions[key] = progress
+                runtime.rows[key] = progress
         for topic, partition in runtime.led_partitions - partitions:
-            runtime.partitions.pop((topic, partition, "leader"), None)
+            runtime.fold.release((topic, partition, "leader"))
+            runtime.rows.pop((topic, partition, "leader"), None)
         runtime.led_partitions = set(partitions)
         self._recompute(name, now_ms)
 
@@ -1697,7 +1870,8 @@ class LinkTable:
                 or config.mapping_for(topic, "leader") is None
             ):
                 continue
-            progress = runtime.partitions.get((topic, partition, "leader"))
+            # (A row of the fold lags only in its times: its position stands.)
+            progress = runtime.rows.get((topic, partition, "leader"))
             acked = progress.log_end_offset if progress is not None else 0
             floor = acked if floor is None else min(floor, acked)
         return floor
@@ -1735,8 +1909,9 @@ class LinkTable:
     def forget_partitions(self, name: str, keep: set[tuple[str, int, str]]) -> None:
         runtime = self.runtime.get(name)
         if runtime is not None:
-            for key in [*itertools.filterfalse(keep.__contains__, runtime.partitions)]:
-                del runtime.partitions[key]
+            for key in [*itertools.filterfalse(keep.__contains__, runtime.rows)]:
+                runtime.fold.release(key)
+                del runtime.rows[key]
 
     def tick(self, now_ms: int) -> None:
         for name in list(self.runtime):
@@ -1811,14 +1986,18 @@ class LinkTable:
         by a scan that judges first the partition found last time."""
         verdict = runtime.lag_verdict
         if verdict is not None:
-            said = verdict.lagging(runtime.partitions, now_ms, self.limits, self.led_logs)
+            # (It reads only rows that changed, and watched ones: a row the
+            # fold holds is settled as it is read.)
+            said = verdict.lagging(_Settled(runtime), now_ms, self.limits, self.led_logs)
             if said is not None:
                 if self.check_lag_verdicts:
-                    scanned = self._any_lagging(runtime.partitions.values(), now_ms)
+                    scanned = self._any_lagging(_settled_rows(runtime), now_ms)
                     assert said == scanned, (said, scanned, now_ms, verdict)
                 return said
             runtime.lag_verdict = None
-        hint = runtime.partitions.get(runtime.lag_hint) if runtime.lag_hint else None
+        if runtime.lag_hint:
+            runtime.fold.settle(runtime.lag_hint)
+        hint = runtime.rows.get(runtime.lag_hint) if runtime.lag_hint else None
         if hint is not None and self._any_lagging((hint,), now_ms):
             return True
         found, runtime.lag_verdict = lag.scan(

@@ -180,7 +180,7 @@ def copying_behind(state: ClusterState, topic: str, partition: int) -> bool:
             or state.links.state_of(name) in (None, LinkState.DISCONNECTED)
         ):
             return False
-        row = runtime.partitions.get((topic, partition, Role.FOLLOWER))
+        row = runtime.rows.get((topic, partition, Role.FOLLOWER))  # (not in the fold)
         return row is None or row.lag_records() > 0
     return False
 

@@ -1,0 +1,116 @@
+"""The quiet fold (`links.QuietFold`): a fetch session's quiet partitions are
+counted instead of written round after round. Whatever sequence of rounds,
+refusals and reads, every row read through `LinkRuntime.partitions` is the
+row `on_leader_fetches` would have written, field for field, and the lag
+judgement says the same."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.links import LinkLimits, LinkTable, Mapping
+
+NOW = 1_700_000_000_000
+LIMITS = LinkLimits(session_timeout_ms=5_000, lag_max_records=0, lag_max_ms=3_000,
+                    fetch_silence_ms=2_000)  # fmt: skip
+PARTITIONS = 6
+
+
+@dataclass
+class Log:
+    log_end_offset: int
+    high_watermark: int
+    log_start_offset: int = 0
+
+
+def _table() -> LinkTable:
+    table = LinkTable("A", LIMITS)
+    config = table.new_config("ab", "id", "B", "b:1", "", "local_dials", "", NOW)
+    table.store(config, NOW)
+    table.put_mapping("ab", Mapping("topic", "t", "t", "local", True, (0, 0, "")), NOW)
+    table.on_contact("ab", NOW)
+    table.register_led_partitions("ab", {("t", p) for p in range(PARTITIONS)}, NOW)
+    return table
+
+
+# One step: (kind, partitions it names, time step, log growth)
+step = st.tuples(
+    st.sampled_from(["quiet", "quiet", "quiet", "served", "refused", "read", "grow", "tick"]),
+    st.sets(st.integers(0, PARTITIONS - 1)),
+    st.integers(0, 1_500),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, max_size=40))
+def test_the_fold_reads_as_the_rows_written_one_by_one(steps: list[tuple[str, set[int], int,
+                                                                         int]]) -> None:
+    folded, plain = _table(), _table()
+    logs = [Log(5, 5) for _ in range(PARTITIONS)]
+    positions = [5] * PARTITIONS  # each follower's fetch offset
+    now = NOW
+
+    def topic_logs(_topic: str) -> list[Log]:
+        return logs
+
+    for kind, parts, dt, grow in steps:
+        now += dt
+        chosen = sorted(parts)
+        if kind == "quiet":
+            # The session's quiet ones: a follower at its log end, the log unchanged.
+            quiet = [("t", p, positions[p]) for p in chosen
+                     if positions[p] == logs[p].log_end_offset]  # fmt: skip
+            folded.on_quiet_fetches("ab", quiet, topic_logs, now)
+            plain.on_leader_fetches("ab", quiet, topic_logs, now)
+        elif kind == "served":
+            for p in chosen:
+                positions[p] = logs[p].log_end_offset
+                for table in (folded, plain):
+                    table.on_leader_fetch("ab", "t", p, positions[p], logs[p].log_end_offset,
+                                          logs[p].high_watermark, now)  # fmt: skip
+        elif kind == "refused":
+            why = ClusterError(ErrorCode.DIVERGED_LOG, "t", "held")
+            for p in chosen:
+                for table in (folded, plain):
+                    table.on_leader_refused("ab", "t", p, why, now)
+        elif kind == "grow":
+            for p in chosen:
+                logs[p].log_end_offset += grow
+                logs[p].high_watermark = logs[p].log_end_offset
+        elif kind == "tick":
+            for table in (folded, plain):
+                table.tick(now)
+        assert folded.state_name("ab") == plain.state_name("ab")
+        if kind == "read":
+            assert _rows(folded) == _rows(plain)
+    assert _rows(folded) == _rows(plain)
+    assert not folded.runtime["ab"].fold.rows  # a read through `partitions` empties it
+
+
+def _rows(table: LinkTable) -> dict[object, object]:
+    return {
+        k: tuple(getattr(v, f.name) for f in dataclasses.fields(v))
+        for k, v in table.runtime["ab"].partitions.items()
+    }
+
+
+def test_quiet_rounds_are_counted__not_written() -> None:
+    table = _table()
+    table.check_lag_verdicts = True  # (its check reads settled copies: it writes nothing)
+    logs = [Log(5, 5) for _ in range(PARTITIONS)]
+    quiet = [("t", p, 5) for p in range(PARTITIONS)]
+    table.on_quiet_fetches("ab", quiet, lambda _t: logs, NOW + 1)  # join
+    fold = table.runtime["ab"].fold
+    assert len(fold.rows) == PARTITIONS
+    row = table.runtime["ab"].rows[("t", 0, "leader")]
+    for i in range(2, 12):
+        table.on_quiet_fetches("ab", quiet, lambda _t: logs, NOW + i)
+    assert row.last_fetch_ms == NOW + 1 and fold.count == 10  # not written
+    assert table.runtime["ab"].partitions[("t", 0, "leader")].last_fetch_ms == NOW + 11
+    assert row.fetches == 11 and not fold.rows
