@@ -16,7 +16,9 @@ With one, the follower and the source remember the partitions between rounds:
   while the answer's byte budget lasts, those whose follower has records to
   copy. The rest are quiet: still fetched (the source records the fetch at
   the same position, so its judgement of the follower, and a SYNC link's
-  acknowledgements, do not change), not answered.
+  acknowledgements, do not change), not answered. A row quiet round after
+  round is not written each round: the link table counts the rounds and
+  the row takes them in when it is read (`links.QuietFold`).
 - The follower hands every quiet partition to the round as reached, with
   the source high watermark its last answer carried (`FetchAnswer.unchanged`,
   a partition and a number each, not an answer each); the round then goes on
