@@ -835,9 +835,6 @@ def serve_replica_fetch(
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
-        if acknowledges:
-            # (Also with none quiet: the rows quiet last time leave the fold.)
-            links.on_quiet_fetches(config.name, list(map(_FETCHED_AT, quiet)), topic_logs, now_ms)
         served = len(parts)
         asked = (*parts, *spare) if spare else parts
         unanswered: Sequence[PartitionFetch] = quiet
@@ -845,10 +842,7 @@ def serve_replica_fetch(
             if i >= served and answer.total_bytes >= budget_bytes:
                 # The budget is spent (it only fills): the rest of the spare
                 # ones are fetched again at their position, not answered.
-                if acknowledges:
-                    rest = map(_FETCHED_AT, asked[i:])
-                    links.on_leader_fetches(config.name, rest, topic_logs, now_ms)
-                    unanswered = (*quiet, *asked[i:])
+                unanswered = (*quiet, *asked[i:])
                 break
             entry = FetchedPartition(part.source_topic, part.partition)
             if not acknowledges:
@@ -909,6 +903,12 @@ def serve_replica_fetch(
                 entry.records = data
                 entry.size_bytes = size
                 answer.total_bytes += size
+        if acknowledges:
+            # The quiet ones and the spare ones left, fetched again (also
+            # with none: the rows fetched so last time leave the fold).
+            links.on_fetched_again(
+                config.name, list(map(_FETCHED_AT, unanswered)), topic_logs, now_ms
+            )
     if config.mode == LinkMode.SYNC:
         # The fetch offsets acknowledge: the high watermarks may move, and the
         # follower learns where they moved to in this very answer.

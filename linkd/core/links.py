@@ -737,7 +737,7 @@ def _settled_rows(runtime: LinkRuntime) -> list[PartitionProgress]:
         entry = fold.rows.get(key)
         if entry is not None and entry[1] != fold.count:
             row = dataclasses.replace(row)
-            _caught_up_again(row, fold.count - entry[1], fold.last_ms)
+            _fetched_again_n(row, fold.count - entry[1], fold.last_ms, entry[2])
         out.append(row)
     return out
 
@@ -870,18 +870,22 @@ class LinkError:
 
 @dataclass(slots=True)
 class QuietFold:
-    """Led rows of a fetch session's quiet partitions (`on_quiet_fetches`),
-    fetched again round after round at their log end, each as the round
-    before left it: such a fetch only moves a row's fetch count and its
-    times (last fetch, caught up: all to the fetch's time). Instead of each
-    row, round after round, the fold counts the rounds (`count`) and keeps
-    the last one's time (`last_ms`); a row takes in what it missed
-    (`_caught_up_again`) when it is read or changed (`settle`, `release`,
-    and every read through `LinkRuntime.partitions`, which `flush`es), or
-    leaves the fold (its partition is not quiet any more). Each row keeps the
-    count it last took in: what it misses is the rounds since."""
+    """Led rows of a fetch session's partitions fetched again and not
+    answered (`on_fetched_again`), round after round at the same position of
+    a log as it was: such a fetch only moves a row's fetch count and some of
+    its times (last fetch; caught up, where the position reaches the log
+    end or the HW: to the fetch's time). Instead of each row, round after
+    round, the fold counts the rounds (`count`) and keeps the last one's
+    time (`last_ms`); a row takes in what it missed (`_fetched_again_n`)
+    when it is read or changed (`settle`, `release`, and every read through
+    `LinkRuntime.partitions`, which `flush`es), or leaves the fold (its
+    partition was answered, or not fetched). Each row keeps the count it
+    last took in (what it misses is the rounds since) and where its
+    position stands (`Reach`)."""
 
-    rows: dict[tuple[str, int, str], tuple[PartitionProgress, int]] = field(default_factory=dict)
+    rows: dict[tuple[str, int, str], tuple[PartitionProgress, int, Reach]] = field(
+        default_factory=dict
+    )
     count: int = 0
     last_ms: int = 0
 
@@ -889,33 +893,44 @@ class QuietFold:
         """The row of `key` (if in the fold) takes in the rounds it missed."""
         entry = self.rows.get(key)
         if entry is not None and entry[1] != self.count:
-            _caught_up_again(entry[0], self.count - entry[1], self.last_ms)
-            self.rows[key] = (entry[0], self.count)
+            _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
+            self.rows[key] = (entry[0], self.count, entry[2])
 
     def release(self, key: tuple[str, int, str]) -> None:
         """The row of `key` takes in what it missed and leaves the fold."""
         entry = self.rows.pop(key, None)
         if entry is not None and entry[1] != self.count:
-            _caught_up_again(entry[0], self.count - entry[1], self.last_ms)
+            _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
 
     def flush(self) -> None:
         """Every row takes in what it missed, and the fold is empty."""
         count, at_ms = self.count, self.last_ms
-        for row, seen in self.rows.values():
+        for row, seen, reach in self.rows.values():
             if seen != count:
-                _caught_up_again(row, count - seen, at_ms)
+                _fetched_again_n(row, count - seen, at_ms, reach)
         self.rows.clear()
 
 
-def _caught_up_again(row: PartitionProgress, rounds: int, at_ms: int) -> None:
-    """`rounds` repeated fetches of a led row at its log end, the last at
-    `at_ms` (`_fetched_again` on each: every time moves to the fetch's)."""
+class Reach(enum.IntEnum):
+    """Where a row's fetch position stands in its log (`QuietFold`)."""
+
+    LOG_END = 2  # at the log end (so at the HW too): caught up at each fetch
+    HIGH_WATERMARK = 1  # at or past the HW, below the log end
+    BELOW = 0  # below the HW
+
+
+def _fetched_again_n(row: PartitionProgress, rounds: int, at_ms: int, reach: Reach) -> None:
+    """`rounds` repeated fetches of a led row at the same position of the
+    same log, the last at `at_ms` (`_fetched_again` on each: what it moves
+    goes to the fetch's time)."""
     row.fetches += rounds
     row.last_fetch_ms = at_ms
-    row.fetched_caught_up_ms = at_ms
-    row.hw_caught_up_ms = at_ms
-    if at_ms > row.caught_up_at_ms:
-        row.caught_up_at_ms = at_ms
+    if reach is Reach.LOG_END:
+        row.fetched_caught_up_ms = at_ms
+        if at_ms > row.caught_up_at_ms:
+            row.caught_up_at_ms = at_ms
+    if reach is not Reach.BELOW:
+        row.hw_caught_up_ms = at_ms
 
 
 @dataclass(slots=True)
@@ -1698,21 +1713,21 @@ class LinkTable:
                     now_ms,
                 )  # fmt: skip
 
-    def on_quiet_fetches(
+    def on_fetched_again(
         self,
         name: str,
-        quiet: Sequence[tuple[str, int, int]],
+        again: Sequence[tuple[str, int, int]],
         logs: Callable[[str], Sequence[FetchedLog]],
         now_ms: int,
     ) -> None:
-        """`on_leader_fetches` for a fetch session's quiet partitions (each
-        (topic, partition, fetch offset), its follower at its log end, and
-        its log as it was when the follower reached it): the same rows, but
-        a row quiet the round before too is counted in the fold
+        """`on_leader_fetches` for a fetch session's partitions fetched again
+        and not answered (each (topic, partition, fetch offset), its fetch as
+        the last, its log as the last answer found it): the same rows, but a
+        row fetched so the round before too is counted in the fold
         (`QuietFold`) instead of written. A row of the fold not among them
         takes in what it missed and leaves it; one new among them is
-        recorded as `on_leader_fetches` records it, and joins the fold if
-        its fetch is at its log end."""
+        recorded as `on_leader_fetches` records it, and joins the fold once
+        its row is as the fetch leaves it (`_fetched_again` would take it)."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return
@@ -1721,7 +1736,7 @@ class LinkTable:
         if fold.rows and now_ms < fold.last_ms:
             fold.flush()  # the clock went back: a later round is not the latest
         inside = fold.rows
-        keys = list(zip(map(_TOPIC_OF, quiet), map(_PARTITION_OF, quiet),
+        keys = list(zip(map(_TOPIC_OF, again), map(_PARTITION_OF, again),
                         itertools.repeat("leader")))  # fmt: skip
         if len(inside) == len(keys) and all(map(inside.__contains__, keys)):
             joining: list[tuple[str, int, int]] = []
@@ -1729,28 +1744,47 @@ class LinkTable:
             wanted = set(keys)
             for key in [k for k in inside if k not in wanted]:
                 fold.release(key)
-            joining = [q for q, k in zip(quiet, keys, strict=True) if k not in inside]
+            joining = [q for q, k in zip(again, keys, strict=True) if k not in inside]
         if inside:
             fold.count += 1
-            fold.last_ms = now_ms
-        elif joining:
-            fold.last_ms = now_ms
+        fold.last_ms = now_ms
         if joining:
             self._fetched(runtime, joining, logs, now_ms, dirty)
-            rows = runtime.rows
-            for topic, partition, _ in joining:
+            self._join(runtime, joining, logs, now_ms)
+        self._recompute(name, now_ms)
+
+    @staticmethod
+    def _join(
+        runtime: LinkRuntime,
+        joining: list[tuple[str, int, int]],
+        logs: Callable[[str], Sequence[FetchedLog]],
+        now_ms: int,
+    ) -> None:
+        """Of the rows just recorded fetched at `now_ms`, those a repeat of
+        that fetch would find as it left them (`_fetched_again`'s test) join
+        the fold."""
+        rows, fold = runtime.rows, runtime.fold
+        for topic, run in itertools.groupby(joining, operator.itemgetter(0)):
+            topic_logs = logs(topic)
+            for _, partition, offset in run:
                 key = (topic, partition, "leader")
                 row = rows.get(key)
+                if row is None or partition >= len(topic_logs):
+                    continue
+                log = topic_logs[partition]
+                end, hw = log.log_end_offset, log.high_watermark
                 if (
-                    row is not None
-                    and row.refused is None
-                    and row.fetches > 0
-                    and row.log_end_offset >= row.leo_at_last_fetch
-                    and row.log_end_offset >= row.hw_at_last_fetch
+                    row.fetches > 0
                     and row.last_fetch_ms == now_ms
+                    and _SETTLED(row) == (end, hw, offset, hw, None, offset >= hw)
+                    and row.caught_up_at_ms >= row.fetched_caught_up_ms
                 ):
-                    inside[key] = (row, fold.count)
-        self._recompute(name, now_ms)
+                    reach = (
+                        Reach.LOG_END
+                        if offset >= end
+                        else Reach.HIGH_WATERMARK if offset >= hw else Reach.BELOW
+                    )
+                    fold.rows[key] = (row, fold.count, reach)
 
     def on_leader_refused(
         self, name: str, topic: str, partition: int, refusal: ClusterError, now_ms: int
