@@ -503,9 +503,10 @@ def check_silent_loss(
       (`source_hw_known_at_ms`), unless the link was IN_SYNC around the
       send (invariant 4: nothing acknowledged in IN_SYNC may be lost); or a
       failover whose report names no row for it because the topic was
-      created on the source after the follower last learned its topic list
-      (`topics_known_at_ms`: a status round that began then still found no
-      such topic on the source).
+      created, or the partition added, on the source after the follower
+      last learned its topic list (`topics_known_at_ms`: a status round that
+      began then still found no such topic, or no such partition, on the
+      source, or the operator move that made it began then or later).
     A move ends the mapping before the send unless a move that may attach it
     again came between (an attach only when it is a topic mapping covering
     the topic).
@@ -649,6 +650,38 @@ def _created_after(rounds: Sequence[Round], cluster: str, topic: str, wall_ms: i
     )
 
 
+def _partition_added_after(
+    rounds: Sequence[Round], cluster: str, topic: str, partition: int, wall_ms: int
+) -> bool:
+    """Did `cluster` add `partition` to `topic` after `wall_ms` (wall clock)?
+    A status round that began then or later found the topic there without
+    that partition."""
+    return any(
+        r.wall_start_ms >= wall_ms
+        and cluster in r.clusters
+        and any(t == topic for t, _p in r.clusters[cluster].partitions)
+        and (topic, partition) not in r.clusters[cluster].partitions
+        for r in rounds
+    )
+
+
+def _add_partitions_move_after(
+    moves: Sequence[MoveRecord], cluster: str, topic: str, partition: int, wall_ms: int
+) -> bool:
+    """An operator grew `topic` on `cluster` past `partition` after `wall_ms`
+    (the last such move that may have happened began then or later)."""
+    grown = [
+        rec
+        for rec in moves
+        if rec.move.kind is MoveKind.ADD_PARTITIONS
+        and rec.move.cluster == cluster
+        and rec.move.topic == topic
+        and rec.move.partitions > partition
+        and rec.maybe_happened
+    ]
+    return bool(grown) and max(rec.wall_begin_ms for rec in grown) >= wall_ms > 0
+
+
 def _create_move_after(
     moves: Sequence[MoveRecord], cluster: str, topic: str, wall_ms: int
 ) -> bool:
@@ -728,6 +761,11 @@ def _loss_excuse(
             or _create_move_after(moves, o.cluster, v.topic, known)
         ):
             return "its topic was created after the follower last learned the topic list"
+        if known > 0 and (
+            _partition_added_after(rounds, o.cluster, v.topic, v.partition, known)
+            or _add_partitions_move_after(moves, o.cluster, v.topic, v.partition, known)
+        ):
+            return "its partition was added after the follower last learned the topic list"
         return ""
     hw, known = row
     if v.offset < hw:

@@ -538,7 +538,12 @@ def _fail_over(op: OperatorNemesis, m: Move, rec: MoveRecord) -> None:
     with op.admin(m.cluster, 15.0) as a:
         result = a.failover(m.link, force=m.force)
     full = result.to_dict()
-    report: dict[str, Any] = {"abandoned": full.get("abandoned", [])}
+    report: dict[str, Any] = {
+        "abandoned": full.get("abandoned", []),
+        # From when the follower knew the source's topics: a topic or a
+        # partition made there after it is in no row (`judges._loss_excuse`).
+        "topics_known_at_ms": result.topics_known_at_ms,
+    }
     for key in ("partitions", "aborted_transactions"):
         value = full.get(key, getattr(result, key, None))
         if value is not None:

@@ -448,6 +448,39 @@ def test_silent_loss__an_operator_created_the_topic_after_the_follower_knew_the_
     assert len(found) == 1
 
 
+def test_silent_loss__a_partition_added_after_the_follower_knew_the_topic_list() -> None:
+    # The chaos swarm's seed 5504: the operator grew orders-x on A while the
+    # link was cut, and B's forced failover names no row for the new
+    # partition: its report says from when it knew the source's topics.
+    history = [Op("grpc-producer", "source_producer", "A", "ok", 2400, 2405,
+                  Send(T, 1, "v0", 0))]  # fmt: skip
+    final = {("A", T, 1): {0: "v0"}}
+    wall0 = 1_000_000
+
+    def grown(i: int) -> ClusterSnap:
+        snap = source(0)
+        if i >= 6:
+            snap.partitions[(T, 1)] = PartSnap(1, 1, 1)
+        return snap
+
+    rounds = [rnd(i, {"A": grown(i), "B": follower(0)}) for i in range(10)]
+    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
+    found, counts = check_silent_loss(history, rounds, [knew], final, ["A", "B"], {}, wall0)
+    assert found == [] and counts["excused"] == 1
+    # Known since after the partition appeared: the report should have named it.
+    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1900})
+    found, _ = check_silent_loss(history, rounds, [late], final, ["A", "B"], {}, wall0)
+    assert len(found) == 1 and "does not name the partition" in found[0].detail
+    # No round tells, but the operator's add-partitions began after the knowledge time.
+    flat = [rnd(i, {"A": grown(9), "B": follower(0)}) for i in range(10)]
+    grow = MoveRecord(Move(MoveKind.ADD_PARTITIONS, "A", topic=T, partitions=2), 1000, 1010,
+                      "ok", wall_begin_ms=wall0 + 1000)  # fmt: skip
+    found, _ = check_silent_loss(history, flat, [grow, knew], final, ["A", "B"], {}, wall0)
+    assert found == []
+    found, _ = check_silent_loss(history, flat, [knew], final, ["A", "B"], {}, wall0)
+    assert len(found) == 1
+
+
 def _kill_race() -> tuple[list[Op], FinalLogs, MoveRecord]:
     """v2 and v3 acknowledged by A (v3 at t0+1300), B holding v2; A killed at
     1400 and B's forced failover answering "lag 0, known" as of t0+1000."""
