@@ -1553,9 +1553,11 @@ class Simulation:
                 if p >= len(theirs.partitions) or refusal is not None:
                     continue
                 source_log = theirs.partitions[p]
-                if self._orphaned(remote, source, p):
-                    # Its own source is gone: what it holds above its HW was
-                    # never acknowledged and stays invisible; copies end at its HW.
+                if self._orphaned(remote, source, p) or self._held(remote, source, p):
+                    # Its own source is gone, or its own link holds it uncut
+                    # until a recover (the link says so): what it holds above
+                    # its HW is not acknowledged and stays invisible for now;
+                    # copies end at its HW.
                     if log.log_end_offset != source_log.high_watermark:
                         return f"{topic}-{p}"
                     continue
@@ -1569,6 +1571,15 @@ class Simulation:
         """A follower partition whose source no longer has it (its link says so)."""
         return any(
             (topic, partition) in rt.refused and orphans(rt.refused[(topic, partition)])
+            for rt in node.state.links.runtime.values()
+        )
+
+    @staticmethod
+    def _held(node: SimCluster, topic: str, partition: int) -> bool:
+        """A follower partition its own link holds uncut for its clients'
+        writes, refused until a recover (its link says so)."""
+        return any(
+            (topic, partition) in rt.own_writes_held and (topic, partition) in rt.refused
             for rt in node.state.links.runtime.values()
         )
 

@@ -256,6 +256,12 @@ FOUND = [
     # source made there later (`sync_ack_lost`): a recorded position is
     # capped at the log end.
     (20653, 4, "a follower's position beyond the log end acknowledges nothing"),
+    # The harness's liveness phase: B held A-t1-1 uncut for its own writes
+    # (until a recover), its HW capped below a record it appended before the
+    # hold; C, copying it from B, ended at B's HW, which the run took for a
+    # copy that does not end where its source does. A held source partition
+    # is copied up to its HW, as an orphaned one is.
+    (21495, 3, "a copy of a partition its source holds for its own writes ends at its HW"),
 ]
 
 
