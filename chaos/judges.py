@@ -665,37 +665,23 @@ def _partition_added_after(
     )
 
 
-def _add_partitions_move_after(
+def _made_by_move_after(
     moves: Sequence[MoveRecord], cluster: str, topic: str, partition: int, wall_ms: int
 ) -> bool:
-    """An operator grew `topic` on `cluster` past `partition` after `wall_ms`
-    (the last such move that may have happened began then or later)."""
-    grown = [
+    """An operator made `topic` on `cluster` (`partition` -1), or grew it past
+    `partition`, after `wall_ms`: the last such move that may have happened
+    began then or later."""
+    kind = MoveKind.CREATE_TOPIC if partition < 0 else MoveKind.ADD_PARTITIONS
+    made = [
         rec
         for rec in moves
-        if rec.move.kind is MoveKind.ADD_PARTITIONS
+        if rec.move.kind is kind
         and rec.move.cluster == cluster
         and rec.move.topic == topic
         and rec.move.partitions > partition
         and rec.maybe_happened
     ]
-    return bool(grown) and max(rec.wall_begin_ms for rec in grown) >= wall_ms > 0
-
-
-def _create_move_after(
-    moves: Sequence[MoveRecord], cluster: str, topic: str, wall_ms: int
-) -> bool:
-    """An operator created `topic` on `cluster` after `wall_ms` (the last such
-    move that may have happened began then or later)."""
-    creates = [
-        rec
-        for rec in moves
-        if rec.move.kind is MoveKind.CREATE_TOPIC
-        and rec.move.cluster == cluster
-        and rec.move.topic == topic
-        and rec.maybe_happened
-    ]
-    return bool(creates) and max(rec.wall_begin_ms for rec in creates) >= wall_ms > 0
+    return bool(made) and max(rec.wall_begin_ms for rec in made) >= wall_ms > 0
 
 
 def _ending_text(ob: Obligation, moves: Sequence[MoveRecord]) -> str:
@@ -758,12 +744,12 @@ def _loss_excuse(
         known = int(ending.report.get("topics_known_at_ms") or 0)
         if known > 0 and (
             _created_after(rounds, o.cluster, v.topic, known)
-            or _create_move_after(moves, o.cluster, v.topic, known)
+            or _made_by_move_after(moves, o.cluster, v.topic, -1, known)
         ):
             return "its topic was created after the follower last learned the topic list"
         if known > 0 and (
             _partition_added_after(rounds, o.cluster, v.topic, v.partition, known)
-            or _add_partitions_move_after(moves, o.cluster, v.topic, v.partition, known)
+            or _made_by_move_after(moves, o.cluster, v.topic, v.partition, known)
         ):
             return "its partition was added after the follower last learned the topic list"
         return ""
