@@ -22,7 +22,7 @@ from chaos.judges import (
     in_family,
     row_of,
 )
-from sim.checkers import FinalLogs
+from sim.checkers import FinalLogs, Violation
 from sim.history import Op, Send
 from sim.operator_moves import Move, MoveKind
 
@@ -412,6 +412,19 @@ def test_silent_loss__only_an_attach_covering_the_topic_attaches_it_again() -> N
         assert found == [] and counts["excused"] == 1, beside
 
 
+WALL0 = 1_000_000
+
+
+def _known_since(
+    history: list[Op], rounds: list[Round], final: FinalLogs, known_ms: int,
+    moves: tuple[MoveRecord, ...] = (),
+) -> tuple[list[Violation], dict[str, int]]:
+    """B's forced failover at 2500, whose answer knew A's topics from
+    `known_ms` (run time) on, judged with the operator's other `moves`."""
+    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": WALL0 + known_ms})
+    return check_silent_loss(history, rounds, [*moves, knew], final, ["A", "B"], {}, WALL0)
+
+
 def test_silent_loss__a_topic_created_after_the_follower_knew_the_topic_list() -> None:
     # The send was invoked before the failover ended, on a topic the source
     # created after the follower last learned its topics: no row names it.
@@ -421,13 +434,10 @@ def test_silent_loss__a_topic_created_after_the_follower_knew_the_topic_list() -
         partitions={("other", 0): PartSnap(1, 1, 1)})}) for i in range(10)]  # fmt: skip
     for r in rounds:
         r.clusters["B"] = follower(0)
-    wall0 = 1_000_000
-    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
-    found, counts = check_silent_loss(history, rounds, [knew], final, ["A", "B"], {}, wall0)
+    found, counts = _known_since(history, rounds, final, 900)
     assert found == [] and counts["excused"] == 1
     # Known since after the topic appeared: the report should have named it.
-    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1900})
-    found, _ = check_silent_loss(history, rounds, [late], final, ["A", "B"], {}, wall0)
+    found, _ = _known_since(history, rounds, final, 1900)
     assert len(found) == 1 and "does not name the partition" in found[0].detail
 
 
@@ -437,14 +447,11 @@ def test_silent_loss__an_operator_created_the_topic_after_the_follower_knew_the_
     history = [send("v0", 0, 2400)]
     final = {("A", T, 0): {0: "v0"}}
     rounds = [rnd(i, {"A": source(0), "B": follower(0)}) for i in range(10)]
-    wall0 = 1_000_000
     create = MoveRecord(Move(MoveKind.CREATE_TOPIC, "A", topic=T, partitions=1), 1000, 1010,
-                        "ok", wall_begin_ms=wall0 + 1000)  # fmt: skip
-    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
-    found, counts = check_silent_loss(history, rounds, [create, knew], final, ["A", "B"], {}, wall0)
+                        "ok", wall_begin_ms=WALL0 + 1000)  # fmt: skip
+    found, counts = _known_since(history, rounds, final, 900, (create,))
     assert found == [] and counts["excused"] == 1
-    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1100})
-    found, _ = check_silent_loss(history, rounds, [create, late], final, ["A", "B"], {}, wall0)
+    found, _ = _known_since(history, rounds, final, 1100, (create,))
     assert len(found) == 1
 
 
@@ -455,7 +462,6 @@ def test_silent_loss__a_partition_added_after_the_follower_knew_the_topic_list()
     history = [Op("grpc-producer", "source_producer", "A", "ok", 2400, 2405,
                   Send(T, 1, "v0", 0))]  # fmt: skip
     final = {("A", T, 1): {0: "v0"}}
-    wall0 = 1_000_000
 
     def grown(i: int) -> ClusterSnap:
         snap = source(0)
@@ -464,21 +470,17 @@ def test_silent_loss__a_partition_added_after_the_follower_knew_the_topic_list()
         return snap
 
     rounds = [rnd(i, {"A": grown(i), "B": follower(0)}) for i in range(10)]
-    knew = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 900})
-    found, counts = check_silent_loss(history, rounds, [knew], final, ["A", "B"], {}, wall0)
+    found, counts = _known_since(history, rounds, final, 900)
     assert found == [] and counts["excused"] == 1
     # Known since after the partition appeared: the report should have named it.
-    late = failover_at(2500, {"abandoned": [], "topics_known_at_ms": wall0 + 1900})
-    found, _ = check_silent_loss(history, rounds, [late], final, ["A", "B"], {}, wall0)
+    found, _ = _known_since(history, rounds, final, 1900)
     assert len(found) == 1 and "does not name the partition" in found[0].detail
     # No round tells, but the operator's add-partitions began after the knowledge time.
     flat = [rnd(i, {"A": grown(9), "B": follower(0)}) for i in range(10)]
     grow = MoveRecord(Move(MoveKind.ADD_PARTITIONS, "A", topic=T, partitions=2), 1000, 1010,
-                      "ok", wall_begin_ms=wall0 + 1000)  # fmt: skip
-    found, _ = check_silent_loss(history, flat, [grow, knew], final, ["A", "B"], {}, wall0)
-    assert found == []
-    found, _ = check_silent_loss(history, flat, [knew], final, ["A", "B"], {}, wall0)
-    assert len(found) == 1
+                      "ok", wall_begin_ms=WALL0 + 1000)  # fmt: skip
+    assert _known_since(history, flat, final, 900, (grow,))[0] == []
+    assert len(_known_since(history, flat, final, 900)[0]) == 1
 
 
 def _kill_race() -> tuple[list[Op], FinalLogs, MoveRecord]:

@@ -1,8 +1,8 @@
 """The quiet fold (`links.QuietFold`): a fetch session's quiet partitions are
 counted instead of written round after round. Whatever sequence of rounds,
 refusals and reads, every row read through `LinkRuntime.partitions` is the
-row `on_leader_fetches` would have written, field for field, and the lag
-judgement says the same."""
+row `on_leader_fetch`, one fetch at a time, would have written, field for
+field, and the lag judgement says the same."""
 
 from __future__ import annotations
 
@@ -79,7 +79,10 @@ def test_the_fold_reads_as_the_rows_written_one_by_one(steps: list[tuple[str, se
         if kind == "again":
             again = [("t", p, positions[p]) for p in chosen if not changed[p]]
             folded.on_fetched_again("ab", again, topic_logs, now)
-            plain.on_leader_fetches("ab", again, topic_logs, now)
+            for topic, p, offset in again:  # the reference: one fetch at a time
+                plain.on_leader_fetch("ab", topic, p, offset, logs[p].log_end_offset,
+                                      logs[p].high_watermark, now)  # fmt: skip
+            plain.tick(now)  # (a serve judges the link once its fetches are recorded)
         elif kind in ("answered", "caught_up"):
             for p in chosen:
                 if kind == "caught_up":

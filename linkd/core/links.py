@@ -760,6 +760,41 @@ _CAUGHT_UP_AT = operator.attrgetter("caught_up_at_ms")
 _FETCHED_CAUGHT_UP = operator.attrgetter("fetched_caught_up_ms")
 
 
+def _reach(offset: int, end: int, hw: int) -> Reach:
+    """Where a fetch at `offset` stands in a log ending at `end` with `hw`."""
+    if offset >= end:
+        return Reach.LOG_END
+    return Reach.HIGH_WATERMARK if offset >= hw else Reach.BELOW
+
+
+def _as_fetched(
+    rows: dict[tuple[str, int, str], PartitionProgress],
+    topic: str,
+    run: list[tuple[str, int, int]],
+    logs: Sequence[FetchedLog],
+) -> tuple[list[PartitionProgress], list[Reach], list[bool]] | None:
+    """For a run of one topic's (topic, partition, fetch offset): each led
+    row, where its fetch stands (`Reach`), and whether a fetch at that
+    offset of its log as it is now finds the row as a fetch there left it
+    (checked a column at a time, at C speed): then a repeat moves only its
+    fetch count and times (`_fetched_again_n`). None: a log is not there."""
+    indices = list(map(operator.itemgetter(1), run))
+    if not indices or min(indices) < 0 or max(indices) >= len(logs):
+        return None
+    keys = zip(itertools.repeat(topic), indices, itertools.repeat("leader"))
+    found = list(map(rows.get, keys, itertools.repeat(_NO_ROW)))
+    got = list(map(logs.__getitem__, indices))
+    ends = list(map(_LOG_END, got))
+    hws = list(map(_LOG_HW, got))
+    offsets = list(map(operator.itemgetter(2), run))
+    settled = zip(ends, hws, offsets, hws, itertools.repeat(None), map(operator.ge, offsets, hws))
+    same = map(operator.eq, map(_SETTLED, found), settled)
+    # (`_NO_ROW` has no fetch: a missing row is never taken as fetched again)
+    ordered = map(operator.ge, map(_CAUGHT_UP_AT, found), map(_FETCHED_CAUGHT_UP, found))
+    again = list(map(all, zip(same, map(_FETCHES, found), ordered, strict=True)))
+    return found, list(map(_reach, offsets, ends, hws)), again
+
+
 def _fetched_again(
     rows: dict[tuple[str, int, str], PartitionProgress],
     topic: str,
@@ -776,29 +811,12 @@ def _fetched_again(
     lag verdict stands); the others go through `_leader_fetched`, in order,
     each marked in `dirty` (`link_lag`). False: a log is not there (nothing
     done)."""
-    indices = list(map(operator.itemgetter(1), run))
-    if not indices or min(indices) < 0 or max(indices) >= len(logs):
+    seen = _as_fetched(rows, topic, run, logs)
+    if seen is None:
         return False
-    keys = zip(itertools.repeat(topic), indices, itertools.repeat("leader"))
-    found = list(map(rows.get, keys, itertools.repeat(_NO_ROW)))
-    got = list(map(logs.__getitem__, indices))
-    ends = list(map(_LOG_END, got))
-    hws = list(map(_LOG_HW, got))
-    offsets = list(map(operator.itemgetter(2), run))
-    settled = zip(ends, hws, offsets, hws, itertools.repeat(None), map(operator.ge, offsets, hws))
-    same = map(operator.eq, map(_SETTLED, found), settled)
-    # (`_NO_ROW` has no fetch: a missing row is never taken as fetched again)
-    ordered = map(operator.ge, map(_CAUGHT_UP_AT, found), map(_FETCHED_CAUGHT_UP, found))
-    again = list(map(all, zip(same, map(_FETCHES, found), ordered, strict=True)))
-    rows_again = zip(found, offsets, ends, hws, strict=True)
-    for row, offset, end, hw in itertools.compress(rows_again, again):
-        if offset >= end:
-            row.fetched_caught_up_ms = now_ms
-            row.caught_up_at_ms = max(row.caught_up_at_ms, now_ms)
-        if offset >= hw:
-            row.hw_caught_up_ms = now_ms
-        row.fetches += 1
-        row.last_fetch_ms = now_ms
+    found, reaches, again = seen
+    for row, reach in itertools.compress(zip(found, reaches, strict=True), again):
+        _fetched_again_n(row, 1, now_ms, reach)
     for _, partition, fetch_offset in itertools.compress(run, map(operator.not_, again)):
         log = logs[partition]
         if dirty is not None:
@@ -1761,30 +1779,20 @@ class LinkTable:
         now_ms: int,
     ) -> None:
         """Of the rows just recorded fetched at `now_ms`, those a repeat of
-        that fetch would find as it left them (`_fetched_again`'s test) join
-        the fold."""
-        rows, fold = runtime.rows, runtime.fold
-        for topic, run in itertools.groupby(joining, operator.itemgetter(0)):
-            topic_logs = logs(topic)
-            for _, partition, offset in run:
-                key = (topic, partition, "leader")
-                row = rows.get(key)
-                if row is None or partition >= len(topic_logs):
-                    continue
-                log = topic_logs[partition]
-                end, hw = log.log_end_offset, log.high_watermark
-                if (
-                    row.fetches > 0
-                    and row.last_fetch_ms == now_ms
-                    and _SETTLED(row) == (end, hw, offset, hw, None, offset >= hw)
-                    and row.caught_up_at_ms >= row.fetched_caught_up_ms
-                ):
-                    reach = (
-                        Reach.LOG_END
-                        if offset >= end
-                        else Reach.HIGH_WATERMARK if offset >= hw else Reach.BELOW
-                    )
-                    fold.rows[key] = (row, fold.count, reach)
+        that fetch would find as it left them (`_as_fetched`, the test
+        `_fetched_again` makes) join the fold."""
+        fold = runtime.fold
+        for topic, group in itertools.groupby(joining, operator.itemgetter(0)):
+            run = list(group)
+            seen = _as_fetched(runtime.rows, topic, run, logs(topic))
+            if seen is None:
+                continue
+            found, reaches, again = seen
+            for (_, partition, _), row, reach in itertools.compress(
+                zip(run, found, reaches, strict=True), again
+            ):
+                if row.last_fetch_ms == now_ms:
+                    fold.rows[(topic, partition, "leader")] = (row, fold.count, reach)
 
     def on_leader_refused(
         self, name: str, topic: str, partition: int, refusal: ClusterError, now_ms: int
