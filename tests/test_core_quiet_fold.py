@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from linkd.core.errors import ClusterError, ErrorCode
-from linkd.core.links import LinkLimits, LinkTable, Mapping
+from linkd.core.links import FetchedAgain, LinkLimits, LinkTable, Mapping
 
 NOW = 1_700_000_000_000
 LIMITS = LinkLimits(session_timeout_ms=5_000, lag_max_records=0, lag_max_ms=3_000,
@@ -78,7 +78,7 @@ def test_the_fold_reads_as_the_rows_written_one_by_one(steps: list[tuple[str, se
         chosen = sorted(parts)
         if kind == "again":
             again = [("t", p, positions[p]) for p in chosen if not changed[p]]
-            folded.on_fetched_again("ab", again, topic_logs, now)
+            folded.on_fetched_again("ab", FetchedAgain.listed(again), topic_logs, now)
             for topic, p, offset in again:  # the reference: one fetch at a time
                 plain.on_leader_fetch("ab", topic, p, offset, logs[p].log_end_offset,
                                       logs[p].high_watermark, now)  # fmt: skip
@@ -99,9 +99,12 @@ def test_the_fold_reads_as_the_rows_written_one_by_one(steps: list[tuple[str, se
                     table.on_leader_refused("ab", "t", p, why, now)
         elif kind == "grow":
             for p in chosen:
+                before = (logs[p].log_end_offset, logs[p].high_watermark)
                 logs[p].log_end_offset += grow
                 logs[p].high_watermark = logs[p].log_end_offset - (grow % 2)
-                changed[p] = changed[p] or grow > 0
+                # (a log whose bounds moved is answered, not fetched again)
+                changed[p] = changed[p] or before != (logs[p].log_end_offset,
+                                                      logs[p].high_watermark)
         elif kind == "tick":
             for table in (folded, plain):
                 table.tick(now)
@@ -124,12 +127,12 @@ def test_quiet_rounds_are_counted__not_written() -> None:
     table.check_lag_verdicts = True  # (its check reads settled copies: it writes nothing)
     logs = [Log(5, 5) for _ in range(PARTITIONS)]
     quiet = [("t", p, 5) for p in range(PARTITIONS)]
-    table.on_fetched_again("ab", quiet, lambda _t: logs, NOW + 1)  # join
+    table.on_fetched_again("ab", FetchedAgain.listed(quiet), lambda _t: logs, NOW + 1)  # join
     fold = table.runtime["ab"].fold
     assert len(fold.rows) == PARTITIONS
     row = table.runtime["ab"].rows[("t", 0, "leader")]
     for i in range(2, 12):
-        table.on_fetched_again("ab", quiet, lambda _t: logs, NOW + i)
+        table.on_fetched_again("ab", FetchedAgain.listed(quiet), lambda _t: logs, NOW + i)
     assert row.last_fetch_ms == NOW + 1 and fold.count == 10  # not written
     assert table.runtime["ab"].partitions[("t", 0, "leader")].last_fetch_ms == NOW + 11
     assert row.fetches == 11 and not fold.rows

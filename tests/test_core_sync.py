@@ -411,7 +411,7 @@ def test_a_quiet_partition_whose_hw_an_answer_moved_is_in_that_answer() -> None:
         lambda *_: (b"", 0),
         1 << 20,
         1 << 20,
-        quiet=[rounds.PartitionFetch("orders-2", 0, 2, 0)],
+        rest=rounds.ListedRest(quiet=[rounds.PartitionFetch("orders-2", 0, 2, 0)]),
     )
     assert answer.hw_moved
     hws = {(p.source_topic, p.partition): p.high_watermark for p in answer.partitions}

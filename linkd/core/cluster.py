@@ -57,6 +57,7 @@ from linkd.core.links import (
     Role,
     in_prefix,
 )
+from linkd.core.log_feed import LogFeed
 from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog, SegmentRule
@@ -177,6 +178,9 @@ class ClusterState:
         # {topic id: name} of `topics`, built when first asked after a topic
         # came or went (`topic_names_by_id`); None until then.
         self._names_by_id: dict[str, str] | None = None
+        # Which logs moved, for readers that look at many (a fetch session's
+        # source); every change of which logs there are is a new layout.
+        self.log_feed = LogFeed()
         # Fix 45 undone: every cluster counts producer ids from the same
         # start, as a Kafka cluster's counter does.
         first_pid = 1000 if faults.undid(45) else producer_id_base(cluster_id)
@@ -332,7 +336,7 @@ class ClusterState:
         topic.config = TopicConfig.from_overrides(topic.overrides, defaults)
         topic.partitions = [PartitionLog(name, p) for p in range(record.partitions)]
         self.topics[name] = topic
-        self._names_by_id = None
+        self.logs_replaced()
         return topic
 
     def forget_unstored(self, topic_name: str, partition: int, stored_end: int) -> bool:
@@ -355,7 +359,7 @@ class ClusterState:
         name = next(n for n, t in self.topics.items() if t.topic_id == topic_id)
         assert all(p.log_end_offset == 0 for p in self.topics[name].partitions), name
         del self.topics[name]
-        self._names_by_id = None
+        self.logs_replaced()
         return name
 
     def delete_topic(self, name: str) -> list[Effect]:
@@ -363,7 +367,7 @@ class ClusterState:
         self.check_client_write(ResourceType.TOPIC, name, "delete")
         record = jr.TopicDelete(name)
         del self.topics[name]
-        self._names_by_id = None
+        self.logs_replaced()
         forgotten = self.groups.forget_topic(name)
         return [Journal((record, *forgotten)), DeleteTopicData(topic.topic_id)]
 
@@ -498,6 +502,13 @@ class ClusterState:
         topic = self.topics[record.name]
         for p in range(len(topic.partitions), record.partitions):
             topic.partitions.append(PartitionLog(topic.name, p))
+        self.logs_replaced()
+
+    def logs_replaced(self) -> None:
+        """Topics came or went, a topic grew, or a partition's log was
+        replaced: what was kept of them by topic id or by log is stale."""
+        self._names_by_id = None
+        self.log_feed.relayout()
 
     # -- produce --------------------------------------------------------------
 
@@ -581,7 +592,7 @@ class ClusterState:
         if topic is None or partition >= len(topic.partitions):
             return False
         log = topic.partitions[partition]
-        log.durable_offset = max(log.durable_offset, min(offset, log.log_end_offset))
+        log.raise_durable(offset)
         moved = log.advance_high_watermark(self._hw_limit(topic_name, partition))
         if self.marker_groups:
             moved |= self._release_marker_groups((topic_name, partition))
@@ -1221,7 +1232,7 @@ class ClusterState:
                 self._apply_topic_create(record)
             case jr.TopicDelete():
                 self.topics.pop(record.name, None)
-                self._names_by_id = None
+                self.logs_replaced()
             case jr.TopicConfig():
                 self._apply_topic_config(record)
             case jr.TopicPartitions():
@@ -1249,7 +1260,7 @@ class ClusterState:
                 topic = self.topics.get(record.name)
                 if topic is not None:
                     log = topic.partitions[record.partition]
-                    log.log_start_offset = max(log.log_start_offset, record.offset)
+                    log.set_log_start(max(log.log_start_offset, record.offset))
             case jr.PidBlock() | jr.Txn():
                 self.txn.apply_record(record)
             case jr.AclCreate() | jr.AclDelete():
@@ -1330,7 +1341,7 @@ class ClusterState:
                 )
             )
             for log, start in zip(topic.partitions, jr.json_list(t["log_start"]), strict=True):
-                log.log_start_offset = jr.json_int(start)
+                log.set_log_start(jr.json_int(start))
             for p, entries in jr.json_object(t.get("provenance", {})).items():
                 topic.provenance[int(p)] = [
                     ProvenanceItem.from_entry(jr.json_object(e)) for e in jr.json_list(entries)
@@ -1389,6 +1400,7 @@ class ClusterState:
             if start <= fresh.log_end_offset:
                 fresh.bump_epoch(epoch, start)
         topic.partitions[partition] = fresh
+        self.logs_replaced()
 
     # -- faults (emulated, for tests and operators' rehearsals) --------------------------
 

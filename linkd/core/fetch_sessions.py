@@ -35,11 +35,13 @@ leader already answers the follower's last request as it stands.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import ClassVar, cast
 
 from linkd.core.cluster import ClusterState
 from linkd.core.link_rounds import (
@@ -51,7 +53,7 @@ from linkd.core.link_rounds import (
     FetchSessionRef,
     PartitionFetch,
 )
-from linkd.core.links import LinkConfig
+from linkd.core.links import FetchedAgain, LinkConfig
 from linkd.core.partition import PartitionLog
 
 Key = tuple[str, int]  # (source topic, partition)
@@ -227,7 +229,17 @@ _NEVER_SEEN = LogSeen(cast(PartitionLog, None), -1, -1, -1, -1, -1, False)
 
 @dataclass(slots=True)
 class SourceFetchSession:
-    """The source's half of a link's fetch session (not durable)."""
+    """The source's half of a link's fetch session (not durable).
+
+    Each round sorts the session's partitions into those to answer, the
+    spare ones and the quiet ones (`parts_to_serve`). The sorting is kept
+    between rounds: a round sorts again only the partitions that may have
+    changed since (named by the request, answered by the last round, or
+    whose log moved: `log_feed.LogFeed`), and every one when the link's
+    configuration or the cluster's layout of logs changed. The rule for
+    one partition is the same either way (`_sort_one`); with
+    `check_against_scan` (tests) every round is checked against a sort of
+    every partition."""
 
     session_id: int
     next_epoch: int
@@ -238,22 +250,115 @@ class SourceFetchSession:
     config: tuple[object, ...]
     parts: dict[Key, PartitionFetch]
     seen: dict[Key, LogSeen] = field(default_factory=dict)
+    # Each partition's place in the session's order (`parts`' order).
+    order: dict[Key, int] = field(default_factory=dict)
+    # The last sorting: to answer, spare (by place), quiet.
+    serving: set[Key] = field(default_factory=set)
+    spare: dict[int, Key] = field(default_factory=dict)
+    spare_at: list[int] = field(default_factory=list)
+    quiet: set[Key] = field(default_factory=set)
+    # Partitions to sort again in the next round (named, answered, taken).
+    touched: set[Key] = field(default_factory=set)
+    # The log feed as the last sorting read it: its sequence number and
+    # layout (-1: sort every partition).
+    feed_seq: int = -1
+    layout: int = -1
+    next_place: int = 0
 
-    def parts_to_serve(
-        self, state: ClusterState, named: tuple[PartitionFetch, ...]
-    ) -> tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]]:
-        """(to answer, spare, quiet), each in the session's order: the
-        partitions named and those whose log is not as their last answer
-        found it (all of them when the link's configuration changed since)
-        are answered; of the rest, those whose follower was behind are
-        spare (answered while the byte budget lasts: `serve_replica_fetch`),
-        the others quiet."""
+    check_against_scan: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.order = {k: i for i, k in enumerate(self.parts)}
+        self.next_place = len(self.order)
+
+    def take(self, part: PartitionFetch) -> None:
+        """The request named `part`: its fetch is the session's now."""
+        k = _key(part)
+        if k not in self.parts:
+            self.order[k] = self.next_place
+            self.next_place += 1
+        self.parts[k] = part
+        self.seen.pop(k, None)
+        self.touched.add(k)
+
+    def forget(self, k: Key) -> None:
+        """The request says `k` is no longer fetched."""
+        if self.parts.pop(k, None) is None:
+            return
+        self.seen.pop(k, None)
+        self._unsort(k)
+        del self.order[k]
+        self.touched.discard(k)
+
+    def parts_to_serve(self, state: ClusterState, named: tuple[PartitionFetch, ...]) -> Sorted:
+        """The partitions named and those whose log is not as their last
+        answer found it (all of them when the link's configuration changed
+        since) are answered; of the rest, those whose follower was behind
+        are spare (answered while the byte budget lasts:
+        `serve_replica_fetch`), the others quiet."""
         config = state.links.configs.get(self.link_name)
         now = config_seen(config) if config is not None else ()
         if now != self.config:
             self.seen.clear()
             self.config = now
+            self.layout = -1
         names = {_key(p) for p in named}
+        feed = state.log_feed
+        if self.layout != feed.layout:
+            self._sort_all(state, names)
+        else:
+            moved = feed.since(self.feed_seq)
+            for k in itertools.chain(self.touched, names, moved):
+                if k in self.parts:
+                    self._sort_one(state, k, names)
+        self.touched = names  # (served now: sorted again next round)
+        self.feed_seq, self.layout = feed.seq, feed.layout
+        if self.check_against_scan:
+            self._check(state, names)
+        return Sorted(self)
+
+    def _unsort(self, k: Key) -> None:
+        if k in self.serving:
+            self.serving.discard(k)
+        elif k in self.quiet:
+            self.quiet.discard(k)
+        else:
+            at = self.order[k]
+            if self.spare.pop(at, None) is not None:
+                del self.spare_at[bisect.bisect_left(self.spare_at, at)]
+
+    def _sort_one(self, state: ClusterState, k: Key, names: set[Key]) -> None:
+        """Sorts one partition again (`_sort_each`'s rule)."""
+        self._unsort(k)
+        seen = None if k in names else self.seen.get(k)
+        if seen is None:
+            self.serving.add(k)
+            return
+        topic = state.topics.get(k[0])
+        logs = topic.partitions if topic is not None else ()
+        log = logs[k[1]] if k[1] < len(logs) else None
+        if log is not seen.log or _BOUNDS(log) != _BOUNDS(seen):
+            self.serving.add(k)
+        elif seen.caught_up:
+            self.quiet.add(k)
+        else:
+            at = self.order[k]
+            self.spare[at] = k
+            bisect.insort(self.spare_at, at)
+
+    def _sort_all(self, state: ClusterState, names: set[Key]) -> None:
+        serve, spare, quiet = self._scan(state, names)
+        self.serving = set(map(_key, serve))
+        self.quiet = set(map(_key, quiet))
+        order = self.order
+        self.spare = {order[k]: k for k in map(_key, spare)}
+        self.spare_at = list(self.spare)  # (in the session's order: ascending)
+
+    def _scan(
+        self, state: ClusterState, names: set[Key]
+    ) -> tuple[list[PartitionFetch], list[PartitionFetch], list[PartitionFetch]]:
+        """(to answer, spare, quiet), each in the session's order, every
+        partition sorted."""
         serve: list[PartitionFetch] = []
         spare: list[PartitionFetch] = []
         quiet: list[PartitionFetch] = []
@@ -264,6 +369,17 @@ class SourceFetchSession:
             if not self._run_as_seen(state, topic, keys, names, sorts):
                 self._sort_each(state, topic, keys, names, sorts)
         return serve, spare, quiet
+
+    def _check(self, state: ClusterState, names: set[Key]) -> None:
+        """The kept sorting is what a sort of every partition gives."""
+        sorted_now = Sorted(self)
+        serve, spare, quiet = self._scan(state, names)
+        kept = (sorted_now.serve, list(sorted_now.spare_in_order()), sorted_now.quiet_in_order())
+        assert kept == (serve, spare, quiet), (
+            f"link {self.link_name!r} fetch session {self.session_id}: the kept sorting "
+            f"differs from a scan: kept {[list(map(_key, x)) for x in kept]}, scan "
+            f"{[list(map(_key, x)) for x in (serve, spare, quiet)]}"
+        )
 
     def _run_as_seen(
         self,
@@ -331,6 +447,7 @@ class SourceFetchSession:
         does not) until its log changes or the follower's fetch does."""
         for entry in answer.partitions:
             k = _key(entry)
+            self.touched.add(k)
             part = self.parts.get(k)
             topic = state.topics.get(k[0])
             if (
@@ -346,7 +463,45 @@ class SourceFetchSession:
             if entry.log_end_offset != log.log_end_offset:
                 self.seen.pop(k, None)  # the log moved after the answer was read
                 continue
+            state.log_feed.watch(log)
             self.seen[k] = LogSeen.of(log, part.fetch_offset == log.log_end_offset)
+
+
+class Sorted:
+    """One round's sorting of a session's partitions (`parts_to_serve`):
+    those to answer (`serve`, in the session's order), the spare ones (in
+    that order, `spare_in_order`) and the quiet ones. Read it before the
+    session changes (`answered`)."""
+
+    __slots__ = ("_session", "serve")
+
+    def __init__(self, session: SourceFetchSession) -> None:
+        self._session = session
+        order, parts = session.order, session.parts
+        self.serve = [parts[k] for k in sorted(session.serving, key=order.__getitem__)]
+
+    def spare_in_order(self) -> Iterator[PartitionFetch]:
+        s = self._session
+        return map(s.parts.__getitem__, map(s.spare.__getitem__, s.spare_at))
+
+    def quiet_in_order(self) -> list[PartitionFetch]:
+        s = self._session
+        return [s.parts[k] for k in sorted(s.quiet, key=s.order.__getitem__)]
+
+    def unanswered(self, spare_served: int) -> FetchedAgain:
+        """The quiet partitions and the spare ones after the first
+        `spare_served`: fetched again, not answered."""
+        s = self._session
+        rest = s.spare_at[spare_served:]
+        keys = s.quiet.union(map(s.spare.__getitem__, rest)) if rest else s.quiet
+        quiet, order, parts = s.quiet, s.order, s.parts  # (read at once, not kept)
+
+        def fetches(of: AbstractSet[Key]) -> list[tuple[str, int, int]]:
+            # The quiet ones first, then the spare ones, each in the session's order.
+            ks = sorted(of, key=lambda k: (k not in quiet, order[k]))
+            return [(k[0], k[1], parts[k].fetch_offset) for k in ks]
+
+        return FetchedAgain(keys, fetches)
 
 
 def config_seen(config: LinkConfig) -> tuple[object, ...]:
@@ -399,12 +554,9 @@ def source_session(
         )
     session.next_epoch = _next_epoch(request.epoch)
     for k in request.forgotten:
-        session.parts.pop(k, None)
-        session.seen.pop(k, None)
+        session.forget(k)
     for p in named:
-        k = _key(p)
-        session.parts[k] = p
-        session.seen.pop(k, None)
+        session.take(p)
     return session
 
 
@@ -420,6 +572,7 @@ __all__ = [
     "FollowerFetchSession",
     "LogSeen",
     "SessionRefused",
+    "Sorted",
     "SourceFetchSession",
     "source_session",
     "still_open",

@@ -660,16 +660,16 @@ def hold_fetch(
         now = yield from _now()
         link_of(state, link_id)
         serve: Sequence[rounds.PartitionFetch] = parts
-        spare: Sequence[rounds.PartitionFetch] = ()
-        quiet: Sequence[rounds.PartitionFetch] = ()
+        rest: rounds.SessionRest | None = None
         if session is not None:
             if not still_open(state, link_id, session):
                 why = f"fetch session {session.session_id} was closed while its fetch was held"
                 return rounds.FetchAnswer([], served_at_ms=now, fetch_session_refused=why)
-            serve, spare, quiet = session.parts_to_serve(state, parts)
+            rest = session.parts_to_serve(state, parts)
+            serve = rest.serve
         answer = rounds.serve_replica_fetch(
             state, link_id, serve, now, read, budget, settings.partition_max_bytes,
-            from_remote=from_remote, acknowledges=acknowledges, quiet=quiet, spare=spare,
+            from_remote=from_remote, acknowledges=acknowledges, rest=rest,
         )  # fmt: skip
         done = answer.ready or now >= until_ms
         if done and session is not None:

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from linkd.core import histories
 from linkd.core import journal as jr
@@ -53,6 +54,7 @@ from linkd.core.effects import AppendBatch, Effect, Journal, Wake
 from linkd.core.errors import ClusterError, ErrorCode
 from linkd.core.links import (
     DEFAULT_FETCH_SILENCE_MS,
+    FetchedAgain,
     GapPolicy,
     LinkConfig,
     LinkMode,
@@ -801,8 +803,7 @@ def serve_replica_fetch(
     *,
     from_remote: bool = True,
     acknowledges: bool = True,
-    quiet: Sequence[PartitionFetch] = (),
-    spare: Sequence[PartitionFetch] = (),
+    rest: SessionRest | None = None,
 ) -> FetchAnswer:
     """Source side: answers a follower's fetch. Each partition is planned
     (`plan_replica_fetch`: divergence, how far it may copy); each fetch is
@@ -818,13 +819,14 @@ def serve_replica_fetch(
     leader made up itself (`continue_fetch`, `acknowledges=False`) is not the
     follower's position: it is not recorded as a fetch.
 
-    `quiet`: partitions of a fetch session with no news since their last
-    answer (`fetch_sessions.SourceFetchSession.parts_to_serve`): each is
-    fetched again at the same position, so it is recorded as a fetch, but
-    not answered. `spare`: partitions of a session whose follower is behind
-    but whose log is as their last answer found it: served after `parts`
-    while the byte budget lasts, the rest quiet (with no bytes to carry,
-    their answer would say what the last one said)."""
+    `rest`: a fetch session's other partitions
+    (`fetch_sessions.SourceFetchSession.parts_to_serve`). The quiet ones,
+    with no news since their last answer, are each fetched again at the
+    same position, so recorded as a fetch, but not answered. The spare ones,
+    whose follower is behind but whose log is as their last answer found
+    it, are served after `parts` while the byte budget lasts, the rest as
+    quiet ones (with no bytes to carry, their answer would say what the
+    last one said)."""
     config = state.links.by_id(link_id)
     links = state.links
     answer = FetchAnswer([], served_at_ms=now_ms)
@@ -835,84 +837,28 @@ def serve_replica_fetch(
     with links.deferred():
         if from_remote:
             links.on_contact(config.name, now_ms)
-        served = len(parts)
-        asked = (*parts, *spare) if spare else parts
-        unanswered: Sequence[PartitionFetch] = quiet
-        for i, part in enumerate(asked):
-            if i >= served and answer.total_bytes >= budget_bytes:
+        for part in parts:
+            _serve_one(state, config, part, answer, read, budget_bytes, partition_max_bytes,
+                       now_ms, acknowledges)  # fmt: skip
+        spare_served = 0
+        for part in rest.spare_in_order() if rest is not None else ():
+            if answer.total_bytes >= budget_bytes:
                 # The budget is spent (it only fills): the rest of the spare
                 # ones are fetched again at their position, not answered.
-                unanswered = (*quiet, *asked[i:])
                 break
-            entry = FetchedPartition(part.source_topic, part.partition)
-            if not acknowledges:
-                # Whatever it says (records, a divergence, a refusal), it
-                # answers a position the follower may not be at.
-                entry.continues_from = part.fetch_offset
-            answer.partitions.append(entry)
-            if part.held and rep.leads_partition(state, config, part.source_topic, part.partition):
-                # (One the link no longer leads, a fetch on its way when the
-                # namespace was detached or the topic deleted, is refused as
-                # any fetch of it is, by the plan below, and leaves no row.)
-                entry.held = True
-                entry.error = held_refusal(state, config, part)
-                links.on_leader_refused(
-                    config.name, part.source_topic, part.partition, entry.error, now_ms
-                )
-                continue
-            try:
-                plan = rep.plan_replica_fetch(
-                    state,
-                    link_id,
-                    part.source_topic,
-                    part.partition,
-                    part.fetch_offset,
-                    -1 if part.marks else part.last_fetched_epoch,
-                )
-                checked = check_marks(state, config, part)
-            except ClusterError as exc:
-                entry.error = exc
-                continue
-            if isinstance(checked, MarksWanted):
-                entry.marks_wanted = True
-                if checked.span is not None:
-                    entry.marks_from, entry.marks_to = checked.span
-                continue
-            if isinstance(checked, ClusterError):
-                entry.error = checked
-                links.on_leader_refused(
-                    config.name, part.source_topic, part.partition, checked, now_ms
-                )
-                continue
-            if checked is not None and (
-                not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
-            ):
-                plan = checked
-            _tell_bounds(state, entry)
-            if isinstance(plan, rep.Diverged):
-                entry.diverging_end_offset = plan.end_offset
-                entry.diverging_epoch = plan.epoch
-                continue
-            if acknowledges:
-                _record_fetch(state, config.name, part, now_ms)
-            if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
-                part_max = part.max_bytes or partition_max_bytes
-                budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
-                topic_id = state.topic(part.source_topic).topic_id
-                data, size = read(topic_id, part.partition, plan.offset, plan.upper_offset, budget)
-                entry.records = data
-                entry.size_bytes = size
-                answer.total_bytes += size
+            _serve_one(state, config, part, answer, read, budget_bytes, partition_max_bytes,
+                       now_ms, acknowledges)  # fmt: skip
+            spare_served += 1
+        unanswered = (rest or NO_REST).unanswered(spare_served)
         if acknowledges:
             # The quiet ones and the spare ones left, fetched again (also
             # with none: the rows fetched so last time leave the fold).
-            links.on_fetched_again(
-                config.name, list(map(_FETCHED_AT, unanswered)), topic_logs, now_ms
-            )
+            links.on_fetched_again(config.name, unanswered, topic_logs, now_ms)
     if config.mode == LinkMode.SYNC:
         # The fetch offsets acknowledge: the high watermarks may move, and the
         # follower learns where they moved to in this very answer.
-        before = [state.partition(p.source_topic, p.partition).high_watermark for p in unanswered]
+        again = unanswered.fetches(unanswered.keys) if unanswered.keys else []
+        before = [state.partition(topic, p).high_watermark for topic, p, _ in again]
         answer.hw_moved = state.refresh_high_watermarks()
         for entry in answer.partitions:
             if entry.error is None and entry.diverging_end_offset < 0:
@@ -920,13 +866,115 @@ def serve_replica_fetch(
                     entry.source_topic, entry.partition
                 ).high_watermark
         if answer.hw_moved:
-            answer.partitions += _hw_news(state, unanswered, before)
+            answer.partitions += _hw_news(state, again, before)
     answer.sync_state = links.local_sync_state(config.name)
     return answer
 
 
+def _serve_one(
+    state: ClusterState,
+    config: LinkConfig,
+    part: PartitionFetch,
+    answer: FetchAnswer,
+    read: ReplicaReader,
+    budget_bytes: int,
+    partition_max_bytes: int,
+    now_ms: int,
+    acknowledges: bool,
+) -> None:
+    """`serve_replica_fetch` for one partition: its answer, appended to
+    `answer`."""
+    links = state.links
+    entry = FetchedPartition(part.source_topic, part.partition)
+    if not acknowledges:
+        # Whatever it says (records, a divergence, a refusal), it
+        # answers a position the follower may not be at.
+        entry.continues_from = part.fetch_offset
+    answer.partitions.append(entry)
+    if part.held and rep.leads_partition(state, config, part.source_topic, part.partition):
+        # (One the link no longer leads, a fetch on its way when the
+        # namespace was detached or the topic deleted, is refused as
+        # any fetch of it is, by the plan below, and leaves no row.)
+        entry.held = True
+        entry.error = held_refusal(state, config, part)
+        links.on_leader_refused(config.name, part.source_topic, part.partition, entry.error, now_ms)
+        return
+    try:
+        plan = rep.plan_replica_fetch(
+            state,
+            config.link_id,
+            part.source_topic,
+            part.partition,
+            part.fetch_offset,
+            -1 if part.marks else part.last_fetched_epoch,
+        )
+        checked = check_marks(state, config, part)
+    except ClusterError as exc:
+        entry.error = exc
+        return
+    if isinstance(checked, MarksWanted):
+        entry.marks_wanted = True
+        if checked.span is not None:
+            entry.marks_from, entry.marks_to = checked.span
+        return
+    if isinstance(checked, ClusterError):
+        entry.error = checked
+        links.on_leader_refused(config.name, part.source_topic, part.partition, checked, now_ms)
+        return
+    if checked is not None and (
+        not isinstance(plan, rep.Diverged) or checked.end_offset < plan.end_offset
+    ):
+        plan = checked
+    _tell_bounds(state, entry)
+    if isinstance(plan, rep.Diverged):
+        entry.diverging_end_offset = plan.end_offset
+        entry.diverging_epoch = plan.epoch
+        return
+    if acknowledges:
+        _record_fetch(state, config.name, part, now_ms)
+    if plan.upper_offset > plan.offset and answer.total_bytes < budget_bytes:
+        part_max = part.max_bytes or partition_max_bytes
+        budget = max(1, min(part_max, budget_bytes - answer.total_bytes))
+        topic_id = state.topic(part.source_topic).topic_id
+        data, size = read(topic_id, part.partition, plan.offset, plan.upper_offset, budget)
+        entry.records = data
+        entry.size_bytes = size
+        answer.total_bytes += size
+
+
+class SessionRest(Protocol):
+    """A fetch session's partitions besides those answered outright
+    (`serve_replica_fetch`'s `rest`)."""
+
+    def spare_in_order(self) -> Iterator[PartitionFetch]:
+        """The spare ones, answered in this order while the budget lasts."""
+        ...
+
+    def unanswered(self, spare_served: int) -> FetchedAgain:
+        """The quiet ones and the spare ones after the first `spare_served`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRest:
+    """A `SessionRest` of listed partitions."""
+
+    quiet: Sequence[PartitionFetch] = ()
+    spare: Sequence[PartitionFetch] = ()
+
+    def spare_in_order(self) -> Iterator[PartitionFetch]:
+        return iter(self.spare)
+
+    def unanswered(self, spare_served: int) -> FetchedAgain:
+        again = (*self.quiet, *self.spare[spare_served:])
+        return FetchedAgain.listed(list(map(_FETCHED_AT, again)))
+
+
+NO_REST = ListedRest()
+
+
 def _hw_news(
-    state: ClusterState, unanswered: Sequence[PartitionFetch], before: list[int]
+    state: ClusterState, unanswered: Sequence[tuple[str, int, int]], before: list[int]
 ) -> list[FetchedPartition]:
     """A SYNC source's answers for the session partitions it fetched again
     without answering whose HW the answer's acknowledgements moved: their
@@ -936,9 +984,9 @@ def _hw_news(
     else a read_committed reader of the follower would see a transaction on
     one partition before the other."""
     news = []
-    for part, hw in zip(unanswered, before, strict=True):
-        if state.partition(part.source_topic, part.partition).high_watermark != hw:
-            entry = FetchedPartition(part.source_topic, part.partition)
+    for (topic, partition, _), hw in zip(unanswered, before, strict=True):
+        if state.partition(topic, partition).high_watermark != hw:
+            entry = FetchedPartition(topic, partition)
             _tell_bounds(state, entry)
             news.append(entry)
     return news

@@ -43,6 +43,7 @@ import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Mapping as AbcMapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -732,10 +733,12 @@ def _settled_rows(runtime: LinkRuntime) -> list[PartitionProgress]:
     of the fold that missed rounds is read from a settled copy (the check of
     `check_lag_verdicts` leaves the fold as it found it)."""
     fold = runtime.fold
+    if not fold.rows:
+        return list(runtime.rows.values())
     out = []
     for key, row in runtime.rows.items():
-        entry = fold.rows.get(key)
-        if entry is not None and entry[1] != fold.count:
+        entry = fold.missed(key)
+        if entry is not None:
             row = dataclasses.replace(row)
             _fetched_again_n(row, fold.count - entry[1], fold.last_ms, entry[2])
         out.append(row)
@@ -886,6 +889,28 @@ class LinkError:
     at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class FetchedAgain:
+    """The partitions a fetch session's source fetched again this round
+    without answering them (`LinkTable.on_fetched_again`): their keys,
+    (topic, partition), and, for any of those keys, their fetches as
+    (topic, partition, fetch offset) in the order the round fetched them
+    (`fetches`)."""
+
+    keys: AbstractSet[tuple[str, int]]
+    fetches: Callable[[AbstractSet[tuple[str, int]]], list[tuple[str, int, int]]]
+
+    @staticmethod
+    def listed(again: Sequence[tuple[str, int, int]]) -> FetchedAgain:
+        """Of fetches listed in the order they were made."""
+        keys = {(f[0], f[1]) for f in again}
+
+        def fetches(of: AbstractSet[tuple[str, int]]) -> list[tuple[str, int, int]]:
+            return [f for f in again if (f[0], f[1]) in of]
+
+        return FetchedAgain(keys, fetches)
+
+
 @dataclass(slots=True)
 class QuietFold:
     """Led rows of a fetch session's partitions fetched again and not
@@ -897,28 +922,41 @@ class QuietFold:
     time (`last_ms`); a row takes in what it missed (`_fetched_again_n`)
     when it is read or changed (`settle`, `release`, and every read through
     `LinkRuntime.partitions`, which `flush`es), or leaves the fold (its
-    partition was answered, or not fetched). Each row keeps the count it
-    last took in (what it misses is the rounds since) and where its
-    position stands (`Reach`)."""
+    partition was answered, or not fetched). Each row, by (topic,
+    partition) (all are led rows), keeps the count it last took in (what it
+    misses is the rounds since) and where its position stands (`Reach`)."""
 
-    rows: dict[tuple[str, int, str], tuple[PartitionProgress, int, Reach]] = field(
-        default_factory=dict
-    )
+    rows: dict[tuple[str, int], tuple[PartitionProgress, int, Reach]] = field(default_factory=dict)
     count: int = 0
     last_ms: int = 0
 
     def settle(self, key: tuple[str, int, str]) -> None:
         """The row of `key` (if in the fold) takes in the rounds it missed."""
-        entry = self.rows.get(key)
+        if key[2] != Role.LEADER:
+            return
+        at = (key[0], key[1])
+        entry = self.rows.get(at)
         if entry is not None and entry[1] != self.count:
             _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
-            self.rows[key] = (entry[0], self.count, entry[2])
+            self.rows[at] = (entry[0], self.count, entry[2])
 
     def release(self, key: tuple[str, int, str]) -> None:
         """The row of `key` takes in what it missed and leaves the fold."""
-        entry = self.rows.pop(key, None)
+        if key[2] == Role.LEADER:
+            self.leave((key[0], key[1]))
+
+    def leave(self, at: tuple[str, int]) -> None:
+        """The row at (topic, partition) takes in what it missed and leaves."""
+        entry = self.rows.pop(at, None)
         if entry is not None and entry[1] != self.count:
             _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
+
+    def missed(self, key: tuple[str, int, str]) -> tuple[PartitionProgress, int, Reach] | None:
+        """The fold's entry of `key`'s row if it missed rounds, else None."""
+        if key[2] != Role.LEADER:
+            return None
+        entry = self.rows.get((key[0], key[1]))
+        return entry if entry is not None and entry[1] != self.count else None
 
     def flush(self) -> None:
         """Every row takes in what it missed, and the fold is empty."""
@@ -1734,18 +1772,20 @@ class LinkTable:
     def on_fetched_again(
         self,
         name: str,
-        again: Sequence[tuple[str, int, int]],
+        again: FetchedAgain,
         logs: Callable[[str], Sequence[FetchedLog]],
         now_ms: int,
     ) -> None:
         """`on_leader_fetches` for a fetch session's partitions fetched again
-        and not answered (each (topic, partition, fetch offset), its fetch as
-        the last, its log as the last answer found it): the same rows, but a
-        row fetched so the round before too is counted in the fold
-        (`QuietFold`) instead of written. A row of the fold not among them
-        takes in what it missed and leaves it; one new among them is
-        recorded as `on_leader_fetches` records it, and joins the fold once
-        its row is as the fetch leaves it (`_fetched_again` would take it)."""
+        and not answered (each its fetch as the last, its log as the last
+        answer found it): the same rows, but a row fetched so the round
+        before too is counted in the fold (`QuietFold`) instead of written.
+        A row of the fold not among them takes in what it missed and leaves
+        it; one new among them is recorded as `on_leader_fetches` records
+        it, and joins the fold once its row is as the fetch leaves it
+        (`_fetched_again` would take it). The round's partitions are
+        compared with the fold's as sets, at C speed: no row is visited
+        unless it joins or leaves."""
         runtime = self.runtime.get(name)
         if runtime is None:
             return
@@ -1754,15 +1794,13 @@ class LinkTable:
         if fold.rows and now_ms < fold.last_ms:
             fold.flush()  # the clock went back: a later round is not the latest
         inside = fold.rows
-        keys = list(zip(map(_TOPIC_OF, again), map(_PARTITION_OF, again),
-                        itertools.repeat("leader")))  # fmt: skip
-        if len(inside) == len(keys) and all(map(inside.__contains__, keys)):
+        keys = again.keys
+        if len(inside) == len(keys) and inside.keys() == keys:
             joining: list[tuple[str, int, int]] = []
         else:
-            wanted = set(keys)
-            for key in [k for k in inside if k not in wanted]:
-                fold.release(key)
-            joining = [q for q, k in zip(again, keys, strict=True) if k not in inside]
+            for at in inside.keys() - keys:
+                fold.leave(at)  # (each row its own: the order is not news)
+            joining = again.fetches(keys - inside.keys()) if inside else again.fetches(keys)
         if inside:
             fold.count += 1
         fold.last_ms = now_ms
@@ -1792,7 +1830,7 @@ class LinkTable:
                 zip(run, found, reaches, strict=True), again
             ):
                 if row.last_fetch_ms == now_ms:
-                    fold.rows[(topic, partition, "leader")] = (row, fold.count, reach)
+                    fold.rows[(topic, partition)] = (row, fold.count, reach)
 
     def on_leader_refused(
         self, name: str, topic: str, partition: int, refusal: ClusterError, now_ms: int

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from linkd.core.errors import ClusterError, ErrorCode
+from linkd.core.log_feed import LogFeed
 from linkd.core.records import CONTROL_ABORT, NO_SEQUENCE, BatchHeader
 
 # Kafka keeps the last five batches per producer for duplicate detection;
@@ -259,6 +260,21 @@ class PartitionLog:
         # other than from its start (a truncation, a clean): what a source
         # compares to tell that a log is as it was (`fetch_sessions`).
         self.rewrites = 0
+        # Where this log reports its moves, once a reader watches it
+        # (`log_feed.LogFeed.watch`); None: nobody does.
+        self.feed: LogFeed | None = None
+
+    def _moved(self) -> None:
+        """Its bounds or its batches changed: tell the feed, if watched."""
+        feed = self.feed
+        if feed is not None:
+            feed.note((self.topic, self.partition))
+
+    def set_log_start(self, offset: int) -> None:
+        """The log start as stored (a journal record, a snapshot): no rule is
+        checked, as for anything replayed."""
+        self.log_start_offset = offset
+        self._moved()
 
     @property
     def name(self) -> str:
@@ -556,6 +572,7 @@ class PartitionLog:
         self._base_offsets.append(entry.base_offset)
         self.size_bytes += entry.size_bytes
         self.log_end_offset = entry.next_offset
+        self._moved()
         if entry.partition_leader_epoch > self.leader_epoch:
             self.bump_epoch(entry.partition_leader_epoch, entry.base_offset)
         if entry.producer_id < 0:
@@ -597,6 +614,7 @@ class PartitionLog:
         self.batches[lo:hi] = entries
         self._base_offsets[lo:hi] = [e.base_offset for e in entries]
         self.rewrites += 1
+        self._moved()
         self.resegment((), -1)
 
     def has_open_txn(self, producer_id: int) -> bool:
@@ -605,8 +623,16 @@ class PartitionLog:
     def mark_durable(self, offset: int, limit: int | None = None) -> bool:
         """Everything below `offset` is durable: the HW may move there, but not
         past `limit` (see `advance_high_watermark`). Returns whether it moved."""
-        self.durable_offset = max(self.durable_offset, min(offset, self.log_end_offset))
+        self.raise_durable(offset)
         return self.advance_high_watermark(limit)
+
+    def raise_durable(self, offset: int) -> None:
+        """Everything below `offset` (at most the log end) is durable; the
+        HW does not move here."""
+        durable = min(offset, self.log_end_offset)
+        if durable > self.durable_offset:
+            self.durable_offset = durable
+            self._moved()
 
     def advance_high_watermark(self, limit: int | None = None) -> bool:
         """Moves the HW to the durable offset, capped by `hw_cap` and `limit`
@@ -618,6 +644,7 @@ class PartitionLog:
             target = min(target, limit)
         if target > self.high_watermark:
             self.high_watermark = target
+            self._moved()
             if self.completing:
                 self.completing = [(m, f) for m, f in self.completing if m >= target]
             self.check()
@@ -647,6 +674,7 @@ class PartitionLog:
             return
         self.leader_epoch = epoch
         self.epoch_history.append((epoch, start_offset))
+        self._moved()
 
     # -- read ----------------------------------------------------------------
 
@@ -746,6 +774,7 @@ class PartitionLog:
         if offset <= self.log_start_offset:
             return
         self.log_start_offset = offset
+        self._moved()
         # Batches wholly below the start are forgotten; their bytes go with the segments.
         keep_from = bisect.bisect_right(self._base_offsets, offset) - 1
         if keep_from > 0:
@@ -787,6 +816,7 @@ class PartitionLog:
             )
         kept = self.batches[:i]
         self.rewrites += 1
+        self._moved()
         hw = min(self.high_watermark, offset)
         history = [(e, st) for e, st in self.epoch_history if st < offset] or self.epoch_history[:1]
         # Rebuild producer and transaction state by replaying what remains (the

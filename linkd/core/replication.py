@@ -396,6 +396,7 @@ def append_replica(
         # Attaching a topic whose oldest records are gone: start where it starts.
         log = PartitionLog(topic_name, partition, log_start_offset=source_log_start)
         topic.partitions[partition] = log
+        state.logs_replaced()
         effects.append(ResetLog(topic.topic_id, partition, source_log_start))
         effects.append(Journal((state.cut_epochs(topic_name, partition, 0),)))
     if log.hw_cap is None:
@@ -494,6 +495,7 @@ def skip_gap(state: ClusterState, gap: Gap, config: LinkConfig) -> list[Effect]:
     fresh = PartitionLog(gap.topic, gap.partition, log_start_offset=gap.to_offset)
     fresh.hw_cap = gap.to_offset
     topic.partitions[gap.partition] = fresh
+    state.logs_replaced()
     effects.append(ResetLog(topic.topic_id, gap.partition, gap.to_offset))
     effects.append(Journal((state.cut_epochs(gap.topic, gap.partition, 0),)))
     return effects
