@@ -13,12 +13,16 @@ import random
 from collections.abc import Generator
 from dataclasses import replace
 
+import pytest
+
 from linkd.core import fetch_sessions as fs
 from linkd.core import link_admin as admin
 from linkd.core import link_driver as driver
 from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ErrorCode
+from linkd.core.log_feed import LogFeed
+from linkd.core.partition import PartitionLog
 from linkd.core.requests import Now, WakeWaiters
 from tests.test_core_link_rounds import NOW, Disk, discover, produce, two_clusters
 
@@ -250,3 +254,60 @@ def test_a_catch_up_within_a_byte_budget__answers_what_it_carries__and_ends_the_
     assert answered[False] == [4] * 12
     assert max(answered[True][2:]) <= 2 and answered[True][-1] == 0
     assert sum(answered[True]) * 3 < sum(answered[False])
+
+
+# -- the source's kept sorting (`SourceFetchSession`, `log_feed`) -----------------------
+
+
+def test_the_log_feed_names_what_moved_since__once_each__newest_first() -> None:
+    feed = LogFeed()
+    log = PartitionLog("t", 0)
+    log.raise_durable(5)  # not watched: not reported
+    assert feed.since(-1) == []
+    feed.watch(log)
+    other = PartitionLog("t", 1)
+    feed.watch(other)
+    seq = feed.seq
+    log.bump_epoch(3, 0)
+    other.bump_epoch(2, 0)
+    log.bump_epoch(4, 0)
+    assert feed.since(seq) == [("t", 0), ("t", 1)]  # one entry each, by last move
+    assert feed.since(feed.seq) == []
+    feed.relayout()
+    assert feed.since(seq) == [] and feed.layout == 1
+
+
+def _quiet_session() -> tuple[Round, fs.SourceFetchSession]:
+    r = _three_partitions()
+    produce(r.a, r.disk_a, 3, "orders-2")
+    for t in (10, 20, 30):
+        r.run(NOW + t)
+    session = r.a.links.runtime["ab"].source_fetch_session
+    assert isinstance(session, fs.SourceFetchSession)
+    return r, session
+
+
+def test_a_log_moved_without_telling_its_feed__is_caught_by_the_check_against_a_scan() -> None:
+    """The kept sorting trusts the log feed; the check (on in every test and
+    in validation runs) finds a move the feed was not told of."""
+    r, session = _quiet_session()
+    assert session.check_against_scan
+    assert session.parts_to_serve(r.a, ()).serve == []  # all quiet
+    r.a.partition("orders-2", 1).high_watermark += 0  # (no move: still quiet)
+    assert session.parts_to_serve(r.a, ()).serve == []
+    r.a.partition("orders-2", 1).leader_epoch += 1  # a move the feed never hears of
+    with pytest.raises(AssertionError, match="the kept sorting differs from a scan"):
+        session.parts_to_serve(r.a, ())
+
+
+def test_a_log_that_moved__and_a_log_replaced__are_sorted_again_and_answered() -> None:
+    r, session = _quiet_session()
+    r.a.partition("orders-2", 2).bump_epoch(7, 0)  # told: answered
+    assert _keys(session.parts_to_serve(r.a, ()).serve) == [("orders-2", 2)]
+    r.run(NOW + 40)
+    assert session.parts_to_serve(r.a, ()).serve == []
+    # A partition rebuilt from disk: another log object, equal bounds.
+    before = r.a.partition("orders-2", 1)
+    r.a.recover_partition("orders-2", 1, [])
+    assert r.a.partition("orders-2", 1) is not before
+    assert _keys(session.parts_to_serve(r.a, ()).serve) == [("orders-2", 1)]
