@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from linkd.core.fetch_sessions import SourceFetchSession
+from linkd.core.link_rounds import BuiltFetches
 from linkd.core.links import LinkTable
 from sim import scenario as scenarios
 from sim.world import Simulation
@@ -84,12 +85,14 @@ def simulate(
     """Runs once; returns (summary, trace lines if kept). With
     CCR_SIM_CHECK_LAG_VERDICTS=1 in the environment, every link state a
     lag verdict answers is checked against a scan of every partition
-    (`linkd.core.link_lag`), and every fetch session's sorting of its
-    partitions on the source (`linkd.core.fetch_sessions`; slower, for
-    validation runs and sweeps)."""
+    (`linkd.core.link_lag`), and so is every fetch session's sorting of its
+    partitions on the source (`linkd.core.fetch_sessions`) and every
+    follower's set of fetches kept from its last request
+    (`link_rounds.BuiltFetches`; slower, for validation runs and sweeps)."""
     if os.environ.get(CHECK_LAG_VERDICTS_ENV) == "1":
         LinkTable.check_lag_verdicts = True
         SourceFetchSession.check_against_scan = True
+        BuiltFetches.check_against_scan = True
     spec = scenarios.apply_params(scenarios.load(scenario), params)
     sim = Simulation(spec, seed, keep_trace)
     with _fewer_collections():

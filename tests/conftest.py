@@ -16,6 +16,7 @@ import sys
 from hypothesis import settings
 
 from linkd.core.fetch_sessions import SourceFetchSession
+from linkd.core.link_rounds import BuiltFetches
 from linkd.core.links import LinkTable
 
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the processes the tests start
@@ -28,9 +29,11 @@ settings.load_profile("deterministic")
 
 # Every link state a lag verdict answers in this process (the core tests, every
 # simulator run) is checked against a scan of every partition, and so is every
-# round's sorting of a fetch session's partitions on the source.
+# round's sorting of a fetch session's partitions on the source, and every
+# follower's set of fetches kept from its last request.
 LinkTable.check_lag_verdicts = True
 SourceFetchSession.check_against_scan = True
+BuiltFetches.check_against_scan = True
 
 
 def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]

@@ -256,7 +256,7 @@ class LinkDriver:
     # The pull lane's fetch session with the source, and each partition's
     # fetch as last built (used again while its log is as it was).
     fetch_session: FollowerFetchSession = field(default_factory=FollowerFetchSession)
-    fetches_built: rounds.BuiltFetches = field(default_factory=dict)
+    fetches_built: rounds.BuiltFetches = field(default_factory=rounds.BuiltFetches)
 
     def wake(self) -> None:
         """The link changed (a mapping, the mode, the address): handshake and

@@ -41,7 +41,7 @@ import itertools
 import operator
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from linkd.core import histories
 from linkd.core import journal as jr
@@ -507,8 +507,31 @@ class TopicFetches:
     local_of: dict[tuple[str, int], str]
 
 
-# Each followed topic's plain fetches as last built, by local topic.
-BuiltFetches = dict[str, TopicFetches]
+@dataclass(slots=True)
+class BuiltFetches:
+    """Each followed topic's plain fetches as last built, by local topic
+    (kept by the caller across rounds), and the cluster's log feed as the
+    last build read it (`log_feed.LogFeed`: its sequence number and layout;
+    -1: compare every log)."""
+
+    topics: dict[str, TopicFetches] = field(default_factory=dict)
+    feed_seq: int = -1
+    layout: int = -1
+
+    # Tests and validation runs: each build is checked against every log.
+    check_against_scan: ClassVar[bool] = False
+
+    def moved(self, state: ClusterState) -> dict[str, set[int]] | None:
+        """The partitions of each topic whose log moved since the last
+        build (None: compare every log), and from now on the last build."""
+        feed = state.log_feed
+        moved: dict[str, set[int]] | None = None
+        if self.layout == feed.layout:
+            moved = {}
+            for topic, p in feed.since(self.feed_seq):
+                moved.setdefault(topic, set()).add(p)
+        self.feed_seq, self.layout = feed.seq, feed.layout
+        return moved
 
 
 def follower_fetch_request(
@@ -532,6 +555,7 @@ def follower_fetch_request(
     parts: list[PartitionFetch] = []
     local_of: dict[tuple[str, int], str] = {}
     seen: set[str] = set()
+    moved = built.moved(state) if built is not None else None
     for topic in sorted(state.topics):
         mapping = max(
             (m for m in followed if rep.in_prefix(topic, m.local_prefix)),
@@ -548,7 +572,10 @@ def follower_fetch_request(
         plain: TopicFetches | None = None
         if built is not None:
             seen.add(topic)
-            plain = _topic_fetches(built, topic, logs, source, partition_max_bytes)
+            plain = _topic_fetches(
+                state, built, topic, logs, source, partition_max_bytes,
+                None if moved is None else moved.get(topic, set()),
+            )  # fmt: skip
             if not gap_stopped and not held and not marks_wanted:
                 # The common case: none stopped, held or asked for marks.
                 parts += plain.fetches
@@ -572,26 +599,51 @@ def follower_fetch_request(
             else:
                 parts.append(_plain_fetch(log, source, p, partition_max_bytes))
             local_of[(source, p)] = topic
-    if built is not None and len(built) > len(seen):
-        for topic in [t for t in built if t not in seen]:
-            del built[topic]  # no longer followed
+    if built is not None and len(built.topics) > len(seen):
+        for topic in [t for t in built.topics if t not in seen]:
+            del built.topics[topic]  # no longer followed
     return FetchRequest(config.link_id, tuple(parts), local_of, sent_ms)
 
 
 def _topic_fetches(
-    built: BuiltFetches, topic: str, logs: list[PartitionLog], source: str, max_bytes: int
+    state: ClusterState,
+    built: BuiltFetches,
+    topic: str,
+    logs: list[PartitionLog],
+    source: str,
+    max_bytes: int,
+    moved: set[int] | None,
 ) -> TopicFetches:
-    """`topic`'s plain fetches (one per log of `logs`), from `built`: the
-    topic's basis is read at once and compared with the last; a fetch is
-    built again only where its log or its basis is not as last built from."""
+    """`topic`'s plain fetches (one per log of `logs`), from `built`: a
+    fetch is built again only where its log or its basis is not as last
+    built from. `moved`: the partitions whose log moved since the last build
+    (the others are as they were); None: the topic's basis is read at once
+    and compared with the last (the logs are then watched: their moves are
+    told from then on)."""
+    last = built.topics.get(topic)
+    if last is not None and (last.source != source or last.max_bytes != max_bytes):
+        last = None
+    if last is not None and moved is not None:
+        for p in moved:
+            if p < len(logs):
+                now_basis = _FETCH_BASIS(logs[p])
+                if last.basis[p] != now_basis:
+                    last.basis[p] = now_basis
+                    last.fetches[p] = _plain_fetch(logs[p], source, p, max_bytes)
+        if built.check_against_scan:
+            assert last.logs == logs and last.basis == list(map(_FETCH_BASIS, logs)), (
+                f"{topic}: the fetches kept differ from the logs' (a move the feed missed)"
+            )
+        return last
     basis = list(map(_FETCH_BASIS, logs))
-    last = built.get(topic)
-    if last is not None and last.source == source and last.max_bytes == max_bytes:
+    for log in logs:
+        state.log_feed.watch(log)
+    if last is not None:
         if last.basis == basis and last.logs == logs:
             return last  # (logs compare by identity)
         known = min(len(last.logs), len(logs))
     else:
-        last, known = None, 0
+        known = 0
     fetches: list[PartitionFetch] = []
     for p, log in enumerate(logs):
         if last is not None and p < known and last.logs[p] is log and last.basis[p] == basis[p]:
@@ -603,7 +655,7 @@ def _topic_fetches(
         (source, p): topic for p in range(len(logs))
     }  # fmt: skip
     made = TopicFetches(source, max_bytes, list(logs), basis, fetches, local_of)
-    built[topic] = made
+    built.topics[topic] = made
     return made
 
 
