@@ -1873,19 +1873,7 @@ def _still_quiet(
     The others join `reached` and go the whole way: one whose HW is held
     back (a transaction's markers held together across partitions, a SYNC
     follower of its own), because following its source's HW again may
-    release it now, and one whose row or position moved meanwhile.
-
-    A partition found so is kept (`LinkRuntime.quiet_ok`) and not looked at
-    again while its row, its log (the cluster's log feed) and its source HW
-    do not change."""
-    feed = state.log_feed
-    ok = runtime.quiet_ok
-    if runtime.quiet_layout != feed.layout:
-        ok.clear()
-    elif ok:
-        for k in feed.since(runtime.quiet_seq):
-            ok.pop(k, None)
-    runtime.quiet_seq, runtime.quiet_layout = feed.seq, feed.layout
+    release it now, and one whose row or position moved meanwhile."""
     quiet: list[tuple[tuple[str, int, str], PartitionProgress]] = []
     topics = state.topics
     # The partitions come a topic at a time: each run is judged at once.
@@ -1903,11 +1891,6 @@ _DURABLE = operator.attrgetter("durable_offset")
 _HW = operator.attrgetter("high_watermark")
 _END = operator.attrgetter("log_end_offset")
 _SOURCE_HW = operator.attrgetter("source_high_watermark")
-_FIRST = operator.itemgetter(0)
-_SECOND = operator.itemgetter(1)
-_THIRD = operator.itemgetter(2)
-# Stands for a partition not in `quiet_ok` (its HW equals none).
-_NOT_OK = (None, object())
 
 
 def _quiet_run(
@@ -1919,37 +1902,22 @@ def _quiet_run(
     reached: list[FollowerProgress],
 ) -> None:
     """`_still_quiet` for a run of one followed topic's partitions: when
-    every one was found quiet before at the same source HW (the common case)
-    the run is taken at once; else, when every one is quiet, it is judged a
-    column at a time (at C speed), else a partition at a time."""
-    ok = runtime.quiet_ok
-    parts = list(map(_SECOND, run))
-    keys = list(zip(itertools.repeat(topic), parts, itertools.repeat("follower")))
-    at = list(zip(itertools.repeat(topic), parts))
-    entries = list(map(ok.get, at, itertools.repeat(_NOT_OK)))
-    if list(map(_SECOND, entries)) == list(map(_THIRD, run)):
-        rows_ok: list[PartitionProgress] = list(map(_FIRST, entries))
-        if state.links.check_lag_verdicts:
-            _check_still_quiet(state, runtime, topic, run, rows_ok)
-        quiet += zip(keys, rows_ok, strict=True)
-        return
+    every one is quiet (the common case) the run is judged a column at a
+    time (at C speed), else a partition at a time."""
     logs = state.topics[topic].partitions
+    parts = list(map(operator.itemgetter(1), run))
+    keys = list(zip(itertools.repeat(topic), parts, itertools.repeat("follower")))
     rows = list(map(runtime.rows.get, keys))  # (follower rows: none is in the fold)
     position = _END if state.faults.undid(19) else _HW  # `admin.readable_position`
-    feed = state.log_feed
     if None not in rows and max(parts) < len(logs):
         mine = list(map(logs.__getitem__, parts))
         held_back = any(map(operator.gt, map(_DURABLE, mine), map(_HW, mine)))
-        hws = list(map(_THIRD, run))
         if (
             not held_back
-            and list(map(_SOURCE_HW, rows)) == hws
+            and list(map(_SOURCE_HW, rows)) == list(map(operator.itemgetter(2), run))
             and list(map(_END, rows)) == list(map(position, mine))
         ):
             quiet += zip(keys, rows, strict=True)  # type: ignore[arg-type]  # (no row is None)
-            ok.update(zip(at, zip(rows, hws, strict=True), strict=True))  # type: ignore[arg-type]
-            for each in mine:
-                feed.watch(each)
             return
     for key, row, (_, partition, hw) in zip(keys, rows, run, strict=True):
         log = logs[partition] if partition < len(logs) else None
@@ -1961,32 +1929,8 @@ def _quiet_run(
             and row.log_end_offset == position(log)
         ):
             quiet.append((key, row))
-            ok[(topic, partition)] = (row, hw)
-            feed.watch(log)
         else:
             reached.append(FollowerProgress(topic, partition, hw))
-
-
-def _check_still_quiet(
-    state: ClusterState,
-    runtime: LinkRuntime,
-    topic: str,
-    run: list[tuple[str, int, int]],
-    rows: list[PartitionProgress],
-) -> None:
-    """Tests and validation runs: partitions taken from `quiet_ok` are
-    quiet as a look at each finds them."""
-    logs = state.topics[topic].partitions
-    position = _END if state.faults.undid(19) else _HW
-    for row, (_, partition, hw) in zip(rows, run, strict=True):
-        log = logs[partition] if partition < len(logs) else None
-        assert (
-            runtime.rows.get((topic, partition, "follower")) is row
-            and log is not None
-            and log.durable_offset <= log.high_watermark
-            and row.source_high_watermark == hw
-            and row.log_end_offset == position(log)
-        ), f"{topic}-{partition}: kept as quiet, but its row or log moved (a move missed)"
 
 
 # -- push: the leader dials (the follower may sit behind NAT) ------------------------------

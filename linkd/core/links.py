@@ -1081,15 +1081,6 @@ class LinkRuntime:
     # The last scan that found no partition lagging, kept up since
     # (`link_lag.LagVerdict`); None: the next judgement scans.
     lag_verdict: lag.LagVerdict | None = None
-    # Follower rows a fetch session's rounds found quiet, by (topic,
-    # partition), each with the source HW it was quiet at
-    # (`link_rounds._still_quiet`), as of the cluster's log feed at
-    # `quiet_seq` in layout `quiet_layout`: one stays quiet while its row,
-    # its log and that HW stay as they were. A row written (`on_progress`)
-    # or forgotten leaves; a log that moved leaves at the next round.
-    quiet_ok: dict[tuple[str, int], tuple[PartitionProgress, int]] = field(default_factory=dict)
-    quiet_seq: int = -1
-    quiet_layout: int = -1
     # Follower side: the last committed offset of each replicated group's
     # partition heard from the source, under local names, and when it was
     # heard: (group, topic, partition) -> (offset, heard at ms). The group
@@ -1694,8 +1685,6 @@ class LinkTable:
         if dirty is not None:
             dirty.add(key)
         runtime.fold.release(key)
-        if runtime.quiet_ok:
-            runtime.quiet_ok.pop((topic, partition), None)  # (only follower rows are there)
         progress = runtime.rows.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
@@ -2002,8 +1991,6 @@ class LinkTable:
         if runtime is not None:
             for key in [*itertools.filterfalse(keep.__contains__, runtime.rows)]:
                 runtime.fold.release(key)
-                if key[2] == Role.FOLLOWER:
-                    runtime.quiet_ok.pop((key[0], key[1]), None)
                 del runtime.rows[key]
 
     def tick(self, now_ms: int) -> None:
