@@ -812,9 +812,9 @@ def link_summary(
     rows = []
     topics = state.topics
     readable_is_end = state.faults.undid(19)  # `readable_position`
-    items = [
-        kv for kv in runtime.partitions.items() if leader_rows or kv[0][2] != Role.LEADER
-    ]
+    # (Without led rows, the fold, which holds only led rows, is left as it is.)
+    every = runtime.partitions if leader_rows else runtime.rows
+    items = [kv for kv in every.items() if leader_rows or kv[0][2] != Role.LEADER]
     # Follower partitions whose fetched records this cluster's storage
     # refused: the refusal is shown on the row.
     stored = {
