@@ -963,6 +963,16 @@ def _reopened_at(reopened: Reopened, key: tuple[str, str, int], offset: int) -> 
     return any(first <= offset < cut for first, cut in reopened.get(key, ()))
 
 
+def _sent_topics(history: History) -> dict[str, set[str]]:
+    """The topics each transaction's records were sent to."""
+    out: dict[str, set[str]] = {}
+    for o in history.sends():
+        v = o.value
+        if isinstance(v, Send) and v.txn and v.value:
+            out.setdefault(v.txn, set()).add(v.topic)
+    return out
+
+
 def _transactions(history: History) -> tuple[dict[str, set[str]], dict[str, str], set[str]]:
     """(transaction -> its values, value -> transaction, values of aborted ones)
     over every transactional send whatever its outcome."""
@@ -1033,13 +1043,21 @@ def check_committed_logs_atomic(
     records stored below the last stable offset, a read_committed reader sees
     all (in every partition) or none, and none of an aborted one. A record
     hidden where a reported cut made its transaction uncommitted (`reopened`)
-    counts as lost there, not as stored."""
+    counts as lost there, not as stored.
+
+    A transaction written to one topic is judged in each topic of a cluster
+    that holds its records apart: a copy of it under another name (a
+    namespace that copies the topic back from a cluster that copied it) has
+    the outcome its own source gave it, and a reader of one topic never
+    reads the other's. One written to several topics is judged across the
+    topics it was written to, and each copy apart."""
     members, txn_of, aborted = _transactions(history)
+    sent_to = _sent_topics(history)
     details: list[str] = []
     clusters = sorted({c for c, _t, _p in final})
     for cluster in clusters:
-        stored: dict[str, set[str]] = {}
-        visible: dict[str, set[str]] = {}
+        stored: dict[tuple[str, str], set[str]] = {}
+        visible: dict[tuple[str, str], set[str]] = {}
         for key, log in final.items():
             if key[0] != cluster:
                 continue
@@ -1049,24 +1067,27 @@ def check_committed_logs_atomic(
                 txn = txn_of.get(value)
                 if txn is None or offset >= end:
                     continue
+                topics = sent_to[txn]
+                copy = "" if len(topics) > 1 and key[1] in topics else key[1]
                 if seen.get(offset) == value:
-                    visible.setdefault(txn, set()).add(value)
+                    visible.setdefault((txn, copy), set()).add(value)
                 elif _reopened_at(reopened or {}, key, offset):
                     continue
-                stored.setdefault(txn, set()).add(value)
-        for txn in sorted(visible):
-            shown = visible[txn]
-            hidden = sorted(stored[txn] - shown)
+                stored.setdefault((txn, copy), set()).add(value)
+        for txn, copy in sorted(visible):
+            shown = visible[(txn, copy)]
+            hidden = sorted(stored[(txn, copy)] - shown)
+            where = f" in {copy!r}" if copy else ""
             if shown & aborted:
                 details.append(
                     f"{cluster}: aborted transaction {txn} is visible to read_committed "
-                    f"readers ({sorted(shown)[:5]})"
+                    f"readers{where} ({sorted(shown)[:5]})"
                 )
             elif hidden:
                 details.append(
-                    f"{cluster}: transaction {txn} is partly visible to read_committed readers: "
-                    f"{sorted(shown)[:5]} visible, {hidden[:5]} stored but hidden "
-                    f"(of {len(members[txn])} records)"
+                    f"{cluster}: transaction {txn} is partly visible to read_committed "
+                    f"readers{where}: {sorted(shown)[:5]} visible, {hidden[:5]} stored but "
+                    f"hidden (of {len(members[txn])} records)"
                 )
     return _capped("5 txn atomic", details)
 

@@ -65,3 +65,42 @@ def test_a_transaction_half_hidden_by_a_reported_cut_is_not_judged_partly_visibl
     assert len(found) == 1 and "partly visible" in found[0].detail
     reopened = {KEY: [(1, 3)]}
     assert checkers.check_committed_logs_atomic(h, final, committed, stable, reopened) == []
+
+
+def test_a_copy_under_another_name_is_judged_apart_from_the_topic_written() -> None:
+    """Seed 22060 on 2 clusters: B copied A's `orders-1` as `r-orders-1` and
+    aborted the transaction there (its link stopped before the COMMIT came),
+    then A copied B's `r-orders-1` back. On A the transaction is committed
+    in `orders-1` partition 0 and reopened by a reported cut in partition 1,
+    and aborted in the copy: each topic alone is as reported, and no reader
+    of one reads the other."""
+    h = History()
+    for p, value in ((0, "t-0"), (1, "t-1")):
+        h.add(Op("p", "source_producer", "A", "ok", 0, 1, Send("orders-1", p, value, 1, txn="T1")))
+    final: checkers.FinalLogs = {}
+    committed: checkers.FinalLogs = {}
+    stable: checkers.StableEnds = {}
+    for p, value in ((0, "t-0"), (1, "t-1")):
+        final[("A", "orders-1", p)], committed[("A", "orders-1", p)] = {1: value}, {1: value}
+        final[("A", "r-orders-1", p)], committed[("A", "r-orders-1", p)] = {1: value}, {}
+        stable[("A", "orders-1", p)] = stable[("A", "r-orders-1", p)] = 3
+    committed[("A", "orders-1", 1)] = {}  # the cut at 2 removed its COMMIT there
+    reopened = {("A", "orders-1", 1): [(1, 2)]}
+    assert checkers.check_committed_logs_atomic(h, final, committed, stable, reopened) == []
+    # Half of it hidden in the copy alone: partly visible there.
+    committed[("A", "r-orders-1", 0)] = {1: "t-0"}
+    found = checkers.check_committed_logs_atomic(h, final, committed, stable, reopened)
+    assert len(found) == 1 and "partly visible to read_committed readers in 'r-orders-1'" in (
+        found[0].detail
+    )
+
+
+def test_a_transaction_written_to_two_topics_is_judged_across_both() -> None:
+    h = History()
+    for topic, value in (("orders-1", "t-0"), ("orders-2", "t-1")):
+        h.add(Op("p", "source_producer", "A", "ok", 0, 1, Send(topic, 0, value, 1, txn="T1")))
+    final = {("A", "orders-1", 0): {1: "t-0"}, ("A", "orders-2", 0): {1: "t-1"}}
+    committed = {("A", "orders-1", 0): {1: "t-0"}, ("A", "orders-2", 0): {}}
+    stable = {("A", "orders-1", 0): 3, ("A", "orders-2", 0): 3}
+    found = checkers.check_committed_logs_atomic(h, final, committed, stable)
+    assert len(found) == 1 and "A: transaction T1 is partly visible" in found[0].detail
