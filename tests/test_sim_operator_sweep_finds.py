@@ -262,6 +262,11 @@ FOUND = [
     # copy that does not end where its source does. A held source partition
     # is copied up to its HW, as an orphaned one is.
     (21495, 3, "a copy of a partition its source holds for its own writes ends at its HW"),
+    # The judge's: A copied back B's copy of A-t1 (as r-A-t1), in which B had
+    # aborted a transaction its link never brought the COMMIT of, while A's
+    # own A-t1 kept it committed (half of it reopened by a reported cut).
+    # Mixing the two topics called it partly visible; each is judged apart.
+    (22060, 2, "a copy under another name is judged apart from the topic written"),
 ]
 
 
