@@ -226,8 +226,13 @@ def probe_tls(target: str, security: ClientSecurity) -> str:
     except ssl.SSLError as exc:
         reason = str(exc.reason or exc)
         return "refused-cert" if "CERTIFICATE" in reason.upper() else "plain"
+    except TimeoutError:
+        # Connected, but no handshake answered in time: a daemon still
+        # starting (its port bound before it serves) or a loaded machine, not
+        # a plaintext listener, which answers a ClientHello at once.
+        return "down"
     except OSError:
-        return "plain"
+        return "plain"  # (closed or reset on our ClientHello)
     finally:
         raw.close()
 
