@@ -5,6 +5,7 @@ tell the same rules as stories through both shells."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Generator
 
 from linkd.core import link_admin as admin
@@ -19,7 +20,9 @@ from linkd.core.link_calls import (
     Applied,
     Dial,
     Drop,
+    Idle,
     LaneRequest,
+    ListSourceTopics,
     OpenSession,
     Receive,
     ReplicaFetch,
@@ -200,3 +203,42 @@ def _run(procedure: Generator[LaneRequest, object, rounds.FetchAnswer], now: int
         except StopIteration as stop:
             return stop.value
         reply = now if isinstance(request, Now) else None
+
+
+def test_a_namespace_detached_while_its_topics_were_listed__makes_no_follower_topic() -> None:
+    """Seed 22466 on 2 clusters: B listed the topics of a namespace it
+    followed; before the answer came, the source's detach reached B (its
+    mapping detached, no topic yet to record the end in). The answer, read
+    under the configuration the discovery began with, made the follower topic
+    anyway: a topic no round would fill and no provenance said had left the
+    link, so the source's records never came and nothing said so. The
+    answer is now read under the configuration as it is when it arrives."""
+    b = ClusterState("B")
+    b.links = LinkTable("B", LinkLimits())
+    _apply(b, journal(b.namespaces.create(ResourceType.TOPIC, "orders-", True)))
+    config = b.links.new_config("ab", "id-1", "A", "a:1", "", "local_dials", "", NOW)
+    _apply(b, journal(b.links.store(config, NOW)))
+    mapping = Mapping(MappingType.TOPIC, "orders-", "orders-", Leader.REMOTE, True, (0, 0, ""))
+    _apply(b, admin.put_mapping(b, "ab", admin.versioned(b, mapping, NOW), NOW))
+    d = driver.LinkDriver(b, "ab", lambda: "id")
+    d.handshaken = True
+    d.last_handshake_ms = NOW
+    script = Script(b, d.lane(Lane.CONTROL))  # (discovery is the control lane's)
+
+    def answer(request: LaneRequest) -> object:
+        assert isinstance(request, Dial) and isinstance(request.call, ListSourceTopics), request
+        # The remote's view merged in: a new configuration object, detached.
+        told = copy.deepcopy(b.links.get("ab"))
+        detached = Mapping(MappingType.TOPIC, "orders-", "orders-", Leader.REMOTE, False,
+                           (0, 0, ""))  # fmt: skip
+        told.mappings[detached.key] = admin.versioned(b, detached, NOW)
+        _apply(b, journal(b.links.store(told, NOW)))
+        listed = rounds.SourceTopic("orders-1", 1, {})
+        return Answered(rounds.SourceNamespace("orders-", (listed,), ()))
+
+    def listed_and_on(r: LaneRequest) -> bool:
+        fetch = isinstance(r, Dial) and isinstance(r.call, ReplicaFetch)
+        return fetch or isinstance(r, Idle | Sleep)
+
+    script.until(listed_and_on, answer)
+    assert "orders-1" not in b.topics

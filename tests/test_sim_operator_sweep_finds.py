@@ -267,6 +267,12 @@ FOUND = [
     # own A-t1 kept it committed (half of it reopened by a reported cut).
     # Mixing the two topics called it partly visible; each is judged apart.
     (22060, 2, "a copy under another name is judged apart from the topic written"),
+    # A discovery's answer arrived after the source's detach had reached B
+    # (a new configuration, the namespace detached, no topic yet to mark
+    # where the link's data ends): read under the configuration it began
+    # with, it made a follower topic nothing filled and nothing said had
+    # left the link (`silent loss`). It is read under the current one.
+    (22466, 2, "a namespace detached while its topics were listed makes no topic"),
 ]
 
 

@@ -388,8 +388,10 @@ class LinkDriver:
             for mapping in rep.follower_mappings(config, kind):
                 call = ListSourceTopics(config.link_id, mapping.remote_prefix, kind)
                 namespaces.append((yield from self._ask(lane, call, rounds.SourceNamespace)))
+        # The configuration as it is now: a namespace detached while the calls
+        # were answered (the remote's detach, told meanwhile) makes no topic.
         created = yield from apply_topics(
-            self.state, config, namespaces, self.new_topic_id, listed_at
+            self.state, self._config(), namespaces, self.new_topic_id, listed_at
         )
         # Each namespace's offsets are applied as they arrive: what was heard
         # is kept even when the next call fails.
