@@ -311,3 +311,32 @@ def test_a_log_that_moved__and_a_log_replaced__are_sorted_again_and_answered() -
     r.a.recover_partition("orders-2", 1, [])
     assert r.a.partition("orders-2", 1) is not before
     assert _keys(session.parts_to_serve(r.a, ()).serve) == [("orders-2", 1)]
+
+
+def test_a_round_given_the_same_quiet_partitions__finds_what_the_last_found() -> None:
+    """The follower keeps a round that found every quiet partition quiet
+    (`LinkRuntime.quiet_kept`); the next round given the same ones takes it,
+    and a log of them that moves, or a row that is written, drops it."""
+    r, _session = _quiet_session()
+    r.run(NOW + 40)
+    kept = r.b.links.runtime["ab"].quiet_kept
+    assert kept is not None and len(kept.quiet) == len(ALL)
+    r.run(NOW + 50)  # the same partitions: taken as kept
+    assert r.b.links.runtime["ab"].quiet_kept is kept
+    row = r.b.links.runtime["ab"].rows[("orders-2", 1, "follower")]
+    assert row.known_at_ms == NOW + 50  # (written as any quiet row is)
+    # A log of them moves (told): looked at again, and kept anew.
+    r.b.partition("orders-2", 1).bump_epoch(9, 0)
+    r.run(NOW + 60)
+    assert r.b.links.runtime["ab"].quiet_kept is not kept
+
+
+def test_a_follower_log_moved_without_telling_its_feed__is_caught_by_the_check() -> None:
+    r, _session = _quiet_session()
+    r.run(NOW + 40)
+    r.run(NOW + 50)
+    assert r.b.links.runtime["ab"].quiet_kept is not None
+    log = r.b.partition("orders-2", 0)
+    log.high_watermark -= 1  # a move the feed never hears of (the fetch stays the same)
+    with pytest.raises(AssertionError, match="not what a look finds"):
+        r.run(NOW + 60)

@@ -62,6 +62,7 @@ from linkd.core.links import (
     MappingKey,
     MappingType,
     PartitionProgress,
+    QuietKept,
     Role,
     UncreatedTopic,
     orphans,
@@ -1873,7 +1874,54 @@ def _still_quiet(
     The others join `reached` and go the whole way: one whose HW is held
     back (a transaction's markers held together across partitions, a SYNC
     follower of its own), because following its source's HW again may
-    release it now, and one whose row or position moved meanwhile."""
+    release it now, and one whose row or position moved meanwhile.
+
+    A round given the same partitions as the last, which found every one
+    quiet, finds what it found (`LinkRuntime.quiet_kept`) unless a log of
+    them moved (the cluster's log feed), a row of them was written or
+    forgotten, or the link's mappings changed; in tests and validation runs
+    that is checked against a look at each."""
+    feed = state.log_feed
+    mappings = tuple(config.mappings.items()) if config is not None else ()
+    kept = runtime.quiet_kept
+    if (
+        kept is not None
+        and kept.layout == feed.layout
+        and kept.mappings == mappings
+        and kept.unchanged == unchanged
+        and kept.keys.isdisjoint(feed.since(kept.feed_seq))
+    ):
+        kept.feed_seq = feed.seq
+        if state.links.check_lag_verdicts:
+            looked: list[FollowerProgress] = []
+            assert _look_at_each(state, runtime, config, unchanged, looked) == kept.quiet, (
+                "the quiet partitions kept from the last round are not what a look finds"
+            )
+            assert not looked, looked
+        return kept.quiet
+    before = len(reached)
+    quiet = _look_at_each(state, runtime, config, unchanged, reached)
+    runtime.quiet_kept = None
+    if len(reached) == before and quiet:
+        # Every one quiet: kept for the next round, its logs watched.
+        topics = state.topics
+        for (topic, partition, _), _row in quiet:
+            feed.watch(topics[topic].partitions[partition])
+        keys = {(k[0], k[1]) for k, _row in quiet}
+        runtime.quiet_kept = QuietKept(
+            list(unchanged), quiet, mappings, feed.seq, feed.layout, keys
+        )
+    return quiet
+
+
+def _look_at_each(
+    state: ClusterState,
+    runtime: LinkRuntime,
+    config: LinkConfig | None,
+    unchanged: Sequence[tuple[str, int, int]],
+    reached: list[FollowerProgress],
+) -> list[tuple[tuple[str, int, str], PartitionProgress]]:
+    """`_still_quiet` looking at every partition."""
     quiet: list[tuple[tuple[str, int, str], PartitionProgress]] = []
     topics = state.topics
     # The partitions come a topic at a time: each run is judged at once.

@@ -990,6 +990,24 @@ def _fetched_again_n(row: PartitionProgress, rounds: int, at_ms: int, reach: Rea
 
 
 @dataclass(slots=True)
+class QuietKept:
+    """A follower's fetch round that found every one of a session's quiet
+    partitions still quiet (`link_rounds._still_quiet`): the partitions it was
+    given, what it found (each row key with its row), the link's mappings
+    then, and the cluster's log feed then (its sequence number and layout).
+    The next round given the same partitions finds the same while no log of
+    them moved, no mapping changed and no row of them was written or
+    forgotten (`LinkTable.on_progress` and `forget_partitions` drop it)."""
+
+    unchanged: list[tuple[str, int, int]]
+    quiet: list[tuple[tuple[str, int, str], PartitionProgress]]
+    mappings: tuple[object, ...]
+    feed_seq: int
+    layout: int
+    keys: set[tuple[str, int]]
+
+
+@dataclass(slots=True)
 class LinkRuntime:
     """What is known of a link right now (not durable: rebuilt after restart)."""
 
@@ -1081,6 +1099,9 @@ class LinkRuntime:
     # The last scan that found no partition lagging, kept up since
     # (`link_lag.LagVerdict`); None: the next judgement scans.
     lag_verdict: lag.LagVerdict | None = None
+    # Follower side: the last fetch round's quiet partitions, for the next
+    # round given the same ones (`link_rounds._still_quiet`); None: none kept.
+    quiet_kept: QuietKept | None = None
     # Follower side: the last committed offset of each replicated group's
     # partition heard from the source, under local names, and when it was
     # heard: (group, topic, partition) -> (offset, heard at ms). The group
@@ -1685,6 +1706,9 @@ class LinkTable:
         if dirty is not None:
             dirty.add(key)
         runtime.fold.release(key)
+        kept = runtime.quiet_kept
+        if kept is not None and (topic, partition) in kept.keys:
+            runtime.quiet_kept = None  # (its row changes)
         progress = runtime.rows.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
@@ -1991,6 +2015,7 @@ class LinkTable:
         if runtime is not None:
             for key in [*itertools.filterfalse(keep.__contains__, runtime.rows)]:
                 runtime.fold.release(key)
+                runtime.quiet_kept = None  # (a row it may hold goes)
                 del runtime.rows[key]
 
     def tick(self, now_ms: int) -> None:
