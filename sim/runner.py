@@ -86,9 +86,11 @@ def simulate(
     CCR_SIM_CHECK_LAG_VERDICTS=1 in the environment, every link state a
     lag verdict answers is checked against a scan of every partition
     (`linkd.core.link_lag`), and so is every fetch session's sorting of its
-    partitions on the source (`linkd.core.fetch_sessions`) and every
+    partitions on the source (`linkd.core.fetch_sessions`), every
     follower's set of fetches kept from its last request
-    (`link_rounds.BuiltFetches`; slower, for validation runs and sweeps)."""
+    (`link_rounds.BuiltFetches`) and every quiet round a follower takes from
+    the last (`LinkRuntime.quiet_kept`; slower, for validation runs and
+    sweeps)."""
     if os.environ.get(CHECK_LAG_VERDICTS_ENV) == "1":
         LinkTable.check_lag_verdicts = True
         SourceFetchSession.check_against_scan = True
