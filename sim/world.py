@@ -427,6 +427,7 @@ class Simulation:
                 self._plans_rerun.add((cid, link))
                 self._plans_running += 1
                 self.queue.note(f"liveness: {cid} finishes the plan of link {link}")
+                self._superseded_by(cid, link)
                 self.metrics.add("plans_finished_at_rest", 1)
 
                 def rerun(_report: Any, _error: ClusterError | None) -> None:
@@ -440,6 +441,25 @@ class Simulation:
                     self.ops.recover(cid, link, [], True, rerun)
                 else:
                     self.ops.reverse(cid, link, 0, rerun)
+
+    def _superseded_by(self, cluster: str, link: str) -> None:
+        """The plan of `cluster`'s `link`, re-run at rest, sets out again to
+        move its namespaces: a watch of another procedure (another link's,
+        begun and perhaps rolled back since this plan was cut short) on a
+        side it shares ends, as `_watch_moved` ends it when a procedure
+        begins. The plan's own watch, if it still has one, stays: what it
+        found is as of the plan's first step."""
+        plan = self.clusters[cluster].state.plans.get(link)
+        if plan is None:
+            return
+        sides = {(n.resource_type, cluster, n.local_prefix) for n in plan.namespaces}
+        sides |= {(n.resource_type, plan.remote_cluster_id, n.remote_prefix)
+                  for n in plan.namespaces}  # fmt: skip
+        for key, m in list(self.moved.items()):
+            if (m.cluster, m.link) == (cluster, link):
+                continue
+            if {(m.kind, m.cluster, m.prefix), (m.kind, m.peer, m.peer_prefix)} & sides:
+                del self.moved[key]
 
     def _failover_rerun(self, cid: str, link: str, then: Any) -> Any:
         """A failover re-run answers what the run a crash cut short did: that

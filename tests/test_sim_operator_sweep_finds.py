@@ -273,6 +273,12 @@ FOUND = [
     # with, it made a follower topic nothing filled and nothing said had
     # left the link (`silent loss`). It is read under the current one.
     (22466, 2, "a namespace detached while its topics were listed makes no topic"),
+    # The judge's: A's reversal of A-B, cut short by a crash, was finished in
+    # the liveness phase after B's reversal of B-C had begun and rolled back;
+    # B-C's watch (writable on neither, as it found it) still judged B, which
+    # A's finished reversal made the writer. A plan re-run at rest is the
+    # last procedure that set out to move its namespaces: it takes the watch.
+    (22714, 3, "a plan finished at rest takes the watch of the namespaces it moves"),
 ]
 
 
