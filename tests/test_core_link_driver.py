@@ -63,6 +63,22 @@ def _leader() -> ClusterState:
     return a
 
 
+def _follower(*topics: str) -> ClusterState:
+    """B follows orders- from A on link ab (its namespace reserved), holding
+    `topics` (one partition each) already."""
+    b = ClusterState("B")
+    b.links = LinkTable("B", LinkLimits())
+    for name in topics:
+        _topic, effects = b.create_topic(name, 1, {}, f"t-{name}")
+        _apply(b, effects)
+    _apply(b, journal(b.namespaces.create(ResourceType.TOPIC, "orders-", True)))
+    config = b.links.new_config("ab", "id-1", "A", "a:1", "", "local_dials", "", NOW)
+    _apply(b, journal(b.links.store(config, NOW)))
+    mapping = Mapping(MappingType.TOPIC, "orders-", "orders-", Leader.REMOTE, True, (0, 0, ""))
+    _apply(b, admin.put_mapping(b, "ab", admin.versioned(b, mapping, NOW), NOW))
+    return b
+
+
 STORED: dict[tuple[str, int], list[AppendBatch]] = {}
 
 
@@ -164,15 +180,7 @@ def test_a_pushed_pipeline_carries_group_offsets_each_discovery_interval() -> No
 def test_a_lane_refused_again_and_again_backs_off_to_the_maximum_then_resets() -> None:
     """The back-off doubles with each failure in a row, refusals included,
     and starts again from the minimum only after a step succeeded."""
-    b = ClusterState("B")
-    b.links = LinkTable("B", LinkLimits())
-    _topic, effects = b.create_topic("orders-1", 1, {}, "t-1")
-    _apply(b, effects)
-    _apply(b, journal(b.namespaces.create(ResourceType.TOPIC, "orders-", True)))
-    config = b.links.new_config("ab", "id-1", "A", "a:1", "", "local_dials", "", NOW)
-    _apply(b, journal(b.links.store(config, NOW)))
-    mapping = Mapping(MappingType.TOPIC, "orders-", "orders-", Leader.REMOTE, True, (0, 0, ""))
-    _apply(b, admin.put_mapping(b, "ab", admin.versioned(b, mapping, NOW), NOW))
+    b = _follower("orders-1")
     d = driver.LinkDriver(b, "ab", lambda: "id")
     d.handshaken = True
     d.last_handshake_ms = d.last_discovery_ms = NOW
@@ -213,13 +221,7 @@ def test_a_namespace_detached_while_its_topics_were_listed__makes_no_follower_to
     anyway: a topic no round would fill and no provenance said had left the
     link, so the source's records never came and nothing said so. The
     answer is now read under the configuration as it is when it arrives."""
-    b = ClusterState("B")
-    b.links = LinkTable("B", LinkLimits())
-    _apply(b, journal(b.namespaces.create(ResourceType.TOPIC, "orders-", True)))
-    config = b.links.new_config("ab", "id-1", "A", "a:1", "", "local_dials", "", NOW)
-    _apply(b, journal(b.links.store(config, NOW)))
-    mapping = Mapping(MappingType.TOPIC, "orders-", "orders-", Leader.REMOTE, True, (0, 0, ""))
-    _apply(b, admin.put_mapping(b, "ab", admin.versioned(b, mapping, NOW), NOW))
+    b = _follower()
     d = driver.LinkDriver(b, "ab", lambda: "id")
     d.handshaken = True
     d.last_handshake_ms = NOW
