@@ -300,10 +300,7 @@ class Simulation:
             # move it: an earlier one's watch of either side (a failover of
             # another link, say) ends here, since this one changes who writes
             # it (a recovery makes it follow, a reversal reserves it).
-            for key, other in list(self.moved.items()):
-                sides = {(other.cluster, other.prefix), (other.peer, other.peer_prefix)}
-                if other.kind == n.resource_type and sides & set(pair):
-                    del self.moved[key]
+            self._end_watches({(n.resource_type, c, p) for c, p in pair})
             if plan.procedure == plans.REVERSE and self._mapping_in_flux(
                 cluster, link, n.resource_type, n.local_prefix, n.remote_prefix
             ):
@@ -455,8 +452,15 @@ class Simulation:
         sides = {(n.resource_type, cluster, n.local_prefix) for n in plan.namespaces}
         sides |= {(n.resource_type, plan.remote_cluster_id, n.remote_prefix)
                   for n in plan.namespaces}  # fmt: skip
+        self._end_watches(sides, spare=(cluster, link))
+
+    def _end_watches(
+        self, sides: set[tuple[str, str, str]], spare: tuple[str, str] | None = None
+    ) -> None:
+        """Ends every watch of "one writer at rest" on one of `sides` (each
+        (kind, cluster, prefix)), but that of `spare`'s (cluster, link)."""
         for key, m in list(self.moved.items()):
-            if (m.cluster, m.link) == (cluster, link):
+            if (m.cluster, m.link) == spare:
                 continue
             if {(m.kind, m.cluster, m.prefix), (m.kind, m.peer, m.peer_prefix)} & sides:
                 del self.moved[key]
