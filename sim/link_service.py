@@ -334,21 +334,18 @@ class LinkService:
         self, follower: SimCluster, local_of: dict[tuple[str, int], str], sizes: Sizes
     ) -> Callable[[core.AppendBatch], int]:
         """A follower's appends, charged the sizes their source's batches had."""
-        # Per partition, not per batch: the follower topic's id -> its source's
-        # name, for the topics the follower holds when the push is accepted.
+        # Per answer, not per batch, and over the answer's batches only (not
+        # every partition of the link): each size under the follower topic's
+        # id, for the topics the follower holds when the answer is applied.
         topics = follower.state.topics
-        source_of = {
-            (topics[local].topic_id, partition): source_topic
-            for (source_topic, partition), local in local_of.items()
-            if local in topics
-        }
+        by_id: dict[tuple[str, int, int], int] = {}
+        for (source_topic, partition, base), size in sizes.items():
+            local = local_of.get((source_topic, partition))
+            if local is not None and local in topics:
+                by_id[(topics[local].topic_id, partition, base)] = size
 
         def size_of(effect: core.AppendBatch) -> int:
-            source = source_of.get((effect.topic_id, effect.partition))
-            size = (
-                None if source is None
-                else sizes.get((source, effect.partition, effect.header.base_offset))
-            )  # fmt: skip
+            size = by_id.get((effect.topic_id, effect.partition, effect.header.base_offset))
             return self.observer.logical_bytes(effect) if size is None else size
 
         return size_of
