@@ -85,6 +85,10 @@ def test_continue__the_gap_is_recorded_with_its_cause__and_the_log_starts_again_
     assert gap == [ProvenanceItem.gap(10, end, b.links.get("ab").link_id, why, later)]
     assert ProvenanceItem.from_entry(gap[0].to_entry()) == gap[0]
     assert rep.gaps_of(b, b.links.get("ab").link_id) == applied.gaps
+    # Read from the topics whose provenance records one: kept over a restart.
+    again_b = ClusterState("B")
+    again_b.restore(b.snapshot())
+    assert rep.gaps_of(again_b, b.links.get("ab").link_id) == applied.gaps
     # Nothing more is missing: the next round finds no gap, and the link follows.
     _answer, again, _moved = fetch_round(a, b, disk_a, disk_b, later + 1)
     assert again.gaps == [] and again.stopped == []

@@ -7,6 +7,8 @@ Each story runs the same functions the daemon and the simulator call
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from linkd.core import histories, recovery
@@ -732,3 +734,20 @@ def test_a_cut_over_the_followers_own_acknowledged_writes__is_not_made__until_re
     fetch_round(a, b, disk_a, disk_b, NOW + 40)
     assert log.log_end_offset == 5 and b.links.runtime["ab"].refused == {}
     assert not any(r.own_writes_held for r in admin.link_summary(b, "ab", NOW + 40).partitions)
+
+
+def test_the_partitions_led_under_a_link__are_kept_until_its_mappings_or_logs_change() -> None:
+    a, _b, disk_a, _disk_b = two_clusters()
+    config = a.links.get("ab")
+    led = a.led_under(config)
+    assert led == {("orders-1", 0)} and a.led_under(config) is led
+    disk_a.carry_out(a, a.create_topic("orders-2", 2, {}, "src-2")[1])
+    disk_a.carry_out(a, a.create_topic("other", 1, {}, "src-3")[1])  # under no mapping
+    grown = a.led_under(config)
+    assert grown == {("orders-1", 0), ("orders-2", 0), ("orders-2", 1)}
+    a.refresh_led_partitions(NOW + 1)
+    assert a.links.runtime["ab"].led_partitions is grown  # (registered again: no change)
+    mapping = config.mappings[next(iter(config.mappings))]
+    detached = dataclasses.replace(mapping, attached=False)
+    admin.put_mapping(a, "ab", admin.versioned(a, detached, NOW + 2), NOW + 2)
+    assert a.led_under(a.links.get("ab")) == set()

@@ -18,7 +18,9 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import assert_never
 
@@ -62,7 +64,7 @@ from linkd.core.mirror_links import MirrorLinkTable
 from linkd.core.namespaces import NamespaceTable, ResourceType
 from linkd.core.partition import AbortedTxn, FetchPlan, PartitionLog, SegmentRule
 from linkd.core.plans import PlanTable
-from linkd.core.provenance import ProvenanceItem
+from linkd.core.provenance import ProvenanceItem, ProvenanceKind
 from linkd.core.topic_config import (
     TopicConfig,
     check_creatable_topic_name,
@@ -181,6 +183,11 @@ class ClusterState:
         # Which logs moved, for readers that look at many (a fetch session's
         # source); every change of which logs there are is a new layout.
         self.log_feed = LogFeed()
+        # `led_under`'s last answer per link: (its mappings, the feed's
+        # layout, the partitions). Only a change of either changes it.
+        self._led: dict[str, tuple[tuple[object, ...], int, frozenset[tuple[str, int]]]] = {}
+        # The topics whose provenance records a gap (`replication.gaps_of`).
+        self.topics_with_gaps: set[str] = set()
         # Fix 45 undone: every cluster counts producer ids from the same
         # start, as a Kafka cluster's counter does.
         first_pid = 1000 if faults.undid(45) else producer_id_base(cluster_id)
@@ -509,6 +516,7 @@ class ClusterState:
         replaced: what was kept of them by topic id or by log is stale."""
         self._names_by_id = None
         self.log_feed.relayout()
+        self.topics_with_gaps &= self.topics.keys()
 
     # -- produce --------------------------------------------------------------
 
@@ -685,9 +693,11 @@ class ClusterState:
         """Registers, for every link, the partitions this cluster leads on it, so
         that one its follower never fetched still counts (as not caught up: a
         SYNC link is not IN_SYNC, an ASYNC link not FOLLOWING once it is silent)."""
+        for gone in self._led.keys() - self.links.configs.keys():
+            del self._led[gone]
         for name in sorted(self.links.configs):
             config = self.links.configs[name]
-            led: set[tuple[str, int]] = set()
+            led: AbstractSet[tuple[str, int]] = frozenset()
             runtime = self.links.runtime.get(name)
             leads = any(
                 m.attached and m.local_role == Role.LEADER and m.resource_type == MappingType.TOPIC
@@ -699,14 +709,21 @@ class ClusterState:
                 led = self.led_under(config)
             self.links.register_led_partitions(name, led, now_ms)
 
-    def led_under(self, config: LinkConfig) -> set[tuple[str, int]]:
-        """The partitions this cluster leads under a link's configuration."""
+    def led_under(self, config: LinkConfig) -> frozenset[tuple[str, int]]:
+        """The partitions this cluster leads under a link's configuration
+        (kept until its mappings or the cluster's layout of logs change)."""
+        mappings = tuple(config.mappings.items())
+        layout = self.log_feed.layout
+        kept = self._led.get(config.name)
+        if kept is not None and kept[1] == layout and kept[0] == mappings:
+            return kept[2]
         led: set[tuple[str, int]] = set()
         for topic_name in sorted(self.topics):
             if config.mapping_for(topic_name, "leader") is not None:
                 topic = self.topics[topic_name]
-                led.update((topic_name, p) for p in range(len(topic.partitions)))
-        return led
+                led.update(zip(itertools.repeat(topic_name), range(len(topic.partitions))))
+        self._led[config.name] = (mappings, layout, frozenset(led))
+        return self._led[config.name][2]
 
     def wait_marks(self, targets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], WaitMark]:
         """What a write waiting on these high watermarks wrote, as it begins
@@ -1242,6 +1259,8 @@ class ClusterState:
                 if topic is not None:
                     entry = ProvenanceItem.from_entry(record.entry)
                     topic.provenance.setdefault(record.partition, []).append(entry)
+                    if entry.kind is ProvenanceKind.GAP:
+                        self.topics_with_gaps.add(topic.name)
             case jr.LeaderEpoch():
                 topic = self.topics.get(record.name)
                 if topic is not None:
@@ -1346,6 +1365,8 @@ class ClusterState:
                 topic.provenance[int(p)] = [
                     ProvenanceItem.from_entry(jr.json_object(e)) for e in jr.json_list(entries)
                 ]
+                if any(e.kind is ProvenanceKind.GAP for e in topic.provenance[int(p)]):
+                    self.topics_with_gaps.add(topic.name)
             for p, bumps in jr.json_object(t.get("epoch_bumps", {})).items():
                 topic.epoch_bumps[int(p)] = [
                     (jr.json_int(e), jr.json_int(st))

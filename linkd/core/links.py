@@ -1039,7 +1039,7 @@ class LinkRuntime:
     remote_sync: LinkState | None = None
     # Partitions this side leads on the link, registered so that one the
     # follower never fetched still counts (it is not caught up).
-    led_partitions: set[tuple[str, int]] = field(default_factory=set)
+    led_partitions: AbstractSet[tuple[str, int]] = frozenset()
     # When this side's last fetch request left (follower side).
     fetch_sent_ms: int | None = None
     # Since when the pull lane's storage refused a round (None: its last
@@ -1178,7 +1178,7 @@ class FetchedLog(Protocol):
 
 
 # The partitions this cluster leads under a link's configuration.
-LedPartitions = Callable[["LinkConfig"], set[tuple[str, int]]]
+LedPartitions = Callable[["LinkConfig"], AbstractSet[tuple[str, int]]]
 
 
 class LinkTable:
@@ -1911,28 +1911,32 @@ class LinkTable:
         )
 
     def register_led_partitions(
-        self, name: str, partitions: set[tuple[str, int]], now_ms: int
+        self, name: str, partitions: AbstractSet[tuple[str, int]], now_ms: int
     ) -> None:
         """The partitions this side leads on the link now. A new one counts as
         caught up at registration (its lag time starts then); one that left is
-        forgotten."""
+        forgotten. (The very set registered last changes nothing: the
+        cluster keeps its answer until the link or its logs change.)"""
         runtime = self.runtime.get(name)
         if runtime is None:
             return
         dirty = self._lag_news(runtime, now_ms)
-        for topic, partition in sorted(partitions - runtime.led_partitions):
-            key = (topic, partition, "leader")
-            if dirty is not None:
-                dirty.add(key)
-            if key not in runtime.rows:
-                progress = PartitionProgress(topic, partition, "leader", caught_up_at_ms=now_ms)
-                progress.last_fetch_ms = now_ms
-                progress.hw_caught_up_ms = now_ms
-                runtime.rows[key] = progress
-        for topic, partition in runtime.led_partitions - partitions:
-            runtime.fold.release((topic, partition, "leader"))
-            runtime.rows.pop((topic, partition, "leader"), None)
-        runtime.led_partitions = set(partitions)
+        if partitions is not runtime.led_partitions:
+            for topic, partition in sorted(partitions - runtime.led_partitions):
+                key = (topic, partition, "leader")
+                if dirty is not None:
+                    dirty.add(key)
+                if key not in runtime.rows:
+                    progress = PartitionProgress(
+                        topic, partition, "leader", caught_up_at_ms=now_ms
+                    )
+                    progress.last_fetch_ms = now_ms
+                    progress.hw_caught_up_ms = now_ms
+                    runtime.rows[key] = progress
+            for topic, partition in runtime.led_partitions - partitions:
+                runtime.fold.release((topic, partition, "leader"))
+                runtime.rows.pop((topic, partition, "leader"), None)
+            runtime.led_partitions = frozenset(partitions)
         self._recompute(name, now_ms)
 
     def on_remote_sync_state(self, name: str, state: str, now_ms: int) -> None:

@@ -505,7 +505,7 @@ def gaps_of(state: ClusterState, link_id: str) -> list[Gap]:
     """Every gap the provenance of this cluster's partitions records for the
     link, by topic, partition and offset."""
     out = []
-    for name in sorted(state.topics):
+    for name in sorted(state.topics_with_gaps & state.topics.keys()):
         for p, entries in sorted(state.topics[name].provenance.items()):
             out += [
                 Gap(name, p, e.offset, e.to_offset, e.at_ms, e.reason)
