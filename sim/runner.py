@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from linkd.core.fetch_sessions import SourceFetchSession
+from linkd.core.fetch_sessions import FollowerFetchSession, SourceFetchSession
 from linkd.core.link_rounds import BuiltFetches
 from linkd.core.links import LinkTable
 from sim import scenario as scenarios
@@ -88,13 +88,14 @@ def simulate(
     (`linkd.core.link_lag`), and so is every fetch session's sorting of its
     partitions on the source (`linkd.core.fetch_sessions`), every
     follower's set of fetches kept from its last request
-    (`link_rounds.BuiltFetches`) and every quiet round a follower takes from
-    the last (`LinkRuntime.quiet_kept`; slower, for validation runs and
-    sweeps)."""
+    (`link_rounds.BuiltFetches`) and every follower's quiet partitions
+    taken by difference from its last round (`linkd.core.quiet_rounds`;
+    slower, for validation runs and sweeps)."""
     if os.environ.get(CHECK_LAG_VERDICTS_ENV) == "1":
         LinkTable.check_lag_verdicts = True
         SourceFetchSession.check_against_scan = True
         BuiltFetches.check_against_scan = True
+        FollowerFetchSession.check_against_scan = True
     spec = scenarios.apply_params(scenarios.load(scenario), params)
     sim = Simulation(spec, seed, keep_trace)
     with _fewer_collections():

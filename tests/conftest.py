@@ -15,7 +15,7 @@ import sys
 
 from hypothesis import settings
 
-from linkd.core.fetch_sessions import SourceFetchSession
+from linkd.core.fetch_sessions import FollowerFetchSession, SourceFetchSession
 from linkd.core.link_rounds import BuiltFetches
 from linkd.core.links import LinkTable
 
@@ -29,11 +29,14 @@ settings.load_profile("deterministic")
 
 # Every link state a lag verdict answers in this process (the core tests, every
 # simulator run) is checked against a scan of every partition, and so is every
-# round's sorting of a fetch session's partitions on the source, and every
-# follower's set of fetches kept from its last request.
+# round's sorting of a fetch session's partitions on the source, every
+# follower's set of fetches kept from its last request, and every follower
+# session's quiet partitions taken by difference (the follower's round takes
+# its quiet rows by difference under `check_lag_verdicts`).
 LinkTable.check_lag_verdicts = True
 SourceFetchSession.check_against_scan = True
 BuiltFetches.check_against_scan = True
+FollowerFetchSession.check_against_scan = True
 
 
 def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]

@@ -105,13 +105,13 @@ def test_after_a_full_round__a_request_names_only_what_moved__quiet_ones_stay_re
     assert _keys(sent.partitions) == [("orders-2", 0)]
     assert _keys(answer.partitions) == [("orders-2", 0)]  # the others have no news
     assert whole is not None and _keys(whole.partitions) == [("orders-2", 0)]
-    assert sorted(whole.unchanged) == [("orders-1", 0), ("orders-2", 1), ("orders-2", 2)]
+    assert sorted(whole.unchanged.hw) == [("orders-1", 0), ("orders-2", 1), ("orders-2", 2)]
 
     # Nothing moved anywhere: nothing named, nothing answered, all reached.
     sent, answer, whole = r.run(NOW + 30)
     assert sent.partitions == () and answer.partitions == []
-    assert whole is not None and whole.partitions == [] and sorted(whole.unchanged) == ALL
-    assert whole.unchanged[("orders-2", 0)] == 3
+    assert whole is not None and whole.partitions == [] and sorted(whole.unchanged.hw) == ALL
+    assert whole.unchanged.hw[("orders-2", 0)] == 3
     runtime = r.b.links.runtime["ab"]
     assert sorted((t, p) for t, p, _role in runtime.partitions) == ALL
     assert r.b.link_state("ab") == "FOLLOWING"
@@ -311,30 +311,62 @@ def test_a_log_that_moved__and_a_log_replaced__are_sorted_again_and_answered() -
     assert _keys(session.parts_to_serve(r.a, ()).serve) == [("orders-2", 1)]
 
 
-def test_a_round_given_the_same_quiet_partitions__finds_what_the_last_found() -> None:
-    """The follower keeps a round that found every quiet partition quiet
-    (`LinkRuntime.quiet_kept`); the next round given the same ones takes it,
-    and a log of them that moves, or a row that is written, drops it."""
+def test_a_follower_takes_its_quiet_partitions_by_difference() -> None:
+    """The follower keeps what its last round found quiet
+    (`LinkRuntime.quiet_track`); the next round of the session looks only at
+    what changed: a row written meanwhile is looked at again, goes the whole
+    way, and is found quiet again the round after."""
     r, _session = _quiet_session()
     r.run(NOW + 40)
-    kept = r.b.links.runtime["ab"].quiet_kept
-    assert kept is not None and len(kept.quiet) == len(ALL)
-    r.run(NOW + 50)  # the same partitions: taken as kept
-    assert r.b.links.runtime["ab"].quiet_kept is kept
-    row = r.b.links.runtime["ab"].rows[("orders-2", 1, "follower")]
+    runtime = r.b.links.runtime["ab"]
+    track = runtime.quiet_track
+    assert track is not None and len(track.found) == len(ALL)
+    seq = track.seq
+    r.run(NOW + 50)
+    assert runtime.quiet_track is track and track.seq == seq + 1
+    assert len(track.found) == len(ALL)
+    row = runtime.rows[("orders-2", 1, "follower")]
     assert row.known_at_ms == NOW + 50  # (written as any quiet row is)
-    # A log of them moves (told): looked at again, and kept anew.
-    r.b.partition("orders-2", 1).bump_epoch(9, 0)
+    told = row.source_high_watermark
+    r.b.links.on_progress("ab", "orders-2", 1, "follower", row.log_end_offset, told + 5, NOW + 55)
+    assert ("orders-2", 1) in track.written
     r.run(NOW + 60)
-    assert r.b.links.runtime["ab"].quiet_kept is not kept
+    assert row.source_high_watermark == told and row.known_at_ms == NOW + 60
+    assert ("orders-2", 1) not in track.found and ("orders-2", 1) in track.failed
+    r.run(NOW + 70)
+    assert runtime.quiet_track is track and len(track.found) == len(ALL)
+
+
+def test_a_follower_row_no_round_reaches__is_forgotten_by_difference() -> None:
+    r, _session = _quiet_session()
+    r.run(NOW + 40)
+    runtime = r.b.links.runtime["ab"]
+    r.run(NOW + 50)
+    track = runtime.quiet_track
+    assert track is not None
+    r.b.links.on_progress("ab", "orders-9", 0, "follower", 0, 0, NOW + 55)  # no such partition
+    assert ("orders-9", 0, "follower") in runtime.rows
+    r.run(NOW + 60)
+    assert runtime.quiet_track is track  # taken by difference
+    assert ("orders-9", 0, "follower") not in runtime.rows
+    assert len(track.found) == len(ALL)
+
+
+def test_a_follower_sessions_quiet_partitions_changed_behind_its_back__are_caught() -> None:
+    r, _session = _quiet_session()
+    r.run(NOW + 40)
+    assert r.follower is not None and fs.FollowerFetchSession.check_against_scan
+    r.follower.known_hw[("orders-2", 2)] += 1  # not through an answer
+    with pytest.raises(AssertionError, match="kept by difference are not what a scan finds"):
+        r.run(NOW + 50)
 
 
 def test_a_follower_log_moved_without_telling_its_feed__is_caught_by_the_check() -> None:
     r, _session = _quiet_session()
     r.run(NOW + 40)
     r.run(NOW + 50)
-    assert r.b.links.runtime["ab"].quiet_kept is not None
+    assert r.b.links.runtime["ab"].quiet_track is not None
     log = r.b.partition("orders-2", 0)
     log.high_watermark -= 1  # a move the feed never hears of (the fetch stays the same)
-    with pytest.raises(AssertionError, match="not what a look finds"):
+    with pytest.raises(AssertionError, match="not what a look at each finds"):
         r.run(NOW + 60)

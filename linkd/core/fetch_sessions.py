@@ -21,9 +21,11 @@ With one, the follower and the source remember the partitions between rounds:
   the row takes them in when it is read (`links.QuietFold`).
 - The follower hands every quiet partition to the round as reached, with
   the source high watermark its last answer carried (`FetchAnswer.unchanged`,
-  a partition and a number each, not an answer each); the round then goes on
+  a partition and a number each, not an answer each), as a difference from
+  the last answer's (`quiet_rounds.QuietPartitions`); the round then goes on
   exactly as a full one (`link_rounds.apply_replica_fetch`,
-  `finish_fetch_round`).
+  `finish_fetch_round`), looking again only at the quiet partitions that
+  changed (`quiet_rounds.still_quiet`).
 
 Any doubt ends the session and the next request is full: a request whose
 answer never came (lost, refused, past its deadline), a session or epoch the
@@ -55,6 +57,7 @@ from linkd.core.link_rounds import (
 )
 from linkd.core.links import FetchedAgain, LinkConfig
 from linkd.core.partition import PartitionLog
+from linkd.core.quiet_rounds import QuietPartitions
 
 Key = tuple[str, int]  # (source topic, partition)
 
@@ -99,7 +102,13 @@ def _not_as_last(
 
 @dataclass(slots=True)
 class FollowerFetchSession:
-    """The follower's half of a link's fetch session (not durable)."""
+    """The follower's half of a link's fetch session (not durable).
+
+    Besides what the source holds, it keeps the quiet partitions of its
+    last answer (`quiet`) and gives each answer's as a difference from the
+    last (`QuietPartitions.touched`): a partition neither answered now nor
+    the last time, nor named, added or forgotten since, is as quiet as it
+    was, with the same source high watermark."""
 
     session_id: int = 0
     next_epoch: int = OPENING
@@ -114,6 +123,18 @@ class FollowerFetchSession:
     # The partitions of the last full request: each fetch there is, or
     # equals, the one `sent` holds for its partition.
     last_full: tuple[PartitionFetch, ...] = ()
+    # Each partition's place in the session's order (`sent`'s order).
+    place: dict[Key, int] = field(default_factory=dict)
+    next_place: int = 0
+    # The last answer's quiet partitions (the session's own: each answer's
+    # `QuietPartitions` reads it until the next answer), the partitions it
+    # answered, those named, added or forgotten since, and its number
+    # (`compared`: False when no answer since the session (re)opened).
+    quiet: dict[Key, int] = field(default_factory=dict)
+    last_present: set[Key] = field(default_factory=set)
+    between: set[Key] = field(default_factory=set)
+    answers: int = 0
+    compared: bool = False
 
     def reset(self) -> None:
         self.session_id, self.next_epoch = 0, OPENING
@@ -121,6 +142,7 @@ class FollowerFetchSession:
         self.last_full = ()
         self.known_hw.clear()
         self.in_flight = False
+        self.compared = False
 
     def request(self, full: FetchRequest) -> FetchRequest:
         """What to send for `full` (every partition the follower fetches):
@@ -131,8 +153,11 @@ class FollowerFetchSession:
         self.in_flight = True
         if self.next_epoch == OPENING:
             self.sent = {_key(p): p for p in full.partitions}
+            self.place = dict(zip(self.sent, itertools.count()))
+            self.next_place = len(self.place)
             self.known_hw.clear()
             self.last_full = full.partitions
+            self.compared = False
             return replace(full, fetch_session=FetchSessionRef(0, OPENING))
         changed: list[PartitionFetch] = []
         added = 0
@@ -147,9 +172,16 @@ class FollowerFetchSession:
             forgotten = tuple(sorted(k for k in self.sent if k not in current))
             for k in forgotten:
                 del self.sent[k]
+                del self.place[k]
                 self.known_hw.pop(k, None)
         for p in changed:
-            self.sent[_key(p)] = p
+            k = _key(p)
+            if k not in self.sent:
+                self.place[k] = self.next_place
+                self.next_place += 1
+            self.sent[k] = p
+        self.between.update(map(_key, changed))
+        self.between.update(forgotten)
         self.last_full = full.partitions
         ref = FetchSessionRef(self.session_id, self.next_epoch, forgotten)
         return replace(full, partitions=tuple(changed), fetch_session=ref)
@@ -179,11 +211,46 @@ class FollowerFetchSession:
                 self.known_hw[k] = entry.high_watermark
             else:
                 self.known_hw.pop(k, None)
-        if len(present) >= len(self.sent):
-            return answer
+        touched = self._quiet_now(present)
+        self.answers += 1
+        return replace(
+            answer,
+            unchanged=QuietPartitions(self.quiet, touched, self.place, self, self.answers),
+        )
+
+    def _quiet_now(self, present: set[Key]) -> AbstractSet[Key] | None:
+        """The quiet partitions of the answer that answered `present`, into
+        `quiet`; returns those whose entry may have changed since the last
+        answer's (None: every one)."""
+        known, quiet = self.known_hw, self.quiet
+        touched: set[Key] | None = None
+        if self.compared:
+            touched = present | self.last_present | self.between
+            for k in touched:
+                if k in known and k not in present and k in self.sent:
+                    quiet[k] = known[k]
+                else:
+                    quiet.pop(k, None)
+        else:
+            self.quiet = quiet = self._scan_quiet(present)
+        self.last_present, self.between, self.compared = present, set(), True
+        if self.check_against_scan:
+            assert quiet == self._scan_quiet(present), (
+                "the quiet partitions kept by difference are not what a scan finds"
+            )
+            assert list(self.place) == list(self.sent), "the session's order is not its places'"
+        return touched
+
+    def _scan_quiet(self, present: set[Key]) -> dict[Key, int]:
+        """The quiet partitions, every one looked at (at C speed)."""
         known = self.known_hw
-        keys = [*filter(known.__contains__, itertools.filterfalse(present.__contains__, self.sent))]
-        return replace(answer, unchanged=dict(zip(keys, map(known.__getitem__, keys), strict=True)))
+        unanswered = itertools.filterfalse(present.__contains__, self.sent)
+        keys = [*filter(known.__contains__, unanswered)]
+        return dict(zip(keys, map(known.__getitem__, keys), strict=True))
+
+    # Tests and validation runs: each answer's quiet partitions are checked
+    # against a look at every partition.
+    check_against_scan: ClassVar[bool] = False
 
 
 # -- source side -----------------------------------------------------------------------

@@ -37,7 +37,6 @@ Pure code: no I/O, clocks, threads or randomness.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,17 +57,23 @@ from linkd.core.links import (
     GapPolicy,
     LinkConfig,
     LinkMode,
-    LinkRuntime,
     MappingKey,
     MappingType,
-    PartitionProgress,
-    QuietKept,
     Role,
     UncreatedTopic,
     orphans,
 )
 from linkd.core.partition import PartitionLog
 from linkd.core.provenance import Gap
+from linkd.core.quiet_rounds import (
+    NO_QUIET,
+    QuietPartitions,
+    QuietRound,
+    StillQuiet,
+    still_quiet,
+    write_quiet,
+)
+from linkd.core.quiet_rounds import FollowerProgress as FollowerProgress
 from linkd.core.requests import (
     Execute,
     Note,
@@ -833,9 +838,9 @@ class FetchAnswer:
     # Follower side, not on the wire: a fetch session's partitions the
     # source left out, with no news since their last answer, each with the
     # source high watermark that answer carried
-    # (`fetch_sessions.FollowerFetchSession.answered` puts them here, in
-    # the session's order). Each is reached as the last round left it.
-    unchanged: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (`fetch_sessions.FollowerFetchSession.answered` puts them here). Each
+    # is reached as the last round left it (`quiet_rounds`).
+    unchanged: QuietPartitions = NO_QUIET
 
     @property
     def ready(self) -> bool:
@@ -1143,15 +1148,6 @@ def _last_header(data: bytes) -> rb.BatchHeader | None:
 
 
 @dataclass(frozen=True, slots=True)
-class FollowerProgress:
-    """A follower partition the round reached, with its source's HW."""
-
-    topic: str  # local name
-    partition: int
-    source_high_watermark: int
-
-
-@dataclass(frozen=True, slots=True)
 class Truncation:
     """A follower partition cut at the source's divergence point.
     `uncommitted`: transactions whose COMMIT marker the cut removed, as
@@ -1201,10 +1197,10 @@ class AppliedFetch:
     # Partitions held uncut over their own writes this answer (also in
     # `refused`): (local topic, partition, where the source said to cut).
     held: list[tuple[str, int, int]] = field(default_factory=list)
-    # A fetch session's quiet partitions (`FetchAnswer.unchanged`), still
-    # followed: (local topic, partition, source HW), each as the last round
-    # left it; `finish_fetch_round` reaches them after `progress`.
-    unchanged: list[tuple[str, int, int]] = field(default_factory=list)
+    # A fetch session's quiet partitions (`FetchAnswer.unchanged`), each
+    # as the last round left it; `finish_fetch_round` reaches those still
+    # followed after `progress`.
+    unchanged: QuietRound | list[tuple[str, int, int]] = field(default_factory=list)
 
 
 
@@ -1342,7 +1338,9 @@ def apply_replica_fetch(
         progress.append(FollowerProgress(local, fetched.partition, fetched.high_watermark))
     # No news since the source's last answer for these: reached, at the
     # source HW that answer carried (and already capped at).
-    unchanged = _followed_unchanged(state, config, answer.unchanged, local_of, followed)
+    unchanged: QuietRound | list[tuple[str, int, int]] = []
+    if answer.unchanged is not NO_QUIET:
+        unchanged = QuietRound(answer.unchanged, local_of)
     if not state.faults.undid(18):
         # The HW follows what is appended once it is durable, even if this
         # round never finishes (`rep.cap_at_source_high_watermarks`).
@@ -1352,34 +1350,6 @@ def apply_replica_fetch(
     return AppliedFetch(
         effects, progress, truncations, refused, gaps, stopped, held_at, unchanged
     )
-
-
-def _followed_unchanged(
-    state: ClusterState,
-    config: LinkConfig | None,
-    unchanged: dict[tuple[str, int], int],
-    local_of: dict[tuple[str, int], str],
-    followed: dict[str, bool],
-) -> list[tuple[str, int, int]]:
-    """`apply_replica_fetch`: the quiet partitions (`FetchAnswer.unchanged`)
-    whose local topic is there and still followed, as (local topic,
-    partition, source HW), in order; `followed` caches each topic's answer."""
-    mine = list(map(local_of.get, unchanged))
-    good: set[str] = set()
-    for local in set(mine):
-        if local is None or local not in state.topics:
-            continue
-        if local not in followed:
-            followed[local] = (
-                config is not None and config.mapping_for(local, "follower") is not None
-            )
-        if followed[local]:
-            good.add(local)
-    parts = map(operator.itemgetter(1), unchanged)
-    every = zip(mine, parts, unchanged.values(), strict=True)
-    if good.issuperset(mine):
-        return list(every)  # type: ignore[arg-type]  # (none is None)
-    return [(local, p, hw) for local, p, hw in every if local in good]
 
 
 def held_refusal(state: ClusterState, config: LinkConfig, part: PartitionFetch) -> ClusterError:
@@ -1559,7 +1529,10 @@ def apply_fetched(
             applied.refused, applied.unchanged,
         )
         heard = [(p.topic, p.partition, p.source_high_watermark) for p in applied.progress]
-        for topic, partition, hw in heard + applied.unchanged:
+        quiet = applied.unchanged
+        if isinstance(quiet, QuietRound):
+            quiet = quiet.followed(state, state.links.configs.get(link_name))
+        for topic, partition, hw in heard + quiet:
             if topic in state.topics and link_name in state.links.configs:
                 state.links.on_progress(
                     link_name, topic, partition, "follower", hw, hw, done.now_ms
@@ -1748,7 +1721,7 @@ def finish_fetch_round(
     now_ms: int,
     sent_ms: int | None = None,
     refused: Sequence[tuple[str, int, ClusterError]] = (),
-    unchanged: Sequence[tuple[str, int, int]] = (),
+    unchanged: Sequence[tuple[str, int, int]] | QuietRound = (),
 ) -> Wake | None:
     """Follower side, once the round's appends are durable: adopts the
     source's SYNC verdict, lets each follower HW reach its source's HW
@@ -1780,7 +1753,7 @@ def finish_fetch_round(
             )
     runtime = links.runtime[link_name]
     reached = [p for p in progress if followed[p.topic]]
-    quiet = _still_quiet(state, runtime, following, unchanged, reached)
+    quiet = still_quiet(state, runtime, following, unchanged, reached)
     # An ASYNC link's source has no verdict to adopt: its state is judged
     # once, with the round's rows (below). A SYNC verdict is adopted first:
     # the HWs follow it.
@@ -1813,15 +1786,11 @@ def finish_fetch_round(
         if judged_once:
             links.on_remote_sync_state(link_name, sync_state, now_ms)
         refusals = runtime.refused
-        for _, row in quiet:
-            # `on_progress` with the same position and source HW.
-            row.known_at_ms = known_at
-            if row.source_high_watermark <= row.log_end_offset:  # lag_records() == 0
-                row.caught_up_at_ms = now_ms
-        keep.update(map(operator.itemgetter(0), quiet))
+        write_quiet(quiet, known_at, now_ms)
         if refusals:
-            for (topic, partition, _), _ in quiet:
-                refusals.pop((topic, partition), None)
+            for topic, partition in [*refusals]:
+                if quiet.holds((topic, partition, "follower")):
+                    del refusals[(topic, partition)]
         for p in reached:
             # Its position is what a consumer here can read, not its log end.
             position = admin.readable_position(state.partition(p.topic, p.partition), state.faults)
@@ -1854,131 +1823,30 @@ def finish_fetch_round(
             k: span for k, span in runtime.marks_spans.items() if k in runtime.marks_wanted
         }
         links.on_fetch_round(link_name, now_ms, known_at)
-        keep |= {k for k in runtime.rows if k[2] == Role.LEADER}
-        links.forget_partitions(link_name, keep)
+        _forget_unreached(state, link_name, quiet, keep)
     if not moved:
         return None
     return Wake(None if anywhere else tuple((p.topic, p.partition) for p in reached))
 
 
-def _still_quiet(
-    state: ClusterState,
-    runtime: LinkRuntime,
-    config: LinkConfig | None,
-    unchanged: Sequence[tuple[str, int, int]],
-    reached: list[FollowerProgress],
-) -> list[tuple[tuple[str, int, str], PartitionProgress]]:
-    """`finish_fetch_round`: of a fetch session's quiet partitions, those
-    still followed and as the last round left them (same source HW, same
-    position), each with its row key and row: only their news is newer.
-    The others join `reached` and go the whole way: one whose HW is held
-    back (a transaction's markers held together across partitions, a SYNC
-    follower of its own), because following its source's HW again may
-    release it now, and one whose row or position moved meanwhile.
-
-    A round given the same partitions as the last, which found every one
-    quiet, finds what it found (`LinkRuntime.quiet_kept`) unless a log of
-    them moved (the cluster's log feed), a row of them was written or
-    forgotten, or the link's mappings changed; in tests and validation runs
-    that is checked against a look at each."""
-    feed = state.log_feed
-    mappings = tuple(config.mappings.items()) if config is not None else ()
-    kept = runtime.quiet_kept
-    if (
-        kept is not None
-        and kept.layout == feed.layout
-        and kept.mappings == mappings
-        and kept.unchanged == unchanged
-        and kept.keys.isdisjoint(feed.since(kept.feed_seq))
-    ):
-        kept.feed_seq = feed.seq
-        if state.links.check_lag_verdicts:
-            looked: list[FollowerProgress] = []
-            assert _look_at_each(state, runtime, config, unchanged, looked) == kept.quiet, (
-                "the quiet partitions kept from the last round are not what a look finds"
-            )
-            assert not looked, looked
-        return kept.quiet
-    before = len(reached)
-    quiet = _look_at_each(state, runtime, config, unchanged, reached)
-    runtime.quiet_kept = None
-    if len(reached) == before and quiet:
-        # Every one quiet: kept for the next round, its logs watched.
-        topics = state.topics
-        for (topic, partition, _), _row in quiet:
-            feed.watch(topics[topic].partitions[partition])
-        keys = {(k[0], k[1]) for k, _row in quiet}
-        runtime.quiet_kept = QuietKept(
-            list(unchanged), quiet, mappings, feed.seq, feed.layout, keys
-        )
-    return quiet
-
-
-def _look_at_each(
-    state: ClusterState,
-    runtime: LinkRuntime,
-    config: LinkConfig | None,
-    unchanged: Sequence[tuple[str, int, int]],
-    reached: list[FollowerProgress],
-) -> list[tuple[tuple[str, int, str], PartitionProgress]]:
-    """`_still_quiet` looking at every partition."""
-    quiet: list[tuple[tuple[str, int, str], PartitionProgress]] = []
-    topics = state.topics
-    # The partitions come a topic at a time: each run is judged at once.
-    for topic, run in itertools.groupby(unchanged, operator.itemgetter(0)):
-        if (
-            topic in topics
-            and config is not None
-            and config.mapping_for(topic, "follower") is not None
-        ):
-            _quiet_run(state, runtime, topic, list(run), quiet, reached)
-    return quiet
-
-
-_DURABLE = operator.attrgetter("durable_offset")
-_HW = operator.attrgetter("high_watermark")
-_END = operator.attrgetter("log_end_offset")
-_SOURCE_HW = operator.attrgetter("source_high_watermark")
-
-
-def _quiet_run(
-    state: ClusterState,
-    runtime: LinkRuntime,
-    topic: str,
-    run: list[tuple[str, int, int]],
-    quiet: list[tuple[tuple[str, int, str], PartitionProgress]],
-    reached: list[FollowerProgress],
+def _forget_unreached(
+    state: ClusterState, link_name: str, quiet: StillQuiet, reached: set[tuple[str, int, str]]
 ) -> None:
-    """`_still_quiet` for a run of one followed topic's partitions: when
-    every one is quiet (the common case) the run is judged a column at a
-    time (at C speed), else a partition at a time."""
-    logs = state.topics[topic].partitions
-    parts = list(map(operator.itemgetter(1), run))
-    keys = list(zip(itertools.repeat(topic), parts, itertools.repeat("follower")))
-    rows = list(map(runtime.rows.get, keys))  # (follower rows: none is in the fold)
-    position = _END if state.faults.undid(19) else _HW  # `admin.readable_position`
-    if None not in rows and max(parts) < len(logs):
-        mine = list(map(logs.__getitem__, parts))
-        held_back = any(map(operator.gt, map(_DURABLE, mine), map(_HW, mine)))
-        if (
-            not held_back
-            and list(map(_SOURCE_HW, rows)) == list(map(operator.itemgetter(2), run))
-            and list(map(_END, rows)) == list(map(position, mine))
-        ):
-            quiet += zip(keys, rows, strict=True)  # type: ignore[arg-type]  # (no row is None)
-            return
-    for key, row, (_, partition, hw) in zip(keys, rows, run, strict=True):
-        log = logs[partition] if partition < len(logs) else None
-        if (
-            row is not None
-            and log is not None
-            and log.durable_offset <= log.high_watermark  # not `held_back`
-            and row.source_high_watermark == hw
-            and row.log_end_offset == position(log)
-        ):
-            quiet.append((key, row))
-        else:
-            reached.append(FollowerProgress(topic, partition, hw))
+    """`finish_fetch_round`: forgets the follower rows the round neither
+    reached nor found quiet (taken by difference: of those that may be
+    gone, `StillQuiet.maybe_gone`; any other the last round kept is kept)."""
+    links = state.links
+    if quiet.by_difference:
+        gone = [k for k in quiet.maybe_gone if k not in reached and not quiet.holds(k)]
+        links.forget_rows(link_name, gone)
+    else:
+        keep = reached | set(quiet.keys())
+        keep |= {k for k in links.runtime[link_name].rows if k[2] == Role.LEADER}
+        links.forget_partitions(link_name, keep)
+    track = quiet.track
+    if track is not None:
+        track.reached = list(reached)
+        track.written = set()
 
 
 # -- push: the leader dials (the follower may sit behind NAT) ------------------------------

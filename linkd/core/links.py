@@ -990,21 +990,31 @@ def _fetched_again_n(row: PartitionProgress, rounds: int, at_ms: int, reach: Rea
 
 
 @dataclass(slots=True)
-class QuietKept:
-    """A follower's fetch round that found every one of a session's quiet
-    partitions still quiet (`link_rounds._still_quiet`): the partitions it was
-    given, what it found (each row key with its row), the link's mappings
-    then, and the cluster's log feed then (its sequence number and layout).
-    The next round given the same partitions finds the same while no log of
-    them moved, no mapping changed and no row of them was written or
-    forgotten (`LinkTable.on_progress` and `forget_partitions` drop it)."""
+class QuietTrack:
+    """A follower's fetch-session quiet partitions as its last round found
+    them (`quiet_rounds.still_quiet`): which answer of which session that
+    round took (`session`, `seq`), the link's mappings, the layout of logs
+    and the log feed's sequence number then; the partitions found quiet
+    (`found`, by source (topic, partition): the row's key and the row;
+    `local`: the source key of each found local (topic, partition);
+    `caught`: those of them caught up), the quiet ones it reached otherwise
+    (`failed`, source keys), every follower row it reached (`reached`), and
+    the follower rows written or forgotten since (`written`, by
+    `LinkTable`)."""
 
-    unchanged: list[tuple[str, int, int]]
-    quiet: list[tuple[tuple[str, int, str], PartitionProgress]]
+    session: object
+    seq: int
     mappings: tuple[object, ...]
-    feed_seq: int
     layout: int
-    keys: set[tuple[str, int]]
+    feed_seq: int = -1
+    found: dict[tuple[str, int], tuple[tuple[str, int, str], PartitionProgress]] = field(
+        default_factory=dict
+    )
+    local: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    caught: dict[tuple[str, int], PartitionProgress] = field(default_factory=dict)
+    failed: set[tuple[str, int]] = field(default_factory=set)
+    reached: list[tuple[str, int, str]] = field(default_factory=list)
+    written: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -1101,7 +1111,7 @@ class LinkRuntime:
     lag_verdict: lag.LagVerdict | None = None
     # Follower side: the last fetch round's quiet partitions, for the next
     # round given the same ones (`link_rounds._still_quiet`); None: none kept.
-    quiet_kept: QuietKept | None = None
+    quiet_track: QuietTrack | None = None
     # Follower side: the last committed offset of each replicated group's
     # partition heard from the source, under local names, and when it was
     # heard: (group, topic, partition) -> (offset, heard at ms). The group
@@ -1372,8 +1382,7 @@ class LinkTable:
             # round shows one of its partitions lagging (KIP-986: attaching an
             # empty namespace keeps the link Following).
             gone = [k for k in runtime.partitions if config.mapping_for(k[0], k[2]) is None]
-            for key in gone:
-                del runtime.partitions[key]
+            self._forget(runtime, gone)
             unfollowed = [
                 k for k in runtime.refused if config.mapping_for(k[0], "follower") is None
             ]
@@ -1706,9 +1715,9 @@ class LinkTable:
         if dirty is not None:
             dirty.add(key)
         runtime.fold.release(key)
-        kept = runtime.quiet_kept
-        if kept is not None and (topic, partition) in kept.keys:
-            runtime.quiet_kept = None  # (its row changes)
+        track = runtime.quiet_track
+        if track is not None and role == Role.FOLLOWER:
+            track.written.add((topic, partition))
         progress = runtime.rows.get(key)
         if progress is None:
             progress = PartitionProgress(topic, partition, role, caught_up_at_ms=now_ms)
@@ -2017,10 +2026,22 @@ class LinkTable:
     def forget_partitions(self, name: str, keep: set[tuple[str, int, str]]) -> None:
         runtime = self.runtime.get(name)
         if runtime is not None:
-            for key in [*itertools.filterfalse(keep.__contains__, runtime.rows)]:
-                runtime.fold.release(key)
-                runtime.quiet_kept = None  # (a row it may hold goes)
-                del runtime.rows[key]
+            self._forget(runtime, [*itertools.filterfalse(keep.__contains__, runtime.rows)])
+
+    def forget_rows(self, name: str, keys: Iterable[tuple[str, int, str]]) -> None:
+        """Forgets the rows of `keys` (those there)."""
+        runtime = self.runtime.get(name)
+        if runtime is not None:
+            self._forget(runtime, [k for k in keys if k in runtime.rows])
+
+    @staticmethod
+    def _forget(runtime: LinkRuntime, keys: list[tuple[str, int, str]]) -> None:
+        track = runtime.quiet_track
+        for key in keys:
+            runtime.fold.release(key)
+            if track is not None and key[2] == Role.FOLLOWER:
+                track.written.add((key[0], key[1]))
+            del runtime.rows[key]
 
     def tick(self, now_ms: int) -> None:
         for name in list(self.runtime):
