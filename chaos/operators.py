@@ -205,10 +205,12 @@ class OperatorNemesis:
     def admin(self, cluster: str, timeout_s: float = CALL_TIMEOUT_S) -> AdminClient:
         return _admin(self.run.daemons[cluster].bootstrap, timeout_s)
 
-    def _remote_of(self, view: View, link: str) -> str:
+    def _remote_of(self, view: View, link: str, cluster: str) -> str:
+        """The other end of `link` as seen from `cluster` (the view describes
+        each link from one of its two ends, whichever listed it first)."""
         for lv in view.links:
             if lv.name == link:
-                return lv.b
+                return lv.a if lv.b == cluster else lv.b
         return ""
 
     def _ensure_namespace(self, cluster: str, rtype: str, prefix: str, rec: MoveRecord) -> None:
@@ -347,7 +349,7 @@ def _manual_reverse(op: OperatorNemesis, m: Move, view: View, rec: MoveRecord) -
     """The KIP's steps by hand: reserve the leader namespace, wait (bounded)
     for the remote to hold its log end, detach, attach the other way, clear
     the reservation on the new leader."""
-    remote = op._remote_of(view, m.link)
+    remote = op._remote_of(view, m.link, m.cluster)
     if not remote:
         raise Refused("find the link", CcrError("UNKNOWN_LINK", f"link {m.link!r} not in view"))
     steps: list[tuple[str, Callable[[], str]]] = []

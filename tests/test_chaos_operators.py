@@ -420,3 +420,69 @@ def test_a_failover_move_keeps_from_when_the_follower_knew_the_source_topics() -
     rec = MoveRecord(move, 0, 0, "ok")
     chaos_ops._fail_over(nemesis, move, rec)
     assert rec.report["topics_known_at_ms"] == 1234
+
+
+def test_a_reversal_by_hand_on_the_far_end_of_the_view_waits_for_and_clears_the_other_end(
+) -> None:
+    """The view describes link ab from A (whichever cluster listed it first).
+    A reversal by hand run on B must wait until A holds B's log end, and
+    clear the reservation on A, the new leader. It used to take B for the
+    remote (seed 5802, on C of link ac): its wait compared B's log with
+    itself and passed at once, so B detached while A lacked B's last records."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import chaos.operators as chaos_ops
+
+    calls: list[tuple[str, str]] = []
+
+    class _Admin:
+        def __init__(self, cluster: str) -> None:
+            self.cluster = cluster
+
+        def set_reserved(self, rtype: str, prefix: str, reserved: bool) -> Any:
+            calls.append((self.cluster, f"set_reserved {reserved}"))
+            return SimpleNamespace()
+
+        def list_topics(self) -> list[Any]:
+            calls.append((self.cluster, "list_topics"))
+            part = SimpleNamespace(partition=0, log_end_offset=10)
+            return [SimpleNamespace(name="orders-x", partitions=[part])]
+
+        def detach_namespace(self, link: str, rtype: str, prefix: str) -> None:
+            calls.append((self.cluster, "detach"))
+
+        def attach_namespace(self, link: str, rtype: str, local: str, remote: str,
+                             leader: str) -> None:  # fmt: skip
+            calls.append((self.cluster, f"attach leader {leader}"))
+
+    def admin(cluster: str, timeout_s: float = 0) -> Any:
+        return contextlib.nullcontext(_Admin(cluster))
+
+    nemesis = dry(1)
+    nemesis.admin = admin  # type: ignore[method-assign]
+    # B leads orders- to A here (the view, from A, says A follows).
+    v = View(
+        clusters=("A", "B"),
+        up=frozenset({"A", "B"}),
+        links=(LinkView("ab", "A", "B", (MappingView("topic", "orders-", "orders-", "remote"),)),),
+    )
+    move = Move(MoveKind.MANUAL_REVERSE, "B", link="ab", resource_type="topic",
+                local_prefix="orders-", remote_prefix="orders-", wait=True)  # fmt: skip
+    rec = MoveRecord(move, 0, 0, "ok")
+    chaos_ops._manual_reverse(nemesis, move, v, rec)
+    assert rec.steps == [
+        "reserve topic 'orders-' on B: ok",
+        "wait for A: the remote holds the log end",
+        "detach on B: ok",
+        "attach 'orders-' following A: ok",
+        "clear the reservation of 'orders-' on A: ok",
+    ]
+    assert calls == [
+        ("B", "set_reserved True"),
+        ("B", "list_topics"),
+        ("A", "list_topics"),
+        ("B", "detach"),
+        ("B", "attach leader remote"),
+        ("A", "set_reserved False"),
+    ]
