@@ -496,7 +496,10 @@ def check_silent_loss(
     - the topic was deleted (a delete-topic move on either side) after the
       send;
     - the first move after the send that ended the mapping was a detach or a
-      delete-link (no report is promised) or an indefinite failover;
+      delete-link (no report is promised), a reversal by hand past its detach
+      step on the side that acknowledged it (the same detach: its wait is
+      bounded, and an attach the other way that would cut these records is
+      refused naming them), or an indefinite failover;
     - it was a failover on the follower whose report names the partition:
       the offset is below the reported source high watermark, or the record
       was acknowledged after the source HW was learned
@@ -573,16 +576,37 @@ _REATTACHING = (MoveKind.ATTACH, MoveKind.RECOVER, MoveKind.MANUAL_REVERSE, Move
 _BY_NAMESPACE = (MoveKind.ATTACH, MoveKind.MANUAL_REVERSE, MoveKind.RELEASE_REATTACH)
 
 
+def _detached_by_hand(rec: MoveRecord) -> bool:
+    """Did this reversal by hand (`chaos.operators._manual_reverse`) reach its
+    detach step, and may that step have happened: it answered ok, or it was
+    the step that ended the move without a definite refusal?"""
+    for step in rec.steps:
+        if step.startswith("detach on "):
+            return step.endswith(": ok") or rec.outcome in ("info", "error")
+    return False
+
+
 def _ends_mapping(rec: MoveRecord, ob: Obligation) -> bool:
     """Did this move (if it happened) end the mapping of the obligation: a
-    detach of it (either side's prefix), a delete of the link, or a failover
-    on the follower side of the link?"""
+    detach of it (either side's prefix), a delete of the link, a failover
+    on the follower side of the link, or a reversal by hand run on the side
+    that led it, once past its detach step (it detaches there, whatever its
+    wait found and whether its attach the other way was then refused)?"""
     o, v, m = ob.op, ob.op.value, rec.move
     assert isinstance(v, Send)
     if m.link != ob.link or not rec.maybe_happened:
         return False
     if m.kind is MoveKind.DELETE_LINK:
         return True
+    if m.kind is MoveKind.MANUAL_REVERSE:
+        # Run on the follower, it reverses the other direction (it is what
+        # made the follower's source lead): that ends nothing owed here.
+        return (
+            m.resource_type == "topic"
+            and m.cluster == o.cluster
+            and _covering(m.local_prefix, v.topic)
+            and _detached_by_hand(rec)
+        )
     if m.kind is MoveKind.RELEASE_REATTACH:
         # It detaches on the follower first.
         return m.cluster == ob.follower and _covering(m.local_prefix, ob.follower_topic)

@@ -201,6 +201,59 @@ def test_silent_loss__a_detach_ends_the_obligation_and_unattached_sends_owe_noth
     assert found == [] and counts["obligations"] == 0
 
 
+def _by_hand(cluster: str, steps: list[str], outcome: str = "refused") -> MoveRecord:
+    move = Move(MoveKind.MANUAL_REVERSE, cluster, link="ab", resource_type="topic",
+                local_prefix="orders-", remote_prefix="orders-")  # fmt: skip
+    code = "DIVERGED_LOG" if outcome == "refused" else ""
+    return MoveRecord(move, 900, 1500, outcome, code, "", steps)
+
+
+def test_silent_loss__a_reversal_by_hand_past_its_detach_ends_the_obligation() -> None:
+    """Seed 5802: A (here) led orders- to B and acknowledged v2 while the
+    link was cut; a reversal by hand on A reserved, waited (bounded), and
+    detached, and its attach the other way was refused DIVERGED_LOG,
+    naming v2 among the records B lacks. The detach ended the mapping as a
+    detach move does: nothing more is owed to B."""
+    history = [send("v2", 6, 700)]
+    final = {("A", T, 0): {6: "v2"}, ("B", T, 0): {}}
+    detached = _by_hand("A", [
+        "reserve topic 'orders-' on A: ok",
+        "wait for B: gave up after 8 s (orders-x-0: 7 > 6)",
+        "detach on A: ok",
+        "attach 'orders-' following B: DIVERGED_LOG",
+    ])  # fmt: skip
+    found, counts = check_silent_loss(history, _loss_rounds(), [detached], final, ["A", "B"], {})
+    assert found == [] and counts["excused"] == 1
+    # Indefinite at the detach step: it may have detached.
+    timed_out = _by_hand("A", [
+        "reserve topic 'orders-' on A: ok",
+        "wait for B: the remote holds the log end",
+        "detach on A: REQUEST_TIMED_OUT",
+    ], "info")  # fmt: skip
+    found, _ = check_silent_loss(history, _loss_rounds(), [timed_out], final, ["A", "B"], {})
+    assert found == []
+    # Refused at the detach step: still attached, still owed.
+    kept = _by_hand("A", [
+        "reserve topic 'orders-' on A: ok",
+        "wait for B: the remote holds the log end",
+        "detach on A: UNKNOWN_NAMESPACE",
+    ])  # fmt: skip
+    found, _ = check_silent_loss(history, _loss_rounds(), [kept], final, ["A", "B"], {})
+    assert len(found) == 1
+    # Run on the follower, a reversal by hand reverses the other direction
+    # (it made B's source lead, as A's reversal of link ac made C lead in
+    # the seed): the mapping A leads is not ended by it.
+    other = _by_hand("B", [
+        "reserve topic 'orders-' on B: ok",
+        "wait for A: the remote holds the log end",
+        "detach on B: ok",
+        "attach 'orders-' following A: ok",
+        "clear the reservation of 'orders-' on A: ok",
+    ], "ok")  # fmt: skip
+    found, _ = check_silent_loss(history, _loss_rounds(), [other], final, ["A", "B"], {})
+    assert len(found) == 1 and "never ended by a move" in found[0].detail
+
+
 def test_failover_rows__old_and_new_reports() -> None:
     rows = failover_rows({"abandoned": [{"topic": T, "partition": 1,
                                          "source_high_watermark": 9}]})  # fmt: skip
