@@ -26,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from linkd.core.cluster import ClusterState
-from linkd.core.links import LinkConfig, LinkRuntime, PartitionProgress, QuietTrack
+from linkd.core.links import LinkConfig, LinkRuntime, PartitionProgress, QuietTrack, Role
 
 Key = tuple[str, int]  # (source topic, partition)
 LocalKey = tuple[str, int]  # (local topic, partition)
@@ -122,7 +122,7 @@ class StillQuiet:
     def holds(self, key: RowKey) -> bool:
         """Whether `key` is a row found quiet."""
         if self.track is not None:
-            return key[2] == "follower" and (key[0], key[1]) in self.track.local
+            return key[2] == Role.FOLLOWER and (key[0], key[1]) in self.track.local
         return key in {k for k, _ in self.found}
 
 
