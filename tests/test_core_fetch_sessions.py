@@ -21,6 +21,7 @@ from linkd.core import link_driver as driver
 from linkd.core import link_rounds as rounds
 from linkd.core.cluster import ClusterState
 from linkd.core.errors import ErrorCode
+from linkd.core.links import FetchedAgain
 from linkd.core.log_feed import LogFeed
 from linkd.core.partition import PartitionLog
 from linkd.core.requests import Now, WakeWaiters
@@ -370,3 +371,30 @@ def test_a_follower_log_moved_without_telling_its_feed__is_caught_by_the_check()
     log.high_watermark -= 1  # a move the feed never hears of (the fetch stays the same)
     with pytest.raises(AssertionError, match="not what a look at each finds"):
         r.run(NOW + 60)
+
+
+def test_the_sources_quiet_fold_takes_a_sessions_round_by_difference() -> None:
+    """The source's fold takes the round after the one it took from what
+    changed since (`FetchedAgain.changed`); a round whose changes leave out
+    a partition that did change is caught by the check (on in every test)."""
+    r, session = _quiet_session()
+    r.run(NOW + 40)
+    fold = r.a.links.runtime["ab"].fold
+    assert fold.took is not None and fold.took[0] is session
+    assert sorted(fold.rows) == ALL  # every partition quiet, counted in the fold
+    r.run(NOW + 50)
+    assert fold.took == (session, session.rounds) and sorted(fold.rows) == ALL
+    produce(r.a, r.disk_a, 2, "orders-2")  # orders-2/0 has news: answered, it leaves
+    r.run(NOW + 60)
+    assert fold.took == (session, session.rounds)
+    assert sorted(fold.rows) == [k for k in ALL if k != ("orders-2", 0)]
+
+    def nothing(of: object) -> list[tuple[str, int, int]]:
+        return []
+
+    wrong = FetchedAgain(
+        set, nothing, lambda _k: False, (session, session.rounds + 1), changed=set()
+    )
+    logs = r.a.topics["orders-2"].partitions
+    with pytest.raises(AssertionError, match="not what a comparison of every partition finds"):
+        r.a.links.on_fetched_again("ab", wrong, lambda _t: logs, NOW + 70)

@@ -331,6 +331,14 @@ class SourceFetchSession:
     feed_seq: int = -1
     layout: int = -1
     next_place: int = 0
+    # Rounds sorted so far; the partitions sorted again by the last one
+    # (None: every one), forgotten since, and the spare ones the last round
+    # answered: what may be in or out of the unanswered partitions where it
+    # was not the round before (`Sorted.unanswered`).
+    rounds: int = 0
+    resorted: set[Key] | None = None
+    forgotten: set[Key] = field(default_factory=set)
+    spare_answered: list[Key] = field(default_factory=list)
 
     check_against_scan: ClassVar[bool] = False
 
@@ -356,6 +364,7 @@ class SourceFetchSession:
         self._unsort(k)
         del self.order[k]
         self.touched.discard(k)
+        self.forgotten.add(k)
 
     def parts_to_serve(self, state: ClusterState, named: tuple[PartitionFetch, ...]) -> Sorted:
         """The partitions named and those whose log is not as their last
@@ -373,11 +382,15 @@ class SourceFetchSession:
         feed = state.log_feed
         if self.layout != feed.layout:
             self._sort_all(state, names)
+            self.resorted = None
         else:
             moved = feed.since(self.feed_seq)
+            resorted = self.resorted = set()
             for k in itertools.chain(self.touched, names, moved):
                 if k in self.parts:
                     self._sort_one(state, k, names)
+                    resorted.add(k)
+        self.rounds += 1
         self.touched = names  # (served now: sorted again next round)
         self.feed_seq, self.layout = feed.seq, feed.layout
         if self.check_against_scan:
@@ -557,18 +570,37 @@ class Sorted:
 
     def unanswered(self, spare_served: int) -> FetchedAgain:
         """The quiet partitions and the spare ones after the first
-        `spare_served`: fetched again, not answered."""
+        `spare_served`: fetched again, not answered. Also which may be in or
+        out where they were not the session's round before: the partitions
+        sorted again, forgotten, or spare and answered by either round."""
         s = self._session
-        rest = s.spare_at[spare_served:]
-        keys = s.quiet.union(map(s.spare.__getitem__, rest)) if rest else s.quiet
+        spare_at, spare = s.spare_at, s.spare
+        answered = list(map(spare.__getitem__, spare_at[:spare_served]))
+        changed: set[Key] | None = None
+        if s.resorted is not None:
+            changed = s.resorted | s.forgotten
+            changed.update(s.spare_answered, answered)
+        s.forgotten, s.spare_answered = set(), answered
+        rest = spare_at[spare_served:]
+        first = rest[0] if rest else None
         quiet, order, parts = s.quiet, s.order, s.parts  # (read at once, not kept)
+
+        def keys() -> AbstractSet[Key]:
+            return quiet.union(map(spare.__getitem__, rest)) if rest else set(quiet)
+
+        def contains(k: Key) -> bool:
+            if k in quiet:
+                return True
+            at = order.get(k)
+            return first is not None and at is not None and at >= first and spare.get(at) == k
 
         def fetches(of: AbstractSet[Key]) -> list[tuple[str, int, int]]:
             # The quiet ones first, then the spare ones, each in the session's order.
-            ks = sorted(of, key=lambda k: (k not in quiet, order[k]))
+            ks = sorted(of & quiet, key=order.__getitem__)
+            ks += sorted(of - quiet, key=order.__getitem__)
             return [(k[0], k[1], parts[k].fetch_offset) for k in ks]
 
-        return FetchedAgain(keys, fetches)
+        return FetchedAgain(keys, fetches, contains, (s, s.rounds), changed)
 
 
 def config_seen(config: LinkConfig) -> tuple[object, ...]:

@@ -889,16 +889,30 @@ class LinkError:
     at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchedAgain:
     """The partitions a fetch session's source fetched again this round
     without answering them (`LinkTable.on_fetched_again`): their keys,
-    (topic, partition), and, for any of those keys, their fetches as
+    (topic, partition) (`keys`, built when first asked for, or a membership
+    test of one, `contains`), and, for any of those keys, their fetches as
     (topic, partition, fetch offset) in the order the round fetched them
-    (`fetches`)."""
+    (`fetches`). A round of a fetch session also says which round of which
+    session it is (`round_of`) and which partitions may be in or out
+    where they were not in the session's round before (`changed`; None:
+    any may)."""
 
-    keys: AbstractSet[tuple[str, int]]
+    build_keys: Callable[[], AbstractSet[tuple[str, int]]]
     fetches: Callable[[AbstractSet[tuple[str, int]]], list[tuple[str, int, int]]]
+    contains: Callable[[tuple[str, int]], bool] | None = None
+    round_of: tuple[object, int] | None = None
+    changed: AbstractSet[tuple[str, int]] | None = None
+    _keys: AbstractSet[tuple[str, int]] | None = None
+
+    @property
+    def keys(self) -> AbstractSet[tuple[str, int]]:
+        if self._keys is None:
+            self._keys = self.build_keys()
+        return self._keys
 
     @staticmethod
     def listed(again: Sequence[tuple[str, int, int]]) -> FetchedAgain:
@@ -908,7 +922,7 @@ class FetchedAgain:
         def fetches(of: AbstractSet[tuple[str, int]]) -> list[tuple[str, int, int]]:
             return [f for f in again if (f[0], f[1]) in of]
 
-        return FetchedAgain(keys, fetches)
+        return FetchedAgain(lambda: keys, fetches)
 
 
 @dataclass(slots=True)
@@ -929,6 +943,13 @@ class QuietFold:
     rows: dict[tuple[str, int], tuple[PartitionProgress, int, Reach]] = field(default_factory=dict)
     count: int = 0
     last_ms: int = 0
+    # The fetch session's round it last took (`FetchedAgain.round_of`), the
+    # partitions of that round that did not join (`outside`), and those that
+    # left since (`left`): the next round of the session is taken from what
+    # changed since (`LinkTable.on_fetched_again`).
+    took: tuple[object, int] | None = None
+    outside: set[tuple[str, int]] = field(default_factory=set)
+    left: set[tuple[str, int]] = field(default_factory=set)
 
     def settle(self, key: tuple[str, int, str]) -> None:
         """The row of `key` (if in the fold) takes in the rounds it missed."""
@@ -948,8 +969,10 @@ class QuietFold:
     def leave(self, at: tuple[str, int]) -> None:
         """The row at (topic, partition) takes in what it missed and leaves."""
         entry = self.rows.pop(at, None)
-        if entry is not None and entry[1] != self.count:
-            _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
+        if entry is not None:
+            self.left.add(at)
+            if entry[1] != self.count:
+                _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
 
     def missed(self, key: tuple[str, int, str]) -> tuple[PartitionProgress, int, Reach] | None:
         """The fold's entry of `key`'s row if it missed rounds, else None."""
@@ -965,6 +988,7 @@ class QuietFold:
             if seen != count:
                 _fetched_again_n(row, count - seen, at_ms, reach)
         self.rows.clear()
+        self.took = None
 
 
 class Reach(enum.IntEnum):
@@ -1827,20 +1851,66 @@ class LinkTable:
         if fold.rows and now_ms < fold.last_ms:
             fold.flush()  # the clock went back: a later round is not the latest
         inside = fold.rows
-        keys = again.keys
-        if len(inside) == len(keys) and inside.keys() == keys:
-            joining: list[tuple[str, int, int]] = []
+        took, round_of = fold.took, again.round_of
+        if (
+            took is not None
+            and round_of is not None
+            and again.changed is not None
+            and again.contains is not None
+            and took[0] is round_of[0]
+            and took[1] == round_of[1] - 1
+        ):
+            joining_keys = self._fold_changes(fold, again, again.contains)
         else:
-            for at in inside.keys() - keys:
-                fold.leave(at)  # (each row its own: the order is not news)
-            joining = again.fetches(keys - inside.keys()) if inside else again.fetches(keys)
+            keys = again.keys
+            if len(inside) == len(keys) and inside.keys() == keys:
+                joining_keys = set()
+            else:
+                for at in inside.keys() - keys:
+                    fold.leave(at)  # (each row its own: the order is not news)
+                joining_keys = set(keys - inside.keys()) if inside else set(keys)
+        joining = again.fetches(joining_keys) if joining_keys else []
         if inside:
             fold.count += 1
         fold.last_ms = now_ms
         if joining:
             self._fetched(runtime, joining, logs, now_ms, dirty)
             self._join(runtime, joining, logs, now_ms)
+        fold.outside = {k for k in joining_keys if k not in inside}
+        fold.took, fold.left = round_of, set()
         self._recompute(name, now_ms)
+
+    def _fold_changes(
+        self,
+        fold: QuietFold,
+        again: FetchedAgain,
+        contains: Callable[[tuple[str, int]], bool],
+    ) -> set[tuple[str, int]]:
+        """`on_fetched_again` for the session round after the one the fold
+        took: only the partitions that changed since (`again.changed`), left
+        the fold, or did not join it can join or leave now; returns those to
+        join (the rows of the others leave now)."""
+        assert again.changed is not None
+        inside = fold.rows
+        if self.check_lag_verdicts:
+            keys = again.keys
+            expected = (set(inside.keys() - keys), set(keys - inside.keys()))
+        leaving: set[tuple[str, int]] = set()
+        joining: set[tuple[str, int]] = set()
+        for at in itertools.chain(again.changed, fold.left, fold.outside):
+            if contains(at):
+                if at not in inside:
+                    joining.add(at)
+            elif at in inside:
+                leaving.add(at)
+        if self.check_lag_verdicts:
+            assert (leaving, joining) == expected, (
+                f"the quiet fold's changes taken by difference {(leaving, joining)} are not "
+                f"what a comparison of every partition finds {expected}"
+            )
+        for at in leaving:
+            fold.leave(at)  # (each row its own: the order is not news)
+        return joining
 
     @staticmethod
     def _join(
