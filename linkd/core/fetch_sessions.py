@@ -18,7 +18,9 @@ With one, the follower and the source remember the partitions between rounds:
   the same position, so its judgement of the follower, and a SYNC link's
   acknowledgements, do not change), not answered. A row quiet round after
   round is not written each round: the link table counts the rounds and
-  the row takes them in when it is read (`links.QuietFold`).
+  the row takes them in when it is read (`links.QuietFold`); each round
+  tells the fold which partitions may have come or gone since the round
+  before (`Sorted.unanswered`), so it looks at no other.
 - The follower hands every quiet partition to the round as reached, with
   the source high watermark its last answer carried (`FetchAnswer.unchanged`,
   a partition and a number each, not an answer each), as a difference from
