@@ -136,3 +136,22 @@ def test_quiet_rounds_are_counted__not_written() -> None:
     assert row.last_fetch_ms == NOW + 1 and fold.count == 10  # not written
     assert table.runtime["ab"].partitions[("t", 0, "leader")].last_fetch_ms == NOW + 11
     assert row.fetches == 11 and not fold.rows
+
+
+def test_a_reader_of_every_row_settles_the_fold_in_place() -> None:
+    """A reader that changes no row (a lag scan) settles the fold's rows and
+    leaves them in it: the next round counts them again, joining none."""
+    table = _table()
+    logs = [Log(5, 5) for _ in range(PARTITIONS)]
+    quiet = [("t", p, 5) for p in range(PARTITIONS)]
+    for i in range(1, 12):
+        table.on_fetched_again("ab", FetchedAgain.listed(quiet), lambda _t: logs, NOW + i)
+    runtime = table.runtime["ab"]
+    row = runtime.rows[("t", 0, "leader")]
+    assert row.last_fetch_ms == NOW + 1
+    assert runtime.settled()[("t", 0, "leader")].last_fetch_ms == NOW + 11
+    assert len(runtime.fold.rows) == PARTITIONS and row.fetches == 11  # still in the fold
+    table.on_fetched_again("ab", FetchedAgain.listed(quiet), lambda _t: logs, NOW + 12)
+    assert row.last_fetch_ms == NOW + 11  # counted, not written
+    assert runtime.partitions[("t", 0, "leader")].last_fetch_ms == NOW + 12
+    assert row.fetches == 12 and not runtime.fold.rows

@@ -974,6 +974,16 @@ class QuietFold:
             if entry[1] != self.count:
                 _fetched_again_n(entry[0], self.count - entry[1], self.last_ms, entry[2])
 
+    def settle_all(self) -> None:
+        """Every row takes in what it missed, and stays in the fold (for a
+        reader of every row that changes none)."""
+        count, at_ms = self.count, self.last_ms
+        rows = self.rows
+        for at, (row, seen, reach) in rows.items():
+            if seen != count:
+                _fetched_again_n(row, count - seen, at_ms, reach)
+                rows[at] = (row, count, reach)
+
     def missed(self, key: tuple[str, int, str]) -> tuple[PartitionProgress, int, Reach] | None:
         """The fold's entry of `key`'s row if it missed rounds, else None."""
         if key[2] != Role.LEADER:
@@ -1133,8 +1143,9 @@ class LinkRuntime:
     # The last scan that found no partition lagging, kept up since
     # (`link_lag.LagVerdict`); None: the next judgement scans.
     lag_verdict: lag.LagVerdict | None = None
-    # Follower side: the last fetch round's quiet partitions, for the next
-    # round given the same ones (`link_rounds._still_quiet`); None: none kept.
+    # Follower side: what the last fetch round found of its session's quiet
+    # partitions, for the next round to take by difference
+    # (`quiet_rounds.still_quiet`); None: none kept.
     quiet_track: QuietTrack | None = None
     # Follower side: the last committed offset of each replicated group's
     # partition heard from the source, under local names, and when it was
@@ -1153,6 +1164,14 @@ class LinkRuntime:
         what they missed and leave it (the reader may change them)."""
         if self.fold.rows:
             self.fold.flush()
+        return self.rows
+
+    def settled(self) -> AbcMapping[tuple[str, int, str], PartitionProgress]:
+        """Every row of the link as it stands now, for a reader that changes
+        none: the fold's rows take in what they missed and stay in it (the
+        next round does not join them again)."""
+        if self.fold.rows:
+            self.fold.settle_all()
         return self.rows
 
 
@@ -1963,7 +1982,7 @@ class LinkTable:
         if runtime is None:
             return False
         lagging = False
-        for p in self._lagging_ones(runtime.partitions.values(), now_ms):
+        for p in self._lagging_ones(runtime.settled().values(), now_ms):
             if p.role != Role.LEADER or p.refused is None:
                 return False  # lagging with no reason given
             lagging = True
@@ -2201,7 +2220,7 @@ class LinkTable:
         if hint is not None and self._any_lagging((hint,), now_ms):
             return True
         found, runtime.lag_verdict = lag.scan(
-            runtime.partitions, now_ms, self.limits, self.led_logs
+            runtime.settled(), now_ms, self.limits, self.led_logs
         )
         runtime.lag_hint = None if found is None else (found.topic, found.partition, found.role)
         return found is not None
