@@ -20,6 +20,8 @@ from linkd.core.link_calls import (
     Applied,
     Dial,
     Drop,
+    FetchGroupOffsets,
+    GroupOffsets,
     Idle,
     LaneRequest,
     ListSourceTopics,
@@ -244,3 +246,34 @@ def test_a_namespace_detached_while_its_topics_were_listed__makes_no_follower_to
 
     script.until(listed_and_on, answer)
     assert "orders-1" not in b.topics
+
+
+def test_a_discovery_asks_for_the_offsets_of_the_group_namespaces_followed_as_it_asks() -> None:
+    """The group namespaces whose offsets a discovery asks for are those the
+    link follows once the topic listings are answered, not when it began: a
+    group namespace detached meanwhile (the remote's detach, told while the
+    listing was answered) is not asked for."""
+    b = _follower()
+    _apply(b, journal(b.namespaces.create(ResourceType.GROUP, "g-", True)))
+    groups = Mapping(MappingType.GROUP, "g-", "g-", Leader.REMOTE, True, (0, 0, ""))
+    _apply(b, admin.put_mapping(b, "ab", admin.versioned(b, groups, NOW), NOW))
+    d = driver.LinkDriver(b, "ab", lambda: "id")
+    d.handshaken = True
+    d.last_handshake_ms = NOW
+    script = Script(b, d.lane(Lane.CONTROL))
+    asked: list[str] = []
+
+    def answer(request: LaneRequest) -> object:
+        assert isinstance(request, Dial), request
+        if isinstance(request.call, FetchGroupOffsets):
+            asked.append(request.call.prefix)
+            return Answered(GroupOffsets(()))
+        assert isinstance(request.call, ListSourceTopics), request
+        told = copy.deepcopy(b.links.get("ab"))
+        detached = Mapping(MappingType.GROUP, "g-", "g-", Leader.REMOTE, False, (0, 0, ""))
+        told.mappings[detached.key] = admin.versioned(b, detached, NOW)
+        _apply(b, journal(b.links.store(told, NOW)))
+        return Answered(rounds.SourceNamespace("orders-", (), ()))
+
+    script.until(lambda r: isinstance(r, Idle | Sleep), answer)
+    assert asked == []

@@ -389,17 +389,18 @@ class LinkDriver:
                 call = ListSourceTopics(config.link_id, mapping.remote_prefix, kind)
                 namespaces.append((yield from self._ask(lane, call, rounds.SourceNamespace)))
         # The configuration as it is now: a namespace detached while the calls
-        # were answered (the remote's detach, told meanwhile) makes no topic.
+        # were answered (the remote's detach, told meanwhile) makes no topic,
+        # and a group namespace detached meanwhile is not asked for.
         created = yield from apply_topics(
             self.state, self._config(), namespaces, self.new_topic_id, listed_at
         )
         # Each namespace's offsets are applied as they arrive: what was heard
         # is kept even when the next call fails.
-        for mapping in rep.follower_mappings(config, MappingType.GROUP):
+        for mapping in rep.follower_mappings(self._config(), MappingType.GROUP):
             call_offsets = FetchGroupOffsets(config.link_id, mapping.remote_prefix)
             offsets = list((yield from self._ask(lane, call_offsets, GroupOffsets)).offsets)
             self.held_offsets = yield from self._apply_offsets(offsets, self.held_offsets)
-        if self.held_offsets and not rep.follower_mappings(config, MappingType.GROUP):
+        if self.held_offsets and not rep.follower_mappings(self._config(), MappingType.GROUP):
             self.held_offsets = []  # no group namespace follows any more
         first = self.last_discovery_ms is None
         self.last_discovery_ms = yield from _now()
