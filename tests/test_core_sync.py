@@ -194,6 +194,27 @@ def test_follower_hw_never_passes_the_source_hw__caps_apply_together_on_a_sync_l
     assert log.high_watermark == 4
 
 
+def test_one_answers_caps_pass_together__as_its_partitions_become_durable_one_by_one() -> None:
+    """A shell makes one answer's appends durable a partition at a time (a
+    journal record between them makes those before it durable first). On a
+    SYNC link no follower HW passes its cap before every partition of the
+    answer can: else a read_committed reader here could see a transaction in
+    one partition and not yet in another."""
+    a, b = linked()
+    go_sync(a, b, NOW)
+    rep.create_replica_topic(b, "orders-2", 2, {}, "fol-2")
+    data = rb.with_offset_and_epoch(rb.build_batch([rb.RecordSpec(None, b"x", NOW)] * 4), 0, 0)
+    for p in (0, 1):
+        rep.append_replica(b, "orders-2", p, data, 0)
+    assert rep.cap_at_source_high_watermarks(b, "ab", [("orders-2", 0, 4), ("orders-2", 1, 4)])
+    first, second = b.partition("orders-2", 0), b.partition("orders-2", 1)
+    b.made_durable([("orders-2", 0, 4)])
+    assert first.durable_offset == 4 and first.high_watermark == 3  # not past the last offset
+    b.made_durable([("orders-2", 1, 4)])
+    assert first.high_watermark == second.high_watermark == 4
+    assert not b.marker_groups  # released once every one passed
+
+
 # -- spec section 6: one test per cell ------------------------------------------------
 
 STATES = ["DISCONNECTED", "CATCHING_UP", "FOLLOWING", "SYNCING", "IN_SYNC", "OUT_OF_SYNC"]

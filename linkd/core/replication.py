@@ -557,6 +557,20 @@ def cap_at_source_high_watermarks(
     if config is not None and config.mode == LinkMode.SYNC:
         if any(log.log_end_offset < hw for log, hw in logs):
             return False
+        # The HWs they let move pass their caps together too: each follows
+        # its own durable offset, and a shell makes the appends of one answer
+        # durable a partition at a time (a journal record between them first
+        # makes those before it durable), so one partition could pass a
+        # transaction's COMMIT marker while another's append still waits.
+        # Held as a marker group (`ClusterState.marker_groups`): none passes
+        # its cap's last offset until every one can.
+        together = {
+            (t, p): hw - 1
+            for (t, p, hw), (log, _) in zip(caps, logs, strict=True)
+            if log.high_watermark < hw
+        }
+        if len(together) > 1:
+            state.marker_groups.append(together)
     for log, hw in logs:
         log.hw_cap = hw
     return True
