@@ -213,6 +213,23 @@ def test_one_answers_caps_pass_together__as_its_partitions_become_durable_one_by
     b.made_durable([("orders-2", 1, 4)])
     assert first.high_watermark == second.high_watermark == 4
     assert not b.marker_groups  # released once every one passed
+    # Caps applied again once every append is durable (the round's end) move
+    # the HWs at once: no group is left behind.
+    for p in (0, 1):
+        rep.append_replica(b, "orders-2", p, rb.with_offset_and_epoch(data, 4, 0), 0)
+        b.made_durable([("orders-2", p, 8)])
+    assert rep.follow_source_high_watermarks(b, "ab", [("orders-2", 0, 8), ("orders-2", 1, 8)])
+    assert first.high_watermark == second.high_watermark == 8 and not b.marker_groups
+    # Caps over records durable already, and then one partition's next
+    # append becomes durable first: its HW does not move alone (the other's
+    # would wait for the round's end).
+    for p in (0, 1):
+        rep.append_replica(b, "orders-2", p, rb.with_offset_and_epoch(data, 8, 0), 0)
+        b.made_durable([("orders-2", p, 12)])
+    assert rep.cap_at_source_high_watermarks(b, "ab", [("orders-2", 0, 12), ("orders-2", 1, 12)])
+    rep.append_replica(b, "orders-2", 0, rb.with_offset_and_epoch(data, 12, 0), 0)
+    b.made_durable([("orders-2", 0, 16)])
+    assert first.high_watermark == second.high_watermark == 12 and not b.marker_groups
 
 
 # -- spec section 6: one test per cell ------------------------------------------------

@@ -524,7 +524,7 @@ def follow_source_high_watermarks(
     not at all, only once every partition holds its source's HW, so a
     transaction whose markers span partitions becomes visible at once (spec
     invariant 5). Returns whether any HW moved."""
-    if not cap_at_source_high_watermarks(state, link_name, caps):
+    if not cap_at_source_high_watermarks(state, link_name, caps, hold=False):
         return False
     moved = False
     for t, p, hw in caps:
@@ -541,7 +541,7 @@ def follow_source_high_watermarks(
 
 
 def cap_at_source_high_watermarks(
-    state: ClusterState, link_name: str, caps: list[tuple[str, int, int]]
+    state: ClusterState, link_name: str, caps: list[tuple[str, int, int]], hold: bool = True
 ) -> bool:
     """Follower side, as soon as an answer's records are appended (before
     they are durable, and whether or not the round that brought them ever
@@ -563,13 +563,14 @@ def cap_at_source_high_watermarks(
         # makes those before it durable), so one partition could pass a
         # transaction's COMMIT marker while another's append still waits.
         # Held as a marker group (`ClusterState.marker_groups`): none passes
-        # its cap's last offset until every one can.
+        # its cap's last offset until every one can. (`hold` False: the
+        # caller moves every HW at once right after, as the round's end does.)
         together = {
             (t, p): hw - 1
             for (t, p, hw), (log, _) in zip(caps, logs, strict=True)
             if log.high_watermark < hw
         }
-        if len(together) > 1:
+        if hold and len(together) > 1:
             state.marker_groups.append(together)
     for log, hw in logs:
         log.hw_cap = hw
