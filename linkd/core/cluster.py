@@ -208,6 +208,8 @@ class ClusterState:
         # passes its HW only when every marker of its transaction can (spec
         # invariant 5: read_committed readers never see part of a transaction,
         # here or, through the source HWs a follower copies, on a follower).
+        # A SYNC follower holds the caps of one answer the same way, each at
+        # its cap's last offset (`replication.cap_at_source_high_watermarks`).
         self.marker_groups: list[dict[tuple[str, int], int]] = []
         # Why each partition's log start last moved, while this cluster runs
         # ("retention" or "deleted records"): a follower that finds the start

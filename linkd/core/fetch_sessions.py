@@ -574,7 +574,8 @@ class Sorted:
         """The quiet partitions and the spare ones after the first
         `spare_served`: fetched again, not answered. Also which may be in or
         out where they were not the session's round before: the partitions
-        sorted again, forgotten, or spare and answered by either round."""
+        sorted again, forgotten, or spare and answered by either round. Call
+        it once a round: it starts the session's count of those anew."""
         s = self._session
         spare_at, spare = s.spare_at, s.spare
         answered = list(map(spare.__getitem__, spare_at[:spare_served]))

@@ -112,6 +112,7 @@ class StillQuiet:
     track: QuietTrack | None = None
     by_difference: bool = False
     maybe_gone: set[RowKey] = field(default_factory=set)
+    _keys: set[RowKey] | None = None  # (`holds` without a track, built once)
 
     def rows(self) -> Iterator[PartitionProgress]:
         return map(operator.itemgetter(1), self.found)
@@ -123,7 +124,9 @@ class StillQuiet:
         """Whether `key` is a row found quiet."""
         if self.track is not None:
             return key[2] == Role.FOLLOWER and (key[0], key[1]) in self.track.local
-        return key in {k for k, _ in self.found}
+        if self._keys is None:
+            self._keys = set(self.keys())
+        return key in self._keys
 
 
 def still_quiet(
